@@ -1,0 +1,362 @@
+//! Observability ingest objects (DESIGN A3): their JSON shape and the one validation function
+//! per kind, shared by the JSON API and the OTLP paths.
+
+use serde::Deserialize;
+use sextant_proto::{HostMetric, LogLevel, LogRecord, Span, SpanStatus};
+
+use crate::attributes::{self, Attributes};
+use crate::ids::validate_id;
+use crate::time::TimeInput;
+
+/// At most this many objects per ingest request.
+pub const MAX_BATCH_OBJECTS: usize = 1000;
+/// Observability ingest bodies are at most 10 MB (after decompression).
+pub const MAX_OBSERVABILITY_BODY: usize = 10 * 1024 * 1024;
+pub const MAX_NAME_LEN: usize = 256;
+pub const MAX_OPERATION_LEN: usize = 1024;
+pub const MAX_MESSAGE_LEN: usize = 256 * 1024;
+/// Longer than any plausible span: thirty days.
+pub const MAX_DURATION_MS: f64 = 30.0 * 24.0 * 3600.0 * 1000.0;
+
+/// Why one object of a batch was refused: `details.errors[]` of the error body.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct FieldError {
+    pub index: usize,
+    pub field: String,
+    pub reason: String,
+}
+
+impl FieldError {
+    fn new(index: usize, field: &str, reason: impl Into<String>) -> Self {
+        Self { index, field: field.to_owned(), reason: reason.into() }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SpanJson {
+    pub trace_id: String,
+    pub span_id: String,
+    #[serde(default)]
+    pub parent_span_id: Option<String>,
+    pub service_name: String,
+    pub operation: String,
+    pub timestamp: TimeInput,
+    pub duration_ms: f64,
+    #[serde(default)]
+    pub status: Option<String>,
+    #[serde(default)]
+    pub attributes: Attributes,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct LogJson {
+    pub timestamp: TimeInput,
+    pub level: String,
+    pub service: String,
+    pub message: String,
+    #[serde(default)]
+    pub trace_id: Option<String>,
+    #[serde(default)]
+    pub span_id: Option<String>,
+    #[serde(default)]
+    pub attributes: Attributes,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct HostMetricJson {
+    pub timestamp: TimeInput,
+    pub hostname: String,
+    #[serde(default)]
+    pub cpu_percent: Option<f64>,
+    #[serde(default)]
+    pub memory_used_bytes: Option<u64>,
+    #[serde(default)]
+    pub memory_total_bytes: Option<u64>,
+    #[serde(default)]
+    pub disk_used_percent: Option<f64>,
+    #[serde(default)]
+    pub network_rx_bytes_per_sec: Option<f64>,
+    #[serde(default)]
+    pub network_tx_bytes_per_sec: Option<f64>,
+    #[serde(default)]
+    pub attributes: Attributes,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SpansBody {
+    pub spans: Vec<SpanJson>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct LogsBody {
+    pub logs: Vec<LogJson>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct MetricsBody {
+    pub metrics: Vec<HostMetricJson>,
+}
+
+/// Collects every problem of one object instead of stopping at the first.
+struct Check<'a> {
+    index: usize,
+    errors: &'a mut Vec<FieldError>,
+}
+
+impl Check<'_> {
+    fn fail(&mut self, field: &str, reason: impl Into<String>) {
+        self.errors.push(FieldError::new(self.index, field, reason));
+    }
+
+    fn id(&mut self, field: &str, value: &str) {
+        if let Err(reason) = validate_id(value) {
+            self.fail(field, reason);
+        }
+    }
+
+    fn name(&mut self, field: &str, value: &str, max: usize) {
+        if value.trim().is_empty() {
+            self.fail(field, "must not be empty");
+        } else if value.len() > max {
+            self.fail(field, format!("must be at most {max} bytes"));
+        }
+    }
+
+    fn time(&mut self, field: &str, value: &TimeInput) -> i64 {
+        value.to_unix_nanos().unwrap_or_else(|reason| {
+            self.fail(field, reason);
+            0
+        })
+    }
+
+    fn percent(&mut self, field: &str, value: Option<f64>) {
+        if let Some(v) = value {
+            if !(0.0..=100.0).contains(&v) {
+                self.fail(field, "must be between 0 and 100");
+            }
+        }
+    }
+
+    fn non_negative(&mut self, field: &str, value: Option<f64>) {
+        if let Some(v) = value {
+            if !v.is_finite() || v < 0.0 {
+                self.fail(field, "must be a finite number ≥ 0");
+            }
+        }
+    }
+
+    fn attributes(&mut self, attrs: &Attributes) {
+        if let Err(reason) = attributes::validate(&attrs.0) {
+            self.fail("attributes", reason);
+        }
+    }
+}
+
+/// Validates one span; appends its problems to `errors` and returns the stored form.
+pub fn validate_span(index: usize, s: SpanJson, errors: &mut Vec<FieldError>) -> Option<Span> {
+    let before = errors.len();
+    let mut c = Check { index, errors };
+    c.id("trace_id", &s.trace_id);
+    c.id("span_id", &s.span_id);
+    let parent = s.parent_span_id.unwrap_or_default();
+    if !parent.is_empty() {
+        c.id("parent_span_id", &parent);
+    }
+    c.name("service_name", &s.service_name, MAX_NAME_LEN);
+    c.name("operation", &s.operation, MAX_OPERATION_LEN);
+    let start = c.time("timestamp", &s.timestamp);
+    if !s.duration_ms.is_finite() || s.duration_ms < 0.0 {
+        c.fail("duration_ms", "must be a number ≥ 0");
+    } else if s.duration_ms > MAX_DURATION_MS {
+        c.fail("duration_ms", "must be at most 30 days");
+    }
+    let status = match s.status.as_deref().map(str::to_ascii_lowercase).as_deref() {
+        None | Some("unset") | Some("") => SpanStatus::Unset,
+        Some("ok") => SpanStatus::Ok,
+        Some("error") => SpanStatus::Error,
+        Some(_) => {
+            c.fail("status", "must be one of ok, error, unset");
+            SpanStatus::Unset
+        }
+    };
+    c.attributes(&s.attributes);
+    (errors.len() == before).then(|| Span {
+        trace_id: s.trace_id,
+        span_id: s.span_id,
+        parent_span_id: parent,
+        service_name: s.service_name,
+        operation: s.operation,
+        start_unix_nanos: start,
+        duration_nanos: (s.duration_ms * 1e6).round() as u64,
+        status: status as i32,
+        attributes: s.attributes.0,
+    })
+}
+
+/// `level` is case-insensitive on input and stored upper-case.
+pub fn parse_level(level: &str) -> Option<LogLevel> {
+    Some(match level.to_ascii_uppercase().as_str() {
+        "TRACE" => LogLevel::Trace,
+        "DEBUG" => LogLevel::Debug,
+        "INFO" => LogLevel::Info,
+        "WARN" => LogLevel::Warn,
+        "ERROR" => LogLevel::Error,
+        "FATAL" => LogLevel::Fatal,
+        _ => return None,
+    })
+}
+
+pub fn level_name(level: LogLevel) -> &'static str {
+    match level {
+        LogLevel::Trace => "TRACE",
+        LogLevel::Debug => "DEBUG",
+        LogLevel::Info | LogLevel::Unspecified => "INFO",
+        LogLevel::Warn => "WARN",
+        LogLevel::Error => "ERROR",
+        LogLevel::Fatal => "FATAL",
+    }
+}
+
+pub fn validate_log(index: usize, l: LogJson, errors: &mut Vec<FieldError>) -> Option<LogRecord> {
+    let before = errors.len();
+    let mut c = Check { index, errors };
+    let ts = c.time("timestamp", &l.timestamp);
+    let level = parse_level(&l.level);
+    if level.is_none() {
+        c.fail("level", "must be one of TRACE, DEBUG, INFO, WARN, ERROR, FATAL");
+    }
+    c.name("service", &l.service, MAX_NAME_LEN);
+    if l.message.len() > MAX_MESSAGE_LEN {
+        c.fail("message", format!("must be at most {MAX_MESSAGE_LEN} bytes"));
+    }
+    let trace_id = l.trace_id.unwrap_or_default();
+    if !trace_id.is_empty() {
+        c.id("trace_id", &trace_id);
+    }
+    let span_id = l.span_id.unwrap_or_default();
+    if !span_id.is_empty() {
+        c.id("span_id", &span_id);
+    }
+    c.attributes(&l.attributes);
+    (errors.len() == before).then(|| LogRecord {
+        unix_nanos: ts,
+        level: level.unwrap_or(LogLevel::Info) as i32,
+        service: l.service,
+        message: l.message,
+        trace_id,
+        span_id,
+        attributes: l.attributes.0,
+    })
+}
+
+pub fn validate_host_metric(index: usize, m: HostMetricJson, errors: &mut Vec<FieldError>) -> Option<HostMetric> {
+    let before = errors.len();
+    let mut c = Check { index, errors };
+    let ts = c.time("timestamp", &m.timestamp);
+    c.name("hostname", &m.hostname, MAX_NAME_LEN);
+    c.percent("cpu_percent", m.cpu_percent);
+    c.percent("disk_used_percent", m.disk_used_percent);
+    c.non_negative("network_rx_bytes_per_sec", m.network_rx_bytes_per_sec);
+    c.non_negative("network_tx_bytes_per_sec", m.network_tx_bytes_per_sec);
+    if let (Some(used), Some(total)) = (m.memory_used_bytes, m.memory_total_bytes) {
+        if used > total {
+            c.fail("memory_used_bytes", "must not exceed memory_total_bytes");
+        }
+    }
+    c.attributes(&m.attributes);
+    (errors.len() == before).then(|| HostMetric {
+        unix_nanos: ts,
+        hostname: m.hostname,
+        cpu_percent: m.cpu_percent,
+        memory_used_bytes: m.memory_used_bytes,
+        memory_total_bytes: m.memory_total_bytes,
+        disk_used_percent: m.disk_used_percent,
+        network_rx_bytes_per_sec: m.network_rx_bytes_per_sec,
+        network_tx_bytes_per_sec: m.network_tx_bytes_per_sec,
+        attributes: m.attributes.0,
+    })
+}
+
+/// Validates a whole batch: either every object is valid, or the list of every problem.
+pub fn validate_all<T, U>(
+    items: Vec<T>,
+    validate: impl Fn(usize, T, &mut Vec<FieldError>) -> Option<U>,
+) -> Result<Vec<U>, Vec<FieldError>> {
+    let mut errors = Vec::new();
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        if let Some(v) = validate(i, item, &mut errors) {
+            out.push(v);
+        }
+    }
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        Err(errors)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(json: &str) -> Result<Vec<Span>, Vec<FieldError>> {
+        let body: SpansBody = serde_json::from_str(json).unwrap();
+        validate_all(body.spans, validate_span)
+    }
+
+    #[test]
+    fn valid_span_is_stored_with_nanos() {
+        let s = span(
+            r#"{"spans":[{"trace_id":"t1","span_id":"s1","service_name":"api","operation":"GET /",
+            "timestamp":"2026-11-22T10:15:30.123Z","duration_ms":1.5,"status":"ERROR","attributes":{"k":"v"}}]}"#,
+        )
+        .unwrap();
+        assert_eq!(s[0].duration_nanos, 1_500_000);
+        assert_eq!(s[0].status, SpanStatus::Error as i32);
+        assert_eq!(s[0].start_unix_nanos, 1_795_342_530_123_000_000);
+    }
+
+    #[test]
+    fn every_problem_is_reported_with_index_and_field() {
+        let errs = span(
+            r#"{"spans":[{"trace_id":"t1","span_id":"s1","service_name":"api","operation":"op","timestamp":1,"duration_ms":1},
+            {"trace_id":"","span_id":"s 1","service_name":" ","operation":"op","timestamp":"nope","duration_ms":-1,"status":"weird"}]}"#,
+        )
+        .unwrap_err();
+        let fields: Vec<_> = errs.iter().map(|e| (e.index, e.field.as_str())).collect();
+        assert_eq!(
+            fields,
+            vec![
+                (1, "trace_id"),
+                (1, "span_id"),
+                (1, "service_name"),
+                (1, "timestamp"),
+                (1, "duration_ms"),
+                (1, "status")
+            ]
+        );
+    }
+
+    #[test]
+    fn log_level_is_case_insensitive_and_checked() {
+        let body: LogsBody = serde_json::from_str(
+            r#"{"logs":[{"timestamp":1,"level":"warn","service":"a","message":"m"},{"timestamp":1,"level":"loud","service":"a","message":"m"}]}"#,
+        )
+        .unwrap();
+        let errs = validate_all(body.logs, validate_log).unwrap_err();
+        assert_eq!(errs.len(), 1);
+        assert_eq!((errs[0].index, errs[0].field.as_str()), (1, "level"));
+        assert_eq!(parse_level("Warn"), Some(LogLevel::Warn));
+    }
+
+    #[test]
+    fn host_metric_ranges() {
+        let body: MetricsBody = serde_json::from_str(
+            r#"{"metrics":[{"timestamp":1,"hostname":"h","cpu_percent":101,"disk_used_percent":-1}]}"#,
+        )
+        .unwrap();
+        let errs = validate_all(body.metrics, validate_host_metric).unwrap_err();
+        assert_eq!(errs.len(), 2);
+    }
+}

@@ -1,0 +1,13 @@
+//! Sextant's data model: identifiers, validated ingest objects, partitioning and time.
+//!
+//! Everything that both the router and the storage nodes must agree on lives here, so that
+//! one concept has exactly one definition.
+
+pub mod attributes;
+pub mod ids;
+pub mod ingest;
+pub mod meta;
+pub mod partition;
+pub mod time;
+
+pub use ids::{OrgId, ProjectId, TraceId, UserId};

@@ -1,0 +1,212 @@
+//! A storage node: the Raft groups it hosts, their shared log, and the gRPC server.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::{BasicNode, Config, SnapshotPolicy};
+use sextant_proto::client::{Channels, MAX_MESSAGE_BYTES};
+use sextant_proto::raft_server::RaftServer;
+use sextant_proto::storage_server::StorageServer;
+use tokio::net::TcpListener;
+use tonic::service::interceptor::InterceptedService;
+
+use crate::log_store::LogDb;
+use crate::meta::MetaState;
+use crate::metrics::NodeMetrics;
+use crate::network::{AddressBook, Network};
+use crate::service::{secret_check, RaftService, StorageService};
+use crate::shard::MemShard;
+use crate::state_machine::{GroupState, GroupStateMachine, SharedState};
+use crate::types::{GroupId, NodeId, Raft, META_GROUP};
+
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub id: NodeId,
+    /// Address the gRPC server binds (port 0 picks a free port).
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    /// Every node of the cluster, this one included: id -> address peers use to reach it.
+    pub peers: BTreeMap<NodeId, String>,
+    pub shards: u32,
+    pub replication_factor: usize,
+    pub cluster_secret: String,
+}
+
+/// The replicas of `group`: `replication_factor` distinct nodes, spread round-robin so that
+/// leadership and load start out balanced.
+pub fn placement(group: GroupId, nodes: &[NodeId], replication_factor: usize) -> Vec<NodeId> {
+    let n = nodes.len();
+    let rf = replication_factor.clamp(1, n.max(1));
+    (0..rf).map(|k| nodes[(group as usize + k) % n]).collect()
+}
+
+pub struct Group<S> {
+    pub raft: Raft,
+    pub state: SharedState<S>,
+}
+
+pub struct NodeHost {
+    pub config: NodeConfig,
+    pub meta: Option<Group<MetaState>>,
+    pub shards: BTreeMap<GroupId, Group<MemShard>>,
+    pub metrics: Arc<NodeMetrics>,
+    pub addresses: AddressBook,
+    rafts: BTreeMap<GroupId, Raft>,
+}
+
+/// A started node; dropping it does not stop it, call [`RunningNode::shutdown`].
+pub struct RunningNode {
+    pub host: Arc<NodeHost>,
+    pub addr: SocketAddr,
+    server: tokio::task::JoinHandle<()>,
+}
+
+impl RunningNode {
+    pub async fn shutdown(self) {
+        for raft in self.host.rafts.values() {
+            let _ = raft.shutdown().await;
+        }
+        self.server.abort();
+    }
+}
+
+fn raft_config(group: GroupId) -> anyhow::Result<Arc<Config>> {
+    let config = Config {
+        cluster_name: format!("sextant-group-{group}"),
+        heartbeat_interval: 250,
+        election_timeout_min: 1500,
+        election_timeout_max: 3000,
+        // Bounded appends: each entry is a whole sub-batch.
+        max_payload_entries: 64,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(if group == META_GROUP { 1000 } else { 5000 }),
+        max_in_snapshot_log_to_keep: 100,
+        ..Default::default()
+    };
+    Ok(Arc::new(config.validate()?))
+}
+
+impl NodeHost {
+    pub async fn start(config: NodeConfig, metrics: Arc<NodeMetrics>) -> anyhow::Result<RunningNode> {
+        anyhow::ensure!(config.peers.contains_key(&config.id), "node {} is not in the peer list", config.id);
+        std::fs::create_dir_all(&config.data_dir)?;
+        let log_db = LogDb::open(&config.data_dir.join("raft-log"), metrics.clone())?;
+        let channels = Arc::new(Channels::new(&config.cluster_secret).map_err(anyhow::Error::msg)?);
+        let addresses: AddressBook = Arc::new(std::sync::RwLock::new(config.peers.clone()));
+        let node_ids: Vec<NodeId> = config.peers.keys().copied().collect();
+
+        let mut meta = None;
+        let mut shards = BTreeMap::new();
+        let mut rafts = BTreeMap::new();
+        let mut to_initialize = Vec::new();
+        for group in 0..=config.shards as GroupId {
+            let replicas = placement(group, &node_ids, config.replication_factor);
+            if !replicas.contains(&config.id) {
+                continue;
+            }
+            let dir = config.data_dir.join("groups").join(group.to_string());
+            let network = Network::new(group, channels.clone(), addresses.clone());
+            let raft = if group == META_GROUP {
+                let g = start_group(&config, group, dir, network, &log_db, &metrics, MetaState::default()).await?;
+                let raft = g.raft.clone();
+                meta = Some(g);
+                raft
+            } else {
+                let g = start_group(&config, group, dir, network, &log_db, &metrics, MemShard::default()).await?;
+                let raft = g.raft.clone();
+                shards.insert(group, g);
+                raft
+            };
+            if replicas[0] == config.id {
+                let members: BTreeMap<NodeId, BasicNode> =
+                    replicas.iter().map(|id| (*id, BasicNode::new(config.peers[id].clone()))).collect();
+                to_initialize.push((raft.clone(), members));
+            }
+            rafts.insert(group, raft);
+        }
+
+        let host = Arc::new(NodeHost { config, meta, shards, metrics, addresses, rafts });
+        let listener = TcpListener::bind(host.config.listen).await?;
+        let addr = listener.local_addr()?;
+        let check = secret_check(&host.config.cluster_secret);
+        let raft_svc = InterceptedService::new(
+            RaftServer::new(RaftService::new(host.clone()))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            check.clone(),
+        );
+        let storage_svc = InterceptedService::new(
+            StorageServer::new(StorageService::new(host.clone()))
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
+            check,
+        );
+        let server = tokio::spawn(async move {
+            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            let result = tonic::transport::Server::builder()
+                .tcp_nodelay(true)
+                .add_service(raft_svc)
+                .add_service(storage_svc)
+                .serve_with_incoming(incoming)
+                .await;
+            if let Err(e) = result {
+                tracing::error!(error = %e, "gRPC server stopped");
+            }
+        });
+
+        for (raft, members) in to_initialize {
+            if !raft.is_initialized().await? {
+                if let Err(e) = raft.initialize(members).await {
+                    tracing::warn!(error = %e, "initializing group");
+                }
+            }
+        }
+        tracing::info!(node = host.config.id, %addr, groups = host.rafts.len(), "storage node started");
+        Ok(RunningNode { host, addr, server })
+    }
+
+    pub fn raft(&self, group: GroupId) -> Option<&Raft> {
+        self.rafts.get(&group)
+    }
+
+    pub fn rafts(&self) -> impl Iterator<Item = (&GroupId, &Raft)> {
+        self.rafts.iter()
+    }
+
+    /// True when every hosted group has a known leader.
+    pub fn ready(&self) -> bool {
+        self.rafts.values().all(|r| r.metrics().borrow().current_leader.is_some())
+    }
+
+    /// Waits until every hosted group has a leader, or the timeout passes.
+    pub async fn wait_ready(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while tokio::time::Instant::now() < deadline {
+            if self.ready() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+}
+
+async fn start_group<S: GroupState>(
+    config: &NodeConfig,
+    group: GroupId,
+    dir: PathBuf,
+    network: Network,
+    log_db: &Arc<LogDb>,
+    metrics: &Arc<NodeMetrics>,
+    state: S,
+) -> anyhow::Result<Group<S>> {
+    let m = metrics.clone();
+    let sm = GroupStateMachine::open(&dir, state, Arc::new(move || {
+        m.snapshots_built.inc();
+    }))?;
+    let state = sm.shared();
+    let raft = Raft::new(config.id, raft_config(group)?, network, log_db.group(group), sm).await?;
+    Ok(Group { raft, state })
+}

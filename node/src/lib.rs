@@ -1,0 +1,16 @@
+//! A Sextant storage node: replicas of the meta group and of data shards, each an openraft
+//! group, sharing one durable log (with group commit) and one gRPC server.
+
+pub mod host;
+pub mod http;
+pub mod log_store;
+pub mod meta;
+pub mod metrics;
+pub mod network;
+pub mod service;
+pub mod shard;
+pub mod state_machine;
+pub mod types;
+
+pub use host::{NodeConfig, NodeHost, RunningNode};
+pub use metrics::NodeMetrics;

@@ -1,0 +1,50 @@
+//! Prometheus metrics of a storage node (DESIGN B8).
+
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct GroupLabel {
+    pub group: u64,
+}
+
+pub struct NodeMetrics {
+    pub log_fsyncs: Counter,
+    /// How many appends (of any groups) each fsync made durable.
+    pub log_fsync_batch: Histogram,
+    pub applied_rows: Family<GroupLabel, Counter>,
+    pub duplicate_batches: Counter,
+    pub commit_seconds: Histogram,
+    pub snapshots_built: Counter,
+}
+
+impl Default for NodeMetrics {
+    fn default() -> Self {
+        Self {
+            log_fsyncs: Counter::default(),
+            log_fsync_batch: Histogram::new(exponential_buckets(1.0, 2.0, 10)),
+            applied_rows: Family::default(),
+            duplicate_batches: Counter::default(),
+            commit_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
+            snapshots_built: Counter::default(),
+        }
+    }
+}
+
+impl NodeMetrics {
+    pub fn register(&self, registry: &mut Registry) {
+        let r = registry.sub_registry_with_prefix("sextant_node");
+        r.register("raft_log_fsyncs", "fsync calls of the shared Raft log", self.log_fsyncs.clone());
+        r.register(
+            "raft_log_fsync_batch_size",
+            "appends made durable by one fsync (group commit)",
+            self.log_fsync_batch.clone(),
+        );
+        r.register("applied_rows", "rows applied to shard state machines", self.applied_rows.clone());
+        r.register("duplicate_batches", "retried batches recognised and applied once", self.duplicate_batches.clone());
+        r.register("raft_commit_seconds", "time from proposal to apply of client writes", self.commit_seconds.clone());
+        r.register("snapshots_built", "state machine snapshots written", self.snapshots_built.clone());
+    }
+}

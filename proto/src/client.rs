@@ -1,0 +1,77 @@
+//! Client side of internal gRPC: one lazily connected channel per peer address, and the
+//! interceptor that attaches the cluster secret to every call.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tonic::metadata::AsciiMetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+use tonic::{Request, Status};
+
+use crate::raft_client::RaftClient;
+use crate::storage_client::StorageClient;
+use crate::CLUSTER_SECRET_HEADER;
+
+/// Largest internal message: a Raft append of many sub-batches or a snapshot chunk.
+pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+
+#[derive(Clone)]
+pub struct SecretInterceptor(AsciiMetadataValue);
+
+impl tonic::service::Interceptor for SecretInterceptor {
+    fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
+        req.metadata_mut().insert(CLUSTER_SECRET_HEADER, self.0.clone());
+        Ok(req)
+    }
+}
+
+pub type Authed = InterceptedService<Channel, SecretInterceptor>;
+
+/// Channels to peers by address, shared by every caller in the process.
+pub struct Channels {
+    secret: SecretInterceptor,
+    channels: Mutex<HashMap<String, Channel>>,
+}
+
+impl Channels {
+    pub fn new(cluster_secret: &str) -> Result<Self, String> {
+        let value = cluster_secret.parse().map_err(|_| "the cluster secret must be visible ASCII".to_string())?;
+        Ok(Self { secret: SecretInterceptor(value), channels: Mutex::new(HashMap::new()) })
+    }
+
+    fn channel(&self, addr: &str) -> Result<Channel, Status> {
+        let mut map = self.channels.lock().unwrap();
+        if let Some(c) = map.get(addr) {
+            return Ok(c.clone());
+        }
+        let uri = if addr.starts_with("http") { addr.to_owned() } else { format!("http://{addr}") };
+        let channel = Endpoint::from_shared(uri)
+            .map_err(|e| Status::invalid_argument(format!("bad peer address {addr}: {e}")))?
+            .connect_timeout(Duration::from_secs(2))
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(Duration::from_secs(10))
+            .keep_alive_timeout(Duration::from_secs(5))
+            .connect_lazy();
+        map.insert(addr.to_owned(), channel.clone());
+        Ok(channel)
+    }
+
+    /// Drops a cached channel after a transport error so the next call reconnects.
+    pub fn forget(&self, addr: &str) {
+        self.channels.lock().unwrap().remove(addr);
+    }
+
+    pub fn raft(&self, addr: &str) -> Result<RaftClient<Authed>, Status> {
+        Ok(RaftClient::with_interceptor(self.channel(addr)?, self.secret.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+
+    pub fn storage(&self, addr: &str) -> Result<StorageClient<Authed>, Status> {
+        Ok(StorageClient::with_interceptor(self.channel(addr)?, self.secret.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+}

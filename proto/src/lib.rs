@@ -1,0 +1,14 @@
+//! Generated protobuf types and gRPC stubs for Sextant's internal protocol.
+
+pub mod v1 {
+    tonic::include_proto!("sextant.v1");
+}
+
+pub use v1::*;
+
+/// Metadata key carrying the cluster secret on every internal RPC.
+pub const CLUSTER_SECRET_HEADER: &str = "x-sextant-cluster-secret";
+/// Metadata key on a `FailedPrecondition` status naming the current leader as `id@addr`.
+pub const LEADER_HEADER: &str = "x-sextant-leader";
+
+pub mod client;
