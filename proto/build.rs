@@ -6,7 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_prost_build::configure()
         .bytes(".sextant.v1.RaftRequest.body")
         .bytes(".sextant.v1.RaftReply.body")
-        .bytes(".sextant.v1.WriteRequest.op.batch")
+        .bytes(".sextant.v1.WriteRequest.batch")
         .compile_protos(&["proto/sextant.proto"], &["proto"])?;
     Ok(())
 }

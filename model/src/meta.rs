@@ -88,7 +88,9 @@ pub enum MetaCommandResult {
 pub enum MetaQuery {
     /// Everything a router caches: partition table, projects and credential hashes.
     View,
-    UserByEmail { email: String },
+    UserByEmail {
+        email: String,
+    },
 }
 
 /// What routers cache from meta, refreshed every second.

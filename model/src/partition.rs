@@ -20,7 +20,9 @@ pub fn partition_of(project: &ProjectId, key: &[u8]) -> u32 {
 
 /// The default partition table for `shards` data shards (groups `1..=shards`).
 pub fn default_table(shards: u32) -> Vec<u64> {
-    (0..PARTITIONS).map(|p| 1 + (p % shards.max(1)) as u64).collect()
+    (0..PARTITIONS)
+        .map(|p| 1 + (p % shards.max(1)) as u64)
+        .collect()
 }
 
 #[cfg(test)]

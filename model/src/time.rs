@@ -22,7 +22,8 @@ impl TimeInput {
                 if !ms.is_finite() || *ms < 0.0 || *ms > 7.0e15 {
                     return Err("must be a valid Unix epoch in milliseconds");
                 }
-                Ok((*ms * 1e6) as i64)
+                // Whole milliseconds exactly; only the fraction goes through floating point.
+                Ok(ms.trunc() as i64 * 1_000_000 + (ms.fract() * 1e6).round() as i64)
             }
             TimeInput::EpochNanos(n) => Ok(*n),
         }
@@ -82,8 +83,12 @@ mod tests {
 
     #[test]
     fn accepts_rfc3339_and_epoch_millis() {
-        let a = TimeInput::Text("2026-11-22T10:15:30.123Z".into()).to_unix_nanos().unwrap();
-        let b = TimeInput::EpochMillis(1_795_342_530_123.0).to_unix_nanos().unwrap();
+        let a = TimeInput::Text("2026-11-22T10:15:30.123Z".into())
+            .to_unix_nanos()
+            .unwrap();
+        let b = TimeInput::EpochMillis(1_795_342_530_123.0)
+            .to_unix_nanos()
+            .unwrap();
         assert_eq!(a, b);
         assert_eq!(format_nanos(a), "2026-11-22T10:15:30.123Z");
         assert_eq!(parse_query_time("1795342530123").unwrap(), a);

@@ -1,6 +1,5 @@
 //! The Raft type configuration shared by the meta group and every data shard.
 
-
 use openraft::BasicNode;
 use serde::{Deserialize, Serialize};
 use sextant_model::meta::MetaCommand;
@@ -20,14 +19,19 @@ pub enum Command {
         payload: Vec<u8>,
     },
     /// Drops the rows of `batch_id` (or refuses them if they arrive later).
-    Abort { batch_id: u128 },
+    Abort {
+        batch_id: u128,
+    },
     Meta(MetaCommand),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum CommandResponse {
     /// `duplicate` is true when the batch had already been applied (a retry).
-    Ingested { duplicate: bool, rows: u64 },
+    Ingested {
+        duplicate: bool,
+        rows: u64,
+    },
     Aborted,
     /// The batch was refused because it had been aborted before it arrived.
     Refused,

@@ -1,1 +1,102 @@
+//! The Sextant router: stateless HTTP front end that authenticates, validates, partitions
+//! and forwards to storage shard leaders, then merges what they answer.
 
+pub mod account;
+pub mod auth;
+pub mod body;
+pub mod bootstrap;
+pub mod cluster;
+pub mod error;
+pub mod http;
+pub mod ingest;
+pub mod metrics;
+pub mod traces;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::registry::Registry;
+
+pub use cluster::Cluster;
+
+#[derive(Clone, Debug)]
+pub struct RouterConfig {
+    pub listen: SocketAddr,
+    /// gRPC addresses of storage nodes to learn the topology from.
+    pub nodes: Vec<String>,
+    pub cluster_secret: String,
+    /// HS256 key of access tokens; identical on every router.
+    pub jwt_secret: Vec<u8>,
+    pub dashboard_origins: Vec<String>,
+}
+
+pub struct AppState {
+    pub config: RouterConfig,
+    pub cluster: Arc<Cluster>,
+    pub jwt: auth::Jwt,
+    pub metrics: metrics::RouterMetrics,
+    pub registry: Registry,
+}
+
+pub struct RunningRouter {
+    pub addr: SocketAddr,
+    pub state: Arc<AppState>,
+    server: tokio::task::JoinHandle<()>,
+    refresher: tokio::task::JoinHandle<()>,
+}
+
+impl RunningRouter {
+    pub fn abort(self) {
+        self.server.abort();
+        self.refresher.abort();
+    }
+
+    /// Waits until the router serves: topology known, meta loaded, every group led.
+    pub async fn wait_ready(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while tokio::time::Instant::now() < deadline {
+            if self.state.cluster.ready() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        false
+    }
+}
+
+/// Starts serving. `registry` may already hold other components' metrics (the embedded mode
+/// shares one registry with the node).
+pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Result<RunningRouter> {
+    anyhow::ensure!(
+        config.jwt_secret.len() >= 32,
+        "the JWT signing key must have at least 32 bytes"
+    );
+    let cluster =
+        Cluster::new(config.nodes.clone(), &config.cluster_secret).map_err(anyhow::Error::msg)?;
+    let metrics = metrics::RouterMetrics::default();
+    metrics.register(&mut registry);
+    let state = Arc::new(AppState {
+        jwt: auth::Jwt::new(&config.jwt_secret),
+        cluster: cluster.clone(),
+        config,
+        metrics,
+        registry,
+    });
+    let refresher = cluster.spawn_refresh(Duration::from_secs(1));
+    let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
+    let addr = listener.local_addr()?;
+    let app = http::router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
+    let server = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "HTTP server stopped");
+        }
+    });
+    tracing::info!(%addr, "router listening");
+    Ok(RunningRouter {
+        addr,
+        state,
+        server,
+        refresher,
+    })
+}

@@ -1,0 +1,136 @@
+//! Request bodies: content type, gzip, size limits and JSON parsing with precise errors.
+
+use std::io::Read;
+
+use axum::extract::rejection::BytesRejection;
+use axum::http::{header, HeaderMap, StatusCode};
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+
+use crate::error::ApiError;
+
+/// The decoded body, at most `limit` bytes after decompression.
+pub fn read(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    limit: usize,
+) -> Result<Bytes, ApiError> {
+    if let Some(ct) = headers.get(header::CONTENT_TYPE) {
+        let ct = ct.to_str().unwrap_or_default().to_ascii_lowercase();
+        let mime = ct.split(';').next().unwrap_or_default().trim();
+        if mime != "application/json" && !mime.ends_with("+json") {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "expected application/json, got `{mime}`"
+            )));
+        }
+    }
+    let raw = body.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge { limit }
+        } else {
+            ApiError::BadRequest(
+                "invalid_body",
+                format!("could not read the request body: {r}"),
+            )
+        }
+    })?;
+    match headers
+        .get(header::CONTENT_ENCODING)
+        .map(|v| v.to_str().unwrap_or_default().to_ascii_lowercase())
+    {
+        None => Ok(raw),
+        Some(enc) if enc == "identity" => Ok(raw),
+        Some(enc) if enc == "gzip" => {
+            // Bounded decompression: a small bomb never expands past the limit.
+            let mut out = Vec::with_capacity(raw.len().saturating_mul(4).min(limit));
+            flate2::read::GzDecoder::new(&raw[..])
+                .take(limit as u64 + 1)
+                .read_to_end(&mut out)
+                .map_err(|e| {
+                    ApiError::BadRequest("invalid_body", format!("invalid gzip body: {e}"))
+                })?;
+            if out.len() > limit {
+                return Err(ApiError::PayloadTooLarge { limit });
+            }
+            Ok(out.into())
+        }
+        Some(enc) => Err(ApiError::UnsupportedMediaType(format!(
+            "unsupported Content-Encoding `{enc}`"
+        ))),
+    }
+}
+
+/// Parses JSON fast; on failure parses again to say where the problem is.
+pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|_| {
+        let de = &mut serde_json::Deserializer::from_slice(bytes);
+        match serde_path_to_error::deserialize::<_, T>(de) {
+            Ok(_) => ApiError::BadRequest("invalid_json", "the body could not be parsed".into()),
+            Err(e) => {
+                let path = e.path().to_string();
+                let inner = e.into_inner();
+                if inner.is_syntax() || inner.is_eof() {
+                    ApiError::BadRequest("invalid_json", format!("malformed JSON: {inner}"))
+                } else if path == "." {
+                    ApiError::BadRequest("invalid_body", inner.to_string())
+                } else {
+                    ApiError::Validation {
+                        message: format!("invalid value at `{path}`"),
+                        errors: vec![field_error(&path, inner.to_string())],
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// `spans[3].duration_ms` -> index 3, field `duration_ms`.
+fn field_error(path: &str, reason: String) -> sextant_model::ingest::FieldError {
+    let index = path
+        .split_once('[')
+        .and_then(|(_, rest)| rest.split_once(']'))
+        .and_then(|(i, _)| i.parse().ok());
+    let field = match index {
+        Some(_) => path
+            .split_once("].")
+            .map(|(_, f)| f.to_owned())
+            .unwrap_or_default(),
+        None => path.to_owned(),
+    };
+    sextant_model::ingest::FieldError {
+        index: index.unwrap_or(0),
+        field,
+        reason,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sextant_model::ingest::SpansBody;
+
+    #[test]
+    fn wrong_type_names_index_and_field() {
+        let body = br#"{"spans":[{"trace_id":"t","span_id":"s","service_name":"a","operation":"o","timestamp":1,"duration_ms":1},
+            {"trace_id":"t","span_id":"s","service_name":"a","operation":"o","timestamp":1,"duration_ms":"slow"}]}"#;
+        match parse_json::<SpansBody>(body) {
+            Err(ApiError::Validation { errors, .. }) => {
+                assert_eq!(errors[0].index, 1);
+                assert_eq!(errors[0].field, "duration_ms");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn malformed_json_is_invalid_json() {
+        assert!(matches!(
+            parse_json::<SpansBody>(b"{\"spans\": ["),
+            Err(ApiError::BadRequest("invalid_json", _))
+        ));
+        assert!(matches!(
+            parse_json::<SpansBody>(b"{}"),
+            Err(ApiError::BadRequest("invalid_body", _))
+        ));
+    }
+}

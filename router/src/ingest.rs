@@ -1,0 +1,234 @@
+//! Observability ingest (DESIGN A3): authenticate -> read body -> validate -> partition ->
+//! replicate every shard's sub-batch -> answer only when all of them are committed.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{RawQuery, State};
+use axum::http::HeaderMap;
+use axum::Json;
+use bytes::Bytes;
+use prost::Message;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use sextant_model::ingest::{self, FieldError, MAX_BATCH_OBJECTS, MAX_OBSERVABILITY_BODY};
+use sextant_model::partition::partition_of;
+use sextant_model::ProjectId;
+use sextant_proto::{write_request, HostMetric, LogRecord, ShardBatch, Span};
+
+use crate::auth::api_key_project;
+use crate::cluster::GroupId;
+use crate::error::ApiError;
+use crate::AppState;
+
+#[derive(Serialize)]
+pub struct Accepted {
+    status: &'static str,
+    accepted: usize,
+}
+
+/// One kind of observability object: its request body, validation and partition key.
+trait Kind {
+    const NAME: &'static str;
+    type Body: DeserializeOwned;
+    type Json;
+    type Row;
+    fn items(body: Self::Body) -> Vec<Self::Json>;
+    fn validate(index: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<Self::Row>;
+    /// DESIGN B2: `None` spreads the row randomly.
+    fn key(row: &Self::Row) -> Option<&[u8]>;
+    fn push(batch: &mut ShardBatch, row: Self::Row);
+}
+
+struct Spans;
+impl Kind for Spans {
+    const NAME: &'static str = "spans";
+    type Body = ingest::SpansBody;
+    type Json = ingest::SpanJson;
+    type Row = Span;
+    fn items(body: Self::Body) -> Vec<Self::Json> {
+        body.spans
+    }
+    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<Span> {
+        ingest::validate_span(i, item, errors)
+    }
+    fn key(row: &Span) -> Option<&[u8]> {
+        Some(row.trace_id.as_bytes())
+    }
+    fn push(batch: &mut ShardBatch, row: Span) {
+        batch.spans.push(row)
+    }
+}
+
+struct Logs;
+impl Kind for Logs {
+    const NAME: &'static str = "logs";
+    type Body = ingest::LogsBody;
+    type Json = ingest::LogJson;
+    type Row = LogRecord;
+    fn items(body: Self::Body) -> Vec<Self::Json> {
+        body.logs
+    }
+    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<LogRecord> {
+        ingest::validate_log(i, item, errors)
+    }
+    fn key(row: &LogRecord) -> Option<&[u8]> {
+        (!row.trace_id.is_empty()).then_some(row.trace_id.as_bytes())
+    }
+    fn push(batch: &mut ShardBatch, row: LogRecord) {
+        batch.logs.push(row)
+    }
+}
+
+struct HostMetrics;
+impl Kind for HostMetrics {
+    const NAME: &'static str = "host_metrics";
+    type Body = ingest::MetricsBody;
+    type Json = ingest::HostMetricJson;
+    type Row = HostMetric;
+    fn items(body: Self::Body) -> Vec<Self::Json> {
+        body.metrics
+    }
+    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<HostMetric> {
+        ingest::validate_host_metric(i, item, errors)
+    }
+    fn key(row: &HostMetric) -> Option<&[u8]> {
+        Some(row.hostname.as_bytes())
+    }
+    fn push(batch: &mut ShardBatch, row: HostMetric) {
+        batch.host_metrics.push(row)
+    }
+}
+
+pub async fn spans(
+    state: State<Arc<AppState>>,
+    headers: HeaderMap,
+    query: RawQuery,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Accepted>, ApiError> {
+    handle::<Spans>(state, headers, query, body).await
+}
+
+pub async fn logs(
+    state: State<Arc<AppState>>,
+    headers: HeaderMap,
+    query: RawQuery,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Accepted>, ApiError> {
+    handle::<Logs>(state, headers, query, body).await
+}
+
+pub async fn infrastructure(
+    state: State<Arc<AppState>>,
+    headers: HeaderMap,
+    query: RawQuery,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Accepted>, ApiError> {
+    handle::<HostMetrics>(state, headers, query, body).await
+}
+
+async fn handle<K: Kind>(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Accepted>, ApiError> {
+    let result = async {
+        let project = api_key_project(&app, &headers, query.as_deref())?;
+        let body = crate::body::read(&headers, body, MAX_OBSERVABILITY_BODY)?;
+        let items = K::items(crate::body::parse_json::<K::Body>(&body)?);
+        if items.len() > MAX_BATCH_OBJECTS {
+            return Err(ApiError::BatchTooLarge {
+                max: MAX_BATCH_OBJECTS,
+                got: items.len(),
+            });
+        }
+        let rows =
+            ingest::validate_all(items, K::validate).map_err(|errors| ApiError::Validation {
+                message: format!("{} invalid {}", errors.len(), K::NAME),
+                errors,
+            })?;
+        let accepted = rows.len();
+        let batches = partition::<K>(&app, &project, rows, body.len())?;
+        commit(&app, batches).await?;
+        Ok(accepted)
+    }
+    .await;
+    match result {
+        Ok(accepted) => {
+            app.metrics.accepted(K::NAME, accepted as u64);
+            Ok(Json(Accepted {
+                status: "ok",
+                accepted,
+            }))
+        }
+        Err(e) => {
+            app.metrics.rejected(K::NAME, &e);
+            Err(e)
+        }
+    }
+}
+
+/// Splits rows into one sub-batch per shard through the partition table.
+fn partition<K: Kind>(
+    app: &AppState,
+    project: &ProjectId,
+    rows: Vec<K::Row>,
+    body_bytes: usize,
+) -> Result<HashMap<GroupId, ShardBatch>, ApiError> {
+    let cache = app
+        .cluster
+        .meta_cache()
+        .ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
+    if cache.partitions.is_empty() {
+        return Err(ApiError::Unavailable(
+            "the cluster is not bootstrapped yet".into(),
+        ));
+    }
+    let total = rows.len().max(1);
+    let mut batches: HashMap<GroupId, ShardBatch> = HashMap::new();
+    for row in rows {
+        let p = match K::key(&row) {
+            Some(key) => partition_of(project, key),
+            None => rand::random::<u32>(),
+        };
+        let group = cache.partitions[p as usize % cache.partitions.len()];
+        let batch = batches.entry(group).or_insert_with(|| ShardBatch {
+            project_id: project.to_string(),
+            ..Default::default()
+        });
+        K::push(batch, row);
+    }
+    for batch in batches.values_mut() {
+        let rows = batch.spans.len() + batch.logs.len() + batch.host_metrics.len();
+        batch.json_bytes = (body_bytes * rows / total) as u64;
+    }
+    Ok(batches)
+}
+
+/// Replicates every sub-batch under one batch id. If any shard cannot commit, the others are
+/// told to drop theirs, so a failed request stores nothing.
+async fn commit(app: &AppState, batches: HashMap<GroupId, ShardBatch>) -> Result<(), ApiError> {
+    let batch_id: u128 = rand::random();
+    let groups: Vec<GroupId> = batches.keys().copied().collect();
+    let writes = batches.into_iter().map(|(group, batch)| {
+        let payload = Bytes::from(batch.encode_to_vec());
+        app.cluster
+            .write(group, batch_id, write_request::Op::Batch(payload))
+    });
+    let results = futures::future::join_all(writes).await;
+    let Some(err) = results.into_iter().find_map(Result::err) else {
+        return Ok(());
+    };
+    let aborts = groups.iter().map(|g| {
+        app.cluster
+            .write(*g, batch_id, write_request::Op::Abort(true))
+    });
+    for (group, r) in groups.iter().zip(futures::future::join_all(aborts).await) {
+        if let Err(e) = r {
+            tracing::error!(group, error = %e, "could not abort a partially committed batch");
+        }
+    }
+    Err(err.into())
+}

@@ -1,0 +1,336 @@
+//! Command line: `dev` (everything in one process), `node`, `router`, `operator`, `loadgen`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use prometheus_client::registry::Registry;
+use rand::RngCore;
+use sextant_node::{NodeConfig, NodeHost, NodeMetrics};
+use sextant_router::bootstrap::{bootstrap, write_credentials, Credentials};
+use sextant_router::RouterConfig;
+
+#[derive(Parser)]
+#[command(
+    name = "sextant",
+    version,
+    about = "Self-hosted observability and product analytics."
+)]
+pub struct Cli {
+    /// Log format: `text` or `json`.
+    #[arg(
+        long,
+        global = true,
+        default_value = "text",
+        env = "SEXTANT_LOG_FORMAT"
+    )]
+    pub log_format: String,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run everything in one process (meta group, data shards and router) with data in a local
+    /// directory. Prints the login, API key and ingest token on start.
+    Dev(DevArgs),
+    /// Run a storage node: replicas of the meta group and of data shards, served over gRPC.
+    Node(NodeArgs),
+    /// Run a stateless router: the public HTTP API in front of the storage nodes.
+    Router(RouterArgs),
+    /// Run the Kubernetes operator (not available in this release).
+    Operator,
+    /// Send realistic ingest load to a router and report throughput and latency.
+    Loadgen(crate::loadgen::LoadgenArgs),
+}
+
+#[derive(clap::Args)]
+pub struct DevArgs {
+    /// Where data, keys and credentials.json are kept.
+    #[arg(long, default_value = "./sextant-data")]
+    pub data_dir: PathBuf,
+    /// HTTP address of the public API.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// Number of data shards (fixed when the data directory is created).
+    #[arg(long, default_value_t = 4)]
+    pub shards: u32,
+}
+
+#[derive(clap::Args)]
+pub struct NodeArgs {
+    /// This node's id (≥ 1); must appear in --peers.
+    #[arg(long)]
+    pub id: u64,
+    /// gRPC address to bind.
+    #[arg(long)]
+    pub listen: SocketAddr,
+    /// HTTP address for /healthz, /readyz, /status and /metrics.
+    #[arg(long)]
+    pub http_listen: Option<SocketAddr>,
+    #[arg(long)]
+    pub data_dir: PathBuf,
+    /// Every node of the cluster as `id=host:port`, comma separated, identical on all nodes.
+    #[arg(long, value_delimiter = ',')]
+    pub peers: Vec<String>,
+    #[arg(long, default_value_t = 4)]
+    pub shards: u32,
+    #[arg(long, default_value_t = 3)]
+    pub replication_factor: usize,
+    /// Shared secret of internal traffic (node <-> node, router -> node).
+    #[arg(long, env = "SEXTANT_CLUSTER_SECRET", hide_env_values = true)]
+    pub cluster_secret: String,
+}
+
+#[derive(clap::Args)]
+pub struct RouterArgs {
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    /// gRPC addresses of storage nodes (any subset; the rest is discovered).
+    #[arg(long, value_delimiter = ',', required = true)]
+    pub nodes: Vec<String>,
+    #[arg(long, env = "SEXTANT_CLUSTER_SECRET", hide_env_values = true)]
+    pub cluster_secret: String,
+    /// Signing key of access tokens (≥ 32 bytes), identical on every router.
+    #[arg(long, env = "SEXTANT_JWT_SECRET", hide_env_values = true)]
+    pub jwt_secret: String,
+    /// Origins allowed to call /api and /auth from a browser.
+    #[arg(long, value_delimiter = ',')]
+    pub dashboard_origin: Vec<String>,
+    /// On a new cluster, create the first owner, org, project and keys and write them here.
+    #[arg(long)]
+    pub bootstrap_credentials: Option<PathBuf>,
+}
+
+pub fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("SEXTANT_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+pub async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Dev(args) => dev(args).await,
+        Command::Node(args) => node(args).await,
+        Command::Router(args) => router(args).await,
+        Command::Operator => {
+            anyhow::bail!("the operator is not implemented yet; see docs/ARCHITECTURE.md")
+        }
+        Command::Loadgen(args) => crate::loadgen::run(args).await,
+    }
+}
+
+fn random_hex(bytes: usize) -> String {
+    let mut b = vec![0u8; bytes];
+    rand::thread_rng().fill_bytes(&mut b);
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Reads a secret file, creating it (mode 0600) on first use.
+fn persistent_secret(path: &Path) -> anyhow::Result<String> {
+    if let Ok(s) = std::fs::read_to_string(path) {
+        return Ok(s.trim().to_owned());
+    }
+    let secret = random_hex(32);
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    std::io::Write::write_all(&mut opts.open(path)?, secret.as_bytes())?;
+    Ok(secret)
+}
+
+async fn dev(args: DevArgs) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&args.data_dir)
+        .with_context(|| format!("creating {}", args.data_dir.display()))?;
+    let jwt_secret = persistent_secret(&args.data_dir.join("jwt.key"))?;
+    // Internal traffic never leaves this process's loopback port; a fresh secret per start.
+    let cluster_secret = random_hex(32);
+    let shards = read_or_record_shards(&args.data_dir, args.shards)?;
+    let mut registry = Registry::default();
+    let metrics = Arc::new(NodeMetrics::default());
+    metrics.register(&mut registry);
+    let node = NodeHost::start(
+        NodeConfig {
+            id: 1,
+            listen: "127.0.0.1:0".parse()?,
+            data_dir: args.data_dir.join("node"),
+            peers: BTreeMap::from([(1, "127.0.0.1:0".to_string())]),
+            shards,
+            replication_factor: 1,
+            cluster_secret: cluster_secret.clone(),
+        },
+        metrics,
+    )
+    .await?;
+    let router = sextant_router::start(
+        RouterConfig {
+            listen: args.listen,
+            nodes: vec![node.addr.to_string()],
+            cluster_secret,
+            jwt_secret: jwt_secret.into_bytes(),
+            dashboard_origins: vec![
+                format!("http://{}", args.listen),
+                "http://localhost:3000".into(),
+            ],
+        },
+        registry,
+    )
+    .await?;
+    anyhow::ensure!(
+        router.wait_ready(Duration::from_secs(60)).await,
+        "storage did not become ready within 60 s"
+    );
+    let url = format!("http://{}", router.addr);
+    let creds_path = args.data_dir.join("credentials.json");
+    let creds = match bootstrap(&router.state.cluster, &url, "enterprise").await? {
+        Some(creds) => {
+            write_credentials(&creds_path, &creds)?;
+            Some(creds)
+        }
+        None => std::fs::read(&creds_path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<Credentials>(&b).ok()),
+    };
+    router.state.cluster.refresh_meta().await?;
+    print_banner(&url, creds.as_ref(), &creds_path);
+    tokio::signal::ctrl_c().await?;
+    tracing::info!("shutting down");
+    router.abort();
+    node.shutdown().await;
+    Ok(())
+}
+
+/// The shard count is fixed by the first start; later `--shards` values must agree.
+fn read_or_record_shards(data_dir: &Path, requested: u32) -> anyhow::Result<u32> {
+    anyhow::ensure!(
+        (1..=256).contains(&requested),
+        "--shards must be between 1 and 256"
+    );
+    let path = data_dir.join("shards");
+    match std::fs::read_to_string(&path) {
+        Ok(s) => {
+            let existing: u32 = s
+                .trim()
+                .parse()
+                .context("reading the recorded shard count")?;
+            if existing != requested {
+                tracing::warn!(
+                    existing,
+                    requested,
+                    "keeping the shard count this data directory was created with"
+                );
+            }
+            Ok(existing)
+        }
+        Err(_) => {
+            std::fs::write(&path, requested.to_string())?;
+            Ok(requested)
+        }
+    }
+}
+
+fn print_banner(url: &str, creds: Option<&Credentials>, path: &Path) {
+    println!("\nSextant is running (embedded mode): {url}");
+    match creds {
+        Some(c) => {
+            println!("  login         {} / {}", c.email, c.password);
+            println!("  project       {}", c.project_id);
+            println!("  API key       {}   (observability: X-API-Key)", c.api_key);
+            println!("  ingest token  {}   (product analytics)", c.ingest_token);
+            println!("  saved in      {}", path.display());
+        }
+        None => println!(
+            "  credentials file {} is missing; the data directory was bootstrapped earlier",
+            path.display()
+        ),
+    }
+    println!("Try:\n  curl -s -X POST {url}/api/v1/ingest/spans -H 'X-API-Key: <API key>' -H 'Content-Type: application/json' \\\n    -d '{{\"spans\":[{{\"trace_id\":\"t1\",\"span_id\":\"s1\",\"service_name\":\"api\",\"operation\":\"GET /\",\"timestamp\":\"2026-11-22T10:00:00Z\",\"duration_ms\":12}}]}}'");
+    println!("Press Ctrl-C to stop.\n");
+}
+
+fn parse_peers(peers: &[String]) -> anyhow::Result<BTreeMap<u64, String>> {
+    peers
+        .iter()
+        .map(|p| {
+            let (id, addr) = p
+                .split_once('=')
+                .with_context(|| format!("peer `{p}` is not id=host:port"))?;
+            Ok((
+                id.trim()
+                    .parse()
+                    .with_context(|| format!("peer id in `{p}`"))?,
+                addr.trim().to_owned(),
+            ))
+        })
+        .collect()
+}
+
+async fn node(args: NodeArgs) -> anyhow::Result<()> {
+    let mut registry = Registry::default();
+    let metrics = Arc::new(NodeMetrics::default());
+    metrics.register(&mut registry);
+    let node = NodeHost::start(
+        NodeConfig {
+            id: args.id,
+            listen: args.listen,
+            data_dir: args.data_dir,
+            peers: parse_peers(&args.peers)?,
+            shards: args.shards,
+            replication_factor: args.replication_factor,
+            cluster_secret: args.cluster_secret,
+        },
+        metrics,
+    )
+    .await?;
+    if let Some(http) = args.http_listen {
+        let state = Arc::new(sextant_node::http::NodeHttp {
+            host: node.host.clone(),
+            registry: Arc::new(registry),
+        });
+        let listener = tokio::net::TcpListener::bind(http).await?;
+        tokio::spawn(async move { axum::serve(listener, sextant_node::http::router(state)).await });
+    }
+    tokio::signal::ctrl_c().await?;
+    node.shutdown().await;
+    Ok(())
+}
+
+async fn router(args: RouterArgs) -> anyhow::Result<()> {
+    let router = sextant_router::start(
+        RouterConfig {
+            listen: args.listen,
+            nodes: args.nodes,
+            cluster_secret: args.cluster_secret,
+            jwt_secret: args.jwt_secret.into_bytes(),
+            dashboard_origins: args.dashboard_origin,
+        },
+        Registry::default(),
+    )
+    .await?;
+    if let Some(path) = args.bootstrap_credentials {
+        while !router.wait_ready(Duration::from_secs(5)).await {
+            tracing::info!("waiting for the storage cluster before bootstrapping");
+        }
+        let url = format!("http://{}", router.addr);
+        if let Some(creds) = bootstrap(&router.state.cluster, &url, "enterprise").await? {
+            write_credentials(&path, &creds)?;
+            tracing::info!(path = %path.display(), "cluster bootstrapped; credentials written");
+        }
+        router.state.cluster.refresh_meta().await?;
+    }
+    tokio::signal::ctrl_c().await?;
+    router.abort();
+    Ok(())
+}

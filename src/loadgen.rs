@@ -1,0 +1,489 @@
+//! Load generator: realistic observability batches sent at a fixed concurrency for a fixed
+//! time; reports acknowledged objects/s, MB/s and latency percentiles, plus the throughput of
+//! parsing the same bodies with serde_json alone (the ceiling of any JSON ingest path).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde_json::{json, Value};
+
+#[derive(clap::Args, Clone)]
+pub struct LoadgenArgs {
+    /// Router base URL.
+    #[arg(long, default_value = "http://127.0.0.1:8080")]
+    pub url: String,
+    /// API key; or read it from --credentials.
+    #[arg(long, env = "SEXTANT_API_KEY", hide_env_values = true)]
+    pub api_key: Option<String>,
+    /// A credentials.json written by `sextant dev` or a bootstrapping router.
+    #[arg(long)]
+    pub credentials: Option<PathBuf>,
+    /// `spans`, `logs` or `metrics`.
+    #[arg(long, default_value = "spans")]
+    pub kind: String,
+    /// Objects per request.
+    #[arg(long, default_value_t = 1000)]
+    pub batch: usize,
+    /// Requests in flight.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+    /// Seconds to run.
+    #[arg(long, default_value_t = 20)]
+    pub seconds: u64,
+    /// Distinct request bodies generated up front (ids are still unique per request).
+    #[arg(long, default_value_t = 32)]
+    pub pool: usize,
+    /// Skip the serde_json ceiling measurement.
+    #[arg(long)]
+    pub no_ceiling: bool,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Stands where a per-request unique id prefix goes.
+const MARK: &[u8; 8] = b"@@@@@@@@";
+
+const SERVICES: &[&str] = &[
+    "api-gateway",
+    "checkout",
+    "payments",
+    "inventory",
+    "users",
+    "search",
+    "notifications",
+    "auth",
+];
+const ROUTES: &[&str] = &[
+    "GET /api/products",
+    "GET /api/products/{id}",
+    "POST /api/cart",
+    "POST /api/checkout",
+    "GET /api/users/{id}",
+    "POST /api/login",
+    "GET /api/search",
+    "PUT /api/cart/{id}",
+    "DELETE /api/cart/{id}",
+    "GET /healthz",
+];
+const DB_OPS: &[&str] = &[
+    "SELECT products",
+    "SELECT users",
+    "INSERT orders",
+    "UPDATE inventory",
+    "redis GET",
+    "redis SET",
+];
+const REGIONS: &[&str] = &["eu-west-1", "us-east-1", "ap-south-1"];
+const LOG_TEMPLATES: &[(&str, &str)] = &[
+    (
+        "INFO",
+        "request completed method=GET path=/api/products/{n} status=200 duration_ms={n}",
+    ),
+    ("INFO", "user {n} logged in from 10.{n}.{n}.{n}"),
+    (
+        "DEBUG",
+        "cache miss for key product:{n}, fetching from database",
+    ),
+    (
+        "WARN",
+        "slow query took {n} ms: SELECT * FROM orders WHERE customer_id = {n}",
+    ),
+    (
+        "ERROR",
+        "payment declined for order {n}: card_declined (insufficient funds)",
+    ),
+    (
+        "INFO",
+        "published event order.created id={hex} to topic orders",
+    ),
+    (
+        "ERROR",
+        "upstream connect error or disconnect/reset before headers. retried {n} times",
+    ),
+    (
+        "INFO",
+        "scheduled job cleanup-sessions removed {n} expired sessions",
+    ),
+    (
+        "WARN",
+        "retrying request to inventory-service attempt={n} backoff_ms={n}",
+    ),
+    ("FATAL", "out of memory: killed process {n} (worker)"),
+];
+
+fn hex(rng: &mut StdRng, n: usize) -> String {
+    (0..n)
+        .map(|_| format!("{:x}", rng.gen_range(0..16u8)))
+        .collect()
+}
+
+fn trace_id(rng: &mut StdRng) -> String {
+    format!("{}{}", std::str::from_utf8(MARK).unwrap(), hex(rng, 24))
+}
+
+fn attributes(rng: &mut StdRng, service: &str, route: &str) -> Value {
+    let mut a = serde_json::Map::new();
+    a.insert(
+        "service.version".into(),
+        json!(format!(
+            "1.{}.{}",
+            rng.gen_range(0..9),
+            rng.gen_range(0..30)
+        )),
+    );
+    a.insert("deployment.environment".into(), json!("production"));
+    a.insert(
+        "cloud.region".into(),
+        json!(REGIONS[rng.gen_range(0..REGIONS.len())]),
+    );
+    a.insert(
+        "k8s.pod.name".into(),
+        json!(format!("{service}-{}", hex(rng, 5))),
+    );
+    a.insert(
+        "http.method".into(),
+        json!(route.split(' ').next().unwrap_or("GET")),
+    );
+    let extra = rng.gen_range(0..=10);
+    let optional: [(&str, Value); 10] = [
+        ("http.route", json!(route.split(' ').nth(1).unwrap_or("/"))),
+        (
+            "http.status_code",
+            json!([200, 200, 200, 201, 404, 500][rng.gen_range(0..6)]),
+        ),
+        (
+            "net.peer.name",
+            json!(format!(
+                "10.0.{}.{}",
+                rng.gen_range(0..255),
+                rng.gen_range(0..255)
+            )),
+        ),
+        ("user.id", json!(format!("u-{}", rng.gen_range(0..100_000)))),
+        ("db.system", json!("postgresql")),
+        ("thread.id", json!(rng.gen_range(1..64))),
+        (
+            "http.response_content_length",
+            json!(rng.gen_range(0..100_000)),
+        ),
+        ("cache.hit", json!(rng.gen_bool(0.7))),
+        ("feature_flags", json!(["new-checkout", "fast-search"])),
+        ("sampling.ratio", json!(0.25)),
+    ];
+    for (k, v) in optional.into_iter().take(extra) {
+        a.insert(k.into(), v);
+    }
+    Value::Object(a)
+}
+
+fn spans(rng: &mut StdRng, n: usize, now_ms: i64) -> Value {
+    let mut out = Vec::with_capacity(n);
+    while out.len() < n {
+        let tid = trace_id(rng);
+        let len = rng.gen_range(5..=15).min(n - out.len());
+        let start = now_ms - rng.gen_range(0..60_000);
+        let mut ids: Vec<String> = Vec::new();
+        for i in 0..len {
+            let service = SERVICES[if i == 0 {
+                0
+            } else {
+                rng.gen_range(0..SERVICES.len())
+            }];
+            let op = if i > 0 && rng.gen_bool(0.4) {
+                DB_OPS[rng.gen_range(0..DB_OPS.len())]
+            } else {
+                ROUTES[rng.gen_range(0..ROUTES.len())]
+            };
+            let sid = hex(rng, 16);
+            let parent = if i == 0 {
+                Value::Null
+            } else {
+                json!(ids[rng.gen_range(0..ids.len())])
+            };
+            let error = rng.gen_bool(0.03);
+            let mut attrs = attributes(rng, service, op);
+            if error {
+                attrs["exception.type"] = json!("TimeoutError");
+                attrs["exception.message"] = json!(format!(
+                    "deadline exceeded after {} ms",
+                    rng.gen_range(100..5000)
+                ));
+            }
+            out.push(json!({
+                "trace_id": tid,
+                "span_id": sid,
+                "parent_span_id": parent,
+                "service_name": service,
+                "operation": op,
+                "timestamp": sextant_model::time::format_nanos((start + i as i64) * 1_000_000),
+                "duration_ms": (rng.gen_range(0.1f64..2.0).powi(4) * 50.0 * 1000.0).round() / 1000.0,
+                "status": if error { "error" } else { "ok" },
+                "attributes": attrs,
+            }));
+            ids.push(sid);
+        }
+    }
+    json!({ "spans": out })
+}
+
+fn logs(rng: &mut StdRng, n: usize, now_ms: i64) -> Value {
+    let logs: Vec<Value> = (0..n)
+        .map(|_| {
+            let (level, template) = LOG_TEMPLATES[rng.gen_range(0..LOG_TEMPLATES.len())];
+            let mut message = String::new();
+            for (i, part) in template.split("{n}").enumerate() {
+                if i > 0 {
+                    message.push_str(&rng.gen_range(1..100_000).to_string());
+                }
+                message.push_str(part);
+            }
+            let message = message.replace("{hex}", &hex(rng, 12));
+            let service = SERVICES[rng.gen_range(0..SERVICES.len())];
+            let mut log = json!({
+                "timestamp": sextant_model::time::format_nanos((now_ms - rng.gen_range(0..60_000)) * 1_000_000),
+                "level": level,
+                "service": service,
+                "message": message,
+                "attributes": {"k8s.pod.name": format!("{service}-{}", hex(rng, 5)), "cloud.region": REGIONS[rng.gen_range(0..REGIONS.len())]},
+            });
+            if rng.gen_bool(0.6) {
+                log["trace_id"] = json!(trace_id(rng));
+                log["span_id"] = json!(hex(rng, 16));
+            }
+            log
+        })
+        .collect();
+    json!({ "logs": logs })
+}
+
+fn metrics(rng: &mut StdRng, n: usize, now_ms: i64) -> Value {
+    let metrics: Vec<Value> = (0..n)
+        .map(|i| {
+            let total: u64 = [8u64, 16, 32, 64][rng.gen_range(0..4)] << 30;
+            json!({
+                "timestamp": sextant_model::time::format_nanos((now_ms - i as i64 * 10) * 1_000_000),
+                "hostname": format!("{}-host-{}", std::str::from_utf8(MARK).unwrap(), rng.gen_range(0..200)),
+                "cpu_percent": rng.gen_range(0.0..100.0),
+                "memory_used_bytes": rng.gen_range(0..total),
+                "memory_total_bytes": total,
+                "disk_used_percent": rng.gen_range(5.0..95.0),
+                "network_rx_bytes_per_sec": rng.gen_range(0.0..1e8),
+                "network_tx_bytes_per_sec": rng.gen_range(0.0..1e8),
+                "attributes": {"os.type": "linux", "cloud.region": REGIONS[rng.gen_range(0..REGIONS.len())]},
+            })
+        })
+        .collect();
+    json!({ "metrics": metrics })
+}
+
+/// A request body with the offsets of its unique-id placeholders.
+pub struct Template {
+    pub bytes: Vec<u8>,
+    marks: Vec<usize>,
+}
+
+impl Template {
+    /// A copy of the body whose ids are unique to request number `seq`.
+    pub fn render(&self, seq: u64) -> Vec<u8> {
+        let mut body = self.bytes.clone();
+        let tag = format!("{:08x}", seq as u32);
+        for &m in &self.marks {
+            body[m..m + 8].copy_from_slice(tag.as_bytes());
+        }
+        body
+    }
+}
+
+pub fn templates(
+    kind: &str,
+    batch: usize,
+    pool: usize,
+    seed: u64,
+) -> anyhow::Result<Vec<Template>> {
+    let mut rng = StdRng::seed_from_u64(seed);
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    (0..pool)
+        .map(|_| {
+            let value = match kind {
+                "spans" => spans(&mut rng, batch, now_ms),
+                "logs" => logs(&mut rng, batch, now_ms),
+                "metrics" => metrics(&mut rng, batch, now_ms),
+                other => anyhow::bail!("unknown kind `{other}`: use spans, logs or metrics"),
+            };
+            let bytes = serde_json::to_vec(&value)?;
+            let marks = bytes
+                .windows(MARK.len())
+                .enumerate()
+                .filter(|(_, w)| *w == MARK)
+                .map(|(i, _)| i)
+                .collect();
+            Ok(Template { bytes, marks })
+        })
+        .collect()
+}
+
+pub fn endpoint(kind: &str) -> &'static str {
+    match kind {
+        "logs" => "/api/v1/ingest/logs",
+        "metrics" => "/api/v1/ingest/infrastructure",
+        _ => "/api/v1/ingest/spans",
+    }
+}
+
+/// Objects/s of serde_json parsing the same bodies into the ingest types, on every core.
+fn ceiling(kind: &str, templates: &Arc<Vec<Template>>, batch: usize) -> f64 {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let run = Duration::from_secs(3);
+    let handles: Vec<_> = (0..threads)
+        .map(|t| {
+            let templates = templates.clone();
+            let kind = kind.to_owned();
+            std::thread::spawn(move || {
+                let started = Instant::now();
+                let mut parsed = 0u64;
+                let mut i = t;
+                while started.elapsed() < run {
+                    let body = &templates[i % templates.len()].bytes;
+                    let ok = match kind.as_str() {
+                        "logs" => {
+                            serde_json::from_slice::<sextant_model::ingest::LogsBody>(body).is_ok()
+                        }
+                        "metrics" => {
+                            serde_json::from_slice::<sextant_model::ingest::MetricsBody>(body)
+                                .is_ok()
+                        }
+                        _ => {
+                            serde_json::from_slice::<sextant_model::ingest::SpansBody>(body).is_ok()
+                        }
+                    };
+                    assert!(ok, "generated body does not parse");
+                    parsed += batch as u64;
+                    i += 1;
+                }
+                parsed as f64 / started.elapsed().as_secs_f64()
+            })
+        })
+        .collect();
+    handles.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
+}
+
+pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
+    let api_key = match (&args.api_key, &args.credentials) {
+        (Some(k), _) => k.clone(),
+        (None, Some(path)) => {
+            let creds: Value = serde_json::from_slice(&std::fs::read(path)?)?;
+            creds["api_key"]
+                .as_str()
+                .ok_or_else(|| anyhow::anyhow!("no api_key in {}", path.display()))?
+                .to_owned()
+        }
+        (None, None) => anyhow::bail!("pass --api-key or --credentials"),
+    };
+    let templates = Arc::new(templates(&args.kind, args.batch, args.pool.max(1), 42)?);
+    let ceiling = if args.no_ceiling {
+        None
+    } else {
+        Some(ceiling(&args.kind, &templates, args.batch))
+    };
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(args.concurrency)
+        .build()?;
+    let url = format!("{}{}", args.url.trim_end_matches('/'), endpoint(&args.kind));
+    let seq = Arc::new(AtomicU64::new(rand::random::<u32>() as u64));
+    let deadline = Instant::now() + Duration::from_secs(args.seconds);
+    let started = Instant::now();
+    let workers: Vec<_> = (0..args.concurrency)
+        .map(|_| {
+            let (client, url, key, templates, seq) = (
+                client.clone(),
+                url.clone(),
+                api_key.clone(),
+                templates.clone(),
+                seq.clone(),
+            );
+            let batch = args.batch as u64;
+            tokio::spawn(async move {
+                let mut hist = Histogram::<u64>::new(3).expect("histogram");
+                let (mut objects, mut bytes, mut errors) = (0u64, 0u64, 0u64);
+                while Instant::now() < deadline {
+                    let n = seq.fetch_add(1, Ordering::Relaxed);
+                    let body = templates[n as usize % templates.len()].render(n);
+                    let len = body.len() as u64;
+                    let t = Instant::now();
+                    let resp = client
+                        .post(&url)
+                        .header("X-API-Key", &key)
+                        .header("Content-Type", "application/json")
+                        .body(body)
+                        .send()
+                        .await;
+                    match resp {
+                        Ok(r) if r.status().is_success() => {
+                            hist.record(t.elapsed().as_micros() as u64).ok();
+                            objects += batch;
+                            bytes += len;
+                        }
+                        Ok(r) => {
+                            errors += 1;
+                            if errors <= 3 {
+                                eprintln!(
+                                    "request failed: {} {}",
+                                    r.status(),
+                                    r.text().await.unwrap_or_default()
+                                );
+                            }
+                        }
+                        Err(e) => {
+                            errors += 1;
+                            if errors <= 3 {
+                                eprintln!("request failed: {e}");
+                            }
+                        }
+                    }
+                }
+                (hist, objects, bytes, errors)
+            })
+        })
+        .collect();
+    let mut hist = Histogram::<u64>::new(3)?;
+    let (mut objects, mut bytes, mut errors) = (0u64, 0u64, 0u64);
+    for w in workers {
+        let (h, o, b, e) = w.await?;
+        hist.add(h)?;
+        objects += o;
+        bytes += b;
+        errors += e;
+    }
+    let secs = started.elapsed().as_secs_f64();
+    let rate = objects as f64 / secs;
+    let result = json!({
+        "kind": args.kind, "batch": args.batch, "concurrency": args.concurrency, "seconds": secs,
+        "objects": objects, "objects_per_sec": rate, "mb_per_sec": bytes as f64 / secs / 1e6,
+        "p50_ms": hist.value_at_quantile(0.5) as f64 / 1e3, "p99_ms": hist.value_at_quantile(0.99) as f64 / 1e3,
+        "max_ms": hist.max() as f64 / 1e3, "errors": errors,
+        "serde_json_ceiling_objects_per_sec": ceiling, "ratio_to_ceiling": ceiling.map(|c| rate / c),
+    });
+    if args.json {
+        println!("{result}");
+    } else {
+        println!(
+            "{} x{} concurrency {} for {:.1}s: {:.0} objects/s acknowledged, {:.1} MB/s, p50 {:.1} ms, p99 {:.1} ms, {} errors",
+            args.kind, args.batch, args.concurrency, secs, rate, result["mb_per_sec"].as_f64().unwrap_or(0.0),
+            result["p50_ms"].as_f64().unwrap_or(0.0), result["p99_ms"].as_f64().unwrap_or(0.0), errors
+        );
+        if let Some(c) = ceiling {
+            println!(
+                "serde_json parse ceiling (same bodies, all cores): {c:.0} objects/s; ratio {:.2}",
+                rate / c
+            );
+        }
+    }
+    anyhow::ensure!(objects > 0, "no request succeeded");
+    Ok(())
+}
