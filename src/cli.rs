@@ -15,19 +15,10 @@ use sextant_router::bootstrap::{bootstrap, write_credentials, Credentials};
 use sextant_router::RouterConfig;
 
 #[derive(Parser)]
-#[command(
-    name = "sextant",
-    version,
-    about = "Self-hosted observability and product analytics."
-)]
+#[command(name = "sextant", version, about = "Self-hosted observability and product analytics.")]
 pub struct Cli {
     /// Log format: `text` or `json`.
-    #[arg(
-        long,
-        global = true,
-        default_value = "text",
-        env = "SEXTANT_LOG_FORMAT"
-    )]
+    #[arg(long, global = true, default_value = "text", env = "SEXTANT_LOG_FORMAT")]
     pub log_format: String,
     #[command(subcommand)]
     pub command: Command,
@@ -109,9 +100,7 @@ pub struct RouterArgs {
 pub fn init_logging(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SEXTANT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     if format == "json" {
         builder.json().init();
     } else {
@@ -152,8 +141,7 @@ fn persistent_secret(path: &Path) -> anyhow::Result<String> {
 }
 
 async fn dev(args: DevArgs) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.data_dir)
-        .with_context(|| format!("creating {}", args.data_dir.display()))?;
+    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
     let jwt_secret = persistent_secret(&args.data_dir.join("jwt.key"))?;
     // Internal traffic never leaves this process's loopback port; a fresh secret per start.
     let cluster_secret = random_hex(32);
@@ -180,30 +168,24 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             nodes: vec![node.addr.to_string()],
             cluster_secret,
             jwt_secret: jwt_secret.into_bytes(),
-            dashboard_origins: vec![
-                format!("http://{}", args.listen),
-                "http://localhost:3000".into(),
-            ],
+            dashboard_origins: vec![format!("http://{}", args.listen), "http://localhost:3000".into()],
         },
         registry,
     )
     .await?;
-    anyhow::ensure!(
-        router.wait_ready(Duration::from_secs(60)).await,
-        "storage did not become ready within 60 s"
-    );
+    anyhow::ensure!(router.wait_ready(Duration::from_secs(60)).await, "storage did not become ready within 60 s");
     let url = format!("http://{}", router.addr);
     let creds_path = args.data_dir.join("credentials.json");
-    let creds = match bootstrap(&router.state.cluster, &url, "enterprise").await? {
+    let fresh = bootstrap(&router.state.cluster, &url, "enterprise").await?;
+    // Load the new credentials into the router before anyone can read them from the file.
+    router.state.cluster.refresh_meta().await?;
+    let creds = match fresh {
         Some(creds) => {
             write_credentials(&creds_path, &creds)?;
             Some(creds)
         }
-        None => std::fs::read(&creds_path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<Credentials>(&b).ok()),
+        None => std::fs::read(&creds_path).ok().and_then(|b| serde_json::from_slice::<Credentials>(&b).ok()),
     };
-    router.state.cluster.refresh_meta().await?;
     print_banner(&url, creds.as_ref(), &creds_path);
     tokio::signal::ctrl_c().await?;
     tracing::info!("shutting down");
@@ -214,23 +196,13 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
 
 /// The shard count is fixed by the first start; later `--shards` values must agree.
 fn read_or_record_shards(data_dir: &Path, requested: u32) -> anyhow::Result<u32> {
-    anyhow::ensure!(
-        (1..=256).contains(&requested),
-        "--shards must be between 1 and 256"
-    );
+    anyhow::ensure!((1..=256).contains(&requested), "--shards must be between 1 and 256");
     let path = data_dir.join("shards");
     match std::fs::read_to_string(&path) {
         Ok(s) => {
-            let existing: u32 = s
-                .trim()
-                .parse()
-                .context("reading the recorded shard count")?;
+            let existing: u32 = s.trim().parse().context("reading the recorded shard count")?;
             if existing != requested {
-                tracing::warn!(
-                    existing,
-                    requested,
-                    "keeping the shard count this data directory was created with"
-                );
+                tracing::warn!(existing, requested, "keeping the shard count this data directory was created with");
             }
             Ok(existing)
         }
@@ -251,10 +223,9 @@ fn print_banner(url: &str, creds: Option<&Credentials>, path: &Path) {
             println!("  ingest token  {}   (product analytics)", c.ingest_token);
             println!("  saved in      {}", path.display());
         }
-        None => println!(
-            "  credentials file {} is missing; the data directory was bootstrapped earlier",
-            path.display()
-        ),
+        None => {
+            println!("  credentials file {} is missing; the data directory was bootstrapped earlier", path.display())
+        }
     }
     println!("Try:\n  curl -s -X POST {url}/api/v1/ingest/spans -H 'X-API-Key: <API key>' -H 'Content-Type: application/json' \\\n    -d '{{\"spans\":[{{\"trace_id\":\"t1\",\"span_id\":\"s1\",\"service_name\":\"api\",\"operation\":\"GET /\",\"timestamp\":\"2026-11-22T10:00:00Z\",\"duration_ms\":12}}]}}'");
     println!("Press Ctrl-C to stop.\n");
@@ -264,15 +235,8 @@ fn parse_peers(peers: &[String]) -> anyhow::Result<BTreeMap<u64, String>> {
     peers
         .iter()
         .map(|p| {
-            let (id, addr) = p
-                .split_once('=')
-                .with_context(|| format!("peer `{p}` is not id=host:port"))?;
-            Ok((
-                id.trim()
-                    .parse()
-                    .with_context(|| format!("peer id in `{p}`"))?,
-                addr.trim().to_owned(),
-            ))
+            let (id, addr) = p.split_once('=').with_context(|| format!("peer `{p}` is not id=host:port"))?;
+            Ok((id.trim().parse().with_context(|| format!("peer id in `{p}`"))?, addr.trim().to_owned()))
         })
         .collect()
 }
@@ -295,10 +259,7 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
     )
     .await?;
     if let Some(http) = args.http_listen {
-        let state = Arc::new(sextant_node::http::NodeHttp {
-            host: node.host.clone(),
-            registry: Arc::new(registry),
-        });
+        let state = Arc::new(sextant_node::http::NodeHttp { host: node.host.clone(), registry: Arc::new(registry) });
         let listener = tokio::net::TcpListener::bind(http).await?;
         tokio::spawn(async move { axum::serve(listener, sextant_node::http::router(state)).await });
     }
@@ -324,11 +285,12 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
             tracing::info!("waiting for the storage cluster before bootstrapping");
         }
         let url = format!("http://{}", router.addr);
-        if let Some(creds) = bootstrap(&router.state.cluster, &url, "enterprise").await? {
+        let fresh = bootstrap(&router.state.cluster, &url, "enterprise").await?;
+        router.state.cluster.refresh_meta().await?;
+        if let Some(creds) = fresh {
             write_credentials(&path, &creds)?;
             tracing::info!(path = %path.display(), "cluster bootstrapped; credentials written");
         }
-        router.state.cluster.refresh_meta().await?;
     }
     tokio::signal::ctrl_c().await?;
     router.abort();

@@ -49,16 +49,8 @@ pub struct LoadgenArgs {
 /// Stands where a per-request unique id prefix goes.
 const MARK: &[u8; 8] = b"@@@@@@@@";
 
-const SERVICES: &[&str] = &[
-    "api-gateway",
-    "checkout",
-    "payments",
-    "inventory",
-    "users",
-    "search",
-    "notifications",
-    "auth",
-];
+const SERVICES: &[&str] =
+    &["api-gateway", "checkout", "payments", "inventory", "users", "search", "notifications", "auth"];
 const ROUTES: &[&str] = &[
     "GET /api/products",
     "GET /api/products/{id}",
@@ -71,56 +63,24 @@ const ROUTES: &[&str] = &[
     "DELETE /api/cart/{id}",
     "GET /healthz",
 ];
-const DB_OPS: &[&str] = &[
-    "SELECT products",
-    "SELECT users",
-    "INSERT orders",
-    "UPDATE inventory",
-    "redis GET",
-    "redis SET",
-];
+const DB_OPS: &[&str] =
+    &["SELECT products", "SELECT users", "INSERT orders", "UPDATE inventory", "redis GET", "redis SET"];
 const REGIONS: &[&str] = &["eu-west-1", "us-east-1", "ap-south-1"];
 const LOG_TEMPLATES: &[(&str, &str)] = &[
-    (
-        "INFO",
-        "request completed method=GET path=/api/products/{n} status=200 duration_ms={n}",
-    ),
+    ("INFO", "request completed method=GET path=/api/products/{n} status=200 duration_ms={n}"),
     ("INFO", "user {n} logged in from 10.{n}.{n}.{n}"),
-    (
-        "DEBUG",
-        "cache miss for key product:{n}, fetching from database",
-    ),
-    (
-        "WARN",
-        "slow query took {n} ms: SELECT * FROM orders WHERE customer_id = {n}",
-    ),
-    (
-        "ERROR",
-        "payment declined for order {n}: card_declined (insufficient funds)",
-    ),
-    (
-        "INFO",
-        "published event order.created id={hex} to topic orders",
-    ),
-    (
-        "ERROR",
-        "upstream connect error or disconnect/reset before headers. retried {n} times",
-    ),
-    (
-        "INFO",
-        "scheduled job cleanup-sessions removed {n} expired sessions",
-    ),
-    (
-        "WARN",
-        "retrying request to inventory-service attempt={n} backoff_ms={n}",
-    ),
+    ("DEBUG", "cache miss for key product:{n}, fetching from database"),
+    ("WARN", "slow query took {n} ms: SELECT * FROM orders WHERE customer_id = {n}"),
+    ("ERROR", "payment declined for order {n}: card_declined (insufficient funds)"),
+    ("INFO", "published event order.created id={hex} to topic orders"),
+    ("ERROR", "upstream connect error or disconnect/reset before headers. retried {n} times"),
+    ("INFO", "scheduled job cleanup-sessions removed {n} expired sessions"),
+    ("WARN", "retrying request to inventory-service attempt={n} backoff_ms={n}"),
     ("FATAL", "out of memory: killed process {n} (worker)"),
 ];
 
 fn hex(rng: &mut StdRng, n: usize) -> String {
-    (0..n)
-        .map(|_| format!("{:x}", rng.gen_range(0..16u8)))
-        .collect()
+    (0..n).map(|_| format!("{:x}", rng.gen_range(0..16u8))).collect()
 }
 
 fn trace_id(rng: &mut StdRng) -> String {
@@ -129,49 +89,20 @@ fn trace_id(rng: &mut StdRng) -> String {
 
 fn attributes(rng: &mut StdRng, service: &str, route: &str) -> Value {
     let mut a = serde_json::Map::new();
-    a.insert(
-        "service.version".into(),
-        json!(format!(
-            "1.{}.{}",
-            rng.gen_range(0..9),
-            rng.gen_range(0..30)
-        )),
-    );
+    a.insert("service.version".into(), json!(format!("1.{}.{}", rng.gen_range(0..9), rng.gen_range(0..30))));
     a.insert("deployment.environment".into(), json!("production"));
-    a.insert(
-        "cloud.region".into(),
-        json!(REGIONS[rng.gen_range(0..REGIONS.len())]),
-    );
-    a.insert(
-        "k8s.pod.name".into(),
-        json!(format!("{service}-{}", hex(rng, 5))),
-    );
-    a.insert(
-        "http.method".into(),
-        json!(route.split(' ').next().unwrap_or("GET")),
-    );
+    a.insert("cloud.region".into(), json!(REGIONS[rng.gen_range(0..REGIONS.len())]));
+    a.insert("k8s.pod.name".into(), json!(format!("{service}-{}", hex(rng, 5))));
+    a.insert("http.method".into(), json!(route.split(' ').next().unwrap_or("GET")));
     let extra = rng.gen_range(0..=10);
     let optional: [(&str, Value); 10] = [
         ("http.route", json!(route.split(' ').nth(1).unwrap_or("/"))),
-        (
-            "http.status_code",
-            json!([200, 200, 200, 201, 404, 500][rng.gen_range(0..6)]),
-        ),
-        (
-            "net.peer.name",
-            json!(format!(
-                "10.0.{}.{}",
-                rng.gen_range(0..255),
-                rng.gen_range(0..255)
-            )),
-        ),
+        ("http.status_code", json!([200, 200, 200, 201, 404, 500][rng.gen_range(0..6)])),
+        ("net.peer.name", json!(format!("10.0.{}.{}", rng.gen_range(0..255), rng.gen_range(0..255)))),
         ("user.id", json!(format!("u-{}", rng.gen_range(0..100_000)))),
         ("db.system", json!("postgresql")),
         ("thread.id", json!(rng.gen_range(1..64))),
-        (
-            "http.response_content_length",
-            json!(rng.gen_range(0..100_000)),
-        ),
+        ("http.response_content_length", json!(rng.gen_range(0..100_000))),
         ("cache.hit", json!(rng.gen_bool(0.7))),
         ("feature_flags", json!(["new-checkout", "fast-search"])),
         ("sampling.ratio", json!(0.25)),
@@ -190,30 +121,19 @@ fn spans(rng: &mut StdRng, n: usize, now_ms: i64) -> Value {
         let start = now_ms - rng.gen_range(0..60_000);
         let mut ids: Vec<String> = Vec::new();
         for i in 0..len {
-            let service = SERVICES[if i == 0 {
-                0
-            } else {
-                rng.gen_range(0..SERVICES.len())
-            }];
+            let service = SERVICES[if i == 0 { 0 } else { rng.gen_range(0..SERVICES.len()) }];
             let op = if i > 0 && rng.gen_bool(0.4) {
                 DB_OPS[rng.gen_range(0..DB_OPS.len())]
             } else {
                 ROUTES[rng.gen_range(0..ROUTES.len())]
             };
             let sid = hex(rng, 16);
-            let parent = if i == 0 {
-                Value::Null
-            } else {
-                json!(ids[rng.gen_range(0..ids.len())])
-            };
+            let parent = if i == 0 { Value::Null } else { json!(ids[rng.gen_range(0..ids.len())]) };
             let error = rng.gen_bool(0.03);
             let mut attrs = attributes(rng, service, op);
             if error {
                 attrs["exception.type"] = json!("TimeoutError");
-                attrs["exception.message"] = json!(format!(
-                    "deadline exceeded after {} ms",
-                    rng.gen_range(100..5000)
-                ));
+                attrs["exception.message"] = json!(format!("deadline exceeded after {} ms", rng.gen_range(100..5000)));
             }
             out.push(json!({
                 "trace_id": tid,
@@ -300,12 +220,7 @@ impl Template {
     }
 }
 
-pub fn templates(
-    kind: &str,
-    batch: usize,
-    pool: usize,
-    seed: u64,
-) -> anyhow::Result<Vec<Template>> {
+pub fn templates(kind: &str, batch: usize, pool: usize, seed: u64) -> anyhow::Result<Vec<Template>> {
     let mut rng = StdRng::seed_from_u64(seed);
     let now_ms = chrono::Utc::now().timestamp_millis();
     (0..pool)
@@ -317,12 +232,7 @@ pub fn templates(
                 other => anyhow::bail!("unknown kind `{other}`: use spans, logs or metrics"),
             };
             let bytes = serde_json::to_vec(&value)?;
-            let marks = bytes
-                .windows(MARK.len())
-                .enumerate()
-                .filter(|(_, w)| *w == MARK)
-                .map(|(i, _)| i)
-                .collect();
+            let marks = bytes.windows(MARK.len()).enumerate().filter(|(_, w)| *w == MARK).map(|(i, _)| i).collect();
             Ok(Template { bytes, marks })
         })
         .collect()
@@ -351,16 +261,9 @@ fn ceiling(kind: &str, templates: &Arc<Vec<Template>>, batch: usize) -> f64 {
                 while started.elapsed() < run {
                     let body = &templates[i % templates.len()].bytes;
                     let ok = match kind.as_str() {
-                        "logs" => {
-                            serde_json::from_slice::<sextant_model::ingest::LogsBody>(body).is_ok()
-                        }
-                        "metrics" => {
-                            serde_json::from_slice::<sextant_model::ingest::MetricsBody>(body)
-                                .is_ok()
-                        }
-                        _ => {
-                            serde_json::from_slice::<sextant_model::ingest::SpansBody>(body).is_ok()
-                        }
+                        "logs" => serde_json::from_slice::<sextant_model::ingest::LogsBody>(body).is_ok(),
+                        "metrics" => serde_json::from_slice::<sextant_model::ingest::MetricsBody>(body).is_ok(),
+                        _ => serde_json::from_slice::<sextant_model::ingest::SpansBody>(body).is_ok(),
                     };
                     assert!(ok, "generated body does not parse");
                     parsed += batch as u64;
@@ -378,35 +281,21 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
         (Some(k), _) => k.clone(),
         (None, Some(path)) => {
             let creds: Value = serde_json::from_slice(&std::fs::read(path)?)?;
-            creds["api_key"]
-                .as_str()
-                .ok_or_else(|| anyhow::anyhow!("no api_key in {}", path.display()))?
-                .to_owned()
+            creds["api_key"].as_str().ok_or_else(|| anyhow::anyhow!("no api_key in {}", path.display()))?.to_owned()
         }
         (None, None) => anyhow::bail!("pass --api-key or --credentials"),
     };
     let templates = Arc::new(templates(&args.kind, args.batch, args.pool.max(1), 42)?);
-    let ceiling = if args.no_ceiling {
-        None
-    } else {
-        Some(ceiling(&args.kind, &templates, args.batch))
-    };
-    let client = reqwest::Client::builder()
-        .pool_max_idle_per_host(args.concurrency)
-        .build()?;
+    let ceiling = if args.no_ceiling { None } else { Some(ceiling(&args.kind, &templates, args.batch)) };
+    let client = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency).build()?;
     let url = format!("{}{}", args.url.trim_end_matches('/'), endpoint(&args.kind));
     let seq = Arc::new(AtomicU64::new(rand::random::<u32>() as u64));
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
     let started = Instant::now();
     let workers: Vec<_> = (0..args.concurrency)
         .map(|_| {
-            let (client, url, key, templates, seq) = (
-                client.clone(),
-                url.clone(),
-                api_key.clone(),
-                templates.clone(),
-                seq.clone(),
-            );
+            let (client, url, key, templates, seq) =
+                (client.clone(), url.clone(), api_key.clone(), templates.clone(), seq.clone());
             let batch = args.batch as u64;
             tokio::spawn(async move {
                 let mut hist = Histogram::<u64>::new(3).expect("histogram");
@@ -432,11 +321,7 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
                         Ok(r) => {
                             errors += 1;
                             if errors <= 3 {
-                                eprintln!(
-                                    "request failed: {} {}",
-                                    r.status(),
-                                    r.text().await.unwrap_or_default()
-                                );
+                                eprintln!("request failed: {} {}", r.status(), r.text().await.unwrap_or_default());
                             }
                         }
                         Err(e) => {
@@ -478,10 +363,7 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
             result["p50_ms"].as_f64().unwrap_or(0.0), result["p99_ms"].as_f64().unwrap_or(0.0), errors
         );
         if let Some(c) = ceiling {
-            println!(
-                "serde_json parse ceiling (same bodies, all cores): {c:.0} objects/s; ratio {:.2}",
-                rate / c
-            );
+            println!("serde_json parse ceiling (same bodies, all cores): {c:.0} objects/s; ratio {:.2}", rate / c);
         }
     }
     anyhow::ensure!(objects > 0, "no request succeeded");

@@ -11,8 +11,5 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 fn main() -> anyhow::Result<()> {
     let cli = cli::Cli::parse();
     cli::init_logging(&cli.log_format);
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()?
-        .block_on(cli::run(cli.command))
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(cli::run(cli.command))
 }

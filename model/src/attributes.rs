@@ -33,10 +33,7 @@ impl<'de> Deserialize<'de> for Attributes {
                 let mut out = Vec::new();
                 while let Some(key) = m.next_key::<String>()? {
                     let value: Scalar = m.next_value()?;
-                    out.push(KeyValue {
-                        key,
-                        value: Some(value.0),
-                    });
+                    out.push(KeyValue { key, value: Some(value.0) });
                 }
                 Ok(Attributes(out))
             }
@@ -94,9 +91,7 @@ impl<'de> Visitor<'de> for ValueV {
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Scalar, A::Error> {
         if !self.allow_array {
-            return Err(de::Error::custom(
-                "arrays may only contain strings, numbers and bools",
-            ));
+            return Err(de::Error::custom("arrays may only contain strings, numbers and bools"));
         }
         let mut values = Vec::new();
         while let Some(v) = s.next_element_seed(ScalarSeed)? {
@@ -126,19 +121,13 @@ pub fn validate(attrs: &[KeyValue]) -> Result<(), String> {
         }
         match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
             Some(any_value::Value::StringValue(s)) if s.len() > MAX_VALUE_LEN => {
-                return Err(format!(
-                    "attribute `{}` is longer than {MAX_VALUE_LEN} bytes",
-                    kv.key
-                ));
+                return Err(format!("attribute `{}` is longer than {MAX_VALUE_LEN} bytes", kv.key));
             }
             Some(any_value::Value::DoubleValue(d)) if !d.is_finite() => {
                 return Err(format!("attribute `{}` is not a finite number", kv.key));
             }
             Some(any_value::Value::ArrayValue(a)) if a.values.len() > MAX_ARRAY_LEN => {
-                return Err(format!(
-                    "attribute `{}` has more than {MAX_ARRAY_LEN} elements",
-                    kv.key
-                ));
+                return Err(format!("attribute `{}` has more than {MAX_ARRAY_LEN} elements", kv.key));
             }
             _ => {}
         }
@@ -148,21 +137,9 @@ pub fn validate(attrs: &[KeyValue]) -> Result<(), String> {
 
 /// Stored attributes back to a JSON object (keys sorted, as a reader expects stable output).
 pub fn to_json(attrs: &[KeyValue]) -> Value {
-    let sorted: BTreeMap<&str, Value> = attrs
-        .iter()
-        .map(|kv| {
-            (
-                kv.key.as_str(),
-                kv.value.as_ref().map_or(Value::Null, any_to_json),
-            )
-        })
-        .collect();
-    Value::Object(
-        sorted
-            .into_iter()
-            .map(|(k, v)| (k.to_owned(), v))
-            .collect::<Map<_, _>>(),
-    )
+    let sorted: BTreeMap<&str, Value> =
+        attrs.iter().map(|kv| (kv.key.as_str(), kv.value.as_ref().map_or(Value::Null, any_to_json))).collect();
+    Value::Object(sorted.into_iter().map(|(k, v)| (k.to_owned(), v)).collect::<Map<_, _>>())
 }
 
 fn any_to_json(v: &AnyValue) -> Value {
@@ -170,13 +147,9 @@ fn any_to_json(v: &AnyValue) -> Value {
         None => Value::Null,
         Some(any_value::Value::StringValue(s)) => Value::String(s.clone()),
         Some(any_value::Value::IntValue(i)) => Value::Number((*i).into()),
-        Some(any_value::Value::DoubleValue(d)) => {
-            Number::from_f64(*d).map_or(Value::Null, Value::Number)
-        }
+        Some(any_value::Value::DoubleValue(d)) => Number::from_f64(*d).map_or(Value::Null, Value::Number),
         Some(any_value::Value::BoolValue(b)) => Value::Bool(*b),
-        Some(any_value::Value::ArrayValue(a)) => {
-            Value::Array(a.values.iter().map(any_to_json).collect())
-        }
+        Some(any_value::Value::ArrayValue(a)) => Value::Array(a.values.iter().map(any_to_json).collect()),
     }
 }
 
@@ -186,8 +159,7 @@ mod tests {
 
     #[test]
     fn round_trips_scalars_and_arrays() {
-        let json =
-            r#"{"http.status_code":200,"ok":true,"ratio":0.5,"tags":["a",1,false],"name":"x"}"#;
+        let json = r#"{"http.status_code":200,"ok":true,"ratio":0.5,"tags":["a",1,false],"name":"x"}"#;
         let a: Attributes = serde_json::from_str(json).unwrap();
         assert_eq!(a.0.len(), 5);
         let back = to_json(&a.0);

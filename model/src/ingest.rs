@@ -28,11 +28,7 @@ pub struct FieldError {
 
 impl FieldError {
     fn new(index: usize, field: &str, reason: impl Into<String>) -> Self {
-        Self {
-            index,
-            field: field.to_owned(),
-            reason: reason.into(),
-        }
+        Self { index, field: field.to_owned(), reason: reason.into() }
     }
 }
 
@@ -227,17 +223,11 @@ pub fn validate_log(index: usize, l: LogJson, errors: &mut Vec<FieldError>) -> O
     let ts = c.time("timestamp", &l.timestamp);
     let level = parse_level(&l.level);
     if level.is_none() {
-        c.fail(
-            "level",
-            "must be one of TRACE, DEBUG, INFO, WARN, ERROR, FATAL",
-        );
+        c.fail("level", "must be one of TRACE, DEBUG, INFO, WARN, ERROR, FATAL");
     }
     c.name("service", &l.service, MAX_NAME_LEN);
     if l.message.len() > MAX_MESSAGE_LEN {
-        c.fail(
-            "message",
-            format!("must be at most {MAX_MESSAGE_LEN} bytes"),
-        );
+        c.fail("message", format!("must be at most {MAX_MESSAGE_LEN} bytes"));
     }
     let trace_id = l.trace_id.unwrap_or_default();
     if !trace_id.is_empty() {
@@ -259,11 +249,7 @@ pub fn validate_log(index: usize, l: LogJson, errors: &mut Vec<FieldError>) -> O
     })
 }
 
-pub fn validate_host_metric(
-    index: usize,
-    m: HostMetricJson,
-    errors: &mut Vec<FieldError>,
-) -> Option<HostMetric> {
+pub fn validate_host_metric(index: usize, m: HostMetricJson, errors: &mut Vec<FieldError>) -> Option<HostMetric> {
     let before = errors.len();
     let mut c = Check { index, errors };
     let ts = c.time("timestamp", &m.timestamp);

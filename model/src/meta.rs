@@ -70,13 +70,7 @@ pub struct Credential {
 pub enum MetaCommand {
     /// Creates the first org, owner, project and credentials and the partition table, once.
     /// Applying it to an already bootstrapped cluster changes nothing.
-    Bootstrap {
-        org: Org,
-        user: User,
-        project: Project,
-        credentials: Vec<Credential>,
-        partitions: Vec<u64>,
-    },
+    Bootstrap { org: Org, user: User, project: Project, credentials: Vec<Credential>, partitions: Vec<u64> },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -83,12 +83,8 @@ mod tests {
 
     #[test]
     fn accepts_rfc3339_and_epoch_millis() {
-        let a = TimeInput::Text("2026-11-22T10:15:30.123Z".into())
-            .to_unix_nanos()
-            .unwrap();
-        let b = TimeInput::EpochMillis(1_795_342_530_123.0)
-            .to_unix_nanos()
-            .unwrap();
+        let a = TimeInput::Text("2026-11-22T10:15:30.123Z".into()).to_unix_nanos().unwrap();
+        let b = TimeInput::EpochMillis(1_795_342_530_123.0).to_unix_nanos().unwrap();
         assert_eq!(a, b);
         assert_eq!(format_nanos(a), "2026-11-22T10:15:30.123Z");
         assert_eq!(parse_query_time("1795342530123").unwrap(), a);

@@ -81,11 +81,7 @@ fn raft_config(group: GroupId) -> anyhow::Result<Arc<Config>> {
         election_timeout_max: 3000,
         // Bounded appends: each entry is a whole sub-batch.
         max_payload_entries: 64,
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(if group == META_GROUP {
-            1000
-        } else {
-            5000
-        }),
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(if group == META_GROUP { 1000 } else { 5000 }),
         max_in_snapshot_log_to_keep: 100,
         ..Default::default()
     };
@@ -93,16 +89,9 @@ fn raft_config(group: GroupId) -> anyhow::Result<Arc<Config>> {
 }
 
 impl NodeHost {
-    pub async fn start(
-        mut config: NodeConfig,
-        metrics: Arc<NodeMetrics>,
-    ) -> anyhow::Result<RunningNode> {
+    pub async fn start(mut config: NodeConfig, metrics: Arc<NodeMetrics>) -> anyhow::Result<RunningNode> {
         anyhow::ensure!(config.id > 0, "node ids start at 1");
-        anyhow::ensure!(
-            config.peers.contains_key(&config.id),
-            "node {} is not in the peer list",
-            config.id
-        );
+        anyhow::ensure!(config.peers.contains_key(&config.id), "node {} is not in the peer list", config.id);
         let listener = TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
         // A node started on port 0 (embedded mode) is reached at the port it actually got.
@@ -129,52 +118,25 @@ impl NodeHost {
             let dir = config.data_dir.join("groups").join(group.to_string());
             let network = Network::new(group, channels.clone(), addresses.clone());
             let raft = if group == META_GROUP {
-                let g = start_group(
-                    &config,
-                    group,
-                    dir,
-                    network,
-                    &log_db,
-                    &metrics,
-                    MetaState::default(),
-                )
-                .await?;
+                let g = start_group(&config, group, dir, network, &log_db, &metrics, MetaState::default()).await?;
                 let raft = g.raft.clone();
                 meta = Some(g);
                 raft
             } else {
-                let g = start_group(
-                    &config,
-                    group,
-                    dir,
-                    network,
-                    &log_db,
-                    &metrics,
-                    MemShard::default(),
-                )
-                .await?;
+                let g = start_group(&config, group, dir, network, &log_db, &metrics, MemShard::default()).await?;
                 let raft = g.raft.clone();
                 shards.insert(group, g);
                 raft
             };
             if replicas[0] == config.id {
-                let members: BTreeMap<NodeId, BasicNode> = replicas
-                    .iter()
-                    .map(|id| (*id, BasicNode::new(config.peers[id].clone())))
-                    .collect();
+                let members: BTreeMap<NodeId, BasicNode> =
+                    replicas.iter().map(|id| (*id, BasicNode::new(config.peers[id].clone()))).collect();
                 to_initialize.push((raft.clone(), members));
             }
             rafts.insert(group, raft);
         }
 
-        let host = Arc::new(NodeHost {
-            config,
-            meta,
-            shards,
-            metrics,
-            addresses,
-            rafts,
-        });
+        let host = Arc::new(NodeHost { config, meta, shards, metrics, addresses, rafts });
         let check = secret_check(&host.config.cluster_secret);
         let raft_svc = InterceptedService::new(
             RaftServer::new(RaftService::new(host.clone()))
@@ -222,9 +184,7 @@ impl NodeHost {
 
     /// True when every hosted group has a known leader.
     pub fn ready(&self) -> bool {
-        self.rafts
-            .values()
-            .all(|r| r.metrics().borrow().current_leader.is_some())
+        self.rafts.values().all(|r| r.metrics().borrow().current_leader.is_some())
     }
 
     /// Waits until every hosted group has a leader, or the timeout passes.
@@ -258,13 +218,6 @@ async fn start_group<S: GroupState>(
         }),
     )?;
     let state = sm.shared();
-    let raft = Raft::new(
-        config.id,
-        raft_config(group)?,
-        network,
-        log_db.group(group),
-        sm,
-    )
-    .await?;
+    let raft = Raft::new(config.id, raft_config(group)?, network, log_db.group(group), sm).await?;
     Ok(Group { raft, state })
 }

@@ -30,10 +30,7 @@ async fn readyz(State(s): State<Arc<NodeHttp>>) -> impl IntoResponse {
     if s.host.ready() {
         (StatusCode::OK, Json(json!({"status": "ready"})))
     } else {
-        (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({"status": "waiting for group leaders"})),
-        )
+        (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "waiting for group leaders"})))
     }
 }
 
@@ -62,18 +59,7 @@ async fn status(State(s): State<Arc<NodeHttp>>) -> impl IntoResponse {
 async fn metrics(State(s): State<Arc<NodeHttp>>) -> impl IntoResponse {
     let mut out = String::new();
     if prometheus_client::encoding::text::encode(&mut out, &s.registry).is_err() {
-        return (
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "metrics encoding failed".to_string(),
-        )
-            .into_response();
+        return (StatusCode::INTERNAL_SERVER_ERROR, "metrics encoding failed".to_string()).into_response();
     }
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        out,
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], out).into_response()
 }

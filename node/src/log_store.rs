@@ -35,36 +35,23 @@ impl LogDb {
         let state = db.keyspace("raft_state", KeyspaceCreateOptions::default)?;
         let (sync, jobs) = mpsc::channel::<SyncJob>();
         let syncer = db.clone();
-        std::thread::Builder::new()
-            .name("log-sync".into())
-            .spawn(move || {
-                while let Ok(first) = jobs.recv() {
-                    let mut batch = vec![first];
-                    batch.extend(jobs.try_iter());
-                    let result = syncer.persist(PersistMode::SyncData);
-                    metrics.log_fsyncs.inc();
-                    metrics.log_fsync_batch.observe(batch.len() as f64);
-                    for job in batch {
-                        job(result
-                            .as_ref()
-                            .map(|_| ())
-                            .map_err(|e| io::Error::other(e.to_string())));
-                    }
+        std::thread::Builder::new().name("log-sync".into()).spawn(move || {
+            while let Ok(first) = jobs.recv() {
+                let mut batch = vec![first];
+                batch.extend(jobs.try_iter());
+                let result = syncer.persist(PersistMode::SyncData);
+                metrics.log_fsyncs.inc();
+                metrics.log_fsync_batch.observe(batch.len() as f64);
+                for job in batch {
+                    job(result.as_ref().map(|_| ()).map_err(|e| io::Error::other(e.to_string())));
                 }
-            })?;
-        Ok(Arc::new(Self {
-            db,
-            entries,
-            state,
-            sync,
-        }))
+            }
+        })?;
+        Ok(Arc::new(Self { db, entries, state, sync }))
     }
 
     pub fn group(self: &Arc<Self>, group: GroupId) -> GroupLog {
-        GroupLog {
-            group,
-            db: self.clone(),
-        }
+        GroupLog { group, db: self.clone() }
     }
 
     /// Waits until everything written so far is on disk.
@@ -100,16 +87,8 @@ pub struct GroupLog {
 }
 
 impl GroupLog {
-    fn read_state<T: serde::de::DeserializeOwned>(
-        &self,
-        name: &str,
-    ) -> Result<Option<T>, StorageError> {
-        match self
-            .db
-            .state
-            .get(state_key(self.group, name))
-            .map_err(io_err)?
-        {
+    fn read_state<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>, StorageError> {
+        match self.db.state.get(state_key(self.group, name)).map_err(io_err)? {
             None => Ok(None),
             Some(v) => bincode::deserialize(&v).map(Some).map_err(io_err),
         }
@@ -117,10 +96,7 @@ impl GroupLog {
 
     fn write_state<T: serde::Serialize>(&self, name: &str, value: &T) -> Result<(), StorageError> {
         let bytes = bincode::serialize(value).map_err(io_err)?;
-        self.db
-            .state
-            .insert(state_key(self.group, name), bytes)
-            .map_err(io_err)
+        self.db.state.insert(state_key(self.group, name), bytes).map_err(io_err)
     }
 
     fn range_keys(&self, range: impl RangeBounds<u64>) -> ([u8; 16], [u8; 16]) {
@@ -134,10 +110,7 @@ impl GroupLog {
             Bound::Excluded(i) => *i,
             Bound::Unbounded => u64::MAX,
         };
-        (
-            entry_key(self.group, start),
-            entry_key(self.group, end.max(start)),
-        )
+        (entry_key(self.group, start), entry_key(self.group, end.max(start)))
     }
 
     fn remove_range(&self, range: impl RangeBounds<u64>) -> Result<(), StorageError> {
@@ -180,10 +153,7 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
             }
             None => last_purged,
         };
-        Ok(LogState {
-            last_purged_log_id: last_purged,
-            last_log_id: last,
-        })
+        Ok(LogState { last_purged_log_id: last_purged, last_log_id: last })
     }
 
     async fn get_log_reader(&mut self) -> Self::LogReader {
@@ -208,11 +178,7 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
         Ok(self.read_state::<Option<LogId>>("committed")?.flatten())
     }
 
-    async fn append<I>(
-        &mut self,
-        entries: I,
-        callback: LogFlushed<TypeConfig>,
-    ) -> Result<(), StorageError>
+    async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
     where
         I: IntoIterator<Item = Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
@@ -220,17 +186,10 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
         let mut batch = self.db.db.batch();
         for entry in entries {
             let bytes = bincode::serialize(&entry).map_err(io_err)?;
-            batch.insert(
-                &self.db.entries,
-                entry_key(self.group, entry.log_id.index),
-                bytes,
-            );
+            batch.insert(&self.db.entries, entry_key(self.group, entry.log_id.index), bytes);
         }
         batch.commit().map_err(io_err)?;
-        self.db
-            .sync
-            .send(Box::new(move |r| callback.log_io_completed(r)))
-            .map_err(io_err)
+        self.db.sync.send(Box::new(move |r| callback.log_io_completed(r))).map_err(io_err)
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
@@ -253,10 +212,7 @@ mod tests {
     use openraft::{CommittedLeaderId, EntryPayload};
 
     fn entry(index: u64) -> Entry {
-        Entry {
-            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-            payload: EntryPayload::Blank,
-        }
+        Entry { log_id: LogId::new(CommittedLeaderId::new(1, 1), index), payload: EntryPayload::Blank }
     }
 
     #[tokio::test]
@@ -269,26 +225,15 @@ mod tests {
             // `LogFlushed` can only be made by openraft, so the test writes entries directly.
             let mut bt = a.db.db.batch();
             for i in 1..=10 {
-                bt.insert(
-                    &a.db.entries,
-                    entry_key(1, i),
-                    bincode::serialize(&entry(i)).unwrap(),
-                );
+                bt.insert(&a.db.entries, entry_key(1, i), bincode::serialize(&entry(i)).unwrap());
             }
             bt.commit().unwrap();
             a.db.sync_now().unwrap();
             b.save_vote(&Vote::new(3, 2)).await.unwrap();
-            a.truncate(LogId::new(CommittedLeaderId::new(1, 1), 8))
-                .await
-                .unwrap();
-            a.purge(LogId::new(CommittedLeaderId::new(1, 1), 3))
-                .await
-                .unwrap();
+            a.truncate(LogId::new(CommittedLeaderId::new(1, 1), 8)).await.unwrap();
+            a.purge(LogId::new(CommittedLeaderId::new(1, 1), 3)).await.unwrap();
             let got = a.try_get_log_entries(0..100).await.unwrap();
-            assert_eq!(
-                got.iter().map(|e| e.log_id.index).collect::<Vec<_>>(),
-                vec![4, 5, 6, 7]
-            );
+            assert_eq!(got.iter().map(|e| e.log_id.index).collect::<Vec<_>>(), vec![4, 5, 6, 7]);
             assert!(b.try_get_log_entries(..).await.unwrap().is_empty());
         }
         let db = LogDb::open(dir.path(), metrics).unwrap();

@@ -5,9 +5,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
-use sextant_model::meta::{
-    Credential, MetaCommand, MetaCommandResult, MetaQuery, MetaView, Org, Project, User,
-};
+use sextant_model::meta::{Credential, MetaCommand, MetaCommandResult, MetaQuery, MetaView, Org, Project, User};
 use sextant_model::{OrgId, ProjectId, UserId};
 
 use crate::state_machine::GroupState;
@@ -25,13 +23,7 @@ pub struct MetaState {
 impl MetaState {
     fn execute(&mut self, command: MetaCommand) -> MetaCommandResult {
         match command {
-            MetaCommand::Bootstrap {
-                org,
-                user,
-                project,
-                credentials,
-                partitions,
-            } => {
+            MetaCommand::Bootstrap { org, user, project, credentials, partitions } => {
                 if !self.orgs.is_empty() {
                     return MetaCommandResult::Bootstrapped { created: false };
                 }

@@ -36,35 +36,15 @@ impl Default for NodeMetrics {
 impl NodeMetrics {
     pub fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("sextant_node");
-        r.register(
-            "raft_log_fsyncs",
-            "fsync calls of the shared Raft log",
-            self.log_fsyncs.clone(),
-        );
+        r.register("raft_log_fsyncs", "fsync calls of the shared Raft log", self.log_fsyncs.clone());
         r.register(
             "raft_log_fsync_batch_size",
             "appends made durable by one fsync (group commit)",
             self.log_fsync_batch.clone(),
         );
-        r.register(
-            "applied_rows",
-            "rows applied to shard state machines",
-            self.applied_rows.clone(),
-        );
-        r.register(
-            "duplicate_batches",
-            "retried batches recognised and applied once",
-            self.duplicate_batches.clone(),
-        );
-        r.register(
-            "raft_commit_seconds",
-            "time from proposal to apply of client writes",
-            self.commit_seconds.clone(),
-        );
-        r.register(
-            "snapshots_built",
-            "state machine snapshots written",
-            self.snapshots_built.clone(),
-        );
+        r.register("applied_rows", "rows applied to shard state machines", self.applied_rows.clone());
+        r.register("duplicate_batches", "retried batches recognised and applied once", self.duplicate_batches.clone());
+        r.register("raft_commit_seconds", "time from proposal to apply of client writes", self.commit_seconds.clone());
+        r.register("snapshots_built", "state machine snapshots written", self.snapshots_built.clone());
     }
 }

@@ -4,13 +4,11 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
-};
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse, VoteRequest,
+    VoteResponse,
 };
 use openraft::BasicNode;
 use serde::de::DeserializeOwned;
@@ -33,11 +31,7 @@ pub struct Network {
 
 impl Network {
     pub fn new(group: GroupId, channels: Arc<Channels>, addresses: AddressBook) -> Self {
-        Self {
-            group,
-            channels,
-            addresses,
-        }
+        Self { group, channels, addresses }
     }
 }
 
@@ -45,19 +39,8 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Connection;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Connection {
-        let addr = self
-            .addresses
-            .read()
-            .unwrap()
-            .get(&target)
-            .cloned()
-            .unwrap_or_else(|| node.addr.clone());
-        Connection {
-            group: self.group,
-            target,
-            addr,
-            channels: self.channels.clone(),
-        }
+        let addr = self.addresses.read().unwrap().get(&target).cloned().unwrap_or_else(|| node.addr.clone());
+        Connection { group: self.group, target, addr, channels: self.channels.clone() }
     }
 }
 
@@ -88,14 +71,8 @@ impl Connection {
         E: std::error::Error + DeserializeOwned,
     {
         let body = bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let mut client = self
-            .channels
-            .raft(&self.addr)
-            .map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
-        let request = RaftRequest {
-            group: self.group,
-            body: body.into(),
-        };
+        let mut client = self.channels.raft(&self.addr).map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
+        let request = RaftRequest { group: self.group, body: body.into() };
         let fut = async {
             match rpc {
                 Rpc::Append => client.append_entries(request).await,
@@ -114,8 +91,8 @@ impl Connection {
             }
             Ok(Ok(reply)) => reply.into_inner(),
         };
-        let result: Result<Resp, RaftError<NodeId, E>> = bincode::deserialize(&reply.body)
-            .map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let result: Result<Resp, RaftError<NodeId, E>> =
+            bincode::deserialize(&reply.body).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }
@@ -133,10 +110,8 @@ impl RaftNetwork<TypeConfig> for Connection {
         &mut self,
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
-    ) -> Result<
-        InstallSnapshotResponse<NodeId>,
-        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
-    > {
+    ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>>
+    {
         self.call(Rpc::Snapshot, &rpc, option.hard_ttl()).await
     }
 

@@ -10,9 +10,8 @@ use sextant_model::meta::{MetaCommand, MetaQuery};
 use sextant_proto::raft_server::Raft as RaftRpc;
 use sextant_proto::storage_server::Storage;
 use sextant_proto::{
-    write_request, ClusterInfoReply, ClusterInfoRequest, GetTraceReply, GetTraceRequest, GroupInfo,
-    MetaReply, MetaRequest, NodeAddr, RaftReply, RaftRequest, WriteReply, WriteRequest,
-    CLUSTER_SECRET_HEADER, LEADER_HEADER,
+    write_request, ClusterInfoReply, ClusterInfoRequest, GetTraceReply, GetTraceRequest, GroupInfo, MetaReply,
+    MetaRequest, NodeAddr, RaftReply, RaftRequest, WriteReply, WriteRequest, CLUSTER_SECRET_HEADER, LEADER_HEADER,
 };
 use subtle::ConstantTimeEq;
 use tonic::{Request, Response, Status};
@@ -22,16 +21,10 @@ use crate::shard::ShardStore;
 use crate::types::{Command, CommandResponse, GroupId, NodeId, Raft};
 
 /// Server-side interceptor: constant-time comparison of the cluster secret.
-pub fn secret_check(
-    secret: &str,
-) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
+pub fn secret_check(secret: &str) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
     let expected = secret.as_bytes().to_vec();
     move |req: Request<()>| {
-        let given = req
-            .metadata()
-            .get(CLUSTER_SECRET_HEADER)
-            .map(|v| v.as_bytes())
-            .unwrap_or_default();
+        let given = req.metadata().get(CLUSTER_SECRET_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
         if given.ct_eq(&expected).into() {
             Ok(req)
         } else {
@@ -54,9 +47,7 @@ impl RaftService {
     }
 
     fn raft(&self, group: GroupId) -> Result<&Raft, Status> {
-        self.host
-            .raft(group)
-            .ok_or_else(|| Status::not_found(format!("group {group} is not hosted here")))
+        self.host.raft(group).ok_or_else(|| Status::not_found(format!("group {group} is not hosted here")))
     }
 }
 
@@ -67,10 +58,7 @@ fn reply<T: serde::Serialize>(value: &T) -> Result<Response<RaftReply>, Status> 
 
 #[tonic::async_trait]
 impl RaftRpc for RaftService {
-    async fn append_entries(
-        &self,
-        req: Request<RaftRequest>,
-    ) -> Result<Response<RaftReply>, Status> {
+    async fn append_entries(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let req = req.into_inner();
         let rpc = bincode::deserialize(&req.body).map_err(bad)?;
         reply(&self.raft(req.group)?.append_entries(rpc).await)
@@ -82,10 +70,7 @@ impl RaftRpc for RaftService {
         reply(&self.raft(req.group)?.vote(rpc).await)
     }
 
-    async fn install_snapshot(
-        &self,
-        req: Request<RaftRequest>,
-    ) -> Result<Response<RaftReply>, Status> {
+    async fn install_snapshot(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let req = req.into_inner();
         let rpc = bincode::deserialize(&req.body).map_err(bad)?;
         reply(&self.raft(req.group)?.install_snapshot(rpc).await)
@@ -102,17 +87,11 @@ impl StorageService {
     }
 
     fn shard(&self, group: GroupId) -> Result<&Group<crate::shard::MemShard>, Status> {
-        self.host
-            .shards
-            .get(&group)
-            .ok_or_else(|| Status::not_found(format!("shard {group} is not hosted here")))
+        self.host.shards.get(&group).ok_or_else(|| Status::not_found(format!("shard {group} is not hosted here")))
     }
 
     fn meta(&self) -> Result<&Group<crate::meta::MetaState>, Status> {
-        self.host
-            .meta
-            .as_ref()
-            .ok_or_else(|| Status::not_found("the meta group is not hosted here"))
+        self.host.meta.as_ref().ok_or_else(|| Status::not_found("the meta group is not hosted here"))
     }
 
     /// The status that tells a router where the leader is (or that there is none yet).
@@ -129,31 +108,21 @@ impl StorageService {
             .cloned()
             .or_else(|| f.leader_node.as_ref().map(|n| n.addr.clone()))
             .unwrap_or_default();
-        let mut status =
-            Status::failed_precondition(format!("not the leader; leader is node {id}"));
+        let mut status = Status::failed_precondition(format!("not the leader; leader is node {id}"));
         if let Ok(v) = format!("{id}@{addr}").parse() {
             status.metadata_mut().insert(LEADER_HEADER, v);
         }
         status
     }
 
-    async fn propose(
-        &self,
-        raft: &Raft,
-        command: Command,
-    ) -> Result<(u64, CommandResponse), Status> {
+    async fn propose(&self, raft: &Raft, command: Command) -> Result<(u64, CommandResponse), Status> {
         let started = Instant::now();
         match raft.client_write(command).await {
             Ok(resp) => {
-                self.host
-                    .metrics
-                    .commit_seconds
-                    .observe(started.elapsed().as_secs_f64());
+                self.host.metrics.commit_seconds.observe(started.elapsed().as_secs_f64());
                 Ok((resp.log_id.index, resp.data))
             }
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                Err(self.not_leader(&f))
-            }
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => Err(self.not_leader(&f)),
             Err(e) => Err(Status::unavailable(e.to_string())),
         }
     }
@@ -175,17 +144,10 @@ impl Storage for StorageService {
     async fn write(&self, req: Request<WriteRequest>) -> Result<Response<WriteReply>, Status> {
         let req = req.into_inner();
         let shard = self.shard(req.group)?;
-        let batch_id = u128::from_le_bytes(
-            req.batch_id
-                .as_slice()
-                .try_into()
-                .map_err(|_| bad("batch_id must have 16 bytes"))?,
-        );
+        let batch_id =
+            u128::from_le_bytes(req.batch_id.as_slice().try_into().map_err(|_| bad("batch_id must have 16 bytes"))?);
         let command = match req.op {
-            Some(write_request::Op::Batch(payload)) => Command::Ingest {
-                batch_id,
-                payload: payload.to_vec(),
-            },
+            Some(write_request::Op::Batch(payload)) => Command::Ingest { batch_id, payload: payload.to_vec() },
             Some(write_request::Op::Abort(_)) => Command::Abort { batch_id },
             None => return Err(bad("write without an operation")),
         };
@@ -200,34 +162,20 @@ impl Storage for StorageService {
                 if duplicate {
                     self.host.metrics.duplicate_batches.inc();
                 }
-                Ok(Response::new(WriteReply {
-                    log_index,
-                    duplicate,
-                }))
+                Ok(Response::new(WriteReply { log_index, duplicate }))
             }
-            CommandResponse::Aborted => Ok(Response::new(WriteReply {
-                log_index,
-                duplicate: false,
-            })),
+            CommandResponse::Aborted => Ok(Response::new(WriteReply { log_index, duplicate: false })),
             CommandResponse::Refused => Err(Status::aborted("the batch had been aborted")),
             CommandResponse::Rejected(reason) => Err(bad(reason)),
             CommandResponse::Meta(_) => Err(Status::internal("unexpected meta response")),
         }
     }
 
-    async fn get_trace(
-        &self,
-        req: Request<GetTraceRequest>,
-    ) -> Result<Response<GetTraceReply>, Status> {
+    async fn get_trace(&self, req: Request<GetTraceRequest>) -> Result<Response<GetTraceReply>, Status> {
         let req = req.into_inner();
         let shard = self.shard(req.group)?;
         self.read_barrier(&shard.raft).await?;
-        let spans = shard
-            .state
-            .read()
-            .unwrap()
-            .state
-            .trace(&req.project_id, &req.trace_id);
+        let spans = shard.state.read().unwrap().state.trace(&req.project_id, &req.trace_id);
         Ok(Response::new(GetTraceReply { spans }))
     }
 
@@ -246,15 +194,10 @@ impl Storage for StorageService {
         let meta = self.meta()?;
         self.read_barrier(&meta.raft).await?;
         let value = meta.state.read().unwrap().state.query(&query);
-        Ok(Response::new(MetaReply {
-            json: serde_json::to_vec(&value).map_err(|e| Status::internal(e.to_string()))?,
-        }))
+        Ok(Response::new(MetaReply { json: serde_json::to_vec(&value).map_err(|e| Status::internal(e.to_string()))? }))
     }
 
-    async fn cluster_info(
-        &self,
-        _req: Request<ClusterInfoRequest>,
-    ) -> Result<Response<ClusterInfoReply>, Status> {
+    async fn cluster_info(&self, _req: Request<ClusterInfoRequest>) -> Result<Response<ClusterInfoReply>, Status> {
         let groups = self
             .host
             .rafts()
@@ -273,10 +216,7 @@ impl Storage for StorageService {
             .read()
             .unwrap()
             .iter()
-            .map(|(id, addr)| NodeAddr {
-                id: *id,
-                addr: addr.clone(),
-            })
+            .map(|(id, addr)| NodeAddr { id: *id, addr: addr.clone() })
             .collect();
         Ok(Response::new(ClusterInfoReply {
             node_id: self.host.config.id,

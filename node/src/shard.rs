@@ -48,9 +48,7 @@ impl MemShard {
                 .or_default()
                 .push((pos as u32, i as u32));
         }
-        let rows = (chunk.batch.spans.len()
-            + chunk.batch.logs.len()
-            + chunk.batch.host_metrics.len()) as u64;
+        let rows = (chunk.batch.spans.len() + chunk.batch.logs.len() + chunk.batch.host_metrics.len()) as u64;
         self.rows += rows;
         self.by_batch.insert(chunk.batch_id, pos);
         self.chunks.push(Arc::new(chunk));
@@ -74,24 +72,12 @@ impl MemShard {
             return;
         };
         let chunk = self.chunks.remove(pos);
-        self.rows -= (chunk.batch.spans.len()
-            + chunk.batch.logs.len()
-            + chunk.batch.host_metrics.len()) as u64;
+        self.rows -= (chunk.batch.spans.len() + chunk.batch.logs.len() + chunk.batch.host_metrics.len()) as u64;
         let chunks = std::mem::take(&mut self.chunks);
-        let (aborted, order) = (
-            std::mem::take(&mut self.aborted),
-            std::mem::take(&mut self.aborted_order),
-        );
-        *self = MemShard {
-            aborted,
-            aborted_order: order,
-            ..Default::default()
-        };
+        let (aborted, order) = (std::mem::take(&mut self.aborted), std::mem::take(&mut self.aborted_order));
+        *self = MemShard { aborted, aborted_order: order, ..Default::default() };
         for c in chunks {
-            self.push(Arc::try_unwrap(c).unwrap_or_else(|c| Chunk {
-                batch_id: c.batch_id,
-                batch: c.batch.clone(),
-            }));
+            self.push(Arc::try_unwrap(c).unwrap_or_else(|c| Chunk { batch_id: c.batch_id, batch: c.batch.clone() }));
         }
     }
 }
@@ -104,16 +90,12 @@ impl GroupState for MemShard {
                     return CommandResponse::Refused;
                 }
                 if self.by_batch.contains_key(&batch_id) {
-                    return CommandResponse::Ingested {
-                        duplicate: true,
-                        rows: 0,
-                    };
+                    return CommandResponse::Ingested { duplicate: true, rows: 0 };
                 }
                 match ShardBatch::decode(payload.as_slice()) {
-                    Ok(batch) => CommandResponse::Ingested {
-                        duplicate: false,
-                        rows: self.push(Chunk { batch_id, batch }),
-                    },
+                    Ok(batch) => {
+                        CommandResponse::Ingested { duplicate: false, rows: self.push(Chunk { batch_id, batch }) }
+                    }
                     Err(e) => CommandResponse::Rejected(format!("undecodable batch: {e}")),
                 }
             }
@@ -122,9 +104,7 @@ impl GroupState for MemShard {
                 self.remove(batch_id);
                 CommandResponse::Aborted
             }
-            Command::Meta(_) => {
-                CommandResponse::Rejected("meta command sent to a data shard".into())
-            }
+            Command::Meta(_) => CommandResponse::Rejected("meta command sent to a data shard".into()),
         }
     }
 
@@ -182,11 +162,7 @@ impl ShardStore for MemShard {
     fn trace(&self, project_id: &str, trace_id: &str) -> Vec<Span> {
         self.traces
             .get(&(project_id.to_owned(), trace_id.to_owned()))
-            .map(|locs| {
-                locs.iter()
-                    .map(|&(c, i)| self.chunks[c as usize].batch.spans[i as usize].clone())
-                    .collect()
-            })
+            .map(|locs| locs.iter().map(|&(c, i)| self.chunks[c as usize].batch.spans[i as usize].clone()).collect())
             .unwrap_or_default()
     }
 
@@ -200,66 +176,23 @@ mod tests {
     use super::*;
 
     fn batch(project: &str, trace: &str, n: usize) -> Vec<u8> {
-        let spans = (0..n)
-            .map(|i| Span {
-                trace_id: trace.into(),
-                span_id: format!("s{i}"),
-                ..Default::default()
-            })
-            .collect();
-        ShardBatch {
-            project_id: project.into(),
-            spans,
-            ..Default::default()
-        }
-        .encode_to_vec()
+        let spans =
+            (0..n).map(|i| Span { trace_id: trace.into(), span_id: format!("s{i}"), ..Default::default() }).collect();
+        ShardBatch { project_id: project.into(), spans, ..Default::default() }.encode_to_vec()
     }
 
     #[test]
     fn retried_batch_is_applied_once_and_abort_wins_over_late_arrival() {
         let mut s = MemShard::default();
-        let r = s.apply(
-            1,
-            Command::Ingest {
-                batch_id: 7,
-                payload: batch("p", "t", 3),
-            },
-        );
-        assert_eq!(
-            r,
-            CommandResponse::Ingested {
-                duplicate: false,
-                rows: 3
-            }
-        );
-        let r = s.apply(
-            2,
-            Command::Ingest {
-                batch_id: 7,
-                payload: batch("p", "t", 3),
-            },
-        );
-        assert_eq!(
-            r,
-            CommandResponse::Ingested {
-                duplicate: true,
-                rows: 0
-            }
-        );
+        let r = s.apply(1, Command::Ingest { batch_id: 7, payload: batch("p", "t", 3) });
+        assert_eq!(r, CommandResponse::Ingested { duplicate: false, rows: 3 });
+        let r = s.apply(2, Command::Ingest { batch_id: 7, payload: batch("p", "t", 3) });
+        assert_eq!(r, CommandResponse::Ingested { duplicate: true, rows: 0 });
         assert_eq!(s.trace("p", "t").len(), 3);
         assert!(s.trace("other-project", "t").is_empty());
 
         s.apply(3, Command::Abort { batch_id: 9 });
-        assert_eq!(
-            s.apply(
-                4,
-                Command::Ingest {
-                    batch_id: 9,
-                    payload: batch("p", "u", 1)
-                }
-            ),
-            CommandResponse::Refused
-        );
+        assert_eq!(s.apply(4, Command::Ingest { batch_id: 9, payload: batch("p", "u", 1) }), CommandResponse::Refused);
         s.apply(5, Command::Abort { batch_id: 7 });
         assert!(s.trace("p", "t").is_empty());
         assert_eq!(s.row_count(), 0);
@@ -268,20 +201,8 @@ mod tests {
     #[test]
     fn snapshot_round_trip_keeps_rows_dedup_and_aborts() {
         let mut s = MemShard::default();
-        s.apply(
-            1,
-            Command::Ingest {
-                batch_id: 1,
-                payload: batch("p", "t", 2),
-            },
-        );
-        s.apply(
-            2,
-            Command::Ingest {
-                batch_id: 2,
-                payload: batch("p", "t2", 1),
-            },
-        );
+        s.apply(1, Command::Ingest { batch_id: 1, payload: batch("p", "t", 2) });
+        s.apply(2, Command::Ingest { batch_id: 2, payload: batch("p", "t2", 1) });
         s.apply(3, Command::Abort { batch_id: 3 });
         let mut bytes = Vec::new();
         (s.snapshot_writer())(&mut bytes).unwrap();
@@ -290,27 +211,9 @@ mod tests {
         assert_eq!(r.trace("p", "t"), s.trace("p", "t"));
         assert_eq!(r.row_count(), 3);
         assert_eq!(
-            r.apply(
-                4,
-                Command::Ingest {
-                    batch_id: 2,
-                    payload: batch("p", "t2", 1)
-                }
-            ),
-            CommandResponse::Ingested {
-                duplicate: true,
-                rows: 0
-            }
+            r.apply(4, Command::Ingest { batch_id: 2, payload: batch("p", "t2", 1) }),
+            CommandResponse::Ingested { duplicate: true, rows: 0 }
         );
-        assert_eq!(
-            r.apply(
-                5,
-                Command::Ingest {
-                    batch_id: 3,
-                    payload: batch("p", "t3", 1)
-                }
-            ),
-            CommandResponse::Refused
-        );
+        assert_eq!(r.apply(5, Command::Ingest { batch_id: 3, payload: batch("p", "t3", 1) }), CommandResponse::Refused);
     }
 }

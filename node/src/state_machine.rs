@@ -12,9 +12,7 @@ use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
 use openraft::{BasicNode, EntryPayload, OptionalSend, RaftSnapshotBuilder, StoredMembership};
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::types::{
-    io_err, Command, CommandResponse, Entry, LogId, NodeId, StorageError, TypeConfig,
-};
+use crate::types::{io_err, Command, CommandResponse, Entry, LogId, NodeId, StorageError, TypeConfig};
 
 /// What a Raft group stores. Implemented by the meta state and by the shard store; the storage
 /// engine can replace the shard store without touching Raft plumbing.
@@ -51,11 +49,7 @@ const SNAPSHOT_FILE: &str = "snapshot.bin";
 
 impl<S: GroupState> GroupStateMachine<S> {
     /// Opens the state machine in `dir`, restoring the latest snapshot if there is one.
-    pub fn open(
-        dir: &Path,
-        mut state: S,
-        on_snapshot: Arc<dyn Fn() + Send + Sync>,
-    ) -> anyhow::Result<Self> {
+    pub fn open(dir: &Path, mut state: S, on_snapshot: Arc<dyn Fn() + Send + Sync>) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join(SNAPSHOT_FILE);
         let (meta, last_applied, membership) = if path.exists() {
@@ -66,11 +60,7 @@ impl<S: GroupState> GroupStateMachine<S> {
             (None, None, Membership::default())
         };
         Ok(Self {
-            shared: Arc::new(RwLock::new(Applied {
-                last_applied,
-                membership,
-                state,
-            })),
+            shared: Arc::new(RwLock::new(Applied { last_applied, membership, state })),
             dir: dir.to_owned(),
             snapshot_lock: Arc::new(tokio::sync::Mutex::new(meta)),
             on_snapshot,
@@ -88,10 +78,7 @@ fn write_snapshot(
     meta: &Meta,
     state: Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + Send + Sync>,
 ) -> io::Result<()> {
-    let mut w = HashingWriter {
-        inner: out,
-        hash: Xxh3::new(),
-    };
+    let mut w = HashingWriter { inner: out, hash: Xxh3::new() };
     let meta_bytes = bincode::serialize(meta).map_err(io::Error::other)?;
     w.write_all(&(meta_bytes.len() as u32).to_le_bytes())?;
     w.write_all(&meta_bytes)?;
@@ -105,17 +92,11 @@ fn read_snapshot<S: GroupState>(file: &mut std::fs::File, state: &mut S) -> io::
     let mut bytes = Vec::new();
     file.read_to_end(&mut bytes)?;
     if bytes.len() < 12 {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "snapshot file is truncated",
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot file is truncated"));
     }
     let (body, digest) = bytes.split_at(bytes.len() - 8);
     if xxhash_rust::xxh3::xxh3_64(body).to_le_bytes() != digest {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidData,
-            "snapshot checksum mismatch",
-        ));
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot checksum mismatch"));
     }
     let meta_len = u32::from_le_bytes(body[..4].try_into().unwrap()) as usize;
     let meta: Meta = bincode::deserialize(&body[4..4 + meta_len]).map_err(io::Error::other)?;
@@ -161,10 +142,7 @@ pub struct SnapshotBuilder {
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let writer = self
-            .writer
-            .take()
-            .ok_or_else(|| io_err("snapshot builder used twice"))?;
+        let writer = self.writer.take().ok_or_else(|| io_err("snapshot builder used twice"))?;
         let mut current = self.lock.lock().await;
         let (dir, meta) = (self.dir.clone(), self.meta.clone());
         let path = tokio::task::spawn_blocking(move || -> io::Result<PathBuf> {
@@ -180,10 +158,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         *current = Some(self.meta.clone());
         (self.on_snapshot)();
         let file = tokio::fs::File::open(path).await.map_err(io_err)?;
-        Ok(Snapshot {
-            meta: self.meta.clone(),
-            snapshot: Box::new(file),
-        })
+        Ok(Snapshot { meta: self.meta.clone(), snapshot: Box::new(file) })
     }
 }
 
@@ -251,11 +226,7 @@ impl<S: GroupState> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
         Ok(Box::new(file))
     }
 
-    async fn install_snapshot(
-        &mut self,
-        meta: &Meta,
-        snapshot: Box<tokio::fs::File>,
-    ) -> Result<(), StorageError> {
+    async fn install_snapshot(&mut self, meta: &Meta, snapshot: Box<tokio::fs::File>) -> Result<(), StorageError> {
         let mut current = self.snapshot_lock.lock().await;
         let mut file = snapshot.into_std().await;
         file.sync_all().map_err(io_err)?;
@@ -267,10 +238,7 @@ impl<S: GroupState> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
             let mut a = shared.write().unwrap();
             let file_meta = read_snapshot(&mut file, &mut a.state)?;
             if file_meta.last_log_id != meta2.last_log_id {
-                return Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    "snapshot meta mismatch",
-                ));
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot meta mismatch"));
             }
             a.last_applied = meta2.last_log_id;
             a.membership = meta2.last_membership.clone();
@@ -288,13 +256,8 @@ impl<S: GroupState> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
         match current.as_ref() {
             None => Ok(None),
             Some(meta) => {
-                let file = tokio::fs::File::open(self.dir.join(SNAPSHOT_FILE))
-                    .await
-                    .map_err(io_err)?;
-                Ok(Some(Snapshot {
-                    meta: meta.clone(),
-                    snapshot: Box::new(file),
-                }))
+                let file = tokio::fs::File::open(self.dir.join(SNAPSHOT_FILE)).await.map_err(io_err)?;
+                Ok(Some(Snapshot { meta: meta.clone(), snapshot: Box::new(file) }))
             }
         }
     }

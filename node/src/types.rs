@@ -56,7 +56,5 @@ pub type StorageError = openraft::StorageError<NodeId>;
 pub type Vote = openraft::Vote<NodeId>;
 
 pub(crate) fn io_err(e: impl std::fmt::Display) -> StorageError {
-    openraft::StorageError::IO {
-        source: openraft::StorageIOError::write(openraft::AnyError::error(e.to_string())),
-    }
+    openraft::StorageError::IO { source: openraft::StorageIOError::write(openraft::AnyError::error(e.to_string())) }
 }

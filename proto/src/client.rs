@@ -22,8 +22,7 @@ pub struct SecretInterceptor(AsciiMetadataValue);
 
 impl tonic::service::Interceptor for SecretInterceptor {
     fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
-        req.metadata_mut()
-            .insert(CLUSTER_SECRET_HEADER, self.0.clone());
+        req.metadata_mut().insert(CLUSTER_SECRET_HEADER, self.0.clone());
         Ok(req)
     }
 }
@@ -38,13 +37,8 @@ pub struct Channels {
 
 impl Channels {
     pub fn new(cluster_secret: &str) -> Result<Self, String> {
-        let value = cluster_secret
-            .parse()
-            .map_err(|_| "the cluster secret must be visible ASCII".to_string())?;
-        Ok(Self {
-            secret: SecretInterceptor(value),
-            channels: Mutex::new(HashMap::new()),
-        })
+        let value = cluster_secret.parse().map_err(|_| "the cluster secret must be visible ASCII".to_string())?;
+        Ok(Self { secret: SecretInterceptor(value), channels: Mutex::new(HashMap::new()) })
     }
 
     fn channel(&self, addr: &str) -> Result<Channel, Status> {
@@ -52,11 +46,7 @@ impl Channels {
         if let Some(c) = map.get(addr) {
             return Ok(c.clone());
         }
-        let uri = if addr.starts_with("http") {
-            addr.to_owned()
-        } else {
-            format!("http://{addr}")
-        };
+        let uri = if addr.starts_with("http") { addr.to_owned() } else { format!("http://{addr}") };
         let channel = Endpoint::from_shared(uri)
             .map_err(|e| Status::invalid_argument(format!("bad peer address {addr}: {e}")))?
             .connect_timeout(Duration::from_secs(2))
@@ -74,18 +64,14 @@ impl Channels {
     }
 
     pub fn raft(&self, addr: &str) -> Result<RaftClient<Authed>, Status> {
-        Ok(
-            RaftClient::with_interceptor(self.channel(addr)?, self.secret.clone())
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        )
+        Ok(RaftClient::with_interceptor(self.channel(addr)?, self.secret.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
 
     pub fn storage(&self, addr: &str) -> Result<StorageClient<Authed>, Status> {
-        Ok(
-            StorageClient::with_interceptor(self.channel(addr)?, self.secret.clone())
-                .max_decoding_message_size(MAX_MESSAGE_BYTES)
-                .max_encoding_message_size(MAX_MESSAGE_BYTES),
-        )
+        Ok(StorageClient::with_interceptor(self.channel(addr)?, self.secret.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }
 }

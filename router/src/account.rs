@@ -34,12 +34,8 @@ pub async fn login(
     if req.email.len() > 320 || req.password.len() > 1024 {
         return Err(ApiError::Unauthorized("wrong email or password"));
     }
-    let user: Option<User> = app
-        .cluster
-        .meta_read(&MetaQuery::UserByEmail {
-            email: req.email.trim().to_lowercase(),
-        })
-        .await?;
+    let user: Option<User> =
+        app.cluster.meta_read(&MetaQuery::UserByEmail { email: req.email.trim().to_lowercase() }).await?;
     let hash = user.as_ref().map(|u| u.password_hash.clone());
     if !verify_password(req.password, hash).await? {
         return Err(ApiError::Unauthorized("wrong email or password"));

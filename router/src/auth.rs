@@ -38,12 +38,7 @@ fn sha256_hex(secret: &str) -> String {
 }
 
 /// A new credential: the full secret (shown once) and the record stored in meta.
-pub fn new_credential(
-    kind: CredentialKind,
-    project_id: ProjectId,
-    name: &str,
-    now_ms: i64,
-) -> (String, Credential) {
+pub fn new_credential(kind: CredentialKind, project_id: ProjectId, name: &str, now_ms: i64) -> (String, Credential) {
     let mut id = [0u8; 8];
     let mut secret = [0u8; 32];
     rand::thread_rng().fill_bytes(&mut id);
@@ -65,25 +60,14 @@ pub fn new_credential(
 
 /// The project a presented credential belongs to. Unknown ids and wrong secrets take the same
 /// path and the same time.
-pub fn verify_credential(
-    app: &AppState,
-    kind: CredentialKind,
-    presented: &str,
-) -> Result<ProjectId, ApiError> {
+pub fn verify_credential(app: &AppState, kind: CredentialKind, presented: &str) -> Result<ProjectId, ApiError> {
     const INVALID: ApiError = ApiError::Unauthorized("invalid credential");
     let rest = presented.strip_prefix(prefix(kind)).ok_or(INVALID)?;
     let (id, secret) = rest.split_once('_').ok_or(INVALID)?;
-    let cache = app
-        .cluster
-        .meta_cache()
-        .ok_or_else(|| ApiError::Unavailable("credentials are not loaded yet".into()))?;
-    let record = cache
-        .credentials
-        .get(id)
-        .filter(|c| c.kind == kind && !c.revoked);
-    let expected = record
-        .map(|c| c.secret_sha256.as_bytes())
-        .unwrap_or(&[0u8; 64]);
+    let cache =
+        app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("credentials are not loaded yet".into()))?;
+    let record = cache.credentials.get(id).filter(|c| c.kind == kind && !c.revoked);
+    let expected = record.map(|c| c.secret_sha256.as_bytes()).unwrap_or(&[0u8; 64]);
     let matches: bool = sha256_hex(secret).as_bytes().ct_eq(expected).into();
     match record {
         Some(c) if matches => Ok(c.project_id),
@@ -92,15 +76,8 @@ pub fn verify_credential(
 }
 
 /// API key of an observability ingest request: `X-API-Key`, `Authorization: Bearer` or `api_key`.
-pub fn api_key_project(
-    app: &AppState,
-    headers: &HeaderMap,
-    query: Option<&str>,
-) -> Result<ProjectId, ApiError> {
-    let from_header = headers
-        .get("x-api-key")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
+pub fn api_key_project(app: &AppState, headers: &HeaderMap, query: Option<&str>) -> Result<ProjectId, ApiError> {
+    let from_header = headers.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let from_bearer = || {
         headers
             .get(axum::http::header::AUTHORIZATION)
@@ -109,12 +86,8 @@ pub fn api_key_project(
             .filter(|v| v.starts_with("sxk_"))
             .map(str::to_owned)
     };
-    let from_query =
-        || query.and_then(|q| url_pairs(q).find(|(k, _)| k == "api_key").map(|(_, v)| v));
-    let key = from_header
-        .or_else(from_bearer)
-        .or_else(from_query)
-        .ok_or(ApiError::Unauthorized("missing API key"))?;
+    let from_query = || query.and_then(|q| url_pairs(q).find(|(k, _)| k == "api_key").map(|(_, v)| v));
+    let key = from_header.or_else(from_bearer).or_else(from_query).ok_or(ApiError::Unauthorized("missing API key"))?;
     verify_credential(app, CredentialKind::ApiKey, key.trim())
 }
 
@@ -153,26 +126,17 @@ fn percent_decode(s: &str) -> Option<String> {
 
 /// OWASP's Argon2id recommendation: 19 MiB, 2 iterations, 1 lane.
 fn argon2() -> Argon2<'static> {
-    Argon2::new(
-        Algorithm::Argon2id,
-        Version::V0x13,
-        Params::new(19 * 1024, 2, 1, None).expect("valid params"),
-    )
+    Argon2::new(Algorithm::Argon2id, Version::V0x13, Params::new(19 * 1024, 2, 1, None).expect("valid params"))
 }
 
 /// At most this many hashes run at once, so a login flood cannot exhaust memory.
 fn hashing_slots() -> &'static Semaphore {
     static SLOTS: OnceLock<Semaphore> = OnceLock::new();
-    SLOTS.get_or_init(|| {
-        Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get()) * 2)
-    })
+    SLOTS.get_or_init(|| Semaphore::new(std::thread::available_parallelism().map_or(2, |n| n.get()) * 2))
 }
 
 pub async fn hash_password(password: String) -> Result<String, ApiError> {
-    let _slot = hashing_slots()
-        .acquire()
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let _slot = hashing_slots().acquire().await.map_err(|e| ApiError::Internal(e.to_string()))?;
     tokio::task::spawn_blocking(move || {
         argon2()
             .hash_password(password.as_bytes(), &SaltString::generate(&mut OsRng))
@@ -187,17 +151,11 @@ pub async fn hash_password(password: String) -> Result<String, ApiError> {
 /// cases cost the same.
 pub async fn verify_password(password: String, hash: Option<String>) -> Result<bool, ApiError> {
     static DUMMY: OnceLock<String> = OnceLock::new();
-    let _slot = hashing_slots()
-        .acquire()
-        .await
-        .map_err(|e| ApiError::Internal(e.to_string()))?;
+    let _slot = hashing_slots().acquire().await.map_err(|e| ApiError::Internal(e.to_string()))?;
     let known = hash.is_some();
     tokio::task::spawn_blocking(move || {
         let dummy = DUMMY.get_or_init(|| {
-            argon2()
-                .hash_password(b"not a password", &SaltString::generate(&mut OsRng))
-                .unwrap()
-                .to_string()
+            argon2().hash_password(b"not a password", &SaltString::generate(&mut OsRng)).unwrap().to_string()
         });
         let hash = hash.unwrap_or_else(|| dummy.clone());
         let ok = PasswordHash::new(&hash)
@@ -236,11 +194,7 @@ impl Jwt {
         validation.set_audience(&[AUDIENCE]);
         validation.set_required_spec_claims(&["exp", "iat", "iss", "aud", "sub"]);
         validation.leeway = 5;
-        Self {
-            encoding: EncodingKey::from_secret(secret),
-            decoding: DecodingKey::from_secret(secret),
-            validation,
-        }
+        Self { encoding: EncodingKey::from_secret(secret), decoding: DecodingKey::from_secret(secret), validation }
     }
 
     pub fn issue(&self, user: UserId, org: OrgId, role: Role) -> Result<String, ApiError> {
@@ -284,34 +238,18 @@ impl FromRequestParts<Arc<AppState>> for Session {
             .and_then(|v| v.strip_prefix("Bearer "))
             .ok_or(ApiError::Unauthorized("missing bearer token"))?;
         let claims = app.jwt.verify(token.trim())?;
-        let cache = app
-            .cluster
-            .meta_cache()
-            .ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
-        let org = cache
-            .orgs
-            .get(&claims.org)
-            .ok_or(ApiError::Unauthorized("unknown organization"))?;
-        let requested = parts
-            .headers
-            .get("x-project-id")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned)
-            .or_else(|| {
-                parts.uri.query().and_then(|q| {
-                    url_pairs(q)
-                        .find(|(k, _)| k == "project_id")
-                        .map(|(_, v)| v)
-                })
+        let cache =
+            app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
+        let org = cache.orgs.get(&claims.org).ok_or(ApiError::Unauthorized("unknown organization"))?;
+        let requested =
+            parts.headers.get("x-project-id").and_then(|v| v.to_str().ok()).map(str::to_owned).or_else(|| {
+                parts.uri.query().and_then(|q| url_pairs(q).find(|(k, _)| k == "project_id").map(|(_, v)| v))
             });
         let project_id = match requested {
             None => org.default_project,
             Some(p) => {
                 // A foreign or unknown project is indistinguishable from a missing one.
-                let id: ProjectId = p
-                    .trim()
-                    .parse()
-                    .map_err(|_| ApiError::NotFound("project not found".into()))?;
+                let id: ProjectId = p.trim().parse().map_err(|_| ApiError::NotFound("project not found".into()))?;
                 match cache.projects.get(&id) {
                     Some(project) if project.org_id == claims.org => id,
                     _ => return Err(ApiError::NotFound("project not found".into())),
@@ -329,9 +267,7 @@ mod tests {
     #[test]
     fn jwt_round_trip_and_rejections() {
         let jwt = Jwt::new(b"0123456789abcdef0123456789abcdef");
-        let token = jwt
-            .issue(UserId::random(), OrgId::random(), Role::Owner)
-            .unwrap();
+        let token = jwt.issue(UserId::random(), OrgId::random(), Role::Owner).unwrap();
         assert!(jwt.verify(&token).is_ok());
         let other = Jwt::new(b"another secret another secret!!!");
         assert!(other.verify(&token).is_err(), "foreign signature accepted");
@@ -339,8 +275,7 @@ mod tests {
         let payload = token.split('.').nth(1).unwrap();
         let none = format!(
             "{}.{payload}.",
-            base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .encode(r#"{"alg":"none","typ":"JWT"}"#)
+            base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(r#"{"alg":"none","typ":"JWT"}"#)
         );
         assert!(jwt.verify(&none).is_err(), "alg none accepted");
     }
@@ -355,9 +290,7 @@ mod tests {
     async fn password_hash_and_verify() {
         let h = hash_password("correct horse".into()).await.unwrap();
         assert!(h.starts_with("$argon2id$"));
-        assert!(verify_password("correct horse".into(), Some(h.clone()))
-            .await
-            .unwrap());
+        assert!(verify_password("correct horse".into(), Some(h.clone())).await.unwrap());
         assert!(!verify_password("wrong".into(), Some(h)).await.unwrap());
         assert!(!verify_password("anything".into(), None).await.unwrap());
     }

@@ -10,34 +10,22 @@ use serde::de::DeserializeOwned;
 use crate::error::ApiError;
 
 /// The decoded body, at most `limit` bytes after decompression.
-pub fn read(
-    headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
-    limit: usize,
-) -> Result<Bytes, ApiError> {
+pub fn read(headers: &HeaderMap, body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
     if let Some(ct) = headers.get(header::CONTENT_TYPE) {
         let ct = ct.to_str().unwrap_or_default().to_ascii_lowercase();
         let mime = ct.split(';').next().unwrap_or_default().trim();
         if mime != "application/json" && !mime.ends_with("+json") {
-            return Err(ApiError::UnsupportedMediaType(format!(
-                "expected application/json, got `{mime}`"
-            )));
+            return Err(ApiError::UnsupportedMediaType(format!("expected application/json, got `{mime}`")));
         }
     }
     let raw = body.map_err(|r| {
         if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::PayloadTooLarge { limit }
         } else {
-            ApiError::BadRequest(
-                "invalid_body",
-                format!("could not read the request body: {r}"),
-            )
+            ApiError::BadRequest("invalid_body", format!("could not read the request body: {r}"))
         }
     })?;
-    match headers
-        .get(header::CONTENT_ENCODING)
-        .map(|v| v.to_str().unwrap_or_default().to_ascii_lowercase())
-    {
+    match headers.get(header::CONTENT_ENCODING).map(|v| v.to_str().unwrap_or_default().to_ascii_lowercase()) {
         None => Ok(raw),
         Some(enc) if enc == "identity" => Ok(raw),
         Some(enc) if enc == "gzip" => {
@@ -46,17 +34,13 @@ pub fn read(
             flate2::read::GzDecoder::new(&raw[..])
                 .take(limit as u64 + 1)
                 .read_to_end(&mut out)
-                .map_err(|e| {
-                    ApiError::BadRequest("invalid_body", format!("invalid gzip body: {e}"))
-                })?;
+                .map_err(|e| ApiError::BadRequest("invalid_body", format!("invalid gzip body: {e}")))?;
             if out.len() > limit {
                 return Err(ApiError::PayloadTooLarge { limit });
             }
             Ok(out.into())
         }
-        Some(enc) => Err(ApiError::UnsupportedMediaType(format!(
-            "unsupported Content-Encoding `{enc}`"
-        ))),
+        Some(enc) => Err(ApiError::UnsupportedMediaType(format!("unsupported Content-Encoding `{enc}`"))),
     }
 }
 
@@ -86,22 +70,12 @@ pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
 
 /// `spans[3].duration_ms` -> index 3, field `duration_ms`.
 fn field_error(path: &str, reason: String) -> sextant_model::ingest::FieldError {
-    let index = path
-        .split_once('[')
-        .and_then(|(_, rest)| rest.split_once(']'))
-        .and_then(|(i, _)| i.parse().ok());
+    let index = path.split_once('[').and_then(|(_, rest)| rest.split_once(']')).and_then(|(i, _)| i.parse().ok());
     let field = match index {
-        Some(_) => path
-            .split_once("].")
-            .map(|(_, f)| f.to_owned())
-            .unwrap_or_default(),
+        Some(_) => path.split_once("].").map(|(_, f)| f.to_owned()).unwrap_or_default(),
         None => path.to_owned(),
     };
-    sextant_model::ingest::FieldError {
-        index: index.unwrap_or(0),
-        field,
-        reason,
-    }
+    sextant_model::ingest::FieldError { index: index.unwrap_or(0), field, reason }
 }
 
 #[cfg(test)]
@@ -124,13 +98,7 @@ mod tests {
 
     #[test]
     fn malformed_json_is_invalid_json() {
-        assert!(matches!(
-            parse_json::<SpansBody>(b"{\"spans\": ["),
-            Err(ApiError::BadRequest("invalid_json", _))
-        ));
-        assert!(matches!(
-            parse_json::<SpansBody>(b"{}"),
-            Err(ApiError::BadRequest("invalid_body", _))
-        ));
+        assert!(matches!(parse_json::<SpansBody>(b"{\"spans\": ["), Err(ApiError::BadRequest("invalid_json", _))));
+        assert!(matches!(parse_json::<SpansBody>(b"{}"), Err(ApiError::BadRequest("invalid_body", _))));
     }
 }

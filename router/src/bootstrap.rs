@@ -2,9 +2,7 @@
 
 use rand::distributions::{Alphanumeric, DistString};
 use serde::{Deserialize, Serialize};
-use sextant_model::meta::{
-    CredentialKind, MetaCommand, MetaCommandResult, Org, Project, Role, User,
-};
+use sextant_model::meta::{CredentialKind, MetaCommand, MetaCommandResult, Org, Project, Role, User};
 use sextant_model::partition::default_table;
 use sextant_model::{OrgId, ProjectId, UserId};
 
@@ -26,17 +24,12 @@ pub const BOOTSTRAP_EMAIL: &str = "admin@sextant.local";
 
 /// Creates the first org if the cluster has none. Returns the new credentials, or `None` when
 /// the cluster had already been bootstrapped (by an earlier start or another router).
-pub async fn bootstrap(
-    cluster: &Cluster,
-    url: &str,
-    plan: &str,
-) -> anyhow::Result<Option<Credentials>> {
+pub async fn bootstrap(cluster: &Cluster, url: &str, plan: &str) -> anyhow::Result<Option<Credentials>> {
     let now = chrono::Utc::now().timestamp_millis();
     let password = Alphanumeric.sample_string(&mut rand::thread_rng(), 20);
     let (org_id, user_id, project_id) = (OrgId::random(), UserId::random(), ProjectId::random());
     let (api_key, key_record) = new_credential(CredentialKind::ApiKey, project_id, "default", now);
-    let (ingest_token, token_record) =
-        new_credential(CredentialKind::IngestToken, project_id, "default", now);
+    let (ingest_token, token_record) = new_credential(CredentialKind::IngestToken, project_id, "default", now);
     let command = MetaCommand::Bootstrap {
         org: Org {
             id: org_id,
@@ -54,12 +47,7 @@ pub async fn bootstrap(
             password_hash: hash_password(password.clone()).await?,
             created_at_ms: now,
         },
-        project: Project {
-            id: project_id,
-            org_id,
-            name: "default".into(),
-            created_at_ms: now,
-        },
+        project: Project { id: project_id, org_id, name: "default".into(), created_at_ms: now },
         credentials: vec![key_record, token_record],
         partitions: default_table(cluster.shard_count()),
     };

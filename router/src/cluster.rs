@@ -10,9 +10,7 @@ use sextant_model::meta::{Credential, MetaCommand, MetaQuery, MetaView, Org, Pro
 use sextant_model::ProjectId;
 use sextant_proto::client::{Authed, Channels};
 use sextant_proto::storage_client::StorageClient;
-use sextant_proto::{
-    write_request, ClusterInfoRequest, MetaRequest, WriteReply, WriteRequest, LEADER_HEADER,
-};
+use sextant_proto::{write_request, ClusterInfoRequest, MetaRequest, WriteReply, WriteRequest, LEADER_HEADER};
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
@@ -50,11 +48,7 @@ impl From<MetaView> for MetaCache {
     fn from(v: MetaView) -> Self {
         Self {
             partitions: v.partitions,
-            credentials: v
-                .credentials
-                .into_iter()
-                .map(|c| (c.id.clone(), c))
-                .collect(),
+            credentials: v.credentials.into_iter().map(|c| (c.id.clone(), c)).collect(),
             projects: v.projects.into_iter().map(|p| (p.id, p)).collect(),
             orgs: v.orgs.into_iter().map(|o| (o.id, o)).collect(),
         }
@@ -92,12 +86,7 @@ impl Cluster {
         addrs.dedup();
         let replies = futures::future::join_all(addrs.iter().map(|addr| async move {
             let mut client = self.channels.storage(addr).ok()?;
-            match tokio::time::timeout(
-                Duration::from_secs(2),
-                client.cluster_info(ClusterInfoRequest {}),
-            )
-            .await
-            {
+            match tokio::time::timeout(Duration::from_secs(2), client.cluster_info(ClusterInfoRequest {})).await {
                 Ok(Ok(r)) => Some(r.into_inner()),
                 _ => {
                     self.channels.forget(addr);
@@ -117,9 +106,7 @@ impl Cluster {
             }
             for g in reply.groups {
                 topo.voters.insert(g.group, g.voters);
-                if g.leader != 0
-                    && (g.leader == reply.node_id || !fresh_leaders.contains_key(&g.group))
-                {
+                if g.leader != 0 && (g.leader == reply.node_id || !fresh_leaders.contains_key(&g.group)) {
                     fresh_leaders.insert(g.group, g.leader);
                 }
             }
@@ -220,22 +207,14 @@ impl Cluster {
                 backoff = (backoff * 2).min(Duration::from_millis(500));
                 continue;
             };
-            let client = self
-                .channels
-                .storage(&addr)
-                .map_err(|e| ClusterError::Internal(e.to_string()))?;
-            let remaining = deadline
-                .saturating_duration_since(Instant::now())
-                .min(ATTEMPT_TIMEOUT);
+            let client = self.channels.storage(&addr).map_err(|e| ClusterError::Internal(e.to_string()))?;
+            let remaining = deadline.saturating_duration_since(Instant::now()).min(ATTEMPT_TIMEOUT);
             match tokio::time::timeout(remaining, op(client)).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(status)) => match status.code() {
                     Code::FailedPrecondition if self.learn_leader(group, &status) => continue,
                     Code::InvalidArgument | Code::Unauthenticated | Code::Aborted => {
-                        return Err(ClusterError::Internal(format!(
-                            "group {group}: {}",
-                            status.message()
-                        )));
+                        return Err(ClusterError::Internal(format!("group {group}: {}", status.message())));
                     }
                     _ => {
                         last_error = format!("group {group} at {addr}: {}", status.message());
@@ -262,11 +241,7 @@ impl Cluster {
         batch_id: u128,
         op: write_request::Op,
     ) -> Result<WriteReply, ClusterError> {
-        let req = WriteRequest {
-            group,
-            batch_id: batch_id.to_le_bytes().to_vec(),
-            op: Some(op),
-        };
+        let req = WriteRequest { group, batch_id: batch_id.to_le_bytes().to_vec(), op: Some(op) };
         self.on_leader(group, |mut c| {
             let req = req.clone();
             async move { c.write(req).await.map(|r| r.into_inner()) }
@@ -280,11 +255,8 @@ impl Cluster {
         project: &ProjectId,
         trace_id: &str,
     ) -> Result<Vec<sextant_proto::Span>, ClusterError> {
-        let req = sextant_proto::GetTraceRequest {
-            group,
-            project_id: project.to_string(),
-            trace_id: trace_id.to_owned(),
-        };
+        let req =
+            sextant_proto::GetTraceRequest { group, project_id: project.to_string(), trace_id: trace_id.to_owned() };
         self.on_leader(group, |mut c| {
             let req = req.clone();
             async move { c.get_trace(req).await.map(|r| r.into_inner().spans) }
@@ -292,12 +264,8 @@ impl Cluster {
         .await
     }
 
-    pub async fn meta_write<R: serde::de::DeserializeOwned>(
-        &self,
-        command: &MetaCommand,
-    ) -> Result<R, ClusterError> {
-        let json =
-            serde_json::to_vec(command).map_err(|e| ClusterError::Internal(e.to_string()))?;
+    pub async fn meta_write<R: serde::de::DeserializeOwned>(&self, command: &MetaCommand) -> Result<R, ClusterError> {
+        let json = serde_json::to_vec(command).map_err(|e| ClusterError::Internal(e.to_string()))?;
         let reply = self
             .on_leader(META_GROUP, |mut c| {
                 let req = MetaRequest { json: json.clone() };
@@ -307,10 +275,7 @@ impl Cluster {
         serde_json::from_slice(&reply).map_err(|e| ClusterError::Internal(e.to_string()))
     }
 
-    pub async fn meta_read<R: serde::de::DeserializeOwned>(
-        &self,
-        query: &MetaQuery,
-    ) -> Result<R, ClusterError> {
+    pub async fn meta_read<R: serde::de::DeserializeOwned>(&self, query: &MetaQuery) -> Result<R, ClusterError> {
         let json = serde_json::to_vec(query).map_err(|e| ClusterError::Internal(e.to_string()))?;
         let reply = self
             .on_leader(META_GROUP, |mut c| {

@@ -13,10 +13,7 @@ pub enum ApiError {
     #[error("{0}")]
     BadRequest(&'static str, String),
     #[error("{message}")]
-    Validation {
-        message: String,
-        errors: Vec<FieldError>,
-    },
+    Validation { message: String, errors: Vec<FieldError> },
     #[error("a request may carry at most {max} objects, this one has {got}")]
     BatchTooLarge { max: usize, got: usize },
     #[error("the request body exceeds {limit} bytes")]
@@ -39,26 +36,16 @@ impl ApiError {
     fn parts(&self) -> (StatusCode, &'static str, Option<Value>) {
         match self {
             ApiError::BadRequest(code, _) => (StatusCode::BAD_REQUEST, code, None),
-            ApiError::Validation { errors, .. } => (
-                StatusCode::BAD_REQUEST,
-                "validation_failed",
-                Some(json!({ "errors": errors })),
-            ),
-            ApiError::BatchTooLarge { max, got } => (
-                StatusCode::BAD_REQUEST,
-                "batch_too_large",
-                Some(json!({ "max": max, "got": got })),
-            ),
-            ApiError::PayloadTooLarge { limit } => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "payload_too_large",
-                Some(json!({ "limit_bytes": limit })),
-            ),
-            ApiError::UnsupportedMediaType(_) => (
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "unsupported_media_type",
-                None,
-            ),
+            ApiError::Validation { errors, .. } => {
+                (StatusCode::BAD_REQUEST, "validation_failed", Some(json!({ "errors": errors })))
+            }
+            ApiError::BatchTooLarge { max, got } => {
+                (StatusCode::BAD_REQUEST, "batch_too_large", Some(json!({ "max": max, "got": got })))
+            }
+            ApiError::PayloadTooLarge { limit } => {
+                (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", Some(json!({ "limit_bytes": limit })))
+            }
+            ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", None),
             ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized", None),
             ApiError::Forbidden(code, _) => (StatusCode::FORBIDDEN, code, None),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", None),
@@ -71,9 +58,7 @@ impl ApiError {
 impl From<ClusterError> for ApiError {
     fn from(e: ClusterError) -> Self {
         match e {
-            ClusterError::Unavailable(m) => {
-                ApiError::Unavailable(format!("storage is temporarily unavailable: {m}"))
-            }
+            ClusterError::Unavailable(m) => ApiError::Unavailable(format!("storage is temporarily unavailable: {m}")),
             ClusterError::Internal(m) => ApiError::Internal(m),
         }
     }
@@ -92,8 +77,7 @@ impl IntoResponse for ApiError {
         }
         let mut resp = (status, Json(json!({ "error": error }))).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         resp
     }

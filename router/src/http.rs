@@ -22,39 +22,19 @@ const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 pub fn router(app: Arc<AppState>) -> Router {
     // Browser SDKs post from any origin, without credentials.
-    let ingest_cors = CorsLayer::new()
-        .allow_origin(Any)
-        .allow_methods([Method::POST, Method::OPTIONS])
-        .allow_headers(Any);
-    let origins: Vec<HeaderValue> = app
-        .config
-        .dashboard_origins
-        .iter()
-        .filter_map(|o| o.parse().ok())
-        .collect();
+    let ingest_cors =
+        CorsLayer::new().allow_origin(Any).allow_methods([Method::POST, Method::OPTIONS]).allow_headers(Any);
+    let origins: Vec<HeaderValue> = app.config.dashboard_origins.iter().filter_map(|o| o.parse().ok()).collect();
     let dashboard_cors = CorsLayer::new()
         .allow_origin(AllowOrigin::list(origins))
         .allow_credentials(true)
-        .allow_methods([
-            Method::GET,
-            Method::POST,
-            Method::PUT,
-            Method::PATCH,
-            Method::DELETE,
-        ])
-        .allow_headers([
-            header::AUTHORIZATION,
-            header::CONTENT_TYPE,
-            HeaderName::from_static("x-project-id"),
-        ]);
+        .allow_methods([Method::GET, Method::POST, Method::PUT, Method::PATCH, Method::DELETE])
+        .allow_headers([header::AUTHORIZATION, header::CONTENT_TYPE, HeaderName::from_static("x-project-id")]);
 
     let ingest = Router::new()
         .route("/api/v1/ingest/spans", post(ingest::spans))
         .route("/api/v1/ingest/logs", post(ingest::logs))
-        .route(
-            "/api/v1/ingest/infrastructure",
-            post(ingest::infrastructure),
-        )
+        .route("/api/v1/ingest/infrastructure", post(ingest::infrastructure))
         .layer(DefaultBodyLimit::max(MAX_OBSERVABILITY_BODY))
         .layer(ingest_cors);
     let api = Router::new()
@@ -71,7 +51,12 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/metrics", get(metrics))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async {
-            (StatusCode::METHOD_NOT_ALLOWED, Json(json!({"error": {"code": "method_not_allowed", "message": "method not allowed on this endpoint"}})))
+            (
+                StatusCode::METHOD_NOT_ALLOWED,
+                Json(
+                    json!({"error": {"code": "method_not_allowed", "message": "method not allowed on this endpoint"}}),
+                ),
+            )
         })
         .layer(middleware::from_fn_with_state(app.clone(), observe))
         .with_state(app)
@@ -86,16 +71,9 @@ async fn observe(State(app): State<Arc<AppState>>, mut req: Request, next: Next)
         .filter(|v| !v.is_empty() && v.len() <= 128 && v.bytes().all(|b| b.is_ascii_graphic()))
         .map(str::to_owned)
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-    let route = req
-        .extensions()
-        .get::<MatchedPath>()
-        .map_or("unmatched", |m| m.as_str())
-        .to_owned();
+    let route = req.extensions().get::<MatchedPath>().map_or("unmatched", |m| m.as_str()).to_owned();
     let method = req.method().clone();
-    req.headers_mut().insert(
-        REQUEST_ID,
-        HeaderValue::from_str(&id).expect("validated above"),
-    );
+    req.headers_mut().insert(REQUEST_ID, HeaderValue::from_str(&id).expect("validated above"));
     let span = tracing::info_span!("request", request_id = %id, %method, route = %route);
     let started = Instant::now();
     let mut resp = next.run(req).instrument(span.clone()).await;
@@ -104,14 +82,8 @@ async fn observe(State(app): State<Arc<AppState>>, mut req: Request, next: Next)
     span.in_scope(|| tracing::info!(status, ms = elapsed.as_secs_f64() * 1e3, "request"));
     let label = RequestLabel { route, status };
     app.metrics.requests.get_or_create(&label).inc();
-    app.metrics
-        .request_seconds
-        .get_or_create(&label)
-        .observe(elapsed.as_secs_f64());
-    resp.headers_mut().insert(
-        REQUEST_ID,
-        HeaderValue::from_str(&id).expect("validated above"),
-    );
+    app.metrics.request_seconds.get_or_create(&label).observe(elapsed.as_secs_f64());
+    resp.headers_mut().insert(REQUEST_ID, HeaderValue::from_str(&id).expect("validated above"));
     resp
 }
 
@@ -128,12 +100,5 @@ async fn metrics(State(app): State<Arc<AppState>>) -> Response {
     if prometheus_client::encoding::text::encode(&mut out, &app.registry).is_err() {
         return ApiError::Internal("metrics encoding failed".into()).into_response();
     }
-    (
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        out,
-    )
-        .into_response()
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], out).into_response()
 }

@@ -139,16 +139,12 @@ async fn handle<K: Kind>(
         let body = crate::body::read(&headers, body, MAX_OBSERVABILITY_BODY)?;
         let items = K::items(crate::body::parse_json::<K::Body>(&body)?);
         if items.len() > MAX_BATCH_OBJECTS {
-            return Err(ApiError::BatchTooLarge {
-                max: MAX_BATCH_OBJECTS,
-                got: items.len(),
-            });
+            return Err(ApiError::BatchTooLarge { max: MAX_BATCH_OBJECTS, got: items.len() });
         }
-        let rows =
-            ingest::validate_all(items, K::validate).map_err(|errors| ApiError::Validation {
-                message: format!("{} invalid {}", errors.len(), K::NAME),
-                errors,
-            })?;
+        let rows = ingest::validate_all(items, K::validate).map_err(|errors| ApiError::Validation {
+            message: format!("{} invalid {}", errors.len(), K::NAME),
+            errors,
+        })?;
         let accepted = rows.len();
         let batches = partition::<K>(&app, &project, rows, body.len())?;
         commit(&app, batches).await?;
@@ -158,10 +154,7 @@ async fn handle<K: Kind>(
     match result {
         Ok(accepted) => {
             app.metrics.accepted(K::NAME, accepted as u64);
-            Ok(Json(Accepted {
-                status: "ok",
-                accepted,
-            }))
+            Ok(Json(Accepted { status: "ok", accepted }))
         }
         Err(e) => {
             app.metrics.rejected(K::NAME, &e);
@@ -177,14 +170,9 @@ fn partition<K: Kind>(
     rows: Vec<K::Row>,
     body_bytes: usize,
 ) -> Result<HashMap<GroupId, ShardBatch>, ApiError> {
-    let cache = app
-        .cluster
-        .meta_cache()
-        .ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
+    let cache = app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
     if cache.partitions.is_empty() {
-        return Err(ApiError::Unavailable(
-            "the cluster is not bootstrapped yet".into(),
-        ));
+        return Err(ApiError::Unavailable("the cluster is not bootstrapped yet".into()));
     }
     let total = rows.len().max(1);
     let mut batches: HashMap<GroupId, ShardBatch> = HashMap::new();
@@ -194,10 +182,9 @@ fn partition<K: Kind>(
             None => rand::random::<u32>(),
         };
         let group = cache.partitions[p as usize % cache.partitions.len()];
-        let batch = batches.entry(group).or_insert_with(|| ShardBatch {
-            project_id: project.to_string(),
-            ..Default::default()
-        });
+        let batch = batches
+            .entry(group)
+            .or_insert_with(|| ShardBatch { project_id: project.to_string(), ..Default::default() });
         K::push(batch, row);
     }
     for batch in batches.values_mut() {
@@ -214,17 +201,13 @@ async fn commit(app: &AppState, batches: HashMap<GroupId, ShardBatch>) -> Result
     let groups: Vec<GroupId> = batches.keys().copied().collect();
     let writes = batches.into_iter().map(|(group, batch)| {
         let payload = Bytes::from(batch.encode_to_vec());
-        app.cluster
-            .write(group, batch_id, write_request::Op::Batch(payload))
+        app.cluster.write(group, batch_id, write_request::Op::Batch(payload))
     });
     let results = futures::future::join_all(writes).await;
     let Some(err) = results.into_iter().find_map(Result::err) else {
         return Ok(());
     };
-    let aborts = groups.iter().map(|g| {
-        app.cluster
-            .write(*g, batch_id, write_request::Op::Abort(true))
-    });
+    let aborts = groups.iter().map(|g| app.cluster.write(*g, batch_id, write_request::Op::Abort(true)));
     for (group, r) in groups.iter().zip(futures::future::join_all(aborts).await) {
         if let Err(e) = r {
             tracing::error!(group, error = %e, "could not abort a partially committed batch");

@@ -68,12 +68,8 @@ impl RunningRouter {
 /// Starts serving. `registry` may already hold other components' metrics (the embedded mode
 /// shares one registry with the node).
 pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Result<RunningRouter> {
-    anyhow::ensure!(
-        config.jwt_secret.len() >= 32,
-        "the JWT signing key must have at least 32 bytes"
-    );
-    let cluster =
-        Cluster::new(config.nodes.clone(), &config.cluster_secret).map_err(anyhow::Error::msg)?;
+    anyhow::ensure!(config.jwt_secret.len() >= 32, "the JWT signing key must have at least 32 bytes");
+    let cluster = Cluster::new(config.nodes.clone(), &config.cluster_secret).map_err(anyhow::Error::msg)?;
     let metrics = metrics::RouterMetrics::default();
     metrics.register(&mut registry);
     let state = Arc::new(AppState {
@@ -93,10 +89,5 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
         }
     });
     tracing::info!(%addr, "router listening");
-    Ok(RunningRouter {
-        addr,
-        state,
-        server,
-        refresher,
-    })
+    Ok(RunningRouter { addr, state, server, refresher })
 }

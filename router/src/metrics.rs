@@ -37,9 +37,7 @@ impl Default for RouterMetrics {
             accepted_objects: Family::default(),
             rejected_requests: Family::default(),
             requests: Family::default(),
-            request_seconds: Family::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(0.0005, 2.0, 16))
-            }),
+            request_seconds: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0005, 2.0, 16))),
         }
     }
 }
@@ -47,42 +45,18 @@ impl Default for RouterMetrics {
 impl RouterMetrics {
     pub fn register(&self, registry: &mut Registry) {
         let r = registry.sub_registry_with_prefix("sextant_router");
-        r.register(
-            "accepted_objects",
-            "objects acknowledged to clients",
-            self.accepted_objects.clone(),
-        );
-        r.register(
-            "rejected_requests",
-            "ingest requests refused, by reason",
-            self.rejected_requests.clone(),
-        );
-        r.register(
-            "http_requests",
-            "HTTP requests by route and status",
-            self.requests.clone(),
-        );
-        r.register(
-            "http_request_seconds",
-            "HTTP request latency",
-            self.request_seconds.clone(),
-        );
+        r.register("accepted_objects", "objects acknowledged to clients", self.accepted_objects.clone());
+        r.register("rejected_requests", "ingest requests refused, by reason", self.rejected_requests.clone());
+        r.register("http_requests", "HTTP requests by route and status", self.requests.clone());
+        r.register("http_request_seconds", "HTTP request latency", self.request_seconds.clone());
     }
 
     pub fn accepted(&self, kind: &'static str, n: u64) {
-        self.accepted_objects
-            .get_or_create(&KindLabel { kind })
-            .inc_by(n);
+        self.accepted_objects.get_or_create(&KindLabel { kind }).inc_by(n);
     }
 
     pub fn rejected(&self, kind: &'static str, e: &ApiError) {
-        let reason = format!("{e:?}")
-            .split(['(', ' ', '{'])
-            .next()
-            .unwrap_or("other")
-            .to_lowercase();
-        self.rejected_requests
-            .get_or_create(&RejectLabel { kind, reason })
-            .inc();
+        let reason = format!("{e:?}").split(['(', ' ', '{']).next().unwrap_or("other").to_lowercase();
+        self.rejected_requests.get_or_create(&RejectLabel { kind, reason }).inc();
     }
 }

@@ -40,39 +40,17 @@ pub async fn get_trace(
     session: Session,
     Path(trace_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let trace_id =
-        TraceId::parse(&trace_id).map_err(|_| ApiError::NotFound("trace not found".into()))?;
-    let cache = app
-        .cluster
-        .meta_cache()
-        .ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
+    let trace_id = TraceId::parse(&trace_id).map_err(|_| ApiError::NotFound("trace not found".into()))?;
+    let cache = app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
     let p = partition_of(&session.project_id, trace_id.as_str().as_bytes());
-    let group = *cache
-        .partitions
-        .get(p as usize)
-        .ok_or_else(|| ApiError::Unavailable("no partition table".into()))?;
-    let mut spans = app
-        .cluster
-        .get_trace(group, &session.project_id, trace_id.as_str())
-        .await?;
+    let group = *cache.partitions.get(p as usize).ok_or_else(|| ApiError::Unavailable("no partition table".into()))?;
+    let mut spans = app.cluster.get_trace(group, &session.project_id, trace_id.as_str()).await?;
     if spans.is_empty() {
         return Err(ApiError::NotFound("trace not found".into()));
     }
-    spans.sort_by(|a, b| {
-        a.start_unix_nanos
-            .cmp(&b.start_unix_nanos)
-            .then_with(|| a.span_id.cmp(&b.span_id))
-    });
-    let start = spans
-        .iter()
-        .map(|s| s.start_unix_nanos)
-        .min()
-        .unwrap_or_default();
-    let end = spans
-        .iter()
-        .map(|s| s.start_unix_nanos + s.duration_nanos as i64)
-        .max()
-        .unwrap_or_default();
+    spans.sort_by(|a, b| a.start_unix_nanos.cmp(&b.start_unix_nanos).then_with(|| a.span_id.cmp(&b.span_id)));
+    let start = spans.iter().map(|s| s.start_unix_nanos).min().unwrap_or_default();
+    let end = spans.iter().map(|s| s.start_unix_nanos + s.duration_nanos as i64).max().unwrap_or_default();
     let services: BTreeSet<&str> = spans.iter().map(|s| s.service_name.as_str()).collect();
     Ok(Json(json!({
         "trace_id": trace_id.as_str(),

@@ -1,0 +1,333 @@
+//! Helpers for end-to-end tests: real `sextant` processes on ephemeral loopback ports, each in
+//! its own temporary directory, killed when the test ends.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_sextant");
+
+/// A child process that is killed (SIGKILL) when dropped.
+pub struct Proc {
+    child: Child,
+}
+
+impl Proc {
+    pub fn spawn(args: &[&str], log: &Path, envs: &[(&str, &str)]) -> Proc {
+        let out = std::fs::OpenOptions::new().create(true).append(true).open(log).expect("log file");
+        let child = Command::new(BIN)
+            .args(args)
+            .envs(envs.iter().copied())
+            .env("SEXTANT_LOG", "info,openraft=warn")
+            .stdin(Stdio::null())
+            .stdout(out.try_clone().unwrap())
+            .stderr(out)
+            .spawn()
+            .expect("spawn sextant");
+        Proc { child }
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// Polls `f` until it yields a value or `timeout` passes.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap()
+}
+
+pub async fn ready(url: &str) -> bool {
+    matches!(http().get(format!("{url}/readyz")).send().await, Ok(r) if r.status().is_success())
+}
+
+pub fn read_credentials(path: &Path) -> Option<Value> {
+    std::fs::read(path).ok().and_then(|b| serde_json::from_slice(&b).ok())
+}
+
+/// `sextant dev` on a data directory.
+pub struct Dev {
+    pub proc: Proc,
+    pub url: String,
+    pub dir: PathBuf,
+    pub creds: Value,
+}
+
+impl Dev {
+    pub async fn start(dir: &Path) -> Dev {
+        for _ in 0..3 {
+            let port = free_port();
+            let listen = format!("127.0.0.1:{port}");
+            let mut proc = Proc::spawn(
+                &["dev", "--data-dir", dir.to_str().unwrap(), "--listen", &listen],
+                &dir.join("dev.log"),
+                &[],
+            );
+            let url = format!("http://{listen}");
+            let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
+            while tokio::time::Instant::now() < deadline && !proc.exited() {
+                if ready(&url).await {
+                    if let Some(creds) = read_credentials(&dir.join("credentials.json")) {
+                        return Dev { proc, url, dir: dir.to_owned(), creds };
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            // Port taken between probe and bind, most likely: try another one.
+        }
+        panic!("sextant dev did not start; see {}", dir.join("dev.log").display());
+    }
+
+    pub fn api_key(&self) -> &str {
+        self.creds["api_key"].as_str().unwrap()
+    }
+
+    pub async fn token(&self) -> String {
+        login(&self.url, self.creds["email"].as_str().unwrap(), self.creds["password"].as_str().unwrap()).await
+    }
+}
+
+pub async fn login(url: &str, email: &str, password: &str) -> String {
+    let resp = http()
+        .post(format!("{url}/auth/login"))
+        .json(&json!({"email": email, "password": password}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200, "login failed");
+    resp.json::<Value>().await.unwrap()["access_token"].as_str().unwrap().to_owned()
+}
+
+pub fn span(trace: &str, span: &str, parent: Option<&str>, ts_ms: i64) -> Value {
+    json!({
+        "trace_id": trace, "span_id": span, "parent_span_id": parent,
+        "service_name": "checkout", "operation": "POST /api/checkout",
+        "timestamp": ts_ms, "duration_ms": 12.5, "status": "ok",
+        "attributes": {"http.status_code": 200, "region": "eu"},
+    })
+}
+
+/// Spans of `traces` traces with `per_trace` spans each, ids prefixed by `prefix`.
+pub fn spans_batch(prefix: &str, traces: usize, per_trace: usize) -> Value {
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut spans = Vec::new();
+    for t in 0..traces {
+        let trace = format!("{prefix}-t{t}");
+        for s in 0..per_trace {
+            let parent = (s > 0).then(|| format!("s0"));
+            spans.push(span(&trace, &format!("s{s}"), parent.as_deref(), now + s as i64));
+        }
+    }
+    json!({ "spans": spans })
+}
+
+pub async fn post_spans(url: &str, key: &str, body: &Value) -> reqwest::Response {
+    http().post(format!("{url}/api/v1/ingest/spans")).header("X-API-Key", key).json(body).send().await.unwrap()
+}
+
+/// The spans of a trace, or None on 404.
+pub async fn get_trace(url: &str, token: &str, trace: &str) -> Option<Value> {
+    let resp = http().get(format!("{url}/api/v1/traces/{trace}")).bearer_auth(token).send().await.unwrap();
+    match resp.status().as_u16() {
+        200 => Some(resp.json().await.unwrap()),
+        404 => None,
+        s => panic!("GET trace {trace}: unexpected status {s}: {}", resp.text().await.unwrap_or_default()),
+    }
+}
+
+/// A real cluster: `n` storage nodes (each its own process, ports and data directory) and one
+/// router that bootstraps the first org, project and credentials.
+pub struct Cluster {
+    pub dir: PathBuf,
+    pub secret: String,
+    pub shards: u32,
+    pub node_ports: Vec<(u16, u16)>,
+    pub nodes: Vec<Option<Proc>>,
+    pub router: Proc,
+    pub url: String,
+    pub creds: Value,
+}
+
+impl Cluster {
+    pub async fn start(dir: &Path, n: usize, shards: u32) -> Cluster {
+        let secret = "test-cluster-secret-0123456789abcdef".to_owned();
+        let node_ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let router_port = free_port();
+        let nodes = node_ports.iter().map(|(grpc, _)| format!("127.0.0.1:{grpc}")).collect::<Vec<_>>().join(",");
+        let creds_path = dir.join("credentials.json");
+        let router = Proc::spawn(
+            &[
+                "router",
+                "--listen",
+                &format!("127.0.0.1:{router_port}"),
+                "--nodes",
+                &nodes,
+                "--bootstrap-credentials",
+                creds_path.to_str().unwrap(),
+            ],
+            &dir.join("router.log"),
+            &[
+                ("SEXTANT_CLUSTER_SECRET", &secret),
+                ("SEXTANT_JWT_SECRET", "test-jwt-secret-0123456789abcdef0123456789"),
+            ],
+        );
+        let mut cluster = Cluster {
+            dir: dir.to_owned(),
+            secret,
+            shards,
+            node_ports,
+            nodes: (0..n).map(|_| None).collect(),
+            router,
+            url: format!("http://127.0.0.1:{router_port}"),
+            creds: Value::Null,
+        };
+        for i in 0..n {
+            cluster.start_node(i);
+        }
+        let url = cluster.url.clone();
+        cluster.creds = wait_for("the cluster to bootstrap", Duration::from_secs(120), || {
+            let url = url.clone();
+            let creds_path = creds_path.clone();
+            async move {
+                if ready(&url).await {
+                    read_credentials(&creds_path)
+                } else {
+                    None
+                }
+            }
+        })
+        .await;
+        cluster
+    }
+
+    pub fn node_id(i: usize) -> u64 {
+        i as u64 + 1
+    }
+
+    pub fn start_node(&mut self, i: usize) {
+        let peers = self
+            .node_ports
+            .iter()
+            .enumerate()
+            .map(|(j, (grpc, _))| format!("{}=127.0.0.1:{grpc}", Self::node_id(j)))
+            .collect::<Vec<_>>()
+            .join(",");
+        let (grpc, http) = self.node_ports[i];
+        let data = self.dir.join(format!("node{}", Self::node_id(i)));
+        let proc = Proc::spawn(
+            &[
+                "node",
+                "--id",
+                &Self::node_id(i).to_string(),
+                "--listen",
+                &format!("127.0.0.1:{grpc}"),
+                "--http-listen",
+                &format!("127.0.0.1:{http}"),
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--peers",
+                &peers,
+                "--shards",
+                &self.shards.to_string(),
+                "--replication-factor",
+                "3",
+            ],
+            &self.dir.join(format!("node{}.log", Self::node_id(i))),
+            &[("SEXTANT_CLUSTER_SECRET", &self.secret)],
+        );
+        self.nodes[i] = Some(proc);
+    }
+
+    /// SIGKILL: no shutdown hook runs, unsynced writes are lost.
+    pub fn kill_node(&mut self, i: usize) {
+        if let Some(mut p) = self.nodes[i].take() {
+            p.kill();
+        }
+    }
+
+    /// The node's `/status`, or None when it does not answer.
+    pub async fn status(&self, i: usize) -> Option<Value> {
+        let url = format!("http://127.0.0.1:{}/status", self.node_ports[i].1);
+        let resp = http().get(url).timeout(Duration::from_secs(2)).send().await.ok()?;
+        resp.json().await.ok()
+    }
+
+    /// `group`'s state as node `i` sees it.
+    pub async fn group_status(&self, i: usize, group: u64) -> Option<Value> {
+        let status = self.status(i).await?;
+        status["groups"].as_array()?.iter().find(|g| g["group"] == group).cloned()
+    }
+
+    /// Index (not id) of the node leading `group`, once one is agreed on by a live node.
+    pub async fn leader_of(&self, group: u64) -> usize {
+        wait_for("a leader", Duration::from_secs(60), || async move {
+            for i in 0..self.nodes.len() {
+                if self.nodes[i].is_none() {
+                    continue;
+                }
+                if let Some(g) = self.group_status(i, group).await {
+                    if g["state"] == "Leader" {
+                        return Some(i);
+                    }
+                }
+            }
+            None
+        })
+        .await
+    }
+
+    /// Waits until every running replica of every group has applied the same log index.
+    pub async fn wait_converged(&self) {
+        wait_for("replicas to converge", Duration::from_secs(120), || async move {
+            for group in 0..=self.shards as u64 {
+                let mut applied = Vec::new();
+                for i in 0..self.nodes.len() {
+                    if self.nodes[i].is_none() {
+                        continue;
+                    }
+                    applied.push(self.group_status(i, group).await?["last_applied"].as_u64()?);
+                }
+                if applied.windows(2).any(|w| w[0] != w[1]) {
+                    return None;
+                }
+            }
+            Some(())
+        })
+        .await
+    }
+}
