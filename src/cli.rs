@@ -52,6 +52,8 @@ pub struct DevArgs {
     pub shards: u32,
 }
 
+const DEFAULT_SNAPSHOT_EVERY: u64 = 5000;
+
 #[derive(clap::Args)]
 pub struct NodeArgs {
     /// This node's id (≥ 1); must appear in --peers.
@@ -75,6 +77,9 @@ pub struct NodeArgs {
     /// Shared secret of internal traffic (node <-> node, router -> node).
     #[arg(long, env = "SEXTANT_CLUSTER_SECRET", hide_env_values = true)]
     pub cluster_secret: String,
+    /// A data shard snapshots its state and truncates its Raft log every this many entries.
+    #[arg(long, default_value_t = DEFAULT_SNAPSHOT_EVERY)]
+    pub snapshot_every: u64,
 }
 
 #[derive(clap::Args)]
@@ -158,6 +163,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             shards,
             replication_factor: 1,
             cluster_secret: cluster_secret.clone(),
+            snapshot_every: DEFAULT_SNAPSHOT_EVERY,
         },
         metrics,
     )
@@ -254,6 +260,7 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
             shards: args.shards,
             replication_factor: args.replication_factor,
             cluster_secret: args.cluster_secret,
+            snapshot_every: args.snapshot_every,
         },
         metrics,
     )

@@ -1,6 +1,7 @@
 //! A real three-node cluster with replication factor 3 and a router: kill -9 a follower and
 //! then the leader of a shard while clients ingest, restart them, and prove that every
-//! acknowledged span is readable exactly once.
+//! acknowledged span is readable exactly once. Shards snapshot every few entries, so the
+//! restarted follower has to catch up by installing a snapshot streamed from the leader.
 
 mod common;
 
@@ -67,7 +68,7 @@ async fn ingest_progress(ledger: &Arc<Mutex<Ledger>>, more: usize, what: &str) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn acknowledged_spans_survive_follower_and_leader_kills() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = Cluster::start(dir.path(), 3, 2).await;
+    let mut cluster = Cluster::start(dir.path(), 3, 2, &["--snapshot-every", "16"]).await;
     let key = cluster.creds["api_key"].as_str().unwrap().to_owned();
 
     let stop = Arc::new(AtomicBool::new(false));
@@ -81,10 +82,12 @@ async fn acknowledged_spans_survive_follower_and_leader_kills() {
     let leader = cluster.leader_of(1).await;
     let follower = (0..3).find(|&i| i != leader).unwrap();
     cluster.kill_node(follower);
-    ingest_progress(&ledger, 20, "ingest with a follower down").await;
+    ingest_progress(&ledger, 50, "ingest with a follower down").await;
     cluster.start_node(follower);
     ingest_progress(&ledger, 20, "ingest after the follower restarted").await;
     cluster.wait_converged().await;
+    let installed = cluster.metric(follower, "sextant_node_snapshots_installed_total").await.unwrap_or(0.0);
+    assert!(installed >= 1.0, "the restarted follower caught up without a snapshot: the test lost its point");
 
     // Now its leader: the survivors elect a new one and the router follows it.
     let leader = cluster.leader_of(1).await;
@@ -103,7 +106,9 @@ async fn acknowledged_spans_survive_follower_and_leader_kills() {
 
     let ledger = Arc::try_unwrap(ledger).ok().unwrap().into_inner().unwrap();
     eprintln!("acknowledged batches {}, failed batches {}", ledger.acked_batches, ledger.failed_batches);
-    let token = login(&cluster.url, cluster.creds["email"].as_str().unwrap(), cluster.creds["password"].as_str().unwrap()).await;
+    let token =
+        login(&cluster.url, cluster.creds["email"].as_str().unwrap(), cluster.creds["password"].as_str().unwrap())
+            .await;
     let expected: BTreeSet<String> = (0..SPANS_PER_TRACE).map(|s| format!("s{s}")).collect();
     let url = cluster.url.clone();
     let reads = futures::stream::iter(ledger.acked.iter().cloned())
@@ -117,7 +122,8 @@ async fn acknowledged_spans_survive_follower_and_leader_kills() {
     let mut checked = 0;
     while let Some((found, trace)) = reads.next().await {
         let found: Value = found.unwrap_or_else(|| panic!("acknowledged trace {trace} is missing"));
-        let ids: Vec<&str> = found["spans"].as_array().unwrap().iter().map(|s| s["span_id"].as_str().unwrap()).collect();
+        let ids: Vec<&str> =
+            found["spans"].as_array().unwrap().iter().map(|s| s["span_id"].as_str().unwrap()).collect();
         assert_eq!(ids.len(), SPANS_PER_TRACE, "trace {trace} has {} spans: duplicates or losses", ids.len());
         assert_eq!(ids.iter().map(|s| s.to_string()).collect::<BTreeSet<_>>(), expected, "trace {trace}");
         checked += 1;

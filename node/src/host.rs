@@ -19,7 +19,7 @@ use crate::metrics::NodeMetrics;
 use crate::network::{AddressBook, Network};
 use crate::service::{secret_check, RaftService, StorageService};
 use crate::shard::MemShard;
-use crate::state_machine::{GroupState, GroupStateMachine, SharedState};
+use crate::state_machine::{GroupState, GroupStateMachine, SharedState, SnapshotEvent};
 use crate::types::{GroupId, NodeId, Raft, META_GROUP};
 
 #[derive(Clone, Debug)]
@@ -33,6 +33,8 @@ pub struct NodeConfig {
     pub shards: u32,
     pub replication_factor: usize,
     pub cluster_secret: String,
+    /// A data group snapshots its state (and purges its log) every this many entries.
+    pub snapshot_every: u64,
 }
 
 /// The replicas of `group`: `replication_factor` distinct nodes, spread round-robin so that
@@ -73,7 +75,9 @@ impl RunningNode {
     }
 }
 
-fn raft_config(group: GroupId) -> anyhow::Result<Arc<Config>> {
+fn raft_config(group: GroupId, snapshot_every: u64) -> anyhow::Result<Arc<Config>> {
+    // Meta is small and changes rarely: snapshot it often so restarts replay little.
+    let snapshot_every = if group == META_GROUP { 1000 } else { snapshot_every.max(1) };
     let config = Config {
         cluster_name: format!("sextant-group-{group}"),
         heartbeat_interval: 250,
@@ -81,8 +85,9 @@ fn raft_config(group: GroupId) -> anyhow::Result<Arc<Config>> {
         election_timeout_max: 3000,
         // Bounded appends: each entry is a whole sub-batch.
         max_payload_entries: 64,
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(if group == META_GROUP { 1000 } else { 5000 }),
-        max_in_snapshot_log_to_keep: 100,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(snapshot_every),
+        // Keep a tail so a briefly lagging follower catches up from the log, not a snapshot.
+        max_in_snapshot_log_to_keep: snapshot_every / 10,
         ..Default::default()
     };
     Ok(Arc::new(config.validate()?))
@@ -213,11 +218,16 @@ async fn start_group<S: GroupState>(
     let sm = GroupStateMachine::open(
         &dir,
         state,
-        Arc::new(move || {
-            m.snapshots_built.inc();
+        Arc::new(move |event| {
+            let counter = match event {
+                SnapshotEvent::Built => &m.snapshots_built,
+                SnapshotEvent::Installed => &m.snapshots_installed,
+            };
+            counter.inc();
         }),
     )?;
     let state = sm.shared();
-    let raft = Raft::new(config.id, raft_config(group)?, network, log_db.group(group), sm).await?;
+    let raft =
+        Raft::new(config.id, raft_config(group, config.snapshot_every)?, network, log_db.group(group), sm).await?;
     Ok(Group { raft, state })
 }

@@ -18,6 +18,7 @@ pub struct NodeMetrics {
     pub duplicate_batches: Counter,
     pub commit_seconds: Histogram,
     pub snapshots_built: Counter,
+    pub snapshots_installed: Counter,
 }
 
 impl Default for NodeMetrics {
@@ -29,6 +30,7 @@ impl Default for NodeMetrics {
             duplicate_batches: Counter::default(),
             commit_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             snapshots_built: Counter::default(),
+            snapshots_installed: Counter::default(),
         }
     }
 }
@@ -46,5 +48,10 @@ impl NodeMetrics {
         r.register("duplicate_batches", "retried batches recognised and applied once", self.duplicate_batches.clone());
         r.register("raft_commit_seconds", "time from proposal to apply of client writes", self.commit_seconds.clone());
         r.register("snapshots_built", "state machine snapshots written", self.snapshots_built.clone());
+        r.register(
+            "snapshots_installed",
+            "snapshots received from a leader and installed",
+            self.snapshots_installed.clone(),
+        );
     }
 }

@@ -25,6 +25,15 @@ pub trait GroupState: Send + Sync + 'static {
     fn restore(&mut self, input: &mut dyn Read) -> io::Result<()>;
 }
 
+/// Reported to the host for metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotEvent {
+    /// This replica wrote a snapshot of its own state.
+    Built,
+    /// This replica replaced its state with a snapshot sent by the leader.
+    Installed,
+}
+
 type Membership = StoredMembership<NodeId, BasicNode>;
 type Meta = SnapshotMeta<NodeId, BasicNode>;
 
@@ -42,14 +51,18 @@ pub struct GroupStateMachine<S: GroupState> {
     dir: PathBuf,
     /// Serialises writers of `snapshot.bin` (builder task vs. snapshot install).
     snapshot_lock: Arc<tokio::sync::Mutex<Option<Meta>>>,
-    on_snapshot: Arc<dyn Fn() + Send + Sync>,
+    on_snapshot: Arc<dyn Fn(SnapshotEvent) + Send + Sync>,
 }
 
 const SNAPSHOT_FILE: &str = "snapshot.bin";
 
 impl<S: GroupState> GroupStateMachine<S> {
     /// Opens the state machine in `dir`, restoring the latest snapshot if there is one.
-    pub fn open(dir: &Path, mut state: S, on_snapshot: Arc<dyn Fn() + Send + Sync>) -> anyhow::Result<Self> {
+    pub fn open(
+        dir: &Path,
+        mut state: S,
+        on_snapshot: Arc<dyn Fn(SnapshotEvent) + Send + Sync>,
+    ) -> anyhow::Result<Self> {
         std::fs::create_dir_all(dir)?;
         let path = dir.join(SNAPSHOT_FILE);
         let (meta, last_applied, membership) = if path.exists() {
@@ -137,7 +150,7 @@ pub struct SnapshotBuilder {
     writer: Option<Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + Send + Sync>>,
     dir: PathBuf,
     lock: Arc<tokio::sync::Mutex<Option<Meta>>>,
-    on_snapshot: Arc<dyn Fn() + Send + Sync>,
+    on_snapshot: Arc<dyn Fn(SnapshotEvent) + Send + Sync>,
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
@@ -156,7 +169,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         .map_err(io_err)?
         .map_err(io_err)?;
         *current = Some(self.meta.clone());
-        (self.on_snapshot)();
+        (self.on_snapshot)(SnapshotEvent::Built);
         let file = tokio::fs::File::open(path).await.map_err(io_err)?;
         Ok(Snapshot { meta: self.meta.clone(), snapshot: Box::new(file) })
     }
@@ -248,6 +261,7 @@ impl<S: GroupState> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
         .map_err(io_err)?
         .map_err(io_err)?;
         *current = Some(meta.clone());
+        (self.on_snapshot)(SnapshotEvent::Installed);
         Ok(())
     }
 

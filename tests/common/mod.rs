@@ -176,6 +176,8 @@ pub struct Cluster {
     pub dir: PathBuf,
     pub secret: String,
     pub shards: u32,
+    /// Extra flags for every `sextant node`.
+    pub node_args: Vec<String>,
     pub node_ports: Vec<(u16, u16)>,
     pub nodes: Vec<Option<Proc>>,
     pub router: Proc,
@@ -184,7 +186,7 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    pub async fn start(dir: &Path, n: usize, shards: u32) -> Cluster {
+    pub async fn start(dir: &Path, n: usize, shards: u32, node_args: &[&str]) -> Cluster {
         let secret = "test-cluster-secret-0123456789abcdef".to_owned();
         let node_ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let router_port = free_port();
@@ -210,6 +212,7 @@ impl Cluster {
             dir: dir.to_owned(),
             secret,
             shards,
+            node_args: node_args.iter().map(|a| a.to_string()).collect(),
             node_ports,
             nodes: (0..n).map(|_| None).collect(),
             router,
@@ -249,24 +252,30 @@ impl Cluster {
             .join(",");
         let (grpc, http) = self.node_ports[i];
         let data = self.dir.join(format!("node{}", Self::node_id(i)));
+        let mut args: Vec<String> = [
+            "node",
+            "--id",
+            &Self::node_id(i).to_string(),
+            "--listen",
+            &format!("127.0.0.1:{grpc}"),
+            "--http-listen",
+            &format!("127.0.0.1:{http}"),
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--peers",
+            &peers,
+            "--shards",
+            &self.shards.to_string(),
+            "--replication-factor",
+            "3",
+        ]
+        .iter()
+        .map(|a| a.to_string())
+        .collect();
+        args.extend(self.node_args.iter().cloned());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
         let proc = Proc::spawn(
-            &[
-                "node",
-                "--id",
-                &Self::node_id(i).to_string(),
-                "--listen",
-                &format!("127.0.0.1:{grpc}"),
-                "--http-listen",
-                &format!("127.0.0.1:{http}"),
-                "--data-dir",
-                data.to_str().unwrap(),
-                "--peers",
-                &peers,
-                "--shards",
-                &self.shards.to_string(),
-                "--replication-factor",
-                "3",
-            ],
+            &args,
             &self.dir.join(format!("node{}.log", Self::node_id(i))),
             &[("SEXTANT_CLUSTER_SECRET", &self.secret)],
         );
@@ -285,6 +294,18 @@ impl Cluster {
         let url = format!("http://127.0.0.1:{}/status", self.node_ports[i].1);
         let resp = http().get(url).timeout(Duration::from_secs(2)).send().await.ok()?;
         resp.json().await.ok()
+    }
+
+    /// A counter or gauge from node `i`'s Prometheus metrics (summed over labels).
+    pub async fn metric(&self, i: usize, name: &str) -> Option<f64> {
+        let url = format!("http://127.0.0.1:{}/metrics", self.node_ports[i].1);
+        let text = http().get(url).send().await.ok()?.text().await.ok()?;
+        let values: Vec<f64> = text
+            .lines()
+            .filter(|l| l.split([' ', '{']).next() == Some(name))
+            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+            .collect();
+        (!values.is_empty()).then(|| values.iter().sum())
     }
 
     /// `group`'s state as node `i` sees it.
