@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,8 +18,8 @@ use crate::meta::MetaState;
 use crate::metrics::NodeMetrics;
 use crate::network::{AddressBook, Network};
 use crate::service::{secret_check, RaftService, StorageService};
-use crate::shard::MemShard;
-use crate::state_machine::{GroupState, GroupStateMachine, SharedState, SnapshotEvent};
+use crate::shard::SegmentShard;
+use crate::state_machine::{GroupStateMachine, GroupStore, SharedState, SnapshotEvent, Whole};
 use crate::types::{GroupId, NodeId, Raft, META_GROUP};
 
 #[derive(Clone, Debug)]
@@ -52,8 +52,8 @@ pub struct Group<S> {
 
 pub struct NodeHost {
     pub config: NodeConfig,
-    pub meta: Option<Group<MetaState>>,
-    pub shards: BTreeMap<GroupId, Group<MemShard>>,
+    pub meta: Option<Group<Whole<MetaState>>>,
+    pub shards: BTreeMap<GroupId, Group<SegmentShard>>,
     pub metrics: Arc<NodeMetrics>,
     pub addresses: AddressBook,
     rafts: BTreeMap<GroupId, Raft>,
@@ -123,12 +123,14 @@ impl NodeHost {
             let dir = config.data_dir.join("groups").join(group.to_string());
             let network = Network::new(group, channels.clone(), addresses.clone());
             let raft = if group == META_GROUP {
-                let g = start_group(&config, group, dir, network, &log_db, &metrics, MetaState::default()).await?;
+                let state = Whole::open(&dir, MetaState::default())?;
+                let g = start_group(&config, group, &dir, network, &log_db, &metrics, state).await?;
                 let raft = g.raft.clone();
                 meta = Some(g);
                 raft
             } else {
-                let g = start_group(&config, group, dir, network, &log_db, &metrics, MemShard::default()).await?;
+                let state = SegmentShard::open(&dir)?;
+                let g = start_group(&config, group, &dir, network, &log_db, &metrics, state).await?;
                 let raft = g.raft.clone();
                 shards.insert(group, g);
                 raft
@@ -205,18 +207,18 @@ impl NodeHost {
     }
 }
 
-async fn start_group<S: GroupState>(
+async fn start_group<S: GroupStore>(
     config: &NodeConfig,
     group: GroupId,
-    dir: PathBuf,
+    dir: &Path,
     network: Network,
     log_db: &Arc<LogDb>,
     metrics: &Arc<NodeMetrics>,
     state: S,
 ) -> anyhow::Result<Group<S>> {
     let m = metrics.clone();
-    let sm = GroupStateMachine::open(
-        &dir,
+    let sm = GroupStateMachine::new(
+        dir,
         state,
         Arc::new(move |event| {
             let counter = match event {
@@ -225,7 +227,7 @@ async fn start_group<S: GroupState>(
             };
             counter.inc();
         }),
-    )?;
+    );
     let state = sm.shared();
     let raft =
         Raft::new(config.id, raft_config(group, config.snapshot_every)?, network, log_db.group(group), sm).await?;

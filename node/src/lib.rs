@@ -1,12 +1,15 @@
 //! A Sextant storage node: replicas of the meta group and of data shards, each an openraft
 //! group, sharing one durable log (with group commit) and one gRPC server.
 
+pub mod archive;
+pub mod durable;
 pub mod host;
 pub mod http;
 pub mod log_store;
 pub mod meta;
 pub mod metrics;
 pub mod network;
+pub mod segment;
 pub mod service;
 pub mod shard;
 pub mod state_machine;

@@ -17,7 +17,6 @@ use subtle::ConstantTimeEq;
 use tonic::{Request, Response, Status};
 
 use crate::host::{Group, NodeHost};
-use crate::shard::ShardStore;
 use crate::types::{Command, CommandResponse, GroupId, NodeId, Raft};
 
 /// Server-side interceptor: constant-time comparison of the cluster secret.
@@ -86,11 +85,11 @@ impl StorageService {
         Self { host }
     }
 
-    fn shard(&self, group: GroupId) -> Result<&Group<crate::shard::MemShard>, Status> {
+    fn shard(&self, group: GroupId) -> Result<&Group<crate::shard::SegmentShard>, Status> {
         self.host.shards.get(&group).ok_or_else(|| Status::not_found(format!("shard {group} is not hosted here")))
     }
 
-    fn meta(&self) -> Result<&Group<crate::meta::MetaState>, Status> {
+    fn meta(&self) -> Result<&Group<crate::state_machine::Whole<crate::meta::MetaState>>, Status> {
         self.host.meta.as_ref().ok_or_else(|| Status::not_found("the meta group is not hosted here"))
     }
 
@@ -175,7 +174,11 @@ impl Storage for StorageService {
         let req = req.into_inner();
         let shard = self.shard(req.group)?;
         self.read_barrier(&shard.raft).await?;
-        let spans = shard.state.read().unwrap().state.trace(&req.project_id, &req.trace_id);
+        let lookup = shard.state.read().unwrap().state.trace(&req.project_id, &req.trace_id);
+        let spans = tokio::task::spawn_blocking(move || lookup.run())
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(|e| Status::internal(format!("reading segments: {e}")))?;
         Ok(Response::new(GetTraceReply { spans }))
     }
 

@@ -1,219 +1,410 @@
-//! The first storage format of a data shard: applied batches kept in memory and written whole
-//! into snapshots. It sits behind [`ShardStore`], which the segment engine will implement.
+//! A data shard's store: applied batches go to an in-memory [`Buffer`]; a checkpoint (Raft
+//! snapshot) freezes the buffer, writes it as Parquet segments and then the manifest, after
+//! which openraft purges the log. Reads merge the buffer, frozen buffers and segments.
+//!
+//! Crash safety: segments are fsynced before the manifest names them, the manifest is replaced
+//! atomically, and the log is purged only after the checkpoint returns. A crash at any point
+//! restarts from the last manifest and re-applies the log after it; segment files the
+//! manifest does not name are deleted on open.
 
-use std::collections::{HashMap, HashSet, VecDeque};
-use std::io::{self, Read, Write};
-use std::sync::Arc;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
 
 use prost::Message;
 use sextant_proto::{ShardBatch, Span};
 
-use crate::state_machine::GroupState;
-use crate::types::{Command, CommandResponse};
+use crate::archive::FileEntry;
+use crate::durable::sync_dir;
+use crate::segment::file::{self as segment_file, file_name};
+use crate::segment::{Buffer, Dedup, Manifest, Row, Segment, Table};
+use crate::state_machine::{CheckpointJob, GroupStore};
+use crate::types::{Command, CommandResponse, SnapshotMeta};
 
-/// Queries a shard answers, whatever its storage format.
-pub trait ShardStore: GroupState {
-    /// All spans of one trace of one project.
-    fn trace(&self, project_id: &str, trace_id: &str) -> Vec<Span>;
-    fn row_count(&self) -> u64;
-}
+/// Flush when the buffer holds this much, whatever the Raft snapshot policy says.
+pub const FLUSH_BYTES: usize = 64 << 20;
+/// Flush when the oldest buffered row is this old, to bound replay after a restart.
+pub const FLUSH_AGE: Duration = Duration::from_secs(300);
 
-/// How many aborted batch ids a shard remembers, so a late retry of one is refused.
-const ABORTED_MEMORY: usize = 100_000;
-
-struct Chunk {
-    batch_id: u128,
-    batch: ShardBatch,
-}
-
+/// What readers see besides the active buffer; changed atomically when a flush lands.
 #[derive(Default)]
-pub struct MemShard {
-    /// Applied batches in apply order. Shared with snapshot writers.
-    chunks: Vec<Arc<Chunk>>,
-    /// batch id -> position in `chunks` (None once aborted).
-    by_batch: HashMap<u128, usize>,
-    aborted: HashSet<u128>,
-    aborted_order: VecDeque<u128>,
-    /// (project, trace id) -> (chunk, span index).
-    traces: HashMap<(String, String), Vec<(u32, u32)>>,
-    rows: u64,
+struct Published {
+    frozen: Vec<Arc<Buffer>>,
+    segments: Vec<Arc<Segment>>,
 }
 
-impl MemShard {
-    fn push(&mut self, chunk: Chunk) -> u64 {
-        let pos = self.chunks.len();
-        for (i, s) in chunk.batch.spans.iter().enumerate() {
-            self.traces
-                .entry((chunk.batch.project_id.clone(), s.trace_id.clone()))
-                .or_default()
-                .push((pos as u32, i as u32));
+/// The manifest as on disk, plus its file entry; writers of the manifest lock it.
+struct Persisted {
+    manifest: Manifest,
+    entry: Option<FileEntry>,
+}
+
+pub struct SegmentShard {
+    dir: PathBuf,
+    active: Buffer,
+    dedup: Dedup,
+    tombstones: BTreeSet<u128>,
+    published: Arc<RwLock<Published>>,
+    persisted: Arc<Mutex<Persisted>>,
+}
+
+fn open_segments(dir: &Path, manifest: &Manifest) -> io::Result<Vec<Arc<Segment>>> {
+    manifest.segments.iter().map(|m| Segment::open(dir, m.clone()).map(Arc::new)).collect()
+}
+
+/// Deletes files a crash left behind: segments the manifest does not name, temporaries.
+fn remove_strays(dir: &Path, manifest: &Manifest) -> io::Result<()> {
+    let keep: HashSet<&str> = manifest.segments.iter().map(|s| s.file.name.as_str()).collect();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        let stray_segment = name.starts_with("seg-") && !keep.contains(name.as_str());
+        if stray_segment || (name.starts_with('.') && name.ends_with(".tmp")) {
+            std::fs::remove_file(dir.join(&name))?;
         }
-        let rows = (chunk.batch.spans.len() + chunk.batch.logs.len() + chunk.batch.host_metrics.len()) as u64;
-        self.rows += rows;
-        self.by_batch.insert(chunk.batch_id, pos);
-        self.chunks.push(Arc::new(chunk));
-        rows
+    }
+    Ok(())
+}
+
+impl SegmentShard {
+    pub fn open(dir: &Path) -> io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let (manifest, entry) = match Manifest::load(dir)? {
+            Some((m, e)) => (m, Some(e)),
+            None => (Manifest::default(), None),
+        };
+        remove_strays(dir, &manifest)?;
+        let segments = open_segments(dir, &manifest)?;
+        Ok(Self {
+            dir: dir.to_owned(),
+            active: Buffer::default(),
+            dedup: manifest.dedup.clone(),
+            tombstones: manifest.tombstones.clone(),
+            published: Arc::new(RwLock::new(Published { frozen: Vec::new(), segments })),
+            persisted: Arc::new(Mutex::new(Persisted { manifest, entry })),
+        })
     }
 
-    fn remember_abort(&mut self, batch_id: u128) {
-        if self.aborted.insert(batch_id) {
-            self.aborted_order.push_back(batch_id);
-            if self.aborted_order.len() > ABORTED_MEMORY {
-                if let Some(old) = self.aborted_order.pop_front() {
-                    self.aborted.remove(&old);
+    /// True when the buffer should be flushed now (by size or age).
+    pub fn wants_flush(&self) -> bool {
+        !self.active.is_empty() && (self.active.bytes >= FLUSH_BYTES || self.active.since.elapsed() >= FLUSH_AGE)
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.published.read().unwrap().segments.len()
+    }
+
+    /// Starts a trace lookup: the in-memory part is done now (under the caller's lock), the
+    /// segment part by [`TraceLookup::run`] without any lock held.
+    pub fn trace(&self, project: &str, trace_id: &str) -> TraceLookup {
+        let tombstones = self.tombstones.clone();
+        let hidden = |b: u128| tombstones.contains(&b);
+        let mut rows = self.active.trace(project, trace_id, &hidden);
+        let published = self.published.read().unwrap();
+        for frozen in &published.frozen {
+            rows.extend(frozen.trace(project, trace_id, &hidden));
+        }
+        TraceLookup {
+            project: project.to_owned(),
+            trace_id: trace_id.to_owned(),
+            buffered: rows,
+            segments: published.segments.iter().filter(|s| s.meta.table == Table::Spans).cloned().collect(),
+            tombstones,
+        }
+    }
+
+    fn ingest(&mut self, batch_id: u128, payload: &[u8]) -> CommandResponse {
+        if self.dedup.is_aborted(batch_id) {
+            return CommandResponse::Refused;
+        }
+        if self.dedup.is_applied(batch_id) {
+            return CommandResponse::Ingested { duplicate: true, rows: 0 };
+        }
+        match ShardBatch::decode(payload) {
+            Ok(batch) => {
+                self.dedup.record_applied(batch_id);
+                CommandResponse::Ingested { duplicate: false, rows: self.active.push(batch_id, batch, payload.len()) }
+            }
+            Err(e) => CommandResponse::Rejected(format!("undecodable batch: {e}")),
+        }
+    }
+
+    fn abort(&mut self, batch_id: u128) -> CommandResponse {
+        self.dedup.record_aborted(batch_id);
+        if self.active.contains(batch_id) {
+            self.active.aborted.insert(batch_id);
+        } else if self.dedup.is_applied(batch_id) {
+            // Already frozen or flushed: hide its rows wherever they are.
+            self.tombstones.insert(batch_id);
+        }
+        CommandResponse::Aborted
+    }
+}
+
+/// The part of a trace lookup that reads segments.
+pub struct TraceLookup {
+    project: String,
+    trace_id: String,
+    buffered: Vec<Row>,
+    segments: Vec<Arc<Segment>>,
+    tombstones: BTreeSet<u128>,
+}
+
+impl TraceLookup {
+    /// The trace's spans ordered by start time; a span stored twice (a client retrying a
+    /// batch) is returned once.
+    pub fn run(self) -> io::Result<Vec<Span>> {
+        let mut rows = self.buffered;
+        for segment in &self.segments {
+            for (row, ordinal) in segment.trace(&self.project, &self.trace_id)? {
+                let batch = segment.batches.get(ordinal as usize).copied();
+                if !batch.is_some_and(|b| self.tombstones.contains(&b)) {
+                    rows.push(row);
                 }
             }
         }
-    }
-
-    /// Removes an applied batch; rebuilding the trace index is fine for this rare path.
-    fn remove(&mut self, batch_id: u128) {
-        let Some(pos) = self.by_batch.remove(&batch_id) else {
-            return;
-        };
-        let chunk = self.chunks.remove(pos);
-        self.rows -= (chunk.batch.spans.len() + chunk.batch.logs.len() + chunk.batch.host_metrics.len()) as u64;
-        let chunks = std::mem::take(&mut self.chunks);
-        let (aborted, order) = (std::mem::take(&mut self.aborted), std::mem::take(&mut self.aborted_order));
-        *self = MemShard { aborted, aborted_order: order, ..Default::default() };
-        for c in chunks {
-            self.push(Arc::try_unwrap(c).unwrap_or_else(|c| Chunk { batch_id: c.batch_id, batch: c.batch.clone() }));
-        }
+        let mut seen = HashSet::new();
+        let mut spans: Vec<Span> = rows
+            .into_iter()
+            .filter_map(|r| match r {
+                Row::Span(s) => Some(s),
+                _ => None,
+            })
+            .filter(|s| seen.insert(s.span_id.clone()))
+            .collect();
+        spans.sort_by(|a, b| (a.start_unix_nanos, &a.span_id).cmp(&(b.start_unix_nanos, &b.span_id)));
+        Ok(spans)
     }
 }
 
-impl GroupState for MemShard {
+/// Writes a frozen buffer as segments and a new manifest; then publishes both.
+fn flush(
+    dir: &Path,
+    frozen: &Arc<Buffer>,
+    meta: SnapshotMeta,
+    dedup: Dedup,
+    tombstones: BTreeSet<u128>,
+    published: &RwLock<Published>,
+    persisted: &Mutex<Persisted>,
+) -> io::Result<()> {
+    let mut p = persisted.lock().unwrap();
+    let mut manifest = p.manifest.clone();
+    let mut written = Vec::new();
+    for (table, hour, rows, batches) in frozen.partitions() {
+        let id = manifest.next_segment;
+        manifest.next_segment += 1;
+        written.push(segment_file::write(dir, id, table, hour, &rows, &batches)?);
+    }
+    if !written.is_empty() {
+        sync_dir(dir)?;
+    }
+    let mut opened = Vec::with_capacity(written.len());
+    for meta in &written {
+        opened.push(Arc::new(Segment::open(dir, meta.clone())?));
+    }
+    manifest.segments.extend(written);
+    manifest.checkpoint = Some(meta);
+    manifest.dedup = dedup;
+    manifest.tombstones = tombstones;
+    let entry = manifest.store(dir)?;
+    let mut pubd = published.write().unwrap();
+    pubd.frozen.retain(|b| !Arc::ptr_eq(b, frozen));
+    pubd.segments.extend(opened);
+    drop(pubd);
+    *p = Persisted { manifest, entry: Some(entry) };
+    Ok(())
+}
+
+impl GroupStore for SegmentShard {
     fn apply(&mut self, _index: u64, command: Command) -> CommandResponse {
         match command {
-            Command::Ingest { batch_id, payload } => {
-                if self.aborted.contains(&batch_id) {
-                    return CommandResponse::Refused;
-                }
-                if self.by_batch.contains_key(&batch_id) {
-                    return CommandResponse::Ingested { duplicate: true, rows: 0 };
-                }
-                match ShardBatch::decode(payload.as_slice()) {
-                    Ok(batch) => {
-                        CommandResponse::Ingested { duplicate: false, rows: self.push(Chunk { batch_id, batch }) }
-                    }
-                    Err(e) => CommandResponse::Rejected(format!("undecodable batch: {e}")),
-                }
-            }
-            Command::Abort { batch_id } => {
-                self.remember_abort(batch_id);
-                self.remove(batch_id);
-                CommandResponse::Aborted
-            }
+            Command::Ingest { batch_id, payload } => self.ingest(batch_id, &payload),
+            Command::Abort { batch_id } => self.abort(batch_id),
             Command::Meta(_) => CommandResponse::Rejected("meta command sent to a data shard".into()),
         }
     }
 
-    fn snapshot_writer(&self) -> Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + Send + Sync> {
-        let chunks = self.chunks.clone();
-        let aborted: Vec<u128> = self.aborted_order.iter().copied().collect();
-        Box::new(move |w: &mut dyn Write| {
-            w.write_all(&(aborted.len() as u64).to_le_bytes())?;
-            for id in aborted {
-                w.write_all(&id.to_le_bytes())?;
-            }
-            w.write_all(&(chunks.len() as u64).to_le_bytes())?;
-            let mut buf = Vec::new();
-            for c in chunks {
-                buf.clear();
-                c.batch.encode(&mut buf).map_err(io::Error::other)?;
-                w.write_all(&c.batch_id.to_le_bytes())?;
-                w.write_all(&(buf.len() as u64).to_le_bytes())?;
-                w.write_all(&buf)?;
-            }
-            Ok(())
-        })
+    fn begin_checkpoint(&mut self, meta: SnapshotMeta) -> CheckpointJob {
+        let frozen = Arc::new(std::mem::take(&mut self.active));
+        self.published.write().unwrap().frozen.push(frozen.clone());
+        let (dir, dedup, tombstones) = (self.dir.clone(), self.dedup.clone(), self.tombstones.clone());
+        let (published, persisted) = (self.published.clone(), self.persisted.clone());
+        Box::new(move || flush(&dir, &frozen, meta, dedup, tombstones, &published, &persisted))
     }
 
-    fn restore(&mut self, input: &mut dyn Read) -> io::Result<()> {
-        fn u64_of(r: &mut dyn Read) -> io::Result<u64> {
-            let mut b = [0u8; 8];
-            r.read_exact(&mut b)?;
-            Ok(u64::from_le_bytes(b))
+    fn checkpoint(&self) -> Option<(SnapshotMeta, Vec<FileEntry>)> {
+        let p = self.persisted.lock().unwrap();
+        let meta = p.manifest.checkpoint.clone()?;
+        Some((meta, p.manifest.files(p.entry.clone()?)))
+    }
+
+    fn install(&mut self, meta: &SnapshotMeta, staging: &Path, files: &[FileEntry]) -> io::Result<()> {
+        let Some(first) = files.first().filter(|f| f.name == crate::segment::manifest::MANIFEST) else {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot does not start with a manifest"));
+        };
+        let mut manifest = Manifest::decode(&std::fs::read(staging.join(&first.name))?)?;
+        let named: HashSet<&str> = files.iter().map(|f| f.name.as_str()).collect();
+        if manifest.segments.iter().any(|s| !named.contains(s.file.name.as_str())) {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot lacks a segment its manifest names"));
         }
-        fn u128_of(r: &mut dyn Read) -> io::Result<u128> {
-            let mut b = [0u8; 16];
-            r.read_exact(&mut b)?;
-            Ok(u128::from_le_bytes(b))
+        let mut p = self.persisted.lock().unwrap();
+        // Segment ids are unique per shard history, but a replica's own unflushed ids may
+        // collide with the leader's: move received segments to fresh names first.
+        let mut next = manifest.next_segment.max(p.manifest.next_segment);
+        let mut renamed = HashMap::new();
+        for seg in &mut manifest.segments {
+            let fresh = file_name(next);
+            next += 1;
+            std::fs::rename(staging.join(&seg.file.name), self.dir.join(&fresh))?;
+            renamed.insert(seg.file.name.clone(), fresh.clone());
+            seg.id = next - 1;
+            seg.file.name = fresh;
         }
-        let mut fresh = MemShard::default();
-        for _ in 0..u64_of(input)? {
-            fresh.remember_abort(u128_of(input)?);
-        }
-        let mut buf = Vec::new();
-        for _ in 0..u64_of(input)? {
-            let batch_id = u128_of(input)?;
-            let len = u64_of(input)? as usize;
-            buf.resize(len, 0);
-            input.read_exact(&mut buf)?;
-            let batch = ShardBatch::decode(buf.as_slice()).map_err(io::Error::other)?;
-            fresh.push(Chunk { batch_id, batch });
-        }
-        *self = fresh;
+        sync_dir(&self.dir)?;
+        manifest.next_segment = next;
+        manifest.checkpoint = Some(meta.clone());
+        let entry = manifest.store(&self.dir)?;
+        remove_strays(&self.dir, &manifest)?;
+        let segments = open_segments(&self.dir, &manifest)?;
+        self.active = Buffer::default();
+        self.dedup = manifest.dedup.clone();
+        self.tombstones = manifest.tombstones.clone();
+        *self.published.write().unwrap() = Published { frozen: Vec::new(), segments };
+        *p = Persisted { manifest, entry: Some(entry) };
         Ok(())
-    }
-}
-
-impl ShardStore for MemShard {
-    fn trace(&self, project_id: &str, trace_id: &str) -> Vec<Span> {
-        self.traces
-            .get(&(project_id.to_owned(), trace_id.to_owned()))
-            .map(|locs| locs.iter().map(|&(c, i)| self.chunks[c as usize].batch.spans[i as usize].clone()).collect())
-            .unwrap_or_default()
-    }
-
-    fn row_count(&self) -> u64 {
-        self.rows
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sextant_proto::LogRecord;
 
-    fn batch(project: &str, trace: &str, n: usize) -> Vec<u8> {
-        let spans =
-            (0..n).map(|i| Span { trace_id: trace.into(), span_id: format!("s{i}"), ..Default::default() }).collect();
+    fn span(trace: &str, id: &str, start: i64) -> Span {
+        Span {
+            trace_id: trace.into(),
+            span_id: id.into(),
+            service_name: "api".into(),
+            operation: "GET /".into(),
+            start_unix_nanos: start,
+            duration_nanos: 1000,
+            ..Default::default()
+        }
+    }
+
+    fn batch(project: &str, spans: Vec<Span>) -> Vec<u8> {
         ShardBatch { project_id: project.into(), spans, ..Default::default() }.encode_to_vec()
     }
 
-    #[test]
-    fn retried_batch_is_applied_once_and_abort_wins_over_late_arrival() {
-        let mut s = MemShard::default();
-        let r = s.apply(1, Command::Ingest { batch_id: 7, payload: batch("p", "t", 3) });
-        assert_eq!(r, CommandResponse::Ingested { duplicate: false, rows: 3 });
-        let r = s.apply(2, Command::Ingest { batch_id: 7, payload: batch("p", "t", 3) });
-        assert_eq!(r, CommandResponse::Ingested { duplicate: true, rows: 0 });
-        assert_eq!(s.trace("p", "t").len(), 3);
-        assert!(s.trace("other-project", "t").is_empty());
+    fn ingest(s: &mut SegmentShard, index: u64, batch_id: u128, payload: Vec<u8>) -> CommandResponse {
+        s.apply(index, Command::Ingest { batch_id, payload })
+    }
 
-        s.apply(3, Command::Abort { batch_id: 9 });
-        assert_eq!(s.apply(4, Command::Ingest { batch_id: 9, payload: batch("p", "u", 1) }), CommandResponse::Refused);
-        s.apply(5, Command::Abort { batch_id: 7 });
-        assert!(s.trace("p", "t").is_empty());
-        assert_eq!(s.row_count(), 0);
+    fn ids(s: &SegmentShard, project: &str, trace: &str) -> Vec<String> {
+        s.trace(project, trace).run().unwrap().into_iter().map(|s| s.span_id).collect()
+    }
+
+    fn checkpoint(s: &mut SegmentShard, index: u64) {
+        let meta = SnapshotMeta { snapshot_id: format!("c{index}"), ..Default::default() };
+        s.begin_checkpoint(meta)().unwrap();
+    }
+
+    const HOUR: i64 = 3_600_000_000_000;
+
+    #[test]
+    fn rows_survive_flush_and_reopen_and_retries_apply_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        let b1 = batch("p", vec![span("t1", "a", 10), span("t1", "b", 5), span("t2", "c", HOUR * 2)]);
+        assert_eq!(ingest(&mut s, 1, 1, b1.clone()), CommandResponse::Ingested { duplicate: false, rows: 3 });
+        assert_eq!(ingest(&mut s, 2, 1, b1), CommandResponse::Ingested { duplicate: true, rows: 0 });
+        assert_eq!(ids(&s, "p", "t1"), ["b", "a"]);
+        checkpoint(&mut s, 2);
+        // Two hour partitions: two segments.
+        assert_eq!(s.segment_count(), 2);
+        assert_eq!(ids(&s, "p", "t1"), ["b", "a"]);
+        assert!(ids(&s, "other", "t1").is_empty());
+
+        // A later batch adds to the same trace; the same span sent again is returned once.
+        ingest(&mut s, 3, 2, batch("p", vec![span("t1", "d", 20), span("t1", "a", 10)]));
+        assert_eq!(ids(&s, "p", "t1"), ["b", "a", "d"]);
+        checkpoint(&mut s, 3);
+        drop(s);
+
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        assert_eq!(ids(&s, "p", "t1"), ["b", "a", "d"]);
+        assert_eq!(ids(&s, "p", "t2"), ["c"]);
+        // The dedup memory is part of the checkpoint.
+        assert_eq!(ingest(&mut s, 4, 2, batch("p", vec![span("t1", "x", 1)])), CommandResponse::Ingested {
+            duplicate: true,
+            rows: 0
+        });
     }
 
     #[test]
-    fn snapshot_round_trip_keeps_rows_dedup_and_aborts() {
-        let mut s = MemShard::default();
-        s.apply(1, Command::Ingest { batch_id: 1, payload: batch("p", "t", 2) });
-        s.apply(2, Command::Ingest { batch_id: 2, payload: batch("p", "t2", 1) });
-        s.apply(3, Command::Abort { batch_id: 3 });
-        let mut bytes = Vec::new();
-        (s.snapshot_writer())(&mut bytes).unwrap();
-        let mut r = MemShard::default();
-        r.restore(&mut bytes.as_slice()).unwrap();
-        assert_eq!(r.trace("p", "t"), s.trace("p", "t"));
-        assert_eq!(r.row_count(), 3);
-        assert_eq!(
-            r.apply(4, Command::Ingest { batch_id: 2, payload: batch("p", "t2", 1) }),
-            CommandResponse::Ingested { duplicate: true, rows: 0 }
-        );
-        assert_eq!(r.apply(5, Command::Ingest { batch_id: 3, payload: batch("p", "t3", 1) }), CommandResponse::Refused);
+    fn aborts_hide_rows_in_buffer_and_in_segments_and_refuse_late_arrivals() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        ingest(&mut s, 1, 1, batch("p", vec![span("t", "flushed", 1)]));
+        checkpoint(&mut s, 1);
+        ingest(&mut s, 2, 2, batch("p", vec![span("t", "buffered", 2)]));
+        ingest(&mut s, 3, 3, batch("p", vec![span("t", "kept", 3)]));
+        s.apply(4, Command::Abort { batch_id: 1 });
+        s.apply(5, Command::Abort { batch_id: 2 });
+        assert_eq!(ids(&s, "p", "t"), ["kept"]);
+        s.apply(6, Command::Abort { batch_id: 9 });
+        assert_eq!(ingest(&mut s, 7, 9, batch("p", vec![span("t", "late", 4)])), CommandResponse::Refused);
+        checkpoint(&mut s, 7);
+        drop(s);
+        let s = SegmentShard::open(dir.path()).unwrap();
+        assert_eq!(ids(&s, "p", "t"), ["kept"]);
+    }
+
+    #[test]
+    fn crash_before_manifest_leaves_the_previous_state_and_no_strays() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        ingest(&mut s, 1, 1, batch("p", vec![span("t", "a", 1)]));
+        checkpoint(&mut s, 1);
+        // A flush that wrote its segment but died before the manifest.
+        let stray = dir.path().join(file_name(99));
+        std::fs::write(&stray, b"half a segment").unwrap();
+        std::fs::write(dir.path().join(".MANIFEST.tmp"), b"partial").unwrap();
+        drop(s);
+        let s = SegmentShard::open(dir.path()).unwrap();
+        assert!(!stray.exists());
+        assert_eq!(ids(&s, "p", "t"), ["a"]);
+    }
+
+    #[test]
+    fn checkpoint_installs_on_another_replica() {
+        let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut a = SegmentShard::open(a_dir.path()).unwrap();
+        let logs = ShardBatch {
+            project_id: "p".into(),
+            logs: vec![LogRecord { unix_nanos: 5, message: "hello".into(), ..Default::default() }],
+            ..Default::default()
+        };
+        ingest(&mut a, 1, 1, batch("p", vec![span("t", "a", 1), span("t", "b", 2)]));
+        ingest(&mut a, 2, 2, logs.encode_to_vec());
+        checkpoint(&mut a, 2);
+        let (meta, files) = a.checkpoint().unwrap();
+
+        let mut b = SegmentShard::open(b_dir.path()).unwrap();
+        ingest(&mut b, 1, 7, batch("p", vec![span("t", "stale", 1)]));
+        checkpoint(&mut b, 1);
+        let staging = b_dir.path().join("staging");
+        std::fs::create_dir_all(&staging).unwrap();
+        for f in &files {
+            std::fs::copy(a_dir.path().join(&f.name), staging.join(&f.name)).unwrap();
+        }
+        b.install(&meta, &staging, &files).unwrap();
+        assert_eq!(ids(&b, "p", "t"), ["a", "b"]);
+        assert_eq!(b.segment_count(), 2);
+        drop(b);
+        let b = SegmentShard::open(b_dir.path()).unwrap();
+        assert_eq!(ids(&b, "p", "t"), ["a", "b"]);
+        assert_eq!(b.checkpoint().unwrap().0.snapshot_id, meta.snapshot_id);
     }
 }

@@ -1,21 +1,41 @@
-//! The openraft state machine of a group, generic over what the group stores ([`GroupState`]).
+//! The openraft state machine of a group, generic over how the group keeps its state
+//! ([`GroupStore`]).
 //!
-//! State lives in memory and is persisted by snapshots: a snapshot file holds the snapshot
-//! meta, the state and an xxh3 checksum. After a restart the latest snapshot is loaded and
-//! openraft re-applies the log entries that follow it.
+//! A Raft snapshot *is* a checkpoint of the store: building one makes everything applied so
+//! far durable (for a data shard: flushes its buffer into segments and rewrites its manifest),
+//! after which openraft purges the log up to that point. Sending a snapshot streams the
+//! checkpoint's files ([`crate::archive`]); installing one checks and swaps them in.
 
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 
-use openraft::storage::{RaftStateMachine, Snapshot, SnapshotMeta};
-use openraft::{BasicNode, EntryPayload, OptionalSend, RaftSnapshotBuilder, StoredMembership};
-use xxhash_rust::xxh3::Xxh3;
+use openraft::storage::{RaftStateMachine, Snapshot};
+use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, StoredMembership};
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::xxh3_64;
 
-use crate::types::{io_err, Command, CommandResponse, Entry, LogId, NodeId, StorageError, TypeConfig};
+use crate::archive::{self, FileEntry, SnapshotStream};
+use crate::durable::write_file_atomic;
+use crate::types::{io_err, Command, CommandResponse, Entry, LogId, Membership, SnapshotMeta, StorageError, TypeConfig};
 
-/// What a Raft group stores. Implemented by the meta state and by the shard store; the storage
-/// engine can replace the shard store without touching Raft plumbing.
+/// The slow half of a checkpoint, run off the apply path.
+pub type CheckpointJob = Box<dyn FnOnce() -> io::Result<()> + Send + Sync>;
+
+/// How a group keeps its applied state and makes it durable.
+pub trait GroupStore: Send + Sync + 'static {
+    /// Applies one committed command. Must be deterministic: every replica gets the same result.
+    fn apply(&mut self, index: u64, command: Command) -> CommandResponse;
+    /// Called under the apply lock: sets aside everything applied so far (cheaply) and returns
+    /// the slow part, run off the apply path, that makes it durable together with `meta`.
+    fn begin_checkpoint(&mut self, meta: SnapshotMeta) -> CheckpointJob;
+    /// The latest durable checkpoint: its meta and files (in the group directory).
+    fn checkpoint(&self) -> Option<(SnapshotMeta, Vec<FileEntry>)>;
+    /// Replaces the whole state with the checked files of a received checkpoint in `staging`.
+    fn install(&mut self, meta: &SnapshotMeta, staging: &Path, files: &[FileEntry]) -> io::Result<()>;
+}
+
+/// State that lives in memory and is written out whole (the meta group).
 pub trait GroupState: Send + Sync + 'static {
     /// Applies one committed command. Must be deterministic: every replica gets the same result.
     fn apply(&mut self, index: u64, command: Command) -> CommandResponse;
@@ -24,18 +44,6 @@ pub trait GroupState: Send + Sync + 'static {
     /// Replaces the whole state with one read from a snapshot.
     fn restore(&mut self, input: &mut dyn Read) -> io::Result<()>;
 }
-
-/// Reported to the host for metrics.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SnapshotEvent {
-    /// This replica wrote a snapshot of its own state.
-    Built,
-    /// This replica replaced its state with a snapshot sent by the leader.
-    Installed,
-}
-
-type Membership = StoredMembership<NodeId, BasicNode>;
-type Meta = SnapshotMeta<NodeId, BasicNode>;
 
 pub struct Applied<S> {
     pub last_applied: Option<LogId>,
@@ -46,38 +54,37 @@ pub struct Applied<S> {
 /// Shared between the Raft core (which applies) and readers (which query).
 pub type SharedState<S> = Arc<RwLock<Applied<S>>>;
 
-pub struct GroupStateMachine<S: GroupState> {
+/// Reported to the host for metrics.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SnapshotEvent {
+    /// This replica checkpointed its own state.
+    Built,
+    /// This replica replaced its state with a snapshot sent by the leader.
+    Installed,
+}
+
+pub struct GroupStateMachine<S: GroupStore> {
     shared: SharedState<S>,
     dir: PathBuf,
-    /// Serialises writers of `snapshot.bin` (builder task vs. snapshot install).
-    snapshot_lock: Arc<tokio::sync::Mutex<Option<Meta>>>,
+    /// Serialises checkpoints and installs.
+    checkpoint_lock: Arc<tokio::sync::Mutex<()>>,
     on_snapshot: Arc<dyn Fn(SnapshotEvent) + Send + Sync>,
 }
 
-const SNAPSHOT_FILE: &str = "snapshot.bin";
-
-impl<S: GroupState> GroupStateMachine<S> {
-    /// Opens the state machine in `dir`, restoring the latest snapshot if there is one.
-    pub fn open(
-        dir: &Path,
-        mut state: S,
-        on_snapshot: Arc<dyn Fn(SnapshotEvent) + Send + Sync>,
-    ) -> anyhow::Result<Self> {
-        std::fs::create_dir_all(dir)?;
-        let path = dir.join(SNAPSHOT_FILE);
-        let (meta, last_applied, membership) = if path.exists() {
-            let mut file = std::fs::File::open(&path)?;
-            let meta = read_snapshot(&mut file, &mut state)?;
-            (Some(meta.clone()), meta.last_log_id, meta.last_membership)
-        } else {
-            (None, None, Membership::default())
+impl<S: GroupStore> GroupStateMachine<S> {
+    /// Wraps a store opened on `dir`; the Raft position is that of its latest checkpoint, and
+    /// openraft re-applies the log entries that follow it.
+    pub fn new(dir: &Path, state: S, on_snapshot: Arc<dyn Fn(SnapshotEvent) + Send + Sync>) -> Self {
+        let (last_applied, membership) = match state.checkpoint() {
+            Some((meta, _)) => (meta.last_log_id, meta.last_membership),
+            None => (None, Membership::default()),
         };
-        Ok(Self {
+        Self {
             shared: Arc::new(RwLock::new(Applied { last_applied, membership, state })),
             dir: dir.to_owned(),
-            snapshot_lock: Arc::new(tokio::sync::Mutex::new(meta)),
+            checkpoint_lock: Arc::new(tokio::sync::Mutex::new(())),
             on_snapshot,
-        })
+        }
     }
 
     pub fn shared(&self) -> SharedState<S> {
@@ -85,98 +92,34 @@ impl<S: GroupState> GroupStateMachine<S> {
     }
 }
 
-/// File layout: `[u32 meta length][bincode meta][state ...][u64 xxh3 of all previous bytes]`.
-fn write_snapshot(
-    out: &mut dyn Write,
-    meta: &Meta,
-    state: Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + Send + Sync>,
-) -> io::Result<()> {
-    let mut w = HashingWriter { inner: out, hash: Xxh3::new() };
-    let meta_bytes = bincode::serialize(meta).map_err(io::Error::other)?;
-    w.write_all(&(meta_bytes.len() as u32).to_le_bytes())?;
-    w.write_all(&meta_bytes)?;
-    state(&mut w)?;
-    let digest = w.hash.digest();
-    w.inner.write_all(&digest.to_le_bytes())
+fn snapshot_of<S: GroupStore>(shared: &SharedState<S>, dir: &Path) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+    let Some((meta, files)) = shared.read().unwrap().state.checkpoint() else {
+        return Ok(None);
+    };
+    let stream = SnapshotStream::pack(&meta, dir, &files).map_err(io_err)?;
+    Ok(Some(Snapshot { meta, snapshot: Box::new(stream) }))
 }
 
-/// Verifies the checksum, then restores `state`; returns the snapshot meta.
-fn read_snapshot<S: GroupState>(file: &mut std::fs::File, state: &mut S) -> io::Result<Meta> {
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)?;
-    if bytes.len() < 12 {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot file is truncated"));
-    }
-    let (body, digest) = bytes.split_at(bytes.len() - 8);
-    if xxhash_rust::xxh3::xxh3_64(body).to_le_bytes() != digest {
-        return Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot checksum mismatch"));
-    }
-    let meta_len = u32::from_le_bytes(body[..4].try_into().unwrap()) as usize;
-    let meta: Meta = bincode::deserialize(&body[4..4 + meta_len]).map_err(io::Error::other)?;
-    state.restore(&mut &body[4 + meta_len..])?;
-    Ok(meta)
-}
-
-struct HashingWriter<'a> {
-    inner: &'a mut dyn Write,
-    hash: Xxh3,
-}
-
-impl Write for HashingWriter<'_> {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        let n = self.inner.write(buf)?;
-        self.hash.update(&buf[..n]);
-        Ok(n)
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        self.inner.flush()
-    }
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    std::fs::File::open(dir)?.sync_all()
-}
-
-/// Moves a complete snapshot file into place atomically (rename + directory fsync).
-fn publish(dir: &Path, tmp: &Path) -> io::Result<PathBuf> {
-    let path = dir.join(SNAPSHOT_FILE);
-    std::fs::rename(tmp, &path)?;
-    sync_dir(dir)?;
-    Ok(path)
-}
-
-pub struct SnapshotBuilder {
-    meta: Meta,
-    writer: Option<Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + Send + Sync>>,
+pub struct SnapshotBuilder<S: GroupStore> {
+    job: Option<CheckpointJob>,
+    shared: SharedState<S>,
     dir: PathBuf,
-    lock: Arc<tokio::sync::Mutex<Option<Meta>>>,
+    lock: Arc<tokio::sync::Mutex<()>>,
     on_snapshot: Arc<dyn Fn(SnapshotEvent) + Send + Sync>,
 }
 
-impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
+impl<S: GroupStore> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<S> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        let writer = self.writer.take().ok_or_else(|| io_err("snapshot builder used twice"))?;
-        let mut current = self.lock.lock().await;
-        let (dir, meta) = (self.dir.clone(), self.meta.clone());
-        let path = tokio::task::spawn_blocking(move || -> io::Result<PathBuf> {
-            let tmp = dir.join(format!("snapshot.build-{}", meta.snapshot_id));
-            let mut file = io::BufWriter::new(std::fs::File::create(&tmp)?);
-            write_snapshot(&mut file, &meta, writer)?;
-            file.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-            publish(&dir, &tmp)
-        })
-        .await
-        .map_err(io_err)?
-        .map_err(io_err)?;
-        *current = Some(self.meta.clone());
+        let job = self.job.take().ok_or_else(|| io_err("snapshot builder used twice"))?;
+        let _guard = self.lock.lock().await;
+        tokio::task::spawn_blocking(job).await.map_err(io_err)?.map_err(io_err)?;
         (self.on_snapshot)(SnapshotEvent::Built);
-        let file = tokio::fs::File::open(path).await.map_err(io_err)?;
-        Ok(Snapshot { meta: self.meta.clone(), snapshot: Box::new(file) })
+        snapshot_of(&self.shared, &self.dir)?.ok_or_else(|| io_err("checkpoint vanished after it was written"))
     }
 }
 
-impl<S: GroupState> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
-    type SnapshotBuilder = SnapshotBuilder;
+impl<S: GroupStore> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
+    type SnapshotBuilder = SnapshotBuilder<S>;
 
     async fn applied_state(&mut self) -> Result<(Option<LogId>, Membership), StorageError> {
         let a = self.shared.read().unwrap();
@@ -204,10 +147,10 @@ impl<S: GroupState> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
         Ok(out)
     }
 
-    async fn get_snapshot_builder(&mut self) -> SnapshotBuilder {
-        let a = self.shared.read().unwrap();
+    async fn get_snapshot_builder(&mut self) -> SnapshotBuilder<S> {
+        let mut a = self.shared.write().unwrap();
         let last = a.last_applied;
-        let meta = Meta {
+        let meta = SnapshotMeta {
             last_log_id: last,
             last_membership: a.membership.clone(),
             snapshot_id: format!(
@@ -217,62 +160,205 @@ impl<S: GroupState> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
                 rand::random::<u32>()
             ),
         };
+        let job = a.state.begin_checkpoint(meta);
         SnapshotBuilder {
-            meta,
-            writer: Some(a.state.snapshot_writer()),
+            job: Some(job),
+            shared: self.shared.clone(),
             dir: self.dir.clone(),
-            lock: self.snapshot_lock.clone(),
+            lock: self.checkpoint_lock.clone(),
             on_snapshot: self.on_snapshot.clone(),
         }
     }
 
-    async fn begin_receiving_snapshot(&mut self) -> Result<Box<tokio::fs::File>, StorageError> {
-        let path = self.dir.join("snapshot.receiving");
+    async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotStream>, StorageError> {
         let file = tokio::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
             .truncate(true)
-            .open(path)
+            .open(self.dir.join("snapshot.receiving"))
             .await
             .map_err(io_err)?;
-        Ok(Box::new(file))
+        Ok(Box::new(SnapshotStream::Incoming(file)))
     }
 
-    async fn install_snapshot(&mut self, meta: &Meta, snapshot: Box<tokio::fs::File>) -> Result<(), StorageError> {
-        let mut current = self.snapshot_lock.lock().await;
-        let mut file = snapshot.into_std().await;
-        file.sync_all().map_err(io_err)?;
-        file.seek(SeekFrom::Start(0)).map_err(io_err)?;
-        let shared = self.shared.clone();
-        let dir = self.dir.clone();
-        let meta2 = meta.clone();
+    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<SnapshotStream>) -> Result<(), StorageError> {
+        let SnapshotStream::Incoming(file) = *snapshot else {
+            return Err(io_err("asked to install an outgoing snapshot"));
+        };
+        let _guard = self.checkpoint_lock.lock().await;
+        let mut file = file.into_std().await;
+        let (shared, dir, meta) = (self.shared.clone(), self.dir.clone(), meta.clone());
         tokio::task::spawn_blocking(move || -> io::Result<()> {
-            let mut a = shared.write().unwrap();
-            let file_meta = read_snapshot(&mut file, &mut a.state)?;
-            if file_meta.last_log_id != meta2.last_log_id {
+            use std::io::Seek;
+            file.seek(io::SeekFrom::Start(0))?;
+            let staging = dir.join("snapshot.staging");
+            let (archived, files) = archive::unpack(&mut io::BufReader::new(file), &staging)?;
+            if archived.last_log_id != meta.last_log_id {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot meta mismatch"));
             }
-            a.last_applied = meta2.last_log_id;
-            a.membership = meta2.last_membership.clone();
-            publish(&dir, &dir.join("snapshot.receiving")).map(|_| ())
+            let mut a = shared.write().unwrap();
+            a.state.install(&meta, &staging, &files)?;
+            a.last_applied = meta.last_log_id;
+            a.membership = meta.last_membership.clone();
+            drop(a);
+            let _ = std::fs::remove_dir_all(&staging);
+            let _ = std::fs::remove_file(dir.join("snapshot.receiving"));
+            Ok(())
         })
         .await
         .map_err(io_err)?
         .map_err(io_err)?;
-        *current = Some(meta.clone());
         (self.on_snapshot)(SnapshotEvent::Installed);
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        let current = self.snapshot_lock.lock().await;
-        match current.as_ref() {
-            None => Ok(None),
-            Some(meta) => {
-                let file = tokio::fs::File::open(self.dir.join(SNAPSHOT_FILE)).await.map_err(io_err)?;
-                Ok(Some(Snapshot { meta: meta.clone(), snapshot: Box::new(file) }))
-            }
+        snapshot_of(&self.shared, &self.dir)
+    }
+}
+
+/// A [`GroupState`] kept whole in memory and checkpointed into one file,
+/// `[u32 meta length][bincode meta][state][u64 xxh3 of all previous bytes]`.
+pub struct Whole<S> {
+    state: S,
+    dir: PathBuf,
+    checkpoint: Arc<RwLock<Option<(SnapshotMeta, FileEntry)>>>,
+}
+
+const WHOLE_FILE: &str = "state.bin";
+
+#[derive(Serialize, Deserialize)]
+struct WholeHeader {
+    meta: SnapshotMeta,
+}
+
+impl<S: GroupState> Whole<S> {
+    /// Opens the state in `dir`, restoring its checkpoint if there is one.
+    pub fn open(dir: &Path, mut state: S) -> io::Result<Self> {
+        std::fs::create_dir_all(dir)?;
+        let path = dir.join(WHOLE_FILE);
+        let checkpoint = if path.exists() {
+            let bytes = std::fs::read(&path)?;
+            let meta = Self::decode(&bytes, &mut state)?;
+            Some((meta, FileEntry { name: WHOLE_FILE.into(), len: bytes.len() as u64, xxh3: xxh3_64(&bytes) }))
+        } else {
+            None
+        };
+        Ok(Self { state, dir: dir.to_owned(), checkpoint: Arc::new(RwLock::new(checkpoint)) })
+    }
+
+    fn decode(bytes: &[u8], state: &mut S) -> io::Result<SnapshotMeta> {
+        let bad = |m: &str| io::Error::new(io::ErrorKind::InvalidData, m.to_owned());
+        if bytes.len() < 12 {
+            return Err(bad("state file is truncated"));
         }
+        let (body, digest) = bytes.split_at(bytes.len() - 8);
+        if xxh3_64(body).to_le_bytes() != digest {
+            return Err(bad("state file checksum mismatch"));
+        }
+        let meta_len = u32::from_le_bytes(body[..4].try_into().unwrap()) as usize;
+        let header: WholeHeader =
+            bincode::deserialize(body.get(4..4 + meta_len).ok_or_else(|| bad("bad header"))?).map_err(io::Error::other)?;
+        state.restore(&mut &body[4 + meta_len..])?;
+        Ok(header.meta)
+    }
+}
+
+impl<S> std::ops::Deref for Whole<S> {
+    type Target = S;
+    fn deref(&self) -> &S {
+        &self.state
+    }
+}
+
+impl<S: GroupState> GroupStore for Whole<S> {
+    fn apply(&mut self, index: u64, command: Command) -> CommandResponse {
+        self.state.apply(index, command)
+    }
+
+    fn begin_checkpoint(&mut self, meta: SnapshotMeta) -> CheckpointJob {
+        let writer = self.state.snapshot_writer();
+        let (dir, checkpoint) = (self.dir.clone(), self.checkpoint.clone());
+        Box::new(move || {
+            let header = bincode::serialize(&WholeHeader { meta: meta.clone() }).map_err(io::Error::other)?;
+            let mut bytes = Vec::new();
+            bytes.extend_from_slice(&(header.len() as u32).to_le_bytes());
+            bytes.extend_from_slice(&header);
+            writer(&mut bytes)?;
+            let digest = xxh3_64(&bytes);
+            bytes.extend_from_slice(&digest.to_le_bytes());
+            let entry = write_file_atomic(&dir, WHOLE_FILE, &bytes)?;
+            *checkpoint.write().unwrap() = Some((meta, entry));
+            Ok(())
+        })
+    }
+
+    fn checkpoint(&self) -> Option<(SnapshotMeta, Vec<FileEntry>)> {
+        self.checkpoint.read().unwrap().as_ref().map(|(m, f)| (m.clone(), vec![f.clone()]))
+    }
+
+    fn install(&mut self, meta: &SnapshotMeta, staging: &Path, files: &[FileEntry]) -> io::Result<()> {
+        let [entry] = files else {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, "expected exactly one state file"));
+        };
+        let bytes = std::fs::read(staging.join(&entry.name))?;
+        // `decode` checks the checksum before it touches the live state.
+        Self::decode(&bytes, &mut self.state)?;
+        std::fs::rename(staging.join(&entry.name), self.dir.join(WHOLE_FILE))?;
+        crate::durable::sync_dir(&self.dir)?;
+        *self.checkpoint.write().unwrap() = Some((meta.clone(), entry.clone()));
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Default)]
+    struct Counter(u64);
+
+    impl GroupState for Counter {
+        fn apply(&mut self, _index: u64, _command: Command) -> CommandResponse {
+            self.0 += 1;
+            CommandResponse::Aborted
+        }
+        fn snapshot_writer(&self) -> Box<dyn FnOnce(&mut dyn Write) -> io::Result<()> + Send + Sync> {
+            let v = self.0;
+            Box::new(move |w: &mut dyn Write| w.write_all(&v.to_le_bytes()))
+        }
+        fn restore(&mut self, input: &mut dyn Read) -> io::Result<()> {
+            let mut b = [0u8; 8];
+            input.read_exact(&mut b)?;
+            self.0 = u64::from_le_bytes(b);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn whole_state_checkpoint_reopens_and_installs_elsewhere() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = Whole::open(dir.path(), Counter::default()).unwrap();
+        assert!(w.checkpoint().is_none());
+        w.apply(1, Command::Abort { batch_id: 1 });
+        w.apply(2, Command::Abort { batch_id: 2 });
+        let meta = SnapshotMeta { snapshot_id: "s".into(), ..Default::default() };
+        w.begin_checkpoint(meta.clone())().unwrap();
+        let (m, files) = w.checkpoint().unwrap();
+        assert_eq!(m.snapshot_id, "s");
+
+        let reopened = Whole::open(dir.path(), Counter::default()).unwrap();
+        assert_eq!(reopened.0, 2);
+        assert_eq!(reopened.checkpoint().unwrap().1, files);
+
+        let other = tempfile::tempdir().unwrap();
+        let staging = other.path().join("staging");
+        std::fs::create_dir_all(&staging).unwrap();
+        std::fs::copy(dir.path().join(WHOLE_FILE), staging.join(WHOLE_FILE)).unwrap();
+        let mut target = Whole::open(&other.path().join("g"), Counter::default()).unwrap();
+        target.install(&meta, &staging, &files).unwrap();
+        assert_eq!(target.0, 2);
+        assert_eq!(Whole::open(&other.path().join("g"), Counter::default()).unwrap().0, 2);
     }
 }

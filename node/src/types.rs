@@ -46,7 +46,7 @@ openraft::declare_raft_types!(
         R = CommandResponse,
         NodeId = NodeId,
         Node = BasicNode,
-        SnapshotData = tokio::fs::File,
+        SnapshotData = crate::archive::SnapshotStream,
 );
 
 pub type Raft = openraft::Raft<TypeConfig>;
@@ -54,6 +54,8 @@ pub type LogId = openraft::LogId<NodeId>;
 pub type Entry = openraft::Entry<TypeConfig>;
 pub type StorageError = openraft::StorageError<NodeId>;
 pub type Vote = openraft::Vote<NodeId>;
+pub type SnapshotMeta = openraft::SnapshotMeta<NodeId, BasicNode>;
+pub type Membership = openraft::StoredMembership<NodeId, BasicNode>;
 
 pub(crate) fn io_err(e: impl std::fmt::Display) -> StorageError {
     openraft::StorageError::IO { source: openraft::StorageIOError::write(openraft::AnyError::error(e.to_string())) }

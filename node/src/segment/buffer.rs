@@ -1,0 +1,123 @@
+//! Rows applied since the last flush. Readers see them at once; a flush freezes the buffer
+//! and writes it out as segments.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Instant;
+
+use sextant_proto::ShardBatch;
+
+use super::table::{Row, RowRef, Table};
+
+pub struct BufferedRow {
+    pub project: Arc<str>,
+    pub row: Row,
+    pub batch_id: u128,
+}
+
+pub struct Buffer {
+    pub rows: Vec<BufferedRow>,
+    /// (project, trace id) -> positions of its spans in `rows`.
+    traces: HashMap<(Arc<str>, String), Vec<u32>>,
+    batches: HashSet<u128>,
+    /// Batches aborted while still here: skipped by reads and by the flush.
+    pub aborted: HashSet<u128>,
+    /// Approximate heap size, for flush-by-size.
+    pub bytes: usize,
+    pub since: Instant,
+}
+
+impl Default for Buffer {
+    fn default() -> Self {
+        Self {
+            rows: Vec::new(),
+            traces: HashMap::new(),
+            batches: HashSet::new(),
+            aborted: HashSet::new(),
+            bytes: 0,
+            since: Instant::now(),
+        }
+    }
+}
+
+impl Buffer {
+    pub fn push(&mut self, batch_id: u128, batch: ShardBatch, encoded_len: usize) -> u64 {
+        if self.rows.is_empty() {
+            self.since = Instant::now();
+        }
+        let project: Arc<str> = Arc::from(batch.project_id.as_str());
+        let before = self.rows.len();
+        let rows = batch
+            .spans
+            .into_iter()
+            .map(Row::Span)
+            .chain(batch.logs.into_iter().map(Row::Log))
+            .chain(batch.host_metrics.into_iter().map(Row::HostMetric));
+        for row in rows {
+            if let Row::Span(s) = &row {
+                self.traces.entry((project.clone(), s.trace_id.clone())).or_default().push(self.rows.len() as u32);
+            }
+            self.rows.push(BufferedRow { project: project.clone(), row, batch_id });
+        }
+        self.batches.insert(batch_id);
+        // Decoded rows take roughly three times their protobuf size.
+        self.bytes += encoded_len * 3;
+        (self.rows.len() - before) as u64
+    }
+
+    pub fn contains(&self, batch_id: u128) -> bool {
+        self.batches.contains(&batch_id)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rows.is_empty()
+    }
+
+    /// Spans of one trace, except those of aborted batches and of `hidden` ones.
+    pub fn trace(&self, project: &str, trace_id: &str, hidden: &dyn Fn(u128) -> bool) -> Vec<Row> {
+        let key = (Arc::from(project), trace_id.to_owned());
+        self.traces
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .map(|&i| &self.rows[i as usize])
+            .filter(|r| !self.aborted.contains(&r.batch_id) && !hidden(r.batch_id))
+            .map(|r| r.row.clone())
+            .collect()
+    }
+
+    /// The live rows grouped by (table, hour partition), each group sorted in segment order,
+    /// with the list of batch ids the rows' ordinals point into.
+    pub fn partitions(&self) -> Vec<(Table, i64, Vec<RowRef<'_>>, Vec<u128>)> {
+        let mut groups: HashMap<(Table, i64), Vec<&BufferedRow>> = HashMap::new();
+        for r in self.rows.iter().filter(|r| !self.aborted.contains(&r.batch_id)) {
+            groups.entry((r.row.table(), hour_of(r.row.time_ns()))).or_default().push(r);
+        }
+        let mut out: Vec<_> = groups
+            .into_iter()
+            .map(|((table, hour), mut rows)| {
+                rows.sort_by(|a, b| (&a.project, a.row.sort_key()).cmp(&(&b.project, b.row.sort_key())));
+                let mut ordinals: HashMap<u128, u32> = HashMap::new();
+                let mut batches = Vec::new();
+                let refs = rows
+                    .into_iter()
+                    .map(|r| {
+                        let batch = *ordinals.entry(r.batch_id).or_insert_with(|| {
+                            batches.push(r.batch_id);
+                            (batches.len() - 1) as u32
+                        });
+                        RowRef { project: &r.project, row: &r.row, batch }
+                    })
+                    .collect();
+                (table, hour, refs, batches)
+            })
+            .collect();
+        out.sort_by_key(|(t, h, _, _)| (*t, *h));
+        out
+    }
+}
+
+/// Start of the hour holding `ns`, in unix seconds.
+pub fn hour_of(ns: i64) -> i64 {
+    ns.div_euclid(1_000_000_000).div_euclid(3600) * 3600
+}

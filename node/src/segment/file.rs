@@ -1,0 +1,238 @@
+//! One immutable segment: the rows of one table and one time partition, sorted, in a Parquet
+//! file (ZSTD, dictionary and delta encodings, min/max statistics per row group and page, a
+//! bloom filter on trace ids). Written once by a flush or a compaction, never modified.
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, Encoding, ZstdLevel};
+use parquet::bloom_filter::Sbbf;
+use parquet::file::metadata::{KeyValue, SortingColumn};
+use parquet::file::properties::WriterProperties;
+use parquet::schema::types::ColumnPath;
+use serde::{Deserialize, Serialize};
+use xxhash_rust::xxh3::Xxh3;
+
+use super::table::{from_record_batch, to_record_batch, Row, RowRef, Table};
+use crate::archive::FileEntry;
+
+/// Rows per row group: small enough that a trace lookup decodes little, large enough that
+/// per-row-group metadata stays a small fraction of the file.
+const ROW_GROUP_ROWS: usize = 8192;
+const BATCHES_KEY: &str = "sextant.batches";
+
+/// What the manifest records about a segment.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentMeta {
+    pub id: u64,
+    pub table: Table,
+    /// Time partition: start of the hour, in unix seconds.
+    pub hour: i64,
+    pub rows: u64,
+    pub min_ns: i64,
+    pub max_ns: i64,
+    pub file: FileEntry,
+}
+
+pub fn file_name(id: u64) -> String {
+    format!("seg-{id:012}.parquet")
+}
+
+fn err(e: impl std::fmt::Display) -> io::Error {
+    io::Error::other(e.to_string())
+}
+
+/// Counts and hashes what goes to the file, so the manifest gets the checksum without a
+/// second read.
+struct HashingWriter {
+    inner: io::BufWriter<std::fs::File>,
+    hash: Xxh3,
+    len: u64,
+}
+
+impl Write for HashingWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hash.update(&buf[..n]);
+        self.len += n as u64;
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+fn properties(table: Table, distinct_traces: usize, batches: &[u128]) -> WriterProperties {
+    let schema = table.schema();
+    let idx = |name: &str| schema.index_of(name).expect("column of the table") as i32;
+    let mut b = WriterProperties::builder()
+        .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).expect("valid level")))
+        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .set_sorting_columns(Some(
+            table
+                .sort_columns()
+                .iter()
+                .map(|c| SortingColumn { column_idx: idx(c), descending: false, nulls_first: false })
+                .collect(),
+        ))
+        .set_key_value_metadata(Some(vec![KeyValue::new(
+            BATCHES_KEY.to_owned(),
+            batches.iter().map(|b| format!("{b:032x}")).collect::<Vec<_>>().join(","),
+        )]));
+    for time in ["start_ns", "time_ns", "duration_ns"] {
+        if schema.index_of(time).is_ok() {
+            b = b
+                .set_column_dictionary_enabled(ColumnPath::from(time), false)
+                .set_column_encoding(ColumnPath::from(time), Encoding::DELTA_BINARY_PACKED);
+        }
+    }
+    for unique in ["span_id", "parent_span_id"] {
+        if schema.index_of(unique).is_ok() {
+            b = b.set_column_dictionary_enabled(ColumnPath::from(unique), false);
+        }
+    }
+    if schema.index_of("trace_id").is_ok() {
+        let col = ColumnPath::from("trace_id");
+        b = b
+            .set_column_bloom_filter_enabled(col.clone(), true)
+            .set_column_bloom_filter_fpp(col.clone(), 0.01)
+            .set_column_bloom_filter_max_ndv(col, distinct_traces.clamp(16, ROW_GROUP_ROWS) as u64);
+    }
+    b.build()
+}
+
+/// Writes `rows` (all of `table`, sorted by the table's sort order) as segment `id` in `dir`
+/// and fsyncs it. The caller makes it durable in the manifest (and fsyncs `dir`).
+pub fn write(
+    dir: &Path,
+    id: u64,
+    table: Table,
+    hour: i64,
+    rows: &[RowRef<'_>],
+    batches: &[u128],
+) -> io::Result<SegmentMeta> {
+    let name = file_name(id);
+    let file = std::fs::File::create(dir.join(&name))?;
+    let mut out = HashingWriter { inner: io::BufWriter::with_capacity(1 << 20, file), hash: Xxh3::new(), len: 0 };
+    let distinct_traces = match table {
+        Table::Spans => rows.windows(2).filter(|w| w[0].row.sort_key().0 != w[1].row.sort_key().0).count() + 1,
+        _ => rows.len(),
+    };
+    let mut writer =
+        ArrowWriter::try_new(&mut out, table.schema(), Some(properties(table, distinct_traces, batches))).map_err(err)?;
+    for chunk in rows.chunks(ROW_GROUP_ROWS) {
+        writer.write(&to_record_batch(table, chunk).map_err(err)?).map_err(err)?;
+    }
+    writer.close().map_err(err)?;
+    out.flush()?;
+    let HashingWriter { inner, hash, len } = out;
+    inner.into_inner().map_err(|e| e.into_error())?.sync_all()?;
+    let (min_ns, max_ns) = rows
+        .iter()
+        .map(|r| r.row.time_ns())
+        .fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
+    Ok(SegmentMeta {
+        id,
+        table,
+        hour,
+        rows: rows.len() as u64,
+        min_ns,
+        max_ns,
+        file: FileEntry { name, len, xxh3: hash.digest() },
+    })
+}
+
+/// An open segment: parsed footer, batch ids and trace-id bloom filters stay in memory so a
+/// lookup reads only the row groups that may hold the trace.
+pub struct Segment {
+    pub meta: SegmentMeta,
+    path: PathBuf,
+    reader: ArrowReaderMetadata,
+    /// Raft batch ids of the rows; a row's `batch` column indexes this list.
+    pub batches: Arc<Vec<u128>>,
+    trace_blooms: Vec<Option<Sbbf>>,
+}
+
+impl Segment {
+    pub fn open(dir: &Path, meta: SegmentMeta) -> io::Result<Segment> {
+        let path = dir.join(&meta.file.name);
+        let file = std::fs::File::open(&path)?;
+        if file.metadata()?.len() != meta.file.len {
+            return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{} has the wrong size", meta.file.name)));
+        }
+        let reader = ArrowReaderMetadata::load(&file, Default::default()).map_err(err)?;
+        let batches = reader
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()
+            .and_then(|kv| kv.iter().find(|k| k.key == BATCHES_KEY))
+            .and_then(|kv| kv.value.as_deref())
+            .map(|v| v.split(',').filter(|s| !s.is_empty()).filter_map(|h| u128::from_str_radix(h, 16).ok()).collect())
+            .unwrap_or_default();
+        let mut trace_blooms = Vec::new();
+        if let Ok(col) = meta.table.schema().index_of("trace_id") {
+            let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, reader.clone());
+            for rg in 0..reader.metadata().num_row_groups() {
+                trace_blooms.push(builder.get_row_group_column_bloom_filter(rg, col).map_err(err)?);
+            }
+        }
+        Ok(Segment { meta, path, reader, batches: Arc::new(batches), trace_blooms })
+    }
+
+    /// Row groups whose statistics and bloom filter allow `(project, trace_id)`.
+    fn trace_row_groups(&self, project: &str, trace_id: &str) -> Vec<usize> {
+        let schema = self.meta.table.schema();
+        let (Ok(p_col), Ok(t_col)) = (schema.index_of("project"), schema.index_of("trace_id")) else {
+            return Vec::new();
+        };
+        let within = |rg: &parquet::file::metadata::RowGroupMetaData, col: usize, v: &str| {
+            rg.column(col).statistics().is_none_or(|s| {
+                s.min_bytes_opt().is_none_or(|min| min <= v.as_bytes())
+                    && s.max_bytes_opt().is_none_or(|max| max >= v.as_bytes())
+            })
+        };
+        self.reader
+            .metadata()
+            .row_groups()
+            .iter()
+            .enumerate()
+            .filter(|(i, rg)| {
+                within(rg, p_col, project)
+                    && within(rg, t_col, trace_id)
+                    && self.trace_blooms.get(*i).and_then(|b| b.as_ref()).is_none_or(|b| b.check(trace_id))
+            })
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// Reads whole row groups (all of them when `row_groups` is None) back into rows.
+    pub fn read(&self, row_groups: Option<Vec<usize>>) -> io::Result<Vec<(String, Row, u32)>> {
+        let file = std::fs::File::open(&self.path)?;
+        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, self.reader.clone());
+        if let Some(rgs) = row_groups {
+            builder = builder.with_row_groups(rgs);
+        }
+        let mut out = Vec::new();
+        for rb in builder.with_batch_size(ROW_GROUP_ROWS).build().map_err(err)? {
+            out.extend(from_record_batch(self.meta.table, &rb.map_err(err)?));
+        }
+        Ok(out)
+    }
+
+    /// The rows of one trace, with their batch ordinals.
+    pub fn trace(&self, project: &str, trace_id: &str) -> io::Result<Vec<(Row, u32)>> {
+        let rgs = self.trace_row_groups(project, trace_id);
+        if rgs.is_empty() {
+            return Ok(Vec::new());
+        }
+        Ok(self
+            .read(Some(rgs))?
+            .into_iter()
+            .filter(|(p, row, _)| p == project && matches!(row, Row::Span(s) if s.trace_id == trace_id))
+            .map(|(_, row, b)| (row, b))
+            .collect())
+    }
+}

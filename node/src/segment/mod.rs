@@ -1,0 +1,12 @@
+//! The columnar storage of a data shard: an in-memory buffer of applied rows, flushed into
+//! immutable, time-partitioned Parquet segments listed by an atomically replaced manifest.
+
+pub mod buffer;
+pub mod file;
+pub mod manifest;
+pub mod table;
+
+pub use buffer::Buffer;
+pub use file::{Segment, SegmentMeta};
+pub use manifest::{Dedup, Manifest};
+pub use table::{Row, Table};
