@@ -8,6 +8,7 @@ pub mod ids;
 pub mod ingest;
 pub mod meta;
 pub mod partition;
+pub mod text;
 pub mod time;
 
 pub use ids::{OrgId, ProjectId, TraceId, UserId};

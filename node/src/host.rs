@@ -64,6 +64,7 @@ pub struct RunningNode {
     pub host: Arc<NodeHost>,
     pub addr: SocketAddr,
     server: tokio::task::JoinHandle<()>,
+    background: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl RunningNode {
@@ -72,6 +73,7 @@ impl RunningNode {
             let _ = raft.shutdown().await;
         }
         self.server.abort();
+        self.background.iter().for_each(|t| t.abort());
     }
 }
 
@@ -178,7 +180,8 @@ impl NodeHost {
             }
         }
         tracing::info!(node = host.config.id, %addr, groups = host.rafts.len(), "storage node started");
-        Ok(RunningNode { host, addr, server })
+        let background = vec![crate::flusher::spawn(host.clone())];
+        Ok(RunningNode { host, addr, server, background })
     }
 
     pub fn raft(&self, group: GroupId) -> Option<&Raft> {

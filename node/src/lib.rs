@@ -3,6 +3,7 @@
 
 pub mod archive;
 pub mod durable;
+pub mod flusher;
 pub mod host;
 pub mod http;
 pub mod log_store;

@@ -13,13 +13,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use arrow_array::RecordBatch;
 use prost::Message;
 use sextant_proto::{ShardBatch, Span};
 
 use crate::archive::FileEntry;
 use crate::durable::sync_dir;
 use crate::segment::file::{self as segment_file, file_name};
-use crate::segment::{Buffer, Dedup, Manifest, Row, Segment, Table};
+use crate::segment::summary::summary_rows;
+use crate::segment::table::RowRef;
+use crate::segment::{Buffer, Dedup, Manifest, Row, Scan, Segment, Table};
 use crate::state_machine::{CheckpointJob, GroupStore};
 use crate::types::{Command, CommandResponse, SnapshotMeta};
 
@@ -114,6 +117,26 @@ impl SegmentShard {
         }
     }
 
+    /// Starts a scan: buffered rows are selected now (under the caller's lock), segments by
+    /// [`ScanJob::run`] without any lock held.
+    pub fn scan(&self, scan: Scan) -> ScanJob {
+        let tombstones = self.tombstones.clone();
+        let hidden = |b: u128| tombstones.contains(&b);
+        let mut buffered = self.active.scan_rows(&scan, &hidden);
+        let published = self.published.read().unwrap();
+        for frozen in &published.frozen {
+            buffered.extend(frozen.scan_rows(&scan, &hidden));
+        }
+        let segments = published
+            .segments
+            .iter()
+            .filter(|s| scan.wants_segment(s.meta.table, s.meta.min_ns, s.meta.max_ns))
+            .cloned()
+            .collect();
+        drop(published);
+        ScanJob { scan, buffered, segments, tombstones }
+    }
+
     fn ingest(&mut self, batch_id: u128, payload: &[u8]) -> CommandResponse {
         if self.dedup.is_aborted(batch_id) {
             return CommandResponse::Refused;
@@ -178,6 +201,26 @@ impl TraceLookup {
     }
 }
 
+/// The part of a scan that reads segments.
+pub struct ScanJob {
+    scan: Scan,
+    buffered: Vec<RecordBatch>,
+    segments: Vec<Arc<Segment>>,
+    tombstones: BTreeSet<u128>,
+}
+
+impl ScanJob {
+    /// The matching rows: buffered ones first, then segment by segment (no global order).
+    pub fn run(self) -> io::Result<Vec<RecordBatch>> {
+        let mut out = self.buffered;
+        let hidden = |b: u128| self.tombstones.contains(&b);
+        for segment in &self.segments {
+            out.extend(segment.scan(&self.scan, &hidden)?);
+        }
+        Ok(out)
+    }
+}
+
 /// Writes a frozen buffer as segments and a new manifest; then publishes both.
 fn flush(
     dir: &Path,
@@ -195,6 +238,13 @@ fn flush(
         let id = manifest.next_segment;
         manifest.next_segment += 1;
         written.push(segment_file::write(dir, id, table, hour, &rows, &batches)?);
+        if table == Table::Spans {
+            let summaries = summary_rows(&rows);
+            let refs: Vec<RowRef<'_>> = summaries.iter().map(|(p, row)| RowRef { project: p, row, batch: 0 }).collect();
+            let id = manifest.next_segment;
+            manifest.next_segment += 1;
+            written.push(segment_file::write(dir, id, Table::TraceSummaries, hour, &refs, &[])?);
+        }
     }
     if !written.is_empty() {
         sync_dir(dir)?;
@@ -321,8 +371,8 @@ mod tests {
         assert_eq!(ingest(&mut s, 2, 1, b1), CommandResponse::Ingested { duplicate: true, rows: 0 });
         assert_eq!(ids(&s, "p", "t1"), ["b", "a"]);
         checkpoint(&mut s, 2);
-        // Two hour partitions: two segments.
-        assert_eq!(s.segment_count(), 2);
+        // Two hour partitions: two spans segments, each with its trace summaries segment.
+        assert_eq!(s.segment_count(), 4);
         assert_eq!(ids(&s, "p", "t1"), ["b", "a"]);
         assert!(ids(&s, "other", "t1").is_empty());
 
@@ -401,10 +451,210 @@ mod tests {
         }
         b.install(&meta, &staging, &files).unwrap();
         assert_eq!(ids(&b, "p", "t"), ["a", "b"]);
-        assert_eq!(b.segment_count(), 2);
+        // Spans, their summaries, logs.
+        assert_eq!(b.segment_count(), 3);
         drop(b);
         let b = SegmentShard::open(b_dir.path()).unwrap();
         assert_eq!(ids(&b, "p", "t"), ["a", "b"]);
         assert_eq!(b.checkpoint().unwrap().0.snapshot_id, meta.snapshot_id);
+    }
+
+    fn scan_all(s: &SegmentShard, table: Table, project: &str, filter: crate::segment::Filter) -> Vec<Row> {
+        let scan = Scan { table, project: project.into(), from_ns: i64::MIN, to_ns: i64::MAX, filter, columns: vec![] };
+        let mut rows: Vec<Row> = s
+            .scan(scan)
+            .run()
+            .unwrap()
+            .iter()
+            .flat_map(|rb| crate::segment::table::from_record_batch(table, rb))
+            .map(|(_, row, _)| row)
+            .collect();
+        rows.sort_by(|a, b| format!("{a:?}").cmp(&format!("{b:?}")));
+        rows
+    }
+
+    fn log(service: &str, level: i32, message: &str, t: i64) -> LogRecord {
+        LogRecord { unix_nanos: t, level, service: service.into(), message: message.into(), ..Default::default() }
+    }
+
+    #[test]
+    fn scans_see_the_same_rows_in_the_buffer_and_in_segments() {
+        use crate::segment::Filter;
+        use sextant_model::text::LogQuery;
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        let mut root = span("t1", "a", 10);
+        root.service_name = "web".into();
+        let mut child = span("t1", "b", 20);
+        child.parent_span_id = "a".into();
+        child.status = sextant_proto::SpanStatus::Error as i32;
+        ingest(&mut s, 1, 1, batch("p", vec![root, child, span("t2", "c", HOUR)]));
+        ingest(&mut s, 2, 2, batch("other", vec![span("t9", "z", 10)]));
+        let logs = ShardBatch {
+            project_id: "p".into(),
+            logs: vec![
+                log("api", 5, "Payment declined for order 42", 1),
+                log("api", 3, "payment accepted", 2),
+                log("db", 5, "connection reset by peer", 3),
+            ],
+            ..Default::default()
+        };
+        ingest(&mut s, 3, 3, logs.encode_to_vec());
+
+        let q = |text: &str| Filter { log_query: Some(LogQuery::parse(text).unwrap()), ..Default::default() };
+        let probes = |s: &SegmentShard| {
+            (
+                scan_all(s, Table::Spans, "p", Filter::default()).len(),
+                scan_all(s, Table::Spans, "p", Filter { errors_only: true, ..Default::default() }).len(),
+                scan_all(s, Table::Spans, "p", Filter { services: vec!["web".into()], ..Default::default() }).len(),
+                scan_all(s, Table::TraceSummaries, "p", Filter::default()),
+                scan_all(s, Table::Logs, "p", q("payment")).len(),
+                scan_all(s, Table::Logs, "p", q("payment -declined")).len(),
+                scan_all(s, Table::Logs, "p", q(r#""reset by peer" service:db"#)).len(),
+                scan_all(s, Table::Logs, "p", Filter { levels: vec![5], ..Default::default() }).len(),
+                scan_all(s, Table::Logs, "other", Filter::default()).len(),
+            )
+        };
+        let before = probes(&s);
+        assert_eq!((before.0, before.1, before.2, before.4, before.5, before.6, before.7, before.8), (3, 1, 1, 2, 1, 1, 2, 0));
+        let Row::TraceSummary(t1) = &before.3[0] else { panic!("summary expected") };
+        assert_eq!((t1.trace_id.as_str(), t1.span_count, t1.error_count, t1.root_service.as_str()), ("t1", 2, 1, "web"));
+        assert_eq!(before.3.len(), 2);
+
+        checkpoint(&mut s, 3);
+        assert_eq!(probes(&s), before);
+        drop(s);
+        let s = SegmentShard::open(dir.path()).unwrap();
+        assert_eq!(probes(&s), before);
+    }
+
+    #[test]
+    fn log_search_reads_only_row_groups_holding_every_term() {
+        use crate::segment::Filter;
+        use sextant_model::text::LogQuery;
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        // 20 000 lines sorted by time: three row groups; "needle" only in the last one.
+        let logs: Vec<LogRecord> = (0..20_000)
+            .map(|i| log("api", 3, if i == 19_000 { "found the needle" } else { "hay hay" }, i))
+            .collect();
+        ingest(&mut s, 1, 1, ShardBatch { project_id: "p".into(), logs, ..Default::default() }.encode_to_vec());
+        checkpoint(&mut s, 1);
+        let scan = |text: &str| Scan {
+            table: Table::Logs,
+            project: "p".into(),
+            from_ns: 0,
+            to_ns: i64::MAX,
+            filter: Filter { log_query: Some(LogQuery::parse(text).unwrap()), ..Default::default() },
+            columns: vec!["message".into()],
+        };
+        let published = s.published.read().unwrap();
+        let segment = published.segments.iter().find(|g| g.meta.table == Table::Logs).unwrap();
+        assert_eq!(segment.candidate_row_groups(&scan("needle")), [2]);
+        assert_eq!(segment.candidate_row_groups(&scan("needle found")), [2]);
+        assert!(segment.candidate_row_groups(&scan("needle absent")).is_empty());
+        assert_eq!(segment.candidate_row_groups(&scan("hay")), [0, 1, 2]);
+        drop(published);
+        let hits = s.scan(scan("needle")).run().unwrap();
+        assert_eq!(hits.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+        assert_eq!(hits[0].num_columns(), 1, "only the projected column comes back");
+    }
+
+    mod model {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Clone, Debug)]
+        enum Op {
+            /// A new batch of `n` spans over `traces` traces.
+            Ingest { traces: u8, n: u8 },
+            /// The router retrying the k-th earlier batch (same batch id).
+            Retry(usize),
+            Abort(usize),
+            Checkpoint,
+            /// Crash and restart: the store reopens from disk and Raft re-applies the log
+            /// entries after the last checkpoint.
+            Restart,
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                4 => (1u8..4, 1u8..20).prop_map(|(traces, n)| Op::Ingest { traces, n }),
+                1 => any::<usize>().prop_map(Op::Retry),
+                1 => any::<usize>().prop_map(Op::Abort),
+                1 => Just(Op::Checkpoint),
+                1 => Just(Op::Restart),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+            #[test]
+            fn any_sequence_of_writes_flushes_aborts_and_restarts_keeps_exactly_the_rows_written(
+                ops in prop::collection::vec(op(), 1..40)
+            ) {
+                let dir = tempfile::tempdir().unwrap();
+                let mut s = SegmentShard::open(dir.path()).unwrap();
+                // The Raft log: every command with its index; entries after the last
+                // checkpoint are replayed on restart.
+                let mut log: Vec<(u64, Command)> = Vec::new();
+                let mut checkpointed = 0u64;
+                let mut batches: Vec<(u128, Vec<Span>)> = Vec::new();
+                let mut aborted = std::collections::HashSet::new();
+                let apply = |s: &mut SegmentShard, log: &mut Vec<(u64, Command)>, cmd: Command| {
+                    let index = log.len() as u64 + 1;
+                    log.push((index, cmd.clone()));
+                    s.apply(index, cmd)
+                };
+                for op in ops {
+                    match op {
+                        Op::Ingest { traces, n } => {
+                            let id = batches.len() as u128 + 1;
+                            let spans: Vec<Span> = (0..n)
+                                .map(|i| span(&format!("t{}-{}", id, i % traces), &format!("s{id}-{i}"), (id as i64) * HOUR / 3 + i as i64))
+                                .collect();
+                            apply(&mut s, &mut log, Command::Ingest { batch_id: id, payload: batch("p", spans.clone()) });
+                            batches.push((id, spans));
+                        }
+                        Op::Retry(k) if !batches.is_empty() => {
+                            let (id, spans) = batches[k % batches.len()].clone();
+                            apply(&mut s, &mut log, Command::Ingest { batch_id: id, payload: batch("p", spans) });
+                        }
+                        Op::Abort(k) if !batches.is_empty() => {
+                            let id = batches[k % batches.len()].0;
+                            aborted.insert(id);
+                            apply(&mut s, &mut log, Command::Abort { batch_id: id });
+                        }
+                        Op::Checkpoint => {
+                            checkpointed = log.len() as u64;
+                            checkpoint(&mut s, checkpointed);
+                        }
+                        Op::Restart => {
+                            drop(s);
+                            s = SegmentShard::open(dir.path()).unwrap();
+                            for (index, cmd) in log.iter().filter(|(i, _)| *i > checkpointed) {
+                                s.apply(*index, cmd.clone());
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                let mut want: Vec<(String, String)> = batches
+                    .iter()
+                    .filter(|(id, _)| !aborted.contains(id))
+                    .flat_map(|(_, spans)| spans.iter().map(|s| (s.trace_id.clone(), s.span_id.clone())))
+                    .collect();
+                want.sort();
+                let mut got: Vec<(String, String)> = scan_all(&s, Table::Spans, "p", Default::default())
+                    .into_iter()
+                    .map(|r| match r {
+                        Row::Span(s) => (s.trace_id, s.span_id),
+                        other => panic!("not a span: {other:?}"),
+                    })
+                    .collect();
+                got.sort();
+                prop_assert_eq!(got, want);
+            }
+        }
     }
 }

@@ -52,7 +52,9 @@ impl Buffer {
             .into_iter()
             .map(Row::Span)
             .chain(batch.logs.into_iter().map(Row::Log))
-            .chain(batch.host_metrics.into_iter().map(Row::HostMetric));
+            .chain(batch.host_metrics.into_iter().map(Row::HostMetric))
+            .chain(batch.events.into_iter().map(Row::Event))
+            .chain(batch.replay_events.into_iter().map(Row::Replay));
         for row in rows {
             if let Row::Span(s) = &row {
                 self.traces.entry((project.clone(), s.trace_id.clone())).or_default().push(self.rows.len() as u32);
@@ -84,6 +86,42 @@ impl Buffer {
             .filter(|r| !self.aborted.contains(&r.batch_id) && !hidden(r.batch_id))
             .map(|r| r.row.clone())
             .collect()
+    }
+
+    /// The live rows of `project` in `table` (trace summaries: derived from its spans), as
+    /// record batches ready for [`Scan::apply`](super::Scan::apply).
+    pub fn scan_rows(&self, scan: &super::Scan, hidden: &dyn Fn(u128) -> bool) -> Vec<arrow_array::RecordBatch> {
+        let source = if scan.table == Table::TraceSummaries { Table::Spans } else { scan.table };
+        let mut live: Vec<&BufferedRow> = self
+            .rows
+            .iter()
+            .filter(|r| {
+                r.row.table() == source
+                    && *r.project == *scan.project
+                    && !self.aborted.contains(&r.batch_id)
+                    && !hidden(r.batch_id)
+            })
+            .collect();
+        if live.is_empty() {
+            return Vec::new();
+        }
+        let rows: Vec<Row>;
+        let refs: Vec<RowRef<'_>> = if scan.table == Table::TraceSummaries {
+            live.sort_by(|a, b| a.row.sort_key().cmp(&b.row.sort_key()));
+            let spans: Vec<RowRef<'_>> = live.iter().map(|r| RowRef { project: &r.project, row: &r.row, batch: 0 }).collect();
+            rows = super::summary::summary_rows(&spans).into_iter().map(|(_, r)| r).collect();
+            rows.iter().map(|row| RowRef { project: &scan.project, row, batch: 0 }).collect()
+        } else {
+            live.iter().map(|r| RowRef { project: &r.project, row: &r.row, batch: 0 }).collect()
+        };
+        let mut out = Vec::new();
+        for chunk in refs.chunks(8192) {
+            let rb = super::table::to_record_batch(scan.table, chunk).expect("rows match their table's schema");
+            if let Some(kept) = scan.apply(&rb, &|_| false).expect("filtering a batch of its own schema") {
+                out.push(kept);
+            }
+        }
+        out
     }
 
     /// The live rows grouped by (table, hour partition), each group sorted in segment order,

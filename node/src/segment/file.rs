@@ -16,7 +16,12 @@ use parquet::schema::types::ColumnPath;
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
+use arrow_array::RecordBatch;
+use parquet::arrow::ProjectionMask;
+
+use super::scan::Scan;
 use super::table::{from_record_batch, to_record_batch, Row, RowRef, Table};
+use super::token_index::{line_terms, TokenIndex, FOOTER_KEY as TOKENS_KEY};
 use crate::archive::FileEntry;
 
 /// Rows per row group: small enough that a trace lookup decodes little, large enough that
@@ -123,8 +128,23 @@ pub fn write(
     };
     let mut writer =
         ArrowWriter::try_new(&mut out, table.schema(), Some(properties(table, distinct_traces, batches))).map_err(err)?;
+    let mut tokens = (table == Table::Logs).then(TokenIndex::default);
     for chunk in rows.chunks(ROW_GROUP_ROWS) {
         writer.write(&to_record_batch(table, chunk).map_err(err)?).map_err(err)?;
+        // One chunk, one row group: the token index is per row group.
+        writer.flush().map_err(err)?;
+        if let Some(index) = tokens.as_mut() {
+            let mut terms = Vec::new();
+            for r in chunk {
+                if let Row::Log(l) = r.row {
+                    line_terms(l, &mut terms);
+                }
+            }
+            index.push_group(terms);
+        }
+    }
+    if let Some(index) = tokens {
+        writer.append_key_value_metadata(KeyValue::new(TOKENS_KEY.to_owned(), index.encode()));
     }
     writer.close().map_err(err)?;
     out.flush()?;
@@ -154,6 +174,7 @@ pub struct Segment {
     /// Raft batch ids of the rows; a row's `batch` column indexes this list.
     pub batches: Arc<Vec<u128>>,
     trace_blooms: Vec<Option<Sbbf>>,
+    tokens: Option<TokenIndex>,
 }
 
 impl Segment {
@@ -164,12 +185,22 @@ impl Segment {
             return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{} has the wrong size", meta.file.name)));
         }
         let reader = ArrowReaderMetadata::load(&file, Default::default()).map_err(err)?;
-        let batches = reader
-            .metadata()
-            .file_metadata()
-            .key_value_metadata()
-            .and_then(|kv| kv.iter().find(|k| k.key == BATCHES_KEY))
-            .and_then(|kv| kv.value.as_deref())
+        let footer = |key: &str| {
+            reader
+                .metadata()
+                .file_metadata()
+                .key_value_metadata()
+                .and_then(|kv| kv.iter().find(|k| k.key == key))
+                .and_then(|kv| kv.value.clone())
+        };
+        let tokens = match footer(TOKENS_KEY) {
+            Some(text) => Some(TokenIndex::decode(&text).ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidData, format!("{}: unreadable token index", meta.file.name))
+            })?),
+            None => None,
+        };
+        let batches = footer(BATCHES_KEY)
+            .as_deref()
             .map(|v| v.split(',').filter(|s| !s.is_empty()).filter_map(|h| u128::from_str_radix(h, 16).ok()).collect())
             .unwrap_or_default();
         let mut trace_blooms = Vec::new();
@@ -179,7 +210,7 @@ impl Segment {
                 trace_blooms.push(builder.get_row_group_column_bloom_filter(rg, col).map_err(err)?);
             }
         }
-        Ok(Segment { meta, path, reader, batches: Arc::new(batches), trace_blooms })
+        Ok(Segment { meta, path, reader, batches: Arc::new(batches), trace_blooms, tokens })
     }
 
     /// Row groups whose statistics and bloom filter allow `(project, trace_id)`.
@@ -218,6 +249,56 @@ impl Segment {
         let mut out = Vec::new();
         for rb in builder.with_batch_size(ROW_GROUP_ROWS).build().map_err(err)? {
             out.extend(from_record_batch(self.meta.table, &rb.map_err(err)?));
+        }
+        Ok(out)
+    }
+
+    /// Row groups that may hold rows `scan` selects: by statistics, the trace-id bloom filter
+    /// and the token index.
+    pub fn candidate_row_groups(&self, scan: &Scan) -> Vec<usize> {
+        let schema = self.meta.table.schema();
+        let terms = scan.required_terms();
+        let trace_id = scan.filter.trace_id.as_deref();
+        self.reader
+            .metadata()
+            .row_groups()
+            .iter()
+            .enumerate()
+            .filter(|(i, rg)| {
+                scan.wants_row_group(rg, &schema)
+                    && scan.wants_row_group_by_terms(self.tokens.as_ref(), *i, &terms)
+                    && trace_id.is_none_or(|t| {
+                        self.trace_blooms.get(*i).and_then(|b| b.as_ref()).is_none_or(|b| b.check(&t))
+                    })
+            })
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    /// The rows of this segment that `scan` selects; `hidden` are tombstoned batch ids.
+    pub fn scan(&self, scan: &Scan, hidden: &dyn Fn(u128) -> bool) -> io::Result<Vec<RecordBatch>> {
+        if !scan.wants_segment(self.meta.table, self.meta.min_ns, self.meta.max_ns) {
+            return Ok(Vec::new());
+        }
+        let row_groups = self.candidate_row_groups(scan);
+        if row_groups.is_empty() {
+            return Ok(Vec::new());
+        }
+        let schema = self.meta.table.schema();
+        let file = std::fs::File::open(&self.path)?;
+        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, self.reader.clone())
+            .with_row_groups(row_groups)
+            .with_batch_size(ROW_GROUP_ROWS);
+        if let Some(cols) = scan.read_columns() {
+            let indices = cols.iter().filter_map(|c| schema.index_of(c).ok());
+            builder = builder.with_projection(ProjectionMask::roots(self.reader.parquet_schema(), indices));
+        }
+        let hidden_ordinal = |ord: u32| self.batches.get(ord as usize).is_some_and(|b| hidden(*b));
+        let mut out = Vec::new();
+        for rb in builder.build().map_err(err)? {
+            if let Some(kept) = scan.apply(&rb.map_err(err)?, &hidden_ordinal).map_err(err)? {
+                out.push(kept);
+            }
         }
         Ok(out)
     }

@@ -4,9 +4,13 @@
 pub mod buffer;
 pub mod file;
 pub mod manifest;
+pub mod scan;
+pub mod summary;
 pub mod table;
+pub mod token_index;
 
 pub use buffer::Buffer;
 pub use file::{Segment, SegmentMeta};
 pub use manifest::{Dedup, Manifest};
+pub use scan::{Filter, Scan};
 pub use table::{Row, Table};

@@ -4,74 +4,119 @@
 
 use std::sync::Arc;
 
-use arrow_array::builder::{Float64Builder, Int32Builder, Int64Builder, StringBuilder, UInt32Builder, UInt64Builder};
-use arrow_array::{
-    Array, ArrayRef, BinaryArray, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray, UInt32Array,
-    UInt64Array,
+use arrow_array::builder::{
+    BinaryBuilder, Float64Builder, Int32Builder, Int64Builder, ListBuilder, StringBuilder, UInt32Builder, UInt64Builder,
 };
-use arrow_array::builder::BinaryBuilder;
+use arrow_array::{
+    Array, ArrayRef, BinaryArray, Float64Array, Int32Array, Int64Array, ListArray, RecordBatch, StringArray,
+    UInt32Array, UInt64Array,
+};
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use prost::Message;
 use serde::{Deserialize, Serialize};
-use sextant_proto::{HostMetric, KeyValue, LogRecord, Span};
+use sextant_proto::{Event, HostMetric, KeyValue, LogRecord, ReplayEvent, Span, TraceSummary};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Table {
     Spans,
+    /// Derived from spans at flush and compaction; one summary segment per spans segment.
+    TraceSummaries,
     Logs,
     HostMetrics,
+    Events,
+    ReplayEvents,
+}
+
+fn utf8(n: &str) -> Field {
+    Field::new(n, DataType::Utf8, false)
+}
+fn int64(n: &str) -> Field {
+    Field::new(n, DataType::Int64, false)
+}
+fn opt(n: &str, t: DataType) -> Field {
+    Field::new(n, t, true)
 }
 
 impl Table {
-    pub const ALL: [Table; 3] = [Table::Spans, Table::Logs, Table::HostMetrics];
+    pub const ALL: [Table; 6] =
+        [Table::Spans, Table::TraceSummaries, Table::Logs, Table::HostMetrics, Table::Events, Table::ReplayEvents];
 
     pub fn name(self) -> &'static str {
         match self {
             Table::Spans => "spans",
+            Table::TraceSummaries => "trace_summaries",
             Table::Logs => "logs",
             Table::HostMetrics => "host_metrics",
+            Table::Events => "events",
+            Table::ReplayEvents => "replay_events",
+        }
+    }
+
+    /// The column holding the row's time (unix nanoseconds), used for partitioning and pruning.
+    pub fn time_column(self) -> &'static str {
+        match self {
+            Table::Spans | Table::TraceSummaries => "start_ns",
+            _ => "time_ns",
         }
     }
 
     pub fn schema(self) -> SchemaRef {
-        let s = |n: &str| Field::new(n, DataType::Utf8, false);
-        let i64f = |n: &str| Field::new(n, DataType::Int64, false);
-        let common_tail =
-            [Field::new("attributes", DataType::Binary, false), Field::new("batch", DataType::UInt32, false)];
-        let mut fields = match self {
+        let mut fields = vec![utf8("project")];
+        fields.extend(match self {
             Table::Spans => vec![
-                s("project"),
-                s("trace_id"),
-                i64f("start_ns"),
-                s("span_id"),
-                s("parent_span_id"),
-                s("service"),
-                s("operation"),
-                i64f("duration_ns"),
+                utf8("trace_id"),
+                int64("start_ns"),
+                utf8("span_id"),
+                utf8("parent_span_id"),
+                utf8("service"),
+                utf8("operation"),
+                int64("duration_ns"),
                 Field::new("status", DataType::Int32, false),
+                Field::new("attributes", DataType::Binary, false),
+            ],
+            Table::TraceSummaries => vec![
+                utf8("trace_id"),
+                int64("start_ns"),
+                int64("end_ns"),
+                utf8("root_service"),
+                utf8("root_operation"),
+                Field::new("span_count", DataType::UInt32, false),
+                Field::new("error_count", DataType::UInt32, false),
+                Field::new("services", DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), false),
             ],
             Table::Logs => vec![
-                s("project"),
-                i64f("time_ns"),
+                int64("time_ns"),
                 Field::new("level", DataType::Int32, false),
-                s("service"),
-                s("message"),
-                s("trace_id"),
-                s("span_id"),
+                utf8("service"),
+                utf8("message"),
+                utf8("trace_id"),
+                utf8("span_id"),
+                Field::new("attributes", DataType::Binary, false),
             ],
             Table::HostMetrics => vec![
-                s("project"),
-                s("hostname"),
-                i64f("time_ns"),
-                Field::new("cpu_percent", DataType::Float64, true),
-                Field::new("memory_used_bytes", DataType::UInt64, true),
-                Field::new("memory_total_bytes", DataType::UInt64, true),
-                Field::new("disk_used_percent", DataType::Float64, true),
-                Field::new("network_rx_bytes_per_sec", DataType::Float64, true),
-                Field::new("network_tx_bytes_per_sec", DataType::Float64, true),
+                utf8("hostname"),
+                int64("time_ns"),
+                opt("cpu_percent", DataType::Float64),
+                opt("memory_used_bytes", DataType::UInt64),
+                opt("memory_total_bytes", DataType::UInt64),
+                opt("disk_used_percent", DataType::Float64),
+                opt("network_rx_bytes_per_sec", DataType::Float64),
+                opt("network_tx_bytes_per_sec", DataType::Float64),
+                Field::new("attributes", DataType::Binary, false),
             ],
-        };
-        fields.extend(common_tail);
+            Table::Events => {
+                vec![utf8("distinct_id"), int64("time_ns"), utf8("event"), utf8("uuid"), utf8("properties")]
+            }
+            Table::ReplayEvents => vec![
+                utf8("session_id"),
+                int64("time_ns"),
+                utf8("distinct_id"),
+                utf8("window_id"),
+                Field::new("event_type", DataType::Int32, false),
+                utf8("data"),
+            ],
+        });
+        fields.push(Field::new("batch", DataType::UInt32, false));
         Arc::new(Schema::new(fields))
     }
 
@@ -80,9 +125,12 @@ impl Table {
         match self {
             // A trace is read whole: keeping its spans together makes lookups touch one page
             // and lets trace ids compress to almost nothing.
-            Table::Spans => &["project", "trace_id", "start_ns"],
+            Table::Spans | Table::TraceSummaries => &["project", "trace_id", "start_ns"],
             Table::Logs => &["project", "time_ns"],
             Table::HostMetrics => &["project", "hostname", "time_ns"],
+            // All events of a user together: funnels and retention read one user at a time.
+            Table::Events => &["project", "distinct_id", "time_ns"],
+            Table::ReplayEvents => &["project", "session_id", "time_ns"],
         }
     }
 }
@@ -91,24 +139,33 @@ impl Table {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Row {
     Span(Span),
+    TraceSummary(TraceSummary),
     Log(LogRecord),
     HostMetric(HostMetric),
+    Event(Event),
+    Replay(ReplayEvent),
 }
 
 impl Row {
     pub fn table(&self) -> Table {
         match self {
             Row::Span(_) => Table::Spans,
+            Row::TraceSummary(_) => Table::TraceSummaries,
             Row::Log(_) => Table::Logs,
             Row::HostMetric(_) => Table::HostMetrics,
+            Row::Event(_) => Table::Events,
+            Row::Replay(_) => Table::ReplayEvents,
         }
     }
 
     pub fn time_ns(&self) -> i64 {
         match self {
             Row::Span(s) => s.start_unix_nanos,
+            Row::TraceSummary(s) => s.start_unix_nanos,
             Row::Log(l) => l.unix_nanos,
             Row::HostMetric(m) => m.unix_nanos,
+            Row::Event(e) => e.unix_nanos,
+            Row::Replay(r) => r.unix_nanos,
         }
     }
 
@@ -116,8 +173,21 @@ impl Row {
     pub fn sort_key(&self) -> (&str, i64) {
         match self {
             Row::Span(s) => (&s.trace_id, s.start_unix_nanos),
+            Row::TraceSummary(s) => (&s.trace_id, s.start_unix_nanos),
             Row::Log(l) => ("", l.unix_nanos),
             Row::HostMetric(m) => (&m.hostname, m.unix_nanos),
+            Row::Event(e) => (&e.distinct_id, e.unix_nanos),
+            Row::Replay(r) => (&r.session_id, r.unix_nanos),
+        }
+    }
+
+    /// What makes two rows the same object sent twice (a client retry), if anything does:
+    /// spans are unique by (trace id, span id), events by their uuid when they have one.
+    pub fn identity(&self) -> Option<(&str, &str)> {
+        match self {
+            Row::Span(s) => Some((&s.trace_id, &s.span_id)),
+            Row::Event(e) if !e.uuid.is_empty() => Some(("", &e.uuid)),
+            _ => None,
         }
     }
 }
@@ -149,171 +219,373 @@ pub struct RowRef<'a> {
     pub batch: u32,
 }
 
-/// Builds the record batch of `rows`, which must all belong to `table`.
-pub fn to_record_batch(table: Table, rows: &[RowRef<'_>]) -> Result<RecordBatch, arrow_schema::ArrowError> {
-    let n = rows.len();
-    let mut project = StringBuilder::with_capacity(n, n * 36);
-    let mut attributes = BinaryBuilder::with_capacity(n, n * 64);
-    let mut batch = UInt32Builder::with_capacity(n);
-    for r in rows {
-        project.append_value(r.project);
-        batch.append_value(r.batch);
-    }
-    let columns: Vec<ArrayRef> = match table {
-        Table::Spans => {
-            let (mut trace, mut start, mut span, mut parent) = (
-                StringBuilder::with_capacity(n, n * 32),
-                Int64Builder::with_capacity(n),
-                StringBuilder::with_capacity(n, n * 16),
-                StringBuilder::with_capacity(n, n * 16),
-            );
-            let (mut service, mut operation, mut duration, mut status) = (
-                StringBuilder::with_capacity(n, n * 8),
-                StringBuilder::with_capacity(n, n * 16),
-                Int64Builder::with_capacity(n),
-                Int32Builder::with_capacity(n),
-            );
-            for r in rows {
-                let Row::Span(s) = r.row else { unreachable!("row of another table") };
-                trace.append_value(&s.trace_id);
-                start.append_value(s.start_unix_nanos);
-                span.append_value(&s.span_id);
-                parent.append_value(&s.parent_span_id);
-                service.append_value(&s.service_name);
-                operation.append_value(&s.operation);
-                duration.append_value(s.duration_nanos as i64);
-                status.append_value(s.status);
-                attributes.append_value(encode_attributes(&s.attributes));
-            }
-            vec![
-                Arc::new(project.finish()),
-                Arc::new(trace.finish()),
-                Arc::new(start.finish()),
-                Arc::new(span.finish()),
-                Arc::new(parent.finish()),
-                Arc::new(service.finish()),
-                Arc::new(operation.finish()),
-                Arc::new(duration.finish()),
-                Arc::new(status.finish()),
-            ]
-        }
-        Table::Logs => {
-            let (mut time, mut level, mut service, mut message, mut trace, mut span) = (
-                Int64Builder::with_capacity(n),
-                Int32Builder::with_capacity(n),
-                StringBuilder::with_capacity(n, n * 8),
-                StringBuilder::with_capacity(n, n * 100),
-                StringBuilder::with_capacity(n, n * 32),
-                StringBuilder::with_capacity(n, n * 16),
-            );
-            for r in rows {
-                let Row::Log(l) = r.row else { unreachable!("row of another table") };
-                time.append_value(l.unix_nanos);
-                level.append_value(l.level);
-                service.append_value(&l.service);
-                message.append_value(&l.message);
-                trace.append_value(&l.trace_id);
-                span.append_value(&l.span_id);
-                attributes.append_value(encode_attributes(&l.attributes));
-            }
-            vec![
-                Arc::new(project.finish()),
-                Arc::new(time.finish()),
-                Arc::new(level.finish()),
-                Arc::new(service.finish()),
-                Arc::new(message.finish()),
-                Arc::new(trace.finish()),
-                Arc::new(span.finish()),
-            ]
-        }
-        Table::HostMetrics => {
-            let mut host = StringBuilder::with_capacity(n, n * 16);
-            let mut time = Int64Builder::with_capacity(n);
-            let (mut cpu, mut used, mut total) =
-                (Float64Builder::with_capacity(n), UInt64Builder::with_capacity(n), UInt64Builder::with_capacity(n));
-            let (mut disk, mut rx, mut tx) =
-                (Float64Builder::with_capacity(n), Float64Builder::with_capacity(n), Float64Builder::with_capacity(n));
-            for r in rows {
-                let Row::HostMetric(m) = r.row else { unreachable!("row of another table") };
-                host.append_value(&m.hostname);
-                time.append_value(m.unix_nanos);
-                cpu.append_option(m.cpu_percent);
-                used.append_option(m.memory_used_bytes);
-                total.append_option(m.memory_total_bytes);
-                disk.append_option(m.disk_used_percent);
-                rx.append_option(m.network_rx_bytes_per_sec);
-                tx.append_option(m.network_tx_bytes_per_sec);
-                attributes.append_value(encode_attributes(&m.attributes));
-            }
-            vec![
-                Arc::new(project.finish()),
-                Arc::new(host.finish()),
-                Arc::new(time.finish()),
-                Arc::new(cpu.finish()),
-                Arc::new(used.finish()),
-                Arc::new(total.finish()),
-                Arc::new(disk.finish()),
-                Arc::new(rx.finish()),
-                Arc::new(tx.finish()),
-            ]
-        }
-    };
-    let mut columns = columns;
-    columns.push(Arc::new(attributes.finish()));
-    columns.push(Arc::new(batch.finish()));
-    RecordBatch::try_new(table.schema(), columns)
+/// Appends one column per schema field; `push` fills them row by row in schema order.
+struct Columns {
+    builders: Vec<Col>,
 }
 
-fn col<'a, T: 'static>(rb: &'a RecordBatch, name: &str) -> &'a T {
-    rb.column_by_name(name)
-        .and_then(|c| c.as_any().downcast_ref::<T>())
-        .unwrap_or_else(|| panic!("segment column {name} missing or of the wrong type"))
+enum Col {
+    Str(StringBuilder),
+    I64(Int64Builder),
+    I32(Int32Builder),
+    U32(UInt32Builder),
+    U64(UInt64Builder),
+    F64(Float64Builder),
+    Bin(BinaryBuilder),
+    StrList(ListBuilder<StringBuilder>),
+}
+
+/// One value for [`Columns::push`], in the column's type.
+enum V<'a> {
+    S(&'a str),
+    I(i64),
+    I4(i32),
+    U4(u32),
+    U(Option<u64>),
+    F(Option<f64>),
+    B(Vec<u8>),
+    L(&'a [String]),
+}
+
+impl Columns {
+    fn new(schema: &Schema, n: usize) -> Self {
+        let builders = schema
+            .fields()
+            .iter()
+            .map(|f| match f.data_type() {
+                DataType::Utf8 => Col::Str(StringBuilder::with_capacity(n, n * 16)),
+                DataType::Int64 => Col::I64(Int64Builder::with_capacity(n)),
+                DataType::Int32 => Col::I32(Int32Builder::with_capacity(n)),
+                DataType::UInt32 => Col::U32(UInt32Builder::with_capacity(n)),
+                DataType::UInt64 => Col::U64(UInt64Builder::with_capacity(n)),
+                DataType::Float64 => Col::F64(Float64Builder::with_capacity(n)),
+                DataType::Binary => Col::Bin(BinaryBuilder::with_capacity(n, n * 32)),
+                DataType::List(_) => Col::StrList(ListBuilder::new(StringBuilder::new())),
+                other => unreachable!("no table has a {other} column"),
+            })
+            .collect();
+        Columns { builders }
+    }
+
+    fn push(&mut self, values: &[V<'_>]) {
+        debug_assert_eq!(values.len(), self.builders.len());
+        for (b, v) in self.builders.iter_mut().zip(values) {
+            match (b, v) {
+                (Col::Str(b), V::S(s)) => b.append_value(s),
+                (Col::I64(b), V::I(x)) => b.append_value(*x),
+                (Col::I32(b), V::I4(x)) => b.append_value(*x),
+                (Col::U32(b), V::U4(x)) => b.append_value(*x),
+                (Col::U64(b), V::U(x)) => b.append_option(*x),
+                (Col::F64(b), V::F(x)) => b.append_option(*x),
+                (Col::Bin(b), V::B(x)) => b.append_value(x),
+                (Col::StrList(b), V::L(items)) => {
+                    for s in items.iter() {
+                        b.values().append_value(s);
+                    }
+                    b.append(true);
+                }
+                _ => unreachable!("value of the wrong type for its column"),
+            }
+        }
+    }
+
+    fn finish(self) -> Vec<ArrayRef> {
+        self.builders
+            .into_iter()
+            .map(|b| -> ArrayRef {
+                match b {
+                    Col::Str(mut b) => Arc::new(b.finish()),
+                    Col::I64(mut b) => Arc::new(b.finish()),
+                    Col::I32(mut b) => Arc::new(b.finish()),
+                    Col::U32(mut b) => Arc::new(b.finish()),
+                    Col::U64(mut b) => Arc::new(b.finish()),
+                    Col::F64(mut b) => Arc::new(b.finish()),
+                    Col::Bin(mut b) => Arc::new(b.finish()),
+                    Col::StrList(mut b) => Arc::new(b.finish()),
+                }
+            })
+            .collect()
+    }
+}
+
+/// Builds the record batch of `rows`, which must all belong to `table`.
+pub fn to_record_batch(table: Table, rows: &[RowRef<'_>]) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    let schema = table.schema();
+    let mut cols = Columns::new(&schema, rows.len());
+    for r in rows {
+        let (p, b) = (V::S(r.project), V::U4(r.batch));
+        match r.row {
+            Row::Span(s) => cols.push(&[
+                p,
+                V::S(&s.trace_id),
+                V::I(s.start_unix_nanos),
+                V::S(&s.span_id),
+                V::S(&s.parent_span_id),
+                V::S(&s.service_name),
+                V::S(&s.operation),
+                V::I(s.duration_nanos as i64),
+                V::I4(s.status),
+                V::B(encode_attributes(&s.attributes)),
+                b,
+            ]),
+            Row::TraceSummary(t) => cols.push(&[
+                p,
+                V::S(&t.trace_id),
+                V::I(t.start_unix_nanos),
+                V::I(t.end_unix_nanos),
+                V::S(&t.root_service),
+                V::S(&t.root_operation),
+                V::U4(t.span_count),
+                V::U4(t.error_count),
+                V::L(&t.services),
+                b,
+            ]),
+            Row::Log(l) => cols.push(&[
+                p,
+                V::I(l.unix_nanos),
+                V::I4(l.level),
+                V::S(&l.service),
+                V::S(&l.message),
+                V::S(&l.trace_id),
+                V::S(&l.span_id),
+                V::B(encode_attributes(&l.attributes)),
+                b,
+            ]),
+            Row::HostMetric(m) => cols.push(&[
+                p,
+                V::S(&m.hostname),
+                V::I(m.unix_nanos),
+                V::F(m.cpu_percent),
+                V::U(m.memory_used_bytes),
+                V::U(m.memory_total_bytes),
+                V::F(m.disk_used_percent),
+                V::F(m.network_rx_bytes_per_sec),
+                V::F(m.network_tx_bytes_per_sec),
+                V::B(encode_attributes(&m.attributes)),
+                b,
+            ]),
+            Row::Event(e) => cols.push(&[
+                p,
+                V::S(&e.distinct_id),
+                V::I(e.unix_nanos),
+                V::S(&e.event),
+                V::S(&e.uuid),
+                V::S(&e.properties_json),
+                b,
+            ]),
+            Row::Replay(r) => cols.push(&[
+                p,
+                V::S(&r.session_id),
+                V::I(r.unix_nanos),
+                V::S(&r.distinct_id),
+                V::S(&r.window_id),
+                V::I4(r.event_type),
+                V::S(&r.data_json),
+                b,
+            ]),
+        }
+        debug_assert_eq!(r.row.table(), table, "row of another table");
+    }
+    RecordBatch::try_new(schema, cols.finish())
+}
+
+/// Typed access to the columns of a record batch read from a segment (or projected from one).
+pub struct Cols<'a>(pub &'a RecordBatch);
+
+impl<'a> Cols<'a> {
+    fn get<T: 'static>(&self, name: &str) -> &'a T {
+        self.0
+            .column_by_name(name)
+            .and_then(|c| c.as_any().downcast_ref::<T>())
+            .unwrap_or_else(|| panic!("segment column {name} missing or of the wrong type"))
+    }
+    pub fn str(&self, name: &str) -> &'a StringArray {
+        self.get(name)
+    }
+    pub fn i64(&self, name: &str) -> &'a Int64Array {
+        self.get(name)
+    }
+    pub fn i32(&self, name: &str) -> &'a Int32Array {
+        self.get(name)
+    }
+    pub fn u32(&self, name: &str) -> &'a UInt32Array {
+        self.get(name)
+    }
+    pub fn u64(&self, name: &str) -> &'a UInt64Array {
+        self.get(name)
+    }
+    pub fn f64(&self, name: &str) -> &'a Float64Array {
+        self.get(name)
+    }
+    pub fn bin(&self, name: &str) -> &'a BinaryArray {
+        self.get(name)
+    }
+    pub fn list(&self, name: &str) -> &'a ListArray {
+        self.get(name)
+    }
+}
+
+fn opt_f(a: &Float64Array, i: usize) -> Option<f64> {
+    a.is_valid(i).then(|| a.value(i))
+}
+fn opt_u(a: &UInt64Array, i: usize) -> Option<u64> {
+    a.is_valid(i).then(|| a.value(i))
+}
+
+pub fn string_list(a: &ListArray, i: usize) -> Vec<String> {
+    let v = a.value(i);
+    let s = v.as_any().downcast_ref::<StringArray>().expect("list of strings");
+    (0..s.len()).map(|j| s.value(j).to_owned()).collect()
 }
 
 /// Rows of a record batch read back from a segment: (project, row, batch ordinal).
 pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u32)> {
-    let project = col::<StringArray>(rb, "project");
-    let attributes = col::<BinaryArray>(rb, "attributes");
-    let batch = col::<UInt32Array>(rb, "batch");
-    let opt_f = |a: &Float64Array, i: usize| a.is_valid(i).then(|| a.value(i));
-    let opt_u = |a: &UInt64Array, i: usize| a.is_valid(i).then(|| a.value(i));
+    let c = Cols(rb);
+    let project = c.str("project");
+    let batch = c.u32("batch");
+    let s = |name: &str, i: usize| c.str(name).value(i).to_owned();
     (0..rb.num_rows())
         .map(|i| {
-            let attrs = decode_attributes(attributes.value(i));
             let row = match table {
                 Table::Spans => Row::Span(Span {
-                    trace_id: col::<StringArray>(rb, "trace_id").value(i).to_owned(),
-                    span_id: col::<StringArray>(rb, "span_id").value(i).to_owned(),
-                    parent_span_id: col::<StringArray>(rb, "parent_span_id").value(i).to_owned(),
-                    service_name: col::<StringArray>(rb, "service").value(i).to_owned(),
-                    operation: col::<StringArray>(rb, "operation").value(i).to_owned(),
-                    start_unix_nanos: col::<Int64Array>(rb, "start_ns").value(i),
-                    duration_nanos: col::<Int64Array>(rb, "duration_ns").value(i) as u64,
-                    status: col::<Int32Array>(rb, "status").value(i),
-                    attributes: attrs,
+                    trace_id: s("trace_id", i),
+                    span_id: s("span_id", i),
+                    parent_span_id: s("parent_span_id", i),
+                    service_name: s("service", i),
+                    operation: s("operation", i),
+                    start_unix_nanos: c.i64("start_ns").value(i),
+                    duration_nanos: c.i64("duration_ns").value(i) as u64,
+                    status: c.i32("status").value(i),
+                    attributes: decode_attributes(c.bin("attributes").value(i)),
+                }),
+                Table::TraceSummaries => Row::TraceSummary(TraceSummary {
+                    trace_id: s("trace_id", i),
+                    start_unix_nanos: c.i64("start_ns").value(i),
+                    end_unix_nanos: c.i64("end_ns").value(i),
+                    root_service: s("root_service", i),
+                    root_operation: s("root_operation", i),
+                    span_count: c.u32("span_count").value(i),
+                    error_count: c.u32("error_count").value(i),
+                    services: string_list(c.list("services"), i),
                 }),
                 Table::Logs => Row::Log(LogRecord {
-                    unix_nanos: col::<Int64Array>(rb, "time_ns").value(i),
-                    level: col::<Int32Array>(rb, "level").value(i),
-                    service: col::<StringArray>(rb, "service").value(i).to_owned(),
-                    message: col::<StringArray>(rb, "message").value(i).to_owned(),
-                    trace_id: col::<StringArray>(rb, "trace_id").value(i).to_owned(),
-                    span_id: col::<StringArray>(rb, "span_id").value(i).to_owned(),
-                    attributes: attrs,
+                    unix_nanos: c.i64("time_ns").value(i),
+                    level: c.i32("level").value(i),
+                    service: s("service", i),
+                    message: s("message", i),
+                    trace_id: s("trace_id", i),
+                    span_id: s("span_id", i),
+                    attributes: decode_attributes(c.bin("attributes").value(i)),
                 }),
                 Table::HostMetrics => Row::HostMetric(HostMetric {
-                    unix_nanos: col::<Int64Array>(rb, "time_ns").value(i),
-                    hostname: col::<StringArray>(rb, "hostname").value(i).to_owned(),
-                    cpu_percent: opt_f(col(rb, "cpu_percent"), i),
-                    memory_used_bytes: opt_u(col(rb, "memory_used_bytes"), i),
-                    memory_total_bytes: opt_u(col(rb, "memory_total_bytes"), i),
-                    disk_used_percent: opt_f(col(rb, "disk_used_percent"), i),
-                    network_rx_bytes_per_sec: opt_f(col(rb, "network_rx_bytes_per_sec"), i),
-                    network_tx_bytes_per_sec: opt_f(col(rb, "network_tx_bytes_per_sec"), i),
-                    attributes: attrs,
+                    unix_nanos: c.i64("time_ns").value(i),
+                    hostname: s("hostname", i),
+                    cpu_percent: opt_f(c.f64("cpu_percent"), i),
+                    memory_used_bytes: opt_u(c.u64("memory_used_bytes"), i),
+                    memory_total_bytes: opt_u(c.u64("memory_total_bytes"), i),
+                    disk_used_percent: opt_f(c.f64("disk_used_percent"), i),
+                    network_rx_bytes_per_sec: opt_f(c.f64("network_rx_bytes_per_sec"), i),
+                    network_tx_bytes_per_sec: opt_f(c.f64("network_tx_bytes_per_sec"), i),
+                    attributes: decode_attributes(c.bin("attributes").value(i)),
+                }),
+                Table::Events => Row::Event(Event {
+                    uuid: s("uuid", i),
+                    event: s("event", i),
+                    distinct_id: s("distinct_id", i),
+                    unix_nanos: c.i64("time_ns").value(i),
+                    properties_json: s("properties", i),
+                }),
+                Table::ReplayEvents => Row::Replay(ReplayEvent {
+                    session_id: s("session_id", i),
+                    distinct_id: s("distinct_id", i),
+                    window_id: s("window_id", i),
+                    unix_nanos: c.i64("time_ns").value(i),
+                    event_type: c.i32("event_type").value(i),
+                    data_json: s("data", i),
                 }),
             };
             (project.value(i).to_owned(), row, batch.value(i))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sextant_proto::{any_value, AnyValue};
+
+    fn every_table_row() -> Vec<Row> {
+        let attrs = vec![KeyValue {
+            key: "http.status_code".into(),
+            value: Some(AnyValue { value: Some(any_value::Value::IntValue(200)) }),
+        }];
+        vec![
+            Row::Span(Span {
+                trace_id: "t".into(),
+                span_id: "s".into(),
+                parent_span_id: "p".into(),
+                service_name: "api".into(),
+                operation: "GET /".into(),
+                start_unix_nanos: 5,
+                duration_nanos: 7,
+                status: 2,
+                attributes: attrs.clone(),
+            }),
+            Row::TraceSummary(TraceSummary {
+                trace_id: "t".into(),
+                start_unix_nanos: 1,
+                end_unix_nanos: 9,
+                root_service: "api".into(),
+                root_operation: "GET /".into(),
+                span_count: 3,
+                error_count: 1,
+                services: vec!["api".into(), "db".into()],
+            }),
+            Row::Log(LogRecord {
+                unix_nanos: 3,
+                level: 5,
+                service: "api".into(),
+                message: "boom".into(),
+                trace_id: "t".into(),
+                span_id: "s".into(),
+                attributes: attrs.clone(),
+            }),
+            Row::HostMetric(HostMetric {
+                unix_nanos: 4,
+                hostname: "h".into(),
+                cpu_percent: Some(12.5),
+                memory_used_bytes: None,
+                memory_total_bytes: Some(10),
+                disk_used_percent: None,
+                network_rx_bytes_per_sec: Some(1.0),
+                network_tx_bytes_per_sec: None,
+                attributes: attrs,
+            }),
+            Row::Event(Event {
+                uuid: "u".into(),
+                event: "signup".into(),
+                distinct_id: "d".into(),
+                unix_nanos: 8,
+                properties_json: r#"{"plan":"pro"}"#.into(),
+            }),
+            Row::Replay(ReplayEvent {
+                session_id: "sess".into(),
+                distinct_id: "d".into(),
+                window_id: "w".into(),
+                unix_nanos: 6,
+                event_type: 3,
+                data_json: "{}".into(),
+            }),
+        ]
+    }
+
+    #[test]
+    fn every_table_round_trips_through_arrow() {
+        for row in every_table_row() {
+            let table = row.table();
+            let rb = to_record_batch(table, &[RowRef { project: "p", row: &row, batch: 4 }]).unwrap();
+            assert_eq!(rb.schema(), table.schema());
+            assert_eq!(from_record_batch(table, &rb), vec![("p".to_owned(), row.clone(), 4)], "{}", table.name());
+        }
+    }
 }

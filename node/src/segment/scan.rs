@@ -1,0 +1,254 @@
+//! Scans: the rows of one table for one project and time range, with the predicates of the
+//! query pushed down — to whole segments (time range), to row groups (min/max statistics,
+//! the trace-id bloom filter, the log token index) and finally to rows (one mask per batch).
+//! The same [`Scan::mask`] decides for buffered rows and for segment rows.
+
+use arrow_array::{BooleanArray, RecordBatch};
+use arrow_schema::ArrowError;
+use parquet::file::metadata::RowGroupMetaData;
+use parquet::file::statistics::Statistics;
+use sextant_model::text::{tokens, LogQuery};
+
+use super::table::{decode_attributes, Cols, Table};
+use super::token_index::{term_hash, TokenIndex};
+
+/// Row predicates of a scan. Empty lists and `None`s do not filter.
+#[derive(Clone, Debug, Default)]
+pub struct Filter {
+    /// Spans and logs: `service` is one of these; trace summaries: any of the trace's services.
+    pub services: Vec<String>,
+    pub operation: Option<String>,
+    /// Log levels (the protobuf enum values).
+    pub levels: Vec<i32>,
+    pub trace_id: Option<String>,
+    pub hostname: Option<String>,
+    /// Events: the event name is one of these.
+    pub events: Vec<String>,
+    pub distinct_id: Option<String>,
+    pub session_id: Option<String>,
+    /// Spans: status is error; trace summaries: at least one error span.
+    pub errors_only: bool,
+    /// Spans: duration; trace summaries: end − start.
+    pub min_duration_ns: Option<i64>,
+    pub log_query: Option<LogQuery>,
+}
+
+/// What to read.
+#[derive(Clone, Debug)]
+pub struct Scan {
+    pub table: Table,
+    pub project: String,
+    /// Inclusive start and exclusive end of the time range, unix nanoseconds.
+    pub from_ns: i64,
+    pub to_ns: i64,
+    pub filter: Filter,
+    /// Columns to return (all when empty). Filter columns are read as needed regardless.
+    pub columns: Vec<String>,
+}
+
+fn str_stats(s: &Statistics) -> Option<(&[u8], &[u8])> {
+    Some((s.min_bytes_opt()?, s.max_bytes_opt()?))
+}
+
+fn i64_stats(s: &Statistics) -> Option<(i64, i64)> {
+    match s {
+        Statistics::Int64(v) => Some((*v.min_opt()?, *v.max_opt()?)),
+        _ => None,
+    }
+}
+
+impl Scan {
+    /// The index terms a log line must hold to match, hashed.
+    pub fn required_terms(&self) -> Vec<u32> {
+        self.filter.log_query.as_ref().map_or_else(Vec::new, |q| q.required_terms().iter().map(|t| term_hash(t)).collect())
+    }
+
+    /// Whether a segment covering `[min_ns, max_ns]` of `table` can hold matching rows.
+    pub fn wants_segment(&self, table: Table, min_ns: i64, max_ns: i64) -> bool {
+        table == self.table && max_ns >= self.from_ns && min_ns < self.to_ns
+    }
+
+    /// Whether a row group can hold matching rows, by its column statistics.
+    pub fn wants_row_group(&self, rg: &RowGroupMetaData, schema: &arrow_schema::Schema) -> bool {
+        let stats = |name: &str| schema.index_of(name).ok().and_then(|i| rg.column(i).statistics());
+        let str_within = |name: &str, values: &[&str]| {
+            stats(name).and_then(str_stats).is_none_or(|(lo, hi)| {
+                values.iter().any(|v| lo <= v.as_bytes() && v.as_bytes() <= hi)
+            })
+        };
+        if !str_within("project", &[self.project.as_str()]) {
+            return false;
+        }
+        if let Some((lo, hi)) = stats(self.table.time_column()).and_then(i64_stats) {
+            if hi < self.from_ns || lo >= self.to_ns {
+                return false;
+            }
+        }
+        let f = &self.filter;
+        let one = |name: &str, v: &Option<String>| v.as_ref().is_none_or(|v| str_within(name, &[v.as_str()]));
+        let any = |name: &str, vs: &[String]| vs.is_empty() || str_within(name, &vs.iter().map(String::as_str).collect::<Vec<_>>());
+        let per_table = match self.table {
+            Table::Spans => any("service", &f.services) && one("trace_id", &f.trace_id) && one("operation", &f.operation),
+            Table::TraceSummaries => one("trace_id", &f.trace_id),
+            Table::Logs => any("service", &f.services) && one("trace_id", &f.trace_id),
+            Table::HostMetrics => one("hostname", &f.hostname),
+            Table::Events => any("event", &f.events) && one("distinct_id", &f.distinct_id),
+            Table::ReplayEvents => one("session_id", &f.session_id) && one("distinct_id", &f.distinct_id),
+        };
+        per_table
+            && (self.filter.levels.is_empty()
+                || stats("level")
+                    .and_then(|s| match s {
+                        Statistics::Int32(v) => Some((*v.min_opt()?, *v.max_opt()?)),
+                        _ => None,
+                    })
+                    .is_none_or(|(lo, hi)| f.levels.iter().any(|l| (lo..=hi).contains(l))))
+    }
+
+    /// Row groups of a log segment that its token index allows.
+    pub fn wants_row_group_by_terms(&self, index: Option<&TokenIndex>, rg: usize, terms: &[u32]) -> bool {
+        terms.is_empty() || index.is_none_or(|idx| idx.may_contain_all(rg, terms))
+    }
+
+    /// Columns the row mask needs (beyond those returned).
+    pub fn filter_columns(&self) -> Vec<&'static str> {
+        let f = &self.filter;
+        let mut c = vec!["project", self.table.time_column(), "batch"];
+        let mut need = |cond: bool, name: &'static str| {
+            if cond {
+                c.push(name);
+            }
+        };
+        match self.table {
+            Table::Spans => {
+                need(!f.services.is_empty(), "service");
+                need(f.operation.is_some(), "operation");
+                need(f.trace_id.is_some(), "trace_id");
+                need(f.errors_only, "status");
+                need(f.min_duration_ns.is_some(), "duration_ns");
+            }
+            Table::TraceSummaries => {
+                need(!f.services.is_empty(), "services");
+                need(f.trace_id.is_some(), "trace_id");
+                need(f.errors_only, "error_count");
+                need(f.min_duration_ns.is_some(), "end_ns");
+            }
+            Table::Logs => {
+                need(!f.services.is_empty(), "service");
+                need(!f.levels.is_empty(), "level");
+                need(f.trace_id.is_some(), "trace_id");
+                need(f.log_query.is_some(), "message");
+                need(f.log_query.as_ref().is_some_and(|q| !q.attributes.is_empty()), "attributes");
+            }
+            Table::HostMetrics => need(f.hostname.is_some(), "hostname"),
+            Table::Events => {
+                need(!f.events.is_empty(), "event");
+                need(f.distinct_id.is_some(), "distinct_id");
+            }
+            Table::ReplayEvents => {
+                need(f.session_id.is_some(), "session_id");
+                need(f.distinct_id.is_some(), "distinct_id");
+            }
+        }
+        c
+    }
+
+    /// Which rows of `rb` match; `hidden(batch ordinal)` says which rows an abort removed.
+    pub fn mask(&self, rb: &RecordBatch, hidden: &dyn Fn(u32) -> bool) -> BooleanArray {
+        let c = Cols(rb);
+        let f = &self.filter;
+        let project = c.str("project");
+        let time = c.i64(self.table.time_column());
+        let batch = c.u32("batch");
+        let log_query = f.log_query.as_ref().filter(|_| self.table == Table::Logs);
+        let mut words = Vec::new();
+        (0..rb.num_rows())
+            .map(|i| {
+                let t = time.value(i);
+                if project.value(i) != self.project || t < self.from_ns || t >= self.to_ns || hidden(batch.value(i)) {
+                    return false;
+                }
+                let is = |name: &str, v: &Option<String>| v.as_ref().is_none_or(|v| c.str(name).value(i) == v);
+                let among = |name: &str, vs: &[String]| vs.is_empty() || vs.iter().any(|v| c.str(name).value(i) == v);
+                let ok = match self.table {
+                    Table::Spans => {
+                        among("service", &f.services)
+                            && is("operation", &f.operation)
+                            && is("trace_id", &f.trace_id)
+                            && (!f.errors_only || c.i32("status").value(i) == sextant_proto::SpanStatus::Error as i32)
+                            && f.min_duration_ns.is_none_or(|d| c.i64("duration_ns").value(i) >= d)
+                    }
+                    Table::TraceSummaries => {
+                        (f.services.is_empty()
+                            || super::table::string_list(c.list("services"), i).iter().any(|s| f.services.contains(s)))
+                            && is("trace_id", &f.trace_id)
+                            && (!f.errors_only || c.u32("error_count").value(i) > 0)
+                            && f.min_duration_ns.is_none_or(|d| c.i64("end_ns").value(i) - t >= d)
+                    }
+                    Table::Logs => {
+                        among("service", &f.services)
+                            && (f.levels.is_empty() || f.levels.contains(&c.i32("level").value(i)))
+                            && is("trace_id", &f.trace_id)
+                            && log_query.is_none_or(|q| {
+                                words.clear();
+                                words.extend(tokens(c.str("message").value(i)));
+                                q.matches_words(&words)
+                                    && (q.attributes.is_empty() || {
+                                        let attrs = decode_attributes(c.bin("attributes").value(i));
+                                        q.attributes.iter().all(|(k, v)| {
+                                            attrs.iter().any(|kv| &kv.key == k && attribute_text(kv).as_deref() == Some(v))
+                                        })
+                                    })
+                            })
+                    }
+                    Table::HostMetrics => is("hostname", &f.hostname),
+                    Table::Events => among("event", &f.events) && is("distinct_id", &f.distinct_id),
+                    Table::ReplayEvents => is("session_id", &f.session_id) && is("distinct_id", &f.distinct_id),
+                };
+                ok
+            })
+            .map(Some)
+            .collect()
+    }
+
+    /// Keeps the matching rows of `rb` and the requested columns.
+    pub fn apply(&self, rb: &RecordBatch, hidden: &dyn Fn(u32) -> bool) -> Result<Option<RecordBatch>, ArrowError> {
+        let mask = self.mask(rb, hidden);
+        if mask.true_count() == 0 {
+            return Ok(None);
+        }
+        let kept = arrow_select::filter::filter_record_batch(rb, &mask)?;
+        if self.columns.is_empty() {
+            return Ok(Some(kept));
+        }
+        let schema = kept.schema();
+        let indices: Vec<usize> = self.columns.iter().filter_map(|c| schema.index_of(c).ok()).collect();
+        Ok(Some(kept.project(&indices)?))
+    }
+
+    /// Every column the scan reads from a segment: the returned ones and the filter's.
+    pub fn read_columns(&self) -> Option<Vec<String>> {
+        if self.columns.is_empty() {
+            return None;
+        }
+        let mut cols = self.columns.clone();
+        for c in self.filter_columns() {
+            if !cols.iter().any(|x| x == c) {
+                cols.push(c.to_owned());
+            }
+        }
+        Some(cols)
+    }
+}
+
+/// An attribute value as text, the way `key:value` terms compare it.
+pub fn attribute_text(kv: &sextant_proto::KeyValue) -> Option<String> {
+    use sextant_proto::any_value::Value;
+    Some(match kv.value.as_ref()?.value.as_ref()? {
+        Value::StringValue(s) => s.clone(),
+        Value::IntValue(i) => i.to_string(),
+        Value::DoubleValue(d) => d.to_string(),
+        Value::BoolValue(b) => b.to_string(),
+        Value::ArrayValue(_) => return None,
+    })
+}

@@ -1,0 +1,130 @@
+//! Trace summaries: one row per trace and spans segment, so listing traces reads a table
+//! several times smaller than the spans and never has to group spans at query time.
+
+use std::collections::BTreeSet;
+
+use sextant_proto::{Span, SpanStatus, TraceSummary};
+
+use super::table::{Row, RowRef};
+
+/// Summaries of `rows` (spans sorted by project and trace id, as in a segment), one per
+/// (project, trace). A span present twice (a retried batch) counts once.
+pub fn summarize<'a>(rows: impl IntoIterator<Item = (&'a str, &'a Span)>) -> Vec<(String, TraceSummary)> {
+    let mut out: Vec<(String, TraceSummary)> = Vec::new();
+    let mut seen: BTreeSet<&str> = BTreeSet::new();
+    for (project, span) in rows {
+        let same = out.last().is_some_and(|(p, t)| p == project && t.trace_id == span.trace_id);
+        if !same {
+            seen.clear();
+            out.push((project.to_owned(), TraceSummary { trace_id: span.trace_id.clone(), ..empty() }));
+        }
+        if !seen.insert(&span.span_id) {
+            continue;
+        }
+        let t = &mut out.last_mut().expect("pushed above").1;
+        add_span(t, span);
+    }
+    out
+}
+
+fn empty() -> TraceSummary {
+    TraceSummary { start_unix_nanos: i64::MAX, end_unix_nanos: i64::MIN, ..Default::default() }
+}
+
+fn add_span(t: &mut TraceSummary, s: &Span) {
+    let end = s.start_unix_nanos.saturating_add(s.duration_nanos.min(i64::MAX as u64) as i64);
+    t.start_unix_nanos = t.start_unix_nanos.min(s.start_unix_nanos);
+    t.end_unix_nanos = t.end_unix_nanos.max(end);
+    t.span_count += 1;
+    if s.status == SpanStatus::Error as i32 {
+        t.error_count += 1;
+    }
+    if s.parent_span_id.is_empty() && (t.root_service.is_empty() || s.start_unix_nanos == t.start_unix_nanos) {
+        t.root_service = s.service_name.clone();
+        t.root_operation = s.operation.clone();
+    }
+    if let Err(i) = t.services.binary_search(&s.service_name) {
+        t.services.insert(i, s.service_name.clone());
+    }
+}
+
+/// Folds a partial summary of the same trace into `into` (a trace whose spans were flushed
+/// in several segments has several partials).
+pub fn merge(into: &mut TraceSummary, other: &TraceSummary) {
+    if into.root_service.is_empty() || (!other.root_service.is_empty() && other.start_unix_nanos < into.start_unix_nanos)
+    {
+        into.root_service.clone_from(&other.root_service);
+        into.root_operation.clone_from(&other.root_operation);
+    }
+    into.start_unix_nanos = into.start_unix_nanos.min(other.start_unix_nanos);
+    into.end_unix_nanos = into.end_unix_nanos.max(other.end_unix_nanos);
+    into.span_count += other.span_count;
+    into.error_count += other.error_count;
+    for s in &other.services {
+        if let Err(i) = into.services.binary_search(s) {
+            into.services.insert(i, s.clone());
+        }
+    }
+}
+
+/// Summary rows for the spans of one segment.
+pub fn summary_rows(spans: &[RowRef<'_>]) -> Vec<(String, Row)> {
+    summarize(spans.iter().filter_map(|r| match r.row {
+        Row::Span(s) => Some((r.project, s)),
+        _ => None,
+    }))
+    .into_iter()
+    .map(|(p, t)| (p, Row::TraceSummary(t)))
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn span(trace: &str, id: &str, parent: &str, service: &str, start: i64, dur: u64, error: bool) -> Span {
+        Span {
+            trace_id: trace.into(),
+            span_id: id.into(),
+            parent_span_id: parent.into(),
+            service_name: service.into(),
+            operation: format!("op-{id}"),
+            start_unix_nanos: start,
+            duration_nanos: dur,
+            status: if error { SpanStatus::Error as i32 } else { 0 },
+            attributes: vec![],
+        }
+    }
+
+    #[test]
+    fn one_summary_per_trace_with_root_counts_and_services() {
+        let spans = [
+            span("a", "1", "", "web", 100, 50, false),
+            span("a", "2", "1", "db", 110, 10, true),
+            span("a", "2", "1", "db", 110, 10, true), // retried
+            span("b", "3", "9", "db", 5, 1, false),
+        ];
+        let got = summarize(spans.iter().map(|s| ("p", s)));
+        assert_eq!(got.len(), 2);
+        let a = &got[0].1;
+        assert_eq!((a.start_unix_nanos, a.end_unix_nanos, a.span_count, a.error_count), (100, 150, 2, 1));
+        assert_eq!((a.root_service.as_str(), a.root_operation.as_str()), ("web", "op-1"));
+        assert_eq!(a.services, ["db", "web"]);
+        // Root not (yet) seen.
+        assert_eq!(got[1].1.root_service, "");
+    }
+
+    #[test]
+    fn partials_merge_to_the_whole() {
+        let spans = [
+            span("a", "1", "", "web", 100, 50, false),
+            span("a", "2", "1", "db", 110, 100, true),
+            span("a", "3", "1", "cache", 90, 1, false),
+        ];
+        let whole = summarize(spans.iter().map(|s| ("p", s))).remove(0).1;
+        let mut left = summarize(spans[1..].iter().map(|s| ("p", s))).remove(0).1;
+        let right = summarize(spans[..1].iter().map(|s| ("p", s))).remove(0).1;
+        merge(&mut left, &right);
+        assert_eq!(left, whole);
+    }
+}
