@@ -180,7 +180,7 @@ impl NodeHost {
             }
         }
         tracing::info!(node = host.config.id, %addr, groups = host.rafts.len(), "storage node started");
-        let background = vec![crate::flusher::spawn(host.clone())];
+        let background = vec![crate::flusher::spawn(host.clone()), crate::compactor::spawn(host.clone())];
         Ok(RunningNode { host, addr, server, background })
     }
 
@@ -223,12 +223,14 @@ async fn start_group<S: GroupStore>(
     let sm = GroupStateMachine::new(
         dir,
         state,
-        Arc::new(move |event| {
-            let counter = match event {
-                SnapshotEvent::Built => &m.snapshots_built,
-                SnapshotEvent::Installed => &m.snapshots_installed,
-            };
-            counter.inc();
+        Arc::new(move |event| match event {
+            SnapshotEvent::Built(took) => {
+                m.snapshots_built.inc();
+                m.flush_seconds.observe(took.as_secs_f64());
+            }
+            SnapshotEvent::Installed => {
+                m.snapshots_installed.inc();
+            }
         }),
     );
     let state = sm.shared();

@@ -2,12 +2,18 @@
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
 pub struct GroupLabel {
     pub group: u64,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct TableLabel {
+    pub table: &'static str,
 }
 
 pub struct NodeMetrics {
@@ -19,6 +25,14 @@ pub struct NodeMetrics {
     pub commit_seconds: Histogram,
     pub snapshots_built: Counter,
     pub snapshots_installed: Counter,
+    /// Segments and their bytes per table, over every shard replica of this node.
+    pub segments: Family<TableLabel, Gauge>,
+    pub segment_bytes: Family<TableLabel, Gauge>,
+    pub flush_seconds: Histogram,
+    pub compaction_seconds: Histogram,
+    pub compactions: Counter,
+    /// Log entries appended but not yet applied, per group.
+    pub apply_lag: Family<GroupLabel, Gauge>,
 }
 
 impl Default for NodeMetrics {
@@ -31,6 +45,12 @@ impl Default for NodeMetrics {
             commit_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             snapshots_built: Counter::default(),
             snapshots_installed: Counter::default(),
+            segments: Family::default(),
+            segment_bytes: Family::default(),
+            flush_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            compaction_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
+            compactions: Counter::default(),
+            apply_lag: Family::default(),
         }
     }
 }
@@ -53,5 +73,11 @@ impl NodeMetrics {
             "snapshots received from a leader and installed",
             self.snapshots_installed.clone(),
         );
+        r.register("segments", "segments per table on this node", self.segments.clone());
+        r.register("segment_bytes", "bytes of segment files per table on this node", self.segment_bytes.clone());
+        r.register("flush_seconds", "time to flush a shard buffer into segments", self.flush_seconds.clone());
+        r.register("compaction_seconds", "time to merge small segments", self.compaction_seconds.clone());
+        r.register("compactions", "segment merges done", self.compactions.clone());
+        r.register("apply_lag_entries", "log entries appended but not yet applied, per group", self.apply_lag.clone());
     }
 }

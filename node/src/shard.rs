@@ -20,6 +20,7 @@ use sextant_proto::{ShardBatch, Span};
 use crate::archive::FileEntry;
 use crate::durable::sync_dir;
 use crate::segment::file::{self as segment_file, file_name};
+use crate::segment::compaction::{self, merge_rows};
 use crate::segment::summary::summary_rows;
 use crate::segment::table::RowRef;
 use crate::segment::{Buffer, Dedup, Manifest, Row, Scan, Segment, Table};
@@ -94,6 +95,13 @@ impl SegmentShard {
         !self.active.is_empty() && (self.active.bytes >= FLUSH_BYTES || self.active.since.elapsed() >= FLUSH_AGE)
     }
 
+    /// Segments of `table` and their bytes on disk.
+    pub fn segment_stats(&self, table: Table) -> (usize, u64) {
+        let published = self.published.read().unwrap();
+        let of_table = published.segments.iter().filter(|s| s.meta.table == table);
+        of_table.fold((0, 0), |(n, b), s| (n + 1, b + s.meta.file.len))
+    }
+
     pub fn segment_count(&self) -> usize {
         self.published.read().unwrap().segments.len()
     }
@@ -115,6 +123,27 @@ impl SegmentShard {
             segments: published.segments.iter().filter(|s| s.meta.table == Table::Spans).cloned().collect(),
             tombstones,
         }
+    }
+
+    /// A compaction, if one is due (see [`compaction::plan`]). Never waits for a running
+    /// flush: it is called with the state machine's lock held.
+    pub fn compaction(&self, current_hour: i64) -> Option<CompactionJob> {
+        let p = self.persisted.try_lock().ok()?;
+        let picked = compaction::plan(&p.manifest.segments, current_hour)?;
+        let ids: HashSet<u64> = picked.iter().map(|s| s.id).collect();
+        let summaries =
+            p.manifest.segments.iter().filter(|s| s.summarizes.is_some_and(|id| ids.contains(&id))).map(|s| s.id).collect();
+        drop(p);
+        let published = self.published.read().unwrap();
+        let inputs: Vec<Arc<Segment>> = published.segments.iter().filter(|s| ids.contains(&s.meta.id)).cloned().collect();
+        (inputs.len() == ids.len()).then(|| CompactionJob {
+            dir: self.dir.clone(),
+            inputs,
+            summaries,
+            tombstones: self.tombstones.clone(),
+            published: self.published.clone(),
+            persisted: self.persisted.clone(),
+        })
     }
 
     /// Starts a scan: buffered rows are selected now (under the caller's lock), segments by
@@ -201,6 +230,109 @@ impl TraceLookup {
     }
 }
 
+/// A merge of small segments, prepared by [`SegmentShard::compaction`] and run off the
+/// apply path. Readers keep using the inputs until the new manifest is published.
+pub struct CompactionJob {
+    dir: PathBuf,
+    inputs: Vec<Arc<Segment>>,
+    /// Trace-summary segments of spans inputs: replaced along with them.
+    summaries: Vec<u64>,
+    tombstones: BTreeSet<u128>,
+    published: Arc<RwLock<Published>>,
+    persisted: Arc<Mutex<Persisted>>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum CompactionOutcome {
+    /// `inputs` segments became `outputs` (0 when every row was dropped).
+    Merged { inputs: usize, outputs: usize, rows_in: u64, rows_out: u64 },
+    /// A snapshot install replaced the inputs meanwhile; nothing changed.
+    Superseded,
+}
+
+impl CompactionJob {
+    pub fn run(self) -> io::Result<CompactionOutcome> {
+        let mut rows = Vec::new();
+        for seg in &self.inputs {
+            for (project, row, ordinal) in seg.read(None)? {
+                let batch = seg.batches.get(ordinal as usize).copied().unwrap_or_default();
+                rows.push((project, row, batch));
+            }
+        }
+        let rows_in = rows.len() as u64;
+        let merged = merge_rows(rows, &|b| self.tombstones.contains(&b));
+        let mut batches = Vec::new();
+        let mut ordinals: HashMap<u128, u32> = HashMap::new();
+        let refs: Vec<RowRef<'_>> = merged
+            .iter()
+            .map(|(project, row, b)| {
+                let batch = *ordinals.entry(*b).or_insert_with(|| {
+                    batches.push(*b);
+                    (batches.len() - 1) as u32
+                });
+                RowRef { project, row, batch }
+            })
+            .collect();
+        let (table, hour) = (self.inputs[0].meta.table, self.inputs[0].meta.hour);
+        let first_id = {
+            // Reserve ids; the next manifest written (by a flush or by us) records them.
+            let mut p = self.persisted.lock().unwrap();
+            let id = p.manifest.next_segment;
+            p.manifest.next_segment += 2;
+            id
+        };
+        let mut written = Vec::new();
+        if !refs.is_empty() {
+            written.push(segment_file::write(&self.dir, first_id, table, hour, &refs, &batches)?);
+            if table == Table::Spans {
+                let summaries = summary_rows(&refs);
+                let srefs: Vec<RowRef<'_>> =
+                    summaries.iter().map(|(p, row)| RowRef { project: p, row, batch: 0 }).collect();
+                let mut meta = segment_file::write(&self.dir, first_id + 1, Table::TraceSummaries, hour, &srefs, &[])?;
+                meta.summarizes = Some(first_id);
+                written.push(meta);
+            }
+            sync_dir(&self.dir)?;
+        }
+        let opened = written.iter().map(|m| Segment::open(&self.dir, m.clone()).map(Arc::new)).collect::<io::Result<Vec<_>>>()?;
+
+        let mut p = self.persisted.lock().unwrap();
+        let mut gone: HashSet<u64> = self.inputs.iter().map(|s| s.meta.id).collect();
+        gone.extend(&self.summaries);
+        let present = p.manifest.segments.iter().filter(|s| gone.contains(&s.id)).count();
+        if present != gone.len() {
+            drop(p);
+            for m in &written {
+                let _ = std::fs::remove_file(self.dir.join(&m.file.name));
+            }
+            return Ok(CompactionOutcome::Superseded);
+        }
+        let mut manifest = p.manifest.clone();
+        let removed: Vec<String> =
+            manifest.segments.iter().filter(|s| gone.contains(&s.id)).map(|s| s.file.name.clone()).collect();
+        manifest.segments.retain(|s| !gone.contains(&s.id));
+        manifest.segments.extend(written.iter().cloned());
+        let entry = manifest.store(&self.dir)?;
+        {
+            let mut pubd = self.published.write().unwrap();
+            pubd.segments.retain(|s| !gone.contains(&s.meta.id));
+            pubd.segments.extend(opened);
+        }
+        *p = Persisted { manifest, entry: Some(entry) };
+        drop(p);
+        // Open readers keep their file handles; new ones see the new manifest.
+        for name in removed {
+            let _ = std::fs::remove_file(self.dir.join(name));
+        }
+        Ok(CompactionOutcome::Merged {
+            inputs: self.inputs.len(),
+            outputs: written.iter().filter(|m| m.table != Table::TraceSummaries).count(),
+            rows_in,
+            rows_out: refs.len() as u64,
+        })
+    }
+}
+
 /// The part of a scan that reads segments.
 pub struct ScanJob {
     scan: Scan,
@@ -241,9 +373,12 @@ fn flush(
         if table == Table::Spans {
             let summaries = summary_rows(&rows);
             let refs: Vec<RowRef<'_>> = summaries.iter().map(|(p, row)| RowRef { project: p, row, batch: 0 }).collect();
+            let spans_id = id;
             let id = manifest.next_segment;
             manifest.next_segment += 1;
-            written.push(segment_file::write(dir, id, Table::TraceSummaries, hour, &refs, &[])?);
+            let mut meta = segment_file::write(dir, id, Table::TraceSummaries, hour, &refs, &[])?;
+            meta.summarizes = Some(spans_id);
+            written.push(meta);
         }
     }
     if !written.is_empty() {
@@ -302,14 +437,17 @@ impl GroupStore for SegmentShard {
         // Segment ids are unique per shard history, but a replica's own unflushed ids may
         // collide with the leader's: move received segments to fresh names first.
         let mut next = manifest.next_segment.max(p.manifest.next_segment);
-        let mut renamed = HashMap::new();
+        let mut new_ids = HashMap::new();
         for seg in &mut manifest.segments {
             let fresh = file_name(next);
-            next += 1;
             std::fs::rename(staging.join(&seg.file.name), self.dir.join(&fresh))?;
-            renamed.insert(seg.file.name.clone(), fresh.clone());
-            seg.id = next - 1;
+            new_ids.insert(seg.id, next);
+            seg.id = next;
             seg.file.name = fresh;
+            next += 1;
+        }
+        for seg in &mut manifest.segments {
+            seg.summarizes = seg.summarizes.and_then(|old| new_ids.get(&old).copied());
         }
         sync_dir(&self.dir)?;
         manifest.next_segment = next;
@@ -350,6 +488,8 @@ mod tests {
     fn ingest(s: &mut SegmentShard, index: u64, batch_id: u128, payload: Vec<u8>) -> CommandResponse {
         s.apply(index, Command::Ingest { batch_id, payload })
     }
+
+    use crate::shard::CompactionOutcome;
 
     fn ids(s: &SegmentShard, project: &str, trace: &str) -> Vec<String> {
         s.trace(project, trace).run().unwrap().into_iter().map(|s| s.span_id).collect()
@@ -560,6 +700,49 @@ mod tests {
         assert_eq!(hits[0].num_columns(), 1, "only the projected column comes back");
     }
 
+    #[test]
+    fn compaction_merges_small_segments_dropping_aborted_rows_and_repeated_spans() {
+        use crate::segment::Filter;
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        ingest(&mut s, 1, 1, batch("p", vec![span("t1", "a", 10), span("t1", "b", 11)]));
+        checkpoint(&mut s, 1);
+        // A client retry with a new batch id after the router lost its abort: same spans.
+        ingest(&mut s, 2, 2, batch("p", vec![span("t1", "b", 11), span("t2", "c", 12)]));
+        checkpoint(&mut s, 2);
+        ingest(&mut s, 3, 3, batch("p", vec![span("t3", "gone", 13)]));
+        checkpoint(&mut s, 3);
+        s.apply(4, Command::Abort { batch_id: 3 });
+        assert_eq!(s.segment_count(), 6);
+        assert!(s.compaction(0).is_none(), "the hour is not over and only three segments exist");
+
+        let job = s.compaction(i64::MAX).expect("three small segments of a past hour");
+        assert_eq!(
+            job.run().unwrap(),
+            CompactionOutcome::Merged { inputs: 3, outputs: 1, rows_in: 5, rows_out: 3 }
+        );
+        assert_eq!(s.segment_count(), 2, "one spans segment and its summaries");
+        let spans = scan_all(&s, Table::Spans, "p", Filter::default());
+        assert_eq!(spans.len(), 3);
+        let summaries = scan_all(&s, Table::TraceSummaries, "p", Filter::default());
+        let counts: Vec<(String, u32)> = summaries
+            .iter()
+            .map(|r| match r {
+                Row::TraceSummary(t) => (t.trace_id.clone(), t.span_count),
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(counts, [("t1".to_owned(), 2), ("t2".to_owned(), 1)]);
+        // Only the manifest's files remain, and they reopen to the same rows.
+        let files = std::fs::read_dir(dir.path()).unwrap().filter(|e| {
+            e.as_ref().unwrap().file_name().to_string_lossy().starts_with("seg-")
+        });
+        assert_eq!(files.count(), 2);
+        drop(s);
+        let s = SegmentShard::open(dir.path()).unwrap();
+        assert_eq!(scan_all(&s, Table::Spans, "p", Filter::default()), spans);
+    }
+
     mod model {
         use super::*;
         use proptest::prelude::*;
@@ -572,6 +755,8 @@ mod tests {
             Retry(usize),
             Abort(usize),
             Checkpoint,
+            /// Merge small segments (as the compactor does once their hour is over).
+            Compact,
             /// Crash and restart: the store reopens from disk and Raft re-applies the log
             /// entries after the last checkpoint.
             Restart,
@@ -583,6 +768,7 @@ mod tests {
                 1 => any::<usize>().prop_map(Op::Retry),
                 1 => any::<usize>().prop_map(Op::Abort),
                 1 => Just(Op::Checkpoint),
+                1 => Just(Op::Compact),
                 1 => Just(Op::Restart),
             ]
         }
@@ -628,6 +814,12 @@ mod tests {
                         Op::Checkpoint => {
                             checkpointed = log.len() as u64;
                             checkpoint(&mut s, checkpointed);
+                        }
+                        Op::Compact => {
+                            if let Some(job) = s.compaction(i64::MAX) {
+                                let merged = matches!(job.run().unwrap(), CompactionOutcome::Merged { .. });
+                                prop_assert!(merged);
+                            }
                         }
                         Op::Restart => {
                             drop(s);

@@ -57,8 +57,8 @@ pub type SharedState<S> = Arc<RwLock<Applied<S>>>;
 /// Reported to the host for metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SnapshotEvent {
-    /// This replica checkpointed its own state.
-    Built,
+    /// This replica checkpointed its own state (flushed its buffer), taking this long.
+    Built(std::time::Duration),
     /// This replica replaced its state with a snapshot sent by the leader.
     Installed,
 }
@@ -112,8 +112,9 @@ impl<S: GroupStore> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<S> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let job = self.job.take().ok_or_else(|| io_err("snapshot builder used twice"))?;
         let _guard = self.lock.lock().await;
+        let started = std::time::Instant::now();
         tokio::task::spawn_blocking(job).await.map_err(io_err)?.map_err(io_err)?;
-        (self.on_snapshot)(SnapshotEvent::Built);
+        (self.on_snapshot)(SnapshotEvent::Built(started.elapsed()));
         snapshot_of(&self.shared, &self.dir)?.ok_or_else(|| io_err("checkpoint vanished after it was written"))
     }
 }

@@ -3,7 +3,7 @@
 //! bloom filter on trace ids). Written once by a flush or a compaction, never modified.
 
 use std::io::{self, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
@@ -40,6 +40,8 @@ pub struct SegmentMeta {
     pub min_ns: i64,
     pub max_ns: i64,
     pub file: FileEntry,
+    /// For a trace-summaries segment: the spans segment it summarizes (replaced with it).
+    pub summarizes: Option<u64>,
 }
 
 pub fn file_name(id: u64) -> String {
@@ -162,14 +164,64 @@ pub fn write(
         min_ns,
         max_ns,
         file: FileEntry { name, len, xxh3: hash.digest() },
+        summarizes: None,
     })
+}
+
+/// A segment file read with positioned reads (`pread`): readers on several threads share one
+/// open file without sharing a cursor (which `File::try_clone` would), and the file stays
+/// readable after a compaction unlinks it.
+#[derive(Clone)]
+pub struct SegmentFile {
+    file: Arc<std::fs::File>,
+    len: u64,
+}
+
+pub struct SegmentFileReader {
+    file: Arc<std::fs::File>,
+    pos: u64,
+    end: u64,
+}
+
+impl io::Read for SegmentFileReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        let want = buf.len().min((self.end - self.pos) as usize);
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = self.file.read_at(&mut buf[..want], self.pos)?;
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl parquet::file::reader::Length for SegmentFile {
+    fn len(&self) -> u64 {
+        self.len
+    }
+}
+
+impl parquet::file::reader::ChunkReader for SegmentFile {
+    type T = SegmentFileReader;
+
+    fn get_read(&self, start: u64) -> parquet::errors::Result<SegmentFileReader> {
+        Ok(SegmentFileReader { file: self.file.clone(), pos: start.min(self.len), end: self.len })
+    }
+
+    fn get_bytes(&self, start: u64, length: usize) -> parquet::errors::Result<bytes::Bytes> {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0; length];
+        self.file.read_exact_at(&mut buf, start)?;
+        Ok(buf.into())
+    }
 }
 
 /// An open segment: parsed footer, batch ids and trace-id bloom filters stay in memory so a
 /// lookup reads only the row groups that may hold the trace.
 pub struct Segment {
     pub meta: SegmentMeta,
-    path: PathBuf,
+    file: SegmentFile,
     reader: ArrowReaderMetadata,
     /// Raft batch ids of the rows; a row's `batch` column indexes this list.
     pub batches: Arc<Vec<u128>>,
@@ -184,6 +236,7 @@ impl Segment {
         if file.metadata()?.len() != meta.file.len {
             return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{} has the wrong size", meta.file.name)));
         }
+        let file = SegmentFile { len: meta.file.len, file: Arc::new(file) };
         let reader = ArrowReaderMetadata::load(&file, Default::default()).map_err(err)?;
         let footer = |key: &str| {
             reader
@@ -205,12 +258,12 @@ impl Segment {
             .unwrap_or_default();
         let mut trace_blooms = Vec::new();
         if let Ok(col) = meta.table.schema().index_of("trace_id") {
-            let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, reader.clone());
+            let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file.clone(), reader.clone());
             for rg in 0..reader.metadata().num_row_groups() {
                 trace_blooms.push(builder.get_row_group_column_bloom_filter(rg, col).map_err(err)?);
             }
         }
-        Ok(Segment { meta, path, reader, batches: Arc::new(batches), trace_blooms, tokens })
+        Ok(Segment { meta, file, reader, batches: Arc::new(batches), trace_blooms, tokens })
     }
 
     /// Row groups whose statistics and bloom filter allow `(project, trace_id)`.
@@ -241,7 +294,7 @@ impl Segment {
 
     /// Reads whole row groups (all of them when `row_groups` is None) back into rows.
     pub fn read(&self, row_groups: Option<Vec<usize>>) -> io::Result<Vec<(String, Row, u32)>> {
-        let file = std::fs::File::open(&self.path)?;
+        let file = self.file.clone();
         let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, self.reader.clone());
         if let Some(rgs) = row_groups {
             builder = builder.with_row_groups(rgs);
@@ -285,7 +338,7 @@ impl Segment {
             return Ok(Vec::new());
         }
         let schema = self.meta.table.schema();
-        let file = std::fs::File::open(&self.path)?;
+        let file = self.file.clone();
         let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, self.reader.clone())
             .with_row_groups(row_groups)
             .with_batch_size(ROW_GROUP_ROWS);

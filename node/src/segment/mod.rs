@@ -2,6 +2,7 @@
 //! immutable, time-partitioned Parquet segments listed by an atomically replaced manifest.
 
 pub mod buffer;
+pub mod compaction;
 pub mod file;
 pub mod manifest;
 pub mod scan;

@@ -1,0 +1,123 @@
+//! Compaction: small segments of the same table and hour are merged into one, which drops
+//! the rows of aborted batches and the second copy of an object sent twice. What to merge is
+//! decided by [`plan`]; the merge itself by [`merge_rows`]. Both are pure; the shard does the
+//! file and manifest work (see `shard::CompactionJob`).
+
+use std::collections::{BTreeMap, HashSet};
+
+use super::file::SegmentMeta;
+use super::table::{Row, Table};
+
+/// A segment this small was written by a quiet flush and is worth merging.
+pub const SMALL_SEGMENT_ROWS: u64 = 200_000;
+/// At most this many rows are merged at once (they are held in memory).
+pub const MAX_MERGE_ROWS: u64 = 2_000_000;
+/// Merge once a partition has this many small segments, or two once the hour is over.
+pub const MIN_SEGMENTS: usize = 4;
+
+/// The spans (or other) segments to merge next, at most one group: the oldest partition
+/// with enough small segments. Trace summaries are never picked themselves: they are
+/// rewritten with their spans segments.
+pub fn plan(segments: &[SegmentMeta], current_hour: i64) -> Option<Vec<SegmentMeta>> {
+    let mut partitions: BTreeMap<(i64, Table), Vec<&SegmentMeta>> = BTreeMap::new();
+    for s in segments.iter().filter(|s| s.table != Table::TraceSummaries && s.rows < SMALL_SEGMENT_ROWS) {
+        partitions.entry((s.hour, s.table)).or_default().push(s);
+    }
+    for ((hour, _), mut small) in partitions {
+        let needed = if hour < current_hour { 2 } else { MIN_SEGMENTS };
+        small.sort_by_key(|s| s.rows);
+        let mut total = 0;
+        let picked: Vec<SegmentMeta> = small
+            .into_iter()
+            .take_while(|s| {
+                total += s.rows;
+                total <= MAX_MERGE_ROWS
+            })
+            .cloned()
+            .collect();
+        if picked.len() >= needed {
+            return Some(picked);
+        }
+    }
+    None
+}
+
+/// Merges rows of several segments: drops hidden ones and repeated objects (the first copy
+/// wins), and sorts in segment order. Each row keeps its batch id.
+pub fn merge_rows(rows: Vec<(String, Row, u128)>, hidden: &dyn Fn(u128) -> bool) -> Vec<(String, Row, u128)> {
+    let mut seen: HashSet<(String, String, String)> = HashSet::new();
+    let mut kept: Vec<(String, Row, u128)> = rows
+        .into_iter()
+        .filter(|(_, _, batch)| !hidden(*batch))
+        .filter(|(project, row, _)| match row.identity() {
+            Some((a, b)) => seen.insert((project.clone(), a.to_owned(), b.to_owned())),
+            None => true,
+        })
+        .collect();
+    kept.sort_by(|(pa, a, _), (pb, b, _)| (pa, a.sort_key()).cmp(&(pb, b.sort_key())));
+    kept
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::archive::FileEntry;
+    use sextant_proto::{LogRecord, Span};
+
+    fn seg(id: u64, table: Table, hour: i64, rows: u64) -> SegmentMeta {
+        SegmentMeta {
+            id,
+            table,
+            hour,
+            rows,
+            min_ns: 0,
+            max_ns: 0,
+            file: FileEntry { name: format!("s{id}"), len: 0, xxh3: 0 },
+            summarizes: None,
+        }
+    }
+
+    #[test]
+    fn plans_the_oldest_partition_with_enough_small_segments() {
+        let segs = vec![
+            seg(1, Table::Spans, 7200, 10),
+            seg(2, Table::Spans, 7200, 20),
+            seg(3, Table::TraceSummaries, 7200, 5),
+            seg(4, Table::Logs, 3600, 10),
+            seg(5, Table::Logs, 3600, SMALL_SEGMENT_ROWS),
+        ];
+        // Current hour 7200: two small spans segments are not enough yet; the logs hour has
+        // one small segment only.
+        assert_eq!(plan(&segs, 7200), None);
+        // Once the hour is over, two are enough.
+        let picked: Vec<u64> = plan(&segs, 10800).unwrap().iter().map(|s| s.id).collect();
+        assert_eq!(picked, [1, 2]);
+    }
+
+    #[test]
+    fn merge_drops_hidden_rows_and_second_copies_and_sorts() {
+        let span = |t: &str, id: &str, start: i64| {
+            Row::Span(Span { trace_id: t.into(), span_id: id.into(), start_unix_nanos: start, ..Default::default() })
+        };
+        let log = |t: i64| Row::Log(LogRecord { unix_nanos: t, message: "same".into(), ..Default::default() });
+        let rows = vec![
+            ("p".to_owned(), span("b", "1", 5), 1),
+            ("p".to_owned(), span("a", "1", 9), 1),
+            ("p".to_owned(), span("b", "1", 5), 2),
+            ("p".to_owned(), span("c", "1", 1), 3),
+            ("p".to_owned(), log(2), 1),
+            ("p".to_owned(), log(2), 2),
+        ];
+        let merged = merge_rows(rows, &|b| b == 3);
+        assert_eq!(merged.len(), 4);
+        assert_eq!(merged.iter().filter(|(_, r, _)| r.table() == Table::Logs).count(), 2);
+        let spans: Vec<&str> = merged
+            .iter()
+            .filter_map(|(_, r, _)| match r {
+                Row::Span(s) => Some(s.trace_id.as_str()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(spans, ["a", "b"]);
+    }
+}
