@@ -20,7 +20,7 @@ use sextant_proto::{ShardBatch, Span};
 use crate::archive::FileEntry;
 use crate::durable::sync_dir;
 use crate::segment::file::{self as segment_file, file_name};
-use crate::segment::compaction::{self, merge_rows};
+use crate::segment::compaction::{self, merge_rows, RetentionPolicy};
 use crate::segment::summary::summary_rows;
 use crate::segment::table::RowRef;
 use crate::segment::{Buffer, Dedup, Manifest, Row, Scan, Segment, Table};
@@ -52,6 +52,7 @@ pub struct SegmentShard {
     tombstones: BTreeSet<u128>,
     published: Arc<RwLock<Published>>,
     persisted: Arc<Mutex<Persisted>>,
+    retention: Arc<RetentionPolicy>,
 }
 
 fn open_segments(dir: &Path, manifest: &Manifest) -> io::Result<Vec<Arc<Segment>>> {
@@ -87,6 +88,7 @@ impl SegmentShard {
             tombstones: manifest.tombstones.clone(),
             published: Arc::new(RwLock::new(Published { frozen: Vec::new(), segments })),
             persisted: Arc::new(Mutex::new(Persisted { manifest, entry })),
+            retention: Arc::default(),
         })
     }
 
@@ -100,6 +102,11 @@ impl SegmentShard {
         let published = self.published.read().unwrap();
         let of_table = published.segments.iter().filter(|s| s.meta.table == table);
         of_table.fold((0, 0), |(n, b), s| (n + 1, b + s.meta.file.len))
+    }
+
+    /// Replaces the retention policy the compactor applies from now on.
+    pub fn set_retention(&mut self, policy: RetentionPolicy) {
+        self.retention = Arc::new(policy);
     }
 
     pub fn segment_count(&self) -> usize {
@@ -129,7 +136,10 @@ impl SegmentShard {
     /// flush: it is called with the state machine's lock held.
     pub fn compaction(&self, current_hour: i64) -> Option<CompactionJob> {
         let p = self.persisted.try_lock().ok()?;
-        let picked = compaction::plan(&p.manifest.segments, current_hour)?;
+        let (picked, drop_only) = match compaction::next(&p.manifest.segments, &self.retention, current_hour)? {
+            compaction::Plan::Drop(segments) => (segments, true),
+            compaction::Plan::Rewrite(segments) => (segments, false),
+        };
         let ids: HashSet<u64> = picked.iter().map(|s| s.id).collect();
         let summaries =
             p.manifest.segments.iter().filter(|s| s.summarizes.is_some_and(|id| ids.contains(&id))).map(|s| s.id).collect();
@@ -138,6 +148,8 @@ impl SegmentShard {
         let inputs: Vec<Arc<Segment>> = published.segments.iter().filter(|s| ids.contains(&s.meta.id)).cloned().collect();
         (inputs.len() == ids.len()).then(|| CompactionJob {
             dir: self.dir.clone(),
+            drop_only,
+            retention: self.retention.clone(),
             inputs,
             summaries,
             tombstones: self.tombstones.clone(),
@@ -234,6 +246,9 @@ impl TraceLookup {
 /// apply path. Readers keep using the inputs until the new manifest is published.
 pub struct CompactionJob {
     dir: PathBuf,
+    /// Every row of the inputs is expired: delete them without reading.
+    drop_only: bool,
+    retention: Arc<RetentionPolicy>,
     inputs: Vec<Arc<Segment>>,
     /// Trace-summary segments of spans inputs: replaced along with them.
     summaries: Vec<u64>,
@@ -253,14 +268,14 @@ pub enum CompactionOutcome {
 impl CompactionJob {
     pub fn run(self) -> io::Result<CompactionOutcome> {
         let mut rows = Vec::new();
-        for seg in &self.inputs {
+        for seg in self.inputs.iter().filter(|_| !self.drop_only) {
             for (project, row, ordinal) in seg.read(None)? {
                 let batch = seg.batches.get(ordinal as usize).copied().unwrap_or_default();
                 rows.push((project, row, batch));
             }
         }
         let rows_in = rows.len() as u64;
-        let merged = merge_rows(rows, &|b| self.tombstones.contains(&b));
+        let merged = merge_rows(rows, &|b| self.tombstones.contains(&b), &self.retention);
         let mut batches = Vec::new();
         let mut ordinals: HashMap<u128, u32> = HashMap::new();
         let refs: Vec<RowRef<'_>> = merged
@@ -741,6 +756,31 @@ mod tests {
         drop(s);
         let s = SegmentShard::open(dir.path()).unwrap();
         assert_eq!(scan_all(&s, Table::Spans, "p", Filter::default()), spans);
+    }
+
+    #[test]
+    fn retention_drops_expired_rows_of_each_project_and_deleted_projects_entirely() {
+        use crate::segment::Filter;
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        ingest(&mut s, 1, 1, batch("short", vec![span("a", "old", 10), span("b", "new", HOUR * 5)]));
+        ingest(&mut s, 2, 2, batch("long", vec![span("c", "old", 10)]));
+        ingest(&mut s, 3, 3, batch("gone", vec![span("d", "x", HOUR * 5)]));
+        checkpoint(&mut s, 3);
+        let mut policy = RetentionPolicy::default();
+        policy.cutoffs.insert("short".into(), HOUR);
+        policy.deleted.insert("gone".into());
+        s.set_retention(policy);
+        while let Some(job) = s.compaction(0) {
+            job.run().unwrap();
+        }
+        let spans = |p: &str| scan_all(&s, Table::Spans, p, Filter::default()).len();
+        assert_eq!((spans("short"), spans("long"), spans("gone")), (1, 1, 0));
+        assert_eq!(scan_all(&s, Table::TraceSummaries, "short", Filter::default()).len(), 1);
+        drop(s);
+        let s = SegmentShard::open(dir.path()).unwrap();
+        let spans = |p: &str| scan_all(&s, Table::Spans, p, Filter::default()).len();
+        assert_eq!((spans("short"), spans("long"), spans("gone")), (1, 1, 0));
     }
 
     mod model {

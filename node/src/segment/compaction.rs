@@ -3,7 +3,7 @@
 //! decided by [`plan`]; the merge itself by [`merge_rows`]. Both are pure; the shard does the
 //! file and manifest work (see `shard::CompactionJob`).
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::file::SegmentMeta;
 use super::table::{Row, Table};
@@ -14,6 +14,53 @@ pub const SMALL_SEGMENT_ROWS: u64 = 200_000;
 pub const MAX_MERGE_ROWS: u64 = 2_000_000;
 /// Merge once a partition has this many small segments, or two once the hour is over.
 pub const MIN_SEGMENTS: usize = 4;
+
+/// How long each project keeps its data (DESIGN A6: from its plan), and which projects were
+/// deleted. Projects it does not name keep everything.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RetentionPolicy {
+    /// Rows of the project older than this (unix nanoseconds) are expired.
+    pub cutoffs: HashMap<String, i64>,
+    pub deleted: HashSet<String>,
+}
+
+impl RetentionPolicy {
+    pub fn expired(&self, project: &str, time_ns: i64) -> bool {
+        self.deleted.contains(project) || self.cutoffs.get(project).is_some_and(|c| time_ns < *c)
+    }
+
+    /// Whether every row of a segment is expired (decidable from its manifest entry).
+    pub fn expires_whole(&self, s: &SegmentMeta) -> bool {
+        !s.projects.is_empty() && s.projects.iter().all(|p| self.expired(p, s.max_ns))
+    }
+
+    /// Whether some rows of a segment may be expired.
+    pub fn expires_some(&self, s: &SegmentMeta) -> bool {
+        s.projects.iter().any(|p| self.expired(p, s.min_ns))
+    }
+}
+
+/// What to do next to a shard's segments, if anything.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Plan {
+    /// Delete these segments (and their summaries) without reading them: all expired.
+    Drop(Vec<SegmentMeta>),
+    /// Rewrite these segments into one, without expired, hidden or repeated rows.
+    Rewrite(Vec<SegmentMeta>),
+}
+
+/// Retention first (whole drops, then partial rewrites of one segment), then merges.
+pub fn next(segments: &[SegmentMeta], policy: &RetentionPolicy, current_hour: i64) -> Option<Plan> {
+    let data = || segments.iter().filter(|s| s.table != Table::TraceSummaries);
+    let dropped: Vec<SegmentMeta> = data().filter(|s| policy.expires_whole(s)).cloned().collect();
+    if !dropped.is_empty() {
+        return Some(Plan::Drop(dropped));
+    }
+    if let Some(s) = data().find(|s| policy.expires_some(s)) {
+        return Some(Plan::Rewrite(vec![s.clone()]));
+    }
+    plan(segments, current_hour).map(Plan::Rewrite)
+}
 
 /// The spans (or other) segments to merge next, at most one group: the oldest partition
 /// with enough small segments. Trace summaries are never picked themselves: they are
@@ -44,11 +91,15 @@ pub fn plan(segments: &[SegmentMeta], current_hour: i64) -> Option<Vec<SegmentMe
 
 /// Merges rows of several segments: drops hidden ones and repeated objects (the first copy
 /// wins), and sorts in segment order. Each row keeps its batch id.
-pub fn merge_rows(rows: Vec<(String, Row, u128)>, hidden: &dyn Fn(u128) -> bool) -> Vec<(String, Row, u128)> {
+pub fn merge_rows(
+    rows: Vec<(String, Row, u128)>,
+    hidden: &dyn Fn(u128) -> bool,
+    policy: &RetentionPolicy,
+) -> Vec<(String, Row, u128)> {
     let mut seen: HashSet<(String, String, String)> = HashSet::new();
     let mut kept: Vec<(String, Row, u128)> = rows
         .into_iter()
-        .filter(|(_, _, batch)| !hidden(*batch))
+        .filter(|(project, row, batch)| !hidden(*batch) && !policy.expired(project, row.time_ns()))
         .filter(|(project, row, _)| match row.identity() {
             Some((a, b)) => seen.insert((project.clone(), a.to_owned(), b.to_owned())),
             None => true,
@@ -74,6 +125,7 @@ mod tests {
             max_ns: 0,
             file: FileEntry { name: format!("s{id}"), len: 0, xxh3: 0 },
             summarizes: None,
+            projects: vec!["p".into()],
         }
     }
 
@@ -95,6 +147,25 @@ mod tests {
     }
 
     #[test]
+    fn retention_drops_whole_segments_then_rewrites_mixed_ones_then_merges() {
+        let mut old = seg(1, Table::Logs, 0, 10);
+        old.max_ns = 100;
+        let mut mixed = seg(2, Table::Logs, 0, 10);
+        mixed.projects = vec!["p".into(), "q".into()];
+        mixed.max_ns = 100;
+        let mut recent = seg(3, Table::Logs, 3600, 10);
+        (recent.min_ns, recent.max_ns) = (500, 600);
+        let policy = RetentionPolicy { cutoffs: HashMap::from([("p".to_owned(), 200)]), ..Default::default() };
+        let segs = vec![old.clone(), mixed.clone(), recent.clone()];
+        assert_eq!(next(&segs, &policy, 0), Some(Plan::Drop(vec![old])));
+        assert_eq!(next(&segs[1..], &policy, 0), Some(Plan::Rewrite(vec![mixed])));
+        assert_eq!(next(&segs[2..], &policy, 0), None);
+        let deleted = RetentionPolicy { deleted: HashSet::from(["p".to_owned()]), ..Default::default() };
+        assert_eq!(next(&segs[2..], &deleted, 0), Some(Plan::Drop(vec![recent])));
+        assert!(deleted.expired("p", i64::MAX) && !deleted.expired("q", 0));
+    }
+
+    #[test]
     fn merge_drops_hidden_rows_and_second_copies_and_sorts() {
         let span = |t: &str, id: &str, start: i64| {
             Row::Span(Span { trace_id: t.into(), span_id: id.into(), start_unix_nanos: start, ..Default::default() })
@@ -108,7 +179,7 @@ mod tests {
             ("p".to_owned(), log(2), 1),
             ("p".to_owned(), log(2), 2),
         ];
-        let merged = merge_rows(rows, &|b| b == 3);
+        let merged = merge_rows(rows, &|b| b == 3, &RetentionPolicy::default());
         assert_eq!(merged.len(), 4);
         assert_eq!(merged.iter().filter(|(_, r, _)| r.table() == Table::Logs).count(), 2);
         let spans: Vec<&str> = merged

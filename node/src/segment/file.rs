@@ -42,6 +42,9 @@ pub struct SegmentMeta {
     pub file: FileEntry,
     /// For a trace-summaries segment: the spans segment it summarizes (replaced with it).
     pub summarizes: Option<u64>,
+    /// The projects with rows here, sorted: retention drops a segment without reading it
+    /// when every one of them has expired.
+    pub projects: Vec<String>,
 }
 
 pub fn file_name(id: u64) -> String {
@@ -165,6 +168,13 @@ pub fn write(
         max_ns,
         file: FileEntry { name, len, xxh3: hash.digest() },
         summarizes: None,
+        projects: {
+            let mut p: Vec<String> = rows.iter().map(|r| r.project.to_owned()).collect();
+            p.dedup();
+            p.sort();
+            p.dedup();
+            p
+        },
     })
 }
 
