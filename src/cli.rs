@@ -12,6 +12,7 @@ use prometheus_client::registry::Registry;
 use rand::RngCore;
 use sextant_node::{NodeConfig, NodeHost, NodeMetrics};
 use sextant_router::bootstrap::{bootstrap, write_credentials, Credentials};
+use sextant_router::rate_limit::RateLimitConfig;
 use sextant_router::RouterConfig;
 
 #[derive(Parser)]
@@ -50,6 +51,45 @@ pub struct DevArgs {
     /// Number of data shards (fixed when the data directory is created).
     #[arg(long, default_value_t = 4)]
     pub shards: u32,
+    #[command(flatten)]
+    pub limits: RateLimitArgs,
+}
+
+/// Cluster-wide request rates (DESIGN A10); each router enforces its share. Plans may override
+/// the first three.
+#[derive(clap::Args)]
+pub struct RateLimitArgs {
+    /// Observability ingest requests per second per API key.
+    #[arg(long, default_value_t = 500)]
+    pub ingest_rps: u32,
+    /// Analytics `/v1/*` requests per second per project token.
+    #[arg(long, default_value_t = 500)]
+    pub analytics_rps: u32,
+    /// JWT API requests per second per user.
+    #[arg(long, default_value_t = 30)]
+    pub api_rps: u32,
+    /// `/auth/*` requests per second per client IP.
+    #[arg(long, default_value_t = 5)]
+    pub auth_rps: u32,
+}
+
+impl RateLimitArgs {
+    fn config(&self) -> anyhow::Result<RateLimitConfig> {
+        for (name, v) in [
+            ("--ingest-rps", self.ingest_rps),
+            ("--analytics-rps", self.analytics_rps),
+            ("--api-rps", self.api_rps),
+            ("--auth-rps", self.auth_rps),
+        ] {
+            anyhow::ensure!(v >= 1, "{name} must be at least 1");
+        }
+        Ok(RateLimitConfig {
+            ingest_rps: self.ingest_rps,
+            analytics_rps: self.analytics_rps,
+            api_rps: self.api_rps,
+            auth_rps: self.auth_rps,
+        })
+    }
 }
 
 const DEFAULT_SNAPSHOT_EVERY: u64 = 5000;
@@ -100,6 +140,12 @@ pub struct RouterArgs {
     /// On a new cluster, create the first owner, org, project and keys and write them here.
     #[arg(long)]
     pub bootstrap_credentials: Option<PathBuf>,
+    /// Leave `Secure` off the refresh cookie: only for a browser reaching this router over
+    /// plain HTTP on the same machine.
+    #[arg(long)]
+    pub insecure_cookies: bool,
+    #[command(flatten)]
+    pub limits: RateLimitArgs,
 }
 
 pub fn init_logging(format: &str) {
@@ -175,6 +221,9 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             cluster_secret,
             jwt_secret: jwt_secret.into_bytes(),
             dashboard_origins: vec![format!("http://{}", args.listen), "http://localhost:3000".into()],
+            // Dev mode serves plain HTTP: a Secure cookie would never come back.
+            secure_cookies: false,
+            rate_limits: args.limits.config()?,
         },
         registry,
     )
@@ -283,6 +332,8 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
             cluster_secret: args.cluster_secret,
             jwt_secret: args.jwt_secret.into_bytes(),
             dashboard_origins: args.dashboard_origin,
+            secure_cookies: !args.insecure_cookies,
+            rate_limits: args.limits.config()?,
         },
         Registry::default(),
     )

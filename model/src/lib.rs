@@ -4,6 +4,7 @@
 //! one concept has exactly one definition.
 
 pub mod attributes;
+pub mod identity;
 pub mod ids;
 pub mod ingest;
 pub mod meta;

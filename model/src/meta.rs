@@ -1,16 +1,41 @@
 //! Records of the meta group (group 0) and the commands and queries that change and read them.
-//! The node applies commands deterministically; routers cache a [`MetaView`].
+//! The node applies commands deterministically (every time in a command comes from the router
+//! that proposed it, never from the applying node's clock); routers cache a [`MetaView`].
 
 use serde::{Deserialize, Serialize};
 
 use crate::ids::{OrgId, ProjectId, UserId};
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+/// A refresh token stays valid this long after its last use.
+pub const REFRESH_TTL_MS: i64 = 30 * 24 * 3600 * 1000;
+/// The token a family just rotated away from is still accepted this long, for a client whose
+/// refresh response was lost and who retries with the old cookie.
+pub const REFRESH_GRACE_MS: i64 = 10_000;
+pub const INVITE_TTL_MS: i64 = 7 * 24 * 3600 * 1000;
+pub const TRIAL_MS: i64 = 14 * 24 * 3600 * 1000;
+/// A router that has not heartbeated for this long no longer counts towards limit shares.
+pub const ROUTER_LIVE_MS: i64 = 15_000;
+/// Revoked sessions and removed users are remembered this long: longer than any access token
+/// issued before the revocation lives (15 minutes).
+pub const TOMBSTONE_MS: i64 = 3600 * 1000;
+pub const MAX_PROJECTS_PER_ORG: usize = 100;
+pub const MAX_KEYS_PER_PROJECT: usize = 100;
+pub const MAX_PENDING_INVITES_PER_ORG: usize = 100;
+pub const MAX_SESSIONS_PER_USER: usize = 100;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     Owner,
     Admin,
     Member,
+}
+
+impl Role {
+    /// Owners and admins manage members and API keys.
+    pub fn manages_org(self) -> bool {
+        matches!(self, Role::Owner | Role::Admin)
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -20,6 +45,9 @@ pub struct Org {
     pub plan: String,
     pub default_project: ProjectId,
     pub created_at_ms: i64,
+    /// End of the sign-up trial of `plan`; `None` when the plan is not a trial.
+    #[serde(default)]
+    pub trial_ends_at_ms: Option<i64>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -32,6 +60,30 @@ pub struct User {
     pub role: Role,
     /// Argon2id PHC string.
     pub password_hash: String,
+    pub created_at_ms: i64,
+}
+
+impl User {
+    pub fn member(&self) -> Member {
+        Member {
+            id: self.id,
+            org_id: self.org_id,
+            email: self.email.clone(),
+            name: self.name.clone(),
+            role: self.role,
+            created_at_ms: self.created_at_ms,
+        }
+    }
+}
+
+/// A user as routers see it: everything but the password hash.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Member {
+    pub id: UserId,
+    pub org_id: OrgId,
+    pub email: String,
+    pub name: String,
+    pub role: Role,
     pub created_at_ms: i64,
 }
 
@@ -66,16 +118,162 @@ pub struct Credential {
     pub revoked: bool,
 }
 
+/// One sign-in: a chain of refresh tokens, each replacing the one before. Only the current
+/// token and the one it replaced are kept, as SHA-256 hashes.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RefreshFamily {
+    /// Public part of every refresh token of the family (and the `sid` claim of access tokens).
+    pub id: String,
+    pub user_id: UserId,
+    pub org_id: OrgId,
+    pub current_sha256: String,
+    pub previous_sha256: Option<String>,
+    pub rotated_at_ms: i64,
+    pub expires_at_ms: i64,
+    pub created_at_ms: i64,
+    pub revoked_at_ms: Option<i64>,
+}
+
+impl RefreshFamily {
+    pub fn new(id: String, user_id: UserId, org_id: OrgId, sha256: String, now_ms: i64) -> Self {
+        Self {
+            id,
+            user_id,
+            org_id,
+            current_sha256: sha256,
+            previous_sha256: None,
+            rotated_at_ms: now_ms,
+            expires_at_ms: now_ms + REFRESH_TTL_MS,
+            created_at_ms: now_ms,
+            revoked_at_ms: None,
+        }
+    }
+}
+
+/// An invitation to join an org; the token is single use.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Invite {
+    pub id: String,
+    pub org_id: OrgId,
+    pub email: String,
+    pub role: Role,
+    pub token_sha256: String,
+    pub invited_by: UserId,
+    pub created_at_ms: i64,
+    pub expires_at_ms: i64,
+}
+
+/// Per-plan replacements of the routers' default request rates (requests per second,
+/// cluster-wide). `None` keeps the default.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RateLimitOverrides {
+    pub ingest_rps: Option<u32>,
+    pub analytics_rps: Option<u32>,
+    pub api_rps: Option<u32>,
+}
+
+/// A catalog entry (DESIGN A6). Unlimited is `None`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub name: String,
+    pub monthly_bytes: Option<u64>,
+    pub monthly_events: Option<u64>,
+    pub retention_days: Option<u32>,
+    pub features: Vec<String>,
+    pub rate_limits: RateLimitOverrides,
+}
+
+/// The catalog a new cluster starts with (DESIGN A6). It is written into meta once; from then
+/// on meta (and Plan resources) are the source of truth.
+pub fn default_plans() -> Vec<Plan> {
+    const GB: u64 = 1_000_000_000;
+    let plan = |name: &str, gb: Option<u64>, events: Option<u64>, days: Option<u32>, retention: bool| Plan {
+        name: name.into(),
+        monthly_bytes: gb.map(|g| g * GB),
+        monthly_events: events,
+        retention_days: days,
+        features: if retention { vec!["retention".into()] } else { vec![] },
+        rate_limits: RateLimitOverrides::default(),
+    };
+    vec![
+        plan("free", Some(1), Some(1_000_000), Some(7), false),
+        plan("pro", Some(10), Some(10_000_000), Some(30), false),
+        plan("growth", Some(10), Some(50_000_000), Some(90), true),
+        plan("business", Some(100), Some(500_000_000), Some(365), true),
+        plan("enterprise", None, None, None, true),
+    ]
+}
+
+/// A router's latest heartbeat.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RouterSeen {
+    pub id: String,
+    pub at_ms: i64,
+}
+
+// Commands travel in the Raft log as bincode: no `skip_serializing_if`, untagged or internally
+// tagged enums here.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum MetaCommand {
     /// Creates the first org, owner, project and credentials and the partition table, once.
     /// Applying it to an already bootstrapped cluster changes nothing.
     Bootstrap { org: Org, user: User, project: Project, credentials: Vec<Credential>, partitions: Vec<u64> },
+    /// Adds the plans the catalog does not have yet; existing entries are kept as they are.
+    SeedPlans { plans: Vec<Plan> },
+    /// A new org with its owner, default project, credentials and first session, all or nothing.
+    Signup { org: Org, user: User, project: Project, credentials: Vec<Credential>, session: RefreshFamily },
+    /// A password sign-in.
+    StartSession { session: RefreshFamily },
+    /// Replaces the family's current refresh token (hash `presented_sha256`) by `new_sha256`.
+    RotateSession { family: String, presented_sha256: String, new_sha256: String, now_ms: i64 },
+    /// Sign-out: the family can no longer refresh and its access tokens stop working.
+    EndSession { family: String, now_ms: i64 },
+    Invite { invite: Invite },
+    /// Turns an invitation into a user of the inviting org with a first session.
+    AcceptInvite {
+        invite_id: String,
+        token_sha256: String,
+        user_id: UserId,
+        name: String,
+        password_hash: String,
+        session: RefreshFamily,
+        now_ms: i64,
+    },
+    /// Removes a user from `org_id` and revokes every session of theirs.
+    RemoveMember { org_id: OrgId, user_id: UserId, now_ms: i64 },
+    CreateProject { project: Project, credentials: Vec<Credential> },
+    /// Adds a credential to a project of `org_id`.
+    CreateCredential { org_id: OrgId, credential: Credential },
+    /// Revokes a credential of a project of `org_id`.
+    RevokeCredential { org_id: OrgId, id: String, kind: CredentialKind },
+    /// A router is alive; also where expired sessions, invites and tombstones are dropped.
+    RouterHeartbeat { router_id: String, at_ms: i64 },
+}
+
+/// Why meta refused a command. Decided by the state machine so that concurrent requests on
+/// different routers cannot both pass a check.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Refusal {
+    EmailTaken,
+    NameTaken,
+    /// Unknown, or belongs to another org: the two are indistinguishable on purpose.
+    NotFound,
+    LimitReached,
+    OwnerProtected,
+    /// Unknown, expired or revoked refresh token.
+    InvalidSession,
+    /// An already rotated refresh token came back: the family is now revoked.
+    SessionReused,
+    InvalidInvite,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum MetaCommandResult {
     Bootstrapped { created: bool },
+    Done,
+    /// The session's user, as meta knows them now.
+    Session { user: Member },
+    Refused(Refusal),
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -85,13 +283,61 @@ pub enum MetaQuery {
     UserByEmail {
         email: String,
     },
+    /// A member by id, for a router whose cache has not seen a brand new user yet.
+    Member {
+        user_id: UserId,
+    },
+    /// Members and pending invitations of an org.
+    OrgMembers {
+        org_id: OrgId,
+    },
+}
+
+/// Answer to [`MetaQuery::OrgMembers`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct OrgMembers {
+    pub members: Vec<Member>,
+    pub invites: Vec<Invite>,
 }
 
 /// What routers cache from meta, refreshed every second.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct MetaView {
+    /// Grows with every applied command.
+    #[serde(default)]
+    pub version: u64,
     pub partitions: Vec<u64>,
     pub orgs: Vec<Org>,
     pub projects: Vec<Project>,
     pub credentials: Vec<Credential>,
+    #[serde(default)]
+    pub members: Vec<Member>,
+    /// Users removed recently enough that their access tokens could still be unexpired.
+    #[serde(default)]
+    pub removed_users: Vec<UserId>,
+    /// Session families revoked recently enough that their access tokens could still be
+    /// unexpired.
+    #[serde(default)]
+    pub revoked_sessions: Vec<String>,
+    #[serde(default)]
+    pub routers: Vec<RouterSeen>,
+    #[serde(default)]
+    pub plans: Vec<Plan>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_catalog_matches_the_contract() {
+        let plans = default_plans();
+        let get = |n: &str| plans.iter().find(|p| p.name == n).unwrap();
+        assert_eq!(get("free").monthly_bytes, Some(1_000_000_000));
+        assert_eq!(get("pro").monthly_events, Some(10_000_000));
+        assert!(!get("pro").features.contains(&"retention".to_string()));
+        assert!(get("growth").features.contains(&"retention".to_string()));
+        assert_eq!(get("business").retention_days, Some(365));
+        assert_eq!(get("enterprise").monthly_bytes, None);
+    }
 }

@@ -13,13 +13,14 @@ use base64::Engine;
 use jsonwebtoken::{Algorithm as JwtAlg, DecodingKey, EncodingKey, Header, Validation};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
-use sextant_model::meta::{Credential, CredentialKind, Role};
+use sextant_model::meta::{Credential, CredentialKind, Member, MetaQuery, Role};
 use sextant_model::{OrgId, ProjectId, UserId};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::Semaphore;
 
 use crate::error::ApiError;
+use crate::rate_limit::Class;
 use crate::AppState;
 
 pub const ISSUER: &str = "sextant";
@@ -58,9 +59,9 @@ pub fn new_credential(kind: CredentialKind, project_id: ProjectId, name: &str, n
     (token, record)
 }
 
-/// The project a presented credential belongs to. Unknown ids and wrong secrets take the same
-/// path and the same time.
-pub fn verify_credential(app: &AppState, kind: CredentialKind, presented: &str) -> Result<ProjectId, ApiError> {
+/// The credential presented, if valid. Unknown ids and wrong secrets take the same path and
+/// the same time.
+pub fn verify_credential(app: &AppState, kind: CredentialKind, presented: &str) -> Result<Credential, ApiError> {
     const INVALID: ApiError = ApiError::Unauthorized("invalid credential");
     let rest = presented.strip_prefix(prefix(kind)).ok_or(INVALID)?;
     let (id, secret) = rest.split_once('_').ok_or(INVALID)?;
@@ -70,9 +71,23 @@ pub fn verify_credential(app: &AppState, kind: CredentialKind, presented: &str) 
     let expected = record.map(|c| c.secret_sha256.as_bytes()).unwrap_or(&[0u8; 64]);
     let matches: bool = sha256_hex(secret).as_bytes().ct_eq(expected).into();
     match record {
-        Some(c) if matches => Ok(c.project_id),
+        Some(c) if matches => Ok(c.clone()),
         _ => Err(INVALID),
     }
+}
+
+/// A credential's bearer, admitted by its rate limit: the project it writes to.
+pub fn admit_credential(app: &AppState, kind: CredentialKind, presented: &str) -> Result<ProjectId, ApiError> {
+    let credential = verify_credential(app, kind, presented)?;
+    let cache =
+        app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("credentials are not loaded yet".into()))?;
+    let class = match kind {
+        CredentialKind::ApiKey => Class::Ingest,
+        CredentialKind::IngestToken => Class::Analytics,
+    };
+    let now = chrono::Utc::now().timestamp_millis();
+    app.limits.check(class, &credential.id, cache.plan_of_project(&credential.project_id), cache.live_routers(now))?;
+    Ok(credential.project_id)
 }
 
 /// API key of an observability ingest request: `X-API-Key`, `Authorization: Bearer` or `api_key`.
@@ -88,7 +103,7 @@ pub fn api_key_project(app: &AppState, headers: &HeaderMap, query: Option<&str>)
     };
     let from_query = || query.and_then(|q| url_pairs(q).find(|(k, _)| k == "api_key").map(|(_, v)| v));
     let key = from_header.or_else(from_bearer).or_else(from_query).ok_or(ApiError::Unauthorized("missing API key"))?;
-    verify_credential(app, CredentialKind::ApiKey, key.trim())
+    admit_credential(app, CredentialKind::ApiKey, key.trim())
 }
 
 pub fn url_pairs(q: &str) -> impl Iterator<Item = (String, String)> + '_ {
@@ -179,6 +194,8 @@ pub struct Claims {
     pub jti: String,
     pub iss: String,
     pub aud: String,
+    /// The sign-in (refresh token family) this token came from; signing out revokes it.
+    pub sid: String,
 }
 
 pub struct Jwt {
@@ -193,11 +210,12 @@ impl Jwt {
         validation.set_issuer(&[ISSUER]);
         validation.set_audience(&[AUDIENCE]);
         validation.set_required_spec_claims(&["exp", "iat", "iss", "aud", "sub"]);
+        validation.validate_exp = true;
         validation.leeway = 5;
         Self { encoding: EncodingKey::from_secret(secret), decoding: DecodingKey::from_secret(secret), validation }
     }
 
-    pub fn issue(&self, user: UserId, org: OrgId, role: Role) -> Result<String, ApiError> {
+    pub fn issue(&self, user: UserId, org: OrgId, role: Role, sid: &str) -> Result<String, ApiError> {
         let now = chrono::Utc::now().timestamp();
         let claims = Claims {
             sub: user,
@@ -208,6 +226,7 @@ impl Jwt {
             jti: uuid::Uuid::new_v4().to_string(),
             iss: ISSUER.into(),
             aud: AUDIENCE.into(),
+            sid: sid.to_owned(),
         };
         jsonwebtoken::encode(&Header::new(JwtAlg::HS256), &claims, &self.encoding)
             .map_err(|e| ApiError::Internal(e.to_string()))
@@ -224,23 +243,65 @@ impl Jwt {
 #[derive(Debug, Clone)]
 pub struct Session {
     pub claims: Claims,
+    /// The user as meta knows them now: role changes and removals apply to existing tokens.
+    pub user: Member,
     pub project_id: ProjectId,
+}
+
+impl Session {
+    pub fn require_org_manager(&self) -> Result<(), ApiError> {
+        if self.user.role.manages_org() {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden("forbidden", "only owners and admins can do this"))
+        }
+    }
+
+    pub fn require_owner(&self) -> Result<(), ApiError> {
+        if self.user.role == Role::Owner {
+            Ok(())
+        } else {
+            Err(ApiError::Forbidden("owner_only", "only the organization's owner can do this"))
+        }
+    }
+}
+
+/// The bearer token of a request, if any.
+pub fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
 }
 
 impl FromRequestParts<Arc<AppState>> for Session {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, app: &Arc<AppState>) -> Result<Self, ApiError> {
-        let token = parts
-            .headers
-            .get(axum::http::header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
-            .ok_or(ApiError::Unauthorized("missing bearer token"))?;
-        let claims = app.jwt.verify(token.trim())?;
+        let token = bearer(&parts.headers).ok_or(ApiError::Unauthorized("missing bearer token"))?;
+        let claims = app.jwt.verify(token)?;
         let cache =
             app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
-        let org = cache.orgs.get(&claims.org).ok_or(ApiError::Unauthorized("unknown organization"))?;
+        const REVOKED: ApiError = ApiError::Unauthorized("the session has ended; sign in again");
+        if cache.revoked_sessions.contains(&claims.sid) || cache.removed_users.contains(&claims.sub) {
+            return Err(REVOKED);
+        }
+        let user = match cache.members.get(&claims.sub) {
+            Some(m) => m.clone(),
+            // Signed up through another router less than a refresh period ago.
+            None => app
+                .cluster
+                .meta_read::<Option<Member>>(&MetaQuery::Member { user_id: claims.sub })
+                .await?
+                .ok_or(REVOKED)?,
+        };
+        if user.org_id != claims.org {
+            return Err(REVOKED);
+        }
+        let now = chrono::Utc::now().timestamp_millis();
+        app.limits.check(Class::Api, &user.id.to_string(), cache.plan_of_org(&user.org_id), cache.live_routers(now))?;
+        let org = cache.orgs.get(&claims.org).ok_or(REVOKED)?;
         let requested =
             parts.headers.get("x-project-id").and_then(|v| v.to_str().ok()).map(str::to_owned).or_else(|| {
                 parts.uri.query().and_then(|q| url_pairs(q).find(|(k, _)| k == "project_id").map(|(_, v)| v))
@@ -256,7 +317,7 @@ impl FromRequestParts<Arc<AppState>> for Session {
                 }
             }
         };
-        Ok(Session { claims, project_id })
+        Ok(Session { claims, user, project_id })
     }
 }
 
@@ -267,7 +328,7 @@ mod tests {
     #[test]
     fn jwt_round_trip_and_rejections() {
         let jwt = Jwt::new(b"0123456789abcdef0123456789abcdef");
-        let token = jwt.issue(UserId::random(), OrgId::random(), Role::Owner).unwrap();
+        let token = jwt.issue(UserId::random(), OrgId::random(), Role::Owner, "sid").unwrap();
         assert!(jwt.verify(&token).is_ok());
         let other = Jwt::new(b"another secret another secret!!!");
         assert!(other.verify(&token).is_err(), "foreign signature accepted");

@@ -2,7 +2,7 @@
 
 use rand::distributions::{Alphanumeric, DistString};
 use serde::{Deserialize, Serialize};
-use sextant_model::meta::{CredentialKind, MetaCommand, MetaCommandResult, Org, Project, Role, User};
+use sextant_model::meta::{default_plans, CredentialKind, MetaCommand, MetaCommandResult, Org, Project, Role, User};
 use sextant_model::partition::default_table;
 use sextant_model::{OrgId, ProjectId, UserId};
 
@@ -37,6 +37,7 @@ pub async fn bootstrap(cluster: &Cluster, url: &str, plan: &str) -> anyhow::Resu
             plan: plan.into(),
             default_project: project_id,
             created_at_ms: now,
+            trial_ends_at_ms: None,
         },
         user: User {
             id: user_id,
@@ -51,7 +52,12 @@ pub async fn bootstrap(cluster: &Cluster, url: &str, plan: &str) -> anyhow::Resu
         credentials: vec![key_record, token_record],
         partitions: default_table(cluster.shard_count()),
     };
-    let MetaCommandResult::Bootstrapped { created } = cluster.meta_write(&command).await?;
+    // Plans first: clusters bootstrapped before the catalog existed get it too.
+    let _: MetaCommandResult = cluster.meta_write(&MetaCommand::SeedPlans { plans: default_plans() }).await?;
+    let created = match cluster.meta_write(&command).await? {
+        MetaCommandResult::Bootstrapped { created } => created,
+        other => anyhow::bail!("unexpected meta answer to the bootstrap: {other:?}"),
+    };
     Ok(created.then(|| Credentials {
         url: url.to_owned(),
         email: BOOTSTRAP_EMAIL.into(),

@@ -1,13 +1,15 @@
 //! The router's view of the storage cluster: where each group's leader is, calls that follow
 //! leader changes, and the cached meta view (credentials, projects, partition table).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use sextant_model::meta::{Credential, MetaCommand, MetaQuery, MetaView, Org, Project};
-use sextant_model::ProjectId;
+use sextant_model::meta::{
+    Credential, Member, MetaCommand, MetaCommandResult, MetaQuery, MetaView, Org, Plan, Project, ROUTER_LIVE_MS,
+};
+use sextant_model::{OrgId, ProjectId, UserId};
 use sextant_proto::client::{Authed, Channels};
 use sextant_proto::storage_client::StorageClient;
 use sextant_proto::{write_request, ClusterInfoRequest, MetaRequest, WriteReply, WriteRequest, LEADER_HEADER};
@@ -38,20 +40,50 @@ struct Topology {
 /// Meta records indexed the way requests look them up.
 #[derive(Default)]
 pub struct MetaCache {
+    pub version: u64,
     pub partitions: Vec<u64>,
     pub credentials: HashMap<String, Credential>,
     pub projects: HashMap<ProjectId, Project>,
-    pub orgs: HashMap<sextant_model::OrgId, Org>,
+    pub orgs: HashMap<OrgId, Org>,
+    pub members: HashMap<UserId, Member>,
+    pub removed_users: HashSet<UserId>,
+    pub revoked_sessions: HashSet<String>,
+    pub plans: HashMap<String, Plan>,
+    /// Latest heartbeat of every router, in the routers' own clocks.
+    pub routers: Vec<i64>,
 }
 
 impl From<MetaView> for MetaCache {
     fn from(v: MetaView) -> Self {
         Self {
+            version: v.version,
             partitions: v.partitions,
             credentials: v.credentials.into_iter().map(|c| (c.id.clone(), c)).collect(),
             projects: v.projects.into_iter().map(|p| (p.id, p)).collect(),
             orgs: v.orgs.into_iter().map(|o| (o.id, o)).collect(),
+            members: v.members.into_iter().map(|m| (m.id, m)).collect(),
+            removed_users: v.removed_users.into_iter().collect(),
+            revoked_sessions: v.revoked_sessions.into_iter().collect(),
+            plans: v.plans.into_iter().map(|p| (p.name.clone(), p)).collect(),
+            routers: v.routers.into_iter().map(|r| r.at_ms).collect(),
         }
+    }
+}
+
+impl MetaCache {
+    /// Routers that heartbeated within [`ROUTER_LIVE_MS`]; at least this one.
+    pub fn live_routers(&self, now_ms: i64) -> usize {
+        self.routers.iter().filter(|at| now_ms - **at < ROUTER_LIVE_MS).count().max(1)
+    }
+
+    /// The plan of the org owning `project`.
+    pub fn plan_of_project(&self, project: &ProjectId) -> Option<&Plan> {
+        let org = self.orgs.get(&self.projects.get(project)?.org_id)?;
+        self.plans.get(&org.plan)
+    }
+
+    pub fn plan_of_org(&self, org: &OrgId) -> Option<&Plan> {
+        self.plans.get(&self.orgs.get(org)?.plan)
     }
 }
 
@@ -132,7 +164,32 @@ impl Cluster {
 
     pub async fn refresh_meta(&self) -> Result<(), ClusterError> {
         let view: MetaView = self.meta_read(&MetaQuery::View).await?;
-        *self.meta.write().unwrap() = Some(Arc::new(view.into()));
+        let mut cache = self.meta.write().unwrap();
+        // Two refreshes may finish out of order; never go back to an older view.
+        if cache.as_ref().is_none_or(|c| c.version <= view.version) {
+            *cache = Some(Arc::new(view.into()));
+        }
+        Ok(())
+    }
+
+    /// Proposes a meta command and reloads this router's cache when it changed something, so
+    /// the next request here sees it (others see it within a refresh period).
+    pub async fn meta_change(&self, command: &MetaCommand) -> Result<MetaCommandResult, ClusterError> {
+        let result: MetaCommandResult = self.meta_write(command).await?;
+        if !matches!(result, MetaCommandResult::Refused(_)) {
+            if let Err(e) = self.refresh_meta().await {
+                // The periodic refresh catches up within a second.
+                tracing::warn!(error = %e, "meta refresh after a change failed");
+            }
+        }
+        Ok(result)
+    }
+
+    /// Tells meta this router is alive, for limit shares.
+    pub async fn heartbeat(&self, router_id: &str) -> Result<(), ClusterError> {
+        let command =
+            MetaCommand::RouterHeartbeat { router_id: router_id.to_owned(), at_ms: chrono::Utc::now().timestamp_millis() };
+        let _: MetaCommandResult = self.meta_write(&command).await?;
         Ok(())
     }
 

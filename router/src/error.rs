@@ -5,6 +5,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 use sextant_model::ingest::FieldError;
+use sextant_model::meta::Refusal;
 
 use crate::cluster::ClusterError;
 
@@ -26,6 +27,10 @@ pub enum ApiError {
     Forbidden(&'static str, &'static str),
     #[error("{0}")]
     NotFound(String),
+    #[error("{1}")]
+    Conflict(&'static str, &'static str),
+    #[error("too many requests; retry in {retry_after_secs} s")]
+    RateLimited { retry_after_secs: u64 },
     #[error("{0}")]
     Unavailable(String),
     #[error("internal error")]
@@ -49,6 +54,10 @@ impl ApiError {
             ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized", None),
             ApiError::Forbidden(code, _) => (StatusCode::FORBIDDEN, code, None),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", None),
+            ApiError::Conflict(code, _) => (StatusCode::CONFLICT, code, None),
+            ApiError::RateLimited { retry_after_secs } => {
+                (StatusCode::TOO_MANY_REQUESTS, "rate_limited", Some(json!({ "retry_after_seconds": retry_after_secs })))
+            }
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", None),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", None),
         }
@@ -60,6 +69,23 @@ impl From<ClusterError> for ApiError {
         match e {
             ClusterError::Unavailable(m) => ApiError::Unavailable(format!("storage is temporarily unavailable: {m}")),
             ClusterError::Internal(m) => ApiError::Internal(m),
+        }
+    }
+}
+
+/// What a refused meta command means to the client.
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> Self {
+        match r {
+            Refusal::EmailTaken => ApiError::Conflict("email_taken", "an account with this email already exists"),
+            Refusal::NameTaken => ApiError::Conflict("name_taken", "a project with this name already exists"),
+            Refusal::NotFound => ApiError::NotFound("not found".into()),
+            Refusal::LimitReached => ApiError::Conflict("limit_reached", "the maximum number of these objects is reached"),
+            Refusal::OwnerProtected => ApiError::Forbidden("forbidden", "an owner cannot be removed"),
+            Refusal::InvalidSession | Refusal::SessionReused => {
+                ApiError::Unauthorized("the session is invalid or expired; sign in again")
+            }
+            Refusal::InvalidInvite => ApiError::Unauthorized("the invitation is invalid, used or expired"),
         }
     }
 }
@@ -76,8 +102,13 @@ impl IntoResponse for ApiError {
             error["details"] = d;
         }
         let mut resp = (status, Json(json!({ "error": error }))).into_response();
-        if status == StatusCode::SERVICE_UNAVAILABLE || status == StatusCode::TOO_MANY_REQUESTS {
-            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        let retry_after = match &self {
+            ApiError::RateLimited { retry_after_secs } => Some(*retry_after_secs),
+            ApiError::Unavailable(_) => Some(1),
+            _ => None,
+        };
+        if let Some(secs) = retry_after {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         resp
     }

@@ -3,11 +3,13 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use std::net::SocketAddr;
+
+use axum::extract::{ConnectInfo, DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde_json::json;
 use sextant_model::ingest::MAX_OBSERVABILITY_BODY;
@@ -16,7 +18,8 @@ use tracing::Instrument;
 
 use crate::error::ApiError;
 use crate::metrics::RequestLabel;
-use crate::{account, ingest, traces, AppState};
+use crate::rate_limit::Class;
+use crate::{account, api_keys, ingest, members, projects, traces, AppState};
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -37,9 +40,23 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/api/v1/ingest/infrastructure", post(ingest::infrastructure))
         .layer(DefaultBodyLimit::max(MAX_OBSERVABILITY_BODY))
         .layer(ingest_cors);
+    // Per client IP, before anything else is done for the request.
+    let auth = Router::new()
+        .route("/auth/signup", post(account::signup))
+        .route("/auth/login", post(account::login))
+        .route("/auth/refresh", post(account::refresh))
+        .route("/auth/logout", post(account::logout))
+        .route("/auth/invite/accept", post(account::accept_invite))
+        .route_layer(middleware::from_fn_with_state(app.clone(), limit_by_client_ip));
+    // JWT endpoints; the per-user limit is applied where the session is established.
     let api = Router::new()
         .route("/api/v1/traces/{trace_id}", get(traces::get_trace))
-        .route("/auth/login", post(account::login))
+        .route("/projects", get(projects::list).post(projects::create))
+        .route("/api/org/members", get(members::list).post(members::invite))
+        .route("/api/org/members/{user_id}", delete(members::remove))
+        .route("/api/v1/api-keys", get(api_keys::list).post(api_keys::create))
+        .route("/api/v1/api-keys/{id}", delete(api_keys::delete))
+        .merge(auth)
         .layer(DefaultBodyLimit::max(account::MAX_AUTH_BODY))
         .layer(dashboard_cors);
 
@@ -60,6 +77,18 @@ pub fn router(app: Arc<AppState>) -> Router {
         })
         .layer(middleware::from_fn_with_state(app.clone(), observe))
         .with_state(app)
+}
+
+/// DESIGN A10: `/auth/*` per client IP (the peer address; a trusted proxy header is not
+/// consulted yet).
+async fn limit_by_client_ip(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    let ip = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip().to_string()).unwrap_or_default();
+    let now = chrono::Utc::now().timestamp_millis();
+    let live = app.cluster.meta_cache().map_or(1, |c| c.live_routers(now));
+    match app.limits.check(Class::Auth, &ip, None, live) {
+        Ok(()) => next.run(req).await,
+        Err(e) => e.into_response(),
+    }
 }
 
 /// Request id (echoed or generated), one access-log line per request, request metrics.

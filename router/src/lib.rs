@@ -2,6 +2,7 @@
 //! and forwards to storage shard leaders, then merges what they answer.
 
 pub mod account;
+pub mod api_keys;
 pub mod auth;
 pub mod body;
 pub mod bootstrap;
@@ -9,7 +10,12 @@ pub mod cluster;
 pub mod error;
 pub mod http;
 pub mod ingest;
+pub mod listing;
+pub mod members;
 pub mod metrics;
+pub mod projects;
+pub mod rate_limit;
+pub mod refresh;
 pub mod traces;
 
 use std::net::SocketAddr;
@@ -29,6 +35,10 @@ pub struct RouterConfig {
     /// HS256 key of access tokens; identical on every router.
     pub jwt_secret: Vec<u8>,
     pub dashboard_origins: Vec<String>,
+    /// `Secure` on the refresh cookie; off only where the API is served over plain HTTP to
+    /// a browser on the same machine (dev mode).
+    pub secure_cookies: bool,
+    pub rate_limits: rate_limit::RateLimitConfig,
 }
 
 pub struct AppState {
@@ -37,6 +47,9 @@ pub struct AppState {
     pub jwt: auth::Jwt,
     pub metrics: metrics::RouterMetrics,
     pub registry: Registry,
+    pub limits: rate_limit::RateLimits,
+    /// Random per process: this router's identity in meta heartbeats.
+    pub router_id: String,
 }
 
 pub struct RunningRouter {
@@ -44,12 +57,14 @@ pub struct RunningRouter {
     pub state: Arc<AppState>,
     server: tokio::task::JoinHandle<()>,
     refresher: tokio::task::JoinHandle<()>,
+    housekeeper: tokio::task::JoinHandle<()>,
 }
 
 impl RunningRouter {
     pub fn abort(self) {
         self.server.abort();
         self.refresher.abort();
+        self.housekeeper.abort();
     }
 
     /// Waits until the router serves: topology known, meta loaded, every group led.
@@ -75,11 +90,14 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
     let state = Arc::new(AppState {
         jwt: auth::Jwt::new(&config.jwt_secret),
         cluster: cluster.clone(),
+        limits: rate_limit::RateLimits::new(config.rate_limits),
+        router_id: uuid::Uuid::new_v4().to_string(),
         config,
         metrics,
         registry,
     });
     let refresher = cluster.spawn_refresh(Duration::from_secs(1));
+    let housekeeper = spawn_housekeeping(state.clone());
     let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
     let addr = listener.local_addr()?;
     let app = http::router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
@@ -89,5 +107,24 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
         }
     });
     tracing::info!(%addr, "router listening");
-    Ok(RunningRouter { addr, state, server, refresher })
+    Ok(RunningRouter { addr, state, server, refresher, housekeeper })
 }
+
+/// Heartbeats into meta (so every router knows how many share the rate limits) and forgets
+/// idle rate-limit keys.
+fn spawn_housekeeping(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(HEARTBEAT_PERIOD);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(e) = state.cluster.heartbeat(&state.router_id).await {
+                tracing::warn!(error = %e, "router heartbeat failed");
+            }
+            state.limits.retain_recent();
+        }
+    })
+}
+
+/// Well below `ROUTER_LIVE_MS`, so one lost heartbeat does not change the limit shares.
+const HEARTBEAT_PERIOD: Duration = Duration::from_secs(3);

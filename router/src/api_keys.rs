@@ -1,0 +1,99 @@
+//! API keys of the current project (DESIGN A2): `sxk_…`, for observability ingest. The secret
+//! is shown once; meta keeps its SHA-256.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sextant_model::identity::{normalize_name, Problems};
+use sextant_model::meta::{Credential, CredentialKind, MetaCommand, MetaCommandResult};
+
+use crate::account::{time_json, MAX_AUTH_BODY};
+use crate::auth::{new_credential, Session};
+use crate::error::ApiError;
+use crate::listing::Page;
+use crate::AppState;
+
+fn key_json(c: &Credential) -> Value {
+    json!({
+        "id": c.id, "name": c.name, "project_id": c.project_id, "prefix": format!("sxk_{}", c.id),
+        "created_at": time_json(c.created_at_ms),
+    })
+}
+
+pub async fn list(
+    State(app): State<Arc<AppState>>,
+    session: Session,
+    RawQuery(query): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let page = Page::from_query(query.as_deref())?;
+    let cache = app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
+    let mut items: Vec<(String, Value)> = cache
+        .credentials
+        .values()
+        .filter(|c| c.kind == CredentialKind::ApiKey && !c.revoked && c.project_id == session.project_id)
+        .map(|c| (c.id.clone(), key_json(c)))
+        .collect();
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(Json(page.apply(items)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateKey {
+    name: String,
+}
+
+pub async fn create(
+    State(app): State<Arc<AppState>>,
+    session: Session,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    session.require_org_manager()?;
+    let body = crate::body::read(&headers, body, MAX_AUTH_BODY)?;
+    let req: CreateKey = crate::body::parse_json(&body)?;
+    let mut problems = Problems::default();
+    let name = problems.check("name", normalize_name(&req.name));
+    problems
+        .into_result()
+        .map_err(|errors| ApiError::Validation { message: "the request has invalid fields".into(), errors })?;
+    let now = chrono::Utc::now().timestamp_millis();
+    let (key, credential) =
+        new_credential(CredentialKind::ApiKey, session.project_id, &name.unwrap_or_default(), now);
+    let mut body = key_json(&credential);
+    let command = MetaCommand::CreateCredential { org_id: session.user.org_id, credential };
+    match app.cluster.meta_change(&command).await? {
+        MetaCommandResult::Done => {
+            body["key"] = json!(key);
+            Ok((StatusCode::CREATED, Json(body)).into_response())
+        }
+        MetaCommandResult::Refused(r) => Err(r.into()),
+        other => Err(ApiError::Internal(format!("unexpected meta answer to a new key: {other:?}"))),
+    }
+}
+
+/// Revokes a key of any project of the caller's org; every router refuses it within a
+/// meta refresh period (one second).
+pub async fn delete(
+    State(app): State<Arc<AppState>>,
+    session: Session,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    session.require_org_manager()?;
+    if id.len() != 16 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(ApiError::NotFound("API key not found".into()));
+    }
+    let command = MetaCommand::RevokeCredential { org_id: session.user.org_id, id, kind: CredentialKind::ApiKey };
+    match app.cluster.meta_change(&command).await? {
+        MetaCommandResult::Done => Ok(StatusCode::NO_CONTENT.into_response()),
+        MetaCommandResult::Refused(r) => Err(r.into()),
+        other => Err(ApiError::Internal(format!("unexpected meta answer to a revocation: {other:?}"))),
+    }
+}
