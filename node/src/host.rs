@@ -56,6 +56,8 @@ pub struct NodeHost {
     pub shards: BTreeMap<GroupId, Group<SegmentShard>>,
     pub metrics: Arc<NodeMetrics>,
     pub addresses: AddressBook,
+    /// Channels to peers (Raft traffic and node-to-node storage calls).
+    pub channels: Arc<Channels>,
     rafts: BTreeMap<GroupId, Raft>,
 }
 
@@ -145,7 +147,7 @@ impl NodeHost {
             rafts.insert(group, raft);
         }
 
-        let host = Arc::new(NodeHost { config, meta, shards, metrics, addresses, rafts });
+        let host = Arc::new(NodeHost { config, meta, shards, metrics, addresses, channels, rafts });
         let check = secret_check(&host.config.cluster_secret);
         let raft_svc = InterceptedService::new(
             RaftServer::new(RaftService::new(host.clone()))
@@ -180,7 +182,11 @@ impl NodeHost {
             }
         }
         tracing::info!(node = host.config.id, %addr, groups = host.rafts.len(), "storage node started");
-        let background = vec![crate::flusher::spawn(host.clone()), crate::compactor::spawn(host.clone())];
+        let background = vec![
+            crate::flusher::spawn(host.clone()),
+            crate::compactor::spawn(host.clone()),
+            crate::retention::spawn(host.clone()),
+        ];
         Ok(RunningNode { host, addr, server, background })
     }
 

@@ -1,0 +1,104 @@
+//! Keeps every hosted shard's retention policy in line with meta: a project keeps its data
+//! for its org's plan's `retention_days` (DESIGN A6); the compactor does the dropping.
+//!
+//! The view is read through the meta leader (a linearizable read), never from a possibly
+//! stale local replica: a lagging view could apply a shorter, outdated retention and delete
+//! data a plan upgrade meant to keep. Anything unknown (project, org, plan) keeps its data.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sextant_model::meta::{MetaQuery, MetaView};
+use sextant_proto::MetaRequest;
+
+use crate::host::NodeHost;
+use crate::segment::compaction::RetentionPolicy;
+
+const EVERY: Duration = Duration::from_secs(60);
+const DAY_NS: i64 = 86_400 * 1_000_000_000;
+
+/// The policy `view` implies at `now_ns`.
+pub fn policy(view: &MetaView, now_ns: i64) -> RetentionPolicy {
+    let days: HashMap<&str, u32> =
+        view.plans.iter().filter_map(|p| Some((p.name.as_str(), p.retention_days?))).collect();
+    let org_days: HashMap<_, u32> = view.orgs.iter().filter_map(|o| Some((o.id, *days.get(o.plan.as_str())?))).collect();
+    let cutoffs = view
+        .projects
+        .iter()
+        .filter_map(|p| {
+            let d = *org_days.get(&p.org_id)?;
+            Some((p.id.to_string(), now_ns.saturating_sub(i64::from(d) * DAY_NS)))
+        })
+        .collect();
+    RetentionPolicy { cutoffs, deleted: Default::default() }
+}
+
+/// Asks the meta leader for the view, through any node that answers.
+async fn fetch(host: &NodeHost) -> Option<MetaView> {
+    let json = serde_json::to_vec(&MetaQuery::View).ok()?;
+    let addresses: Vec<String> = host.addresses.read().unwrap().values().cloned().collect();
+    for addr in addresses {
+        let Ok(mut client) = host.channels.storage(&addr) else { continue };
+        if let Ok(reply) = client.meta_read(MetaRequest { json: json.clone() }).await {
+            if let Ok(view) = serde_json::from_slice(&reply.into_inner().json) {
+                return Some(view);
+            }
+        }
+    }
+    None
+}
+
+pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if host.shards.is_empty() {
+                continue;
+            }
+            let Some(view) = fetch(&host).await else {
+                tracing::debug!("meta unreachable; retention unchanged");
+                continue;
+            };
+            let p = policy(&view, chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX));
+            for shard in host.shards.values() {
+                shard.state.write().unwrap().state.set_retention(p.clone());
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sextant_model::meta::{default_plans, Org, Project};
+    use sextant_model::{OrgId, ProjectId};
+
+    #[test]
+    fn each_project_keeps_what_its_org_plan_says_and_unknowns_keep_everything() {
+        let org = |plan: &str| Org {
+            id: OrgId::random(),
+            name: "o".into(),
+            plan: plan.into(),
+            default_project: ProjectId::random(),
+            created_at_ms: 0,
+            trial_ends_at_ms: None,
+        };
+        let (free, enterprise, odd) = (org("free"), org("enterprise"), org("no-such-plan"));
+        let project = |o: &Org| Project { id: ProjectId::random(), org_id: o.id, name: "p".into(), created_at_ms: 0 };
+        let (a, b, c) = (project(&free), project(&enterprise), project(&odd));
+        let view = MetaView {
+            orgs: vec![free, enterprise, odd],
+            projects: vec![a.clone(), b.clone(), c.clone()],
+            plans: default_plans(),
+            ..Default::default()
+        };
+        let now = 100 * DAY_NS;
+        let p = policy(&view, now);
+        assert_eq!(p.cutoffs.get(&a.id.to_string()), Some(&(now - 7 * DAY_NS)));
+        assert!(!p.cutoffs.contains_key(&b.id.to_string()), "enterprise keeps everything");
+        assert!(!p.cutoffs.contains_key(&c.id.to_string()), "unknown plan keeps everything");
+    }
+}
