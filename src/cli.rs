@@ -38,6 +38,9 @@ pub enum Command {
     Operator,
     /// Send realistic ingest load to a router and report throughput and latency.
     Loadgen(crate::loadgen::LoadgenArgs),
+    /// Write generated objects straight into one shard's storage engine and report bytes on
+    /// disk per object and trace lookup latency (see docs/BENCHMARKS.md).
+    BenchStorage(crate::storage_bench::StorageBenchArgs),
 }
 
 #[derive(clap::Args)]
@@ -168,6 +171,7 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
             anyhow::bail!("the operator is not implemented yet; see docs/ARCHITECTURE.md")
         }
         Command::Loadgen(args) => crate::loadgen::run(args).await,
+        Command::BenchStorage(args) => tokio::task::spawn_blocking(move || crate::storage_bench::run(args)).await?,
     }
 }
 

@@ -2,6 +2,7 @@
 
 mod cli;
 mod loadgen;
+mod storage_bench;
 
 use clap::Parser;
 

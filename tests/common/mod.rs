@@ -201,6 +201,9 @@ impl Cluster {
                 &nodes,
                 "--bootstrap-credentials",
                 creds_path.to_str().unwrap(),
+                // The tests verify with many concurrent reads; the limits are tested elsewhere.
+                "--api-rps",
+                "100000",
             ],
             &dir.join("router.log"),
             &[

@@ -1,0 +1,137 @@
+//! Storage benchmark: writes objects from the load generator's data generator into one data
+//! shard's segment engine (the same apply → buffer → flush → compaction path as a node, without
+//! Raft or HTTP), then reports bytes on disk per object against the objects' JSON size, and
+//! trace lookup latency. `--ndjson` also writes the objects as JSON lines so a peer database
+//! (ClickHouse via chdb, see `scripts/bench_storage_peers.py`) can store the very same rows.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+use prost::Message;
+use rand::seq::SliceRandom;
+use serde_json::{json, Value};
+use sextant_model::ingest::{validate_all, validate_log, validate_span, LogsBody, SpansBody};
+use sextant_node::segment::Table;
+use sextant_node::shard::SegmentShard;
+use sextant_node::state_machine::GroupStore;
+use sextant_node::types::{Command, SnapshotMeta};
+use sextant_proto::ShardBatch;
+
+#[derive(clap::Args)]
+pub struct StorageBenchArgs {
+    /// `spans` or `logs`.
+    #[arg(long, default_value = "spans")]
+    pub kind: String,
+    /// Objects to write (in batches of 1000).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub objects: usize,
+    /// Directory for the shard (must not exist or be empty).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Also write every object as one JSON line here, for peer databases.
+    #[arg(long)]
+    pub ndjson: Option<PathBuf>,
+    /// Trace lookups to time (spans only).
+    #[arg(long, default_value_t = 2000)]
+    pub lookups: usize,
+}
+
+const BATCH: usize = 1000;
+
+pub fn run(args: StorageBenchArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.kind == "spans" || args.kind == "logs", "--kind must be spans or logs");
+    let shard_dir = args.dir.join("shard");
+    anyhow::ensure!(!shard_dir.exists(), "{} already exists", shard_dir.display());
+    let mut shard = SegmentShard::open(&shard_dir)?;
+    let project = sextant_model::ProjectId::random().to_string();
+    let mut ndjson = args.ndjson.as_ref().map(std::fs::File::create).transpose()?.map(std::io::BufWriter::new);
+    let (mut json_bytes, mut objects, mut index) = (0u64, 0u64, 0u64);
+    let mut trace_ids = Vec::new();
+    let started = Instant::now();
+    let checkpoint = |shard: &mut SegmentShard, index: u64| -> anyhow::Result<()> {
+        let meta = SnapshotMeta { snapshot_id: format!("bench-{index}"), ..Default::default() };
+        shard.begin_checkpoint(meta)()?;
+        Ok(())
+    };
+    for b in 0..args.objects.div_ceil(BATCH) {
+        // A fresh body per batch (seeded by its number): nothing repeats across batches, so
+        // compression sees realistic variety.
+        let body = crate::loadgen::templates(&args.kind, BATCH, 1, b as u64)?.remove(0).render(b as u64);
+        let value: Value = serde_json::from_slice(&body)?;
+        let items = value[args.kind.as_str()].as_array().cloned().unwrap_or_default();
+        json_bytes += items.iter().map(|o| serde_json::to_vec(o).map_or(0, |v| v.len() as u64)).sum::<u64>();
+        objects += items.len() as u64;
+        if let Some(out) = ndjson.as_mut() {
+            for o in &items {
+                serde_json::to_writer(&mut *out, o)?;
+                out.write_all(b"\n")?;
+            }
+        }
+        let mut batch = ShardBatch { project_id: project.clone(), ..Default::default() };
+        if args.kind == "spans" {
+            let parsed: SpansBody = serde_json::from_slice(&body)?;
+            batch.spans = validate_all(parsed.spans, validate_span).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            trace_ids.extend(batch.spans.iter().step_by(50).map(|s| s.trace_id.clone()));
+        } else {
+            let parsed: LogsBody = serde_json::from_slice(&body)?;
+            batch.logs = validate_all(parsed.logs, validate_log).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+        }
+        index += 1;
+        shard.apply(index, Command::Ingest { batch_id: index as u128, payload: batch.encode_to_vec() });
+        if shard.wants_flush() {
+            checkpoint(&mut shard, index)?;
+        }
+    }
+    checkpoint(&mut shard, index)?;
+    let mut merges = 0;
+    while let Some(job) = shard.compaction(i64::MAX) {
+        job.run()?;
+        merges += 1;
+    }
+    let write_secs = started.elapsed().as_secs_f64();
+    if let Some(mut out) = ndjson {
+        out.flush()?;
+    }
+
+    let tables: &[Table] = if args.kind == "spans" { &[Table::Spans, Table::TraceSummaries] } else { &[Table::Logs] };
+    let mut disk = json!({});
+    let mut total = 0u64;
+    for t in tables {
+        let (segments, bytes) = shard.segment_stats(*t);
+        disk[t.name()] = json!({ "segments": segments, "bytes": bytes });
+        total += bytes;
+    }
+    let mut report = json!({
+        "kind": args.kind,
+        "objects": objects,
+        "json_bytes_per_object": json_bytes as f64 / objects as f64,
+        "disk": disk,
+        "disk_bytes_per_object": total as f64 / objects as f64,
+        "disk_to_json_ratio": total as f64 / json_bytes as f64,
+        "write_objects_per_sec": objects as f64 / write_secs,
+        "merges": merges,
+    });
+
+    if args.kind == "spans" && args.lookups > 0 && !trace_ids.is_empty() {
+        let mut rng = rand::thread_rng();
+        let mut hist = Histogram::<u64>::new(3)?;
+        let mut found = 0usize;
+        for _ in 0..args.lookups {
+            let id = trace_ids.choose(&mut rng).expect("non-empty");
+            let t = Instant::now();
+            let spans = shard.trace(&project, id).run()?;
+            hist.record(t.elapsed().as_micros() as u64)?;
+            found += usize::from(!spans.is_empty());
+        }
+        anyhow::ensure!(found == args.lookups, "a stored trace was not found");
+        report["trace_lookup_us"] = json!({
+            "p50": hist.value_at_quantile(0.5),
+            "p99": hist.value_at_quantile(0.99),
+            "max": hist.max(),
+        });
+    }
+    println!("{}", serde_json::to_string_pretty(&report)?);
+    Ok(())
+}
