@@ -17,7 +17,9 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
 use arrow_array::RecordBatch;
+use parquet::arrow::arrow_reader::{ArrowPredicateFn, ArrowReaderOptions, RowFilter};
 use parquet::arrow::ProjectionMask;
+use parquet::file::metadata::PageIndexPolicy;
 
 use super::scan::Scan;
 use super::table::{from_record_batch, to_record_batch, Row, RowRef, Table};
@@ -81,6 +83,8 @@ fn properties(table: Table, distinct_traces: usize, batches: &[u128]) -> WriterP
     let mut b = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).expect("valid level")))
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        // Pages of ~1k rows: a trace lookup decodes one page per column, not a row group.
+        .set_data_page_row_count_limit(1024)
         .set_sorting_columns(Some(
             table
                 .sort_columns()
@@ -247,7 +251,8 @@ impl Segment {
             return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{} has the wrong size", meta.file.name)));
         }
         let file = SegmentFile { len: meta.file.len, file: Arc::new(file) };
-        let reader = ArrowReaderMetadata::load(&file, Default::default()).map_err(err)?;
+        let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
+        let reader = ArrowReaderMetadata::load(&file, options).map_err(err)?;
         let footer = |key: &str| {
             reader
                 .metadata()
@@ -366,17 +371,33 @@ impl Segment {
         Ok(out)
     }
 
-    /// The rows of one trace, with their batch ordinals.
+    /// The rows of one trace, with their batch ordinals. Only the project and trace-id columns
+    /// are decoded for the candidate row groups; the other columns only for the trace's rows
+    /// (a Parquet row filter, which also skips pages by the page index).
     pub fn trace(&self, project: &str, trace_id: &str) -> io::Result<Vec<(Row, u32)>> {
         let rgs = self.trace_row_groups(project, trace_id);
         if rgs.is_empty() {
             return Ok(Vec::new());
         }
-        Ok(self
-            .read(Some(rgs))?
-            .into_iter()
-            .filter(|(p, row, _)| p == project && matches!(row, Row::Span(s) if s.trace_id == trace_id))
-            .map(|(_, row, b)| (row, b))
-            .collect())
+        let schema = self.meta.table.schema();
+        let (p_col, t_col) = (schema.index_of("project").map_err(err)?, schema.index_of("trace_id").map_err(err)?);
+        let mask = ProjectionMask::roots(self.reader.parquet_schema(), [p_col, t_col]);
+        let (p, t) = (project.to_owned(), trace_id.to_owned());
+        let predicate = ArrowPredicateFn::new(mask, move |rb: RecordBatch| {
+            let cols = super::table::Cols(&rb);
+            let (projects, traces) = (cols.str("project"), cols.str("trace_id"));
+            Ok((0..rb.num_rows()).map(|i| Some(projects.value(i) == p && traces.value(i) == t)).collect())
+        });
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(self.file.clone(), self.reader.clone())
+            .with_row_groups(rgs)
+            .with_row_filter(RowFilter::new(vec![Box::new(predicate)]))
+            .with_batch_size(ROW_GROUP_ROWS)
+            .build()
+            .map_err(err)?;
+        let mut out = Vec::new();
+        for rb in reader {
+            out.extend(from_record_batch(self.meta.table, &rb.map_err(err)?).into_iter().map(|(_, row, b)| (row, b)));
+        }
+        Ok(out)
     }
 }
