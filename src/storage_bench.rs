@@ -100,7 +100,12 @@ pub fn run(args: StorageBenchArgs) -> anyhow::Result<()> {
     let mut total = 0u64;
     for t in tables {
         let (segments, bytes) = shard.segment_stats(*t);
-        disk[t.name()] = json!({ "segments": segments, "bytes": bytes });
+        let columns: serde_json::Map<String, Value> = shard
+            .column_bytes(*t)
+            .into_iter()
+            .map(|(name, b)| (name, json!((b as f64 / objects as f64 * 100.0).round() / 100.0)))
+            .collect();
+        disk[t.name()] = json!({ "segments": segments, "bytes": bytes, "column_bytes_per_object": columns });
         total += bytes;
     }
     let mut report = json!({

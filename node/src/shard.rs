@@ -104,6 +104,20 @@ impl SegmentShard {
         of_table.fold((0, 0), |(n, b), s| (n + 1, b + s.meta.file.len))
     }
 
+    /// Compressed bytes per column of `table`, over all its segments.
+    pub fn column_bytes(&self, table: Table) -> Vec<(String, u64)> {
+        let mut total: Vec<(String, u64)> = Vec::new();
+        for seg in self.published.read().unwrap().segments.iter().filter(|s| s.meta.table == table) {
+            for (name, bytes) in seg.column_bytes() {
+                match total.iter_mut().find(|(n, _)| *n == name) {
+                    Some(t) => t.1 += bytes,
+                    None => total.push((name, bytes)),
+                }
+            }
+        }
+        total
+    }
+
     /// Replaces the retention policy the compactor applies from now on.
     pub fn set_retention(&mut self, policy: RetentionPolicy) {
         self.retention = Arc::new(policy);
