@@ -21,6 +21,7 @@ P=$(port)
 "$BIN" dev --data-dir "$WORK/dev" --listen 127.0.0.1:$P --api-rps 1000000 --ingest-rps 1000000 >"$WORK/dev.log" 2>&1 &
 PIDS+=($!)
 wait_ready http://127.0.0.1:$P
+for _ in $(seq 1 300); do [ -s "$WORK/dev/credentials.json" ] && break; sleep 0.1; done
 for kind in spans logs; do
   "$BIN" loadgen --url http://127.0.0.1:$P --credentials "$WORK/dev/credentials.json" --kind $kind \
     --batch 1000 --concurrency 8 --seconds "$SECS" --json
