@@ -694,3 +694,134 @@ async fn bad_input_is_refused_clearly_and_stores_nothing() {
 fn sextant_like_valid(email: &str) -> bool {
     email.ends_with("@example.com") && email.is_ascii() && !email.starts_with('@')
 }
+
+/// A counter or gauge from a process's Prometheus `/metrics`, summed over labels.
+async fn metric(url: &str, name: &str) -> Option<f64> {
+    let text = http().get(format!("{url}/metrics")).send().await.ok()?.text().await.ok()?;
+    let values: Vec<f64> = text
+        .lines()
+        .filter(|l| l.split([' ', '{']).next() == Some(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
+}
+
+#[tokio::test]
+async fn limits_are_divided_between_live_routers() {
+    const RATE: u32 = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let secrets = [
+        ("SEXTANT_CLUSTER_SECRET", "test-cluster-secret-0123456789abcdef"),
+        ("SEXTANT_JWT_SECRET", "test-jwt-secret-0123456789abcdef0123456789"),
+    ];
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let data = dir.path().join("node1");
+    let _node = Proc::spawn(
+        &[
+            "node",
+            "--id",
+            "1",
+            "--listen",
+            &grpc,
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--peers",
+            &format!("1={grpc}"),
+            "--shards",
+            "2",
+            "--replication-factor",
+            "1",
+        ],
+        &dir.path().join("node1.log"),
+        &secrets[..1],
+    );
+    let creds_path = dir.path().join("credentials.json");
+    let rate = RATE.to_string();
+    let mut urls = Vec::new();
+    let mut _routers = Vec::new();
+    for i in 0..2 {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let mut args = vec!["router", "--listen", &listen, "--nodes", &grpc, "--ingest-rps", &rate];
+        if i == 0 {
+            args.extend(["--bootstrap-credentials", creds_path.to_str().unwrap()]);
+        }
+        _routers.push(Proc::spawn(&args, &dir.path().join(format!("router{i}.log")), &secrets));
+        urls.push(format!("http://{listen}"));
+    }
+    let creds = wait_for("the cluster to bootstrap", Duration::from_secs(90), || {
+        let (urls, creds_path) = (urls.clone(), creds_path.clone());
+        async move {
+            for u in &urls {
+                if !ready(u).await {
+                    return None;
+                }
+            }
+            read_credentials(&creds_path)
+        }
+    })
+    .await;
+    // Both routers have heartbeated and each sees the other.
+    for u in &urls {
+        wait_for("two live routers", Duration::from_secs(30), || async move {
+            (metric(u, "sextant_router_live_routers").await == Some(2.0)).then_some(())
+        })
+        .await;
+    }
+    let key = creds["api_key"].as_str().unwrap().to_owned();
+    let body = json!({"metrics": [{"timestamp": 1795342530123i64, "hostname": "web-1", "cpu_percent": 1.0}]});
+    let ingest = |url: String| {
+        let (key, body) = (key.clone(), body.clone());
+        async move {
+            let resp = http()
+                .post(format!("{url}/api/v1/ingest/infrastructure"))
+                .header("X-API-Key", key)
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            resp.status().as_u16()
+        }
+    };
+
+    // Each router's burst is its share, half the limit, plus what its share refills while the
+    // burst is being sent (each admitted request is a Raft commit, so that takes a moment).
+    for u in &urls {
+        let mut admitted = 0u32;
+        let started = Instant::now();
+        while ingest(u.clone()).await == 200 {
+            admitted += 1;
+            assert!(admitted <= 10 * RATE, "no 429 from {u}");
+        }
+        let share = RATE as f64 / 2.0;
+        let most = share + share * started.elapsed().as_secs_f64() + 1.0;
+        assert!(
+            admitted >= RATE / 2 && admitted as f64 <= most,
+            "{u} admitted a burst of {admitted}, expected {} to {most:.1}",
+            RATE / 2
+        );
+    }
+
+    // Together they admit the configured rate.
+    let window = Duration::from_secs(4);
+    let started = Instant::now();
+    let workers = (0..8).map(|i| {
+        let (ingest, url) = (&ingest, urls[i % 2].clone());
+        async move {
+            let mut ok = 0u32;
+            while started.elapsed() < window {
+                match ingest(url.clone()).await {
+                    200 => ok += 1,
+                    429 => {}
+                    s => panic!("unexpected status {s}"),
+                }
+            }
+            ok
+        }
+    });
+    let ok: u32 = futures::future::join_all(workers).await.iter().sum();
+    let measured = ok as f64 / started.elapsed().as_secs_f64();
+    assert!(
+        (measured - RATE as f64).abs() <= RATE as f64 * 0.10,
+        "two routers admitted {measured:.1} requests/s together, configured {RATE}"
+    );
+}

@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
+use sextant_model::meta::{default_plans, MetaCommand};
 
 pub use cluster::Cluster;
 
@@ -122,6 +123,16 @@ fn spawn_housekeeping(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
                 tracing::warn!(error = %e, "router heartbeat failed");
             }
             state.limits.retain_recent();
+            if let Some(cache) = state.cluster.meta_cache() {
+                state.metrics.live_routers.set(cache.live_routers(chrono::Utc::now().timestamp_millis()) as i64);
+                // A cluster bootstrapped before the plan catalog existed gets it here.
+                if cache.plans.is_empty() {
+                    let seed = MetaCommand::SeedPlans { plans: default_plans() };
+                    if let Err(e) = state.cluster.meta_change(&seed).await {
+                        tracing::warn!(error = %e, "seeding the plan catalog failed");
+                    }
+                }
+            }
         }
     })
 }
