@@ -144,6 +144,10 @@ pub struct RouterArgs {
     /// plain HTTP on the same machine.
     #[arg(long)]
     pub insecure_cookies: bool,
+    /// Number of proxies in front of the routers that append to X-Forwarded-For (an ingress
+    /// is one); 0 when clients connect directly.
+    #[arg(long, default_value_t = 0)]
+    pub trusted_proxy_hops: usize,
     #[command(flatten)]
     pub limits: RateLimitArgs,
 }
@@ -224,6 +228,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             // Dev mode serves plain HTTP: a Secure cookie would never come back.
             secure_cookies: false,
             rate_limits: args.limits.config()?,
+            trusted_proxy_hops: 0,
         },
         registry,
     )
@@ -334,6 +339,7 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
             dashboard_origins: args.dashboard_origin,
             secure_cookies: !args.insecure_cookies,
             rate_limits: args.limits.config()?,
+            trusted_proxy_hops: args.trusted_proxy_hops,
         },
         Registry::default(),
     )

@@ -40,6 +40,9 @@ pub struct RouterConfig {
     /// a browser on the same machine (dev mode).
     pub secure_cookies: bool,
     pub rate_limits: rate_limit::RateLimitConfig,
+    /// Proxies in front of the routers that append to `X-Forwarded-For` (0: clients connect
+    /// directly); decides which address `/auth/*` limits count.
+    pub trusted_proxy_hops: usize,
 }
 
 pub struct AppState {
