@@ -468,6 +468,22 @@ async fn credential_matrix_and_tenant_isolation() {
     expect_error(resp, 404, "not_found").await;
     let resp = call(url, Method::DELETE, &format!("/api/org/members/{member_id}"), Some(&b.token), None).await;
     expect_error(resp, 404, "not_found").await;
+    // A pending invitation of A: B cannot withdraw it, A can, and then it cannot be accepted.
+    let resp = call(url, Method::POST, "/api/org/members", Some(&owner), Some(json!({"email": "late@a.example", "role": "member"})))
+        .await;
+    let pending: Value = resp.json().await.unwrap();
+    let pending_path = format!("/api/org/members/{}", pending["id"].as_str().unwrap());
+    expect_error(call(url, Method::DELETE, &pending_path, Some(&b.token), None).await, 404, "not_found").await;
+    assert_eq!(call(url, Method::DELETE, &pending_path, Some(&owner), None).await.status(), 204);
+    let resp = call(
+        url,
+        Method::POST,
+        "/auth/invite/accept",
+        None,
+        Some(json!({"invite_token": pending["invite_token"], "password": "late password", "name": "Late"})),
+    )
+    .await;
+    expect_error(resp, 401, "unauthorized").await;
     assert_eq!(post_spans(url, dev.api_key(), &spans_batch("still", 1, 1)).await.status(), 200);
     // A token with B's org claim but A's user (forged with the real key) is refused: the
     // membership is checked against meta, not taken from the token.

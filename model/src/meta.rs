@@ -248,6 +248,8 @@ pub enum MetaCommand {
     RevokeCredential { org_id: OrgId, id: String, kind: CredentialKind },
     /// A router is alive; also where expired sessions, invites and tombstones are dropped.
     RouterHeartbeat { router_id: String, at_ms: i64 },
+    /// Withdraws a pending invitation of `org_id`.
+    RevokeInvite { org_id: OrgId, invite_id: String },
 }
 
 /// Why meta refused a command. Decided by the state machine so that concurrent requests on

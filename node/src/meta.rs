@@ -239,6 +239,13 @@ impl MetaState {
                 }
                 Done
             }
+            MetaCommand::RevokeInvite { org_id, invite_id } => {
+                if !self.invites.get(&invite_id).is_some_and(|i| i.org_id == org_id) {
+                    return Refused(Refusal::NotFound);
+                }
+                self.invites.remove(&invite_id);
+                Done
+            }
             MetaCommand::RouterHeartbeat { router_id, at_ms } => {
                 self.routers.insert(router_id, at_ms);
                 self.prune(at_ms);
@@ -471,6 +478,9 @@ mod tests {
             expires_at_ms: T0 + 1000,
         };
         assert_eq!(s.execute(MetaCommand::Invite { invite: invite.clone() }), Done);
+        // Another org cannot withdraw it (nor learn that it exists).
+        let withdraw = |org| MetaCommand::RevokeInvite { org_id: org, invite_id: "inv".into() };
+        assert_eq!(s.execute(withdraw(OrgId::random())), Refused(Refusal::NotFound));
         let accept = |token: &str, now: i64| MetaCommand::AcceptInvite {
             invite_id: "inv".into(),
             token_sha256: token.into(),
@@ -487,6 +497,14 @@ mod tests {
         // The session belongs to the new user and org whatever the router put in it.
         assert_eq!(s.sessions["fb"].user_id, user.id);
         assert_eq!(s.execute(accept("tok", T0 + 2)), Refused(Refusal::InvalidInvite), "used twice");
+        assert_eq!(s.execute(withdraw(owner.org_id)), Refused(Refusal::NotFound), "used invitations are gone");
+        let second = Invite { id: "inv2".into(), email: "carol@example.com".into(), ..invite };
+        s.execute(MetaCommand::Invite { invite: second });
+        assert_eq!(
+            s.execute(MetaCommand::RevokeInvite { org_id: owner.org_id, invite_id: "inv2".into() }),
+            Done
+        );
+        assert!(!s.invites.contains_key("inv2"));
         // Removal revokes the member's sessions; owners cannot be removed.
         assert_eq!(
             s.execute(MetaCommand::RemoveMember { org_id: owner.org_id, user_id: owner.id, now_ms: T0 }),
