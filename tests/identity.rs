@@ -144,7 +144,8 @@ fn tampered(valid: &str) -> String {
 /// Milliseconds of one failed sign-in.
 async fn failed_login_ms(url: &str, email: &str) -> f64 {
     let started = Instant::now();
-    let resp = call(url, Method::POST, "/auth/login", None, Some(json!({"email": email, "password": "wrong password"}))).await;
+    let resp =
+        call(url, Method::POST, "/auth/login", None, Some(json!({"email": email, "password": "wrong password"}))).await;
     assert_eq!(resp.status(), 401);
     started.elapsed().as_secs_f64() * 1e3
 }
@@ -244,7 +245,9 @@ async fn signup_refresh_rotation_reuse_and_logout() {
     expect_error(post_auth(url, "/auth/refresh", Some(&c3)).await, 401, "unauthorized").await;
     wait_for("revoked access token to stop working", Duration::from_secs(5), || {
         let access2 = access2.clone();
-        async move { (status_of(call(url, Method::GET, "/projects", Some(&access2), None).await).await == 401).then_some(()) }
+        async move {
+            (status_of(call(url, Method::GET, "/projects", Some(&access2), None).await).await == 401).then_some(())
+        }
     })
     .await;
 
@@ -308,9 +311,14 @@ async fn credential_matrix_and_tenant_isolation() {
     let project_a = dev.creds["project_id"].as_str().unwrap().to_owned();
 
     // A member of org A, through an invitation.
-    let resp =
-        call(url, Method::POST, "/api/org/members", Some(&owner), Some(json!({"email": "mem@a.example", "role": "member"})))
-            .await;
+    let resp = call(
+        url,
+        Method::POST,
+        "/api/org/members",
+        Some(&owner),
+        Some(json!({"email": "mem@a.example", "role": "member"})),
+    )
+    .await;
     assert_eq!(resp.status(), 201);
     let invite: Value = resp.json().await.unwrap();
     let invite_token = invite["invite_token"].as_str().unwrap().to_owned();
@@ -407,7 +415,12 @@ async fn credential_matrix_and_tenant_isolation() {
         (ep(Method::GET, "/api/v1/traces/some-trace", None), 404, 404, "not_found"),
         (ep(Method::POST, "/projects", Some(json!({"name": "second"}))), 201, 403, "owner_only"),
         (ep(Method::GET, "/api/org/members", None), 200, 403, "forbidden"),
-        (ep(Method::POST, "/api/org/members", Some(json!({"email": "y@a.example", "role": "admin"}))), 201, 403, "forbidden"),
+        (
+            ep(Method::POST, "/api/org/members", Some(json!({"email": "y@a.example", "role": "admin"}))),
+            201,
+            403,
+            "forbidden",
+        ),
         (ep(Method::POST, "/api/v1/api-keys", Some(json!({"name": "k2"}))), 201, 403, "forbidden"),
         (ep(Method::DELETE, &format!("/api/v1/api-keys/{key_a_id}"), None), 204, 403, "forbidden"),
     ];
@@ -469,8 +482,14 @@ async fn credential_matrix_and_tenant_isolation() {
     let resp = call(url, Method::DELETE, &format!("/api/org/members/{member_id}"), Some(&b.token), None).await;
     expect_error(resp, 404, "not_found").await;
     // A pending invitation of A: B cannot withdraw it, A can, and then it cannot be accepted.
-    let resp = call(url, Method::POST, "/api/org/members", Some(&owner), Some(json!({"email": "late@a.example", "role": "member"})))
-        .await;
+    let resp = call(
+        url,
+        Method::POST,
+        "/api/org/members",
+        Some(&owner),
+        Some(json!({"email": "late@a.example", "role": "member"})),
+    )
+    .await;
     let pending: Value = resp.json().await.unwrap();
     let pending_path = format!("/api/org/members/{}", pending["id"].as_str().unwrap());
     expect_error(call(url, Method::DELETE, &pending_path, Some(&b.token), None).await, 404, "not_found").await;
@@ -516,8 +535,14 @@ async fn credential_matrix_and_tenant_isolation() {
     let resp = call(url, Method::DELETE, &format!("/api/org/members/{member_id}"), Some(&owner), None).await;
     assert_eq!(resp.status(), 204);
     expect_error(call(url, Method::GET, "/projects", Some(&member), None).await, 401, "unauthorized").await;
-    let resp = call(url, Method::POST, "/auth/login", None, Some(json!({"email": "mem@a.example", "password": "member password"})))
-        .await;
+    let resp = call(
+        url,
+        Method::POST,
+        "/auth/login",
+        None,
+        Some(json!({"email": "mem@a.example", "password": "member password"})),
+    )
+    .await;
     expect_error(resp, 401, "unauthorized").await;
     let resp = call(url, Method::DELETE, &format!("/api/org/members/{member_id}"), Some(&owner), None).await;
     expect_error(resp, 404, "not_found").await;
@@ -598,7 +623,8 @@ async fn rate_limits_refuse_bursts_and_hold_the_configured_rate() {
     // /auth/* per client IP: a burst over 3 gets 429 before the body is even looked at.
     let mut statuses = Vec::new();
     for _ in 0..10 {
-        statuses.push(http().post(format!("{url}/auth/login")).json(&json!({})).send().await.unwrap().status().as_u16());
+        statuses
+            .push(http().post(format!("{url}/auth/login")).json(&json!({})).send().await.unwrap().status().as_u16());
     }
     assert!(statuses.contains(&429), "{statuses:?}");
     assert!(statuses.iter().all(|s| *s == 400 || *s == 429), "{statuses:?}");
@@ -614,9 +640,14 @@ async fn restart_keeps_users_sessions_and_keys() {
     let key = resp.json::<Value>().await.unwrap()["key"].as_str().unwrap().to_owned();
     let resp = call(&url, Method::POST, "/api/v1/api-keys", Some(&acct.token), Some(json!({"name": "gone"}))).await;
     let revoked: Value = resp.json().await.unwrap();
-    let resp =
-        call(&url, Method::DELETE, &format!("/api/v1/api-keys/{}", revoked["id"].as_str().unwrap()), Some(&acct.token), None)
-            .await;
+    let resp = call(
+        &url,
+        Method::DELETE,
+        &format!("/api/v1/api-keys/{}", revoked["id"].as_str().unwrap()),
+        Some(&acct.token),
+        None,
+    )
+    .await;
     assert_eq!(resp.status(), 204);
     assert_eq!(post_spans(&url, &key, &spans_batch("kept", 1, 1)).await.status(), 200);
 
@@ -651,18 +682,40 @@ async fn bad_input_is_refused_clearly_and_stores_nothing() {
         (json!({"email": "a@b", "password": "correct horse", "name": "N", "org_name": "O"}), vec!["email"]),
         (json!({"email": "ünï@example.com", "password": "correct horse", "name": "N", "org_name": "O"}), vec!["email"]),
         (json!({"email": "weak@example.com", "password": "1234567", "name": "N", "org_name": "O"}), vec!["password"]),
-        (json!({"email": "long@example.com", "password": "x".repeat(2000), "name": "N", "org_name": "O"}), vec!["password"]),
-        (json!({"email": "rtl@example.com", "password": "correct horse", "name": "evil\u{202E}txt", "org_name": "O"}), vec!["name"]),
-        (json!({"email": "zw@example.com", "password": "correct horse", "name": "\u{200B}\u{200B}", "org_name": "O"}), vec!["name"]),
-        (json!({"email": "ctl@example.com", "password": "correct horse", "name": "a\u{0007}b", "org_name": "O"}), vec!["name"]),
-        (json!({"email": "blank@example.com", "password": "correct horse", "name": "   ", "org_name": "名".repeat(101)}), vec!["name", "org_name"]),
-        (json!({"email": "", "password": "", "name": "", "org_name": ""}), vec!["email", "password", "name", "org_name"]),
+        (
+            json!({"email": "long@example.com", "password": "x".repeat(2000), "name": "N", "org_name": "O"}),
+            vec!["password"],
+        ),
+        (
+            json!({"email": "rtl@example.com", "password": "correct horse", "name": "evil\u{202E}txt", "org_name": "O"}),
+            vec!["name"],
+        ),
+        (
+            json!({"email": "zw@example.com", "password": "correct horse", "name": "\u{200B}\u{200B}", "org_name": "O"}),
+            vec!["name"],
+        ),
+        (
+            json!({"email": "ctl@example.com", "password": "correct horse", "name": "a\u{0007}b", "org_name": "O"}),
+            vec!["name"],
+        ),
+        (
+            json!({"email": "blank@example.com", "password": "correct horse", "name": "   ", "org_name": "名".repeat(101)}),
+            vec!["name", "org_name"],
+        ),
+        (
+            json!({"email": "", "password": "", "name": "", "org_name": ""}),
+            vec!["email", "password", "name", "org_name"],
+        ),
     ];
     for (body, fields) in cases {
         let email = body["email"].as_str().unwrap().to_owned();
         let err = expect_error(signup_with(body).await, 400, "validation_failed").await;
-        let got: Vec<&str> =
-            err["error"]["details"]["errors"].as_array().unwrap().iter().map(|e| e["field"].as_str().unwrap()).collect();
+        let got: Vec<&str> = err["error"]["details"]["errors"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["field"].as_str().unwrap())
+            .collect();
         assert_eq!(got, fields, "{err}");
         // Nothing was stored: the email can still sign up when it is a valid one.
         if sextant_like_valid(&email) {
@@ -670,12 +723,20 @@ async fn bad_input_is_refused_clearly_and_stores_nothing() {
         }
     }
     // Unicode that is fine: any script, emoji, surrounding spaces trimmed.
-    let resp = signup_with(json!({"email": "uni@example.com", "password": "пароль-🔒🔒", "name": "  Zoë 山田 🚀 ", "org_name": "Société"})).await;
+    let resp = signup_with(
+        json!({"email": "uni@example.com", "password": "пароль-🔒🔒", "name": "  Zoë 山田 🚀 ", "org_name": "Société"}),
+    )
+    .await;
     assert_eq!(resp.status(), 201);
     assert_eq!(resp.json::<Value>().await.unwrap()["user"]["name"], "Zoë 山田 🚀");
 
     // Shape problems.
-    expect_error(signup_with(json!({"email": "m@example.com", "password": "correct horse"})).await, 400, "invalid_body").await;
+    expect_error(
+        signup_with(json!({"email": "m@example.com", "password": "correct horse"})).await,
+        400,
+        "invalid_body",
+    )
+    .await;
     let mut extra = good("extra@example.com");
     extra["is_admin"] = json!(true);
     let err = expect_error(signup_with(extra).await, 400, "validation_failed").await;
@@ -688,7 +749,8 @@ async fn bad_input_is_refused_clearly_and_stores_nothing() {
         .await
         .unwrap();
     expect_error(resp, 400, "invalid_json").await;
-    let resp = http().post(format!("{url}/auth/signup")).header("Content-Type", "text/plain").body("x").send().await.unwrap();
+    let resp =
+        http().post(format!("{url}/auth/signup")).header("Content-Type", "text/plain").body("x").send().await.unwrap();
     expect_error(resp, 415, "unsupported_media_type").await;
     let mut huge = good("huge@example.com");
     huge["name"] = json!("x".repeat(70 * 1024));
@@ -704,13 +766,26 @@ async fn bad_input_is_refused_clearly_and_stores_nothing() {
     let post = |path: &'static str, body: Value| call(url, Method::POST, path, Some(&token), Some(body));
     expect_error(post("/projects", json!({"name": ""})).await, 400, "validation_failed").await;
     expect_error(post("/projects", json!({"name": "p", "color": "red"})).await, 400, "validation_failed").await;
-    expect_error(post("/api/org/members", json!({"email": "x@example.com", "role": "god"})).await, 400, "validation_failed")
+    expect_error(
+        post("/api/org/members", json!({"email": "x@example.com", "role": "god"})).await,
+        400,
+        "validation_failed",
+    )
+    .await;
+    expect_error(
+        post("/api/org/members", json!({"email": "x@example.com", "role": "owner"})).await,
+        400,
+        "validation_failed",
+    )
+    .await;
+    expect_error(post("/api/org/members", json!({"email": "nope", "role": "member"})).await, 400, "validation_failed")
         .await;
-    expect_error(post("/api/org/members", json!({"email": "x@example.com", "role": "owner"})).await, 400, "validation_failed")
-        .await;
-    expect_error(post("/api/org/members", json!({"email": "nope", "role": "member"})).await, 400, "validation_failed").await;
-    expect_error(post("/api/org/members", json!({"email": "m@example.com", "role": "member"})).await, 409, "email_taken")
-        .await;
+    expect_error(
+        post("/api/org/members", json!({"email": "m@example.com", "role": "member"})).await,
+        409,
+        "email_taken",
+    )
+    .await;
     expect_error(post("/api/v1/api-keys", json!({})).await, 400, "invalid_body").await;
     assert_eq!(post("/projects", json!({"name": "Shop"})).await.status(), 201);
     expect_error(post("/projects", json!({"name": "shop"})).await, 409, "name_taken").await;

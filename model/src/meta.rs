@@ -217,18 +217,44 @@ pub struct RouterSeen {
 pub enum MetaCommand {
     /// Creates the first org, owner, project and credentials and the partition table, once.
     /// Applying it to an already bootstrapped cluster changes nothing.
-    Bootstrap { org: Org, user: User, project: Project, credentials: Vec<Credential>, partitions: Vec<u64> },
+    Bootstrap {
+        org: Org,
+        user: User,
+        project: Project,
+        credentials: Vec<Credential>,
+        partitions: Vec<u64>,
+    },
     /// Adds the plans the catalog does not have yet; existing entries are kept as they are.
-    SeedPlans { plans: Vec<Plan> },
+    SeedPlans {
+        plans: Vec<Plan>,
+    },
     /// A new org with its owner, default project, credentials and first session, all or nothing.
-    Signup { org: Org, user: User, project: Project, credentials: Vec<Credential>, session: RefreshFamily },
+    Signup {
+        org: Org,
+        user: User,
+        project: Project,
+        credentials: Vec<Credential>,
+        session: RefreshFamily,
+    },
     /// A password sign-in.
-    StartSession { session: RefreshFamily },
+    StartSession {
+        session: RefreshFamily,
+    },
     /// Replaces the family's current refresh token (hash `presented_sha256`) by `new_sha256`.
-    RotateSession { family: String, presented_sha256: String, new_sha256: String, now_ms: i64 },
+    RotateSession {
+        family: String,
+        presented_sha256: String,
+        new_sha256: String,
+        now_ms: i64,
+    },
     /// Sign-out: the family can no longer refresh and its access tokens stop working.
-    EndSession { family: String, now_ms: i64 },
-    Invite { invite: Invite },
+    EndSession {
+        family: String,
+        now_ms: i64,
+    },
+    Invite {
+        invite: Invite,
+    },
     /// Turns an invitation into a user of the inviting org with a first session.
     AcceptInvite {
         invite_id: String,
@@ -240,16 +266,36 @@ pub enum MetaCommand {
         now_ms: i64,
     },
     /// Removes a user from `org_id` and revokes every session of theirs.
-    RemoveMember { org_id: OrgId, user_id: UserId, now_ms: i64 },
-    CreateProject { project: Project, credentials: Vec<Credential> },
+    RemoveMember {
+        org_id: OrgId,
+        user_id: UserId,
+        now_ms: i64,
+    },
+    CreateProject {
+        project: Project,
+        credentials: Vec<Credential>,
+    },
     /// Adds a credential to a project of `org_id`.
-    CreateCredential { org_id: OrgId, credential: Credential },
+    CreateCredential {
+        org_id: OrgId,
+        credential: Credential,
+    },
     /// Revokes a credential of a project of `org_id`.
-    RevokeCredential { org_id: OrgId, id: String, kind: CredentialKind },
+    RevokeCredential {
+        org_id: OrgId,
+        id: String,
+        kind: CredentialKind,
+    },
     /// A router is alive; also where expired sessions, invites and tombstones are dropped.
-    RouterHeartbeat { router_id: String, at_ms: i64 },
+    RouterHeartbeat {
+        router_id: String,
+        at_ms: i64,
+    },
     /// Withdraws a pending invitation of `org_id`.
-    RevokeInvite { org_id: OrgId, invite_id: String },
+    RevokeInvite {
+        org_id: OrgId,
+        invite_id: String,
+    },
 }
 
 /// Why meta refused a command. Decided by the state machine so that concurrent requests on
@@ -271,10 +317,14 @@ pub enum Refusal {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum MetaCommandResult {
-    Bootstrapped { created: bool },
+    Bootstrapped {
+        created: bool,
+    },
     Done,
     /// The session's user, as meta knows them now.
-    Session { user: Member },
+    Session {
+        user: Member,
+    },
     Refused(Refusal),
 }
 

@@ -8,10 +8,9 @@ use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 use sextant_model::meta::{
-    Credential, Invite, Member, MetaCommand, MetaCommandResult, MetaQuery, MetaView, Org,
-    OrgMembers, Plan, Project, RefreshFamily, Refusal, Role, RouterSeen, User, MAX_KEYS_PER_PROJECT,
-    MAX_PENDING_INVITES_PER_ORG, MAX_PROJECTS_PER_ORG, MAX_SESSIONS_PER_USER, REFRESH_GRACE_MS, REFRESH_TTL_MS,
-    ROUTER_LIVE_MS, TOMBSTONE_MS,
+    Credential, Invite, Member, MetaCommand, MetaCommandResult, MetaQuery, MetaView, Org, OrgMembers, Plan, Project,
+    RefreshFamily, Refusal, Role, RouterSeen, User, MAX_KEYS_PER_PROJECT, MAX_PENDING_INVITES_PER_ORG,
+    MAX_PROJECTS_PER_ORG, MAX_SESSIONS_PER_USER, REFRESH_GRACE_MS, REFRESH_TTL_MS, ROUTER_LIVE_MS, TOMBSTONE_MS,
 };
 use sextant_model::{OrgId, ProjectId, UserId};
 use subtle::ConstantTimeEq;
@@ -81,9 +80,7 @@ impl MetaState {
     }
 
     fn credential_of_org(&self, id: &str, org: OrgId) -> Option<&Credential> {
-        self.credentials
-            .get(id)
-            .filter(|c| self.projects.get(&c.project_id).is_some_and(|p| p.org_id == org))
+        self.credentials.get(id).filter(|c| self.projects.get(&c.project_id).is_some_and(|p| p.org_id == org))
     }
 
     fn execute(&mut self, command: MetaCommand) -> MetaCommandResult {
@@ -400,7 +397,9 @@ mod tests {
     #[test]
     fn rotation_chain_and_reuse_revokes_the_family() {
         let (mut s, user) = state_with_user();
-        assert!(matches!(rotate(&mut s, "h0", "h1", T0 + 1), MetaCommandResult::Session { user: m } if m.id == user.id));
+        assert!(
+            matches!(rotate(&mut s, "h0", "h1", T0 + 1), MetaCommandResult::Session { user: m } if m.id == user.id)
+        );
         assert!(matches!(rotate(&mut s, "h1", "h2", T0 + 60_000), MetaCommandResult::Session { .. }));
         // h0 is two rotations old: reuse, and the family dies with it.
         assert_eq!(rotate(&mut s, "h0", "hx", T0 + 60_001), Refused(Refusal::SessionReused));
@@ -500,10 +499,7 @@ mod tests {
         assert_eq!(s.execute(withdraw(owner.org_id)), Refused(Refusal::NotFound), "used invitations are gone");
         let second = Invite { id: "inv2".into(), email: "carol@example.com".into(), ..invite };
         s.execute(MetaCommand::Invite { invite: second });
-        assert_eq!(
-            s.execute(MetaCommand::RevokeInvite { org_id: owner.org_id, invite_id: "inv2".into() }),
-            Done
-        );
+        assert_eq!(s.execute(MetaCommand::RevokeInvite { org_id: owner.org_id, invite_id: "inv2".into() }), Done);
         assert!(!s.invites.contains_key("inv2"));
         // Removal revokes the member's sessions; owners cannot be removed.
         assert_eq!(

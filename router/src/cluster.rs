@@ -187,8 +187,10 @@ impl Cluster {
 
     /// Tells meta this router is alive, for limit shares.
     pub async fn heartbeat(&self, router_id: &str) -> Result<(), ClusterError> {
-        let command =
-            MetaCommand::RouterHeartbeat { router_id: router_id.to_owned(), at_ms: chrono::Utc::now().timestamp_millis() };
+        let command = MetaCommand::RouterHeartbeat {
+            router_id: router_id.to_owned(),
+            at_ms: chrono::Utc::now().timestamp_millis(),
+        };
         let _: MetaCommandResult = self.meta_write(&command).await?;
         Ok(())
     }
