@@ -827,67 +827,107 @@ async fn metric(url: &str, name: &str) -> Option<f64> {
     (!values.is_empty()).then(|| values.iter().sum())
 }
 
-#[tokio::test]
-async fn limits_are_divided_between_live_routers() {
-    const RATE: u32 = 20;
-    let dir = tempfile::tempdir().unwrap();
-    let secrets = [
-        ("SEXTANT_CLUSTER_SECRET", "test-cluster-secret-0123456789abcdef"),
-        ("SEXTANT_JWT_SECRET", "test-jwt-secret-0123456789abcdef0123456789"),
-    ];
-    let grpc = format!("127.0.0.1:{}", free_port());
-    let data = dir.path().join("node1");
-    let _node = Proc::spawn(
-        &[
+/// One storage node and two routers, each its own process.
+struct TwoRouters {
+    dir: std::path::PathBuf,
+    grpc: String,
+    node: Proc,
+    routers: Vec<Proc>,
+    urls: Vec<String>,
+    creds: Value,
+}
+
+const SECRETS: [(&str, &str); 2] = [
+    ("SEXTANT_CLUSTER_SECRET", "test-cluster-secret-0123456789abcdef"),
+    ("SEXTANT_JWT_SECRET", "test-jwt-secret-0123456789abcdef0123456789"),
+];
+
+impl TwoRouters {
+    async fn start(dir: &Path, router_args: &[&str]) -> TwoRouters {
+        let grpc = format!("127.0.0.1:{}", free_port());
+        let mut cluster = TwoRouters {
+            dir: dir.to_owned(),
+            node: Self::spawn_node(dir, &grpc),
+            grpc,
+            routers: Vec::new(),
+            urls: Vec::new(),
+            creds: Value::Null,
+        };
+        cluster.start_routers(router_args).await;
+        cluster
+    }
+
+    fn spawn_node(dir: &Path, grpc: &str) -> Proc {
+        let data = dir.join("node1");
+        let peers = format!("1={grpc}");
+        let args = [
             "node",
             "--id",
             "1",
             "--listen",
-            &grpc,
+            grpc,
             "--data-dir",
             data.to_str().unwrap(),
             "--peers",
-            &format!("1={grpc}"),
+            &peers,
             "--shards",
             "2",
             "--replication-factor",
             "1",
-        ],
-        &dir.path().join("node1.log"),
-        &secrets[..1],
-    );
-    let creds_path = dir.path().join("credentials.json");
-    let rate = RATE.to_string();
-    let mut urls = Vec::new();
-    let mut _routers = Vec::new();
-    for i in 0..2 {
-        let listen = format!("127.0.0.1:{}", free_port());
-        let mut args = vec!["router", "--listen", &listen, "--nodes", &grpc, "--ingest-rps", &rate];
-        if i == 0 {
-            args.extend(["--bootstrap-credentials", creds_path.to_str().unwrap()]);
-        }
-        _routers.push(Proc::spawn(&args, &dir.path().join(format!("router{i}.log")), &secrets));
-        urls.push(format!("http://{listen}"));
+        ];
+        Proc::spawn(&args, &dir.join("node1.log"), &SECRETS[..1])
     }
-    let creds = wait_for("the cluster to bootstrap", Duration::from_secs(90), || {
-        let (urls, creds_path) = (urls.clone(), creds_path.clone());
-        async move {
-            for u in &urls {
-                if !ready(u).await {
-                    return None;
-                }
+
+    /// Starts both routers (the first bootstraps a new cluster) and waits until both serve
+    /// and each counts the other as live.
+    async fn start_routers(&mut self, router_args: &[&str]) {
+        let creds_path = self.dir.join("credentials.json");
+        self.routers.clear();
+        self.urls.clear();
+        for i in 0..2 {
+            let listen = format!("127.0.0.1:{}", free_port());
+            let mut args = vec!["router", "--listen", &listen, "--nodes", &self.grpc];
+            args.extend_from_slice(router_args);
+            if i == 0 {
+                args.extend(["--bootstrap-credentials", creds_path.to_str().unwrap()]);
             }
-            read_credentials(&creds_path)
+            self.routers.push(Proc::spawn(&args, &self.dir.join(format!("router{i}.log")), &SECRETS));
+            self.urls.push(format!("http://{listen}"));
         }
-    })
-    .await;
-    // Both routers have heartbeated and each sees the other.
-    for u in &urls {
-        wait_for("two live routers", Duration::from_secs(30), || async move {
-            (metric(u, "sextant_router_live_routers").await == Some(2.0)).then_some(())
+        let urls = self.urls.clone();
+        self.creds = wait_for("the cluster to serve", Duration::from_secs(90), || {
+            let (urls, creds_path) = (urls.clone(), creds_path.clone());
+            async move {
+                for u in &urls {
+                    if !ready(u).await {
+                        return None;
+                    }
+                }
+                read_credentials(&creds_path)
+            }
         })
         .await;
     }
+
+    /// Waits until every router counts `n` live routers.
+    async fn wait_live(&self, n: f64) {
+        for u in &self.urls {
+            wait_for("live routers", Duration::from_secs(30), || async move {
+                (metric(u, "sextant_router_live_routers").await == Some(n)).then_some(())
+            })
+            .await;
+        }
+    }
+}
+
+#[tokio::test]
+async fn limits_are_divided_between_live_routers() {
+    const RATE: u32 = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let rate = RATE.to_string();
+    let cluster = TwoRouters::start(dir.path(), &["--ingest-rps", &rate]).await;
+    cluster.wait_live(2.0).await;
+    let (urls, creds) = (&cluster.urls, &cluster.creds);
     let key = creds["api_key"].as_str().unwrap().to_owned();
     let body = json!({"metrics": [{"timestamp": 1795342530123i64, "hostname": "web-1", "cpu_percent": 1.0}]});
     let ingest = |url: String| {
@@ -906,7 +946,7 @@ async fn limits_are_divided_between_live_routers() {
 
     // Each router's burst is its share, half the limit, plus what its share refills while the
     // burst is being sent (each admitted request is a Raft commit, so that takes a moment).
-    for u in &urls {
+    for u in urls {
         let mut admitted = 0u32;
         let started = Instant::now();
         while ingest(u.clone()).await == 200 {
@@ -945,4 +985,85 @@ async fn limits_are_divided_between_live_routers() {
         (measured - RATE as f64).abs() <= RATE as f64 * 0.10,
         "two routers admitted {measured:.1} requests/s together, configured {RATE}"
     );
+}
+
+/// A change made through one router reaches the other within the contract's 5 s, and
+/// restarting every process (kill -9) keeps users, sessions and keys.
+#[tokio::test]
+async fn changes_reach_every_router_and_survive_a_full_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let roomy = ["--auth-rps", "10000", "--api-rps", "10000", "--ingest-rps", "10000"];
+    let mut cluster = TwoRouters::start(dir.path(), &roomy).await;
+    let (a, b) = (cluster.urls[0].clone(), cluster.urls[1].clone());
+
+    // Signed up on A, used on B at once (B may not have the user cached yet).
+    let acct = signup(&a, "cross@example.com", "Cross").await;
+    assert_eq!(status_of(call(&b, Method::GET, "/projects", Some(&acct.token), None).await).await, 200);
+    let session2 = login(&b, "cross@example.com", "correct horse battery").await;
+
+    // A key made on A works on B; revoked on A, B refuses it within 5 s.
+    let resp = call(&a, Method::POST, "/api/v1/api-keys", Some(&acct.token), Some(json!({"name": "k"}))).await;
+    let made: Value = resp.json().await.unwrap();
+    let key = made["key"].as_str().unwrap().to_owned();
+    let spans = spans_batch("cross", 1, 1);
+    wait_for("the new key on B", Duration::from_secs(5), || {
+        let (b, key, spans) = (b.clone(), key.clone(), spans.clone());
+        async move { (post_spans(&b, &key, &spans).await.status() == 200).then_some(()) }
+    })
+    .await;
+    let resp = call(&a, Method::POST, "/api/v1/api-keys", Some(&acct.token), Some(json!({"name": "doomed"}))).await;
+    let doomed: Value = resp.json().await.unwrap();
+    let doomed_key = doomed["key"].as_str().unwrap().to_owned();
+    wait_for("the doomed key on B", Duration::from_secs(5), || {
+        let (b, key, spans) = (b.clone(), doomed_key.clone(), spans.clone());
+        async move { (post_spans(&b, &key, &spans).await.status() == 200).then_some(()) }
+    })
+    .await;
+    let path = format!("/api/v1/api-keys/{}", doomed["id"].as_str().unwrap());
+    assert_eq!(call(&a, Method::DELETE, &path, Some(&acct.token), None).await.status(), 204);
+    let revoked_at = Instant::now();
+    wait_for("the revocation on B", Duration::from_secs(5), || {
+        let (b, key, spans) = (b.clone(), doomed_key.clone(), spans.clone());
+        async move { (post_spans(&b, &key, &spans).await.status() == 401).then_some(()) }
+    })
+    .await;
+    assert!(revoked_at.elapsed() < Duration::from_secs(5));
+
+    // Signed out on A: that session's access token stops working on B too.
+    let resp = call(
+        &a,
+        Method::POST,
+        "/auth/login",
+        None,
+        Some(json!({"email": "cross@example.com", "password": "correct horse battery"})),
+    )
+    .await;
+    let (cookie, _) = refresh_cookie(&resp);
+    let doomed_session = resp.json::<Value>().await.unwrap()["access_token"].as_str().unwrap().to_owned();
+    assert_eq!(post_auth(&a, "/auth/logout", Some(&cookie)).await.status(), 204);
+    wait_for("the sign-out on B", Duration::from_secs(5), || {
+        let (b, t) = (b.clone(), doomed_session.clone());
+        async move { (status_of(call(&b, Method::GET, "/projects", Some(&t), None).await).await == 401).then_some(()) }
+    })
+    .await;
+
+    // kill -9 of every process, then start them again on the same data.
+    for r in &mut cluster.routers {
+        r.kill();
+    }
+    cluster.node.kill();
+    cluster.node = TwoRouters::spawn_node(&cluster.dir, &cluster.grpc);
+    cluster.start_routers(&roomy).await;
+    let (a, b) = (cluster.urls[0].clone(), cluster.urls[1].clone());
+    for url in [&a, &b] {
+        assert_eq!(status_of(call(url, Method::GET, "/projects", Some(&acct.token), None).await).await, 200);
+        assert_eq!(status_of(call(url, Method::GET, "/projects", Some(&session2), None).await).await, 200);
+        assert_eq!(post_spans(url, &key, &spans).await.status(), 200);
+        expect_error(post_spans(url, &doomed_key, &spans).await, 401, "unauthorized").await;
+        let resp = call(url, Method::GET, "/projects", Some(&doomed_session), None).await;
+        expect_error(resp, 401, "unauthorized").await;
+    }
+    // The sign-up's refresh cookie rotates on B after the restart.
+    assert_eq!(post_auth(&b, "/auth/refresh", Some(&acct.cookie)).await.status(), 200);
+    assert!(login(&a, "cross@example.com", "correct horse battery").await.len() > 20);
 }

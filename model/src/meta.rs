@@ -335,10 +335,6 @@ pub enum MetaQuery {
     UserByEmail {
         email: String,
     },
-    /// A member by id, for a router whose cache has not seen a brand new user yet.
-    Member {
-        user_id: UserId,
-    },
     /// Members and pending invitations of an org.
     OrgMembers {
         org_id: OrgId,

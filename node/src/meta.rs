@@ -315,7 +315,6 @@ impl MetaState {
                 let email = email.to_lowercase();
                 serde_json::to_value(self.users.values().find(|u| u.email == email))
             }
-            MetaQuery::Member { user_id } => serde_json::to_value(self.users.get(user_id).map(User::member)),
             MetaQuery::OrgMembers { org_id } => serde_json::to_value(OrgMembers {
                 members: self.users.values().filter(|u| u.org_id == *org_id).map(User::member).collect::<Vec<Member>>(),
                 invites: self.invites.values().filter(|i| i.org_id == *org_id).cloned().collect(),

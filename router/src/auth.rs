@@ -13,7 +13,7 @@ use base64::Engine;
 use jsonwebtoken::{Algorithm as JwtAlg, DecodingKey, EncodingKey, Header, Validation};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
-use sextant_model::meta::{Credential, CredentialKind, Member, MetaQuery, Role};
+use sextant_model::meta::{Credential, CredentialKind, Member, Role};
 use sextant_model::{OrgId, ProjectId, UserId};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -281,21 +281,20 @@ impl FromRequestParts<Arc<AppState>> for Session {
     async fn from_request_parts(parts: &mut Parts, app: &Arc<AppState>) -> Result<Self, ApiError> {
         let token = bearer(&parts.headers).ok_or(ApiError::Unauthorized("missing bearer token"))?;
         let claims = app.jwt.verify(token)?;
-        let cache =
-            app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
         const REVOKED: ApiError = ApiError::Unauthorized("the session has ended; sign in again");
+        let loaded =
+            || app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()));
+        let mut cache = loaded()?;
         if cache.revoked_sessions.contains(&claims.sid) || cache.removed_users.contains(&claims.sub) {
             return Err(REVOKED);
         }
-        let user = match cache.members.get(&claims.sub) {
-            Some(m) => m.clone(),
-            // Signed up through another router less than a refresh period ago.
-            None => app
-                .cluster
-                .meta_read::<Option<Member>>(&MetaQuery::Member { user_id: claims.sub })
-                .await?
-                .ok_or(REVOKED)?,
-        };
+        if !cache.members.contains_key(&claims.sub) {
+            // Signed up or joined through another router less than a refresh period ago: only
+            // a token we signed gets here, so this cannot be used to make us reload at will.
+            app.cluster.refresh_meta().await?;
+            cache = loaded()?;
+        }
+        let user = cache.members.get(&claims.sub).cloned().ok_or(REVOKED)?;
         if user.org_id != claims.org {
             return Err(REVOKED);
         }
