@@ -204,6 +204,16 @@ pub fn default_plans() -> Vec<Plan> {
     ]
 }
 
+/// Overrides for one org, or one project of it (DESIGN A11 `Quota`). A project's quota wins
+/// over its org's, which wins over the plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Quota {
+    pub id: String,
+    pub org_id: OrgId,
+    pub project_id: Option<ProjectId>,
+    pub rate_limits: RateLimitOverrides,
+}
+
 /// A router's latest heartbeat.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RouterSeen {
@@ -296,6 +306,17 @@ pub enum MetaCommand {
         org_id: OrgId,
         invite_id: String,
     },
+    /// Adds or replaces a catalog entry (a Plan resource).
+    PutPlan {
+        plan: Plan,
+    },
+    /// Adds or replaces an override (a Quota resource).
+    PutQuota {
+        quota: Quota,
+    },
+    DeleteQuota {
+        id: String,
+    },
 }
 
 /// Why meta refused a command. Decided by the state machine so that concurrent requests on
@@ -371,6 +392,8 @@ pub struct MetaView {
     pub routers: Vec<RouterSeen>,
     #[serde(default)]
     pub plans: Vec<Plan>,
+    #[serde(default)]
+    pub quotas: Vec<Quota>,
 }
 
 #[cfg(test)]

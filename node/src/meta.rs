@@ -9,7 +9,7 @@ use std::io::{self, Read, Write};
 use serde::{Deserialize, Serialize};
 use sextant_model::meta::{
     Credential, Invite, Member, MetaCommand, MetaCommandResult, MetaQuery, MetaView, Org, OrgMembers, Plan, Project,
-    RefreshFamily, Refusal, Role, RouterSeen, User, MAX_KEYS_PER_PROJECT, MAX_PENDING_INVITES_PER_ORG,
+    Quota, RefreshFamily, Refusal, Role, RouterSeen, User, MAX_KEYS_PER_PROJECT, MAX_PENDING_INVITES_PER_ORG,
     MAX_PROJECTS_PER_ORG, MAX_SESSIONS_PER_USER, REFRESH_GRACE_MS, REFRESH_TTL_MS, ROUTER_LIVE_MS, TOMBSTONE_MS,
 };
 use sextant_model::{OrgId, ProjectId, UserId};
@@ -34,6 +34,8 @@ pub struct MetaState {
     removed_users: BTreeMap<UserId, i64>,
     #[serde(default)]
     plans: BTreeMap<String, Plan>,
+    #[serde(default)]
+    quotas: BTreeMap<String, Quota>,
     #[serde(default)]
     routers: BTreeMap<String, i64>,
     /// Number of commands applied, so routers can tell a newer view from an older one.
@@ -243,6 +245,23 @@ impl MetaState {
                 self.invites.remove(&invite_id);
                 Done
             }
+            MetaCommand::PutPlan { plan } => {
+                self.plans.insert(plan.name.clone(), plan);
+                Done
+            }
+            MetaCommand::PutQuota { quota } => {
+                let project_ok =
+                    quota.project_id.is_none_or(|p| self.projects.get(&p).is_some_and(|p| p.org_id == quota.org_id));
+                if !self.orgs.contains_key(&quota.org_id) || !project_ok {
+                    return Refused(Refusal::NotFound);
+                }
+                self.quotas.insert(quota.id.clone(), quota);
+                Done
+            }
+            MetaCommand::DeleteQuota { id } => match self.quotas.remove(&id) {
+                Some(_) => Done,
+                None => Refused(Refusal::NotFound),
+            },
             MetaCommand::RouterHeartbeat { router_id, at_ms } => {
                 self.routers.insert(router_id, at_ms);
                 self.prune(at_ms);
@@ -310,6 +329,7 @@ impl MetaState {
                     .collect(),
                 routers: self.routers.iter().map(|(id, at)| RouterSeen { id: id.clone(), at_ms: *at }).collect(),
                 plans: self.plans.values().cloned().collect(),
+                quotas: self.quotas.values().cloned().collect(),
             }),
             MetaQuery::UserByEmail { email } => {
                 let email = email.to_lowercase();
@@ -539,6 +559,36 @@ mod tests {
         assert_eq!(s.execute(revoke(owner.org_id)), Done);
         assert!(s.credentials["k1"].revoked);
         assert_eq!(s.execute(revoke(owner.org_id)), Refused(Refusal::NotFound), "already revoked");
+    }
+
+    #[test]
+    fn plans_are_seeded_once_and_quotas_belong_to_an_org() {
+        let (mut s, owner) = state_with_user();
+        let mut plans = sextant_model::meta::default_plans();
+        s.execute(MetaCommand::SeedPlans { plans: plans.clone() });
+        plans[0].rate_limits.ingest_rps = Some(7);
+        s.execute(MetaCommand::SeedPlans { plans: plans.clone() });
+        assert_eq!(s.plans["free"].rate_limits.ingest_rps, None, "seeding never overwrites");
+        assert_eq!(s.execute(MetaCommand::PutPlan { plan: plans[0].clone() }), Done);
+        assert_eq!(s.plans["free"].rate_limits.ingest_rps, Some(7));
+
+        let quota =
+            |org, project| Quota { id: "q1".into(), org_id: org, project_id: project, rate_limits: Default::default() };
+        assert_eq!(
+            s.execute(MetaCommand::PutQuota { quota: quota(OrgId::random(), None) }),
+            Refused(Refusal::NotFound)
+        );
+        let foreign_project = Some(ProjectId::random());
+        assert_eq!(
+            s.execute(MetaCommand::PutQuota { quota: quota(owner.org_id, foreign_project) }),
+            Refused(Refusal::NotFound)
+        );
+        let own_project = Some(s.orgs[&owner.org_id].default_project);
+        assert_eq!(s.execute(MetaCommand::PutQuota { quota: quota(owner.org_id, own_project) }), Done);
+        let view: MetaView = serde_json::from_value(s.query(&MetaQuery::View)).unwrap();
+        assert_eq!(view.quotas.len(), 1);
+        assert_eq!(s.execute(MetaCommand::DeleteQuota { id: "q1".into() }), Done);
+        assert_eq!(s.execute(MetaCommand::DeleteQuota { id: "q1".into() }), Refused(Refusal::NotFound));
     }
 
     #[test]

@@ -86,7 +86,8 @@ pub fn admit_credential(app: &AppState, kind: CredentialKind, presented: &str) -
         CredentialKind::IngestToken => Class::Analytics,
     };
     let now = chrono::Utc::now().timestamp_millis();
-    app.limits.check(class, &credential.id, cache.plan_of_project(&credential.project_id), cache.live_routers(now))?;
+    let overrides = cache.project_rate_overrides(&credential.project_id);
+    app.limits.check(class, &credential.id, &overrides, cache.live_routers(now))?;
     Ok(credential.project_id)
 }
 
@@ -299,7 +300,8 @@ impl FromRequestParts<Arc<AppState>> for Session {
             return Err(REVOKED);
         }
         let now = chrono::Utc::now().timestamp_millis();
-        app.limits.check(Class::Api, &user.id.to_string(), cache.plan_of_org(&user.org_id), cache.live_routers(now))?;
+        let overrides = cache.rate_overrides(&user.org_id, None);
+        app.limits.check(Class::Api, &user.id.to_string(), &overrides, cache.live_routers(now))?;
         let org = cache.orgs.get(&claims.org).ok_or(REVOKED)?;
         let requested =
             parts.headers.get("x-project-id").and_then(|v| v.to_str().ok()).map(str::to_owned).or_else(|| {

@@ -1,9 +1,8 @@
 //! Route table and cross-cutting HTTP concerns: request ids, access logs, CORS, limits.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
-
-use std::net::{IpAddr, SocketAddr};
 
 use axum::extract::{ConnectInfo, DefaultBodyLimit, MatchedPath, Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
@@ -85,7 +84,7 @@ async fn limit_by_client_ip(State(app): State<Arc<AppState>>, req: Request, next
     let ip = client_ip(peer, req.headers(), app.config.trusted_proxy_hops).map(|ip| ip.to_string()).unwrap_or_default();
     let now = chrono::Utc::now().timestamp_millis();
     let live = app.cluster.meta_cache().map_or(1, |c| c.live_routers(now));
-    match app.limits.check(Class::Auth, &ip, None, live) {
+    match app.limits.check(Class::Auth, &ip, &[], live) {
         Ok(()) => next.run(req).await,
         Err(e) => e.into_response(),
     }
