@@ -249,7 +249,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     print_banner(&url, creds.as_ref(), &creds_path);
     tokio::signal::ctrl_c().await?;
     tracing::info!("shutting down");
-    router.abort();
+    router.shutdown().await;
     node.shutdown().await;
     Ok(())
 }
@@ -357,6 +357,6 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
         }
     }
     tokio::signal::ctrl_c().await?;
-    router.abort();
+    router.shutdown().await;
     Ok(())
 }

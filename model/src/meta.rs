@@ -317,6 +317,10 @@ pub enum MetaCommand {
     DeleteQuota {
         id: String,
     },
+    /// A router is shutting down: it stops counting towards limit shares at once.
+    RouterLeft {
+        router_id: String,
+    },
 }
 
 /// Why meta refused a command. Decided by the state machine so that concurrent requests on

@@ -262,6 +262,10 @@ impl MetaState {
                 Some(_) => Done,
                 None => Refused(Refusal::NotFound),
             },
+            MetaCommand::RouterLeft { router_id } => {
+                self.routers.remove(&router_id);
+                Done
+            }
             MetaCommand::RouterHeartbeat { router_id, at_ms } => {
                 self.routers.insert(router_id, at_ms);
                 self.prune(at_ms);
@@ -601,5 +605,7 @@ mod tests {
         assert!(!s.sessions.contains_key("fam"));
         assert!(!s.routers.contains_key("r1"));
         assert!(s.routers.contains_key("r2"));
+        s.execute(MetaCommand::RouterLeft { router_id: "r2".into() });
+        assert!(s.routers.is_empty());
     }
 }

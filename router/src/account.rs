@@ -164,7 +164,8 @@ pub async fn login(
     let user = user.ok_or(WRONG)?.member();
     let refresh = RefreshToken::new_family();
     let session = RefreshFamily::new(refresh.family.clone(), user.id, user.org_id, refresh.sha256.clone(), now_ms());
-    match app.cluster.meta_change(&MetaCommand::StartSession { session }).await? {
+    // Plain write: a new session changes nothing the router caches.
+    match app.cluster.meta_write(&MetaCommand::StartSession { session }).await? {
         MetaCommandResult::Done => session_response(&app, StatusCode::OK, &user, &refresh, json!({})),
         // Removed between the read and the write.
         MetaCommandResult::Refused(_) => Err(WRONG),

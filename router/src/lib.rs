@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
-use sextant_model::meta::{default_plans, MetaCommand};
+use sextant_model::meta::{default_plans, MetaCommand, MetaCommandResult};
 
 pub use cluster::Cluster;
 
@@ -69,6 +69,22 @@ impl RunningRouter {
         self.server.abort();
         self.refresher.abort();
         self.housekeeper.abort();
+    }
+
+    /// Stops serving and tells meta this router is gone, so the others take over its share
+    /// of the rate limits now rather than when its heartbeat expires.
+    pub async fn shutdown(self) {
+        self.housekeeper.abort();
+        self.server.abort();
+        let leave = MetaCommand::RouterLeft { router_id: self.state.router_id.clone() };
+        match tokio::time::timeout(Duration::from_secs(3), self.state.cluster.meta_write::<MetaCommandResult>(&leave))
+            .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not leave the router set"),
+            Err(_) => tracing::warn!("leaving the router set timed out"),
+        }
+        self.refresher.abort();
     }
 
     /// Waits until the router serves: topology known, meta loaded, every group led.
