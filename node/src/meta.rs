@@ -214,7 +214,7 @@ impl MetaState {
                 Done
             }
             MetaCommand::CreateCredential { org_id, credential } => {
-                if !self.projects.get(&credential.project_id).is_some_and(|p| p.org_id == org_id) {
+                if self.projects.get(&credential.project_id).is_none_or(|p| p.org_id != org_id) {
                     return Refused(Refusal::NotFound);
                 }
                 let existing = self
@@ -239,7 +239,7 @@ impl MetaState {
                 Done
             }
             MetaCommand::RevokeInvite { org_id, invite_id } => {
-                if !self.invites.get(&invite_id).is_some_and(|i| i.org_id == org_id) {
+                if self.invites.get(&invite_id).is_none_or(|i| i.org_id != org_id) {
                     return Refused(Refusal::NotFound);
                 }
                 self.invites.remove(&invite_id);
