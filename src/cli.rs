@@ -247,11 +247,28 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         None => std::fs::read(&creds_path).ok().and_then(|b| serde_json::from_slice::<Credentials>(&b).ok()),
     };
     print_banner(&url, creds.as_ref(), &creds_path);
-    tokio::signal::ctrl_c().await?;
+    shutdown_signal().await?;
     tracing::info!("shutting down");
     router.shutdown().await;
     node.shutdown().await;
     Ok(())
+}
+
+/// Ctrl-C, or SIGTERM (how Kubernetes stops a pod).
+async fn shutdown_signal() -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r?,
+            _ = term.recv() => {}
+        }
+        Ok(())
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(tokio::signal::ctrl_c().await?)
+    }
 }
 
 /// The shard count is fixed by the first start; later `--shards` values must agree.
@@ -356,7 +373,7 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
             tracing::info!(path = %path.display(), "cluster bootstrapped; credentials written");
         }
     }
-    tokio::signal::ctrl_c().await?;
+    shutdown_signal().await?;
     router.shutdown().await;
     Ok(())
 }
