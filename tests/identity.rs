@@ -1099,3 +1099,44 @@ async fn changes_reach_every_router_and_survive_a_full_restart() {
     assert_eq!(post_auth(&b, "/auth/refresh", Some(&acct.cookie)).await.status(), 200);
     assert!(login(&a, "cross@example.com", "correct horse battery").await.len() > 20);
 }
+
+/// A process this test can stop politely (SIGTERM); killed when dropped.
+struct Polite(std::process::Child);
+
+impl Drop for Polite {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_router_that_stops_cleanly_leaves_the_limit_shares_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = TwoRouters::start(dir.path(), &[]).await;
+    cluster.wait_live(2.0).await;
+    let listen = format!("127.0.0.1:{}", free_port());
+    let log = std::fs::File::create(dir.path().join("router2.log")).unwrap();
+    let mut third = Polite(
+        std::process::Command::new(BIN)
+            .args(["router", "--listen", &listen, "--nodes", &cluster.grpc])
+            .envs(SECRETS)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    cluster.wait_live(3.0).await;
+    let status = std::process::Command::new("kill").args(["-TERM", &third.0.id().to_string()]).status().unwrap();
+    assert!(status.success());
+    wait_for("the third router to exit", Duration::from_secs(10), || {
+        let exited = matches!(third.0.try_wait(), Ok(Some(_)));
+        async move { exited.then_some(()) }
+    })
+    .await;
+    // Its last heartbeat would keep it counted for up to 15 s; having left, it is gone from
+    // the others' count within a heartbeat period and a cache refresh.
+    let left_at = Instant::now();
+    cluster.wait_live(2.0).await;
+    assert!(left_at.elapsed() < Duration::from_secs(10), "took {:?}", left_at.elapsed());
+}
