@@ -251,8 +251,9 @@ async fn signup_refresh_rotation_reuse_and_logout() {
     })
     .await;
 
-    // A client that retries with the token it just rotated away from gets through once, in
-    // the grace window.
+    // Two tabs refreshing at once (or a retry after a lost answer): the token just rotated
+    // away from still gets through in the grace window, and both answers' tokens stay valid
+    // until one of them is used.
     let resp = call(
         url,
         Method::POST,
@@ -268,8 +269,14 @@ async fn signup_refresh_rotation_reuse_and_logout() {
     assert_eq!(signin["expires_in"], 900);
     let resp = post_auth(url, "/auth/refresh", Some(&l1)).await;
     assert_eq!(resp.status(), 200);
+    let (l2, _) = refresh_cookie(&resp);
     let resp = post_auth(url, "/auth/refresh", Some(&l1)).await;
     assert_eq!(resp.status(), 200, "retry within the grace window");
+    let (l2b, _) = refresh_cookie(&resp);
+    assert_ne!(l2, l2b);
+    // The browser kept the second answer's cookie: it rotates normally.
+    let resp = post_auth(url, "/auth/refresh", Some(&l2b)).await;
+    assert_eq!(resp.status(), 200);
     let (l3, _) = refresh_cookie(&resp);
     let session_access = resp.json::<Value>().await.unwrap()["access_token"].as_str().unwrap().to_owned();
 

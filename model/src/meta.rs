@@ -11,6 +11,8 @@ pub const REFRESH_TTL_MS: i64 = 30 * 24 * 3600 * 1000;
 /// The token a family just rotated away from is still accepted this long, for a client whose
 /// refresh response was lost and who retries with the old cookie.
 pub const REFRESH_GRACE_MS: i64 = 10_000;
+/// At most this many extra tokens are handed out from the previous one within the window.
+pub const MAX_REFRESH_ALTERNATES: usize = 4;
 pub const INVITE_TTL_MS: i64 = 7 * 24 * 3600 * 1000;
 pub const TRIAL_MS: i64 = 14 * 24 * 3600 * 1000;
 /// A router that has not heartbeated for this long no longer counts towards limit shares.
@@ -128,6 +130,10 @@ pub struct RefreshFamily {
     pub org_id: OrgId,
     pub current_sha256: String,
     pub previous_sha256: Option<String>,
+    /// Tokens issued from `previous_sha256` within the grace window (two tabs refreshing at
+    /// once, a retried request): as valid as the current one until the next rotation.
+    #[serde(default)]
+    pub alternates_sha256: Vec<String>,
     pub rotated_at_ms: i64,
     pub expires_at_ms: i64,
     pub created_at_ms: i64,
@@ -142,6 +148,7 @@ impl RefreshFamily {
             org_id,
             current_sha256: sha256,
             previous_sha256: None,
+            alternates_sha256: Vec::new(),
             rotated_at_ms: now_ms,
             expires_at_ms: now_ms + REFRESH_TTL_MS,
             created_at_ms: now_ms,

@@ -10,7 +10,8 @@ use serde::{Deserialize, Serialize};
 use sextant_model::meta::{
     Credential, Invite, Member, MetaCommand, MetaCommandResult, MetaQuery, MetaView, Org, OrgMembers, Plan, Project,
     Quota, RefreshFamily, Refusal, Role, RouterSeen, User, MAX_KEYS_PER_PROJECT, MAX_PENDING_INVITES_PER_ORG,
-    MAX_PROJECTS_PER_ORG, MAX_SESSIONS_PER_USER, REFRESH_GRACE_MS, REFRESH_TTL_MS, ROUTER_LIVE_MS, TOMBSTONE_MS,
+    MAX_PROJECTS_PER_ORG, MAX_REFRESH_ALTERNATES, MAX_SESSIONS_PER_USER, REFRESH_GRACE_MS, REFRESH_TTL_MS,
+    ROUTER_LIVE_MS, TOMBSTONE_MS,
 };
 use sextant_model::{OrgId, ProjectId, UserId};
 use subtle::ConstantTimeEq;
@@ -274,9 +275,11 @@ impl MetaState {
         }
     }
 
-    /// Rotation with reuse detection. The token replaced last is accepted again within the
-    /// grace window (its holder probably never got the answer); any other old token of the
-    /// family means two parties hold the family's tokens, so the whole family is revoked.
+    /// Rotation with reuse detection. The current token, or one handed out alongside it,
+    /// rotates. The token replaced last is accepted again within the grace window (a retry
+    /// whose answer was lost, or two tabs refreshing at once) and gets a token valid alongside
+    /// the current one. Any other old token means two parties hold the family's tokens, so
+    /// the whole family is revoked.
     fn rotate(&mut self, family: &str, presented: &str, new_sha256: String, now_ms: i64) -> MetaCommandResult {
         let Some(f) = self.sessions.get_mut(family) else {
             return Refused(Refusal::InvalidSession);
@@ -284,14 +287,20 @@ impl MetaState {
         if f.revoked_at_ms.is_some() || f.expires_at_ms <= now_ms {
             return Refused(Refusal::InvalidSession);
         }
-        if same_hash(&f.current_sha256, presented) {
-            f.previous_sha256 = Some(std::mem::replace(&mut f.current_sha256, new_sha256));
-            f.rotated_at_ms = now_ms;
-        } else if f.previous_sha256.as_deref().is_some_and(|p| same_hash(p, presented))
-            && now_ms - f.rotated_at_ms <= REFRESH_GRACE_MS
-        {
-            // The token handed out by the lost answer is dropped: only this retry's is valid.
+        let is_current = same_hash(&f.current_sha256, presented);
+        let is_alternate = f.alternates_sha256.iter().any(|a| same_hash(a, presented));
+        let is_previous = f.previous_sha256.as_deref().is_some_and(|p| same_hash(p, presented));
+        if is_current || is_alternate {
+            f.previous_sha256 = Some(presented.to_owned());
             f.current_sha256 = new_sha256;
+            f.alternates_sha256.clear();
+            f.rotated_at_ms = now_ms;
+        } else if is_previous && now_ms - f.rotated_at_ms <= REFRESH_GRACE_MS {
+            if f.alternates_sha256.len() >= MAX_REFRESH_ALTERNATES {
+                // Not reuse by a second party, just too many retries: refuse this one only.
+                return Refused(Refusal::InvalidSession);
+            }
+            f.alternates_sha256.push(new_sha256);
         } else {
             Self::revoke_family(f, now_ms);
             return Refused(Refusal::SessionReused);
@@ -434,13 +443,32 @@ mod tests {
     #[test]
     fn previous_token_is_accepted_only_within_the_grace_window() {
         let (mut s, _) = state_with_user();
-        assert!(matches!(rotate(&mut s, "h0", "h1", T0), MetaCommandResult::Session { .. }));
-        // Retry with h0 (the answer carrying h1 was lost): a new token, h1 is superseded.
-        assert!(matches!(rotate(&mut s, "h0", "h1b", T0 + REFRESH_GRACE_MS), MetaCommandResult::Session { .. }));
-        assert!(matches!(rotate(&mut s, "h1b", "h2", T0 + REFRESH_GRACE_MS + 1), MetaCommandResult::Session { .. }));
+        let ok = |r: MetaCommandResult| matches!(r, MetaCommandResult::Session { .. });
+        assert!(ok(rotate(&mut s, "h0", "h1", T0)));
+        // A second tab (or a retry) with h0: a token valid alongside h1, and h1 stays valid.
+        assert!(ok(rotate(&mut s, "h0", "h1b", T0 + REFRESH_GRACE_MS)));
+        assert_eq!(s.sessions["fam"].alternates_sha256, ["h1b"]);
+        // Whichever of them the browser kept rotates; the other is then dropped.
+        assert!(ok(rotate(&mut s, "h1b", "h2", T0 + REFRESH_GRACE_MS + 1)));
+        assert!(s.sessions["fam"].alternates_sha256.is_empty());
         // h1b is now previous, but the window since the last rotation has passed.
         let late = T0 + 2 * REFRESH_GRACE_MS + 2;
         assert_eq!(rotate(&mut s, "h1b", "h3", late), Refused(Refusal::SessionReused));
+    }
+
+    #[test]
+    fn a_sibling_of_the_current_token_rotates_and_retries_are_bounded() {
+        let (mut s, _) = state_with_user();
+        let ok = |r: MetaCommandResult| matches!(r, MetaCommandResult::Session { .. });
+        assert!(ok(rotate(&mut s, "h0", "h1", T0)));
+        for i in 0..MAX_REFRESH_ALTERNATES {
+            assert!(ok(rotate(&mut s, "h0", &format!("a{i}"), T0 + 1)));
+        }
+        // One retry too many is refused without killing the session.
+        assert_eq!(rotate(&mut s, "h0", "ax", T0 + 2), Refused(Refusal::InvalidSession));
+        assert!(ok(rotate(&mut s, "h1", "h2", T0 + 3)));
+        // After that rotation the dropped siblings count as reuse.
+        assert_eq!(rotate(&mut s, "a0", "h3", T0 + 4), Refused(Refusal::SessionReused));
     }
 
     #[test]
