@@ -566,6 +566,39 @@ async fn credential_matrix_and_tenant_isolation() {
         .await
         .unwrap();
     expect_error(resp, 404, "not_found").await;
+    // Project selection: a key made with X-Project-Id belongs to that project, writes there,
+    // and is listed under it (header or query), not under the default project.
+    let resp = http()
+        .post(format!("{url}/api/v1/api-keys"))
+        .bearer_auth(&owner)
+        .header("X-Project-Id", &second)
+        .json(&json!({"name": "second"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let second_key: Value = resp.json().await.unwrap();
+    assert_eq!(second_key["project_id"], second.as_str());
+    let listed: Value = call(url, Method::GET, &format!("/api/v1/api-keys?project_id={second}"), Some(&owner), None)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(listed["items"].as_array().unwrap().len(), 1);
+    assert_eq!(listed["items"][0]["id"], second_key["id"]);
+    let default_keys: Value =
+        call(url, Method::GET, "/api/v1/api-keys", Some(&owner), None).await.json().await.unwrap();
+    assert!(default_keys["items"].as_array().unwrap().iter().all(|k| k["id"] != second_key["id"]));
+    let second_secret = second_key["key"].as_str().unwrap();
+    assert_eq!(post_spans(url, second_secret, &spans_batch("second", 1, 1)).await.status(), 200);
+    let resp = http()
+        .get(format!("{url}/api/v1/traces/second-t0?project_id={second}"))
+        .bearer_auth(&owner)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert!(get_trace(url, &owner, "second-t0").await.is_none(), "not in the default project");
 
     // Owners cannot be removed; a removed member's tokens and sign-ins stop working.
     let owner_id = owner_claims["sub"].as_str().unwrap();
