@@ -1,6 +1,7 @@
-//! Identity and tenancy end to end against `sextant dev` (issue 4): sign-up and sessions,
-//! every credential kind against every JWT and API-key endpoint, tenant isolation, rate
-//! limits, restarts, and bad input.
+//! Identity and tenancy end to end (issue 4), against `sextant dev` and against a node with two
+//! routers: sign-up and sessions, every credential kind against every JWT and API-key
+//! endpoint, tenant isolation, rate limits shared between routers, propagation of changes
+//! between routers, restarts, and bad input.
 
 mod common;
 
@@ -1064,8 +1065,7 @@ async fn limits_are_divided_between_live_routers() {
 #[tokio::test]
 async fn changes_reach_every_router_and_survive_a_full_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let roomy = ["--auth-rps", "10000", "--api-rps", "10000", "--ingest-rps", "10000"];
-    let mut cluster = TwoRouters::start(dir.path(), &roomy).await;
+    let mut cluster = TwoRouters::start(dir.path(), ROOMY).await;
     let (a, b) = (cluster.urls[0].clone(), cluster.urls[1].clone());
 
     // Signed up on A, used on B at once (B may not have the user cached yet).
@@ -1125,7 +1125,7 @@ async fn changes_reach_every_router_and_survive_a_full_restart() {
     }
     cluster.node.kill();
     cluster.node = TwoRouters::spawn_node(&cluster.dir, &cluster.grpc);
-    cluster.start_routers(&roomy).await;
+    cluster.start_routers(ROOMY).await;
     let (a, b) = (cluster.urls[0].clone(), cluster.urls[1].clone());
     for url in [&a, &b] {
         assert_eq!(status_of(call(url, Method::GET, "/projects", Some(&acct.token), None).await).await, 200);
