@@ -147,6 +147,10 @@ pub struct RouterArgs {
     /// plain HTTP on the same machine.
     #[arg(long)]
     pub insecure_cookies: bool,
+    /// Number of proxies in front of the routers that append to X-Forwarded-For (an ingress
+    /// is one); 0 when clients connect directly.
+    #[arg(long, default_value_t = 0)]
+    pub trusted_proxy_hops: usize,
     #[command(flatten)]
     pub limits: RateLimitArgs,
 }
@@ -228,6 +232,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             // Dev mode serves plain HTTP: a Secure cookie would never come back.
             secure_cookies: false,
             rate_limits: args.limits.config()?,
+            trusted_proxy_hops: 0,
         },
         registry,
     )
@@ -246,11 +251,28 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         None => std::fs::read(&creds_path).ok().and_then(|b| serde_json::from_slice::<Credentials>(&b).ok()),
     };
     print_banner(&url, creds.as_ref(), &creds_path);
-    tokio::signal::ctrl_c().await?;
+    shutdown_signal().await?;
     tracing::info!("shutting down");
-    router.abort();
+    router.shutdown().await;
     node.shutdown().await;
     Ok(())
+}
+
+/// Ctrl-C, or SIGTERM (how Kubernetes stops a pod).
+async fn shutdown_signal() -> anyhow::Result<()> {
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r?,
+            _ = term.recv() => {}
+        }
+        Ok(())
+    }
+    #[cfg(not(unix))]
+    {
+        Ok(tokio::signal::ctrl_c().await?)
+    }
 }
 
 /// The shard count is fixed by the first start; later `--shards` values must agree.
@@ -338,6 +360,7 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
             dashboard_origins: args.dashboard_origin,
             secure_cookies: !args.insecure_cookies,
             rate_limits: args.limits.config()?,
+            trusted_proxy_hops: args.trusted_proxy_hops,
         },
         Registry::default(),
     )
@@ -354,7 +377,7 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
             tracing::info!(path = %path.display(), "cluster bootstrapped; credentials written");
         }
     }
-    tokio::signal::ctrl_c().await?;
-    router.abort();
+    shutdown_signal().await?;
+    router.shutdown().await;
     Ok(())
 }

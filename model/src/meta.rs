@@ -11,6 +11,8 @@ pub const REFRESH_TTL_MS: i64 = 30 * 24 * 3600 * 1000;
 /// The token a family just rotated away from is still accepted this long, for a client whose
 /// refresh response was lost and who retries with the old cookie.
 pub const REFRESH_GRACE_MS: i64 = 10_000;
+/// At most this many extra tokens are handed out from the previous one within the window.
+pub const MAX_REFRESH_ALTERNATES: usize = 4;
 pub const INVITE_TTL_MS: i64 = 7 * 24 * 3600 * 1000;
 pub const TRIAL_MS: i64 = 14 * 24 * 3600 * 1000;
 /// A router that has not heartbeated for this long no longer counts towards limit shares.
@@ -128,6 +130,10 @@ pub struct RefreshFamily {
     pub org_id: OrgId,
     pub current_sha256: String,
     pub previous_sha256: Option<String>,
+    /// Tokens issued from `previous_sha256` within the grace window (two tabs refreshing at
+    /// once, a retried request): as valid as the current one until the next rotation.
+    #[serde(default)]
+    pub alternates_sha256: Vec<String>,
     pub rotated_at_ms: i64,
     pub expires_at_ms: i64,
     pub created_at_ms: i64,
@@ -142,6 +148,7 @@ impl RefreshFamily {
             org_id,
             current_sha256: sha256,
             previous_sha256: None,
+            alternates_sha256: Vec::new(),
             rotated_at_ms: now_ms,
             expires_at_ms: now_ms + REFRESH_TTL_MS,
             created_at_ms: now_ms,
@@ -204,6 +211,16 @@ pub fn default_plans() -> Vec<Plan> {
     ]
 }
 
+/// Overrides for one org, or one project of it (DESIGN A11 `Quota`). A project's quota wins
+/// over its org's, which wins over the plan.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Quota {
+    pub id: String,
+    pub org_id: OrgId,
+    pub project_id: Option<ProjectId>,
+    pub rate_limits: RateLimitOverrides,
+}
+
 /// A router's latest heartbeat.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct RouterSeen {
@@ -217,18 +234,44 @@ pub struct RouterSeen {
 pub enum MetaCommand {
     /// Creates the first org, owner, project and credentials and the partition table, once.
     /// Applying it to an already bootstrapped cluster changes nothing.
-    Bootstrap { org: Org, user: User, project: Project, credentials: Vec<Credential>, partitions: Vec<u64> },
+    Bootstrap {
+        org: Org,
+        user: User,
+        project: Project,
+        credentials: Vec<Credential>,
+        partitions: Vec<u64>,
+    },
     /// Adds the plans the catalog does not have yet; existing entries are kept as they are.
-    SeedPlans { plans: Vec<Plan> },
+    SeedPlans {
+        plans: Vec<Plan>,
+    },
     /// A new org with its owner, default project, credentials and first session, all or nothing.
-    Signup { org: Org, user: User, project: Project, credentials: Vec<Credential>, session: RefreshFamily },
+    Signup {
+        org: Org,
+        user: User,
+        project: Project,
+        credentials: Vec<Credential>,
+        session: RefreshFamily,
+    },
     /// A password sign-in.
-    StartSession { session: RefreshFamily },
+    StartSession {
+        session: RefreshFamily,
+    },
     /// Replaces the family's current refresh token (hash `presented_sha256`) by `new_sha256`.
-    RotateSession { family: String, presented_sha256: String, new_sha256: String, now_ms: i64 },
+    RotateSession {
+        family: String,
+        presented_sha256: String,
+        new_sha256: String,
+        now_ms: i64,
+    },
     /// Sign-out: the family can no longer refresh and its access tokens stop working.
-    EndSession { family: String, now_ms: i64 },
-    Invite { invite: Invite },
+    EndSession {
+        family: String,
+        now_ms: i64,
+    },
+    Invite {
+        invite: Invite,
+    },
     /// Turns an invitation into a user of the inviting org with a first session.
     AcceptInvite {
         invite_id: String,
@@ -240,14 +283,51 @@ pub enum MetaCommand {
         now_ms: i64,
     },
     /// Removes a user from `org_id` and revokes every session of theirs.
-    RemoveMember { org_id: OrgId, user_id: UserId, now_ms: i64 },
-    CreateProject { project: Project, credentials: Vec<Credential> },
+    RemoveMember {
+        org_id: OrgId,
+        user_id: UserId,
+        now_ms: i64,
+    },
+    CreateProject {
+        project: Project,
+        credentials: Vec<Credential>,
+    },
     /// Adds a credential to a project of `org_id`.
-    CreateCredential { org_id: OrgId, credential: Credential },
+    CreateCredential {
+        org_id: OrgId,
+        credential: Credential,
+    },
     /// Revokes a credential of a project of `org_id`.
-    RevokeCredential { org_id: OrgId, id: String, kind: CredentialKind },
+    RevokeCredential {
+        org_id: OrgId,
+        id: String,
+        kind: CredentialKind,
+    },
     /// A router is alive; also where expired sessions, invites and tombstones are dropped.
-    RouterHeartbeat { router_id: String, at_ms: i64 },
+    RouterHeartbeat {
+        router_id: String,
+        at_ms: i64,
+    },
+    /// Withdraws a pending invitation of `org_id`.
+    RevokeInvite {
+        org_id: OrgId,
+        invite_id: String,
+    },
+    /// Adds or replaces a catalog entry (a Plan resource).
+    PutPlan {
+        plan: Plan,
+    },
+    /// Adds or replaces an override (a Quota resource).
+    PutQuota {
+        quota: Quota,
+    },
+    DeleteQuota {
+        id: String,
+    },
+    /// A router is shutting down: it stops counting towards limit shares at once.
+    RouterLeft {
+        router_id: String,
+    },
 }
 
 /// Why meta refused a command. Decided by the state machine so that concurrent requests on
@@ -269,10 +349,14 @@ pub enum Refusal {
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum MetaCommandResult {
-    Bootstrapped { created: bool },
+    Bootstrapped {
+        created: bool,
+    },
     Done,
     /// The session's user, as meta knows them now.
-    Session { user: Member },
+    Session {
+        user: Member,
+    },
     Refused(Refusal),
 }
 
@@ -282,10 +366,6 @@ pub enum MetaQuery {
     View,
     UserByEmail {
         email: String,
-    },
-    /// A member by id, for a router whose cache has not seen a brand new user yet.
-    Member {
-        user_id: UserId,
     },
     /// Members and pending invitations of an org.
     OrgMembers {
@@ -323,6 +403,8 @@ pub struct MetaView {
     pub routers: Vec<RouterSeen>,
     #[serde(default)]
     pub plans: Vec<Plan>,
+    #[serde(default)]
+    pub quotas: Vec<Quota>,
 }
 
 #[cfg(test)]

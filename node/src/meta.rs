@@ -8,9 +8,9 @@ use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 use sextant_model::meta::{
-    Credential, Invite, Member, MetaCommand, MetaCommandResult, MetaQuery, MetaView, Org,
-    OrgMembers, Plan, Project, RefreshFamily, Refusal, Role, RouterSeen, User, MAX_KEYS_PER_PROJECT,
-    MAX_PENDING_INVITES_PER_ORG, MAX_PROJECTS_PER_ORG, MAX_SESSIONS_PER_USER, REFRESH_GRACE_MS, REFRESH_TTL_MS,
+    Credential, Invite, Member, MetaCommand, MetaCommandResult, MetaQuery, MetaView, Org, OrgMembers, Plan, Project,
+    Quota, RefreshFamily, Refusal, Role, RouterSeen, User, MAX_KEYS_PER_PROJECT, MAX_PENDING_INVITES_PER_ORG,
+    MAX_PROJECTS_PER_ORG, MAX_REFRESH_ALTERNATES, MAX_SESSIONS_PER_USER, REFRESH_GRACE_MS, REFRESH_TTL_MS,
     ROUTER_LIVE_MS, TOMBSTONE_MS,
 };
 use sextant_model::{OrgId, ProjectId, UserId};
@@ -35,6 +35,8 @@ pub struct MetaState {
     removed_users: BTreeMap<UserId, i64>,
     #[serde(default)]
     plans: BTreeMap<String, Plan>,
+    #[serde(default)]
+    quotas: BTreeMap<String, Quota>,
     #[serde(default)]
     routers: BTreeMap<String, i64>,
     /// Number of commands applied, so routers can tell a newer view from an older one.
@@ -81,9 +83,7 @@ impl MetaState {
     }
 
     fn credential_of_org(&self, id: &str, org: OrgId) -> Option<&Credential> {
-        self.credentials
-            .get(id)
-            .filter(|c| self.projects.get(&c.project_id).is_some_and(|p| p.org_id == org))
+        self.credentials.get(id).filter(|c| self.projects.get(&c.project_id).is_some_and(|p| p.org_id == org))
     }
 
     fn execute(&mut self, command: MetaCommand) -> MetaCommandResult {
@@ -215,7 +215,7 @@ impl MetaState {
                 Done
             }
             MetaCommand::CreateCredential { org_id, credential } => {
-                if !self.projects.get(&credential.project_id).is_some_and(|p| p.org_id == org_id) {
+                if self.projects.get(&credential.project_id).is_none_or(|p| p.org_id != org_id) {
                     return Refused(Refusal::NotFound);
                 }
                 let existing = self
@@ -239,6 +239,34 @@ impl MetaState {
                 }
                 Done
             }
+            MetaCommand::RevokeInvite { org_id, invite_id } => {
+                if self.invites.get(&invite_id).is_none_or(|i| i.org_id != org_id) {
+                    return Refused(Refusal::NotFound);
+                }
+                self.invites.remove(&invite_id);
+                Done
+            }
+            MetaCommand::PutPlan { plan } => {
+                self.plans.insert(plan.name.clone(), plan);
+                Done
+            }
+            MetaCommand::PutQuota { quota } => {
+                let project_ok =
+                    quota.project_id.is_none_or(|p| self.projects.get(&p).is_some_and(|p| p.org_id == quota.org_id));
+                if !self.orgs.contains_key(&quota.org_id) || !project_ok {
+                    return Refused(Refusal::NotFound);
+                }
+                self.quotas.insert(quota.id.clone(), quota);
+                Done
+            }
+            MetaCommand::DeleteQuota { id } => match self.quotas.remove(&id) {
+                Some(_) => Done,
+                None => Refused(Refusal::NotFound),
+            },
+            MetaCommand::RouterLeft { router_id } => {
+                self.routers.remove(&router_id);
+                Done
+            }
             MetaCommand::RouterHeartbeat { router_id, at_ms } => {
                 self.routers.insert(router_id, at_ms);
                 self.prune(at_ms);
@@ -247,9 +275,11 @@ impl MetaState {
         }
     }
 
-    /// Rotation with reuse detection. The token replaced last is accepted again within the
-    /// grace window (its holder probably never got the answer); any other old token of the
-    /// family means two parties hold the family's tokens, so the whole family is revoked.
+    /// Rotation with reuse detection. The current token, or one handed out alongside it,
+    /// rotates. The token replaced last is accepted again within the grace window (a retry
+    /// whose answer was lost, or two tabs refreshing at once) and gets a token valid alongside
+    /// the current one. Any other old token means two parties hold the family's tokens, so
+    /// the whole family is revoked.
     fn rotate(&mut self, family: &str, presented: &str, new_sha256: String, now_ms: i64) -> MetaCommandResult {
         let Some(f) = self.sessions.get_mut(family) else {
             return Refused(Refusal::InvalidSession);
@@ -257,14 +287,20 @@ impl MetaState {
         if f.revoked_at_ms.is_some() || f.expires_at_ms <= now_ms {
             return Refused(Refusal::InvalidSession);
         }
-        if same_hash(&f.current_sha256, presented) {
-            f.previous_sha256 = Some(std::mem::replace(&mut f.current_sha256, new_sha256));
-            f.rotated_at_ms = now_ms;
-        } else if f.previous_sha256.as_deref().is_some_and(|p| same_hash(p, presented))
-            && now_ms - f.rotated_at_ms <= REFRESH_GRACE_MS
-        {
-            // The token handed out by the lost answer is dropped: only this retry's is valid.
+        let is_current = same_hash(&f.current_sha256, presented);
+        let is_alternate = f.alternates_sha256.iter().any(|a| same_hash(a, presented));
+        let is_previous = f.previous_sha256.as_deref().is_some_and(|p| same_hash(p, presented));
+        if is_current || is_alternate {
+            f.previous_sha256 = Some(presented.to_owned());
             f.current_sha256 = new_sha256;
+            f.alternates_sha256.clear();
+            f.rotated_at_ms = now_ms;
+        } else if is_previous && now_ms - f.rotated_at_ms <= REFRESH_GRACE_MS {
+            if f.alternates_sha256.len() >= MAX_REFRESH_ALTERNATES {
+                // Not reuse by a second party, just too many retries: refuse this one only.
+                return Refused(Refusal::InvalidSession);
+            }
+            f.alternates_sha256.push(new_sha256);
         } else {
             Self::revoke_family(f, now_ms);
             return Refused(Refusal::SessionReused);
@@ -306,12 +342,12 @@ impl MetaState {
                     .collect(),
                 routers: self.routers.iter().map(|(id, at)| RouterSeen { id: id.clone(), at_ms: *at }).collect(),
                 plans: self.plans.values().cloned().collect(),
+                quotas: self.quotas.values().cloned().collect(),
             }),
             MetaQuery::UserByEmail { email } => {
                 let email = email.to_lowercase();
                 serde_json::to_value(self.users.values().find(|u| u.email == email))
             }
-            MetaQuery::Member { user_id } => serde_json::to_value(self.users.get(user_id).map(User::member)),
             MetaQuery::OrgMembers { org_id } => serde_json::to_value(OrgMembers {
                 members: self.users.values().filter(|u| u.org_id == *org_id).map(User::member).collect::<Vec<Member>>(),
                 invites: self.invites.values().filter(|i| i.org_id == *org_id).cloned().collect(),
@@ -393,7 +429,9 @@ mod tests {
     #[test]
     fn rotation_chain_and_reuse_revokes_the_family() {
         let (mut s, user) = state_with_user();
-        assert!(matches!(rotate(&mut s, "h0", "h1", T0 + 1), MetaCommandResult::Session { user: m } if m.id == user.id));
+        assert!(
+            matches!(rotate(&mut s, "h0", "h1", T0 + 1), MetaCommandResult::Session { user: m } if m.id == user.id)
+        );
         assert!(matches!(rotate(&mut s, "h1", "h2", T0 + 60_000), MetaCommandResult::Session { .. }));
         // h0 is two rotations old: reuse, and the family dies with it.
         assert_eq!(rotate(&mut s, "h0", "hx", T0 + 60_001), Refused(Refusal::SessionReused));
@@ -405,13 +443,32 @@ mod tests {
     #[test]
     fn previous_token_is_accepted_only_within_the_grace_window() {
         let (mut s, _) = state_with_user();
-        assert!(matches!(rotate(&mut s, "h0", "h1", T0), MetaCommandResult::Session { .. }));
-        // Retry with h0 (the answer carrying h1 was lost): a new token, h1 is superseded.
-        assert!(matches!(rotate(&mut s, "h0", "h1b", T0 + REFRESH_GRACE_MS), MetaCommandResult::Session { .. }));
-        assert!(matches!(rotate(&mut s, "h1b", "h2", T0 + REFRESH_GRACE_MS + 1), MetaCommandResult::Session { .. }));
+        let ok = |r: MetaCommandResult| matches!(r, MetaCommandResult::Session { .. });
+        assert!(ok(rotate(&mut s, "h0", "h1", T0)));
+        // A second tab (or a retry) with h0: a token valid alongside h1, and h1 stays valid.
+        assert!(ok(rotate(&mut s, "h0", "h1b", T0 + REFRESH_GRACE_MS)));
+        assert_eq!(s.sessions["fam"].alternates_sha256, ["h1b"]);
+        // Whichever of them the browser kept rotates; the other is then dropped.
+        assert!(ok(rotate(&mut s, "h1b", "h2", T0 + REFRESH_GRACE_MS + 1)));
+        assert!(s.sessions["fam"].alternates_sha256.is_empty());
         // h1b is now previous, but the window since the last rotation has passed.
         let late = T0 + 2 * REFRESH_GRACE_MS + 2;
         assert_eq!(rotate(&mut s, "h1b", "h3", late), Refused(Refusal::SessionReused));
+    }
+
+    #[test]
+    fn a_sibling_of_the_current_token_rotates_and_retries_are_bounded() {
+        let (mut s, _) = state_with_user();
+        let ok = |r: MetaCommandResult| matches!(r, MetaCommandResult::Session { .. });
+        assert!(ok(rotate(&mut s, "h0", "h1", T0)));
+        for i in 0..MAX_REFRESH_ALTERNATES {
+            assert!(ok(rotate(&mut s, "h0", &format!("a{i}"), T0 + 1)));
+        }
+        // One retry too many is refused without killing the session.
+        assert_eq!(rotate(&mut s, "h0", "ax", T0 + 2), Refused(Refusal::InvalidSession));
+        assert!(ok(rotate(&mut s, "h1", "h2", T0 + 3)));
+        // After that rotation the dropped siblings count as reuse.
+        assert_eq!(rotate(&mut s, "a0", "h3", T0 + 4), Refused(Refusal::SessionReused));
     }
 
     #[test]
@@ -471,6 +528,9 @@ mod tests {
             expires_at_ms: T0 + 1000,
         };
         assert_eq!(s.execute(MetaCommand::Invite { invite: invite.clone() }), Done);
+        // Another org cannot withdraw it (nor learn that it exists).
+        let withdraw = |org| MetaCommand::RevokeInvite { org_id: org, invite_id: "inv".into() };
+        assert_eq!(s.execute(withdraw(OrgId::random())), Refused(Refusal::NotFound));
         let accept = |token: &str, now: i64| MetaCommand::AcceptInvite {
             invite_id: "inv".into(),
             token_sha256: token.into(),
@@ -487,6 +547,11 @@ mod tests {
         // The session belongs to the new user and org whatever the router put in it.
         assert_eq!(s.sessions["fb"].user_id, user.id);
         assert_eq!(s.execute(accept("tok", T0 + 2)), Refused(Refusal::InvalidInvite), "used twice");
+        assert_eq!(s.execute(withdraw(owner.org_id)), Refused(Refusal::NotFound), "used invitations are gone");
+        let second = Invite { id: "inv2".into(), email: "carol@example.com".into(), ..invite };
+        s.execute(MetaCommand::Invite { invite: second });
+        assert_eq!(s.execute(MetaCommand::RevokeInvite { org_id: owner.org_id, invite_id: "inv2".into() }), Done);
+        assert!(!s.invites.contains_key("inv2"));
         // Removal revokes the member's sessions; owners cannot be removed.
         assert_eq!(
             s.execute(MetaCommand::RemoveMember { org_id: owner.org_id, user_id: owner.id, now_ms: T0 }),
@@ -529,6 +594,36 @@ mod tests {
     }
 
     #[test]
+    fn plans_are_seeded_once_and_quotas_belong_to_an_org() {
+        let (mut s, owner) = state_with_user();
+        let mut plans = sextant_model::meta::default_plans();
+        s.execute(MetaCommand::SeedPlans { plans: plans.clone() });
+        plans[0].rate_limits.ingest_rps = Some(7);
+        s.execute(MetaCommand::SeedPlans { plans: plans.clone() });
+        assert_eq!(s.plans["free"].rate_limits.ingest_rps, None, "seeding never overwrites");
+        assert_eq!(s.execute(MetaCommand::PutPlan { plan: plans[0].clone() }), Done);
+        assert_eq!(s.plans["free"].rate_limits.ingest_rps, Some(7));
+
+        let quota =
+            |org, project| Quota { id: "q1".into(), org_id: org, project_id: project, rate_limits: Default::default() };
+        assert_eq!(
+            s.execute(MetaCommand::PutQuota { quota: quota(OrgId::random(), None) }),
+            Refused(Refusal::NotFound)
+        );
+        let foreign_project = Some(ProjectId::random());
+        assert_eq!(
+            s.execute(MetaCommand::PutQuota { quota: quota(owner.org_id, foreign_project) }),
+            Refused(Refusal::NotFound)
+        );
+        let own_project = Some(s.orgs[&owner.org_id].default_project);
+        assert_eq!(s.execute(MetaCommand::PutQuota { quota: quota(owner.org_id, own_project) }), Done);
+        let view: MetaView = serde_json::from_value(s.query(&MetaQuery::View)).unwrap();
+        assert_eq!(view.quotas.len(), 1);
+        assert_eq!(s.execute(MetaCommand::DeleteQuota { id: "q1".into() }), Done);
+        assert_eq!(s.execute(MetaCommand::DeleteQuota { id: "q1".into() }), Refused(Refusal::NotFound));
+    }
+
+    #[test]
     fn heartbeats_prune_expired_state() {
         let (mut s, _) = state_with_user();
         s.execute(MetaCommand::EndSession { family: "fam".into(), now_ms: T0 });
@@ -538,5 +633,7 @@ mod tests {
         assert!(!s.sessions.contains_key("fam"));
         assert!(!s.routers.contains_key("r1"));
         assert!(s.routers.contains_key("r2"));
+        s.execute(MetaCommand::RouterLeft { router_id: "r2".into() });
+        assert!(s.routers.is_empty());
     }
 }

@@ -164,7 +164,8 @@ pub async fn login(
     let user = user.ok_or(WRONG)?.member();
     let refresh = RefreshToken::new_family();
     let session = RefreshFamily::new(refresh.family.clone(), user.id, user.org_id, refresh.sha256.clone(), now_ms());
-    match app.cluster.meta_change(&MetaCommand::StartSession { session }).await? {
+    // Plain write: a new session changes nothing the router caches.
+    match app.cluster.meta_write(&MetaCommand::StartSession { session }).await? {
         MetaCommandResult::Done => session_response(&app, StatusCode::OK, &user, &refresh, json!({})),
         // Removed between the read and the write.
         MetaCommandResult::Refused(_) => Err(WRONG),
@@ -184,8 +185,12 @@ pub async fn refresh(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Re
         return Ok(end_of_session(&app, ApiError::Unauthorized("missing or malformed refresh token")));
     };
     let next = RefreshToken::next(&family);
-    let command =
-        MetaCommand::RotateSession { family, presented_sha256: presented, new_sha256: next.sha256.clone(), now_ms: now_ms() };
+    let command = MetaCommand::RotateSession {
+        family,
+        presented_sha256: presented,
+        new_sha256: next.sha256.clone(),
+        now_ms: now_ms(),
+    };
     // Plain write: a rotation changes nothing the router caches.
     match app.cluster.meta_write(&command).await? {
         MetaCommandResult::Session { user } => session_response(&app, StatusCode::OK, &user, &next, json!({})),
@@ -237,7 +242,8 @@ pub async fn accept_invite(
     let user_id = UserId::random();
     let refresh = RefreshToken::new_family();
     // Meta fills in the org from the invitation.
-    let session = RefreshFamily::new(refresh.family.clone(), user_id, OrgId(uuid::Uuid::nil()), refresh.sha256.clone(), now);
+    let session =
+        RefreshFamily::new(refresh.family.clone(), user_id, OrgId(uuid::Uuid::nil()), refresh.sha256.clone(), now);
     let command = MetaCommand::AcceptInvite {
         invite_id,
         token_sha256,

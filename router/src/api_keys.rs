@@ -65,8 +65,7 @@ pub async fn create(
         .into_result()
         .map_err(|errors| ApiError::Validation { message: "the request has invalid fields".into(), errors })?;
     let now = chrono::Utc::now().timestamp_millis();
-    let (key, credential) =
-        new_credential(CredentialKind::ApiKey, session.project_id, &name.unwrap_or_default(), now);
+    let (key, credential) = new_credential(CredentialKind::ApiKey, session.project_id, &name.unwrap_or_default(), now);
     let mut body = key_json(&credential);
     let command = MetaCommand::CreateCredential { org_id: session.user.org_id, credential };
     match app.cluster.meta_change(&command).await? {

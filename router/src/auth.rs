@@ -13,7 +13,7 @@ use base64::Engine;
 use jsonwebtoken::{Algorithm as JwtAlg, DecodingKey, EncodingKey, Header, Validation};
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
-use sextant_model::meta::{Credential, CredentialKind, Member, MetaQuery, Role};
+use sextant_model::meta::{Credential, CredentialKind, Member, Role};
 use sextant_model::{OrgId, ProjectId, UserId};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
@@ -86,7 +86,8 @@ pub fn admit_credential(app: &AppState, kind: CredentialKind, presented: &str) -
         CredentialKind::IngestToken => Class::Analytics,
     };
     let now = chrono::Utc::now().timestamp_millis();
-    app.limits.check(class, &credential.id, cache.plan_of_project(&credential.project_id), cache.live_routers(now))?;
+    let overrides = cache.project_rate_overrides(&credential.project_id);
+    app.limits.check(class, &credential.id, &overrides, cache.live_routers(now))?;
     Ok(credential.project_id)
 }
 
@@ -281,26 +282,26 @@ impl FromRequestParts<Arc<AppState>> for Session {
     async fn from_request_parts(parts: &mut Parts, app: &Arc<AppState>) -> Result<Self, ApiError> {
         let token = bearer(&parts.headers).ok_or(ApiError::Unauthorized("missing bearer token"))?;
         let claims = app.jwt.verify(token)?;
-        let cache =
-            app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
         const REVOKED: ApiError = ApiError::Unauthorized("the session has ended; sign in again");
+        let loaded =
+            || app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()));
+        let mut cache = loaded()?;
         if cache.revoked_sessions.contains(&claims.sid) || cache.removed_users.contains(&claims.sub) {
             return Err(REVOKED);
         }
-        let user = match cache.members.get(&claims.sub) {
-            Some(m) => m.clone(),
-            // Signed up through another router less than a refresh period ago.
-            None => app
-                .cluster
-                .meta_read::<Option<Member>>(&MetaQuery::Member { user_id: claims.sub })
-                .await?
-                .ok_or(REVOKED)?,
-        };
+        if !cache.members.contains_key(&claims.sub) {
+            // Signed up or joined through another router less than a refresh period ago: only
+            // a token we signed gets here, so this cannot be used to make us reload at will.
+            app.cluster.refresh_meta().await?;
+            cache = loaded()?;
+        }
+        let user = cache.members.get(&claims.sub).cloned().ok_or(REVOKED)?;
         if user.org_id != claims.org {
             return Err(REVOKED);
         }
         let now = chrono::Utc::now().timestamp_millis();
-        app.limits.check(Class::Api, &user.id.to_string(), cache.plan_of_org(&user.org_id), cache.live_routers(now))?;
+        let overrides = cache.rate_overrides(&user.org_id, None);
+        app.limits.check(Class::Api, &user.id.to_string(), &overrides, cache.live_routers(now))?;
         let org = cache.orgs.get(&claims.org).ok_or(REVOKED)?;
         let requested =
             parts.headers.get("x-project-id").and_then(|v| v.to_str().ok()).map(str::to_owned).or_else(|| {

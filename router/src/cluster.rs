@@ -7,7 +7,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use sextant_model::meta::{
-    Credential, Member, MetaCommand, MetaCommandResult, MetaQuery, MetaView, Org, Plan, Project, ROUTER_LIVE_MS,
+    Credential, Member, MetaCommand, MetaCommandResult, MetaQuery, MetaView, Org, Plan, Project, Quota,
+    RateLimitOverrides, ROUTER_LIVE_MS,
 };
 use sextant_model::{OrgId, ProjectId, UserId};
 use sextant_proto::client::{Authed, Channels};
@@ -49,6 +50,7 @@ pub struct MetaCache {
     pub removed_users: HashSet<UserId>,
     pub revoked_sessions: HashSet<String>,
     pub plans: HashMap<String, Plan>,
+    pub quotas: Vec<Quota>,
     /// Latest heartbeat of every router, in the routers' own clocks.
     pub routers: Vec<i64>,
 }
@@ -65,6 +67,7 @@ impl From<MetaView> for MetaCache {
             removed_users: v.removed_users.into_iter().collect(),
             revoked_sessions: v.revoked_sessions.into_iter().collect(),
             plans: v.plans.into_iter().map(|p| (p.name.clone(), p)).collect(),
+            quotas: v.quotas,
             routers: v.routers.into_iter().map(|r| r.at_ms).collect(),
         }
     }
@@ -76,14 +79,27 @@ impl MetaCache {
         self.routers.iter().filter(|at| now_ms - **at < ROUTER_LIVE_MS).count().max(1)
     }
 
-    /// The plan of the org owning `project`.
-    pub fn plan_of_project(&self, project: &ProjectId) -> Option<&Plan> {
-        let org = self.orgs.get(&self.projects.get(project)?.org_id)?;
-        self.plans.get(&org.plan)
+    /// Rate-limit overrides that apply to `org` (and `project` of it), strongest first: the
+    /// project's quota, the org's quota, the org's plan.
+    pub fn rate_overrides(&self, org: &OrgId, project: Option<&ProjectId>) -> Vec<&RateLimitOverrides> {
+        let mut layers = Vec::new();
+        if let Some(p) = project {
+            layers.extend(self.quotas.iter().filter(|q| q.project_id.as_ref() == Some(p)).map(|q| &q.rate_limits));
+        }
+        layers
+            .extend(self.quotas.iter().filter(|q| q.org_id == *org && q.project_id.is_none()).map(|q| &q.rate_limits));
+        if let Some(plan) = self.orgs.get(org).and_then(|o| self.plans.get(&o.plan)) {
+            layers.push(&plan.rate_limits);
+        }
+        layers
     }
 
-    pub fn plan_of_org(&self, org: &OrgId) -> Option<&Plan> {
-        self.plans.get(&self.orgs.get(org)?.plan)
+    /// [`Self::rate_overrides`] of the org owning `project`.
+    pub fn project_rate_overrides(&self, project: &ProjectId) -> Vec<&RateLimitOverrides> {
+        match self.projects.get(project) {
+            Some(p) => self.rate_overrides(&p.org_id, Some(project)),
+            None => Vec::new(),
+        }
     }
 }
 
@@ -187,8 +203,10 @@ impl Cluster {
 
     /// Tells meta this router is alive, for limit shares.
     pub async fn heartbeat(&self, router_id: &str) -> Result<(), ClusterError> {
-        let command =
-            MetaCommand::RouterHeartbeat { router_id: router_id.to_owned(), at_ms: chrono::Utc::now().timestamp_millis() };
+        let command = MetaCommand::RouterHeartbeat {
+            router_id: router_id.to_owned(),
+            at_ms: chrono::Utc::now().timestamp_millis(),
+        };
         let _: MetaCommandResult = self.meta_write(&command).await?;
         Ok(())
     }

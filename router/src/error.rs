@@ -55,9 +55,11 @@ impl ApiError {
             ApiError::Forbidden(code, _) => (StatusCode::FORBIDDEN, code, None),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", None),
             ApiError::Conflict(code, _) => (StatusCode::CONFLICT, code, None),
-            ApiError::RateLimited { retry_after_secs } => {
-                (StatusCode::TOO_MANY_REQUESTS, "rate_limited", Some(json!({ "retry_after_seconds": retry_after_secs })))
-            }
+            ApiError::RateLimited { retry_after_secs } => (
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limited",
+                Some(json!({ "retry_after_seconds": retry_after_secs })),
+            ),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", None),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", None),
         }
@@ -80,7 +82,9 @@ impl From<Refusal> for ApiError {
             Refusal::EmailTaken => ApiError::Conflict("email_taken", "an account with this email already exists"),
             Refusal::NameTaken => ApiError::Conflict("name_taken", "a project with this name already exists"),
             Refusal::NotFound => ApiError::NotFound("not found".into()),
-            Refusal::LimitReached => ApiError::Conflict("limit_reached", "the maximum number of these objects is reached"),
+            Refusal::LimitReached => {
+                ApiError::Conflict("limit_reached", "the maximum number of these objects is reached")
+            }
             Refusal::OwnerProtected => ApiError::Forbidden("forbidden", "an owner cannot be removed"),
             Refusal::InvalidSession | Refusal::SessionReused => {
                 ApiError::Unauthorized("the session is invalid or expired; sign in again")

@@ -1,12 +1,11 @@
 //! Route table and cross-cutting HTTP concerns: request ids, access logs, CORS, limits.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Instant;
 
-use std::net::SocketAddr;
-
 use axum::extract::{ConnectInfo, DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
@@ -79,15 +78,36 @@ pub fn router(app: Arc<AppState>) -> Router {
         .with_state(app)
 }
 
-/// DESIGN A10: `/auth/*` per client IP (the peer address; a trusted proxy header is not
-/// consulted yet).
+/// DESIGN A10: `/auth/*` per client IP.
 async fn limit_by_client_ip(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
-    let ip = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip().to_string()).unwrap_or_default();
+    let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
+    let ip = client_ip(peer, req.headers(), app.config.trusted_proxy_hops).map(|ip| ip.to_string()).unwrap_or_default();
     let now = chrono::Utc::now().timestamp_millis();
     let live = app.cluster.meta_cache().map_or(1, |c| c.live_routers(now));
-    match app.limits.check(Class::Auth, &ip, None, live) {
+    match app.limits.check(Class::Auth, &ip, &[], live) {
         Ok(()) => next.run(req).await,
         Err(e) => e.into_response(),
+    }
+}
+
+/// The client's address. Behind `hops` trusted proxies (an ingress, a load balancer) it is the
+/// `hops`-th address from the right of `X-Forwarded-For`: entries further left were written
+/// by the client and prove nothing. Without trusted proxies, the peer address.
+pub fn client_ip(peer: Option<IpAddr>, headers: &HeaderMap, hops: usize) -> Option<IpAddr> {
+    if hops == 0 {
+        return peer;
+    }
+    let forwarded: Vec<&str> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .collect();
+    // Fewer entries than trusted hops: the request did not come through them all.
+    match forwarded.len().checked_sub(hops) {
+        Some(i) => forwarded[i].parse().ok().or(peer),
+        None => peer,
     }
 }
 
@@ -130,4 +150,24 @@ async fn metrics(State(app): State<Arc<AppState>>) -> Response {
         return ApiError::Internal("metrics encoding failed".into()).into_response();
     }
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], out).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_ip_trusts_only_the_configured_proxies() {
+        let peer: Option<IpAddr> = Some("10.0.0.9".parse().unwrap());
+        let mut h = HeaderMap::new();
+        h.insert("x-forwarded-for", HeaderValue::from_static("6.6.6.6, 1.2.3.4, 10.0.0.5"));
+        assert_eq!(client_ip(peer, &h, 0), peer, "no trusted proxy: the header is ignored");
+        // One proxy (the ingress, our peer) appended the address it saw.
+        assert_eq!(client_ip(peer, &h, 1), Some("10.0.0.5".parse().unwrap()));
+        assert_eq!(client_ip(peer, &h, 2), Some("1.2.3.4".parse().unwrap()));
+        assert_eq!(client_ip(peer, &h, 4), peer, "more hops than entries");
+        h.insert("x-forwarded-for", HeaderValue::from_static("not-an-ip"));
+        assert_eq!(client_ip(peer, &h, 1), peer);
+        assert_eq!(client_ip(peer, &HeaderMap::new(), 1), peer);
+    }
 }

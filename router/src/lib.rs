@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::registry::Registry;
+use sextant_model::meta::{default_plans, MetaCommand, MetaCommandResult};
 
 pub use cluster::Cluster;
 
@@ -39,6 +40,9 @@ pub struct RouterConfig {
     /// a browser on the same machine (dev mode).
     pub secure_cookies: bool,
     pub rate_limits: rate_limit::RateLimitConfig,
+    /// Proxies in front of the routers that append to `X-Forwarded-For` (0: clients connect
+    /// directly); decides which address `/auth/*` limits count.
+    pub trusted_proxy_hops: usize,
 }
 
 pub struct AppState {
@@ -65,6 +69,22 @@ impl RunningRouter {
         self.server.abort();
         self.refresher.abort();
         self.housekeeper.abort();
+    }
+
+    /// Stops serving and tells meta this router is gone, so the others take over its share
+    /// of the rate limits now rather than when its heartbeat expires.
+    pub async fn shutdown(self) {
+        self.housekeeper.abort();
+        self.server.abort();
+        let leave = MetaCommand::RouterLeft { router_id: self.state.router_id.clone() };
+        match tokio::time::timeout(Duration::from_secs(3), self.state.cluster.meta_write::<MetaCommandResult>(&leave))
+            .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not leave the router set"),
+            Err(_) => tracing::warn!("leaving the router set timed out"),
+        }
+        self.refresher.abort();
     }
 
     /// Waits until the router serves: topology known, meta loaded, every group led.
@@ -122,6 +142,16 @@ fn spawn_housekeeping(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
                 tracing::warn!(error = %e, "router heartbeat failed");
             }
             state.limits.retain_recent();
+            if let Some(cache) = state.cluster.meta_cache() {
+                state.metrics.live_routers.set(cache.live_routers(chrono::Utc::now().timestamp_millis()) as i64);
+                // A cluster bootstrapped before the plan catalog existed gets it here.
+                if cache.plans.is_empty() {
+                    let seed = MetaCommand::SeedPlans { plans: default_plans() };
+                    if let Err(e) = state.cluster.meta_change(&seed).await {
+                        tracing::warn!(error = %e, "seeding the plan catalog failed");
+                    }
+                }
+            }
         }
     })
 }

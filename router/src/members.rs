@@ -128,16 +128,22 @@ pub async fn invite(
     }
 }
 
+/// Removes a member (by user id) or withdraws a pending invitation (by invitation id).
 pub async fn remove(
     State(app): State<Arc<AppState>>,
     session: Session,
-    Path(user_id): Path<String>,
+    Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
     session.require_org_manager()?;
-    let user_id: UserId = user_id.parse().map_err(|_| ApiError::NotFound("member not found".into()))?;
+    let org_id = session.user.org_id;
     // Owners are protected by meta, which also makes a foreign or unknown id a 404.
-    let command =
-        MetaCommand::RemoveMember { org_id: session.user.org_id, user_id, now_ms: chrono::Utc::now().timestamp_millis() };
+    let command = if let Ok(user_id) = id.parse::<UserId>() {
+        MetaCommand::RemoveMember { org_id, user_id, now_ms: chrono::Utc::now().timestamp_millis() }
+    } else if id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        MetaCommand::RevokeInvite { org_id, invite_id: id }
+    } else {
+        return Err(ApiError::NotFound("member not found".into()));
+    };
     match app.cluster.meta_change(&command).await? {
         MetaCommandResult::Done => Ok(StatusCode::NO_CONTENT.into_response()),
         MetaCommandResult::Refused(r) => Err(r.into()),

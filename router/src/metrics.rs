@@ -2,6 +2,7 @@
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
@@ -29,6 +30,8 @@ pub struct RouterMetrics {
     pub rejected_requests: Family<RejectLabel, Counter>,
     pub requests: Family<RequestLabel, Counter>,
     pub request_seconds: Family<RequestLabel, Histogram>,
+    /// Routers sharing the rate limits, as this router last saw them.
+    pub live_routers: Gauge,
 }
 
 impl Default for RouterMetrics {
@@ -38,6 +41,7 @@ impl Default for RouterMetrics {
             rejected_requests: Family::default(),
             requests: Family::default(),
             request_seconds: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0005, 2.0, 16))),
+            live_routers: Gauge::default(),
         }
     }
 }
@@ -49,6 +53,7 @@ impl RouterMetrics {
         r.register("rejected_requests", "ingest requests refused, by reason", self.rejected_requests.clone());
         r.register("http_requests", "HTTP requests by route and status", self.requests.clone());
         r.register("http_request_seconds", "HTTP request latency", self.request_seconds.clone());
+        r.register("live_routers", "routers the rate limits are divided between", self.live_routers.clone());
     }
 
     pub fn accepted(&self, kind: &'static str, n: u64) {

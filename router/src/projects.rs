@@ -71,8 +71,12 @@ pub async fn create(
         .into_result()
         .map_err(|errors| ApiError::Validation { message: "the request has invalid fields".into(), errors })?;
     let now = chrono::Utc::now().timestamp_millis();
-    let project =
-        Project { id: ProjectId::random(), org_id: session.user.org_id, name: name.unwrap_or_default(), created_at_ms: now };
+    let project = Project {
+        id: ProjectId::random(),
+        org_id: session.user.org_id,
+        name: name.unwrap_or_default(),
+        created_at_ms: now,
+    };
     let (token, record) = new_credential(CredentialKind::IngestToken, project.id, "default", now);
     let body = project_json(&project, Some(token.as_str()), false);
     match app.cluster.meta_change(&MetaCommand::CreateProject { project, credentials: vec![record] }).await? {

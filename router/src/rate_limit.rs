@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use governor::clock::Clock;
 use governor::{DefaultKeyedRateLimiter, Quota};
-use sextant_model::meta::Plan;
+use sextant_model::meta::RateLimitOverrides;
 
 use crate::error::ApiError;
 
@@ -41,13 +41,17 @@ impl Default for RateLimitConfig {
 }
 
 impl RateLimitConfig {
-    /// The cluster-wide rate of `class`, the plan's override first.
-    pub fn limit(&self, class: Class, plan: Option<&Plan>) -> u32 {
-        let o = plan.map(|p| &p.rate_limits);
+    /// The cluster-wide rate of `class`: the first override that sets it (strongest first:
+    /// project quota, org quota, plan), else the default.
+    pub fn limit(&self, class: Class, overrides: &[&RateLimitOverrides]) -> u32 {
+        let pick = |f: fn(&RateLimitOverrides) -> Option<u32>, default: u32| {
+            overrides.iter().find_map(|o| f(o)).unwrap_or(default)
+        };
         match class {
-            Class::Ingest => o.and_then(|o| o.ingest_rps).unwrap_or(self.ingest_rps),
-            Class::Analytics => o.and_then(|o| o.analytics_rps).unwrap_or(self.analytics_rps),
-            Class::Api => o.and_then(|o| o.api_rps).unwrap_or(self.api_rps),
+            Class::Ingest => pick(|o| o.ingest_rps, self.ingest_rps),
+            Class::Analytics => pick(|o| o.analytics_rps, self.analytics_rps),
+            Class::Api => pick(|o| o.api_rps, self.api_rps),
+            // Before authentication: nobody's plan applies.
             Class::Auth => self.auth_rps,
         }
     }
@@ -88,8 +92,14 @@ impl RateLimits {
     }
 
     /// Admits one request of `key`, or says when to retry.
-    pub fn check(&self, class: Class, key: &str, plan: Option<&Plan>, live_routers: usize) -> Result<(), ApiError> {
-        let rate = share(self.config.limit(class, plan), live_routers);
+    pub fn check(
+        &self,
+        class: Class,
+        key: &str,
+        overrides: &[&RateLimitOverrides],
+        live_routers: usize,
+    ) -> Result<(), ApiError> {
+        let rate = share(self.config.limit(class, overrides), live_routers);
         let limiter = self.limiter(class, rate);
         match limiter.check_key(&key.to_owned()) {
             Ok(()) => Ok(()),
@@ -111,7 +121,6 @@ impl RateLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sextant_model::meta::{default_plans, RateLimitOverrides};
 
     #[test]
     fn shares_divide_the_limit_between_live_routers() {
@@ -124,34 +133,38 @@ mod tests {
     }
 
     #[test]
-    fn plan_overrides_replace_defaults() {
+    fn the_strongest_override_that_sets_a_rate_wins() {
         let config = RateLimitConfig::default();
-        let mut plan = default_plans().remove(0);
-        assert_eq!(config.limit(Class::Ingest, Some(&plan)), 500);
-        plan.rate_limits = RateLimitOverrides { ingest_rps: Some(2000), analytics_rps: None, api_rps: Some(60) };
-        assert_eq!(config.limit(Class::Ingest, Some(&plan)), 2000);
-        assert_eq!(config.limit(Class::Analytics, Some(&plan)), 500);
-        assert_eq!(config.limit(Class::Api, Some(&plan)), 60);
-        assert_eq!(config.limit(Class::Auth, Some(&plan)), 5);
+        let plan = RateLimitOverrides { ingest_rps: Some(2000), analytics_rps: None, api_rps: Some(60) };
+        let org_quota = RateLimitOverrides { ingest_rps: None, analytics_rps: Some(50), api_rps: Some(90) };
+        let project_quota = RateLimitOverrides { ingest_rps: Some(10), analytics_rps: None, api_rps: None };
+        assert_eq!(config.limit(Class::Ingest, &[]), 500);
+        assert_eq!(config.limit(Class::Ingest, &[&plan]), 2000);
+        assert_eq!(config.limit(Class::Analytics, &[&plan]), 500);
+        let all = [&project_quota, &org_quota, &plan];
+        assert_eq!(config.limit(Class::Ingest, &all), 10);
+        assert_eq!(config.limit(Class::Analytics, &all), 50);
+        assert_eq!(config.limit(Class::Api, &all), 90);
+        assert_eq!(config.limit(Class::Auth, &all), 5);
     }
 
     #[test]
     fn burst_then_refusal_with_retry_after_per_key() {
         let limits = RateLimits::new(RateLimitConfig { ingest_rps: 10, analytics_rps: 10, api_rps: 10, auth_rps: 10 });
         for _ in 0..10 {
-            limits.check(Class::Ingest, "k1", None, 1).unwrap();
+            limits.check(Class::Ingest, "k1", &[], 1).unwrap();
         }
-        match limits.check(Class::Ingest, "k1", None, 1) {
+        match limits.check(Class::Ingest, "k1", &[], 1) {
             Err(ApiError::RateLimited { retry_after_secs }) => assert_eq!(retry_after_secs, 1),
             other => panic!("expected 429, got {other:?}"),
         }
         // Other keys and other classes have their own buckets.
-        limits.check(Class::Ingest, "k2", None, 1).unwrap();
-        limits.check(Class::Api, "k1", None, 1).unwrap();
+        limits.check(Class::Ingest, "k2", &[], 1).unwrap();
+        limits.check(Class::Api, "k1", &[], 1).unwrap();
         // With two routers alive this router's share is half.
         for _ in 0..5 {
-            limits.check(Class::Auth, "ip", None, 2).unwrap();
+            limits.check(Class::Auth, "ip", &[], 2).unwrap();
         }
-        assert!(limits.check(Class::Auth, "ip", None, 2).is_err());
+        assert!(limits.check(Class::Auth, "ip", &[], 2).is_err());
     }
 }

@@ -66,8 +66,10 @@ pub fn read_cookie<'a>(headers: &'a HeaderMap, name: &str) -> Option<&'a str> {
 pub fn set_cookie(value: &str, secure: bool) -> HeaderValue {
     let max_age = REFRESH_TTL_MS / 1000;
     let secure = if secure { "; Secure" } else { "" };
-    HeaderValue::from_str(&format!("{COOKIE}={value}; Max-Age={max_age}; Path=/auth; HttpOnly; SameSite=Strict{secure}"))
-        .expect("token characters are cookie-safe")
+    HeaderValue::from_str(&format!(
+        "{COOKIE}={value}; Max-Age={max_age}; Path=/auth; HttpOnly; SameSite=Strict{secure}"
+    ))
+    .expect("token characters are cookie-safe")
 }
 
 pub fn clear_cookie(secure: bool) -> HeaderValue {
