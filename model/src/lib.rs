@@ -3,6 +3,7 @@
 //! Everything that both the router and the storage nodes must agree on lives here, so that
 //! one concept has exactly one definition.
 
+pub mod analytics;
 pub mod attributes;
 pub mod identity;
 pub mod ids;

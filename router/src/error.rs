@@ -19,6 +19,8 @@ pub enum ApiError {
     BatchTooLarge { max: usize, got: usize },
     #[error("the request body exceeds {limit} bytes")]
     PayloadTooLarge { limit: usize },
+    #[error("a request may carry at most {max} events, this one has {got}")]
+    TooManyEvents { max: usize, got: usize },
     #[error("{0}")]
     UnsupportedMediaType(String),
     #[error("{0}")]
@@ -46,6 +48,9 @@ impl ApiError {
             }
             ApiError::BatchTooLarge { max, got } => {
                 (StatusCode::BAD_REQUEST, "batch_too_large", Some(json!({ "max": max, "got": got })))
+            }
+            ApiError::TooManyEvents { max, got } => {
+                (StatusCode::PAYLOAD_TOO_LARGE, "too_many_events", Some(json!({ "max": max, "got": got })))
             }
             ApiError::PayloadTooLarge { limit } => {
                 (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", Some(json!({ "limit_bytes": limit })))

@@ -11,6 +11,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde_json::json;
+use sextant_model::analytics::MAX_EVENTS_BODY;
 use sextant_model::ingest::MAX_OBSERVABILITY_BODY;
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 use tracing::Instrument;
@@ -18,7 +19,7 @@ use tracing::Instrument;
 use crate::error::ApiError;
 use crate::metrics::RequestLabel;
 use crate::rate_limit::Class;
-use crate::{account, api_keys, ingest, members, projects, traces, AppState};
+use crate::{account, capture, api_keys, ingest, members, projects, traces, AppState};
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -38,7 +39,15 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/api/v1/ingest/logs", post(ingest::logs))
         .route("/api/v1/ingest/infrastructure", post(ingest::infrastructure))
         .layer(DefaultBodyLimit::max(MAX_OBSERVABILITY_BODY))
-        .layer(ingest_cors);
+        .layer(ingest_cors.clone());
+    // Product analytics (DESIGN A7), native and PostHog-compatible.
+    let mut capture = Router::new()
+        .route("/v1/batch", post(capture::batch))
+        .route("/v1/replay/events", post(capture::replay));
+    for path in ["/batch", "/batch/", "/e", "/e/", "/capture", "/capture/", "/i/v0/e", "/i/v0/e/"] {
+        capture = capture.route(path, post(capture::posthog));
+    }
+    let capture = capture.layer(DefaultBodyLimit::max(MAX_EVENTS_BODY)).layer(ingest_cors);
     // Per client IP, before anything else is done for the request.
     let auth = Router::new()
         .route("/auth/signup", post(account::signup))
@@ -61,6 +70,7 @@ pub fn router(app: Arc<AppState>) -> Router {
 
     Router::new()
         .merge(ingest)
+        .merge(capture)
         .merge(api)
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))

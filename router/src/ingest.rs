@@ -24,35 +24,30 @@ use crate::AppState;
 
 #[derive(Serialize)]
 pub struct Accepted {
-    status: &'static str,
-    accepted: usize,
+    pub status: &'static str,
+    pub accepted: usize,
 }
 
-/// One kind of observability object: its request body, validation and partition key.
-trait Kind {
-    const NAME: &'static str;
-    type Body: DeserializeOwned;
-    type Json;
+/// Where rows of a kind go (DESIGN B2) and how they join a shard's sub-batch.
+pub(crate) trait Placement {
     type Row;
-    fn items(body: Self::Body) -> Vec<Self::Json>;
-    fn validate(index: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<Self::Row>;
-    /// DESIGN B2: `None` spreads the row randomly.
+    /// The partition key; `None` spreads the row randomly.
     fn key(row: &Self::Row) -> Option<&[u8]>;
     fn push(batch: &mut ShardBatch, row: Self::Row);
 }
 
+/// One kind of observability object: its request body and validation.
+trait Kind: Placement {
+    const NAME: &'static str;
+    type Body: DeserializeOwned;
+    type Json;
+    fn items(body: Self::Body) -> Vec<Self::Json>;
+    fn validate(index: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<Self::Row>;
+}
+
 struct Spans;
-impl Kind for Spans {
-    const NAME: &'static str = "spans";
-    type Body = ingest::SpansBody;
-    type Json = ingest::SpanJson;
+impl Placement for Spans {
     type Row = Span;
-    fn items(body: Self::Body) -> Vec<Self::Json> {
-        body.spans
-    }
-    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<Span> {
-        ingest::validate_span(i, item, errors)
-    }
     fn key(row: &Span) -> Option<&[u8]> {
         Some(row.trace_id.as_bytes())
     }
@@ -60,19 +55,21 @@ impl Kind for Spans {
         batch.spans.push(row)
     }
 }
+impl Kind for Spans {
+    const NAME: &'static str = "spans";
+    type Body = ingest::SpansBody;
+    type Json = ingest::SpanJson;
+    fn items(body: Self::Body) -> Vec<Self::Json> {
+        body.spans
+    }
+    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<Span> {
+        ingest::validate_span(i, item, errors)
+    }
+}
 
 struct Logs;
-impl Kind for Logs {
-    const NAME: &'static str = "logs";
-    type Body = ingest::LogsBody;
-    type Json = ingest::LogJson;
+impl Placement for Logs {
     type Row = LogRecord;
-    fn items(body: Self::Body) -> Vec<Self::Json> {
-        body.logs
-    }
-    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<LogRecord> {
-        ingest::validate_log(i, item, errors)
-    }
     fn key(row: &LogRecord) -> Option<&[u8]> {
         (!row.trace_id.is_empty()).then_some(row.trace_id.as_bytes())
     }
@@ -80,24 +77,37 @@ impl Kind for Logs {
         batch.logs.push(row)
     }
 }
+impl Kind for Logs {
+    const NAME: &'static str = "logs";
+    type Body = ingest::LogsBody;
+    type Json = ingest::LogJson;
+    fn items(body: Self::Body) -> Vec<Self::Json> {
+        body.logs
+    }
+    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<LogRecord> {
+        ingest::validate_log(i, item, errors)
+    }
+}
 
 struct HostMetrics;
-impl Kind for HostMetrics {
-    const NAME: &'static str = "host_metrics";
-    type Body = ingest::MetricsBody;
-    type Json = ingest::HostMetricJson;
+impl Placement for HostMetrics {
     type Row = HostMetric;
-    fn items(body: Self::Body) -> Vec<Self::Json> {
-        body.metrics
-    }
-    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<HostMetric> {
-        ingest::validate_host_metric(i, item, errors)
-    }
     fn key(row: &HostMetric) -> Option<&[u8]> {
         Some(row.hostname.as_bytes())
     }
     fn push(batch: &mut ShardBatch, row: HostMetric) {
         batch.host_metrics.push(row)
+    }
+}
+impl Kind for HostMetrics {
+    const NAME: &'static str = "host_metrics";
+    type Body = ingest::MetricsBody;
+    type Json = ingest::HostMetricJson;
+    fn items(body: Self::Body) -> Vec<Self::Json> {
+        body.metrics
+    }
+    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<HostMetric> {
+        ingest::validate_host_metric(i, item, errors)
     }
 }
 
@@ -164,7 +174,7 @@ async fn handle<K: Kind>(
 }
 
 /// Splits rows into one sub-batch per shard through the partition table.
-fn partition<K: Kind>(
+pub(crate) fn partition<K: Placement>(
     app: &AppState,
     project: &ProjectId,
     rows: Vec<K::Row>,
@@ -188,7 +198,11 @@ fn partition<K: Kind>(
         K::push(batch, row);
     }
     for batch in batches.values_mut() {
-        let rows = batch.spans.len() + batch.logs.len() + batch.host_metrics.len();
+        let rows = batch.spans.len()
+            + batch.logs.len()
+            + batch.host_metrics.len()
+            + batch.events.len()
+            + batch.replay_events.len();
         batch.json_bytes = (body_bytes * rows / total) as u64;
     }
     Ok(batches)
@@ -196,7 +210,7 @@ fn partition<K: Kind>(
 
 /// Replicates every sub-batch under one batch id. If any shard cannot commit, the others are
 /// told to drop theirs, so a failed request stores nothing.
-async fn commit(app: &AppState, batches: HashMap<GroupId, ShardBatch>) -> Result<(), ApiError> {
+pub(crate) async fn commit(app: &AppState, batches: HashMap<GroupId, ShardBatch>) -> Result<(), ApiError> {
     let batch_id: u128 = rand::random();
     let groups: Vec<GroupId> = batches.keys().copied().collect();
     let writes = batches.into_iter().map(|(group, batch)| {

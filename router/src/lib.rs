@@ -6,6 +6,7 @@ pub mod api_keys;
 pub mod auth;
 pub mod body;
 pub mod bootstrap;
+pub mod capture;
 pub mod cluster;
 pub mod error;
 pub mod http;

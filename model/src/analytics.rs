@@ -1,0 +1,250 @@
+//! Product-analytics objects (DESIGN A7): events and session-replay events, their limits and
+//! their validation — one function per kind, used by the native API and the PostHog-compatible
+//! capture endpoints alike.
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use sextant_proto::{Event, ReplayEvent};
+
+use crate::ingest::FieldError;
+use crate::time::TimeInput;
+
+pub const MAX_EVENTS: usize = 1000;
+pub const MAX_EVENTS_BODY: usize = 20 * 1024 * 1024;
+pub const MAX_REPLAY_EVENTS: usize = 500;
+pub const MAX_REPLAY_BODY: usize = 10 * 1024 * 1024;
+/// `event` and `distinct_id` (and session/window ids).
+pub const MAX_NAME_CHARS: usize = 200;
+pub const MAX_UUID_LEN: usize = 64;
+/// One event's properties, serialized.
+pub const MAX_PROPERTIES_BYTES: usize = 64 * 1024;
+/// One rrweb event's `data`, serialized (full snapshots of a page are large).
+pub const MAX_REPLAY_DATA_BYTES: usize = 8 * 1024 * 1024;
+
+#[derive(Debug, Deserialize)]
+pub struct EventJson {
+    #[serde(default)]
+    pub event: Option<String>,
+    #[serde(default)]
+    pub distinct_id: Option<Value>,
+    #[serde(default)]
+    pub timestamp: Option<TimeInput>,
+    #[serde(default)]
+    pub properties: Option<Value>,
+    #[serde(default)]
+    pub uuid: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct BatchBody {
+    #[serde(default)]
+    pub token: Option<String>,
+    pub events: Vec<EventJson>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ReplayEventJson {
+    #[serde(rename = "type")]
+    pub event_type: i64,
+    pub data: Value,
+    pub timestamp: TimeInput,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct ReplayBody {
+    #[serde(default)]
+    pub token: Option<String>,
+    pub session_id: String,
+    #[serde(default)]
+    pub distinct_id: Option<String>,
+    #[serde(default)]
+    pub window_id: Option<String>,
+    pub events: Vec<ReplayEventJson>,
+}
+
+fn fail(errors: &mut Vec<FieldError>, index: usize, field: &str, reason: &str) {
+    errors.push(FieldError { index, field: field.to_owned(), reason: reason.to_owned() });
+}
+
+/// A required name: non-empty after trimming, at most [`MAX_NAME_CHARS`] characters, no
+/// control characters.
+fn name(errors: &mut Vec<FieldError>, index: usize, field: &str, value: Option<&str>) -> Option<String> {
+    match value {
+        None => fail(errors, index, field, "is required"),
+        Some(v) if v.trim().is_empty() => fail(errors, index, field, "must not be empty"),
+        Some(v) if v.chars().count() > MAX_NAME_CHARS => {
+            fail(errors, index, field, "must be at most 200 characters")
+        }
+        Some(v) if v.chars().any(char::is_control) => fail(errors, index, field, "must not contain control characters"),
+        Some(v) => return Some(v.to_owned()),
+    }
+    None
+}
+
+/// `distinct_id` may come as a string or a number (SDKs send both); stored as text.
+fn distinct_id(value: Option<&Value>) -> Option<String> {
+    match value? {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+/// Validates one event. `now_ns` is the receive time, the default timestamp.
+pub fn validate_event(index: usize, e: EventJson, now_ns: i64, errors: &mut Vec<FieldError>) -> Option<Event> {
+    let before = errors.len();
+    let event = name(errors, index, "event", e.event.as_deref());
+    // PostHog SDKs may put the distinct id in the properties.
+    let did = distinct_id(e.distinct_id.as_ref())
+        .or_else(|| distinct_id(e.properties.as_ref().and_then(|p| p.get("distinct_id"))));
+    if e.distinct_id.as_ref().is_some_and(|v| !v.is_string() && !v.is_number() && !v.is_null()) {
+        fail(errors, index, "distinct_id", "must be a string");
+    }
+    let distinct = name(errors, index, "distinct_id", did.as_deref());
+    let time = match &e.timestamp {
+        None => now_ns,
+        Some(t) => t.to_unix_nanos().unwrap_or_else(|reason| {
+            fail(errors, index, "timestamp", reason);
+            0
+        }),
+    };
+    let properties = match e.properties {
+        None | Some(Value::Null) => "{}".to_owned(),
+        Some(p @ Value::Object(_)) => {
+            let text = p.to_string();
+            if text.len() > MAX_PROPERTIES_BYTES {
+                fail(errors, index, "properties", "must be at most 64 KiB");
+            }
+            text
+        }
+        Some(_) => {
+            fail(errors, index, "properties", "must be an object");
+            String::new()
+        }
+    };
+    let uuid = e.uuid.unwrap_or_default();
+    if uuid.len() > MAX_UUID_LEN || uuid.chars().any(|c| c.is_control() || c.is_whitespace()) {
+        fail(errors, index, "uuid", "must be at most 64 characters without spaces");
+    }
+    (errors.len() == before).then(|| Event {
+        uuid,
+        event: event.unwrap_or_default(),
+        distinct_id: distinct.unwrap_or_default(),
+        unix_nanos: time,
+        properties_json: properties,
+    })
+}
+
+/// Validates the events of one replay request (they share its session, user and window).
+pub fn validate_replay(body: ReplayBody, errors: &mut Vec<FieldError>) -> Vec<ReplayEvent> {
+    let session = name(errors, 0, "session_id", Some(&body.session_id));
+    let window = body.window_id.unwrap_or_default();
+    let distinct = body.distinct_id.unwrap_or_default();
+    for (field, v) in [("window_id", &window), ("distinct_id", &distinct)] {
+        if v.chars().count() > MAX_NAME_CHARS || v.chars().any(char::is_control) {
+            fail(errors, 0, field, "must be at most 200 characters without control characters");
+        }
+    }
+    let mut out = Vec::with_capacity(body.events.len());
+    for (i, e) in body.events.into_iter().enumerate() {
+        let before = errors.len();
+        let time = e.timestamp.to_unix_nanos().unwrap_or_else(|reason| {
+            fail(errors, i, "timestamp", reason);
+            0
+        });
+        if !(0..=64).contains(&e.event_type) {
+            fail(errors, i, "type", "must be an rrweb event type (0–64)");
+        }
+        let data = e.data.to_string();
+        if data.len() > MAX_REPLAY_DATA_BYTES {
+            fail(errors, i, "data", "must be at most 8 MiB");
+        }
+        if errors.len() == before {
+            out.push(ReplayEvent {
+                session_id: session.clone().unwrap_or_default(),
+                distinct_id: distinct.clone(),
+                window_id: window.clone(),
+                unix_nanos: time,
+                event_type: e.event_type as i32,
+                data_json: data,
+            });
+        }
+    }
+    out
+}
+
+/// The events of a PostHog capture body: `{batch:[...]}`, `[...]` or one event; and the
+/// project token (`api_key` or `token`) found in the body or its events' properties.
+pub fn posthog_events(body: Value) -> Result<(Vec<EventJson>, Option<String>), String> {
+    let token_of = |m: &Map<String, Value>| {
+        m.get("api_key").or_else(|| m.get("token")).and_then(Value::as_str).map(str::to_owned)
+    };
+    let (items, mut token) = match body {
+        Value::Object(mut m) => {
+            let token = token_of(&m);
+            match m.remove("batch").or_else(|| m.remove("events")) {
+                Some(Value::Array(a)) => (a, token),
+                Some(_) => return Err("`batch` must be an array".into()),
+                None => (vec![Value::Object(m)], token),
+            }
+        }
+        Value::Array(a) => (a, None),
+        _ => return Err("expected an event object, an array of events or {\"batch\": [...]}".into()),
+    };
+    if token.is_none() {
+        token = items.iter().find_map(|e| {
+            e.as_object().and_then(token_of).or_else(|| {
+                e.get("properties").and_then(|p| p.get("token")).and_then(Value::as_str).map(str::to_owned)
+            })
+        });
+    }
+    let events = items
+        .into_iter()
+        .map(|v| serde_json::from_value::<EventJson>(v).map_err(|e| format!("invalid event: {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((events, token))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn event(v: Value) -> Result<Event, Vec<FieldError>> {
+        let mut errors = Vec::new();
+        let e = validate_event(0, serde_json::from_value(v).unwrap(), 42, &mut errors);
+        e.ok_or(errors)
+    }
+
+    #[test]
+    fn event_defaults_and_limits() {
+        let e = event(json!({"event": "signup", "distinct_id": "u1"})).unwrap();
+        assert_eq!((e.unix_nanos, e.properties_json.as_str(), e.uuid.as_str()), (42, "{}", ""));
+        let e = event(json!({"event": "x", "distinct_id": 7, "timestamp": 1000, "properties": {"a": 1}})).unwrap();
+        assert_eq!((e.distinct_id.as_str(), e.unix_nanos), ("7", 1_000_000_000));
+        let fields = |v| event(v).unwrap_err().into_iter().map(|e| e.field).collect::<Vec<_>>();
+        assert_eq!(fields(json!({"distinct_id": "u"})), ["event"]);
+        assert_eq!(fields(json!({"event": " ", "distinct_id": ""})), ["event", "distinct_id"]);
+        assert_eq!(fields(json!({"event": "e".repeat(201), "distinct_id": "u"})), ["event"]);
+        assert_eq!(fields(json!({"event": "e", "distinct_id": "u", "properties": [1]})), ["properties"]);
+        assert_eq!(fields(json!({"event": "e", "distinct_id": "u", "timestamp": "yesterday"})), ["timestamp"]);
+        // 200 characters of multi-byte text are fine: the limit counts characters.
+        assert!(event(json!({"event": "é".repeat(200), "distinct_id": "u"})).is_ok());
+    }
+
+    #[test]
+    fn posthog_bodies_of_every_shape() {
+        let (events, token) =
+            posthog_events(json!({"api_key": "sxp_a", "batch": [{"event": "a", "distinct_id": "u"}]})).unwrap();
+        assert_eq!((events.len(), token.as_deref()), (1, Some("sxp_a")));
+        let (events, token) =
+            posthog_events(json!({"event": "a", "properties": {"distinct_id": "u", "token": "sxp_b"}})).unwrap();
+        assert_eq!(token.as_deref(), Some("sxp_b"));
+        let mut errors = Vec::new();
+        let e = validate_event(0, events.into_iter().next().unwrap(), 0, &mut errors).unwrap();
+        assert_eq!(e.distinct_id, "u");
+        let (events, _) = posthog_events(json!([{"event": "a"}, {"event": "b"}])).unwrap();
+        assert_eq!(events.len(), 2);
+        assert!(posthog_events(json!("nope")).is_err());
+    }
+}

@@ -1,0 +1,138 @@
+//! Product-analytics ingest against `sextant dev`: the native `/v1/batch` and
+//! `/v1/replay/events`, PostHog-compatible capture, and every way a request can be refused.
+//! Stored rows are counted through the node's `applied_rows` metric (the analytics read API
+//! comes with its own tests).
+
+mod common;
+
+use std::io::Write;
+
+use common::*;
+use serde_json::{json, Value};
+
+async fn applied_rows(url: &str) -> f64 {
+    let text = http().get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap();
+    text.lines()
+        .filter(|l| l.starts_with("sextant_node_applied_rows_total"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn events(n: usize) -> Vec<Value> {
+    (0..n)
+        .map(|i| json!({"event": "page_view", "distinct_id": format!("user-{}", i % 7), "properties": {"path": "/"}}))
+        .collect()
+}
+
+async fn post(url: &str, path: &str, body: &Value, token_header: Option<&str>) -> (u16, Value) {
+    let mut req = http().post(format!("{url}{path}")).json(body);
+    if let Some(t) = token_header {
+        req = req.header("X-Analytics-Token", t);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn events_and_replays_are_accepted_with_the_project_token_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Dev::start(dir.path()).await;
+    let token = dev.creds["ingest_token"].as_str().unwrap().to_owned();
+    let url = dev.url.clone();
+    let base = applied_rows(&url).await;
+
+    // Token in the body, then in the header.
+    let (s, b) = post(&url, "/v1/batch", &json!({"token": token, "events": events(10)}), None).await;
+    assert_eq!((s, &b), (200, &json!({"status": "ok", "accepted": 10})));
+    let (s, _) = post(&url, "/v1/batch", &json!({"events": events(5)}), Some(&token)).await;
+    assert_eq!(s, 200);
+
+    let replay = json!({
+        "token": token, "session_id": "sess-1", "distinct_id": "user-1", "window_id": "w",
+        "events": [
+            {"type": 4, "data": {"href": "https://example.com"}, "timestamp": 1700000000000i64},
+            {"type": 2, "data": {"node": {}}, "timestamp": 1700000000100i64},
+        ],
+    });
+    let (s, b) = post(&url, "/v1/replay/events", &replay, None).await;
+    assert_eq!((s, b["accepted"].as_u64()), (200, Some(2)));
+
+    // PostHog SDK shapes: batch with api_key, single event with the token in properties, and
+    // a gzip-js body.
+    let (s, b) = post(&url, "/batch/", &json!({"api_key": token, "batch": events(3)}), None).await;
+    assert_eq!((s, b["status"].as_i64()), (200, Some(1)));
+    let single = json!({"event": "$pageview", "properties": {"distinct_id": "u9", "token": token}});
+    let (s, _) = post(&url, "/e/", &single, None).await;
+    assert_eq!(s, 200);
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(json!({"api_key": token, "batch": events(4)}).to_string().as_bytes()).unwrap();
+    let resp = http()
+        .post(format!("{url}/i/v0/e/?compression=gzip-js"))
+        .header("Content-Type", "text/plain")
+        .body(gz.finish().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+
+    let stored = 10.0 + 5.0 + 2.0 + 3.0 + 1.0 + 4.0;
+    wait_for("rows applied", std::time::Duration::from_secs(10), || {
+        let url = url.clone();
+        async move { (applied_rows(&url).await - base == stored).then_some(()) }
+    })
+    .await;
+
+    // Refusals: each its status and code, nothing stored.
+    let api_key = dev.api_key().to_owned();
+    let cases: Vec<(&str, Value, Option<&str>, u16, &str)> = vec![
+        ("/v1/batch", json!({"events": events(1)}), None, 401, "unauthorized"),
+        ("/v1/batch", json!({"token": "sxp_0000000000000000_bad", "events": events(1)}), None, 401, "unauthorized"),
+        // An observability API key is not an ingest token.
+        ("/v1/batch", json!({"token": api_key, "events": events(1)}), None, 401, "unauthorized"),
+        ("/v1/batch", json!({"token": token, "events": events(1001)}), None, 400, "batch_too_large"),
+        ("/v1/batch", json!({"token": token, "events": [{"event": "", "distinct_id": "u"}]}), None, 400, "validation_failed"),
+        ("/v1/batch", json!({"token": token, "events": "nope"}), None, 400, "invalid_body"),
+        ("/batch/", json!({"batch": events(1)}), None, 401, "unauthorized"),
+        (
+            "/v1/replay/events",
+            json!({"token": token, "session_id": "s", "events": (0..501).map(|i| json!({"type": 3, "data": {}, "timestamp": i})).collect::<Vec<_>>()}),
+            None,
+            413,
+            "too_many_events",
+        ),
+        ("/v1/replay/events", json!({"token": token, "session_id": "", "events": []}), None, 400, "validation_failed"),
+    ];
+    for (path, body, header, status, code) in cases {
+        let (s, b) = post(&url, path, &body, header).await;
+        assert_eq!((s, b["error"]["code"].as_str()), (status, Some(code)), "{path} {body}");
+    }
+    let malformed = http()
+        .post(format!("{url}/v1/batch"))
+        .header("Content-Type", "application/json")
+        .header("X-Analytics-Token", &token)
+        .body("{\"events\": [")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(malformed.status(), 400);
+    let too_big = http()
+        .post(format!("{url}/v1/replay/events"))
+        .header("Content-Type", "application/json")
+        .body(vec![b' '; 11 * 1024 * 1024])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(too_big.status(), 413);
+    assert_eq!(applied_rows(&url).await - base, stored, "a refused request stored something");
+
+    // Browser SDKs post from other origins.
+    let preflight = http()
+        .request(reqwest::Method::OPTIONS, format!("{url}/v1/batch"))
+        .header("Origin", "https://shop.example")
+        .header("Access-Control-Request-Method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(preflight.headers().get("access-control-allow-origin").and_then(|v| v.to_str().ok()), Some("*"));
+}
