@@ -272,9 +272,12 @@ pub enum MetaCommand {
         new_sha256: String,
         now_ms: i64,
     },
-    /// Sign-out: the family can no longer refresh and its access tokens stop working.
+    /// Sign-out with one of the family's live refresh tokens: the family can no longer
+    /// refresh and its access tokens stop working. Knowing the family id (the `sid` of an
+    /// access token) is not enough.
     EndSession {
         family: String,
+        presented_sha256: String,
         now_ms: i64,
     },
     Invite {

@@ -138,10 +138,17 @@ impl MetaState {
             MetaCommand::RotateSession { family, presented_sha256, new_sha256, now_ms } => {
                 self.rotate(&family, &presented_sha256, new_sha256, now_ms)
             }
-            MetaCommand::EndSession { family, now_ms } => {
-                if let Some(f) = self.sessions.get_mut(&family) {
-                    Self::revoke_family(f, now_ms);
+            MetaCommand::EndSession { family, presented_sha256, now_ms } => {
+                let Some(f) = self.sessions.get_mut(&family) else {
+                    return Refused(Refusal::InvalidSession);
+                };
+                let live = same_hash(&f.current_sha256, &presented_sha256)
+                    || f.alternates_sha256.iter().any(|a| same_hash(a, &presented_sha256))
+                    || f.previous_sha256.as_deref().is_some_and(|p| same_hash(p, &presented_sha256));
+                if !live {
+                    return Refused(Refusal::InvalidSession);
                 }
+                Self::revoke_family(f, now_ms);
                 Done
             }
             MetaCommand::Invite { invite } => {
@@ -484,7 +491,12 @@ mod tests {
         assert_eq!(r, Refused(Refusal::InvalidSession));
         assert_eq!(rotate(&mut s, "h0", "h1", T0 + REFRESH_TTL_MS), Refused(Refusal::InvalidSession));
         let (mut s, _) = state_with_user();
-        assert_eq!(s.execute(MetaCommand::EndSession { family: "fam".into(), now_ms: T0 }), Done);
+        let end =
+            |token: &str| MetaCommand::EndSession { family: "fam".into(), presented_sha256: token.into(), now_ms: T0 };
+        // The family id alone (an access token's `sid`) cannot end someone's session.
+        assert_eq!(s.execute(end("guess")), Refused(Refusal::InvalidSession));
+        assert!(s.sessions["fam"].revoked_at_ms.is_none());
+        assert_eq!(s.execute(end("h0")), Done);
         assert_eq!(rotate(&mut s, "h0", "h1", T0 + 1), Refused(Refusal::InvalidSession));
     }
 
@@ -674,7 +686,7 @@ mod tests {
     #[test]
     fn heartbeats_prune_expired_state() {
         let (mut s, _) = state_with_user();
-        s.execute(MetaCommand::EndSession { family: "fam".into(), now_ms: T0 });
+        s.execute(MetaCommand::EndSession { family: "fam".into(), presented_sha256: "h0".into(), now_ms: T0 });
         s.execute(MetaCommand::RouterHeartbeat { router_id: "r1".into(), at_ms: T0 });
         assert!(s.sessions.contains_key("fam"), "tombstone kept while access tokens may live");
         s.execute(MetaCommand::RouterHeartbeat { router_id: "r2".into(), at_ms: T0 + TOMBSTONE_MS });

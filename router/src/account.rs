@@ -203,10 +203,11 @@ pub async fn refresh(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Re
 }
 
 pub async fn logout(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
-    if let Some((family, _)) = refresh::read_cookie(&headers, refresh::COOKIE).and_then(refresh::parse) {
-        app.cluster.meta_change(&MetaCommand::EndSession { family, now_ms: now_ms() }).await?;
+    if let Some((family, presented_sha256)) = refresh::read_cookie(&headers, refresh::COOKIE).and_then(refresh::parse) {
+        // Refused when the cookie is not a live token of the family: nothing to end then.
+        app.cluster.meta_change(&MetaCommand::EndSession { family, presented_sha256, now_ms: now_ms() }).await?;
     }
-    // Signing out twice, or without a cookie, is not an error: the outcome is the same.
+    // Signing out twice, or without a valid cookie, is not an error: the outcome is the same.
     let mut resp = StatusCode::NO_CONTENT.into_response();
     resp.headers_mut().insert(header::SET_COOKIE, refresh::clear_cookie(app.config.secure_cookies));
     Ok(resp)
