@@ -294,6 +294,10 @@ async fn signup_refresh_rotation_reuse_and_logout() {
     expect_error(post_auth(url, "/auth/refresh", None).await, 401, "unauthorized").await;
     expect_error(post_auth(url, "/auth/refresh", Some("sextant_refresh=garbage")).await, 401, "unauthorized").await;
     assert_eq!(post_auth(url, "/auth/logout", None).await.status(), 204);
+    // Knowing a session's id (the `sid` claim) without its refresh token signs nobody out.
+    let sid = decode_claims(&other_session)["sid"].as_str().unwrap().to_owned();
+    let forged = format!("sextant_refresh={sid}.{}", "A".repeat(43));
+    assert_eq!(post_auth(url, "/auth/logout", Some(&forged)).await.status(), 204);
     // Another sign-in of the same user is unaffected.
     assert_eq!(status_of(call(url, Method::GET, "/projects", Some(&other_session), None).await).await, 200);
 }

@@ -47,9 +47,15 @@ pub struct Org {
     pub plan: String,
     pub default_project: ProjectId,
     pub created_at_ms: i64,
-    /// End of the sign-up trial of `plan`; `None` when the plan is not a trial.
-    #[serde(default)]
-    pub trial_ends_at_ms: Option<i64>,
+}
+
+/// The end of an org's sign-up trial of its plan. Kept beside [`Org`], not in it, because
+/// `Org` is inside log entries written before trials existed, and the log is bincode, which
+/// cannot default a missing field.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct OrgTrial {
+    pub org_id: OrgId,
+    pub ends_at_ms: i64,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -229,7 +235,8 @@ pub struct RouterSeen {
 }
 
 // Commands travel in the Raft log as bincode: no `skip_serializing_if`, untagged or internally
-// tagged enums here.
+// tagged enums here, new variants only at the end, and records already inside commands
+// (`Org`, `User`, `Project`, `Credential`) keep their fields, or old logs stop replaying.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum MetaCommand {
     /// Creates the first org, owner, project and credentials and the partition table, once.
@@ -252,6 +259,7 @@ pub enum MetaCommand {
         project: Project,
         credentials: Vec<Credential>,
         session: RefreshFamily,
+        trial_ends_at_ms: Option<i64>,
     },
     /// A password sign-in.
     StartSession {
@@ -264,9 +272,12 @@ pub enum MetaCommand {
         new_sha256: String,
         now_ms: i64,
     },
-    /// Sign-out: the family can no longer refresh and its access tokens stop working.
+    /// Sign-out with one of the family's live refresh tokens: the family can no longer
+    /// refresh and its access tokens stop working. Knowing the family id (the `sid` of an
+    /// access token) is not enough.
     EndSession {
         family: String,
+        presented_sha256: String,
         now_ms: i64,
     },
     Invite {
@@ -405,6 +416,8 @@ pub struct MetaView {
     pub plans: Vec<Plan>,
     #[serde(default)]
     pub quotas: Vec<Quota>,
+    #[serde(default)]
+    pub trials: Vec<OrgTrial>,
 }
 
 #[cfg(test)]

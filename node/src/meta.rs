@@ -8,8 +8,8 @@ use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 use sextant_model::meta::{
-    Credential, Invite, Member, MetaCommand, MetaCommandResult, MetaQuery, MetaView, Org, OrgMembers, Plan, Project,
-    Quota, RefreshFamily, Refusal, Role, RouterSeen, User, MAX_KEYS_PER_PROJECT, MAX_PENDING_INVITES_PER_ORG,
+    Credential, Invite, Member, MetaCommand, MetaCommandResult, MetaQuery, MetaView, Org, OrgMembers, OrgTrial, Plan,
+    Project, Quota, RefreshFamily, Refusal, Role, RouterSeen, User, MAX_KEYS_PER_PROJECT, MAX_PENDING_INVITES_PER_ORG,
     MAX_PROJECTS_PER_ORG, MAX_REFRESH_ALTERNATES, MAX_SESSIONS_PER_USER, REFRESH_GRACE_MS, REFRESH_TTL_MS,
     ROUTER_LIVE_MS, TOMBSTONE_MS,
 };
@@ -37,6 +37,9 @@ pub struct MetaState {
     plans: BTreeMap<String, Plan>,
     #[serde(default)]
     quotas: BTreeMap<String, Quota>,
+    /// Ends of sign-up trials, by org.
+    #[serde(default)]
+    trials: BTreeMap<OrgId, i64>,
     #[serde(default)]
     routers: BTreeMap<String, i64>,
     /// Number of commands applied, so routers can tell a newer view from an older one.
@@ -108,9 +111,12 @@ impl MetaState {
                 }
                 Done
             }
-            MetaCommand::Signup { org, user, project, credentials, session } => {
+            MetaCommand::Signup { org, user, project, credentials, session, trial_ends_at_ms } => {
                 if self.email_taken(&user.email) {
                     return Refused(Refusal::EmailTaken);
+                }
+                if let Some(end) = trial_ends_at_ms {
+                    self.trials.insert(org.id, end);
                 }
                 self.orgs.insert(org.id, org);
                 self.users.insert(user.id, user);
@@ -132,10 +138,17 @@ impl MetaState {
             MetaCommand::RotateSession { family, presented_sha256, new_sha256, now_ms } => {
                 self.rotate(&family, &presented_sha256, new_sha256, now_ms)
             }
-            MetaCommand::EndSession { family, now_ms } => {
-                if let Some(f) = self.sessions.get_mut(&family) {
-                    Self::revoke_family(f, now_ms);
+            MetaCommand::EndSession { family, presented_sha256, now_ms } => {
+                let Some(f) = self.sessions.get_mut(&family) else {
+                    return Refused(Refusal::InvalidSession);
+                };
+                let live = same_hash(&f.current_sha256, &presented_sha256)
+                    || f.alternates_sha256.iter().any(|a| same_hash(a, &presented_sha256))
+                    || f.previous_sha256.as_deref().is_some_and(|p| same_hash(p, &presented_sha256));
+                if !live {
+                    return Refused(Refusal::InvalidSession);
                 }
+                Self::revoke_family(f, now_ms);
                 Done
             }
             MetaCommand::Invite { invite } => {
@@ -343,6 +356,7 @@ impl MetaState {
                 routers: self.routers.iter().map(|(id, at)| RouterSeen { id: id.clone(), at_ms: *at }).collect(),
                 plans: self.plans.values().cloned().collect(),
                 quotas: self.quotas.values().cloned().collect(),
+                trials: self.trials.iter().map(|(o, end)| OrgTrial { org_id: *o, ends_at_ms: *end }).collect(),
             }),
             MetaQuery::UserByEmail { email } => {
                 let email = email.to_lowercase();
@@ -400,18 +414,12 @@ mod tests {
             created_at_ms: T0,
         };
         let r = s.execute(MetaCommand::Signup {
-            org: Org {
-                id: org,
-                name: "Acme".into(),
-                plan: "pro".into(),
-                default_project: project,
-                created_at_ms: T0,
-                trial_ends_at_ms: None,
-            },
+            org: Org { id: org, name: "Acme".into(), plan: "pro".into(), default_project: project, created_at_ms: T0 },
             user: user.clone(),
             project: Project { id: project, org_id: org, name: "default".into(), created_at_ms: T0 },
             credentials: vec![],
             session: RefreshFamily::new("fam".into(), user.id, org, "h0".into(), T0),
+            trial_ends_at_ms: Some(T0 + 1),
         });
         assert_eq!(r, Done);
         (s, user)
@@ -483,7 +491,12 @@ mod tests {
         assert_eq!(r, Refused(Refusal::InvalidSession));
         assert_eq!(rotate(&mut s, "h0", "h1", T0 + REFRESH_TTL_MS), Refused(Refusal::InvalidSession));
         let (mut s, _) = state_with_user();
-        assert_eq!(s.execute(MetaCommand::EndSession { family: "fam".into(), now_ms: T0 }), Done);
+        let end =
+            |token: &str| MetaCommand::EndSession { family: "fam".into(), presented_sha256: token.into(), now_ms: T0 };
+        // The family id alone (an access token's `sid`) cannot end someone's session.
+        assert_eq!(s.execute(end("guess")), Refused(Refusal::InvalidSession));
+        assert!(s.sessions["fam"].revoked_at_ms.is_none());
+        assert_eq!(s.execute(end("h0")), Done);
         assert_eq!(rotate(&mut s, "h0", "h1", T0 + 1), Refused(Refusal::InvalidSession));
     }
 
@@ -499,12 +512,12 @@ mod tests {
                 plan: "pro".into(),
                 default_project: ProjectId::random(),
                 created_at_ms: T0,
-                trial_ends_at_ms: None,
             },
             user: User { id: UserId::random(), org_id: org, ..user },
             project: Project { id: ProjectId::random(), org_id: org, name: "default".into(), created_at_ms: T0 },
             credentials: vec![],
             session: RefreshFamily::new("fam2".into(), UserId::random(), org, "h".into(), T0),
+            trial_ends_at_ms: None,
         });
         assert_eq!(r, Refused(Refusal::EmailTaken));
         let mut after = serde_json::to_value(&s).unwrap();
@@ -623,10 +636,57 @@ mod tests {
         assert_eq!(s.execute(MetaCommand::DeleteQuota { id: "q1".into() }), Refused(Refusal::NotFound));
     }
 
+    /// Raft logs keep commands as bincode. A bootstrap entry written by the first release must
+    /// still decode, so `Org`, `User`, `Project` and `Credential` must not change shape.
+    #[test]
+    fn bootstrap_entries_of_existing_logs_keep_their_encoding() {
+        let id = |n: u8| format!("00000000-0000-4000-8000-0000000000{n:02}");
+        let (org, user, project): (OrgId, UserId, ProjectId) =
+            (id(1).parse().unwrap(), id(2).parse().unwrap(), id(3).parse().unwrap());
+        let command = MetaCommand::Bootstrap {
+            org: Org {
+                id: org,
+                name: "o".into(),
+                plan: "enterprise".into(),
+                default_project: project,
+                created_at_ms: 7,
+            },
+            user: User {
+                id: user,
+                org_id: org,
+                email: "a@b.co".into(),
+                name: "A".into(),
+                role: Role::Owner,
+                password_hash: "h".into(),
+                created_at_ms: 7,
+            },
+            project: Project { id: project, org_id: org, name: "default".into(), created_at_ms: 7 },
+            credentials: vec![Credential {
+                id: "k".into(),
+                kind: sextant_model::meta::CredentialKind::ApiKey,
+                project_id: project,
+                name: "default".into(),
+                secret_sha256: "s".into(),
+                created_at_ms: 7,
+                revoked: false,
+            }],
+            partitions: vec![1, 2],
+        };
+        let bytes = bincode::serialize(&command).unwrap();
+        // Computed with the definitions of commit 707a8cd (the first release of the log format).
+        assert_eq!(
+            xxhash_rust::xxh3::xxh3_64(&bytes),
+            12875645247056023660,
+            "encoding changed ({} bytes)",
+            bytes.len()
+        );
+        assert_eq!(bincode::deserialize::<MetaCommand>(&bytes).unwrap(), command);
+    }
+
     #[test]
     fn heartbeats_prune_expired_state() {
         let (mut s, _) = state_with_user();
-        s.execute(MetaCommand::EndSession { family: "fam".into(), now_ms: T0 });
+        s.execute(MetaCommand::EndSession { family: "fam".into(), presented_sha256: "h0".into(), now_ms: T0 });
         s.execute(MetaCommand::RouterHeartbeat { router_id: "r1".into(), at_ms: T0 });
         assert!(s.sessions.contains_key("fam"), "tombstone kept while access tokens may live");
         s.execute(MetaCommand::RouterHeartbeat { router_id: "r2".into(), at_ms: T0 + TOMBSTONE_MS });

@@ -41,10 +41,10 @@ pub fn member_json(m: &Member) -> Value {
     })
 }
 
-fn org_json(o: &Org) -> Value {
+fn org_json(o: &Org, trial_ends_at_ms: Option<i64>) -> Value {
     json!({
         "id": o.id, "name": o.name, "plan": o.plan, "default_project_id": o.default_project,
-        "trial_ends_at": o.trial_ends_at_ms.map(time_json), "created_at": time_json(o.created_at_ms),
+        "trial_ends_at": trial_ends_at_ms.map(time_json), "created_at": time_json(o.created_at_ms),
     })
 }
 
@@ -107,19 +107,14 @@ pub async fn signup(
     let (org_id, user_id, project_id) = (OrgId::random(), UserId::random(), ProjectId::random());
     let (ingest_token, token_record) = new_credential(CredentialKind::IngestToken, project_id, "default", now);
     let refresh = RefreshToken::new_family();
-    let org = Org {
-        id: org_id,
-        name: org_name,
-        plan: SIGNUP_PLAN.into(),
-        default_project: project_id,
-        created_at_ms: now,
-        trial_ends_at_ms: Some(now + TRIAL_MS),
-    };
+    let org =
+        Org { id: org_id, name: org_name, plan: SIGNUP_PLAN.into(), default_project: project_id, created_at_ms: now };
+    let trial_ends_at_ms = Some(now + TRIAL_MS);
     let user = User { id: user_id, org_id, email, name, role: Role::Owner, password_hash, created_at_ms: now };
     let project = Project { id: project_id, org_id, name: "default".into(), created_at_ms: now };
     let body = json!({
         "user": member_json(&user.member()),
-        "org": org_json(&org),
+        "org": org_json(&org, trial_ends_at_ms),
         "project": project_json(&project, Some(ingest_token.as_str()), true),
     });
     let member = user.member();
@@ -129,6 +124,7 @@ pub async fn signup(
         project,
         credentials: vec![token_record],
         session: RefreshFamily::new(refresh.family.clone(), user_id, org_id, refresh.sha256.clone(), now),
+        trial_ends_at_ms,
     };
     match app.cluster.meta_change(&command).await? {
         MetaCommandResult::Done => session_response(&app, StatusCode::CREATED, &member, &refresh, body),
@@ -207,10 +203,11 @@ pub async fn refresh(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Re
 }
 
 pub async fn logout(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
-    if let Some((family, _)) = refresh::read_cookie(&headers, refresh::COOKIE).and_then(refresh::parse) {
-        app.cluster.meta_change(&MetaCommand::EndSession { family, now_ms: now_ms() }).await?;
+    if let Some((family, presented_sha256)) = refresh::read_cookie(&headers, refresh::COOKIE).and_then(refresh::parse) {
+        // Refused when the cookie is not a live token of the family: nothing to end then.
+        app.cluster.meta_change(&MetaCommand::EndSession { family, presented_sha256, now_ms: now_ms() }).await?;
     }
-    // Signing out twice, or without a cookie, is not an error: the outcome is the same.
+    // Signing out twice, or without a valid cookie, is not an error: the outcome is the same.
     let mut resp = StatusCode::NO_CONTENT.into_response();
     resp.headers_mut().insert(header::SET_COOKIE, refresh::clear_cookie(app.config.secure_cookies));
     Ok(resp)

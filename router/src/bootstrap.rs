@@ -37,7 +37,6 @@ pub async fn bootstrap(cluster: &Cluster, url: &str, plan: &str) -> anyhow::Resu
             plan: plan.into(),
             default_project: project_id,
             created_at_ms: now,
-            trial_ends_at_ms: None,
         },
         user: User {
             id: user_id,
