@@ -92,7 +92,7 @@ async fn events_and_replays_are_accepted_with_the_project_token_only() {
         ("/v1/batch", json!({"token": api_key, "events": events(1)}), None, 401, "unauthorized"),
         ("/v1/batch", json!({"token": token, "events": events(1001)}), None, 400, "batch_too_large"),
         ("/v1/batch", json!({"token": token, "events": [{"event": "", "distinct_id": "u"}]}), None, 400, "validation_failed"),
-        ("/v1/batch", json!({"token": token, "events": "nope"}), None, 400, "invalid_body"),
+        ("/v1/batch", json!({"token": token, "events": "nope"}), None, 400, "validation_failed"),
         ("/batch/", json!({"batch": events(1)}), None, 401, "unauthorized"),
         (
             "/v1/replay/events",
@@ -126,13 +126,21 @@ async fn events_and_replays_are_accepted_with_the_project_token_only() {
     assert_eq!(too_big.status(), 413);
     assert_eq!(applied_rows(&url).await - base, stored, "a refused request stored something");
 
-    // Browser SDKs post from other origins.
-    let preflight = http()
-        .request(reqwest::Method::OPTIONS, format!("{url}/v1/batch"))
-        .header("Origin", "https://shop.example")
-        .header("Access-Control-Request-Method", "POST")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(preflight.headers().get("access-control-allow-origin").and_then(|v| v.to_str().ok()), Some("*"));
+    // Browser SDKs post from other origins: every ingest endpoint answers the preflight.
+    for path in ["/v1/batch", "/v1/replay/events", "/e/", "/api/v1/ingest/spans"] {
+        let preflight = http()
+            .request(reqwest::Method::OPTIONS, format!("{url}{path}"))
+            .header("Origin", "https://shop.example")
+            .header("Access-Control-Request-Method", "POST")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(preflight.status(), 200, "{path}");
+        let allowed = preflight.headers().get("access-control-allow-origin").and_then(|v| v.to_str().ok());
+        assert_eq!(allowed, Some("*"), "{path}");
+    }
+    // Other methods get the contract's error shape.
+    let resp = http().get(format!("{url}/v1/batch")).send().await.unwrap();
+    assert_eq!(resp.status(), 405);
+    assert_eq!(resp.json::<Value>().await.unwrap()["error"]["code"], "method_not_allowed");
 }

@@ -25,6 +25,10 @@ pub fn read(headers: &HeaderMap, body: Result<Bytes, BytesRejection>, limit: usi
             ApiError::BadRequest("invalid_body", format!("could not read the request body: {r}"))
         }
     })?;
+    // Routes share a body-size layer; each kind's own limit is enforced here.
+    if raw.len() > limit {
+        return Err(ApiError::PayloadTooLarge { limit });
+    }
     match headers.get(header::CONTENT_ENCODING).map(|v| v.to_str().unwrap_or_default().to_ascii_lowercase()) {
         None => Ok(raw),
         Some(enc) if enc == "identity" => Ok(raw),

@@ -76,14 +76,6 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
-        .method_not_allowed_fallback(|| async {
-            (
-                StatusCode::METHOD_NOT_ALLOWED,
-                Json(
-                    json!({"error": {"code": "method_not_allowed", "message": "method not allowed on this endpoint"}}),
-                ),
-            )
-        })
         .layer(middleware::from_fn_with_state(app.clone(), observe))
         .with_state(app)
 }
@@ -136,6 +128,16 @@ async fn observe(State(app): State<Arc<AppState>>, mut req: Request, next: Next)
     let span = tracing::info_span!("request", request_id = %id, %method, route = %route);
     let started = Instant::now();
     let mut resp = next.run(req).instrument(span.clone()).await;
+    // axum's own 405 has no body; give it the contract's error shape. (Not through
+    // `method_not_allowed_fallback`, which would also swallow CORS preflights.)
+    if resp.status() == StatusCode::METHOD_NOT_ALLOWED && !resp.headers().contains_key(header::CONTENT_TYPE) {
+        let allow = resp.headers().get(header::ALLOW).cloned();
+        let body = json!({"error": {"code": "method_not_allowed", "message": "method not allowed on this endpoint"}});
+        resp = (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response();
+        if let Some(allow) = allow {
+            resp.headers_mut().insert(header::ALLOW, allow);
+        }
+    }
     let elapsed = started.elapsed();
     let status = resp.status().as_u16();
     span.in_scope(|| tracing::info!(status, ms = elapsed.as_secs_f64() * 1e3, "request"));
