@@ -54,6 +54,10 @@ pub struct DevArgs {
     /// Number of data shards (fixed when the data directory is created).
     #[arg(long, default_value_t = 4)]
     pub shards: u32,
+    /// A data shard flushes its buffer into segments every this many Raft entries (and by
+    /// size and age regardless).
+    #[arg(long, default_value_t = DEFAULT_SNAPSHOT_EVERY)]
+    pub snapshot_every: u64,
     #[command(flatten)]
     pub limits: RateLimitArgs,
 }
@@ -217,7 +221,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             shards,
             replication_factor: 1,
             cluster_secret: cluster_secret.clone(),
-            snapshot_every: DEFAULT_SNAPSHOT_EVERY,
+            snapshot_every: args.snapshot_every,
         },
         metrics,
     )

@@ -4,6 +4,7 @@
 pub mod archive;
 pub mod compactor;
 pub mod durable;
+pub mod failpoint;
 pub mod flusher;
 pub mod host;
 pub mod http;

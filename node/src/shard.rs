@@ -19,6 +19,7 @@ use sextant_proto::{ShardBatch, Span};
 
 use crate::archive::FileEntry;
 use crate::durable::sync_dir;
+use crate::failpoint;
 use crate::segment::file::{self as segment_file, file_name};
 use crate::segment::compaction::{self, merge_rows, RetentionPolicy};
 use crate::segment::summary::summary_rows;
@@ -146,19 +147,19 @@ impl SegmentShard {
         }
     }
 
-    /// A compaction, if one is due (see [`compaction::plan`]). Never waits for a running
+    /// A compaction, if one is due (see [`compaction::next`]). Never waits for a running
     /// flush: it is called with the state machine's lock held.
     pub fn compaction(&self, current_hour: i64) -> Option<CompactionJob> {
-        let p = self.persisted.try_lock().ok()?;
-        let (picked, drop_only) = match compaction::next(&p.manifest.segments, &self.retention, current_hour)? {
+        // Planned from the published segments (the manifest's lock is held by a running flush,
+        // possibly for long); the job re-checks its inputs under that lock before swapping.
+        let published = self.published.read().unwrap();
+        let metas: Vec<_> = published.segments.iter().map(|s| s.meta.clone()).collect();
+        let (picked, drop_only) = match compaction::next(&metas, &self.retention, current_hour)? {
             compaction::Plan::Drop(segments) => (segments, true),
             compaction::Plan::Rewrite(segments) => (segments, false),
         };
         let ids: HashSet<u64> = picked.iter().map(|s| s.id).collect();
-        let summaries =
-            p.manifest.segments.iter().filter(|s| s.summarizes.is_some_and(|id| ids.contains(&id))).map(|s| s.id).collect();
-        drop(p);
-        let published = self.published.read().unwrap();
+        let summaries = metas.iter().filter(|s| s.summarizes.is_some_and(|id| ids.contains(&id))).map(|s| s.id).collect();
         let inputs: Vec<Arc<Segment>> = published.segments.iter().filter(|s| ids.contains(&s.meta.id)).cloned().collect();
         (inputs.len() == ids.len()).then(|| CompactionJob {
             dir: self.dir.clone(),
@@ -325,6 +326,7 @@ impl CompactionJob {
         }
         let opened = written.iter().map(|m| Segment::open(&self.dir, m.clone()).map(Arc::new)).collect::<io::Result<Vec<_>>>()?;
 
+        failpoint::hit(failpoint::COMPACTION_BEFORE_MANIFEST);
         let mut p = self.persisted.lock().unwrap();
         let mut gone: HashSet<u64> = self.inputs.iter().map(|s| s.meta.id).collect();
         gone.extend(&self.summaries);
@@ -349,6 +351,7 @@ impl CompactionJob {
         }
         *p = Persisted { manifest, entry: Some(entry) };
         drop(p);
+        failpoint::hit(failpoint::COMPACTION_AFTER_MANIFEST);
         // Open readers keep their file handles; new ones see the new manifest.
         for name in removed {
             let _ = std::fs::remove_file(self.dir.join(name));
@@ -417,11 +420,13 @@ fn flush(
     for meta in &written {
         opened.push(Arc::new(Segment::open(dir, meta.clone())?));
     }
+    failpoint::hit(failpoint::FLUSH_BEFORE_MANIFEST);
     manifest.segments.extend(written);
     manifest.checkpoint = Some(meta);
     manifest.dedup = dedup;
     manifest.tombstones = tombstones;
     let entry = manifest.store(dir)?;
+    failpoint::hit(failpoint::FLUSH_AFTER_MANIFEST);
     let mut pubd = published.write().unwrap();
     pubd.frozen.retain(|b| !Arc::ptr_eq(b, frozen));
     pubd.segments.extend(opened);

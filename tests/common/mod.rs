@@ -90,14 +90,17 @@ pub struct Dev {
 
 impl Dev {
     pub async fn start(dir: &Path) -> Dev {
+        Self::start_with(dir, &[], &[]).await
+    }
+
+    /// `sextant dev` with extra flags and environment.
+    pub async fn start_with(dir: &Path, extra: &[&str], envs: &[(&str, &str)]) -> Dev {
         for _ in 0..3 {
             let port = free_port();
             let listen = format!("127.0.0.1:{port}");
-            let mut proc = Proc::spawn(
-                &["dev", "--data-dir", dir.to_str().unwrap(), "--listen", &listen],
-                &dir.join("dev.log"),
-                &[],
-            );
+            let mut args = vec!["dev", "--data-dir", dir.to_str().unwrap(), "--listen", &listen];
+            args.extend_from_slice(extra);
+            let mut proc = Proc::spawn(&args, &dir.join("dev.log"), envs);
             let url = format!("http://{listen}");
             let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
             while tokio::time::Instant::now() < deadline && !proc.exited() {
