@@ -14,8 +14,7 @@ const EVERY: Duration = Duration::from_secs(5);
 
 pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut tick = crate::host::periodic(EVERY);
         loop {
             tick.tick().await;
             let now_hour = hour_of(chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX));

@@ -12,8 +12,7 @@ const CHECK_EVERY: Duration = Duration::from_millis(500);
 
 pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(CHECK_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut tick = crate::host::periodic(CHECK_EVERY);
         loop {
             tick.tick().await;
             for (group, shard) in &host.shards {

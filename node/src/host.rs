@@ -37,6 +37,14 @@ pub struct NodeConfig {
     pub snapshot_every: u64,
 }
 
+/// A ticker for a background loop: the first tick at once, later ones `period` apart, and a
+/// late tick delays the next rather than bunching up.
+pub(crate) fn periodic(period: Duration) -> tokio::time::Interval {
+    let mut tick = tokio::time::interval(period);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick
+}
+
 /// The replicas of `group`: `replication_factor` distinct nodes, spread round-robin so that
 /// leadership and load start out balanced.
 pub fn placement(group: GroupId, nodes: &[NodeId], replication_factor: usize) -> Vec<NodeId> {

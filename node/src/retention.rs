@@ -51,8 +51,7 @@ async fn fetch(host: &NodeHost) -> Option<MetaView> {
 
 pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut tick = tokio::time::interval(EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut tick = crate::host::periodic(EVERY);
         loop {
             tick.tick().await;
             if host.shards.is_empty() {
@@ -84,7 +83,6 @@ mod tests {
             plan: plan.into(),
             default_project: ProjectId::random(),
             created_at_ms: 0,
-            trial_ends_at_ms: None,
         };
         let (free, enterprise, odd) = (org("free"), org("enterprise"), org("no-such-plan"));
         let project = |o: &Org| Project { id: ProjectId::random(), org_id: o.id, name: "p".into(), created_at_ms: 0 };

@@ -313,15 +313,7 @@ impl CompactionJob {
         };
         let mut written = Vec::new();
         if !refs.is_empty() {
-            written.push(segment_file::write(&self.dir, first_id, table, hour, &refs, &batches)?);
-            if table == Table::Spans {
-                let summaries = summary_rows(&refs);
-                let srefs: Vec<RowRef<'_>> =
-                    summaries.iter().map(|(p, row)| RowRef { project: p, row, batch: 0 }).collect();
-                let mut meta = segment_file::write(&self.dir, first_id + 1, Table::TraceSummaries, hour, &srefs, &[])?;
-                meta.summarizes = Some(first_id);
-                written.push(meta);
-            }
+            written = write_segment(&self.dir, first_id, table, hour, &refs, &batches)?;
             sync_dir(&self.dir)?;
         }
         let opened = written.iter().map(|m| Segment::open(&self.dir, m.clone()).map(Arc::new)).collect::<io::Result<Vec<_>>>()?;
@@ -385,6 +377,27 @@ impl ScanJob {
     }
 }
 
+/// Writes `rows` of one table and hour as segment `id`; a spans segment gets its trace
+/// summaries as segment `id + 1`. Callers reserve two ids either way.
+fn write_segment(
+    dir: &Path,
+    id: u64,
+    table: Table,
+    hour: i64,
+    rows: &[RowRef<'_>],
+    batches: &[u128],
+) -> io::Result<Vec<crate::segment::SegmentMeta>> {
+    let mut written = vec![segment_file::write(dir, id, table, hour, rows, batches)?];
+    if table == Table::Spans {
+        let summaries = summary_rows(rows);
+        let refs: Vec<RowRef<'_>> = summaries.iter().map(|(p, row)| RowRef { project: p, row, batch: 0 }).collect();
+        let mut meta = segment_file::write(dir, id + 1, Table::TraceSummaries, hour, &refs, &[])?;
+        meta.summarizes = Some(id);
+        written.push(meta);
+    }
+    Ok(written)
+}
+
 /// Writes a frozen buffer as segments and a new manifest; then publishes both.
 fn flush(
     dir: &Path,
@@ -399,19 +412,8 @@ fn flush(
     let mut manifest = p.manifest.clone();
     let mut written = Vec::new();
     for (table, hour, rows, batches) in frozen.partitions() {
-        let id = manifest.next_segment;
-        manifest.next_segment += 1;
-        written.push(segment_file::write(dir, id, table, hour, &rows, &batches)?);
-        if table == Table::Spans {
-            let summaries = summary_rows(&rows);
-            let refs: Vec<RowRef<'_>> = summaries.iter().map(|(p, row)| RowRef { project: p, row, batch: 0 }).collect();
-            let spans_id = id;
-            let id = manifest.next_segment;
-            manifest.next_segment += 1;
-            let mut meta = segment_file::write(dir, id, Table::TraceSummaries, hour, &refs, &[])?;
-            meta.summarizes = Some(spans_id);
-            written.push(meta);
-        }
+        written.extend(write_segment(dir, manifest.next_segment, table, hour, &rows, &batches)?);
+        manifest.next_segment += 2;
     }
     if !written.is_empty() {
         sync_dir(dir)?;

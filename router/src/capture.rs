@@ -21,7 +21,7 @@ use sextant_proto::{Event, ReplayEvent, ShardBatch};
 
 use crate::auth::{admit_credential, url_pairs};
 use crate::error::ApiError;
-use crate::ingest::{commit, partition, Accepted, Placement};
+use crate::ingest::{answer, commit, partition, Accepted, Placement};
 use crate::AppState;
 
 pub(crate) struct Events;
@@ -90,19 +90,6 @@ async fn store_events(app: &AppState, project: &ProjectId, events: Vec<EventJson
     Ok(accepted)
 }
 
-fn record<T>(app: &AppState, kind: &'static str, r: &Result<usize, ApiError>, ok: impl FnOnce(usize) -> T) -> Option<T> {
-    match r {
-        Ok(n) => {
-            app.metrics.accepted(kind, *n as u64);
-            Some(ok(*n))
-        }
-        Err(e) => {
-            app.metrics.rejected(kind, e);
-            None
-        }
-    }
-}
-
 /// `POST /v1/batch {token?, events:[...]}`.
 pub async fn batch(
     State(app): State<Arc<AppState>>,
@@ -117,10 +104,7 @@ pub async fn batch(
         store_events(&app, &project, parsed.events, body.len()).await
     }
     .await;
-    match record(&app, EVENTS, &result, |accepted| Accepted { status: "ok", accepted }) {
-        Some(ok) => Ok(Json(ok)),
-        None => Err(result.expect_err("recorded as an error")),
-    }
+    answer(&app, EVENTS, result, |accepted| Accepted { status: "ok", accepted })
 }
 
 /// `POST /v1/replay/events {token?, session_id, distinct_id?, window_id?, events:[...]}`.
@@ -149,10 +133,7 @@ pub async fn replay(
         Ok(accepted)
     }
     .await;
-    match record(&app, REPLAY_EVENTS, &result, |accepted| Accepted { status: "ok", accepted }) {
-        Some(ok) => Ok(Json(ok)),
-        None => Err(result.expect_err("recorded as an error")),
-    }
+    answer(&app, REPLAY_EVENTS, result, |accepted| Accepted { status: "ok", accepted })
 }
 
 /// PostHog capture (`/batch/`, `/e/`, `/capture/`, `/i/v0/e/`): JSON, gzip (header or
@@ -179,10 +160,7 @@ pub async fn posthog(
         store_events(&app, &project, events, text.len()).await
     }
     .await;
-    match record(&app, EVENTS, &result, |accepted| json!({ "status": 1, "accepted": accepted })) {
-        Some(ok) => Ok(Json(ok)),
-        None => Err(result.expect_err("recorded as an error")),
-    }
+    answer(&app, EVENTS, result, |accepted| json!({ "status": 1, "accepted": accepted }))
 }
 
 /// The JSON text of a PostHog body, decompressed and un-wrapped, at most the events limit.

@@ -161,13 +161,23 @@ async fn handle<K: Kind>(
         Ok(accepted)
     }
     .await;
+    answer(&app, K::NAME, result, |accepted| Accepted { status: "ok", accepted })
+}
+
+/// Counts an ingest request's outcome (objects accepted, or the refusal's reason) and answers.
+pub(crate) fn answer<T>(
+    app: &AppState,
+    kind: &'static str,
+    result: Result<usize, ApiError>,
+    ok: impl FnOnce(usize) -> T,
+) -> Result<Json<T>, ApiError> {
     match result {
-        Ok(accepted) => {
-            app.metrics.accepted(K::NAME, accepted as u64);
-            Ok(Json(Accepted { status: "ok", accepted }))
+        Ok(n) => {
+            app.metrics.accepted(kind, n as u64);
+            Ok(Json(ok(n)))
         }
         Err(e) => {
-            app.metrics.rejected(K::NAME, &e);
+            app.metrics.rejected(kind, &e);
             Err(e)
         }
     }

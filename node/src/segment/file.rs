@@ -293,28 +293,15 @@ impl Segment {
 
     /// Row groups whose statistics and bloom filter allow `(project, trace_id)`.
     fn trace_row_groups(&self, project: &str, trace_id: &str) -> Vec<usize> {
-        let schema = self.meta.table.schema();
-        let (Ok(p_col), Ok(t_col)) = (schema.index_of("project"), schema.index_of("trace_id")) else {
-            return Vec::new();
+        let scan = Scan {
+            table: self.meta.table,
+            project: project.to_owned(),
+            from_ns: i64::MIN,
+            to_ns: i64::MAX,
+            filter: super::scan::Filter { trace_id: Some(trace_id.to_owned()), ..Default::default() },
+            columns: Vec::new(),
         };
-        let within = |rg: &parquet::file::metadata::RowGroupMetaData, col: usize, v: &str| {
-            rg.column(col).statistics().is_none_or(|s| {
-                s.min_bytes_opt().is_none_or(|min| min <= v.as_bytes())
-                    && s.max_bytes_opt().is_none_or(|max| max >= v.as_bytes())
-            })
-        };
-        self.reader
-            .metadata()
-            .row_groups()
-            .iter()
-            .enumerate()
-            .filter(|(i, rg)| {
-                within(rg, p_col, project)
-                    && within(rg, t_col, trace_id)
-                    && self.trace_blooms.get(*i).and_then(|b| b.as_ref()).is_none_or(|b| b.check(trace_id))
-            })
-            .map(|(i, _)| i)
-            .collect()
+        self.candidate_row_groups(&scan)
     }
 
     /// Reads whole row groups (all of them when `row_groups` is None) back into rows.
