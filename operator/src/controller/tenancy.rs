@@ -1,0 +1,409 @@
+//! Tenant, Project, Plan, Quota and AlertRule → the cluster's admin API, with finalizers so
+//! the cluster-side objects (and a project's data) go before the resource does.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{Api, ListParams, PostParams};
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+use kube::{Resource, ResourceExt};
+use serde_json::json;
+
+use super::{instrumented, write_status, Context, Error};
+use crate::admin::{ClusterAdmin, Deletion};
+use crate::conditions::{self, Desired};
+use crate::tenancy::{self, Apply, Cleanup, Referent, FINALIZER};
+use crate::topology::Names;
+use crate::v1alpha1::{
+    AlertRule, AlertRuleStatus, CommonStatus, Plan, Project, ProjectStatus, Quota, SextantCluster, Tenant, TenantStatus,
+};
+
+/// Resources pushed to the cluster are re-pushed now and then, so a cluster restored from an
+/// older backup converges again.
+const RESYNC: Duration = Duration::from_secs(300);
+const RETRY: Duration = Duration::from_secs(30);
+
+fn namespace<K: Resource>(obj: &K) -> Result<String, Error> {
+    obj.meta().namespace.clone().ok_or_else(|| Error::Waiting("namespaced resource without a namespace".into()))
+}
+
+fn ready(
+    now: k8s_openapi::jiff::Timestamp,
+    previous: &[Condition],
+    generation: Option<i64>,
+    d: Desired,
+) -> Vec<Condition> {
+    conditions::rebuild(previous, vec![d], generation, now)
+}
+
+fn synced() -> Desired {
+    Desired::new(conditions::READY, true, "Synced", "pushed to the cluster")
+}
+
+fn finalizer_error(e: kube::runtime::finalizer::Error<Error>) -> Error {
+    Error::Finalizer(Box::new(e))
+}
+
+fn deletion(result: Deletion, what: &str) -> Result<Action, Error> {
+    match result {
+        Deletion::Done => Ok(Action::await_change()),
+        Deletion::InProgress => Err(Error::Waiting(format!("the cluster is still deleting {what}"))),
+    }
+}
+
+/// The admin API of the cluster a namespaced resource lives in. `None` when the namespace has
+/// no cluster any more: then there is nothing left to clean up on the cluster side.
+async fn admin_in(
+    ctx: &Context,
+    namespace: &str,
+    cluster: Option<&str>,
+) -> Result<Option<Arc<dyn ClusterAdmin>>, Error> {
+    match ctx.cluster_in(namespace, cluster).await? {
+        Some(c) if c.metadata.deletion_timestamp.is_none() => Ok(Some(ctx.admin_of(&c).await?)),
+        _ => Ok(None),
+    }
+}
+
+async fn tenant_cluster(ctx: &Context, namespace: &str, tenant: &str) -> Result<Option<String>, Error> {
+    let tenants: Api<Tenant> = Api::namespaced(ctx.client.clone(), namespace);
+    Ok(tenants.get_opt(tenant).await?.and_then(|t| t.spec.cluster))
+}
+
+// ---- Tenant ----
+
+pub async fn reconcile_tenant(tenant: Arc<Tenant>, ctx: Arc<Context>) -> Result<Action, Error> {
+    instrumented("tenant", tenant.clone(), ctx.clone(), async {
+        let api: Api<Tenant> = Api::namespaced(ctx.client.clone(), &namespace(tenant.as_ref())?);
+        finalizer(&api, FINALIZER, tenant.clone(), |event| async {
+            match event {
+                Finalizer::Apply(t) => apply_tenant(&api, t, &ctx).await,
+                Finalizer::Cleanup(t) => cleanup_tenant(t, &ctx).await,
+            }
+        })
+        .await
+        .map_err(finalizer_error)
+    })
+    .await
+}
+
+async fn projects_of(ctx: &Context, namespace: &str, tenant: &str) -> Result<Vec<String>, Error> {
+    let projects: Api<Project> = Api::namespaced(ctx.client.clone(), namespace);
+    Ok(projects
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|p| p.spec.tenant == tenant)
+        .map(|p| p.name_any())
+        .collect())
+}
+
+async fn apply_tenant(api: &Api<Tenant>, tenant: Arc<Tenant>, ctx: &Context) -> Result<Action, Error> {
+    let ns = namespace(tenant.as_ref())?;
+    let previous = tenant.status.clone().unwrap_or_default();
+    let plan_exists = Api::<Plan>::all(ctx.client.clone()).get_opt(&tenant.spec.plan).await?.is_some();
+    let projects = projects_of(ctx, &ns, &tenant.name_any()).await?.len() as i32;
+    let mut status = TenantStatus { observed_generation: tenant.metadata.generation, projects, ..previous.clone() };
+    let now = (ctx.clock)();
+    let action = match tenancy::plan_tenant(&tenant, plan_exists)? {
+        Apply::Wait(d) => {
+            status.conditions = ready(now, &previous.conditions, tenant.metadata.generation, d);
+            Action::requeue(RETRY)
+        }
+        Apply::Push(req) => {
+            let admin = admin_in(ctx, &ns, tenant.spec.cluster.as_deref())
+                .await?
+                .ok_or_else(|| Error::Waiting(format!("no SextantCluster in namespace {ns}")))?;
+            let key = tenant.metadata.uid.clone().unwrap_or_default();
+            let org = admin.upsert_tenant(&key, &req).await?;
+            status.org_id = Some(org.org_id);
+            status.conditions = ready(now, &previous.conditions, tenant.metadata.generation, synced());
+            Action::requeue(RESYNC)
+        }
+    };
+    write_status(api, &tenant, tenant.status.as_ref(), &status).await?;
+    Ok(action)
+}
+
+async fn cleanup_tenant(tenant: Arc<Tenant>, ctx: &Context) -> Result<Action, Error> {
+    let ns = namespace(tenant.as_ref())?;
+    let remaining = projects_of(ctx, &ns, &tenant.name_any()).await?;
+    match tenancy::cleanup_tenant(&tenant, &remaining)? {
+        Cleanup::Wait(message) => {
+            ctx.event(tenant.as_ref(), false, "WaitingForProjects", message.clone()).await;
+            Err(Error::Waiting(message))
+        }
+        Cleanup::Delete { key } => match admin_in(ctx, &ns, tenant.spec.cluster.as_deref()).await? {
+            Some(admin) => deletion(admin.delete_tenant(&key).await?, "the tenant"),
+            None => Ok(Action::await_change()),
+        },
+    }
+}
+
+// ---- Project ----
+
+pub async fn reconcile_project(project: Arc<Project>, ctx: Arc<Context>) -> Result<Action, Error> {
+    instrumented("project", project.clone(), ctx.clone(), async {
+        let api: Api<Project> = Api::namespaced(ctx.client.clone(), &namespace(project.as_ref())?);
+        finalizer(&api, FINALIZER, project.clone(), |event| async {
+            match event {
+                Finalizer::Apply(p) => apply_project(&api, p, &ctx).await,
+                Finalizer::Cleanup(p) => cleanup_project(p, &ctx).await,
+            }
+        })
+        .await
+        .map_err(finalizer_error)
+    })
+    .await
+}
+
+async fn apply_project(api: &Api<Project>, project: Arc<Project>, ctx: &Context) -> Result<Action, Error> {
+    let ns = namespace(project.as_ref())?;
+    let tenants: Api<Tenant> = Api::namespaced(ctx.client.clone(), &ns);
+    let tenant = tenants.get_opt(&project.spec.tenant).await?;
+    let referent = tenant
+        .as_ref()
+        .and_then(|t| Referent::of(t, &t.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default()));
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let secret_name = tenancy::credentials_secret_name(&project);
+    let secret_exists = referent.as_ref().is_some_and(|t| t.ready) && secrets.get_opt(&secret_name).await?.is_some();
+    let previous = project.status.clone().unwrap_or_default();
+    let mut status = ProjectStatus { observed_generation: project.metadata.generation, ..previous.clone() };
+    let now = (ctx.clock)();
+    let action = match tenancy::plan_project(&project, referent.as_ref(), secret_exists)? {
+        Apply::Wait(d) => {
+            status.conditions = ready(now, &previous.conditions, project.metadata.generation, d);
+            Action::requeue(RETRY)
+        }
+        Apply::Push(push) => {
+            let cluster_name = tenant.as_ref().and_then(|t| t.spec.cluster.clone());
+            let cluster = ctx
+                .cluster_in(&ns, cluster_name.as_deref())
+                .await?
+                .ok_or_else(|| Error::Waiting(format!("no SextantCluster in namespace {ns}")))?;
+            let admin = ctx.admin_of(&cluster).await?;
+            let created = admin.upsert_project(&push.key, &push.request).await?;
+            status.project_id = Some(created.project_id);
+            if let Some(name) = push.write_secret {
+                let credentials = admin.issue_credentials(&push.key).await?;
+                let secret = credentials_secret(&project, &cluster, &name, credentials)?;
+                match secrets.create(&PostParams::default(), &secret).await {
+                    Ok(_) => {
+                        ctx.event(project.as_ref(), false, "CredentialsIssued", format!("wrote Secret {name}")).await
+                    }
+                    // Another reconcile wrote it first; theirs holds the valid pair.
+                    Err(kube::Error::Api(s)) if s.is_already_exists() => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            status.secret_name = Some(secret_name);
+            status.conditions = ready(now, &previous.conditions, project.metadata.generation, synced());
+            Action::requeue(RESYNC)
+        }
+    };
+    write_status(api, &project, project.status.as_ref(), &status).await?;
+    Ok(action)
+}
+
+/// The Secret an application mounts: credentials plus where to send data.
+fn credentials_secret(
+    project: &Project,
+    cluster: &SextantCluster,
+    name: &str,
+    credentials: crate::admin::ProjectCredentials,
+) -> Result<Secret, Error> {
+    let names = Names::of(cluster)?;
+    let svc = &cluster.spec.routers.service;
+    let owner = project.controller_owner_ref(&()).ok_or_else(|| Error::Waiting("project without uid".into()))?;
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {
+            "name": name, "namespace": project.namespace(),
+            "labels": {"app.kubernetes.io/managed-by": "sextant-operator", "sextant.dev/project": project.name_any()},
+            "ownerReferences": [owner],
+        },
+        "type": "Opaque",
+        "stringData": {
+            "project-id": credentials.project_id,
+            "ingest-token": credentials.ingest_token,
+            "api-key": credentials.api_key,
+            "endpoint": names.router_url(svc.http_port),
+            "otlp-grpc-endpoint": format!("http://{}.{}.svc:{}", names.routers(), names.namespace, svc.otlp_grpc_port),
+        },
+    }))?)
+}
+
+async fn cleanup_project(project: Arc<Project>, ctx: &Context) -> Result<Action, Error> {
+    let ns = namespace(project.as_ref())?;
+    let cluster = tenant_cluster(ctx, &ns, &project.spec.tenant).await?;
+    let Cleanup::Delete { key } = tenancy::cleanup_keyed(project.as_ref(), "Project")? else {
+        return Ok(Action::await_change());
+    };
+    match admin_in(ctx, &ns, cluster.as_deref()).await? {
+        Some(admin) => {
+            let result = deletion(admin.delete_project(&key).await?, "the project's data")?;
+            ctx.event(project.as_ref(), false, "DataDeleted", "the project and all of its data were deleted".into())
+                .await;
+            Ok(result)
+        }
+        None => Ok(Action::await_change()),
+    }
+}
+
+// ---- Plan (cluster-scoped: pushed to every cluster) ----
+
+pub async fn reconcile_plan(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> {
+    instrumented("plan", plan.clone(), ctx.clone(), async {
+        let api: Api<Plan> = Api::all(ctx.client.clone());
+        finalizer(&api, FINALIZER, plan.clone(), |event| async {
+            let clusters = Api::<SextantCluster>::all(ctx.client.clone()).list(&ListParams::default()).await?.items;
+            let live: Vec<_> = clusters.into_iter().filter(|c| c.metadata.deletion_timestamp.is_none()).collect();
+            match event {
+                Finalizer::Apply(p) => {
+                    let req = tenancy::plan_plan(&p)?;
+                    let previous = p.status.clone().unwrap_or_default();
+                    let d = if live.is_empty() {
+                        Desired::new(conditions::READY, false, "NoCluster", "no SextantCluster to push the plan to")
+                    } else {
+                        for cluster in &live {
+                            ctx.admin_of(cluster).await?.upsert_plan(&p.name_any(), &req).await?;
+                        }
+                        Desired::new(conditions::READY, true, "Synced", format!("pushed to {} cluster(s)", live.len()))
+                    };
+                    let status = CommonStatus {
+                        observed_generation: p.metadata.generation,
+                        conditions: ready((ctx.clock)(), &previous.conditions, p.metadata.generation, d),
+                    };
+                    write_status(&api, &p, p.status.as_ref(), &status).await?;
+                    Ok(Action::requeue(if live.is_empty() { RETRY } else { RESYNC }))
+                }
+                Finalizer::Cleanup(p) => {
+                    for cluster in &live {
+                        if let Deletion::InProgress = ctx.admin_of(cluster).await?.delete_plan(&p.name_any()).await? {
+                            return Err(Error::Waiting("the cluster is still deleting the plan".into()));
+                        }
+                    }
+                    Ok(Action::await_change())
+                }
+            }
+        })
+        .await
+        .map_err(finalizer_error)
+    })
+    .await
+}
+
+// ---- Quota and AlertRule: keyed objects that refer to a tenant or a project ----
+
+async fn referent_tenant(ctx: &Context, ns: &str, name: &str) -> Result<(Option<Referent>, Option<String>), Error> {
+    let t = Api::<Tenant>::namespaced(ctx.client.clone(), ns).get_opt(name).await?;
+    let cluster = t.as_ref().and_then(|t| t.spec.cluster.clone());
+    Ok((
+        t.as_ref().and_then(|t| Referent::of(t, &t.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default())),
+        cluster,
+    ))
+}
+
+async fn referent_project(ctx: &Context, ns: &str, name: &str) -> Result<(Option<Referent>, Option<String>), Error> {
+    let p = Api::<Project>::namespaced(ctx.client.clone(), ns).get_opt(name).await?;
+    let referent =
+        p.as_ref().and_then(|p| Referent::of(p, &p.status.as_ref().map(|s| s.conditions.clone()).unwrap_or_default()));
+    let cluster = match &p {
+        Some(p) => tenant_cluster(ctx, ns, &p.spec.tenant).await?,
+        None => None,
+    };
+    Ok((referent, cluster))
+}
+
+pub async fn reconcile_quota(quota: Arc<Quota>, ctx: Arc<Context>) -> Result<Action, Error> {
+    instrumented("quota", quota.clone(), ctx.clone(), async {
+        let ns = namespace(quota.as_ref())?;
+        let api: Api<Quota> = Api::namespaced(ctx.client.clone(), &ns);
+        finalizer(&api, FINALIZER, quota.clone(), |event| async {
+            let (target, cluster) = match (&quota.spec.tenant, &quota.spec.project) {
+                (Some(t), None) => referent_tenant(&ctx, &ns, t).await?,
+                (None, Some(p)) => referent_project(&ctx, &ns, p).await?,
+                _ => (None, None),
+            };
+            match event {
+                Finalizer::Apply(q) => {
+                    let previous = q.status.clone().unwrap_or_default();
+                    let (d, action) = match tenancy::plan_quota(&q, target.as_ref())? {
+                        Apply::Wait(d) => (d, Action::requeue(RETRY)),
+                        Apply::Push(req) => {
+                            let admin = admin_in(&ctx, &ns, cluster.as_deref())
+                                .await?
+                                .ok_or_else(|| Error::Waiting(format!("no SextantCluster in namespace {ns}")))?;
+                            admin.upsert_quota(q.metadata.uid.as_deref().unwrap_or_default(), &req).await?;
+                            (synced(), Action::requeue(RESYNC))
+                        }
+                    };
+                    let status = CommonStatus {
+                        observed_generation: q.metadata.generation,
+                        conditions: ready((ctx.clock)(), &previous.conditions, q.metadata.generation, d),
+                    };
+                    write_status(&api, &q, q.status.as_ref(), &status).await?;
+                    Ok(action)
+                }
+                Finalizer::Cleanup(q) => {
+                    let Cleanup::Delete { key } = tenancy::cleanup_keyed(q.as_ref(), "Quota")? else {
+                        return Ok(Action::await_change());
+                    };
+                    match admin_in(&ctx, &ns, cluster.as_deref()).await? {
+                        Some(admin) => deletion(admin.delete_quota(&key).await?, "the quota"),
+                        None => Ok(Action::await_change()),
+                    }
+                }
+            }
+        })
+        .await
+        .map_err(finalizer_error)
+    })
+    .await
+}
+
+pub async fn reconcile_alert_rule(rule: Arc<AlertRule>, ctx: Arc<Context>) -> Result<Action, Error> {
+    instrumented("alertrule", rule.clone(), ctx.clone(), async {
+        let ns = namespace(rule.as_ref())?;
+        let api: Api<AlertRule> = Api::namespaced(ctx.client.clone(), &ns);
+        finalizer(&api, FINALIZER, rule.clone(), |event| async {
+            let (project, cluster) = referent_project(&ctx, &ns, &rule.spec.project).await?;
+            match event {
+                Finalizer::Apply(r) => {
+                    let previous = r.status.clone().unwrap_or_default();
+                    let mut status = AlertRuleStatus { observed_generation: r.metadata.generation, ..previous.clone() };
+                    let (d, action) = match tenancy::plan_alert_rule(&r, project.as_ref())? {
+                        Apply::Wait(d) => (d, Action::requeue(RETRY)),
+                        Apply::Push(req) => {
+                            let admin = admin_in(&ctx, &ns, cluster.as_deref())
+                                .await?
+                                .ok_or_else(|| Error::Waiting(format!("no SextantCluster in namespace {ns}")))?;
+                            let created =
+                                admin.upsert_alert_rule(r.metadata.uid.as_deref().unwrap_or_default(), &req).await?;
+                            status.rule_id = Some(created.id);
+                            (synced(), Action::requeue(RESYNC))
+                        }
+                    };
+                    status.conditions = ready((ctx.clock)(), &previous.conditions, r.metadata.generation, d);
+                    write_status(&api, &r, r.status.as_ref(), &status).await?;
+                    Ok(action)
+                }
+                Finalizer::Cleanup(r) => {
+                    let Cleanup::Delete { key } = tenancy::cleanup_keyed(r.as_ref(), "AlertRule")? else {
+                        return Ok(Action::await_change());
+                    };
+                    match admin_in(&ctx, &ns, cluster.as_deref()).await? {
+                        Some(admin) => deletion(admin.delete_alert_rule(&key).await?, "the alert rule"),
+                        None => Ok(Action::await_change()),
+                    }
+                }
+            }
+        })
+        .await
+        .map_err(finalizer_error)
+    })
+    .await
+}
