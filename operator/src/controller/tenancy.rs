@@ -407,3 +407,206 @@ pub async fn reconcile_alert_rule(rule: Arc<AlertRule>, ctx: Arc<Context>) -> Re
     })
     .await
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use http::Method;
+    use kube::runtime::controller::Action;
+    use serde_json::{json, Value};
+
+    use super::super::mock::*;
+    use crate::admin::fake::Call;
+    use crate::topology::tests::cluster;
+    use crate::v1alpha1::{Project, ProjectSpec};
+
+    const NS: &str = "/apis/sextant.dev/v1alpha1/namespaces/telemetry";
+    const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/telemetry/events";
+
+    fn project(finalized: bool, deleting: bool) -> Project {
+        let mut p = Project::new("shop", ProjectSpec { tenant: "acme".into(), name: "Shop".into() });
+        p.metadata.namespace = Some("telemetry".into());
+        p.metadata.uid = Some("project-uid".into());
+        p.metadata.generation = Some(1);
+        if finalized {
+            p.metadata.finalizers = Some(vec![super::FINALIZER.into()]);
+        }
+        if deleting {
+            p.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(fixed_now()));
+        }
+        p
+    }
+
+    fn tenant(ready: bool, deleting: bool) -> Value {
+        let mut t = json!({
+            "apiVersion": "sextant.dev/v1alpha1", "kind": "Tenant",
+            "metadata": {"name": "acme", "namespace": "telemetry", "uid": "tenant-uid", "generation": 1,
+                         "finalizers": [super::FINALIZER]},
+            "spec": {"displayName": "Acme", "plan": "pro", "ownerEmail": "ops@acme.test"},
+            "status": {"conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" },
+                        "reason": "Synced", "message": "", "lastTransitionTime": "2026-11-01T00:00:00Z"}]}
+        });
+        if deleting {
+            t["metadata"]["deletionTimestamp"] = json!("2026-11-22T00:00:00Z");
+        }
+        t
+    }
+
+    fn clusters() -> Value {
+        json!({"apiVersion": "sextant.dev/v1alpha1", "kind": "SextantClusterList", "metadata": {},
+               "items": [serde_json::to_value(cluster(3, 3)).unwrap()]})
+    }
+
+    fn internal_secret() -> Step {
+        Step::get("/api/v1/namespaces/telemetry/secrets/obs-internal").reply(
+            200,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "obs-internal"}, "data": {"admin-token": "dG9rZW4="}}),
+        )
+    }
+
+    #[tokio::test]
+    async fn new_project_first_gets_the_finalizer() {
+        let p = project(false, false);
+        let steps = vec![Step::new(Method::PATCH, &format!("{NS}/projects/shop")).expect_body(|b| {
+            let ops = b.as_array().expect("a JSON patch");
+            assert!(ops.iter().any(|op| op["op"] == "add" && op["value"] == json!([super::FINALIZER])), "{b}");
+        })];
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        let action = mock
+            .run(steps, serde_json::to_value(&p).unwrap(), super::reconcile_project(Arc::new(p), ctx))
+            .await
+            .unwrap();
+        assert_eq!(action, Action::await_change());
+        assert!(admin.calls().is_empty(), "nothing is pushed before the finalizer is in place");
+    }
+
+    #[tokio::test]
+    async fn project_is_created_in_the_cluster_and_its_credentials_written_once() {
+        let p = project(true, false);
+        let steps = vec![
+            Step::get(&format!("{NS}/tenants/acme")).reply(200, tenant(true, false)),
+            Step::get("/api/v1/namespaces/telemetry/secrets/shop-credentials").not_found(),
+            Step::get(&format!("{NS}/sextantclusters")).reply(200, clusters()),
+            internal_secret(),
+            Step::new(Method::POST, "/api/v1/namespaces/telemetry/secrets").expect_body(|b| {
+                assert_eq!(b["metadata"]["name"], "shop-credentials");
+                assert_eq!(b["stringData"]["api-key"], "sxk_0000000000000001_test");
+                assert_eq!(b["stringData"]["ingest-token"], "sxp_test");
+                assert_eq!(b["stringData"]["endpoint"], "http://obs-router.telemetry.svc:8080");
+                assert_eq!(b["stringData"]["otlp-grpc-endpoint"], "http://obs-router.telemetry.svc:4317");
+                assert_eq!(b["metadata"]["ownerReferences"][0]["kind"], "Project");
+            }),
+            Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["reason"], "CredentialsIssued")),
+            Step::new(Method::PATCH, &format!("{NS}/projects/shop/status")).expect_body(|b| {
+                assert_eq!(b["status"]["secretName"], "shop-credentials");
+                assert_eq!(b["status"]["projectId"], "prj-project-uid");
+                assert_eq!(b["status"]["conditions"][0]["type"], "Ready");
+                assert_eq!(b["status"]["conditions"][0]["status"], "True");
+                assert_eq!(b["status"]["conditions"][0]["observedGeneration"], 1);
+            }),
+        ];
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        mock.run(steps, serde_json::to_value(&p).unwrap(), super::reconcile_project(Arc::new(p), ctx)).await.unwrap();
+        let calls = admin.calls();
+        assert!(
+            matches!(&calls[1], Call::UpsertProject(key, req) if key == "project-uid" && req.tenant_key == "tenant-uid" && req.managed_by.kind == "Project"),
+            "{calls:?}"
+        );
+        assert_eq!(calls[2], Call::IssueCredentials("project-uid".into()));
+    }
+
+    #[tokio::test]
+    async fn existing_secret_is_never_rotated() {
+        let p = project(true, false);
+        let steps = vec![
+            Step::get(&format!("{NS}/tenants/acme")).reply(200, tenant(true, false)),
+            Step::get("/api/v1/namespaces/telemetry/secrets/shop-credentials")
+                .reply(200, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "shop-credentials"}})),
+            Step::get(&format!("{NS}/sextantclusters")).reply(200, clusters()),
+            internal_secret(),
+            Step::new(Method::PATCH, &format!("{NS}/projects/shop/status")),
+        ];
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        mock.run(steps, serde_json::to_value(&p).unwrap(), super::reconcile_project(Arc::new(p), ctx)).await.unwrap();
+        assert!(!admin.calls().iter().any(|c| matches!(c, Call::IssueCredentials(_))));
+    }
+
+    #[tokio::test]
+    async fn project_waits_for_its_tenant_without_calling_the_cluster() {
+        let p = project(true, false);
+        let steps = vec![
+            Step::get(&format!("{NS}/tenants/acme")).reply(200, tenant(false, false)),
+            Step::new(Method::PATCH, &format!("{NS}/projects/shop/status")).expect_body(|b| {
+                assert_eq!(b["status"]["conditions"][0]["reason"], "TenantNotReady");
+            }),
+        ];
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        let action = mock
+            .run(steps, serde_json::to_value(&p).unwrap(), super::reconcile_project(Arc::new(p), ctx))
+            .await
+            .unwrap();
+        assert_eq!(action, Action::requeue(super::RETRY));
+        assert!(admin.calls().is_empty());
+    }
+
+    #[tokio::test]
+    async fn deleting_a_project_deletes_its_data_then_releases_the_finalizer() {
+        let p = project(true, true);
+        let steps = vec![
+            Step::get(&format!("{NS}/tenants/acme")).reply(200, tenant(true, false)),
+            Step::get(&format!("{NS}/sextantclusters")).reply(200, clusters()),
+            internal_secret(),
+            Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["reason"], "DataDeleted")),
+            Step::new(Method::PATCH, &format!("{NS}/projects/shop")).expect_body(|b| {
+                let ops = b.as_array().expect("a JSON patch");
+                assert!(ops.iter().any(|op| op["op"] == "remove" && op["path"] == "/metadata/finalizers/0"), "{b}");
+            }),
+        ];
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        mock.run(steps, serde_json::to_value(&p).unwrap(), super::reconcile_project(Arc::new(p), ctx)).await.unwrap();
+        assert!(admin.calls().contains(&Call::DeleteProject("project-uid".into())));
+    }
+
+    #[tokio::test]
+    async fn cluster_refusing_the_delete_keeps_the_finalizer_and_backs_off() {
+        let p = Arc::new(project(true, true));
+        let steps = vec![
+            Step::get(&format!("{NS}/tenants/acme")).reply(200, tenant(true, false)),
+            Step::get(&format!("{NS}/sextantclusters")).reply(200, clusters()),
+            internal_secret(),
+            Step::new(Method::POST, EVENTS).expect_body(|b| {
+                assert_eq!(b["reason"], "ReconcileFailed");
+                assert_eq!(b["type"], "Warning");
+            }),
+        ];
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        admin.unavailable.store(true, std::sync::atomic::Ordering::SeqCst);
+        let err = mock.run(steps, json!({}), super::reconcile_project(p.clone(), ctx.clone())).await.unwrap_err();
+        assert_eq!(super::super::error_policy(p, &err, ctx), Action::requeue(std::time::Duration::from_secs(5)));
+    }
+
+    #[tokio::test]
+    async fn deleting_a_tenant_waits_for_its_projects() {
+        let t: crate::v1alpha1::Tenant = serde_json::from_value(tenant(true, true)).unwrap();
+        let t = Arc::new(t);
+        let projects = json!({"apiVersion": "sextant.dev/v1alpha1", "kind": "ProjectList", "metadata": {},
+                              "items": [serde_json::to_value(project(true, false)).unwrap()]});
+        let steps = vec![
+            Step::get(&format!("{NS}/projects")).reply(200, projects),
+            Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["reason"], "WaitingForProjects")),
+        ];
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        let err = mock.run(steps, json!({}), super::reconcile_tenant(t.clone(), ctx.clone())).await.unwrap_err();
+        assert!(err.to_string().contains("shop"), "{err}");
+        assert_eq!(super::super::error_policy(t, &err, ctx), Action::requeue(std::time::Duration::from_secs(15)));
+        assert!(admin.calls().is_empty(), "the tenant is not deleted while projects remain");
+    }
+}
