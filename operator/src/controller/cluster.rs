@@ -108,7 +108,9 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
     }
 
     let observed = Observed { statefulset: sts_state, membership: membership.clone(), volumes };
-    let recorded = cluster.status.as_ref().and_then(|s| s.observed_generation.map(|_| s.storage_nodes));
+    // 0 is never a recorded size (nodes >= 1): it is a status written before any node existed,
+    // e.g. while paused, and must not turn the first start into a scale-out from zero.
+    let recorded = cluster.status.as_ref().map(|s| s.storage_nodes).filter(|n| *n > 0);
     let spec = &cluster.spec.storage;
     let plan = if cluster.spec.cluster_operation.stopped {
         scaling::hold(spec.nodes, recorded, previous.scaling.as_ref(), &observed)
@@ -403,6 +405,40 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn update_applies_the_new_spec_and_records_the_generation() {
+        let mut c = cluster(3, 3);
+        settled(&mut c, 3);
+        c.spec.routers.replicas = 4;
+        c.spec.image = "ghcr.io/sextant-dev/sextant:0.2.0".into();
+        c.metadata.generation = Some(2);
+        let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, sts_json(3, 3))];
+        let mut objs = applies(2);
+        objs[2] = Step::apply(STS).expect_body(|b| {
+            assert_eq!(b["spec"]["template"]["spec"]["containers"][0]["image"], "ghcr.io/sextant-dev/sextant:0.2.0");
+            assert_eq!(b["spec"]["replicas"], 3);
+        });
+        objs[3] = Step::apply("/apis/apps/v1/namespaces/telemetry/deployments/obs-router")
+            .expect_body(|b| assert_eq!(b["spec"]["replicas"], 4))
+            .reply(
+                200,
+                json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "obs-router"},
+                               "status": {"readyReplicas": 2}}),
+            );
+        steps.extend(objs);
+        steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
+            assert_eq!(b["status"]["observedGeneration"], 2);
+            assert!(b["status"]["conditions"].as_array().unwrap().iter().all(|c| c["observedGeneration"] == 2));
+            assert_eq!(b["status"]["phase"], "Running");
+        }));
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        *admin.nodes.lock().unwrap() = active_nodes(3);
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
     async fn scale_out_grows_the_statefulset_and_records_the_step() {
         let mut c = cluster(3, 3);
         settled(&mut c, 3);
@@ -504,6 +540,31 @@ mod tests {
         let second = super::super::error_policy(c.clone(), &err, ctx.clone());
         assert_eq!(first, kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(5)));
         assert_eq!(second, kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(10)));
+    }
+
+    #[tokio::test]
+    async fn cluster_created_paused_starts_at_full_size_when_resumed() {
+        let mut c = cluster(3, 3);
+        // What the paused reconcile wrote: no node count yet.
+        c.status = Some(SextantClusterStatus {
+            observed_generation: Some(1),
+            phase: Some(crate::v1alpha1::ClusterPhase::Paused),
+            ..SextantClusterStatus::default()
+        });
+        c.metadata.generation = Some(2);
+        let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).not_found()];
+        let mut objs = applies(0);
+        objs[2] = Step::apply(STS).expect_body(|b| assert_eq!(b["spec"]["replicas"], 3));
+        steps.extend(objs);
+        steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
+            assert!(b["status"].get("scaling").is_none(), "{b}");
+            assert_eq!(b["status"]["storageNodes"], 3);
+        }));
+        let mock = Mock::new();
+        let ctx = mock.ctx.clone();
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
     }
 
     #[tokio::test]

@@ -593,6 +593,84 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn tenant_is_pushed_with_its_plan_and_reports_the_org() {
+        let mut t: crate::v1alpha1::Tenant = serde_json::from_value(tenant(false, false)).unwrap();
+        t.status = None;
+        let plan = json!({"apiVersion": "sextant.dev/v1alpha1", "kind": "Plan", "metadata": {"name": "pro"},
+                          "spec": {"retentionDays": 30}});
+        let no_projects =
+            json!({"apiVersion": "sextant.dev/v1alpha1", "kind": "ProjectList", "metadata": {}, "items": []});
+        let steps = vec![
+            Step::get("/apis/sextant.dev/v1alpha1/plans/pro").reply(200, plan),
+            Step::get(&format!("{NS}/projects")).reply(200, no_projects),
+            Step::get(&format!("{NS}/sextantclusters")).reply(200, clusters()),
+            internal_secret(),
+            Step::new(Method::PATCH, &format!("{NS}/tenants/acme/status")).expect_body(|b| {
+                assert_eq!(b["status"]["orgId"], "org-tenant-uid");
+                assert_eq!(b["status"]["projects"], 0);
+                assert_eq!(b["status"]["conditions"][0]["status"], "True");
+            }),
+        ];
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        let object = serde_json::to_value(&t).unwrap();
+        let action = mock.run(steps, object, super::reconcile_tenant(Arc::new(t), ctx)).await.unwrap();
+        assert_eq!(action, Action::requeue(super::RESYNC));
+        assert!(
+            matches!(&admin.calls()[1], Call::UpsertTenant(key, req) if key == "tenant-uid" && req.plan == "pro" && req.owner_email == "ops@acme.test")
+        );
+    }
+
+    #[tokio::test]
+    async fn tenant_with_an_unknown_plan_waits() {
+        let t: crate::v1alpha1::Tenant = serde_json::from_value(tenant(false, false)).unwrap();
+        let no_projects =
+            json!({"apiVersion": "sextant.dev/v1alpha1", "kind": "ProjectList", "metadata": {}, "items": []});
+        let steps = vec![
+            Step::get("/apis/sextant.dev/v1alpha1/plans/pro").not_found(),
+            Step::get(&format!("{NS}/projects")).reply(200, no_projects),
+            Step::new(Method::PATCH, &format!("{NS}/tenants/acme/status")).expect_body(|b| {
+                assert_eq!(b["status"]["conditions"][0]["reason"], "PlanNotFound");
+            }),
+        ];
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        let object = serde_json::to_value(&t).unwrap();
+        mock.run(steps, object, super::reconcile_tenant(Arc::new(t), ctx)).await.unwrap();
+        assert!(admin.calls().is_empty());
+    }
+
+    #[tokio::test]
+    async fn plans_are_pushed_to_every_cluster_and_marked_managed() {
+        let spec: crate::v1alpha1::PlanSpec = serde_json::from_value(
+            json!({"quotas": {"gbPerMonth": 10}, "retentionDays": 90, "features": ["retention"]}),
+        )
+        .unwrap();
+        let mut plan = crate::v1alpha1::Plan::new("growth", spec);
+        plan.metadata.uid = Some("plan-uid".into());
+        plan.metadata.generation = Some(3);
+        plan.metadata.finalizers = Some(vec![super::FINALIZER.into()]);
+        let steps = vec![
+            Step::get("/apis/sextant.dev/v1alpha1/sextantclusters").reply(200, clusters()),
+            internal_secret(),
+            Step::new(Method::PATCH, "/apis/sextant.dev/v1alpha1/plans/growth/status").expect_body(|b| {
+                assert_eq!(b["status"]["observedGeneration"], 3);
+                assert_eq!(b["status"]["conditions"][0]["reason"], "Synced");
+            }),
+        ];
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        let object = serde_json::to_value(&plan).unwrap();
+        mock.run(steps, object, super::reconcile_plan(Arc::new(plan), ctx)).await.unwrap();
+        let calls = admin.calls();
+        assert!(
+            matches!(&calls[1], Call::UpsertPlan(name, req) if name == "growth" && req.gb_per_month == Some(10)
+                && req.events_per_month.is_none() && req.managed_by.kind == "Plan" && req.managed_by.namespace.is_none()),
+            "{calls:?}"
+        );
+    }
+
+    #[tokio::test]
     async fn deleting_a_tenant_waits_for_its_projects() {
         let t: crate::v1alpha1::Tenant = serde_json::from_value(tenant(true, true)).unwrap();
         let t = Arc::new(t);
