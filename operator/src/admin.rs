@@ -526,3 +526,133 @@ mod tests {
         assert_eq!(v["managed_by"]["kind"], "AlertRule");
     }
 }
+
+#[cfg(test)]
+mod http_tests {
+    //! The HTTP implementation against a local stand-in router: paths, bearer token, bodies
+    //! and the meaning of 202 and 404.
+
+    use std::sync::{Arc, Mutex};
+
+    use axum::extract::State;
+    use axum::http::{HeaderMap, Method, StatusCode, Uri};
+    use axum::routing::any;
+    use serde_json::{json, Value};
+
+    use super::*;
+
+    type Seen = Arc<Mutex<Vec<(Method, String, Option<String>, Value)>>>;
+
+    async fn stand_in(
+        State(seen): State<Seen>,
+        method: Method,
+        uri: Uri,
+        headers: HeaderMap,
+        body: String,
+    ) -> (StatusCode, String) {
+        let auth = headers.get("authorization").and_then(|v| v.to_str().ok()).map(str::to_owned);
+        let body: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+        seen.lock().unwrap().push((method.clone(), uri.path().to_owned(), auth, body));
+        let path = uri.path();
+        match (method.as_str(), path) {
+            ("PUT", p) if p.starts_with("/admin/v1/tenants/") => {
+                (StatusCode::OK, json!({"org_id": "org-1"}).to_string())
+            }
+            ("POST", "/admin/v1/projects/p-1/credentials") => (
+                StatusCode::OK,
+                json!({"project_id": "prj-1", "ingest_token": "sxp_a", "api_key": "sxk_b"}).to_string(),
+            ),
+            ("DELETE", "/admin/v1/projects/p-1") => (StatusCode::ACCEPTED, String::new()),
+            ("DELETE", "/admin/v1/projects/gone") => (StatusCode::NOT_FOUND, String::new()),
+            ("PUT", "/admin/v1/plans/pro") => (StatusCode::NO_CONTENT, String::new()),
+            ("GET", "/admin/v1/cluster/nodes") => (
+                StatusCode::OK,
+                json!({"nodes": [{"id": 1, "address": "obs-node-0.obs-node.t.svc:7000", "state": "Draining"}]})
+                    .to_string(),
+            ),
+            ("POST", "/admin/v1/cluster/drain") => (StatusCode::ACCEPTED, String::new()),
+            _ => (
+                StatusCode::CONFLICT,
+                json!({"error": {"code": "managed", "message": "managed by a resource"}}).to_string(),
+            ),
+        }
+    }
+
+    async fn start() -> (Arc<dyn ClusterAdmin>, Seen) {
+        let seen: Seen = Arc::default();
+        let app = axum::Router::new().route("/{*path}", any(stand_in)).with_state(seen.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let admin = HttpConnector::new().unwrap().connect(AdminEndpoint { url, token: "tok".into() });
+        (admin, seen)
+    }
+
+    fn managed() -> ManagedBy {
+        ManagedBy {
+            api_version: "sextant.dev/v1alpha1".into(),
+            kind: "Tenant".into(),
+            namespace: Some("t".into()),
+            name: "acme".into(),
+            uid: "u-1".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn calls_carry_the_admin_token_and_follow_the_documented_paths() {
+        let (admin, seen) = start().await;
+        let req = TenantRequest {
+            display_name: "Acme".into(),
+            plan: "pro".into(),
+            owner_email: "ops@acme.test".into(),
+            suspended: false,
+            managed_by: managed(),
+        };
+        assert_eq!(admin.upsert_tenant("u-1", &req).await.unwrap().org_id, "org-1");
+        let creds = admin.issue_credentials("p-1").await.unwrap();
+        assert_eq!((creds.ingest_token.as_str(), creds.api_key.as_str()), ("sxp_a", "sxk_b"));
+        assert_eq!(admin.delete_project("p-1").await.unwrap(), Deletion::InProgress);
+        assert_eq!(admin.delete_project("gone").await.unwrap(), Deletion::Done);
+        let nodes = admin.nodes().await.unwrap();
+        assert_eq!(nodes.nodes[0].state, MembershipState::Draining);
+        admin.drain(&DrainRequest { address: "obs-node-0.obs-node.t.svc:7000".into() }).await.unwrap();
+        let plan = PlanRequest {
+            display_name: None,
+            gb_per_month: Some(10),
+            events_per_month: None,
+            retention_days: 30,
+            features: vec![],
+            price: None,
+            managed_by: managed(),
+        };
+        admin.upsert_plan("pro", &plan).await.unwrap();
+
+        let seen = seen.lock().unwrap().clone();
+        assert!(seen.iter().all(|(_, _, auth, _)| auth.as_deref() == Some("Bearer tok")), "{seen:?}");
+        let paths: Vec<String> = seen.iter().map(|(m, p, _, _)| format!("{m} {p}")).collect();
+        assert_eq!(
+            paths,
+            [
+                "PUT /admin/v1/tenants/u-1",
+                "POST /admin/v1/projects/p-1/credentials",
+                "DELETE /admin/v1/projects/p-1",
+                "DELETE /admin/v1/projects/gone",
+                "GET /admin/v1/cluster/nodes",
+                "POST /admin/v1/cluster/drain",
+                "PUT /admin/v1/plans/pro",
+            ]
+        );
+        assert_eq!(seen[0].3["owner_email"], "ops@acme.test");
+        assert_eq!(seen[0].3["managed_by"]["uid"], "u-1");
+        assert_eq!(seen[6].3["gb_per_month"], 10);
+        assert_eq!(seen[6].3["events_per_month"], Value::Null, "unlimited is an explicit null");
+    }
+
+    #[tokio::test]
+    async fn refusals_surface_with_status_and_body() {
+        let (admin, _) = start().await;
+        let err = admin.delete_tenant("u-1").await.unwrap_err();
+        assert!(matches!(&err, AdminError::Status { status: 409, body } if body.contains("managed")), "{err}");
+        assert!(admin.delete_tenant("../etc").await.is_err(), "path escapes are refused before any request");
+    }
+}

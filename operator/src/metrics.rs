@@ -115,4 +115,26 @@ mod tests {
         assert!(text.contains("sextant_operator_reconcile_failures_total{controller=\"project\"} 1"), "{text}");
         assert!(text.contains("sextant_operator_leader 1"), "{text}");
     }
+
+    #[tokio::test]
+    async fn healthz_turns_ok_once_started_and_metrics_are_served() {
+        use axum::body::Body;
+        use axum::http::Request;
+        use tower::ServiceExt;
+
+        let m = Arc::new(Metrics::default());
+        let get = |path: &str| Request::get(path).body(Body::empty()).unwrap();
+        let r = router(m.clone()).oneshot(get("/healthz")).await.unwrap();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        m.healthy.store(true, Ordering::Relaxed);
+        let r = router(m.clone()).oneshot(get("/healthz")).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        m.observe("plan", Duration::from_millis(1), None);
+        let r = router(m).oneshot(get("/metrics")).await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+        let body = axum::body::to_bytes(r.into_body(), 1 << 20).await.unwrap();
+        assert!(
+            String::from_utf8_lossy(&body).contains("sextant_operator_reconciliations_total{controller=\"plan\"} 1")
+        );
+    }
 }

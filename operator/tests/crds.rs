@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 mod common;
 
-use common::{errors, repo, schema_of};
+use common::{errors, repo};
 use serde_json::{json, Value};
 use sextant_operator::manifests::{crds_yaml, custom_resource_definitions};
 

@@ -670,6 +670,68 @@ mod tests {
         );
     }
 
+    fn ready_project() -> Value {
+        let mut p = serde_json::to_value(project(true, false)).unwrap();
+        p["status"] = json!({"conditions": [{"type": "Ready", "status": "True", "reason": "Synced", "message": "",
+                                              "lastTransitionTime": "2026-11-01T00:00:00Z"}]});
+        p
+    }
+
+    #[tokio::test]
+    async fn alert_rule_is_pushed_for_its_project_and_reports_the_rule_id() {
+        let spec: crate::v1alpha1::AlertRuleSpec = serde_json::from_value(json!({
+            "project": "shop", "metric": "error_rate", "comparison": ">=", "threshold": 0.05, "windowMinutes": 10,
+            "filter": {"service": "checkout"}
+        }))
+        .unwrap();
+        let mut rule = crate::v1alpha1::AlertRule::new("checkout-errors", spec);
+        rule.metadata.namespace = Some("telemetry".into());
+        rule.metadata.uid = Some("rule-uid".into());
+        rule.metadata.generation = Some(1);
+        rule.metadata.finalizers = Some(vec![super::FINALIZER.into()]);
+        let steps = vec![
+            Step::get(&format!("{NS}/projects/shop")).reply(200, ready_project()),
+            Step::get(&format!("{NS}/tenants/acme")).reply(200, tenant(true, false)),
+            Step::get(&format!("{NS}/sextantclusters")).reply(200, clusters()),
+            internal_secret(),
+            Step::new(Method::PATCH, &format!("{NS}/alertrules/checkout-errors/status")).expect_body(|b| {
+                assert_eq!(b["status"]["ruleId"], "rule-rule-uid");
+                assert_eq!(b["status"]["conditions"][0]["status"], "True");
+            }),
+        ];
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        let object = serde_json::to_value(&rule).unwrap();
+        mock.run(steps, object, super::reconcile_alert_rule(Arc::new(rule), ctx)).await.unwrap();
+        let calls = admin.calls();
+        assert!(
+            matches!(&calls[1], Call::UpsertAlertRule(key, req) if key == "rule-uid" && req.project_key == "project-uid"
+                && req.window_minutes == 10 && req.name == "checkout-errors" && req.managed_by.kind == "AlertRule"),
+            "{calls:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn quota_for_a_missing_project_waits() {
+        let spec: crate::v1alpha1::QuotaSpec =
+            serde_json::from_value(json!({"project": "nope", "gbPerMonth": 1})).unwrap();
+        let mut quota = crate::v1alpha1::Quota::new("q", spec);
+        quota.metadata.namespace = Some("telemetry".into());
+        quota.metadata.uid = Some("quota-uid".into());
+        quota.metadata.finalizers = Some(vec![super::FINALIZER.into()]);
+        let steps = vec![
+            Step::get(&format!("{NS}/projects/nope")).not_found(),
+            Step::new(Method::PATCH, &format!("{NS}/quotas/q/status"))
+                .expect_body(|b| assert_eq!(b["status"]["conditions"][0]["reason"], "TargetNotReady")),
+        ];
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        let object = serde_json::to_value(&quota).unwrap();
+        let action = mock.run(steps, object, super::reconcile_quota(Arc::new(quota), ctx)).await.unwrap();
+        assert_eq!(action, Action::requeue(super::RETRY));
+        assert!(admin.calls().is_empty());
+    }
+
     #[tokio::test]
     async fn deleting_a_tenant_waits_for_its_projects() {
         let t: crate::v1alpha1::Tenant = serde_json::from_value(tenant(true, true)).unwrap();
