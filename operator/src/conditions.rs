@@ -56,8 +56,11 @@ pub fn rebuild(
 ) -> Vec<Condition> {
     let mut out: Vec<Condition> =
         previous.iter().filter(|c| desired.iter().any(|d| d.type_ == c.type_)).cloned().collect();
-    for d in desired {
-        merge(&mut out, d, generation, now);
+    // One condition per type: when a type is decided twice, the last decision wins.
+    for (i, d) in desired.iter().enumerate() {
+        if !desired[i + 1..].iter().any(|later| later.type_ == d.type_) {
+            merge(&mut out, d.clone(), generation, now);
+        }
     }
     out
 }
@@ -95,5 +98,43 @@ mod tests {
         let c = rebuild(&c, vec![Desired::new(READY, true, "Reconciled", "")], Some(2), t0);
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].type_, READY);
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn desired() -> impl Strategy<Value = Desired> {
+            (
+                prop::sample::select(vec![READY, AVAILABLE, PROGRESSING, DEGRADED, BLOCKED]),
+                any::<bool>(),
+                "[A-Z][a-z]{0,8}",
+                ".{0,20}",
+            )
+                .prop_map(|(t, s, r, m)| Desired::new(t, s, r, m))
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 256, failure_persistence: None, ..ProptestConfig::default() })]
+
+            /// Re-deciding the same conditions later changes nothing, so a no-op reconcile writes
+            /// no status (a write would trigger another reconcile, forever).
+            #[test]
+            fn rebuilding_the_same_conditions_is_a_fixed_point(
+                first in proptest::collection::vec(desired(), 0..6),
+                gen in 1i64..100,
+                t0 in 1_000i64..2_000,
+                later in 0i64..10_000,
+            ) {
+                let now = Timestamp::from_second(t0).unwrap();
+                let a = rebuild(&[], first.clone(), Some(gen), now);
+                let b = rebuild(&a, first, Some(gen), Timestamp::from_second(t0 + later).unwrap());
+                prop_assert_eq!(&a, &b);
+                let mut types: Vec<&str> = a.iter().map(|c| c.type_.as_str()).collect();
+                let n = types.len();
+                types.dedup();
+                prop_assert_eq!(types.len(), n, "one condition per type, sorted");
+            }
+        }
     }
 }

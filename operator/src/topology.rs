@@ -491,4 +491,44 @@ pub(crate) mod tests {
         assert_eq!(n, 3);
         assert!(SECRET_KEYS.iter().all(|k| data.contains_key(*k)));
     }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+            #[test]
+            fn objects_agree_with_each_other_for_any_size(nodes in 1i32..40, rf in 1i32..=7, replicas in 0i32..40, http in 1i32..65535) {
+                let mut c = cluster(nodes, rf);
+                c.spec.routers.service.http_port = http;
+                let objects = owned_objects(&c, replicas, nodes).unwrap();
+                let names = Names::of(&c).unwrap();
+                for o in &objects {
+                    prop_assert!(o.name().starts_with("obs-"), "{}", o.name());
+                    if let Owned::ConfigMap(cm) = o {
+                        let data = cm.data.as_ref().unwrap();
+                        prop_assert_eq!(data["peers"].split(',').count() as i32, nodes);
+                        prop_assert_eq!(data["replication-factor"].parse::<i32>().unwrap(), rf);
+                        for (i, peer) in data["peers"].split(',').enumerate() {
+                            let (id, addr) = peer.split_once('=').unwrap();
+                            prop_assert_eq!(id.parse::<i32>().unwrap(), i as i32 + 1);
+                            prop_assert_eq!(names.ordinal_of(addr), Some(i as i32));
+                        }
+                    }
+                    if let Owned::StatefulSet(s) = o {
+                        prop_assert_eq!(s.spec.as_ref().unwrap().replicas, Some(replicas));
+                    }
+                    if let Owned::PodDisruptionBudget(p) = o {
+                        let max = p.spec.as_ref().unwrap().max_unavailable.clone().unwrap();
+                        let k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(max) = max else { panic!() };
+                        // Never more than a minority of any group may be down.
+                        prop_assert!(max >= 1 && (rf < 3 || max < (rf + 1) / 2 + 1 && max <= (rf - 1) / 2));
+                    }
+                }
+                prop_assert_eq!(names.router_url(http), format!("http://obs-router.telemetry.svc:{http}"));
+            }
+        }
+    }
 }
