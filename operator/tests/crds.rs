@@ -135,3 +135,57 @@ fn cluster_crd_has_scale_subresource_immutable_fields_and_printer_columns() {
         );
     }
 }
+
+/// What the API server demands of a CRD schema before accepting it: structural (every node
+/// typed, no references or type-bearing combinators, properties and additionalProperties not
+/// mixed) and every `default` valid against its own node.
+#[test]
+fn crd_schemas_are_structural_and_their_defaults_valid() {
+    fn walk(kind: &str, path: &str, node: &Value, problems: &mut Vec<String>, defaults: &mut usize) {
+        let Some(obj) = node.as_object() else { return problems.push(format!("{kind} {path}: not an object")) };
+        let typed = obj.contains_key("type")
+            || obj.get("x-kubernetes-int-or-string") == Some(&json!(true))
+            || obj.get("x-kubernetes-preserve-unknown-fields") == Some(&json!(true));
+        if !typed {
+            problems.push(format!("{kind} {path}: no type"));
+        }
+        for banned in ["$ref", "oneOf", "anyOf", "allOf", "not", "definitions", "$schema"] {
+            if obj.contains_key(banned) {
+                problems.push(format!("{kind} {path}: uses {banned}"));
+            }
+        }
+        if obj.contains_key("properties") && obj.contains_key("additionalProperties") {
+            problems.push(format!("{kind} {path}: both properties and additionalProperties"));
+        }
+        if let Some(default) = obj.get("default") {
+            *defaults += 1;
+            let errs: Vec<String> = match jsonschema::validator_for(&common::strict(node.clone())) {
+                Ok(v) => v.iter_errors(default).map(|e| e.to_string()).collect(),
+                Err(e) => vec![e.to_string()],
+            };
+            if !errs.is_empty() {
+                problems.push(format!("{kind} {path}: default {default} invalid: {}", errs.join("; ")));
+            }
+        }
+        if let Some(props) = obj.get("properties").and_then(Value::as_object) {
+            for (name, child) in props {
+                walk(kind, &format!("{path}.{name}"), child, problems, defaults);
+            }
+        }
+        for key in ["items", "additionalProperties"] {
+            if let Some(child) = obj.get(key).filter(|c| c.is_object()) {
+                walk(kind, &format!("{path}[{key}]"), child, problems, defaults);
+            }
+        }
+    }
+    let (mut problems, mut defaults) = (vec![], 0);
+    for crd in custom_resource_definitions() {
+        for version in &crd.spec.versions {
+            let schema =
+                serde_json::to_value(version.schema.as_ref().unwrap().open_api_v3_schema.as_ref().unwrap()).unwrap();
+            walk(&crd.spec.names.kind, "", &schema, &mut problems, &mut defaults);
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+    assert!(defaults >= 15, "only {defaults} defaults checked: the walk misses parts of the schemas");
+}
