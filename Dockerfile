@@ -1,6 +1,7 @@
 # The `sextant` image: one binary for nodes, routers and the operator.
 #   docker build -t ghcr.io/sextant-dev/sextant:0.1.0 .
-FROM rust:1.89-bookworm AS build
+# fjall needs Rust 1.90, kube 1.89; this is the toolchain the workspace is tested with.
+FROM rust:1.95-bookworm AS build
 WORKDIR /src
 COPY . .
 # protoc comes from protoc-bin-vendored; jemalloc needs the C toolchain of this image.
