@@ -118,6 +118,8 @@ fn cluster_crd_has_scale_subresource_immutable_fields_and_printer_columns() {
     let rf = &v["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["storage"]["properties"]
         ["replicationFactor"];
     assert_eq!(rf["x-kubernetes-validations"][0]["rule"], "self == oldSelf", "{rf}");
+    let root_rules = &v["schema"]["openAPIV3Schema"]["x-kubernetes-validations"];
+    assert_eq!(root_rules[0]["rule"], "size(self.metadata.name) <= 40", "{root_rules}");
     let columns: Vec<&str> =
         v["additionalPrinterColumns"].as_array().unwrap().iter().filter_map(|c| c["name"].as_str()).collect();
     assert_eq!(columns, ["Nodes", "Ready", "Routers", "Phase", "Age"]);

@@ -3,6 +3,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::ResourceRequirements;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::core::Rule;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -19,6 +20,9 @@ use serde::{Deserialize, Serialize};
     shortname = "sxc",
     category = "sextant",
     doc = "A Sextant cluster: Raft storage nodes and stateless routers.",
+    // Derived names (`NAME-node-N`, `data-NAME-node-N`, revision-hash labels) must stay within
+    // the 63 characters of a label value.
+    validation = Rule::new("size(self.metadata.name) <= 40").message("the cluster name is at most 40 characters"),
     scale(
         spec_replicas_path = ".spec.storage.nodes",
         status_replicas_path = ".status.storageNodes",
