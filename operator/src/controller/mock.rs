@@ -133,8 +133,11 @@ async fn serve(
         if got != step.describe() {
             return fail(format!("request {i}: expected `{}`, got `{got}`", step.describe()));
         }
+        let query = request.uri().query().unwrap_or_default().to_owned();
+        if let Err(e) = super::rbac_check::check(request.method().as_str(), request.uri().path(), &query) {
+            return fail(format!("request {i}: {e}"));
+        }
         if step.apply {
-            let query = request.uri().query().unwrap_or_default().to_owned();
             let content_type =
                 request.headers().get("content-type").and_then(|v| v.to_str().ok()).unwrap_or_default().to_owned();
             if !query.contains("fieldManager=sextant-operator")

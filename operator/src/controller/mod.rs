@@ -283,10 +283,83 @@ pub async fn run_all(ctx: Arc<Context>) {
 
 #[cfg(test)]
 pub(crate) mod mock;
+#[cfg(test)]
+mod rbac_check;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every controller lists and watches exactly the kinds it needs, with the chart's RBAC.
+    #[tokio::test]
+    async fn controllers_watch_only_what_the_chart_allows() {
+        use std::collections::BTreeSet;
+
+        use http::{Request, Response};
+        use kube::client::Body;
+
+        use crate::admin::fake::{FakeAdmin, FakeConnector};
+
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let ctx = Arc::new(Context::new(
+            Client::new(service, "default"),
+            Arc::new(FakeConnector(Arc::new(FakeAdmin::default()))),
+            Arc::new(Metrics::default()),
+            Reporter { controller: "sextant-operator".into(), instance: None },
+        ));
+        let controllers = tokio::spawn(run_all(ctx));
+        let mut seen = BTreeSet::new();
+        let mut problems = vec![];
+        let mut held = vec![];
+        let deadline = tokio::time::sleep(Duration::from_secs(3));
+        tokio::pin!(deadline);
+        // Until every controller has listed and started watching its kinds.
+        while seen.iter().filter(|(_, verb, _)| verb == "watch").count() < 11 {
+            let (request, send) = tokio::select! {
+                _ = &mut deadline => break,
+                next = handle.next_request() => match next { Some(r) => r, None => break },
+            };
+            let (method, path) = (request.method().to_string(), request.uri().path().to_owned());
+            let query = request.uri().query().unwrap_or_default().to_owned();
+            if let Err(e) = rbac_check::check(&method, &path, &query) {
+                problems.push(e);
+            }
+            let Some((_, resource, verb)) = rbac_check::operation(&method, &path, &query) else {
+                problems.push(format!("unexpected {method} {path}"));
+                continue;
+            };
+            let labelled = query.contains("labelSelector=app.kubernetes.io%2Fmanaged-by%3Dsextant-operator");
+            seen.insert((resource, verb.clone(), labelled));
+            if verb == "watch" {
+                held.push(send); // an open watch with no events yet
+            } else {
+                let empty = serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": []});
+                send.send_response(Response::new(Body::from(serde_json::to_vec(&empty).unwrap())));
+            }
+        }
+        controllers.abort();
+        assert!(problems.is_empty(), "{problems:?}");
+        let watched: BTreeSet<(String, bool)> =
+            seen.iter().filter(|(_, verb, _)| verb == "watch").map(|(r, _, l)| (r.clone(), *l)).collect();
+        let expected: BTreeSet<(String, bool)> = [
+            ("sextantclusters", false),
+            ("tenants", false),
+            ("projects", false),
+            ("plans", false),
+            ("quotas", false),
+            ("alertrules", false),
+            // Owned kinds are watched only where the operator's label is.
+            ("statefulsets", true),
+            ("deployments", true),
+            ("services", true),
+            ("configmaps", true),
+            ("poddisruptionbudgets", true),
+        ]
+        .into_iter()
+        .map(|(r, l)| (r.to_owned(), l))
+        .collect();
+        assert_eq!(watched, expected);
+    }
 
     #[test]
     fn backoff_doubles_and_caps() {
