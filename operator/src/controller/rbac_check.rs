@@ -69,9 +69,8 @@ pub fn operation(method: &str, path: &str, query: &str) -> Option<(String, Strin
 pub fn check(method: &str, path: &str, query: &str) -> Result<(), String> {
     let (group, resource, verb) =
         operation(method, path, query).ok_or_else(|| format!("unrecognised request {method} {path}"))?;
-    let allowed = rules().iter().any(|r| {
-        r.groups.contains(&group) && r.resources.iter().any(|x| *x == resource) && r.verbs.iter().any(|v| *v == verb)
-    });
+    let allowed =
+        rules().iter().any(|r| r.groups.contains(&group) && r.resources.contains(&resource) && r.verbs.contains(&verb));
     if allowed {
         Ok(())
     } else {
