@@ -143,10 +143,13 @@ pub struct StorageSpec {
     #[schemars(range(min = 1, max = 7))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("replicationFactor is immutable"))]
     pub replication_factor: i32,
-    /// Size of each node's persistent volume.
+    /// Size of each node's persistent volume. Fixed: a StatefulSet's volume claim template
+    /// cannot change (grow volumes through their PVCs where the storage class allows it).
     #[serde(default = "default_volume_size")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("volumeSize is immutable"))]
     pub volume_size: Quantity,
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("storageClassName is immutable"))]
     pub storage_class_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
