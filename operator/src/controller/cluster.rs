@@ -119,6 +119,11 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
     };
 
     let mut ready_routers = 0;
+    // A new revision being rolled out (image or resources changed) is progress too.
+    let mut rolling_out = sts
+        .as_ref()
+        .and_then(|s| s.status.as_ref())
+        .is_some_and(|st| st.update_revision.is_some() && st.update_revision != st.current_revision);
     for object in topology::owned_objects(&cluster, plan.statefulset_replicas, plan.peer_nodes)? {
         match object {
             Owned::ConfigMap(o) => drop(apply(client, &names.namespace, &o).await?),
@@ -126,7 +131,9 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
             Owned::StatefulSet(o) => drop(apply(client, &names.namespace, &o).await?),
             Owned::Deployment(o) => {
                 let applied = apply(client, &names.namespace, &o).await?;
-                ready_routers = applied.status.and_then(|s| s.ready_replicas).unwrap_or(0);
+                let st = applied.status.unwrap_or_default();
+                ready_routers = st.ready_replicas.unwrap_or(0);
+                rolling_out |= st.updated_replicas.unwrap_or(0) < st.replicas.unwrap_or(0);
             }
             Owned::PodDisruptionBudget(o) => drop(apply(client, &names.namespace, &o).await?),
         }
@@ -168,8 +175,8 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
     }
 
     let ready_nodes = sts_state.map_or(0, |s| s.ready);
-    let status =
-        cluster_status(&cluster, &names, &previous, &plan, ready_nodes, ready_routers, membership.as_ref(), now);
+    let readiness = Readiness { nodes: ready_nodes, routers: ready_routers, rolling_out };
+    let status = cluster_status(&cluster, &names, &previous, &plan, readiness, membership.as_ref(), now);
     write_status(&api, &cluster, cluster.status.as_ref(), &status).await?;
 
     // Scaling steps wait on pods and on meta: look again soon rather than only on changes.
@@ -180,17 +187,23 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
     })
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What the workloads report.
+struct Readiness {
+    nodes: i32,
+    routers: i32,
+    rolling_out: bool,
+}
+
 fn cluster_status(
     cluster: &SextantCluster,
     names: &Names,
     previous: &SextantClusterStatus,
     plan: &ScalingPlan,
-    ready_nodes: i32,
-    ready_routers: i32,
+    readiness: Readiness,
     membership: Option<&BTreeMap<i32, MembershipState>>,
     now: k8s_openapi::jiff::Timestamp,
 ) -> SextantClusterStatus {
+    let Readiness { nodes: ready_nodes, routers: ready_routers, rolling_out } = readiness;
     let stopped = cluster.spec.cluster_operation.stopped;
     let members = plan.member_nodes;
     let available = !stopped && ready_routers > 0 && ready_nodes > members / 2;
@@ -224,6 +237,12 @@ fn cluster_status(
                     op.step,
                     op.node.map(|n| format!(" node {n}")).unwrap_or_default()
                 ),
+            ),
+            None if rolling_out => Desired::new(
+                conditions::PROGRESSING,
+                true,
+                "RollingOut",
+                "a new revision of nodes or routers is rolling out",
             ),
             None => Desired::new(conditions::PROGRESSING, false, "Stable", ""),
         },
@@ -319,8 +338,7 @@ mod tests {
             &names,
             &SextantClusterStatus::default(),
             &plan,
-            nodes,
-            2,
+            super::Readiness { nodes, routers: 2, rolling_out: false },
             Some(&membership),
             fixed_now(),
         ));
@@ -429,6 +447,33 @@ mod tests {
             assert_eq!(b["status"]["observedGeneration"], 2);
             assert!(b["status"]["conditions"].as_array().unwrap().iter().all(|c| c["observedGeneration"] == 2));
             assert_eq!(b["status"]["phase"], "Running");
+        }));
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        *admin.nodes.lock().unwrap() = active_nodes(3);
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_rollout_in_progress_is_reported_as_progressing() {
+        let mut c = cluster(3, 3);
+        settled(&mut c, 3);
+        let mut sts = sts_json(3, 3);
+        sts["status"]["currentRevision"] = json!("obs-node-1");
+        sts["status"]["updateRevision"] = json!("obs-node-2");
+        let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, sts)];
+        steps.extend(applies(2));
+        steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
+            let p = b["status"]["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == "Progressing")
+                .unwrap()
+                .clone();
+            assert_eq!((p["status"].as_str(), p["reason"].as_str()), (Some("True"), Some("RollingOut")));
         }));
         let mock = Mock::new();
         let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
