@@ -62,7 +62,13 @@ pub async fn run(args: OperatorArgs) -> Result<(), RunError> {
             tracing::error!(error = %e, "metrics server stopped");
         }
     });
-    let identity = args.identity.clone().unwrap_or_else(|| format!("sextant-operator-{}", std::process::id()));
+    // Without a pod name, a random identity: two replicas must never share one (a pid is 1 in
+    // every container).
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        let mut suffix = [0u8; 6];
+        rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut suffix);
+        format!("sextant-operator-{}", hex::encode(suffix))
+    });
     let ctx = Arc::new(controller::Context::new(
         client.clone(),
         Arc::new(admin::HttpConnector::new()?),
