@@ -27,18 +27,28 @@ install_helm() {
   chmod +x "$TOOLS/helm/helm"
 }
 
+# A venv where python3-venv exists; else a --target directory (Debian without python3-venv).
 install_validate() {
-  [[ -x "$TOOLS/venv/bin/kubernetes-validate" ]] && return
-  python3 -m venv "$TOOLS/venv" >/dev/null
-  "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$VALIDATE_VERSION" \
-    || fail "could not install kubernetes-validate"
+  if [[ -x "$TOOLS/venv/bin/kubernetes-validate" ]]; then
+    VALIDATE=("$TOOLS/venv/bin/kubernetes-validate")
+  elif [[ -d "$TOOLS/py/kubernetes_validate" ]]; then
+    VALIDATE=(env "PYTHONPATH=$TOOLS/py" python3 -m kubernetes_validate)
+  elif python3 -m venv "$TOOLS/venv" >/dev/null 2>&1; then
+    "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check "kubernetes-validate==$VALIDATE_VERSION" \
+      || fail "could not install kubernetes-validate"
+    VALIDATE=("$TOOLS/venv/bin/kubernetes-validate")
+  else
+    rm -rf "$TOOLS/venv"
+    PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check --target "$TOOLS/py" \
+      "kubernetes-validate==$VALIDATE_VERSION" || fail "could not install kubernetes-validate"
+    VALIDATE=(env "PYTHONPATH=$TOOLS/py" python3 -m kubernetes_validate)
+  fi
 }
 
 mkdir -p "$TOOLS"
 install_helm
 install_validate
 HELM="$TOOLS/helm/helm"
-VALIDATE="$TOOLS/venv/bin/kubernetes-validate"
 export HELM_CACHE_HOME="$TOOLS/helm-cache" HELM_CONFIG_HOME="$TOOLS/helm-config" HELM_DATA_HOME="$TOOLS/helm-data"
 
 cmp -s crds/sextant.dev.yaml "$CHART/crds/sextant.dev.yaml" \
@@ -70,7 +80,7 @@ for values in "" "$CHART/ci/nondefault-values.yaml" "$CHART/ci/no-leader-electio
   "$HELM" template sextant "$CHART" --namespace telemetry --kube-version "$K8S_VERSION" --include-crds "${args[@]}" >"$work/all.yaml" \
     || fail "helm template failed with $label"
   split "$work/all.yaml" "$work/builtin.yaml" "$work/ours.yaml"
-  "$VALIDATE" --strict --quiet --kubernetes-version "$K8S_VERSION" "$work/builtin.yaml" >"$work/validate.log" 2>&1 \
+  "${VALIDATE[@]}" --strict --quiet --kubernetes-version "$K8S_VERSION" "$work/builtin.yaml" >"$work/validate.log" 2>&1 \
     || { cat "$work/validate.log" >&2; fail "kubernetes-validate refused the rendering with $label"; }
   if [[ -n "${SEXTANT_RENDERED_CRS:-}" ]]; then
     # For the operator's test, which validates them against the CRD schemas.
