@@ -15,7 +15,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use rand::RngCore;
@@ -262,7 +262,14 @@ pub async fn run_all(ctx: Arc<Context>) {
         .shutdown_on_signal()
         .run(tenancy::reconcile_tenant, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
-    let projects = Controller::new(Api::<Project>::all(client.clone()), cfg())
+    // Dependents wake as soon as what they wait for changes (a Tenant becoming Ready, …),
+    // found through each controller's own cache.
+    let projects = Controller::new(Api::<Project>::all(client.clone()), cfg());
+    let cached = projects.store();
+    let projects = projects
+        .watches(Api::<Tenant>::all(client.clone()), cfg(), move |t| {
+            dependents(&cached, &t, |p: &Project| p.spec.tenant == t.name_any())
+        })
         .shutdown_on_signal()
         .run(tenancy::reconcile_project, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
@@ -270,15 +277,43 @@ pub async fn run_all(ctx: Arc<Context>) {
         .shutdown_on_signal()
         .run(tenancy::reconcile_plan, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
-    let quotas = Controller::new(Api::<Quota>::all(client.clone()), cfg())
+    let quotas = Controller::new(Api::<Quota>::all(client.clone()), cfg());
+    let (by_tenant, by_project) = (quotas.store(), quotas.store());
+    let quotas = quotas
+        .watches(Api::<Tenant>::all(client.clone()), cfg(), move |t| {
+            dependents(&by_tenant, &t, |q: &Quota| q.spec.tenant.as_deref() == Some(&t.name_any()))
+        })
+        .watches(Api::<Project>::all(client.clone()), cfg(), move |p| {
+            dependents(&by_project, &p, |q: &Quota| q.spec.project.as_deref() == Some(&p.name_any()))
+        })
         .shutdown_on_signal()
         .run(tenancy::reconcile_quota, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
-    let rules = Controller::new(Api::<AlertRule>::all(client.clone()), cfg())
+    let rules = Controller::new(Api::<AlertRule>::all(client.clone()), cfg());
+    let cached = rules.store();
+    let rules = rules
+        .watches(Api::<Project>::all(client.clone()), cfg(), move |p| {
+            dependents(&cached, &p, |r: &AlertRule| r.spec.project == p.name_any())
+        })
         .shutdown_on_signal()
         .run(tenancy::reconcile_alert_rule, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
     futures::join!(clusters, tenants, projects, plans, quotas, rules);
+}
+
+/// Objects in `cache` in the namespace of `changed` that refer to it.
+fn dependents<K, R>(cache: &Store<K>, changed: &R, refers: impl Fn(&K) -> bool) -> Vec<ObjectRef<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+    R: Resource,
+{
+    let namespace = changed.meta().namespace.clone();
+    cache
+        .state()
+        .iter()
+        .filter(|k| k.meta().namespace == namespace && refers(k))
+        .map(|k| ObjectRef::from_obj(k.as_ref()))
+        .collect()
 }
 
 #[cfg(test)]
@@ -359,6 +394,27 @@ mod tests {
         .map(|(r, l)| (r.to_owned(), l))
         .collect();
         assert_eq!(watched, expected);
+    }
+
+    #[test]
+    fn dependents_are_found_in_the_same_namespace_only() {
+        use crate::v1alpha1::ProjectSpec;
+
+        let (store, mut writer) = kube::runtime::reflector::store::<Project>();
+        for (ns, name, tenant) in [("a", "shop", "acme"), ("a", "blog", "other"), ("b", "shop", "acme")] {
+            let mut p = Project::new(name, ProjectSpec { tenant: tenant.into(), name: name.into() });
+            p.metadata.namespace = Some(ns.into());
+            writer.apply_watcher_event(&watcher::Event::Apply(p));
+        }
+        let mut acme: Tenant = serde_json::from_value(serde_json::json!({
+            "apiVersion": "sextant.dev/v1alpha1", "kind": "Tenant", "metadata": {"name": "acme", "namespace": "a"},
+            "spec": {"displayName": "Acme", "plan": "pro", "ownerEmail": "o@acme.test"}
+        }))
+        .unwrap();
+        let found = dependents(&store, &acme, |p: &Project| p.spec.tenant == "acme");
+        assert_eq!(found, vec![ObjectRef::<Project>::new("shop").within("a")]);
+        acme.metadata.namespace = Some("c".into());
+        assert!(dependents(&store, &acme, |p: &Project| p.spec.tenant == "acme").is_empty());
     }
 
     #[test]
