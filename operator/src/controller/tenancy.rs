@@ -118,7 +118,14 @@ async fn apply_tenant(api: &Api<Tenant>, tenant: Arc<Tenant>, ctx: &Context) -> 
                 .await?
                 .ok_or_else(|| Error::Waiting(format!("no SextantCluster in namespace {ns}")))?;
             let key = tenant.metadata.uid.clone().unwrap_or_default();
-            let org = admin.upsert_tenant(&key, &req).await?;
+            let org = match admin.upsert_tenant(&key, &req).await {
+                Ok(org) => org,
+                Err(e) => {
+                    status.conditions = ready(now, &previous.conditions, tenant.metadata.generation, push_failed(&e));
+                    write_status(api, &tenant, tenant.status.as_ref(), &status).await?;
+                    return Err(e.into());
+                }
+            };
             status.org_id = Some(org.org_id);
             status.conditions = ready(now, &previous.conditions, tenant.metadata.generation, synced());
             Action::requeue(RESYNC)
@@ -185,19 +192,27 @@ async fn apply_project(api: &Api<Project>, project: Arc<Project>, ctx: &Context)
                 .await?
                 .ok_or_else(|| Error::Waiting(format!("no SextantCluster in namespace {ns}")))?;
             let admin = ctx.admin_of(&cluster).await?;
-            let created = admin.upsert_project(&push.key, &push.request).await?;
-            status.project_id = Some(created.project_id);
-            if let Some(name) = push.write_secret {
-                let credentials = admin.issue_credentials(&push.key).await?;
-                let secret = credentials_secret(&project, &cluster, &name, credentials)?;
-                match secrets.create(&PostParams::default(), &secret).await {
-                    Ok(_) => {
-                        ctx.event(project.as_ref(), false, "CredentialsIssued", format!("wrote Secret {name}")).await
-                    }
-                    // Another reconcile wrote it first; theirs holds the valid pair.
-                    Err(kube::Error::Api(s)) if s.is_already_exists() => {}
-                    Err(e) => return Err(e.into()),
+            let pushed = async {
+                let created = admin.upsert_project(&push.key, &push.request).await?;
+                let credentials = match &push.write_secret {
+                    Some(_) => Some(admin.issue_credentials(&push.key).await?),
+                    None => None,
+                };
+                Ok::<_, crate::admin::AdminError>((created, credentials))
+            };
+            let (created, credentials) = match pushed.await {
+                Ok(done) => done,
+                Err(e) => {
+                    status.conditions = ready(now, &previous.conditions, project.metadata.generation, push_failed(&e));
+                    write_status(api, &project, project.status.as_ref(), &status).await?;
+                    return Err(e.into());
                 }
+            };
+            status.project_id = Some(created.project_id);
+            if let (Some(name), Some(credentials)) = (push.write_secret, credentials) {
+                let secret = credentials_secret(&project, &cluster, &name, credentials)?;
+                write_credentials(&secrets, &project, secret).await?;
+                ctx.event(project.as_ref(), false, "CredentialsIssued", format!("wrote Secret {name}")).await;
             }
             status.secret_name = Some(secret_name);
             status.conditions = ready(now, &previous.conditions, project.metadata.generation, synced());
@@ -206,6 +221,31 @@ async fn apply_project(api: &Api<Project>, project: Arc<Project>, ctx: &Context)
     };
     write_status(api, &project, project.status.as_ref(), &status).await?;
     Ok(action)
+}
+
+fn push_failed(e: &crate::admin::AdminError) -> Desired {
+    Desired::new(conditions::READY, false, "PushFailed", e.to_string())
+}
+
+/// Creates the credentials Secret. The pair was just issued and every earlier one revoked, so a
+/// Secret of ours that appeared meanwhile (a previous leader's) must get this pair; a Secret of
+/// that name that is not the project's is never touched.
+async fn write_credentials(secrets: &Api<Secret>, project: &Project, secret: Secret) -> Result<(), Error> {
+    let name = secret.name_any();
+    match secrets.create(&PostParams::default(), &secret).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.is_already_exists() => {
+            let existing = secrets.get(&name).await?;
+            let ours = existing.owner_references().iter().any(|o| Some(&o.uid) == project.metadata.uid.as_ref());
+            if !ours {
+                return Err(Error::BadSecret(name, "ownerReference to its Project"));
+            }
+            let replacement = Secret { metadata: existing.metadata, ..secret };
+            secrets.replace(&name, &PostParams::default(), &replacement).await?;
+            Ok(())
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// The Secret an application mounts: credentials plus where to send data.
@@ -730,6 +770,81 @@ mod tests {
         let action = mock.run(steps, object, super::reconcile_quota(Arc::new(quota), ctx)).await.unwrap();
         assert_eq!(action, Action::requeue(super::RETRY));
         assert!(admin.calls().is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_unreachable_cluster_is_reported_in_the_tenant_status() {
+        let t: crate::v1alpha1::Tenant = serde_json::from_value(tenant(false, false)).unwrap();
+        let plan = json!({"apiVersion": "sextant.dev/v1alpha1", "kind": "Plan", "metadata": {"name": "pro"}, "spec": {"retentionDays": 30}});
+        let no_projects =
+            json!({"apiVersion": "sextant.dev/v1alpha1", "kind": "ProjectList", "metadata": {}, "items": []});
+        let steps = vec![
+            Step::get("/apis/sextant.dev/v1alpha1/plans/pro").reply(200, plan),
+            Step::get(&format!("{NS}/projects")).reply(200, no_projects),
+            Step::get(&format!("{NS}/sextantclusters")).reply(200, clusters()),
+            internal_secret(),
+            Step::new(Method::PATCH, &format!("{NS}/tenants/acme/status")).expect_body(|b| {
+                let c = &b["status"]["conditions"][0];
+                assert_eq!((c["status"].as_str(), c["reason"].as_str()), (Some("False"), Some("PushFailed")));
+                assert!(c["message"].as_str().unwrap().contains("503"), "{c}");
+            }),
+            Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["reason"], "ReconcileFailed")),
+        ];
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        admin.unavailable.store(true, std::sync::atomic::Ordering::SeqCst);
+        let object = serde_json::to_value(&t).unwrap();
+        let err = mock.run(steps, object, super::reconcile_tenant(Arc::new(t), ctx)).await.unwrap_err();
+        assert!(matches!(err, super::Error::Finalizer(_)), "{err}");
+    }
+
+    fn project_steps_until_secret_create() -> Vec<Step> {
+        vec![
+            Step::get(&format!("{NS}/tenants/acme")).reply(200, tenant(true, false)),
+            Step::get("/api/v1/namespaces/telemetry/secrets/shop-credentials").not_found(),
+            Step::get(&format!("{NS}/sextantclusters")).reply(200, clusters()),
+            internal_secret(),
+            Step::new(Method::POST, "/api/v1/namespaces/telemetry/secrets").reply(
+                409,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "AlreadyExists", "code": 409, "message": "exists"}),
+            ),
+        ]
+    }
+
+    #[tokio::test]
+    async fn a_secret_of_ours_that_appeared_meanwhile_gets_the_fresh_credentials() {
+        let p = project(true, false);
+        let mut steps = project_steps_until_secret_create();
+        steps.push(Step::get("/api/v1/namespaces/telemetry/secrets/shop-credentials").reply(
+            200,
+            json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "shop-credentials", "resourceVersion": "7",
+                   "ownerReferences": [{"apiVersion": "sextant.dev/v1alpha1", "kind": "Project", "name": "shop", "uid": "project-uid"}]},
+                   "stringData": {"api-key": "sxk_revoked"}}),
+        ));
+        steps.push(Step::new(Method::PUT, "/api/v1/namespaces/telemetry/secrets/shop-credentials").expect_body(|b| {
+            assert_eq!(b["stringData"]["api-key"], "sxk_0000000000000001_test");
+            assert_eq!(b["metadata"]["resourceVersion"], "7", "replaces exactly the version read");
+        }));
+        steps.push(Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["reason"], "CredentialsIssued")));
+        steps.push(Step::new(Method::PATCH, &format!("{NS}/projects/shop/status")));
+        let mock = Mock::new();
+        let ctx = mock.ctx.clone();
+        mock.run(steps, serde_json::to_value(&p).unwrap(), super::reconcile_project(Arc::new(p), ctx)).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_foreign_secret_with_the_credentials_name_is_left_alone() {
+        let p = project(true, false);
+        let mut steps = project_steps_until_secret_create();
+        steps.push(
+            Step::get("/api/v1/namespaces/telemetry/secrets/shop-credentials")
+                .reply(200, json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "shop-credentials"}})),
+        );
+        steps.push(Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["reason"], "ReconcileFailed")));
+        let mock = Mock::new();
+        let ctx = mock.ctx.clone();
+        let err = mock.run(steps, json!({}), super::reconcile_project(Arc::new(p), ctx)).await.unwrap_err();
+        assert!(err.to_string().contains("shop-credentials"), "{err}");
     }
 
     #[tokio::test]
