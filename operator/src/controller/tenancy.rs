@@ -305,19 +305,39 @@ pub async fn reconcile_plan(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action
                 Finalizer::Apply(p) => {
                     let req = tenancy::plan_plan(&p)?;
                     let previous = p.status.clone().unwrap_or_default();
+                    let mut failure = None;
                     let d = if live.is_empty() {
                         Desired::new(conditions::READY, false, "NoCluster", "no SextantCluster to push the plan to")
                     } else {
+                        let mut pushed = Ok(());
                         for cluster in &live {
-                            ctx.admin_of(cluster).await?.upsert_plan(&p.name_any(), &req).await?;
+                            pushed = ctx.admin_of(cluster).await?.upsert_plan(&p.name_any(), &req).await;
+                            if pushed.is_err() {
+                                break;
+                            }
                         }
-                        Desired::new(conditions::READY, true, "Synced", format!("pushed to {} cluster(s)", live.len()))
+                        match pushed {
+                            Ok(()) => Desired::new(
+                                conditions::READY,
+                                true,
+                                "Synced",
+                                format!("pushed to {} cluster(s)", live.len()),
+                            ),
+                            Err(e) => {
+                                let d = push_failed(&e);
+                                failure = Some(e);
+                                d
+                            }
+                        }
                     };
                     let status = CommonStatus {
                         observed_generation: p.metadata.generation,
                         conditions: ready((ctx.clock)(), &previous.conditions, p.metadata.generation, d),
                     };
                     write_status(&api, &p, p.status.as_ref(), &status).await?;
+                    if let Some(e) = failure {
+                        return Err(e.into());
+                    }
                     Ok(Action::requeue(if live.is_empty() { RETRY } else { RESYNC }))
                 }
                 Finalizer::Cleanup(p) => {
@@ -371,14 +391,21 @@ pub async fn reconcile_quota(quota: Arc<Quota>, ctx: Arc<Context>) -> Result<Act
             match event {
                 Finalizer::Apply(q) => {
                     let previous = q.status.clone().unwrap_or_default();
+                    let mut failure = None;
                     let (d, action) = match tenancy::plan_quota(&q, target.as_ref())? {
                         Apply::Wait(d) => (d, Action::requeue(RETRY)),
                         Apply::Push(req) => {
                             let admin = admin_in(&ctx, &ns, cluster.as_deref())
                                 .await?
                                 .ok_or_else(|| Error::Waiting(format!("no SextantCluster in namespace {ns}")))?;
-                            admin.upsert_quota(q.metadata.uid.as_deref().unwrap_or_default(), &req).await?;
-                            (synced(), Action::requeue(RESYNC))
+                            match admin.upsert_quota(q.metadata.uid.as_deref().unwrap_or_default(), &req).await {
+                                Ok(()) => (synced(), Action::requeue(RESYNC)),
+                                Err(e) => {
+                                    let d = push_failed(&e);
+                                    failure = Some(e);
+                                    (d, Action::await_change())
+                                }
+                            }
                         }
                     };
                     let status = CommonStatus {
@@ -386,6 +413,9 @@ pub async fn reconcile_quota(quota: Arc<Quota>, ctx: Arc<Context>) -> Result<Act
                         conditions: ready((ctx.clock)(), &previous.conditions, q.metadata.generation, d),
                     };
                     write_status(&api, &q, q.status.as_ref(), &status).await?;
+                    if let Some(e) = failure {
+                        return Err(e.into());
+                    }
                     Ok(action)
                 }
                 Finalizer::Cleanup(q) => {
@@ -415,20 +445,31 @@ pub async fn reconcile_alert_rule(rule: Arc<AlertRule>, ctx: Arc<Context>) -> Re
                 Finalizer::Apply(r) => {
                     let previous = r.status.clone().unwrap_or_default();
                     let mut status = AlertRuleStatus { observed_generation: r.metadata.generation, ..previous.clone() };
+                    let mut failure = None;
                     let (d, action) = match tenancy::plan_alert_rule(&r, project.as_ref())? {
                         Apply::Wait(d) => (d, Action::requeue(RETRY)),
                         Apply::Push(req) => {
                             let admin = admin_in(&ctx, &ns, cluster.as_deref())
                                 .await?
                                 .ok_or_else(|| Error::Waiting(format!("no SextantCluster in namespace {ns}")))?;
-                            let created =
-                                admin.upsert_alert_rule(r.metadata.uid.as_deref().unwrap_or_default(), &req).await?;
-                            status.rule_id = Some(created.id);
-                            (synced(), Action::requeue(RESYNC))
+                            match admin.upsert_alert_rule(r.metadata.uid.as_deref().unwrap_or_default(), &req).await {
+                                Ok(created) => {
+                                    status.rule_id = Some(created.id);
+                                    (synced(), Action::requeue(RESYNC))
+                                }
+                                Err(e) => {
+                                    let d = push_failed(&e);
+                                    failure = Some(e);
+                                    (d, Action::await_change())
+                                }
+                            }
                         }
                     };
                     status.conditions = ready((ctx.clock)(), &previous.conditions, r.metadata.generation, d);
                     write_status(&api, &r, r.status.as_ref(), &status).await?;
+                    if let Some(e) = failure {
+                        return Err(e.into());
+                    }
                     Ok(action)
                 }
                 Finalizer::Cleanup(r) => {
@@ -749,6 +790,40 @@ mod tests {
                 && req.window_minutes == 10 && req.name == "checkout-errors" && req.managed_by.kind == "AlertRule"),
             "{calls:?}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_refused_alert_rule_is_reported_and_retried() {
+        let spec: crate::v1alpha1::AlertRuleSpec = serde_json::from_value(json!({
+            "project": "shop", "metric": "log_count", "comparison": ">", "threshold": 100, "windowMinutes": 1
+        }))
+        .unwrap();
+        let mut rule = crate::v1alpha1::AlertRule::new("noisy", spec);
+        rule.metadata.namespace = Some("telemetry".into());
+        rule.metadata.uid = Some("rule-uid".into());
+        rule.metadata.finalizers = Some(vec![super::FINALIZER.into()]);
+        let steps = vec![
+            Step::get(&format!("{NS}/projects/shop")).reply(200, ready_project()),
+            Step::get(&format!("{NS}/tenants/acme")).reply(200, tenant(true, false)),
+            Step::get(&format!("{NS}/sextantclusters")).reply(200, clusters()),
+            internal_secret(),
+            Step::new(Method::PATCH, &format!("{NS}/alertrules/noisy/status"))
+                .expect_body(|b| assert_eq!(b["status"]["conditions"][0]["reason"], "PushFailed")),
+            Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["reason"], "ReconcileFailed")),
+        ];
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        admin.unavailable.store(true, std::sync::atomic::Ordering::SeqCst);
+        let rule = Arc::new(rule);
+        let err = mock
+            .run(
+                steps,
+                serde_json::to_value(rule.as_ref()).unwrap(),
+                super::reconcile_alert_rule(rule.clone(), ctx.clone()),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(super::super::error_policy(rule, &err, ctx), Action::requeue(std::time::Duration::from_secs(5)));
     }
 
     #[tokio::test]
