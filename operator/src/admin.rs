@@ -2,7 +2,7 @@
 //! [`ClusterAdmin`] trait and its HTTP implementation against a router's `/admin/v1/...`.
 //!
 //! Every call is idempotent: objects are keyed by the Kubernetes UID of the resource that owns
-//! them (`PUT` creates or updates), deletes of unknown keys succeed.
+//! them (`PUT` creates or updates), deletes of unknown keys succeed (204).
 
 use std::sync::Arc;
 
@@ -263,13 +263,12 @@ impl HttpClusterAdmin {
         Self::send(self.request(reqwest::Method::PUT, &path).json(body)).await.map(drop)
     }
 
-    /// 404 means already gone; 202 means the cluster is still deleting.
+    /// Deletes are idempotent on the cluster side (204 for an unknown key too); 202 means the
+    /// cluster is still deleting. A 404 is an error: it is what a router without the admin API
+    /// answers, and taking it for "already gone" would release a finalizer with the data kept.
     async fn delete(&self, path: String) -> Result<Deletion, AdminError> {
-        match Self::send(self.request(reqwest::Method::DELETE, &path)).await {
-            Ok(r) if r.status() == reqwest::StatusCode::ACCEPTED => Ok(Deletion::InProgress),
-            Ok(_) | Err(AdminError::Status { status: 404, .. }) => Ok(Deletion::Done),
-            Err(e) => Err(e),
-        }
+        let response = Self::send(self.request(reqwest::Method::DELETE, &path)).await?;
+        Ok(if response.status() == reqwest::StatusCode::ACCEPTED { Deletion::InProgress } else { Deletion::Done })
     }
 }
 
@@ -563,7 +562,12 @@ mod http_tests {
                 json!({"project_id": "prj-1", "ingest_token": "sxp_a", "api_key": "sxk_b"}).to_string(),
             ),
             ("DELETE", "/admin/v1/projects/p-1") => (StatusCode::ACCEPTED, String::new()),
-            ("DELETE", "/admin/v1/projects/gone") => (StatusCode::NOT_FOUND, String::new()),
+            ("DELETE", "/admin/v1/projects/gone") => (StatusCode::NO_CONTENT, String::new()),
+            // What a router without the admin API answers.
+            ("DELETE", "/admin/v1/projects/no-api") => (
+                StatusCode::NOT_FOUND,
+                json!({"error": {"code": "not_found", "message": "no such endpoint"}}).to_string(),
+            ),
             ("PUT", "/admin/v1/plans/pro") => (StatusCode::NO_CONTENT, String::new()),
             ("GET", "/admin/v1/cluster/nodes") => (
                 StatusCode::OK,
@@ -654,5 +658,10 @@ mod http_tests {
         let err = admin.delete_tenant("u-1").await.unwrap_err();
         assert!(matches!(&err, AdminError::Status { status: 409, body } if body.contains("managed")), "{err}");
         assert!(admin.delete_tenant("../etc").await.is_err(), "path escapes are refused before any request");
+        let err = admin.delete_project("no-api").await.unwrap_err();
+        assert!(
+            matches!(err, AdminError::Status { status: 404, .. }),
+            "a 404 is never taken for a completed delete: {err}"
+        );
     }
 }
