@@ -1,4 +1,4 @@
-//! Command line: `dev` (everything in one process), `node`, `router`, `operator`, `loadgen`.
+//! Command line: `dev` (everything in one process), `node`, `router`, `operator`, `crds`, `loadgen`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -34,8 +34,10 @@ pub enum Command {
     Node(NodeArgs),
     /// Run a stateless router: the public HTTP API in front of the storage nodes.
     Router(RouterArgs),
-    /// Run the Kubernetes operator (not available in this release).
-    Operator,
+    /// Run the Kubernetes operator: reconciles the sextant.dev resources (see docs/KUBERNETES.md).
+    Operator(sextant_operator::OperatorArgs),
+    /// Print the operator's CustomResourceDefinitions as YAML (`sextant crds | kubectl apply -f -`).
+    Crds,
     /// Send realistic ingest load to a router and report throughput and latency.
     Loadgen(crate::loadgen::LoadgenArgs),
     /// Write generated objects straight into one shard's storage engine and report bytes on
@@ -175,8 +177,10 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         Command::Dev(args) => dev(args).await,
         Command::Node(args) => node(args).await,
         Command::Router(args) => router(args).await,
-        Command::Operator => {
-            anyhow::bail!("the operator is not implemented yet; see docs/ARCHITECTURE.md")
+        Command::Operator(args) => Ok(sextant_operator::run(args).await?),
+        Command::Crds => {
+            print!("{}", sextant_operator::crds_yaml()?);
+            Ok(())
         }
         Command::Loadgen(args) => crate::loadgen::run(args).await,
         Command::BenchStorage(args) => tokio::task::spawn_blocking(move || crate::storage_bench::run(args)).await?,

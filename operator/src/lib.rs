@@ -1,1 +1,94 @@
+//! The Sextant Kubernetes operator: custom resources (`sextant.dev/v1alpha1`), pure planning
+//! functions from spec and observed state to actions, and the kube-rs controllers executing them.
 
+pub mod admin;
+pub mod conditions;
+pub mod controller;
+pub mod leader;
+pub mod manifests;
+pub mod metrics;
+pub mod scaling;
+pub mod tenancy;
+pub mod topology;
+pub mod v1alpha1;
+
+pub use manifests::crds_yaml;
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use kube::runtime::events::Reporter;
+
+/// `sextant operator` arguments.
+#[derive(clap::Args, Debug, Clone)]
+pub struct OperatorArgs {
+    /// Address of `/metrics` and `/healthz`.
+    #[arg(long, default_value = "0.0.0.0:8080", env = "SEXTANT_OPERATOR_LISTEN")]
+    pub listen: SocketAddr,
+    /// Namespace of the leader-election Lease (the operator's own namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+    #[arg(long, default_value = "sextant-operator")]
+    pub lease_name: String,
+    /// This replica's identity in the Lease and in Events (the pod name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Reconcile without a Lease; only for a single replica.
+    #[arg(long)]
+    pub no_leader_election: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error("Kubernetes client: {0}")]
+    Client(#[from] kube::Error),
+    #[error(transparent)]
+    Admin(#[from] admin::AdminError),
+    #[error(transparent)]
+    Leader(#[from] leader::LeaderError),
+    #[error("metrics listener on {0}: {1}")]
+    Listen(SocketAddr, std::io::Error),
+}
+
+/// Runs the operator until a shutdown signal (or the loss of leadership).
+pub async fn run(args: OperatorArgs) -> Result<(), RunError> {
+    let client = kube::Client::try_default().await?;
+    let metrics = Arc::new(metrics::Metrics::default());
+    let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| RunError::Listen(args.listen, e))?;
+    let served = metrics.clone();
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, metrics::router(served)).await {
+            tracing::error!(error = %e, "metrics server stopped");
+        }
+    });
+    // Without a pod name, a random identity: two replicas must never share one (a pid is 1 in
+    // every container).
+    let identity = args.identity.clone().unwrap_or_else(|| {
+        let mut suffix = [0u8; 6];
+        rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut suffix);
+        format!("sextant-operator-{}", hex::encode(suffix))
+    });
+    let ctx = Arc::new(controller::Context::new(
+        client.clone(),
+        Arc::new(admin::HttpConnector::new()?),
+        metrics.clone(),
+        Reporter { controller: "sextant-operator".into(), instance: Some(identity.clone()) },
+    ));
+    metrics.healthy.store(true, Ordering::Relaxed);
+    tracing::info!(listen = %args.listen, "sextant operator started");
+    if args.no_leader_election {
+        controller::run_all(ctx).await;
+        return Ok(());
+    }
+    leader::run_while_leader(
+        client,
+        &args.lease_namespace,
+        &args.lease_name,
+        identity,
+        metrics,
+        controller::run_all(ctx),
+    )
+    .await?;
+    Ok(())
+}

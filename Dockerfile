@@ -1,0 +1,19 @@
+# The `sextant` image: one binary for nodes, routers and the operator.
+#   docker build -t ghcr.io/sextant-dev/sextant:0.1.0 .
+# fjall needs Rust 1.90, kube 1.89; this is the toolchain the workspace is tested with.
+FROM rust:1.95-bookworm AS build
+WORKDIR /src
+COPY . .
+# protoc comes from protoc-bin-vendored; jemalloc needs the C toolchain of this image.
+RUN --mount=type=cache,target=/usr/local/cargo/registry \
+    --mount=type=cache,target=/src/target \
+    cargo build --release --locked --bin sextant \
+ && cp target/release/sextant /usr/local/bin/sextant
+
+FROM debian:bookworm-slim
+# /bin/sh stays: node pods derive their Raft id from the StatefulSet ordinal in a shell line.
+RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin sextant
+COPY --from=build /usr/local/bin/sextant /usr/local/bin/sextant
+USER 10001
+EXPOSE 8080 4317 7000 7001
+ENTRYPOINT ["sextant"]

@@ -1,0 +1,300 @@
+//! Tenants, projects, plans, quotas and alert rules: what to push to the cluster's admin API
+//! for a resource and what it observes. Pure; the controllers execute the actions.
+
+use kube::{Resource, ResourceExt};
+
+use crate::admin::{AlertRuleRequest, ManagedBy, PlanPrice, PlanRequest, ProjectRequest, QuotaRequest, TenantRequest};
+use crate::conditions::{self, Desired};
+use crate::v1alpha1::{AlertRule, Plan, Project, Quota, Tenant};
+
+/// Finalizer of every resource whose cluster-side object must be removed first.
+pub const FINALIZER: &str = "sextant.dev/cleanup";
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TenancyError {
+    #[error("{kind} has no {field}")]
+    Missing { kind: &'static str, field: &'static str },
+}
+
+/// A resource that another one refers to, as observed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Referent {
+    /// Its key in the cluster: the Kubernetes UID.
+    pub key: String,
+    /// Whether it has been pushed to the cluster (its Ready condition).
+    pub ready: bool,
+}
+
+impl Referent {
+    pub fn of<K: Resource>(
+        obj: &K,
+        conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
+    ) -> Option<Self> {
+        Some(Self { key: obj.meta().uid.clone()?, ready: conditions::is_true(conditions, conditions::READY) })
+    }
+}
+
+/// What the controller must do for a resource while it exists.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Apply<R> {
+    /// A referenced resource is missing or not ready: report it and look again later.
+    Wait(Desired),
+    /// Create or update the object in the cluster.
+    Push(R),
+}
+
+/// What to do when the resource is being deleted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cleanup {
+    /// Something still depends on it: keep the finalizer.
+    Wait(String),
+    /// Delete the cluster-side object (and for projects, all their data).
+    Delete { key: String },
+}
+
+fn uid<K: Resource>(obj: &K, kind: &'static str) -> Result<String, TenancyError> {
+    obj.meta().uid.clone().ok_or(TenancyError::Missing { kind, field: "metadata.uid" })
+}
+
+pub fn managed_by<K: Resource<DynamicType = ()>>(obj: &K) -> Result<ManagedBy, TenancyError> {
+    Ok(ManagedBy {
+        api_version: K::api_version(&()).into_owned(),
+        kind: K::kind(&()).into_owned(),
+        namespace: obj.meta().namespace.clone(),
+        name: obj.meta().name.clone().ok_or(TenancyError::Missing { kind: "object", field: "metadata.name" })?,
+        uid: uid(obj, "object")?,
+    })
+}
+
+fn waiting(reason: &str, message: String) -> Desired {
+    Desired::new(conditions::READY, false, reason, message)
+}
+
+/// A tenant needs its plan to exist.
+pub fn plan_tenant(tenant: &Tenant, plan_exists: bool) -> Result<Apply<TenantRequest>, TenancyError> {
+    let spec = &tenant.spec;
+    if !plan_exists {
+        return Ok(Apply::Wait(waiting("PlanNotFound", format!("Plan `{}` does not exist", spec.plan))));
+    }
+    Ok(Apply::Push(TenantRequest {
+        display_name: spec.display_name.clone(),
+        plan: spec.plan.clone(),
+        owner_email: spec.owner_email.clone(),
+        suspended: spec.suspended,
+        managed_by: managed_by(tenant)?,
+    }))
+}
+
+/// Deleting a tenant waits for its projects: their data is deleted by their own finalizers.
+pub fn cleanup_tenant(tenant: &Tenant, remaining_projects: &[String]) -> Result<Cleanup, TenancyError> {
+    if !remaining_projects.is_empty() {
+        return Ok(Cleanup::Wait(format!(
+            "waiting for {} project(s) to be deleted: {}",
+            remaining_projects.len(),
+            remaining_projects.join(", ")
+        )));
+    }
+    Ok(Cleanup::Delete { key: uid(tenant, "Tenant")? })
+}
+
+/// Name of the Secret holding a project's credentials.
+pub fn credentials_secret_name(project: &Project) -> String {
+    format!("{}-credentials", project.name_any())
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProjectPush {
+    pub key: String,
+    pub request: ProjectRequest,
+    /// Issue credentials and write them into this Secret (only when it does not exist: issuing
+    /// revokes the previous pair, so an existing Secret is never rotated by reconcile).
+    pub write_secret: Option<String>,
+}
+
+pub fn plan_project(
+    project: &Project,
+    tenant: Option<&Referent>,
+    secret_exists: bool,
+) -> Result<Apply<ProjectPush>, TenancyError> {
+    let Some(tenant) = tenant else {
+        return Ok(Apply::Wait(waiting("TenantNotFound", format!("Tenant `{}` does not exist", project.spec.tenant))));
+    };
+    if !tenant.ready {
+        return Ok(Apply::Wait(waiting("TenantNotReady", format!("Tenant `{}` is not ready", project.spec.tenant))));
+    }
+    Ok(Apply::Push(ProjectPush {
+        key: uid(project, "Project")?,
+        request: ProjectRequest {
+            tenant_key: tenant.key.clone(),
+            name: project.spec.name.clone(),
+            managed_by: managed_by(project)?,
+        },
+        write_secret: (!secret_exists).then(|| credentials_secret_name(project)),
+    }))
+}
+
+pub fn cleanup_keyed<K: Resource>(obj: &K, kind: &'static str) -> Result<Cleanup, TenancyError> {
+    Ok(Cleanup::Delete { key: uid(obj, kind)? })
+}
+
+pub fn plan_plan(plan: &Plan) -> Result<PlanRequest, TenancyError> {
+    let spec = &plan.spec;
+    Ok(PlanRequest {
+        display_name: spec.display_name.clone(),
+        gb_per_month: spec.quotas.gb_per_month,
+        events_per_month: spec.quotas.events_per_month,
+        retention_days: spec.retention_days,
+        features: spec.features.clone(),
+        price: spec.price.as_ref().map(|p| PlanPrice {
+            amount_cents: p.amount_cents,
+            currency: p.currency.clone(),
+            interval: p.interval,
+        }),
+        managed_by: managed_by(plan)?,
+    })
+}
+
+/// A quota applies to one tenant or one project, which must already be in the cluster.
+pub fn plan_quota(quota: &Quota, target: Option<&Referent>) -> Result<Apply<QuotaRequest>, TenancyError> {
+    let spec = &quota.spec;
+    let (kind, name) = match (&spec.tenant, &spec.project) {
+        (Some(t), None) => ("Tenant", t),
+        (None, Some(p)) => ("Project", p),
+        _ => {
+            return Ok(Apply::Wait(waiting(
+                "InvalidTarget",
+                "exactly one of spec.tenant and spec.project must be set".into(),
+            )))
+        }
+    };
+    let Some(target) = target.filter(|t| t.ready) else {
+        return Ok(Apply::Wait(waiting("TargetNotReady", format!("{kind} `{name}` does not exist or is not ready"))));
+    };
+    let (tenant_key, project_key) =
+        if kind == "Tenant" { (Some(target.key.clone()), None) } else { (None, Some(target.key.clone())) };
+    Ok(Apply::Push(QuotaRequest {
+        tenant_key,
+        project_key,
+        gb_per_month: spec.gb_per_month,
+        events_per_month: spec.events_per_month,
+        ingest_requests_per_second: spec.ingest_requests_per_second,
+        enforcement: spec.enforcement,
+        managed_by: managed_by(quota)?,
+    }))
+}
+
+pub fn plan_alert_rule(rule: &AlertRule, project: Option<&Referent>) -> Result<Apply<AlertRuleRequest>, TenancyError> {
+    let spec = &rule.spec;
+    let Some(project) = project.filter(|p| p.ready) else {
+        return Ok(Apply::Wait(waiting(
+            "ProjectNotReady",
+            format!("Project `{}` does not exist or is not ready", spec.project),
+        )));
+    };
+    Ok(Apply::Push(AlertRuleRequest {
+        project_key: project.key.clone(),
+        name: spec.name.clone().unwrap_or_else(|| rule.name_any()),
+        metric: spec.metric,
+        filter: spec.filter.clone(),
+        comparison: spec.comparison,
+        threshold: spec.threshold,
+        window_minutes: spec.window_minutes,
+        enabled: spec.enabled,
+        managed_by: managed_by(rule)?,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::v1alpha1::{AlertRuleSpec, ProjectSpec, QuotaSpec, TenantSpec};
+    use serde_json::json;
+
+    fn with_meta<K: Resource>(mut obj: K, uid: &str) -> K {
+        obj.meta_mut().namespace = Some("acme".into());
+        obj.meta_mut().uid = Some(uid.into());
+        obj
+    }
+
+    fn tenant() -> Tenant {
+        let spec: TenantSpec =
+            serde_json::from_value(json!({"displayName": "Acme", "plan": "pro", "ownerEmail": "ops@acme.test"}))
+                .unwrap();
+        with_meta(Tenant::new("acme", spec), "tenant-uid")
+    }
+
+    fn project() -> Project {
+        with_meta(Project::new("shop", ProjectSpec { tenant: "acme".into(), name: "Shop".into() }), "project-uid")
+    }
+
+    #[test]
+    fn tenant_waits_for_its_plan_then_pushes_managed_by() {
+        assert!(matches!(plan_tenant(&tenant(), false).unwrap(), Apply::Wait(d) if d.reason == "PlanNotFound"));
+        let Apply::Push(req) = plan_tenant(&tenant(), true).unwrap() else { panic!() };
+        assert_eq!(req.plan, "pro");
+        assert_eq!(req.managed_by.kind, "Tenant");
+        assert_eq!(req.managed_by.api_version, "sextant.dev/v1alpha1");
+        assert_eq!(req.managed_by.uid, "tenant-uid");
+    }
+
+    #[test]
+    fn tenant_deletion_waits_for_projects() {
+        let c = cleanup_tenant(&tenant(), &["shop".into()]).unwrap();
+        assert!(matches!(c, Cleanup::Wait(m) if m.contains("shop")));
+        assert_eq!(cleanup_tenant(&tenant(), &[]).unwrap(), Cleanup::Delete { key: "tenant-uid".into() });
+    }
+
+    #[test]
+    fn project_waits_for_a_ready_tenant() {
+        assert!(
+            matches!(plan_project(&project(), None, false).unwrap(), Apply::Wait(d) if d.reason == "TenantNotFound")
+        );
+        let not_ready = Referent { key: "tenant-uid".into(), ready: false };
+        assert!(
+            matches!(plan_project(&project(), Some(&not_ready), false).unwrap(), Apply::Wait(d) if d.reason == "TenantNotReady")
+        );
+    }
+
+    #[test]
+    fn project_credentials_are_issued_only_when_the_secret_is_missing() {
+        let t = Referent { key: "tenant-uid".into(), ready: true };
+        let Apply::Push(p) = plan_project(&project(), Some(&t), false).unwrap() else { panic!() };
+        assert_eq!(p.key, "project-uid");
+        assert_eq!(p.request.tenant_key, "tenant-uid");
+        assert_eq!(p.write_secret.as_deref(), Some("shop-credentials"));
+        let Apply::Push(p) = plan_project(&project(), Some(&t), true).unwrap() else { panic!() };
+        assert_eq!(p.write_secret, None);
+    }
+
+    #[test]
+    fn quota_targets_exactly_one_ready_object() {
+        let spec: QuotaSpec =
+            serde_json::from_value(json!({"project": "shop", "gbPerMonth": 5, "enforcement": "Soft"})).unwrap();
+        let q = with_meta(Quota::new("shop-quota", spec), "quota-uid");
+        assert!(matches!(plan_quota(&q, None).unwrap(), Apply::Wait(_)));
+        let p = Referent { key: "project-uid".into(), ready: true };
+        let Apply::Push(req) = plan_quota(&q, Some(&p)).unwrap() else { panic!() };
+        assert_eq!(
+            (req.tenant_key, req.project_key.as_deref(), req.gb_per_month),
+            (None, Some("project-uid"), Some(5))
+        );
+
+        let both: QuotaSpec = serde_json::from_value(json!({"project": "shop", "tenant": "acme"})).unwrap();
+        let q = with_meta(Quota::new("bad", both), "q2");
+        assert!(matches!(plan_quota(&q, Some(&p)).unwrap(), Apply::Wait(d) if d.reason == "InvalidTarget"));
+    }
+
+    #[test]
+    fn alert_rule_name_defaults_to_the_resource_name() {
+        let spec: AlertRuleSpec = serde_json::from_value(json!({
+            "project": "shop", "metric": "error_rate", "comparison": ">", "threshold": 0.05, "windowMinutes": 5
+        }))
+        .unwrap();
+        let r = with_meta(AlertRule::new("checkout-errors", spec), "rule-uid");
+        let p = Referent { key: "project-uid".into(), ready: true };
+        let Apply::Push(req) = plan_alert_rule(&r, Some(&p)).unwrap() else { panic!() };
+        assert_eq!(req.name, "checkout-errors");
+        assert!(req.enabled);
+        assert_eq!(req.project_key, "project-uid");
+    }
+}

@@ -1,0 +1,534 @@
+//! The Kubernetes objects a `SextantCluster` owns, derived from its spec alone (plus the node
+//! count the scaling plan allows right now). Pure: no API calls, no clock, no randomness.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::{json, Value};
+
+use crate::v1alpha1::SextantCluster;
+
+/// Raft and storage gRPC port of a node.
+pub const NODE_GRPC_PORT: i32 = 7000;
+/// `/healthz`, `/readyz`, `/metrics` of a node.
+pub const NODE_HTTP_PORT: i32 = 7001;
+/// Ports the router container listens on (the Service maps the user's ports onto these).
+pub const ROUTER_HTTP_PORT: i32 = 8080;
+pub const ROUTER_OTLP_GRPC_PORT: i32 = 4317;
+
+/// Keys of the cluster's internal Secret.
+pub const JWT_SIGNING_KEY: &str = "jwt-signing-key";
+pub const CLUSTER_SECRET: &str = "cluster-secret";
+pub const ADMIN_TOKEN: &str = "admin-token";
+pub const SECRET_KEYS: [&str; 3] = [JWT_SIGNING_KEY, CLUSTER_SECRET, ADMIN_TOKEN];
+
+#[derive(Debug, thiserror::Error)]
+pub enum TopologyError {
+    #[error("the SextantCluster has no {0}")]
+    Missing(&'static str),
+    #[error("rendering {kind}: {source}")]
+    Render { kind: &'static str, source: serde_json::Error },
+}
+
+/// Names of everything derived from one cluster, in one place so the planner, the controller
+/// and the docs agree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Names {
+    pub cluster: String,
+    pub namespace: String,
+}
+
+impl Names {
+    pub fn of(cluster: &SextantCluster) -> Result<Self, TopologyError> {
+        Ok(Self {
+            cluster: cluster.metadata.name.clone().ok_or(TopologyError::Missing("metadata.name"))?,
+            namespace: cluster.metadata.namespace.clone().ok_or(TopologyError::Missing("metadata.namespace"))?,
+        })
+    }
+    pub fn nodes(&self) -> String {
+        format!("{}-node", self.cluster)
+    }
+    pub fn routers(&self) -> String {
+        format!("{}-router", self.cluster)
+    }
+    pub fn config(&self) -> String {
+        format!("{}-config", self.cluster)
+    }
+    pub fn secret(&self) -> String {
+        format!("{}-internal", self.cluster)
+    }
+    pub fn pod(&self, ordinal: i32) -> String {
+        format!("{}-node-{ordinal}", self.cluster)
+    }
+    /// PVC created by the StatefulSet's `data` volume claim template for one ordinal.
+    pub fn volume(&self, ordinal: i32) -> String {
+        format!("data-{}-node-{ordinal}", self.cluster)
+    }
+    /// Stable DNS name of a node through the headless Service.
+    pub fn node_address(&self, ordinal: i32) -> String {
+        format!("{}.{}.{}.svc:{NODE_GRPC_PORT}", self.pod(ordinal), self.nodes(), self.namespace)
+    }
+    /// Ordinal of a node from its address, for addresses of this cluster only.
+    pub fn ordinal_of(&self, address: &str) -> Option<i32> {
+        let host = address.split(':').next()?;
+        let pod = host.strip_suffix(&format!(".{}.{}.svc", self.nodes(), self.namespace)).unwrap_or(host);
+        pod.strip_prefix(&format!("{}-node-", self.cluster))?.parse().ok()
+    }
+    pub fn router_url(&self, http_port: i32) -> String {
+        format!("http://{}.{}.svc:{http_port}", self.routers(), self.namespace)
+    }
+    /// `--peers` of `sextant node`: Raft id = ordinal + 1 (ids start at 1).
+    pub fn peers(&self, nodes: i32) -> String {
+        (0..nodes).map(|i| format!("{}={}", i + 1, self.node_address(i))).collect::<Vec<_>>().join(",")
+    }
+    pub fn node_addresses(&self, nodes: i32) -> String {
+        (0..nodes).map(|i| self.node_address(i)).collect::<Vec<_>>().join(",")
+    }
+}
+
+/// Labels shared by every owned object; the `component` label tells nodes and routers apart.
+pub fn labels(names: &Names, component: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        ("app.kubernetes.io/name".to_owned(), "sextant".to_owned()),
+        ("app.kubernetes.io/instance".to_owned(), names.cluster.clone()),
+        ("app.kubernetes.io/component".to_owned(), component.to_owned()),
+        ("app.kubernetes.io/managed-by".to_owned(), "sextant-operator".to_owned()),
+    ])
+}
+
+fn selector(names: &Names, component: &str) -> BTreeMap<String, String> {
+    let mut l = labels(names, component);
+    l.remove("app.kubernetes.io/managed-by");
+    l
+}
+
+/// `spec.selector` of the node pods as a label-selector string (for the scale subresource).
+pub fn node_selector_string(names: &Names) -> String {
+    selector(names, "node").iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(",")
+}
+
+/// One object the cluster controller applies with server-side apply.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Owned {
+    ConfigMap(ConfigMap),
+    Service(Service),
+    StatefulSet(StatefulSet),
+    Deployment(Deployment),
+    PodDisruptionBudget(PodDisruptionBudget),
+}
+
+impl Owned {
+    pub fn name(&self) -> String {
+        match self {
+            Owned::ConfigMap(o) => o.name_any(),
+            Owned::Service(o) => o.name_any(),
+            Owned::StatefulSet(o) => o.name_any(),
+            Owned::Deployment(o) => o.name_any(),
+            Owned::PodDisruptionBudget(o) => o.name_any(),
+        }
+    }
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Owned::ConfigMap(_) => "ConfigMap",
+            Owned::Service(_) => "Service",
+            Owned::StatefulSet(_) => "StatefulSet",
+            Owned::Deployment(_) => "Deployment",
+            Owned::PodDisruptionBudget(_) => "PodDisruptionBudget",
+        }
+    }
+}
+
+fn render<T: DeserializeOwned>(kind: &'static str, value: Value) -> Result<T, TopologyError> {
+    serde_json::from_value(value).map_err(|source| TopologyError::Render { kind, source })
+}
+
+fn owner(cluster: &SextantCluster) -> Result<OwnerReference, TopologyError> {
+    cluster.controller_owner_ref(&()).ok_or(TopologyError::Missing("metadata.uid"))
+}
+
+fn metadata(names: &Names, name: String, component: &str, owner: &OwnerReference) -> Value {
+    json!({
+        "name": name,
+        "namespace": names.namespace,
+        "labels": labels(names, component),
+        "ownerReferences": [owner],
+    })
+}
+
+fn secret_env(env: &str, names: &Names, key: &str) -> Value {
+    json!({"name": env, "valueFrom": {"secretKeyRef": {"name": names.secret(), "key": key}}})
+}
+
+fn config_env(env: &str, names: &Names, key: &str) -> Value {
+    json!({"name": env, "valueFrom": {"configMapKeyRef": {"name": names.config(), "key": key}}})
+}
+
+/// The internal Secret with freshly generated values. Created once; reconcile never rewrites it
+/// (rotating the cluster secret or JWT key would cut every node off and log every user out).
+pub fn internal_secret(
+    cluster: &SextantCluster,
+    mut generate: impl FnMut() -> String,
+) -> Result<Secret, TopologyError> {
+    let names = Names::of(cluster)?;
+    let data: BTreeMap<&str, String> = SECRET_KEYS.iter().map(|k| (*k, generate())).collect();
+    render(
+        "Secret",
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": metadata(&names, names.secret(), "secret", &owner(cluster)?),
+            "type": "Opaque",
+            "stringData": data,
+        }),
+    )
+}
+
+/// Everything applied for a cluster whose node StatefulSet should have `node_replicas` replicas
+/// (decided by the scaling plan) and `member_nodes` members (the peers nodes start with).
+pub fn owned_objects(
+    cluster: &SextantCluster,
+    node_replicas: i32,
+    member_nodes: i32,
+) -> Result<Vec<Owned>, TopologyError> {
+    let names = Names::of(cluster)?;
+    let owner = owner(cluster)?;
+    let spec = &cluster.spec;
+    let stopped = spec.cluster_operation.stopped;
+    let storage = &spec.storage;
+
+    let config = render(
+        "ConfigMap",
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": metadata(&names, names.config(), "config", &owner),
+            "data": {
+                "peers": names.peers(member_nodes),
+                "nodes": names.node_addresses(member_nodes),
+                "shards": storage.shards.to_string(),
+                "replication-factor": storage.replication_factor.to_string(),
+            },
+        }),
+    )?;
+
+    let headless = render(
+        "Service",
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": metadata(&names, names.nodes(), "node", &owner),
+            "spec": {
+                "clusterIP": "None",
+                // Raft peers must resolve each other before they are ready, or a new cluster
+                // never elects its first leader.
+                "publishNotReadyAddresses": true,
+                "selector": selector(&names, "node"),
+                "ports": [
+                    {"name": "grpc", "port": NODE_GRPC_PORT, "targetPort": NODE_GRPC_PORT},
+                    {"name": "http", "port": NODE_HTTP_PORT, "targetPort": NODE_HTTP_PORT},
+                ],
+            },
+        }),
+    )?;
+
+    // The Raft id is the pod ordinal + 1, taken from the stable hostname (`NAME-node-N`).
+    let node_script = "exec sextant node --id $(( ${HOSTNAME##*-} + 1 )) \
+        --listen 0.0.0.0:7000 --http-listen 0.0.0.0:7001 --data-dir /data \
+        --peers \"$SEXTANT_PEERS\" --shards \"$SEXTANT_SHARDS\" \
+        --replication-factor \"$SEXTANT_REPLICATION_FACTOR\"";
+    let mut node_container = json!({
+        "name": "node",
+        "image": spec.image,
+        "command": ["/bin/sh", "-c", node_script],
+        "env": [
+            config_env("SEXTANT_PEERS", &names, "peers"),
+            config_env("SEXTANT_SHARDS", &names, "shards"),
+            config_env("SEXTANT_REPLICATION_FACTOR", &names, "replication-factor"),
+            secret_env("SEXTANT_CLUSTER_SECRET", &names, CLUSTER_SECRET),
+            {"name": "SEXTANT_LOG_FORMAT", "value": "json"},
+        ],
+        "ports": [
+            {"name": "grpc", "containerPort": NODE_GRPC_PORT},
+            {"name": "http", "containerPort": NODE_HTTP_PORT},
+        ],
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10, "failureThreshold": 6},
+        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+    });
+    if let Some(r) = &storage.resources {
+        node_container["resources"] = json!(r);
+    }
+    let mut claim_spec = json!({
+        "accessModes": ["ReadWriteOnce"],
+        "resources": {"requests": {"storage": storage.volume_size}},
+    });
+    if let Some(class) = &storage.storage_class_name {
+        claim_spec["storageClassName"] = json!(class);
+    }
+    let statefulset = render(
+        "StatefulSet",
+        json!({
+            "apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": metadata(&names, names.nodes(), "node", &owner),
+            "spec": {
+                "serviceName": names.nodes(),
+                "replicas": if stopped { 0 } else { node_replicas },
+                // All initial members must run together to elect the first leaders.
+                "podManagementPolicy": "Parallel",
+                // Volumes are deleted by the operator after a node is drained, never implicitly.
+                "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
+                "selector": {"matchLabels": selector(&names, "node")},
+                "template": {
+                    "metadata": {"labels": labels(&names, "node")},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 60,
+                        // The image runs as uid 10001; fsGroup makes the fresh volume writable.
+                        "securityContext": {"runAsNonRoot": true, "runAsUser": 10001, "fsGroup": 10001},
+                        "containers": [node_container],
+                    },
+                },
+                "volumeClaimTemplates": [{
+                    "metadata": {"name": "data", "labels": selector(&names, "node")},
+                    "spec": claim_spec,
+                }],
+            },
+        }),
+    )?;
+
+    let mut router_env = vec![
+        config_env("SEXTANT_NODES", &names, "nodes"),
+        secret_env("SEXTANT_CLUSTER_SECRET", &names, CLUSTER_SECRET),
+        secret_env("SEXTANT_JWT_SECRET", &names, JWT_SIGNING_KEY),
+        secret_env("SEXTANT_ADMIN_TOKEN", &names, ADMIN_TOKEN),
+        json!({"name": "SEXTANT_LOG_FORMAT", "value": "json"}),
+    ];
+    let mut volumes = vec![];
+    let mut mounts = vec![];
+    if let Some(tls) = &spec.tls {
+        volumes.push(json!({"name": "tls", "secret": {"secretName": tls.secret_name}}));
+        mounts.push(json!({"name": "tls", "mountPath": "/etc/sextant/tls", "readOnly": true}));
+        router_env.push(json!({"name": "SEXTANT_TLS_CERT", "value": "/etc/sextant/tls/tls.crt"}));
+        router_env.push(json!({"name": "SEXTANT_TLS_KEY", "value": "/etc/sextant/tls/tls.key"}));
+    }
+    let mut router_container = json!({
+        "name": "router",
+        "image": spec.image,
+        "args": ["router", "--listen", format!("0.0.0.0:{ROUTER_HTTP_PORT}"), "--nodes", "$(SEXTANT_NODES)"],
+        "env": router_env,
+        "ports": [
+            {"name": "http", "containerPort": ROUTER_HTTP_PORT},
+            {"name": "otlp-grpc", "containerPort": ROUTER_OTLP_GRPC_PORT},
+        ],
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10},
+        "volumeMounts": mounts,
+    });
+    if let Some(r) = &spec.routers.resources {
+        router_container["resources"] = json!(r);
+    }
+    let deployment = render(
+        "Deployment",
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": metadata(&names, names.routers(), "router", &owner),
+            "spec": {
+                "replicas": if stopped { 0 } else { spec.routers.replicas },
+                "selector": {"matchLabels": selector(&names, "router")},
+                "template": {
+                    "metadata": {"labels": labels(&names, "router")},
+                    "spec": {
+                        "securityContext": {"runAsNonRoot": true, "runAsUser": 10001},
+                        "containers": [router_container],
+                        "volumes": volumes,
+                    },
+                },
+            },
+        }),
+    )?;
+
+    let service_spec = &spec.routers.service;
+    let router_service = render(
+        "Service",
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {
+                "name": names.routers(), "namespace": names.namespace,
+                "labels": labels(&names, "router"), "ownerReferences": [owner],
+                "annotations": service_spec.annotations,
+            },
+            "spec": {
+                "type": service_spec.type_.as_str(),
+                "selector": selector(&names, "router"),
+                "ports": [
+                    {"name": "http", "port": service_spec.http_port, "targetPort": "http"},
+                    {"name": "otlp-grpc", "port": service_spec.otlp_grpc_port, "targetPort": "otlp-grpc", "appProtocol": "grpc"},
+                ],
+            },
+        }),
+    )?;
+
+    // One voluntary disruption at a time keeps a majority of every group with rf >= 3; with
+    // rf 5, two. rf 1 or 2 cannot survive any loss, but blocking every drain would be worse.
+    let max_unavailable = ((storage.replication_factor - 1) / 2).max(1);
+    let pdb = render(
+        "PodDisruptionBudget",
+        json!({
+            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "metadata": metadata(&names, names.nodes(), "node", &owner),
+            "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": selector(&names, "node")}},
+        }),
+    )?;
+
+    Ok(vec![
+        Owned::ConfigMap(config),
+        Owned::Service(headless),
+        Owned::StatefulSet(statefulset),
+        Owned::Deployment(deployment),
+        Owned::Service(router_service),
+        Owned::PodDisruptionBudget(pdb),
+    ])
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::v1alpha1::SextantClusterSpec;
+
+    pub fn cluster(nodes: i32, rf: i32) -> SextantCluster {
+        let spec: SextantClusterSpec =
+            serde_json::from_value(json!({"storage": {"nodes": nodes, "replicationFactor": rf}})).unwrap();
+        let mut c = SextantCluster::new("obs", spec);
+        c.metadata.namespace = Some("telemetry".into());
+        c.metadata.uid = Some("9b2e6f9e-0000-4000-8000-000000000001".into());
+        c.metadata.generation = Some(1);
+        c
+    }
+
+    fn statefulset(objects: &[Owned]) -> &StatefulSet {
+        objects
+            .iter()
+            .find_map(|o| match o {
+                Owned::StatefulSet(s) => Some(s),
+                _ => None,
+            })
+            .unwrap()
+    }
+
+    #[test]
+    fn peers_use_stable_dns_names_and_ids_from_one() {
+        let names = Names::of(&cluster(3, 3)).unwrap();
+        assert_eq!(names.peers(2), "1=obs-node-0.obs-node.telemetry.svc:7000,2=obs-node-1.obs-node.telemetry.svc:7000");
+        assert_eq!(names.ordinal_of("obs-node-12.obs-node.telemetry.svc:7000"), Some(12));
+        assert_eq!(names.ordinal_of("other-node-1.other-node.telemetry.svc:7000"), None);
+    }
+
+    #[test]
+    fn every_object_is_owned_by_the_cluster_and_in_its_namespace() {
+        let objects = owned_objects(&cluster(3, 3), 3, 3).unwrap();
+        assert_eq!(objects.len(), 6);
+        for o in &objects {
+            let meta = match o {
+                Owned::ConfigMap(x) => &x.metadata,
+                Owned::Service(x) => &x.metadata,
+                Owned::StatefulSet(x) => &x.metadata,
+                Owned::Deployment(x) => &x.metadata,
+                Owned::PodDisruptionBudget(x) => &x.metadata,
+            };
+            assert_eq!(meta.namespace.as_deref(), Some("telemetry"), "{}", o.name());
+            let owners = meta.owner_references.as_ref().unwrap();
+            assert_eq!(owners[0].kind, "SextantCluster");
+            assert_eq!(owners[0].controller, Some(true));
+        }
+    }
+
+    #[test]
+    fn statefulset_replicas_follow_the_scaling_plan_and_stop() {
+        let c = cluster(5, 3);
+        let sts = statefulset(&owned_objects(&c, 4, 4).unwrap()).clone();
+        let spec = sts.spec.unwrap();
+        assert_eq!(spec.replicas, Some(4));
+        assert_eq!(spec.service_name.as_deref(), Some("obs-node"));
+        let claim = &spec.volume_claim_templates.unwrap()[0];
+        assert_eq!(claim.metadata.name.as_deref(), Some("data"));
+
+        let mut stopped = c.clone();
+        stopped.spec.cluster_operation.stopped = true;
+        let objects = owned_objects(&stopped, 4, 4).unwrap();
+        assert_eq!(statefulset(&objects).spec.as_ref().unwrap().replicas, Some(0));
+        let routers = objects.iter().find_map(|o| if let Owned::Deployment(d) = o { Some(d) } else { None }).unwrap();
+        assert_eq!(routers.spec.as_ref().unwrap().replicas, Some(0));
+    }
+
+    #[test]
+    fn router_service_exposes_http_and_otlp_grpc() {
+        let objects = owned_objects(&cluster(3, 3), 3, 3).unwrap();
+        let svc = objects
+            .iter()
+            .find_map(|o| {
+                if let Owned::Service(s) = o {
+                    (s.metadata.name.as_deref() == Some("obs-router")).then_some(s)
+                } else {
+                    None
+                }
+            })
+            .unwrap();
+        let ports: Vec<i32> = svc.spec.as_ref().unwrap().ports.as_ref().unwrap().iter().map(|p| p.port).collect();
+        assert_eq!(ports, vec![8080, 4317]);
+    }
+
+    #[test]
+    fn internal_secret_holds_every_key_and_generates_each_once() {
+        let mut n = 0;
+        let s = internal_secret(&cluster(3, 3), || {
+            n += 1;
+            format!("v{n}")
+        })
+        .unwrap();
+        let data = s.string_data.unwrap();
+        assert_eq!(data.len(), 3);
+        assert_eq!(n, 3);
+        assert!(SECRET_KEYS.iter().all(|k| data.contains_key(*k)));
+    }
+
+    mod properties {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 64, failure_persistence: None, ..ProptestConfig::default() })]
+
+            #[test]
+            fn objects_agree_with_each_other_for_any_size(nodes in 1i32..40, rf in 1i32..=7, replicas in 0i32..40, http in 1i32..65535) {
+                let mut c = cluster(nodes, rf);
+                c.spec.routers.service.http_port = http;
+                let objects = owned_objects(&c, replicas, nodes).unwrap();
+                let names = Names::of(&c).unwrap();
+                for o in &objects {
+                    prop_assert!(o.name().starts_with("obs-"), "{}", o.name());
+                    if let Owned::ConfigMap(cm) = o {
+                        let data = cm.data.as_ref().unwrap();
+                        prop_assert_eq!(data["peers"].split(',').count() as i32, nodes);
+                        prop_assert_eq!(data["replication-factor"].parse::<i32>().unwrap(), rf);
+                        for (i, peer) in data["peers"].split(',').enumerate() {
+                            let (id, addr) = peer.split_once('=').unwrap();
+                            prop_assert_eq!(id.parse::<i32>().unwrap(), i as i32 + 1);
+                            prop_assert_eq!(names.ordinal_of(addr), Some(i as i32));
+                        }
+                    }
+                    if let Owned::StatefulSet(s) = o {
+                        prop_assert_eq!(s.spec.as_ref().unwrap().replicas, Some(replicas));
+                    }
+                    if let Owned::PodDisruptionBudget(p) = o {
+                        let max = p.spec.as_ref().unwrap().max_unavailable.clone().unwrap();
+                        let k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(max) = max else { panic!() };
+                        // Never more than a minority of any group may be down.
+                        prop_assert!(max >= 1 && (rf < 3 || max < (rf + 1) / 2 + 1 && max <= (rf - 1) / 2));
+                    }
+                }
+                prop_assert_eq!(names.router_url(http), format!("http://obs-router.telemetry.svc:{http}"));
+            }
+        }
+    }
+}

@@ -1,0 +1,276 @@
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A Sextant installation: storage nodes (a StatefulSet) and routers (a Deployment).
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "sextant.dev",
+    version = "v1alpha1",
+    kind = "SextantCluster",
+    namespaced,
+    status = "SextantClusterStatus",
+    derive = "PartialEq",
+    shortname = "sxc",
+    category = "sextant",
+    doc = "A Sextant cluster: Raft storage nodes and stateless routers.",
+    // Derived names (`NAME-node-N`, `data-NAME-node-N`, revision-hash labels) must stay within
+    // the 63 characters of a label value.
+    validation = Rule::new("size(self.metadata.name) <= 40").message("the cluster name is at most 40 characters"),
+    scale(
+        spec_replicas_path = ".spec.storage.nodes",
+        status_replicas_path = ".status.storageNodes",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(name = "Nodes", type_ = "integer", json_path = ".spec.storage.nodes"),
+    printcolumn(name = "Ready", type_ = "integer", json_path = ".status.readyNodes"),
+    printcolumn(name = "Routers", type_ = "integer", json_path = ".status.readyRouters"),
+    printcolumn(name = "Phase", type_ = "string", json_path = ".status.phase"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct SextantClusterSpec {
+    /// Container image of `sextant` used by nodes and routers.
+    #[serde(default = "default_image")]
+    pub image: String,
+    #[serde(default)]
+    pub routers: RouterSpec,
+    pub storage: StorageSpec,
+    /// TLS material for the router's public endpoints.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<TlsSpec>,
+    #[serde(default)]
+    pub cluster_operation: ClusterOperation,
+}
+
+pub fn default_image() -> String {
+    format!("ghcr.io/sextant-dev/sextant:{}", env!("CARGO_PKG_VERSION"))
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouterSpec {
+    #[serde(default = "default_router_replicas")]
+    #[schemars(range(min = 0, max = 100))]
+    pub replicas: i32,
+    #[serde(default)]
+    pub service: RouterServiceSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+fn default_router_replicas() -> i32 {
+    2
+}
+
+impl Default for RouterSpec {
+    fn default() -> Self {
+        Self { replicas: default_router_replicas(), service: RouterServiceSpec::default(), resources: None }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouterServiceSpec {
+    #[serde(default, rename = "type")]
+    pub type_: ServiceType,
+    /// Public HTTP API (JSON ingest, OTLP/HTTP, reads).
+    #[serde(default = "default_http_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub http_port: i32,
+    /// OTLP over gRPC.
+    #[serde(default = "default_otlp_grpc_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub otlp_grpc_port: i32,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+}
+
+fn default_http_port() -> i32 {
+    8080
+}
+fn default_otlp_grpc_port() -> i32 {
+    4317
+}
+
+impl Default for RouterServiceSpec {
+    fn default() -> Self {
+        Self {
+            type_: ServiceType::default(),
+            http_port: default_http_port(),
+            otlp_grpc_port: default_otlp_grpc_port(),
+            annotations: BTreeMap::new(),
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ServiceType {
+    #[default]
+    ClusterIP,
+    NodePort,
+    LoadBalancer,
+}
+
+impl ServiceType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ServiceType::ClusterIP => "ClusterIP",
+            ServiceType::NodePort => "NodePort",
+            ServiceType::LoadBalancer => "LoadBalancer",
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StorageSpec {
+    /// Number of storage nodes. Editing it scales the cluster safely (scale subresource).
+    #[schemars(range(min = 1, max = 1000))]
+    pub nodes: i32,
+    /// Data shards (Raft groups); fixed when the cluster is created.
+    #[serde(default = "default_shards")]
+    #[schemars(range(min = 1, max = 256))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("shards is immutable"))]
+    pub shards: i32,
+    /// Replicas of every shard; fixed when the cluster is created.
+    #[serde(default = "default_replication_factor")]
+    #[schemars(range(min = 1, max = 7))]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("replicationFactor is immutable"))]
+    pub replication_factor: i32,
+    /// Size of each node's persistent volume. Fixed: a StatefulSet's volume claim template
+    /// cannot change (grow volumes through their PVCs where the storage class allows it).
+    #[serde(default = "default_volume_size")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("volumeSize is immutable"))]
+    pub volume_size: Quantity,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == oldSelf").message("storageClassName is immutable"))]
+    pub storage_class_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+fn default_shards() -> i32 {
+    4
+}
+fn default_replication_factor() -> i32 {
+    3
+}
+fn default_volume_size() -> Quantity {
+    Quantity("10Gi".into())
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TlsSpec {
+    /// A `kubernetes.io/tls` Secret mounted into router pods at `/etc/sextant/tls`.
+    pub secret_name: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterOperation {
+    /// Scale nodes and routers to zero, keeping volumes.
+    #[serde(default)]
+    pub stopped: bool,
+    /// Leave every owned object as it is (for manual repairs).
+    #[serde(default)]
+    pub reconciliation_paused: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SextantClusterStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<ClusterPhase>,
+    /// Replicas of the node StatefulSet right now (the scale subresource's status).
+    #[serde(default)]
+    pub storage_nodes: i32,
+    #[serde(default)]
+    pub ready_nodes: i32,
+    #[serde(default)]
+    pub ready_routers: i32,
+    /// Label selector of node pods (for the scale subresource).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// Membership of each storage node as reported by the cluster.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nodes: Vec<NodeMembership>,
+    /// A scaling operation in progress; every step is recorded here so a restart resumes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scaling: Option<ScalingOperation>,
+    /// Secret with the JWT signing key, cluster secret and admin token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_name: Option<String>,
+    /// In-cluster URL of the router's HTTP API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub router_url: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ClusterPhase {
+    Pending,
+    Running,
+    Scaling,
+    Blocked,
+    Stopped,
+    Paused,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeMembership {
+    pub ordinal: i32,
+    pub pod: String,
+    pub state: MembershipState,
+}
+
+/// A storage node's place in the cluster, as meta reports it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
+pub enum MembershipState {
+    /// Pod exists, the node holds no replicas yet.
+    Joining,
+    /// Holds replicas.
+    Active,
+    /// Replicas are being moved away.
+    Draining,
+    /// Holds no replicas; safe to remove.
+    Drained,
+    /// Not reachable by meta.
+    Unknown,
+}
+
+/// One in-flight change of `spec.storage.nodes`. Scale-in moves one node at a time.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScalingOperation {
+    pub from: i32,
+    pub to: i32,
+    pub step: ScalingStep,
+    /// Ordinal of the node being removed (scale-in steps only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ScalingStep {
+    /// Scale-out: StatefulSet grown to `to`, waiting for its pods to be ready.
+    GrowStatefulSet,
+    /// Scale-out: the cluster places replicas on the new nodes and rebalances.
+    PlaceReplicas,
+    /// Scale-in: replicas are moved off `node`.
+    Drain,
+    /// Scale-in: StatefulSet shrunk by one, waiting for the pod of `node` to go.
+    Shrink,
+    /// Scale-in: deleting the volume of `node`.
+    DeleteVolume,
+}
