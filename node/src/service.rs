@@ -11,7 +11,7 @@ use sextant_proto::raft_server::Raft as RaftRpc;
 use sextant_proto::storage_server::Storage;
 use sextant_proto::{
     write_request, ClusterInfoReply, ClusterInfoRequest, GetTraceReply, GetTraceRequest, GroupInfo, MetaReply,
-    MetaRequest, NodeAddr, RaftReply, RaftRequest, WriteReply, WriteRequest, CLUSTER_SECRET_HEADER, LEADER_HEADER,
+    MetaRequest, NodeAddr, QueryReply, QueryRequest, RaftReply, RaftRequest, WriteReply, WriteRequest, CLUSTER_SECRET_HEADER, LEADER_HEADER,
 };
 use subtle::ConstantTimeEq;
 use tonic::{Request, Response, Status};
@@ -180,6 +180,22 @@ impl Storage for StorageService {
             .map_err(|e| Status::internal(e.to_string()))?
             .map_err(|e| Status::internal(format!("reading segments: {e}")))?;
         Ok(Response::new(GetTraceReply { spans }))
+    }
+
+    async fn query(&self, req: Request<QueryRequest>) -> Result<Response<QueryReply>, Status> {
+        let req = req.into_inner();
+        let shard = self.shard(req.group)?;
+        // Reads go to the leader, so an acknowledged write is visible to the next query.
+        self.read_barrier(&shard.raft).await?;
+        let prepared = crate::query::prepare(&shard.state.read().unwrap().state, req).map_err(bad)?;
+        let reply = tokio::task::spawn_blocking(move || prepared.run())
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(|e| match e {
+                crate::query::QueryError::Io(e) => Status::internal(format!("reading segments: {e}")),
+                other => bad(other),
+            })?;
+        Ok(Response::new(reply))
     }
 
     async fn meta_write(&self, req: Request<MetaRequest>) -> Result<Response<MetaReply>, Status> {
