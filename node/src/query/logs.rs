@@ -31,11 +31,6 @@ pub fn scan(req: &QueryRequest, plan: &LogSearchPlan) -> Result<Scan, QueryError
     })
 }
 
-/// The key's total order, newest first: (time, group, hash, duplicate) compared descending.
-fn order(k: &LogKey) -> (i64, u64, u64, std::cmp::Reverse<u32>) {
-    (k.unix_nanos, k.group, k.content_hash, std::cmp::Reverse(k.duplicate))
-}
-
 pub fn run(
     req: &QueryRequest,
     plan: &LogSearchPlan,
@@ -48,7 +43,7 @@ pub fn run(
         // An unknown level in `q` matches nothing.
         levels.push(parse_level(l).map_or(-1, |l| l as i32));
     }
-    let mut rows: Vec<(i64, u64, LogRecord)> = Vec::new();
+    let mut top = TopLines::new(plan.limit as usize, req.group, plan.before.as_ref());
     each_batch(job, budget, |rb| {
         let c = Cols(rb);
         let (time, level, service, message, trace, span, attrs) = (
@@ -71,37 +66,92 @@ pub fn run(
             }
             h.update(&level.value(i).to_le_bytes());
             h.update(attrs.value(i));
-            rows.push((
-                time.value(i),
-                h.digest(),
-                LogRecord {
-                    unix_nanos: time.value(i),
-                    level: level.value(i),
-                    service: service.value(i).to_owned(),
-                    message: message.value(i).to_owned(),
-                    trace_id: trace.value(i).to_owned(),
-                    span_id: span.value(i).to_owned(),
-                    attributes: decode_attributes(attrs.value(i)),
-                },
-            ));
+            top.offer(time.value(i), h.digest(), || LogRecord {
+                unix_nanos: time.value(i),
+                level: level.value(i),
+                service: service.value(i).to_owned(),
+                message: message.value(i).to_owned(),
+                trace_id: trace.value(i).to_owned(),
+                span_id: span.value(i).to_owned(),
+                attributes: decode_attributes(attrs.value(i)),
+            });
         }
         Ok(())
     })?;
-    rows.sort_by(|a, b| (b.0, b.1).cmp(&(a.0, a.1)));
-    let mut logs = Vec::new();
-    let mut previous: Option<(i64, u64)> = None;
-    let mut duplicate = 0;
-    for (t, h, log) in rows {
-        duplicate = if previous == Some((t, h)) { duplicate + 1 } else { 0 };
-        previous = Some((t, h));
-        let key = LogKey { unix_nanos: t, group: req.group, content_hash: h, duplicate };
-        if plan.before.as_ref().is_some_and(|b| order(&key) >= order(b)) {
-            continue;
-        }
-        logs.push(KeyedLog { key: Some(key), log: Some(log) });
-        if logs.len() >= plan.limit as usize {
-            break;
+    let logs = top.into_page();
+    Ok(LogSearchPartial { logs })
+}
+
+/// The newest `limit` lines after the cursor, kept while scanning: identical lines (same
+/// time and content hash) share one entry with a count, and a line is decoded only when it
+/// can still make the page, so a common term costs a counter per match, not a copy.
+struct TopLines<'a> {
+    limit: usize,
+    group: u64,
+    before: Option<&'a LogKey>,
+    /// (time, hash) → (copies, the line).
+    entries: std::collections::BTreeMap<(i64, u64), (u32, LogRecord)>,
+    /// Lines of `entries` after the cursor.
+    visible: usize,
+}
+
+impl<'a> TopLines<'a> {
+    fn new(limit: usize, group: u64, before: Option<&'a LogKey>) -> Self {
+        Self { limit, group, before, entries: Default::default(), visible: 0 }
+    }
+
+    /// Copies of (t, h) at ranks the cursor already returned.
+    fn hidden(&self, t: i64, h: u64) -> u32 {
+        match self.before {
+            Some(b) if (b.unix_nanos, b.group, b.content_hash) == (t, self.group, h) => b.duplicate + 1,
+            _ => 0,
         }
     }
-    Ok(LogSearchPartial { logs })
+
+    fn visible_of(&self, t: i64, h: u64, copies: u32) -> usize {
+        copies.saturating_sub(self.hidden(t, h)) as usize
+    }
+
+    fn offer(&mut self, t: i64, h: u64, line: impl FnOnce() -> LogRecord) {
+        // Newer than the cursor's line: on an earlier page.
+        if self.before.is_some_and(|b| (t, self.group, h) > (b.unix_nanos, b.group, b.content_hash)) {
+            return;
+        }
+        if let Some((copies, _)) = self.entries.get(&(t, h)) {
+            let copies = *copies;
+            let grown = self.visible_of(t, h, copies + 1) - self.visible_of(t, h, copies);
+            self.entries.get_mut(&(t, h)).expect("present").0 = copies + 1;
+            self.visible += grown;
+        } else {
+            let full = self.visible >= self.limit;
+            if full && self.entries.first_key_value().is_some_and(|(oldest, _)| (t, h) < *oldest) {
+                return;
+            }
+            self.entries.insert((t, h), (1, line()));
+            self.visible += self.visible_of(t, h, 1);
+        }
+        // Drop the oldest entries the page no longer needs.
+        while let Some((&(ot, oh), &(copies, _))) = self.entries.first_key_value() {
+            let v = self.visible_of(ot, oh, copies);
+            if self.visible - v < self.limit {
+                break;
+            }
+            self.entries.pop_first();
+            self.visible -= v;
+        }
+    }
+
+    fn into_page(self) -> Vec<KeyedLog> {
+        let mut out = Vec::new();
+        for (&(t, h), (copies, line)) in self.entries.iter().rev() {
+            for duplicate in self.hidden(t, h)..*copies {
+                if out.len() >= self.limit {
+                    return out;
+                }
+                let key = LogKey { unix_nanos: t, group: self.group, content_hash: h, duplicate };
+                out.push(KeyedLog { key: Some(key), log: Some(line.clone()) });
+            }
+        }
+        out
+    }
 }

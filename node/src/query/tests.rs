@@ -186,3 +186,58 @@ fn service_map_edges_join_spans_to_parents_of_other_services() {
     let api = map.nodes.iter().find(|n| n.service == "api").unwrap();
     assert_eq!((api.span_count, api.error_count), (3, 1));
 }
+
+#[test]
+fn log_pages_hold_every_line_once_however_many_are_identical() {
+    let mut sh = Shard::new();
+    let messages = ["disk full", "disk slow", "disk gone"];
+    let mut x: u64 = 0x853c49e6748fea9b;
+    let mut expected: Vec<(i64, String)> = Vec::new();
+    for round in 0..4 {
+        let logs: Vec<LogRecord> = (0..100)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let (ms, msg) = ((x % 20) as i64, messages[(x >> 8) as usize % 3]);
+                expected.push((ms, msg.to_owned()));
+                LogRecord {
+                    unix_nanos: ms * MS,
+                    level: 3,
+                    service: "api".into(),
+                    message: msg.into(),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        sh.ingest("p", vec![], logs);
+        if round % 2 == 0 {
+            sh.flush();
+        }
+    }
+    for limit in [1, 7, 64] {
+        let mut seen: Vec<(i64, String)> = Vec::new();
+        let mut before = None;
+        loop {
+            let plan = LogSearchPlan { query: "disk".into(), limit, before: before.clone(), ..Default::default() };
+            let Some(query_reply::Partial::Logs(page)) = sh.query(query_request::Plan::Logs(plan), 10_000).partial
+            else {
+                panic!("logs expected")
+            };
+            assert!(page.logs.len() <= limit as usize);
+            let Some(last) = page.logs.last() else { break };
+            before = last.key.clone();
+            seen.extend(
+                page.logs
+                    .iter()
+                    .map(|l| (l.log.as_ref().unwrap().unix_nanos / MS, l.log.as_ref().unwrap().message.clone())),
+            );
+        }
+        assert!(seen.windows(2).all(|w| w[0].0 >= w[1].0), "limit {limit}: newest first");
+        let mut got = seen.clone();
+        got.sort();
+        let mut want = expected.clone();
+        want.sort();
+        assert_eq!(got, want, "limit {limit}: every line exactly once");
+    }
+}
