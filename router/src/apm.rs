@@ -55,7 +55,7 @@ pub async fn endpoints(
     session: Session,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Value>, ApiError> {
-    let params = Params::parse(raw.as_deref());
+    let params = Params::parse(raw.as_deref())?;
     let (from, to) = params.range()?;
     let sort = params.get("sort").unwrap_or("count").to_owned();
     if !SORTS.contains(&sort.as_str()) && sort != "max_ms" {
@@ -64,7 +64,7 @@ pub async fn endpoints(
             "must be one of count, error_count, error_rate, rps, avg_ms, p50_ms, p90_ms, p95_ms, p99_ms, max_ms",
         ));
     }
-    let plan = ApmPlan { services: params.list("service") };
+    let plan = ApmPlan { services: params.list("service")? };
     let gathered =
         scatter(&app, &session.project_id, (from, to), params.allow_partial()?, query_request::Plan::Apm(plan)).await?;
     let mut merged: BTreeMap<(String, String), Stats> = BTreeMap::new();

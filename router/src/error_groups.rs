@@ -69,7 +69,7 @@ async fn groups(
     params: &Params,
     fingerprint: &str,
 ) -> Result<(Vec<ErrorGroup>, Gathered), ApiError> {
-    let plan = ErrorsPlan { services: params.list("service"), fingerprint: fingerprint.to_owned() };
+    let plan = ErrorsPlan { services: params.list("service")?, fingerprint: fingerprint.to_owned() };
     let gathered =
         scatter(app, &session.project_id, params.range()?, params.allow_partial()?, query_request::Plan::Errors(plan))
             .await?;
@@ -81,7 +81,7 @@ pub async fn list(
     session: Session,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Value>, ApiError> {
-    let params = Params::parse(raw.as_deref());
+    let params = Params::parse(raw.as_deref())?;
     let limit = params.limit()?;
     let (groups, gathered) = groups(&app, &session, &params, "").await?;
     let mut body = json!({
@@ -102,7 +102,7 @@ pub async fn get(
     if fingerprint.len() != 16 || !fingerprint.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(not_found());
     }
-    let params = Params::parse(raw.as_deref());
+    let params = Params::parse(raw.as_deref())?;
     let (groups, gathered) = groups(&app, &session, &params, &fingerprint.to_ascii_lowercase()).await?;
     let group = groups.first().ok_or_else(not_found)?;
     let mut body = group_json(group);

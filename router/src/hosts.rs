@@ -26,7 +26,7 @@ pub async fn list(
     session: Session,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Value>, ApiError> {
-    let params = Params::parse(raw.as_deref());
+    let params = Params::parse(raw.as_deref())?;
     let range = params.range()?;
     let gathered =
         scatter(&app, &session.project_id, range, params.allow_partial()?, query_request::Plan::Hosts(HostsPlan {}))
@@ -101,7 +101,10 @@ pub async fn metrics(
     Path(hostname): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Value>, ApiError> {
-    let params = Params::parse(raw.as_deref());
+    let params = Params::parse(raw.as_deref())?;
+    if hostname.is_empty() || hostname.chars().count() > sextant_model::ingest::MAX_NAME_LEN {
+        return Err(ApiError::NotFound("no such host".into()));
+    }
     let (from, to) = params.range()?;
     let step = match params.get("step") {
         None => 60 * SECOND_NS,

@@ -87,20 +87,20 @@ pub async fn search(
     session: Session,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Value>, ApiError> {
-    let params = Params::parse(raw.as_deref());
+    let params = Params::parse(raw.as_deref())?;
     let range = params.range()?;
     let limit = params.limit()?;
     let q = params.get("q").unwrap_or_default().to_owned();
     LogQuery::parse(&q).map_err(|e| ApiError::BadRequest("invalid_query", format!("q: {e}")))?;
     let mut levels = Vec::new();
-    for l in params.list("level") {
+    for l in params.list("level")? {
         levels.push(
             parse_level(&l).ok_or_else(|| invalid("level", "must list TRACE, DEBUG, INFO, WARN, ERROR or FATAL"))?
                 as i32,
         );
     }
     let plan = LogSearchPlan {
-        services: params.list("service"),
+        services: params.list("service")?,
         levels,
         query: q,
         limit: limit as u32 + 1,
@@ -163,7 +163,8 @@ mod tests {
                 if !more {
                     break;
                 }
-                let params = Params::parse(Some(&format!("cursor={}", cursor_of(&key_of(page.last().unwrap())))));
+                let params =
+                    Params::parse(Some(&format!("cursor={}", cursor_of(&key_of(page.last().unwrap()))))).unwrap();
                 cursor = parse_cursor(&params).unwrap();
             }
             assert_eq!(seen.len(), total, "limit {limit}");

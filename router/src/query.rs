@@ -25,6 +25,10 @@ pub const MAX_ROWS_PER_SHARD: u64 = 5_000_000;
 pub const SHARD_TIMEOUT: Duration = Duration::from_secs(15);
 pub const DEFAULT_LIMIT: usize = 100;
 pub const MAX_LIMIT: usize = 1000;
+/// Longest query string (filters, `q`, cursor) of a read.
+pub const MAX_QUERY_STRING: usize = 8192;
+/// Most values of a list parameter (`service=a,b,…`).
+pub const MAX_LIST: usize = 100;
 
 /// The query string as `(key, value)` pairs, with typed access and 400s for bad values.
 pub struct Params(Vec<(String, String)>);
@@ -34,8 +38,15 @@ pub fn invalid(field: &str, reason: &str) -> ApiError {
 }
 
 impl Params {
-    pub fn parse(raw: Option<&str>) -> Self {
-        Params(raw.map(|q| url_pairs(q).collect()).unwrap_or_default())
+    pub fn parse(raw: Option<&str>) -> Result<Self, ApiError> {
+        let raw = raw.unwrap_or_default();
+        if raw.len() > MAX_QUERY_STRING {
+            return Err(ApiError::BadRequest(
+                "query_too_long",
+                format!("the query string may have at most {MAX_QUERY_STRING} bytes"),
+            ));
+        }
+        Ok(Params(url_pairs(raw).collect()))
     }
 
     /// A non-empty value of `key`.
@@ -43,8 +54,9 @@ impl Params {
         self.0.iter().rev().find(|(k, v)| k == key && !v.is_empty()).map(|(_, v)| v.as_str())
     }
 
-    /// A comma-separated list (`service=a,b` and repeated keys both work).
-    pub fn list(&self, key: &str) -> Vec<String> {
+    /// A comma-separated list (`service=a,b` and repeated keys both work), at most
+    /// [`MAX_LIST`] values.
+    pub fn list(&self, key: &str) -> Result<Vec<String>, ApiError> {
         let mut out: Vec<String> = self
             .0
             .iter()
@@ -56,7 +68,10 @@ impl Params {
             .collect();
         out.sort();
         out.dedup();
-        out
+        if out.len() > MAX_LIST {
+            return Err(invalid(key, &format!("may list at most {MAX_LIST} values")));
+        }
+        Ok(out)
     }
 
     pub fn limit(&self) -> Result<usize, ApiError> {
@@ -271,7 +286,7 @@ mod tests {
 
     #[test]
     fn time_ranges_are_bounded_and_ordered() {
-        let p = |q: &str| Params::parse(Some(q)).range();
+        let p = |q: &str| Params::parse(Some(q)).unwrap().range();
         assert!(matches!(
             p("from=2026-01-01T00:00:00Z&to=2026-03-01T00:00:00Z"),
             Err(ApiError::BadRequest("time_range_too_large", _))
@@ -281,6 +296,13 @@ mod tests {
         assert_eq!(p("from=1000&to=2000").unwrap(), (1_000_000_000, 2_000_000_000));
         let (from, to) = p("").unwrap();
         assert_eq!(to - from, HOUR_NS);
-        assert!(matches!(Params::parse(Some("limit=1001")).limit(), Err(ApiError::BadRequest("invalid_limit", _))));
+        assert!(matches!(
+            Params::parse(Some("limit=1001")).unwrap().limit(),
+            Err(ApiError::BadRequest("invalid_limit", _))
+        ));
+        let many = (0..101).map(|i| format!("s{i}")).collect::<Vec<_>>().join(",");
+        let list = Params::parse(Some(&format!("service={many}"))).unwrap().list("service");
+        assert!(matches!(list, Err(ApiError::BadRequest("invalid_parameter", _))));
+        assert!(matches!(Params::parse(Some(&"q=x".repeat(3000))), Err(ApiError::BadRequest("query_too_long", _))));
     }
 }

@@ -20,7 +20,7 @@ pub async fn get(
     session: Session,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Value>, ApiError> {
-    let params = Params::parse(raw.as_deref());
+    let params = Params::parse(raw.as_deref())?;
     let range = params.range()?;
     let gathered = scatter(
         &app,

@@ -61,7 +61,7 @@ pub async fn list(
     session: Session,
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Value>, ApiError> {
-    let params = Params::parse(raw.as_deref());
+    let params = Params::parse(raw.as_deref())?;
     let range = params.range()?;
     let limit = params.limit()?;
     let errors_only = match params.get("status") {
@@ -70,7 +70,7 @@ pub async fn list(
         Some(_) => return Err(invalid("status", "must be `error`")),
     };
     let plan = TraceListPlan {
-        services: params.list("service"),
+        services: params.list("service")?,
         operation: params.get("operation").unwrap_or_default().to_owned(),
         errors_only,
         min_duration_nanos: params.millis("min_duration_ms")?.unwrap_or(0),
@@ -132,7 +132,7 @@ mod tests {
                 }
                 let last = page.last().unwrap();
                 // Through the opaque cursor, as a client would send it back.
-                let params = Params::parse(Some(&format!("cursor={}", cursor_of(last))));
+                let params = Params::parse(Some(&format!("cursor={}", cursor_of(last)))).unwrap();
                 cursor = parse_cursor(&params).unwrap();
             }
             assert_eq!(seen.len(), total, "limit {limit}");
