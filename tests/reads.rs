@@ -205,6 +205,14 @@ async fn trace_list_pages_filters_detail_isolation_and_bad_parameters() {
     // No credential at all.
     let resp = http().get(format!("{}/api/v1/traces", dev.url)).send().await.unwrap();
     assert_eq!(resp.status(), 401);
+
+    // kill -9 and start again: the same pages from the replayed shards.
+    let Dev { mut proc, .. } = dev;
+    proc.kill();
+    let dev = start_dev(dir.path()).await;
+    let token = dev.token().await;
+    let (again, _) = walk(&dev, &token, "/api/v1/traces", "limit=7").await;
+    assert_eq!(again, all);
 }
 
 const WORDS: [&str; 8] = ["alpha", "beta", "gamma", "delta", "timeout", "payment", "failed", "retry"];
