@@ -497,7 +497,19 @@ async fn apm_service_map_errors_and_hosts_have_exact_answers() {
     assert_eq!(groups[1]["sample_trace_id"], "apm-29");
     assert_eq!(groups[2]["sample_trace_id"], Value::Null);
     let fp = pay["fingerprint"].as_str().unwrap();
-    assert_eq!(ok(&dev, &token, &format!("/api/v1/errors/{fp}?{range}")).await, *pay);
+    // The detail: the group and its latest occurrences as sent.
+    let mut detail = ok(&dev, &token, &format!("/api/v1/errors/{fp}?{range}")).await;
+    let occurrences = detail.as_object_mut().unwrap().remove("occurrences").unwrap();
+    assert_eq!(detail, *pay);
+    let recent: Vec<i64> = (0..n).rev().filter(|i| i % 10 == 0).take(20).collect();
+    let want: Vec<Value> = recent
+        .iter()
+        .map(|i| {
+            json!({"timestamp": rfc3339(base + i * 1000 + 1), "trace_id": format!("apm-{i}"),
+            "message": format!("card 4111{i} declined for order {i}")})
+        })
+        .collect();
+    assert_eq!(occurrences, json!(want));
     expect_error(&dev, &token, &format!("/api/v1/errors/0000000000000000?{range}"), 404, "not_found").await;
     let worker = ok(&dev, &token, &format!("/api/v1/errors?{range}&service=worker")).await;
     assert_eq!(worker["items"].as_array().unwrap().len(), 1);

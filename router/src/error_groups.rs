@@ -17,8 +17,14 @@ use crate::error::ApiError;
 use crate::query::{scatter, Gathered, Params};
 use crate::AppState;
 
+/// Occurrences in a group's detail (each shard sends at most this many).
+pub const RECENT: usize = 20;
+
 pub fn merge(into: &mut ErrorGroup, other: &ErrorGroup) {
     into.count += other.count;
+    into.recent.extend(other.recent.iter().cloned());
+    into.recent.sort_by(|a, b| (b.unix_nanos, &b.trace_id, &b.message).cmp(&(a.unix_nanos, &a.trace_id, &a.message)));
+    into.recent.truncate(RECENT);
     into.first_unix_nanos = into.first_unix_nanos.min(other.first_unix_nanos);
     into.last_unix_nanos = into.last_unix_nanos.max(other.last_unix_nanos);
     if !other.sample_trace_id.is_empty()
@@ -106,6 +112,17 @@ pub async fn get(
     let (groups, gathered) = groups(&app, &session, &params, &fingerprint.to_ascii_lowercase()).await?;
     let group = groups.first().ok_or_else(not_found)?;
     let mut body = group_json(group);
+    body["occurrences"] = group
+        .recent
+        .iter()
+        .map(|o| {
+            json!({
+                "timestamp": format_nanos(o.unix_nanos),
+                "trace_id": if o.trace_id.is_empty() { Value::Null } else { Value::String(o.trace_id.clone()) },
+                "message": o.message,
+            })
+        })
+        .collect();
     gathered.annotate(&mut body);
     Ok(Json(body))
 }

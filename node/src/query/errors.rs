@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use sextant_proto::{ErrorGroup, ErrorsPartial, ErrorsPlan, KeyValue, LogLevel, QueryRequest};
+use sextant_proto::{ErrorGroup, ErrorOccurrence, ErrorsPartial, ErrorsPlan, KeyValue, LogLevel, QueryRequest};
 use xxhash_rust::xxh3::Xxh3;
 
 use super::{each_batch, Budget, QueryError};
@@ -122,6 +122,16 @@ struct Occurrence<'a> {
     trace_id: &'a str,
 }
 
+/// Occurrences listed by a group's detail.
+pub const RECENT: usize = 20;
+
+/// The latest [`RECENT`] occurrences, newest first (ties by trace id, so every shard and
+/// the router order them alike).
+pub fn keep_recent(recent: &mut Vec<ErrorOccurrence>) {
+    recent.sort_by(|a, b| (b.unix_nanos, &b.trace_id, &b.message).cmp(&(a.unix_nanos, &a.trace_id, &a.message)));
+    recent.truncate(RECENT);
+}
+
 fn add(groups: &mut HashMap<String, ErrorGroup>, plan: &ErrorsPlan, o: Occurrence<'_>) {
     let normalized = normalize(&o.message);
     let fp = fingerprint(o.source, o.service, &o.kind, &normalized);
@@ -138,6 +148,16 @@ fn add(groups: &mut HashMap<String, ErrorGroup>, plan: &ErrorsPlan, o: Occurrenc
         source: o.source.to_owned(),
         ..Default::default()
     });
+    if !plan.fingerprint.is_empty() {
+        g.recent.push(ErrorOccurrence {
+            unix_nanos: o.at,
+            trace_id: o.trace_id.to_owned(),
+            message: o.message.clone(),
+        });
+        if g.recent.len() >= 2 * RECENT {
+            keep_recent(&mut g.recent);
+        }
+    }
     g.count += 1;
     g.first_unix_nanos = g.first_unix_nanos.min(o.at);
     g.last_unix_nanos = g.last_unix_nanos.max(o.at);
@@ -192,7 +212,11 @@ pub fn run(plan: &ErrorsPlan, spans: ScanJob, logs: ScanJob, budget: &mut Budget
         }
         Ok(())
     })?;
-    Ok(ErrorsPartial { groups: groups.into_values().collect() })
+    let mut groups: Vec<ErrorGroup> = groups.into_values().collect();
+    for g in &mut groups {
+        keep_recent(&mut g.recent);
+    }
+    Ok(ErrorsPartial { groups })
 }
 
 #[cfg(test)]
