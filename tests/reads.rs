@@ -515,6 +515,8 @@ async fn apm_service_map_errors_and_hosts_have_exact_answers() {
     assert_eq!(worker["items"].as_array().unwrap().len(), 1);
 
     // Hosts: latest sample per host, stale after five minutes; a series with empty steps.
+    // The default window (a day) holds both hosts too.
+    assert_eq!(ok(&dev, &token, "/api/v1/infrastructure/hosts").await["items"].as_array().unwrap().len(), 2);
     let hosts = ok(&dev, &token, &format!("/api/v1/infrastructure/hosts?{range}")).await;
     let hosts = hosts["items"].as_array().unwrap();
     assert_eq!(hosts.len(), 2);

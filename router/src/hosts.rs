@@ -13,7 +13,7 @@ use sextant_proto::{query_reply, query_request, HostBucket, HostMetric, HostSeri
 
 use crate::auth::Session;
 use crate::error::ApiError;
-use crate::query::{invalid, scatter, Params};
+use crate::query::{invalid, scatter, Params, HOUR_NS};
 use crate::AppState;
 
 pub const STALE_AFTER_NS: i64 = 5 * 60 * 1_000_000_000;
@@ -27,7 +27,8 @@ pub async fn list(
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Value>, ApiError> {
     let params = Params::parse(raw.as_deref())?;
-    let range = params.range()?;
+    // A day by default: a host that stopped reporting stays listed (as stale) for a while.
+    let range = params.range_or(24 * HOUR_NS)?;
     let gathered =
         scatter(&app, &session.project_id, range, params.allow_partial()?, query_request::Plan::Hosts(HostsPlan {}))
             .await?;

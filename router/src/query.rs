@@ -93,6 +93,11 @@ impl Params {
 
     /// `[from, to)` in unix nanoseconds; by default the hour up to now.
     pub fn range(&self) -> Result<(i64, i64), ApiError> {
+        self.range_or(HOUR_NS)
+    }
+
+    /// `[from, to)`, by default the `default_ns` up to now.
+    pub fn range_or(&self, default_ns: i64) -> Result<(i64, i64), ApiError> {
         let time = |key: &str| -> Result<Option<i64>, ApiError> {
             self.get(key)
                 .map(|v| {
@@ -101,7 +106,7 @@ impl Params {
                 .transpose()
         };
         let to = time("to")?.unwrap_or_else(now_nanos);
-        let from = time("from")?.unwrap_or(to.saturating_sub(HOUR_NS));
+        let from = time("from")?.unwrap_or(to.saturating_sub(default_ns));
         if from >= to {
             return Err(ApiError::BadRequest("invalid_time_range", "`from` must be before `to`".into()));
         }
