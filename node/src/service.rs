@@ -11,7 +11,7 @@ use sextant_proto::raft_server::Raft as RaftRpc;
 use sextant_proto::storage_server::Storage;
 use sextant_proto::{
     write_request, ClusterInfoReply, ClusterInfoRequest, GetTraceReply, GetTraceRequest, GroupInfo, MetaReply,
-    MetaRequest, NodeAddr, QueryReply, QueryRequest, RaftReply, RaftRequest, WriteReply, WriteRequest, CLUSTER_SECRET_HEADER, LEADER_HEADER,
+    MetaRequest, NodeAddr, RaftReply, RaftRequest, WriteReply, WriteRequest, CLUSTER_SECRET_HEADER, LEADER_HEADER,
 };
 use subtle::ConstantTimeEq;
 use tonic::{Request, Response, Status};
@@ -182,7 +182,10 @@ impl Storage for StorageService {
         Ok(Response::new(GetTraceReply { spans }))
     }
 
-    async fn query(&self, req: Request<QueryRequest>) -> Result<Response<QueryReply>, Status> {
+    async fn query(
+        &self,
+        req: Request<sextant_proto::QueryRequest>,
+    ) -> Result<Response<sextant_proto::QueryReply>, Status> {
         let req = req.into_inner();
         let shard = self.shard(req.group)?;
         // Reads go to the leader, so an acknowledged write is visible to the next query.

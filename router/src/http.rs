@@ -19,10 +19,7 @@ use tracing::Instrument;
 use crate::error::ApiError;
 use crate::metrics::RequestLabel;
 use crate::rate_limit::Class;
-use crate::{
-    account, api_keys, apm, error_groups, hosts, ingest, log_search, members, projects, service_map, trace_search, traces,
-    AppState,
-};
+use crate::{account, api_keys, ingest, members, projects, traces, AppState};
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -54,14 +51,14 @@ pub fn router(app: Arc<AppState>) -> Router {
     // JWT endpoints; the per-user limit is applied where the session is established.
     let api = Router::new()
         .route("/api/v1/traces/{trace_id}", get(traces::get_trace))
-        .route("/api/v1/traces", get(trace_search::list))
-        .route("/api/v1/logs/search", get(log_search::search))
-        .route("/api/v1/apm/endpoints", get(apm::endpoints))
-        .route("/api/v1/service-map", get(service_map::get))
-        .route("/api/v1/errors", get(error_groups::list))
-        .route("/api/v1/errors/{fingerprint}", get(error_groups::get))
-        .route("/api/v1/infrastructure/hosts", get(hosts::list))
-        .route("/api/v1/infrastructure/hosts/{hostname}/metrics", get(hosts::metrics))
+        .route("/api/v1/traces", get(crate::trace_search::list))
+        .route("/api/v1/logs/search", get(crate::log_search::search))
+        .route("/api/v1/apm/endpoints", get(crate::apm::endpoints))
+        .route("/api/v1/service-map", get(crate::service_map::get))
+        .route("/api/v1/errors", get(crate::error_groups::list))
+        .route("/api/v1/errors/{fingerprint}", get(crate::error_groups::get))
+        .route("/api/v1/infrastructure/hosts", get(crate::hosts::list))
+        .route("/api/v1/infrastructure/hosts/{hostname}/metrics", get(crate::hosts::metrics))
         .route("/projects", get(projects::list).post(projects::create))
         .route("/api/org/members", get(members::list).post(members::invite))
         .route("/api/org/members/{user_id}", delete(members::remove))
