@@ -10,6 +10,7 @@ pub mod ids;
 pub mod ingest;
 pub mod meta;
 pub mod partition;
+pub mod sketch;
 pub mod text;
 pub mod time;
 

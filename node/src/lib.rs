@@ -12,6 +12,7 @@ pub mod log_store;
 pub mod meta;
 pub mod metrics;
 pub mod network;
+pub mod query;
 pub mod retention;
 pub mod segment;
 pub mod service;

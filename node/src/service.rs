@@ -182,6 +182,25 @@ impl Storage for StorageService {
         Ok(Response::new(GetTraceReply { spans }))
     }
 
+    async fn query(
+        &self,
+        req: Request<sextant_proto::QueryRequest>,
+    ) -> Result<Response<sextant_proto::QueryReply>, Status> {
+        let req = req.into_inner();
+        let shard = self.shard(req.group)?;
+        // Reads go to the leader, so an acknowledged write is visible to the next query.
+        self.read_barrier(&shard.raft).await?;
+        let prepared = crate::query::prepare(&shard.state.read().unwrap().state, req).map_err(bad)?;
+        let reply = tokio::task::spawn_blocking(move || prepared.run())
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?
+            .map_err(|e| match e {
+                crate::query::QueryError::Io(e) => Status::internal(format!("reading segments: {e}")),
+                other => bad(other),
+            })?;
+        Ok(Response::new(reply))
+    }
+
     async fn meta_write(&self, req: Request<MetaRequest>) -> Result<Response<MetaReply>, Status> {
         let command: MetaCommand = serde_json::from_slice(&req.into_inner().json).map_err(bad)?;
         let meta = self.meta()?;

@@ -375,6 +375,21 @@ impl ScanJob {
         }
         Ok(out)
     }
+
+    /// Like [`run`](Self::run), handing each batch to `f` as soon as it is read, so a query
+    /// over its row budget stops early instead of holding every batch.
+    pub fn run_each<E: From<io::Error>>(self, mut f: impl FnMut(RecordBatch) -> Result<(), E>) -> Result<(), E> {
+        let hidden = |b: u128| self.tombstones.contains(&b);
+        for rb in self.buffered {
+            f(rb)?;
+        }
+        for segment in &self.segments {
+            for rb in segment.scan(&self.scan, &hidden)? {
+                f(rb)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Writes `rows` of one table and hour as segment `id`; a spans segment gets its trace

@@ -339,6 +339,15 @@ impl Cluster {
         .await
     }
 
+    /// Runs a query plan on the leader of its group (a read: safe to retry).
+    pub async fn query(&self, req: sextant_proto::QueryRequest) -> Result<sextant_proto::QueryReply, ClusterError> {
+        self.on_leader(req.group, |mut c| {
+            let req = req.clone();
+            async move { c.query(req).await.map(|r| r.into_inner()) }
+        })
+        .await
+    }
+
     pub async fn meta_write<R: serde::de::DeserializeOwned>(&self, command: &MetaCommand) -> Result<R, ClusterError> {
         let json = serde_json::to_vec(command).map_err(|e| ClusterError::Internal(e.to_string()))?;
         let reply = self

@@ -35,6 +35,12 @@ pub enum ApiError {
     RateLimited { retry_after_secs: u64 },
     #[error("{0}")]
     Unavailable(String),
+    /// A query would read more rows than a shard may read for one query.
+    #[error("the query reads more than {max_rows_per_shard} rows on a shard; narrow the time range or add filters")]
+    QueryTooLarge { max_rows_per_shard: u64 },
+    /// Some shards did not answer a query and the client did not accept a partial answer.
+    #[error("shards {missing:?} did not answer; retry, or pass allow_partial=true for an answer without them")]
+    ShardsUnavailable { missing: Vec<u64> },
     #[error("internal error")]
     Internal(String),
 }
@@ -66,6 +72,14 @@ impl ApiError {
                 Some(json!({ "retry_after_seconds": retry_after_secs })),
             ),
             ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", None),
+            ApiError::QueryTooLarge { max_rows_per_shard } => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "query_too_large",
+                Some(json!({ "max_rows_per_shard": max_rows_per_shard })),
+            ),
+            ApiError::ShardsUnavailable { missing } => {
+                (StatusCode::SERVICE_UNAVAILABLE, "shards_unavailable", Some(json!({ "missing_shards": missing })))
+            }
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", None),
         }
     }
@@ -113,7 +127,7 @@ impl IntoResponse for ApiError {
         let mut resp = (status, Json(json!({ "error": error }))).into_response();
         let retry_after = match &self {
             ApiError::RateLimited { retry_after_secs } => Some(*retry_after_secs),
-            ApiError::Unavailable(_) => Some(1),
+            ApiError::Unavailable(_) | ApiError::ShardsUnavailable { .. } => Some(1),
             _ => None,
         };
         if let Some(secs) = retry_after {

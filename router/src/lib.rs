@@ -3,20 +3,27 @@
 
 pub mod account;
 pub mod api_keys;
+pub mod apm;
 pub mod auth;
 pub mod body;
 pub mod bootstrap;
 pub mod capture;
 pub mod cluster;
 pub mod error;
+pub mod error_groups;
+pub mod hosts;
 pub mod http;
 pub mod ingest;
 pub mod listing;
+pub mod log_search;
 pub mod members;
 pub mod metrics;
 pub mod projects;
+pub mod query;
 pub mod rate_limit;
 pub mod refresh;
+pub mod service_map;
+pub mod trace_search;
 pub mod traces;
 
 use std::net::SocketAddr;

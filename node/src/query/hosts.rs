@@ -1,0 +1,63 @@
+//! Hosts: the latest sample of each host, and one host's metrics averaged per time step.
+
+use std::collections::HashMap;
+
+use sextant_proto::{HostBucket, HostMetric, HostSeriesPartial, HostSeriesPlan, HostsPartial, Mean, QueryRequest};
+
+use super::{each_batch, Budget, QueryError};
+use crate::segment::table::from_record_batch;
+use crate::segment::{Row, Table};
+use crate::shard::ScanJob;
+
+pub fn latest(job: ScanJob, budget: &mut Budget) -> Result<HostsPartial, QueryError> {
+    let mut hosts: HashMap<String, HostMetric> = HashMap::new();
+    each_batch(job, budget, |rb| {
+        for (_, row, _) in from_record_batch(Table::HostMetrics, rb) {
+            if let Row::HostMetric(m) = row {
+                if hosts.get(&m.hostname).is_none_or(|h| m.unix_nanos > h.unix_nanos) {
+                    hosts.insert(m.hostname.clone(), m);
+                }
+            }
+        }
+        Ok(())
+    })?;
+    Ok(HostsPartial { latest: hosts.into_values().collect() })
+}
+
+fn add(mean: &mut Option<Mean>, v: Option<f64>) {
+    if let Some(v) = v {
+        let m = mean.get_or_insert_with(Mean::default);
+        m.sum += v;
+        m.count += 1;
+    }
+}
+
+pub fn series(
+    req: &QueryRequest,
+    plan: &HostSeriesPlan,
+    job: ScanJob,
+    budget: &mut Budget,
+) -> Result<HostSeriesPartial, QueryError> {
+    let mut buckets: HashMap<i64, HostBucket> = HashMap::new();
+    each_batch(job, budget, |rb| {
+        for (_, row, _) in from_record_batch(Table::HostMetrics, rb) {
+            if let Row::HostMetric(m) = row {
+                let start = req.from_unix_nanos
+                    + (m.unix_nanos - req.from_unix_nanos).div_euclid(plan.step_nanos) * plan.step_nanos;
+                let b = buckets
+                    .entry(start)
+                    .or_insert_with(|| HostBucket { start_unix_nanos: start, ..Default::default() });
+                add(&mut b.cpu_percent, m.cpu_percent);
+                add(&mut b.memory_used_bytes, m.memory_used_bytes.map(|v| v as f64));
+                add(&mut b.memory_total_bytes, m.memory_total_bytes.map(|v| v as f64));
+                add(&mut b.disk_used_percent, m.disk_used_percent);
+                add(&mut b.network_rx_bytes_per_sec, m.network_rx_bytes_per_sec);
+                add(&mut b.network_tx_bytes_per_sec, m.network_tx_bytes_per_sec);
+            }
+        }
+        Ok(())
+    })?;
+    let mut buckets: Vec<HostBucket> = buckets.into_values().collect();
+    buckets.sort_by_key(|b| b.start_unix_nanos);
+    Ok(HostSeriesPartial { buckets })
+}

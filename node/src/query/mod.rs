@@ -1,0 +1,151 @@
+//! Query plans executed on one shard (DESIGN B5). The router sends a typed plan; the shard
+//! scans its own rows of the caller's project and answers a partial that the router merges
+//! with the other shards' ones: top-k lists with keyset cursors, counts, sums and latency
+//! sketches. Scans are prepared under the state lock ([`prepare`]) and run without it
+//! ([`Prepared::run`], in a blocking task).
+
+mod apm;
+pub mod errors;
+mod hosts;
+mod logs;
+mod service_map;
+mod traces;
+
+use arrow_array::RecordBatch;
+use sextant_proto::{query_reply, query_request, QueryReply, QueryRequest};
+
+use crate::segment::{Filter, Scan, Table};
+use crate::shard::{ScanJob, SegmentShard};
+
+#[derive(Debug, thiserror::Error)]
+pub enum QueryError {
+    #[error("the query has no plan")]
+    NoPlan,
+    #[error("invalid plan: {0}")]
+    BadPlan(String),
+    /// More rows than the query's budget: the router answers with a clear error.
+    #[error("the query reads more than {0} rows on one shard")]
+    Budget(u64),
+    #[error("reading segments: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Counts the rows a query reads, and stops it past its budget.
+pub struct Budget {
+    max: u64,
+    pub used: u64,
+}
+
+impl Budget {
+    pub fn new(max: u64) -> Self {
+        Self { max, used: 0 }
+    }
+
+    pub fn take(&mut self, rows: usize) -> Result<(), QueryError> {
+        self.used += rows as u64;
+        if self.used > self.max {
+            return Err(QueryError::Budget(self.max));
+        }
+        Ok(())
+    }
+}
+
+/// The scans of a plan, taken under the state lock, and the plan itself.
+pub struct Prepared {
+    req: QueryRequest,
+    scans: Vec<ScanJob>,
+}
+
+/// What the plan reads (a plan may need more than one table, e.g. errors: spans and logs).
+fn scans_of(req: &QueryRequest) -> Result<Vec<Scan>, QueryError> {
+    let plan = req.plan.as_ref().ok_or(QueryError::NoPlan)?;
+    if req.from_unix_nanos >= req.to_unix_nanos {
+        return Err(QueryError::BadPlan("empty time range".into()));
+    }
+    let scan = |table: Table, filter: Filter, columns: &[&str]| Scan {
+        table,
+        project: req.project_id.clone(),
+        from_ns: req.from_unix_nanos,
+        to_ns: req.to_unix_nanos,
+        filter,
+        columns: columns.iter().map(|c| c.to_string()).collect(),
+    };
+    Ok(match plan {
+        query_request::Plan::Traces(_) => vec![traces::scan(req)],
+        query_request::Plan::Logs(p) => vec![logs::scan(req, p)?],
+        query_request::Plan::Apm(p) => vec![scan(
+            Table::Spans,
+            Filter { services: p.services.clone(), ..Default::default() },
+            &["service", "operation", "duration_ns", "status"],
+        )],
+        query_request::Plan::ServiceMap(_) => vec![scan(
+            Table::Spans,
+            Filter::default(),
+            &["trace_id", "span_id", "parent_span_id", "service", "duration_ns", "status"],
+        )],
+        query_request::Plan::Errors(p) => errors::scans(req, p),
+        query_request::Plan::Hosts(_) => vec![scan(Table::HostMetrics, Filter::default(), &[])],
+        query_request::Plan::HostSeries(p) => {
+            if p.step_nanos <= 0 {
+                return Err(QueryError::BadPlan("step must be positive".into()));
+            }
+            vec![scan(Table::HostMetrics, Filter { hostname: Some(p.hostname.clone()), ..Default::default() }, &[])]
+        }
+    })
+}
+
+/// Selects the buffered rows now (the caller holds the state lock) and keeps the segment
+/// list for [`Prepared::run`].
+pub fn prepare(shard: &SegmentShard, req: QueryRequest) -> Result<Prepared, QueryError> {
+    let scans = scans_of(&req)?.into_iter().map(|s| shard.scan(s)).collect();
+    Ok(Prepared { req, scans })
+}
+
+impl Prepared {
+    /// Reads the segments and computes the partial. Over the row budget, the reply says so
+    /// instead of carrying a partial.
+    pub fn run(self) -> Result<QueryReply, QueryError> {
+        let mut budget = Budget::new(self.req.max_rows);
+        match self.compute(&mut budget) {
+            Ok(partial) => Ok(QueryReply { rows_scanned: budget.used, budget_exceeded: false, partial: Some(partial) }),
+            Err(QueryError::Budget(_)) => {
+                Ok(QueryReply { rows_scanned: budget.used, budget_exceeded: true, partial: None })
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn compute(self, budget: &mut Budget) -> Result<query_reply::Partial, QueryError> {
+        let req = self.req;
+        let mut scans = self.scans.into_iter();
+        let mut next = || scans.next().ok_or_else(|| QueryError::BadPlan("missing scan".into()));
+        use query_request::Plan;
+        Ok(match req.plan.as_ref().ok_or(QueryError::NoPlan)? {
+            Plan::Traces(p) => query_reply::Partial::Traces(traces::run(&req, p, next()?, budget)?),
+            Plan::Logs(p) => query_reply::Partial::Logs(logs::run(&req, p, next()?, budget)?),
+            Plan::Apm(_) => query_reply::Partial::Apm(apm::run(next()?, budget)?),
+            Plan::ServiceMap(_) => query_reply::Partial::ServiceMap(service_map::run(next()?, budget)?),
+            Plan::Errors(p) => {
+                let (spans, logs) = (next()?, next()?);
+                query_reply::Partial::Errors(errors::run(p, spans, logs, budget)?)
+            }
+            Plan::Hosts(_) => query_reply::Partial::Hosts(hosts::latest(next()?, budget)?),
+            Plan::HostSeries(p) => query_reply::Partial::HostSeries(hosts::series(&req, p, next()?, budget)?),
+        })
+    }
+}
+
+/// Runs a scan, charging every batch to the budget.
+fn each_batch(
+    job: ScanJob,
+    budget: &mut Budget,
+    mut f: impl FnMut(&RecordBatch) -> Result<(), QueryError>,
+) -> Result<(), QueryError> {
+    job.run_each(|rb: RecordBatch| {
+        budget.take(rb.num_rows())?;
+        f(&rb)
+    })
+}
+
+#[cfg(test)]
+mod tests;

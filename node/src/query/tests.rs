@@ -1,0 +1,243 @@
+//! Plans against a real shard: rows in the buffer and in several segments.
+
+use prost::Message;
+use sextant_model::sketch::LatencySketch;
+use sextant_proto::{
+    query_reply, query_request, ApmPlan, LogRecord, LogSearchPlan, QueryReply, QueryRequest, ServiceMapPlan,
+    ShardBatch, Span, SpanStatus, TraceListPlan,
+};
+
+use super::prepare;
+use crate::shard::SegmentShard;
+use crate::state_machine::GroupStore;
+use crate::types::{Command, SnapshotMeta};
+
+const MS: i64 = 1_000_000;
+
+fn span(trace: &str, id: &str, parent: &str, service: &str, start_ms: i64, dur_ms: i64, error: bool) -> Span {
+    Span {
+        trace_id: trace.into(),
+        span_id: id.into(),
+        parent_span_id: parent.into(),
+        service_name: service.into(),
+        operation: format!("op-{service}"),
+        start_unix_nanos: start_ms * MS,
+        duration_nanos: (dur_ms * MS) as u64,
+        status: if error { SpanStatus::Error as i32 } else { SpanStatus::Ok as i32 },
+        attributes: vec![],
+    }
+}
+
+struct Shard {
+    s: SegmentShard,
+    index: u64,
+    _dir: tempfile::TempDir,
+}
+
+impl Shard {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        Shard { s: SegmentShard::open(dir.path()).unwrap(), index: 0, _dir: dir }
+    }
+
+    fn ingest(&mut self, project: &str, spans: Vec<Span>, logs: Vec<LogRecord>) {
+        self.index += 1;
+        let payload = ShardBatch { project_id: project.into(), spans, logs, ..Default::default() }.encode_to_vec();
+        self.s.apply(self.index, Command::Ingest { batch_id: self.index as u128, payload });
+    }
+
+    /// Flushes everything applied so far into segments.
+    fn flush(&mut self) {
+        let meta = SnapshotMeta { snapshot_id: format!("c{}", self.index), ..Default::default() };
+        self.s.begin_checkpoint(meta)().unwrap();
+    }
+
+    fn query(&self, plan: query_request::Plan, max_rows: u64) -> QueryReply {
+        let req = QueryRequest {
+            group: 1,
+            project_id: "p".into(),
+            from_unix_nanos: 0,
+            to_unix_nanos: 1_000_000 * MS,
+            max_rows,
+            plan: Some(plan),
+        };
+        prepare(&self.s, req).unwrap().run().unwrap()
+    }
+}
+
+#[test]
+fn trace_list_merges_partials_from_segments_and_buffer_then_filters_and_pages() {
+    let mut sh = Shard::new();
+    // Trace a: root in one segment, its error span in a later segment, one more span buffered.
+    sh.ingest("p", vec![span("a", "1", "", "web", 100, 50, false), span("b", "1", "", "web", 200, 5, false)], vec![]);
+    sh.flush();
+    sh.ingest("p", vec![span("a", "2", "1", "db", 110, 10, true), span("c", "1", "", "db", 300, 1, false)], vec![]);
+    sh.flush();
+    sh.ingest("p", vec![span("a", "3", "1", "cache", 120, 200, false)], vec![]);
+    sh.ingest("other", vec![span("z", "1", "", "web", 400, 1, true)], vec![]);
+
+    let list = |plan: TraceListPlan| match sh.query(query_request::Plan::Traces(plan), 1000).partial {
+        Some(query_reply::Partial::Traces(t)) => t.traces,
+        other => panic!("{other:?}"),
+    };
+    let all = list(TraceListPlan { limit: 10, ..Default::default() });
+    assert_eq!(all.iter().map(|t| t.trace_id.as_str()).collect::<Vec<_>>(), ["c", "b", "a"]);
+    let a = &all[2];
+    assert_eq!((a.span_count, a.error_count, a.root_service.as_str()), (3, 1, "web"));
+    assert_eq!((a.start_unix_nanos, a.end_unix_nanos), (100 * MS, 320 * MS));
+    assert_eq!(a.services, ["cache", "db", "web"]);
+
+    // Filters apply to the whole trace: `a` is an error trace though its root segment is not.
+    let errors = list(TraceListPlan { limit: 10, errors_only: true, ..Default::default() });
+    assert_eq!(errors.iter().map(|t| t.trace_id.as_str()).collect::<Vec<_>>(), ["a"]);
+    let cache = list(TraceListPlan { limit: 10, services: vec!["cache".into()], ..Default::default() });
+    assert_eq!(cache.len(), 1);
+    let slow = list(TraceListPlan { limit: 10, min_duration_nanos: 100 * MS, ..Default::default() });
+    assert_eq!(slow.iter().map(|t| t.trace_id.as_str()).collect::<Vec<_>>(), ["a"]);
+
+    // Keyset: after c comes b.
+    let page = list(TraceListPlan {
+        limit: 1,
+        before: Some(sextant_proto::TraceKey { start_unix_nanos: 300 * MS, trace_id: "c".into() }),
+        ..Default::default()
+    });
+    assert_eq!(page[0].trace_id, "b");
+}
+
+#[test]
+fn a_query_over_its_row_budget_says_so_instead_of_answering() {
+    let mut sh = Shard::new();
+    let spans = (0..50).map(|i| span(&format!("t{i}"), "1", "", "web", 100 + i, 1, false)).collect();
+    sh.ingest("p", spans, vec![]);
+    sh.flush();
+    let over = sh.query(query_request::Plan::Apm(ApmPlan::default()), 49);
+    assert!(over.budget_exceeded && over.partial.is_none());
+    let within = sh.query(query_request::Plan::Apm(ApmPlan::default()), 50);
+    assert!(!within.budget_exceeded);
+    assert_eq!(within.rows_scanned, 50);
+}
+
+#[test]
+fn log_search_pages_through_identical_lines_without_skipping_or_repeating() {
+    let mut sh = Shard::new();
+    let log = |ms: i64, msg: &str| LogRecord {
+        unix_nanos: ms * MS,
+        level: 5,
+        service: "api".into(),
+        message: msg.into(),
+        ..Default::default()
+    };
+    // Three identical lines at the same instant, plus others; half flushed, half buffered.
+    sh.ingest("p", vec![], vec![log(10, "disk full"), log(10, "disk full"), log(11, "disk ok"), log(9, "cpu hot")]);
+    sh.flush();
+    sh.ingest("p", vec![], vec![log(10, "disk full"), log(12, "disk full again")]);
+    let mut seen = Vec::new();
+    let mut before = None;
+    loop {
+        let plan = LogSearchPlan { query: "disk -ok".into(), limit: 2, before: before.clone(), ..Default::default() };
+        let Some(query_reply::Partial::Logs(page)) = sh.query(query_request::Plan::Logs(plan), 1000).partial else {
+            panic!("logs expected")
+        };
+        if page.logs.is_empty() {
+            break;
+        }
+        for l in &page.logs {
+            seen.push((l.log.as_ref().unwrap().unix_nanos / MS, l.key.as_ref().unwrap().duplicate));
+        }
+        before = page.logs.last().unwrap().key.clone();
+    }
+    assert_eq!(seen, [(12, 0), (10, 0), (10, 1), (10, 2)]);
+}
+
+#[test]
+fn service_map_edges_join_spans_to_parents_of_other_services() {
+    let mut sh = Shard::new();
+    sh.ingest(
+        "p",
+        vec![
+            span("a", "1", "", "web", 100, 50, false),
+            span("a", "2", "1", "api", 101, 40, false),
+            span("a", "3", "2", "api", 102, 10, false),
+            span("a", "4", "2", "db", 103, 5, true),
+        ],
+        vec![],
+    );
+    sh.flush();
+    sh.ingest("p", vec![span("b", "1", "", "web", 200, 20, false), span("b", "2", "1", "api", 201, 30, true)], vec![]);
+    let Some(query_reply::Partial::ServiceMap(map)) =
+        sh.query(query_request::Plan::ServiceMap(ServiceMapPlan {}), 1000).partial
+    else {
+        panic!("service map expected")
+    };
+    let mut edges: Vec<(String, String, u64, u64, f64)> = map
+        .edges
+        .iter()
+        .map(|e| {
+            let p95 = LatencySketch::decode(&e.sketch).unwrap().quantile(0.95).unwrap();
+            (e.source.clone(), e.target.clone(), e.call_count, e.error_count, p95)
+        })
+        .collect();
+    edges.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    assert_eq!(edges.len(), 2);
+    assert_eq!((edges[0].0.as_str(), edges[0].1.as_str(), edges[0].2, edges[0].3), ("api", "db", 1, 1));
+    assert_eq!((edges[1].0.as_str(), edges[1].1.as_str(), edges[1].2, edges[1].3), ("web", "api", 2, 1));
+    // p95 of two calls (40 ms, 30 ms) is the value at rank ⌊0.95·1⌋ = 0: 30 ms.
+    assert!((edges[1].4 - 30.0).abs() / 30.0 <= 0.01, "{}", edges[1].4);
+    let api = map.nodes.iter().find(|n| n.service == "api").unwrap();
+    assert_eq!((api.span_count, api.error_count), (3, 1));
+}
+
+#[test]
+fn log_pages_hold_every_line_once_however_many_are_identical() {
+    let mut sh = Shard::new();
+    let messages = ["disk full", "disk slow", "disk gone"];
+    let mut x: u64 = 0x853c49e6748fea9b;
+    let mut expected: Vec<(i64, String)> = Vec::new();
+    for round in 0..4 {
+        let logs: Vec<LogRecord> = (0..100)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let (ms, msg) = ((x % 20) as i64, messages[(x >> 8) as usize % 3]);
+                expected.push((ms, msg.to_owned()));
+                LogRecord {
+                    unix_nanos: ms * MS,
+                    level: 3,
+                    service: "api".into(),
+                    message: msg.into(),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        sh.ingest("p", vec![], logs);
+        if round % 2 == 0 {
+            sh.flush();
+        }
+    }
+    for limit in [1, 7, 64] {
+        let mut seen: Vec<(i64, String)> = Vec::new();
+        let mut before = None;
+        loop {
+            let plan = LogSearchPlan { query: "disk".into(), limit, before: before.clone(), ..Default::default() };
+            let Some(query_reply::Partial::Logs(page)) = sh.query(query_request::Plan::Logs(plan), 10_000).partial
+            else {
+                panic!("logs expected")
+            };
+            assert!(page.logs.len() <= limit as usize);
+            let Some(last) = page.logs.last() else { break };
+            before = last.key.clone();
+            seen.extend(
+                page.logs
+                    .iter()
+                    .map(|l| (l.log.as_ref().unwrap().unix_nanos / MS, l.log.as_ref().unwrap().message.clone())),
+            );
+        }
+        assert!(seen.windows(2).all(|w| w[0].0 >= w[1].0), "limit {limit}: newest first");
+        let mut got = seen.clone();
+        got.sort();
+        let mut want = expected.clone();
+        want.sort();
+        assert_eq!(got, want, "limit {limit}: every line exactly once");
+    }
+}

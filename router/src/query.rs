@@ -1,0 +1,313 @@
+//! Scatter-gather of query plans (DESIGN B5): the parameters every read shares (time range,
+//! limit, cursor, `allow_partial`), the limits that keep one query from exhausting a node,
+//! and the call of every shard's leader under a per-shard timeout. Each endpoint's module
+//! builds its plan and merges the partials.
+
+use std::future::Future;
+use std::time::Duration;
+
+use base64::Engine;
+use sextant_model::time::{now_nanos, parse_query_time};
+use sextant_model::ProjectId;
+use sextant_proto::{query_reply, query_request, QueryReply, QueryRequest};
+
+use crate::auth::url_pairs;
+use crate::cluster::{ClusterError, GroupId};
+use crate::error::ApiError;
+use crate::AppState;
+
+pub const HOUR_NS: i64 = 3600 * 1_000_000_000;
+/// Longest time range of one query.
+pub const MAX_RANGE_NS: i64 = 31 * 24 * HOUR_NS;
+/// Rows one shard may read for one query (bounds its memory and time).
+pub const MAX_ROWS_PER_SHARD: u64 = 5_000_000;
+/// How long a shard (leader search included) may take before it counts as missing.
+pub const SHARD_TIMEOUT: Duration = Duration::from_secs(15);
+pub const DEFAULT_LIMIT: usize = 100;
+pub const MAX_LIMIT: usize = 1000;
+/// Longest query string (filters, `q`, cursor) of a read.
+pub const MAX_QUERY_STRING: usize = 8192;
+/// Most values of a list parameter (`service=a,b,…`).
+pub const MAX_LIST: usize = 100;
+
+/// The query string as `(key, value)` pairs, with typed access and 400s for bad values.
+pub struct Params(Vec<(String, String)>);
+
+pub fn invalid(field: &str, reason: &str) -> ApiError {
+    ApiError::BadRequest("invalid_parameter", format!("query parameter `{field}` {reason}"))
+}
+
+impl Params {
+    pub fn parse(raw: Option<&str>) -> Result<Self, ApiError> {
+        let raw = raw.unwrap_or_default();
+        if raw.len() > MAX_QUERY_STRING {
+            return Err(ApiError::BadRequest(
+                "query_too_long",
+                format!("the query string may have at most {MAX_QUERY_STRING} bytes"),
+            ));
+        }
+        Ok(Params(url_pairs(raw).collect()))
+    }
+
+    /// A non-empty value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.iter().rev().find(|(k, v)| k == key && !v.is_empty()).map(|(_, v)| v.as_str())
+    }
+
+    /// A comma-separated list (`service=a,b` and repeated keys both work), at most
+    /// [`MAX_LIST`] values.
+    pub fn list(&self, key: &str) -> Result<Vec<String>, ApiError> {
+        let mut out: Vec<String> = self
+            .0
+            .iter()
+            .filter(|(k, _)| k == key)
+            .flat_map(|(_, v)| v.split(','))
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+            .collect();
+        out.sort();
+        out.dedup();
+        if out.len() > MAX_LIST {
+            return Err(invalid(key, &format!("may list at most {MAX_LIST} values")));
+        }
+        Ok(out)
+    }
+
+    pub fn limit(&self) -> Result<usize, ApiError> {
+        match self.get("limit") {
+            None => Ok(DEFAULT_LIMIT),
+            Some(v) => v.parse().ok().filter(|l| (1..=MAX_LIMIT).contains(l)).ok_or_else(|| {
+                ApiError::BadRequest("invalid_limit", format!("limit must be an integer from 1 to {MAX_LIMIT}"))
+            }),
+        }
+    }
+
+    pub fn allow_partial(&self) -> Result<bool, ApiError> {
+        match self.get("allow_partial") {
+            None | Some("false") => Ok(false),
+            Some("true") => Ok(true),
+            Some(_) => Err(invalid("allow_partial", "must be true or false")),
+        }
+    }
+
+    /// `[from, to)` in unix nanoseconds; by default the hour up to now.
+    pub fn range(&self) -> Result<(i64, i64), ApiError> {
+        self.range_or(HOUR_NS)
+    }
+
+    /// `[from, to)`, by default the `default_ns` up to now.
+    pub fn range_or(&self, default_ns: i64) -> Result<(i64, i64), ApiError> {
+        let time = |key: &str| -> Result<Option<i64>, ApiError> {
+            self.get(key)
+                .map(|v| {
+                    parse_query_time(v).map_err(|r| invalid(key, &format!("{r} (RFC 3339 or epoch milliseconds)")))
+                })
+                .transpose()
+        };
+        let to = time("to")?.unwrap_or_else(now_nanos);
+        let from = time("from")?.unwrap_or(to.saturating_sub(default_ns));
+        if from >= to {
+            return Err(ApiError::BadRequest("invalid_time_range", "`from` must be before `to`".into()));
+        }
+        if to - from > MAX_RANGE_NS {
+            return Err(ApiError::BadRequest(
+                "time_range_too_large",
+                format!("the time range may span at most {} days", MAX_RANGE_NS / (24 * HOUR_NS)),
+            ));
+        }
+        Ok((from, to))
+    }
+
+    /// A non-negative number of milliseconds, in nanoseconds.
+    pub fn millis(&self, key: &str) -> Result<Option<i64>, ApiError> {
+        self.get(key)
+            .map(|v| {
+                v.parse::<f64>()
+                    .ok()
+                    .filter(|ms| ms.is_finite() && *ms >= 0.0 && *ms < 1e12)
+                    .map(|ms| (ms * 1e6) as i64)
+                    .ok_or_else(|| invalid(key, "must be a non-negative number of milliseconds"))
+            })
+            .transpose()
+    }
+}
+
+/// Cursors are opaque to clients: base64 of the last item's key as text.
+pub fn encode_cursor(key: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key)
+}
+
+pub fn decode_cursor(params: &Params) -> Result<Option<String>, ApiError> {
+    params
+        .get("cursor")
+        .map(|c| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(c.as_bytes())
+                .ok()
+                .and_then(|raw| String::from_utf8(raw).ok())
+                .ok_or_else(bad_cursor)
+        })
+        .transpose()
+}
+
+pub fn bad_cursor() -> ApiError {
+    ApiError::BadRequest("invalid_cursor", "cursor is not one this API returned".into())
+}
+
+/// One query over every shard: its answers, and the shards that did not answer.
+pub struct Gathered {
+    pub partials: Vec<(GroupId, query_reply::Partial)>,
+    pub missing: Vec<GroupId>,
+}
+
+impl Gathered {
+    /// `missing_shards` for a partial answer (never present in a complete one).
+    pub fn annotate(&self, body: &mut serde_json::Value) {
+        if !self.missing.is_empty() {
+            body["partial"] = serde_json::Value::Bool(true);
+            body["missing_shards"] = serde_json::json!(self.missing);
+        }
+    }
+}
+
+/// Calls `call` for every group concurrently, each under `timeout`. An unavailable or
+/// late shard is missing: an error unless `allow_partial`. A shard over its row budget
+/// fails the whole query (a partial answer would be silently wrong).
+pub async fn gather<F, Fut>(
+    groups: Vec<GroupId>,
+    timeout: Duration,
+    allow_partial: bool,
+    call: F,
+) -> Result<Gathered, ApiError>
+where
+    F: Fn(GroupId) -> Fut,
+    Fut: Future<Output = Result<QueryReply, ClusterError>>,
+{
+    let replies = futures::future::join_all(groups.iter().map(|&g| {
+        let fut = call(g);
+        async move { (g, tokio::time::timeout(timeout, fut).await) }
+    }))
+    .await;
+    let mut out = Gathered { partials: Vec::new(), missing: Vec::new() };
+    for (group, reply) in replies {
+        match reply {
+            Ok(Ok(r)) if r.budget_exceeded => {
+                return Err(ApiError::QueryTooLarge { max_rows_per_shard: MAX_ROWS_PER_SHARD });
+            }
+            Ok(Ok(QueryReply { partial: Some(p), .. })) => out.partials.push((group, p)),
+            Ok(Ok(_)) => return Err(ApiError::Internal(format!("shard {group} answered without a partial"))),
+            Ok(Err(ClusterError::Internal(m))) => return Err(ApiError::Internal(m)),
+            Ok(Err(ClusterError::Unavailable(m))) => {
+                tracing::warn!(group, error = %m, "shard missing from a query");
+                out.missing.push(group);
+            }
+            Err(_) => {
+                tracing::warn!(group, "shard timed out in a query");
+                out.missing.push(group);
+            }
+        }
+    }
+    if !out.missing.is_empty() && !allow_partial {
+        return Err(ApiError::ShardsUnavailable { missing: out.missing });
+    }
+    Ok(out)
+}
+
+/// Runs `plan` on every data shard for `project` over `[from, to)`.
+pub async fn scatter(
+    app: &AppState,
+    project: &ProjectId,
+    (from, to): (i64, i64),
+    allow_partial: bool,
+    plan: query_request::Plan,
+) -> Result<Gathered, ApiError> {
+    let shards = app.cluster.shard_count();
+    if shards == 0 {
+        return Err(ApiError::Unavailable("the storage topology is not known yet".into()));
+    }
+    let base = QueryRequest {
+        group: 0,
+        project_id: project.to_string(),
+        from_unix_nanos: from,
+        to_unix_nanos: to,
+        max_rows: MAX_ROWS_PER_SHARD,
+        plan: Some(plan),
+    };
+    let started = std::time::Instant::now();
+    let out = gather((1..=shards as u64).collect(), SHARD_TIMEOUT, allow_partial, |group| {
+        app.cluster.query(QueryRequest { group, ..base.clone() })
+    })
+    .await;
+    tracing::debug!(ms = started.elapsed().as_secs_f64() * 1e3, "query gathered");
+    out
+}
+
+/// Milliseconds with microsecond precision, as JSON numbers.
+pub fn ms(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sextant_proto::{ApmPartial, QueryReply};
+
+    fn ok() -> QueryReply {
+        QueryReply { partial: Some(query_reply::Partial::Apm(ApmPartial::default())), ..Default::default() }
+    }
+
+    #[tokio::test]
+    async fn a_failed_or_late_shard_is_an_error_unless_partial_answers_are_allowed() {
+        let call = |g: GroupId| async move {
+            match g {
+                2 => Err(ClusterError::Unavailable("no leader".into())),
+                // Never answers: the per-shard timeout ends it.
+                3 => std::future::pending::<Result<QueryReply, ClusterError>>().await,
+                _ => Ok(ok()),
+            }
+        };
+        let t = Duration::from_millis(200);
+        match gather(vec![1, 2, 3, 4], t, false, call).await {
+            Err(ApiError::ShardsUnavailable { missing }) => assert_eq!(missing, [2, 3]),
+            other => panic!("{:?}", other.err()),
+        }
+        let got = gather(vec![1, 2, 3, 4], t, true, call).await.unwrap();
+        assert_eq!(got.missing, [2, 3]);
+        assert_eq!(got.partials.iter().map(|(g, _)| *g).collect::<Vec<_>>(), [1, 4]);
+        let mut body = serde_json::json!({});
+        got.annotate(&mut body);
+        assert_eq!(body, serde_json::json!({"partial": true, "missing_shards": [2, 3]}));
+    }
+
+    #[tokio::test]
+    async fn a_shard_over_its_row_budget_fails_the_query() {
+        let call = |g: GroupId| async move {
+            Ok(if g == 2 { QueryReply { budget_exceeded: true, ..Default::default() } } else { ok() })
+        };
+        let err = gather(vec![1, 2], Duration::from_secs(5), true, call).await.err().unwrap();
+        assert!(matches!(err, ApiError::QueryTooLarge { .. }));
+    }
+
+    #[test]
+    fn time_ranges_are_bounded_and_ordered() {
+        let p = |q: &str| Params::parse(Some(q)).unwrap().range();
+        assert!(matches!(
+            p("from=2026-01-01T00:00:00Z&to=2026-03-01T00:00:00Z"),
+            Err(ApiError::BadRequest("time_range_too_large", _))
+        ));
+        assert!(matches!(p("from=2000&to=1000"), Err(ApiError::BadRequest("invalid_time_range", _))));
+        assert!(matches!(p("from=yesterday"), Err(ApiError::BadRequest("invalid_parameter", _))));
+        assert_eq!(p("from=1000&to=2000").unwrap(), (1_000_000_000, 2_000_000_000));
+        let (from, to) = p("").unwrap();
+        assert_eq!(to - from, HOUR_NS);
+        assert!(matches!(
+            Params::parse(Some("limit=1001")).unwrap().limit(),
+            Err(ApiError::BadRequest("invalid_limit", _))
+        ));
+        let many = (0..101).map(|i| format!("s{i}")).collect::<Vec<_>>().join(",");
+        let list = Params::parse(Some(&format!("service={many}"))).unwrap().list("service");
+        assert!(matches!(list, Err(ApiError::BadRequest("invalid_parameter", _))));
+        assert!(matches!(Params::parse(Some(&"q=x".repeat(3000))), Err(ApiError::BadRequest("query_too_long", _))));
+    }
+}
