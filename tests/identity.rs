@@ -407,6 +407,14 @@ async fn credential_matrix_and_tenant_isolation() {
         ep(Method::GET, "/api/v1/api-keys", None),
         ep(Method::POST, "/api/v1/api-keys", Some(json!({"name": "k"}))),
         ep(Method::DELETE, "/api/v1/api-keys/0123456789abcdef", None),
+        ep(Method::GET, "/api/v1/traces", None),
+        ep(Method::GET, "/api/v1/logs/search?q=error", None),
+        ep(Method::GET, "/api/v1/apm/endpoints", None),
+        ep(Method::GET, "/api/v1/service-map", None),
+        ep(Method::GET, "/api/v1/errors", None),
+        ep(Method::GET, "/api/v1/errors/0123456789abcdef", None),
+        ep(Method::GET, "/api/v1/infrastructure/hosts", None),
+        ep(Method::GET, "/api/v1/infrastructure/hosts/h1/metrics", None),
     ];
     for e in &jwt_endpoints {
         for (kind, token) in &invalid {
@@ -426,6 +434,10 @@ async fn credential_matrix_and_tenant_isolation() {
         (ep(Method::GET, "/projects", None), 200, 200, ""),
         (ep(Method::GET, "/api/v1/api-keys", None), 200, 200, ""),
         (ep(Method::GET, "/api/v1/traces/some-trace", None), 404, 404, "not_found"),
+        (ep(Method::GET, "/api/v1/traces", None), 200, 200, ""),
+        (ep(Method::GET, "/api/v1/logs/search?q=error", None), 200, 200, ""),
+        (ep(Method::GET, "/api/v1/apm/endpoints", None), 200, 200, ""),
+        (ep(Method::GET, "/api/v1/infrastructure/hosts", None), 200, 200, ""),
         (ep(Method::POST, "/projects", Some(json!({"name": "second"}))), 201, 403, "owner_only"),
         (ep(Method::GET, "/api/org/members", None), 200, 403, "forbidden"),
         (
