@@ -144,3 +144,65 @@ async fn events_and_replays_are_accepted_with_the_project_token_only() {
     assert_eq!(resp.status(), 405);
     assert_eq!(resp.json::<Value>().await.unwrap()["error"]["code"], "method_not_allowed");
 }
+
+#[tokio::test]
+async fn recorded_sessions_are_listed_and_replayed_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Dev::start_with(dir.path(), &["--api-rps", "100000"], &[]).await;
+    let token = dev.creds["ingest_token"].as_str().unwrap().to_owned();
+    let url = dev.url.clone();
+    let now = chrono::Utc::now().timestamp_millis();
+    // Session a: three events sent out of order over two requests; session b: one event, later.
+    let send = |session: &str, user: &str, stamps: &[i64]| {
+        json!({
+            "token": token, "session_id": session, "distinct_id": user, "window_id": "w1",
+            "events": stamps.iter().map(|t| json!({"type": 3, "data": {"at": t}, "timestamp": now - 60_000 + t})).collect::<Vec<_>>(),
+        })
+    };
+    for body in [send("a", "ann", &[20, 0]), send("a", "ann", &[10]), send("b", "bob", &[30_000])] {
+        let (s, _) = post(&url, "/v1/replay/events", &body, None).await;
+        assert_eq!(s, 200);
+    }
+    let jwt = dev.token().await;
+    let get = |path: String| {
+        let (url, jwt) = (url.clone(), jwt.clone());
+        async move {
+            let resp = http().get(format!("{url}{path}")).bearer_auth(&jwt).send().await.unwrap();
+            let status = resp.status().as_u16();
+            (status, resp.json::<Value>().await.unwrap())
+        }
+    };
+
+    let (s, all) = get("/api/replays".into()).await;
+    assert_eq!(s, 200);
+    let ids: Vec<&str> = all["items"].as_array().unwrap().iter().map(|i| i["session_id"].as_str().unwrap()).collect();
+    assert_eq!(ids, ["b", "a"], "newest first");
+    let a = &all["items"][1];
+    assert_eq!((a["distinct_id"].as_str(), a["event_count"].as_u64()), (Some("ann"), Some(3)));
+    let size: usize = [r#"{"at":0}"#, r#"{"at":10}"#, r#"{"at":20}"#].iter().map(|d| d.len()).sum();
+    assert_eq!(a["size_bytes"].as_u64(), Some(size as u64));
+
+    // One per page: the cursor walks both sessions once, then stops.
+    let (_, p1) = get("/api/replays?limit=1".into()).await;
+    let cursor = p1["next_cursor"].as_str().expect("a second page").to_owned();
+    let (_, p2) = get(format!("/api/replays?limit=1&cursor={cursor}")).await;
+    assert_eq!((p1["items"][0]["session_id"].as_str(), p2["items"][0]["session_id"].as_str()), (Some("b"), Some("a")));
+    assert!(p2["next_cursor"].is_null());
+
+    let (_, bob) = get("/api/replays?distinct_id=bob".into()).await;
+    assert_eq!(bob["items"].as_array().unwrap().len(), 1);
+
+    let (s, replay) = get("/api/replays/a".into()).await;
+    assert_eq!(s, 200);
+    let at: Vec<i64> = replay["events"].as_array().unwrap().iter().map(|e| e["data"]["at"].as_i64().unwrap()).collect();
+    assert_eq!(at, [0, 10, 20], "timestamp order for the player");
+    assert_eq!(replay["events"][0]["type"], 3);
+    assert_eq!(replay["events"][0]["timestamp"].as_i64(), Some(now - 60_000));
+
+    let (s, missing) = get("/api/replays/nope".into()).await;
+    assert_eq!((s, missing["error"]["code"].as_str()), (404, Some("not_found")));
+    let (s, _) = get("/api/replays?cursor=bm9wZQ".into()).await;
+    assert_eq!(s, 400);
+    let resp = http().get(format!("{url}/api/replays")).send().await.unwrap();
+    assert_eq!(resp.status(), 401);
+}

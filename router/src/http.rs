@@ -66,6 +66,8 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/api/v1/errors", get(crate::error_groups::list))
         .route("/api/v1/errors/{fingerprint}", get(crate::error_groups::get))
         .route("/api/v1/infrastructure/hosts", get(crate::hosts::list))
+        .route("/api/replays", get(crate::replays::list))
+        .route("/api/replays/{session_id}", get(crate::replays::events))
         .route("/api/v1/infrastructure/hosts/{hostname}/metrics", get(crate::hosts::metrics))
         .route("/projects", get(projects::list).post(projects::create))
         .route("/api/org/members", get(members::list).post(members::invite))

@@ -22,6 +22,7 @@ pub mod projects;
 pub mod query;
 pub mod rate_limit;
 pub mod refresh;
+pub mod replays;
 pub mod service_map;
 pub mod trace_search;
 pub mod traces;

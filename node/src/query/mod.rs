@@ -8,6 +8,7 @@ mod apm;
 pub mod errors;
 mod hosts;
 mod logs;
+mod replays;
 mod service_map;
 mod traces;
 
@@ -91,6 +92,17 @@ fn scans_of(req: &QueryRequest) -> Result<Vec<Scan>, QueryError> {
             }
             vec![scan(Table::HostMetrics, Filter { hostname: Some(p.hostname.clone()), ..Default::default() }, &[])]
         }
+        query_request::Plan::Replays(p) => vec![scan(
+            Table::ReplayEvents,
+            Filter { distinct_id: (!p.distinct_id.is_empty()).then(|| p.distinct_id.clone()), ..Default::default() },
+            &["session_id", "distinct_id", "time_ns", "data"],
+        )],
+        query_request::Plan::ReplayEvents(p) => {
+            if p.session_id.is_empty() {
+                return Err(QueryError::BadPlan("a session id is required".into()));
+            }
+            vec![scan(Table::ReplayEvents, Filter { session_id: Some(p.session_id.clone()), ..Default::default() }, &[])]
+        }
     })
 }
 
@@ -131,6 +143,8 @@ impl Prepared {
             }
             Plan::Hosts(_) => query_reply::Partial::Hosts(hosts::latest(next()?, budget)?),
             Plan::HostSeries(p) => query_reply::Partial::HostSeries(hosts::series(&req, p, next()?, budget)?),
+            Plan::Replays(_) => query_reply::Partial::Replays(replays::sessions(next()?, budget)?),
+            Plan::ReplayEvents(_) => query_reply::Partial::ReplayEvents(replays::events(next()?, budget)?),
         })
     }
 }

@@ -1,0 +1,51 @@
+//! Session recordings: the sessions of a time range (one summary per session), and one
+//! session's rrweb events in timestamp order for a player.
+
+use std::collections::HashMap;
+
+use sextant_proto::{ReplayEventsPartial, ReplayListPartial, ReplaySession};
+
+use super::{each_batch, Budget, QueryError};
+use crate::segment::table::{from_record_batch, Cols};
+use crate::segment::{Row, Table};
+use crate::shard::ScanJob;
+
+pub fn sessions(job: ScanJob, budget: &mut Budget) -> Result<ReplayListPartial, QueryError> {
+    let mut sessions: HashMap<String, ReplaySession> = HashMap::new();
+    each_batch(job, budget, |rb| {
+        let c = Cols(rb);
+        let (ids, users, times, data) = (c.str("session_id"), c.str("distinct_id"), c.i64("time_ns"), c.str("data"));
+        for i in 0..rb.num_rows() {
+            let t = times.value(i);
+            let s = sessions.entry(ids.value(i).to_owned()).or_insert_with(|| ReplaySession {
+                session_id: ids.value(i).to_owned(),
+                start_unix_nanos: t,
+                end_unix_nanos: t,
+                ..Default::default()
+            });
+            if s.distinct_id.is_empty() {
+                s.distinct_id = users.value(i).to_owned();
+            }
+            s.start_unix_nanos = s.start_unix_nanos.min(t);
+            s.end_unix_nanos = s.end_unix_nanos.max(t);
+            s.event_count += 1;
+            s.size_bytes += data.value(i).len() as u64;
+        }
+        Ok(())
+    })?;
+    Ok(ReplayListPartial { sessions: sessions.into_values().collect() })
+}
+
+pub fn events(job: ScanJob, budget: &mut Budget) -> Result<ReplayEventsPartial, QueryError> {
+    let mut events = Vec::new();
+    each_batch(job, budget, |rb| {
+        events.extend(from_record_batch(Table::ReplayEvents, rb).into_iter().filter_map(|(_, row, _)| match row {
+            Row::Replay(e) => Some(e),
+            _ => None,
+        }));
+        Ok(())
+    })?;
+    // A stable sort: events of one request with equal timestamps keep the order they came in.
+    events.sort_by_key(|e| e.unix_nanos);
+    Ok(ReplayEventsPartial { events })
+}
