@@ -5,6 +5,7 @@
 
 pub mod analytics;
 pub mod attributes;
+pub mod calendar;
 pub mod identity;
 pub mod ids;
 pub mod ingest;
