@@ -206,3 +206,68 @@ async fn recorded_sessions_are_listed_and_replayed_in_order() {
     let resp = http().get(format!("{url}/api/replays")).send().await.unwrap();
     assert_eq!(resp.status(), 401);
 }
+
+#[tokio::test]
+async fn timeseries_and_active_users_count_events_and_distinct_users_per_day() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Dev::start_with(dir.path(), &["--api-rps", "100000"], &[]).await;
+    let token = dev.creds["ingest_token"].as_str().unwrap().to_owned();
+    let url = dev.url.clone();
+    const DAY: i64 = 86_400_000;
+    let now = chrono::Utc::now().timestamp_millis();
+    let today = now - now.rem_euclid(DAY);
+    // (user, event, day offset): u1 every day of the last three, twice today; u2 yesterday;
+    // u3 ten days ago.
+    let at = |d: i64| if d == 0 { now - 1000 } else { today + d * DAY + 3_600_000 };
+    let rows = [("u1", "a", -2), ("u1", "a", -1), ("u1", "a", 0), ("u1", "b", 0), ("u2", "a", -1), ("u3", "a", -10)];
+    let events: Vec<Value> =
+        rows.iter().map(|(u, e, d)| json!({"event": e, "distinct_id": u, "timestamp": at(*d)})).collect();
+    let (s, _) = post(&url, "/v1/batch", &json!({"token": token, "events": events}), None).await;
+    assert_eq!(s, 200);
+    let jwt = dev.token().await;
+    let get = |path: String| {
+        let (url, jwt) = (url.clone(), jwt.clone());
+        async move {
+            let resp = http().get(format!("{url}{path}")).bearer_auth(&jwt).send().await.unwrap();
+            (resp.status().as_u16(), resp.json::<Value>().await.unwrap())
+        }
+    };
+
+    let from = today - 2 * DAY;
+    let (s, ts) = get(format!("/api/events/timeseries?interval=day&from={from}&to={now}")).await;
+    assert_eq!(s, 200, "{ts}");
+    let points: Vec<(u64, u64)> = ts["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["count"].as_u64().unwrap(), p["unique_users"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(points, [(1, 1), (2, 2), (2, 1)], "days -2, -1, 0");
+    assert_eq!(ts["interval"], "day");
+    let (_, only_b) = get(format!("/api/events/timeseries?event=b&interval=day&from={from}&to={now}")).await;
+    assert_eq!(only_b["event"], "b");
+    let counts: Vec<u64> = only_b["points"].as_array().unwrap().iter().map(|p| p["count"].as_u64().unwrap()).collect();
+    assert_eq!(counts, [0, 0, 1], "empty buckets are included");
+    // Hourly buckets over the same range: 49 to 72 of them, the events spread over three.
+    let (_, hourly) = get(format!("/api/events/timeseries?interval=hour&from={from}&to={now}")).await;
+    let total: u64 = hourly["points"].as_array().unwrap().iter().map(|p| p["count"].as_u64().unwrap()).sum();
+    assert_eq!(total, 5);
+
+    let (s, active) = get("/api/users/active?period=3d".into()).await;
+    assert_eq!(s, 200, "{active}");
+    let last = active["points"].as_array().unwrap().last().unwrap().clone();
+    assert_eq!(last["date"].as_str().unwrap(), chrono::Utc::now().format("%Y-%m-%d").to_string());
+    assert_eq!((last["dau"].as_u64(), last["wau"].as_u64(), last["mau"].as_u64()), (Some(1), Some(2), Some(3)));
+
+    for (path, field) in [
+        ("/api/events/timeseries?interval=fortnight", "interval"),
+        ("/api/events/timeseries?tz=Mars/Olympus", "tz"),
+        ("/api/events/timeseries?from=2026-01-02T00:00:00Z&to=2026-01-01T00:00:00Z", "invalid_time_range"),
+        ("/api/users/active?period=30y", "period"),
+    ] {
+        let (s, body) = get(path.into()).await;
+        assert_eq!(s, 400, "{path}");
+        let text = body.to_string();
+        assert!(text.contains(field), "{path}: {text}");
+    }
+}

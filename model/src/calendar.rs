@@ -108,6 +108,21 @@ pub fn bucket_starts(from_ns: i64, to_ns: i64, interval: Interval, tz: &TimeZone
     Ok(out)
 }
 
+/// A relative range (DESIGN A8 `range`, cohort `range`, active-users `period`): an integer and
+/// a unit letter `m` (minutes), `h`, `d` or `w`; nanoseconds.
+pub fn parse_range(s: &str) -> Option<i64> {
+    let unit = s.chars().last()?;
+    let n: i64 = s[..s.len() - unit.len_utf8()].parse().ok().filter(|n| *n > 0)?;
+    let secs = match unit {
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        'w' => 7 * 86_400,
+        _ => return None,
+    };
+    n.checked_mul(secs)?.checked_mul(1_000_000_000)
+}
+
 /// The calendar date (`YYYY-MM-DD`) of an instant in `tz`.
 pub fn date_of(ns: i64, tz: &TimeZone) -> String {
     Timestamp::from_nanosecond(i128::from(ns)).map(|t| t.to_zoned(tz.clone()).date().to_string()).unwrap_or_default()
@@ -130,6 +145,16 @@ mod tests {
         let s = bucket_starts(ns("2026-10-25T00:00:00Z"), ns("2026-10-26T12:00:00Z"), Interval::Day, &paris).unwrap();
         assert_eq!(s, [ns("2026-10-24T22:00:00Z"), ns("2026-10-25T23:00:00Z")]);
         assert_eq!(date_of(ns("2026-10-25T22:30:00Z"), &paris), "2026-10-25");
+    }
+
+    #[test]
+    fn relative_ranges() {
+        assert_eq!(parse_range("30d"), Some(30 * 86_400 * 1_000_000_000));
+        assert_eq!(parse_range("2w"), Some(14 * 86_400 * 1_000_000_000));
+        assert_eq!(parse_range("90m"), Some(90 * 60 * 1_000_000_000));
+        for bad in ["", "d", "0d", "-1d", "3y", "1.5d", "30"] {
+            assert_eq!(parse_range(bad), None, "{bad}");
+        }
     }
 
     #[test]

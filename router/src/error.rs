@@ -11,7 +11,8 @@ use crate::cluster::ClusterError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
-    #[error("{0}")]
+    /// A code and the sentence saying what is wrong.
+    #[error("{1}")]
     BadRequest(&'static str, String),
     #[error("{message}")]
     Validation { message: String, errors: Vec<FieldError> },

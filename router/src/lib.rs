@@ -2,6 +2,7 @@
 //! and forwards to storage shard leaders, then merges what they answer.
 
 pub mod account;
+pub mod activity;
 pub mod api_keys;
 pub mod apm;
 pub mod auth;

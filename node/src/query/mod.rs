@@ -4,6 +4,7 @@
 //! sketches. Scans are prepared under the state lock ([`prepare`]) and run without it
 //! ([`Prepared::run`], in a blocking task).
 
+mod activity;
 mod apm;
 pub mod errors;
 mod hosts;
@@ -97,6 +98,14 @@ fn scans_of(req: &QueryRequest) -> Result<Vec<Scan>, QueryError> {
             Filter { distinct_id: (!p.distinct_id.is_empty()).then(|| p.distinct_id.clone()), ..Default::default() },
             &["session_id", "distinct_id", "time_ns", "data"],
         )],
+        query_request::Plan::EventBuckets(p) => {
+            activity::check_starts(&p.bucket_starts)?;
+            vec![scan(Table::Events, Filter { events: p.events.clone(), ..Default::default() }, &["distinct_id", "time_ns"])]
+        }
+        query_request::Plan::ActiveUsers(p) => {
+            activity::check_starts(&p.day_starts)?;
+            vec![scan(Table::Events, Filter::default(), &["distinct_id", "time_ns"])]
+        }
         query_request::Plan::ReplayEvents(p) => {
             if p.session_id.is_empty() {
                 return Err(QueryError::BadPlan("a session id is required".into()));
@@ -143,6 +152,10 @@ impl Prepared {
             }
             Plan::Hosts(_) => query_reply::Partial::Hosts(hosts::latest(next()?, budget)?),
             Plan::HostSeries(p) => query_reply::Partial::HostSeries(hosts::series(&req, p, next()?, budget)?),
+            Plan::EventBuckets(p) => {
+                query_reply::Partial::EventBuckets(activity::buckets(&p.bucket_starts, next()?, budget)?)
+            }
+            Plan::ActiveUsers(p) => query_reply::Partial::ActiveUsers(activity::active(p, next()?, budget)?),
             Plan::Replays(_) => query_reply::Partial::Replays(replays::sessions(next()?, budget)?),
             Plan::ReplayEvents(_) => query_reply::Partial::ReplayEvents(replays::events(next()?, budget)?),
         })
