@@ -271,3 +271,68 @@ async fn timeseries_and_active_users_count_events_and_distinct_users_per_day() {
         assert!(text.contains(field), "{path}: {text}");
     }
 }
+
+#[tokio::test]
+async fn funnels_count_each_user_at_the_furthest_step_ordered_and_strict() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Dev::start_with(dir.path(), &["--api-rps", "100000", "--shards", "4"], &[]).await;
+    let token = dev.creds["ingest_token"].as_str().unwrap().to_owned();
+    let url = dev.url.clone();
+    const MIN: i64 = 60_000;
+    const DAY: i64 = 86_400_000;
+    let t = chrono::Utc::now().timestamp_millis() - 25 * DAY;
+    let rows = [
+        ("u1", "a", 0), ("u1", "b", MIN), ("u1", "c", 2 * MIN),
+        ("u2", "a", 0), ("u2", "b", MIN),
+        ("u3", "a", 0), ("u3", "x", MIN / 2), ("u3", "b", MIN),
+        ("u4", "b", 0), ("u4", "c", MIN),
+        ("u5", "a", 0), ("u5", "c", MIN),
+        ("u6", "a", 0), ("u6", "b", 20 * DAY),
+    ];
+    let events: Vec<Value> =
+        rows.iter().map(|(u, e, dt)| json!({"event": e, "distinct_id": u, "timestamp": t + dt})).collect();
+    let (s, _) = post(&url, "/v1/batch", &json!({"token": token, "events": events}), None).await;
+    assert_eq!(s, 200);
+    let jwt = dev.token().await;
+    let get = |path: String| {
+        let (url, jwt) = (url.clone(), jwt.clone());
+        async move {
+            let resp = http().get(format!("{url}{path}")).bearer_auth(&jwt).send().await.unwrap();
+            (resp.status().as_u16(), resp.json::<Value>().await.unwrap())
+        }
+    };
+    let counts = |body: &Value| -> Vec<u64> {
+        body["steps"].as_array().unwrap().iter().map(|s| s["count"].as_u64().unwrap()).collect()
+    };
+
+    let (s, ordered) = get("/api/funnel?steps=a,b,c&window=14&window_unit=day&range=30d".into()).await;
+    assert_eq!(s, 200, "{ordered}");
+    assert_eq!(counts(&ordered), [5, 3, 1]);
+    let b = &ordered["steps"][1];
+    assert_eq!(b["conversion_from_start"].as_f64(), Some(0.6));
+    assert_eq!(b["conversion_from_previous"].as_f64(), Some(0.6));
+    assert_eq!(b["avg_seconds_to_convert"].as_f64(), Some(60.0));
+    let median = b["median_seconds_to_convert"].as_f64().unwrap();
+    assert!((median - 60.0).abs() <= 0.6, "median {median} within 1% of 60");
+    assert!(ordered["steps"][0]["median_seconds_to_convert"].is_null());
+    assert_eq!(ordered["window_seconds"], 14 * 86_400);
+
+    let (_, strict) = get("/api/funnel?steps=a,b,c&window=14&range=30d&order=strict".into()).await;
+    assert_eq!(counts(&strict), [5, 2, 1], "x between a and b breaks u3's strict chain");
+    // A one-minute window: u6's b (20 days later) and every two-minute chain fall out.
+    let (_, short) = get("/api/funnel?steps=a,b,c&window=1&window_unit=minute&range=30d".into()).await;
+    assert_eq!(counts(&short), [5, 3, 0]);
+
+    for (path, field) in [
+        ("/api/funnel?steps=a", "steps"),
+        ("/api/funnel?steps=a,b,c,d,e,f,g,h,i,j,k", "steps"),
+        ("/api/funnel?steps=a,b&window_unit=fortnight", "window_unit"),
+        ("/api/funnel?steps=a,b&window=0", "window"),
+        ("/api/funnel?steps=a,b&range=30y", "range"),
+        ("/api/funnel?steps=a,b&order=random", "order"),
+    ] {
+        let (s, body) = get(path.into()).await;
+        assert_eq!(s, 400, "{path}");
+        assert!(body["error"]["message"].as_str().unwrap().contains(field), "{path}: {body}");
+    }
+}

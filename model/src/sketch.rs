@@ -20,7 +20,7 @@ pub enum SketchError {
     Mismatch,
 }
 
-/// Durations in milliseconds.
+/// Non-negative durations: milliseconds for span latencies, seconds for funnel conversions.
 #[derive(Clone)]
 pub struct LatencySketch(DDSketch);
 

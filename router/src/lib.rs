@@ -12,6 +12,7 @@ pub mod capture;
 pub mod cluster;
 pub mod error;
 pub mod error_groups;
+pub mod funnel;
 pub mod hosts;
 pub mod http;
 pub mod ingest;

@@ -7,6 +7,7 @@
 mod activity;
 mod apm;
 pub mod errors;
+mod funnel;
 mod hosts;
 mod logs;
 mod replays;
@@ -106,6 +107,12 @@ fn scans_of(req: &QueryRequest) -> Result<Vec<Scan>, QueryError> {
             activity::check_starts(&p.day_starts)?;
             vec![scan(Table::Events, Filter::default(), &["distinct_id", "time_ns"])]
         }
+        query_request::Plan::Funnel(p) => {
+            funnel::check(p)?;
+            // Strict funnels must see every event of a user (nothing may come between steps).
+            let events = if p.strict { Vec::new() } else { p.steps.clone() };
+            vec![scan(Table::Events, Filter { events, ..Default::default() }, &["distinct_id", "time_ns", "event"])]
+        }
         query_request::Plan::ReplayEvents(p) => {
             if p.session_id.is_empty() {
                 return Err(QueryError::BadPlan("a session id is required".into()));
@@ -156,6 +163,7 @@ impl Prepared {
                 query_reply::Partial::EventBuckets(activity::buckets(&p.bucket_starts, next()?, budget)?)
             }
             Plan::ActiveUsers(p) => query_reply::Partial::ActiveUsers(activity::active(p, next()?, budget)?),
+            Plan::Funnel(p) => query_reply::Partial::Funnel(funnel::run(p, next()?, budget)?),
             Plan::Replays(_) => query_reply::Partial::Replays(replays::sessions(next()?, budget)?),
             Plan::ReplayEvents(_) => query_reply::Partial::ReplayEvents(replays::events(next()?, budget)?),
         })

@@ -1,0 +1,64 @@
+//! Funnels on one shard: every user's events (all on this shard) through
+//! `model::funnel`, reduced to per-step user counts and time-to-convert sketches.
+
+use std::collections::HashMap;
+
+use sextant_model::funnel::{Funnel, Order, MAX_STEPS, MIN_STEPS};
+use sextant_model::sketch::LatencySketch;
+use sextant_proto::{FunnelPartial, FunnelPlan, FunnelStep};
+
+use super::{each_batch, Budget, QueryError};
+use crate::segment::table::Cols;
+use crate::shard::ScanJob;
+
+pub fn check(plan: &FunnelPlan) -> Result<(), QueryError> {
+    if !(MIN_STEPS..=MAX_STEPS).contains(&plan.steps.len()) || plan.window_nanos <= 0 || plan.range_from >= plan.range_to {
+        return Err(QueryError::BadPlan("a funnel has 2 to 10 steps, a positive window and a range".into()));
+    }
+    Ok(())
+}
+
+pub fn run(plan: &FunnelPlan, job: ScanJob, budget: &mut Budget) -> Result<FunnelPartial, QueryError> {
+    let mut users: HashMap<String, Vec<(i64, String)>> = HashMap::new();
+    each_batch(job, budget, |rb| {
+        let c = Cols(rb);
+        let (ids, times, names) = (c.str("distinct_id"), c.i64("time_ns"), c.str("event"));
+        for i in 0..rb.num_rows() {
+            users.entry(ids.value(i).to_owned()).or_default().push((times.value(i), names.value(i).to_owned()));
+        }
+        Ok(())
+    })?;
+    let funnel = Funnel {
+        steps: plan.steps.clone(),
+        window_ns: plan.window_nanos,
+        order: if plan.strict { Order::Strict } else { Order::Ordered },
+        from_ns: plan.range_from,
+        to_ns: plan.range_to,
+    };
+    let mut counts = vec![0u64; plan.steps.len()];
+    let mut sketches: Vec<LatencySketch> = (0..plan.steps.len()).map(|_| LatencySketch::default()).collect();
+    let mut sums = vec![0f64; plan.steps.len()];
+    for events in users.values() {
+        let refs: Vec<(i64, &str)> = events.iter().map(|(t, e)| (*t, e.as_str())).collect();
+        let chain = funnel.progress(&refs);
+        for (k, t) in chain.iter().enumerate() {
+            counts[k] += 1;
+            if k > 0 {
+                let secs = (t - chain[k - 1]) as f64 / 1e9;
+                sketches[k].add(secs);
+                sums[k] += secs;
+            }
+        }
+    }
+    let steps = counts
+        .into_iter()
+        .zip(sketches)
+        .zip(sums)
+        .map(|((users, sketch), seconds_sum)| {
+            // An empty sketch travels as nothing (the first step never has one).
+            let seconds_sketch = if sketch.count() == 0 { Vec::new() } else { sketch.encode() };
+            FunnelStep { users, seconds_sketch, seconds_sum }
+        })
+        .collect();
+    Ok(FunnelPartial { steps })
+}

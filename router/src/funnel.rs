@@ -1,0 +1,124 @@
+//! `GET /api/funnel?steps=a,b,c&window=14&window_unit=day&range=30d&order=ordered|strict`
+//! (DESIGN A8). Shards compute each user's furthest step (`model::funnel`) and answer
+//! per-step counts with time-to-convert sketches; the router sums and merges.
+
+use std::sync::Arc;
+
+use axum::extract::{RawQuery, State};
+use axum::Json;
+use serde_json::{json, Value};
+use sextant_model::calendar;
+use sextant_model::funnel::{MAX_STEPS, MIN_STEPS};
+use sextant_model::sketch::LatencySketch;
+use sextant_model::time::{format_nanos, now_nanos, parse_query_time};
+use sextant_proto::{query_reply, query_request, FunnelPlan};
+
+use crate::auth::Session;
+use crate::error::ApiError;
+use crate::query::{invalid, scatter, Params, MAX_RANGE_NS};
+use crate::AppState;
+
+const SECOND_NS: i64 = 1_000_000_000;
+/// Longest conversion window.
+const MAX_WINDOW_NS: i64 = 365 * 86_400 * SECOND_NS;
+
+fn window_ns(params: &Params) -> Result<i64, ApiError> {
+    let n: i64 = match params.get("window") {
+        None => 14,
+        Some(v) => v.parse().ok().filter(|n| *n > 0).ok_or_else(|| invalid("window", "must be a positive integer"))?,
+    };
+    let unit = match params.get("window_unit").unwrap_or("day") {
+        "second" => 1,
+        "minute" => 60,
+        "hour" => 3600,
+        "day" => 86_400,
+        "week" => 7 * 86_400,
+        _ => return Err(invalid("window_unit", "must be second, minute, hour, day or week")),
+    };
+    n.checked_mul(unit * SECOND_NS)
+        .filter(|w| *w <= MAX_WINDOW_NS)
+        .ok_or_else(|| invalid("window", "may be at most 365 days"))
+}
+
+pub async fn funnel(
+    State(app): State<Arc<AppState>>,
+    session: Session,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let params = Params::parse(raw.as_deref())?;
+    let steps: Vec<String> = params
+        .get("steps")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if !(MIN_STEPS..=MAX_STEPS).contains(&steps.len()) {
+        return Err(invalid("steps", &format!("must list {MIN_STEPS} to {MAX_STEPS} event names, comma-separated")));
+    }
+    if steps.iter().any(|s| s.chars().count() > 200) {
+        return Err(invalid("steps", "event names have at most 200 characters"));
+    }
+    let window = window_ns(&params)?;
+    let strict = match params.get("order").unwrap_or("ordered") {
+        "ordered" => false,
+        "strict" => true,
+        _ => return Err(invalid("order", "must be ordered or strict")),
+    };
+    let range = calendar::parse_range(params.get("range").unwrap_or("30d"))
+        .filter(|r| *r <= MAX_RANGE_NS)
+        .ok_or_else(|| invalid("range", "must be an integer and a unit m, h, d or w, at most 31 days"))?;
+    let to = match params.get("to") {
+        Some(v) => parse_query_time(v).map_err(|r| invalid("to", r))?,
+        None => now_nanos(),
+    };
+    let from = to - range;
+    let plan = FunnelPlan { steps: steps.clone(), window_nanos: window, strict, range_from: from, range_to: to };
+    // Later steps may happen up to a window after the range.
+    let scan_range = (from, to.saturating_add(window));
+    let gathered =
+        scatter(&app, &session.project_id, scan_range, params.allow_partial()?, query_request::Plan::Funnel(plan))
+            .await?;
+    let mut users = vec![0u64; steps.len()];
+    let mut sums = vec![0f64; steps.len()];
+    let mut sketches: Vec<LatencySketch> = steps.iter().map(|_| LatencySketch::default()).collect();
+    for (_, p) in &gathered.partials {
+        if let query_reply::Partial::Funnel(f) = p {
+            for (k, s) in f.steps.iter().enumerate().take(steps.len()) {
+                users[k] += s.users;
+                sums[k] += s.seconds_sum;
+                let sketch = LatencySketch::decode(&s.seconds_sketch).map_err(|e| ApiError::Internal(e.to_string()))?;
+                sketches[k].merge(&sketch).map_err(|e| ApiError::Internal(e.to_string()))?;
+            }
+        }
+    }
+    let rate = |n: u64, of: u64| if of == 0 { 0.0 } else { n as f64 / of as f64 };
+    let items: Vec<Value> = steps
+        .iter()
+        .enumerate()
+        .map(|(k, event)| {
+            let (median, avg) = if k == 0 || users[k] == 0 {
+                (Value::Null, Value::Null)
+            } else {
+                (json!(sketches[k].quantile(0.5)), json!(sums[k] / users[k] as f64))
+            };
+            json!({
+                "event": event,
+                "count": users[k],
+                "conversion_from_start": rate(users[k], users[0]),
+                "conversion_from_previous": rate(users[k], if k == 0 { users[0] } else { users[k - 1] }),
+                "median_seconds_to_convert": median,
+                "avg_seconds_to_convert": avg,
+            })
+        })
+        .collect();
+    let mut body = json!({
+        "steps": items,
+        "window_seconds": window / SECOND_NS,
+        "from": format_nanos(from),
+        "to": format_nanos(to),
+    });
+    gathered.annotate(&mut body);
+    Ok(Json(body))
+}
