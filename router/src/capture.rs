@@ -72,6 +72,22 @@ fn token_project(
     admit_credential(app, CredentialKind::IngestToken, token.trim())
 }
 
+/// A native analytics body: read within `limit`, parsed, and its token admitted. Returns the
+/// body, the project it writes to and its decoded length.
+fn read_admitted<T: serde::de::DeserializeOwned>(
+    app: &AppState,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    body: Result<Bytes, BytesRejection>,
+    limit: usize,
+    token: impl Fn(&T) -> Option<&str>,
+) -> Result<(T, ProjectId, usize), ApiError> {
+    let bytes = crate::body::read(headers, body, limit)?;
+    let parsed: T = crate::body::parse_json(&bytes)?;
+    let project = token_project(app, headers, query, token(&parsed))?;
+    Ok((parsed, project, bytes.len()))
+}
+
 fn validation(kind: &str) -> impl FnOnce(Vec<FieldError>) -> ApiError + '_ {
     move |errors| ApiError::Validation { message: format!("{} invalid {kind}", errors.len()), errors }
 }
@@ -98,10 +114,9 @@ pub async fn batch(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Accepted>, ApiError> {
     let result = async {
-        let body = crate::body::read(&headers, body, MAX_EVENTS_BODY)?;
-        let parsed: BatchBody = crate::body::parse_json(&body)?;
-        let project = token_project(&app, &headers, query.as_deref(), parsed.token.as_deref())?;
-        store_events(&app, &project, parsed.events, body.len()).await
+        let (parsed, project, len) =
+            read_admitted::<BatchBody>(&app, &headers, query.as_deref(), body, MAX_EVENTS_BODY, |b| b.token.as_deref())?;
+        store_events(&app, &project, parsed.events, len).await
     }
     .await;
     answer(&app, EVENTS, result, |accepted| Accepted { status: "ok", accepted })
@@ -115,9 +130,8 @@ pub async fn replay(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Accepted>, ApiError> {
     let result = async {
-        let body = crate::body::read(&headers, body, MAX_REPLAY_BODY)?;
-        let parsed: ReplayBody = crate::body::parse_json(&body)?;
-        let project = token_project(&app, &headers, query.as_deref(), parsed.token.as_deref())?;
+        let (parsed, project, len) =
+            read_admitted::<ReplayBody>(&app, &headers, query.as_deref(), body, MAX_REPLAY_BODY, |b| b.token.as_deref())?;
         if parsed.events.len() > analytics::MAX_REPLAY_EVENTS {
             return Err(ApiError::TooManyEvents { max: analytics::MAX_REPLAY_EVENTS, got: parsed.events.len() });
         }
@@ -128,7 +142,7 @@ pub async fn replay(
         }
         let accepted = rows.len();
         if accepted > 0 {
-            commit(&app, partition::<Replays>(&app, &project, rows, body.len())?).await?;
+            commit(&app, partition::<Replays>(&app, &project, rows, len)?).await?;
         }
         Ok(accepted)
     }
