@@ -18,17 +18,7 @@ pub fn read(headers: &HeaderMap, body: Result<Bytes, BytesRejection>, limit: usi
             return Err(ApiError::UnsupportedMediaType(format!("expected application/json, got `{mime}`")));
         }
     }
-    let raw = body.map_err(|r| {
-        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::PayloadTooLarge { limit }
-        } else {
-            ApiError::BadRequest("invalid_body", format!("could not read the request body: {r}"))
-        }
-    })?;
-    // Routes share a body-size layer; each kind's own limit is enforced here.
-    if raw.len() > limit {
-        return Err(ApiError::PayloadTooLarge { limit });
-    }
+    let raw = raw(body, limit)?;
     match headers.get(header::CONTENT_ENCODING).map(|v| v.to_str().unwrap_or_default().to_ascii_lowercase()) {
         None => Ok(raw),
         Some(enc) if enc == "identity" => Ok(raw),
@@ -46,6 +36,22 @@ pub fn read(headers: &HeaderMap, body: Result<Bytes, BytesRejection>, limit: usi
         }
         Some(enc) => Err(ApiError::UnsupportedMediaType(format!("unsupported Content-Encoding `{enc}`"))),
     }
+}
+
+/// The body as received (not decoded), at most `limit` bytes. Routes share a body-size layer;
+/// each kind's own limit is enforced here.
+pub fn raw(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, ApiError> {
+    let raw = body.map_err(|r| {
+        if r.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::PayloadTooLarge { limit }
+        } else {
+            ApiError::BadRequest("invalid_body", format!("could not read the request body: {r}"))
+        }
+    })?;
+    if raw.len() > limit {
+        return Err(ApiError::PayloadTooLarge { limit });
+    }
+    Ok(raw)
 }
 
 /// Parses JSON fast; on failure parses again to say where the problem is.

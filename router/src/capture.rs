@@ -160,13 +160,7 @@ pub async fn posthog(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let result = async {
-        let raw = body.map_err(|r| {
-            if r.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-                ApiError::PayloadTooLarge { limit: MAX_EVENTS_BODY }
-            } else {
-                ApiError::BadRequest("invalid_body", format!("could not read the request body: {r}"))
-            }
-        })?;
+        let raw = crate::body::raw(body, MAX_EVENTS_BODY)?;
         let text = decode_posthog_body(&headers, query.as_deref(), &raw)?;
         let value: Value = crate::body::parse_json(&text)?;
         let (events, token) = analytics::posthog_events(value).map_err(|m| ApiError::BadRequest("invalid_body", m))?;
