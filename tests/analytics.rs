@@ -91,7 +91,13 @@ async fn events_and_replays_are_accepted_with_the_project_token_only() {
         // An observability API key is not an ingest token.
         ("/v1/batch", json!({"token": api_key, "events": events(1)}), None, 401, "unauthorized"),
         ("/v1/batch", json!({"token": token, "events": events(1001)}), None, 400, "batch_too_large"),
-        ("/v1/batch", json!({"token": token, "events": [{"event": "", "distinct_id": "u"}]}), None, 400, "validation_failed"),
+        (
+            "/v1/batch",
+            json!({"token": token, "events": [{"event": "", "distinct_id": "u"}]}),
+            None,
+            400,
+            "validation_failed",
+        ),
         ("/v1/batch", json!({"token": token, "events": "nope"}), None, 400, "validation_failed"),
         ("/batch/", json!({"batch": events(1)}), None, 401, "unauthorized"),
         (
@@ -282,12 +288,20 @@ async fn funnels_count_each_user_at_the_furthest_step_ordered_and_strict() {
     const DAY: i64 = 86_400_000;
     let t = chrono::Utc::now().timestamp_millis() - 25 * DAY;
     let rows = [
-        ("u1", "a", 0), ("u1", "b", MIN), ("u1", "c", 2 * MIN),
-        ("u2", "a", 0), ("u2", "b", MIN),
-        ("u3", "a", 0), ("u3", "x", MIN / 2), ("u3", "b", MIN),
-        ("u4", "b", 0), ("u4", "c", MIN),
-        ("u5", "a", 0), ("u5", "c", MIN),
-        ("u6", "a", 0), ("u6", "b", 20 * DAY),
+        ("u1", "a", 0),
+        ("u1", "b", MIN),
+        ("u1", "c", 2 * MIN),
+        ("u2", "a", 0),
+        ("u2", "b", MIN),
+        ("u3", "a", 0),
+        ("u3", "x", MIN / 2),
+        ("u3", "b", MIN),
+        ("u4", "b", 0),
+        ("u4", "c", MIN),
+        ("u5", "a", 0),
+        ("u5", "c", MIN),
+        ("u6", "a", 0),
+        ("u6", "b", 20 * DAY),
     ];
     let events: Vec<Value> =
         rows.iter().map(|(u, e, dt)| json!({"event": e, "distinct_id": u, "timestamp": t + dt})).collect();

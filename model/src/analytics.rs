@@ -72,9 +72,7 @@ fn name(errors: &mut Vec<FieldError>, index: usize, field: &str, value: Option<&
     match value {
         None => fail(errors, index, field, "is required"),
         Some(v) if v.trim().is_empty() => fail(errors, index, field, "must not be empty"),
-        Some(v) if v.chars().count() > MAX_NAME_CHARS => {
-            fail(errors, index, field, "must be at most 200 characters")
-        }
+        Some(v) if v.chars().count() > MAX_NAME_CHARS => fail(errors, index, field, "must be at most 200 characters"),
         Some(v) if v.chars().any(char::is_control) => fail(errors, index, field, "must not contain control characters"),
         Some(v) => return Some(v.to_owned()),
     }
@@ -176,9 +174,8 @@ pub fn validate_replay(body: ReplayBody, errors: &mut Vec<FieldError>) -> Vec<Re
 /// The events of a PostHog capture body: `{batch:[...]}`, `[...]` or one event; and the
 /// project token (`api_key` or `token`) found in the body or its events' properties.
 pub fn posthog_events(body: Value) -> Result<(Vec<EventJson>, Option<String>), String> {
-    let token_of = |m: &Map<String, Value>| {
-        m.get("api_key").or_else(|| m.get("token")).and_then(Value::as_str).map(str::to_owned)
-    };
+    let token_of =
+        |m: &Map<String, Value>| m.get("api_key").or_else(|| m.get("token")).and_then(Value::as_str).map(str::to_owned);
     let (items, mut token) = match body {
         Value::Object(mut m) => {
             let token = token_of(&m);
@@ -193,9 +190,9 @@ pub fn posthog_events(body: Value) -> Result<(Vec<EventJson>, Option<String>), S
     };
     if token.is_none() {
         token = items.iter().find_map(|e| {
-            e.as_object().and_then(token_of).or_else(|| {
-                e.get("properties").and_then(|p| p.get("token")).and_then(Value::as_str).map(str::to_owned)
-            })
+            e.as_object()
+                .and_then(token_of)
+                .or_else(|| e.get("properties").and_then(|p| p.get("token")).and_then(Value::as_str).map(str::to_owned))
         });
     }
     let events = items

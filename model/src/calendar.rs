@@ -87,7 +87,8 @@ pub fn zone(name: Option<&str>) -> Result<TimeZone, CalendarError> {
 /// starts at or before `from`.
 pub fn bucket_starts(from_ns: i64, to_ns: i64, interval: Interval, tz: &TimeZone) -> Result<Vec<i64>, CalendarError> {
     let at = |ns: i64| Timestamp::from_nanosecond(i128::from(ns)).map(|t| t.to_zoned(tz.clone()));
-    let mut z = interval.floor(&at(from_ns).map_err(|_| CalendarError::OutOfRange)?).map_err(|_| CalendarError::OutOfRange)?;
+    let mut z =
+        interval.floor(&at(from_ns).map_err(|_| CalendarError::OutOfRange)?).map_err(|_| CalendarError::OutOfRange)?;
     let mut out = Vec::new();
     loop {
         let ns = i64::try_from(z.timestamp().as_nanosecond()).map_err(|_| CalendarError::OutOfRange)?;

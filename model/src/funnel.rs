@@ -110,7 +110,13 @@ mod tests {
     use super::*;
 
     fn funnel(steps: &[&str], window: i64, order: Order) -> Funnel {
-        Funnel { steps: steps.iter().map(|s| s.to_string()).collect(), window_ns: window, order, from_ns: 0, to_ns: 100 }
+        Funnel {
+            steps: steps.iter().map(|s| s.to_string()).collect(),
+            window_ns: window,
+            order,
+            from_ns: 0,
+            to_ns: 100,
+        }
     }
 
     fn reached(f: &Funnel, events: &[(i64, &str)]) -> usize {

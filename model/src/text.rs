@@ -132,8 +132,9 @@ mod tests {
 
     #[test]
     fn parses_every_term_kind() {
-        let q = LogQuery::parse(r#"timeout "connection reset by" -retry service:api level:error k8s.pod:x-1 trace_id:ab"#)
-            .unwrap();
+        let q =
+            LogQuery::parse(r#"timeout "connection reset by" -retry service:api level:error k8s.pod:x-1 trace_id:ab"#)
+                .unwrap();
         assert_eq!(q.words, ["timeout"]);
         assert_eq!(q.phrases, [vec!["connection", "reset", "by"]]);
         assert_eq!(q.excluded, ["retry"]);

@@ -55,8 +55,8 @@ pub struct Outgoing {
 impl SnapshotStream {
     /// Packs `files` (opened now, so later deletions by compaction cannot affect the stream).
     pub fn pack(meta: &SnapshotMeta, dir: &Path, files: &[FileEntry]) -> io::Result<Self> {
-        let header_body = bincode::serialize(&Header { meta: meta.clone(), files: files.to_vec() })
-            .map_err(io::Error::other)?;
+        let header_body =
+            bincode::serialize(&Header { meta: meta.clone(), files: files.to_vec() }).map_err(io::Error::other)?;
         let mut header = Vec::with_capacity(header_body.len() + 24);
         header.extend_from_slice(MAGIC);
         header.extend_from_slice(&VERSION.to_le_bytes());

@@ -62,6 +62,9 @@ fn refresh_gauges(host: &NodeHost) {
         let m = raft.metrics().borrow().clone();
         let committed = m.last_log_index.unwrap_or(0);
         let applied = m.last_applied.map_or(0, |l| l.index);
-        host.metrics.apply_lag.get_or_create(&crate::metrics::GroupLabel { group: *group }).set(committed.saturating_sub(applied) as i64);
+        host.metrics
+            .apply_lag
+            .get_or_create(&crate::metrics::GroupLabel { group: *group })
+            .set(committed.saturating_sub(applied) as i64);
     }
 }

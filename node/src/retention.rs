@@ -22,7 +22,8 @@ const DAY_NS: i64 = 86_400 * 1_000_000_000;
 pub fn policy(view: &MetaView, now_ns: i64) -> RetentionPolicy {
     let days: HashMap<&str, u32> =
         view.plans.iter().filter_map(|p| Some((p.name.as_str(), p.retention_days?))).collect();
-    let org_days: HashMap<_, u32> = view.orgs.iter().filter_map(|o| Some((o.id, *days.get(o.plan.as_str())?))).collect();
+    let org_days: HashMap<_, u32> =
+        view.orgs.iter().filter_map(|o| Some((o.id, *days.get(o.plan.as_str())?))).collect();
     let cutoffs = view
         .projects
         .iter()

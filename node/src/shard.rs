@@ -20,8 +20,8 @@ use sextant_proto::{ShardBatch, Span};
 use crate::archive::FileEntry;
 use crate::durable::sync_dir;
 use crate::failpoint;
-use crate::segment::file::{self as segment_file, file_name};
 use crate::segment::compaction::{self, merge_rows, RetentionPolicy};
+use crate::segment::file::{self as segment_file, file_name};
 use crate::segment::summary::summary_rows;
 use crate::segment::table::RowRef;
 use crate::segment::{Buffer, Dedup, Manifest, Row, Scan, Segment, Table};
@@ -159,8 +159,10 @@ impl SegmentShard {
             compaction::Plan::Rewrite(segments) => (segments, false),
         };
         let ids: HashSet<u64> = picked.iter().map(|s| s.id).collect();
-        let summaries = metas.iter().filter(|s| s.summarizes.is_some_and(|id| ids.contains(&id))).map(|s| s.id).collect();
-        let inputs: Vec<Arc<Segment>> = published.segments.iter().filter(|s| ids.contains(&s.meta.id)).cloned().collect();
+        let summaries =
+            metas.iter().filter(|s| s.summarizes.is_some_and(|id| ids.contains(&id))).map(|s| s.id).collect();
+        let inputs: Vec<Arc<Segment>> =
+            published.segments.iter().filter(|s| ids.contains(&s.meta.id)).cloned().collect();
         (inputs.len() == ids.len()).then(|| CompactionJob {
             dir: self.dir.clone(),
             drop_only,
@@ -316,7 +318,10 @@ impl CompactionJob {
             written = write_segment(&self.dir, first_id, table, hour, &refs, &batches)?;
             sync_dir(&self.dir)?;
         }
-        let opened = written.iter().map(|m| Segment::open(&self.dir, m.clone()).map(Arc::new)).collect::<io::Result<Vec<_>>>()?;
+        let opened = written
+            .iter()
+            .map(|m| Segment::open(&self.dir, m.clone()).map(Arc::new))
+            .collect::<io::Result<Vec<_>>>()?;
 
         failpoint::hit(failpoint::COMPACTION_BEFORE_MANIFEST);
         let mut p = self.persisted.lock().unwrap();
@@ -577,10 +582,10 @@ mod tests {
         assert_eq!(ids(&s, "p", "t1"), ["b", "a", "d"]);
         assert_eq!(ids(&s, "p", "t2"), ["c"]);
         // The dedup memory is part of the checkpoint.
-        assert_eq!(ingest(&mut s, 4, 2, batch("p", vec![span("t1", "x", 1)])), CommandResponse::Ingested {
-            duplicate: true,
-            rows: 0
-        });
+        assert_eq!(
+            ingest(&mut s, 4, 2, batch("p", vec![span("t1", "x", 1)])),
+            CommandResponse::Ingested { duplicate: true, rows: 0 }
+        );
     }
 
     #[test]
@@ -707,9 +712,15 @@ mod tests {
             )
         };
         let before = probes(&s);
-        assert_eq!((before.0, before.1, before.2, before.4, before.5, before.6, before.7, before.8), (3, 1, 1, 2, 1, 1, 2, 0));
+        assert_eq!(
+            (before.0, before.1, before.2, before.4, before.5, before.6, before.7, before.8),
+            (3, 1, 1, 2, 1, 1, 2, 0)
+        );
         let Row::TraceSummary(t1) = &before.3[0] else { panic!("summary expected") };
-        assert_eq!((t1.trace_id.as_str(), t1.span_count, t1.error_count, t1.root_service.as_str()), ("t1", 2, 1, "web"));
+        assert_eq!(
+            (t1.trace_id.as_str(), t1.span_count, t1.error_count, t1.root_service.as_str()),
+            ("t1", 2, 1, "web")
+        );
         assert_eq!(before.3.len(), 2);
 
         checkpoint(&mut s, 3);
@@ -726,9 +737,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut s = SegmentShard::open(dir.path()).unwrap();
         // 20 000 lines sorted by time: three row groups; "needle" only in the last one.
-        let logs: Vec<LogRecord> = (0..20_000)
-            .map(|i| log("api", 3, if i == 19_000 { "found the needle" } else { "hay hay" }, i))
-            .collect();
+        let logs: Vec<LogRecord> =
+            (0..20_000).map(|i| log("api", 3, if i == 19_000 { "found the needle" } else { "hay hay" }, i)).collect();
         ingest(&mut s, 1, 1, ShardBatch { project_id: "p".into(), logs, ..Default::default() }.encode_to_vec());
         checkpoint(&mut s, 1);
         let scan = |text: &str| Scan {
@@ -768,10 +778,7 @@ mod tests {
         assert!(s.compaction(0).is_none(), "the hour is not over and only three segments exist");
 
         let job = s.compaction(i64::MAX).expect("three small segments of a past hour");
-        assert_eq!(
-            job.run().unwrap(),
-            CompactionOutcome::Merged { inputs: 3, outputs: 1, rows_in: 5, rows_out: 3 }
-        );
+        assert_eq!(job.run().unwrap(), CompactionOutcome::Merged { inputs: 3, outputs: 1, rows_in: 5, rows_out: 3 });
         assert_eq!(s.segment_count(), 2, "one spans segment and its summaries");
         let spans = scan_all(&s, Table::Spans, "p", Filter::default());
         assert_eq!(spans.len(), 3);
@@ -785,9 +792,9 @@ mod tests {
             .collect();
         assert_eq!(counts, [("t1".to_owned(), 2), ("t2".to_owned(), 1)]);
         // Only the manifest's files remain, and they reopen to the same rows.
-        let files = std::fs::read_dir(dir.path()).unwrap().filter(|e| {
-            e.as_ref().unwrap().file_name().to_string_lossy().starts_with("seg-")
-        });
+        let files = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("seg-"));
         assert_eq!(files.count(), 2);
         drop(s);
         let s = SegmentShard::open(dir.path()).unwrap();
@@ -826,7 +833,10 @@ mod tests {
         #[derive(Clone, Debug)]
         enum Op {
             /// A new batch of `n` spans over `traces` traces.
-            Ingest { traces: u8, n: u8 },
+            Ingest {
+                traces: u8,
+                n: u8,
+            },
             /// The router retrying the k-th earlier batch (same batch id).
             Retry(usize),
             Abort(usize),

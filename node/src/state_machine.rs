@@ -17,7 +17,9 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::archive::{self, FileEntry, SnapshotStream};
 use crate::durable::write_file_atomic;
-use crate::types::{io_err, Command, CommandResponse, Entry, LogId, Membership, SnapshotMeta, StorageError, TypeConfig};
+use crate::types::{
+    io_err, Command, CommandResponse, Entry, LogId, Membership, SnapshotMeta, StorageError, TypeConfig,
+};
 
 /// The slow half of a checkpoint, run off the apply path.
 pub type CheckpointJob = Box<dyn FnOnce() -> io::Result<()> + Send + Sync>;
@@ -92,7 +94,10 @@ impl<S: GroupStore> GroupStateMachine<S> {
     }
 }
 
-fn snapshot_of<S: GroupStore>(shared: &SharedState<S>, dir: &Path) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+fn snapshot_of<S: GroupStore>(
+    shared: &SharedState<S>,
+    dir: &Path,
+) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
     let Some((meta, files)) = shared.read().unwrap().state.checkpoint() else {
         return Ok(None);
     };
@@ -183,7 +188,11 @@ impl<S: GroupStore> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
         Ok(Box::new(SnapshotStream::Incoming(file)))
     }
 
-    async fn install_snapshot(&mut self, meta: &SnapshotMeta, snapshot: Box<SnapshotStream>) -> Result<(), StorageError> {
+    async fn install_snapshot(
+        &mut self,
+        meta: &SnapshotMeta,
+        snapshot: Box<SnapshotStream>,
+    ) -> Result<(), StorageError> {
         let SnapshotStream::Incoming(file) = *snapshot else {
             return Err(io_err("asked to install an outgoing snapshot"));
         };
@@ -259,8 +268,8 @@ impl<S: GroupState> Whole<S> {
             return Err(bad("state file checksum mismatch"));
         }
         let meta_len = u32::from_le_bytes(body[..4].try_into().unwrap()) as usize;
-        let header: WholeHeader =
-            bincode::deserialize(body.get(4..4 + meta_len).ok_or_else(|| bad("bad header"))?).map_err(io::Error::other)?;
+        let header: WholeHeader = bincode::deserialize(body.get(4..4 + meta_len).ok_or_else(|| bad("bad header"))?)
+            .map_err(io::Error::other)?;
         state.restore(&mut &body[4 + meta_len..])?;
         Ok(header.meta)
     }

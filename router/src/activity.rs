@@ -41,7 +41,8 @@ pub async fn timeseries(
     let (from, to) = params.range_or(30 * DAY_NS)?;
     let events = params.list("event")?;
     let starts = calendar::bucket_starts(from, to, interval, &tz).map_err(|e| calendar_error("interval", e))?;
-    let plan = query_request::Plan::EventBuckets(EventBucketsPlan { events: events.clone(), bucket_starts: starts.clone() });
+    let plan =
+        query_request::Plan::EventBuckets(EventBucketsPlan { events: events.clone(), bucket_starts: starts.clone() });
     let gathered = scatter(&app, &session.project_id, (starts[0], to), params.allow_partial()?, plan).await?;
     let mut sums = vec![EventBucket::default(); starts.len()];
     for (_, p) in &gathered.partials {
@@ -82,7 +83,8 @@ pub async fn active_users(
         None => now_nanos(),
     };
     // Reported days: those of (to - period, to]; 29 days before them feed the first MAU.
-    let reported = calendar::bucket_starts(to - period, to, Interval::Day, &tz).map_err(|e| calendar_error("period", e))?;
+    let reported =
+        calendar::bucket_starts(to - period, to, Interval::Day, &tz).map_err(|e| calendar_error("period", e))?;
     let lead = calendar::bucket_starts(reported[0] - 29 * DAY_NS - 2 * HOUR_NS, reported[0], Interval::Day, &tz)
         .map_err(|e| calendar_error("period", e))?;
     let mut lead: Vec<i64> = lead.into_iter().filter(|d| *d < reported[0]).collect();

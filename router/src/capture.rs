@@ -62,8 +62,7 @@ fn token_project(
     in_body: Option<&str>,
 ) -> Result<ProjectId, ApiError> {
     let from_header = headers.get("x-analytics-token").and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let from_query =
-        || query.and_then(|q| url_pairs(q).find(|(k, _)| k == "api_key" || k == "token").map(|(_, v)| v));
+    let from_query = || query.and_then(|q| url_pairs(q).find(|(k, _)| k == "api_key" || k == "token").map(|(_, v)| v));
     let token = in_body
         .map(str::to_owned)
         .or(from_header)
@@ -92,7 +91,12 @@ fn validation(kind: &str) -> impl FnOnce(Vec<FieldError>) -> ApiError + '_ {
     move |errors| ApiError::Validation { message: format!("{} invalid {kind}", errors.len()), errors }
 }
 
-async fn store_events(app: &AppState, project: &ProjectId, events: Vec<EventJson>, body_len: usize) -> Result<usize, ApiError> {
+async fn store_events(
+    app: &AppState,
+    project: &ProjectId,
+    events: Vec<EventJson>,
+    body_len: usize,
+) -> Result<usize, ApiError> {
     if events.len() > MAX_EVENTS {
         return Err(ApiError::BatchTooLarge { max: MAX_EVENTS, got: events.len() });
     }
@@ -115,7 +119,9 @@ pub async fn batch(
 ) -> Result<Json<Accepted>, ApiError> {
     let result = async {
         let (parsed, project, len) =
-            read_admitted::<BatchBody>(&app, &headers, query.as_deref(), body, MAX_EVENTS_BODY, |b| b.token.as_deref())?;
+            read_admitted::<BatchBody>(&app, &headers, query.as_deref(), body, MAX_EVENTS_BODY, |b| {
+                b.token.as_deref()
+            })?;
         store_events(&app, &project, parsed.events, len).await
     }
     .await;
@@ -131,7 +137,9 @@ pub async fn replay(
 ) -> Result<Json<Accepted>, ApiError> {
     let result = async {
         let (parsed, project, len) =
-            read_admitted::<ReplayBody>(&app, &headers, query.as_deref(), body, MAX_REPLAY_BODY, |b| b.token.as_deref())?;
+            read_admitted::<ReplayBody>(&app, &headers, query.as_deref(), body, MAX_REPLAY_BODY, |b| {
+                b.token.as_deref()
+            })?;
         if parsed.events.len() > analytics::MAX_REPLAY_EVENTS {
             return Err(ApiError::TooManyEvents { max: analytics::MAX_REPLAY_EVENTS, got: parsed.events.len() });
         }
@@ -194,7 +202,8 @@ fn decode_posthog_body(headers: &HeaderMap, query: Option<&str>, raw: &[u8]) -> 
     }
     // Older SDKs post `data=<base64 JSON>` as a form.
     if let Some(rest) = bytes.strip_prefix(b"data=") {
-        let text = std::str::from_utf8(rest).map_err(|_| ApiError::BadRequest("invalid_body", "form is not UTF-8".into()))?;
+        let text =
+            std::str::from_utf8(rest).map_err(|_| ApiError::BadRequest("invalid_body", "form is not UTF-8".into()))?;
         let field = text.split('&').next().unwrap_or_default();
         let decoded: String = url_pairs(&format!("data={field}")).next().map(|(_, v)| v).unwrap_or_default();
         bytes = base64::engine::general_purpose::STANDARD

@@ -19,7 +19,7 @@ use tracing::Instrument;
 use crate::error::ApiError;
 use crate::metrics::RequestLabel;
 use crate::rate_limit::Class;
-use crate::{account, capture, api_keys, ingest, members, projects, traces, AppState};
+use crate::{account, api_keys, capture, ingest, members, projects, traces, AppState};
 
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -41,9 +41,8 @@ pub fn router(app: Arc<AppState>) -> Router {
         .layer(DefaultBodyLimit::max(MAX_OBSERVABILITY_BODY))
         .layer(ingest_cors.clone());
     // Product analytics (DESIGN A7), native and PostHog-compatible.
-    let mut capture = Router::new()
-        .route("/v1/batch", post(capture::batch))
-        .route("/v1/replay/events", post(capture::replay));
+    let mut capture =
+        Router::new().route("/v1/batch", post(capture::batch)).route("/v1/replay/events", post(capture::replay));
     for path in ["/batch", "/batch/", "/e", "/e/", "/capture", "/capture/", "/i/v0/e", "/i/v0/e/"] {
         capture = capture.route(path, post(capture::posthog));
     }

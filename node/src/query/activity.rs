@@ -39,11 +39,8 @@ pub fn buckets(starts: &[i64], job: ScanJob, budget: &mut Budget) -> Result<Even
         }
         Ok(())
     })?;
-    let buckets = counts
-        .into_iter()
-        .zip(users)
-        .map(|(count, u)| EventBucket { count, unique_users: u.len() as u64 })
-        .collect();
+    let buckets =
+        counts.into_iter().zip(users).map(|(count, u)| EventBucket { count, unique_users: u.len() as u64 }).collect();
     Ok(EventBucketsPartial { buckets })
 }
 
@@ -99,12 +96,10 @@ mod tests {
     #[test]
     fn bucket_of_places_instants_between_starts() {
         let starts = [10, 20, 30];
-        assert_eq!([bucket_of(&starts, 9), bucket_of(&starts, 10), bucket_of(&starts, 29), bucket_of(&starts, 99)], [
-            None,
-            Some(0),
-            Some(1),
-            Some(2)
-        ]);
+        assert_eq!(
+            [bucket_of(&starts, 9), bucket_of(&starts, 10), bucket_of(&starts, 29), bucket_of(&starts, 99)],
+            [None, Some(0), Some(1), Some(2)]
+        );
         assert!(check_starts(&[1, 1]).is_err() && check_starts(&[]).is_err() && check_starts(&[1, 2]).is_ok());
     }
 }

@@ -12,7 +12,10 @@ use crate::segment::table::Cols;
 use crate::shard::ScanJob;
 
 pub fn check(plan: &FunnelPlan) -> Result<(), QueryError> {
-    if !(MIN_STEPS..=MAX_STEPS).contains(&plan.steps.len()) || plan.window_nanos <= 0 || plan.range_from >= plan.range_to {
+    if !(MIN_STEPS..=MAX_STEPS).contains(&plan.steps.len())
+        || plan.window_nanos <= 0
+        || plan.range_from >= plan.range_to
+    {
         return Err(QueryError::BadPlan("a funnel has 2 to 10 steps, a positive window and a range".into()));
     }
     Ok(())

@@ -101,7 +101,11 @@ fn scans_of(req: &QueryRequest) -> Result<Vec<Scan>, QueryError> {
         )],
         query_request::Plan::EventBuckets(p) => {
             activity::check_starts(&p.bucket_starts)?;
-            vec![scan(Table::Events, Filter { events: p.events.clone(), ..Default::default() }, &["distinct_id", "time_ns"])]
+            vec![scan(
+                Table::Events,
+                Filter { events: p.events.clone(), ..Default::default() },
+                &["distinct_id", "time_ns"],
+            )]
         }
         query_request::Plan::ActiveUsers(p) => {
             activity::check_starts(&p.day_starts)?;
@@ -117,7 +121,11 @@ fn scans_of(req: &QueryRequest) -> Result<Vec<Scan>, QueryError> {
             if p.session_id.is_empty() {
                 return Err(QueryError::BadPlan("a session id is required".into()));
             }
-            vec![scan(Table::ReplayEvents, Filter { session_id: Some(p.session_id.clone()), ..Default::default() }, &[])]
+            vec![scan(
+                Table::ReplayEvents,
+                Filter { session_id: Some(p.session_id.clone()), ..Default::default() },
+                &[],
+            )]
         }
     })
 }

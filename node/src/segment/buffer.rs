@@ -108,7 +108,8 @@ impl Buffer {
         let rows: Vec<Row>;
         let refs: Vec<RowRef<'_>> = if scan.table == Table::TraceSummaries {
             live.sort_by(|a, b| a.row.sort_key().cmp(&b.row.sort_key()));
-            let spans: Vec<RowRef<'_>> = live.iter().map(|r| RowRef { project: &r.project, row: &r.row, batch: 0 }).collect();
+            let spans: Vec<RowRef<'_>> =
+                live.iter().map(|r| RowRef { project: &r.project, row: &r.row, batch: 0 }).collect();
             rows = super::summary::summary_rows(&spans).into_iter().map(|(_, r)| r).collect();
             rows.iter().map(|row| RowRef { project: &scan.project, row, batch: 0 }).collect()
         } else {

@@ -145,8 +145,8 @@ pub fn write(
         Table::Spans => rows.windows(2).filter(|w| w[0].row.sort_key().0 != w[1].row.sort_key().0).count() + 1,
         _ => rows.len(),
     };
-    let mut writer =
-        ArrowWriter::try_new(&mut out, table.schema(), Some(properties(table, distinct_traces, batches))).map_err(err)?;
+    let mut writer = ArrowWriter::try_new(&mut out, table.schema(), Some(properties(table, distinct_traces, batches)))
+        .map_err(err)?;
     let mut tokens = (table == Table::Logs).then(TokenIndex::default);
     for chunk in rows.chunks(ROW_GROUP_ROWS) {
         writer.write(&to_record_batch(table, chunk).map_err(err)?).map_err(err)?;
@@ -169,10 +169,8 @@ pub fn write(
     out.flush()?;
     let HashingWriter { inner, hash, len } = out;
     inner.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-    let (min_ns, max_ns) = rows
-        .iter()
-        .map(|r| r.row.time_ns())
-        .fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
+    let (min_ns, max_ns) =
+        rows.iter().map(|r| r.row.time_ns()).fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
     Ok(SegmentMeta {
         id,
         table,
@@ -345,9 +343,8 @@ impl Segment {
             .filter(|(i, rg)| {
                 scan.wants_row_group(rg, &schema)
                     && scan.wants_row_group_by_terms(self.tokens.as_ref(), *i, &terms)
-                    && trace_id.is_none_or(|t| {
-                        self.trace_blooms.get(*i).and_then(|b| b.as_ref()).is_none_or(|b| b.check(&t))
-                    })
+                    && trace_id
+                        .is_none_or(|t| self.trace_blooms.get(*i).and_then(|b| b.as_ref()).is_none_or(|b| b.check(&t)))
             })
             .map(|(i, _)| i)
             .collect()

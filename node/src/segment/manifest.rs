@@ -99,7 +99,10 @@ impl Manifest {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
-        Ok(Some((Self::decode(&bytes)?, FileEntry { name: MANIFEST.into(), len: bytes.len() as u64, xxh3: xxh3_64(&bytes) })))
+        Ok(Some((
+            Self::decode(&bytes)?,
+            FileEntry { name: MANIFEST.into(), len: bytes.len() as u64, xxh3: xxh3_64(&bytes) },
+        )))
     }
 
     pub fn decode(bytes: &[u8]) -> io::Result<Manifest> {

@@ -60,7 +60,10 @@ fn i64_stats(s: &Statistics) -> Option<(i64, i64)> {
 impl Scan {
     /// The index terms a log line must hold to match, hashed.
     pub fn required_terms(&self) -> Vec<u32> {
-        self.filter.log_query.as_ref().map_or_else(Vec::new, |q| q.required_terms().iter().map(|t| term_hash(t)).collect())
+        self.filter
+            .log_query
+            .as_ref()
+            .map_or_else(Vec::new, |q| q.required_terms().iter().map(|t| term_hash(t)).collect())
     }
 
     /// Whether a segment covering `[min_ns, max_ns]` of `table` can hold matching rows.
@@ -72,9 +75,9 @@ impl Scan {
     pub fn wants_row_group(&self, rg: &RowGroupMetaData, schema: &arrow_schema::Schema) -> bool {
         let stats = |name: &str| schema.index_of(name).ok().and_then(|i| rg.column(i).statistics());
         let str_within = |name: &str, values: &[&str]| {
-            stats(name).and_then(str_stats).is_none_or(|(lo, hi)| {
-                values.iter().any(|v| lo <= v.as_bytes() && v.as_bytes() <= hi)
-            })
+            stats(name)
+                .and_then(str_stats)
+                .is_none_or(|(lo, hi)| values.iter().any(|v| lo <= v.as_bytes() && v.as_bytes() <= hi))
         };
         if !str_within("project", &[self.project.as_str()]) {
             return false;
@@ -86,9 +89,13 @@ impl Scan {
         }
         let f = &self.filter;
         let one = |name: &str, v: &Option<String>| v.as_ref().is_none_or(|v| str_within(name, &[v.as_str()]));
-        let any = |name: &str, vs: &[String]| vs.is_empty() || str_within(name, &vs.iter().map(String::as_str).collect::<Vec<_>>());
+        let any = |name: &str, vs: &[String]| {
+            vs.is_empty() || str_within(name, &vs.iter().map(String::as_str).collect::<Vec<_>>())
+        };
         let per_table = match self.table {
-            Table::Spans => any("service", &f.services) && one("trace_id", &f.trace_id) && one("operation", &f.operation),
+            Table::Spans => {
+                any("service", &f.services) && one("trace_id", &f.trace_id) && one("operation", &f.operation)
+            }
             Table::TraceSummaries => one("trace_id", &f.trace_id),
             Table::Logs => any("service", &f.services) && one("trace_id", &f.trace_id),
             Table::HostMetrics => one("hostname", &f.hostname),
@@ -196,7 +203,9 @@ impl Scan {
                                     && (q.attributes.is_empty() || {
                                         let attrs = decode_attributes(c.bin("attributes").value(i));
                                         q.attributes.iter().all(|(k, v)| {
-                                            attrs.iter().any(|kv| &kv.key == k && attribute_text(kv).as_deref() == Some(v))
+                                            attrs
+                                                .iter()
+                                                .any(|kv| &kv.key == k && attribute_text(kv).as_deref() == Some(v))
                                         })
                                     })
                             })

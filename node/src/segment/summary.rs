@@ -51,7 +51,8 @@ fn add_span(t: &mut TraceSummary, s: &Span) {
 /// Folds a partial summary of the same trace into `into` (a trace whose spans were flushed
 /// in several segments has several partials).
 pub fn merge(into: &mut TraceSummary, other: &TraceSummary) {
-    if into.root_service.is_empty() || (!other.root_service.is_empty() && other.start_unix_nanos < into.start_unix_nanos)
+    if into.root_service.is_empty()
+        || (!other.root_service.is_empty() && other.start_unix_nanos < into.start_unix_nanos)
     {
         into.root_service.clone_from(&other.root_service);
         into.root_operation.clone_from(&other.root_operation);
