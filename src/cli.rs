@@ -164,7 +164,9 @@ pub struct RouterArgs {
 pub fn init_logging(format: &str) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("SEXTANT_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    // Colours only on a terminal: log files and collectors get plain text.
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
     if format == "json" {
         builder.json().init();
     } else {
