@@ -350,3 +350,76 @@ async fn funnels_count_each_user_at_the_furthest_step_ordered_and_strict() {
         assert!(body["error"]["message"].as_str().unwrap().contains(field), "{path}: {body}");
     }
 }
+
+#[tokio::test]
+async fn retention_follows_each_cohort_and_needs_the_plan_feature() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Dev::start_with(dir.path(), &["--api-rps", "100000", "--auth-rps", "1000"], &[]).await;
+    let token = dev.creds["ingest_token"].as_str().unwrap().to_owned();
+    let url = dev.url.clone();
+    const DAY: i64 = 86_400_000;
+    let now = chrono::Utc::now().timestamp_millis();
+    let today = now - now.rem_euclid(DAY);
+    let rows = [
+        ("u1", "signup", -3),
+        ("u1", "login", -2),
+        ("u1", "login", -1),
+        ("u2", "signup", -3),
+        ("u2", "login", -1),
+        ("u3", "signup", -2),
+        ("u3", "login", -1),
+        ("u3", "signup", -1),
+        ("u4", "login", -1),
+    ];
+    let events: Vec<Value> = rows
+        .iter()
+        .map(|(u, e, d)| json!({"event": e, "distinct_id": u, "timestamp": today + d * DAY + 3_600_000}))
+        .collect();
+    let (s, _) = post(&url, "/v1/batch", &json!({"token": token, "events": events}), None).await;
+    assert_eq!(s, 200);
+    let jwt = dev.token().await;
+    let get = |path: String, jwt: String| {
+        let url = url.clone();
+        async move {
+            let resp = http().get(format!("{url}{path}")).bearer_auth(&jwt).send().await.unwrap();
+            (resp.status().as_u16(), resp.json::<Value>().await.unwrap())
+        }
+    };
+    let table = |body: &Value| -> Vec<(u64, Vec<u64>)> {
+        body["cohorts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                let values = c["values"].as_array().unwrap().iter().map(|v| v["count"].as_u64().unwrap()).collect();
+                (c["size"].as_u64().unwrap(), values)
+            })
+            .collect()
+    };
+    let (from, to) = (today - 3 * DAY, today);
+    let q = format!("/api/retention?start_event=signup&return_event=login&period=day&periods=3&from={from}&to={to}");
+    let (s, first) = get(q.clone(), jwt.clone()).await;
+    assert_eq!(s, 200, "{first}");
+    assert_eq!(first["period"], "day");
+    assert_eq!(table(&first), [(2, vec![2, 1, 2]), (1, vec![1, 1, 0]), (0, vec![0, 0, 0])]);
+    assert_eq!(first["cohorts"][0]["values"][1]["rate"].as_f64(), Some(0.5));
+    let (_, recurring) = get(format!("{q}&type=recurring"), jwt.clone()).await;
+    assert_eq!(table(&recurring), [(2, vec![2, 1, 2]), (1, vec![1, 1, 0]), (1, vec![1, 0, 0])]);
+
+    let (s, body) = get("/api/retention?return_event=login".into(), jwt.clone()).await;
+    assert_eq!((s, body["error"]["message"].as_str().map(|m| m.contains("start_event"))), (400, Some(true)));
+    let (s, _) = get("/api/retention?start_event=a&return_event=b&period=hour".into(), jwt.clone()).await;
+    assert_eq!(s, 400);
+
+    // A new org starts on the pro trial, which has no retention analytics.
+    let signup = http()
+        .post(format!("{url}/auth/signup"))
+        .json(&json!({"email": "pro@example.com", "password": "correct horse battery", "name": "P", "org_name": "Pro"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signup.status(), 201);
+    let pro = signup.json::<Value>().await.unwrap()["access_token"].as_str().unwrap().to_owned();
+    let (s, body) = get(q, pro).await;
+    assert_eq!((s, body["error"]["code"].as_str()), (403, Some("plan_feature_unavailable")));
+}

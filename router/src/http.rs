@@ -69,6 +69,7 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/api/events/timeseries", get(crate::activity::timeseries))
         .route("/api/users/active", get(crate::activity::active_users))
         .route("/api/funnel", get(crate::funnel::funnel))
+        .route("/api/retention", get(crate::retention::retention))
         .route("/api/replays/{session_id}", get(crate::replays::events))
         .route("/api/v1/infrastructure/hosts/{hostname}/metrics", get(crate::hosts::metrics))
         .route("/projects", get(projects::list).post(projects::create))

@@ -25,6 +25,7 @@ pub mod query;
 pub mod rate_limit;
 pub mod refresh;
 pub mod replays;
+pub mod retention;
 pub mod service_map;
 pub mod trace_search;
 pub mod traces;

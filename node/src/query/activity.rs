@@ -19,7 +19,7 @@ pub fn check_starts(starts: &[i64]) -> Result<(), QueryError> {
 }
 
 /// Index of the bucket holding `t` (the scan's range starts at the first bucket).
-fn bucket_of(starts: &[i64], t: i64) -> Option<usize> {
+pub(super) fn bucket_of(starts: &[i64], t: i64) -> Option<usize> {
     starts.partition_point(|s| *s <= t).checked_sub(1)
 }
 

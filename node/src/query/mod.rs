@@ -11,6 +11,7 @@ mod funnel;
 mod hosts;
 mod logs;
 mod replays;
+mod retention;
 mod service_map;
 mod traces;
 
@@ -117,6 +118,11 @@ fn scans_of(req: &QueryRequest) -> Result<Vec<Scan>, QueryError> {
             let events = if p.strict { Vec::new() } else { p.steps.clone() };
             vec![scan(Table::Events, Filter { events, ..Default::default() }, &["distinct_id", "time_ns", "event"])]
         }
+        query_request::Plan::Retention(p) => {
+            retention::check(p)?;
+            let events = vec![p.start_event.clone(), p.return_event.clone()];
+            vec![scan(Table::Events, Filter { events, ..Default::default() }, &["distinct_id", "time_ns", "event"])]
+        }
         query_request::Plan::ReplayEvents(p) => {
             if p.session_id.is_empty() {
                 return Err(QueryError::BadPlan("a session id is required".into()));
@@ -172,6 +178,7 @@ impl Prepared {
             }
             Plan::ActiveUsers(p) => query_reply::Partial::ActiveUsers(activity::active(p, next()?, budget)?),
             Plan::Funnel(p) => query_reply::Partial::Funnel(funnel::run(p, next()?, budget)?),
+            Plan::Retention(p) => query_reply::Partial::Retention(retention::run(p, next()?, budget)?),
             Plan::Replays(_) => query_reply::Partial::Replays(replays::sessions(next()?, budget)?),
             Plan::ReplayEvents(_) => query_reply::Partial::ReplayEvents(replays::events(next()?, budget)?),
         })

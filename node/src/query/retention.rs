@@ -1,0 +1,68 @@
+//! Retention on one shard (DESIGN A8): per user, the cohort periods (the first period with
+//! `start_event` for `first_time`, every such period for `recurring`) and the periods with
+//! `return_event`; reduced to per-cohort sizes and returning users per later period.
+
+use std::collections::{BTreeSet, HashMap};
+
+use sextant_proto::{RetentionCohort, RetentionPartial, RetentionPlan};
+
+use super::{activity, each_batch, Budget, QueryError};
+use crate::segment::table::Cols;
+use crate::shard::ScanJob;
+
+pub fn check(plan: &RetentionPlan) -> Result<(), QueryError> {
+    activity::check_starts(&plan.bucket_starts)?;
+    let (cohorts, periods) = (plan.cohorts as usize, plan.periods as usize);
+    if cohorts == 0 || periods == 0 || cohorts > plan.bucket_starts.len() || periods > 366 {
+        return Err(QueryError::BadPlan("retention needs cohorts within the buckets and 1 to 366 periods".into()));
+    }
+    Ok(())
+}
+
+#[derive(Default)]
+struct User {
+    starts: BTreeSet<usize>,
+    returns: BTreeSet<usize>,
+}
+
+pub fn run(plan: &RetentionPlan, job: ScanJob, budget: &mut Budget) -> Result<RetentionPartial, QueryError> {
+    let starts = &plan.bucket_starts;
+    let mut users: HashMap<String, User> = HashMap::new();
+    each_batch(job, budget, |rb| {
+        let c = Cols(rb);
+        let (ids, times, names) = (c.str("distinct_id"), c.i64("time_ns"), c.str("event"));
+        for i in 0..rb.num_rows() {
+            let Some(b) = activity::bucket_of(starts, times.value(i)) else { continue };
+            let u = users.entry(ids.value(i).to_owned()).or_default();
+            // One event may be both (start and return events with the same name).
+            if names.value(i) == plan.start_event && b < plan.cohorts as usize {
+                u.starts.insert(b);
+            }
+            if names.value(i) == plan.return_event {
+                u.returns.insert(b);
+            }
+        }
+        Ok(())
+    })?;
+    let periods = plan.periods as usize;
+    let mut cohorts: Vec<RetentionCohort> =
+        (0..plan.cohorts).map(|_| RetentionCohort { size: 0, returned: vec![0; periods] }).collect();
+    for u in users.values() {
+        let cohort_periods: Vec<usize> = if plan.first_time {
+            u.starts.iter().next().copied().into_iter().collect()
+        } else {
+            u.starts.iter().copied().collect()
+        };
+        for c in cohort_periods {
+            let cohort = &mut cohorts[c];
+            cohort.size += 1;
+            cohort.returned[0] += 1;
+            for j in 1..periods {
+                if u.returns.contains(&(c + j)) {
+                    cohort.returned[j] += 1;
+                }
+            }
+        }
+    }
+    Ok(RetentionPartial { cohorts })
+}
