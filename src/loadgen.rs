@@ -23,7 +23,7 @@ pub struct LoadgenArgs {
     /// A credentials.json written by `sextant dev` or a bootstrapping router.
     #[arg(long)]
     pub credentials: Option<PathBuf>,
-    /// `spans`, `logs` or `metrics`.
+    /// `spans`, `logs`, `metrics` or `events` (product analytics, to `/v1/batch`).
     #[arg(long, default_value = "spans")]
     pub kind: String,
     /// Objects per request.
@@ -202,6 +202,31 @@ fn metrics(rng: &mut StdRng, n: usize, now_ms: i64) -> Value {
     json!({ "metrics": metrics })
 }
 
+/// Product-analytics events: 50 event names, users drawn from a million, a few properties
+/// each, and a uuid per event (idempotency), as an SDK sends them.
+fn events(rng: &mut StdRng, n: usize, now_ms: i64) -> Value {
+    let events: Vec<Value> = (0..n)
+        .map(|i| {
+            let browser = ["Chrome", "Firefox", "Safari", "Edge"][rng.gen_range(0..4)];
+            let plan = ["free", "pro", "growth"][rng.gen_range(0..3)];
+            let name = if rng.gen_bool(0.3) { "$pageview".to_owned() } else { format!("action_{}", rng.gen_range(0..49)) };
+            json!({
+                "event": name,
+                "distinct_id": format!("user-{}", rng.gen_range(0..1_000_000)),
+                "timestamp": now_ms - rng.gen_range(0..60_000),
+                "uuid": format!("{}-{i:06}-{}", std::str::from_utf8(MARK).unwrap(), hex(rng, 12)),
+                "properties": {
+                    "$current_url": format!("https://shop.example{}", ROUTES[rng.gen_range(0..ROUTES.len())].split(' ').nth(1).unwrap_or("/")),
+                    "$browser": browser,
+                    "plan": plan,
+                    "cart_value": rng.gen_range(0..50_000) as f64 / 100.0,
+                },
+            })
+        })
+        .collect();
+    json!({ "events": events })
+}
+
 /// A request body with the offsets of its unique-id placeholders.
 pub struct Template {
     pub bytes: Vec<u8>,
@@ -229,7 +254,8 @@ pub fn templates(kind: &str, batch: usize, pool: usize, seed: u64) -> anyhow::Re
                 "spans" => spans(&mut rng, batch, now_ms),
                 "logs" => logs(&mut rng, batch, now_ms),
                 "metrics" => metrics(&mut rng, batch, now_ms),
-                other => anyhow::bail!("unknown kind `{other}`: use spans, logs or metrics"),
+                "events" => events(&mut rng, batch, now_ms),
+                other => anyhow::bail!("unknown kind `{other}`: use spans, logs, metrics or events"),
             };
             let bytes = serde_json::to_vec(&value)?;
             let marks = bytes.windows(MARK.len()).enumerate().filter(|(_, w)| *w == MARK).map(|(i, _)| i).collect();
@@ -241,6 +267,7 @@ pub fn templates(kind: &str, batch: usize, pool: usize, seed: u64) -> anyhow::Re
 pub fn endpoint(kind: &str) -> &'static str {
     match kind {
         "logs" => "/api/v1/ingest/logs",
+        "events" => "/v1/batch",
         "metrics" => "/api/v1/ingest/infrastructure",
         _ => "/api/v1/ingest/spans",
     }
@@ -263,6 +290,7 @@ fn ceiling(kind: &str, templates: &Arc<Vec<Template>>, batch: usize) -> f64 {
                     let ok = match kind.as_str() {
                         "logs" => serde_json::from_slice::<sextant_model::ingest::LogsBody>(body).is_ok(),
                         "metrics" => serde_json::from_slice::<sextant_model::ingest::MetricsBody>(body).is_ok(),
+                        "events" => serde_json::from_slice::<sextant_model::analytics::BatchBody>(body).is_ok(),
                         _ => serde_json::from_slice::<sextant_model::ingest::SpansBody>(body).is_ok(),
                     };
                     assert!(ok, "generated body does not parse");
@@ -281,7 +309,9 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
         (Some(k), _) => k.clone(),
         (None, Some(path)) => {
             let creds: Value = serde_json::from_slice(&std::fs::read(path)?)?;
-            creds["api_key"].as_str().ok_or_else(|| anyhow::anyhow!("no api_key in {}", path.display()))?.to_owned()
+            // Analytics events authenticate with the project's ingest token.
+            let field = if args.kind == "events" { "ingest_token" } else { "api_key" };
+            creds[field].as_str().ok_or_else(|| anyhow::anyhow!("no {field} in {}", path.display()))?.to_owned()
         }
         (None, None) => anyhow::bail!("pass --api-key or --credentials"),
     };
@@ -297,6 +327,7 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
             let (client, url, key, templates, seq) =
                 (client.clone(), url.clone(), api_key.clone(), templates.clone(), seq.clone());
             let batch = args.batch as u64;
+            let events_kind = args.kind == "events";
             tokio::spawn(async move {
                 let mut hist = Histogram::<u64>::new(3).expect("histogram");
                 let (mut objects, mut bytes, mut errors) = (0u64, 0u64, 0u64);
@@ -307,7 +338,7 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
                     let t = Instant::now();
                     let resp = client
                         .post(&url)
-                        .header("X-API-Key", &key)
+                        .header(if events_kind { "X-Analytics-Token" } else { "X-API-Key" }, &key)
                         .header("Content-Type", "application/json")
                         .body(body)
                         .send()
