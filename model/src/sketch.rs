@@ -68,9 +68,18 @@ impl LatencySketch {
         self.0.merge(&other.0).map_err(|_| SketchError::Mismatch)
     }
 
-    /// The standard DDSketch binary encoding (the one of DataDog's sketches-java).
+    /// The standard DDSketch binary encoding (the one of DataDog's sketches-java); an empty
+    /// sketch is no bytes at all, which [`LatencySketch::decode`] reads back as empty.
     pub fn encode(&self) -> Vec<u8> {
+        if self.count() == 0 {
+            return Vec::new();
+        }
         self.0.to_java_bytes()
+    }
+
+    /// Merges a sketch received in its [`LatencySketch::encode`] form.
+    pub fn merge_encoded(&mut self, bytes: &[u8]) -> Result<(), SketchError> {
+        self.merge(&Self::decode(bytes)?)
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Self, SketchError> {

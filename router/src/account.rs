@@ -48,10 +48,6 @@ fn org_json(o: &Org, trial_ends_at_ms: Option<i64>) -> Value {
     })
 }
 
-fn validation(errors: Vec<sextant_model::ingest::FieldError>) -> ApiError {
-    ApiError::Validation { message: "the request has invalid fields".into(), errors }
-}
-
 fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }
@@ -95,7 +91,7 @@ pub async fn signup(
     problems.check("password", check_password(&req.password));
     let name = problems.check("name", normalize_name(&req.name));
     let org_name = problems.check("org_name", normalize_name(&req.org_name));
-    problems.into_result().map_err(validation)?;
+    problems.into_result().map_err(ApiError::invalid_fields)?;
     let (email, name, org_name) = (email.unwrap_or_default(), name.unwrap_or_default(), org_name.unwrap_or_default());
     // Cheap early answer for the common case; meta decides for real below.
     let existing: Option<User> = app.cluster.meta_read(&MetaQuery::UserByEmail { email: email.clone() }).await?;
@@ -231,7 +227,7 @@ pub async fn accept_invite(
     let mut problems = Problems::default();
     problems.check("password", check_password(&req.password));
     let name = problems.check("name", normalize_name(&req.name));
-    problems.into_result().map_err(validation)?;
+    problems.into_result().map_err(ApiError::invalid_fields)?;
     let (invite_id, token_sha256) =
         parse_invite_token(&req.invite_token).ok_or(ApiError::from(Refusal::InvalidInvite))?;
     let password_hash = hash_password(req.password).await?;

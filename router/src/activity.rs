@@ -21,11 +21,11 @@ const DAY_NS: i64 = 24 * HOUR_NS;
 /// Longest active-users period.
 const MAX_PERIOD_NS: i64 = 366 * DAY_NS;
 
-fn calendar_error(field: &str, e: CalendarError) -> ApiError {
+pub(crate) fn calendar_error(field: &str, e: CalendarError) -> ApiError {
     invalid(field, &e.to_string())
 }
 
-fn zone(params: &Params) -> Result<jiff::tz::TimeZone, ApiError> {
+pub(crate) fn zone(params: &Params) -> Result<jiff::tz::TimeZone, ApiError> {
     calendar::zone(params.get("tz")).map_err(|e| calendar_error("tz", e))
 }
 

@@ -61,9 +61,7 @@ pub async fn create(
     let req: CreateKey = crate::body::parse_json(&body)?;
     let mut problems = Problems::default();
     let name = problems.check("name", normalize_name(&req.name));
-    problems
-        .into_result()
-        .map_err(|errors| ApiError::Validation { message: "the request has invalid fields".into(), errors })?;
+    problems.into_result().map_err(ApiError::invalid_fields)?;
     let now = chrono::Utc::now().timestamp_millis();
     let (key, credential) = new_credential(CredentialKind::ApiKey, session.project_id, &name.unwrap_or_default(), now);
     let mut body = key_json(&credential);

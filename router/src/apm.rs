@@ -30,8 +30,7 @@ impl Stats {
         self.count += count;
         self.errors += errors;
         self.sum_ms += sum_ms;
-        let s = LatencySketch::decode(sketch).map_err(|e| ApiError::Internal(e.to_string()))?;
-        self.sketch.merge(&s).map_err(|e| ApiError::Internal(e.to_string()))
+        self.sketch.merge_encoded(sketch).map_err(|e| ApiError::Internal(e.to_string()))
     }
 
     pub fn error_rate(&self) -> f64 {

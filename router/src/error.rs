@@ -47,6 +47,11 @@ pub enum ApiError {
 }
 
 impl ApiError {
+    /// A request whose fields failed validation, each problem listed.
+    pub fn invalid_fields(errors: Vec<FieldError>) -> Self {
+        ApiError::Validation { message: "the request has invalid fields".into(), errors }
+    }
+
     fn parts(&self) -> (StatusCode, &'static str, Option<Value>) {
         match self {
             ApiError::BadRequest(code, _) => (StatusCode::BAD_REQUEST, code, None),

@@ -88,8 +88,7 @@ pub async fn funnel(
             for (k, s) in f.steps.iter().enumerate().take(steps.len()) {
                 users[k] += s.users;
                 sums[k] += s.seconds_sum;
-                let sketch = LatencySketch::decode(&s.seconds_sketch).map_err(|e| ApiError::Internal(e.to_string()))?;
-                sketches[k].merge(&sketch).map_err(|e| ApiError::Internal(e.to_string()))?;
+                sketches[k].merge_encoded(&s.seconds_sketch).map_err(|e| ApiError::Internal(e.to_string()))?;
             }
         }
     }

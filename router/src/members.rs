@@ -101,9 +101,7 @@ pub async fn invite(
             (Role::Admin, Role::Member) => Err("only owners and admins can invite admins"),
         },
     );
-    problems
-        .into_result()
-        .map_err(|errors| ApiError::Validation { message: "the request has invalid fields".into(), errors })?;
+    problems.into_result().map_err(ApiError::invalid_fields)?;
     let (token, id, token_sha256) = new_invite_token();
     let now = chrono::Utc::now().timestamp_millis();
     let invite = Invite {

@@ -67,9 +67,7 @@ pub async fn create(
     let req: CreateProject = crate::body::parse_json(&body)?;
     let mut problems = Problems::default();
     let name = problems.check("name", normalize_name(&req.name));
-    problems
-        .into_result()
-        .map_err(|errors| ApiError::Validation { message: "the request has invalid fields".into(), errors })?;
+    problems.into_result().map_err(ApiError::invalid_fields)?;
     let now = chrono::Utc::now().timestamp_millis();
     let project = Project {
         id: ProjectId::random(),

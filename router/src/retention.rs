@@ -13,6 +13,7 @@ use sextant_model::calendar::{self, Interval};
 use sextant_model::time::format_nanos;
 use sextant_proto::{query_reply, query_request, RetentionCohort, RetentionPlan};
 
+use crate::activity::{calendar_error, zone};
 use crate::auth::Session;
 use crate::error::ApiError;
 use crate::query::{invalid, scatter, Params};
@@ -63,7 +64,7 @@ pub async fn retention(
         "recurring" => false,
         _ => return Err(invalid("type", "must be first_time or recurring")),
     };
-    let tz = calendar::zone(params.get("tz")).map_err(|e| invalid("tz", &e.to_string()))?;
+    let tz = zone(&params)?;
     let period_ns = match interval {
         Interval::Day => 86_400 * 1_000_000_000,
         Interval::Week => 7 * 86_400 * 1_000_000_000,
@@ -71,11 +72,9 @@ pub async fn retention(
     };
     // By default, as many cohorts as periods, ending now.
     let (from, to) = params.range_or(period_ns * i64::from(periods))?;
-    let cohort_starts =
-        calendar::bucket_starts(from, to, interval, &tz).map_err(|e| invalid("period", &e.to_string()))?;
+    let cohort_starts = calendar::bucket_starts(from, to, interval, &tz).map_err(|e| calendar_error("period", e))?;
     let horizon = to.saturating_add(period_ns.saturating_add(MONTH_NS) * i64::from(periods));
-    let mut all =
-        calendar::bucket_starts(from, horizon, interval, &tz).map_err(|e| invalid("period", &e.to_string()))?;
+    let mut all = calendar::bucket_starts(from, horizon, interval, &tz).map_err(|e| calendar_error("period", e))?;
     let needed = cohort_starts.len() + periods as usize;
     if all.len() < needed {
         return Err(invalid("periods", "reaches past the supported time range"));

@@ -57,11 +57,7 @@ pub fn run(plan: &FunnelPlan, job: ScanJob, budget: &mut Budget) -> Result<Funne
         .into_iter()
         .zip(sketches)
         .zip(sums)
-        .map(|((users, sketch), seconds_sum)| {
-            // An empty sketch travels as nothing (the first step never has one).
-            let seconds_sketch = if sketch.count() == 0 { Vec::new() } else { sketch.encode() };
-            FunnelStep { users, seconds_sketch, seconds_sum }
-        })
+        .map(|((users, sketch), seconds_sum)| FunnelStep { users, seconds_sketch: sketch.encode(), seconds_sum })
         .collect();
     Ok(FunnelPartial { steps })
 }
