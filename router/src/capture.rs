@@ -14,7 +14,6 @@ use base64::Engine;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use sextant_model::analytics::{self, BatchBody, EventJson, ReplayBody, MAX_EVENTS, MAX_EVENTS_BODY, MAX_REPLAY_BODY};
-use sextant_model::ingest::FieldError;
 use sextant_model::meta::CredentialKind;
 use sextant_model::ProjectId;
 use sextant_proto::{Event, ReplayEvent, ShardBatch};
@@ -87,10 +86,6 @@ fn read_admitted<T: serde::de::DeserializeOwned>(
     Ok((parsed, project, bytes.len()))
 }
 
-fn validation(kind: &str) -> impl FnOnce(Vec<FieldError>) -> ApiError + '_ {
-    move |errors| ApiError::Validation { message: format!("{} invalid {kind}", errors.len()), errors }
-}
-
 async fn store_events(
     app: &AppState,
     project: &ProjectId,
@@ -102,7 +97,7 @@ async fn store_events(
     }
     let now = now_ns();
     let rows = sextant_model::ingest::validate_all(events, |i, e, errors| analytics::validate_event(i, e, now, errors))
-        .map_err(validation("events"))?;
+        .map_err(|errors| ApiError::invalid_objects("events", errors))?;
     let accepted = rows.len();
     if accepted > 0 {
         commit(app, partition::<Events>(app, project, rows, body_len)?).await?;
@@ -146,7 +141,7 @@ pub async fn replay(
         let mut errors = Vec::new();
         let rows = analytics::validate_replay(parsed, &mut errors);
         if !errors.is_empty() {
-            return Err(validation("replay events")(errors));
+            return Err(ApiError::invalid_objects("replay events", errors));
         }
         let accepted = rows.len();
         if accepted > 0 {

@@ -52,6 +52,11 @@ impl ApiError {
         ApiError::Validation { message: "the request has invalid fields".into(), errors }
     }
 
+    /// A batch some of whose objects (of `kind`) failed validation, each problem listed.
+    pub fn invalid_objects(kind: &str, errors: Vec<FieldError>) -> Self {
+        ApiError::Validation { message: format!("{} invalid {kind}", errors.len()), errors }
+    }
+
     fn parts(&self) -> (StatusCode, &'static str, Option<Value>) {
         match self {
             ApiError::BadRequest(code, _) => (StatusCode::BAD_REQUEST, code, None),

@@ -151,10 +151,8 @@ async fn handle<K: Kind>(
         if items.len() > MAX_BATCH_OBJECTS {
             return Err(ApiError::BatchTooLarge { max: MAX_BATCH_OBJECTS, got: items.len() });
         }
-        let rows = ingest::validate_all(items, K::validate).map_err(|errors| ApiError::Validation {
-            message: format!("{} invalid {}", errors.len(), K::NAME),
-            errors,
-        })?;
+        let rows =
+            ingest::validate_all(items, K::validate).map_err(|errors| ApiError::invalid_objects(K::NAME, errors))?;
         let accepted = rows.len();
         let batches = partition::<K>(&app, &project, rows, body.len())?;
         commit(&app, batches).await?;
