@@ -13,6 +13,7 @@ use rand::RngCore;
 use sextant_node::{NodeConfig, NodeHost, NodeMetrics};
 use sextant_router::bootstrap::{bootstrap, write_credentials, Credentials};
 use sextant_router::rate_limit::RateLimitConfig;
+use sextant_router::admin::AdminToken;
 use sextant_router::RouterConfig;
 
 #[derive(Parser)]
@@ -60,6 +61,9 @@ pub struct DevArgs {
     /// size and age regardless).
     #[arg(long, default_value_t = DEFAULT_SNAPSHOT_EVERY)]
     pub snapshot_every: u64,
+    /// Enables the admin API (`/admin/v1`) for this bearer token (≥ 32 characters).
+    #[arg(long, env = "SEXTANT_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
     #[command(flatten)]
     pub limits: RateLimitArgs,
 }
@@ -157,6 +161,10 @@ pub struct RouterArgs {
     /// is one); 0 when clients connect directly.
     #[arg(long, default_value_t = 0)]
     pub trusted_proxy_hops: usize,
+    /// Enables the admin API (`/admin/v1`, used by the operator) for this bearer token
+    /// (≥ 32 characters).
+    #[arg(long, env = "SEXTANT_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
     #[command(flatten)]
     pub limits: RateLimitArgs,
 }
@@ -243,6 +251,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             secure_cookies: false,
             rate_limits: args.limits.config()?,
             trusted_proxy_hops: 0,
+            admin_token: admin_token(args.admin_token.as_deref())?,
         },
         registry,
     )
@@ -302,6 +311,10 @@ fn read_or_record_shards(data_dir: &Path, requested: u32) -> anyhow::Result<u32>
             Ok(requested)
         }
     }
+}
+
+fn admin_token(token: Option<&str>) -> anyhow::Result<Option<AdminToken>> {
+    token.map(|t| AdminToken::new(t).map_err(anyhow::Error::msg)).transpose()
 }
 
 fn print_banner(url: &str, creds: Option<&Credentials>, path: &Path) {
@@ -371,6 +384,7 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
             secure_cookies: !args.insecure_cookies,
             rate_limits: args.limits.config()?,
             trusted_proxy_hops: args.trusted_proxy_hops,
+            admin_token: admin_token(args.admin_token.as_deref())?,
         },
         Registry::default(),
     )

@@ -81,10 +81,13 @@ pub fn router(app: Arc<AppState>) -> Router {
         .layer(DefaultBodyLimit::max(account::MAX_AUTH_BODY))
         .layer(dashboard_cors);
 
+    let admin = crate::admin::router().layer(DefaultBodyLimit::max(crate::admin::MAX_ADMIN_BODY));
+
     Router::new()
         .merge(ingest)
         .merge(capture)
         .merge(api)
+        .nest("/admin/v1", admin)
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))

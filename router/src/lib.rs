@@ -2,6 +2,7 @@
 //! and forwards to storage shard leaders, then merges what they answer.
 
 pub mod account;
+pub mod admin;
 pub mod activity;
 pub mod api_keys;
 pub mod apm;
@@ -55,6 +56,8 @@ pub struct RouterConfig {
     /// Proxies in front of the routers that append to `X-Forwarded-For` (0: clients connect
     /// directly); decides which address `/auth/*` limits count.
     pub trusted_proxy_hops: usize,
+    /// Enables `/admin/v1` for holders of this token (the operator).
+    pub admin_token: Option<admin::AdminToken>,
 }
 
 pub struct AppState {
