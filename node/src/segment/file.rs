@@ -22,7 +22,8 @@ use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::PageIndexPolicy;
 
 use super::scan::Scan;
-use super::table::{from_record_batch, to_record_batch, Row, RowRef, Table};
+use super::attribute_columns::{self, assemble};
+use super::table::{from_record_batch, to_segment_batch, Row, RowRef, Table};
 use super::token_index::{line_terms, TokenIndex, FOOTER_KEY as TOKENS_KEY};
 use crate::archive::FileEntry;
 
@@ -77,7 +78,7 @@ impl Write for HashingWriter {
     }
 }
 
-fn properties(table: Table, distinct_traces: usize, batches: &[u128]) -> WriterProperties {
+fn properties(table: Table, attribute_keys: &[String], distinct_traces: usize, batches: &[u128]) -> WriterProperties {
     let schema = table.schema();
     let idx = |name: &str| schema.index_of(name).expect("column of the table") as i32;
     let mut b = WriterProperties::builder()
@@ -113,6 +114,12 @@ fn properties(table: Table, distinct_traces: usize, batches: &[u128]) -> WriterP
             );
         }
     }
+    for key in attribute_keys {
+        b = b.set_column_compression(
+            ColumnPath::from(format!("{}{key}", attribute_columns::PREFIX)),
+            Compression::ZSTD(ZstdLevel::try_new(9).expect("valid level")),
+        );
+    }
     for unique in ["span_id", "parent_span_id"] {
         if schema.index_of(unique).is_ok() {
             b = b.set_column_dictionary_enabled(ColumnPath::from(unique), false);
@@ -145,11 +152,13 @@ pub fn write(
         Table::Spans => rows.windows(2).filter(|w| w[0].row.sort_key().0 != w[1].row.sort_key().0).count() + 1,
         _ => rows.len(),
     };
-    let mut writer = ArrowWriter::try_new(&mut out, table.schema(), Some(properties(table, distinct_traces, batches)))
-        .map_err(err)?;
+    let keys = attribute_columns::choose(rows);
+    let schema = attribute_columns::with_columns(&table.schema(), &keys);
+    let mut writer =
+        ArrowWriter::try_new(&mut out, schema, Some(properties(table, &keys, distinct_traces, batches))).map_err(err)?;
     let mut tokens = (table == Table::Logs).then(TokenIndex::default);
     for chunk in rows.chunks(ROW_GROUP_ROWS) {
-        writer.write(&to_record_batch(table, chunk).map_err(err)?).map_err(err)?;
+        writer.write(&to_segment_batch(table, chunk, &keys).map_err(err)?).map_err(err)?;
         // One chunk, one row group: the token index is per row group.
         writer.flush().map_err(err)?;
         if let Some(index) = tokens.as_mut() {
@@ -311,7 +320,7 @@ impl Segment {
         }
         let mut out = Vec::new();
         for rb in builder.with_batch_size(ROW_GROUP_ROWS).build().map_err(err)? {
-            out.extend(from_record_batch(self.meta.table, &rb.map_err(err)?));
+            out.extend(from_record_batch(self.meta.table, &assemble(rb.map_err(err)?).map_err(err)?));
         }
         Ok(out)
     }
@@ -365,13 +374,17 @@ impl Segment {
             .with_row_groups(row_groups)
             .with_batch_size(ROW_GROUP_ROWS);
         if let Some(cols) = scan.read_columns() {
-            let indices = cols.iter().filter_map(|c| schema.index_of(c).ok());
+            let mut indices: Vec<usize> = cols.iter().filter_map(|c| schema.index_of(c).ok()).collect();
+            if cols.iter().any(|c| c == "attributes") {
+                indices.extend(attribute_columns::column_indices(self.reader.schema()));
+            }
             builder = builder.with_projection(ProjectionMask::roots(self.reader.parquet_schema(), indices));
         }
         let hidden_ordinal = |ord: u32| self.batches.get(ord as usize).is_some_and(|b| hidden(*b));
         let mut out = Vec::new();
         for rb in builder.build().map_err(err)? {
-            if let Some(kept) = scan.apply(&rb.map_err(err)?, &hidden_ordinal).map_err(err)? {
+            let rb = assemble(rb.map_err(err)?).map_err(err)?;
+            if let Some(kept) = scan.apply(&rb, &hidden_ordinal).map_err(err)? {
                 out.push(kept);
             }
         }
@@ -403,7 +416,8 @@ impl Segment {
             .map_err(err)?;
         let mut out = Vec::new();
         for rb in reader {
-            out.extend(from_record_batch(self.meta.table, &rb.map_err(err)?).into_iter().map(|(_, row, b)| (row, b)));
+            let rb = assemble(rb.map_err(err)?).map_err(err)?;
+            out.extend(from_record_batch(self.meta.table, &rb).into_iter().map(|(_, row, b)| (row, b)));
         }
         Ok(out)
     }

@@ -192,9 +192,14 @@ impl Row {
     }
 }
 
+/// Attributes as stored: sorted by key (stably: a repeated key keeps its order), so that the
+/// same set always has the same bytes whichever way it was split into columns and back, and
+/// whichever order the client sent it in (order carries no meaning in OpenTelemetry).
 pub fn encode_attributes(attrs: &[KeyValue]) -> Vec<u8> {
+    let mut sorted: Vec<&KeyValue> = attrs.iter().collect();
+    sorted.sort_by(|a, b| a.key.cmp(&b.key));
     let mut out = Vec::new();
-    for kv in attrs {
+    for kv in sorted {
         // Encoding into a Vec cannot fail.
         let _ = kv.encode_length_delimited(&mut out);
     }
@@ -310,8 +315,21 @@ impl Columns {
 
 /// Builds the record batch of `rows`, which must all belong to `table`.
 pub fn to_record_batch(table: Table, rows: &[RowRef<'_>]) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    to_segment_batch(table, rows, &[])
+}
+
+/// The record batch of `rows` as a segment stores it: attributes with a key of `attribute_keys`
+/// in `attr:` columns of their own, after the table's columns (see [`attribute_columns`]).
+///
+/// [`attribute_columns`]: super::attribute_columns
+pub fn to_segment_batch(
+    table: Table,
+    rows: &[RowRef<'_>],
+    attribute_keys: &[String],
+) -> Result<RecordBatch, arrow_schema::ArrowError> {
     let schema = table.schema();
     let mut cols = Columns::new(&schema, rows.len());
+    let mut split = super::attribute_columns::Split::new(attribute_keys, rows.len());
     for r in rows {
         let (p, b) = (V::S(r.project), V::U4(r.batch));
         match r.row {
@@ -325,7 +343,7 @@ pub fn to_record_batch(table: Table, rows: &[RowRef<'_>]) -> Result<RecordBatch,
                 V::S(&s.operation),
                 V::I(s.duration_nanos as i64),
                 V::I4(s.status),
-                V::B(encode_attributes(&s.attributes)),
+                V::B(split.push(&s.attributes)),
                 b,
             ]),
             Row::TraceSummary(t) => cols.push(&[
@@ -348,7 +366,7 @@ pub fn to_record_batch(table: Table, rows: &[RowRef<'_>]) -> Result<RecordBatch,
                 V::S(&l.message),
                 V::S(&l.trace_id),
                 V::S(&l.span_id),
-                V::B(encode_attributes(&l.attributes)),
+                V::B(split.push(&l.attributes)),
                 b,
             ]),
             Row::HostMetric(m) => cols.push(&[
@@ -361,7 +379,7 @@ pub fn to_record_batch(table: Table, rows: &[RowRef<'_>]) -> Result<RecordBatch,
                 V::F(m.disk_used_percent),
                 V::F(m.network_rx_bytes_per_sec),
                 V::F(m.network_tx_bytes_per_sec),
-                V::B(encode_attributes(&m.attributes)),
+                V::B(split.push(&m.attributes)),
                 b,
             ]),
             Row::Event(e) => cols.push(&[
@@ -386,7 +404,12 @@ pub fn to_record_batch(table: Table, rows: &[RowRef<'_>]) -> Result<RecordBatch,
         }
         debug_assert_eq!(r.row.table(), table, "row of another table");
     }
-    RecordBatch::try_new(schema, cols.finish())
+    let mut arrays = cols.finish();
+    if attribute_keys.is_empty() {
+        return RecordBatch::try_new(schema, arrays);
+    }
+    arrays.extend(split.finish());
+    RecordBatch::try_new(super::attribute_columns::with_columns(&schema, attribute_keys), arrays)
 }
 
 /// Typed access to the columns of a record batch read from a segment (or projected from one).
