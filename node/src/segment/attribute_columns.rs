@@ -6,17 +6,16 @@
 //! 52 B span were attributes); this is what ClickHouse's `LowCardinality` map columns and
 //! Tempo's dedicated attribute columns do.
 //!
-//! The split is physical only: [`assemble`] puts the `attributes` column back together as
-//! the table's schema has it before any reader sees the batch. Attributes are stored sorted by
+//! The split is physical only: [`super::layout::assemble`] puts the `attributes` column back
+//! together as the table's schema has it before any reader sees the batch. Attributes are stored sorted by
 //! key ([`super::table::encode_attributes`]), so re-assembly gives back the very same bytes.
 
 use std::sync::Arc;
 
 use arrow_array::builder::BinaryBuilder;
-use arrow_array::{Array, ArrayRef, BinaryArray, RecordBatch};
-use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
+use arrow_array::ArrayRef;
 use prost::Message;
-use sextant_proto::{AnyValue, KeyValue};
+use sextant_proto::KeyValue;
 
 use super::table::{encode_attributes, Row, RowRef};
 
@@ -36,33 +35,61 @@ pub fn attributes(row: &Row) -> Option<&[KeyValue]> {
     }
 }
 
-/// The keys of `rows` that get their own column, sorted.
-pub fn choose(rows: &[RowRef<'_>]) -> Vec<String> {
-    let mut counts: std::collections::HashMap<&str, usize> = std::collections::HashMap::new();
-    for r in rows {
+/// An attribute key with a column of its own.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Key {
+    pub name: String,
+    /// Most of its values differ from each other (within the rows sampled).
+    pub distinct: bool,
+}
+
+/// Rows sampled for the share of distinct values of a key.
+const SAMPLE_ROWS: usize = 8192;
+
+/// The keys of `rows` that get their own column, sorted by name.
+pub fn choose(rows: &[RowRef<'_>]) -> Vec<Key> {
+    #[derive(Default)]
+    struct Seen {
+        rows: usize,
+        sampled: usize,
+        values: std::collections::HashSet<Vec<u8>>,
+    }
+    let mut seen: std::collections::HashMap<&str, Seen> = std::collections::HashMap::new();
+    for (i, r) in rows.iter().enumerate() {
         for kv in attributes(r.row).unwrap_or_default() {
             if kv.key.len() <= MAX_KEY_BYTES {
-                *counts.entry(kv.key.as_str()).or_default() += 1;
+                let s = seen.entry(kv.key.as_str()).or_default();
+                s.rows += 1;
+                if i < SAMPLE_ROWS {
+                    s.sampled += 1;
+                    if let Some(v) = &kv.value {
+                        s.values.insert(v.encode_to_vec());
+                    }
+                }
             }
         }
     }
     let min = (rows.len() / MIN_SHARE).max(1);
-    let mut frequent: Vec<(&str, usize)> = counts.into_iter().filter(|(_, n)| *n >= min).collect();
+    let mut frequent: Vec<(&str, Seen)> = seen.into_iter().filter(|(_, s)| s.rows >= min).collect();
     // The most frequent first, ties by key so every replica chooses alike.
-    frequent.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
-    let mut keys: Vec<String> = frequent.into_iter().take(MAX_COLUMNS).map(|(k, _)| k.to_owned()).collect();
+    frequent.sort_by(|a, b| b.1.rows.cmp(&a.1.rows).then(a.0.cmp(b.0)));
+    let mut keys: Vec<Key> = frequent
+        .into_iter()
+        .take(MAX_COLUMNS)
+        .map(|(k, s)| Key { name: k.to_owned(), distinct: s.values.len() * 4 > s.sampled * 3 })
+        .collect();
     keys.sort();
     keys
 }
 
 /// Splits rows' attributes between the `attr:` columns of `keys` and the remainder.
 pub struct Split<'k> {
-    keys: &'k [String],
+    keys: &'k [Key],
     columns: Vec<BinaryBuilder>,
 }
 
 impl<'k> Split<'k> {
-    pub fn new(keys: &'k [String], rows: usize) -> Self {
+    pub fn new(keys: &'k [Key], rows: usize) -> Self {
         Split { keys, columns: keys.iter().map(|_| BinaryBuilder::with_capacity(rows, rows * 8)).collect() }
     }
 
@@ -76,7 +103,7 @@ impl<'k> Split<'k> {
         let mut seen = vec![false; self.keys.len()];
         let mut rest = Vec::with_capacity(attrs.len());
         for kv in attrs {
-            match self.keys.binary_search(&kv.key) {
+            match self.keys.binary_search_by(|k| k.name.as_str().cmp(&kv.key)) {
                 Ok(k) if !seen[k] => {
                     seen[k] = true;
                     match &kv.value {
@@ -104,64 +131,13 @@ impl<'k> Split<'k> {
     }
 }
 
-/// A table's schema with the `attr:` columns of `keys` after its own.
-pub fn with_columns(schema: &Schema, keys: &[String]) -> SchemaRef {
-    let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
-    fields.extend(keys.iter().map(|k| Field::new(format!("{PREFIX}{k}"), DataType::Binary, true)));
-    Arc::new(Schema::new(fields))
-}
-
-/// Indices of the `attr:` columns in a segment's schema.
-pub fn column_indices(schema: &Schema) -> Vec<usize> {
-    schema.fields().iter().enumerate().filter(|(_, f)| f.name().starts_with(PREFIX)).map(|(i, _)| i).collect()
-}
-
-/// A batch read from a segment with its `attributes` column whole again and no `attr:` columns.
-pub fn assemble(rb: RecordBatch) -> Result<RecordBatch, ArrowError> {
-    let schema = rb.schema();
-    let extra = column_indices(&schema);
-    if extra.is_empty() {
-        return Ok(rb);
-    }
-    let keep: Vec<usize> = (0..schema.fields().len()).filter(|i| !extra.contains(i)).collect();
-    let Ok(attr_col) = schema.index_of("attributes") else {
-        return rb.project(&keep);
-    };
-    let rest = rb.column(attr_col).as_any().downcast_ref::<BinaryArray>().expect("attributes are binary");
-    let columns: Vec<(&str, &BinaryArray)> = extra
-        .iter()
-        .map(|&i| {
-            let name = &schema.field(i).name()[PREFIX.len()..];
-            (name, rb.column(i).as_any().downcast_ref::<BinaryArray>().expect("attribute columns are binary"))
-        })
-        .collect();
-    let mut whole = BinaryBuilder::with_capacity(rb.num_rows(), rest.value_data().len() * 2);
-    for i in 0..rb.num_rows() {
-        let mut attrs = Vec::with_capacity(columns.len() + 4);
-        for (key, col) in &columns {
-            if col.is_valid(i) {
-                let value = AnyValue::decode(col.value(i)).map_err(|e| ArrowError::ParseError(e.to_string()))?;
-                attrs.push(KeyValue { key: (*key).to_owned(), value: Some(value) });
-            }
-        }
-        // Column values first: `encode_attributes` sorts stably by key, and a column holds the
-        // first of a repeated key.
-        attrs.extend(super::table::decode_attributes(rest.value(i)));
-        whole.append_value(encode_attributes(&attrs));
-    }
-    let mut arrays: Vec<ArrayRef> = keep.iter().map(|&i| rb.column(i).clone()).collect();
-    let fields: Vec<Field> = keep.iter().map(|&i| schema.field(i).clone()).collect();
-    let pos = keep.iter().position(|&i| i == attr_col).expect("attributes kept");
-    arrays[pos] = Arc::new(whole.finish());
-    RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::segment::layout::{assemble, Layout};
     use crate::segment::table::{decode_attributes, from_record_batch, to_segment_batch, Table};
     use proptest::prelude::*;
-    use sextant_proto::{any_value, Span};
+    use sextant_proto::{any_value, AnyValue, Span};
 
     fn value(v: u8) -> Option<AnyValue> {
         Some(AnyValue {
@@ -190,9 +166,9 @@ mod tests {
                 }))
                 .collect();
             let refs: Vec<RowRef<'_>> = spans.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
-            let keys = choose(&refs);
-            let physical = to_segment_batch(Table::Spans, &refs, &keys).unwrap();
-            prop_assert_eq!(column_indices(&physical.schema()).len(), keys.len());
+            let layout = Layout::choose(Table::Spans, &refs);
+            let physical = to_segment_batch(Table::Spans, &refs, &layout).unwrap();
+            prop_assert_eq!(physical.num_columns(), Table::Spans.schema().fields().len() + 1 + layout.attribute_keys.len());
             let back = from_record_batch(Table::Spans, &assemble(physical).unwrap());
             for ((_, got, _), want) in back.iter().zip(&spans) {
                 let (Row::Span(got), Row::Span(want)) = (got, want) else { unreachable!() };
@@ -213,6 +189,6 @@ mod tests {
             })
             .collect();
         let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
-        assert_eq!(choose(&refs), vec!["region".to_owned()]);
+        assert_eq!(choose(&refs), vec![Key { name: "region".into(), distinct: false }]);
     }
 }

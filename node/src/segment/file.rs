@@ -22,7 +22,8 @@ use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::PageIndexPolicy;
 
 use super::scan::Scan;
-use super::attribute_columns::{self, assemble};
+use super::attribute_columns;
+use super::layout::{assemble, companion_columns, Layout};
 use super::table::{from_record_batch, to_segment_batch, Row, RowRef, Table};
 use super::token_index::{line_terms, TokenIndex, FOOTER_KEY as TOKENS_KEY};
 use crate::archive::FileEntry;
@@ -78,7 +79,7 @@ impl Write for HashingWriter {
     }
 }
 
-fn properties(table: Table, attribute_keys: &[String], distinct_traces: usize, batches: &[u128]) -> WriterProperties {
+fn properties(table: Table, layout: &Layout, distinct_traces: usize, batches: &[u128]) -> WriterProperties {
     let schema = table.schema();
     let idx = |name: &str| schema.index_of(name).expect("column of the table") as i32;
     let mut b = WriterProperties::builder()
@@ -97,7 +98,12 @@ fn properties(table: Table, attribute_keys: &[String], distinct_traces: usize, b
             BATCHES_KEY.to_owned(),
             batches.iter().map(|b| format!("{b:032x}")).collect::<Vec<_>>().join(","),
         )]));
-    for time in ["start_ns", "time_ns", "duration_ns"] {
+    if schema.index_of("duration_ns").is_ok() {
+        b = b
+            .set_column_dictionary_enabled(ColumnPath::from("duration_ns"), false)
+            .set_column_encoding(ColumnPath::from("duration_ns"), Encoding::BYTE_STREAM_SPLIT);
+    }
+    for time in ["start_ns", "time_ns"] {
         if schema.index_of(time).is_ok() {
             b = b
                 .set_column_dictionary_enabled(ColumnPath::from(time), false)
@@ -114,15 +120,20 @@ fn properties(table: Table, attribute_keys: &[String], distinct_traces: usize, b
             );
         }
     }
-    for key in attribute_keys {
-        b = b.set_column_compression(
-            ColumnPath::from(format!("{}{key}", attribute_columns::PREFIX)),
-            Compression::ZSTD(ZstdLevel::try_new(9).expect("valid level")),
-        );
+    for key in &layout.attribute_keys {
+        let col = ColumnPath::from(format!("{}{}", attribute_columns::PREFIX, key.name));
+        b = b.set_column_compression(col.clone(), Compression::ZSTD(ZstdLevel::try_new(9).expect("valid level")));
+        // Mostly distinct values (pod names, user ids): dictionary indices would only add to
+        // the values themselves.
+        if key.distinct {
+            b = b.set_column_dictionary_enabled(col.clone(), false).set_column_encoding(col, Encoding::DELTA_LENGTH_BYTE_ARRAY);
+        }
     }
     for unique in ["span_id", "parent_span_id"] {
         if schema.index_of(unique).is_ok() {
-            b = b.set_column_dictionary_enabled(ColumnPath::from(unique), false);
+            b = b
+                .set_column_dictionary_enabled(ColumnPath::from(unique), false)
+                .set_column_encoding(ColumnPath::from(unique), Encoding::DELTA_LENGTH_BYTE_ARRAY);
         }
     }
     if schema.index_of("trace_id").is_ok() {
@@ -152,13 +163,13 @@ pub fn write(
         Table::Spans => rows.windows(2).filter(|w| w[0].row.sort_key().0 != w[1].row.sort_key().0).count() + 1,
         _ => rows.len(),
     };
-    let keys = attribute_columns::choose(rows);
-    let schema = attribute_columns::with_columns(&table.schema(), &keys);
+    let layout = Layout::choose(table, rows);
     let mut writer =
-        ArrowWriter::try_new(&mut out, schema, Some(properties(table, &keys, distinct_traces, batches))).map_err(err)?;
+        ArrowWriter::try_new(&mut out, layout.schema(table), Some(properties(table, &layout, distinct_traces, batches)))
+            .map_err(err)?;
     let mut tokens = (table == Table::Logs).then(TokenIndex::default);
     for chunk in rows.chunks(ROW_GROUP_ROWS) {
-        writer.write(&to_segment_batch(table, chunk, &keys).map_err(err)?).map_err(err)?;
+        writer.write(&to_segment_batch(table, chunk, &layout).map_err(err)?).map_err(err)?;
         // One chunk, one row group: the token index is per row group.
         writer.flush().map_err(err)?;
         if let Some(index) = tokens.as_mut() {
@@ -313,16 +324,40 @@ impl Segment {
 
     /// Reads whole row groups (all of them when `row_groups` is None) back into rows.
     pub fn read(&self, row_groups: Option<Vec<usize>>) -> io::Result<Vec<(String, Row, u32)>> {
-        let file = self.file.clone();
-        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, self.reader.clone());
-        if let Some(rgs) = row_groups {
-            builder = builder.with_row_groups(rgs);
-        }
+        let rgs = row_groups.unwrap_or_else(|| (0..self.reader.metadata().num_row_groups()).collect());
         let mut out = Vec::new();
-        for rb in builder.with_batch_size(ROW_GROUP_ROWS).build().map_err(err)? {
-            out.extend(from_record_batch(self.meta.table, &assemble(rb.map_err(err)?).map_err(err)?));
-        }
+        self.each_batch(&rgs, None, || None, |rb| {
+            out.extend(from_record_batch(self.meta.table, &rb));
+            Ok(())
+        })?;
         Ok(out)
+    }
+
+    /// Hands `f` the batches of `row_groups` in the table's schema ([`assemble`]d), each batch
+    /// within one row group: a parent reference finds its row in the same batch. `filter` makes
+    /// the row filter of each row group (a `RowFilter` is used up by one reader).
+    fn each_batch(
+        &self,
+        row_groups: &[usize],
+        projection: Option<&ProjectionMask>,
+        filter: impl Fn() -> Option<RowFilter>,
+        mut f: impl FnMut(RecordBatch) -> io::Result<()>,
+    ) -> io::Result<()> {
+        for &rg in row_groups {
+            let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(self.file.clone(), self.reader.clone())
+                .with_row_groups(vec![rg])
+                .with_batch_size(ROW_GROUP_ROWS);
+            if let Some(mask) = projection {
+                builder = builder.with_projection(mask.clone());
+            }
+            if let Some(filter) = filter() {
+                builder = builder.with_row_filter(filter);
+            }
+            for rb in builder.build().map_err(err)? {
+                f(assemble(rb.map_err(err)?).map_err(err)?)?;
+            }
+        }
+        Ok(())
     }
 
     /// Compressed bytes of each column, over all row groups (for storage reports).
@@ -369,25 +404,19 @@ impl Segment {
             return Ok(Vec::new());
         }
         let schema = self.meta.table.schema();
-        let file = self.file.clone();
-        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file, self.reader.clone())
-            .with_row_groups(row_groups)
-            .with_batch_size(ROW_GROUP_ROWS);
-        if let Some(cols) = scan.read_columns() {
+        let projection = scan.read_columns().map(|cols| {
             let mut indices: Vec<usize> = cols.iter().filter_map(|c| schema.index_of(c).ok()).collect();
-            if cols.iter().any(|c| c == "attributes") {
-                indices.extend(attribute_columns::column_indices(self.reader.schema()));
-            }
-            builder = builder.with_projection(ProjectionMask::roots(self.reader.parquet_schema(), indices));
-        }
+            indices.extend(companion_columns(&cols, self.reader.schema()));
+            ProjectionMask::roots(self.reader.parquet_schema(), indices)
+        });
         let hidden_ordinal = |ord: u32| self.batches.get(ord as usize).is_some_and(|b| hidden(*b));
         let mut out = Vec::new();
-        for rb in builder.build().map_err(err)? {
-            let rb = assemble(rb.map_err(err)?).map_err(err)?;
+        self.each_batch(&row_groups, projection.as_ref(), || None, |rb| {
             if let Some(kept) = scan.apply(&rb, &hidden_ordinal).map_err(err)? {
                 out.push(kept);
             }
-        }
+            Ok(())
+        })?;
         Ok(out)
     }
 
@@ -402,23 +431,20 @@ impl Segment {
         let schema = self.meta.table.schema();
         let (p_col, t_col) = (schema.index_of("project").map_err(err)?, schema.index_of("trace_id").map_err(err)?);
         let mask = ProjectionMask::roots(self.reader.parquet_schema(), [p_col, t_col]);
-        let (p, t) = (project.to_owned(), trace_id.to_owned());
-        let predicate = ArrowPredicateFn::new(mask, move |rb: RecordBatch| {
-            let cols = super::table::Cols(&rb);
-            let (projects, traces) = (cols.str("project"), cols.str("trace_id"));
-            Ok((0..rb.num_rows()).map(|i| Some(projects.value(i) == p && traces.value(i) == t)).collect())
-        });
-        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(self.file.clone(), self.reader.clone())
-            .with_row_groups(rgs)
-            .with_row_filter(RowFilter::new(vec![Box::new(predicate)]))
-            .with_batch_size(ROW_GROUP_ROWS)
-            .build()
-            .map_err(err)?;
+        let filter = || {
+            let (p, t) = (project.to_owned(), trace_id.to_owned());
+            let predicate = ArrowPredicateFn::new(mask.clone(), move |rb: RecordBatch| {
+                let cols = super::table::Cols(&rb);
+                let (projects, traces) = (cols.str("project"), cols.str("trace_id"));
+                Ok((0..rb.num_rows()).map(|i| Some(projects.value(i) == p && traces.value(i) == t)).collect())
+            });
+            Some(RowFilter::new(vec![Box::new(predicate) as Box<dyn parquet::arrow::arrow_reader::ArrowPredicate>]))
+        };
         let mut out = Vec::new();
-        for rb in reader {
-            let rb = assemble(rb.map_err(err)?).map_err(err)?;
+        self.each_batch(&rgs, None, filter, |rb| {
             out.extend(from_record_batch(self.meta.table, &rb).into_iter().map(|(_, row, b)| (row, b)));
-        }
+            Ok(())
+        })?;
         Ok(out)
     }
 }

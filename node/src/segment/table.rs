@@ -14,6 +14,7 @@ use arrow_array::{
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use prost::Message;
 use serde::{Deserialize, Serialize};
+use super::layout::Layout;
 use sextant_proto::{Event, HostMetric, KeyValue, LogRecord, ReplayEvent, Span, TraceSummary};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -315,22 +316,20 @@ impl Columns {
 
 /// Builds the record batch of `rows`, which must all belong to `table`.
 pub fn to_record_batch(table: Table, rows: &[RowRef<'_>]) -> Result<RecordBatch, arrow_schema::ArrowError> {
-    to_segment_batch(table, rows, &[])
+    to_segment_batch(table, rows, &Layout::default())
 }
 
-/// The record batch of `rows` as a segment stores it: attributes with a key of `attribute_keys`
-/// in `attr:` columns of their own, after the table's columns (see [`attribute_columns`]).
-///
-/// [`attribute_columns`]: super::attribute_columns
+/// The record batch of `rows` (one row group) as a segment of `layout` stores it.
 pub fn to_segment_batch(
     table: Table,
     rows: &[RowRef<'_>],
-    attribute_keys: &[String],
+    layout: &Layout,
 ) -> Result<RecordBatch, arrow_schema::ArrowError> {
     let schema = table.schema();
     let mut cols = Columns::new(&schema, rows.len());
-    let mut split = super::attribute_columns::Split::new(attribute_keys, rows.len());
-    for r in rows {
+    let mut split = super::attribute_columns::Split::new(&layout.attribute_keys, rows.len());
+    let parent_refs = if layout.parent_refs { super::layout::parent_refs(rows) } else { Vec::new() };
+    for (i, r) in rows.iter().enumerate() {
         let (p, b) = (V::S(r.project), V::U4(r.batch));
         match r.row {
             Row::Span(s) => cols.push(&[
@@ -338,7 +337,7 @@ pub fn to_segment_batch(
                 V::S(&s.trace_id),
                 V::I(s.start_unix_nanos),
                 V::S(&s.span_id),
-                V::S(&s.parent_span_id),
+                V::S(if parent_refs.get(i).is_some_and(|d| *d != 0) { "" } else { &s.parent_span_id }),
                 V::S(&s.service_name),
                 V::S(&s.operation),
                 V::I(s.duration_nanos as i64),
@@ -405,11 +404,14 @@ pub fn to_segment_batch(
         debug_assert_eq!(r.row.table(), table, "row of another table");
     }
     let mut arrays = cols.finish();
-    if attribute_keys.is_empty() {
+    if *layout == Layout::default() {
         return RecordBatch::try_new(schema, arrays);
     }
+    if layout.parent_refs {
+        arrays.push(Arc::new(Int32Array::from(parent_refs)));
+    }
     arrays.extend(split.finish());
-    RecordBatch::try_new(super::attribute_columns::with_columns(&schema, attribute_keys), arrays)
+    RecordBatch::try_new(layout.schema(table), arrays)
 }
 
 /// Typed access to the columns of a record batch read from a segment (or projected from one).
