@@ -4,11 +4,15 @@
 //! themselves (hash collisions and phrase order are settled there).
 //!
 //! Why row groups and not row ids: a row group is the unit Parquet decodes anyway, and a term
-//! set per 8192 lines costs about one byte per line, against several for exact postings,
-//! which matters for the bytes-per-line budget (DESIGN B4, issue 3 targets).
+//! set per 8192 lines costs a few bytes per line, against several times more for exact
+//! postings, which matters for the bytes-per-line budget (DESIGN B4, issue 3 targets).
 //!
-//! Encoding: for each row group, the sorted unique 32-bit term hashes as a varint count and
-//! varint deltas; the whole thing zstd-compressed, stored base64 in the segment's footer.
+//! Encoding: per row group, its terms reduced to the range `n × 2^RICE_BITS` (n: its number of
+//! distinct terms), sorted, deduplicated, and their gaps Golomb–Rice coded — a Golomb-coded set,
+//! about 9 bits per term, with a false positive rate of 1/128 per term and row group (a false
+//! positive only costs reading a row group). The bit stream is stored 7 bits per character in
+//! the segment's footer, which must be text. Segments written before kept exact 32-bit hashes
+//! under [`LEGACY_FOOTER_KEY`] and are still read.
 
 use base64::Engine;
 use sextant_model::text::{attribute_term, tokens};
@@ -17,7 +21,9 @@ use sextant_proto::LogRecord;
 use super::scan::attribute_text;
 use xxhash_rust::xxh3::xxh3_64;
 
-pub const FOOTER_KEY: &str = "sextant.tokens";
+pub const FOOTER_KEY: &str = "sextant.terms";
+pub const LEGACY_FOOTER_KEY: &str = "sextant.tokens";
+const RICE_BITS: u32 = 7;
 
 pub fn term_hash(term: &str) -> u32 {
     xxh3_64(term.as_bytes()) as u32
@@ -33,10 +39,29 @@ pub fn line_terms(log: &LogRecord, out: &mut Vec<u32>) {
     }
 }
 
-/// Per row group, the sorted unique hashes of its terms.
+/// The terms of one row group.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Group {
+    /// Terms are reduced to `0..range` (`1 << 32`: kept whole).
+    range: u64,
+    /// Sorted, unique.
+    values: Vec<u32>,
+}
+
+impl Group {
+    fn reduce(&self, term: u32) -> u32 {
+        ((u64::from(term) * self.range) >> 32) as u32
+    }
+
+    fn may_contain(&self, term: u32) -> bool {
+        self.values.binary_search(&self.reduce(term)).is_ok()
+    }
+}
+
+/// Per row group, the set of its terms.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TokenIndex {
-    pub groups: Vec<Vec<u32>>,
+    pub groups: Vec<Group>,
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u32) {
@@ -60,54 +85,159 @@ fn get_varint(bytes: &[u8], pos: &mut usize) -> Option<u32> {
     None
 }
 
+/// A bit stream written and read 7 bits per character (always valid UTF-8).
+#[derive(Default)]
+struct Bits {
+    chars: Vec<u8>,
+    acc: u32,
+    filled: u32,
+}
+
+impl Bits {
+    fn push(&mut self, value: u32, bits: u32) {
+        for i in (0..bits).rev() {
+            self.acc = (self.acc << 1) | ((value >> i) & 1);
+            self.filled += 1;
+            if self.filled == 7 {
+                self.chars.push(self.acc as u8);
+                (self.acc, self.filled) = (0, 0);
+            }
+        }
+    }
+
+    fn varint(&mut self, v: u32) {
+        // Elias-gamma on v + 1: counts and sizes, rare next to the gaps.
+        let v = v as u64 + 1;
+        let len = 64 - v.leading_zeros();
+        self.push(0, len - 1);
+        for i in (0..len).rev() {
+            self.push(((v >> i) & 1) as u32, 1);
+        }
+    }
+
+    fn finish(mut self) -> String {
+        if self.filled > 0 {
+            self.chars.push((self.acc << (7 - self.filled)) as u8);
+        }
+        String::from_utf8(self.chars).expect("7-bit characters")
+    }
+}
+
+struct BitReader<'a> {
+    chars: &'a [u8],
+    pos: usize,
+}
+
+impl BitReader<'_> {
+    fn bit(&mut self) -> Option<u32> {
+        let c = *self.chars.get(self.pos / 7)?;
+        let bit = (c >> (6 - self.pos % 7)) & 1;
+        self.pos += 1;
+        Some(u32::from(bit))
+    }
+
+    fn bits(&mut self, n: u32) -> Option<u32> {
+        (0..n).try_fold(0u32, |acc, _| Some((acc << 1) | self.bit()?))
+    }
+
+    fn varint(&mut self) -> Option<u32> {
+        let mut zeros = 0;
+        while self.bit()? == 0 {
+            zeros += 1;
+            if zeros > 40 {
+                return None;
+            }
+        }
+        let mut v: u64 = 1;
+        for _ in 0..zeros {
+            v = (v << 1) | u64::from(self.bit()?);
+        }
+        u32::try_from(v - 1).ok()
+    }
+}
+
 impl TokenIndex {
     /// Adds a row group made of `terms` (any order, duplicates allowed).
     pub fn push_group(&mut self, mut terms: Vec<u32>) {
         terms.sort_unstable();
         terms.dedup();
-        self.groups.push(terms);
+        let range = ((terms.len() as u64) << RICE_BITS).clamp(1, 1 << 32);
+        let mut group = Group { range, values: Vec::with_capacity(terms.len()) };
+        group.values = terms.iter().map(|&t| group.reduce(t)).collect();
+        group.values.dedup();
+        self.groups.push(group);
     }
 
     /// Whether row group `rg` may hold lines with all `terms`.
     pub fn may_contain_all(&self, rg: usize, terms: &[u32]) -> bool {
-        self.groups.get(rg).is_none_or(|g| terms.iter().all(|t| g.binary_search(t).is_ok()))
+        self.groups.get(rg).is_none_or(|g| terms.iter().all(|&t| g.may_contain(t)))
     }
 
     pub fn encode(&self) -> String {
-        let mut raw = Vec::new();
-        put_varint(&mut raw, self.groups.len() as u32);
+        let mut bits = Bits::default();
+        bits.varint(self.groups.len() as u32);
         for g in &self.groups {
-            put_varint(&mut raw, g.len() as u32);
+            bits.varint((g.range >> RICE_BITS) as u32);
+            bits.varint(g.values.len() as u32);
             let mut prev = 0u32;
-            for &t in g {
-                put_varint(&mut raw, t - prev);
-                prev = t;
+            for &v in &g.values {
+                let gap = v - prev;
+                // Quotient in unary (ones, then a zero), remainder in RICE_BITS bits.
+                for _ in 0..gap >> RICE_BITS {
+                    bits.push(1, 1);
+                }
+                bits.push(0, 1);
+                bits.push(gap & ((1 << RICE_BITS) - 1), RICE_BITS);
+                prev = v;
             }
         }
-        let packed = zstd::bulk::compress(&raw, 3).expect("compressing into memory");
-        let mut framed = (raw.len() as u32).to_le_bytes().to_vec();
-        framed.extend_from_slice(&packed);
-        base64::engine::general_purpose::STANDARD_NO_PAD.encode(framed)
+        bits.finish()
     }
 
     pub fn decode(text: &str) -> Option<TokenIndex> {
+        let mut r = BitReader { chars: text.as_bytes(), pos: 0 };
+        let n = r.varint()? as usize;
+        let mut groups = Vec::with_capacity(n.min(1 << 16));
+        for _ in 0..n {
+            let range = (u64::from(r.varint()?) << RICE_BITS).clamp(1, 1 << 32);
+            let len = r.varint()? as usize;
+            // Each value takes at least RICE_BITS + 1 bits: a corrupt count cannot allocate more.
+            if len > text.len() * 7 / (RICE_BITS as usize + 1) {
+                return None;
+            }
+            let mut values = Vec::with_capacity(len);
+            let mut prev = 0u32;
+            for _ in 0..len {
+                let mut q = 0u32;
+                while r.bit()? == 1 {
+                    q = q.checked_add(1)?;
+                }
+                let gap = (q.checked_shl(RICE_BITS)?) | r.bits(RICE_BITS)?;
+                prev = prev.checked_add(gap)?;
+                values.push(prev);
+            }
+            groups.push(Group { range, values });
+        }
+        Some(TokenIndex { groups })
+    }
+
+    /// The index of a segment written before the Golomb-coded sets: exact hashes, zstd, base64.
+    pub fn decode_legacy(text: &str) -> Option<TokenIndex> {
         let framed = base64::engine::general_purpose::STANDARD_NO_PAD.decode(text).ok()?;
         let raw_len = u32::from_le_bytes(framed.get(..4)?.try_into().ok()?) as usize;
-        // The length is checked against the footer size bound by the caller (the footer
-        // itself is bounded); decompression never allocates more than it says.
         let raw = zstd::bulk::decompress(&framed[4..], raw_len).ok()?;
         let mut pos = 0;
         let n = get_varint(&raw, &mut pos)? as usize;
         let mut groups = Vec::with_capacity(n.min(1 << 16));
         for _ in 0..n {
             let len = get_varint(&raw, &mut pos)? as usize;
-            let mut g = Vec::with_capacity(len.min(raw.len()));
+            let mut values = Vec::with_capacity(len.min(raw.len()));
             let mut prev = 0u32;
             for _ in 0..len {
                 prev = prev.checked_add(get_varint(&raw, &mut pos)?)?;
-                g.push(prev);
+                values.push(prev);
             }
-            groups.push(g);
+            groups.push(Group { range: 1 << 32, values });
         }
         Some(TokenIndex { groups })
     }
@@ -149,7 +279,34 @@ mod tests {
         idx.push_group(terms);
         let has = |t: &str| idx.may_contain_all(0, &[term_hash(t)]);
         assert!(has("disk") && has("full") && has("var") && has(&attribute_term("region", "eu-1")));
-        assert!(!has("Disk") && !has("memory"));
-        assert_eq!(TokenIndex::decode("not base64!"), None);
+        assert_eq!(TokenIndex::decode("\u{0}"), None, "a stream that ends inside a number");
+        assert_eq!(TokenIndex::decode_legacy("not base64!"), None);
+    }
+
+    #[test]
+    fn false_positives_stay_near_one_in_128() {
+        let mut idx = TokenIndex::default();
+        idx.push_group((0..8192u32).map(|i| term_hash(&format!("present-{i}"))).collect());
+        let idx = TokenIndex::decode(&idx.encode()).unwrap();
+        assert!((0..8192).all(|i| idx.may_contain_all(0, &[term_hash(&format!("present-{i}"))])));
+        let false_hits = (0..100_000).filter(|i| idx.may_contain_all(0, &[term_hash(&format!("absent-{i}"))])).count();
+        assert!(false_hits < 100_000 / 128 * 3 / 2, "{false_hits} false positives in 100000");
+        // About 9 bits per term, in 7-bit characters.
+        assert!(idx.encode().len() < 8192 * 11 / 8, "{} bytes", idx.encode().len());
+    }
+
+    #[test]
+    fn legacy_indexes_still_read() {
+        // Two groups, {5, 9} and {7}, as segments written before stored them.
+        let mut raw = Vec::new();
+        for v in [2, 2, 5, 4, 1, 7] {
+            put_varint(&mut raw, v);
+        }
+        let mut framed = (raw.len() as u32).to_le_bytes().to_vec();
+        framed.extend(zstd::bulk::compress(&raw, 3).unwrap());
+        let text = base64::engine::general_purpose::STANDARD_NO_PAD.encode(framed);
+        let idx = TokenIndex::decode_legacy(&text).unwrap();
+        assert!(idx.may_contain_all(0, &[5, 9]) && idx.may_contain_all(1, &[7]));
+        assert!(!idx.may_contain_all(0, &[7]) && !idx.may_contain_all(1, &[5]));
     }
 }
