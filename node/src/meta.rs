@@ -8,10 +8,11 @@ use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
 use sextant_model::meta::{
-    Credential, Invite, Member, MetaCommand, MetaCommandResult, MetaQuery, MetaView, Org, OrgMembers, OrgTrial, Plan,
-    Project, Quota, RefreshFamily, Refusal, Role, RouterSeen, User, MAX_KEYS_PER_PROJECT, MAX_PENDING_INVITES_PER_ORG,
-    MAX_PROJECTS_PER_ORG, MAX_REFRESH_ALTERNATES, MAX_SESSIONS_PER_USER, REFRESH_GRACE_MS, REFRESH_TTL_MS,
-    ROUTER_LIVE_MS, TOMBSTONE_MS,
+    default_plans, AlertRule, Credential, Invite, ManagedCredential, ManagedOrg, ManagedPlan, ManagedProject,
+    ManagedQuota, Member, MetaCommand, MetaCommandResult, MetaQuery, MetaView, Org, OrgMembers, OrgTrial, Plan,
+    Project, Quota, RateLimitOverrides, RefreshFamily, Refusal, Role, RouterSeen, User, MAX_KEYS_PER_PROJECT,
+    MAX_PENDING_INVITES_PER_ORG, MAX_PROJECTS_PER_ORG, MAX_REFRESH_ALTERNATES, MAX_SESSIONS_PER_USER, REFRESH_GRACE_MS,
+    REFRESH_TTL_MS, ROUTER_LIVE_MS, TOMBSTONE_MS,
 };
 use sextant_model::{OrgId, ProjectId, UserId};
 use subtle::ConstantTimeEq;
@@ -45,6 +46,25 @@ pub struct MetaState {
     /// Number of commands applied, so routers can tell a newer view from an older one.
     #[serde(default)]
     version: u64,
+    /// Orgs of Tenant resources, by key (deleted ones kept as tombstones).
+    #[serde(default)]
+    tenants: BTreeMap<String, ManagedOrg>,
+    /// Projects of Project resources, by key (deleted ones kept as tombstones).
+    #[serde(default)]
+    managed_projects: BTreeMap<String, ManagedProject>,
+    /// Credentials issued through the admin API, by credential id.
+    #[serde(default)]
+    managed_credentials: BTreeMap<String, ManagedCredential>,
+    #[serde(default)]
+    managed_plans: BTreeMap<String, ManagedPlan>,
+    #[serde(default)]
+    managed_quotas: BTreeMap<String, ManagedQuota>,
+    /// Alert rules by id; managed ones also carry their resource key.
+    #[serde(default)]
+    alert_rules: BTreeMap<String, AlertRule>,
+    /// Deleted projects and when: their data is dropped by the storage nodes.
+    #[serde(default)]
+    deleted_projects: BTreeMap<ProjectId, i64>,
 }
 
 fn same_hash(a: &str, b: &str) -> bool {
@@ -221,9 +241,16 @@ impl MetaState {
                 if siblings.len() >= MAX_PROJECTS_PER_ORG {
                     return Refused(Refusal::LimitReached);
                 }
-                self.projects.insert(project.id, project);
+                let (id, org_id) = (project.id, project.org_id);
+                self.projects.insert(id, project);
                 for c in credentials {
                     self.credentials.insert(c.id.clone(), c);
+                }
+                // An org whose default project was deleted (or, made by a tenant, never had one).
+                if let Some(org) = self.orgs.get_mut(&org_id) {
+                    if !self.projects.contains_key(&org.default_project) {
+                        org.default_project = id;
+                    }
                 }
                 Done
             }
@@ -246,6 +273,9 @@ impl MetaState {
                 match self.credential_of_org(&id, org_id) {
                     Some(c) if c.kind == kind && !c.revoked => {}
                     _ => return Refused(Refusal::NotFound),
+                }
+                if self.managed_credentials.contains_key(&id) {
+                    return Refused(Refusal::Managed);
                 }
                 if let Some(c) = self.credentials.get_mut(&id) {
                     c.revoked = true;
@@ -272,10 +302,15 @@ impl MetaState {
                 self.quotas.insert(quota.id.clone(), quota);
                 Done
             }
-            MetaCommand::DeleteQuota { id } => match self.quotas.remove(&id) {
-                Some(_) => Done,
-                None => Refused(Refusal::NotFound),
-            },
+            MetaCommand::DeleteQuota { id } => {
+                if self.managed_quotas.contains_key(&id) {
+                    return Refused(Refusal::Managed);
+                }
+                match self.quotas.remove(&id) {
+                    Some(_) => Done,
+                    None => Refused(Refusal::NotFound),
+                }
+            }
             MetaCommand::RouterLeft { router_id } => {
                 self.routers.remove(&router_id);
                 Done
@@ -284,6 +319,316 @@ impl MetaState {
                 self.routers.insert(router_id, at_ms);
                 self.prune(at_ms);
                 Done
+            }
+            MetaCommand::PutTenant { key, org, owner_email, suspended, managed_by } => {
+                self.put_tenant(key, org, owner_email, suspended, managed_by)
+            }
+            MetaCommand::DeleteTenant { key, now_ms } => self.delete_tenant(&key, now_ms),
+            MetaCommand::PutManagedProject { key, tenant_key, project, managed_by } => {
+                self.put_managed_project(key, &tenant_key, project, managed_by)
+            }
+            MetaCommand::IssueManagedCredentials { key, credentials } => {
+                let Some(project_id) = self.live_managed_project(&key) else {
+                    return Refused(Refusal::NotFound);
+                };
+                if credentials.iter().any(|c| c.project_id != project_id) {
+                    return Refused(Refusal::NotFound);
+                }
+                let earlier: Vec<String> = self
+                    .managed_credentials
+                    .values()
+                    .filter(|m| m.project_key == key)
+                    .map(|m| m.credential_id.clone())
+                    .collect();
+                for id in earlier {
+                    self.managed_credentials.remove(&id);
+                    self.credentials.remove(&id);
+                }
+                for c in credentials {
+                    self.managed_credentials
+                        .insert(c.id.clone(), ManagedCredential { credential_id: c.id.clone(), project_key: key.clone() });
+                    self.credentials.insert(c.id.clone(), c);
+                }
+                Done
+            }
+            MetaCommand::DeleteManagedProject { key, now_ms } => {
+                if let Some(id) = self.live_managed_project(&key) {
+                    self.delete_project(id, now_ms);
+                }
+                Done
+            }
+            MetaCommand::PutManagedPlan { mut plan, display_name, price, managed_by } => {
+                if let Some(existing) = self.plans.get(&plan.name) {
+                    plan.rate_limits = existing.rate_limits.clone();
+                }
+                let name = plan.name.clone();
+                self.plans.insert(name.clone(), plan);
+                self.managed_plans.insert(name.clone(), ManagedPlan { name, display_name, price, managed_by });
+                Done
+            }
+            MetaCommand::DeleteManagedPlan { name } => {
+                if !self.managed_plans.contains_key(&name) {
+                    return Done;
+                }
+                match default_plans().into_iter().find(|p| p.name == name) {
+                    Some(default) => {
+                        let rate_limits = self.plans.get(&name).map(|p| p.rate_limits.clone()).unwrap_or_default();
+                        self.plans.insert(name.clone(), Plan { rate_limits, ..default });
+                    }
+                    None => {
+                        if self.orgs.values().any(|o| o.plan == name) {
+                            return Refused(Refusal::PlanInUse);
+                        }
+                        self.plans.remove(&name);
+                    }
+                }
+                self.managed_plans.remove(&name);
+                Done
+            }
+            MetaCommand::PutManagedQuota {
+                key,
+                tenant_key,
+                project_key,
+                monthly_bytes,
+                monthly_events,
+                ingest_rps,
+                hard,
+                managed_by,
+            } => {
+                let target = match (tenant_key, project_key) {
+                    (Some(t), None) => self.live_tenant(&t).map(|org| (org, None)),
+                    (None, Some(p)) => self
+                        .live_managed_project(&p)
+                        .and_then(|id| Some((self.projects.get(&id)?.org_id, Some(id)))),
+                    _ => None,
+                };
+                let Some((org_id, project_id)) = target else {
+                    return Refused(Refusal::NotFound);
+                };
+                if self.quotas.get(&key).is_some() && !self.managed_quotas.contains_key(&key) {
+                    return Refused(Refusal::Managed);
+                }
+                let rate_limits =
+                    RateLimitOverrides { ingest_rps, analytics_rps: ingest_rps, api_rps: None };
+                self.quotas.insert(key.clone(), Quota { id: key.clone(), org_id, project_id, rate_limits });
+                self.managed_quotas.insert(
+                    key.clone(),
+                    ManagedQuota { key, org_id, project_id, monthly_bytes, monthly_events, ingest_rps, hard, managed_by },
+                );
+                Done
+            }
+            MetaCommand::DeleteManagedQuota { key } => {
+                if self.managed_quotas.remove(&key).is_some() {
+                    self.quotas.remove(&key);
+                }
+                Done
+            }
+            MetaCommand::PutManagedAlertRule {
+                key,
+                project_key,
+                id,
+                name,
+                metric,
+                filter,
+                comparison,
+                threshold,
+                window_minutes,
+                enabled,
+                now_ms,
+                managed_by,
+            } => {
+                let Some(project_id) = self.live_managed_project(&project_key) else {
+                    return Refused(Refusal::NotFound);
+                };
+                let existing = self.alert_rules.values().find(|r| r.key.as_deref() == Some(key.as_str())).cloned();
+                let (id, created_at_ms) = match &existing {
+                    Some(r) => (r.id.clone(), r.created_at_ms),
+                    None => (id, now_ms),
+                };
+                let rule = AlertRule {
+                    id: id.clone(),
+                    project_id,
+                    name,
+                    metric,
+                    filter,
+                    comparison,
+                    threshold,
+                    window_minutes,
+                    enabled,
+                    created_at_ms,
+                    updated_at_ms: now_ms,
+                    managed_by: Some(managed_by),
+                    key: Some(key),
+                };
+                self.alert_rules.insert(id.clone(), rule);
+                MetaCommandResult::Keyed { id }
+            }
+            MetaCommand::DeleteManagedAlertRule { key } => {
+                self.alert_rules.retain(|_, r| r.key.as_deref() != Some(key.as_str()));
+                Done
+            }
+        }
+    }
+
+    /// The org of a tenant key that was not deleted.
+    fn live_tenant(&self, key: &str) -> Option<OrgId> {
+        self.tenants.get(key).filter(|t| t.deleted_at_ms.is_none()).map(|t| t.org_id)
+    }
+
+    /// The project of a managed project key that was not deleted.
+    fn live_managed_project(&self, key: &str) -> Option<ProjectId> {
+        self.managed_projects
+            .get(key)
+            .filter(|p| p.deleted_at_ms.is_none() && self.projects.contains_key(&p.project_id))
+            .map(|p| p.project_id)
+    }
+
+    fn put_tenant(
+        &mut self,
+        key: String,
+        org: Org,
+        owner_email: String,
+        suspended: bool,
+        managed_by: sextant_model::meta::ManagedBy,
+    ) -> MetaCommandResult {
+        if let Some(t) = self.tenants.get_mut(&key) {
+            if t.deleted_at_ms.is_some() {
+                return Refused(Refusal::Deleted);
+            }
+            let id = t.org_id;
+            t.owner_email = owner_email;
+            t.suspended = suspended;
+            t.managed_by = managed_by;
+            if let Some(existing) = self.orgs.get_mut(&id) {
+                existing.name = org.name;
+                existing.plan = org.plan;
+            }
+            return MetaCommandResult::Keyed { id: id.to_string() };
+        }
+        if self.orgs.contains_key(&org.id) {
+            return Refused(Refusal::NameTaken);
+        }
+        let id = org.id;
+        self.orgs.insert(id, org);
+        self.tenants.insert(
+            key.clone(),
+            ManagedOrg { key, org_id: id, owner_email, suspended, managed_by, deleted_at_ms: None },
+        );
+        MetaCommandResult::Keyed { id: id.to_string() }
+    }
+
+    fn delete_tenant(&mut self, key: &str, now_ms: i64) -> MetaCommandResult {
+        let Some(org_id) = self.live_tenant(key) else {
+            return Done;
+        };
+        let managed_remain = self
+            .managed_projects
+            .values()
+            .any(|p| p.org_id == org_id && p.deleted_at_ms.is_none() && self.projects.contains_key(&p.project_id));
+        if managed_remain {
+            return Refused(Refusal::ProjectsRemain);
+        }
+        let projects: Vec<ProjectId> = self.projects.values().filter(|p| p.org_id == org_id).map(|p| p.id).collect();
+        for id in projects {
+            self.delete_project(id, now_ms);
+        }
+        let users: Vec<UserId> = self.users.values().filter(|u| u.org_id == org_id).map(|u| u.id).collect();
+        for user_id in users {
+            self.users.remove(&user_id);
+            self.removed_users.insert(user_id, now_ms);
+            for s in self.sessions.values_mut().filter(|s| s.user_id == user_id) {
+                Self::revoke_family(s, now_ms);
+            }
+        }
+        self.invites.retain(|_, i| i.org_id != org_id);
+        let quotas: Vec<String> = self.quotas.values().filter(|q| q.org_id == org_id).map(|q| q.id.clone()).collect();
+        for id in quotas {
+            self.quotas.remove(&id);
+            self.managed_quotas.remove(&id);
+        }
+        self.trials.remove(&org_id);
+        self.orgs.remove(&org_id);
+        if let Some(t) = self.tenants.get_mut(key) {
+            t.deleted_at_ms = Some(now_ms);
+        }
+        Done
+    }
+
+    fn put_managed_project(
+        &mut self,
+        key: String,
+        tenant_key: &str,
+        project: Project,
+        managed_by: sextant_model::meta::ManagedBy,
+    ) -> MetaCommandResult {
+        let Some(org_id) = self.live_tenant(tenant_key) else {
+            return Refused(Refusal::NotFound);
+        };
+        let existing = self.managed_projects.get(&key).cloned();
+        if let Some(m) = &existing {
+            if m.deleted_at_ms.is_some() || !self.projects.contains_key(&m.project_id) {
+                return Refused(Refusal::Deleted);
+            }
+            if m.org_id != org_id {
+                // A project does not move between orgs: its data and credentials would follow.
+                return Refused(Refusal::NotFound);
+            }
+        }
+        let id = existing.as_ref().map_or(project.id, |m| m.project_id);
+        let name_taken = self
+            .projects
+            .values()
+            .any(|p| p.org_id == org_id && p.id != id && p.name.to_lowercase() == project.name.to_lowercase());
+        if name_taken {
+            return Refused(Refusal::NameTaken);
+        }
+        match self.projects.get_mut(&id) {
+            Some(p) => p.name = project.name,
+            None => {
+                if self.projects.values().filter(|p| p.org_id == org_id).count() >= MAX_PROJECTS_PER_ORG {
+                    return Refused(Refusal::LimitReached);
+                }
+                if self.projects.contains_key(&project.id) || self.deleted_projects.contains_key(&project.id) {
+                    return Refused(Refusal::NameTaken);
+                }
+                self.projects.insert(id, Project { id, org_id, ..project });
+            }
+        }
+        self.managed_projects.insert(
+            key.clone(),
+            ManagedProject { key, project_id: id, org_id, managed_by, deleted_at_ms: None },
+        );
+        // An org made by a tenant starts without projects: its first one becomes the default.
+        if let Some(org) = self.orgs.get_mut(&org_id) {
+            if !self.projects.contains_key(&org.default_project) {
+                org.default_project = id;
+            }
+        }
+        MetaCommandResult::Keyed { id: id.to_string() }
+    }
+
+    /// Deletes a project: gone from the catalog with its credentials, quotas and alert rules;
+    /// remembered in `deleted_projects` so storage nodes drop its data.
+    fn delete_project(&mut self, id: ProjectId, now_ms: i64) {
+        let Some(project) = self.projects.remove(&id) else {
+            return;
+        };
+        self.credentials.retain(|_, c| c.project_id != id);
+        let credentials = &self.credentials;
+        self.managed_credentials.retain(|cid, _| credentials.contains_key(cid));
+        self.quotas.retain(|_, q| q.project_id != Some(id));
+        self.managed_quotas.retain(|_, q| q.project_id != Some(id));
+        self.alert_rules.retain(|_, r| r.project_id != id);
+        for m in self.managed_projects.values_mut().filter(|m| m.project_id == id) {
+            m.deleted_at_ms = Some(now_ms);
+        }
+        self.deleted_projects.insert(id, now_ms);
+        // The org's default moves to another of its projects, if it has one.
+        if let Some(org) = self.orgs.get_mut(&project.org_id) {
+            if org.default_project == id {
+                if let Some(next) = self.projects.values().filter(|p| p.org_id == project.org_id).map(|p| p.id).min() {
+                    org.default_project = next;
+                }
             }
         }
     }
@@ -357,6 +702,18 @@ impl MetaState {
                 plans: self.plans.values().cloned().collect(),
                 quotas: self.quotas.values().cloned().collect(),
                 trials: self.trials.iter().map(|(o, end)| OrgTrial { org_id: *o, ends_at_ms: *end }).collect(),
+                managed_orgs: self.tenants.values().filter(|t| t.deleted_at_ms.is_none()).cloned().collect(),
+                managed_projects: self
+                    .managed_projects
+                    .values()
+                    .filter(|p| p.deleted_at_ms.is_none())
+                    .cloned()
+                    .collect(),
+                managed_credentials: self.managed_credentials.values().cloned().collect(),
+                managed_plans: self.managed_plans.values().cloned().collect(),
+                managed_quotas: self.managed_quotas.values().cloned().collect(),
+                alert_rules: self.alert_rules.values().cloned().collect(),
+                deleted_projects: self.deleted_projects.keys().copied().collect(),
             }),
             MetaQuery::UserByEmail { email } => {
                 let email = email.to_lowercase();

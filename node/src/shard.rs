@@ -93,9 +93,14 @@ impl SegmentShard {
         })
     }
 
-    /// True when the buffer should be flushed now (by size or age).
+    /// True when the buffer should be flushed now: by size or age, or because it holds rows of
+    /// a deleted project (flushed, they are dropped by the next compaction, and the Raft log
+    /// holding them is purged).
     pub fn wants_flush(&self) -> bool {
-        !self.active.is_empty() && (self.active.bytes >= FLUSH_BYTES || self.active.since.elapsed() >= FLUSH_AGE)
+        !self.active.is_empty()
+            && (self.active.bytes >= FLUSH_BYTES
+                || self.active.since.elapsed() >= FLUSH_AGE
+                || self.retention.deleted.iter().any(|p| self.active.has_project(p)))
     }
 
     /// Segments of `table` and their bytes on disk.
