@@ -234,7 +234,6 @@ pub struct RouterSeen {
     pub at_ms: i64,
 }
 
-
 // ---- Objects managed by Kubernetes resources (the operator, through the admin API) ----
 
 /// The Kubernetes resource an object is managed by (DESIGN A5/A11 `managed_by`). Such an

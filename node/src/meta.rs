@@ -345,8 +345,10 @@ impl MetaState {
                     self.credentials.remove(&id);
                 }
                 for c in credentials {
-                    self.managed_credentials
-                        .insert(c.id.clone(), ManagedCredential { credential_id: c.id.clone(), project_key: key.clone() });
+                    self.managed_credentials.insert(
+                        c.id.clone(),
+                        ManagedCredential { credential_id: c.id.clone(), project_key: key.clone() },
+                    );
                     self.credentials.insert(c.id.clone(), c);
                 }
                 Done
@@ -397,9 +399,9 @@ impl MetaState {
             } => {
                 let target = match (tenant_key, project_key) {
                     (Some(t), None) => self.live_tenant(&t).map(|org| (org, None)),
-                    (None, Some(p)) => self
-                        .live_managed_project(&p)
-                        .and_then(|id| Some((self.projects.get(&id)?.org_id, Some(id)))),
+                    (None, Some(p)) => {
+                        self.live_managed_project(&p).and_then(|id| Some((self.projects.get(&id)?.org_id, Some(id))))
+                    }
                     _ => None,
                 };
                 let Some((org_id, project_id)) = target else {
@@ -408,12 +410,20 @@ impl MetaState {
                 if self.quotas.get(&key).is_some() && !self.managed_quotas.contains_key(&key) {
                     return Refused(Refusal::Managed);
                 }
-                let rate_limits =
-                    RateLimitOverrides { ingest_rps, analytics_rps: ingest_rps, api_rps: None };
+                let rate_limits = RateLimitOverrides { ingest_rps, analytics_rps: ingest_rps, api_rps: None };
                 self.quotas.insert(key.clone(), Quota { id: key.clone(), org_id, project_id, rate_limits });
                 self.managed_quotas.insert(
                     key.clone(),
-                    ManagedQuota { key, org_id, project_id, monthly_bytes, monthly_events, ingest_rps, hard, managed_by },
+                    ManagedQuota {
+                        key,
+                        org_id,
+                        project_id,
+                        monthly_bytes,
+                        monthly_events,
+                        ingest_rps,
+                        hard,
+                        managed_by,
+                    },
                 );
                 Done
             }
@@ -594,10 +604,8 @@ impl MetaState {
                 self.projects.insert(id, Project { id, org_id, ..project });
             }
         }
-        self.managed_projects.insert(
-            key.clone(),
-            ManagedProject { key, project_id: id, org_id, managed_by, deleted_at_ms: None },
-        );
+        self.managed_projects
+            .insert(key.clone(), ManagedProject { key, project_id: id, org_id, managed_by, deleted_at_ms: None });
         // An org made by a tenant starts without projects: its first one becomes the default.
         if let Some(org) = self.orgs.get_mut(&org_id) {
             if !self.projects.contains_key(&org.default_project) {
