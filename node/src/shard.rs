@@ -831,6 +831,22 @@ mod tests {
         assert_eq!((spans("short"), spans("long"), spans("gone")), (1, 1, 0));
     }
 
+    #[test]
+    fn a_buffer_holding_rows_of_a_deleted_project_wants_a_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        ingest(&mut s, 1, 1, batch("kept", vec![span("a", "x", 10)]));
+        let deleted = |p: &str| RetentionPolicy { deleted: HashSet::from([p.to_owned()]), ..Default::default() };
+        s.set_retention(deleted("other"));
+        assert!(!s.wants_flush(), "small, young, and nothing of a deleted project");
+        ingest(&mut s, 2, 2, batch("gone", vec![span("b", "x", 10)]));
+        assert!(!s.wants_flush());
+        s.set_retention(deleted("gone"));
+        assert!(s.wants_flush());
+        checkpoint(&mut s, 2);
+        assert!(!s.wants_flush(), "flushed: the compactor takes it from there");
+    }
+
     mod model {
         use super::*;
         use proptest::prelude::*;
