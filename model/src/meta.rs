@@ -547,6 +547,13 @@ pub enum MetaCommand {
     DeleteManagedAlertRule {
         key: String,
     },
+    /// An owner invitation for the owner email of tenant `key` (org, email and role are set by
+    /// meta): how the first person gets into an org made by a Tenant resource. Replaces the
+    /// earlier pending invitations of that email. Answers `Keyed` with the org id.
+    InviteTenantOwner {
+        key: String,
+        invite: Invite,
+    },
 }
 
 /// Why meta refused a command. Decided by the state machine so that concurrent requests on

@@ -477,6 +477,18 @@ impl MetaState {
                 self.alert_rules.retain(|_, r| r.key.as_deref() != Some(key.as_str()));
                 Done
             }
+            MetaCommand::InviteTenantOwner { key, invite } => {
+                let Some(tenant) = self.tenants.get(&key).filter(|t| t.deleted_at_ms.is_none()) else {
+                    return Refused(Refusal::NotFound);
+                };
+                let (org_id, email) = (tenant.org_id, tenant.owner_email.clone());
+                if self.email_taken(&email) {
+                    return Refused(Refusal::EmailTaken);
+                }
+                self.invites.retain(|_, i| !(i.org_id == org_id && i.email == email));
+                self.invites.insert(invite.id.clone(), Invite { org_id, email, role: Role::Owner, ..invite });
+                MetaCommandResult::Keyed { id: org_id.to_string() }
+            }
         }
     }
 
@@ -1355,6 +1367,42 @@ mod tests {
         assert_eq!(s.execute(MetaCommand::DeleteManagedAlertRule { key: "r".into() }), Done);
         assert_eq!(s.execute(MetaCommand::DeleteManagedAlertRule { key: "r".into() }), Done);
         assert!(view(&s).alert_rules.is_empty());
+    }
+
+    #[test]
+    fn a_tenant_owner_is_invited_into_the_tenant_org_as_owner() {
+        let mut s = MetaState::default();
+        let org: OrgId = id_of(put_tenant(&mut s, "t", "Acme", "pro", false)).parse().unwrap();
+        let invite = |id: &str| Invite {
+            id: id.into(),
+            org_id: OrgId::random(),
+            email: "ignored@example.com".into(),
+            role: Role::Member,
+            token_sha256: format!("tok-{id}"),
+            invited_by: UserId::random(),
+            created_at_ms: T0,
+            expires_at_ms: T0 + 1000,
+        };
+        let ask = |key: &str, id: &str| MetaCommand::InviteTenantOwner { key: key.into(), invite: invite(id) };
+        assert_eq!(s.execute(ask("nope", "i0")), Refused(Refusal::NotFound));
+        assert_eq!(id_of(s.execute(ask("t", "i1"))).parse::<OrgId>().unwrap(), org);
+        assert_eq!(id_of(s.execute(ask("t", "i2"))).parse::<OrgId>().unwrap(), org);
+        assert_eq!(s.invites.keys().collect::<Vec<_>>(), ["i2"], "the newer invitation replaces the older");
+        let i = &s.invites["i2"];
+        assert_eq!((i.org_id, i.email.as_str(), i.role), (org, "ops@acme.test", Role::Owner));
+        let accepted = s.execute(MetaCommand::AcceptInvite {
+            invite_id: "i2".into(),
+            token_sha256: "tok-i2".into(),
+            user_id: UserId::random(),
+            name: "Ops".into(),
+            password_hash: "x".into(),
+            session: RefreshFamily::new("f".into(), UserId::random(), OrgId::random(), "h".into(), T0),
+            now_ms: T0 + 1,
+        });
+        assert!(
+            matches!(accepted, MetaCommandResult::Session { user } if user.org_id == org && user.role == Role::Owner)
+        );
+        assert_eq!(s.execute(ask("t", "i3")), Refused(Refusal::EmailTaken), "the owner exists now");
     }
 
     /// The admin commands go through the Raft log as bincode like every other.

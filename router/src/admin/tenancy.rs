@@ -22,10 +22,11 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use sextant_model::identity::{normalize_email, normalize_name, Problems};
 use sextant_model::meta::{
-    AlertFilter, CredentialKind, ManagedBy, MetaCommand, MetaCommandResult, Org, Plan, PlanPrice, Project,
+    AlertFilter, CredentialKind, Invite, ManagedBy, MetaCommand, MetaCommandResult, Org, Plan, PlanPrice, Project,
     RateLimitOverrides, ALERT_COMPARISONS, ALERT_METRICS,
 };
-use sextant_model::{OrgId, ProjectId};
+use sextant_model::meta::{Role, INVITE_TTL_MS};
+use sextant_model::{OrgId, ProjectId, UserId};
 
 use super::{Admin, MAX_ADMIN_BODY};
 use crate::account::time_json;
@@ -36,6 +37,7 @@ use crate::AppState;
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/tenants/{key}", put(put_tenant).get(get_tenant).delete(delete_tenant))
+        .route("/tenants/{key}/owner-invite", post(invite_owner))
         .route("/projects/{key}", put(put_project).get(get_project).delete(delete_project))
         .route("/projects/{key}/credentials", post(issue_credentials))
         .route("/plans/{name}", put(put_plan).get(get_plan).delete(delete_plan))
@@ -202,6 +204,32 @@ async fn delete_tenant(
     let key = key(&raw)?;
     change(&app, MetaCommand::DeleteTenant { key, now_ms: now_ms() }).await?;
     Ok(deleted())
+}
+
+/// An invitation for the tenant's owner email into its org, as owner (7 days, single use,
+/// `POST /auth/invite/accept`): how the first person gets into an org that a Tenant resource
+/// made. A new one replaces the pending one; 409 once that person has an account.
+async fn invite_owner(
+    _: Admin,
+    State(app): State<Arc<AppState>>,
+    Path(raw): Path<String>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let key = key(&raw)?;
+    let (token, id, token_sha256) = crate::members::new_invite_token();
+    let now = now_ms();
+    let invite = Invite {
+        id,
+        // Org, email and role are the tenant's, set by meta.
+        org_id: OrgId::random(),
+        email: String::new(),
+        role: Role::Owner,
+        token_sha256,
+        invited_by: UserId::random(),
+        created_at_ms: now,
+        expires_at_ms: now + INVITE_TTL_MS,
+    };
+    let org_id = keyed(&app, MetaCommand::InviteTenantOwner { key, invite }).await?;
+    Ok((StatusCode::CREATED, Json(json!({ "org_id": org_id, "invite_token": token }))))
 }
 
 // ---- projects ----
