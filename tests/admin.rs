@@ -408,7 +408,24 @@ async fn the_operator_client_drives_every_admin_call() {
     // ---- tenant deletion, then its plan ----
     assert_eq!(status_of(admin.delete_plan("gold").await.unwrap_err()).0, 409, "the tenant is on it");
     assert_eq!(admin.delete_project(BLOG).await.unwrap(), Deletion::Done);
+    // An org without projects: project data answers 404, org endpoints still serve, and a
+    // project made through the public API becomes the default.
+    let resp = http().get(format!("{url}/api/v1/traces/blog-a-t0")).bearer_auth(&jwt).send().await.unwrap();
+    assert_eq!(resp.status(), 404);
+    let resp = http().get(format!("{url}/projects")).bearer_auth(&jwt).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.json::<Value>().await.unwrap()["items"], json!([]));
+    let resp =
+        http().post(format!("{url}/projects")).bearer_auth(&jwt).json(&json!({"name": "side"})).send().await.unwrap();
+    assert_eq!(resp.status(), 201);
+    let side: Value = resp.json().await.unwrap();
+    let side_token = side["token"].as_str().unwrap().to_owned();
+    assert_eq!(capture(&url, &side_token).await, 200);
+    let resp = http().get(format!("{url}/api/v1/api-keys")).bearer_auth(&jwt).send().await.unwrap();
+    assert_eq!(resp.status(), 200, "the new project is the default");
+    // Deleting the tenant takes that unmanaged project with it.
     assert_eq!(admin.delete_tenant(TENANT).await.unwrap(), Deletion::Done);
+    assert_eq!(capture(&url, &side_token).await, 401);
     assert_eq!(admin.delete_tenant(TENANT).await.unwrap(), Deletion::Done);
     assert_eq!(admin_call(&url, Method::GET, &format!("tenants/{TENANT}"), Some(TOKEN)).await.0, 404);
     let resp = http()

@@ -274,6 +274,11 @@ impl Session {
     }
 }
 
+/// Endpoints about the org rather than one project: they serve an org without projects.
+fn org_scoped(path: &str) -> bool {
+    path == "/projects" || path.starts_with("/api/org/")
+}
+
 /// The bearer token of a request, if any.
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     headers
@@ -320,7 +325,8 @@ impl FromRequestParts<Arc<AppState>> for Session {
         let project_id = match requested {
             // An org made by a Tenant has no project before its first Project resource, and
             // its default may have been deleted.
-            None if !cache.projects.contains_key(&org.default_project) => {
+            // its default may have been deleted. Org-level endpoints do not need one.
+            None if !cache.projects.contains_key(&org.default_project) && !org_scoped(parts.uri.path()) => {
                 return Err(ApiError::NotFound("project not found: the organization has no project".into()))
             }
             None => org.default_project,
