@@ -407,7 +407,7 @@ impl MetaState {
                 let Some((org_id, project_id)) = target else {
                     return Refused(Refusal::NotFound);
                 };
-                if self.quotas.get(&key).is_some() && !self.managed_quotas.contains_key(&key) {
+                if self.quotas.contains_key(&key) && !self.managed_quotas.contains_key(&key) {
                     return Refused(Refusal::Managed);
                 }
                 let rate_limits = RateLimitOverrides { ingest_rps, analytics_rps: ingest_rps, api_rps: None };
