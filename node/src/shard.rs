@@ -100,7 +100,7 @@ impl SegmentShard {
         !self.active.is_empty()
             && (self.active.bytes >= FLUSH_BYTES
                 || self.active.since.elapsed() >= FLUSH_AGE
-                || self.retention.deleted.iter().any(|p| self.active.has_project(p)))
+                || self.active.projects().any(|p| self.retention.deleted.contains(p)))
     }
 
     /// Segments of `table` and their bytes on disk.

@@ -77,9 +77,9 @@ impl Buffer {
         self.batches.contains(&batch_id)
     }
 
-    /// Whether rows of `project` are here.
-    pub fn has_project(&self, project: &str) -> bool {
-        self.projects.contains(project)
+    /// The projects with rows here.
+    pub fn projects(&self) -> impl Iterator<Item = &str> {
+        self.projects.iter().map(|p| &**p)
     }
 
     pub fn is_empty(&self) -> bool {
