@@ -145,7 +145,12 @@ async fn put_tenant(
 ) -> Result<Json<Value>, ApiError> {
     let key = key(&raw)?;
     let req: TenantRequest = body(&headers, raw_body)?;
-    let cache = cache(&app)?;
+    let mut cache = cache(&app)?;
+    if !cache.plans.contains_key(&req.plan) {
+        // Pushed through another router less than a refresh period ago, perhaps.
+        app.cluster.refresh_meta().await?;
+        cache = self::cache(&app)?;
+    }
     let mut problems = Problems::default();
     let name = problems.check("display_name", normalize_name(&req.display_name));
     let email = problems.check("owner_email", normalize_email(&req.owner_email));
