@@ -1405,6 +1405,29 @@ mod tests {
         assert_eq!(s.execute(ask("t", "i3")), Refused(Refusal::EmailTaken), "the owner exists now");
     }
 
+    /// Snapshots written before the admin commands existed still restore.
+    #[test]
+    fn snapshots_without_the_admin_state_restore() {
+        let (mut s, _) = state_with_user();
+        id_of(put_tenant(&mut s, "t", "Acme", "pro", false));
+        let mut old = serde_json::to_value(&s).unwrap();
+        for field in [
+            "tenants",
+            "managed_projects",
+            "managed_credentials",
+            "managed_plans",
+            "managed_quotas",
+            "alert_rules",
+            "deleted_projects",
+        ] {
+            assert!(old.as_object_mut().unwrap().remove(field).is_some(), "{field}");
+        }
+        let mut restored = MetaState::default();
+        restored.restore(&mut serde_json::to_vec(&old).unwrap().as_slice()).unwrap();
+        assert_eq!(restored.orgs.len(), 2);
+        assert!(restored.tenants.is_empty() && restored.deleted_projects.is_empty());
+    }
+
     /// The admin commands go through the Raft log as bincode like every other.
     #[test]
     fn admin_commands_survive_the_log_encoding() {
