@@ -234,6 +234,131 @@ pub struct RouterSeen {
     pub at_ms: i64,
 }
 
+// ---- Objects managed by Kubernetes resources (the operator, through the admin API) ----
+
+/// The Kubernetes resource an object is managed by (DESIGN A5/A11 `managed_by`). Such an
+/// object is read-only through the public API (409). Inside commands: fixed shape.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManagedBy {
+    /// `sextant.dev/v1alpha1`.
+    pub api_version: String,
+    pub kind: String,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub uid: String,
+}
+
+/// An org created from a Tenant resource, by the resource's key (its Kubernetes UID). Built by
+/// meta, never carried in a command, so fields may be added (with `#[serde(default)]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ManagedOrg {
+    pub key: String,
+    pub org_id: OrgId,
+    pub owner_email: String,
+    pub suspended: bool,
+    pub managed_by: ManagedBy,
+    /// Set once the tenant was deleted: the key is never reused for another org.
+    #[serde(default)]
+    pub deleted_at_ms: Option<i64>,
+}
+
+/// A project created from a Project resource. Built by meta.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ManagedProject {
+    pub key: String,
+    pub project_id: ProjectId,
+    pub org_id: OrgId,
+    pub managed_by: ManagedBy,
+    /// Set once deleted (with all its data): the key is never reused for another project.
+    #[serde(default)]
+    pub deleted_at_ms: Option<i64>,
+}
+
+/// A credential issued by the admin API for a managed project (the pair in the Project's
+/// Secret). Built by meta.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ManagedCredential {
+    pub credential_id: String,
+    pub project_key: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanPrice {
+    pub amount_cents: u64,
+    /// ISO 4217.
+    pub currency: String,
+    /// `month` or `year`.
+    pub interval: String,
+}
+
+/// What a Plan resource adds to its catalog entry ([`Plan`]). Built by meta.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ManagedPlan {
+    pub name: String,
+    pub display_name: Option<String>,
+    pub price: Option<PlanPrice>,
+    pub managed_by: ManagedBy,
+}
+
+/// A Quota resource: overrides for one org or one project of it. Its request rate also lives
+/// in [`Quota`] (same id), which is what the rate limiters read. Built by meta.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ManagedQuota {
+    pub key: String,
+    pub org_id: OrgId,
+    pub project_id: Option<ProjectId>,
+    pub monthly_bytes: Option<u64>,
+    pub monthly_events: Option<u64>,
+    pub ingest_rps: Option<u32>,
+    /// Hard refuses ingest over the limit; soft only reports it.
+    pub hard: bool,
+    pub managed_by: ManagedBy,
+}
+
+/// Metrics an alert rule may watch (DESIGN A5).
+pub const ALERT_METRICS: [&str; 9] = [
+    "error_rate",
+    "error_count",
+    "span_count",
+    "p95_latency_ms",
+    "p99_latency_ms",
+    "log_count",
+    "cpu_percent",
+    "memory_used_bytes",
+    "disk_used_percent",
+];
+pub const ALERT_COMPARISONS: [&str; 4] = [">", ">=", "<", "<="];
+
+/// Inside commands: fixed shape.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AlertFilter {
+    pub service: Option<String>,
+    pub operation: Option<String>,
+    pub level: Option<String>,
+    pub query: Option<String>,
+    pub hostname: Option<String>,
+}
+
+/// An alert rule of a project (DESIGN A5). Built by meta.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AlertRule {
+    pub id: String,
+    pub project_id: ProjectId,
+    pub name: String,
+    pub metric: String,
+    pub filter: AlertFilter,
+    pub comparison: String,
+    pub threshold: f64,
+    pub window_minutes: u32,
+    pub enabled: bool,
+    pub created_at_ms: i64,
+    pub updated_at_ms: i64,
+    pub managed_by: Option<ManagedBy>,
+    /// Key of the AlertRule resource, for managed rules.
+    #[serde(default)]
+    pub key: Option<String>,
+}
+
 // Commands travel in the Raft log as bincode: no `skip_serializing_if`, untagged or internally
 // tagged enums here, new variants only at the end, and records already inside commands
 // (`Org`, `User`, `Project`, `Credential`) keep their fields, or old logs stop replaying.
@@ -339,6 +464,96 @@ pub enum MetaCommand {
     RouterLeft {
         router_id: String,
     },
+    // ---- Admin API (objects managed by Kubernetes resources), keyed by the resource's UID so
+    // that the operator's retries are harmless. Kept contiguous. ----
+    /// Creates the org of a Tenant (with `org`'s id, default project slot and creation time)
+    /// or updates its name, plan, owner email and suspension. Answers `Keyed` with the org id.
+    PutTenant {
+        key: String,
+        org: Org,
+        owner_email: String,
+        suspended: bool,
+        managed_by: ManagedBy,
+    },
+    /// Deletes a tenant's org, its users and sessions, and the projects not managed by Project
+    /// resources (with their data). Refused while a managed project of it remains; an unknown
+    /// or already deleted key is done.
+    DeleteTenant {
+        key: String,
+        now_ms: i64,
+    },
+    /// Creates the project of a Project resource in the org of tenant `tenant_key`, or renames
+    /// it. Answers `Keyed` with the project id.
+    PutManagedProject {
+        key: String,
+        tenant_key: String,
+        project: Project,
+        managed_by: ManagedBy,
+    },
+    /// Adds `credentials` to the project of `key` and deletes the ones earlier calls added.
+    IssueManagedCredentials {
+        key: String,
+        credentials: Vec<Credential>,
+    },
+    /// Marks the project of `key` deleted: its credentials, quotas and rules go now, its data
+    /// with the storage nodes' next retention pass. Unknown or deleted keys are done.
+    DeleteManagedProject {
+        key: String,
+        now_ms: i64,
+    },
+    /// Adds or replaces a catalog entry from a Plan resource (rate limits already set on the
+    /// entry are kept).
+    PutManagedPlan {
+        plan: Plan,
+        display_name: Option<String>,
+        price: Option<PlanPrice>,
+        managed_by: ManagedBy,
+    },
+    /// A Plan resource is gone: a default catalog entry returns to its default, another one is
+    /// removed (refused while an org is on it). Entries not managed by a resource stay.
+    DeleteManagedPlan {
+        name: String,
+    },
+    /// Exactly one of `tenant_key` and `project_key`.
+    PutManagedQuota {
+        key: String,
+        tenant_key: Option<String>,
+        project_key: Option<String>,
+        monthly_bytes: Option<u64>,
+        monthly_events: Option<u64>,
+        ingest_rps: Option<u32>,
+        hard: bool,
+        managed_by: ManagedBy,
+    },
+    DeleteManagedQuota {
+        key: String,
+    },
+    /// Creates (with `id`) or updates the rule of an AlertRule resource. Answers `Keyed` with
+    /// the rule id.
+    PutManagedAlertRule {
+        key: String,
+        project_key: String,
+        id: String,
+        name: String,
+        metric: String,
+        filter: AlertFilter,
+        comparison: String,
+        threshold: f64,
+        window_minutes: u32,
+        enabled: bool,
+        now_ms: i64,
+        managed_by: ManagedBy,
+    },
+    DeleteManagedAlertRule {
+        key: String,
+    },
+    /// An owner invitation for the owner email of tenant `key` (org, email and role are set by
+    /// meta): how the first person gets into an org made by a Tenant resource. Replaces the
+    /// earlier pending invitations of that email. Answers `Keyed` with the org id.
+    InviteTenantOwner {
+        key: String,
+        invite: Invite,
+    },
 }
 
 /// Why meta refused a command. Decided by the state machine so that concurrent requests on
@@ -356,6 +571,14 @@ pub enum Refusal {
     /// An already rotated refresh token came back: the family is now revoked.
     SessionReused,
     InvalidInvite,
+    /// The object is managed by a Kubernetes resource: read-only through the public API.
+    Managed,
+    /// A tenant still has projects managed by Project resources.
+    ProjectsRemain,
+    /// The key belongs to a deleted project or tenant.
+    Deleted,
+    /// A plan that orgs are on cannot be removed.
+    PlanInUse,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -369,6 +592,10 @@ pub enum MetaCommandResult {
         user: Member,
     },
     Refused(Refusal),
+    /// The id of the object a keyed admin command created or updated.
+    Keyed {
+        id: String,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -418,6 +645,21 @@ pub struct MetaView {
     pub quotas: Vec<Quota>,
     #[serde(default)]
     pub trials: Vec<OrgTrial>,
+    #[serde(default)]
+    pub managed_orgs: Vec<ManagedOrg>,
+    #[serde(default)]
+    pub managed_projects: Vec<ManagedProject>,
+    #[serde(default)]
+    pub managed_credentials: Vec<ManagedCredential>,
+    #[serde(default)]
+    pub managed_plans: Vec<ManagedPlan>,
+    #[serde(default)]
+    pub managed_quotas: Vec<ManagedQuota>,
+    #[serde(default)]
+    pub alert_rules: Vec<AlertRule>,
+    /// Deleted projects: storage nodes drop their data, routers refuse them.
+    #[serde(default)]
+    pub deleted_projects: Vec<ProjectId>,
 }
 
 #[cfg(test)]

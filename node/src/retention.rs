@@ -1,5 +1,7 @@
 //! Keeps every hosted shard's retention policy in line with meta: a project keeps its data
-//! for its org's plan's `retention_days` (DESIGN A6); the compactor does the dropping.
+//! for its org's plan's `retention_days` (DESIGN A6), and a deleted project keeps nothing; the
+//! compactor does the dropping (and the flusher writes out buffers holding deleted projects'
+//! rows, so those go too).
 //!
 //! The view is read through the meta leader (a linearizable read), never from a possibly
 //! stale local replica: a lagging view could apply a shorter, outdated retention and delete
@@ -15,7 +17,8 @@ use sextant_proto::MetaRequest;
 use crate::host::NodeHost;
 use crate::segment::compaction::RetentionPolicy;
 
-const EVERY: Duration = Duration::from_secs(60);
+/// Also how long a deleted project's data can outlive its deletion, plus one compaction pass.
+const EVERY: Duration = Duration::from_secs(10);
 const DAY_NS: i64 = 86_400 * 1_000_000_000;
 
 /// The policy `view` implies at `now_ns`.
@@ -32,7 +35,8 @@ pub fn policy(view: &MetaView, now_ns: i64) -> RetentionPolicy {
             Some((p.id.to_string(), now_ns.saturating_sub(i64::from(d) * DAY_NS)))
         })
         .collect();
-    RetentionPolicy { cutoffs, deleted: Default::default() }
+    let deleted = view.deleted_projects.iter().map(|p| p.to_string()).collect();
+    RetentionPolicy { cutoffs, deleted }
 }
 
 /// Asks the meta leader for the view, through any node that answers.
@@ -99,5 +103,15 @@ mod tests {
         assert_eq!(p.cutoffs.get(&a.id.to_string()), Some(&(now - 7 * DAY_NS)));
         assert!(!p.cutoffs.contains_key(&b.id.to_string()), "enterprise keeps everything");
         assert!(!p.cutoffs.contains_key(&c.id.to_string()), "unknown plan keeps everything");
+        assert!(p.deleted.is_empty());
+    }
+
+    #[test]
+    fn deleted_projects_keep_nothing() {
+        let gone = ProjectId::random();
+        let view = MetaView { deleted_projects: vec![gone], plans: default_plans(), ..Default::default() };
+        let p = policy(&view, 100 * DAY_NS);
+        assert!(p.expired(&gone.to_string(), i64::MAX), "a deleted project's rows expire whatever their time");
+        assert!(!p.expired(&ProjectId::random().to_string(), 0));
     }
 }

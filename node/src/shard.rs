@@ -93,9 +93,14 @@ impl SegmentShard {
         })
     }
 
-    /// True when the buffer should be flushed now (by size or age).
+    /// True when the buffer should be flushed now: by size or age, or because it holds rows of
+    /// a deleted project (flushed, they are dropped by the next compaction, and the Raft log
+    /// holding them is purged).
     pub fn wants_flush(&self) -> bool {
-        !self.active.is_empty() && (self.active.bytes >= FLUSH_BYTES || self.active.since.elapsed() >= FLUSH_AGE)
+        !self.active.is_empty()
+            && (self.active.bytes >= FLUSH_BYTES
+                || self.active.since.elapsed() >= FLUSH_AGE
+                || self.active.projects().any(|p| self.retention.deleted.contains(p)))
     }
 
     /// Segments of `table` and their bytes on disk.
@@ -824,6 +829,22 @@ mod tests {
         let s = SegmentShard::open(dir.path()).unwrap();
         let spans = |p: &str| scan_all(&s, Table::Spans, p, Filter::default()).len();
         assert_eq!((spans("short"), spans("long"), spans("gone")), (1, 1, 0));
+    }
+
+    #[test]
+    fn a_buffer_holding_rows_of_a_deleted_project_wants_a_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        ingest(&mut s, 1, 1, batch("kept", vec![span("a", "x", 10)]));
+        let deleted = |p: &str| RetentionPolicy { deleted: HashSet::from([p.to_owned()]), ..Default::default() };
+        s.set_retention(deleted("other"));
+        assert!(!s.wants_flush(), "small, young, and nothing of a deleted project");
+        ingest(&mut s, 2, 2, batch("gone", vec![span("b", "x", 10)]));
+        assert!(!s.wants_flush());
+        s.set_retention(deleted("gone"));
+        assert!(s.wants_flush());
+        checkpoint(&mut s, 2);
+        assert!(!s.wants_flush(), "flushed: the compactor takes it from there");
     }
 
     mod model {

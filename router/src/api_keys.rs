@@ -38,7 +38,17 @@ pub async fn list(
         .credentials
         .values()
         .filter(|c| c.kind == CredentialKind::ApiKey && !c.revoked && c.project_id == session.project_id)
-        .map(|c| (c.id.clone(), key_json(c)))
+        .map(|c| {
+            let mut v = key_json(c);
+            // Keys in a Project resource's Secret are read-only here (DELETE answers 409).
+            let managed_by = cache
+                .managed_credentials
+                .get(&c.id)
+                .and_then(|key| cache.managed_projects.get(key))
+                .map(|m| &m.managed_by);
+            v["managed_by"] = json!(managed_by);
+            (c.id.clone(), v)
+        })
         .collect();
     items.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(Json(page.apply(items)))

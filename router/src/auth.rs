@@ -76,6 +76,9 @@ pub fn verify_credential(app: &AppState, kind: CredentialKind, presented: &str) 
     }
 }
 
+/// What every request of a suspended org (Tenant resource with `suspended: true`) gets.
+pub const SUSPENDED: ApiError = ApiError::Forbidden("org_suspended", "the organization is suspended");
+
 /// A credential's bearer, admitted by its rate limit: the project it writes to.
 pub fn admit_credential(app: &AppState, kind: CredentialKind, presented: &str) -> Result<ProjectId, ApiError> {
     let credential = verify_credential(app, kind, presented)?;
@@ -85,6 +88,10 @@ pub fn admit_credential(app: &AppState, kind: CredentialKind, presented: &str) -
         CredentialKind::ApiKey => Class::Ingest,
         CredentialKind::IngestToken => Class::Analytics,
     };
+    let project = cache.projects.get(&credential.project_id).ok_or(ApiError::Unauthorized("invalid credential"))?;
+    if cache.suspended(&project.org_id) {
+        return Err(SUSPENDED);
+    }
     let now = chrono::Utc::now().timestamp_millis();
     let overrides = cache.project_rate_overrides(&credential.project_id);
     app.limits.check(class, &credential.id, &overrides, cache.live_routers(now))?;
@@ -267,6 +274,11 @@ impl Session {
     }
 }
 
+/// Endpoints about the org rather than one project: they serve an org without projects.
+fn org_scoped(path: &str) -> bool {
+    path == "/projects" || path.starts_with("/api/org/")
+}
+
 /// The bearer token of a request, if any.
 pub fn bearer(headers: &HeaderMap) -> Option<&str> {
     headers
@@ -303,11 +315,20 @@ impl FromRequestParts<Arc<AppState>> for Session {
         let overrides = cache.rate_overrides(&user.org_id, None);
         app.limits.check(Class::Api, &user.id.to_string(), &overrides, cache.live_routers(now))?;
         let org = cache.orgs.get(&claims.org).ok_or(REVOKED)?;
+        if cache.suspended(&org.id) {
+            return Err(SUSPENDED);
+        }
         let requested =
             parts.headers.get("x-project-id").and_then(|v| v.to_str().ok()).map(str::to_owned).or_else(|| {
                 parts.uri.query().and_then(|q| url_pairs(q).find(|(k, _)| k == "project_id").map(|(_, v)| v))
             });
         let project_id = match requested {
+            // An org made by a Tenant has no project before its first Project resource, and
+            // its default may have been deleted.
+            // its default may have been deleted. Org-level endpoints do not need one.
+            None if !cache.projects.contains_key(&org.default_project) && !org_scoped(parts.uri.path()) => {
+                return Err(ApiError::NotFound("project not found: the organization has no project".into()))
+            }
             None => org.default_project,
             Some(p) => {
                 // A foreign or unknown project is indistinguishable from a missing one.

@@ -7,8 +7,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use sextant_model::meta::{
-    Credential, Member, MetaCommand, MetaCommandResult, MetaQuery, MetaView, Org, Plan, Project, Quota,
-    RateLimitOverrides, ROUTER_LIVE_MS,
+    AlertRule, Credential, ManagedOrg, ManagedPlan, ManagedProject, ManagedQuota, Member, MetaCommand,
+    MetaCommandResult, MetaQuery, MetaView, Org, Plan, Project, Quota, RateLimitOverrides, ROUTER_LIVE_MS,
 };
 use sextant_model::{OrgId, ProjectId, UserId};
 use sextant_proto::client::{Authed, Channels};
@@ -53,6 +53,16 @@ pub struct MetaCache {
     pub quotas: Vec<Quota>,
     /// Latest heartbeat of every router, in the routers' own clocks.
     pub routers: Vec<i64>,
+    /// Orgs of Tenant resources, by org id.
+    pub managed_orgs: HashMap<OrgId, ManagedOrg>,
+    /// Projects of Project resources, by resource key.
+    pub managed_projects: HashMap<String, ManagedProject>,
+    /// Credentials issued through the admin API: credential id -> project key.
+    pub managed_credentials: HashMap<String, String>,
+    pub managed_plans: HashMap<String, ManagedPlan>,
+    pub managed_quotas: HashMap<String, ManagedQuota>,
+    pub alert_rules: Vec<AlertRule>,
+    pub deleted_projects: HashSet<ProjectId>,
 }
 
 impl From<MetaView> for MetaCache {
@@ -69,6 +79,13 @@ impl From<MetaView> for MetaCache {
             plans: v.plans.into_iter().map(|p| (p.name.clone(), p)).collect(),
             quotas: v.quotas,
             routers: v.routers.into_iter().map(|r| r.at_ms).collect(),
+            managed_orgs: v.managed_orgs.into_iter().map(|o| (o.org_id, o)).collect(),
+            managed_projects: v.managed_projects.into_iter().map(|p| (p.key.clone(), p)).collect(),
+            managed_credentials: v.managed_credentials.into_iter().map(|c| (c.credential_id, c.project_key)).collect(),
+            managed_plans: v.managed_plans.into_iter().map(|p| (p.name.clone(), p)).collect(),
+            managed_quotas: v.managed_quotas.into_iter().map(|q| (q.key.clone(), q)).collect(),
+            alert_rules: v.alert_rules,
+            deleted_projects: v.deleted_projects.into_iter().collect(),
         }
     }
 }
@@ -92,6 +109,16 @@ impl MetaCache {
             layers.push(&plan.rate_limits);
         }
         layers
+    }
+
+    /// Whether `org` was suspended through its Tenant resource.
+    pub fn suspended(&self, org: &OrgId) -> bool {
+        self.managed_orgs.get(org).is_some_and(|o| o.suspended)
+    }
+
+    /// The Kubernetes resource managing project `id`, if any.
+    pub fn project_manager(&self, id: &ProjectId) -> Option<&ManagedProject> {
+        self.managed_projects.values().find(|m| m.project_id == *id)
     }
 
     /// [`Self::rate_overrides`] of the org owning `project`.

@@ -120,6 +120,16 @@ impl From<Refusal> for ApiError {
                 ApiError::Unauthorized("the session is invalid or expired; sign in again")
             }
             Refusal::InvalidInvite => ApiError::Unauthorized("the invitation is invalid, used or expired"),
+            Refusal::Managed => ApiError::Conflict(
+                "managed_by_resource",
+                "this object is managed by a Kubernetes resource; change or delete that resource instead",
+            ),
+            Refusal::ProjectsRemain => ApiError::Conflict(
+                "projects_remain",
+                "the tenant still has projects managed by Project resources; delete those first",
+            ),
+            Refusal::Deleted => ApiError::Conflict("deleted", "this key belongs to an object that was deleted"),
+            Refusal::PlanInUse => ApiError::Conflict("plan_in_use", "organizations are still on this plan"),
         }
     }
 }

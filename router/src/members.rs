@@ -26,7 +26,7 @@ use crate::AppState;
 const INVITE_PREFIX: &str = "sxi_";
 
 /// A new invitation token: `sxi_<id>_<secret>`, and the id and secret hash meta keeps.
-fn new_invite_token() -> (String, String, String) {
+pub fn new_invite_token() -> (String, String, String) {
     let mut id = [0u8; 8];
     let mut secret = [0u8; 32];
     rand::thread_rng().fill_bytes(&mut id);

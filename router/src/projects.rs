@@ -44,7 +44,11 @@ pub async fn list(
         .projects
         .values()
         .filter(|p| p.org_id == session.user.org_id)
-        .map(|p| (p.id.to_string(), project_json(p, None, Some(p.id) == default)))
+        .map(|p| {
+            let mut v = project_json(p, None, Some(p.id) == default);
+            v["managed_by"] = json!(cache.project_manager(&p.id).map(|m| &m.managed_by));
+            (p.id.to_string(), v)
+        })
         .collect();
     items.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(Json(page.apply(items)))

@@ -20,6 +20,8 @@ pub struct Buffer {
     /// (project, trace id) -> positions of its spans in `rows`.
     traces: HashMap<(Arc<str>, String), Vec<u32>>,
     batches: HashSet<u128>,
+    /// Projects with rows here.
+    projects: HashSet<Arc<str>>,
     /// Batches aborted while still here: skipped by reads and by the flush.
     pub aborted: HashSet<u128>,
     /// Approximate heap size, for flush-by-size.
@@ -33,6 +35,7 @@ impl Default for Buffer {
             rows: Vec::new(),
             traces: HashMap::new(),
             batches: HashSet::new(),
+            projects: HashSet::new(),
             aborted: HashSet::new(),
             bytes: 0,
             since: Instant::now(),
@@ -62,6 +65,9 @@ impl Buffer {
             self.rows.push(BufferedRow { project: project.clone(), row, batch_id });
         }
         self.batches.insert(batch_id);
+        if self.rows.len() > before {
+            self.projects.insert(project);
+        }
         // Decoded rows take roughly three times their protobuf size.
         self.bytes += encoded_len * 3;
         (self.rows.len() - before) as u64
@@ -69,6 +75,11 @@ impl Buffer {
 
     pub fn contains(&self, batch_id: u128) -> bool {
         self.batches.contains(&batch_id)
+    }
+
+    /// The projects with rows here.
+    pub fn projects(&self) -> impl Iterator<Item = &str> {
+        self.projects.iter().map(|p| &**p)
     }
 
     pub fn is_empty(&self) -> bool {
