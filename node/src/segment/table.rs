@@ -340,7 +340,7 @@ pub fn to_segment_batch(
                 V::S(if parent_refs.get(i).is_some_and(|d| *d != 0) { "" } else { &s.parent_span_id }),
                 V::S(&s.service_name),
                 V::S(&s.operation),
-                V::I(s.duration_nanos as i64),
+                V::I(layout.stored_duration(s.duration_nanos)),
                 V::I4(s.status),
                 V::B(split.push(&s.attributes)),
                 b,
