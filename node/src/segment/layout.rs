@@ -93,11 +93,10 @@ pub fn parent_refs(rows: &[RowRef<'_>]) -> Vec<i32> {
         let end = (start..rows.len()).find(|&i| key(i) != key(start)).unwrap_or(rows.len());
         let by_id: HashMap<&str, usize> =
             (start..end).filter_map(|i| span(i).map(|s| (s.span_id.as_str(), i))).collect();
-        for i in start..end {
-            if let Some(&p) = span(i).and_then(|s| by_id.get(s.parent_span_id.as_str())) {
-                if p != i && !span(i).is_some_and(|s| s.parent_span_id.is_empty()) {
-                    refs[i] = i as i32 - p as i32;
-                }
+        for (i, slot) in refs.iter_mut().enumerate().take(end).skip(start) {
+            let Some(s) = span(i).filter(|s| !s.parent_span_id.is_empty()) else { continue };
+            if let Some(&p) = by_id.get(s.parent_span_id.as_str()).filter(|&&p| p != i) {
+                *slot = i as i32 - p as i32;
             }
         }
         start = end;
@@ -148,7 +147,7 @@ pub fn assemble(rb: RecordBatch) -> Result<RecordBatch, ArrowError> {
     RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
 }
 
-fn binary<'a>(rb: &'a RecordBatch, i: usize) -> &'a BinaryArray {
+fn binary(rb: &RecordBatch, i: usize) -> &BinaryArray {
     rb.column(i).as_any().downcast_ref::<BinaryArray>().expect("binary column")
 }
 
