@@ -12,7 +12,8 @@ import shutil
 import sys
 import tempfile
 
-KIND, NDJSON, OURS = sys.argv[1], sys.argv[2], float(sys.argv[3])
+# Set from the command line by main(); scripts/bench_reads.py imports SCHEMAS and ORDER.
+KIND, NDJSON, OURS = None, None, 0.0
 
 # The same columns Sextant stores; attributes as a Map like OpenTelemetry exporters for
 # ClickHouse do (otel_traces / otel_logs tables), sorted like Sextant's segments.
@@ -64,6 +65,8 @@ def du(path):
 
 
 def main():
+    global KIND, NDJSON, OURS
+    KIND, NDJSON, OURS = sys.argv[1], sys.argv[2], float(sys.argv[3])
     work = tempfile.mkdtemp(prefix="sextant-peers-")
     flat = os.path.join(work, "rows.ndjson")
     n = 0

@@ -36,12 +36,38 @@ pub struct StorageBenchArgs {
     /// Trace lookups to time (spans only).
     #[arg(long, default_value_t = 2000)]
     pub lookups: usize,
+    /// Only write the objects to `--ndjson` (no storage engine): the data set of the read
+    /// benchmarks (`scripts/bench_reads.sh`), which load it into `sextant dev` and ClickHouse.
+    #[arg(long, requires = "ndjson")]
+    pub ndjson_only: bool,
 }
 
 const BATCH: usize = 1000;
 
+/// The batches `run` would store, seeded the same way, as JSON lines only.
+fn write_ndjson(args: &StorageBenchArgs) -> anyhow::Result<()> {
+    let path = args.ndjson.as_ref().expect("clap requires --ndjson");
+    let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
+    let mut objects = 0u64;
+    for b in 0..args.objects.div_ceil(BATCH) {
+        let body = crate::loadgen::templates(&args.kind, BATCH, 1, b as u64)?.remove(0).render(b as u64);
+        let value: Value = serde_json::from_slice(&body)?;
+        for o in value[args.kind.as_str()].as_array().into_iter().flatten() {
+            serde_json::to_writer(&mut out, o)?;
+            out.write_all(b"\n")?;
+            objects += 1;
+        }
+    }
+    out.flush()?;
+    println!("{}", json!({ "kind": args.kind, "objects": objects, "ndjson": path }));
+    Ok(())
+}
+
 pub fn run(args: StorageBenchArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.kind == "spans" || args.kind == "logs", "--kind must be spans or logs");
+    if args.ndjson_only {
+        return write_ndjson(&args);
+    }
     let shard_dir = args.dir.join("shard");
     anyhow::ensure!(!shard_dir.exists(), "{} already exists", shard_dir.display());
     let mut shard = SegmentShard::open(&shard_dir)?;

@@ -170,9 +170,11 @@ impl NodeHost {
             check,
         );
         let server = tokio::spawn(async move {
-            let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+            // The builder's `tcp_nodelay` only applies to listeners tonic binds itself: on
+            // these accepted sockets Nagle's algorithm would hold a reply's last small frame
+            // until the peer's delayed ACK (~40 ms on every RPC).
+            let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
             let result = tonic::transport::Server::builder()
-                .tcp_nodelay(true)
                 .add_service(raft_svc)
                 .add_service(storage_svc)
                 .serve_with_incoming(incoming)

@@ -400,6 +400,36 @@ impl ScanJob {
         }
         Ok(())
     }
+
+    /// Like [`run_each`](Self::run_each) for "the newest rows first, up to a page": the
+    /// buffered rows, then the candidate row groups of every segment, latest-ending first.
+    /// Before each row group, `enough(t)` is asked with the latest time it can hold: true ends
+    /// the scan (the caller already has a page of rows newer than `t`, and every row group left
+    /// ends at or before `t`).
+    pub fn run_newest_first<E: From<io::Error>>(
+        self,
+        mut enough: impl FnMut(i64) -> bool,
+        mut f: impl FnMut(RecordBatch) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let hidden = |b: u128| self.tombstones.contains(&b);
+        for rb in self.buffered {
+            f(rb)?;
+        }
+        let mut groups: Vec<(i64, usize, usize)> = Vec::new();
+        for (s, segment) in self.segments.iter().enumerate() {
+            groups.extend(segment.row_groups_by_time(&self.scan).into_iter().map(|(rg, max)| (max, s, rg)));
+        }
+        groups.sort_unstable_by(|a, b| b.cmp(a));
+        for (max, s, rg) in groups {
+            if enough(max) {
+                break;
+            }
+            for rb in self.segments[s].scan_row_groups(&self.scan, vec![rg], &hidden)? {
+                f(rb)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Writes `rows` of one table and hour as segment `id`; a spans segment gets its trace

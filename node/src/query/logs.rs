@@ -6,7 +6,7 @@ use sextant_model::text::LogQuery;
 use sextant_proto::{KeyedLog, LogKey, LogRecord, LogSearchPartial, LogSearchPlan, QueryRequest};
 use xxhash_rust::xxh3::Xxh3;
 
-use super::{each_batch, Budget, QueryError};
+use super::{Budget, QueryError};
 use crate::segment::table::{decode_attributes, Cols};
 use crate::segment::{Filter, Scan, Table};
 use crate::shard::ScanJob;
@@ -43,9 +43,14 @@ pub fn run(
         // An unknown level in `q` matches nothing.
         levels.push(parse_level(l).map_or(-1, |l| l as i32));
     }
-    let mut top = TopLines::new(plan.limit as usize, req.group, plan.before.as_ref());
-    each_batch(job, budget, |rb| {
-        let c = Cols(rb);
+    // Row groups newest first: once a page of lines newer than everything left is kept, the
+    // scan stops (a common term reads a few row groups, not every line of the range).
+    let top = std::cell::RefCell::new(TopLines::new(plan.limit as usize, req.group, plan.before.as_ref()));
+    let enough = |t: i64| top.borrow().rejects(t);
+    job.run_newest_first(enough, |rb| {
+        budget.take(rb.num_rows())?;
+        let mut top = top.borrow_mut();
+        let c = Cols(&rb);
         let (time, level, service, message, trace, span, attrs) = (
             c.i64("time_ns"),
             c.i32("level"),
@@ -57,6 +62,10 @@ pub fn run(
         );
         for i in 0..rb.num_rows() {
             if !query.services.iter().all(|s| s == service.value(i)) || !levels.iter().all(|l| *l == level.value(i)) {
+                continue;
+            }
+            // Older than a full page: not hashed, not copied.
+            if top.rejects(time.value(i)) {
                 continue;
             }
             let mut h = Xxh3::new();
@@ -76,8 +85,9 @@ pub fn run(
                 attributes: decode_attributes(attrs.value(i)),
             });
         }
-        Ok(())
+        Ok::<(), QueryError>(())
     })?;
+    let top = top.into_inner();
     let logs = top.into_page();
     Ok(LogSearchPartial { logs })
 }
@@ -106,6 +116,12 @@ impl<'a> TopLines<'a> {
             Some(b) if (b.unix_nanos, b.group, b.content_hash) == (t, self.group, h) => b.duplicate + 1,
             _ => 0,
         }
+    }
+
+    /// Whether every line at time `t` or before is out of the page: the page is full and
+    /// its oldest line is newer than `t`.
+    fn rejects(&self, t: i64) -> bool {
+        self.visible >= self.limit && self.entries.first_key_value().is_some_and(|(&(oldest, _), _)| t < oldest)
     }
 
     fn visible_of(&self, t: i64, h: u64, copies: u32) -> usize {

@@ -241,3 +241,55 @@ fn log_pages_hold_every_line_once_however_many_are_identical() {
         assert_eq!(got, want, "limit {limit}: every line exactly once");
     }
 }
+
+#[test]
+fn log_search_reads_row_groups_newest_first_and_stops_at_a_full_page() {
+    let mut sh = Shard::new();
+    // Three segments of 10k lines (two row groups each) over overlapping time ranges, and 10k
+    // buffered lines: one line in 7 has the term.
+    let mut expected: Vec<(i64, String)> = Vec::new();
+    let mut total = 0u64;
+    for seg in 0..4i64 {
+        let logs: Vec<LogRecord> = (0..10_000i64)
+            .map(|i| {
+                let ms = 1000 + i * 3 + seg * 7_000;
+                let message = if (i + seg) % 7 == 0 { format!("Needle {i} of {seg}") } else { format!("hay {i}") };
+                if message.starts_with("Needle") {
+                    expected.push((ms, message.clone()));
+                }
+                LogRecord { unix_nanos: ms * MS, level: 3, service: "api".into(), message, ..Default::default() }
+            })
+            .collect();
+        total += logs.len() as u64;
+        sh.ingest("p", vec![], logs);
+        if seg < 3 {
+            sh.flush();
+        }
+    }
+    expected.sort_by(|a, b| b.cmp(a));
+    let page = |limit: u32, before: Option<sextant_proto::LogKey>| {
+        let plan = LogSearchPlan { query: "needle".into(), limit, before, ..Default::default() };
+        let reply = sh.query(query_request::Plan::Logs(plan), 1_000_000);
+        let Some(query_reply::Partial::Logs(p)) = reply.partial else { panic!("logs expected") };
+        (p.logs, reply.rows_scanned)
+    };
+    let (first, scanned) = page(100, None);
+    let got: Vec<(i64, String)> = first
+        .iter()
+        .map(|l| (l.log.as_ref().unwrap().unix_nanos / MS, l.log.as_ref().unwrap().message.clone()))
+        .collect();
+    assert_eq!(got, expected[..100]);
+    assert!(scanned < total / 2, "read {scanned} of {total} lines for one page: no early stop");
+    // Every page after it, down to the oldest line, exactly as the reference.
+    let mut seen = got;
+    let mut before = first.last().unwrap().key.clone();
+    loop {
+        let (p, _) = page(700, before.clone());
+        let Some(last) = p.last() else { break };
+        before = last.key.clone();
+        seen.extend(
+            p.iter().map(|l| (l.log.as_ref().unwrap().unix_nanos / MS, l.log.as_ref().unwrap().message.clone())),
+        );
+    }
+    assert_eq!(seen, expected);
+}

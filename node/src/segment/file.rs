@@ -20,6 +20,7 @@ use arrow_array::RecordBatch;
 use parquet::arrow::arrow_reader::{ArrowPredicateFn, ArrowReaderOptions, RowFilter};
 use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::PageIndexPolicy;
+use parquet::file::statistics::Statistics;
 
 use super::scan::Scan;
 use super::attribute_columns;
@@ -407,6 +408,38 @@ impl Segment {
             return Ok(Vec::new());
         }
         let row_groups = self.candidate_row_groups(scan);
+        self.scan_row_groups(scan, row_groups, hidden)
+    }
+
+    /// The candidate row groups of `scan` (see [`candidate_row_groups`](Self::candidate_row_groups)),
+    /// each with the latest time it can hold: its time column's maximum, else the segment's.
+    pub fn row_groups_by_time(&self, scan: &Scan) -> Vec<(usize, i64)> {
+        if !scan.wants_segment(self.meta.table, self.meta.min_ns, self.meta.max_ns) {
+            return Vec::new();
+        }
+        let time = self.meta.table.schema().index_of(self.meta.table.time_column()).ok();
+        let row_groups = self.reader.metadata().row_groups();
+        self.candidate_row_groups(scan)
+            .into_iter()
+            .map(|i| {
+                let max = time
+                    .and_then(|c| match row_groups[i].column(c).statistics()? {
+                        Statistics::Int64(v) => v.max_opt().copied(),
+                        _ => None,
+                    })
+                    .unwrap_or(self.meta.max_ns);
+                (i, max)
+            })
+            .collect()
+    }
+
+    /// The rows of `row_groups` (candidates of `scan`) that `scan` selects.
+    pub fn scan_row_groups(
+        &self,
+        scan: &Scan,
+        row_groups: Vec<usize>,
+        hidden: &dyn Fn(u128) -> bool,
+    ) -> io::Result<Vec<RecordBatch>> {
         if row_groups.is_empty() {
             return Ok(Vec::new());
         }

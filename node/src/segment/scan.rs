@@ -197,9 +197,7 @@ impl Scan {
                             && (f.levels.is_empty() || f.levels.contains(&c.i32("level").value(i)))
                             && is("trace_id", &f.trace_id)
                             && log_query.is_none_or(|q| {
-                                words.clear();
-                                words.extend(tokens(c.str("message").value(i)));
-                                q.matches_words(&words)
+                                message_matches(q, c.str("message").value(i), &mut words)
                                     && (q.attributes.is_empty() || {
                                         let attrs = decode_attributes(c.bin("attributes").value(i));
                                         q.attributes.iter().all(|(k, v)| {
@@ -223,10 +221,12 @@ impl Scan {
     /// Keeps the matching rows of `rb` and the requested columns.
     pub fn apply(&self, rb: &RecordBatch, hidden: &dyn Fn(u32) -> bool) -> Result<Option<RecordBatch>, ArrowError> {
         let mask = self.mask(rb, hidden);
-        if mask.true_count() == 0 {
-            return Ok(None);
-        }
-        let kept = arrow_select::filter::filter_record_batch(rb, &mask)?;
+        let kept = match mask.true_count() {
+            0 => return Ok(None),
+            // Every row matches (a scan of a whole range): no copy.
+            n if n == rb.num_rows() => rb.clone(),
+            _ => arrow_select::filter::filter_record_batch(rb, &mask)?,
+        };
         if self.columns.is_empty() {
             return Ok(Some(kept));
         }
@@ -250,6 +250,37 @@ impl Scan {
     }
 }
 
+/// `q.matches_words` on the tokens of `message`. ASCII messages (and queries without
+/// phrases) are checked on the message's bytes without building the tokens: a token is a
+/// maximal run of ASCII alphanumerics or `_`, equal to a query word when equal ignoring ASCII
+/// case (query words are lower-case already). Others go through [`tokens`].
+fn message_matches(q: &LogQuery, message: &str, words: &mut Vec<String>) -> bool {
+    if message.is_ascii() && q.phrases.is_empty() && q.words.len() <= 64 {
+        let mut found = 0u64;
+        let bytes = message.as_bytes();
+        let mut start = 0;
+        while start < bytes.len() {
+            let is_word = |b: &u8| b.is_ascii_alphanumeric() || *b == b'_';
+            let Some(s) = bytes[start..].iter().position(is_word).map(|p| start + p) else { break };
+            let e = bytes[s..].iter().position(|b| !is_word(b)).map_or(bytes.len(), |p| s + p);
+            let token = &message[s..e];
+            if q.excluded.iter().any(|w| token.eq_ignore_ascii_case(w)) {
+                return false;
+            }
+            for (k, w) in q.words.iter().enumerate() {
+                if token.eq_ignore_ascii_case(w) {
+                    found |= 1 << k;
+                }
+            }
+            start = e;
+        }
+        return found.count_ones() as usize == q.words.len();
+    }
+    words.clear();
+    words.extend(tokens(message));
+    q.matches_words(words)
+}
+
 /// An attribute value as text, the way `key:value` terms compare it.
 pub fn attribute_text(kv: &sextant_proto::KeyValue) -> Option<String> {
     use sextant_proto::any_value::Value;
@@ -260,4 +291,43 @@ pub fn attribute_text(kv: &sextant_proto::KeyValue) -> Option<String> {
         Value::BoolValue(b) => b.to_string(),
         Value::ArrayValue(_) => return None,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ascii_fast_path_matches_like_the_tokens() {
+        let messages = [
+            "Payment declined for order 4411: card_declined (insufficient funds)",
+            "payment_declined PAYMENT payments retry=3",
+            "GET /api/products/12 status=200",
+            "Zoë paid 3€ — payment ok",
+            "",
+            "   ",
+            "timeout timeout TIMEOUT",
+        ];
+        let queries = [
+            "payment",
+            "PAYMENT declined",
+            "payment -retry",
+            "card_declined",
+            "card declined",
+            "\"declined for\"",
+            "zoë",
+            "-timeout",
+            "timeout timeout",
+            "status 200 -api",
+            "",
+        ];
+        let mut scratch = Vec::new();
+        for q in queries {
+            let q = LogQuery::parse(q).unwrap();
+            for m in messages {
+                let reference = q.matches_words(&tokens(m).collect::<Vec<_>>());
+                assert_eq!(message_matches(&q, m, &mut scratch), reference, "{q:?} on {m:?}");
+            }
+        }
+    }
 }

@@ -1,0 +1,410 @@
+#!/usr/bin/env python3
+"""Observability reads, Sextant vs ClickHouse (chdb) on the same rows, in one run.
+
+1. `sextant bench-storage --ndjson-only` writes N spans and N log lines of the load
+   generator's data set as JSON lines.
+2. The same lines are posted to a release `sextant dev` (4 shards) through the ingest API and
+   inserted into ClickHouse (chdb, MergeTree, ZSTD(3), the schema and sort keys of
+   scripts/bench_storage_peers.py; the log table also has the OpenTelemetry exporter's
+   `tokenbf_v1` skip index on the message).
+3. Each query runs once to warm up, then RUNS times on each engine, one at a time: Sextant
+   end to end through its HTTP API (request sent to body received, JWT auth included),
+   ClickHouse in process (query to result formatted as CSV). The answers are compared.
+
+Usage: scripts/bench_reads.py --objects N [--runs R] [--work DIR] [--bin target/release/sextant]
+With --work DIR the generated files, Sextant's data directory and the ClickHouse database are
+kept there and reused by the next run (only the sextant process is restarted), so a changed
+query path can be re-measured on the same data.
+Needs: pip install chdb
+"""
+import argparse
+import http.client
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.parse
+from concurrent.futures import ThreadPoolExecutor, wait, FIRST_COMPLETED
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_storage_peers import ORDER, SCHEMAS  # noqa: E402
+
+SERVICE = "payments"  # trace list filter: a service that is never the root of a trace
+COMMON_TERM = "payment"  # one log template in ten
+
+
+def log(*a):
+    print(*a, file=sys.stderr, flush=True)
+
+
+def loadavg():
+    return os.getloadavg()[0]
+
+
+# ---------------------------------------------------------------- data set
+
+def generate(args, kind, path):
+    if os.path.exists(path + ".done"):
+        return json.load(open(path + ".done"))
+    t = time.time()
+    out = subprocess.run(
+        [args.bin, "bench-storage", "--kind", kind, "--objects", str(args.objects), "--dir",
+         os.path.join(args.work, "gen"), "--ndjson", path, "--ndjson-only"],
+        check=True, capture_output=True, text=True).stdout
+    info = json.loads(out)
+    info["generated_at_ms"] = int(t * 1000)
+    json.dump(info, open(path + ".done", "w"))
+    log(f"generated {info['objects']} {kind} in {time.time() - t:.0f}s")
+    return info
+
+
+# ---------------------------------------------------------------- sextant
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+class Sextant:
+    def __init__(self, args):
+        self.dir = os.path.join(args.work, "sextant")
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [args.bin, "dev", "--data-dir", self.dir, "--listen", f"127.0.0.1:{self.port}",
+             "--api-rps", "1000000", "--ingest-rps", "1000000", "--auth-rps", "100000"],
+            stdout=open(os.path.join(args.work, "sextant.log"), "a"), stderr=subprocess.STDOUT)
+        deadline = time.time() + 120
+        while True:
+            assert self.proc.poll() is None, "sextant dev exited; see sextant.log"
+            assert time.time() < deadline, "sextant dev did not become ready"
+            try:
+                if self.request("GET", "/readyz")[0] == 200 and os.path.exists(self.creds_path()):
+                    break
+            except OSError:
+                pass
+            time.sleep(0.2)
+        self.creds = json.load(open(self.creds_path()))
+        self.token, self.token_at = None, 0
+
+    def creds_path(self):
+        return os.path.join(self.dir, "credentials.json")
+
+    def request(self, method, path, body=None, headers=None, conn=None):
+        own = conn is None
+        conn = conn or http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+        conn.request(method, path, body, headers or {})
+        r = conn.getresponse()
+        data = r.read()
+        if own:
+            conn.close()
+        return r.status, data
+
+    def login(self):
+        # Access tokens last 15 minutes: renew every 5.
+        if self.token is None or time.time() - self.token_at > 300:
+            body = json.dumps({"email": self.creds["email"], "password": self.creds["password"]})
+            status, data = self.request("POST", "/auth/login", body, {"Content-Type": "application/json"})
+            assert status == 200, data
+            self.token, self.token_at = json.loads(data)["access_token"], time.time()
+        return self.token
+
+    def ingest(self, kind, path, batch=1000, threads=4):
+        """Posts the JSON lines of `path` in batches; every batch must be fully accepted."""
+        key = self.creds["api_key"]
+        local = threading.local()
+
+        def send(lines):
+            body = b'{"' + kind.encode() + b'":[' + b",".join(lines) + b"]}"
+            if not hasattr(local, "conn"):
+                local.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+            for attempt in range(50):
+                status, data = self.request("POST", f"/api/v1/ingest/{kind}", body,
+                                            {"X-API-Key": key, "Content-Type": "application/json"}, local.conn)
+                if status == 200:
+                    accepted = json.loads(data)["accepted"]
+                    assert accepted == len(lines), data
+                    return accepted
+                assert status in (429, 503), (status, data[:500])
+                time.sleep(0.1 * (attempt + 1))
+            raise RuntimeError("ingest kept failing")
+
+        t, sent, pending = time.time(), 0, set()
+        with ThreadPoolExecutor(threads) as ex, open(path, "rb") as f:
+            buf = []
+            for line in f:
+                buf.append(line.rstrip(b"\n"))
+                if len(buf) == batch:
+                    pending.add(ex.submit(send, buf))
+                    buf = []
+                    if len(pending) >= threads * 2:
+                        done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                        sent += sum(d.result() for d in done)
+            if buf:
+                pending.add(ex.submit(send, buf))
+            sent += sum(d.result() for d in pending)
+        secs = time.time() - t
+        log(f"ingested {sent} {kind} into sextant in {secs:.0f}s ({sent / secs:.0f}/s)")
+        return sent
+
+    def cpu_seconds(self):
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def settle(self, window=5.0, busy=0.05, bound=900):
+        """Waits until flushes and compactions are done: under `busy` of a core for `window` s."""
+        deadline = time.time() + bound
+        while time.time() < deadline:
+            a = self.cpu_seconds()
+            time.sleep(window)
+            if (self.cpu_seconds() - a) / window < busy:
+                return
+        log("warning: sextant still busy after the settle bound")
+
+    def get(self, path, conn):
+        status, data = self.request("GET", path, None, {"Authorization": f"Bearer {self.login()}"}, conn)
+        assert status == 200, (path, status, data[:500])
+        return data
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+
+
+# ---------------------------------------------------------------- clickhouse
+
+LOG_INDEX = ", INDEX idx_message message TYPE tokenbf_v1(32768, 3, 0) GRANULARITY 1"
+JSON_SETTINGS = ("SETTINGS input_format_json_read_numbers_as_strings = 1, "
+                 "input_format_json_read_bools_as_strings = 1, input_format_json_read_arrays_as_strings = 1")
+
+
+def clickhouse(args, spans_path, logs_path):
+    from chdb import session
+    path = os.path.join(args.work, "clickhouse")
+    fresh = not os.path.exists(os.path.join(args.work, "clickhouse.done"))
+    s = session.Session(path)
+    if fresh:
+        s.query("DROP DATABASE IF EXISTS b")
+        s.query("CREATE DATABASE b")
+        s.query(f"CREATE TABLE b.spans ({SCHEMAS['spans']}) ENGINE = MergeTree ORDER BY {ORDER['spans']}")
+        s.query(f"CREATE TABLE b.logs ({SCHEMAS['logs']}{LOG_INDEX}) ENGINE = MergeTree ORDER BY {ORDER['logs']}")
+        t = time.time()
+        # The same conversion as bench_storage_peers.rows(), done by ClickHouse itself.
+        s.query(f"""INSERT INTO b.spans SELECT trace_id, span_id, ifNull(parent_span_id, ''), service_name,
+            operation, parseDateTime64BestEffort(timestamp, 9), toUInt64(round(duration_ms * 1e6)),
+            ifNull(status, 'unset'), attributes
+            FROM file('{spans_path}', 'JSONEachRow', 'trace_id String, span_id String,
+              parent_span_id Nullable(String), service_name String, operation String, timestamp String,
+              duration_ms Float64, status Nullable(String), attributes Map(String, String)') {JSON_SETTINGS}""")
+        s.query(f"""INSERT INTO b.logs SELECT parseDateTime64BestEffort(timestamp, 9), upper(level), service,
+            message, ifNull(trace_id, ''), ifNull(span_id, ''), attributes
+            FROM file('{logs_path}', 'JSONEachRow', 'timestamp String, level String, service String,
+              message String, trace_id Nullable(String), span_id Nullable(String),
+              attributes Map(String, String)') {JSON_SETTINGS}""")
+        s.query("OPTIMIZE TABLE b.spans FINAL")
+        s.query("OPTIMIZE TABLE b.logs FINAL")
+        open(os.path.join(args.work, "clickhouse.done"), "w").write("ok")
+        log(f"loaded clickhouse in {time.time() - t:.0f}s")
+    return s
+
+
+def ch_rows(s, sql):
+    out = str(s.query(sql, "JSONCompact"))
+    return json.loads(out)["data"] if out.strip() else []
+
+
+# ---------------------------------------------------------------- queries
+
+def queries(rare, f_ms, t_ms):
+    rng = f"from={f_ms}&to={t_ms}"
+    w = f"ts >= fromUnixTimestamp64Milli(toInt64({f_ms})) AND ts < fromUnixTimestamp64Milli(toInt64({t_ms}))"
+    secs = (t_ms - f_ms) / 1000
+    apm = f"""SELECT service_name, operation, count() AS c, countIf(status = 'error') AS e, e / c, c / {secs},
+        avg(duration_ns) / 1e6, quantiles(0.5, 0.9, 0.95, 0.99)(duration_ns), max(duration_ns) / 1e6
+        FROM b.spans WHERE {w} GROUP BY service_name, operation ORDER BY c DESC"""
+    trace_cols = """trace_id, min(ts) AS start,
+        (max(toUnixTimestamp64Nano(ts) + duration_ns) - toUnixTimestamp64Nano(start)) / 1e6 AS duration_ms,
+        count() AS span_count, countIf(status = 'error') AS error_count,
+        arraySort(groupUniqArray(service_name)) AS services,
+        argMinIf(service_name, ts, parent_span_id = '') AS root_service,
+        argMinIf(operation, ts, parent_span_id = '') AS root_operation"""
+    traces = [
+        # Every trace with a span of the service (found through the sort key), summarised.
+        f"""SELECT {trace_cols} FROM b.spans
+            WHERE trace_id IN (SELECT trace_id FROM b.spans WHERE service_name = '{SERVICE}')
+            GROUP BY trace_id HAVING start >= fromUnixTimestamp64Milli(toInt64({f_ms}))
+              AND start < fromUnixTimestamp64Milli(toInt64({t_ms}))
+            ORDER BY start DESC, trace_id DESC LIMIT 100""",
+        # One pass over all spans, grouped by trace.
+        f"""SELECT {trace_cols} FROM b.spans WHERE {w}
+            GROUP BY trace_id HAVING countIf(service_name = '{SERVICE}') > 0
+            ORDER BY start DESC, trace_id DESC LIMIT 100""",
+    ]
+
+    def logs(term):
+        q = f"""SELECT ts, level, service, message, trace_id, span_id, attributes FROM b.logs
+            WHERE hasToken(message, '{term}') AND {w} ORDER BY ts DESC LIMIT 100"""
+        return [q + " SETTINGS use_skip_indexes = 1", q + " SETTINGS use_skip_indexes = 0"]
+
+    service_map = [
+        f"""SELECT service_name, count() AS c, countIf(status = 'error') / c, quantile(0.95)(duration_ns)
+            FROM b.spans WHERE {w} GROUP BY service_name""",
+        f"""SELECT p.service_name AS source, c.service_name AS target, count() AS calls,
+              countIf(c.status = 'error') AS errors, quantile(0.95)(c.duration_ns)
+            FROM (SELECT trace_id, parent_span_id, service_name, status, duration_ns FROM b.spans
+                  WHERE parent_span_id != '' AND {w}) AS c
+            INNER JOIN (SELECT trace_id, span_id, service_name FROM b.spans WHERE {w}) AS p
+              ON c.trace_id = p.trace_id AND c.parent_span_id = p.span_id
+            WHERE source != target GROUP BY source, target ORDER BY calls DESC""",
+    ]
+    enc = urllib.parse.quote
+    return [
+        ("APM percentiles, all endpoints", f"/api/v1/apm/endpoints?{rng}", [[apm]]),
+        (f"trace list, service={SERVICE}", f"/api/v1/traces?service={SERVICE}&limit=100&{rng}", [[q] for q in traces]),
+        (f"log search, rare term ({rare})", f"/api/v1/logs/search?q={enc(rare)}&limit=100&{rng}", [[q] for q in logs(rare)]),
+        (f"log search, common term ({COMMON_TERM})", f"/api/v1/logs/search?q={COMMON_TERM}&limit=100&{rng}",
+         [[q] for q in logs(COMMON_TERM)]),
+        ("service map", f"/api/v1/service-map?{rng}", [service_map]),
+    ]
+
+
+def agree(name, ours, theirs):
+    """Checks that both engines answered the same thing (where the answer is exact)."""
+    o = json.loads(ours)
+    if name.startswith("APM"):
+        a = {(e["service"], e["operation"]): e["count"] for e in o["items"]}
+        b = {(r[0], r[1]): int(r[2]) for r in theirs[0]}
+    elif name.startswith("trace list"):
+        a = [t["trace_id"] for t in o["items"]]
+        b = [r[0] for r in theirs[0]]
+    elif name.startswith("log search"):
+        # Lines with the same timestamp may be ordered differently: compare the times.
+        a = sorted(nanos(t["timestamp"]) for t in o["items"])
+        b = sorted(nanos(r[0]) for r in theirs[0])
+    else:
+        a = {(e["source"], e["target"]): e["call_count"] for e in o["edges"]}
+        b = {(r[0], r[1]): int(r[2]) for r in theirs[1]}
+    return a == b, len(a)
+
+
+def nanos(ts):
+    """'2026-11-23T04:20:00.123Z' or '2026-11-23 04:20:00.123000000' -> comparable key."""
+    m = re.match(r"(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d:\d\d)(?:\.(\d+))?Z?$", ts)
+    assert m, ts
+    return f"{m.group(1)} {m.group(2)}.{(m.group(3) or '').ljust(9, '0')}"
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, max(0, int(round(p * len(xs) + 0.5)) - 1))]
+
+
+def measure(args, sx, ch, rare, f_ms, t_ms):
+    results = []
+    conn = http.client.HTTPConnection("127.0.0.1", sx.port, timeout=300)
+    for name, path, variants in queries(rare, f_ms, t_ms):
+        load_before = loadavg()
+        ours, body = [], None
+        for i in range(args.runs + 1):
+            t = time.perf_counter()
+            body = sx.get(path, conn)
+            if i:
+                ours.append((time.perf_counter() - t) * 1000)
+        best, medians = None, []
+        for sqls in variants:
+            times, rows = [], None
+            for i in range(args.runs + 1):
+                t = time.perf_counter()
+                rows = [ch_rows(ch, q) for q in sqls]
+                if i:
+                    times.append((time.perf_counter() - t) * 1000)
+            v = {"sql": sqls, "median_ms": statistics.median(times), "p95_ms": pct(times, 0.95), "rows": rows}
+            medians.append(round(v["median_ms"], 1))
+            if best is None or v["median_ms"] < best["median_ms"]:
+                best = v
+        same, n = agree(name, body, best["rows"])
+        r = {
+            "query": name, "path": path,
+            "sextant_median_ms": statistics.median(ours), "sextant_p95_ms": pct(ours, 0.95),
+            "clickhouse_median_ms": best["median_ms"], "clickhouse_p95_ms": best["p95_ms"],
+            "clickhouse_sql": best["sql"],
+            "clickhouse_variants_median_ms": medians,
+            "same_answer": same, "answer_size": n,
+            "load_avg_1m": [round(load_before, 2), round(loadavg(), 2)],
+        }
+        r["ratio_clickhouse_over_sextant"] = r["clickhouse_median_ms"] / r["sextant_median_ms"]
+        results.append(r)
+        log(f"{name}: sextant {r['sextant_median_ms']:.1f} ms, clickhouse {r['clickhouse_median_ms']:.1f} ms, "
+            f"x{r['ratio_clickhouse_over_sextant']:.2f}, same answer: {same} ({n})")
+    return results
+
+
+def rare_term(path):
+    """A 12-hex event id from the middle of the log lines: a needle that occurs about once."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        f.seek(size // 2)
+        f.readline()
+        for line in f:
+            m = re.search(rb"order\.created id=([0-9a-f]{12}) ", line)
+            if m:
+                return m.group(1).decode()
+    raise RuntimeError("no event id found")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--objects", type=int, default=10_000_000)
+    ap.add_argument("--runs", type=int, default=10)
+    ap.add_argument("--work", default=None)
+    ap.add_argument("--bin", default="target/release/sextant")
+    args = ap.parse_args()
+    temporary = args.work is None
+    if temporary:
+        import tempfile
+        args.work = tempfile.mkdtemp(prefix="sextant-bench-reads-")
+    os.makedirs(args.work, exist_ok=True)
+    spans_path, logs_path = os.path.join(args.work, "spans.ndjson"), os.path.join(args.work, "logs.ndjson")
+    gs = generate(args, "spans", spans_path)
+    gl = generate(args, "logs", logs_path)
+    f_ms = min(gs["generated_at_ms"], gl["generated_at_ms"]) - 5 * 60_000
+
+    sx = Sextant(args)
+    try:
+        state = os.path.join(args.work, "sextant.done")
+        if not os.path.exists(state):
+            sx.ingest("spans", spans_path)
+            sx.ingest("logs", logs_path)
+            open(state, "w").write(str(int(time.time() * 1000)))
+        t_ms = int(open(state).read()) + 5 * 60_000
+        sx.settle()
+        log("sextant settled")
+        ch = clickhouse(args, spans_path, logs_path)
+        rare = rare_term(logs_path)
+        results = measure(args, sx, ch, rare, f_ms, t_ms)
+    finally:
+        sx.stop()
+        if temporary:
+            import shutil
+            shutil.rmtree(args.work, ignore_errors=True)
+    report = {"objects_per_kind": args.objects, "runs": args.runs, "from_ms": f_ms, "to_ms": t_ms,
+              "cpus": os.cpu_count(), "results": results}
+    print(json.dumps(report, indent=2))
+    print("\n| query | Sextant median ms | p95 | ClickHouse median ms | p95 | ClickHouse / Sextant | same answer |")
+    print("|---|---:|---:|---:|---:|---:|---|")
+    for r in results:
+        print(f"| {r['query']} | {r['sextant_median_ms']:.1f} | {r['sextant_p95_ms']:.1f} | "
+              f"{r['clickhouse_median_ms']:.1f} | {r['clickhouse_p95_ms']:.1f} | "
+              f"{r['ratio_clickhouse_over_sextant']:.2f} | {'yes' if r['same_answer'] else 'NO'} ({r['answer_size']}) |")
+
+
+if __name__ == "__main__":
+    main()
