@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::cohort::Cohort;
 use crate::ids::{OrgId, ProjectId, UserId};
 
 /// A refresh token stays valid this long after its last use.
@@ -339,6 +340,12 @@ pub enum MetaCommand {
     RouterLeft {
         router_id: String,
     },
+    /// Stores a cohort definition of a project of `org_id` (at most
+    /// [`crate::cohort::MAX_COHORTS_PER_PROJECT`] per project).
+    CreateCohort {
+        org_id: OrgId,
+        cohort: Cohort,
+    },
 }
 
 /// Why meta refused a command. Decided by the state machine so that concurrent requests on
@@ -381,6 +388,10 @@ pub enum MetaQuery {
     /// Members and pending invitations of an org.
     OrgMembers {
         org_id: OrgId,
+    },
+    /// The cohorts of a project (a `Vec<Cohort>`, oldest first).
+    Cohorts {
+        project_id: ProjectId,
     },
 }
 

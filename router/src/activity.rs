@@ -41,8 +41,12 @@ pub async fn timeseries(
     let (from, to) = params.range_or(30 * DAY_NS)?;
     let events = params.list("event")?;
     let starts = calendar::bucket_starts(from, to, interval, &tz).map_err(|e| calendar_error("interval", e))?;
-    let plan =
-        query_request::Plan::EventBuckets(EventBucketsPlan { events: events.clone(), bucket_starts: starts.clone() });
+    let cohort = crate::cohorts::filter(&app, &session, &params, to).await?;
+    let plan = query_request::Plan::EventBuckets(EventBucketsPlan {
+        events: events.clone(),
+        bucket_starts: starts.clone(),
+        cohort,
+    });
     let gathered = scatter(&app, &session.project_id, (starts[0], to), params.allow_partial()?, plan).await?;
     let mut sums = vec![EventBucket::default(); starts.len()];
     for (_, p) in &gathered.partials {
@@ -91,7 +95,9 @@ pub async fn active_users(
     lead.drain(..lead.len().saturating_sub(29));
     let first_reported = lead.len() as u32;
     let day_starts: Vec<i64> = lead.into_iter().chain(reported.iter().copied()).collect();
-    let plan = query_request::Plan::ActiveUsers(ActiveUsersPlan { day_starts: day_starts.clone(), first_reported });
+    let cohort = crate::cohorts::filter(&app, &session, &params, to).await?;
+    let plan =
+        query_request::Plan::ActiveUsers(ActiveUsersPlan { day_starts: day_starts.clone(), first_reported, cohort });
     let gathered = scatter(&app, &session.project_id, (day_starts[0], to), params.allow_partial()?, plan).await?;
     let mut sums = vec![ActiveDay::default(); reported.len()];
     for (_, p) in &gathered.partials {

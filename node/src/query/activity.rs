@@ -23,13 +23,22 @@ pub(super) fn bucket_of(starts: &[i64], t: i64) -> Option<usize> {
     starts.partition_point(|s| *s <= t).checked_sub(1)
 }
 
-pub fn buckets(starts: &[i64], job: ScanJob, budget: &mut Budget) -> Result<EventBucketsPartial, QueryError> {
+/// `members`: only these users' events count (a cohort filter).
+pub fn buckets(
+    starts: &[i64],
+    members: Option<&HashSet<String>>,
+    job: ScanJob,
+    budget: &mut Budget,
+) -> Result<EventBucketsPartial, QueryError> {
     let mut counts = vec![0u64; starts.len()];
     let mut users: Vec<HashSet<String>> = vec![HashSet::new(); starts.len()];
     each_batch(job, budget, |rb| {
         let c = Cols(rb);
         let (ids, times) = (c.str("distinct_id"), c.i64("time_ns"));
         for i in 0..rb.num_rows() {
+            if members.is_some_and(|m| !m.contains(ids.value(i))) {
+                continue;
+            }
             if let Some(b) = bucket_of(starts, times.value(i)) {
                 counts[b] += 1;
                 if !users[b].contains(ids.value(i)) {
@@ -44,7 +53,13 @@ pub fn buckets(starts: &[i64], job: ScanJob, budget: &mut Budget) -> Result<Even
     Ok(EventBucketsPartial { buckets })
 }
 
-pub fn active(plan: &ActiveUsersPlan, job: ScanJob, budget: &mut Budget) -> Result<ActiveUsersPartial, QueryError> {
+/// `members`: only these users count (a cohort filter).
+pub fn active(
+    plan: &ActiveUsersPlan,
+    members: Option<&HashSet<String>>,
+    job: ScanJob,
+    budget: &mut Budget,
+) -> Result<ActiveUsersPartial, QueryError> {
     let days = &plan.day_starts;
     // Each user's active days, as sorted day indices.
     let mut seen: HashMap<String, Vec<u32>> = HashMap::new();
@@ -52,6 +67,9 @@ pub fn active(plan: &ActiveUsersPlan, job: ScanJob, budget: &mut Budget) -> Resu
         let c = Cols(rb);
         let (ids, times) = (c.str("distinct_id"), c.i64("time_ns"));
         for i in 0..rb.num_rows() {
+            if members.is_some_and(|m| !m.contains(ids.value(i))) {
+                continue;
+            }
             if let Some(d) = bucket_of(days, times.value(i)) {
                 let v = seen.entry(ids.value(i).to_owned()).or_default();
                 if !v.contains(&(d as u32)) {

@@ -1,7 +1,7 @@
 //! Funnels on one shard: every user's events (all on this shard) through
 //! `model::funnel`, reduced to per-step user counts and time-to-convert sketches.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use sextant_model::funnel::{Funnel, Order, MAX_STEPS, MIN_STEPS};
 use sextant_model::sketch::LatencySketch;
@@ -21,12 +21,21 @@ pub fn check(plan: &FunnelPlan) -> Result<(), QueryError> {
     Ok(())
 }
 
-pub fn run(plan: &FunnelPlan, job: ScanJob, budget: &mut Budget) -> Result<FunnelPartial, QueryError> {
+/// `members`: only these users enter the funnel (a cohort filter).
+pub fn run(
+    plan: &FunnelPlan,
+    members: Option<&HashSet<String>>,
+    job: ScanJob,
+    budget: &mut Budget,
+) -> Result<FunnelPartial, QueryError> {
     let mut users: HashMap<String, Vec<(i64, String)>> = HashMap::new();
     each_batch(job, budget, |rb| {
         let c = Cols(rb);
         let (ids, times, names) = (c.str("distinct_id"), c.i64("time_ns"), c.str("event"));
         for i in 0..rb.num_rows() {
+            if members.is_some_and(|m| !m.contains(ids.value(i))) {
+                continue;
+            }
             users.entry(ids.value(i).to_owned()).or_default().push((times.value(i), names.value(i).to_owned()));
         }
         Ok(())
