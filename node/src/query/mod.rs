@@ -127,7 +127,13 @@ fn scans_of(req: &QueryRequest) -> Result<Vec<Scan>, QueryError> {
         query_request::Plan::Retention(p) => {
             retention::check(p)?;
             let events = vec![p.start_event.clone(), p.return_event.clone()];
-            vec![scan(Table::Events, Filter { events, ..Default::default() }, &["distinct_id", "time_ns", "event"])]
+            let mut scans = vec![scan(
+                Table::Events,
+                Filter { events, ..Default::default() },
+                &["distinct_id", "time_ns", "event"],
+            )];
+            scans.extend(retention::earlier_scan(req, p));
+            scans
         }
         query_request::Plan::ReplayEvents(p) => {
             if p.session_id.is_empty() {
@@ -210,7 +216,11 @@ impl Prepared {
             }
             Plan::ActiveUsers(p) => query_reply::Partial::ActiveUsers(activity::active(p, members, next()?, budget)?),
             Plan::Funnel(p) => query_reply::Partial::Funnel(funnel::run(p, members, next()?, budget)?),
-            Plan::Retention(p) => query_reply::Partial::Retention(retention::run(p, next()?, budget)?),
+            Plan::Retention(p) => {
+                let job = next()?;
+                let earlier = if p.first_time { Some(next()?) } else { None };
+                query_reply::Partial::Retention(retention::run(p, job, earlier, budget)?)
+            }
             Plan::Replays(_) => query_reply::Partial::Replays(replays::sessions(next()?, budget)?),
             Plan::ReplayEvents(_) => query_reply::Partial::ReplayEvents(replays::events(next()?, budget)?),
             Plan::CohortSizes(p) => {
