@@ -304,9 +304,10 @@ async fn analytics_answers_equal_clickhouse_on_random_data() {
         }
     }
 
-    // DAU/WAU/MAU over the 14 days before day 40, and the same for the users of cohort 2.
+    // DAU/WAU/MAU over the 40 days before day 40 (longer than a query range; MAU reaches back
+    // before the data), and the same for the users of cohort 2.
     let a_to = F + 40 * DAY;
-    let days: Vec<String> = (0..14).map(|i| (a_to - (14 - i) * DAY).to_string()).collect();
+    let days: Vec<String> = (0..40).map(|i| (a_to - (40 - i) * DAY).to_string()).collect();
     let active = |filter: &str| {
         format!(
             "SELECT d, uniqExactIf(distinct_id, ts >= d AND ts < d + {DAY}), \
@@ -442,9 +443,9 @@ async fn analytics_answers_equal_clickhouse_on_random_data() {
             .map(|p| (p["dau"].as_u64().unwrap(), p["wau"].as_u64().unwrap(), p["mau"].as_u64().unwrap()))
             .collect()
     };
-    assert_eq!(ours_active(api.get(&format!("/api/users/active?period=14d&to={a_to}")).await), active_rows("active"));
+    assert_eq!(ours_active(api.get(&format!("/api/users/active?period=40d&to={a_to}")).await), active_rows("active"));
     assert_eq!(
-        ours_active(api.get(&format!("/api/users/active?period=14d&to={a_to}&cohort_id={}", ids[2])).await),
+        ours_active(api.get(&format!("/api/users/active?period=40d&to={a_to}&cohort_id={}", ids[2])).await),
         active_rows("active_cohort"),
         "active users of cohort 2"
     );

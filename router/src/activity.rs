@@ -9,7 +9,7 @@ use axum::extract::{RawQuery, State};
 use axum::Json;
 use serde_json::{json, Value};
 use sextant_model::calendar::{self, CalendarError, Interval};
-use sextant_model::time::{format_nanos, now_nanos};
+use sextant_model::time::{format_nanos, now_nanos, parse_query_time};
 use sextant_proto::{query_reply, query_request, ActiveDay, ActiveUsersPlan, EventBucket, EventBucketsPlan};
 
 use crate::auth::Session;
@@ -82,8 +82,9 @@ pub async fn active_users(
     let period = calendar::parse_range(params.get("period").unwrap_or("30d"))
         .filter(|p| *p <= MAX_PERIOD_NS)
         .ok_or_else(|| invalid("period", "must be an integer and a unit m, h, d or w, at most 366 days"))?;
+    // Not `Params::range`: the period may be longer than a query range (it is bounded above).
     let to = match params.get("to") {
-        Some(_) => params.range_or(period)?.1,
+        Some(v) => parse_query_time(v).map_err(|r| invalid("to", &format!("{r} (RFC 3339 or epoch milliseconds)")))?,
         None => now_nanos(),
     };
     // Reported days: those of (to - period, to]; 29 days before them feed the first MAU.

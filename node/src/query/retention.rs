@@ -66,7 +66,11 @@ pub fn run(
         let (ids, times, names) = (c.str("distinct_id"), c.i64("time_ns"), c.str("event"));
         for i in 0..rb.num_rows() {
             let Some(b) = activity::bucket_of(starts, times.value(i)) else { continue };
-            let u = users.entry(ids.value(i).to_owned()).or_default();
+            // Look up before allocating the key: most rows are of users already seen.
+            if !users.contains_key(ids.value(i)) {
+                users.insert(ids.value(i).to_owned(), User::default());
+            }
+            let Some(u) = users.get_mut(ids.value(i)) else { continue };
             // One event may be both (start and return events with the same name).
             if names.value(i) == plan.start_event && b < plan.cohorts as usize {
                 u.starts.insert(b);
