@@ -6,6 +6,7 @@
 pub mod analytics;
 pub mod attributes;
 pub mod calendar;
+pub mod cohort;
 pub mod funnel;
 pub mod identity;
 pub mod ids;

@@ -4,6 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::cohort::Cohort;
 use crate::ids::{OrgId, ProjectId, UserId};
 
 /// A refresh token stays valid this long after its last use.
@@ -554,6 +555,12 @@ pub enum MetaCommand {
         key: String,
         invite: Invite,
     },
+    /// Stores a cohort definition of a project of `org_id` (at most
+    /// [`crate::cohort::MAX_COHORTS_PER_PROJECT`] per project).
+    CreateCohort {
+        org_id: OrgId,
+        cohort: Cohort,
+    },
 }
 
 /// Why meta refused a command. Decided by the state machine so that concurrent requests on
@@ -608,6 +615,10 @@ pub enum MetaQuery {
     /// Members and pending invitations of an org.
     OrgMembers {
         org_id: OrgId,
+    },
+    /// The cohorts of a project (a `Vec<Cohort>`, oldest first).
+    Cohorts {
+        project_id: ProjectId,
     },
 }
 

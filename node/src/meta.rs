@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
 
 use serde::{Deserialize, Serialize};
+use sextant_model::cohort::{Cohort, MAX_COHORTS_PER_PROJECT};
 use sextant_model::meta::{
     default_plans, AlertRule, Credential, Invite, ManagedCredential, ManagedOrg, ManagedPlan, ManagedProject,
     ManagedQuota, Member, MetaCommand, MetaCommandResult, MetaQuery, MetaView, Org, OrgMembers, OrgTrial, Plan,
@@ -65,6 +66,10 @@ pub struct MetaState {
     /// Deleted projects and when: their data is dropped by the storage nodes.
     #[serde(default)]
     deleted_projects: BTreeMap<ProjectId, i64>,
+    /// Cohort definitions by id. Not part of the routers' view: read per request
+    /// (`MetaQuery::Cohorts`), so a new cohort is usable at once on every router.
+    #[serde(default)]
+    cohorts: BTreeMap<String, Cohort>,
 }
 
 fn same_hash(a: &str, b: &str) -> bool {
@@ -313,6 +318,18 @@ impl MetaState {
             }
             MetaCommand::RouterLeft { router_id } => {
                 self.routers.remove(&router_id);
+                Done
+            }
+            MetaCommand::CreateCohort { org_id, cohort } => {
+                if self.projects.get(&cohort.project_id).is_none_or(|p| p.org_id != org_id) {
+                    return Refused(Refusal::NotFound);
+                }
+                let siblings = self.cohorts.values().filter(|c| c.project_id == cohort.project_id).count();
+                if siblings >= MAX_COHORTS_PER_PROJECT {
+                    return Refused(Refusal::LimitReached);
+                }
+                // Ids are random 128-bit values; a retried command must not replace another.
+                self.cohorts.entry(cohort.id.clone()).or_insert(cohort);
                 Done
             }
             MetaCommand::RouterHeartbeat { router_id, at_ms } => {
@@ -743,6 +760,11 @@ impl MetaState {
                 members: self.users.values().filter(|u| u.org_id == *org_id).map(User::member).collect::<Vec<Member>>(),
                 invites: self.invites.values().filter(|i| i.org_id == *org_id).cloned().collect(),
             }),
+            MetaQuery::Cohorts { project_id } => {
+                let mut list: Vec<&Cohort> = self.cohorts.values().filter(|c| c.project_id == *project_id).collect();
+                list.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
+                serde_json::to_value(list)
+            }
         }
         .unwrap_or(serde_json::Value::Null)
     }
@@ -1463,5 +1485,48 @@ mod tests {
         assert!(s.routers.contains_key("r2"));
         s.execute(MetaCommand::RouterLeft { router_id: "r2".into() });
         assert!(s.routers.is_empty());
+    }
+
+    #[test]
+    fn cohorts_belong_to_a_project_of_the_org_and_are_bounded() {
+        use sextant_model::cohort::{Cohort, CountOp, Definition, Kind, Logic};
+        let (mut s, owner) = state_with_user();
+        let project = s.orgs[&owner.org_id].default_project;
+        let cohort = |id: String, project_id| Cohort {
+            id,
+            project_id,
+            name: "buyers".into(),
+            definition: Definition {
+                logic: Logic::And,
+                conditions: vec![sextant_model::cohort::Condition {
+                    kind: Kind::Did,
+                    event: "buy".into(),
+                    op: CountOp::Ge,
+                    count: 1,
+                    range: "7d".into(),
+                    range_ns: 7,
+                }],
+            },
+            created_at_ms: T0,
+        };
+        let create = |org, c| MetaCommand::CreateCohort { org_id: org, cohort: c };
+        assert_eq!(s.execute(create(OrgId::random(), cohort("c0".into(), project))), Refused(Refusal::NotFound));
+        assert_eq!(
+            s.execute(create(owner.org_id, cohort("c0".into(), ProjectId::random()))),
+            Refused(Refusal::NotFound)
+        );
+        for i in 0..MAX_COHORTS_PER_PROJECT {
+            assert_eq!(s.execute(create(owner.org_id, cohort(format!("c{i:03}"), project))), Done);
+        }
+        assert_eq!(s.execute(create(owner.org_id, cohort("extra".into(), project))), Refused(Refusal::LimitReached));
+        let listed: Vec<Cohort> = serde_json::from_value(s.query(&MetaQuery::Cohorts { project_id: project })).unwrap();
+        assert_eq!(listed.len(), MAX_COHORTS_PER_PROJECT);
+        assert_eq!(listed[0], cohort("c000".into(), project));
+        let other: Vec<Cohort> =
+            serde_json::from_value(s.query(&MetaQuery::Cohorts { project_id: ProjectId::random() })).unwrap();
+        assert!(other.is_empty());
+        // The command survives the log's encoding.
+        let cmd = create(owner.org_id, cohort("c1".into(), project));
+        assert_eq!(bincode::deserialize::<MetaCommand>(&bincode::serialize(&cmd).unwrap()).unwrap(), cmd);
     }
 }

@@ -9,7 +9,7 @@ use axum::extract::{RawQuery, State};
 use axum::Json;
 use serde_json::{json, Value};
 use sextant_model::calendar::{self, CalendarError, Interval};
-use sextant_model::time::{format_nanos, now_nanos};
+use sextant_model::time::{format_nanos, now_nanos, parse_query_time};
 use sextant_proto::{query_reply, query_request, ActiveDay, ActiveUsersPlan, EventBucket, EventBucketsPlan};
 
 use crate::auth::Session;
@@ -41,8 +41,12 @@ pub async fn timeseries(
     let (from, to) = params.range_or(30 * DAY_NS)?;
     let events = params.list("event")?;
     let starts = calendar::bucket_starts(from, to, interval, &tz).map_err(|e| calendar_error("interval", e))?;
-    let plan =
-        query_request::Plan::EventBuckets(EventBucketsPlan { events: events.clone(), bucket_starts: starts.clone() });
+    let cohort = crate::cohorts::filter(&app, &session, &params, to).await?;
+    let plan = query_request::Plan::EventBuckets(EventBucketsPlan {
+        events: events.clone(),
+        bucket_starts: starts.clone(),
+        cohort,
+    });
     let gathered = scatter(&app, &session.project_id, (starts[0], to), params.allow_partial()?, plan).await?;
     let mut sums = vec![EventBucket::default(); starts.len()];
     for (_, p) in &gathered.partials {
@@ -78,8 +82,9 @@ pub async fn active_users(
     let period = calendar::parse_range(params.get("period").unwrap_or("30d"))
         .filter(|p| *p <= MAX_PERIOD_NS)
         .ok_or_else(|| invalid("period", "must be an integer and a unit m, h, d or w, at most 366 days"))?;
+    // Not `Params::range`: the period may be longer than a query range (it is bounded above).
     let to = match params.get("to") {
-        Some(_) => params.range_or(period)?.1,
+        Some(v) => parse_query_time(v).map_err(|r| invalid("to", &format!("{r} (RFC 3339 or epoch milliseconds)")))?,
         None => now_nanos(),
     };
     // Reported days: those of (to - period, to]; 29 days before them feed the first MAU.
@@ -91,7 +96,9 @@ pub async fn active_users(
     lead.drain(..lead.len().saturating_sub(29));
     let first_reported = lead.len() as u32;
     let day_starts: Vec<i64> = lead.into_iter().chain(reported.iter().copied()).collect();
-    let plan = query_request::Plan::ActiveUsers(ActiveUsersPlan { day_starts: day_starts.clone(), first_reported });
+    let cohort = crate::cohorts::filter(&app, &session, &params, to).await?;
+    let plan =
+        query_request::Plan::ActiveUsers(ActiveUsersPlan { day_starts: day_starts.clone(), first_reported, cohort });
     let gathered = scatter(&app, &session.project_id, (day_starts[0], to), params.allow_partial()?, plan).await?;
     let mut sums = vec![ActiveDay::default(); reported.len()];
     for (_, p) in &gathered.partials {

@@ -74,7 +74,9 @@ pub async fn funnel(
         None => now_nanos(),
     };
     let from = to - range;
-    let plan = FunnelPlan { steps: steps.clone(), window_nanos: window, strict, range_from: from, range_to: to };
+    let cohort = crate::cohorts::filter(&app, &session, &params, to).await?;
+    let plan =
+        FunnelPlan { steps: steps.clone(), window_nanos: window, strict, range_from: from, range_to: to, cohort };
     // Later steps may happen up to a window after the range.
     let scan_range = (from, to.saturating_add(window));
     let gathered =

@@ -2,8 +2,8 @@
 //! and forwards to storage shard leaders, then merges what they answer.
 
 pub mod account;
-pub mod admin;
 pub mod activity;
+pub mod admin;
 pub mod api_keys;
 pub mod apm;
 pub mod auth;
@@ -11,6 +11,7 @@ pub mod body;
 pub mod bootstrap;
 pub mod capture;
 pub mod cluster;
+pub mod cohorts;
 pub mod error;
 pub mod error_groups;
 pub mod funnel;

@@ -23,13 +23,22 @@ pub(super) fn bucket_of(starts: &[i64], t: i64) -> Option<usize> {
     starts.partition_point(|s| *s <= t).checked_sub(1)
 }
 
-pub fn buckets(starts: &[i64], job: ScanJob, budget: &mut Budget) -> Result<EventBucketsPartial, QueryError> {
+/// `members`: only these users' events count (a cohort filter).
+pub fn buckets(
+    starts: &[i64],
+    members: Option<&HashSet<String>>,
+    job: ScanJob,
+    budget: &mut Budget,
+) -> Result<EventBucketsPartial, QueryError> {
     let mut counts = vec![0u64; starts.len()];
     let mut users: Vec<HashSet<String>> = vec![HashSet::new(); starts.len()];
     each_batch(job, budget, |rb| {
         let c = Cols(rb);
         let (ids, times) = (c.str("distinct_id"), c.i64("time_ns"));
         for i in 0..rb.num_rows() {
+            if members.is_some_and(|m| !m.contains(ids.value(i))) {
+                continue;
+            }
             if let Some(b) = bucket_of(starts, times.value(i)) {
                 counts[b] += 1;
                 if !users[b].contains(ids.value(i)) {
@@ -44,7 +53,13 @@ pub fn buckets(starts: &[i64], job: ScanJob, budget: &mut Budget) -> Result<Even
     Ok(EventBucketsPartial { buckets })
 }
 
-pub fn active(plan: &ActiveUsersPlan, job: ScanJob, budget: &mut Budget) -> Result<ActiveUsersPartial, QueryError> {
+/// `members`: only these users count (a cohort filter).
+pub fn active(
+    plan: &ActiveUsersPlan,
+    members: Option<&HashSet<String>>,
+    job: ScanJob,
+    budget: &mut Budget,
+) -> Result<ActiveUsersPartial, QueryError> {
     let days = &plan.day_starts;
     // Each user's active days, as sorted day indices.
     let mut seen: HashMap<String, Vec<u32>> = HashMap::new();
@@ -52,41 +67,69 @@ pub fn active(plan: &ActiveUsersPlan, job: ScanJob, budget: &mut Budget) -> Resu
         let c = Cols(rb);
         let (ids, times) = (c.str("distinct_id"), c.i64("time_ns"));
         for i in 0..rb.num_rows() {
+            if members.is_some_and(|m| !m.contains(ids.value(i))) {
+                continue;
+            }
             if let Some(d) = bucket_of(days, times.value(i)) {
-                let v = seen.entry(ids.value(i).to_owned()).or_default();
-                if !v.contains(&(d as u32)) {
-                    v.push(d as u32);
+                // Look up before allocating the key: most rows are of users already seen.
+                match seen.get_mut(ids.value(i)) {
+                    Some(v) if v.contains(&(d as u32)) => {}
+                    Some(v) => v.push(d as u32),
+                    None => {
+                        seen.insert(ids.value(i).to_owned(), vec![d as u32]);
+                    }
                 }
             }
         }
         Ok(())
     })?;
     let first = plan.first_reported as usize;
-    let mut out = vec![ActiveDay::default(); days.len().saturating_sub(first)];
-    for active_days in seen.values() {
-        // A user counts for report day r when one of their days d has r - window < d <= r.
-        let mut wau_days = HashSet::new();
-        let mut mau_days = HashSet::new();
-        for &d in active_days {
-            let d = d as usize;
-            if d >= first {
-                out[d - first].dau += 1;
-            }
-            for r in d..(d + 7).min(days.len()) {
-                if r >= first {
-                    wau_days.insert(r);
-                }
-            }
-            for r in d..(d + 30).min(days.len()) {
-                if r >= first {
-                    mau_days.insert(r);
-                }
-            }
+    let n = days.len();
+    // A user counts for report day r when one of their days d has r - window < d <= r, i.e.
+    // r in [d, d + window): per user, the union of those intervals is added to a difference
+    // array, so the cost is per active day, not per (active day, covered day).
+    let mut dau = vec![0u64; n];
+    let (mut wau, mut mau) = (vec![0i64; n + 1], vec![0i64; n + 1]);
+    for active_days in seen.values_mut() {
+        active_days.sort_unstable();
+        for &d in active_days.iter() {
+            dau[d as usize] += 1;
         }
-        wau_days.into_iter().for_each(|r| out[r - first].wau += 1);
-        mau_days.into_iter().for_each(|r| out[r - first].mau += 1);
+        cover(active_days, 7, &mut wau);
+        cover(active_days, 30, &mut mau);
+    }
+    let (mut w, mut m) = (0i64, 0i64);
+    let mut out = Vec::with_capacity(n.saturating_sub(first));
+    for r in 0..n {
+        w += wau[r];
+        m += mau[r];
+        if r >= first {
+            out.push(ActiveDay { dau: dau[r], wau: w as u64, mau: m as u64 });
+        }
     }
     Ok(ActiveUsersPartial { days: out })
+}
+
+/// Adds one to `diff` over the union of `[d, d + window)` for the sorted days `d`.
+fn cover(sorted: &[u32], window: usize, diff: &mut [i64]) {
+    let end = diff.len() - 1;
+    let mut open: Option<(usize, usize)> = None;
+    for &d in sorted {
+        let (s, e) = (d as usize, (d as usize + window).min(end));
+        open = match open {
+            Some((os, oe)) if s <= oe => Some((os, oe.max(e))),
+            Some((os, oe)) => {
+                diff[os] += 1;
+                diff[oe] -= 1;
+                Some((s, e))
+            }
+            None => Some((s, e)),
+        };
+    }
+    if let Some((os, oe)) = open {
+        diff[os] += 1;
+        diff[oe] -= 1;
+    }
 }
 
 #[cfg(test)]
@@ -101,5 +144,21 @@ mod tests {
             [None, Some(0), Some(1), Some(2)]
         );
         assert!(check_starts(&[1, 1]).is_err() && check_starts(&[]).is_err() && check_starts(&[1, 2]).is_ok());
+    }
+
+    #[test]
+    fn cover_counts_each_day_once_per_user() {
+        let mut diff = vec![0i64; 11];
+        // Windows of 3 from days 0, 1 and 6: [0, 4) and [6, 9).
+        cover(&[0, 1, 6], 3, &mut diff);
+        // Day 9 with a window reaching past the end: [9, 10).
+        cover(&[9], 3, &mut diff);
+        let mut covered = Vec::new();
+        let mut sum = 0;
+        for d in &diff[..10] {
+            sum += d;
+            covered.push(sum);
+        }
+        assert_eq!(covered, [1, 1, 1, 1, 0, 0, 1, 1, 1, 1]);
     }
 }

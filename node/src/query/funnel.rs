@@ -1,7 +1,7 @@
 //! Funnels on one shard: every user's events (all on this shard) through
 //! `model::funnel`, reduced to per-step user counts and time-to-convert sketches.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use sextant_model::funnel::{Funnel, Order, MAX_STEPS, MIN_STEPS};
 use sextant_model::sketch::LatencySketch;
@@ -21,16 +21,38 @@ pub fn check(plan: &FunnelPlan) -> Result<(), QueryError> {
     Ok(())
 }
 
-pub fn run(plan: &FunnelPlan, job: ScanJob, budget: &mut Budget) -> Result<FunnelPartial, QueryError> {
-    let mut users: HashMap<String, Vec<(i64, String)>> = HashMap::new();
+/// `members`: only these users enter the funnel (a cohort filter).
+pub fn run(
+    plan: &FunnelPlan,
+    members: Option<&HashSet<String>>,
+    job: ScanJob,
+    budget: &mut Budget,
+) -> Result<FunnelPartial, QueryError> {
+    // An event is kept as the index of the first step with its name (or `NOT_A_STEP`, for
+    // strict funnels), not as a string: no allocation per row.
+    const NOT_A_STEP: u8 = u8::MAX;
+    let step_of = |name: &str| plan.steps.iter().position(|s| s == name).map_or(NOT_A_STEP, |k| k as u8);
+    let mut users: HashMap<String, Vec<(i64, u8)>> = HashMap::new();
     each_batch(job, budget, |rb| {
         let c = Cols(rb);
         let (ids, times, names) = (c.str("distinct_id"), c.i64("time_ns"), c.str("event"));
         for i in 0..rb.num_rows() {
-            users.entry(ids.value(i).to_owned()).or_default().push((times.value(i), names.value(i).to_owned()));
+            let id = ids.value(i);
+            if members.is_some_and(|m| !m.contains(id)) {
+                continue;
+            }
+            let event = (times.value(i), step_of(names.value(i)));
+            match users.get_mut(id) {
+                Some(events) => events.push(event),
+                None => {
+                    users.insert(id.to_owned(), vec![event]);
+                }
+            }
         }
         Ok(())
     })?;
+    // Event names are never empty, so "" stands for any event that is not a step.
+    let name = |k: u8| plan.steps.get(k as usize).map_or("", String::as_str);
     let funnel = Funnel {
         steps: plan.steps.clone(),
         window_ns: plan.window_nanos,
@@ -42,7 +64,7 @@ pub fn run(plan: &FunnelPlan, job: ScanJob, budget: &mut Budget) -> Result<Funne
     let mut sketches: Vec<LatencySketch> = (0..plan.steps.len()).map(|_| LatencySketch::default()).collect();
     let mut sums = vec![0f64; plan.steps.len()];
     for events in users.values() {
-        let refs: Vec<(i64, &str)> = events.iter().map(|(t, e)| (*t, e.as_str())).collect();
+        let refs: Vec<(i64, &str)> = events.iter().map(|&(t, k)| (t, name(k))).collect();
         let chain = funnel.progress(&refs);
         for (k, t) in chain.iter().enumerate() {
             counts[k] += 1;

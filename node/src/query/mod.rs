@@ -6,6 +6,7 @@
 
 mod activity;
 mod apm;
+mod cohort;
 pub mod errors;
 mod funnel;
 mod hosts;
@@ -74,7 +75,12 @@ fn scans_of(req: &QueryRequest) -> Result<Vec<Scan>, QueryError> {
         filter,
         columns: columns.iter().map(|c| c.to_string()).collect(),
     };
-    Ok(match plan {
+    // A plan filtered by a cohort reads the cohort's rows first.
+    let mut scans: Vec<Scan> = match cohort_filter(plan) {
+        Some(f) => vec![cohort::Cohorts::of_filter(f)?.scan(&req.project_id)],
+        None => Vec::new(),
+    };
+    scans.extend(match plan {
         query_request::Plan::Traces(_) => vec![traces::scan(req)],
         query_request::Plan::Logs(p) => vec![logs::scan(req, p)?],
         query_request::Plan::Apm(p) => vec![scan(
@@ -121,7 +127,13 @@ fn scans_of(req: &QueryRequest) -> Result<Vec<Scan>, QueryError> {
         query_request::Plan::Retention(p) => {
             retention::check(p)?;
             let events = vec![p.start_event.clone(), p.return_event.clone()];
-            vec![scan(Table::Events, Filter { events, ..Default::default() }, &["distinct_id", "time_ns", "event"])]
+            let mut scans = vec![scan(
+                Table::Events,
+                Filter { events, ..Default::default() },
+                &["distinct_id", "time_ns", "event"],
+            )];
+            scans.extend(retention::earlier_scan(req, p));
+            scans
         }
         query_request::Plan::ReplayEvents(p) => {
             if p.session_id.is_empty() {
@@ -133,7 +145,27 @@ fn scans_of(req: &QueryRequest) -> Result<Vec<Scan>, QueryError> {
                 &[],
             )]
         }
-    })
+        query_request::Plan::CohortSizes(p) => {
+            vec![cohort::Cohorts::new(&p.cohorts, p.at_unix_nanos)?.scan(&req.project_id)]
+        }
+        query_request::Plan::CohortUsers(p) => {
+            cohort::check_users(p)?;
+            let filter = p.cohort.as_ref().ok_or_else(|| QueryError::BadPlan("a cohort is required".into()))?;
+            vec![cohort::Cohorts::of_filter(filter)?.scan(&req.project_id)]
+        }
+    });
+    Ok(scans)
+}
+
+/// The cohort a plan is restricted to, if any.
+fn cohort_filter(plan: &query_request::Plan) -> Option<&sextant_proto::CohortFilter> {
+    use query_request::Plan;
+    match plan {
+        Plan::EventBuckets(p) => p.cohort.as_ref(),
+        Plan::ActiveUsers(p) => p.cohort.as_ref(),
+        Plan::Funnel(p) => p.cohort.as_ref(),
+        _ => None,
+    }
 }
 
 /// Selects the buffered rows now (the caller holds the state lock) and keeps the segment
@@ -162,7 +194,13 @@ impl Prepared {
         let mut scans = self.scans.into_iter();
         let mut next = || scans.next().ok_or_else(|| QueryError::BadPlan("missing scan".into()));
         use query_request::Plan;
-        Ok(match req.plan.as_ref().ok_or(QueryError::NoPlan)? {
+        let plan = req.plan.as_ref().ok_or(QueryError::NoPlan)?;
+        let members = match cohort_filter(plan) {
+            Some(f) => Some(cohort::Cohorts::of_filter(f)?.only_members(next()?, budget)?),
+            None => None,
+        };
+        let members = members.as_ref();
+        Ok(match plan {
             Plan::Traces(p) => query_reply::Partial::Traces(traces::run(&req, p, next()?, budget)?),
             Plan::Logs(p) => query_reply::Partial::Logs(logs::run(&req, p, next()?, budget)?),
             Plan::Apm(_) => query_reply::Partial::Apm(apm::run(next()?, budget)?),
@@ -174,13 +212,26 @@ impl Prepared {
             Plan::Hosts(_) => query_reply::Partial::Hosts(hosts::latest(next()?, budget)?),
             Plan::HostSeries(p) => query_reply::Partial::HostSeries(hosts::series(&req, p, next()?, budget)?),
             Plan::EventBuckets(p) => {
-                query_reply::Partial::EventBuckets(activity::buckets(&p.bucket_starts, next()?, budget)?)
+                query_reply::Partial::EventBuckets(activity::buckets(&p.bucket_starts, members, next()?, budget)?)
             }
-            Plan::ActiveUsers(p) => query_reply::Partial::ActiveUsers(activity::active(p, next()?, budget)?),
-            Plan::Funnel(p) => query_reply::Partial::Funnel(funnel::run(p, next()?, budget)?),
-            Plan::Retention(p) => query_reply::Partial::Retention(retention::run(p, next()?, budget)?),
+            Plan::ActiveUsers(p) => query_reply::Partial::ActiveUsers(activity::active(p, members, next()?, budget)?),
+            Plan::Funnel(p) => query_reply::Partial::Funnel(funnel::run(p, members, next()?, budget)?),
+            Plan::Retention(p) => {
+                let job = next()?;
+                let earlier = if p.first_time { Some(next()?) } else { None };
+                query_reply::Partial::Retention(retention::run(p, job, earlier, budget)?)
+            }
             Plan::Replays(_) => query_reply::Partial::Replays(replays::sessions(next()?, budget)?),
             Plan::ReplayEvents(_) => query_reply::Partial::ReplayEvents(replays::events(next()?, budget)?),
+            Plan::CohortSizes(p) => {
+                let cohorts = cohort::Cohorts::new(&p.cohorts, p.at_unix_nanos)?;
+                query_reply::Partial::CohortSizes(cohort::sizes(&cohorts, next()?, budget)?)
+            }
+            Plan::CohortUsers(p) => {
+                let filter = p.cohort.as_ref().ok_or_else(|| QueryError::BadPlan("a cohort is required".into()))?;
+                let cohorts = cohort::Cohorts::of_filter(filter)?;
+                query_reply::Partial::CohortUsers(cohort::users(p, &cohorts, next()?, budget)?)
+            }
         })
     }
 }

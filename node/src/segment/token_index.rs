@@ -64,6 +64,8 @@ pub struct TokenIndex {
     pub groups: Vec<Group>,
 }
 
+/// The legacy format's integers (written by tests only, now).
+#[cfg(test)]
 fn put_varint(out: &mut Vec<u8>, mut v: u32) {
     while v >= 0x80 {
         out.push((v as u8) | 0x80);

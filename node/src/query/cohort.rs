@@ -1,0 +1,144 @@
+//! Cohort membership on one shard (DESIGN A8, `model::cohort`). A user's events all live on
+//! this shard, so counting them here decides the user's membership exactly; the router adds
+//! the shards' sizes and merges their member lists. Also the filter of timeseries, active
+//! users and funnels by cohort: the members are computed first, then the plan's own scan
+//! keeps only their rows.
+
+use std::collections::{HashMap, HashSet};
+
+use sextant_model::cohort::Definition;
+use sextant_proto::{CohortDefinition, CohortFilter, CohortSizesPartial, CohortUsersPartial, CohortUsersPlan};
+
+use super::{each_batch, Budget, QueryError};
+use crate::segment::table::Cols;
+use crate::segment::{Filter, Scan, Table};
+use crate::shard::ScanJob;
+
+/// Most member ids one shard returns for a page.
+const MAX_PAGE: u32 = 1001;
+
+/// Cohorts evaluated at one instant, from one scan.
+pub struct Cohorts {
+    definitions: Vec<Definition>,
+    at: i64,
+}
+
+impl Cohorts {
+    pub fn new(definitions: &[CohortDefinition], at: i64) -> Result<Self, QueryError> {
+        if definitions.is_empty() || definitions.len() > 1000 || at <= 0 {
+            return Err(QueryError::BadPlan("1 to 1000 cohorts and a positive instant".into()));
+        }
+        let definitions =
+            definitions.iter().map(Definition::from_proto).collect::<Result<_, _>>().map_err(QueryError::BadPlan)?;
+        Ok(Self { definitions, at })
+    }
+
+    pub fn of_filter(filter: &CohortFilter) -> Result<Self, QueryError> {
+        let def =
+            filter.definition.as_ref().ok_or_else(|| QueryError::BadPlan("a cohort needs a definition".into()))?;
+        Self::new(std::slice::from_ref(def), filter.at_unix_nanos)
+    }
+
+    /// The rows that decide membership. If some cohort admits users without any of its
+    /// events (`did_not`, `< 1`…), every user with an event before the instant is a candidate,
+    /// so the whole history is read; otherwise only the conditions' events within the longest
+    /// range.
+    pub fn scan(&self, project: &str) -> Scan {
+        let whole_history = self.definitions.iter().any(Definition::matches_without_events);
+        let (from_ns, events) = if whole_history {
+            (0, Vec::new())
+        } else {
+            let longest = self.definitions.iter().map(Definition::longest_range_ns).max().unwrap_or(0);
+            let mut events: Vec<String> =
+                self.definitions.iter().flat_map(|d| d.conditions.iter().map(|c| c.event.clone())).collect();
+            events.sort();
+            events.dedup();
+            (self.at.saturating_sub(longest).max(0), events)
+        };
+        Scan {
+            table: Table::Events,
+            project: project.to_owned(),
+            from_ns,
+            to_ns: self.at,
+            filter: Filter { events, ..Default::default() },
+            columns: ["distinct_id", "time_ns", "event"].iter().map(|c| c.to_string()).collect(),
+        }
+    }
+
+    /// The members of each cohort.
+    pub fn members(&self, job: ScanJob, budget: &mut Budget) -> Result<Vec<HashSet<String>>, QueryError> {
+        // Conditions of every cohort flattened; per event name, (flat index, range start).
+        let mut by_event: HashMap<&str, Vec<(usize, i64)>> = HashMap::new();
+        let mut offsets = Vec::new();
+        let mut total = 0;
+        for d in &self.definitions {
+            offsets.push(total);
+            for c in &d.conditions {
+                by_event.entry(c.event.as_str()).or_default().push((total, self.at.saturating_sub(c.range_ns)));
+                total += 1;
+            }
+        }
+        // Every user seen is a candidate; their count per condition.
+        let mut users: HashMap<String, Vec<u64>> = HashMap::new();
+        each_batch(job, budget, |rb| {
+            let c = Cols(rb);
+            let (ids, times, names) = (c.str("distinct_id"), c.i64("time_ns"), c.str("event"));
+            for i in 0..rb.num_rows() {
+                let id = ids.value(i);
+                let counts = match users.get_mut(id) {
+                    Some(c) => c,
+                    None => users.entry(id.to_owned()).or_insert_with(|| vec![0; total]),
+                };
+                if let Some(conds) = by_event.get(names.value(i)) {
+                    let t = times.value(i);
+                    for &(k, from) in conds {
+                        if t >= from {
+                            counts[k] += 1;
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })?;
+        let mut out = vec![HashSet::new(); self.definitions.len()];
+        for (user, counts) in users {
+            for (j, d) in self.definitions.iter().enumerate() {
+                if d.matches(&counts[offsets[j]..offsets[j] + d.conditions.len()]) {
+                    out[j].insert(user.clone());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The members of the only cohort (a filter).
+    pub fn only_members(&self, job: ScanJob, budget: &mut Budget) -> Result<HashSet<String>, QueryError> {
+        Ok(self.members(job, budget)?.pop().unwrap_or_default())
+    }
+}
+
+pub fn sizes(cohorts: &Cohorts, job: ScanJob, budget: &mut Budget) -> Result<CohortSizesPartial, QueryError> {
+    let sizes = cohorts.members(job, budget)?.iter().map(|m| m.len() as u64).collect();
+    Ok(CohortSizesPartial { sizes })
+}
+
+pub fn check_users(plan: &CohortUsersPlan) -> Result<(), QueryError> {
+    if plan.limit == 0 || plan.limit > MAX_PAGE {
+        return Err(QueryError::BadPlan(format!("a page has 1 to {MAX_PAGE} users")));
+    }
+    Ok(())
+}
+
+/// The page of members after `plan.after`, in byte order of their distinct ids.
+pub fn users(
+    plan: &CohortUsersPlan,
+    cohorts: &Cohorts,
+    job: ScanJob,
+    budget: &mut Budget,
+) -> Result<CohortUsersPartial, QueryError> {
+    let mut ids: Vec<String> =
+        cohorts.only_members(job, budget)?.into_iter().filter(|id| id.as_str() > plan.after.as_str()).collect();
+    ids.sort_unstable();
+    ids.truncate(plan.limit as usize);
+    Ok(CohortUsersPartial { distinct_ids: ids })
+}
