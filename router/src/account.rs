@@ -84,8 +84,7 @@ pub async fn signup(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body = crate::body::read(&headers, body, MAX_AUTH_BODY)?;
-    let req: SignupRequest = crate::body::parse_json(&body)?;
+    let req: SignupRequest = crate::body::json(&headers, body, MAX_AUTH_BODY)?;
     let mut problems = Problems::default();
     let email = problems.check("email", normalize_email(&req.email));
     problems.check("password", check_password(&req.password));
@@ -142,8 +141,7 @@ pub async fn login(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     const WRONG: ApiError = ApiError::Unauthorized("wrong email or password");
-    let body = crate::body::read(&headers, body, MAX_AUTH_BODY)?;
-    let req: LoginRequest = crate::body::parse_json(&body)?;
+    let req: LoginRequest = crate::body::json(&headers, body, MAX_AUTH_BODY)?;
     if req.email.len() > 320 || req.password.len() > 1024 {
         return Err(WRONG);
     }
@@ -222,8 +220,7 @@ pub async fn accept_invite(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body = crate::body::read(&headers, body, MAX_AUTH_BODY)?;
-    let req: AcceptInviteRequest = crate::body::parse_json(&body)?;
+    let req: AcceptInviteRequest = crate::body::json(&headers, body, MAX_AUTH_BODY)?;
     let mut problems = Problems::default();
     problems.check("password", check_password(&req.password));
     let name = problems.check("name", normalize_name(&req.name));

@@ -67,8 +67,7 @@ pub async fn create(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     session.require_org_manager()?;
-    let body = crate::body::read(&headers, body, MAX_AUTH_BODY)?;
-    let req: CreateKey = crate::body::parse_json(&body)?;
+    let req: CreateKey = crate::body::json(&headers, body, MAX_AUTH_BODY)?;
     let mut problems = Problems::default();
     let name = problems.check("name", normalize_name(&req.name));
     problems.into_result().map_err(ApiError::invalid_fields)?;

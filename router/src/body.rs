@@ -54,6 +54,15 @@ pub fn raw(body: Result<Bytes, BytesRejection>, limit: usize) -> Result<Bytes, A
     Ok(raw)
 }
 
+/// A JSON body of at most `limit` bytes (decoded), parsed into `T`.
+pub fn json<T: DeserializeOwned>(
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+    limit: usize,
+) -> Result<T, ApiError> {
+    parse_json(&read(headers, body, limit)?)
+}
+
 /// Parses JSON fast; on failure parses again to say where the problem is.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(|_| {

@@ -89,8 +89,7 @@ pub async fn invite(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     session.require_org_manager()?;
-    let body = crate::body::read(&headers, body, MAX_AUTH_BODY)?;
-    let req: InviteRequest = crate::body::parse_json(&body)?;
+    let req: InviteRequest = crate::body::json(&headers, body, MAX_AUTH_BODY)?;
     let mut problems = Problems::default();
     let email = problems.check("email", normalize_email(&req.email));
     let role = problems.check(

@@ -17,7 +17,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{post, put};
 use axum::{Json, Router};
 use bytes::Bytes;
-use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sextant_model::identity::{normalize_email, normalize_name, Problems};
@@ -68,11 +67,6 @@ fn key(raw: &str) -> Result<String, ApiError> {
             format!("`{}` is not a valid key", raw.chars().take(64).collect::<String>()),
         ))
     }
-}
-
-fn body<T: DeserializeOwned>(headers: &HeaderMap, body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
-    let bytes = crate::body::read(headers, body, MAX_ADMIN_BODY)?;
-    crate::body::parse_json(&bytes)
 }
 
 fn check_managed_by(problems: &mut Problems, m: &ManagedBy) {
@@ -144,7 +138,7 @@ async fn put_tenant(
     raw_body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let key = key(&raw)?;
-    let req: TenantRequest = body(&headers, raw_body)?;
+    let req: TenantRequest = crate::body::json(&headers, raw_body, MAX_ADMIN_BODY)?;
     let mut cache = cache(&app)?;
     if !cache.plans.contains_key(&req.plan) {
         // Pushed through another router less than a refresh period ago, perhaps.
@@ -255,7 +249,7 @@ async fn put_project(
     raw_body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let key = key(&raw)?;
-    let req: ProjectRequest = body(&headers, raw_body)?;
+    let req: ProjectRequest = crate::body::json(&headers, raw_body, MAX_ADMIN_BODY)?;
     let mut problems = Problems::default();
     let name = problems.check("name", normalize_name(&req.name));
     let tenant_key = problems.check("tenant_key", self::key(&req.tenant_key).map_err(|_| "not a valid key"));
@@ -369,7 +363,7 @@ async fn put_plan(
     raw_body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let name = key(&raw)?;
-    let req: PlanRequest = body(&headers, raw_body)?;
+    let req: PlanRequest = crate::body::json(&headers, raw_body, MAX_ADMIN_BODY)?;
     let mut problems = Problems::default();
     let display_name = match &req.display_name {
         Some(d) => problems.check("display_name", normalize_name(d)),
@@ -468,7 +462,7 @@ async fn put_quota(
     raw_body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let key = key(&raw)?;
-    let req: QuotaRequest = body(&headers, raw_body)?;
+    let req: QuotaRequest = crate::body::json(&headers, raw_body, MAX_ADMIN_BODY)?;
     let mut problems = Problems::default();
     let valid_key = |k: &Option<String>| k.as_deref().map(|k| self::key(k).map_err(|_| "not a valid key")).transpose();
     let tenant_key = problems.check("tenant_key", valid_key(&req.tenant_key)).flatten();
@@ -573,7 +567,7 @@ async fn put_alert_rule(
     raw_body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let key = key(&raw)?;
-    let req: AlertRuleRequest = body(&headers, raw_body)?;
+    let req: AlertRuleRequest = crate::body::json(&headers, raw_body, MAX_ADMIN_BODY)?;
     let mut problems = Problems::default();
     let project_key = problems.check("project_key", self::key(&req.project_key).map_err(|_| "not a valid key"));
     let name = problems.check("name", normalize_name(&req.name));
