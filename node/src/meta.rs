@@ -45,6 +45,9 @@ pub struct MetaState {
     /// Number of commands applied, so routers can tell a newer view from an older one.
     #[serde(default)]
     version: u64,
+    /// Storage nodes and replica placement.
+    #[serde(default)]
+    cluster: crate::membership::ClusterState,
 }
 
 fn same_hash(a: &str, b: &str) -> bool {
@@ -285,6 +288,12 @@ impl MetaState {
                 self.prune(at_ms);
                 Done
             }
+            MetaCommand::RegisterNode { id, address, member, replication_factor } => {
+                self.cluster.register(id, address, member, replication_factor)
+            }
+            MetaCommand::SetMembers { addresses } => self.cluster.set_members(&addresses),
+            MetaCommand::DrainNode { address } => self.cluster.drain(&address),
+            MetaCommand::ReportReplicas { group, voters, log_index } => self.cluster.report(group, voters, log_index),
         }
     }
 
@@ -366,6 +375,7 @@ impl MetaState {
                 members: self.users.values().filter(|u| u.org_id == *org_id).map(User::member).collect::<Vec<Member>>(),
                 invites: self.invites.values().filter(|i| i.org_id == *org_id).cloned().collect(),
             }),
+            MetaQuery::Cluster => serde_json::to_value(self.cluster.view()),
         }
         .unwrap_or(serde_json::Value::Null)
     }
