@@ -10,6 +10,7 @@ use openraft::{BasicNode, Config, SnapshotPolicy};
 use sextant_proto::client::{Channels, MAX_MESSAGE_BYTES};
 use sextant_proto::raft_server::RaftServer;
 use sextant_proto::storage_server::StorageServer;
+use sextant_proto::ClusterInfoRequest;
 use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
 
@@ -191,8 +192,15 @@ impl NodeHost {
             host.host_group(group).await?;
         }
 
+        // A node on an empty directory whose peers already run a cluster (a pod added by a
+        // scale-out, or a member that starts long after the others) must not form groups of its
+        // own from the static placement: it joins, and leaders send it its replicas.
+        let joins_running = !bootstrapped && !config.join && cluster_running(&host).await;
+        if joins_running {
+            tracing::info!(node = config.id, "the peers already run a cluster: joining it");
+        }
         let mut to_initialize = Vec::new();
-        if !bootstrapped && !config.join {
+        if !bootstrapped && !config.join && !joins_running {
             for group in 0..=config.shards as GroupId {
                 let replicas = placement(group, &node_ids, config.replication_factor);
                 if !replicas.contains(&config.id) {
@@ -240,8 +248,10 @@ impl NodeHost {
                 }
             }
         }
-        if !bootstrapped && !host.config.join {
-            crate::durable::write_file_atomic(&host.config.data_dir, BOOTSTRAPPED, b"static placement done\n")?;
+        if !bootstrapped {
+            // From now on this directory belongs to a formed cluster: a restart never applies
+            // the static placement again, even if no peer answers at that moment.
+            crate::durable::write_file_atomic(&host.config.data_dir, BOOTSTRAPPED, b"part of a cluster\n")?;
         }
         tracing::info!(node = host.config.id, %addr, groups = host.rafts().len(), "storage node started");
         let background = vec![
@@ -363,6 +373,19 @@ impl NodeHost {
         }
         false
     }
+}
+
+/// True when some peer hosts a group that has a leader.
+async fn cluster_running(host: &NodeHost) -> bool {
+    let peers: Vec<String> =
+        host.config.peers.iter().filter(|(id, _)| **id != host.config.id).map(|(_, a)| a.clone()).collect();
+    let probes = peers.iter().map(|addr| async move {
+        let Ok(mut client) = host.channels.storage(addr) else { return false };
+        let info = tokio::time::timeout(Duration::from_secs(2), client.cluster_info(ClusterInfoRequest {})).await;
+        host.channels.forget(addr);
+        matches!(info, Ok(Ok(r)) if r.get_ref().groups.iter().any(|g| g.leader != 0))
+    });
+    futures::future::join_all(probes).await.into_iter().any(|running| running)
 }
 
 async fn start_group<S: GroupStore>(

@@ -47,7 +47,7 @@ impl ClusterState {
                 let role = if member { NodeRole::Member } else { NodeRole::Joining };
                 self.nodes.insert(id, NodeRecord { address, role });
                 if member {
-                    self.rebalance();
+                    self.rebalance(false);
                 }
             }
         }
@@ -80,7 +80,7 @@ impl ClusterState {
                 n.role = NodeRole::Draining;
             }
         }
-        self.rebalance();
+        self.rebalance(true);
         Done
     }
 
@@ -93,7 +93,7 @@ impl ClusterState {
         if let Some(n) = self.nodes.get_mut(&id) {
             if n.role != NodeRole::Draining {
                 n.role = NodeRole::Draining;
-                self.rebalance();
+                self.rebalance(true);
             }
         }
         Done
@@ -109,7 +109,7 @@ impl ClusterState {
         // until the member set changes.
         if !self.desired.contains_key(&group) {
             self.desired.insert(group, voters);
-            self.rebalance();
+            self.rebalance(false);
         }
         Done
     }
@@ -119,7 +119,9 @@ impl ClusterState {
     /// replicas move from the most to the least loaded member until loads differ by at most one.
     /// Nothing changes while there are fewer members than the replication factor (the commands
     /// that would cause that are refused; a cluster still registering its nodes waits).
-    fn rebalance(&mut self) {
+    /// Loads are evened out only when the member set changes (`balance`): the static initial
+    /// placement is left as it is.
+    fn rebalance(&mut self, balance: bool) {
         let members: Vec<NodeId> =
             self.nodes.iter().filter(|(_, n)| n.role == NodeRole::Member).map(|(id, _)| *id).collect();
         let rf = self.rf();
@@ -137,7 +139,13 @@ impl ClusterState {
         };
         let groups: Vec<GroupId> = self.desired.keys().copied().collect();
         for g in &groups {
-            let mut keep: Vec<NodeId> = self.desired[g].iter().copied().filter(|n| members.contains(n)).collect();
+            // A node meta has not heard from yet (a static member still starting) keeps its
+            // replicas; registered nodes that are not members give theirs up.
+            let mut keep: Vec<NodeId> = self.desired[g]
+                .iter()
+                .copied()
+                .filter(|n| members.contains(n) || !self.nodes.contains_key(n))
+                .collect();
             while keep.len() < rf {
                 let loads = load(&self.desired);
                 let Some(next) =
@@ -157,6 +165,11 @@ impl ClusterState {
             }
             keep.sort_unstable();
             self.desired.insert(*g, keep);
+        }
+        // Balancing waits until every node holding replicas has registered: loads counted
+        // without them would move replicas that are about to be balanced anyway.
+        if !balance || self.desired.values().flatten().any(|n| !self.nodes.contains_key(n)) {
+            return;
         }
         // Bounded: every move lowers the spread of loads.
         for _ in 0..groups.len() * members.len() {
@@ -276,6 +289,23 @@ mod tests {
         // A stale report (older membership) does not overwrite a newer one.
         c.report(0, vec![1, 2, 4], 2);
         assert_eq!(c.view().replicas[&0], vec![1, 2, 3]);
+    }
+
+    #[test]
+    fn static_members_that_register_late_keep_their_replicas() {
+        let mut c = ClusterState::default();
+        for id in 1..=3 {
+            c.register(id, format!("n{id}"), true, 3);
+        }
+        // A static 5-node cluster: groups are on nodes 4 and 5 too, which register last.
+        c.report(0, vec![1, 2, 3], 1);
+        c.report(1, vec![2, 3, 4], 1);
+        c.report(2, vec![3, 4, 5], 1);
+        assert_eq!(c.desired[&2], vec![3, 4, 5]);
+        c.register(4, "n4".into(), true, 3);
+        c.register(5, "n5".into(), true, 3);
+        assert_eq!(c.desired[&1], vec![2, 3, 4]);
+        assert_eq!(c.desired[&2], vec![3, 4, 5]);
     }
 
     #[test]
