@@ -37,6 +37,13 @@ struct Scaled {
 
 impl Scaled {
     async fn start(dir: &Path, n: usize, shards: u32, snapshot_every: u32) -> Scaled {
+        let mut c = Self::start_some(dir, n, n, shards, snapshot_every);
+        c.wait_bootstrapped().await;
+        c
+    }
+
+    /// `n` static members of which only the first `started` are started.
+    fn start_some(dir: &Path, n: usize, started: usize, shards: u32, snapshot_every: u32) -> Scaled {
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let router_port = free_port();
         let seeds = ports.iter().map(|(g, _)| format!("127.0.0.1:{g}")).collect::<Vec<_>>().join(",");
@@ -70,26 +77,29 @@ impl Scaled {
             url: format!("http://{listen}"),
             creds: Value::Null,
         };
-        for i in 0..n {
+        for i in 0..started {
             c.spawn_node(i);
         }
-        let url = c.url.clone();
-        c.creds = wait_for("the cluster to bootstrap", Duration::from_secs(120), || {
+        c
+    }
+
+    async fn wait_bootstrapped(&mut self) {
+        let (url, creds_path) = (self.url.clone(), self.dir.join("credentials.json"));
+        self.creds = wait_for("the cluster to bootstrap", Duration::from_secs(120), || {
             let (url, creds_path) = (url.clone(), creds_path.clone());
             async move { if ready(&url).await { read_credentials(&creds_path) } else { None } }
         })
         .await;
-        c
     }
 
     fn addr(&self, i: usize) -> String {
         format!("127.0.0.1:{}", self.ports[i].0)
     }
 
-    fn spawn_node(&mut self, i: usize) {
-        let join = i >= self.initial;
-        // Static members know the initial member set; a joining node knows everyone so far.
-        let known = if join { self.ports.len() } else { self.initial };
+    /// `join`: `--join` (registers as joining); otherwise, past the initial nodes, the node is
+    /// started as the operator starts a scale-out pod: every node so far in `--peers`, no flag.
+    fn spawn_node_as(&mut self, i: usize, join: bool) {
+        let known = if i >= self.initial { self.ports.len() } else { self.initial };
         let peers = (0..known).map(|j| format!("{}={}", j + 1, self.addr(j))).collect::<Vec<_>>().join(",");
         let (grpc, http) = self.ports[i];
         let data = self.dir.join(format!("node{}", i + 1));
@@ -120,12 +130,22 @@ impl Scaled {
         self.nodes[i] = Some(Proc::spawn(&args, &log, &[("SEXTANT_CLUSTER_SECRET", SECRET)]));
     }
 
+    fn spawn_node(&mut self, i: usize) {
+        self.spawn_node_as(i, i >= self.initial);
+    }
+
     /// Starts a new node with `--join`; returns its index once meta lists it as joining.
     async fn join_node(&mut self) -> usize {
+        self.add_node(true).await
+    }
+
+    /// Starts a new node (see [`Self::spawn_node_as`]); returns its index once meta lists it as
+    /// joining: known, but holding nothing yet.
+    async fn add_node(&mut self, join: bool) -> usize {
         self.ports.push((free_port(), free_port()));
         self.nodes.push(None);
         let i = self.ports.len() - 1;
-        self.spawn_node(i);
+        self.spawn_node_as(i, join);
         let id = i as u64 + 1;
         let me = &*self;
         wait_for("the new node to register", Duration::from_secs(60), || async move {
@@ -307,6 +327,34 @@ async fn a_joined_node_gets_replicas_by_snapshot_and_a_drain_empties_it() {
     assert!(nodes.iter().filter(|n| n["id"] != new as u64 + 1).all(|n| n["state"] == "Active"), "{nodes:?}");
 }
 
+/// A static member that starts after the others formed the groups they can form still forms
+/// the ones only it initializes (it is the first replica of group 2 of 0..=2), while joining the
+/// others, whose membership its peers report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_static_member_starting_late_still_forms_its_groups() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Scaled::start_some(dir.path(), 3, 2, 2, 16);
+    wait_for("nodes 1 and 2 to elect leaders", Duration::from_secs(60), || async {
+        let s = c.status(0).await?;
+        let led = s["groups"].as_array()?.iter().filter(|g| g["leader"].as_u64().is_some()).count();
+        (led >= 2).then_some(())
+    })
+    .await;
+    c.spawn_node(2);
+    c.wait_bootstrapped().await;
+    let key = c.api_key();
+    let mut acked = Vec::new();
+    for b in 0..5 {
+        acked.extend(post_batch(&c.url, &key, &format!("late-b{b}")).await.expect("ingest"));
+    }
+    let token = c.token().await;
+    assert_all_readable(&c.url, &token, &acked).await;
+    for i in 0..3 {
+        c.wait_state(i, "Active").await;
+        assert_eq!(c.hosted(i).await.unwrap(), BTreeSet::from([0, 1, 2]), "node {}", i + 1);
+    }
+}
+
 /// Acknowledged trace ids of a writer that keeps ingesting until told to stop.
 #[derive(Default)]
 struct Ledger {
@@ -360,7 +408,10 @@ async fn three_to_five_to_three_nodes_under_ingest_loses_nothing() {
     ingest_progress(&ledger, 20, "ingest to start").await;
 
     let four = c.join_node().await;
-    let five = c.join_node().await;
+    // As a scale-out pod of the operator starts: the peers list, no --join; it finds the running
+    // cluster and joins it rather than forming groups of its own.
+    let five = c.add_node(false).await;
+    assert_eq!(c.hosted(five).await.unwrap(), BTreeSet::new(), "a new node holds nothing before placement");
     c.place(&[0, 1, 2, four, five]).await;
     for i in 0..5 {
         c.wait_state(i, "Active").await;

@@ -192,22 +192,25 @@ impl NodeHost {
             host.host_group(group).await?;
         }
 
-        // A node on an empty directory whose peers already run a cluster (a pod added by a
-        // scale-out, or a member that starts long after the others) must not form groups of its
-        // own from the static placement: it joins, and leaders send it its replicas.
-        let joins_running = !bootstrapped && !config.join && cluster_running(&host).await;
-        if joins_running {
-            tracing::info!(node = config.id, "the peers already run a cluster: joining it");
-        }
+        // A node on an empty directory takes its replicas from the static placement over
+        // `peers` (the initial member set), except for groups a peer already runs: there it
+        // follows the membership that peer reports. So a scale-out pod started with a longer
+        // peer list never forms a second copy of a running group, and a member starting after
+        // the others still initializes the groups only it would initialize.
         let mut to_initialize = Vec::new();
-        if !bootstrapped && !config.join && !joins_running {
+        if !bootstrapped && !config.join {
+            let running = running_groups(&host).await;
             for group in 0..=config.shards as GroupId {
                 let replicas = placement(group, &node_ids, config.replication_factor);
-                if !replicas.contains(&config.id) {
+                let host_it = match running.get(&group) {
+                    Some(members) => members.contains(&config.id),
+                    None => replicas.contains(&config.id),
+                };
+                if !host_it {
                     continue;
                 }
                 let raft = host.host_group(group).await?;
-                if replicas[0] == config.id {
+                if !running.contains_key(&group) && replicas[0] == config.id {
                     let members: BTreeMap<NodeId, BasicNode> =
                         replicas.iter().map(|id| (*id, BasicNode::new(config.peers[id].clone()))).collect();
                     to_initialize.push((raft, members));
@@ -375,17 +378,27 @@ impl NodeHost {
     }
 }
 
-/// True when some peer hosts a group that has a leader.
-async fn cluster_running(host: &NodeHost) -> bool {
+/// Groups some reachable peer hosts with an initialized membership, and that membership's
+/// voters.
+async fn running_groups(host: &NodeHost) -> BTreeMap<GroupId, Vec<NodeId>> {
     let peers: Vec<String> =
         host.config.peers.iter().filter(|(id, _)| **id != host.config.id).map(|(_, a)| a.clone()).collect();
     let probes = peers.iter().map(|addr| async move {
-        let Ok(mut client) = host.channels.storage(addr) else { return false };
+        let Ok(mut client) = host.channels.storage(addr) else { return Vec::new() };
         let info = tokio::time::timeout(Duration::from_secs(2), client.cluster_info(ClusterInfoRequest {})).await;
         host.channels.forget(addr);
-        matches!(info, Ok(Ok(r)) if r.get_ref().groups.iter().any(|g| g.leader != 0))
+        match info {
+            Ok(Ok(r)) => r.into_inner().groups,
+            _ => Vec::new(),
+        }
     });
-    futures::future::join_all(probes).await.into_iter().any(|running| running)
+    let mut running = BTreeMap::new();
+    for g in futures::future::join_all(probes).await.into_iter().flatten() {
+        if !g.voters.is_empty() {
+            running.insert(g.group, g.voters);
+        }
+    }
+    running
 }
 
 async fn start_group<S: GroupStore>(

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::{BasicNode, ChangeMembers, ServerState};
-use sextant_model::meta::{ClusterView, MetaCommand, MetaCommandResult, MetaQuery};
+use sextant_model::meta::{ClusterView, MetaCommand, MetaCommandResult, MetaQuery, NodeState};
 use sextant_proto::{MetaRequest, LEADER_HEADER};
 use tonic::Code;
 
@@ -161,11 +161,17 @@ async fn register(host: &NodeHost) -> Result<(), PlacementError> {
 }
 
 /// Nodes that joined after this one started: Raft reaches them through the membership, but
-/// routers learn them from `ClusterInfo`, which lists this address book.
+/// routers learn them from `ClusterInfo`, which lists this address book. Drained nodes are
+/// forgotten, so routers and meta calls stop trying a node that was stopped after its drain.
 fn learn_addresses(host: &NodeHost, view: &ClusterView) {
     let mut book = host.addresses.write().unwrap();
     for n in &view.nodes {
-        if n.id != host.config.id && book.get(&n.id) != Some(&n.address) {
+        if n.id == host.config.id {
+            continue;
+        }
+        if n.state == NodeState::Drained {
+            book.remove(&n.id);
+        } else if book.get(&n.id) != Some(&n.address) {
             book.insert(n.id, n.address.clone());
         }
     }
