@@ -200,7 +200,10 @@ impl NodeHost {
         let mut to_initialize = Vec::new();
         if !bootstrapped && !config.join {
             let running = running_groups(&host).await;
-            for group in 0..=config.shards as GroupId {
+            // Peers run groups and none counts this node among its voters: a node added to a
+            // running cluster, which forms nothing and waits for placement.
+            let newcomer = !running.is_empty() && !running.values().any(|v| v.contains(&config.id));
+            for group in (0..=config.shards as GroupId).filter(|_| !newcomer) {
                 let replicas = placement(group, &node_ids, config.replication_factor);
                 let host_it = match running.get(&group) {
                     Some(members) => members.contains(&config.id),
