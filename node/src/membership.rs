@@ -308,6 +308,74 @@ mod tests {
         assert_eq!(c.desired[&2], vec![3, 4, 5]);
     }
 
+    #[derive(Debug, Clone)]
+    enum Op {
+        Join(u64),
+        Place(Vec<u64>),
+        Drain(u64),
+        /// Every group's leader reports the desired voters as done.
+        Converge,
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (1u64..9).prop_map(Op::Join),
+            proptest::collection::vec(1u64..9, 0..8).prop_map(Op::Place),
+            (1u64..9).prop_map(Op::Drain),
+            Just(Op::Converge),
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever sequence of joins, placements, drains and completed moves: every group is
+        /// placed on exactly `rf` distinct members (or registered-never nodes), refusals change
+        /// nothing, and after an accepted placement loads differ by at most one.
+        #[test]
+        fn placement_keeps_every_group_on_rf_members(ops in proptest::collection::vec(op(), 1..40)) {
+            let mut c = cluster(3, 6);
+            let mut index = 2;
+            for op in ops {
+                let before = c.desired.clone();
+                let result = match &op {
+                    Op::Join(id) => c.register(*id, format!("n{id}"), false, 3),
+                    Op::Place(ids) => {
+                        let addrs: Vec<String> = ids.iter().map(|i| format!("n{i}")).collect();
+                        c.set_members(&addrs)
+                    }
+                    Op::Drain(id) => c.drain(&format!("n{id}")),
+                    Op::Converge => {
+                        index += 1;
+                        for (g, r) in c.desired.clone() {
+                            c.report(g, r, index);
+                        }
+                        Done
+                    }
+                };
+                if result != Done {
+                    proptest::prop_assert_eq!(&before, &c.desired, "a refused {:?} changed the placement", op);
+                }
+                let members: BTreeSet<NodeId> =
+                    c.nodes.iter().filter(|(_, n)| n.role == NodeRole::Member).map(|(id, _)| *id).collect();
+                proptest::prop_assert!(members.len() >= 3, "{:?} left {} members", op, members.len());
+                for (g, r) in &c.desired {
+                    let distinct: BTreeSet<_> = r.iter().collect();
+                    proptest::prop_assert_eq!(r.len(), 3, "group {} on {:?} after {:?}", g, r, op);
+                    proptest::prop_assert_eq!(distinct.len(), 3);
+                    proptest::prop_assert!(r.iter().all(|n| members.contains(n)), "group {} on non-members {:?}", g, r);
+                }
+                if matches!(op, Op::Place(_)) && result == Done {
+                    let l = loads(&c);
+                    let (min, max) = members.iter().fold((usize::MAX, 0), |(lo, hi), m| {
+                        let n = l.get(m).copied().unwrap_or(0);
+                        (lo.min(n), hi.max(n))
+                    });
+                    proptest::prop_assert!(max <= min + 1, "unbalanced after {:?}: {:?}", op, l);
+                }
+            }
+        }
+    }
+
     #[test]
     fn a_restart_does_not_undo_a_drain() {
         let mut c = cluster(4, 2);
