@@ -87,7 +87,13 @@ impl Scaled {
         let (url, creds_path) = (self.url.clone(), self.dir.join("credentials.json"));
         self.creds = wait_for("the cluster to bootstrap", Duration::from_secs(120), || {
             let (url, creds_path) = (url.clone(), creds_path.clone());
-            async move { if ready(&url).await { read_credentials(&creds_path) } else { None } }
+            async move {
+                if ready(&url).await {
+                    read_credentials(&creds_path)
+                } else {
+                    None
+                }
+            }
         })
         .await;
     }
@@ -163,12 +169,8 @@ impl Scaled {
     }
 
     async fn admin_nodes(&self) -> Option<Vec<Value>> {
-        let resp = http()
-            .get(format!("{}/admin/v1/cluster/nodes", self.url))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .ok()?;
+        let resp =
+            http().get(format!("{}/admin/v1/cluster/nodes", self.url)).bearer_auth(ADMIN_TOKEN).send().await.ok()?;
         if resp.status() != 200 {
             return None;
         }
@@ -566,11 +568,17 @@ async fn replicas_installed_from_snapshots_answer_byte_for_byte_the_same() {
         c.kill(i);
     }
     // Only the new replicas are left; the router finds their leaders.
-    wait_for("the router to follow the new leaders", Duration::from_secs(120), || async { ready(&c.url).await.then_some(()) })
-        .await;
+    wait_for("the router to follow the new leaders", Duration::from_secs(120), || async {
+        ready(&c.url).await.then_some(())
+    })
+    .await;
     for (q, expected) in queries.iter().zip(&before) {
         let after = fetch(q.clone()).await;
-        assert!(after == *expected, "{q} differs after the move:\nbefore {}\nafter  {}",
-            String::from_utf8_lossy(expected), String::from_utf8_lossy(&after));
+        assert!(
+            after == *expected,
+            "{q} differs after the move:\nbefore {}\nafter  {}",
+            String::from_utf8_lossy(expected),
+            String::from_utf8_lossy(&after)
+        );
     }
 }

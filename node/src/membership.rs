@@ -37,7 +37,13 @@ pub struct ClusterState {
 use MetaCommandResult::{Done, Refused};
 
 impl ClusterState {
-    pub fn register(&mut self, id: NodeId, address: String, member: bool, replication_factor: u32) -> MetaCommandResult {
+    pub fn register(
+        &mut self,
+        id: NodeId,
+        address: String,
+        member: bool,
+        replication_factor: u32,
+    ) -> MetaCommandResult {
         if self.replication_factor == 0 {
             self.replication_factor = replication_factor.max(1);
         }
@@ -107,8 +113,8 @@ impl ClusterState {
         self.replicas.insert(group, (voters.clone(), log_index));
         // A group seen for the first time stays where it is (the static initial placement)
         // until the member set changes.
-        if !self.desired.contains_key(&group) {
-            self.desired.insert(group, voters);
+        if let std::collections::btree_map::Entry::Vacant(e) = self.desired.entry(group) {
+            e.insert(voters);
             self.rebalance(false);
         }
         Done
@@ -148,8 +154,7 @@ impl ClusterState {
                 .collect();
             while keep.len() < rf {
                 let loads = load(&self.desired);
-                let Some(next) =
-                    members.iter().filter(|m| !keep.contains(m)).min_by_key(|m| (loads[m], **m)).copied()
+                let Some(next) = members.iter().filter(|m| !keep.contains(m)).min_by_key(|m| (loads[m], **m)).copied()
                 else {
                     break;
                 };

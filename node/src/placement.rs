@@ -192,9 +192,7 @@ async fn step(host: &NodeHost, group: GroupId, raft: &Raft, view: &ClusterView) 
     if membership.get_joint_config().len() > 1 {
         // A change interrupted by a leader change: finish it as it was meant.
         let target = membership.get_joint_config().last().cloned().unwrap_or_default();
-        raft.change_membership(ChangeMembers::ReplaceAllVoters(target), false)
-            .await
-            .map_err(|e| err(e.to_string()))?;
+        raft.change_membership(ChangeMembers::ReplaceAllVoters(target), false).await.map_err(|e| err(e.to_string()))?;
         return Ok(());
     }
     if !committed {
@@ -261,7 +259,12 @@ fn caught_up(raft: &Raft, node: NodeId) -> bool {
     matched + CAUGHT_UP_ENTRIES >= last && matched > 0
 }
 
-async fn report(host: &NodeHost, group: GroupId, voters: &BTreeSet<NodeId>, log_index: u64) -> Result<(), PlacementError> {
+async fn report(
+    host: &NodeHost,
+    group: GroupId,
+    voters: &BTreeSet<NodeId>,
+    log_index: u64,
+) -> Result<(), PlacementError> {
     let command = MetaCommand::ReportReplicas { group, voters: voters.iter().copied().collect(), log_index };
     meta_command(host, &command).await?;
     Ok(())

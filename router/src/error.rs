@@ -120,10 +120,9 @@ impl From<Refusal> for ApiError {
                 ApiError::Unauthorized("the session is invalid or expired; sign in again")
             }
             Refusal::InvalidInvite => ApiError::Unauthorized("the invitation is invalid, used or expired"),
-            Refusal::TooFewNodes => ApiError::Conflict(
-                "too_few_nodes",
-                "fewer storage nodes than the replication factor would remain",
-            ),
+            Refusal::TooFewNodes => {
+                ApiError::Conflict("too_few_nodes", "fewer storage nodes than the replication factor would remain")
+            }
             Refusal::UnknownNode => {
                 ApiError::Conflict("unknown_node", "no storage node with this address has registered with the cluster")
             }
