@@ -270,8 +270,9 @@ async fn report(
     Ok(())
 }
 
-/// Deletes replicas of groups that meta neither places here nor counts among the voters:
-/// their removal is committed, so nothing will ever replicate to them again.
+/// Deletes replicas of groups that meta neither places here nor counts among the voters, and
+/// that no leader keeps as a voter: their removal is committed, so nothing will ever
+/// replicate to them again.
 async fn remove_unplaced(
     host: &NodeHost,
     view: &ClusterView,
@@ -283,7 +284,13 @@ async fn remove_unplaced(
         // Meta has not heard of the group yet (a cluster still starting): keep it.
         let Some(voters) = view.replicas.get(&group) else { continue };
         let placed = view.desired.get(&group).is_some_and(|d| d.contains(&me));
-        if voters.contains(&me) || placed || raft.metrics().borrow().state == ServerState::Leader {
+        let m = raft.metrics().borrow().clone();
+        // Meta's record can lag a committed change (a leader that promoted this node and has
+        // not reported yet): a replica that votes in its own configuration and hears from a
+        // leader is kept; a removed one loses its leader within an election timeout, since
+        // nobody replicates to it any more.
+        let active_voter = m.current_leader.is_some() && m.membership_config.membership().voter_ids().any(|v| v == me);
+        if voters.contains(&me) || placed || active_voter || m.state == ServerState::Leader {
             continue;
         }
         if leaving.contains(&group) {
