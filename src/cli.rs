@@ -133,6 +133,10 @@ pub struct NodeArgs {
     /// A data shard snapshots its state and truncates its Raft log every this many entries.
     #[arg(long, default_value_t = DEFAULT_SNAPSHOT_EVERY)]
     pub snapshot_every: u64,
+    /// Join the running cluster reached through --peers (which must list this node too): start
+    /// without replicas and get them once the admin API's placement includes this node.
+    #[arg(long)]
+    pub join: bool,
 }
 
 #[derive(clap::Args)]
@@ -236,6 +240,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             replication_factor: 1,
             cluster_secret: cluster_secret.clone(),
             snapshot_every: args.snapshot_every,
+            join: false,
         },
         metrics,
     )
@@ -359,6 +364,7 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
             replication_factor: args.replication_factor,
             cluster_secret: args.cluster_secret,
             snapshot_every: args.snapshot_every,
+            join: args.join,
         },
         metrics,
     )

@@ -561,6 +561,32 @@ pub enum MetaCommand {
         org_id: OrgId,
         cohort: Cohort,
     },
+    // ---- storage membership and replica placement (DESIGN B6) ----
+    /// A storage node announces itself, at every start. An unknown id is recorded as joining
+    /// (or, for a node of the static initial member set, as a member); a known id only updates
+    /// its address, so a restart never undoes a drain.
+    RegisterNode {
+        id: u64,
+        address: String,
+        member: bool,
+        replication_factor: u32,
+    },
+    /// The complete member set, by address (the operator's placement request): listed nodes
+    /// become members, the others are drained; replicas are placed and rebalanced.
+    SetMembers {
+        addresses: Vec<String>,
+    },
+    /// Moves every replica off one node.
+    DrainNode {
+        address: String,
+    },
+    /// A group's leader reports the voters of its committed membership `log_index`; older
+    /// reports than the one recorded are ignored.
+    ReportReplicas {
+        group: u64,
+        voters: Vec<u64>,
+        log_index: u64,
+    },
 }
 
 /// Why meta refused a command. Decided by the state machine so that concurrent requests on
@@ -586,6 +612,10 @@ pub enum Refusal {
     Deleted,
     /// A plan that orgs are on cannot be removed.
     PlanInUse,
+    /// A membership change would leave fewer members than the replication factor.
+    TooFewNodes,
+    /// A placement names an address no storage node has registered.
+    UnknownNode,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -620,6 +650,8 @@ pub enum MetaQuery {
     Cohorts {
         project_id: ProjectId,
     },
+    /// Storage nodes, desired and current replica placement: a [`ClusterView`].
+    Cluster,
 }
 
 /// Answer to [`MetaQuery::OrgMembers`].
@@ -671,6 +703,55 @@ pub struct MetaView {
     /// Deleted projects: storage nodes drop their data, routers refuse them.
     #[serde(default)]
     pub deleted_projects: Vec<ProjectId>,
+}
+
+/// A storage node as meta records it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeRole {
+    /// Registered, not (yet) in the member set: holds no replicas.
+    Joining,
+    /// In the member set: replicas may be placed on it.
+    Member,
+    /// Being emptied: every replica moves elsewhere.
+    Draining,
+}
+
+/// A storage node's place as the admin API reports it (the operator's `MembershipState`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeState {
+    /// Not a member yet, or a member still receiving the replicas placed on it.
+    Joining,
+    /// A member holding exactly the replicas placed on it.
+    Active,
+    /// Replicas are being moved away.
+    Draining,
+    /// Holds no replicas; safe to stop and remove.
+    Drained,
+}
+
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClusterNodeView {
+    pub id: u64,
+    pub address: String,
+    pub role: NodeRole,
+    pub state: NodeState,
+}
+
+/// Answer to [`MetaQuery::Cluster`].
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterView {
+    pub replication_factor: u32,
+    pub nodes: Vec<ClusterNodeView>,
+    /// Group -> the nodes its replicas should be on.
+    pub desired: std::collections::BTreeMap<u64, Vec<u64>>,
+    /// Group -> the voters of its last committed membership, as its leader reported them.
+    pub replicas: std::collections::BTreeMap<u64, Vec<u64>>,
+}
+
+impl ClusterView {
+    pub fn address_of(&self, id: u64) -> Option<&str> {
+        self.nodes.iter().find(|n| n.id == id).map(|n| n.address.as_str())
+    }
 }
 
 #[cfg(test)]

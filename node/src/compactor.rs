@@ -18,7 +18,7 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
         loop {
             tick.tick().await;
             let now_hour = hour_of(chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX));
-            for (group, shard) in &host.shards {
+            for (group, shard) in host.shards() {
                 // Keep merging this shard while there is work, then move on.
                 loop {
                     let Some(job) = shard.state.read().unwrap().state.compaction(now_hour) else { break };
@@ -49,7 +49,7 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
 fn refresh_gauges(host: &NodeHost) {
     for table in Table::ALL {
         let (mut count, mut bytes) = (0i64, 0i64);
-        for shard in host.shards.values() {
+        for (_, shard) in host.shards() {
             let (c, b) = shard.state.read().unwrap().state.segment_stats(table);
             count += c as i64;
             bytes += b as i64;
@@ -64,7 +64,7 @@ fn refresh_gauges(host: &NodeHost) {
         let applied = m.last_applied.map_or(0, |l| l.index);
         host.metrics
             .apply_lag
-            .get_or_create(&crate::metrics::GroupLabel { group: *group })
+            .get_or_create(&crate::metrics::GroupLabel { group })
             .set(committed.saturating_sub(applied) as i64);
     }
 }

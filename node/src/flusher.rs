@@ -15,7 +15,7 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
         let mut tick = crate::host::periodic(CHECK_EVERY);
         loop {
             tick.tick().await;
-            for (group, shard) in &host.shards {
+            for (group, shard) in host.shards() {
                 let due = shard.state.read().unwrap().state.wants_flush();
                 if due {
                     if let Err(e) = shard.raft.trigger().snapshot().await {

@@ -10,6 +10,7 @@ use openraft::{BasicNode, Config, SnapshotPolicy};
 use sextant_proto::client::{Channels, MAX_MESSAGE_BYTES};
 use sextant_proto::raft_server::RaftServer;
 use sextant_proto::storage_server::StorageServer;
+use sextant_proto::ClusterInfoRequest;
 use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
 
@@ -35,7 +36,18 @@ pub struct NodeConfig {
     pub cluster_secret: String,
     /// A data group snapshots its state (and purges its log) every this many entries.
     pub snapshot_every: u64,
+    /// Join a running cluster (reached through `peers`) instead of forming one: the node starts
+    /// without replicas, registers with meta as joining, and receives replicas once the member
+    /// set includes it. Without it, a node on an empty data directory takes its replicas from
+    /// the static placement over `peers` (the initial member set).
+    pub join: bool,
 }
+
+/// Written once the static initial placement is done; from then on a start opens exactly the
+/// replicas that exist on disk (placement may have moved some away, or brought new ones).
+const BOOTSTRAPPED: &str = "bootstrapped";
+const GROUPS_DIR: &str = "groups";
+const DROPPED_SUFFIX: &str = ".dropped";
 
 /// A ticker for a background loop: the first tick at once, later ones `period` apart, and a
 /// late tick delays the next rather than bunching up.
@@ -58,15 +70,43 @@ pub struct Group<S> {
     pub state: SharedState<S>,
 }
 
+// Cheap handles (both are `Arc`s inside): callers take a copy and release the host's lock.
+impl<S> Clone for Group<S> {
+    fn clone(&self) -> Self {
+        Self { raft: self.raft.clone(), state: self.state.clone() }
+    }
+}
+
+#[derive(Default)]
+struct Groups {
+    meta: Option<Group<Whole<MetaState>>>,
+    shards: BTreeMap<GroupId, Group<SegmentShard>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum HostError {
+    #[error("group {0} does not exist in this cluster")]
+    NoSuchGroup(GroupId),
+    #[error("starting group {group}: {source}")]
+    Start { group: GroupId, source: anyhow::Error },
+    #[error("removing the replica of group {group}: {source}")]
+    Drop { group: GroupId, source: anyhow::Error },
+}
+
 pub struct NodeHost {
     pub config: NodeConfig,
-    pub meta: Option<Group<Whole<MetaState>>>,
-    pub shards: BTreeMap<GroupId, Group<SegmentShard>>,
     pub metrics: Arc<NodeMetrics>,
     pub addresses: AddressBook,
     /// Channels to peers (Raft traffic and node-to-node storage calls).
     pub channels: Arc<Channels>,
-    rafts: BTreeMap<GroupId, Raft>,
+    /// The replicas hosted now: placement adds and removes them while the node runs.
+    groups: std::sync::RwLock<Groups>,
+    log_db: Arc<LogDb>,
+    /// Serializes creating and removing replicas, so a Raft message arriving for a group being
+    /// removed waits and then starts from an empty replica.
+    lifecycle: tokio::sync::Mutex<()>,
+    /// Set once meta has recorded this node (see `placement`).
+    pub registered: std::sync::atomic::AtomicBool,
 }
 
 /// A started node; dropping it does not stop it, call [`RunningNode::shutdown`].
@@ -79,7 +119,7 @@ pub struct RunningNode {
 
 impl RunningNode {
     pub async fn shutdown(self) {
-        for raft in self.host.rafts.values() {
+        for (_, raft) in self.host.rafts() {
             let _ = raft.shutdown().await;
         }
         self.server.abort();
@@ -122,40 +162,65 @@ impl NodeHost {
         let channels = Arc::new(Channels::new(&config.cluster_secret).map_err(anyhow::Error::msg)?);
         let addresses: AddressBook = Arc::new(std::sync::RwLock::new(config.peers.clone()));
         let node_ids: Vec<NodeId> = config.peers.keys().copied().collect();
+        let bootstrapped = config.data_dir.join(BOOTSTRAPPED).exists();
+        let host = Arc::new(NodeHost {
+            config,
+            metrics,
+            addresses,
+            channels,
+            groups: Default::default(),
+            log_db,
+            lifecycle: tokio::sync::Mutex::new(()),
+            registered: Default::default(),
+        });
+        let config = &host.config;
 
-        let mut meta = None;
-        let mut shards = BTreeMap::new();
-        let mut rafts = BTreeMap::new();
-        let mut to_initialize = Vec::new();
-        for group in 0..=config.shards as GroupId {
-            let replicas = placement(group, &node_ids, config.replication_factor);
-            if !replicas.contains(&config.id) {
-                continue;
+        // Replicas on disk, whatever placed them; finish removals a crash interrupted.
+        let groups_dir = config.data_dir.join(GROUPS_DIR);
+        std::fs::create_dir_all(&groups_dir)?;
+        let mut on_disk = Vec::new();
+        for entry in std::fs::read_dir(&groups_dir)? {
+            let name = entry?.file_name().to_string_lossy().into_owned();
+            if let Some(group) = name.strip_suffix(DROPPED_SUFFIX).and_then(|g| g.parse::<GroupId>().ok()) {
+                host.log_db.drop_group(group)?;
+                std::fs::remove_dir_all(groups_dir.join(&name))?;
+            } else if let Ok(group) = name.parse::<GroupId>() {
+                on_disk.push(group);
             }
-            let dir = config.data_dir.join("groups").join(group.to_string());
-            let network = Network::new(group, channels.clone(), addresses.clone());
-            let raft = if group == META_GROUP {
-                let state = Whole::open(&dir, MetaState::default())?;
-                let g = start_group(&config, group, &dir, network, &log_db, &metrics, state).await?;
-                let raft = g.raft.clone();
-                meta = Some(g);
-                raft
-            } else {
-                let state = SegmentShard::open(&dir)?;
-                let g = start_group(&config, group, &dir, network, &log_db, &metrics, state).await?;
-                let raft = g.raft.clone();
-                shards.insert(group, g);
-                raft
-            };
-            if replicas[0] == config.id {
-                let members: BTreeMap<NodeId, BasicNode> =
-                    replicas.iter().map(|id| (*id, BasicNode::new(config.peers[id].clone()))).collect();
-                to_initialize.push((raft.clone(), members));
-            }
-            rafts.insert(group, raft);
+        }
+        for group in on_disk {
+            host.host_group(group).await?;
         }
 
-        let host = Arc::new(NodeHost { config, meta, shards, metrics, addresses, channels, rafts });
+        // A node on an empty directory takes its replicas from the static placement over
+        // `peers` (the initial member set), except for groups a peer already runs: there it
+        // follows the membership that peer reports. So a scale-out pod started with a longer
+        // peer list never forms a second copy of a running group, and a member starting after
+        // the others still initializes the groups only it would initialize.
+        let mut to_initialize = Vec::new();
+        if !bootstrapped && !config.join {
+            let running = running_groups(&host).await;
+            // Peers run groups and none counts this node among its voters: a node added to a
+            // running cluster, which forms nothing and waits for placement.
+            let newcomer = !running.is_empty() && !running.values().any(|v| v.contains(&config.id));
+            for group in (0..=config.shards as GroupId).filter(|_| !newcomer) {
+                let replicas = placement(group, &node_ids, config.replication_factor);
+                let host_it = match running.get(&group) {
+                    Some(members) => members.contains(&config.id),
+                    None => replicas.contains(&config.id),
+                };
+                if !host_it {
+                    continue;
+                }
+                let raft = host.host_group(group).await?;
+                if !running.contains_key(&group) && replicas[0] == config.id {
+                    let members: BTreeMap<NodeId, BasicNode> =
+                        replicas.iter().map(|id| (*id, BasicNode::new(config.peers[id].clone()))).collect();
+                    to_initialize.push((raft, members));
+                }
+            }
+        }
+
         let check = secret_check(&host.config.cluster_secret);
         let raft_svc = InterceptedService::new(
             RaftServer::new(RaftService::new(host.clone()))
@@ -191,26 +256,118 @@ impl NodeHost {
                 }
             }
         }
-        tracing::info!(node = host.config.id, %addr, groups = host.rafts.len(), "storage node started");
+        if !bootstrapped {
+            // From now on this directory belongs to a formed cluster: a restart never applies
+            // the static placement again, even if no peer answers at that moment.
+            crate::durable::write_file_atomic(&host.config.data_dir, BOOTSTRAPPED, b"part of a cluster\n")?;
+        }
+        tracing::info!(node = host.config.id, %addr, groups = host.rafts().len(), "storage node started");
         let background = vec![
             crate::flusher::spawn(host.clone()),
             crate::compactor::spawn(host.clone()),
             crate::retention::spawn(host.clone()),
+            crate::placement::spawn(host.clone()),
         ];
         Ok(RunningNode { host, addr, server, background })
     }
 
-    pub fn raft(&self, group: GroupId) -> Option<&Raft> {
-        self.rafts.get(&group)
+    pub fn raft(&self, group: GroupId) -> Option<Raft> {
+        let groups = self.groups.read().unwrap();
+        if group == META_GROUP {
+            groups.meta.as_ref().map(|g| g.raft.clone())
+        } else {
+            groups.shards.get(&group).map(|g| g.raft.clone())
+        }
     }
 
-    pub fn rafts(&self) -> impl Iterator<Item = (&GroupId, &Raft)> {
-        self.rafts.iter()
+    /// Every hosted group's Raft, meta first.
+    pub fn rafts(&self) -> Vec<(GroupId, Raft)> {
+        let groups = self.groups.read().unwrap();
+        let meta = groups.meta.iter().map(|g| (META_GROUP, g.raft.clone()));
+        meta.chain(groups.shards.iter().map(|(id, g)| (*id, g.raft.clone()))).collect()
     }
 
-    /// True when every hosted group has a known leader.
+    pub fn meta(&self) -> Option<Group<Whole<MetaState>>> {
+        self.groups.read().unwrap().meta.clone()
+    }
+
+    pub fn shard(&self, group: GroupId) -> Option<Group<SegmentShard>> {
+        self.groups.read().unwrap().shards.get(&group).cloned()
+    }
+
+    pub fn shards(&self) -> Vec<(GroupId, Group<SegmentShard>)> {
+        self.groups.read().unwrap().shards.iter().map(|(id, g)| (*id, g.clone())).collect()
+    }
+
+    fn group_dir(&self, group: GroupId) -> PathBuf {
+        self.config.data_dir.join(GROUPS_DIR).join(group.to_string())
+    }
+
+    /// The replica of `group` on this node, started (empty, uninitialized) if there is none:
+    /// a leader that added this node as a learner sends it the log or a snapshot.
+    pub async fn host_group(&self, group: GroupId) -> Result<Raft, HostError> {
+        if let Some(raft) = self.raft(group) {
+            return Ok(raft);
+        }
+        if group > self.config.shards as GroupId {
+            return Err(HostError::NoSuchGroup(group));
+        }
+        let _lifecycle = self.lifecycle.lock().await;
+        if let Some(raft) = self.raft(group) {
+            return Ok(raft);
+        }
+        let dir = self.group_dir(group);
+        let network = Network::new(group, self.channels.clone(), self.addresses.clone());
+        let start = async {
+            if group == META_GROUP {
+                let state = Whole::open(&dir, MetaState::default())?;
+                let g = start_group(&self.config, group, &dir, network, &self.log_db, &self.metrics, state).await?;
+                let raft = g.raft.clone();
+                self.groups.write().unwrap().meta = Some(g);
+                Ok(raft)
+            } else {
+                let state = SegmentShard::open(&dir)?;
+                let g = start_group(&self.config, group, &dir, network, &self.log_db, &self.metrics, state).await?;
+                let raft = g.raft.clone();
+                self.groups.write().unwrap().shards.insert(group, g);
+                Ok(raft)
+            }
+        };
+        let raft = start.await.map_err(|source| HostError::Start { group, source })?;
+        tracing::info!(group, "hosting a replica");
+        Ok(raft)
+    }
+
+    /// Stops and deletes this node's replica of `group`, after its removal from the group's
+    /// membership is committed. The directory is renamed first, so a crash half-way is finished
+    /// at the next start instead of reopening a replica with a forgotten log.
+    pub async fn drop_group(&self, group: GroupId) -> Result<(), HostError> {
+        let _lifecycle = self.lifecycle.lock().await;
+        let raft = {
+            let mut groups = self.groups.write().unwrap();
+            if group == META_GROUP {
+                groups.meta.take().map(|g| g.raft)
+            } else {
+                groups.shards.remove(&group).map(|g| g.raft)
+            }
+        };
+        let Some(raft) = raft else { return Ok(()) };
+        let err = |e: anyhow::Error| HostError::Drop { group, source: e };
+        raft.shutdown().await.map_err(|e| err(anyhow::anyhow!("{e}")))?;
+        let dir = self.group_dir(group);
+        let dropped = dir.with_file_name(format!("{group}{DROPPED_SUFFIX}"));
+        std::fs::rename(&dir, &dropped).map_err(|e| err(e.into()))?;
+        crate::durable::sync_dir(&self.config.data_dir.join(GROUPS_DIR)).map_err(|e| err(e.into()))?;
+        self.log_db.drop_group(group).map_err(|e| err(anyhow::anyhow!("{e}")))?;
+        std::fs::remove_dir_all(&dropped).map_err(|e| err(e.into()))?;
+        tracing::info!(group, "removed the replica");
+        Ok(())
+    }
+
+    /// True when meta knows this node and every hosted group has a known leader.
     pub fn ready(&self) -> bool {
-        self.rafts.values().all(|r| r.metrics().borrow().current_leader.is_some())
+        self.registered.load(std::sync::atomic::Ordering::Relaxed)
+            && self.rafts().iter().all(|(_, r)| r.metrics().borrow().current_leader.is_some())
     }
 
     /// Waits until every hosted group has a leader, or the timeout passes.
@@ -224,6 +381,29 @@ impl NodeHost {
         }
         false
     }
+}
+
+/// Groups some reachable peer hosts with an initialized membership, and that membership's
+/// voters.
+async fn running_groups(host: &NodeHost) -> BTreeMap<GroupId, Vec<NodeId>> {
+    let peers: Vec<String> =
+        host.config.peers.iter().filter(|(id, _)| **id != host.config.id).map(|(_, a)| a.clone()).collect();
+    let probes = peers.iter().map(|addr| async move {
+        let Ok(mut client) = host.channels.storage(addr) else { return Vec::new() };
+        let info = tokio::time::timeout(Duration::from_secs(2), client.cluster_info(ClusterInfoRequest {})).await;
+        host.channels.forget(addr);
+        match info {
+            Ok(Ok(r)) => r.into_inner().groups,
+            _ => Vec::new(),
+        }
+    });
+    let mut running = BTreeMap::new();
+    for g in futures::future::join_all(probes).await.into_iter().flatten() {
+        if !g.voters.is_empty() {
+            running.insert(g.group, g.voters);
+        }
+    }
+    running
 }
 
 async fn start_group<S: GroupStore>(

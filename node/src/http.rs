@@ -30,7 +30,7 @@ async fn readyz(State(s): State<Arc<NodeHttp>>) -> impl IntoResponse {
     if s.host.ready() {
         (StatusCode::OK, Json(json!({"status": "ready"})))
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "waiting for group leaders"})))
+        (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "waiting for registration and group leaders"})))
     }
 }
 
@@ -39,6 +39,7 @@ async fn status(State(s): State<Arc<NodeHttp>>) -> impl IntoResponse {
     let groups: Vec<_> = s
         .host
         .rafts()
+        .into_iter()
         .map(|(group, raft)| {
             let m = raft.metrics().borrow().clone();
             json!({

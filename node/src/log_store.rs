@@ -54,6 +54,21 @@ impl LogDb {
         GroupLog { group, db: self.clone() }
     }
 
+    /// Forgets everything of `group`: entries, vote, committed and purged marks, durably. Used
+    /// when a replica is removed from this node, so that adding it back later starts from an
+    /// empty log and never from a stale vote.
+    pub fn drop_group(&self, group: GroupId) -> Result<(), StorageError> {
+        let mut batch = self.db.batch();
+        for kv in self.entries.range(entry_key(group, 0)..=entry_key(group, u64::MAX)) {
+            batch.remove(&self.entries, kv.key().map_err(io_err)?);
+        }
+        for kv in self.state.prefix(group.to_be_bytes()) {
+            batch.remove(&self.state, kv.key().map_err(io_err)?);
+        }
+        batch.commit().map_err(io_err)?;
+        self.sync_now()
+    }
+
     /// Waits until everything written so far is on disk.
     fn sync_now(&self) -> Result<(), StorageError> {
         let (tx, rx) = mpsc::channel();

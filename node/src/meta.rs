@@ -70,6 +70,9 @@ pub struct MetaState {
     /// (`MetaQuery::Cohorts`), so a new cohort is usable at once on every router.
     #[serde(default)]
     cohorts: BTreeMap<String, Cohort>,
+    /// Storage nodes and replica placement.
+    #[serde(default)]
+    cluster: crate::membership::ClusterState,
 }
 
 fn same_hash(a: &str, b: &str) -> bool {
@@ -506,6 +509,12 @@ impl MetaState {
                 self.invites.insert(invite.id.clone(), Invite { org_id, email, role: Role::Owner, ..invite });
                 MetaCommandResult::Keyed { id: org_id.to_string() }
             }
+            MetaCommand::RegisterNode { id, address, member, replication_factor } => {
+                self.cluster.register(id, address, member, replication_factor)
+            }
+            MetaCommand::SetMembers { addresses } => self.cluster.set_members(&addresses),
+            MetaCommand::DrainNode { address } => self.cluster.drain(&address),
+            MetaCommand::ReportReplicas { group, voters, log_index } => self.cluster.report(group, voters, log_index),
         }
     }
 
@@ -765,6 +774,7 @@ impl MetaState {
                 list.sort_by(|a, b| (a.created_at_ms, &a.id).cmp(&(b.created_at_ms, &b.id)));
                 serde_json::to_value(list)
             }
+            MetaQuery::Cluster => serde_json::to_value(self.cluster.view()),
         }
         .unwrap_or(serde_json::Value::Null)
     }

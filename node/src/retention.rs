@@ -59,7 +59,7 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
         let mut tick = crate::host::periodic(EVERY);
         loop {
             tick.tick().await;
-            if host.shards.is_empty() {
+            if host.shards().is_empty() {
                 continue;
             }
             let Some(view) = fetch(&host).await else {
@@ -67,7 +67,7 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
                 continue;
             };
             let p = policy(&view, chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX));
-            for shard in host.shards.values() {
+            for (_, shard) in host.shards() {
                 shard.state.write().unwrap().state.set_retention(p.clone());
             }
         }

@@ -45,8 +45,17 @@ impl RaftService {
         Self { host }
     }
 
-    fn raft(&self, group: GroupId) -> Result<&Raft, Status> {
+    fn raft(&self, group: GroupId) -> Result<Raft, Status> {
         self.host.raft(group).ok_or_else(|| Status::not_found(format!("group {group} is not hosted here")))
+    }
+
+    /// The replica a leader replicates to, started empty when this node has none: that is how
+    /// a node added as a learner gets its replica (the log or a snapshot follows).
+    async fn replica(&self, group: GroupId) -> Result<Raft, Status> {
+        self.host.host_group(group).await.map_err(|e| match e {
+            crate::host::HostError::NoSuchGroup(_) => Status::not_found(e.to_string()),
+            e => Status::internal(e.to_string()),
+        })
     }
 }
 
@@ -60,7 +69,7 @@ impl RaftRpc for RaftService {
     async fn append_entries(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let req = req.into_inner();
         let rpc = bincode::deserialize(&req.body).map_err(bad)?;
-        reply(&self.raft(req.group)?.append_entries(rpc).await)
+        reply(&self.replica(req.group).await?.append_entries(rpc).await)
     }
 
     async fn vote(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
@@ -72,7 +81,7 @@ impl RaftRpc for RaftService {
     async fn install_snapshot(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let req = req.into_inner();
         let rpc = bincode::deserialize(&req.body).map_err(bad)?;
-        reply(&self.raft(req.group)?.install_snapshot(rpc).await)
+        reply(&self.replica(req.group).await?.install_snapshot(rpc).await)
     }
 }
 
@@ -85,12 +94,12 @@ impl StorageService {
         Self { host }
     }
 
-    fn shard(&self, group: GroupId) -> Result<&Group<crate::shard::SegmentShard>, Status> {
-        self.host.shards.get(&group).ok_or_else(|| Status::not_found(format!("shard {group} is not hosted here")))
+    fn shard(&self, group: GroupId) -> Result<Group<crate::shard::SegmentShard>, Status> {
+        self.host.shard(group).ok_or_else(|| Status::not_found(format!("shard {group} is not hosted here")))
     }
 
-    fn meta(&self) -> Result<&Group<crate::state_machine::Whole<crate::meta::MetaState>>, Status> {
-        self.host.meta.as_ref().ok_or_else(|| Status::not_found("the meta group is not hosted here"))
+    fn meta(&self) -> Result<Group<crate::state_machine::Whole<crate::meta::MetaState>>, Status> {
+        self.host.meta().ok_or_else(|| Status::not_found("the meta group is not hosted here"))
     }
 
     /// The status that tells a router where the leader is (or that there is none yet).
@@ -223,10 +232,11 @@ impl Storage for StorageService {
         let groups = self
             .host
             .rafts()
+            .into_iter()
             .map(|(group, raft)| {
                 let m = raft.metrics().borrow().clone();
                 GroupInfo {
-                    group: *group,
+                    group,
                     voters: m.membership_config.membership().voter_ids().collect(),
                     leader: m.current_leader.unwrap_or(0),
                 }

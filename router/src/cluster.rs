@@ -173,11 +173,14 @@ impl Cluster {
         let mut topo = self.topology.write().unwrap();
         let mut any = false;
         let mut fresh_leaders = HashMap::new();
+        // The nodes are whatever the answering nodes list: nodes that joined appear, nodes
+        // that were drained and removed disappear (the seeds are always asked anyway).
+        let mut nodes = HashMap::new();
         for reply in replies.into_iter().flatten() {
             any = true;
             topo.shard_count = reply.shard_count;
             for n in reply.nodes {
-                topo.nodes.insert(n.id, n.addr);
+                nodes.insert(n.id, n.addr);
             }
             for g in reply.groups {
                 topo.voters.insert(g.group, g.voters);
@@ -189,6 +192,7 @@ impl Cluster {
         if !any {
             return Err(ClusterError::Unavailable("no storage node answered".into()));
         }
+        topo.nodes = nodes;
         topo.leaders = fresh_leaders;
         Ok(())
     }

@@ -130,6 +130,12 @@ impl From<Refusal> for ApiError {
             ),
             Refusal::Deleted => ApiError::Conflict("deleted", "this key belongs to an object that was deleted"),
             Refusal::PlanInUse => ApiError::Conflict("plan_in_use", "organizations are still on this plan"),
+            Refusal::TooFewNodes => {
+                ApiError::Conflict("too_few_nodes", "fewer storage nodes than the replication factor would remain")
+            }
+            Refusal::UnknownNode => {
+                ApiError::Conflict("unknown_node", "no storage node with this address has registered with the cluster")
+            }
         }
     }
 }

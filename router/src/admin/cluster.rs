@@ -1,11 +1,96 @@
-//! Admin API: storage membership (nodes, replica placement, drains).
+//! Admin API: storage membership (nodes, replica placement, drains), as the operator calls it
+//! (`operator/src/admin.rs`: `ClusterNodes`, `PlacementRequest`, `DrainRequest`).
+//!
+//! Both changes only record intent in meta and answer 202: meta computes the placement, each
+//! group's leader moves its replicas (`node/src/placement.rs`), and progress shows in the node
+//! states of `GET /cluster/nodes` (`Active` once a member holds what is placed on it, `Drained`
+//! once a draining node holds nothing). Repeating a request changes nothing.
 
 use std::sync::Arc;
 
-use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde::{Deserialize, Serialize};
+use sextant_model::meta::{ClusterView, MetaCommand, MetaCommandResult, MetaQuery, NodeState};
 
+use super::{Admin, MAX_ADMIN_BODY};
+use crate::error::ApiError;
 use crate::AppState;
 
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
+        .route("/cluster/nodes", get(nodes))
+        .route("/cluster/placement", post(placement))
+        .route("/cluster/drain", post(drain))
+}
+
+/// `GET /admin/v1/cluster/nodes`.
+#[derive(Debug, Serialize)]
+struct ClusterNodes {
+    nodes: Vec<ClusterNode>,
+}
+
+#[derive(Debug, Serialize)]
+struct ClusterNode {
+    id: u64,
+    address: String,
+    /// `Joining`, `Active`, `Draining` or `Drained`.
+    state: NodeState,
+}
+
+/// `POST /admin/v1/cluster/placement`: the complete member set, by node address.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlacementRequest {
+    nodes: Vec<String>,
+}
+
+/// `POST /admin/v1/cluster/drain`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DrainRequest {
+    address: String,
+}
+
+async fn nodes(_: Admin, State(app): State<Arc<AppState>>) -> Result<Json<ClusterNodes>, ApiError> {
+    let view: ClusterView = app.cluster.meta_read(&MetaQuery::Cluster).await?;
+    let nodes = view.nodes.into_iter().map(|n| ClusterNode { id: n.id, address: n.address, state: n.state }).collect();
+    Ok(Json(ClusterNodes { nodes }))
+}
+
+async fn placement(
+    _: Admin,
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, ApiError> {
+    let body = crate::body::read(&headers, body, MAX_ADMIN_BODY)?;
+    let req: PlacementRequest = crate::body::parse_json(&body)?;
+    if req.nodes.iter().any(|a| a.trim().is_empty()) {
+        return Err(ApiError::BadRequest("invalid_address", "node addresses must not be empty".into()));
+    }
+    accepted(app.cluster.meta_write(&MetaCommand::SetMembers { addresses: req.nodes }).await?)
+}
+
+async fn drain(
+    _: Admin,
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, ApiError> {
+    let body = crate::body::read(&headers, body, MAX_ADMIN_BODY)?;
+    let req: DrainRequest = crate::body::parse_json(&body)?;
+    accepted(app.cluster.meta_write(&MetaCommand::DrainNode { address: req.address }).await?)
+}
+
+fn accepted(result: MetaCommandResult) -> Result<StatusCode, ApiError> {
+    match result {
+        MetaCommandResult::Done => Ok(StatusCode::ACCEPTED),
+        MetaCommandResult::Refused(r) => Err(r.into()),
+        other => Err(ApiError::Internal(format!("unexpected meta answer to a membership change: {other:?}"))),
+    }
 }
