@@ -214,14 +214,22 @@ fn retention_sql(start: &str, ret: &str, cohort_start: i64, periods: usize, firs
     )
 }
 
+/// Reads of one project.
 struct Api {
     url: String,
     jwt: String,
+    project: String,
 }
 
 impl Api {
     async fn get(&self, path: &str) -> Value {
-        let resp = http().get(format!("{}{path}", self.url)).bearer_auth(&self.jwt).send().await.unwrap();
+        let resp = http()
+            .get(format!("{}{path}", self.url))
+            .bearer_auth(&self.jwt)
+            .header("X-Project-Id", &self.project)
+            .send()
+            .await
+            .unwrap();
         let status = resp.status();
         let body: Value = resp.json().await.unwrap_or(Value::Null);
         assert_eq!(status, 200, "{path}: {body}");
@@ -234,17 +242,35 @@ async fn analytics_answers_equal_clickhouse_on_random_data() {
     let dir = tempfile::tempdir().unwrap();
     let dev =
         Dev::start_with(dir.path(), &["--api-rps", "100000", "--ingest-rps", "100000", "--shards", "4"], &[]).await;
-    let token = dev.creds["ingest_token"].as_str().unwrap().to_owned();
-    let events = dataset(0x5E57_A27, 400);
-    assert!(events.len() > 3000, "{} events", events.len());
+    let jwt = dev.token().await;
+    // Two data sets, each in its own project: different seeds and sizes.
+    for (seed, users) in [(0x5E57_A27u64, 400u64), (0xC0FFEE, 250)] {
+        let resp = http()
+            .post(format!("{}/projects", dev.url))
+            .bearer_auth(&jwt)
+            .json(&json!({"name": format!("oracle-{seed:x}")}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 201);
+        let project: Value = resp.json().await.unwrap();
+        let api = Api { url: dev.url.clone(), jwt: jwt.clone(), project: project["id"].as_str().unwrap().to_owned() };
+        let work = dir.path().join(format!("oracle-{seed:x}"));
+        std::fs::create_dir_all(&work).unwrap();
+        check_dataset(&api, project["token"].as_str().unwrap(), &work, dataset(seed, users)).await;
+    }
+}
+
+/// Loads `events` into the API's project and into ClickHouse and compares every answer.
+async fn check_dataset(api: &Api, token: &str, work: &Path, events: Vec<Event>) {
+    assert!(events.len() > 2000, "{} events", events.len());
     for chunk in events.chunks(1000) {
         let batch: Vec<Value> =
             chunk.iter().map(|(u, e, t)| json!({"event": e, "distinct_id": u, "timestamp": t})).collect();
         let resp =
-            http().post(format!("{}/v1/batch", dev.url)).json(&json!({"token": token, "events": batch})).send().await;
+            http().post(format!("{}/v1/batch", api.url)).json(&json!({"token": token, "events": batch})).send().await;
         assert_eq!(resp.unwrap().status(), 200);
     }
-    let api = Api { url: dev.url.clone(), jwt: dev.token().await };
     let mut sql: BTreeMap<String, String> = BTreeMap::new();
 
     // Funnels: (steps, window, window parameters); range: the 14 days ending at day 24.
@@ -334,7 +360,7 @@ async fn analytics_answers_equal_clickhouse_on_random_data() {
         );
     }
 
-    let ch = clickhouse(dir.path(), &events, &sql);
+    let ch = clickhouse(work, &events, &sql);
 
     // Funnels: ordered = windowFunnel, strict = the brute force.
     let mut by_user: HashMap<&str, Vec<(i64, &str)>> = HashMap::new();
@@ -365,8 +391,9 @@ async fn analytics_answers_equal_clickhouse_on_random_data() {
     let mut ids = Vec::new();
     for (i, c) in cohorts.iter().enumerate() {
         let resp = http()
-            .post(format!("{}/api/cohorts", dev.url))
+            .post(format!("{}/api/cohorts", api.url))
             .bearer_auth(&api.jwt)
+            .header("X-Project-Id", &api.project)
             .json(&c.body(&format!("cohort {i}")))
             .send()
             .await

@@ -251,9 +251,15 @@ async fn cohorts_are_evaluated_per_shard_and_filter_reads() {
         let (s, err) = api.get(path).await;
         assert_eq!((s, err["error"]["code"].as_str()), (404, Some("not_found")), "{path}");
     }
-    let (s, err) = api.get(&format!("/api/cohorts/{two_buys}?to=yesterday")).await;
-    assert_eq!(s, 400);
-    assert!(err["error"]["message"].as_str().unwrap().contains("`to`"), "{err}");
+    for path in [
+        format!("/api/cohorts/{two_buys}?to=yesterday"),
+        format!("/api/cohorts/{two_buys}/users?to=0"),
+        format!("/api/funnel?steps=a,b&to=0&cohort_id={two_buys}"),
+    ] {
+        let (s, err) = api.get(&path).await;
+        assert_eq!(s, 400, "{path}: {err}");
+        assert!(err["error"]["message"].as_str().unwrap().contains("`to`"), "{path}: {err}");
+    }
 
     // Tenancy: a cohort of another project of the org, and another org, are not found.
     let (s, project) = api.post("/projects", &json!({"name": "shop"}), None).await;

@@ -59,8 +59,22 @@ async fn find(app: &AppState, session: &Session, id: &str) -> Result<Cohort, Api
 /// or at `to`).
 fn instant(params: &Params) -> Result<i64, ApiError> {
     match params.get("to") {
-        Some(v) => parse_query_time(v).map_err(|r| invalid("to", &format!("{r} (RFC 3339 or epoch milliseconds)"))),
+        Some(v) => {
+            let at =
+                parse_query_time(v).map_err(|r| invalid("to", &format!("{r} (RFC 3339 or epoch milliseconds)")))?;
+            after_epoch(at)
+        }
         None => Ok(now_nanos()),
+    }
+}
+
+/// Shards evaluate cohorts over `[0, at)`: an instant at or before 1970 has no events and is
+/// refused here rather than by the shards.
+fn after_epoch(at: i64) -> Result<i64, ApiError> {
+    if at > 0 {
+        Ok(at)
+    } else {
+        Err(invalid("to", "must be after 1970-01-01T00:00:00Z to evaluate a cohort"))
     }
 }
 
@@ -208,6 +222,7 @@ pub async fn filter(
     if id.len() > MAX_ID_CHARS {
         return Err(invalid("cohort_id", "is not a cohort id"));
     }
+    let at = after_epoch(at)?;
     let cohort = find(app, session, id).await?;
     Ok(Some(CohortFilter { definition: Some(cohort.definition.to_proto()), at_unix_nanos: at }))
 }
