@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 
 use crate::host::NodeHost;
 use crate::metrics::TableLabel;
-use crate::segment::buffer::hour_of;
 use crate::segment::Table;
 use crate::shard::CompactionOutcome;
 
@@ -17,11 +16,11 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
         let mut tick = crate::host::periodic(EVERY);
         loop {
             tick.tick().await;
-            let now_hour = hour_of(chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX));
+            let now_s = chrono::Utc::now().timestamp();
             for (group, shard) in host.shards() {
                 // Keep merging this shard while there is work, then move on.
                 loop {
-                    let Some(job) = shard.state.read().unwrap().state.compaction(now_hour) else { break };
+                    let Some(job) = shard.state.read().unwrap().state.compaction(now_s) else { break };
                     let started = Instant::now();
                     match tokio::task::spawn_blocking(move || job.run()).await {
                         Ok(Ok(CompactionOutcome::Merged { inputs, rows_in, rows_out, .. })) => {

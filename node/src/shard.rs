@@ -154,12 +154,12 @@ impl SegmentShard {
 
     /// A compaction, if one is due (see [`compaction::next`]). Never waits for a running
     /// flush: it is called with the state machine's lock held.
-    pub fn compaction(&self, current_hour: i64) -> Option<CompactionJob> {
+    pub fn compaction(&self, now_s: i64) -> Option<CompactionJob> {
         // Planned from the published segments (the manifest's lock is held by a running flush,
         // possibly for long); the job re-checks its inputs under that lock before swapping.
         let published = self.published.read().unwrap();
         let metas: Vec<_> = published.segments.iter().map(|s| s.meta.clone()).collect();
-        let (picked, drop_only) = match compaction::next(&metas, &self.retention, current_hour)? {
+        let (picked, drop_only) = match compaction::next(&metas, &self.retention, now_s)? {
             compaction::Plan::Drop(segments) => (segments, true),
             compaction::Plan::Rewrite(segments) => (segments, false),
         };

@@ -136,12 +136,12 @@ impl Buffer {
         out
     }
 
-    /// The live rows grouped by (table, hour partition), each group sorted in segment order,
+    /// The live rows grouped by (table, time partition), each group sorted in segment order,
     /// with the list of batch ids the rows' ordinals point into.
     pub fn partitions(&self) -> Vec<(Table, i64, Vec<RowRef<'_>>, Vec<u128>)> {
         let mut groups: HashMap<(Table, i64), Vec<&BufferedRow>> = HashMap::new();
         for r in self.rows.iter().filter(|r| !self.aborted.contains(&r.batch_id)) {
-            groups.entry((r.row.table(), hour_of(r.row.time_ns()))).or_default().push(r);
+            groups.entry((r.row.table(), partition_of(r.row.table(), r.row.time_ns()))).or_default().push(r);
         }
         let mut out: Vec<_> = groups
             .into_iter()
@@ -167,7 +167,8 @@ impl Buffer {
     }
 }
 
-/// Start of the hour holding `ns`, in unix seconds.
-pub fn hour_of(ns: i64) -> i64 {
-    ns.div_euclid(1_000_000_000).div_euclid(3600) * 3600
+/// Start of the time partition of `table` holding `ns`, in unix seconds.
+pub fn partition_of(table: Table, ns: i64) -> i64 {
+    let width = table.partition_seconds();
+    ns.div_euclid(1_000_000_000).div_euclid(width) * width
 }

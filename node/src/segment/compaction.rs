@@ -12,7 +12,7 @@ use super::table::{Row, Table};
 pub const SMALL_SEGMENT_ROWS: u64 = 200_000;
 /// At most this many rows are merged at once (they are held in memory).
 pub const MAX_MERGE_ROWS: u64 = 2_000_000;
-/// Merge once a partition has this many small segments, or two once the hour is over.
+/// Merge once a partition has this many small segments, or two once its time is over.
 pub const MIN_SEGMENTS: usize = 4;
 
 /// How long each project keeps its data (DESIGN A6: from its plan), and which projects were
@@ -50,7 +50,7 @@ pub enum Plan {
 }
 
 /// Retention first (whole drops, then partial rewrites of one segment), then merges.
-pub fn next(segments: &[SegmentMeta], policy: &RetentionPolicy, current_hour: i64) -> Option<Plan> {
+pub fn next(segments: &[SegmentMeta], policy: &RetentionPolicy, now_s: i64) -> Option<Plan> {
     let data = || segments.iter().filter(|s| s.table != Table::TraceSummaries);
     let dropped: Vec<SegmentMeta> = data().filter(|s| policy.expires_whole(s)).cloned().collect();
     if !dropped.is_empty() {
@@ -59,19 +59,20 @@ pub fn next(segments: &[SegmentMeta], policy: &RetentionPolicy, current_hour: i6
     if let Some(s) = data().find(|s| policy.expires_some(s)) {
         return Some(Plan::Rewrite(vec![s.clone()]));
     }
-    plan(segments, current_hour).map(Plan::Rewrite)
+    plan(segments, now_s).map(Plan::Rewrite)
 }
 
 /// The spans (or other) segments to merge next, at most one group: the oldest partition
 /// with enough small segments. Trace summaries are never picked themselves: they are
 /// rewritten with their spans segments.
-pub fn plan(segments: &[SegmentMeta], current_hour: i64) -> Option<Vec<SegmentMeta>> {
+pub fn plan(segments: &[SegmentMeta], now_s: i64) -> Option<Vec<SegmentMeta>> {
     let mut partitions: BTreeMap<(i64, Table), Vec<&SegmentMeta>> = BTreeMap::new();
     for s in segments.iter().filter(|s| s.table != Table::TraceSummaries && s.rows < SMALL_SEGMENT_ROWS) {
         partitions.entry((s.hour, s.table)).or_default().push(s);
     }
-    for ((hour, _), mut small) in partitions {
-        let needed = if hour < current_hour { 2 } else { MIN_SEGMENTS };
+    for ((start, table), mut small) in partitions {
+        let over = start.saturating_add(table.partition_seconds()) <= now_s;
+        let needed = if over { 2 } else { MIN_SEGMENTS };
         small.sort_by_key(|s| s.rows);
         let mut total = 0;
         let picked: Vec<SegmentMeta> = small
@@ -190,5 +191,15 @@ mod tests {
             })
             .collect();
         assert_eq!(spans, ["a", "b"]);
+    }
+
+    #[test]
+    fn events_partitions_are_days_and_merge_once_the_day_is_over() {
+        let day = 86_400 * 20_000;
+        let segs = [seg(1, Table::Events, day, 10), seg(2, Table::Events, day, 10)];
+        assert_eq!(plan(&segs, day + 3_600 * 5), None, "an hour later the day is still open");
+        assert_eq!(plan(&segs, day + 86_400).map(|p| p.len()), Some(2));
+        let spans = [seg(3, Table::Spans, day, 10), seg(4, Table::Spans, day, 10)];
+        assert_eq!(plan(&spans, day + 3_600).map(|p| p.len()), Some(2), "spans partitions are hours");
     }
 }

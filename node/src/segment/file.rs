@@ -39,7 +39,8 @@ const BATCHES_KEY: &str = "sextant.batches";
 pub struct SegmentMeta {
     pub id: u64,
     pub table: Table,
-    /// Time partition: start of the hour, in unix seconds.
+    /// Time partition: its start in unix seconds (an hour, or a day for events and replays:
+    /// [`Table::partition_seconds`]).
     pub hour: i64,
     pub rows: u64,
     pub min_ns: i64,

@@ -121,6 +121,16 @@ impl Table {
         Arc::new(Schema::new(fields))
     }
 
+    /// Width of a segment's time partition, in seconds. Analytics queries span weeks and
+    /// months; hour partitions would give them thousands of small segments per shard (30 days
+    /// of events: 720 per shard), so events and replays are partitioned by day.
+    pub fn partition_seconds(self) -> i64 {
+        match self {
+            Table::Events | Table::ReplayEvents => 86_400,
+            _ => 3_600,
+        }
+    }
+
     /// Columns the segment is sorted by, in order (also its Parquet sorting columns).
     pub fn sort_columns(self) -> &'static [&'static str] {
         match self {
