@@ -451,8 +451,29 @@ impl Segment {
             ProjectionMask::roots(self.reader.parquet_schema(), indices)
         });
         let hidden_ordinal = |ord: u32| self.batches.get(ord as usize).is_some_and(|b| hidden(*b));
+        // Analytics queries name a few of many event names: decode the project and event
+        // columns first and the others only for matching rows. (Not for tables whose layout
+        // needs whole row groups, such as spans with parent references.)
+        let by_event = (self.meta.table == Table::Events && !scan.filter.events.is_empty())
+            .then(|| {
+                let cols = [schema.index_of("project").ok()?, schema.index_of("event").ok()?];
+                Some(ProjectionMask::roots(self.reader.parquet_schema(), cols))
+            })
+            .flatten();
+        let filter = || {
+            let mask = by_event.clone()?;
+            let (project, events) = (scan.project.clone(), scan.filter.events.clone());
+            let predicate = ArrowPredicateFn::new(mask, move |rb: RecordBatch| {
+                let cols = super::table::Cols(&rb);
+                let (projects, names) = (cols.str("project"), cols.str("event"));
+                Ok((0..rb.num_rows())
+                    .map(|i| Some(projects.value(i) == project && events.iter().any(|e| e == names.value(i))))
+                    .collect())
+            });
+            Some(RowFilter::new(vec![Box::new(predicate) as Box<dyn parquet::arrow::arrow_reader::ArrowPredicate>]))
+        };
         let mut out = Vec::new();
-        self.each_batch(&row_groups, projection.as_ref(), || None, |rb| {
+        self.each_batch(&row_groups, projection.as_ref(), filter, |rb| {
             if let Some(kept) = scan.apply(&rb, &hidden_ordinal).map_err(err)? {
                 out.push(kept);
             }
