@@ -140,6 +140,11 @@ pub struct Cluster {
 }
 
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Deadline of one shard's part of a query, and of each attempt at it: a scan of millions of
+/// rows may take seconds on a busy node, and cutting it off only to start it again from
+/// scratch (while the first one still runs) would never finish under load. The router's
+/// per-shard timeout (`query::SHARD_TIMEOUT`, the same) decides when a shard is missing.
+pub const QUERY_DEADLINE: Duration = Duration::from_secs(15);
 
 impl Cluster {
     pub fn new(seeds: Vec<String>, cluster_secret: &str) -> Result<Arc<Self>, String> {
@@ -300,7 +305,22 @@ impl Cluster {
         F: Fn(StorageClient<Authed>) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
     {
-        let deadline = Instant::now() + self.deadline;
+        self.on_leader_within(group, self.deadline, ATTEMPT_TIMEOUT, op).await
+    }
+
+    /// [`on_leader`](Self::on_leader) with its own deadline and limit per attempt.
+    async fn on_leader_within<T, F, Fut>(
+        &self,
+        group: GroupId,
+        deadline: Duration,
+        attempt_timeout: Duration,
+        op: F,
+    ) -> Result<T, ClusterError>
+    where
+        F: Fn(StorageClient<Authed>) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let deadline = Instant::now() + deadline;
         let mut backoff = Duration::from_millis(25);
         let mut last_error = String::from("no leader known");
         for attempt in 0.. {
@@ -314,7 +334,7 @@ impl Cluster {
                 continue;
             };
             let client = self.channels.storage(&addr).map_err(|e| ClusterError::Internal(e.to_string()))?;
-            let remaining = deadline.saturating_duration_since(Instant::now()).min(ATTEMPT_TIMEOUT);
+            let remaining = deadline.saturating_duration_since(Instant::now()).min(attempt_timeout);
             match tokio::time::timeout(remaining, op(client)).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(status)) => match status.code() {
@@ -372,7 +392,7 @@ impl Cluster {
 
     /// Runs a query plan on the leader of its group (a read: safe to retry).
     pub async fn query(&self, req: sextant_proto::QueryRequest) -> Result<sextant_proto::QueryReply, ClusterError> {
-        self.on_leader(req.group, |mut c| {
+        self.on_leader_within(req.group, QUERY_DEADLINE, QUERY_DEADLINE, |mut c| {
             let req = req.clone();
             async move { c.query(req).await.map(|r| r.into_inner()) }
         })

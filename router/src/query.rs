@@ -22,7 +22,7 @@ pub const MAX_RANGE_NS: i64 = 31 * 24 * HOUR_NS;
 /// Rows one shard may read for one query (bounds its memory and time).
 pub const MAX_ROWS_PER_SHARD: u64 = 5_000_000;
 /// How long a shard (leader search included) may take before it counts as missing.
-pub const SHARD_TIMEOUT: Duration = Duration::from_secs(15);
+pub const SHARD_TIMEOUT: Duration = crate::cluster::QUERY_DEADLINE;
 pub const DEFAULT_LIMIT: usize = 100;
 pub const MAX_LIMIT: usize = 1000;
 /// Longest query string (filters, `q`, cursor) of a read.

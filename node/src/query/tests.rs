@@ -282,11 +282,11 @@ fn log_search_reads_row_groups_newest_first_and_stops_at_a_full_page() {
     assert!(scanned < total / 2, "read {scanned} of {total} lines for one page: no early stop");
     // Every page after it, down to the oldest line, exactly as the reference.
     let mut seen = got;
-    let mut before = first.last().unwrap().key.clone();
+    let mut before = first.last().unwrap().key;
     loop {
-        let (p, _) = page(700, before.clone());
+        let (p, _) = page(700, before);
         let Some(last) = p.last() else { break };
-        before = last.key.clone();
+        before = last.key;
         seen.extend(
             p.iter().map(|l| (l.log.as_ref().unwrap().unix_nanos / MS, l.log.as_ref().unwrap().message.clone())),
         );
