@@ -140,8 +140,7 @@ pub async fn create(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let body = crate::body::read(&headers, body, MAX_COHORT_BODY)?;
-    let input: CohortInput = crate::body::parse_json(&body)?;
+    let input: CohortInput = crate::body::json(&headers, body, MAX_COHORT_BODY)?;
     let (name, definition) = cohort::validate(&input).map_err(ApiError::invalid_fields)?;
     let now_ms = chrono::Utc::now().timestamp_millis();
     let cohort = Cohort {

@@ -68,8 +68,7 @@ async fn placement(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, ApiError> {
-    let body = crate::body::read(&headers, body, MAX_ADMIN_BODY)?;
-    let req: PlacementRequest = crate::body::parse_json(&body)?;
+    let req: PlacementRequest = crate::body::json(&headers, body, MAX_ADMIN_BODY)?;
     if req.nodes.iter().any(|a| a.trim().is_empty()) {
         return Err(ApiError::BadRequest("invalid_address", "node addresses must not be empty".into()));
     }
@@ -82,8 +81,7 @@ async fn drain(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, ApiError> {
-    let body = crate::body::read(&headers, body, MAX_ADMIN_BODY)?;
-    let req: DrainRequest = crate::body::parse_json(&body)?;
+    let req: DrainRequest = crate::body::json(&headers, body, MAX_ADMIN_BODY)?;
     accepted(app.cluster.meta_write(&MetaCommand::DrainNode { address: req.address }).await?)
 }
 
