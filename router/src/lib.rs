@@ -136,6 +136,13 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
     let housekeeper = spawn_housekeeping(state.clone());
     let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
     let addr = listener.local_addr()?;
+    // Replies are small and written once: without TCP_NODELAY a client that delays its ACKs
+    // can hold the last segment back ~40 ms (as happened on the nodes' gRPC connections).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
     let app = http::router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
     let server = tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app).await {
