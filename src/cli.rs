@@ -11,9 +11,9 @@ use clap::{Parser, Subcommand};
 use prometheus_client::registry::Registry;
 use rand::RngCore;
 use sextant_node::{NodeConfig, NodeHost, NodeMetrics};
+use sextant_router::admin::AdminToken;
 use sextant_router::bootstrap::{bootstrap, write_credentials, Credentials};
 use sextant_router::rate_limit::RateLimitConfig;
-use sextant_router::admin::AdminToken;
 use sextant_router::RouterConfig;
 
 #[derive(Parser)]

@@ -22,9 +22,9 @@ use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::PageIndexPolicy;
 use parquet::file::statistics::Statistics;
 
-use super::scan::Scan;
 use super::attribute_columns;
 use super::layout::{assemble, companion_columns, Layout};
+use super::scan::Scan;
 use super::table::{from_record_batch, to_segment_batch, Row, RowRef, Table};
 use super::token_index::{line_terms, TokenIndex, FOOTER_KEY as TOKENS_KEY, LEGACY_FOOTER_KEY};
 use crate::archive::FileEntry;
@@ -131,7 +131,9 @@ fn properties(table: Table, layout: &Layout, distinct_traces: usize, batches: &[
         // Mostly distinct values (pod names, user ids): dictionary indices would only add to
         // the values themselves.
         if key.distinct {
-            b = b.set_column_dictionary_enabled(col.clone(), false).set_column_encoding(col, Encoding::DELTA_LENGTH_BYTE_ARRAY);
+            b = b
+                .set_column_dictionary_enabled(col.clone(), false)
+                .set_column_encoding(col, Encoding::DELTA_LENGTH_BYTE_ARRAY);
         }
     }
     // Mostly distinct strings; a log's trace id too (logs are sorted by time, not trace).
@@ -172,9 +174,12 @@ pub fn write(
         _ => rows.len(),
     };
     let layout = Layout::choose(table, rows);
-    let mut writer =
-        ArrowWriter::try_new(&mut out, layout.schema(table), Some(properties(table, &layout, distinct_traces, batches)))
-            .map_err(err)?;
+    let mut writer = ArrowWriter::try_new(
+        &mut out,
+        layout.schema(table),
+        Some(properties(table, &layout, distinct_traces, batches)),
+    )
+    .map_err(err)?;
     let mut tokens = (table == Table::Logs).then(TokenIndex::default);
     for chunk in rows.chunks(ROW_GROUP_ROWS) {
         writer.write(&to_segment_batch(table, chunk, &layout).map_err(err)?).map_err(err)?;
@@ -335,10 +340,15 @@ impl Segment {
     pub fn read(&self, row_groups: Option<Vec<usize>>) -> io::Result<Vec<(String, Row, u32)>> {
         let rgs = row_groups.unwrap_or_else(|| (0..self.reader.metadata().num_row_groups()).collect());
         let mut out = Vec::new();
-        self.each_batch(&rgs, None, || None, |rb| {
-            out.extend(from_record_batch(self.meta.table, &rb));
-            Ok(())
-        })?;
+        self.each_batch(
+            &rgs,
+            None,
+            || None,
+            |rb| {
+                out.extend(from_record_batch(self.meta.table, &rb));
+                Ok(())
+            },
+        )?;
         Ok(out)
     }
 
@@ -353,9 +363,10 @@ impl Segment {
         mut f: impl FnMut(RecordBatch) -> io::Result<()>,
     ) -> io::Result<()> {
         for &rg in row_groups {
-            let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(self.file.clone(), self.reader.clone())
-                .with_row_groups(vec![rg])
-                .with_batch_size(ROW_GROUP_ROWS);
+            let mut builder =
+                ParquetRecordBatchReaderBuilder::new_with_metadata(self.file.clone(), self.reader.clone())
+                    .with_row_groups(vec![rg])
+                    .with_batch_size(ROW_GROUP_ROWS);
             if let Some(mask) = projection {
                 builder = builder.with_projection(mask.clone());
             }

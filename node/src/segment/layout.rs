@@ -74,7 +74,9 @@ impl Layout {
         if self.parent_refs {
             fields.push(Field::new(PARENT_REF, DataType::Int32, false));
         }
-        fields.extend(self.attribute_keys.iter().map(|k| Field::new(format!("{PREFIX}{}", k.name), DataType::Binary, true)));
+        fields.extend(
+            self.attribute_keys.iter().map(|k| Field::new(format!("{PREFIX}{}", k.name), DataType::Binary, true)),
+        );
         Arc::new(Schema::new(fields))
     }
 }
@@ -142,8 +144,7 @@ pub fn assemble(rb: RecordBatch) -> Result<RecordBatch, ArrowError> {
         }
     }
     // The table's fields, without the layout's metadata.
-    let fields: Vec<Field> =
-        keep.iter().map(|&i| schema.field(i).clone().with_metadata(HashMap::new())).collect();
+    let fields: Vec<Field> = keep.iter().map(|&i| schema.field(i).clone().with_metadata(HashMap::new())).collect();
     RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
 }
 
@@ -241,7 +242,12 @@ mod tests {
     #[test]
     fn parents_in_the_same_trace_become_references() {
         let span = |id: &str, parent: &str| {
-            Row::Span(Span { trace_id: "t".into(), span_id: id.into(), parent_span_id: parent.into(), ..Default::default() })
+            Row::Span(Span {
+                trace_id: "t".into(),
+                span_id: id.into(),
+                parent_span_id: parent.into(),
+                ..Default::default()
+            })
         };
         let rows = [span("a", ""), span("b", "a"), span("c", "a"), span("d", "elsewhere"), span("e", "c")];
         let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();

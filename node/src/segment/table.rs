@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use super::layout::Layout;
 use arrow_array::builder::{
     BinaryBuilder, Float64Builder, Int32Builder, Int64Builder, ListBuilder, StringBuilder, UInt32Builder, UInt64Builder,
 };
@@ -14,7 +15,6 @@ use arrow_array::{
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use prost::Message;
 use serde::{Deserialize, Serialize};
-use super::layout::Layout;
 use sextant_proto::{Event, HostMetric, KeyValue, LogRecord, ReplayEvent, Span, TraceSummary};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
