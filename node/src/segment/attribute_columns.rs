@@ -7,8 +7,9 @@
 //! Tempo's dedicated attribute columns do.
 //!
 //! The split is physical only: [`super::layout::assemble`] puts the `attributes` column back
-//! together as the table's schema has it before any reader sees the batch. Attributes are stored sorted by
-//! key ([`super::table::encode_attributes`]), so re-assembly gives back the very same bytes.
+//! together as the table's schema has it before any reader sees the batch. Attributes are
+//! stored sorted by key ([`super::table::encode_attributes`]), so re-assembly gives back the
+//! very same bytes.
 
 use std::sync::Arc;
 
@@ -26,7 +27,7 @@ const MAX_COLUMNS: usize = 48;
 const MIN_SHARE: usize = 16;
 const MAX_KEY_BYTES: usize = 128;
 
-pub fn attributes(row: &Row) -> Option<&[KeyValue]> {
+fn attributes(row: &Row) -> Option<&[KeyValue]> {
     match row {
         Row::Span(s) => Some(&s.attributes),
         Row::Log(l) => Some(&l.attributes),
@@ -41,6 +42,13 @@ pub struct Key {
     pub name: String,
     /// Most of its values differ from each other (within the rows sampled).
     pub distinct: bool,
+}
+
+impl Key {
+    /// The segment column holding this key's values.
+    pub fn column(&self) -> String {
+        format!("{PREFIX}{}", self.name)
+    }
 }
 
 /// Rows sampled for the share of distinct values of a key.
@@ -125,7 +133,7 @@ impl<'k> Split<'k> {
         encode_attributes(&rest)
     }
 
-    /// The key columns, in the order of [`with_columns`].
+    /// The key columns, in the order of the keys (as [`super::layout::Layout::schema`] lists them).
     pub fn finish(self) -> Vec<ArrayRef> {
         self.columns.into_iter().map(|mut b| Arc::new(b.finish()) as ArrayRef).collect()
     }

@@ -22,7 +22,6 @@ use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::PageIndexPolicy;
 use parquet::file::statistics::Statistics;
 
-use super::attribute_columns;
 use super::layout::{assemble, companion_columns, Layout};
 use super::scan::Scan;
 use super::table::{from_record_batch, to_segment_batch, Row, RowRef, Table};
@@ -126,7 +125,7 @@ fn properties(table: Table, layout: &Layout, distinct_traces: usize, batches: &[
         }
     }
     for key in &layout.attribute_keys {
-        let col = ColumnPath::from(format!("{}{}", attribute_columns::PREFIX, key.name));
+        let col = ColumnPath::from(key.column());
         b = b.set_column_compression(col.clone(), Compression::ZSTD(ZstdLevel::try_new(9).expect("valid level")));
         // Mostly distinct values (pod names, user ids): dictionary indices would only add to
         // the values themselves.
@@ -467,22 +466,11 @@ impl Segment {
         // needs whole row groups, such as spans with parent references.)
         let by_event = (self.meta.table == Table::Events && !scan.filter.events.is_empty())
             .then(|| {
-                let cols = [schema.index_of("project").ok()?, schema.index_of("event").ok()?];
-                Some(ProjectionMask::roots(self.reader.parquet_schema(), cols))
+                let events = scan.filter.events.clone();
+                self.row_filter(&scan.project, "event", move |name| events.iter().any(|e| e == name))
             })
-            .flatten();
-        let filter = || {
-            let mask = by_event.clone()?;
-            let (project, events) = (scan.project.clone(), scan.filter.events.clone());
-            let predicate = ArrowPredicateFn::new(mask, move |rb: RecordBatch| {
-                let cols = super::table::Cols(&rb);
-                let (projects, names) = (cols.str("project"), cols.str("event"));
-                Ok((0..rb.num_rows())
-                    .map(|i| Some(projects.value(i) == project && events.iter().any(|e| e == names.value(i))))
-                    .collect())
-            });
-            Some(RowFilter::new(vec![Box::new(predicate) as Box<dyn parquet::arrow::arrow_reader::ArrowPredicate>]))
-        };
+            .transpose()?;
+        let filter = || by_event.as_ref().and_then(|f| f());
         let mut out = Vec::new();
         self.each_batch(&row_groups, projection.as_ref(), filter, |rb| {
             if let Some(kept) = scan.apply(&rb, &hidden_ordinal).map_err(err)? {
@@ -493,6 +481,29 @@ impl Segment {
         Ok(out)
     }
 
+    /// Makes row filters (one per reader) keeping the rows of `project` whose string `column`
+    /// satisfies `keep`: the two columns are decoded first, the others only for those rows.
+    fn row_filter(
+        &self,
+        project: &str,
+        column: &'static str,
+        keep: impl Fn(&str) -> bool + Clone + Send + 'static,
+    ) -> io::Result<impl Fn() -> Option<RowFilter>> {
+        let schema = self.meta.table.schema();
+        let columns = [schema.index_of("project").map_err(err)?, schema.index_of(column).map_err(err)?];
+        let mask = ProjectionMask::roots(self.reader.parquet_schema(), columns);
+        let project = project.to_owned();
+        Ok(move || {
+            let (project, keep) = (project.clone(), keep.clone());
+            let predicate = ArrowPredicateFn::new(mask.clone(), move |rb: RecordBatch| {
+                let cols = super::table::Cols(&rb);
+                let (projects, values) = (cols.str("project"), cols.str(column));
+                Ok((0..rb.num_rows()).map(|i| Some(projects.value(i) == project && keep(values.value(i)))).collect())
+            });
+            Some(RowFilter::new(vec![Box::new(predicate) as Box<dyn parquet::arrow::arrow_reader::ArrowPredicate>]))
+        })
+    }
+
     /// The rows of one trace, with their batch ordinals. Only the project and trace-id columns
     /// are decoded for the candidate row groups; the other columns only for the trace's rows
     /// (a Parquet row filter, which also skips pages by the page index).
@@ -501,18 +512,8 @@ impl Segment {
         if rgs.is_empty() {
             return Ok(Vec::new());
         }
-        let schema = self.meta.table.schema();
-        let (p_col, t_col) = (schema.index_of("project").map_err(err)?, schema.index_of("trace_id").map_err(err)?);
-        let mask = ProjectionMask::roots(self.reader.parquet_schema(), [p_col, t_col]);
-        let filter = || {
-            let (p, t) = (project.to_owned(), trace_id.to_owned());
-            let predicate = ArrowPredicateFn::new(mask.clone(), move |rb: RecordBatch| {
-                let cols = super::table::Cols(&rb);
-                let (projects, traces) = (cols.str("project"), cols.str("trace_id"));
-                Ok((0..rb.num_rows()).map(|i| Some(projects.value(i) == p && traces.value(i) == t)).collect())
-            });
-            Some(RowFilter::new(vec![Box::new(predicate) as Box<dyn parquet::arrow::arrow_reader::ArrowPredicate>]))
-        };
+        let trace_id = trace_id.to_owned();
+        let filter = self.row_filter(project, "trace_id", move |t| t == trace_id)?;
         let mut out = Vec::new();
         self.each_batch(&rgs, None, filter, |rb| {
             out.extend(from_record_batch(self.meta.table, &rb).into_iter().map(|(_, row, b)| (row, b)));

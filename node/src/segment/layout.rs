@@ -74,9 +74,7 @@ impl Layout {
         if self.parent_refs {
             fields.push(Field::new(PARENT_REF, DataType::Int32, false));
         }
-        fields.extend(
-            self.attribute_keys.iter().map(|k| Field::new(format!("{PREFIX}{}", k.name), DataType::Binary, true)),
-        );
+        fields.extend(self.attribute_keys.iter().map(|k| Field::new(k.column(), DataType::Binary, true)));
         Arc::new(Schema::new(fields))
     }
 }
