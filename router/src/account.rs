@@ -121,11 +121,8 @@ pub async fn signup(
         session: RefreshFamily::new(refresh.family.clone(), user_id, org_id, refresh.sha256.clone(), now),
         trial_ends_at_ms,
     };
-    match app.cluster.meta_change(&command).await? {
-        MetaCommandResult::Done => session_response(&app, StatusCode::CREATED, &member, &refresh, body),
-        MetaCommandResult::Refused(r) => Err(r.into()),
-        other => Err(ApiError::Internal(format!("unexpected meta answer to a sign-up: {other:?}"))),
-    }
+    crate::error::expect_done(app.cluster.meta_change(&command).await?, "a sign-up")?;
+    session_response(&app, StatusCode::CREATED, &member, &refresh, body)
 }
 
 #[derive(Deserialize)]

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sextant_model::identity::{normalize_name, Problems};
-use sextant_model::meta::{Credential, CredentialKind, MetaCommand, MetaCommandResult};
+use sextant_model::meta::{Credential, CredentialKind, MetaCommand};
 
 use crate::account::{time_json, MAX_AUTH_BODY};
 use crate::auth::{new_credential, Session};
@@ -75,14 +75,9 @@ pub async fn create(
     let (key, credential) = new_credential(CredentialKind::ApiKey, session.project_id, &name.unwrap_or_default(), now);
     let mut body = key_json(&credential);
     let command = MetaCommand::CreateCredential { org_id: session.user.org_id, credential };
-    match app.cluster.meta_change(&command).await? {
-        MetaCommandResult::Done => {
-            body["key"] = json!(key);
-            Ok((StatusCode::CREATED, Json(body)).into_response())
-        }
-        MetaCommandResult::Refused(r) => Err(r.into()),
-        other => Err(ApiError::Internal(format!("unexpected meta answer to a new key: {other:?}"))),
-    }
+    crate::error::expect_done(app.cluster.meta_change(&command).await?, "a new key")?;
+    body["key"] = json!(key);
+    Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
 /// Revokes a key of any project of the caller's org; every router refuses it within a
@@ -97,9 +92,6 @@ pub async fn delete(
         return Err(ApiError::NotFound("API key not found".into()));
     }
     let command = MetaCommand::RevokeCredential { org_id: session.user.org_id, id, kind: CredentialKind::ApiKey };
-    match app.cluster.meta_change(&command).await? {
-        MetaCommandResult::Done => Ok(StatusCode::NO_CONTENT.into_response()),
-        MetaCommandResult::Refused(r) => Err(r.into()),
-        other => Err(ApiError::Internal(format!("unexpected meta answer to a revocation: {other:?}"))),
-    }
+    crate::error::expect_done(app.cluster.meta_change(&command).await?, "a revocation")?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }

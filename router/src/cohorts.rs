@@ -15,7 +15,7 @@ use axum::Json;
 use bytes::Bytes;
 use serde_json::{json, Value};
 use sextant_model::cohort::{self, Cohort, CohortInput};
-use sextant_model::meta::{MetaCommand, MetaCommandResult, MetaQuery};
+use sextant_model::meta::{MetaCommand, MetaQuery};
 use sextant_model::time::{now_nanos, parse_query_time};
 use sextant_model::ProjectId;
 use sextant_proto::{query_reply, query_request, CohortFilter, CohortSizesPlan, CohortUsersPlan};
@@ -154,11 +154,8 @@ pub async fn create(
     // failed request leaves nothing behind for the client's retry to duplicate.
     let (size, _) = sizes(&app, &session, &[&cohort], now_ms.saturating_mul(1_000_000), false).await?;
     let command = MetaCommand::CreateCohort { org_id: session.user.org_id, cohort: cohort.clone() };
-    match app.cluster.meta_change(&command).await? {
-        MetaCommandResult::Done => Ok((StatusCode::CREATED, Json(cohort_json(&cohort, size[0]))).into_response()),
-        MetaCommandResult::Refused(r) => Err(r.into()),
-        other => Err(ApiError::Internal(format!("unexpected meta answer to a new cohort: {other:?}"))),
-    }
+    crate::error::expect_done(app.cluster.meta_change(&command).await?, "a new cohort")?;
+    Ok((StatusCode::CREATED, Json(cohort_json(&cohort, size[0]))).into_response())
 }
 
 pub async fn get(

@@ -5,7 +5,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 use sextant_model::ingest::FieldError;
-use sextant_model::meta::Refusal;
+use sextant_model::meta::{MetaCommandResult, Refusal};
 
 use crate::cluster::ClusterError;
 
@@ -102,6 +102,16 @@ impl From<ClusterError> for ApiError {
             ClusterError::Unavailable(m) => ApiError::Unavailable(format!("storage is temporarily unavailable: {m}")),
             ClusterError::Internal(m) => ApiError::Internal(m),
         }
+    }
+}
+
+/// The outcome of a meta change whose success is `Done`: a refusal becomes its API error, any
+/// other answer is a bug, reported as internal (`what` names the change).
+pub fn expect_done(result: MetaCommandResult, what: &str) -> Result<(), ApiError> {
+    match result {
+        MetaCommandResult::Done => Ok(()),
+        MetaCommandResult::Refused(r) => Err(r.into()),
+        other => Err(ApiError::Internal(format!("unexpected meta answer to {what}: {other:?}"))),
     }
 }
 

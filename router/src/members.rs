@@ -13,7 +13,7 @@ use rand::RngCore;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sextant_model::identity::{normalize_email, Problems};
-use sextant_model::meta::{Invite, MetaCommand, MetaCommandResult, MetaQuery, OrgMembers, Role, INVITE_TTL_MS};
+use sextant_model::meta::{Invite, MetaCommand, MetaQuery, OrgMembers, Role, INVITE_TTL_MS};
 use sextant_model::UserId;
 use sha2::{Digest, Sha256};
 
@@ -114,15 +114,10 @@ pub async fn invite(
         expires_at_ms: now + INVITE_TTL_MS,
     };
     let mut body = invite_json(&invite);
-    match app.cluster.meta_change(&MetaCommand::Invite { invite }).await? {
-        MetaCommandResult::Done => {
-            // Shown once; sending it by e-mail needs SMTP, which is not configured here.
-            body["invite_token"] = json!(token);
-            Ok((StatusCode::CREATED, Json(body)).into_response())
-        }
-        MetaCommandResult::Refused(r) => Err(r.into()),
-        other => Err(ApiError::Internal(format!("unexpected meta answer to an invitation: {other:?}"))),
-    }
+    crate::error::expect_done(app.cluster.meta_change(&MetaCommand::Invite { invite }).await?, "an invitation")?;
+    // Shown once; sending it by e-mail needs SMTP, which is not configured here.
+    body["invite_token"] = json!(token);
+    Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
 /// Removes a member (by user id) or withdraws a pending invitation (by invitation id).
@@ -141,11 +136,8 @@ pub async fn remove(
     } else {
         return Err(ApiError::NotFound("member not found".into()));
     };
-    match app.cluster.meta_change(&command).await? {
-        MetaCommandResult::Done => Ok(StatusCode::NO_CONTENT.into_response()),
-        MetaCommandResult::Refused(r) => Err(r.into()),
-        other => Err(ApiError::Internal(format!("unexpected meta answer to a removal: {other:?}"))),
-    }
+    crate::error::expect_done(app.cluster.meta_change(&command).await?, "a removal")?;
+    Ok(StatusCode::NO_CONTENT.into_response())
 }
 
 #[cfg(test)]

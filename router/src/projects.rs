@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Value};
 use sextant_model::identity::{normalize_name, Problems};
-use sextant_model::meta::{CredentialKind, MetaCommand, MetaCommandResult, Project};
+use sextant_model::meta::{CredentialKind, MetaCommand, Project};
 use sextant_model::ProjectId;
 
 use crate::account::{time_json, MAX_AUTH_BODY};
@@ -80,9 +80,9 @@ pub async fn create(
     };
     let (token, record) = new_credential(CredentialKind::IngestToken, project.id, "default", now);
     let body = project_json(&project, Some(token.as_str()), false);
-    match app.cluster.meta_change(&MetaCommand::CreateProject { project, credentials: vec![record] }).await? {
-        MetaCommandResult::Done => Ok((StatusCode::CREATED, Json(body)).into_response()),
-        MetaCommandResult::Refused(r) => Err(r.into()),
-        other => Err(ApiError::Internal(format!("unexpected meta answer to a new project: {other:?}"))),
-    }
+    crate::error::expect_done(
+        app.cluster.meta_change(&MetaCommand::CreateProject { project, credentials: vec![record] }).await?,
+        "a new project",
+    )?;
+    Ok((StatusCode::CREATED, Json(body)).into_response())
 }

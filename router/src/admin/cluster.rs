@@ -86,9 +86,6 @@ async fn drain(
 }
 
 fn accepted(result: MetaCommandResult) -> Result<StatusCode, ApiError> {
-    match result {
-        MetaCommandResult::Done => Ok(StatusCode::ACCEPTED),
-        MetaCommandResult::Refused(r) => Err(r.into()),
-        other => Err(ApiError::Internal(format!("unexpected meta answer to a membership change: {other:?}"))),
-    }
+    crate::error::expect_done(result, "a membership change")?;
+    Ok(StatusCode::ACCEPTED)
 }

@@ -98,11 +98,7 @@ fn now_ms() -> i64 {
 
 /// Runs a meta command whose success is `Done`.
 async fn change(app: &AppState, command: MetaCommand) -> Result<(), ApiError> {
-    match app.cluster.meta_change(&command).await? {
-        MetaCommandResult::Done => Ok(()),
-        MetaCommandResult::Refused(r) => Err(r.into()),
-        other => Err(ApiError::Internal(format!("unexpected meta answer to an admin change: {other:?}"))),
-    }
+    crate::error::expect_done(app.cluster.meta_change(&command).await?, "an admin change")
 }
 
 /// Runs a keyed meta command: the id of the object it created or updated.
