@@ -265,27 +265,44 @@ async fn post_acked(url: &str, key: &str, prefix: &str) -> Vec<String> {
     panic!("{prefix}: no batch acknowledged in 10 attempts");
 }
 
-/// Every trace in `acked` is readable with exactly its spans, once each.
-async fn assert_all_readable(url: &str, token: &str, acked: &[String]) {
+/// Every trace in `acked` is readable with exactly its spans, once each. Reads every trace and
+/// then reports all that are wrong in one short error (the end of a CI log shows it; a panic
+/// would be followed by its backtrace).
+async fn check_all_readable(url: &str, token: &str, acked: &[String]) -> Result<(), String> {
     let expected: BTreeSet<String> = (0..SPANS_PER_TRACE).map(|s| format!("s{s}")).collect();
     let reads = futures::stream::iter(acked.iter().cloned())
         .map(|trace| async move { (get_trace(url, token, &trace).await, trace) })
         .buffer_unordered(16);
     futures::pin_mut!(reads);
-    let mut checked = 0;
+    let (mut missing, mut wrong) = (Vec::new(), Vec::new());
     while let Some((found, trace)) = reads.next().await {
-        let found = found.unwrap_or_else(|| panic!("acknowledged trace {trace} is missing"));
-        let ids: Vec<String> =
+        let Some(found) = found else {
+            missing.push(trace);
+            continue;
+        };
+        let mut ids: Vec<String> =
             found["spans"].as_array().unwrap().iter().map(|s| s["span_id"].as_str().unwrap().to_owned()).collect();
-        assert_eq!(ids.len(), SPANS_PER_TRACE, "trace {trace}: {ids:?} (duplicates or losses)");
-        assert_eq!(ids.into_iter().collect::<BTreeSet<_>>(), expected, "trace {trace}");
-        checked += 1;
+        ids.sort();
+        if ids.len() != SPANS_PER_TRACE || ids.iter().cloned().collect::<BTreeSet<_>>() != expected {
+            wrong.push(format!("{trace}: {ids:?}"));
+        }
     }
-    assert_eq!(checked, acked.len());
+    if missing.is_empty() && wrong.is_empty() {
+        return Ok(());
+    }
+    missing.sort();
+    Err(format!(
+        "of {} acknowledged traces, {} are missing (first: {:?}) and {} have wrong spans (first: {:?})",
+        acked.len(),
+        missing.len(),
+        &missing[..missing.len().min(12)],
+        wrong.len(),
+        &wrong[..wrong.len().min(4)]
+    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_joined_node_gets_replicas_by_snapshot_and_a_drain_empties_it() {
+async fn a_joined_node_gets_replicas_by_snapshot_and_a_drain_empties_it() -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
     let mut c = Scaled::start(dir.path(), 3, 2, 16).await;
     let key = c.api_key();
@@ -324,7 +341,7 @@ async fn a_joined_node_gets_replicas_by_snapshot_and_a_drain_empties_it() {
         acked.extend(post_acked(&c.url, &key, &format!("mid-b{b}")).await);
     }
     let token = c.token().await;
-    assert_all_readable(&c.url, &token, &acked).await;
+    check_all_readable(&c.url, &token, &acked).await?;
 
     c.drain(new).await;
     c.wait_state(new, "Drained").await;
@@ -336,16 +353,17 @@ async fn a_joined_node_gets_replicas_by_snapshot_and_a_drain_empties_it() {
     for b in 0..10 {
         acked.extend(post_acked(&c.url, &key, &format!("post-b{b}")).await);
     }
-    assert_all_readable(&c.url, &token, &acked).await;
+    check_all_readable(&c.url, &token, &acked).await?;
     let nodes = c.admin_nodes().await.unwrap();
     assert!(nodes.iter().filter(|n| n["id"] != new as u64 + 1).all(|n| n["state"] == "Active"), "{nodes:?}");
+    Ok(())
 }
 
 /// A static member that starts after the others formed the groups they can form still forms
 /// the ones only it initializes (it is the first replica of group 2 of 0..=2), while joining the
 /// others, whose membership its peers report.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_static_member_starting_late_still_forms_its_groups() {
+async fn a_static_member_starting_late_still_forms_its_groups() -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
     let mut c = Scaled::start_some(dir.path(), 3, 2, 2, 16);
     wait_for("nodes 1 and 2 to elect leaders", Duration::from_secs(60), || async {
@@ -362,18 +380,19 @@ async fn a_static_member_starting_late_still_forms_its_groups() {
         acked.extend(post_acked(&c.url, &key, &format!("late-b{b}")).await);
     }
     let token = c.token().await;
-    assert_all_readable(&c.url, &token, &acked).await;
+    check_all_readable(&c.url, &token, &acked).await?;
     for i in 0..3 {
         c.wait_state(i, "Active").await;
         assert_eq!(c.hosted(i).await.unwrap(), BTreeSet::from([0, 1, 2]), "node {}", i + 1);
     }
+    Ok(())
 }
 
 /// Progress lives in meta and in each group's membership, not in a task: kill -9 a node in
 /// the middle of a rebalance (it hosts the meta group and leads some groups) and restart it;
 /// the moves finish and nothing acknowledged is lost.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_rebalance_interrupted_by_a_crash_resumes() {
+async fn a_rebalance_interrupted_by_a_crash_resumes() -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
     let mut c = Scaled::start(dir.path(), 3, 4, 16).await;
     let key = c.api_key();
@@ -402,7 +421,7 @@ async fn a_rebalance_interrupted_by_a_crash_resumes() {
         acked.extend(post_acked(&c.url, &key, &format!("post-b{b}")).await);
     }
     let token = c.token().await;
-    assert_all_readable(&c.url, &token, &acked).await;
+    check_all_readable(&c.url, &token, &acked).await
 }
 
 /// Acknowledged trace ids of a writer that keeps ingesting until told to stop.
@@ -447,7 +466,7 @@ async fn ingest_progress(ledger: &Arc<Mutex<Ledger>>, more: usize, what: &str) {
 /// the way the operator takes it (grow, place, then drain and stop the highest node, one at a
 /// time); every acknowledged span is readable at the end, exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn three_to_five_to_three_nodes_under_ingest_loses_nothing() {
+async fn three_to_five_to_three_nodes_under_ingest_loses_nothing() -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
     let mut c = Scaled::start(dir.path(), 3, 2, 16).await;
     let key = c.api_key();
@@ -493,7 +512,7 @@ async fn three_to_five_to_three_nodes_under_ingest_loses_nothing() {
     let ledger = Arc::try_unwrap(ledger).ok().unwrap().into_inner().unwrap();
     eprintln!("acknowledged batches {}, failed batches {}", ledger.acked_batches, ledger.failed_batches);
     let token = c.token().await;
-    assert_all_readable(&c.url, &token, &ledger.acked).await;
+    check_all_readable(&c.url, &token, &ledger.acked).await
 }
 
 /// Issue 3: a replica built by snapshot installation answers queries exactly as the replicas
