@@ -8,6 +8,7 @@
 
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -70,6 +71,9 @@ pub struct GroupStateMachine<S: GroupStore> {
     dir: PathBuf,
     /// Serialises checkpoints and installs.
     checkpoint_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Snapshots installed so far. A checkpoint set aside before an install and written after
+    /// it is stale: the installed state already holds its entries and more.
+    installs: Arc<AtomicU64>,
     on_snapshot: Arc<dyn Fn(SnapshotEvent) + Send + Sync>,
 }
 
@@ -85,6 +89,7 @@ impl<S: GroupStore> GroupStateMachine<S> {
             shared: Arc::new(RwLock::new(Applied { last_applied, membership, state })),
             dir: dir.to_owned(),
             checkpoint_lock: Arc::new(tokio::sync::Mutex::new(())),
+            installs: Arc::new(AtomicU64::new(0)),
             on_snapshot,
         }
     }
@@ -110,6 +115,9 @@ pub struct SnapshotBuilder<S: GroupStore> {
     shared: SharedState<S>,
     dir: PathBuf,
     lock: Arc<tokio::sync::Mutex<()>>,
+    installs: Arc<AtomicU64>,
+    /// `installs` when the job was set aside.
+    installs_before: u64,
     on_snapshot: Arc<dyn Fn(SnapshotEvent) + Send + Sync>,
 }
 
@@ -117,9 +125,14 @@ impl<S: GroupStore> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<S> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let job = self.job.take().ok_or_else(|| io_err("snapshot builder used twice"))?;
         let _guard = self.lock.lock().await;
-        let started = std::time::Instant::now();
-        tokio::task::spawn_blocking(job).await.map_err(io_err)?.map_err(io_err)?;
-        (self.on_snapshot)(SnapshotEvent::Built(started.elapsed()));
+        // openraft may install a leader's snapshot between setting this checkpoint aside and
+        // building it. Writing it then would put its older state (or, for a data shard, a second
+        // copy of its rows) over the installed one; the installed checkpoint is the snapshot.
+        if self.installs.load(Ordering::Acquire) == self.installs_before {
+            let started = std::time::Instant::now();
+            tokio::task::spawn_blocking(job).await.map_err(io_err)?.map_err(io_err)?;
+            (self.on_snapshot)(SnapshotEvent::Built(started.elapsed()));
+        }
         snapshot_of(&self.shared, &self.dir)?.ok_or_else(|| io_err("checkpoint vanished after it was written"))
     }
 }
@@ -172,6 +185,8 @@ impl<S: GroupStore> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
             shared: self.shared.clone(),
             dir: self.dir.clone(),
             lock: self.checkpoint_lock.clone(),
+            installs: self.installs.clone(),
+            installs_before: self.installs.load(Ordering::Acquire),
             on_snapshot: self.on_snapshot.clone(),
         }
     }
@@ -199,6 +214,7 @@ impl<S: GroupStore> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
         let _guard = self.checkpoint_lock.lock().await;
         let mut file = file.into_std().await;
         let (shared, dir, meta) = (self.shared.clone(), self.dir.clone(), meta.clone());
+        let installs = self.installs.clone();
         tokio::task::spawn_blocking(move || -> io::Result<()> {
             use std::io::Seek;
             file.seek(io::SeekFrom::Start(0))?;
@@ -209,6 +225,7 @@ impl<S: GroupStore> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
             }
             let mut a = shared.write().unwrap();
             a.state.install(&meta, &staging, &files)?;
+            installs.fetch_add(1, Ordering::AcqRel);
             a.last_applied = meta.last_log_id;
             a.membership = meta.last_membership.clone();
             drop(a);
@@ -370,5 +387,47 @@ mod tests {
         target.install(&meta, &staging, &files).unwrap();
         assert_eq!(target.0, 2);
         assert_eq!(Whole::open(&other.path().join("g"), Counter::default()).unwrap().0, 2);
+    }
+
+    fn entries(range: std::ops::RangeInclusive<u64>) -> Vec<Entry> {
+        range
+            .map(|i| Entry {
+                log_id: LogId::new(openraft::CommittedLeaderId::new(1, 1), i),
+                payload: EntryPayload::Normal(Command::Abort { batch_id: i as u128 }),
+            })
+            .collect()
+    }
+
+    fn counting_machine(dir: &Path) -> GroupStateMachine<Whole<Counter>> {
+        GroupStateMachine::new(dir, Whole::open(dir, Counter::default()).unwrap(), Arc::new(|_| {}))
+    }
+
+    /// openraft may install a leader's snapshot after a follower set its own checkpoint aside and
+    /// before it wrote it: the late checkpoint must not move the state back (nor, for a data
+    /// shard, add a second copy of rows the installed snapshot holds).
+    #[tokio::test]
+    async fn a_checkpoint_overtaken_by_an_installed_snapshot_is_not_written() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (leader_dir, follower_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut leader = counting_machine(leader_dir.path());
+        leader.apply(entries(1..=5)).await.unwrap();
+        let mut sent = leader.get_snapshot_builder().await.build_snapshot().await.unwrap();
+        let mut bytes = Vec::new();
+        sent.snapshot.read_to_end(&mut bytes).await.unwrap();
+
+        let mut follower = counting_machine(follower_dir.path());
+        follower.apply(entries(1..=2)).await.unwrap();
+        let mut late = follower.get_snapshot_builder().await;
+        let mut incoming = follower.begin_receiving_snapshot().await.unwrap();
+        incoming.write_all(&bytes).await.unwrap();
+        incoming.flush().await.unwrap();
+        follower.install_snapshot(&sent.meta, incoming).await.unwrap();
+        let built = late.build_snapshot().await.unwrap();
+
+        assert_eq!(built.meta.last_log_id, sent.meta.last_log_id, "the snapshot offered is the installed one");
+        assert_eq!(follower.shared.read().unwrap().state.0, 5);
+        let reopened = Whole::open(follower_dir.path(), Counter::default()).unwrap();
+        assert_eq!(reopened.0, 5, "the checkpoint on disk is the installed state");
+        assert_eq!(reopened.checkpoint().unwrap().0.last_log_id, sent.meta.last_log_id);
     }
 }
