@@ -1,6 +1,6 @@
 //! Product analytics against ClickHouse as the oracle (issue 6, "Correctness"): seeded random
 //! data sets with same-timestamp events, events outside the ranges, users repeating steps and
-//! gaps exactly at the window are loaded into a 4-shard Sextant and into chdb
+//! gaps exactly at the window are loaded into a 3-node, 4-shard Sextant cluster and into chdb
 //! (`tests/chdb_oracle.py`), and every answer must be identical:
 //! - `ordered` funnels = `windowFunnel(window)` with step 1 restricted to the range;
 //! - `strict` funnels = a brute-force reference written here;
@@ -240,13 +240,14 @@ impl Api {
 #[tokio::test]
 async fn analytics_answers_equal_clickhouse_on_random_data() {
     let dir = tempfile::tempdir().unwrap();
-    let dev =
-        Dev::start_with(dir.path(), &["--api-rps", "100000", "--ingest-rps", "100000", "--shards", "4"], &[]).await;
-    let jwt = dev.token().await;
+    // Three node processes, four shards, three replicas each: per-user work runs on the shards'
+    // leaders, spread over the nodes, and the router merges.
+    let cluster = Cluster::start(dir.path(), 3, 4, &[]).await;
+    let jwt = cluster.token().await;
     // Two data sets, each in its own project: different seeds and sizes.
     for (seed, users) in [(0x5E57_A27u64, 400u64), (0xC0FFEE, 250)] {
         let resp = http()
-            .post(format!("{}/projects", dev.url))
+            .post(format!("{}/projects", cluster.url))
             .bearer_auth(&jwt)
             .json(&json!({"name": format!("oracle-{seed:x}")}))
             .send()
@@ -254,7 +255,8 @@ async fn analytics_answers_equal_clickhouse_on_random_data() {
             .unwrap();
         assert_eq!(resp.status(), 201);
         let project: Value = resp.json().await.unwrap();
-        let api = Api { url: dev.url.clone(), jwt: jwt.clone(), project: project["id"].as_str().unwrap().to_owned() };
+        let api =
+            Api { url: cluster.url.clone(), jwt: jwt.clone(), project: project["id"].as_str().unwrap().to_owned() };
         let work = dir.path().join(format!("oracle-{seed:x}"));
         std::fs::create_dir_all(&work).unwrap();
         check_dataset(&api, project["token"].as_str().unwrap(), &work, dataset(seed, users)).await;

@@ -204,8 +204,11 @@ impl Cluster {
                 &nodes,
                 "--bootstrap-credentials",
                 creds_path.to_str().unwrap(),
-                // The tests verify with many concurrent reads; the limits are tested elsewhere.
+                // The tests verify with many concurrent reads and load data sets quickly; the
+                // limits are tested elsewhere.
                 "--api-rps",
+                "100000",
+                "--ingest-rps",
                 "100000",
             ],
             &dir.join("router.log"),
@@ -242,6 +245,10 @@ impl Cluster {
         })
         .await;
         cluster
+    }
+
+    pub async fn token(&self) -> String {
+        login(&self.url, self.creds["email"].as_str().unwrap(), self.creds["password"].as_str().unwrap()).await
     }
 
     pub fn node_id(i: usize) -> u64 {
