@@ -172,11 +172,7 @@ async fn recorded_sessions_are_listed_and_replayed_in_order() {
     let jwt = dev.token().await;
     let get = |path: String| {
         let (url, jwt) = (url.clone(), jwt.clone());
-        async move {
-            let resp = http().get(format!("{url}{path}")).bearer_auth(&jwt).send().await.unwrap();
-            let status = resp.status().as_u16();
-            (status, resp.json::<Value>().await.unwrap())
-        }
+        async move { get_json(&url, &jwt, &path).await }
     };
 
     let (s, all) = get("/api/replays".into()).await;
@@ -233,10 +229,7 @@ async fn timeseries_and_active_users_count_events_and_distinct_users_per_day() {
     let jwt = dev.token().await;
     let get = |path: String| {
         let (url, jwt) = (url.clone(), jwt.clone());
-        async move {
-            let resp = http().get(format!("{url}{path}")).bearer_auth(&jwt).send().await.unwrap();
-            (resp.status().as_u16(), resp.json::<Value>().await.unwrap())
-        }
+        async move { get_json(&url, &jwt, &path).await }
     };
 
     let from = today - 2 * DAY;
@@ -310,10 +303,7 @@ async fn funnels_count_each_user_at_the_furthest_step_ordered_and_strict() {
     let jwt = dev.token().await;
     let get = |path: String| {
         let (url, jwt) = (url.clone(), jwt.clone());
-        async move {
-            let resp = http().get(format!("{url}{path}")).bearer_auth(&jwt).send().await.unwrap();
-            (resp.status().as_u16(), resp.json::<Value>().await.unwrap())
-        }
+        async move { get_json(&url, &jwt, &path).await }
     };
     let counts = |body: &Value| -> Vec<u64> {
         body["steps"].as_array().unwrap().iter().map(|s| s["count"].as_u64().unwrap()).collect()
@@ -380,10 +370,7 @@ async fn retention_follows_each_cohort_and_needs_the_plan_feature() {
     let jwt = dev.token().await;
     let get = |path: String, jwt: String| {
         let url = url.clone();
-        async move {
-            let resp = http().get(format!("{url}{path}")).bearer_auth(&jwt).send().await.unwrap();
-            (resp.status().as_u16(), resp.json::<Value>().await.unwrap())
-        }
+        async move { get_json(&url, &jwt, &path).await }
     };
     let table = |body: &Value| -> Vec<(u64, Vec<u64>)> {
         body["cohorts"]

@@ -52,9 +52,7 @@ async fn ingest(dev: &Dev, kind: &str, body: Value) {
 }
 
 async fn get(dev: &Dev, token: &str, path_and_query: &str) -> (u16, Value) {
-    let resp = http().get(format!("{}{path_and_query}", dev.url)).bearer_auth(token).send().await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
+    get_json(&dev.url, token, path_and_query).await
 }
 
 async fn ok(dev: &Dev, token: &str, path_and_query: &str) -> Value {

@@ -164,6 +164,13 @@ pub async fn post_spans(url: &str, key: &str, body: &Value) -> reqwest::Response
 }
 
 /// The spans of a trace, or None on 404.
+/// `GET url+path` with a bearer token: the status and the JSON body (null when there is none).
+pub async fn get_json(url: &str, token: &str, path: &str) -> (u16, Value) {
+    let resp = http().get(format!("{url}{path}")).bearer_auth(token).send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
 pub async fn get_trace(url: &str, token: &str, trace: &str) -> Option<Value> {
     let resp = http().get(format!("{url}/api/v1/traces/{trace}")).bearer_auth(token).send().await.unwrap();
     match resp.status().as_u16() {
