@@ -691,7 +691,15 @@ mod tests {
     }
 
     fn scan_all(s: &SegmentShard, table: Table, project: &str, filter: crate::segment::Filter) -> Vec<Row> {
-        let scan = Scan { table, project: project.into(), from_ns: i64::MIN, to_ns: i64::MAX, filter, columns: vec![] };
+        let scan = Scan {
+            table,
+            project: project.into(),
+            from_ns: i64::MIN,
+            to_ns: i64::MAX,
+            filter,
+            columns: vec![],
+            dictionaries: vec![],
+        };
         let mut rows: Vec<Row> = s
             .scan(scan)
             .run()
@@ -783,6 +791,7 @@ mod tests {
             to_ns: i64::MAX,
             filter: Filter { log_query: Some(LogQuery::parse(text).unwrap()), ..Default::default() },
             columns: vec!["message".into()],
+            dictionaries: vec![],
         };
         let published = s.published.read().unwrap();
         let segment = published.segments.iter().find(|g| g.meta.table == Table::Logs).unwrap();
