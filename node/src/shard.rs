@@ -386,6 +386,13 @@ impl ScanJob {
         Ok(out)
     }
 
+    /// At most how many rows the scan hands out (its segments may hold other projects' and
+    /// other times' rows too): for sizing a reader's tables once instead of growing them.
+    pub fn max_rows(&self) -> u64 {
+        let buffered: usize = self.buffered.iter().map(|rb| rb.num_rows()).sum();
+        buffered as u64 + self.segments.iter().map(|s| s.meta.rows).sum::<u64>()
+    }
+
     /// Like [`run`](Self::run), handing each batch to `f` as soon as it is read, so a query
     /// over its row budget stops early instead of holding every batch.
     pub fn run_each<E: From<io::Error>>(self, mut f: impl FnMut(RecordBatch) -> Result<(), E>) -> Result<(), E> {

@@ -256,9 +256,6 @@ impl std::hash::Hasher for Prehashed {
     fn write_u64(&mut self, v: u64) {
         self.0 = v;
     }
-    fn write_u128(&mut self, v: u128) {
-        self.0 = v as u64 ^ (v >> 64) as u64;
-    }
 }
 
 /// Runs a scan, charging every batch to the budget.

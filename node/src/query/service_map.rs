@@ -13,28 +13,34 @@ use super::{each_batch, Budget, Prehashed, QueryError};
 use crate::segment::table::{Cols, Strings};
 use crate::shard::ScanJob;
 
-/// A span's identity within the project: 128 bits of xxh3 over (trace id, span id). A
-/// collision needs ~2^64 spans, so the join keeps a small fixed-size key per span instead
-/// of two strings.
-fn span_key(trace: &str, span: &str) -> u128 {
+/// A span's identity within the project: 128 bits of xxh3 over (trace id, span id), as two
+/// halves (a table entry aligned to 8, not 16, bytes). A collision needs ~2^64 spans, so the
+/// join keeps a small fixed-size key per span instead of two strings.
+type SpanKey = (u64, u64);
+
+fn span_key(trace: &str, span: &str) -> SpanKey {
     // One shot over the ids on the stack (hex ids: 32 + 1 + 16 bytes): the streaming hasher
     // initializes a few hundred bytes of state per call.
     let mut buf = [0u8; 96];
     let n = trace.len() + 1 + span.len();
-    if n > buf.len() {
+    let h = if n > buf.len() {
         let mut h = Xxh3::new();
         h.update(trace.as_bytes());
         h.update(&[0]);
         h.update(span.as_bytes());
-        return h.digest128();
-    }
-    buf[..trace.len()].copy_from_slice(trace.as_bytes());
-    buf[trace.len() + 1..n].copy_from_slice(span.as_bytes());
-    xxh3_128(&buf[..n])
+        h.digest128()
+    } else {
+        buf[..trace.len()].copy_from_slice(trace.as_bytes());
+        buf[trace.len() + 1..n].copy_from_slice(span.as_bytes());
+        xxh3_128(&buf[..n])
+    };
+    (h as u64, (h >> 64) as u64)
 }
 
+type SpanKeys = HashMap<SpanKey, u32, BuildHasherDefault<Prehashed>>;
+
 struct Child {
-    parent: u128,
+    parent: SpanKey,
     service: u32,
     ms: f64,
     error: bool,
@@ -82,9 +88,21 @@ impl Services {
 
 pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ServiceMapPartial, QueryError> {
     let mut services = Services::default();
-    let mut service_of: HashMap<u128, u32, BuildHasherDefault<Prehashed>> = HashMap::default();
-    let mut children: Vec<Child> = Vec::new();
+    // Every span of the scan, for duplicates and for parents in other batches. Sized once:
+    // growing a table of millions of spans rehashes all of them at every doubling.
+    let mut service_of =
+        SpanKeys::with_capacity_and_hasher(job.max_rows().min(budget.max) as usize, Default::default());
+    // The spans of the current batch: a trace's spans are stored together, so most parents
+    // are found in this small table instead of the large one.
+    let mut in_batch = SpanKeys::default();
+    let (mut batch_children, mut children) = (Vec::new(), Vec::new());
     let mut nodes: Vec<Acc> = Vec::new();
+    let mut edges: HashMap<(u32, u32), Acc> = HashMap::new();
+    let mut add_edge = |source: u32, c: &Child| {
+        if source != c.service {
+            edges.entry((source, c.service)).or_default().add(c.ms, c.error);
+        }
+    };
     let mut rows = Vec::new();
     each_batch(job, budget, |rb| {
         let c = Cols(rb);
@@ -92,27 +110,33 @@ pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ServiceMapPartial, Query
             (c.str("trace_id"), c.str("span_id"), c.str("parent_span_id"), c.i64("duration_ns"), c.i32("status"));
         services.of_rows(c.strings("service"), rb.num_rows(), &mut rows);
         nodes.resize_with(services.names.len(), Acc::default);
+        in_batch.clear();
         for (i, &s) in rows.iter().enumerate() {
+            let key = span_key(trace.value(i), span.value(i));
             // A span stored twice (a retried batch) counts once.
-            if service_of.insert(span_key(trace.value(i), span.value(i)), s).is_some() {
+            if service_of.insert(key, s).is_some() {
                 continue;
             }
+            in_batch.insert(key, s);
             let ms = duration.value(i) as f64 / 1e6;
             let error = status.value(i) == SpanStatus::Error as i32;
             nodes[s as usize].add(ms, error);
             if !parent.value(i).is_empty() {
-                children.push(Child { parent: span_key(trace.value(i), parent.value(i)), service: s, ms, error });
+                batch_children.push(Child { parent: span_key(trace.value(i), parent.value(i)), service: s, ms, error });
+            }
+        }
+        for c in batch_children.drain(..) {
+            match in_batch.get(&c.parent) {
+                Some(&source) => add_edge(source, &c),
+                None => children.push(c),
             }
         }
         Ok(())
     })?;
-    let mut edges: HashMap<(u32, u32), Acc> = HashMap::new();
-    for c in children {
+    for c in &children {
         // A parent outside the time range is not known: such a call is not counted.
         if let Some(&source) = service_of.get(&c.parent) {
-            if source != c.service {
-                edges.entry((source, c.service)).or_default().add(c.ms, c.error);
-            }
+            add_edge(source, c);
         }
     }
     let name = |s: u32| services.names[s as usize].clone();

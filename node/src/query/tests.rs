@@ -345,3 +345,31 @@ fn apm_over_segments_and_buffer_matches_a_sketch_of_every_span() {
         }
     }
 }
+
+#[test]
+fn service_map_finds_parents_in_other_segments_and_counts_a_span_stored_twice_once() {
+    let mut sh = Shard::new();
+    sh.ingest("p", vec![span("c", "1", "", "web", 100, 50, false), span("d", "1", "", "web", 100, 9, false)], vec![]);
+    sh.flush();
+    // The child of c's root comes in a later segment, and twice (a retried batch); d's child
+    // comes before its parent in the same batch.
+    let child = span("c", "2", "1", "api", 101, 40, true);
+    sh.ingest("p", vec![child.clone()], vec![]);
+    sh.flush();
+    sh.ingest(
+        "p",
+        vec![child, span("e", "2", "1", "db", 99, 5, false), span("e", "1", "", "api", 100, 9, false)],
+        vec![],
+    );
+    let Some(query_reply::Partial::ServiceMap(map)) =
+        sh.query(query_request::Plan::ServiceMap(ServiceMapPlan {}), 1000).partial
+    else {
+        panic!("service map expected")
+    };
+    let mut edges: Vec<(String, String, u64, u64)> =
+        map.edges.iter().map(|e| (e.source.clone(), e.target.clone(), e.call_count, e.error_count)).collect();
+    edges.sort();
+    assert_eq!(edges, vec![("api".into(), "db".into(), 1, 0), ("web".into(), "api".into(), 1, 1)]);
+    let api = map.nodes.iter().find(|n| n.service == "api").unwrap();
+    assert_eq!((api.span_count, api.error_count), (2, 1));
+}
