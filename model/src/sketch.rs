@@ -1,6 +1,11 @@
 //! Latency sketches for percentiles that merge across shards (DESIGN B5): a DDSketch keeps
 //! logarithmic buckets, so a merged sketch answers any quantile within the same relative
 //! error as one built from all values at once, whatever the number of shards.
+//!
+//! Scans that feed millions of values use [`LatencyBuckets`]: the same buckets, counted
+//! without a logarithm per value, turned into a sketch once at the end.
+
+use std::sync::OnceLock;
 
 use sketches_ddsketch::{Config, DDSketch};
 
@@ -24,9 +29,13 @@ pub enum SketchError {
 #[derive(Clone)]
 pub struct LatencySketch(DDSketch);
 
+fn config() -> Config {
+    Config::new(RELATIVE_ACCURACY, MAX_BINS, MIN_VALUE)
+}
+
 impl Default for LatencySketch {
     fn default() -> Self {
-        Self(DDSketch::new(Config::new(RELATIVE_ACCURACY, MAX_BINS, MIN_VALUE)))
+        Self(DDSketch::new(config()))
     }
 }
 
@@ -57,6 +66,8 @@ impl LatencySketch {
         self.0.max()
     }
 
+    /// Exact for a sketch built by [`LatencySketch::add`]; within the relative accuracy for
+    /// one built from [`LatencyBuckets`].
     pub fn sum(&self) -> Option<f64> {
         self.0.sum()
     }
@@ -87,6 +98,165 @@ impl LatencySketch {
             return Ok(Self::default());
         }
         DDSketch::from_java_bytes(bytes).map(Self).map_err(|e| SketchError::Decode(e.to_string()))
+    }
+}
+
+/// Values counted in the sketch's buckets: what [`LatencySketch::add`] does per value, at a
+/// fraction of the cost — a table lookup on the value's bits instead of a logarithm, and one
+/// counter instead of the sketch's store — for scans over millions of spans. Turned into a
+/// sketch once, with [`LatencyBuckets::to_sketch`]: the same buckets, count, minimum and
+/// maximum as adding every value one by one, so the same quantiles.
+#[derive(Clone, Debug)]
+pub struct LatencyBuckets {
+    /// `counts[i]` values fell in the bucket with key `offset + i`.
+    offset: i32,
+    counts: Vec<u64>,
+    /// Values at or under the sketch's minimum (zero durations).
+    zeros: u64,
+    min: f64,
+    max: f64,
+}
+
+impl Default for LatencyBuckets {
+    fn default() -> Self {
+        Self { offset: 0, counts: Vec::new(), zeros: 0, min: f64::INFINITY, max: f64::NEG_INFINITY }
+    }
+}
+
+impl LatencyBuckets {
+    /// As [`LatencySketch::add`].
+    #[inline]
+    pub fn add(&mut self, ms: f64) {
+        let v = ms.max(0.0);
+        self.min = self.min.min(v);
+        self.max = self.max.max(v);
+        if v <= MIN_VALUE {
+            self.zeros += 1;
+        } else {
+            *self.slot(bucket_key(v)) += 1;
+        }
+    }
+
+    pub fn count(&self) -> u64 {
+        self.zeros + self.counts.iter().sum::<u64>()
+    }
+
+    #[inline]
+    fn slot(&mut self, key: i32) -> &mut u64 {
+        let i = key.wrapping_sub(self.offset) as u32 as usize;
+        if i >= self.counts.len() {
+            return self.grow(key);
+        }
+        &mut self.counts[i]
+    }
+
+    /// Makes room for `key`, with some margin on the side it grew (neighbouring keys follow).
+    #[cold]
+    fn grow(&mut self, key: i32) -> &mut u64 {
+        const MARGIN: i32 = 32;
+        if self.counts.is_empty() {
+            self.offset = key - MARGIN;
+            self.counts = vec![0; 2 * MARGIN as usize];
+        } else if key < self.offset {
+            let extra = (self.offset - key + MARGIN) as usize;
+            self.counts.splice(0..0, std::iter::repeat_n(0, extra));
+            self.offset -= extra as i32;
+        } else {
+            self.counts.resize((key - self.offset + MARGIN) as usize, 0);
+        }
+        &mut self.counts[(key - self.offset) as usize]
+    }
+
+    /// The sketch of the values counted. Each bucket goes in as one value of that bucket with
+    /// its count: the bucket's representative value, kept within [min, max] (a non-empty
+    /// bucket holding the minimum or maximum contains that clamp too, so the key is the
+    /// same), and the exact minimum and maximum once each, so the sketch's extremes are the
+    /// exact ones. Only the sketch's sum is approximate (APM keeps its own exact sum).
+    pub fn to_sketch(&self) -> LatencySketch {
+        let mut sketch = LatencySketch::default();
+        let total = self.count();
+        if total == 0 {
+            return sketch;
+        }
+        let mut counts = self.counts.clone();
+        let mut zeros = self.zeros;
+        let mut take_one = |v: f64| {
+            if v <= MIN_VALUE {
+                zeros -= 1;
+            } else {
+                counts[(bucket_key(v) - self.offset) as usize] -= 1;
+            }
+            sketch.0.add(v);
+        };
+        take_one(self.min);
+        if total > 1 {
+            take_one(self.max);
+        }
+        sketch.0.add_with_count(0.0f64.clamp(self.min, self.max), zeros);
+        let cfg = config();
+        for (i, &c) in counts.iter().enumerate() {
+            if c > 0 {
+                let key = self.offset + i as i32;
+                sketch.0.add_with_count(cfg.value(key).clamp(self.min, self.max), c);
+            }
+        }
+        sketch
+    }
+}
+
+/// Mantissa bits that select a cell of [`KeyTable`]: a cell spans a ratio of at most
+/// 1 + 2^-7 ≈ 1.0078, less than one bucket (γ ≈ 1.01005), so it holds at most one bucket edge.
+const CELL_BITS: u32 = 7;
+/// Values in [2^-30, 2^34) ms (1 ns to 199 days) go through the table, others through the
+/// logarithm.
+const FIRST_EXPONENT: i64 = -30;
+const LAST_EXPONENT: i64 = 34;
+const FIRST_CELL: i64 = (1023 + FIRST_EXPONENT) << CELL_BITS;
+
+/// The sketch's bucket key of every positive f64, by its exponent and first mantissa bits:
+/// the key at the cell's start and the first value of the cell in the next bucket. Built
+/// once from the sketch's own key function (bisecting for each edge), so it gives exactly
+/// the keys the sketch would.
+struct KeyTable {
+    cells: Vec<(i32, f64)>,
+}
+
+fn key_table() -> &'static KeyTable {
+    static TABLE: OnceLock<KeyTable> = OnceLock::new();
+    TABLE.get_or_init(|| {
+        let cfg = config();
+        let cells = (FIRST_CELL..(1023 + LAST_EXPONENT) << CELL_BITS)
+            .map(|cell| {
+                let first = (cell as u64) << (52 - CELL_BITS);
+                let last = ((cell as u64 + 1) << (52 - CELL_BITS)) - 1;
+                let key = cfg.key(f64::from_bits(first));
+                if cfg.key(f64::from_bits(last)) == key {
+                    return (key, f64::INFINITY);
+                }
+                // The smallest value of the cell whose key is past `key`.
+                let (mut lo, mut hi) = (first, last);
+                while lo < hi {
+                    let mid = lo + (hi - lo) / 2;
+                    if cfg.key(f64::from_bits(mid)) > key {
+                        hi = mid;
+                    } else {
+                        lo = mid + 1;
+                    }
+                }
+                (key, f64::from_bits(lo))
+            })
+            .collect();
+        KeyTable { cells }
+    })
+}
+
+/// `config().key(v)` for `v > MIN_VALUE`.
+#[inline]
+fn bucket_key(v: f64) -> i32 {
+    let cell = (v.to_bits() >> (52 - CELL_BITS)) as i64 - FIRST_CELL;
+    match key_table().cells.get(cell as usize) {
+        Some(&(key, next)) => key + i32::from(v >= next),
+        None => config().key(v),
     }
 }
 
@@ -141,5 +311,61 @@ mod tests {
         assert_eq!(b.count(), 2);
         assert_eq!(b.quantile(0.0), Some(0.0));
         assert!(LatencySketch::decode(&[0xff, 1, 2]).is_err());
+    }
+
+    fn skewed_values(n: usize, seed: u64) -> Vec<f64> {
+        let mut x = seed;
+        (0..n)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let u = (x >> 11) as f64 / (1u64 << 53) as f64;
+                0.05 * (u * 11.5).exp()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn bucket_keys_are_the_sketch_keys() {
+        let cfg = config();
+        let mut values = skewed_values(100_000, 7);
+        // Microsecond and millisecond durations (what spans store), far out of the table,
+        // and the values around every bucket edge of the table.
+        values.extend((1..20_000).map(|us| us as f64 / 1000.0));
+        values.extend([1e-9 * 1.5, 1e-7, 3e12, 1e15, f64::MAX]);
+        for &(_, next) in &key_table().cells {
+            if next.is_finite() {
+                let b = next.to_bits();
+                values.extend([b - 2, b - 1, b, b + 1].map(f64::from_bits));
+            }
+        }
+        for v in values {
+            assert_eq!(bucket_key(v), cfg.key(v), "{v:e}");
+        }
+    }
+
+    #[test]
+    fn bucket_counts_make_the_sketch_of_adding_each_value() {
+        let mut cases = vec![skewed_values(20_000, 3), vec![], vec![4.2], vec![0.0, 0.0], vec![7.0, 7.0, 7.0]];
+        cases.push((0..5000).map(|i| (i % 977) as f64 / 1000.0).collect());
+        cases.push(vec![0.0, 1e-12, 5.0, 5.0001, 1e6, 3e13]);
+        for values in cases {
+            let (mut one_by_one, mut buckets) = (LatencySketch::default(), LatencyBuckets::default());
+            for &v in &values {
+                one_by_one.add(v);
+                buckets.add(v);
+            }
+            let batched = LatencySketch::decode(&buckets.to_sketch().encode()).unwrap();
+            assert_eq!(batched.count(), values.len() as u64);
+            assert_eq!(batched.max(), one_by_one.max());
+            assert_eq!(batched.0.min(), one_by_one.0.min());
+            for q in (0..=1000).map(|i| i as f64 / 1000.0) {
+                assert_eq!(batched.quantile(q), one_by_one.quantile(q), "q={q} of {} values", values.len());
+            }
+            if let (Some(a), Some(b)) = (batched.sum(), one_by_one.sum()) {
+                assert!((a - b).abs() <= b * RELATIVE_ACCURACY, "sum {a} vs {b}");
+            }
+        }
     }
 }

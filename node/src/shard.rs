@@ -386,6 +386,13 @@ impl ScanJob {
         Ok(out)
     }
 
+    /// At most how many rows the scan hands out (its segments may hold other projects' and
+    /// other times' rows too): for sizing a reader's tables once instead of growing them.
+    pub fn max_rows(&self) -> u64 {
+        let buffered: usize = self.buffered.iter().map(|rb| rb.num_rows()).sum();
+        buffered as u64 + self.segments.iter().map(|s| s.meta.rows).sum::<u64>()
+    }
+
     /// Like [`run`](Self::run), handing each batch to `f` as soon as it is read, so a query
     /// over its row budget stops early instead of holding every batch.
     pub fn run_each<E: From<io::Error>>(self, mut f: impl FnMut(RecordBatch) -> Result<(), E>) -> Result<(), E> {
@@ -691,7 +698,15 @@ mod tests {
     }
 
     fn scan_all(s: &SegmentShard, table: Table, project: &str, filter: crate::segment::Filter) -> Vec<Row> {
-        let scan = Scan { table, project: project.into(), from_ns: i64::MIN, to_ns: i64::MAX, filter, columns: vec![] };
+        let scan = Scan {
+            table,
+            project: project.into(),
+            from_ns: i64::MIN,
+            to_ns: i64::MAX,
+            filter,
+            columns: vec![],
+            dictionaries: vec![],
+        };
         let mut rows: Vec<Row> = s
             .scan(scan)
             .run()
@@ -783,6 +798,7 @@ mod tests {
             to_ns: i64::MAX,
             filter: Filter { log_query: Some(LogQuery::parse(text).unwrap()), ..Default::default() },
             columns: vec!["message".into()],
+            dictionaries: vec![],
         };
         let published = s.published.read().unwrap();
         let segment = published.segments.iter().find(|g| g.meta.table == Table::Logs).unwrap();

@@ -1,46 +1,54 @@
 //! APM endpoints: per (service, operation) counts, error counts, total and a latency sketch.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 
-use sextant_model::sketch::LatencySketch;
+use arrow_array::Array;
+use sextant_model::sketch::LatencyBuckets;
 use sextant_proto::{ApmPartial, EndpointStats, SpanStatus};
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::{each_batch, Budget, QueryError};
-use crate::segment::table::Cols;
+use super::{each_batch, Budget, Prehashed, QueryError};
+use crate::segment::table::{Cols, Strings};
 use crate::shard::ScanJob;
 
+/// Statistics of one endpoint (or service, or edge of the service map) on this shard.
 #[derive(Default)]
 pub struct Acc {
     pub count: u64,
     pub errors: u64,
     pub sum_ms: f64,
-    pub sketch: LatencySketch,
+    /// Made into the reply's sketch once, at the end of the scan.
+    pub latency: LatencyBuckets,
 }
 
 impl Acc {
+    #[inline]
     pub fn add(&mut self, ms: f64, error: bool) {
         self.count += 1;
         self.errors += u64::from(error);
         self.sum_ms += ms;
-        self.sketch.add(ms);
+        self.latency.add(ms);
+    }
+
+    pub fn sketch(&self) -> Vec<u8> {
+        self.latency.to_sketch().encode()
     }
 }
 
 pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ApmPartial, QueryError> {
-    let mut acc = Endpoints::default();
+    let mut endpoints = Endpoints::default();
+    let mut rows = Vec::new();
     each_batch(job, budget, |rb| {
         let c = Cols(rb);
-        let (service, operation, duration, status) =
-            (c.str("service"), c.str("operation"), c.i64("duration_ns"), c.i32("status"));
-        for i in 0..rb.num_rows() {
-            acc.get(service.value(i), operation.value(i))
-                .add(duration.value(i) as f64 / 1e6, status.value(i) == SpanStatus::Error as i32);
+        endpoints.of_rows(c.strings("service"), c.strings("operation"), rb.num_rows(), &mut rows);
+        let (duration, status) = (c.i64("duration_ns").values(), c.i32("status").values());
+        for ((&e, &ns), &status) in rows.iter().zip(duration.iter()).zip(status.iter()) {
+            endpoints.list[e as usize].2.add(ns as f64 / 1e6, status == SpanStatus::Error as i32);
         }
         Ok(())
     })?;
-    let endpoints = acc
+    let endpoints = endpoints
         .list
         .into_iter()
         .map(|(service, operation, a)| EndpointStats {
@@ -49,52 +57,68 @@ pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ApmPartial, QueryError> 
             count: a.count,
             error_count: a.errors,
             sum_ms: a.sum_ms,
-            sketch: a.sketch.encode(),
+            sketch: a.sketch(),
         })
         .collect();
     Ok(ApmPartial { endpoints })
 }
 
+/// Service and operation dictionaries of a batch larger than this together (a dictionary
+/// holds a row group's distinct values) resolve endpoints per row instead of per key pair.
+const MAX_KEY_PAIRS: usize = 1 << 16;
+
 /// Accumulators per (service, operation), found through a 64-bit hash of both names (xxh3,
-/// one shot each) and then compared by name: exact, and per span far cheaper than hashing two
-/// strings with SipHash into nested maps.
+/// one shot each) and then compared by name: exact, and far cheaper than hashing two strings
+/// with SipHash into nested maps.
 #[derive(Default)]
 struct Endpoints {
-    slots: HashMap<u64, Vec<usize>, BuildHasherDefault<U64Identity>>,
+    slots: HashMap<u64, Vec<u32>, BuildHasherDefault<Prehashed>>,
     list: Vec<(String, String, Acc)>,
+    /// Per batch of dictionaries: the endpoint of each (service key, operation key) pair,
+    /// `u32::MAX` until a row has it.
+    pairs: Vec<u32>,
 }
 
 impl Endpoints {
-    fn get(&mut self, service: &str, operation: &str) -> &mut Acc {
-        let Self { slots, list } = self;
+    /// The endpoint of each of the `n` rows, into `out`. With both columns as dictionaries
+    /// (segments), each pair of keys of the batch is looked up once, not each row.
+    fn of_rows(&mut self, service: Strings<'_>, operation: Strings<'_>, n: usize, out: &mut Vec<u32>) {
+        out.clear();
+        if let (
+            Strings::Dictionary { keys: service_keys, values: services },
+            Strings::Dictionary { keys: operation_keys, values: operations },
+        ) = (service, operation)
+        {
+            let width = operations.len();
+            if services.len() * width <= MAX_KEY_PAIRS {
+                self.pairs.clear();
+                self.pairs.resize(services.len() * width, u32::MAX);
+                for (&s, &o) in service_keys.iter().zip(operation_keys) {
+                    let pair = s as usize * width + o as usize;
+                    let mut e = self.pairs[pair];
+                    if e == u32::MAX {
+                        e = self.get(services.value(s as usize), operations.value(o as usize));
+                        self.pairs[pair] = e;
+                    }
+                    out.push(e);
+                }
+                return;
+            }
+        }
+        out.extend((0..n).map(|i| self.get(service.value(i), operation.value(i))));
+    }
+
+    fn get(&mut self, service: &str, operation: &str) -> u32 {
+        let Self { slots, list, .. } = self;
         let h = xxh3_64(service.as_bytes()) ^ xxh3_64(operation.as_bytes()).rotate_left(17);
         let ids = slots.entry(h).or_default();
-        let i = match ids.iter().copied().find(|&i| list[i].0 == service && list[i].1 == operation) {
+        match ids.iter().copied().find(|&i| list[i as usize].0 == service && list[i as usize].1 == operation) {
             Some(i) => i,
             None => {
                 list.push((service.to_owned(), operation.to_owned(), Acc::default()));
-                ids.push(list.len() - 1);
-                list.len() - 1
+                ids.push(list.len() as u32 - 1);
+                list.len() as u32 - 1
             }
-        };
-        &mut list[i].2
-    }
-}
-
-/// A hasher for keys that already are well-mixed 64-bit hashes.
-#[derive(Default)]
-struct U64Identity(u64);
-
-impl Hasher for U64Identity {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
         }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
     }
 }

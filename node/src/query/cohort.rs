@@ -62,6 +62,7 @@ impl Cohorts {
             to_ns: self.at,
             filter: Filter { events, ..Default::default() },
             columns: ["distinct_id", "time_ns", "event"].iter().map(|c| c.to_string()).collect(),
+            dictionaries: Vec::new(),
         }
     }
 

@@ -21,6 +21,7 @@ pub fn scans(req: &QueryRequest, plan: &ErrorsPlan) -> Vec<Scan> {
         to_ns: req.to_unix_nanos,
         filter,
         columns: Vec::new(),
+        dictionaries: Vec::new(),
     };
     let services = plan.services.clone();
     vec![

@@ -28,6 +28,7 @@ pub fn scan(req: &QueryRequest, plan: &LogSearchPlan) -> Result<Scan, QueryError
         to_ns: req.to_unix_nanos,
         filter,
         columns: Vec::new(),
+        dictionaries: Vec::new(),
     })
 }
 

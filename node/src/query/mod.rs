@@ -67,14 +67,16 @@ fn scans_of(req: &QueryRequest) -> Result<Vec<Scan>, QueryError> {
     if req.from_unix_nanos >= req.to_unix_nanos {
         return Err(QueryError::BadPlan("empty time range".into()));
     }
-    let scan = |table: Table, filter: Filter, columns: &[&str]| Scan {
+    let grouped = |table: Table, filter: Filter, columns: &[&str], dictionaries: &[&'static str]| Scan {
         table,
         project: req.project_id.clone(),
         from_ns: req.from_unix_nanos,
         to_ns: req.to_unix_nanos,
         filter,
         columns: columns.iter().map(|c| c.to_string()).collect(),
+        dictionaries: dictionaries.to_vec(),
     };
+    let scan = |table: Table, filter: Filter, columns: &[&str]| grouped(table, filter, columns, &[]);
     // A plan filtered by a cohort reads the cohort's rows first.
     let mut scans: Vec<Scan> = match cohort_filter(plan) {
         Some(f) => vec![cohort::Cohorts::of_filter(f)?.scan(&req.project_id)],
@@ -83,15 +85,17 @@ fn scans_of(req: &QueryRequest) -> Result<Vec<Scan>, QueryError> {
     scans.extend(match plan {
         query_request::Plan::Traces(_) => vec![traces::scan(req)],
         query_request::Plan::Logs(p) => vec![logs::scan(req, p)?],
-        query_request::Plan::Apm(p) => vec![scan(
+        query_request::Plan::Apm(p) => vec![grouped(
             Table::Spans,
             Filter { services: p.services.clone(), ..Default::default() },
             &["service", "operation", "duration_ns", "status"],
+            &["service", "operation"],
         )],
-        query_request::Plan::ServiceMap(_) => vec![scan(
+        query_request::Plan::ServiceMap(_) => vec![grouped(
             Table::Spans,
             Filter::default(),
             &["trace_id", "span_id", "parent_span_id", "service", "duration_ns", "status"],
+            &["service"],
         )],
         query_request::Plan::Errors(p) => errors::scans(req, p),
         query_request::Plan::Hosts(_) => vec![scan(Table::HostMetrics, Filter::default(), &[])],
@@ -233,6 +237,24 @@ impl Prepared {
                 query_reply::Partial::CohortUsers(cohort::users(p, &cohorts, next()?, budget)?)
             }
         })
+    }
+}
+
+/// A hasher for keys that already are well-mixed hashes (xxh3 of names or span ids).
+#[derive(Default)]
+pub struct Prehashed(u64);
+
+impl std::hash::Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
     }
 }
 

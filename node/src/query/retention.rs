@@ -37,6 +37,7 @@ pub fn earlier_scan(req: &QueryRequest, plan: &RetentionPlan) -> Option<Scan> {
         to_ns: plan.bucket_starts[0],
         filter: Filter { events: vec![plan.start_event.clone()], ..Default::default() },
         columns: vec!["distinct_id".into()],
+        dictionaries: Vec::new(),
     })
 }
 

@@ -2,101 +2,164 @@
 //! spans whose services differ. A trace lives on one shard, so a span's parent is found here.
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 
+use arrow_array::Array;
 use sextant_proto::{EdgeStats, ServiceMapPartial, ServiceStats, SpanStatus};
-use xxhash_rust::xxh3::Xxh3;
+use xxhash_rust::xxh3::{xxh3_128, Xxh3};
 
 use super::apm::Acc;
-use super::{each_batch, Budget, QueryError};
-use crate::segment::table::Cols;
+use super::{each_batch, Budget, Prehashed, QueryError};
+use crate::segment::table::{Cols, Strings};
 use crate::shard::ScanJob;
 
-/// A span's identity within the project: 128 bits of xxh3 over (trace id, span id). A
-/// collision needs ~2^64 spans, so the join keeps a small fixed-size key per span instead
-/// of two strings.
-fn span_key(trace: &str, span: &str) -> u128 {
-    let mut h = Xxh3::new();
-    h.update(trace.as_bytes());
-    h.update(&[0]);
-    h.update(span.as_bytes());
-    h.digest128()
+/// A span's identity within the project: 128 bits of xxh3 over (trace id, span id), as two
+/// halves (a table entry aligned to 8, not 16, bytes). A collision needs ~2^64 spans, so the
+/// join keeps a small fixed-size key per span instead of two strings.
+type SpanKey = (u64, u64);
+
+fn span_key(trace: &str, span: &str) -> SpanKey {
+    // One shot over the ids on the stack (hex ids: 32 + 1 + 16 bytes): the streaming hasher
+    // initializes a few hundred bytes of state per call.
+    let mut buf = [0u8; 96];
+    let n = trace.len() + 1 + span.len();
+    let h = if n > buf.len() {
+        let mut h = Xxh3::new();
+        h.update(trace.as_bytes());
+        h.update(&[0]);
+        h.update(span.as_bytes());
+        h.digest128()
+    } else {
+        buf[..trace.len()].copy_from_slice(trace.as_bytes());
+        buf[trace.len() + 1..n].copy_from_slice(span.as_bytes());
+        xxh3_128(&buf[..n])
+    };
+    (h as u64, (h >> 64) as u64)
 }
 
+type SpanKeys = HashMap<SpanKey, u32, BuildHasherDefault<Prehashed>>;
+
 struct Child {
-    parent: u128,
+    parent: SpanKey,
     service: u32,
     ms: f64,
     error: bool,
 }
 
+/// Service names interned: every span refers to its service by index.
+#[derive(Default)]
+struct Services {
+    names: Vec<String>,
+    index: HashMap<String, u32>,
+    /// Per batch of a dictionary: the service of each key, `u32::MAX` until a row has it.
+    of_key: Vec<u32>,
+}
+
+impl Services {
+    /// The service of each of the `n` rows, into `out`; once per key for a dictionary.
+    fn of_rows(&mut self, service: Strings<'_>, n: usize, out: &mut Vec<u32>) {
+        out.clear();
+        match service {
+            Strings::Dictionary { keys, values } => {
+                self.of_key.clear();
+                self.of_key.resize(values.len(), u32::MAX);
+                for &k in keys {
+                    let mut s = self.of_key[k as usize];
+                    if s == u32::MAX {
+                        s = self.get(values.value(k as usize));
+                        self.of_key[k as usize] = s;
+                    }
+                    out.push(s);
+                }
+            }
+            Strings::Plain(_) => out.extend((0..n).map(|i| self.get(service.value(i)))),
+        }
+    }
+
+    fn get(&mut self, name: &str) -> u32 {
+        if let Some(&s) = self.index.get(name) {
+            return s;
+        }
+        self.names.push(name.to_owned());
+        self.index.insert(name.to_owned(), self.names.len() as u32 - 1);
+        self.names.len() as u32 - 1
+    }
+}
+
 pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ServiceMapPartial, QueryError> {
-    // Service names interned: every span refers to its service by index.
-    let mut names: Vec<String> = Vec::new();
-    let mut index: HashMap<String, u32> = HashMap::new();
-    let mut service_of: HashMap<u128, u32> = HashMap::new();
-    let mut children: Vec<Child> = Vec::new();
-    let mut nodes: HashMap<u32, Acc> = HashMap::new();
+    let mut services = Services::default();
+    // Every span of the scan, for duplicates and for parents in other batches. Sized once:
+    // growing a table of millions of spans rehashes all of them at every doubling.
+    let mut service_of =
+        SpanKeys::with_capacity_and_hasher(job.max_rows().min(budget.max) as usize, Default::default());
+    // The spans of the current batch: a trace's spans are stored together, so most parents
+    // are found in this small table instead of the large one.
+    let mut in_batch = SpanKeys::default();
+    let (mut batch_children, mut children) = (Vec::new(), Vec::new());
+    let mut nodes: Vec<Acc> = Vec::new();
+    let mut edges: HashMap<(u32, u32), Acc> = HashMap::new();
+    let mut add_edge = |source: u32, c: &Child| {
+        if source != c.service {
+            edges.entry((source, c.service)).or_default().add(c.ms, c.error);
+        }
+    };
+    let mut rows = Vec::new();
     each_batch(job, budget, |rb| {
         let c = Cols(rb);
-        let (trace, span, parent, service, duration, status) = (
-            c.str("trace_id"),
-            c.str("span_id"),
-            c.str("parent_span_id"),
-            c.str("service"),
-            c.i64("duration_ns"),
-            c.i32("status"),
-        );
-        for i in 0..rb.num_rows() {
-            let name = service.value(i);
-            let s = match index.get(name) {
-                Some(s) => *s,
-                None => {
-                    names.push(name.to_owned());
-                    index.insert(name.to_owned(), names.len() as u32 - 1);
-                    names.len() as u32 - 1
-                }
-            };
+        let (trace, span, parent, duration, status) =
+            (c.str("trace_id"), c.str("span_id"), c.str("parent_span_id"), c.i64("duration_ns"), c.i32("status"));
+        services.of_rows(c.strings("service"), rb.num_rows(), &mut rows);
+        nodes.resize_with(services.names.len(), Acc::default);
+        in_batch.clear();
+        for (i, &s) in rows.iter().enumerate() {
+            let key = span_key(trace.value(i), span.value(i));
             // A span stored twice (a retried batch) counts once.
-            if service_of.insert(span_key(trace.value(i), span.value(i)), s).is_some() {
+            if service_of.insert(key, s).is_some() {
                 continue;
             }
+            in_batch.insert(key, s);
             let ms = duration.value(i) as f64 / 1e6;
             let error = status.value(i) == SpanStatus::Error as i32;
-            nodes.entry(s).or_default().add(ms, error);
+            nodes[s as usize].add(ms, error);
             if !parent.value(i).is_empty() {
-                children.push(Child { parent: span_key(trace.value(i), parent.value(i)), service: s, ms, error });
+                batch_children.push(Child { parent: span_key(trace.value(i), parent.value(i)), service: s, ms, error });
+            }
+        }
+        for c in batch_children.drain(..) {
+            match in_batch.get(&c.parent) {
+                Some(&source) => add_edge(source, &c),
+                None => children.push(c),
             }
         }
         Ok(())
     })?;
-    let mut edges: HashMap<(u32, u32), Acc> = HashMap::new();
-    for c in children {
+    for c in &children {
         // A parent outside the time range is not known: such a call is not counted.
         if let Some(&source) = service_of.get(&c.parent) {
-            if source != c.service {
-                edges.entry((source, c.service)).or_default().add(c.ms, c.error);
-            }
+            add_edge(source, c);
         }
     }
-    let name = |s: u32| names[s as usize].clone();
+    let name = |s: u32| services.names[s as usize].clone();
     Ok(ServiceMapPartial {
         nodes: nodes
-            .into_iter()
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.count > 0)
             .map(|(s, a)| ServiceStats {
-                service: name(s),
+                service: name(s as u32),
                 span_count: a.count,
                 error_count: a.errors,
-                sketch: a.sketch.encode(),
+                sketch: a.sketch(),
             })
             .collect(),
         edges: edges
-            .into_iter()
-            .map(|((source, target), a)| EdgeStats {
+            .iter()
+            .map(|(&(source, target), a)| EdgeStats {
                 source: name(source),
                 target: name(target),
                 call_count: a.count,
                 error_count: a.errors,
-                sketch: a.sketch.encode(),
+                sketch: a.sketch(),
             })
             .collect(),
     })

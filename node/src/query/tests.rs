@@ -293,3 +293,83 @@ fn log_search_reads_row_groups_newest_first_and_stops_at_a_full_page() {
     }
     assert_eq!(seen, expected);
 }
+
+#[test]
+fn apm_over_segments_and_buffer_matches_a_sketch_of_every_span() {
+    let mut sh = Shard::new();
+    let spans = |trace: usize, project_rows: usize| -> Vec<Span> {
+        (0..project_rows)
+            .map(|i| {
+                let service = ["web", "api", "db"][i % 3];
+                let mut s =
+                    span(&format!("t{trace}-{}", i / 7), &format!("{i}"), "", service, 100 + i as i64, 0, i % 11 == 0);
+                s.operation = format!("op{}", i % 4);
+                // Microsecond durations over four decades, and zeros.
+                s.duration_nanos = (i as u64 * 7919 % 10_000_000) / 1000 * 1000;
+                s
+            })
+            .collect()
+    };
+    // A segment of one project (row groups read whole, as dictionaries), one shared with
+    // another project (through the row mask) and buffered rows (plain strings).
+    let (a, b, c) = (spans(1, 9000), spans(2, 500), spans(3, 300));
+    sh.ingest("p", a.clone(), vec![]);
+    sh.flush();
+    sh.ingest("p", b.clone(), vec![]);
+    sh.ingest("other", spans(4, 200), vec![]);
+    sh.flush();
+    sh.ingest("p", c.clone(), vec![]);
+    let all: Vec<Span> = [a, b, c].concat();
+    for services in [vec![], vec!["db".to_owned()]] {
+        let Some(query_reply::Partial::Apm(apm)) =
+            sh.query(query_request::Plan::Apm(ApmPlan { services: services.clone() }), 1_000_000).partial
+        else {
+            panic!("apm expected")
+        };
+        let mut expected: std::collections::BTreeMap<(String, String), (u64, u64, LatencySketch)> = Default::default();
+        for s in all.iter().filter(|s| services.is_empty() || services.contains(&s.service_name)) {
+            let e = expected.entry((s.service_name.clone(), s.operation.clone())).or_insert((0, 0, Default::default()));
+            e.0 += 1;
+            e.1 += u64::from(s.status == SpanStatus::Error as i32);
+            e.2.add(s.duration_nanos as f64 / 1e6);
+        }
+        assert_eq!(apm.endpoints.len(), expected.len());
+        for e in &apm.endpoints {
+            let (count, errors, one_by_one) = &expected[&(e.service.clone(), e.operation.clone())];
+            let sketch = LatencySketch::decode(&e.sketch).unwrap();
+            assert_eq!((e.count, e.error_count, sketch.count()), (*count, *errors, *count));
+            assert_eq!(sketch.max(), one_by_one.max());
+            for q in [0.0, 0.25, 0.5, 0.9, 0.95, 0.99, 1.0] {
+                assert_eq!(sketch.quantile(q), one_by_one.quantile(q), "{}/{} q={q}", e.service, e.operation);
+            }
+        }
+    }
+}
+
+#[test]
+fn service_map_finds_parents_in_other_segments_and_counts_a_span_stored_twice_once() {
+    let mut sh = Shard::new();
+    sh.ingest("p", vec![span("c", "1", "", "web", 100, 50, false), span("d", "1", "", "web", 100, 9, false)], vec![]);
+    sh.flush();
+    // The child of c's root comes in a later segment, and twice (a retried batch); d's child
+    // comes before its parent in the same batch.
+    let child = span("c", "2", "1", "api", 101, 40, true);
+    sh.ingest("p", vec![child.clone()], vec![]);
+    sh.flush();
+    sh.ingest(
+        "p",
+        vec![child, span("e", "2", "1", "db", 99, 5, false), span("e", "1", "", "api", 100, 9, false)],
+        vec![],
+    );
+    let Some(query_reply::Partial::ServiceMap(map)) =
+        sh.query(query_request::Plan::ServiceMap(ServiceMapPlan {}), 1000).partial
+    else {
+        panic!("service map expected")
+    };
+    let mut edges: Vec<(String, String, u64, u64)> =
+        map.edges.iter().map(|e| (e.source.clone(), e.target.clone(), e.call_count, e.error_count)).collect();
+    edges.sort();
+    assert_eq!(edges, vec![("api".into(), "db".into(), 1, 0), ("web".into(), "api".into(), 1, 1)]);
+    let api = map.nodes.iter().find(|n| n.service == "api").unwrap();
+    assert_eq!((api.span_count, api.error_count), (2, 1));
+}

@@ -24,6 +24,7 @@ pub fn scan(req: &QueryRequest) -> Scan {
         to_ns: req.to_unix_nanos.saturating_add(TRACE_SPREAD_NS),
         filter: Filter::default(),
         columns: Vec::new(),
+        dictionaries: Vec::new(),
     }
 }
 

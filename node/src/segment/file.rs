@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
 use arrow_array::RecordBatch;
+use arrow_schema::DataType;
 use parquet::arrow::arrow_reader::{ArrowPredicateFn, ArrowReaderOptions, RowFilter};
 use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::PageIndexPolicy;
@@ -331,6 +332,7 @@ impl Segment {
             to_ns: i64::MAX,
             filter: super::scan::Filter { trace_id: Some(trace_id.to_owned()), ..Default::default() },
             columns: Vec::new(),
+            dictionaries: Vec::new(),
         };
         self.candidate_row_groups(&scan)
     }
@@ -340,6 +342,7 @@ impl Segment {
         let rgs = row_groups.unwrap_or_else(|| (0..self.reader.metadata().num_row_groups()).collect());
         let mut out = Vec::new();
         self.each_batch(
+            &self.reader,
             &rgs,
             None,
             || None,
@@ -356,16 +359,16 @@ impl Segment {
     /// the row filter of each row group (a `RowFilter` is used up by one reader).
     fn each_batch(
         &self,
+        reader: &ArrowReaderMetadata,
         row_groups: &[usize],
         projection: Option<&ProjectionMask>,
         filter: impl Fn() -> Option<RowFilter>,
         mut f: impl FnMut(RecordBatch) -> io::Result<()>,
     ) -> io::Result<()> {
         for &rg in row_groups {
-            let mut builder =
-                ParquetRecordBatchReaderBuilder::new_with_metadata(self.file.clone(), self.reader.clone())
-                    .with_row_groups(vec![rg])
-                    .with_batch_size(ROW_GROUP_ROWS);
+            let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(self.file.clone(), reader.clone())
+                .with_row_groups(vec![rg])
+                .with_batch_size(ROW_GROUP_ROWS);
             if let Some(mask) = projection {
                 builder = builder.with_projection(mask.clone());
             }
@@ -455,12 +458,20 @@ impl Segment {
             return Ok(Vec::new());
         }
         let schema = self.meta.table.schema();
-        let projection = scan.read_columns().map(|cols| {
-            let mut indices: Vec<usize> = cols.iter().filter_map(|c| schema.index_of(c).ok()).collect();
-            indices.extend(companion_columns(&cols, self.reader.schema()));
-            ProjectionMask::roots(self.reader.parquet_schema(), indices)
-        });
+        let projection = |cols: Option<Vec<String>>| {
+            cols.map(|cols| {
+                let mut indices: Vec<usize> = cols.iter().filter_map(|c| schema.index_of(c).ok()).collect();
+                indices.extend(companion_columns(&cols, self.reader.schema()));
+                ProjectionMask::roots(self.reader.parquet_schema(), indices)
+            })
+        };
+        let masked = projection(scan.read_columns());
+        // Row groups that match whole skip the mask and its columns.
+        let whole = projection((!scan.columns.is_empty()).then(|| scan.columns.clone()));
+        let any_hidden = self.batches.iter().any(|b| hidden(*b));
         let hidden_ordinal = |ord: u32| self.batches.get(ord as usize).is_some_and(|b| hidden(*b));
+        let reader = self.reader_with_dictionaries(&scan.dictionary_columns())?;
+        let row_group_meta = self.reader.metadata().row_groups();
         // Analytics queries name a few of many event names: decode the project and event
         // columns first and the others only for matching rows. (Not for tables whose layout
         // needs whole row groups, such as spans with parent references.)
@@ -472,13 +483,46 @@ impl Segment {
             .transpose()?;
         let filter = || by_event.as_ref().and_then(|f| f());
         let mut out = Vec::new();
-        self.each_batch(&row_groups, projection.as_ref(), filter, |rb| {
-            if let Some(kept) = scan.apply(&rb, &hidden_ordinal).map_err(err)? {
-                out.push(kept);
+        for rg in row_groups {
+            if !any_hidden && scan.selects_whole_row_group(&row_group_meta[rg], &schema) {
+                self.each_batch(&reader, &[rg], whole.as_ref(), filter, |rb| {
+                    out.push(scan.returned_columns(&rb).map_err(err)?);
+                    Ok(())
+                })?;
+                continue;
             }
-            Ok(())
-        })?;
+            self.each_batch(&reader, &[rg], masked.as_ref(), filter, |rb| {
+                if let Some(kept) = scan.apply(&rb, &hidden_ordinal).map_err(err)? {
+                    out.push(kept);
+                }
+                Ok(())
+            })?;
+        }
         Ok(out)
+    }
+
+    /// The reader of this segment with `columns` read as dictionaries of strings (the others
+    /// as the file's schema has them).
+    fn reader_with_dictionaries(&self, columns: &[&str]) -> io::Result<ArrowReaderMetadata> {
+        if columns.is_empty() {
+            return Ok(self.reader.clone());
+        }
+        let schema = self.reader.schema();
+        let fields: Vec<arrow_schema::Field> = schema
+            .fields()
+            .iter()
+            .map(|f| {
+                let f = f.as_ref().clone();
+                if columns.contains(&f.name().as_str()) && *f.data_type() == DataType::Utf8 {
+                    f.with_data_type(DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)))
+                } else {
+                    f
+                }
+            })
+            .collect();
+        let schema = Arc::new(arrow_schema::Schema::new_with_metadata(fields, schema.metadata().clone()));
+        let options = ArrowReaderOptions::new().with_schema(schema).with_page_index_policy(PageIndexPolicy::Optional);
+        ArrowReaderMetadata::try_new(self.reader.metadata().clone(), options).map_err(err)
     }
 
     /// Makes row filters (one per reader) keeping the rows of `project` whose string `column`
@@ -515,10 +559,100 @@ impl Segment {
         let trace_id = trace_id.to_owned();
         let filter = self.row_filter(project, "trace_id", move |t| t == trace_id)?;
         let mut out = Vec::new();
-        self.each_batch(&rgs, None, filter, |rb| {
+        self.each_batch(&self.reader, &rgs, None, filter, |rb| {
             out.extend(from_record_batch(self.meta.table, &rb).into_iter().map(|(_, row, b)| (row, b)));
             Ok(())
         })?;
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::segment::scan::Filter;
+    use crate::segment::table::{Cols, Strings};
+    use sextant_proto::Span;
+
+    fn span(i: u64) -> Row {
+        Row::Span(Span {
+            trace_id: format!("t{:03}", i / 4),
+            span_id: format!("s{i}"),
+            service_name: ["web", "api", "db"][i as usize % 3].into(),
+            operation: format!("op{}", i % 5),
+            start_unix_nanos: 1_000 + i as i64,
+            duration_nanos: (i + 1) * 1_000,
+            ..Default::default()
+        })
+    }
+
+    fn scan(project: &str, from_ns: i64, filter: Filter) -> Scan {
+        Scan {
+            table: Table::Spans,
+            project: project.into(),
+            from_ns,
+            to_ns: i64::MAX,
+            filter,
+            columns: vec!["service".into(), "operation".into(), "duration_ns".into()],
+            dictionaries: vec!["service", "operation"],
+        }
+    }
+
+    /// A row group of one project inside the range is read without the row mask and its
+    /// columns, with the asked string columns as dictionaries; a row group shared by two
+    /// projects, a range cutting a row group, or a filter on a dictionary column read the
+    /// rows through the mask (and the filtered column as strings), with the same rows.
+    #[test]
+    fn whole_row_groups_skip_the_mask_and_dictionaries_read_the_same_strings() {
+        let dir = tempfile::tempdir().unwrap();
+        let rows: Vec<Row> = (0..100).map(span).collect();
+        let one: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
+        let two: Vec<RowRef<'_>> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, row)| RowRef { project: if i < 30 { "o" } else { "p" }, row, batch: 0 })
+            .collect();
+        let open = |id: u64, rows: &[RowRef<'_>]| {
+            Segment::open(dir.path(), write(dir.path(), id, Table::Spans, 0, rows, &[1]).unwrap()).unwrap()
+        };
+        let (single, shared) = (open(1, &one), open(2, &two));
+        let schema = Table::Spans.schema();
+        let rg = |s: &Segment| s.reader.metadata().row_group(0).clone();
+        assert!(scan("p", 0, Filter::default()).selects_whole_row_group(&rg(&single), &schema));
+        assert!(!scan("p", 1_050, Filter::default()).selects_whole_row_group(&rg(&single), &schema));
+        assert!(!scan("p", 0, Filter::default()).selects_whole_row_group(&rg(&shared), &schema));
+        let web = Filter { services: vec!["web".into()], ..Default::default() };
+        assert!(!scan("p", 0, web.clone()).selects_whole_row_group(&rg(&single), &schema));
+
+        let no_hidden = |_: u128| false;
+        let read = |segment: &Segment, scan: &Scan| {
+            let mut out = Vec::new();
+            for rb in segment.scan(scan, &no_hidden).unwrap() {
+                let c = Cols(&rb);
+                let (service, operation) = (c.strings("service"), c.strings("operation"));
+                for i in 0..rb.num_rows() {
+                    let dictionary = matches!(service, Strings::Dictionary { .. });
+                    out.push((service.value(i).to_owned(), operation.value(i).to_owned(), dictionary));
+                }
+                assert_eq!(rb.num_columns(), 3, "only the returned columns");
+                assert!(matches!(operation, Strings::Dictionary { .. }));
+            }
+            out
+        };
+        let expected = |from: usize, only: Option<&str>, dictionary: bool| -> Vec<(String, String, bool)> {
+            rows[from..]
+                .iter()
+                .filter_map(|r| match r {
+                    Row::Span(s) if only.is_none_or(|o| o == s.service_name) => {
+                        Some((s.service_name.clone(), s.operation.clone(), dictionary))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(read(&single, &scan("p", 0, Filter::default())), expected(0, None, true));
+        assert_eq!(read(&single, &scan("p", 1_050, Filter::default())), expected(50, None, true));
+        assert_eq!(read(&shared, &scan("p", 0, Filter::default())), expected(30, None, true));
+        assert_eq!(read(&single, &scan("p", 0, web)), expected(0, Some("web"), false));
     }
 }

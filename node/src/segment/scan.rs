@@ -44,6 +44,11 @@ pub struct Scan {
     pub filter: Filter,
     /// Columns to return (all when empty). Filter columns are read as needed regardless.
     pub columns: Vec<String>,
+    /// Returned string columns to read from segments as Arrow dictionaries (`Int32` keys into
+    /// the column chunk's dictionary) instead of one string per row, for readers that group
+    /// by them. Not where the row mask compares them ([`Scan::dictionary_columns`]); buffered
+    /// rows are plain strings either way ([`super::table::Cols::strings`] reads both).
+    pub dictionaries: Vec<&'static str>,
 }
 
 fn str_stats(s: &Statistics) -> Option<(&[u8], &[u8])> {
@@ -110,6 +115,30 @@ impl Scan {
                         _ => None,
                     })
                     .is_none_or(|(lo, hi)| f.levels.iter().any(|l| (lo..=hi).contains(l))))
+    }
+
+    /// Whether every row of a row group matches, by its statistics: one project (exactly
+    /// ours), a time range inside the scan's and no row predicate beyond those two. Such a row
+    /// group needs no row mask, so neither the columns the mask reads (a whole-range APM or
+    /// service map reads every row group this way). The caller checks tombstones.
+    pub fn selects_whole_row_group(&self, rg: &RowGroupMetaData, schema: &arrow_schema::Schema) -> bool {
+        let stats = |name: &str| schema.index_of(name).ok().and_then(|i| rg.column(i).statistics());
+        // Only project, time and batch: no other predicate needs a column.
+        self.filter_columns().len() == 3
+            && stats("project").is_some_and(|s| {
+                s.min_is_exact()
+                    && s.max_is_exact()
+                    && str_stats(s).is_some_and(|(lo, hi)| lo == hi && lo == self.project.as_bytes())
+            })
+            && stats(self.table.time_column())
+                .and_then(i64_stats)
+                .is_some_and(|(lo, hi)| self.from_ns <= lo && hi < self.to_ns)
+    }
+
+    /// The [`Scan::dictionaries`] that the row mask does not need as strings.
+    pub fn dictionary_columns(&self) -> Vec<&'static str> {
+        let filter = self.filter_columns();
+        self.dictionaries.iter().copied().filter(|c| !filter.contains(c)).collect()
     }
 
     /// Row groups of a log segment that its token index allows.
@@ -227,12 +256,17 @@ impl Scan {
             n if n == rb.num_rows() => rb.clone(),
             _ => arrow_select::filter::filter_record_batch(rb, &mask)?,
         };
+        self.returned_columns(&kept).map(Some)
+    }
+
+    /// The requested columns of `rb` (all when none were named).
+    pub fn returned_columns(&self, rb: &RecordBatch) -> Result<RecordBatch, ArrowError> {
         if self.columns.is_empty() {
-            return Ok(Some(kept));
+            return Ok(rb.clone());
         }
-        let schema = kept.schema();
+        let schema = rb.schema();
         let indices: Vec<usize> = self.columns.iter().filter_map(|c| schema.index_of(c).ok()).collect();
-        Ok(Some(kept.project(&indices)?))
+        rb.project(&indices)
     }
 
     /// Every column the scan reads from a segment: the returned ones and the filter's.

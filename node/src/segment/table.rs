@@ -8,6 +8,8 @@ use super::layout::Layout;
 use arrow_array::builder::{
     BinaryBuilder, Float64Builder, Int32Builder, Int64Builder, ListBuilder, StringBuilder, UInt32Builder, UInt64Builder,
 };
+use arrow_array::cast::AsArray;
+use arrow_array::types::Int32Type;
 use arrow_array::{
     Array, ArrayRef, BinaryArray, Float64Array, Int32Array, Int64Array, ListArray, RecordBatch, StringArray,
     UInt32Array, UInt64Array,
@@ -437,6 +439,17 @@ impl<'a> Cols<'a> {
     pub fn str(&self, name: &str) -> &'a StringArray {
         self.get(name)
     }
+    /// A string column read either way ([`super::Scan::dictionaries`]).
+    pub fn strings(&self, name: &str) -> Strings<'a> {
+        let column = self.0.column_by_name(name);
+        match column.and_then(|c| c.as_dictionary_opt::<Int32Type>()) {
+            Some(d) => Strings::Dictionary {
+                keys: d.keys().values(),
+                values: d.values().as_any().downcast_ref().expect("a dictionary of strings"),
+            },
+            None => Strings::Plain(self.str(name)),
+        }
+    }
     pub fn i64(&self, name: &str) -> &'a Int64Array {
         self.get(name)
     }
@@ -457,6 +470,23 @@ impl<'a> Cols<'a> {
     }
     pub fn list(&self, name: &str) -> &'a ListArray {
         self.get(name)
+    }
+}
+
+/// A string column as read: one string per row, or a key per row into distinct values, which
+/// lets a reader do its per-value work once per key.
+#[derive(Clone, Copy)]
+pub enum Strings<'a> {
+    Plain(&'a StringArray),
+    Dictionary { keys: &'a [i32], values: &'a StringArray },
+}
+
+impl<'a> Strings<'a> {
+    pub fn value(&self, i: usize) -> &'a str {
+        match self {
+            Strings::Plain(a) => a.value(i),
+            Strings::Dictionary { keys, values } => values.value(keys[i] as usize),
+        }
     }
 }
 
