@@ -5,7 +5,8 @@
 //! with equal timestamps are taken in step order, other events after them.
 //!
 //! Pure functions of one user's events: shards run them (a user's events all live on one
-//! shard) and the router only sums.
+//! shard) and the router only sums. Shards see millions of events, so the work is done on
+//! [`StepEvent`]s (an event name is reduced to a step index once) without allocating per user.
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Order {
@@ -26,50 +27,108 @@ pub struct Funnel {
 pub const MIN_STEPS: usize = 2;
 pub const MAX_STEPS: usize = 10;
 
+/// One event of a user: its time and [`Funnel::step_of`] its name.
+pub type StepEvent = (i64, u8);
+
+/// What [`Funnel::step_of`] gives for a name that is no step.
+pub const NOT_A_STEP: u8 = u8::MAX;
+
+/// The times of a chain of steps (`times()[k]` is when step k+1 happened), without allocating.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Chain {
+    times: [i64; MAX_STEPS],
+    len: usize,
+}
+
+impl Chain {
+    pub fn times(&self) -> &[i64] {
+        &self.times[..self.len]
+    }
+
+    fn extended(mut self, t: i64) -> Chain {
+        self.times[self.len] = t;
+        self.len += 1;
+        self
+    }
+
+    fn start(t: i64) -> Chain {
+        Chain::default().extended(t)
+    }
+}
+
 impl Funnel {
-    fn matches(&self, step: usize, event: &str, t: i64) -> bool {
-        self.steps[step] == event && (step > 0 || (self.from_ns..self.to_ns).contains(&t))
+    /// The first step named `name` (a name may stand for several steps), or [`NOT_A_STEP`].
+    pub fn step_of(&self, name: &str) -> u8 {
+        self.steps.iter().position(|s| s == name).map_or(NOT_A_STEP, |k| k as u8)
+    }
+
+    /// The next step after `step` with the same name.
+    fn next_same(&self, step: usize) -> Option<usize> {
+        (step + 1..self.steps.len()).find(|&s| self.steps[s] == self.steps[step])
+    }
+
+    /// The first step an event of step `first` at `t` can stand for: step 1 only inside the
+    /// range, else the next step of the same name, if any.
+    fn first_match(&self, first: u8, t: i64) -> Option<usize> {
+        let first = first as usize;
+        if first >= self.steps.len() {
+            return None;
+        }
+        if first == 0 && !(self.from_ns..self.to_ns).contains(&t) {
+            return self.next_same(0);
+        }
+        Some(first)
     }
 
     /// The times of the furthest chain of one user (`chain[k]` is when step k+1 happened),
     /// empty when step 1 was never reached. `events` are (time, name) in any order.
     pub fn progress(&self, events: &[(i64, &str)]) -> Vec<i64> {
+        let mut steps: Vec<StepEvent> = events.iter().map(|&(t, e)| (t, self.step_of(e))).collect();
+        self.progress_of_steps(&mut steps).times().to_vec()
+    }
+
+    /// [`progress`](Self::progress) of events given as [`StepEvent`]s, in any order (they are
+    /// sorted in place).
+    pub fn progress_of_steps(&self, events: &mut [StepEvent]) -> Chain {
         match self.order {
             Order::Ordered => self.ordered(events),
             Order::Strict => self.strict(events),
         }
     }
 
-    fn ordered(&self, events: &[(i64, &str)]) -> Vec<i64> {
+    fn ordered(&self, events: &mut [StepEvent]) -> Chain {
         // Equal times in step order (by the first step an event matches). One event never
         // stands for two consecutive steps: its steps are tried from the last one down, as
-        // ClickHouse's windowFunnel does.
-        let mut marked: Vec<(i64, usize, Vec<usize>)> = events
-            .iter()
-            .filter_map(|&(t, e)| {
-                let steps: Vec<usize> = (0..self.steps.len()).filter(|&s| self.matches(s, e, t)).collect();
-                let first = *steps.first()?;
-                Some((t, first, steps))
-            })
-            .collect();
-        marked.sort_unstable();
+        // ClickHouse's windowFunnel does. An event matches its first step and every later step
+        // of the same name.
+        for e in events.iter_mut() {
+            e.1 = self.first_match(e.1, e.0).map_or(NOT_A_STEP, |s| s as u8);
+        }
+        events.sort_unstable();
         // chains[k]: the chain reaching step k+1 that started latest (the most window left).
-        let mut chains: Vec<Option<Vec<i64>>> = vec![None; self.steps.len()];
-        let mut best: Vec<i64> = Vec::new();
-        for (t, _, steps) in marked {
-            for &s in steps.iter().rev() {
+        let mut chains: [Option<Chain>; MAX_STEPS] = [None; MAX_STEPS];
+        let mut best = Chain::default();
+        let mut matched = [0usize; MAX_STEPS];
+        for &(t, first) in events.iter() {
+            if first == NOT_A_STEP {
+                continue;
+            }
+            let mut n = 0;
+            let mut s = Some(first as usize);
+            while let Some(step) = s {
+                matched[n] = step;
+                n += 1;
+                s = self.next_same(step);
+            }
+            for &s in matched[..n].iter().rev() {
                 let chain = if s == 0 {
-                    Some(vec![t])
+                    Some(Chain::start(t))
                 } else {
-                    chains[s - 1].as_ref().filter(|c| t - c[0] <= self.window_ns).map(|c| {
-                        let mut c = c.clone();
-                        c.push(t);
-                        c
-                    })
+                    chains[s - 1].filter(|c| t - c.times[0] <= self.window_ns).map(|c| c.extended(t))
                 };
                 if let Some(c) = chain {
-                    if c.len() > best.len() {
-                        best = c.clone();
+                    if c.len > best.len {
+                        best = c;
                     }
                     chains[s] = Some(c);
                 }
@@ -78,26 +137,29 @@ impl Funnel {
         best
     }
 
-    fn strict(&self, events: &[(i64, &str)]) -> Vec<i64> {
+    fn strict(&self, events: &mut [StepEvent]) -> Chain {
         // Equal times: events of a step in step order, then the others.
-        let rank = |e: &str| self.steps.iter().position(|s| s == e).unwrap_or(self.steps.len());
-        let mut sorted: Vec<(i64, usize, &str)> = events.iter().map(|&(t, e)| (t, rank(e), e)).collect();
-        sorted.sort_unstable();
-        let mut best: Vec<i64> = Vec::new();
-        for start in 0..sorted.len() {
-            let (t0, _, e0) = sorted[start];
-            if !self.matches(0, e0, t0) {
+        events.sort_unstable();
+        // A step matches the events of the first step with its name.
+        let mut first_of = [NOT_A_STEP; MAX_STEPS];
+        for (s, f) in first_of.iter_mut().enumerate().take(self.steps.len()) {
+            *f = self.step_of(&self.steps[s]);
+        }
+        let mut best = Chain::default();
+        for start in 0..events.len() {
+            let (t0, k0) = events[start];
+            if k0 != 0 || !(self.from_ns..self.to_ns).contains(&t0) {
                 continue;
             }
-            let mut chain = vec![t0];
-            for &(t, _, e) in &sorted[start + 1..] {
-                let step = chain.len();
-                if step == self.steps.len() || !self.matches(step, e, t) || t - t0 > self.window_ns {
+            let mut chain = Chain::start(t0);
+            for &(t, k) in &events[start + 1..] {
+                let step = chain.len;
+                if step == self.steps.len() || k != first_of[step] || t - t0 > self.window_ns {
                     break;
                 }
-                chain.push(t);
+                chain = chain.extended(t);
             }
-            if chain.len() > best.len() {
+            if chain.len > best.len {
                 best = chain;
             }
         }
@@ -160,5 +222,100 @@ mod tests {
         let strict = funnel(&["a", "a", "b"], 10, Order::Strict);
         assert_eq!(reached(&strict, &[(1, "a"), (2, "a"), (3, "b")]), 3);
         assert_eq!(reached(&strict, &[(1, "a"), (3, "b")]), 1);
+    }
+
+    /// The implementation before [`StepEvent`]s (names compared as strings, a vector per
+    /// event): the reference the property test holds the current one to.
+    mod reference {
+        use super::super::Funnel;
+
+        fn matches(f: &Funnel, step: usize, event: &str, t: i64) -> bool {
+            f.steps[step] == event && (step > 0 || (f.from_ns..f.to_ns).contains(&t))
+        }
+
+        pub fn ordered(f: &Funnel, events: &[(i64, &str)]) -> Vec<i64> {
+            let mut marked: Vec<(i64, usize, Vec<usize>)> = events
+                .iter()
+                .filter_map(|&(t, e)| {
+                    let steps: Vec<usize> = (0..f.steps.len()).filter(|&s| matches(f, s, e, t)).collect();
+                    let first = *steps.first()?;
+                    Some((t, first, steps))
+                })
+                .collect();
+            marked.sort_unstable();
+            let mut chains: Vec<Option<Vec<i64>>> = vec![None; f.steps.len()];
+            let mut best: Vec<i64> = Vec::new();
+            for (t, _, steps) in marked {
+                for &s in steps.iter().rev() {
+                    let chain = if s == 0 {
+                        Some(vec![t])
+                    } else {
+                        chains[s - 1].as_ref().filter(|c| t - c[0] <= f.window_ns).map(|c| {
+                            let mut c = c.clone();
+                            c.push(t);
+                            c
+                        })
+                    };
+                    if let Some(c) = chain {
+                        if c.len() > best.len() {
+                            best = c.clone();
+                        }
+                        chains[s] = Some(c);
+                    }
+                }
+            }
+            best
+        }
+
+        pub fn strict(f: &Funnel, events: &[(i64, &str)]) -> Vec<i64> {
+            let rank = |e: &str| f.steps.iter().position(|s| s == e).unwrap_or(f.steps.len());
+            let mut sorted: Vec<(i64, usize, &str)> = events.iter().map(|&(t, e)| (t, rank(e), e)).collect();
+            sorted.sort_unstable();
+            let mut best: Vec<i64> = Vec::new();
+            for start in 0..sorted.len() {
+                let (t0, _, e0) = sorted[start];
+                if !matches(f, 0, e0, t0) {
+                    continue;
+                }
+                let mut chain = vec![t0];
+                for &(t, _, e) in &sorted[start + 1..] {
+                    let step = chain.len();
+                    if step == f.steps.len() || !matches(f, step, e, t) || t - t0 > f.window_ns {
+                        break;
+                    }
+                    chain.push(t);
+                }
+                if chain.len() > best.len() {
+                    best = chain;
+                }
+            }
+            best
+        }
+    }
+
+    proptest::proptest! {
+        /// Few names and times, so that repeated steps, names in several steps, equal times,
+        /// range and window boundaries all come up.
+        #[test]
+        fn step_events_give_the_chains_of_the_reference(
+            steps in proptest::collection::vec(0u8..4, MIN_STEPS..=5),
+            events in proptest::collection::vec((0i64..40, 0u8..6), 0..24),
+            window in 0i64..15,
+            from in 0i64..20,
+            strict in proptest::bool::ANY,
+        ) {
+            let name = |k: u8| format!("e{k}");
+            let f = Funnel {
+                steps: steps.iter().map(|&k| name(k)).collect(),
+                window_ns: window,
+                order: if strict { Order::Strict } else { Order::Ordered },
+                from_ns: from,
+                to_ns: from + 10,
+            };
+            let names: Vec<(i64, String)> = events.iter().map(|&(t, k)| (t, name(k))).collect();
+            let refs: Vec<(i64, &str)> = names.iter().map(|(t, e)| (*t, e.as_str())).collect();
+            let expected = if strict { reference::strict(&f, &refs) } else { reference::ordered(&f, &refs) };
+            proptest::prop_assert_eq!(f.progress(&refs), expected);
+        }
     }
 }

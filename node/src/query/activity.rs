@@ -1,10 +1,11 @@
 //! Event counts per calendar bucket and active users (DAU/WAU/MAU). Distinct users are exact
 //! per shard (a user's events all live on one shard), so the router's sums are exact too.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use sextant_proto::{ActiveDay, ActiveUsersPartial, ActiveUsersPlan, EventBucket, EventBucketsPartial};
 
+use super::users::{Admitted, ByUser, Users};
 use super::{each_batch, Budget, QueryError};
 use crate::segment::table::Cols;
 use crate::shard::ScanJob;
@@ -31,25 +32,32 @@ pub fn buckets(
     budget: &mut Budget,
 ) -> Result<EventBucketsPartial, QueryError> {
     let mut counts = vec![0u64; starts.len()];
-    let mut users: Vec<HashSet<String>> = vec![HashSet::new(); starts.len()];
+    let mut users = Users::default();
+    let mut admitted = Admitted::new(members);
+    // (bucket, user) of every counted row; distinct pairs are the bucket's users.
+    let mut seen: Vec<(u32, u32)> = Vec::new();
     each_batch(job, budget, |rb| {
         let c = Cols(rb);
         let (ids, times) = (c.str("distinct_id"), c.i64("time_ns"));
-        for i in 0..rb.num_rows() {
-            if members.is_some_and(|m| !m.contains(ids.value(i))) {
+        for (i, u) in users.numbers_of(ids).enumerate() {
+            if !admitted.admits(u, ids.value(i)) {
                 continue;
             }
             if let Some(b) = bucket_of(starts, times.value(i)) {
                 counts[b] += 1;
-                if !users[b].contains(ids.value(i)) {
-                    users[b].insert(ids.value(i).to_owned());
-                }
+                seen.push((b as u32, u));
             }
         }
         Ok(())
     })?;
+    seen.sort_unstable();
+    seen.dedup();
+    let mut unique = vec![0u64; starts.len()];
+    for (b, _) in seen {
+        unique[b as usize] += 1;
+    }
     let buckets =
-        counts.into_iter().zip(users).map(|(count, u)| EventBucket { count, unique_users: u.len() as u64 }).collect();
+        counts.into_iter().zip(unique).map(|(count, unique_users)| EventBucket { count, unique_users }).collect();
     Ok(EventBucketsPartial { buckets })
 }
 
@@ -61,23 +69,22 @@ pub fn active(
     budget: &mut Budget,
 ) -> Result<ActiveUsersPartial, QueryError> {
     let days = &plan.day_starts;
-    // Each user's active days, as sorted day indices.
-    let mut seen: HashMap<String, Vec<u32>> = HashMap::new();
+    let mut users = Users::default();
+    let mut admitted = Admitted::new(members);
+    // (user, day index) of every counted row.
+    let mut active_on: Vec<(u32, u32)> = Vec::new();
     each_batch(job, budget, |rb| {
         let c = Cols(rb);
         let (ids, times) = (c.str("distinct_id"), c.i64("time_ns"));
-        for i in 0..rb.num_rows() {
-            if members.is_some_and(|m| !m.contains(ids.value(i))) {
+        for (i, u) in users.numbers_of(ids).enumerate() {
+            if !admitted.admits(u, ids.value(i)) {
                 continue;
             }
             if let Some(d) = bucket_of(days, times.value(i)) {
-                // Look up before allocating the key: most rows are of users already seen.
-                match seen.get_mut(ids.value(i)) {
-                    Some(v) if v.contains(&(d as u32)) => {}
-                    Some(v) => v.push(d as u32),
-                    None => {
-                        seen.insert(ids.value(i).to_owned(), vec![d as u32]);
-                    }
+                // Rows of one user and day are mostly adjacent (segments are sorted by user
+                // and time): skip the repeats here, the rest go when grouped.
+                if active_on.last() != Some(&(u, d as u32)) {
+                    active_on.push((u, d as u32));
                 }
             }
         }
@@ -90,8 +97,10 @@ pub fn active(
     // array, so the cost is per active day, not per (active day, covered day).
     let mut dau = vec![0u64; n];
     let (mut wau, mut mau) = (vec![0i64; n + 1], vec![0i64; n + 1]);
-    for active_days in seen.values_mut() {
+    for (_, active_days) in ByUser::group(users.len(), &active_on).each_mut() {
+        // Each user's active days, sorted and distinct.
         active_days.sort_unstable();
+        let active_days = dedup_sorted(active_days);
         for &d in active_days.iter() {
             dau[d as usize] += 1;
         }
@@ -108,6 +117,18 @@ pub fn active(
         }
     }
     Ok(ActiveUsersPartial { days: out })
+}
+
+/// The distinct values of a sorted slice, moved to its front.
+fn dedup_sorted(sorted: &mut [u32]) -> &[u32] {
+    let mut n = 0;
+    for i in 0..sorted.len() {
+        if n == 0 || sorted[i] != sorted[n - 1] {
+            sorted[n] = sorted[i];
+            n += 1;
+        }
+    }
+    &sorted[..n]
 }
 
 /// Adds one to `diff` over the union of `[d, d + window)` for the sorted days `d`.

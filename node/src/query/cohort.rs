@@ -4,11 +4,13 @@
 //! users and funnels by cohort: the members are computed first, then the plan's own scan
 //! keeps only their rows.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
+use rustc_hash::FxHashMap;
 use sextant_model::cohort::Definition;
 use sextant_proto::{CohortDefinition, CohortFilter, CohortSizesPartial, CohortUsersPartial, CohortUsersPlan};
 
+use super::users::Users;
 use super::{each_batch, Budget, QueryError};
 use crate::segment::table::Cols;
 use crate::segment::{Filter, Scan, Table};
@@ -69,7 +71,8 @@ impl Cohorts {
     /// The members of each cohort.
     pub fn members(&self, job: ScanJob, budget: &mut Budget) -> Result<Vec<HashSet<String>>, QueryError> {
         // Conditions of every cohort flattened; per event name, (flat index, range start).
-        let mut by_event: HashMap<&str, Vec<(usize, i64)>> = HashMap::new();
+        // Looked up for every row: a fast hash for the short names.
+        let mut by_event: FxHashMap<&str, Vec<(usize, i64)>> = FxHashMap::default();
         let mut offsets = Vec::new();
         let mut total = 0;
         for d in &self.definitions {
@@ -79,22 +82,21 @@ impl Cohorts {
                 total += 1;
             }
         }
-        // Every user seen is a candidate; their count per condition.
-        let mut users: HashMap<String, Vec<u64>> = HashMap::new();
+        // Every user seen is a candidate; `counts[u * total + k]`: user u's count for
+        // condition k.
+        let mut users = Users::default();
+        let mut counts: Vec<u64> = Vec::new();
         each_batch(job, budget, |rb| {
             let c = Cols(rb);
             let (ids, times, names) = (c.str("distinct_id"), c.i64("time_ns"), c.str("event"));
-            for i in 0..rb.num_rows() {
-                let id = ids.value(i);
-                let counts = match users.get_mut(id) {
-                    Some(c) => c,
-                    None => users.entry(id.to_owned()).or_insert_with(|| vec![0; total]),
-                };
+            for (i, u) in users.numbers_of(ids).enumerate() {
+                // A new user's counts start at zero.
+                counts.resize(counts.len().max((u as usize + 1) * total), 0);
                 if let Some(conds) = by_event.get(names.value(i)) {
-                    let t = times.value(i);
+                    let (t, mine) = (times.value(i), &mut counts[u as usize * total..]);
                     for &(k, from) in conds {
                         if t >= from {
-                            counts[k] += 1;
+                            mine[k] += 1;
                         }
                     }
                 }
@@ -102,10 +104,11 @@ impl Cohorts {
             Ok(())
         })?;
         let mut out = vec![HashSet::new(); self.definitions.len()];
-        for (user, counts) in users {
+        for u in 0..users.len() {
+            let mine = &counts[u * total..(u + 1) * total];
             for (j, d) in self.definitions.iter().enumerate() {
-                if d.matches(&counts[offsets[j]..offsets[j] + d.conditions.len()]) {
-                    out[j].insert(user.clone());
+                if d.matches(&mine[offsets[j]..offsets[j] + d.conditions.len()]) {
+                    out[j].insert(users.name(u as u32).to_owned());
                 }
             }
         }

@@ -1,12 +1,14 @@
 //! Funnels on one shard: every user's events (all on this shard) through
 //! `model::funnel`, reduced to per-step user counts and time-to-convert sketches.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
-use sextant_model::funnel::{Funnel, Order, MAX_STEPS, MIN_STEPS};
+use arrow_array::RecordBatch;
+use sextant_model::funnel::{Funnel, Order, StepEvent, MAX_STEPS, MIN_STEPS};
 use sextant_model::sketch::LatencySketch;
 use sextant_proto::{FunnelPartial, FunnelPlan, FunnelStep};
 
+use super::users::{Admitted, ByUser, Users};
 use super::{each_batch, Budget, QueryError};
 use crate::segment::table::Cols;
 use crate::shard::ScanJob;
@@ -28,58 +30,141 @@ pub fn run(
     job: ScanJob,
     budget: &mut Budget,
 ) -> Result<FunnelPartial, QueryError> {
-    // An event is kept as the index of the first step with its name (or `NOT_A_STEP`, for
-    // strict funnels), not as a string: no allocation per row.
-    const NOT_A_STEP: u8 = u8::MAX;
-    let step_of = |name: &str| plan.steps.iter().position(|s| s == name).map_or(NOT_A_STEP, |k| k as u8);
-    let mut users: HashMap<String, Vec<(i64, u8)>> = HashMap::new();
+    let mut progress = Progress::new(plan, members);
     each_batch(job, budget, |rb| {
-        let c = Cols(rb);
-        let (ids, times, names) = (c.str("distinct_id"), c.i64("time_ns"), c.str("event"));
-        for i in 0..rb.num_rows() {
-            let id = ids.value(i);
-            if members.is_some_and(|m| !m.contains(id)) {
-                continue;
-            }
-            let event = (times.value(i), step_of(names.value(i)));
-            match users.get_mut(id) {
-                Some(events) => events.push(event),
-                None => {
-                    users.insert(id.to_owned(), vec![event]);
-                }
-            }
-        }
+        progress.add(rb);
         Ok(())
     })?;
-    // Event names are never empty, so "" stands for any event that is not a step.
-    let name = |k: u8| plan.steps.get(k as usize).map_or("", String::as_str);
-    let funnel = Funnel {
-        steps: plan.steps.clone(),
-        window_ns: plan.window_nanos,
-        order: if plan.strict { Order::Strict } else { Order::Ordered },
-        from_ns: plan.range_from,
-        to_ns: plan.range_to,
-    };
-    let mut counts = vec![0u64; plan.steps.len()];
-    let mut sketches: Vec<LatencySketch> = (0..plan.steps.len()).map(|_| LatencySketch::default()).collect();
-    let mut sums = vec![0f64; plan.steps.len()];
-    for events in users.values() {
-        let refs: Vec<(i64, &str)> = events.iter().map(|&(t, k)| (t, name(k))).collect();
-        let chain = funnel.progress(&refs);
-        for (k, t) in chain.iter().enumerate() {
-            counts[k] += 1;
-            if k > 0 {
-                let secs = (t - chain[k - 1]) as f64 / 1e9;
-                sketches[k].add(secs);
-                sums[k] += secs;
+    Ok(progress.partial())
+}
+
+/// The funnel's rows, batch by batch, then every user's progress. A row is kept as
+/// (user number, (time, step)): no allocation per row or per user, and the users' events are
+/// grouped by a counting sort, not a map of vectors.
+struct Progress<'a> {
+    funnel: Funnel,
+    users: Users,
+    admitted: Admitted<'a>,
+    rows: Vec<(u32, StepEvent)>,
+}
+
+impl<'a> Progress<'a> {
+    fn new(plan: &FunnelPlan, members: Option<&'a HashSet<String>>) -> Self {
+        let funnel = Funnel {
+            steps: plan.steps.clone(),
+            window_ns: plan.window_nanos,
+            order: if plan.strict { Order::Strict } else { Order::Ordered },
+            from_ns: plan.range_from,
+            to_ns: plan.range_to,
+        };
+        Progress { funnel, users: Users::default(), admitted: Admitted::new(members), rows: Vec::new() }
+    }
+
+    /// Takes the rows of a batch with `distinct_id`, `time_ns` and `event`.
+    fn add(&mut self, rb: &RecordBatch) {
+        let c = Cols(rb);
+        let (ids, times, names) = (c.str("distinct_id"), c.i64("time_ns"), c.str("event"));
+        for (i, u) in self.users.numbers_of(ids).enumerate() {
+            if self.admitted.admits(u, ids.value(i)) {
+                self.rows.push((u, (times.value(i), self.funnel.step_of(names.value(i)))));
             }
         }
     }
-    let steps = counts
-        .into_iter()
-        .zip(sketches)
-        .zip(sums)
-        .map(|((users, sketch), seconds_sum)| FunnelStep { users, seconds_sketch: sketch.encode(), seconds_sum })
-        .collect();
-    Ok(FunnelPartial { steps })
+
+    fn partial(self) -> FunnelPartial {
+        let n = self.funnel.steps.len();
+        let mut counts = vec![0u64; n];
+        let mut sketches: Vec<LatencySketch> = (0..n).map(|_| LatencySketch::default()).collect();
+        let mut sums = vec![0f64; n];
+        for (_, events) in ByUser::group(self.users.len(), &self.rows).each_mut() {
+            let chain = self.funnel.progress_of_steps(events);
+            let chain = chain.times();
+            for (k, t) in chain.iter().enumerate() {
+                counts[k] += 1;
+                if k > 0 {
+                    let secs = (t - chain[k - 1]) as f64 / 1e9;
+                    sketches[k].add(secs);
+                    sums[k] += secs;
+                }
+            }
+        }
+        let steps = counts
+            .into_iter()
+            .zip(sketches)
+            .zip(sums)
+            .map(|((users, sketch), seconds_sum)| FunnelStep { users, seconds_sketch: sketch.encode(), seconds_sum })
+            .collect();
+        FunnelPartial { steps }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Arc;
+
+    use arrow_array::{ArrayRef, Int64Array, StringArray};
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn batch(rows: &[(String, i64, String)]) -> RecordBatch {
+        let ids: ArrayRef = Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0.as_str())));
+        let times: ArrayRef = Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1)));
+        let names: ArrayRef = Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.2.as_str())));
+        RecordBatch::try_from_iter([("distinct_id", ids), ("time_ns", times), ("event", names)]).unwrap()
+    }
+
+    proptest! {
+        /// Users numbered and grouped, events as step numbers: the same per-step counts and
+        /// times to convert as every user's (time, name) events through `Funnel::progress`.
+        #[test]
+        fn grouped_progress_equals_each_users_progress(
+            rows in proptest::collection::vec((0u8..12, 0i64..60, 0u8..5), 0..200),
+            cut in 0usize..200,
+            steps in proptest::collection::vec(0u8..4, 2..5),
+            strict in proptest::bool::ANY,
+            cohort in proptest::bool::ANY,
+        ) {
+            let rows: Vec<(String, i64, String)> =
+                rows.iter().map(|&(u, t, e)| (format!("user-{u}"), t * 1_000_000_000, format!("e{e}"))).collect();
+            let plan = FunnelPlan {
+                steps: steps.iter().map(|k| format!("e{k}")).collect(),
+                window_nanos: 10_000_000_000,
+                strict,
+                range_from: 5_000_000_000,
+                range_to: 40_000_000_000,
+                cohort: None,
+            };
+            let members: HashSet<String> = (0..12).step_by(2).map(|u| format!("user-{u}")).collect();
+            let members = cohort.then_some(&members);
+            let mut progress = Progress::new(&plan, members);
+            let cut = cut.min(rows.len());
+            progress.add(&batch(&rows[..cut]));
+            progress.add(&batch(&rows[cut..]));
+            let got = progress.partial();
+
+            let mut by_user: HashMap<&str, Vec<(i64, &str)>> = HashMap::new();
+            for (u, t, e) in &rows {
+                if members.is_none_or(|m| m.contains(u)) {
+                    by_user.entry(u.as_str()).or_default().push((*t, e.as_str()));
+                }
+            }
+            let funnel = Progress::new(&plan, None).funnel;
+            let mut counts = vec![0u64; steps.len()];
+            let mut sums = vec![0f64; steps.len()];
+            for events in by_user.values() {
+                let chain = funnel.progress(events);
+                for (k, t) in chain.iter().enumerate() {
+                    counts[k] += 1;
+                    if k > 0 {
+                        sums[k] += (t - chain[k - 1]) as f64 / 1e9;
+                    }
+                }
+            }
+            prop_assert_eq!(got.steps.iter().map(|s| s.users).collect::<Vec<_>>(), counts);
+            // Whole seconds: the sums are exact whatever the order of the users.
+            prop_assert_eq!(got.steps.iter().map(|s| s.seconds_sum).collect::<Vec<_>>(), sums);
+        }
+    }
 }

@@ -15,6 +15,7 @@ mod replays;
 mod retention;
 mod service_map;
 mod traces;
+mod users;
 
 use arrow_array::RecordBatch;
 use sextant_proto::{query_reply, query_request, QueryReply, QueryRequest};

@@ -3,10 +3,9 @@
 //! are in none; for `recurring` every period with it) and the periods with
 //! `return_event`; reduced to per-cohort sizes and returning users per later period.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
-
 use sextant_proto::{QueryRequest, RetentionCohort, RetentionPartial, RetentionPlan};
 
+use super::users::{ByUser, Users};
 use super::{activity, each_batch, Budget, QueryError};
 use crate::segment::table::Cols;
 use crate::segment::{Filter, Scan, Table};
@@ -19,12 +18,6 @@ pub fn check(plan: &RetentionPlan) -> Result<(), QueryError> {
         return Err(QueryError::BadPlan("retention needs cohorts within the buckets and 1 to 366 periods".into()));
     }
     Ok(())
-}
-
-#[derive(Default)]
-struct User {
-    starts: BTreeSet<usize>,
-    returns: BTreeSet<usize>,
 }
 
 /// For `first_time`: the `start_event` rows before the first cohort. A user who did it then is
@@ -41,6 +34,11 @@ pub fn earlier_scan(req: &QueryRequest, plan: &RetentionPlan) -> Option<Scan> {
     })
 }
 
+/// A row's marks: its event is the start event (in a cohort period), the return event, or
+/// both (they may have the same name).
+const STARTS: u8 = 1;
+const RETURNS: u8 = 2;
+
 /// `earlier`: the rows of [`earlier_scan`], for `first_time`.
 pub fn run(
     plan: &RetentionPlan,
@@ -49,57 +47,64 @@ pub fn run(
     budget: &mut Budget,
 ) -> Result<RetentionPartial, QueryError> {
     let starts = &plan.bucket_starts;
-    let mut before: HashSet<String> = HashSet::new();
+    let mut users = Users::default();
+    // By user number: did the start event before the first cohort.
+    let mut before: Vec<bool> = Vec::new();
     if let Some(earlier) = earlier {
         each_batch(earlier, budget, |rb| {
-            let ids = Cols(rb).str("distinct_id");
-            for i in 0..rb.num_rows() {
-                if !before.contains(ids.value(i)) {
-                    before.insert(ids.value(i).to_owned());
-                }
+            for u in users.numbers_of(Cols(rb).str("distinct_id")) {
+                before.resize(before.len().max(u as usize + 1), false);
+                before[u as usize] = true;
             }
             Ok(())
         })?;
     }
-    let mut users: HashMap<String, User> = HashMap::new();
+    // (user, (period, marks)) of every row in a period.
+    let mut rows: Vec<(u32, (u32, u8))> = Vec::new();
     each_batch(job, budget, |rb| {
         let c = Cols(rb);
         let (ids, times, names) = (c.str("distinct_id"), c.i64("time_ns"), c.str("event"));
-        for i in 0..rb.num_rows() {
+        for (i, u) in users.numbers_of(ids).enumerate() {
             let Some(b) = activity::bucket_of(starts, times.value(i)) else { continue };
-            // Look up before allocating the key: most rows are of users already seen.
-            if !users.contains_key(ids.value(i)) {
-                users.insert(ids.value(i).to_owned(), User::default());
-            }
-            let Some(u) = users.get_mut(ids.value(i)) else { continue };
-            // One event may be both (start and return events with the same name).
-            if names.value(i) == plan.start_event && b < plan.cohorts as usize {
-                u.starts.insert(b);
-            }
-            if names.value(i) == plan.return_event {
-                u.returns.insert(b);
+            let name = names.value(i);
+            let is_start = name == plan.start_event && b < plan.cohorts as usize;
+            let marks = (if is_start { STARTS } else { 0 }) | (if name == plan.return_event { RETURNS } else { 0 });
+            if marks != 0 {
+                rows.push((u, (b as u32, marks)));
             }
         }
         Ok(())
     })?;
+    before.resize(users.len(), false);
     let periods = plan.periods as usize;
     let mut cohorts: Vec<RetentionCohort> =
         (0..plan.cohorts).map(|_| RetentionCohort { size: 0, returned: vec![0; periods] }).collect();
-    for (id, u) in &users {
-        if plan.first_time && before.contains(id) {
+    // One user's distinct cohort and return periods, ascending (reused between users).
+    let (mut cohort_periods, mut returns) = (Vec::new(), Vec::new());
+    for (u, marked) in ByUser::group(users.len(), &rows).each_mut() {
+        if plan.first_time && before[u as usize] {
             continue;
         }
-        let cohort_periods: Vec<usize> = if plan.first_time {
-            u.starts.iter().next().copied().into_iter().collect()
-        } else {
-            u.starts.iter().copied().collect()
-        };
-        for c in cohort_periods {
-            let cohort = &mut cohorts[c];
+        marked.sort_unstable();
+        cohort_periods.clear();
+        returns.clear();
+        for &(b, marks) in marked.iter() {
+            if marks & STARTS != 0 && cohort_periods.last() != Some(&b) {
+                cohort_periods.push(b);
+            }
+            if marks & RETURNS != 0 && returns.last() != Some(&b) {
+                returns.push(b);
+            }
+        }
+        if plan.first_time {
+            cohort_periods.truncate(1);
+        }
+        for &c in &cohort_periods {
+            let cohort = &mut cohorts[c as usize];
             cohort.size += 1;
             cohort.returned[0] += 1;
             for j in 1..periods {
-                if u.returns.contains(&(c + j)) {
+                if returns.binary_search(&(c + j as u32)).is_ok() {
                     cohort.returned[j] += 1;
                 }
             }

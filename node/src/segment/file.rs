@@ -458,6 +458,9 @@ impl Segment {
             return Ok(Vec::new());
         }
         let schema = self.meta.table.schema();
+        // Most segments of a single-tenant install hold one project: then the project column
+        // is neither decoded nor compared.
+        let only_project = self.meta.projects.len() == 1 && self.meta.projects[0] == scan.project;
         let projection = |cols: Option<Vec<String>>| {
             cols.map(|cols| {
                 let mut indices: Vec<usize> = cols.iter().filter_map(|c| schema.index_of(c).ok()).collect();
@@ -465,7 +468,7 @@ impl Segment {
                 ProjectionMask::roots(self.reader.parquet_schema(), indices)
             })
         };
-        let masked = projection(scan.read_columns());
+        let masked = projection(scan.read_columns(only_project));
         // Row groups that match whole skip the mask and its columns.
         let whole = projection((!scan.columns.is_empty()).then(|| scan.columns.clone()));
         let any_hidden = self.batches.iter().any(|b| hidden(*b));
@@ -478,7 +481,8 @@ impl Segment {
         let by_event = (self.meta.table == Table::Events && !scan.filter.events.is_empty())
             .then(|| {
                 let events = scan.filter.events.clone();
-                self.row_filter(&scan.project, "event", move |name| events.iter().any(|e| e == name))
+                let project = (!only_project).then_some(scan.project.as_str());
+                self.row_filter(project, "event", move |name| events.iter().any(|e| e == name))
             })
             .transpose()?;
         let filter = || by_event.as_ref().and_then(|f| f());
@@ -525,24 +529,31 @@ impl Segment {
         ArrowReaderMetadata::try_new(self.reader.metadata().clone(), options).map_err(err)
     }
 
-    /// Makes row filters (one per reader) keeping the rows of `project` whose string `column`
-    /// satisfies `keep`: the two columns are decoded first, the others only for those rows.
+    /// Makes row filters (one per reader) keeping the rows of `project` (any project: None)
+    /// whose string `column` satisfies `keep`: these columns are decoded first, the others only
+    /// for those rows.
     fn row_filter(
         &self,
-        project: &str,
+        project: Option<&str>,
         column: &'static str,
         keep: impl Fn(&str) -> bool + Clone + Send + 'static,
     ) -> io::Result<impl Fn() -> Option<RowFilter>> {
         let schema = self.meta.table.schema();
-        let columns = [schema.index_of("project").map_err(err)?, schema.index_of(column).map_err(err)?];
+        let mut columns = vec![schema.index_of(column).map_err(err)?];
+        if project.is_some() {
+            columns.push(schema.index_of("project").map_err(err)?);
+        }
         let mask = ProjectionMask::roots(self.reader.parquet_schema(), columns);
-        let project = project.to_owned();
+        let project = project.map(str::to_owned);
         Ok(move || {
             let (project, keep) = (project.clone(), keep.clone());
             let predicate = ArrowPredicateFn::new(mask.clone(), move |rb: RecordBatch| {
                 let cols = super::table::Cols(&rb);
-                let (projects, values) = (cols.str("project"), cols.str(column));
-                Ok((0..rb.num_rows()).map(|i| Some(projects.value(i) == project && keep(values.value(i)))).collect())
+                let values = cols.str(column);
+                let projects = project.as_ref().map(|p| (cols.str("project"), p));
+                Ok((0..rb.num_rows())
+                    .map(|i| Some(projects.is_none_or(|(c, p)| c.value(i) == p) && keep(values.value(i))))
+                    .collect())
             });
             Some(RowFilter::new(vec![Box::new(predicate) as Box<dyn parquet::arrow::arrow_reader::ArrowPredicate>]))
         })
@@ -557,7 +568,7 @@ impl Segment {
             return Ok(Vec::new());
         }
         let trace_id = trace_id.to_owned();
-        let filter = self.row_filter(project, "trace_id", move |t| t == trace_id)?;
+        let filter = self.row_filter(Some(project), "trace_id", move |t| t == trace_id)?;
         let mut out = Vec::new();
         self.each_batch(&self.reader, &rgs, None, filter, |rb| {
             out.extend(from_record_batch(self.meta.table, &rb).into_iter().map(|(_, row, b)| (row, b)));

@@ -3,7 +3,7 @@
 //! the trace-id bloom filter, the log token index) and finally to rows (one mask per batch).
 //! The same [`Scan::mask`] decides for buffered rows and for segment rows.
 
-use arrow_array::{BooleanArray, RecordBatch};
+use arrow_array::{BooleanArray, RecordBatch, StringArray};
 use arrow_schema::ArrowError;
 use parquet::file::metadata::RowGroupMetaData;
 use parquet::file::statistics::Statistics;
@@ -190,60 +190,94 @@ impl Scan {
     }
 
     /// Which rows of `rb` match; `hidden(batch ordinal)` says which rows an abort removed.
-    pub fn mask(&self, rb: &RecordBatch, hidden: &dyn Fn(u32) -> bool) -> BooleanArray {
+    /// A batch without a `project` column holds only the scan's project (see
+    /// [`read_columns`](Self::read_columns)).
+    pub fn mask<'a>(&'a self, rb: &'a RecordBatch, hidden: &dyn Fn(u32) -> bool) -> BooleanArray {
         let c = Cols(rb);
         let f = &self.filter;
-        let project = c.str("project");
+        let project = rb.column_by_name("project").map(|_| c.str("project"));
         let time = c.i64(self.table.time_column());
         let batch = c.u32("batch");
-        let log_query = f.log_query.as_ref().filter(|_| self.table == Table::Logs);
-        let mut words = Vec::new();
+        // Each condition's column is looked up once per batch, not per row: finding a column by
+        // name costs more than the comparison.
+        let is = |name: &str, v: &'a Option<String>| v.as_deref().map(|v| (c.str(name), v));
+        let among = |name: &str, vs: &'a [String]| (!vs.is_empty()).then(|| (c.str(name), vs));
+        let equal = |cond: &Option<(&StringArray, &str)>, i: usize| cond.is_none_or(|(col, v)| col.value(i) == v);
+        let one_of = |cond: &Option<(&StringArray, &[String])>, i: usize| {
+            cond.is_none_or(|(col, vs)| vs.iter().any(|v| col.value(i) == v))
+        };
+        let mut table_matches: Box<dyn FnMut(usize, i64) -> bool + '_> = match self.table {
+            Table::Spans => {
+                let (services, operation, trace_id) =
+                    (among("service", &f.services), is("operation", &f.operation), is("trace_id", &f.trace_id));
+                let status = f.errors_only.then(|| c.i32("status"));
+                let duration = f.min_duration_ns.map(|d| (c.i64("duration_ns"), d));
+                Box::new(move |i, _| {
+                    one_of(&services, i)
+                        && equal(&operation, i)
+                        && equal(&trace_id, i)
+                        && status.is_none_or(|s| s.value(i) == sextant_proto::SpanStatus::Error as i32)
+                        && duration.is_none_or(|(col, d)| col.value(i) >= d)
+                })
+            }
+            Table::TraceSummaries => {
+                let services = (!f.services.is_empty()).then(|| c.list("services"));
+                let trace_id = is("trace_id", &f.trace_id);
+                let errors = f.errors_only.then(|| c.u32("error_count"));
+                let duration = f.min_duration_ns.map(|d| (c.i64("end_ns"), d));
+                Box::new(move |i, t| {
+                    services.is_none_or(|l| super::table::string_list(l, i).iter().any(|s| f.services.contains(s)))
+                        && equal(&trace_id, i)
+                        && errors.is_none_or(|e| e.value(i) > 0)
+                        && duration.is_none_or(|(end, d)| end.value(i) - t >= d)
+                })
+            }
+            Table::Logs => {
+                let (services, trace_id) = (among("service", &f.services), is("trace_id", &f.trace_id));
+                let levels = (!f.levels.is_empty()).then(|| c.i32("level"));
+                let query = f
+                    .log_query
+                    .as_ref()
+                    .map(|q| (q, c.str("message"), (!q.attributes.is_empty()).then(|| c.bin("attributes"))));
+                let mut words = Vec::new();
+                Box::new(move |i, _| {
+                    one_of(&services, i)
+                        && levels.is_none_or(|l| f.levels.contains(&l.value(i)))
+                        && equal(&trace_id, i)
+                        && query.is_none_or(|(q, messages, attributes)| {
+                            message_matches(q, messages.value(i), &mut words)
+                                && attributes.is_none_or(|a| {
+                                    let attrs = decode_attributes(a.value(i));
+                                    q.attributes.iter().all(|(k, v)| {
+                                        attrs.iter().any(|kv| &kv.key == k && attribute_text(kv).as_deref() == Some(v))
+                                    })
+                                })
+                        })
+                })
+            }
+            Table::HostMetrics => {
+                let hostname = is("hostname", &f.hostname);
+                Box::new(move |i, _| equal(&hostname, i))
+            }
+            Table::Events => {
+                let (events, distinct_id) = (among("event", &f.events), is("distinct_id", &f.distinct_id));
+                Box::new(move |i, _| one_of(&events, i) && equal(&distinct_id, i))
+            }
+            Table::ReplayEvents => {
+                let (session, distinct_id) = (is("session_id", &f.session_id), is("distinct_id", &f.distinct_id));
+                Box::new(move |i, _| equal(&session, i) && equal(&distinct_id, i))
+            }
+        };
         (0..rb.num_rows())
             .map(|i| {
                 let t = time.value(i);
-                if project.value(i) != self.project || t < self.from_ns || t >= self.to_ns || hidden(batch.value(i)) {
-                    return false;
-                }
-                let is = |name: &str, v: &Option<String>| v.as_ref().is_none_or(|v| c.str(name).value(i) == v);
-                let among = |name: &str, vs: &[String]| vs.is_empty() || vs.iter().any(|v| c.str(name).value(i) == v);
-                let ok = match self.table {
-                    Table::Spans => {
-                        among("service", &f.services)
-                            && is("operation", &f.operation)
-                            && is("trace_id", &f.trace_id)
-                            && (!f.errors_only || c.i32("status").value(i) == sextant_proto::SpanStatus::Error as i32)
-                            && f.min_duration_ns.is_none_or(|d| c.i64("duration_ns").value(i) >= d)
-                    }
-                    Table::TraceSummaries => {
-                        (f.services.is_empty()
-                            || super::table::string_list(c.list("services"), i).iter().any(|s| f.services.contains(s)))
-                            && is("trace_id", &f.trace_id)
-                            && (!f.errors_only || c.u32("error_count").value(i) > 0)
-                            && f.min_duration_ns.is_none_or(|d| c.i64("end_ns").value(i) - t >= d)
-                    }
-                    Table::Logs => {
-                        among("service", &f.services)
-                            && (f.levels.is_empty() || f.levels.contains(&c.i32("level").value(i)))
-                            && is("trace_id", &f.trace_id)
-                            && log_query.is_none_or(|q| {
-                                message_matches(q, c.str("message").value(i), &mut words)
-                                    && (q.attributes.is_empty() || {
-                                        let attrs = decode_attributes(c.bin("attributes").value(i));
-                                        q.attributes.iter().all(|(k, v)| {
-                                            attrs
-                                                .iter()
-                                                .any(|kv| &kv.key == k && attribute_text(kv).as_deref() == Some(v))
-                                        })
-                                    })
-                            })
-                    }
-                    Table::HostMetrics => is("hostname", &f.hostname),
-                    Table::Events => among("event", &f.events) && is("distinct_id", &f.distinct_id),
-                    Table::ReplayEvents => is("session_id", &f.session_id) && is("distinct_id", &f.distinct_id),
-                };
-                ok
+                let ok = project.is_none_or(|p| p.value(i) == self.project)
+                    && t >= self.from_ns
+                    && t < self.to_ns
+                    && !hidden(batch.value(i))
+                    && table_matches(i, t);
+                Some(ok)
             })
-            .map(Some)
             .collect()
     }
 
@@ -269,14 +303,16 @@ impl Scan {
         rb.project(&indices)
     }
 
-    /// Every column the scan reads from a segment: the returned ones and the filter's.
-    pub fn read_columns(&self) -> Option<Vec<String>> {
+    /// Every column the scan reads from a segment: the returned ones and the filter's. In a
+    /// segment that holds only the scan's project (`only_project`), the project column is not
+    /// read unless returned: every row passes that check.
+    pub fn read_columns(&self, only_project: bool) -> Option<Vec<String>> {
         if self.columns.is_empty() {
             return None;
         }
         let mut cols = self.columns.clone();
         for c in self.filter_columns() {
-            if !cols.iter().any(|x| x == c) {
+            if !cols.iter().any(|x| x == c) && !(only_project && c == "project") {
                 cols.push(c.to_owned());
             }
         }

@@ -1,0 +1,162 @@
+//! The users of one analytics query on one shard, as dense numbers. Funnels, retention,
+//! active users and cohorts group millions of rows by distinct id; hashing each row's id once
+//! into a `u32` (and keeping the ids in one string, not one allocation per user) makes the
+//! per-row work a lookup, and per-user state a flat vector indexed by that number.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
+
+use arrow_array::{Array, StringArray};
+use xxhash_rust::xxh3::xxh3_128;
+
+/// The keys of [`Users::numbers`] are xxh3 hashes already: hashing them again is wasted work.
+#[derive(Default)]
+struct Prehashed(u64);
+
+impl Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, _: &[u8]) {
+        unreachable!("only u128 keys")
+    }
+    fn write_u128(&mut self, h: u128) {
+        self.0 = h as u64;
+    }
+}
+
+/// Distinct ids numbered 0, 1, 2… in the order first seen.
+///
+/// An id is known by its 128-bit xxh3 hash, so a row's lookup never reads the id text of
+/// earlier users (with millions of users, that read is a cache miss per row). Two ids with
+/// the same hash would count as one user: among a billion ids the chance of any such pair is
+/// about 10⁻²¹ (ClickHouse's `uniqExact` makes the same trade).
+#[derive(Default)]
+pub struct Users {
+    numbers: HashMap<u128, u32, BuildHasherDefault<Prehashed>>,
+    /// Every id, concatenated; user `u`'s is `text[ends[u - 1]..ends[u]]`.
+    text: String,
+    ends: Vec<usize>,
+}
+
+impl Users {
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// The distinct id of user `u`.
+    pub fn name(&self, u: u32) -> &str {
+        let u = u as usize;
+        &self.text[if u == 0 { 0 } else { self.ends[u - 1] }..self.ends[u]]
+    }
+
+    /// The number of `id`, new if it was not seen yet (then it equals the previous `len()`).
+    pub fn number(&mut self, id: &str) -> u32 {
+        let next = self.len() as u32;
+        let u = *self.numbers.entry(xxh3_128(id.as_bytes())).or_insert(next);
+        if u == next {
+            self.text.push_str(id);
+            self.ends.push(self.text.len());
+        }
+        u
+    }
+
+    /// Numbers the ids of a batch's column. Segment rows are sorted by distinct id, so a row of
+    /// the same user as the row before skips the lookup.
+    pub fn numbers_of<'a>(&'a mut self, ids: &'a StringArray) -> impl Iterator<Item = u32> + 'a {
+        let mut last: Option<(&str, u32)> = None;
+        (0..ids.len()).map(move |i| {
+            let id = ids.value(i);
+            match last {
+                Some((prev, u)) if prev == id => u,
+                _ => {
+                    let u = self.number(id);
+                    last = Some((id, u));
+                    u
+                }
+            }
+        })
+    }
+}
+
+/// Which users a cohort filter admits (all without one), decided once per user number.
+pub struct Admitted<'a> {
+    members: Option<&'a HashSet<String>>,
+    by_number: Vec<bool>,
+}
+
+impl<'a> Admitted<'a> {
+    pub fn new(members: Option<&'a HashSet<String>>) -> Self {
+        Admitted { members, by_number: Vec::new() }
+    }
+
+    /// Whether user `u`, of distinct id `id`, is admitted. Users are asked in the order they
+    /// were numbered (a number at most one past the last one asked).
+    pub fn admits(&mut self, u: u32, id: &str) -> bool {
+        if u as usize == self.by_number.len() {
+            self.by_number.push(self.members.is_none_or(|m| m.contains(id)));
+        }
+        self.by_number[u as usize]
+    }
+}
+
+/// Values grouped by user: each user's values together, in the order they were given.
+pub struct ByUser<T> {
+    /// User `u`'s values are `values[starts[u]..starts[u + 1]]`.
+    starts: Vec<usize>,
+    values: Vec<T>,
+}
+
+impl<T: Copy + Default> ByUser<T> {
+    /// Groups `(user, value)` rows of `users` users (a counting sort: two passes, no hashing).
+    pub fn group(users: usize, rows: &[(u32, T)]) -> Self {
+        let mut starts = vec![0usize; users + 1];
+        for &(u, _) in rows {
+            starts[u as usize + 1] += 1;
+        }
+        for u in 0..users {
+            starts[u + 1] += starts[u];
+        }
+        let mut next = starts.clone();
+        let mut values = vec![T::default(); rows.len()];
+        for &(u, v) in rows {
+            values[next[u as usize]] = v;
+            next[u as usize] += 1;
+        }
+        ByUser { starts, values }
+    }
+
+    /// Each user's values (possibly none), by user number; mutable, so that they can be sorted
+    /// in place.
+    pub fn each_mut(&mut self) -> impl Iterator<Item = (u32, &mut [T])> {
+        let mut rest = self.values.as_mut_slice();
+        self.starts.windows(2).enumerate().map(move |(u, w)| {
+            let (mine, others) = std::mem::take(&mut rest).split_at_mut(w[1] - w[0]);
+            rest = others;
+            (u as u32, mine)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_dense_stable_and_give_back_the_ids() {
+        let mut users = Users::default();
+        let ids = StringArray::from(vec!["b", "b", "a", "", "b", "c"]);
+        let numbers: Vec<u32> = users.numbers_of(&ids).collect();
+        assert_eq!(numbers, [0, 0, 1, 2, 0, 3]);
+        assert_eq!([users.name(0), users.name(1), users.name(2), users.name(3)], ["b", "a", "", "c"]);
+        assert_eq!(users.number("a"), 1);
+        assert_eq!(users.len(), 4);
+    }
+
+    #[test]
+    fn grouping_keeps_each_users_values_in_order() {
+        let mut g = ByUser::group(4, &[(2, 'a'), (0, 'b'), (2, 'c'), (3, 'd'), (0, 'e')]);
+        let groups: Vec<(u32, Vec<char>)> = g.each_mut().map(|(u, v)| (u, v.to_vec())).collect();
+        assert_eq!(groups, [(0, vec!['b', 'e']), (1, vec![]), (2, vec!['a', 'c']), (3, vec!['d'])]);
+    }
+}
