@@ -146,6 +146,10 @@ fn properties(table: Table, layout: &Layout, distinct_traces: usize, batches: &[
                     .set_column_dictionary_enabled(ColumnPath::from(col.as_str()), false)
                     .set_column_encoding(ColumnPath::from(col.as_str()), Encoding::DELTA_LENGTH_BYTE_ARRAY);
             }
+            // Like durations: the bytes of each significance together.
+            b = b
+                .set_column_dictionary_enabled(ColumnPath::from(key.int_column()), false)
+                .set_column_encoding(ColumnPath::from(key.int_column()), Encoding::BYTE_STREAM_SPLIT);
         }
     }
     // Mostly distinct values; a log's trace id too (logs are sorted by time, not trace), and a
