@@ -427,9 +427,12 @@ impl Segment {
             .filter(|(i, rg)| {
                 scan.wants_row_group(rg, file)
                     && scan.wants_row_group_by_terms(self.tokens.as_ref(), *i, &terms)
-                    && probe
-                        .as_deref()
-                        .is_none_or(|t| self.trace_blooms.get(*i).and_then(|b| b.as_ref()).is_none_or(|b| b.check(t)))
+                    && probe.as_ref().is_none_or(|t| {
+                        // An id stored as null is not in the bloom filter: no pruning by it.
+                        t.as_deref().is_none_or(|t| {
+                            self.trace_blooms.get(*i).and_then(|b| b.as_ref()).is_none_or(|b| b.check(t))
+                        })
+                    })
             })
             .map(|(i, _)| i)
             .collect()
@@ -513,8 +516,8 @@ impl Segment {
         let columns = [schema.index_of("project").map_err(err)?, schema.index_of(column).map_err(err)?];
         let mask = ProjectionMask::roots(self.reader.parquet_schema(), columns);
         let project = project.to_owned();
-        let stored: Vec<Vec<u8>> =
-            values.iter().map(|v| stored_value(self.reader.schema(), column, v).into_owned()).collect();
+        let stored: Vec<Option<Vec<u8>>> =
+            values.iter().map(|v| stored_value(self.reader.schema(), column, v).map(|v| v.into_owned())).collect();
         Ok(move || {
             let (project, stored) = (project.clone(), stored.clone());
             let predicate = ArrowPredicateFn::new(mask.clone(), move |rb: RecordBatch| {
@@ -522,7 +525,9 @@ impl Segment {
                 let projects = cols.str("project");
                 let values = cols.bytes(column);
                 Ok((0..rb.num_rows())
-                    .map(|i| Some(projects.value(i) == project && stored.iter().any(|s| s == values.value(i))))
+                    .map(|i| {
+                        Some(projects.value(i) == project && stored.iter().any(|s| s.as_deref() == values.value(i)))
+                    })
                     .collect())
             });
             Some(RowFilter::new(vec![Box::new(predicate) as Box<dyn parquet::arrow::arrow_reader::ArrowPredicate>]))

@@ -11,6 +11,9 @@
 //!   occurs in UTF-8, so this cannot be confused with a stored string of `width + 1` bytes;
 //! - anything else: its UTF-8 bytes (never `width` long).
 //!
+//! An empty id (a log line outside any trace) is stored as null: a definition level costs a
+//! bit where a length costs several (measured: 0.4 B/line on each of a log's two ids).
+//!
 //! The bloom filter of an encoded column holds the encoded values, so a lookup probes it with
 //! [`encode`]d ids.
 
@@ -76,10 +79,14 @@ pub fn encode_column(ids: &StringArray, width: usize) -> BinaryArray {
     let mut out = BinaryBuilder::with_capacity(ids.len(), ids.len() * width);
     let mut bytes = Vec::with_capacity(2 * width + 1);
     for id in ids.iter() {
-        // Id columns are not nullable.
-        bytes.clear();
-        encode(id.unwrap_or_default(), width, &mut bytes);
-        out.append_value(&bytes);
+        match id.unwrap_or_default() {
+            "" => out.append_null(),
+            id => {
+                bytes.clear();
+                encode(id, width, &mut bytes);
+                out.append_value(&bytes);
+            }
+        }
     }
     out.finish()
 }
@@ -89,6 +96,7 @@ pub fn decode_column(stored: &BinaryArray, width: usize) -> Result<StringArray, 
     let mut out = StringBuilder::with_capacity(stored.len(), stored.len() * 2 * width);
     let mut id = String::with_capacity(2 * width);
     for bytes in stored.iter() {
+        // Null: an empty id (which `decode` gives for no bytes).
         id.clear();
         decode(bytes.unwrap_or_default(), width, &mut id)
             .ok_or_else(|| ArrowError::ParseError("an id column holds an invalid value".into()))?;

@@ -54,15 +54,17 @@ pub fn hex_id_width(field: &Field) -> Option<usize> {
 }
 
 /// `value` of the table's column `column` as a segment with the (file) schema `file` stores
-/// it: what its statistics, bloom filter and stored values compare with.
-pub fn stored_value<'v>(file: &Schema, column: &str, value: &'v str) -> std::borrow::Cow<'v, [u8]> {
+/// it: what its statistics, bloom filter and stored values compare with. `None`: stored as
+/// null (an empty id), which statistics and bloom filters do not hold.
+pub fn stored_value<'v>(file: &Schema, column: &str, value: &'v str) -> Option<std::borrow::Cow<'v, [u8]>> {
     match file.field_with_name(column).ok().and_then(hex_id_width) {
+        Some(_) if value.is_empty() => None,
         Some(width) => {
             let mut out = Vec::with_capacity(width + 1);
             hex_ids::encode(value, width, &mut out);
-            out.into()
+            Some(out.into())
         }
-        None => value.as_bytes().into(),
+        None => Some(value.as_bytes().into()),
     }
 }
 
@@ -115,7 +117,8 @@ impl Layout {
         if self.hex_ids {
             for &(name, width) in hex_id_columns(table) {
                 let i = schema.index_of(name).expect("id column of the table");
-                fields[i] = Field::new(name, DataType::Binary, false)
+                // Nullable: empty ids are stored as nulls.
+                fields[i] = Field::new(name, DataType::Binary, true)
                     .with_metadata(HashMap::from([(HEX_ID_WIDTH.to_owned(), width.to_string())]));
             }
         }

@@ -104,10 +104,8 @@ impl Scan {
         };
         let str_within = |name: &str, values: &[&str]| {
             stats(name).and_then(str_stats).is_none_or(|(lo, hi)| {
-                values.iter().any(|v| {
-                    let v = stored_value(schema, name, v);
-                    lo <= &*v && &*v <= hi
-                })
+                // A value stored as null is outside min/max: no pruning by it.
+                values.iter().any(|v| stored_value(schema, name, v).is_none_or(|v| lo <= &*v && &*v <= hi))
             })
         };
         if !str_within("project", &[self.project.as_str()]) {

@@ -482,10 +482,11 @@ pub enum Bytes<'a> {
 }
 
 impl<'a> Bytes<'a> {
-    pub fn value(&self, i: usize) -> &'a [u8] {
+    /// `None`: null (an id stored as null, see [`super::layout::stored_value`]).
+    pub fn value(&self, i: usize) -> Option<&'a [u8]> {
         match self {
-            Bytes::Text(a) => a.value(i).as_bytes(),
-            Bytes::Stored(a) => a.value(i),
+            Bytes::Text(a) => Some(a.value(i).as_bytes()),
+            Bytes::Stored(a) => a.is_valid(i).then(|| a.value(i)),
         }
     }
 }
