@@ -11,7 +11,7 @@ use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::bloom_filter::Sbbf;
 use parquet::file::metadata::{KeyValue, SortingColumn};
-use parquet::file::properties::WriterProperties;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
@@ -23,7 +23,7 @@ use parquet::arrow::ProjectionMask;
 use parquet::file::metadata::PageIndexPolicy;
 use parquet::file::statistics::Statistics;
 
-use super::layout::{assemble, companion_columns, Layout};
+use super::layout::{assemble, companion_columns, stored_value, Layout};
 use super::scan::Scan;
 use super::table::{from_record_batch, to_segment_batch, Row, RowRef, Table};
 use super::token_index::{line_terms, TokenIndex, FOOTER_KEY as TOKENS_KEY, LEGACY_FOOTER_KEY};
@@ -92,6 +92,9 @@ fn properties(table: Table, layout: &Layout, distinct_traces: usize, batches: &[
         // compression see all its values together (logs: 1.6 B less per line).
         .set_data_page_row_count_limit(if table == Table::Spans { 1024 } else { ROW_GROUP_ROWS })
         .set_data_page_size_limit(if table == Table::Spans { 1 << 20 } else { 8 << 20 })
+        // Statistics per row group, for the columns that prune only (no per-page column index:
+        // nothing reads it; the offset index, which page skipping needs, is written anyway).
+        .set_statistics_enabled(EnabledStatistics::None)
         .set_sorting_columns(Some(
             table
                 .sort_columns()
@@ -103,6 +106,9 @@ fn properties(table: Table, layout: &Layout, distinct_traces: usize, batches: &[
             BATCHES_KEY.to_owned(),
             batches.iter().map(|b| format!("{b:032x}")).collect::<Vec<_>>().join(","),
         )]));
+    for &column in Scan::pruning_columns(table) {
+        b = b.set_column_statistics_enabled(ColumnPath::from(column), EnabledStatistics::Chunk);
+    }
     if schema.index_of("duration_ns").is_ok() {
         b = b
             .set_column_dictionary_enabled(ColumnPath::from("duration_ns"), false)
@@ -126,19 +132,34 @@ fn properties(table: Table, layout: &Layout, distinct_traces: usize, batches: &[
         }
     }
     for key in &layout.attribute_keys {
-        let col = ColumnPath::from(key.column());
-        b = b.set_column_compression(col.clone(), Compression::ZSTD(ZstdLevel::try_new(9).expect("valid level")));
-        // Mostly distinct values (pod names, user ids): dictionary indices would only add to
-        // the values themselves.
+        for field in key.fields() {
+            b = b.set_column_compression(
+                ColumnPath::from(field.name().as_str()),
+                Compression::ZSTD(ZstdLevel::try_new(9).expect("valid level")),
+            );
+        }
+        // Mostly distinct values (pod names, user ids, the last words of split values):
+        // dictionary indices would only add to the values themselves. The heads of split
+        // values are few and keep their dictionary.
         if key.distinct {
+            for col in [key.column(), key.tail_column()] {
+                b = b
+                    .set_column_dictionary_enabled(ColumnPath::from(col.as_str()), false)
+                    .set_column_encoding(ColumnPath::from(col.as_str()), Encoding::DELTA_LENGTH_BYTE_ARRAY);
+            }
+            // Like durations: the bytes of each significance together.
             b = b
-                .set_column_dictionary_enabled(col.clone(), false)
-                .set_column_encoding(col, Encoding::DELTA_LENGTH_BYTE_ARRAY);
+                .set_column_dictionary_enabled(ColumnPath::from(key.int_column()), false)
+                .set_column_encoding(ColumnPath::from(key.int_column()), Encoding::BYTE_STREAM_SPLIT);
         }
     }
-    // Mostly distinct strings; a log's trace id too (logs are sorted by time, not trace).
-    let unique_columns: &[&str] =
-        if table == Table::Logs { &["span_id", "trace_id", "message"] } else { &["span_id", "parent_span_id"] };
+    // Mostly distinct values; a log's trace id too (logs are sorted by time, not trace), and a
+    // summary's (one row per trace).
+    let unique_columns: &[&str] = match table {
+        Table::Logs => &["span_id", "trace_id", "message"],
+        Table::TraceSummaries => &["trace_id"],
+        _ => &["span_id", "parent_span_id"],
+    };
     for &unique in unique_columns {
         if schema.index_of(unique).is_ok() {
             b = b
@@ -398,19 +419,23 @@ impl Segment {
     /// Row groups that may hold rows `scan` selects: by statistics, the trace-id bloom filter
     /// and the token index.
     pub fn candidate_row_groups(&self, scan: &Scan) -> Vec<usize> {
-        let schema = self.meta.table.schema();
         let terms = scan.required_terms();
-        let trace_id = scan.filter.trace_id.as_deref();
+        let file = self.reader.schema();
+        let probe = scan.filter.trace_id.as_deref().map(|t| stored_value(file, "trace_id", t));
         self.reader
             .metadata()
             .row_groups()
             .iter()
             .enumerate()
             .filter(|(i, rg)| {
-                scan.wants_row_group(rg, &schema)
+                scan.wants_row_group(rg, file)
                     && scan.wants_row_group_by_terms(self.tokens.as_ref(), *i, &terms)
-                    && trace_id
-                        .is_none_or(|t| self.trace_blooms.get(*i).and_then(|b| b.as_ref()).is_none_or(|b| b.check(&t)))
+                    && probe.as_ref().is_none_or(|t| {
+                        // An id stored as null is not in the bloom filter: no pruning by it.
+                        t.as_deref().is_none_or(|t| {
+                            self.trace_blooms.get(*i).and_then(|b| b.as_ref()).is_none_or(|b| b.check(t))
+                        })
+                    })
             })
             .map(|(i, _)| i)
             .collect()
@@ -480,9 +505,8 @@ impl Segment {
         // needs whole row groups, such as spans with parent references.)
         let by_event = (self.meta.table == Table::Events && !scan.filter.events.is_empty())
             .then(|| {
-                let events = scan.filter.events.clone();
                 let project = (!only_project).then_some(scan.project.as_str());
-                self.row_filter(project, "event", move |name| events.iter().any(|e| e == name))
+                self.row_filter(project, "event", &scan.filter.events)
             })
             .transpose()?;
         let filter = || by_event.as_ref().and_then(|f| f());
@@ -530,13 +554,14 @@ impl Segment {
     }
 
     /// Makes row filters (one per reader) keeping the rows of `project` (any project: None)
-    /// whose string `column` satisfies `keep`: these columns are decoded first, the others only
-    /// for those rows.
+    /// whose string `column` holds one of `values`: these columns are decoded first, the
+    /// others only for those rows. `values` are compared in the column's stored form, which is
+    /// all the predicate sees.
     fn row_filter(
         &self,
         project: Option<&str>,
         column: &'static str,
-        keep: impl Fn(&str) -> bool + Clone + Send + 'static,
+        values: &[String],
     ) -> io::Result<impl Fn() -> Option<RowFilter>> {
         let schema = self.meta.table.schema();
         let mut columns = vec![schema.index_of(column).map_err(err)?];
@@ -545,14 +570,21 @@ impl Segment {
         }
         let mask = ProjectionMask::roots(self.reader.parquet_schema(), columns);
         let project = project.map(str::to_owned);
+        let stored: Vec<Option<Vec<u8>>> =
+            values.iter().map(|v| stored_value(self.reader.schema(), column, v).map(|v| v.into_owned())).collect();
         Ok(move || {
-            let (project, keep) = (project.clone(), keep.clone());
+            let (project, stored) = (project.clone(), stored.clone());
             let predicate = ArrowPredicateFn::new(mask.clone(), move |rb: RecordBatch| {
                 let cols = super::table::Cols(&rb);
-                let values = cols.str(column);
+                let values = cols.bytes(column);
                 let projects = project.as_ref().map(|p| (cols.str("project"), p));
                 Ok((0..rb.num_rows())
-                    .map(|i| Some(projects.is_none_or(|(c, p)| c.value(i) == p) && keep(values.value(i))))
+                    .map(|i| {
+                        Some(
+                            projects.is_none_or(|(c, p)| c.value(i) == p)
+                                && stored.iter().any(|s| s.as_deref() == values.value(i)),
+                        )
+                    })
                     .collect())
             });
             Some(RowFilter::new(vec![Box::new(predicate) as Box<dyn parquet::arrow::arrow_reader::ArrowPredicate>]))
@@ -567,8 +599,7 @@ impl Segment {
         if rgs.is_empty() {
             return Ok(Vec::new());
         }
-        let trace_id = trace_id.to_owned();
-        let filter = self.row_filter(Some(project), "trace_id", move |t| t == trace_id)?;
+        let filter = self.row_filter(Some(project), "trace_id", &[trace_id.to_owned()])?;
         let mut out = Vec::new();
         self.each_batch(&self.reader, &rgs, None, filter, |rb| {
             out.extend(from_record_batch(self.meta.table, &rb).into_iter().map(|(_, row, b)| (row, b)));

@@ -13,24 +13,60 @@
 //! by that unit, noted in the column's metadata; the low digits of `× 1000` otherwise cost
 //! about a byte per span after compression.
 //!
+//! Ids: the id columns of [`hex_id_columns`] are stored as bytes ([`super::hex_ids`]), their
+//! width in the field's metadata ([`stored_value`] gives a queried id in that form).
+//!
 //! Readers never see this layout: [`assemble`] turns a batch read from a segment back into the
 //! table's schema first.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use arrow_array::builder::{BinaryBuilder, StringBuilder};
+use arrow_array::builder::StringBuilder;
 use arrow_array::{Array, ArrayRef, BinaryArray, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
-use prost::Message;
-use sextant_proto::{AnyValue, KeyValue};
 
-use super::attribute_columns::{self, Key, PREFIX};
-use super::table::{decode_attributes, encode_attributes, Row, RowRef, Table};
+use super::attribute_columns::{self, Key};
+use super::hex_ids;
+use super::table::{Row, RowRef, Table};
 
 pub const PARENT_REF: &str = "parent_ref";
 /// Metadata key of the `duration_ns` field: nanoseconds per stored unit.
 const DURATION_UNIT: &str = "sextant.unit";
+/// Metadata key of an id field stored as bytes: the ids' width in bytes.
+const HEX_ID_WIDTH: &str = "sextant.hex_id_bytes";
+
+/// The id columns a segment of `table` stores as bytes, with the ids' width. Where statistics
+/// or row filters read them (a span's trace id), they compare the stored form: lowercase hex
+/// sorts like its bytes, so the spans' order by trace id is kept.
+pub fn hex_id_columns(table: Table) -> &'static [(&'static str, usize)] {
+    match table {
+        Table::Spans => &[("trace_id", 16), ("span_id", 8), ("parent_span_id", 8)],
+        Table::TraceSummaries => &[("trace_id", 16)],
+        Table::Logs => &[("trace_id", 16), ("span_id", 8)],
+        _ => &[],
+    }
+}
+
+/// The width of the ids of `field` if it holds ids as bytes.
+pub fn hex_id_width(field: &Field) -> Option<usize> {
+    field.metadata().get(HEX_ID_WIDTH)?.parse().ok()
+}
+
+/// `value` of the table's column `column` as a segment with the (file) schema `file` stores
+/// it: what its statistics, bloom filter and stored values compare with. `None`: stored as
+/// null (an empty id), which statistics and bloom filters do not hold.
+pub fn stored_value<'v>(file: &Schema, column: &str, value: &'v str) -> Option<std::borrow::Cow<'v, [u8]>> {
+    match file.field_with_name(column).ok().and_then(hex_id_width) {
+        Some(_) if value.is_empty() => None,
+        Some(width) => {
+            let mut out = Vec::with_capacity(width + 1);
+            hex_ids::encode(value, width, &mut out);
+            Some(out.into())
+        }
+        None => Some(value.as_bytes().into()),
+    }
+}
 
 /// The physical layout of one segment.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -41,6 +77,8 @@ pub struct Layout {
     pub parent_refs: bool,
     /// Spans: durations are stored divided by this (nanoseconds per unit).
     pub duration_unit: Option<i64>,
+    /// The columns of [`hex_id_columns`] hold ids as bytes.
+    pub hex_ids: bool,
 }
 
 impl Layout {
@@ -53,7 +91,12 @@ impl Layout {
                 })
             })
             .flatten();
-        Layout { attribute_keys: attribute_columns::choose(rows), parent_refs: table == Table::Spans, duration_unit }
+        Layout {
+            attribute_keys: attribute_columns::choose(rows),
+            parent_refs: table == Table::Spans,
+            duration_unit,
+            hex_ids: !hex_id_columns(table).is_empty(),
+        }
     }
 
     /// A span's duration as stored.
@@ -71,10 +114,18 @@ impl Layout {
         if let (Some(unit), Ok(i)) = (self.duration_unit, schema.index_of("duration_ns")) {
             fields[i] = fields[i].clone().with_metadata(HashMap::from([(DURATION_UNIT.to_owned(), unit.to_string())]));
         }
+        if self.hex_ids {
+            for &(name, width) in hex_id_columns(table) {
+                let i = schema.index_of(name).expect("id column of the table");
+                // Nullable: empty ids are stored as nulls.
+                fields[i] = Field::new(name, DataType::Binary, true)
+                    .with_metadata(HashMap::from([(HEX_ID_WIDTH.to_owned(), width.to_string())]));
+            }
+        }
         if self.parent_refs {
             fields.push(Field::new(PARENT_REF, DataType::Int32, false));
         }
-        fields.extend(self.attribute_keys.iter().map(|k| Field::new(k.column(), DataType::Binary, true)));
+        fields.extend(self.attribute_keys.iter().flat_map(Key::fields));
         Arc::new(Schema::new(fields))
     }
 }
@@ -109,7 +160,13 @@ pub fn companion_columns(requested: &[String], file: &Schema) -> Vec<usize> {
     let wants = |c: &str| requested.iter().any(|r| r == c);
     let mut out = Vec::new();
     if wants("attributes") {
-        out.extend(file.fields().iter().enumerate().filter(|(_, f)| f.name().starts_with(PREFIX)).map(|(i, _)| i));
+        out.extend(
+            file.fields()
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| attribute_columns::is_attribute_column(f.name()))
+                .map(|(i, _)| i),
+        );
     }
     if wants("parent_span_id") {
         out.extend([PARENT_REF, "span_id"].iter().filter_map(|c| file.index_of(c).ok()));
@@ -120,19 +177,31 @@ pub fn companion_columns(requested: &[String], file: &Schema) -> Vec<usize> {
 /// A batch read from a segment in the table's schema (restricted to the columns read).
 pub fn assemble(rb: RecordBatch) -> Result<RecordBatch, ArrowError> {
     let schema = rb.schema();
-    let physical = |name: &str| name == PARENT_REF || name.starts_with(PREFIX);
-    let scaled = |f: &Field| f.metadata().contains_key(DURATION_UNIT);
-    if !schema.fields().iter().any(|f| physical(f.name()) || scaled(f)) {
+    let physical = |name: &str| name == PARENT_REF || attribute_columns::is_attribute_column(name);
+    let encoded = |f: &Field| f.metadata().contains_key(DURATION_UNIT) || f.metadata().contains_key(HEX_ID_WIDTH);
+    if !schema.fields().iter().any(|f| physical(f.name()) || encoded(f)) {
         return Ok(rb);
     }
     let keep: Vec<usize> = (0..schema.fields().len()).filter(|&i| !physical(schema.field(i).name())).collect();
     let mut arrays: Vec<ArrayRef> = keep.iter().map(|&i| rb.column(i).clone()).collect();
+    // Ids first: parent references are resolved to the (decoded) span ids.
+    for (pos, &i) in keep.iter().enumerate() {
+        if let Some(width) = hex_id_width(schema.field(i)) {
+            let stored = arrays[pos]
+                .as_any()
+                .downcast_ref::<BinaryArray>()
+                .ok_or_else(|| ArrowError::SchemaError(format!("{} is not a binary column", schema.field(i).name())))?;
+            arrays[pos] = Arc::new(hex_ids::decode_column(stored, width)?);
+        }
+    }
     let position = |name: &str| keep.iter().position(|&i| schema.field(i).name() == name);
     if let Some(pos) = position("attributes") {
-        arrays[pos] = whole_attributes(&rb)?;
+        arrays[pos] = attribute_columns::join(&rb)?;
     }
-    if let (Some(pos), Ok(refs)) = (position("parent_span_id"), schema.index_of(PARENT_REF)) {
-        arrays[pos] = parents(&rb, refs)?;
+    if let (Some(pos), Some(ids), Ok(refs)) =
+        (position("parent_span_id"), position("span_id"), schema.index_of(PARENT_REF))
+    {
+        arrays[pos] = parents(&arrays[pos], &arrays[ids], rb.column(refs))?;
     }
     if let Some(pos) = position("duration_ns") {
         if let Some(unit) = schema.field(keep[pos]).metadata().get(DURATION_UNIT) {
@@ -141,59 +210,37 @@ pub fn assemble(rb: RecordBatch) -> Result<RecordBatch, ArrowError> {
             arrays[pos] = Arc::new(stored.unary::<_, arrow_array::types::Int64Type>(|d| d * unit));
         }
     }
-    // The table's fields, without the layout's metadata.
-    let fields: Vec<Field> = keep.iter().map(|&i| schema.field(i).clone().with_metadata(HashMap::new())).collect();
+    // The table's fields (ids as text again), without the layout's metadata.
+    let fields: Vec<Field> = keep
+        .iter()
+        .zip(&arrays)
+        .map(|(&i, array)| {
+            schema.field(i).clone().with_data_type(array.data_type().clone()).with_metadata(HashMap::new())
+        })
+        .collect();
     RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
 }
 
-fn binary(rb: &RecordBatch, i: usize) -> &BinaryArray {
-    rb.column(i).as_any().downcast_ref::<BinaryArray>().expect("binary column")
-}
-
-fn whole_attributes(rb: &RecordBatch) -> Result<ArrayRef, ArrowError> {
-    let schema = rb.schema();
-    let rest = binary(rb, schema.index_of("attributes")?);
-    let columns: Vec<(&str, &BinaryArray)> = schema
-        .fields()
-        .iter()
-        .enumerate()
-        .filter_map(|(i, f)| Some((f.name().strip_prefix(PREFIX)?, binary(rb, i))))
-        .collect();
-    let mut whole = BinaryBuilder::with_capacity(rb.num_rows(), rest.value_data().len() * 2);
-    for i in 0..rb.num_rows() {
-        let mut attrs = Vec::with_capacity(columns.len() + 4);
-        for (key, col) in &columns {
-            if col.is_valid(i) {
-                let value = AnyValue::decode(col.value(i)).map_err(|e| ArrowError::ParseError(e.to_string()))?;
-                attrs.push(KeyValue { key: (*key).to_owned(), value: Some(value) });
-            }
-        }
-        // Column values first: `encode_attributes` sorts stably by key, and a column holds the
-        // first of a repeated key.
-        attrs.extend(decode_attributes(rest.value(i)));
-        whole.append_value(encode_attributes(&attrs));
-    }
-    Ok(Arc::new(whole.finish()))
-}
-
-fn parents(rb: &RecordBatch, refs: usize) -> Result<ArrayRef, ArrowError> {
-    let schema = rb.schema();
-    let strings = |name: &str| -> Result<&StringArray, ArrowError> {
-        rb.column(schema.index_of(name)?)
-            .as_any()
+/// The parent ids of a batch: `stored` where the reference is 0, else the span id of the row
+/// referred to.
+fn parents(stored: &ArrayRef, ids: &ArrayRef, refs: &ArrayRef) -> Result<ArrayRef, ArrowError> {
+    let strings = |a: &'_ ArrayRef| -> Result<StringArray, ArrowError> {
+        a.as_any()
             .downcast_ref::<StringArray>()
-            .ok_or_else(|| ArrowError::SchemaError(format!("{name} is not a string column")))
+            .cloned()
+            .ok_or_else(|| ArrowError::SchemaError("parent or span ids are not strings".into()))
     };
-    let (stored, ids) = (strings("parent_span_id")?, strings("span_id")?);
-    let refs = rb.column(refs).as_any().downcast_ref::<Int32Array>().expect("parent_ref is int32");
-    let mut out = StringBuilder::with_capacity(rb.num_rows(), ids.value_data().len());
-    for i in 0..rb.num_rows() {
+    let (stored, ids) = (strings(stored)?, strings(ids)?);
+    let refs = refs.as_any().downcast_ref::<Int32Array>().expect("parent_ref is int32");
+    let rows = refs.len();
+    let mut out = StringBuilder::with_capacity(rows, ids.value_data().len());
+    for i in 0..rows {
         match refs.value(i) {
             0 => out.append_value(stored.value(i)),
             d => {
                 let p = usize::try_from(i as i64 - i64::from(d))
                     .ok()
-                    .filter(|&p| p < rb.num_rows())
+                    .filter(|&p| p < rows)
                     .ok_or_else(|| ArrowError::ComputeError("a parent reference leaves its batch".into()))?;
                 out.append_value(ids.value(p));
             }
@@ -207,7 +254,7 @@ mod tests {
     use super::*;
     use crate::segment::table::{from_record_batch, to_segment_batch};
     use proptest::prelude::*;
-    use sextant_proto::Span;
+    use sextant_proto::{AnyValue, KeyValue, Span};
 
     proptest! {
         /// Parents within the trace, missing, empty, the span itself, or ids that repeat
@@ -280,6 +327,124 @@ mod tests {
             assert_eq!(back, rows, "unit {unit}");
             let trace: Vec<Row> = segment.trace("p", "t1").unwrap().into_iter().map(|(row, _)| row).collect();
             assert_eq!(trace, rows[5..10]);
+        }
+    }
+
+    /// Ids of every shape: hex of the width (stored as bytes), uppercase, other lengths, the
+    /// width in bytes but not hex, empty.
+    const IDS: [&str; 7] = [
+        "4bf92f3577b34da6a3ce929d0e0e4736",
+        "4BF92F3577B34DA6A3CE929D0E0E4736",
+        "00f067aa0ba902b7",
+        "abcdefghijklmnop",
+        "4bf92f3577b34da6a3ce929d0e0e473",
+        "t-1",
+        "",
+    ];
+
+    fn logs_and_spans() -> Vec<Row> {
+        let mut rows: Vec<Row> = IDS
+            .iter()
+            .enumerate()
+            .flat_map(|(i, id)| {
+                let log = |n: usize| {
+                    Row::Log(sextant_proto::LogRecord {
+                        unix_nanos: (i * 10 + n) as i64,
+                        message: format!("line {n}"),
+                        trace_id: (*id).into(),
+                        span_id: IDS[(i + n) % IDS.len()].into(),
+                        ..Default::default()
+                    })
+                };
+                [log(0), log(1)]
+            })
+            .collect();
+        // One trace per id, its spans' ids and parents of every shape too.
+        for id in &IDS[..6] {
+            for (n, span_id) in IDS.iter().enumerate() {
+                rows.push(Row::Span(Span {
+                    trace_id: (*id).into(),
+                    span_id: (*span_id).into(),
+                    parent_span_id: IDS[(n + 3) % IDS.len()].into(),
+                    start_unix_nanos: n as i64,
+                    ..Default::default()
+                }));
+            }
+        }
+        rows
+    }
+
+    /// Written with the current layout, or as segments were before any layout (the table's
+    /// schema as is, every statistic): both read back the rows written, a trace lookup finds
+    /// its spans and a log search by trace id its lines (through the bloom filter of the
+    /// stored form).
+    #[test]
+    fn ids_of_every_shape_read_back_and_are_found_in_new_and_old_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let all = logs_and_spans();
+        for (id, table) in [(1, Table::Logs), (2, Table::Spans), (3, Table::Logs), (4, Table::Spans)] {
+            let rows: Vec<Row> = all.iter().filter(|r| r.table() == table).cloned().collect();
+            let mut refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
+            refs.sort_by(|a, b| a.row.sort_key().cmp(&b.row.sort_key()));
+            let meta = if id <= 2 {
+                crate::segment::file::write(dir.path(), id, table, 0, &refs, &[7]).unwrap()
+            } else {
+                write_unlaid_out(dir.path(), id, table, &refs)
+            };
+            let segment = crate::segment::Segment::open(dir.path(), meta).unwrap();
+            let back: Vec<Row> = segment.read(None).unwrap().into_iter().map(|(_, row, _)| row).collect();
+            let sorted: Vec<Row> = refs.iter().map(|r| r.row.clone()).collect();
+            assert_eq!(back, sorted, "{table:?} segment {id}");
+            for trace in IDS {
+                let want = sorted.iter().filter(|r| match r {
+                    Row::Span(s) => s.trace_id == trace,
+                    Row::Log(l) => l.trace_id == trace,
+                    _ => false,
+                });
+                if table == Table::Spans {
+                    let got: Vec<Row> = segment.trace("p", trace).unwrap().into_iter().map(|(row, _)| row).collect();
+                    assert_eq!(got, want.cloned().collect::<Vec<_>>(), "trace {trace:?}");
+                } else {
+                    let scan = crate::segment::Scan {
+                        table,
+                        project: "p".into(),
+                        from_ns: i64::MIN,
+                        to_ns: i64::MAX,
+                        filter: crate::segment::Filter { trace_id: Some(trace.into()), ..Default::default() },
+                        columns: Vec::new(),
+                        dictionaries: Vec::new(),
+                    };
+                    let found: usize = segment.scan(&scan, &|_| false).unwrap().iter().map(|rb| rb.num_rows()).sum();
+                    assert_eq!(found, want.count(), "log trace {trace:?}");
+                }
+            }
+        }
+    }
+
+    /// A segment as written before segments had a layout: the table's schema, default
+    /// writer properties (statistics and page index on every column).
+    fn write_unlaid_out(
+        dir: &std::path::Path,
+        id: u64,
+        table: Table,
+        rows: &[RowRef<'_>],
+    ) -> crate::segment::SegmentMeta {
+        let name = crate::segment::file::file_name(id);
+        let file = std::fs::File::create(dir.join(&name)).unwrap();
+        let mut writer = parquet::arrow::ArrowWriter::try_new(file, table.schema(), None).unwrap();
+        writer.write(&crate::segment::table::to_record_batch(table, rows).unwrap()).unwrap();
+        writer.close().unwrap();
+        let len = std::fs::metadata(dir.join(&name)).unwrap().len();
+        crate::segment::SegmentMeta {
+            id,
+            table,
+            hour: 0,
+            rows: rows.len() as u64,
+            min_ns: i64::MIN,
+            max_ns: i64::MAX,
+            file: crate::archive::FileEntry { name, len, xxh3: 0 },
+            summarizes: None,
+            projects: vec!["p".into()],
         }
     }
 }

@@ -5,6 +5,7 @@ pub mod attribute_columns;
 pub mod buffer;
 pub mod compaction;
 pub mod file;
+pub mod hex_ids;
 pub mod layout;
 pub mod manifest;
 pub mod scan;

@@ -9,6 +9,7 @@ use parquet::file::metadata::RowGroupMetaData;
 use parquet::file::statistics::Statistics;
 use sextant_model::text::{tokens, LogQuery};
 
+use super::layout::stored_value;
 use super::table::{decode_attributes, Cols, Table};
 use super::token_index::{term_hash, TokenIndex};
 
@@ -76,13 +77,41 @@ impl Scan {
         table == self.table && max_ns >= self.from_ns && min_ns < self.to_ns
     }
 
-    /// Whether a row group can hold matching rows, by its column statistics.
+    /// The columns of `table` whose row-group statistics prune ([`wants_row_group`](Self::wants_row_group),
+    /// the time column also for [`Segment::row_groups_by_time`](super::Segment::row_groups_by_time)).
+    /// Segments keep statistics for these only: the others' would cost footer bytes and never
+    /// be read (spans: about a byte per span for their per-page column index).
+    pub fn pruning_columns(table: Table) -> &'static [&'static str] {
+        match table {
+            Table::Spans => &["project", "start_ns", "service", "trace_id", "operation"],
+            Table::TraceSummaries => &["project", "start_ns", "trace_id"],
+            Table::Logs => &["project", "time_ns", "service", "level"],
+            Table::HostMetrics => &["project", "time_ns", "hostname"],
+            Table::Events => &["project", "time_ns", "event", "distinct_id"],
+            Table::ReplayEvents => &["project", "time_ns", "session_id", "distinct_id"],
+        }
+    }
+
+    /// Whether a row group can hold matching rows, by its column statistics. `schema` is the
+    /// segment file's: values compare with statistics in the form the file stores them.
     pub fn wants_row_group(&self, rg: &RowGroupMetaData, schema: &arrow_schema::Schema) -> bool {
-        let stats = |name: &str| schema.index_of(name).ok().and_then(|i| rg.column(i).statistics());
+        let stats = |name: &str| {
+            // Only these have statistics in segments written now; a column missing there
+            // would silently stop pruning.
+            debug_assert!(
+                Self::pruning_columns(self.table).contains(&name)
+                    || (name == "trace_id" && self.table == Table::Logs)
+                    || (name == "level" && self.table != Table::Logs),
+                "{name} of {:?} has no statistics",
+                self.table
+            );
+            schema.index_of(name).ok().and_then(|i| rg.column(i).statistics())
+        };
         let str_within = |name: &str, values: &[&str]| {
-            stats(name)
-                .and_then(str_stats)
-                .is_none_or(|(lo, hi)| values.iter().any(|v| lo <= v.as_bytes() && v.as_bytes() <= hi))
+            stats(name).and_then(str_stats).is_none_or(|(lo, hi)| {
+                // A value stored as null is outside min/max: no pruning by it.
+                values.iter().any(|v| stored_value(schema, name, v).is_none_or(|v| lo <= &*v && &*v <= hi))
+            })
         };
         if !str_within("project", &[self.project.as_str()]) {
             return false;

@@ -416,6 +416,13 @@ pub fn to_segment_batch(
         debug_assert_eq!(r.row.table(), table, "row of another table");
     }
     let mut arrays = cols.finish();
+    if layout.hex_ids {
+        for &(name, width) in super::layout::hex_id_columns(table) {
+            let i = schema.index_of(name)?;
+            let ids = arrays[i].as_any().downcast_ref::<StringArray>().expect("id columns are strings");
+            arrays[i] = Arc::new(super::hex_ids::encode_column(ids, width));
+        }
+    }
     if *layout == Layout::default() {
         return RecordBatch::try_new(schema, arrays);
     }
@@ -468,6 +475,14 @@ impl<'a> Cols<'a> {
     pub fn bin(&self, name: &str) -> &'a BinaryArray {
         self.get(name)
     }
+    /// A string column as bytes, also in a segment that stores it as bytes (ids,
+    /// [`super::hex_ids`]), before [`super::layout::assemble`].
+    pub fn bytes(&self, name: &str) -> Bytes<'a> {
+        match self.0.column_by_name(name).and_then(|c| c.as_any().downcast_ref::<BinaryArray>()) {
+            Some(b) => Bytes::Stored(b),
+            None => Bytes::Text(self.str(name)),
+        }
+    }
     pub fn list(&self, name: &str) -> &'a ListArray {
         self.get(name)
     }
@@ -486,6 +501,22 @@ impl<'a> Strings<'a> {
         match self {
             Strings::Plain(a) => a.value(i),
             Strings::Dictionary { keys, values } => values.value(keys[i] as usize),
+        }
+    }
+}
+
+/// See [`Cols::bytes`].
+pub enum Bytes<'a> {
+    Text(&'a StringArray),
+    Stored(&'a BinaryArray),
+}
+
+impl<'a> Bytes<'a> {
+    /// `None`: null (an id stored as null, see [`super::layout::stored_value`]).
+    pub fn value(&self, i: usize) -> Option<&'a [u8]> {
+        match self {
+            Bytes::Text(a) => Some(a.value(i).as_bytes()),
+            Bytes::Stored(a) => a.is_valid(i).then(|| a.value(i)),
         }
     }
 }
