@@ -3,10 +3,11 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
+use std::ops::Range;
 
 use arrow_array::Array;
 use sextant_proto::{EdgeStats, ServiceMapPartial, ServiceStats, SpanStatus};
-use xxhash_rust::xxh3::{xxh3_128, Xxh3};
+use xxhash_rust::xxh3::{xxh3_128, xxh3_64, Xxh3};
 
 use super::apm::Acc;
 use super::{each_batch, Budget, Prehashed, QueryError};
@@ -86,14 +87,24 @@ impl Services {
     }
 }
 
+/// Where the spans of a trace are, as the scan goes: a trace's spans are stored together, so
+/// almost every trace is one run of consecutive rows of one batch.
+enum Seen {
+    /// One run so far: its spans are this range of the scan's list.
+    Once(Range<usize>),
+    /// More than one run (a trace over two row groups or segments, or buffered rows): its
+    /// spans are in the table of split traces.
+    Split,
+}
+
 pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ServiceMapPartial, QueryError> {
     let mut services = Services::default();
-    // Every span of the scan, for duplicates and for parents in other batches. Sized once:
-    // growing a table of millions of spans rehashes all of them at every doubling.
-    let mut service_of =
-        SpanKeys::with_capacity_and_hasher(job.max_rows().min(budget.max) as usize, Default::default());
-    // The spans of the current batch: a trace's spans are stored together, so most parents
-    // are found in this small table instead of the large one.
+    let mut traces: HashMap<u64, Seen, BuildHasherDefault<Prehashed>> = HashMap::default();
+    // Every span of a trace seen once, appended in scan order (sequential writes, sized once),
+    // instead of a table of every span: only split traces need one.
+    let mut spans: Vec<(SpanKey, u32)> = Vec::with_capacity(job.max_rows().min(budget.max) as usize);
+    let mut split = SpanKeys::default();
+    // The spans of the current batch: most parents are found in this small table.
     let mut in_batch = SpanKeys::default();
     let (mut batch_children, mut children) = (Vec::new(), Vec::new());
     let mut nodes: Vec<Acc> = Vec::new();
@@ -111,19 +122,44 @@ pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ServiceMapPartial, Query
         services.of_rows(c.strings("service"), rb.num_rows(), &mut rows);
         nodes.resize_with(services.names.len(), Acc::default);
         in_batch.clear();
-        for (i, &s) in rows.iter().enumerate() {
-            let key = span_key(trace.value(i), span.value(i));
-            // A span stored twice (a retried batch) counts once.
-            if service_of.insert(key, s).is_some() {
-                continue;
+        let mut start = 0;
+        while start < rows.len() {
+            let t = trace.value(start);
+            let end = (start + 1..rows.len()).find(|&i| trace.value(i) != t).unwrap_or(rows.len());
+            // A trace met again: its earlier spans join the table of split traces, where
+            // duplicates and parents across runs are found. (A 64-bit collision of two
+            // trace ids only sends both through that exact path.)
+            let trace_key = xxh3_64(t.as_bytes());
+            let is_split = match traces.get_mut(&trace_key) {
+                None => false,
+                Some(seen) => {
+                    if let Seen::Once(earlier) = std::mem::replace(seen, Seen::Split) {
+                        split.extend(spans[earlier].iter().copied());
+                    }
+                    true
+                }
+            };
+            let first = spans.len();
+            for (i, &s) in rows.iter().enumerate().take(end).skip(start) {
+                let key = span_key(t, span.value(i));
+                // A span stored twice (a retried batch) counts once.
+                if in_batch.insert(key, s).is_some() || (is_split && split.insert(key, s).is_some()) {
+                    continue;
+                }
+                if !is_split {
+                    spans.push((key, s));
+                }
+                let ms = duration.value(i) as f64 / 1e6;
+                let error = status.value(i) == SpanStatus::Error as i32;
+                nodes[s as usize].add(ms, error);
+                if !parent.value(i).is_empty() {
+                    batch_children.push(Child { parent: span_key(t, parent.value(i)), service: s, ms, error });
+                }
             }
-            in_batch.insert(key, s);
-            let ms = duration.value(i) as f64 / 1e6;
-            let error = status.value(i) == SpanStatus::Error as i32;
-            nodes[s as usize].add(ms, error);
-            if !parent.value(i).is_empty() {
-                batch_children.push(Child { parent: span_key(trace.value(i), parent.value(i)), service: s, ms, error });
+            if !is_split {
+                traces.insert(trace_key, Seen::Once(first..spans.len()));
             }
+            start = end;
         }
         for c in batch_children.drain(..) {
             match in_batch.get(&c.parent) {
@@ -134,8 +170,9 @@ pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ServiceMapPartial, Query
         Ok(())
     })?;
     for c in &children {
-        // A parent outside the time range is not known: such a call is not counted.
-        if let Some(&source) = service_of.get(&c.parent) {
+        // A parent in another run of a split trace. Otherwise the parent is outside the time
+        // range (a trace seen once had all its spans in the child's batch): not counted.
+        if let Some(&source) = split.get(&c.parent) {
             add_edge(source, c);
         }
     }

@@ -349,12 +349,20 @@ fn apm_over_segments_and_buffer_matches_a_sketch_of_every_span() {
 #[test]
 fn service_map_finds_parents_in_other_segments_and_counts_a_span_stored_twice_once() {
     let mut sh = Shard::new();
-    sh.ingest("p", vec![span("c", "1", "", "web", 100, 50, false), span("d", "1", "", "web", 100, 9, false)], vec![]);
+    sh.ingest(
+        "p",
+        vec![
+            span("c", "1", "", "web", 100, 50, false),
+            span("d", "1", "", "web", 100, 9, false),
+            span("f", "2", "1", "db", 100, 3, false),
+        ],
+        vec![],
+    );
     sh.flush();
-    // The child of c's root comes in a later segment, and twice (a retried batch); d's child
-    // comes before its parent in the same batch.
+    // The child of c's root comes in a later segment, and twice (a retried batch); f's parent
+    // comes in a later segment than its child; e's child comes before its parent in a batch.
     let child = span("c", "2", "1", "api", 101, 40, true);
-    sh.ingest("p", vec![child.clone()], vec![]);
+    sh.ingest("p", vec![child.clone(), span("f", "1", "", "web", 99, 4, false)], vec![]);
     sh.flush();
     sh.ingest(
         "p",
@@ -369,7 +377,10 @@ fn service_map_finds_parents_in_other_segments_and_counts_a_span_stored_twice_on
     let mut edges: Vec<(String, String, u64, u64)> =
         map.edges.iter().map(|e| (e.source.clone(), e.target.clone(), e.call_count, e.error_count)).collect();
     edges.sort();
-    assert_eq!(edges, vec![("api".into(), "db".into(), 1, 0), ("web".into(), "api".into(), 1, 1)]);
+    assert_eq!(
+        edges,
+        vec![("api".into(), "db".into(), 1, 0), ("web".into(), "api".into(), 1, 1), ("web".into(), "db".into(), 1, 0)]
+    );
     let api = map.nodes.iter().find(|n| n.service == "api").unwrap();
     assert_eq!((api.span_count, api.error_count), (2, 1));
 }
