@@ -9,7 +9,7 @@ use parquet::file::metadata::RowGroupMetaData;
 use parquet::file::statistics::Statistics;
 use sextant_model::text::{tokens, LogQuery};
 
-use super::table::{decode_attributes, Cols, Table};
+use super::table::{decode_attributes, Cols, Row, Table};
 use super::token_index::{term_hash, TokenIndex};
 
 /// Row predicates of a scan. Empty lists and `None`s do not filter.
@@ -158,6 +158,22 @@ impl Scan {
             }
         }
         c
+    }
+
+    /// A cheap first selection of buffered rows, before they are turned into columns (all of
+    /// them, every query): the time range and, for events, the event names. [`mask`](Self::mask)
+    /// still decides. Not for trace summaries, which are derived from all of a trace's spans.
+    pub fn may_select(&self, row: &Row) -> bool {
+        if self.table == Table::TraceSummaries {
+            return true;
+        }
+        let t = row.time_ns();
+        t >= self.from_ns
+            && t < self.to_ns
+            && match row {
+                Row::Event(e) => self.filter.events.is_empty() || self.filter.events.contains(&e.event),
+                _ => true,
+            }
     }
 
     /// Which rows of `rb` match; `hidden(batch ordinal)` says which rows an abort removed.
