@@ -293,8 +293,9 @@ impl Scan {
             return None;
         }
         let mut cols = self.columns.clone();
+        let known = |c: &str| only_project && c == "project";
         for c in self.filter_columns() {
-            if !cols.iter().any(|x| x == c) && !(only_project && c == "project") {
+            if !known(c) && !cols.iter().any(|x| x == c) {
                 cols.push(c.to_owned());
             }
         }
