@@ -3,27 +3,10 @@
 //! into a `u32` (and keeping the ids in one string, not one allocation per user) makes the
 //! per-row work a lookup, and per-user state a flat vector indexed by that number.
 
-use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::HashSet;
 
 use arrow_array::{Array, StringArray};
 use xxhash_rust::xxh3::xxh3_128;
-
-/// The keys of [`Users::numbers`] are xxh3 hashes already: hashing them again is wasted work.
-#[derive(Default)]
-struct Prehashed(u64);
-
-impl Hasher for Prehashed {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, _: &[u8]) {
-        unreachable!("only u128 keys")
-    }
-    fn write_u128(&mut self, h: u128) {
-        self.0 = h as u64;
-    }
-}
 
 /// Distinct ids numbered 0, 1, 2… in the order first seen.
 ///
@@ -33,7 +16,7 @@ impl Hasher for Prehashed {
 /// about 10⁻²¹ (ClickHouse's `uniqExact` makes the same trade).
 #[derive(Default)]
 pub struct Users {
-    numbers: HashMap<u128, u32, BuildHasherDefault<Prehashed>>,
+    numbers: Slots,
     /// Every id, concatenated; user `u`'s is `text[ends[u - 1]..ends[u]]`.
     text: String,
     ends: Vec<usize>,
@@ -50,10 +33,11 @@ impl Users {
         &self.text[if u == 0 { 0 } else { self.ends[u - 1] }..self.ends[u]]
     }
 
-    /// The number of `id`, new if it was not seen yet (then it equals the previous `len()`).
-    pub fn number(&mut self, id: &str) -> u32 {
+    /// The number of `id` of the given hash, new if it was not seen yet (then it equals the
+    /// previous `len()`).
+    fn number_hashed(&mut self, id: &str, hash: u128) -> u32 {
         let next = self.len() as u32;
-        let u = *self.numbers.entry(xxh3_128(id.as_bytes())).or_insert(next);
+        let u = self.numbers.get_or_insert(hash, next);
         if u == next {
             self.text.push_str(id);
             self.ends.push(self.text.len());
@@ -61,21 +45,96 @@ impl Users {
         u
     }
 
-    /// Numbers the ids of a batch's column. Segment rows are sorted by distinct id, so a row of
-    /// the same user as the row before skips the lookup.
+    /// Numbers the ids of a batch's column. The ids are hashed first, so that the table slot of
+    /// a row some rows ahead is fetched while this one is looked up: with hundreds of
+    /// thousands of users the slots are mostly out of cache, and the misses overlap instead of
+    /// queueing. Segment rows are sorted by distinct id, so a row of the same user as the row
+    /// before skips the lookup.
     pub fn numbers_of<'a>(&'a mut self, ids: &'a StringArray) -> impl Iterator<Item = u32> + 'a {
-        let mut last: Option<(&str, u32)> = None;
+        const AHEAD: usize = 8;
+        let hashes: Vec<u128> = (0..ids.len()).map(|i| xxh3_128(ids.value(i).as_bytes())).collect();
+        let mut last: Option<(u128, u32)> = None;
         (0..ids.len()).map(move |i| {
-            let id = ids.value(i);
+            if let Some(&h) = hashes.get(i + AHEAD) {
+                self.numbers.prefetch(h);
+            }
+            let hash = hashes[i];
             match last {
-                Some((prev, u)) if prev == id => u,
+                Some((prev, u)) if prev == hash => u,
                 _ => {
-                    let u = self.number(id);
-                    last = Some((id, u));
+                    let u = self.number_hashed(ids.value(i), hash);
+                    last = Some((hash, u));
                     u
                 }
             }
         })
+    }
+}
+
+/// The table of [`Users`]: 128-bit id hashes to user numbers, open addressing with linear
+/// probing, at most half full. Not a `HashMap`, for [`prefetch`](Self::prefetch).
+#[derive(Default)]
+struct Slots {
+    slots: Vec<Slot>,
+    used: usize,
+}
+
+#[derive(Clone, Copy)]
+struct Slot {
+    hash: [u64; 2],
+    user: u32,
+}
+
+const EMPTY: Slot = Slot { hash: [0; 2], user: u32::MAX };
+
+impl Slots {
+    fn home(&self, hash: u128) -> usize {
+        hash as usize & (self.slots.len() - 1)
+    }
+
+    /// Asks the CPU to bring `hash`'s slot into cache (a hint: no effect on the result).
+    fn prefetch(&self, hash: u128) {
+        #[cfg(target_arch = "x86_64")]
+        if !self.slots.is_empty() {
+            let slot: *const Slot = &self.slots[self.home(hash)];
+            // SAFETY: a prefetch reads nothing and never faults; the pointer is into `slots`.
+            #[allow(unused_unsafe)]
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(slot.cast());
+            }
+        }
+    }
+
+    /// The user of `hash`; `next` when it is not in the table yet (then inserted).
+    fn get_or_insert(&mut self, hash: u128, next: u32) -> u32 {
+        if (self.used + 1) * 2 > self.slots.len() {
+            self.grow();
+        }
+        let key = [hash as u64, (hash >> 64) as u64];
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(hash);
+        loop {
+            let slot = &mut self.slots[i];
+            if slot.user == EMPTY.user {
+                *slot = Slot { hash: key, user: next };
+                self.used += 1;
+                return next;
+            }
+            if slot.hash == key {
+                return slot.user;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    fn grow(&mut self) {
+        let size = (self.slots.len() * 2).max(1024);
+        let old = std::mem::replace(&mut self.slots, vec![EMPTY; size]);
+        self.used = 0;
+        for slot in old.into_iter().filter(|s| s.user != EMPTY.user) {
+            let hash = slot.hash[0] as u128 | (slot.hash[1] as u128) << 64;
+            self.get_or_insert(hash, slot.user);
+        }
     }
 }
 
@@ -142,6 +201,10 @@ impl<T: Copy + Default> ByUser<T> {
 mod tests {
     use super::*;
 
+    fn number(users: &mut Users, id: &str) -> u32 {
+        users.numbers_of(&StringArray::from(vec![id])).next().unwrap()
+    }
+
     #[test]
     fn numbers_are_dense_stable_and_give_back_the_ids() {
         let mut users = Users::default();
@@ -149,8 +212,21 @@ mod tests {
         let numbers: Vec<u32> = users.numbers_of(&ids).collect();
         assert_eq!(numbers, [0, 0, 1, 2, 0, 3]);
         assert_eq!([users.name(0), users.name(1), users.name(2), users.name(3)], ["b", "a", "", "c"]);
-        assert_eq!(users.number("a"), 1);
+        assert_eq!(number(&mut users, "a"), 1);
         assert_eq!(users.len(), 4);
+    }
+
+    #[test]
+    fn numbers_survive_the_table_growing() {
+        let mut users = Users::default();
+        let ids: Vec<String> = (0..5000).map(|i| format!("user-{i}")).collect();
+        for (i, id) in ids.iter().enumerate() {
+            assert_eq!(number(&mut users, id), i as u32);
+        }
+        let column = StringArray::from_iter_values(ids.iter().rev());
+        let again: Vec<u32> = users.numbers_of(&column).collect();
+        assert_eq!(again, (0..5000).rev().collect::<Vec<u32>>());
+        assert_eq!((users.len(), users.name(4321)), (5000, "user-4321"));
     }
 
     #[test]

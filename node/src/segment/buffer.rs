@@ -109,6 +109,7 @@ impl Buffer {
             .filter(|r| {
                 r.row.table() == source
                     && *r.project == *scan.project
+                    && scan.may_select(&r.row)
                     && !self.aborted.contains(&r.batch_id)
                     && !hidden(r.batch_id)
             })

@@ -10,7 +10,7 @@ use parquet::file::statistics::Statistics;
 use sextant_model::text::{tokens, LogQuery};
 
 use super::layout::stored_value;
-use super::table::{decode_attributes, Cols, Table};
+use super::table::{decode_attributes, Cols, Row, Table};
 use super::token_index::{term_hash, TokenIndex};
 
 /// Row predicates of a scan. Empty lists and `None`s do not filter.
@@ -218,6 +218,22 @@ impl Scan {
         c
     }
 
+    /// A cheap first selection of buffered rows, before they are turned into columns (all of
+    /// them, every query): the time range and, for events, the event names. [`mask`](Self::mask)
+    /// still decides. Not for trace summaries, which are derived from all of a trace's spans.
+    pub fn may_select(&self, row: &Row) -> bool {
+        if self.table == Table::TraceSummaries {
+            return true;
+        }
+        let t = row.time_ns();
+        t >= self.from_ns
+            && t < self.to_ns
+            && match row {
+                Row::Event(e) => self.filter.events.is_empty() || self.filter.events.contains(&e.event),
+                _ => true,
+            }
+    }
+
     /// Which rows of `rb` match; `hidden(batch ordinal)` says which rows an abort removed.
     /// A batch without a `project` column holds only the scan's project (see
     /// [`read_columns`](Self::read_columns)).
@@ -340,8 +356,9 @@ impl Scan {
             return None;
         }
         let mut cols = self.columns.clone();
+        let known = |c: &str| only_project && c == "project";
         for c in self.filter_columns() {
-            if !cols.iter().any(|x| x == c) && !(only_project && c == "project") {
+            if !known(c) && !cols.iter().any(|x| x == c) {
                 cols.push(c.to_owned());
             }
         }
