@@ -504,8 +504,8 @@ impl Segment {
     }
 
     /// Makes row filters (one per reader) keeping the rows of `project` whose string `column`
-    /// holds `value`: the two columns are decoded first, the others only for those rows.
-    /// `value` is compared in the column's stored form, which is all the predicate sees.
+    /// holds one of `values`: the two columns are decoded first, the others only for those
+    /// rows. Values are compared in the column's stored form, which is all the predicate sees.
     fn row_filter(
         &self,
         project: &str,
