@@ -153,13 +153,21 @@ fn properties(table: Table, layout: &Layout, distinct_traces: usize, batches: &[
                 .set_column_encoding(ColumnPath::from(key.int_column()), Encoding::BYTE_STREAM_SPLIT);
         }
     }
-    // Mostly distinct values; a log's trace id too (logs are sorted by time, not trace), and a
-    // summary's (one row per trace).
+    // Mostly distinct values; a summary's trace id too (one row per trace).
     let unique_columns: &[&str] = match table {
-        Table::Logs => &["span_id", "trace_id", "message"],
+        Table::Logs => &["span_id", "message"],
         Table::TraceSummaries => &["trace_id"],
         _ => &["span_id", "parent_span_id"],
     };
+    if table == Table::Logs {
+        // A log's trace id is mostly distinct too (logs are sorted by time, not trace), but
+        // plain: each id's length next to its leading bytes, which the ids of one client or
+        // batch share, lets ZSTD match both (measured: 8.99 → 8.38 B/line, against
+        // delta-length encoding).
+        b = b
+            .set_column_dictionary_enabled(ColumnPath::from("trace_id"), false)
+            .set_column_encoding(ColumnPath::from("trace_id"), Encoding::PLAIN);
+    }
     for &unique in unique_columns {
         if schema.index_of(unique).is_ok() {
             b = b
