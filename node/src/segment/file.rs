@@ -24,10 +24,11 @@ use parquet::file::metadata::PageIndexPolicy;
 use parquet::file::statistics::Statistics;
 
 use super::layout::{assemble, companion_columns, stored_value, Layout};
-use super::scan::Scan;
+use super::scan::{message_matches, Scan};
 use super::table::{from_record_batch, to_segment_batch, Row, RowRef, Table};
 use super::token_index::{line_terms, TokenIndex, FOOTER_KEY as TOKENS_KEY, LEGACY_FOOTER_KEY};
 use crate::archive::FileEntry;
+use sextant_model::text::LogQuery;
 
 /// Rows per row group: small enough that a trace lookup decodes little, large enough that
 /// per-row-group metadata stays a small fraction of the file.
@@ -517,7 +518,13 @@ impl Segment {
                 self.row_filter(project, "event", &scan.filter.events)
             })
             .transpose()?;
-        let filter = || by_event.as_ref().and_then(|f| f());
+        // Log searches: the message column is decoded and matched first, and the other columns
+        // (ids and attributes, rebuilt from their stored layout) only for matching lines.
+        let by_message = match (&scan.filter.log_query, self.meta.table) {
+            (Some(q), Table::Logs) => Some(self.message_filter(q.clone())?),
+            _ => None,
+        };
+        let filter = || by_event.as_ref().and_then(|f| f()).or_else(|| by_message.as_ref().and_then(|f| f()));
         let mut out = Vec::new();
         for rg in row_groups {
             if !any_hidden && scan.selects_whole_row_group(&row_group_meta[rg], &schema) {
@@ -594,6 +601,22 @@ impl Segment {
                         )
                     })
                     .collect())
+            });
+            Some(RowFilter::new(vec![Box::new(predicate) as Box<dyn parquet::arrow::arrow_reader::ArrowPredicate>]))
+        })
+    }
+
+    /// Makes row filters (one per reader) keeping the log lines whose message matches `query`'s
+    /// words and phrases (the scan's mask checks the rest, attribute conditions included).
+    fn message_filter(&self, query: LogQuery) -> io::Result<impl Fn() -> Option<RowFilter>> {
+        let column = self.reader.schema().index_of("message").map_err(err)?;
+        let mask = ProjectionMask::roots(self.reader.parquet_schema(), [column]);
+        Ok(move || {
+            let query = query.clone();
+            let mut words = Vec::new();
+            let predicate = ArrowPredicateFn::new(mask.clone(), move |rb: RecordBatch| {
+                let messages = super::table::Cols(&rb).str("message");
+                Ok((0..rb.num_rows()).map(|i| Some(message_matches(&query, messages.value(i), &mut words))).collect())
             });
             Some(RowFilter::new(vec![Box::new(predicate) as Box<dyn parquet::arrow::arrow_reader::ArrowPredicate>]))
         })

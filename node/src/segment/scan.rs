@@ -370,7 +370,7 @@ impl Scan {
 /// phrases) are checked on the message's bytes without building the tokens: a token is a
 /// maximal run of ASCII alphanumerics or `_`, equal to a query word when equal ignoring ASCII
 /// case (query words are lower-case already). Others go through [`tokens`].
-fn message_matches(q: &LogQuery, message: &str, words: &mut Vec<String>) -> bool {
+pub(crate) fn message_matches(q: &LogQuery, message: &str, words: &mut Vec<String>) -> bool {
     if message.is_ascii() && q.phrases.is_empty() && q.words.len() <= 64 {
         let mut found = 0u64;
         let bytes = message.as_bytes();
