@@ -36,4 +36,7 @@ if [[ -z "${SEXTANT_PYTHON:-}" ]] && ! python3 -c 'import chdb' >/dev/null 2>&1;
   fi
 fi
 
+# A failing test's panic message is the last thing it prints, where a CI log excerpt shows it,
+# rather than a backtrace (SEXTANT_TEST_BACKTRACE=1 brings those back).
+export RUST_BACKTRACE="${SEXTANT_TEST_BACKTRACE:-0}"
 exec cargo nextest run --workspace "$@"

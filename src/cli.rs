@@ -265,8 +265,6 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     let url = format!("http://{}", router.addr);
     let creds_path = args.data_dir.join("credentials.json");
     let fresh = bootstrap(&router.state.cluster, &url, "enterprise").await?;
-    // Load the new credentials into the router before anyone can read them from the file.
-    router.state.cluster.refresh_meta().await?;
     let creds = match fresh {
         Some(creds) => {
             write_credentials(&creds_path, &creds)?;
@@ -401,7 +399,6 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
         }
         let url = format!("http://{}", router.addr);
         let fresh = bootstrap(&router.state.cluster, &url, "enterprise").await?;
-        router.state.cluster.refresh_meta().await?;
         if let Some(creds) = fresh {
             write_credentials(&path, &creds)?;
             tracing::info!(path = %path.display(), "cluster bootstrapped; credentials written");

@@ -122,7 +122,10 @@ impl MetaState {
         match command {
             MetaCommand::Bootstrap { org, user, project, credentials, partitions } => {
                 if !self.orgs.is_empty() {
-                    return MetaCommandResult::Bootstrapped { created: false };
+                    // The same command again (a retry whose first attempt committed, its answer
+                    // lost) created the org all the same: its router must still print the
+                    // credentials, which exist nowhere else.
+                    return MetaCommandResult::Bootstrapped { created: self.orgs.contains_key(&org.id) };
                 }
                 self.orgs.insert(org.id, org);
                 self.users.insert(user.id, user);
@@ -1049,10 +1052,37 @@ mod tests {
     /// still decode, so `Org`, `User`, `Project` and `Credential` must not change shape.
     #[test]
     fn bootstrap_entries_of_existing_logs_keep_their_encoding() {
+        let command = fixed_bootstrap(1);
+        let bytes = bincode::serialize(&command).unwrap();
+        // Computed with the definitions of commit 707a8cd (the first release of the log format).
+        assert_eq!(
+            xxhash_rust::xxh3::xxh3_64(&bytes),
+            12875645247056023660,
+            "encoding changed ({} bytes)",
+            bytes.len()
+        );
+        assert_eq!(bincode::deserialize::<MetaCommand>(&bytes).unwrap(), command);
+    }
+
+    /// A router retries its bootstrap when the answer is lost (a leader change, a timeout):
+    /// the retry must say "created" so that it prints the credentials; another router's
+    /// bootstrap of an already bootstrapped cluster must not.
+    #[test]
+    fn a_retried_bootstrap_is_created_and_a_second_one_is_not() {
+        let mut s = MetaState::default();
+        let created = |r: MetaCommandResult| matches!(r, MetaCommandResult::Bootstrapped { created: true });
+        assert!(created(s.execute(fixed_bootstrap(1))));
+        assert!(created(s.execute(fixed_bootstrap(1))), "the retry of the same command");
+        assert!(!created(s.execute(fixed_bootstrap(4))), "another router's bootstrap");
+        assert_eq!(s.orgs.len(), 1);
+    }
+
+    /// A bootstrap command with fixed ids: org `n`, user `n + 1`, project `n + 2`.
+    fn fixed_bootstrap(n: u8) -> MetaCommand {
         let id = |n: u8| format!("00000000-0000-4000-8000-0000000000{n:02}");
         let (org, user, project): (OrgId, UserId, ProjectId) =
-            (id(1).parse().unwrap(), id(2).parse().unwrap(), id(3).parse().unwrap());
-        let command = MetaCommand::Bootstrap {
+            (id(n).parse().unwrap(), id(n + 1).parse().unwrap(), id(n + 2).parse().unwrap());
+        MetaCommand::Bootstrap {
             org: Org {
                 id: org,
                 name: "o".into(),
@@ -1080,16 +1110,7 @@ mod tests {
                 revoked: false,
             }],
             partitions: vec![1, 2],
-        };
-        let bytes = bincode::serialize(&command).unwrap();
-        // Computed with the definitions of commit 707a8cd (the first release of the log format).
-        assert_eq!(
-            xxhash_rust::xxh3::xxh3_64(&bytes),
-            12875645247056023660,
-            "encoding changed ({} bytes)",
-            bytes.len()
-        );
-        assert_eq!(bincode::deserialize::<MetaCommand>(&bytes).unwrap(), command);
+        }
     }
 
     // ---- admin commands (objects managed by Kubernetes resources) ----

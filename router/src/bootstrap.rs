@@ -7,7 +7,7 @@ use sextant_model::partition::default_table;
 use sextant_model::{OrgId, ProjectId, UserId};
 
 use crate::auth::{hash_password, new_credential};
-use crate::cluster::Cluster;
+use crate::cluster::{Cluster, ClusterError};
 
 /// What `credentials.json` holds (file mode 0600).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -23,7 +23,8 @@ pub struct Credentials {
 pub const BOOTSTRAP_EMAIL: &str = "admin@sextant.local";
 
 /// Creates the first org if the cluster has none. Returns the new credentials, or `None` when
-/// the cluster had already been bootstrapped (by an earlier start or another router).
+/// the cluster had already been bootstrapped (by an earlier start or another router). Waits
+/// out leader changes; on return the router's meta cache knows the credentials.
 pub async fn bootstrap(cluster: &Cluster, url: &str, plan: &str) -> anyhow::Result<Option<Credentials>> {
     let now = chrono::Utc::now().timestamp_millis();
     let password = Alphanumeric.sample_string(&mut rand::thread_rng(), 20);
@@ -52,11 +53,15 @@ pub async fn bootstrap(cluster: &Cluster, url: &str, plan: &str) -> anyhow::Resu
         partitions: default_table(cluster.shard_count()),
     };
     // Plans first: clusters bootstrapped before the catalog existed get it too.
-    let _: MetaCommandResult = cluster.meta_write(&MetaCommand::SeedPlans { plans: default_plans() }).await?;
-    let created = match cluster.meta_write(&command).await? {
+    let _: MetaCommandResult = write_until_done(cluster, &MetaCommand::SeedPlans { plans: default_plans() }).await?;
+    let created = match write_until_done(cluster, &command).await? {
         MetaCommandResult::Bootstrapped { created } => created,
         other => anyhow::bail!("unexpected meta answer to the bootstrap: {other:?}"),
     };
+    // Load the new credentials into this router before anyone can read them from the file.
+    while let Err(e) = cluster.refresh_meta().await {
+        tracing::warn!(error = %e, "meta not readable yet; retrying");
+    }
     Ok(created.then(|| Credentials {
         url: url.to_owned(),
         email: BOOTSTRAP_EMAIL.into(),
@@ -65,6 +70,21 @@ pub async fn bootstrap(cluster: &Cluster, url: &str, plan: &str) -> anyhow::Resu
         api_key,
         ingest_token,
     }))
+}
+
+/// A meta write retried, the same command each time, for as long as the cluster answers "try
+/// again": right after the groups form, leaders still change. Both commands are idempotent (a
+/// bootstrap whose first attempt committed unseen still reports `created`), so a retry cannot
+/// lose the credentials this router is about to print.
+async fn write_until_done(cluster: &Cluster, command: &MetaCommand) -> Result<MetaCommandResult, ClusterError> {
+    loop {
+        match cluster.meta_write(command).await {
+            Err(ClusterError::Unavailable(why)) => {
+                tracing::warn!(%why, "meta not writable yet; retrying the bootstrap")
+            }
+            result => return result,
+        }
+    }
 }
 
 /// Writes the credentials file readable by its owner only.

@@ -48,8 +48,24 @@ impl Drop for Proc {
     }
 }
 
+/// A port free now, for a process the test starts later. Taken below the kernel's ephemeral
+/// range (`ip_local_port_range`, from 32768 by default): a port the kernel hands out for
+/// `:0` is also what it picks for outgoing connections, so between this probe and the child's
+/// bind any of the test's many connections could take it, and the child would fail to start.
+/// Each test runs in its own process; the pid spreads processes over the range.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const FIRST: u32 = 10_000;
+    const COUNT: u32 = 22_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let start = std::process::id().wrapping_mul(7_919);
+    for _ in 0..COUNT {
+        let port = FIRST + start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(104_729)) % COUNT;
+        if TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+            return port as u16;
+        }
+    }
+    panic!("no free port below the ephemeral range");
 }
 
 /// Polls `f` until it yields a value or `timeout` passes.
@@ -66,6 +82,76 @@ where
         assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// Waits until the router at `url` is ready and has written the credentials of the cluster it
+/// bootstrapped. On failure the panic message carries what the logs in `dir` say went wrong
+/// (the end of a CI log shows it).
+pub async fn wait_bootstrap(url: &str, dir: &Path, router: &mut Proc) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    let creds_path = dir.join("credentials.json");
+    while tokio::time::Instant::now() < deadline && !router.exited() {
+        if ready(url).await {
+            if let Some(creds) = read_credentials(&creds_path) {
+                return creds;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let how = if router.exited() { "the router exited" } else { "timed out" };
+    panic!("the cluster did not bootstrap ({how}); warnings and errors logged:\n{}", log_problems(dir));
+}
+
+/// Held by a test's cluster: when the test panics, prints what its processes logged as
+/// warnings and errors, then the panic message again, last, where the end of a CI log shows it.
+pub struct LogsOnPanic(PathBuf);
+
+static LAST_PANIC: std::sync::Mutex<Option<String>> = std::sync::Mutex::new(None);
+
+impl LogsOnPanic {
+    pub fn new(dir: &Path) -> LogsOnPanic {
+        static HOOK: std::sync::Once = std::sync::Once::new();
+        HOOK.call_once(|| {
+            let previous = std::panic::take_hook();
+            std::panic::set_hook(Box::new(move |info| {
+                *LAST_PANIC.lock().unwrap_or_else(|e| e.into_inner()) = Some(info.to_string());
+                previous(info)
+            }));
+        });
+        LogsOnPanic(dir.to_owned())
+    }
+}
+
+impl Drop for LogsOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("\nwarnings and errors the processes logged:\n{}", log_problems(&self.0));
+            if let Some(message) = LAST_PANIC.lock().unwrap_or_else(|e| e.into_inner()).take() {
+                eprintln!("the test failed: {message}");
+            }
+        }
+    }
+}
+
+/// The last WARN/ERROR lines of every `*.log` in `dir`, a few per file.
+pub fn log_problems(dir: &Path) -> String {
+    let mut out = String::new();
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| {
+            d.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "log")).collect()
+        })
+        .unwrap_or_default();
+    logs.sort();
+    for log in logs {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let bad: Vec<&str> =
+            text.lines().filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("Error")).collect();
+        for line in &bad[bad.len().saturating_sub(4)..] {
+            let line: String = line.chars().take(300).collect();
+            out.push_str(&format!("{}: {line}\n", log.file_name().unwrap().to_string_lossy()));
+        }
+    }
+    out
 }
 
 pub fn http() -> reqwest::Client {
@@ -183,6 +269,7 @@ pub async fn get_trace(url: &str, token: &str, trace: &str) -> Option<Value> {
 /// A real cluster: `n` storage nodes (each its own process, ports and data directory) and one
 /// router that bootstraps the first org, project and credentials.
 pub struct Cluster {
+    _logs: LogsOnPanic,
     pub dir: PathBuf,
     pub secret: String,
     pub shards: u32,
@@ -225,6 +312,7 @@ impl Cluster {
             ],
         );
         let mut cluster = Cluster {
+            _logs: LogsOnPanic::new(dir),
             dir: dir.to_owned(),
             secret,
             shards,
@@ -238,19 +326,7 @@ impl Cluster {
         for i in 0..n {
             cluster.start_node(i);
         }
-        let url = cluster.url.clone();
-        cluster.creds = wait_for("the cluster to bootstrap", Duration::from_secs(120), || {
-            let url = url.clone();
-            let creds_path = creds_path.clone();
-            async move {
-                if ready(&url).await {
-                    read_credentials(&creds_path)
-                } else {
-                    None
-                }
-            }
-        })
-        .await;
+        cluster.creds = wait_bootstrap(&cluster.url, dir, &mut cluster.router).await;
         cluster
     }
 
