@@ -64,7 +64,7 @@ impl Cohorts {
             to_ns: self.at,
             filter: Filter { events, ..Default::default() },
             columns: ["distinct_id", "time_ns", "event"].iter().map(|c| c.to_string()).collect(),
-            dictionaries: Vec::new(),
+            dictionaries: vec!["event"],
         }
     }
 
@@ -88,11 +88,12 @@ impl Cohorts {
         let mut counts: Vec<u64> = Vec::new();
         each_batch(job, budget, |rb| {
             let c = Cols(rb);
-            let (ids, times, names) = (c.str("distinct_id"), c.i64("time_ns"), c.str("event"));
+            let (ids, times) = (c.str("distinct_id"), c.i64("time_ns"));
+            let conditions = c.strings("event").map(|name| by_event.get(name));
             for (i, u) in users.numbers_of(ids).enumerate() {
                 // A new user's counts start at zero.
                 counts.resize(counts.len().max((u as usize + 1) * total), 0);
-                if let Some(conds) = by_event.get(names.value(i)) {
+                if let Some(conds) = conditions[i] {
                     let (t, mine) = (times.value(i), &mut counts[u as usize * total..]);
                     for &(k, from) in conds {
                         if t >= from {

@@ -63,10 +63,11 @@ impl<'a> Progress<'a> {
     /// Takes the rows of a batch with `distinct_id`, `time_ns` and `event`.
     fn add(&mut self, rb: &RecordBatch) {
         let c = Cols(rb);
-        let (ids, times, names) = (c.str("distinct_id"), c.i64("time_ns"), c.str("event"));
+        let (ids, times) = (c.str("distinct_id"), c.i64("time_ns"));
+        let steps = c.strings("event").map(|name| self.funnel.step_of(name));
         for (i, u) in self.users.numbers_of(ids).enumerate() {
             if self.admitted.admits(u, ids.value(i)) {
-                self.rows.push((u, (times.value(i), self.funnel.step_of(names.value(i)))));
+                self.rows.push((u, (times.value(i), steps[i])));
             }
         }
     }

@@ -127,15 +127,21 @@ fn scans_of(req: &QueryRequest) -> Result<Vec<Scan>, QueryError> {
             funnel::check(p)?;
             // Strict funnels must see every event of a user (nothing may come between steps).
             let events = if p.strict { Vec::new() } else { p.steps.clone() };
-            vec![scan(Table::Events, Filter { events, ..Default::default() }, &["distinct_id", "time_ns", "event"])]
+            vec![grouped(
+                Table::Events,
+                Filter { events, ..Default::default() },
+                &["distinct_id", "time_ns", "event"],
+                &["event"],
+            )]
         }
         query_request::Plan::Retention(p) => {
             retention::check(p)?;
             let events = vec![p.start_event.clone(), p.return_event.clone()];
-            let mut scans = vec![scan(
+            let mut scans = vec![grouped(
                 Table::Events,
                 Filter { events, ..Default::default() },
                 &["distinct_id", "time_ns", "event"],
+                &["event"],
             )];
             scans.extend(retention::earlier_scan(req, p));
             scans

@@ -63,12 +63,14 @@ pub fn run(
     let mut rows: Vec<(u32, (u32, u8))> = Vec::new();
     each_batch(job, budget, |rb| {
         let c = Cols(rb);
-        let (ids, times, names) = (c.str("distinct_id"), c.i64("time_ns"), c.str("event"));
+        let (ids, times) = (c.str("distinct_id"), c.i64("time_ns"));
+        let names = c.strings("event").map(|name| {
+            (if name == plan.start_event { STARTS } else { 0 }) | (if name == plan.return_event { RETURNS } else { 0 })
+        });
         for (i, u) in users.numbers_of(ids).enumerate() {
             let Some(b) = activity::bucket_of(starts, times.value(i)) else { continue };
-            let name = names.value(i);
-            let is_start = name == plan.start_event && b < plan.cohorts as usize;
-            let marks = (if is_start { STARTS } else { 0 }) | (if name == plan.return_event { RETURNS } else { 0 });
+            // A start counts only in a cohort period.
+            let marks = names[i] & if b < plan.cohorts as usize { STARTS | RETURNS } else { RETURNS };
             if marks != 0 {
                 rows.push((u, (b as u32, marks)));
             }

@@ -63,6 +63,10 @@ fn i64_stats(s: &Statistics) -> Option<(i64, i64)> {
     }
 }
 
+/// Filter columns that [`Scan::mask`] reads as plain strings or as dictionaries alike (the
+/// "one of these values" conditions), so a scan may ask for them as dictionaries.
+const MASKED_EITHER_WAY: [&str; 2] = ["service", "event"];
+
 impl Scan {
     /// The index terms a log line must hold to match, hashed.
     pub fn required_terms(&self) -> Vec<u32> {
@@ -164,10 +168,11 @@ impl Scan {
                 .is_some_and(|(lo, hi)| self.from_ns <= lo && hi < self.to_ns)
     }
 
-    /// The [`Scan::dictionaries`] that the row mask does not need as strings.
+    /// The [`Scan::dictionaries`] that the row mask can read: those it does not need, and
+    /// those it reads either way.
     pub fn dictionary_columns(&self) -> Vec<&'static str> {
         let filter = self.filter_columns();
-        self.dictionaries.iter().copied().filter(|c| !filter.contains(c)).collect()
+        self.dictionaries.iter().copied().filter(|c| !filter.contains(c) || MASKED_EITHER_WAY.contains(c)).collect()
     }
 
     /// Row groups of a log segment that its token index allows.
@@ -246,11 +251,13 @@ impl Scan {
         // Each condition's column is looked up once per batch, not per row: finding a column by
         // name costs more than the comparison.
         let is = |name: &str, v: &'a Option<String>| v.as_deref().map(|v| (c.str(name), v));
-        let among = |name: &str, vs: &'a [String]| (!vs.is_empty()).then(|| (c.str(name), vs));
-        let equal = |cond: &Option<(&StringArray, &str)>, i: usize| cond.is_none_or(|(col, v)| col.value(i) == v);
-        let one_of = |cond: &Option<(&StringArray, &[String])>, i: usize| {
-            cond.is_none_or(|(col, vs)| vs.iter().any(|v| col.value(i) == v))
+        // Per row: whether the column holds one of `vs` (plain or dictionary columns, see
+        // MASKED_EITHER_WAY).
+        let among = |name: &str, vs: &'a [String]| {
+            (!vs.is_empty()).then(|| c.strings(name).map(|value| vs.iter().any(|v| v == value)))
         };
+        let equal = |cond: &Option<(&StringArray, &str)>, i: usize| cond.is_none_or(|(col, v)| col.value(i) == v);
+        let one_of = |cond: &Option<Vec<bool>>, i: usize| cond.as_ref().is_none_or(|m| m[i]);
         let mut table_matches: Box<dyn FnMut(usize, i64) -> bool + '_> = match self.table {
             Table::Spans => {
                 let (services, operation, trace_id) =

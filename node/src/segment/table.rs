@@ -503,6 +503,18 @@ impl<'a> Strings<'a> {
             Strings::Dictionary { keys, values } => values.value(keys[i] as usize),
         }
     }
+
+    /// `f` of every row's value; of a dictionary column, computed once per dictionary entry
+    /// (an event name column holds a few dozen names over thousands of rows).
+    pub fn map<T: Copy>(&self, f: impl Fn(&str) -> T) -> Vec<T> {
+        match self {
+            Strings::Plain(a) => (0..a.len()).map(|i| f(a.value(i))).collect(),
+            Strings::Dictionary { keys, values } => {
+                let per_entry: Vec<T> = (0..values.len()).map(|k| f(values.value(k))).collect();
+                keys.iter().map(|&k| per_entry[k as usize]).collect()
+            }
+        }
+    }
 }
 
 /// See [`Cols::bytes`].
