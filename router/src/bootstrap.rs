@@ -59,8 +59,11 @@ pub async fn bootstrap(cluster: &Cluster, url: &str, plan: &str) -> anyhow::Resu
         other => anyhow::bail!("unexpected meta answer to the bootstrap: {other:?}"),
     };
     // Load the new credentials into this router before anyone can read them from the file.
-    while let Err(e) = cluster.refresh_meta().await {
-        tracing::warn!(error = %e, "meta not readable yet; retrying");
+    loop {
+        match cluster.refresh_meta().await {
+            Err(ClusterError::Unavailable(why)) => tracing::warn!(%why, "meta not readable yet; retrying"),
+            result => break result?,
+        }
     }
     Ok(created.then(|| Credentials {
         url: url.to_owned(),

@@ -88,18 +88,27 @@ where
 /// bootstrapped. On failure the panic message carries what the logs in `dir` say went wrong
 /// (the end of a CI log shows it).
 pub async fn wait_bootstrap(url: &str, dir: &Path, router: &mut Proc) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
+    if let Some(creds) = ready_with_credentials(url, dir, router, Duration::from_secs(120)).await {
+        return creds;
+    }
+    let how = if router.exited() { "the router exited" } else { "timed out" };
+    panic!("the cluster did not bootstrap ({how}); warnings and errors logged:\n{}", log_problems(dir));
+}
+
+/// The credentials in `dir` once the server at `url` (process `proc`) is ready and has written
+/// them; None when `proc` exits or `timeout` passes first.
+async fn ready_with_credentials(url: &str, dir: &Path, proc: &mut Proc, timeout: Duration) -> Option<Value> {
+    let deadline = tokio::time::Instant::now() + timeout;
     let creds_path = dir.join("credentials.json");
-    while tokio::time::Instant::now() < deadline && !router.exited() {
+    while tokio::time::Instant::now() < deadline && !proc.exited() {
         if ready(url).await {
             if let Some(creds) = read_credentials(&creds_path) {
-                return creds;
+                return Some(creds);
             }
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let how = if router.exited() { "the router exited" } else { "timed out" };
-    panic!("the cluster did not bootstrap ({how}); warnings and errors logged:\n{}", log_problems(dir));
+    None
 }
 
 /// Held by a test's cluster: when the test panics, prints what its processes logged as
@@ -188,14 +197,8 @@ impl Dev {
             args.extend_from_slice(extra);
             let mut proc = Proc::spawn(&args, &dir.join("dev.log"), envs);
             let url = format!("http://{listen}");
-            let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-            while tokio::time::Instant::now() < deadline && !proc.exited() {
-                if ready(&url).await {
-                    if let Some(creds) = read_credentials(&dir.join("credentials.json")) {
-                        return Dev { proc, url, dir: dir.to_owned(), creds };
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(100)).await;
+            if let Some(creds) = ready_with_credentials(&url, dir, &mut proc, Duration::from_secs(90)).await {
+                return Dev { proc, url, dir: dir.to_owned(), creds };
             }
             // Port taken between probe and bind, most likely: try another one.
         }

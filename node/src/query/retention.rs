@@ -64,13 +64,13 @@ pub fn run(
     each_batch(job, budget, |rb| {
         let c = Cols(rb);
         let (ids, times) = (c.str("distinct_id"), c.i64("time_ns"));
-        let names = c.strings("event").map(|name| {
+        let name_marks = c.strings("event").map(|name| {
             (if name == plan.start_event { STARTS } else { 0 }) | (if name == plan.return_event { RETURNS } else { 0 })
         });
         for (i, u) in users.numbers_of(ids).enumerate() {
             let Some(b) = activity::bucket_of(starts, times.value(i)) else { continue };
             // A start counts only in a cohort period.
-            let marks = names[i] & if b < plan.cohorts as usize { STARTS | RETURNS } else { RETURNS };
+            let marks = name_marks[i] & if b < plan.cohorts as usize { STARTS | RETURNS } else { RETURNS };
             if marks != 0 {
                 rows.push((u, (b as u32, marks)));
             }

@@ -33,6 +33,7 @@ use sextant_model::text::LogQuery;
 /// Rows per row group: small enough that a trace lookup decodes little, large enough that
 /// per-row-group metadata stays a small fraction of the file.
 const ROW_GROUP_ROWS: usize = 8192;
+const BATCHES_KEY: &str = "sextant.batches";
 
 /// Rows per row group of `table`. Events are read by whole day segments (funnels, retention,
 /// active users) and never looked up by a rare key, so their row groups are 8× larger: each
@@ -45,7 +46,6 @@ fn rows_per_group(table: Table) -> usize {
         ROW_GROUP_ROWS
     }
 }
-const BATCHES_KEY: &str = "sextant.batches";
 
 /// What the manifest records about a segment.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
