@@ -65,7 +65,8 @@ impl SnapshotStream {
         header.extend_from_slice(&xxh3_64(&header_body).to_le_bytes());
         let mut opened = Vec::with_capacity(files.len());
         for f in files {
-            let file = std::fs::File::open(dir.join(&f.name))?;
+            let file = std::fs::File::open(dir.join(&f.name))
+                .map_err(|e| io::Error::new(e.kind(), format!("opening {}: {e}", f.name)))?;
             if file.metadata()?.len() != f.len {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{} changed size", f.name)));
             }

@@ -17,7 +17,7 @@ use arrow_array::RecordBatch;
 use prost::Message;
 use sextant_proto::{ShardBatch, Span};
 
-use crate::archive::FileEntry;
+use crate::archive::{FileEntry, SnapshotStream};
 use crate::durable::sync_dir;
 use crate::failpoint;
 use crate::segment::compaction::{self, merge_rows, RetentionPolicy};
@@ -25,7 +25,7 @@ use crate::segment::file::{self as segment_file, file_name};
 use crate::segment::summary::summary_rows;
 use crate::segment::table::RowRef;
 use crate::segment::{Buffer, Dedup, Manifest, Row, Scan, Segment, Table};
-use crate::state_machine::{CheckpointJob, GroupStore};
+use crate::state_machine::{CheckpointJob, CheckpointOpener, GroupStore};
 use crate::types::{Command, CommandResponse, SnapshotMeta};
 
 /// Flush when the buffer holds this much, whatever the Raft snapshot policy says.
@@ -522,6 +522,17 @@ impl GroupStore for SegmentShard {
         Some((meta, p.manifest.files(p.entry.clone()?)))
     }
 
+    fn checkpoint_opener(&self) -> CheckpointOpener {
+        let (dir, persisted) = (self.dir.clone(), self.persisted.clone());
+        Box::new(move || {
+            let p = persisted.lock().unwrap();
+            let (Some(meta), Some(entry)) = (p.manifest.checkpoint.as_ref(), p.entry.clone()) else {
+                return Ok(None);
+            };
+            Ok(Some((meta.clone(), SnapshotStream::pack(meta, &dir, &p.manifest.files(entry))?)))
+        })
+    }
+
     fn install(&mut self, meta: &SnapshotMeta, staging: &Path, files: &[FileEntry]) -> io::Result<()> {
         let Some(first) = files.first().filter(|f| f.name == crate::segment::manifest::MANIFEST) else {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot does not start with a manifest"));
@@ -850,6 +861,37 @@ mod tests {
         drop(s);
         let s = SegmentShard::open(dir.path()).unwrap();
         assert_eq!(scan_all(&s, Table::Spans, "p", Filter::default()), spans);
+    }
+
+    /// A leader sending its checkpoint while the compactor replaces segments: the files sent
+    /// are those of one manifest, listed and opened together (listing first and opening later
+    /// failed with "No such file or directory" once a compaction deleted a listed segment).
+    #[test]
+    fn a_checkpoint_is_opened_from_the_manifest_current_when_it_is_sent() {
+        use tokio::io::AsyncReadExt;
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        for i in 1..=3u64 {
+            ingest(&mut s, i, i as u128, batch("p", vec![span(&format!("t{i}"), "a", i as i64)]));
+            checkpoint(&mut s, i);
+        }
+        let listed_before = s.checkpoint().unwrap().1;
+        let opener = s.checkpoint_opener();
+        s.compaction(i64::MAX).expect("three small segments").run().unwrap();
+        assert!(listed_before.iter().any(|f| !dir.path().join(&f.name).exists()), "compaction deleted inputs");
+
+        let (meta, mut stream) = opener().unwrap().expect("a checkpoint");
+        let mut bytes = Vec::new();
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(stream.read_to_end(&mut bytes)).unwrap();
+        let other = tempfile::tempdir().unwrap();
+        let staging = other.path().join("staging");
+        let (_, files) = crate::archive::unpack(&mut bytes.as_slice(), &staging).unwrap();
+        let mut b = SegmentShard::open(&other.path().join("b")).unwrap();
+        b.install(&meta, &staging, &files).unwrap();
+        for t in ["t1", "t2", "t3"] {
+            assert_eq!(ids(&b, "p", t), ["a"], "trace {t}");
+        }
     }
 
     #[test]

@@ -25,6 +25,9 @@ use crate::types::{
 /// The slow half of a checkpoint, run off the apply path.
 pub type CheckpointJob = Box<dyn FnOnce() -> io::Result<()> + Send + Sync>;
 
+/// Opens the latest checkpoint's files for sending, run off the apply path.
+pub type CheckpointOpener = Box<dyn FnOnce() -> io::Result<Option<(SnapshotMeta, SnapshotStream)>> + Send>;
+
 /// How a group keeps its applied state and makes it durable.
 pub trait GroupStore: Send + Sync + 'static {
     /// Applies one committed command. Must be deterministic: every replica gets the same result.
@@ -34,6 +37,10 @@ pub trait GroupStore: Send + Sync + 'static {
     fn begin_checkpoint(&mut self, meta: SnapshotMeta) -> CheckpointJob;
     /// The latest durable checkpoint: its meta and files (in the group directory).
     fn checkpoint(&self) -> Option<(SnapshotMeta, Vec<FileEntry>)>;
+    /// Packs the latest durable checkpoint for sending. The files are listed and opened under
+    /// the lock their writers take, so a compaction or a newer checkpoint cannot replace one
+    /// in between (once open, a file stays readable after it is deleted).
+    fn checkpoint_opener(&self) -> CheckpointOpener;
     /// Replaces the whole state with the checked files of a received checkpoint in `staging`.
     fn install(&mut self, meta: &SnapshotMeta, staging: &Path, files: &[FileEntry]) -> io::Result<()>;
 }
@@ -99,21 +106,18 @@ impl<S: GroupStore> GroupStateMachine<S> {
     }
 }
 
-fn snapshot_of<S: GroupStore>(
-    shared: &SharedState<S>,
-    dir: &Path,
-) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-    let Some((meta, files)) = shared.read().unwrap().state.checkpoint() else {
-        return Ok(None);
-    };
-    let stream = SnapshotStream::pack(&meta, dir, &files).map_err(io_err)?;
-    Ok(Some(Snapshot { meta, snapshot: Box::new(stream) }))
+/// The latest checkpoint, opened for sending. Opening may wait for a running flush (which
+/// holds the manifest's lock), so it runs on a blocking thread.
+async fn snapshot_of<S: GroupStore>(shared: &SharedState<S>) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
+    let opener = shared.read().unwrap().state.checkpoint_opener();
+    let opened = tokio::task::spawn_blocking(opener).await.map_err(io_err)?;
+    let opened = opened.map_err(|e| io_err(format!("opening the checkpoint to send: {e}")))?;
+    Ok(opened.map(|(meta, stream)| Snapshot { meta, snapshot: Box::new(stream) }))
 }
 
 pub struct SnapshotBuilder<S: GroupStore> {
     job: Option<CheckpointJob>,
     shared: SharedState<S>,
-    dir: PathBuf,
     lock: Arc<tokio::sync::Mutex<()>>,
     installs: Arc<AtomicU64>,
     /// `installs` when the job was set aside.
@@ -130,10 +134,11 @@ impl<S: GroupStore> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<S> {
         // copy of its rows) over the installed one; the installed checkpoint is the snapshot.
         if self.installs.load(Ordering::Acquire) == self.installs_before {
             let started = std::time::Instant::now();
-            tokio::task::spawn_blocking(job).await.map_err(io_err)?.map_err(io_err)?;
+            let built = tokio::task::spawn_blocking(job).await.map_err(io_err)?;
+            built.map_err(|e| io_err(format!("writing a checkpoint: {e}")))?;
             (self.on_snapshot)(SnapshotEvent::Built(started.elapsed()));
         }
-        snapshot_of(&self.shared, &self.dir)?.ok_or_else(|| io_err("checkpoint vanished after it was written"))
+        snapshot_of(&self.shared).await?.ok_or_else(|| io_err("checkpoint vanished after it was written"))
     }
 }
 
@@ -183,7 +188,6 @@ impl<S: GroupStore> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
         SnapshotBuilder {
             job: Some(job),
             shared: self.shared.clone(),
-            dir: self.dir.clone(),
             lock: self.checkpoint_lock.clone(),
             installs: self.installs.clone(),
             installs_before: self.installs.load(Ordering::Acquire),
@@ -235,13 +239,13 @@ impl<S: GroupStore> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
         })
         .await
         .map_err(io_err)?
-        .map_err(io_err)?;
+        .map_err(|e| io_err(format!("installing a snapshot: {e}")))?;
         (self.on_snapshot)(SnapshotEvent::Installed);
         Ok(())
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        snapshot_of(&self.shared, &self.dir)
+        snapshot_of(&self.shared).await
     }
 }
 
@@ -315,14 +319,24 @@ impl<S: GroupState> GroupStore for Whole<S> {
             writer(&mut bytes)?;
             let digest = xxh3_64(&bytes);
             bytes.extend_from_slice(&digest.to_le_bytes());
-            let entry = write_file_atomic(&dir, WHOLE_FILE, &bytes)?;
-            *checkpoint.write().unwrap() = Some((meta, entry));
+            // Replaced under the lock an opener holds, so it never opens the new file as the old.
+            let mut current = checkpoint.write().unwrap();
+            *current = Some((meta, write_file_atomic(&dir, WHOLE_FILE, &bytes)?));
             Ok(())
         })
     }
 
     fn checkpoint(&self) -> Option<(SnapshotMeta, Vec<FileEntry>)> {
         self.checkpoint.read().unwrap().as_ref().map(|(m, f)| (m.clone(), vec![f.clone()]))
+    }
+
+    fn checkpoint_opener(&self) -> CheckpointOpener {
+        let (dir, checkpoint) = (self.dir.clone(), self.checkpoint.clone());
+        Box::new(move || {
+            let current = checkpoint.read().unwrap();
+            let Some((meta, entry)) = current.as_ref() else { return Ok(None) };
+            Ok(Some((meta.clone(), SnapshotStream::pack(meta, &dir, std::slice::from_ref(entry))?)))
+        })
     }
 
     fn install(&mut self, meta: &SnapshotMeta, staging: &Path, files: &[FileEntry]) -> io::Result<()> {
@@ -332,9 +346,10 @@ impl<S: GroupState> GroupStore for Whole<S> {
         let bytes = std::fs::read(staging.join(&entry.name))?;
         // `decode` checks the checksum before it touches the live state.
         Self::decode(&bytes, &mut self.state)?;
+        let mut current = self.checkpoint.write().unwrap();
         std::fs::rename(staging.join(&entry.name), self.dir.join(WHOLE_FILE))?;
         crate::durable::sync_dir(&self.dir)?;
-        *self.checkpoint.write().unwrap() = Some((meta.clone(), entry.clone()));
+        *current = Some((meta.clone(), entry.clone()));
         Ok(())
     }
 }
