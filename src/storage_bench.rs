@@ -40,6 +40,32 @@ pub struct StorageBenchArgs {
     /// benchmarks (`scripts/bench_reads.sh`), which load it into `sextant dev` and ClickHouse.
     #[arg(long, requires = "ndjson")]
     pub ndjson_only: bool,
+    /// Time lookups on the shard an earlier run left in `--dir` instead of writing one (a 10M
+    /// data set takes minutes to write).
+    #[arg(long)]
+    pub lookups_only: bool,
+}
+
+/// What a later `--lookups-only` run needs of the data set: its project and some trace ids.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct LookupTargets {
+    project: String,
+    trace_ids: Vec<String>,
+}
+
+fn time_lookups(shard: &SegmentShard, targets: &LookupTargets, lookups: usize) -> anyhow::Result<Value> {
+    let mut rng = rand::thread_rng();
+    let mut hist = Histogram::<u64>::new(3)?;
+    let mut found = 0usize;
+    for _ in 0..lookups {
+        let id = targets.trace_ids.choose(&mut rng).expect("non-empty");
+        let t = Instant::now();
+        let spans = shard.trace(&targets.project, id).run()?;
+        hist.record(t.elapsed().as_micros() as u64)?;
+        found += usize::from(!spans.is_empty());
+    }
+    anyhow::ensure!(found == lookups, "a stored trace was not found");
+    Ok(json!({ "p50": hist.value_at_quantile(0.5), "p99": hist.value_at_quantile(0.99), "max": hist.max() }))
 }
 
 const BATCH: usize = 1000;
@@ -69,6 +95,14 @@ pub fn run(args: StorageBenchArgs) -> anyhow::Result<()> {
         return write_ndjson(&args);
     }
     let shard_dir = args.dir.join("shard");
+    let targets_file = args.dir.join("lookup-targets.json");
+    if args.lookups_only {
+        let shard = SegmentShard::open(&shard_dir)?;
+        let targets: LookupTargets = serde_json::from_slice(&std::fs::read(&targets_file)?)?;
+        let report = json!({ "trace_lookup_us": time_lookups(&shard, &targets, args.lookups)? });
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
     anyhow::ensure!(!shard_dir.exists(), "{} already exists", shard_dir.display());
     let mut shard = SegmentShard::open(&shard_dir)?;
     let project = sextant_model::ProjectId::random().to_string();
@@ -145,23 +179,12 @@ pub fn run(args: StorageBenchArgs) -> anyhow::Result<()> {
         "merges": merges,
     });
 
-    if args.kind == "spans" && args.lookups > 0 && !trace_ids.is_empty() {
-        let mut rng = rand::thread_rng();
-        let mut hist = Histogram::<u64>::new(3)?;
-        let mut found = 0usize;
-        for _ in 0..args.lookups {
-            let id = trace_ids.choose(&mut rng).expect("non-empty");
-            let t = Instant::now();
-            let spans = shard.trace(&project, id).run()?;
-            hist.record(t.elapsed().as_micros() as u64)?;
-            found += usize::from(!spans.is_empty());
+    if args.kind == "spans" && !trace_ids.is_empty() {
+        let targets = LookupTargets { project, trace_ids };
+        std::fs::write(&targets_file, serde_json::to_vec(&targets)?)?;
+        if args.lookups > 0 {
+            report["trace_lookup_us"] = time_lookups(&shard, &targets, args.lookups)?;
         }
-        anyhow::ensure!(found == args.lookups, "a stored trace was not found");
-        report["trace_lookup_us"] = json!({
-            "p50": hist.value_at_quantile(0.5),
-            "p99": hist.value_at_quantile(0.99),
-            "max": hist.max(),
-        });
     }
     println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())

@@ -863,6 +863,38 @@ mod tests {
         assert_eq!(scan_all(&s, Table::Spans, "p", Filter::default()), spans);
     }
 
+    /// Summaries store a trace's end as its duration; readers get times, whether they ask for
+    /// the end alone or with the start, and the minimum-duration filter sees durations.
+    #[test]
+    fn trace_ends_read_back_as_times() {
+        use crate::segment::Filter;
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        let mut long = span("slow", "a", 5_000);
+        long.duration_nanos = 7_000;
+        ingest(&mut s, 1, 1, batch("p", vec![span("fast", "a", 1_000), long]));
+        checkpoint(&mut s, 1);
+        let ends = |columns: &[&str], min_duration_ns: Option<i64>| -> Vec<i64> {
+            let scan = Scan {
+                table: Table::TraceSummaries,
+                project: "p".into(),
+                from_ns: i64::MIN,
+                to_ns: i64::MAX,
+                filter: Filter { min_duration_ns, ..Filter::default() },
+                columns: columns.iter().map(|c| c.to_string()).collect(),
+                dictionaries: vec![],
+            };
+            let batches = s.scan(scan).run().unwrap();
+            let mut ends: Vec<i64> =
+                batches.iter().flat_map(|rb| crate::segment::table::Cols(rb).i64("end_ns").values().to_vec()).collect();
+            ends.sort();
+            ends
+        };
+        assert_eq!(ends(&["end_ns"], None), [2_000, 12_000]);
+        assert_eq!(ends(&["start_ns", "end_ns"], None), [2_000, 12_000]);
+        assert_eq!(ends(&["end_ns"], Some(5_000)), [12_000]);
+    }
+
     /// A leader sending its checkpoint while the compactor replaces segments: the files sent
     /// are those of one manifest, listed and opened together (listing first and opening later
     /// failed with "No such file or directory" once a compaction deleted a listed segment).

@@ -122,10 +122,14 @@ fn properties(table: Table, layout: &Layout, distinct_traces: usize, batches: &[
     for &column in Scan::pruning_columns(table) {
         b = b.set_column_statistics_enabled(ColumnPath::from(column), EnabledStatistics::Chunk);
     }
-    if schema.index_of("duration_ns").is_ok() {
-        b = b
-            .set_column_dictionary_enabled(ColumnPath::from("duration_ns"), false)
-            .set_column_encoding(ColumnPath::from("duration_ns"), Encoding::BYTE_STREAM_SPLIT);
+    // Durations and a trace's end (stored as its duration, see `layout`): random numbers in a
+    // small range, the bytes of each significance together.
+    for duration in ["duration_ns", "end_ns"] {
+        if schema.index_of(duration).is_ok() {
+            b = b
+                .set_column_dictionary_enabled(ColumnPath::from(duration), false)
+                .set_column_encoding(ColumnPath::from(duration), Encoding::BYTE_STREAM_SPLIT);
+        }
     }
     for time in ["start_ns", "time_ns"] {
         if schema.index_of(time).is_ok() {
@@ -155,15 +159,19 @@ fn properties(table: Table, layout: &Layout, distinct_traces: usize, batches: &[
         // dictionary indices would only add to the values themselves. The heads of split
         // values are few and keep their dictionary.
         if key.distinct {
-            for col in [key.column(), key.tail_column()] {
+            let text_tail = key.tail == super::attribute_columns::Tail::Text;
+            for col in [Some(key.column()), text_tail.then(|| key.tail_column())].into_iter().flatten() {
                 b = b
                     .set_column_dictionary_enabled(ColumnPath::from(col.as_str()), false)
                     .set_column_encoding(ColumnPath::from(col.as_str()), Encoding::DELTA_LENGTH_BYTE_ARRAY);
             }
             // Like durations: the bytes of each significance together.
-            b = b
-                .set_column_dictionary_enabled(ColumnPath::from(key.int_column()), false)
-                .set_column_encoding(ColumnPath::from(key.int_column()), Encoding::BYTE_STREAM_SPLIT);
+            let numbers = [Some(key.int_column()), (!text_tail).then(|| key.tail_column())];
+            for col in numbers.into_iter().flatten() {
+                b = b
+                    .set_column_dictionary_enabled(ColumnPath::from(col.as_str()), false)
+                    .set_column_encoding(ColumnPath::from(col.as_str()), Encoding::BYTE_STREAM_SPLIT);
+            }
         }
     }
     // Mostly distinct values; a summary's trace id too (one row per trace).

@@ -13,6 +13,9 @@
 //! by that unit, noted in the column's metadata; the low digits of `× 1000` otherwise cost
 //! about a byte per span after compression.
 //!
+//! Trace ends: a trace summary stores its end as the time since its start (a trace lasts
+//! milliseconds to seconds; its end as a time costs as many bytes as its start).
+//!
 //! Ids: the id columns of [`hex_id_columns`] are stored as bytes ([`super::hex_ids`]), their
 //! width in the field's metadata ([`stored_value`] gives a queried id in that form).
 //!
@@ -33,6 +36,8 @@ use super::table::{Row, RowRef, Table};
 pub const PARENT_REF: &str = "parent_ref";
 /// Metadata key of the `duration_ns` field: nanoseconds per stored unit.
 const DURATION_UNIT: &str = "sextant.unit";
+/// Metadata key of a time field stored as the time since another field's.
+const OFFSET_FROM: &str = "sextant.offset_from";
 /// Metadata key of an id field stored as bytes: the ids' width in bytes.
 const HEX_ID_WIDTH: &str = "sextant.hex_id_bytes";
 
@@ -79,6 +84,8 @@ pub struct Layout {
     pub duration_unit: Option<i64>,
     /// The columns of [`hex_id_columns`] hold ids as bytes.
     pub hex_ids: bool,
+    /// Trace summaries: `end_ns` holds the time since `start_ns`.
+    pub end_offsets: bool,
 }
 
 impl Layout {
@@ -96,6 +103,7 @@ impl Layout {
             parent_refs: table == Table::Spans,
             duration_unit,
             hex_ids: !hex_id_columns(table).is_empty(),
+            end_offsets: table == Table::TraceSummaries,
         }
     }
 
@@ -121,6 +129,9 @@ impl Layout {
                 fields[i] = Field::new(name, DataType::Binary, true)
                     .with_metadata(HashMap::from([(HEX_ID_WIDTH.to_owned(), width.to_string())]));
             }
+        }
+        if let (true, Ok(i)) = (self.end_offsets, schema.index_of("end_ns")) {
+            fields[i] = fields[i].clone().with_metadata(HashMap::from([(OFFSET_FROM.to_owned(), "start_ns".into())]));
         }
         if self.parent_refs {
             fields.push(Field::new(PARENT_REF, DataType::Int32, false));
@@ -171,6 +182,11 @@ pub fn companion_columns(requested: &[String], file: &Schema) -> Vec<usize> {
     if wants("parent_span_id") {
         out.extend([PARENT_REF, "span_id"].iter().filter_map(|c| file.index_of(c).ok()));
     }
+    for (i, f) in file.fields().iter().enumerate() {
+        if let Some(from) = f.metadata().get(OFFSET_FROM).filter(|_| wants(f.name())) {
+            out.extend(file.index_of(from).ok().filter(|&j| j != i));
+        }
+    }
     out
 }
 
@@ -178,7 +194,8 @@ pub fn companion_columns(requested: &[String], file: &Schema) -> Vec<usize> {
 pub fn assemble(rb: RecordBatch) -> Result<RecordBatch, ArrowError> {
     let schema = rb.schema();
     let physical = |name: &str| name == PARENT_REF || attribute_columns::is_attribute_column(name);
-    let encoded = |f: &Field| f.metadata().contains_key(DURATION_UNIT) || f.metadata().contains_key(HEX_ID_WIDTH);
+    let encoded =
+        |f: &Field| [DURATION_UNIT, HEX_ID_WIDTH, OFFSET_FROM].into_iter().any(|k| f.metadata().contains_key(k));
     if !schema.fields().iter().any(|f| physical(f.name()) || encoded(f)) {
         return Ok(rb);
     }
@@ -208,6 +225,15 @@ pub fn assemble(rb: RecordBatch) -> Result<RecordBatch, ArrowError> {
             let unit: i64 = unit.parse().map_err(|_| ArrowError::SchemaError(format!("duration unit {unit}")))?;
             let stored = arrays[pos].as_any().downcast_ref::<Int64Array>().expect("duration_ns is int64");
             arrays[pos] = Arc::new(stored.unary::<_, arrow_array::types::Int64Type>(|d| d * unit));
+        }
+    }
+    for pos in 0..keep.len() {
+        if let Some(from) = schema.field(keep[pos]).metadata().get(OFFSET_FROM) {
+            let base = position(from).ok_or_else(|| ArrowError::SchemaError(format!("{from} was not read")))?;
+            let offsets = arrays[pos].as_any().downcast_ref::<Int64Array>().expect("offsets are int64");
+            let base = arrays[base].as_any().downcast_ref::<Int64Array>().expect("times are int64");
+            let times = offsets.values().iter().zip(base.values()).map(|(o, b)| o.wrapping_add(*b));
+            arrays[pos] = Arc::new(Int64Array::from_iter_values(times));
         }
     }
     // The table's fields (ids as text again), without the layout's metadata.

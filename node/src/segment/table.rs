@@ -426,6 +426,11 @@ pub fn to_segment_batch(
     if *layout == Layout::default() {
         return RecordBatch::try_new(schema, arrays);
     }
+    if let (true, Ok(end), Ok(start)) = (layout.end_offsets, schema.index_of("end_ns"), schema.index_of("start_ns")) {
+        let int64 = |i: usize| arrays[i].as_any().downcast_ref::<Int64Array>().expect("times are int64").values();
+        let offsets: Vec<i64> = int64(end).iter().zip(int64(start)).map(|(e, s)| e.wrapping_sub(*s)).collect();
+        arrays[end] = Arc::new(Int64Array::from(offsets));
+    }
     if layout.parent_refs {
         arrays.push(Arc::new(Int32Array::from(parent_refs)));
     }
