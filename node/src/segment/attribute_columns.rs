@@ -96,6 +96,11 @@ impl Tail {
         }
     }
 
+    /// Whether a last word is stored in this form.
+    fn fits(self, word: &str) -> bool {
+        self == Tail::Text || self.number(word).is_some()
+    }
+
     fn format(self, n: i64) -> String {
         n.to_string()
     }
@@ -143,9 +148,18 @@ pub struct Key {
     pub tail: Tail,
     /// Its integer values are stored in an integer column.
     pub ints: bool,
+    /// Some of its values are stored whole, in [`Key::column`] (a column of nulls only would
+    /// still cost its page headers: 0.04 B/span each).
+    pub whole: bool,
 }
 
 impl Key {
+    /// Whether `value` is stored whole (not split, not an integer of an integer key).
+    fn stays_whole(&self, value: &AnyValue) -> bool {
+        let split = self.split && splittable(value).is_some_and(|(text, at)| self.tail.fits(&text[at..]));
+        !split && !(self.ints && integer(value).is_some())
+    }
+
     /// The segment column holding this key's values (those not split).
     pub fn column(&self) -> String {
         format!("{PREFIX}{}", self.name)
@@ -165,7 +179,10 @@ impl Key {
 
     /// The segment fields of this key, in the order [`Split::finish`] gives the columns.
     pub fn fields(&self) -> Vec<Field> {
-        let mut fields = vec![Field::new(self.column(), DataType::Binary, true)];
+        let mut fields = Vec::new();
+        if self.whole {
+            fields.push(Field::new(self.column(), DataType::Binary, true));
+        }
         if self.split {
             fields.push(Field::new(self.head_column(), DataType::Utf8, true));
             fields.push(match self.tail.metadata() {
@@ -233,10 +250,18 @@ pub fn choose(rows: &[RowRef<'_>]) -> Vec<Key> {
             let split = distinct && s.splittable * 4 >= s.sampled * 3 && s.heads.len() * 8 <= s.splittable;
             let ints = s.ints * 4 >= s.sampled * 3;
             let tail = if split && s.decimal * 4 >= s.splittable * 3 { Tail::Decimal } else { Tail::Text };
-            Key { name: k.to_owned(), distinct, split, tail, ints }
+            Key { name: k.to_owned(), distinct, split, tail, ints, whole: !split && !ints }
         })
         .collect();
     keys.sort();
+    // Whether any value stays whole, by every row (the sample decided the rest).
+    if keys.iter().any(|k| !k.whole) {
+        for kv in rows.iter().flat_map(|r| attributes(r.row).unwrap_or_default()) {
+            if let (Ok(k), Some(value)) = (keys.binary_search_by(|k| k.name.as_str().cmp(&kv.key)), &kv.value) {
+                keys[k].whole = keys[k].whole || keys[k].stays_whole(value);
+            }
+        }
+    }
     keys
 }
 
@@ -247,7 +272,7 @@ enum TailBuilder {
 
 /// The columns of one key being written.
 struct KeyColumns {
-    whole: BinaryBuilder,
+    whole: Option<BinaryBuilder>,
     /// Head and tail, for a split key.
     split: Option<(StringBuilder, TailBuilder)>,
     /// For an integer key.
@@ -255,7 +280,10 @@ struct KeyColumns {
 }
 
 impl KeyColumns {
-    fn push(&mut self, value: Option<&AnyValue>) {
+    /// Adds a row's value (or a null); false when the value is not stored (none, or whole
+    /// without a whole column): the caller keeps it with the rest of the attributes.
+    fn push(&mut self, key: &Key, value: Option<&AnyValue>) -> bool {
+        let value = value.filter(|v| self.whole.is_some() || !key.stays_whole(v));
         let split = match &self.split {
             Some((_, TailBuilder::Number(_, form))) => {
                 value.and_then(splittable).filter(|(text, at)| form.number(&text[*at..]).is_some())
@@ -264,9 +292,11 @@ impl KeyColumns {
             None => None,
         };
         let int = self.ints.is_some().then(|| value.and_then(integer)).flatten();
-        match value.filter(|_| split.is_none() && int.is_none()) {
-            Some(value) => self.whole.append_value(value.encode_to_vec()),
-            None => self.whole.append_null(),
+        if let Some(whole) = self.whole.as_mut() {
+            match value.filter(|_| split.is_none() && int.is_none()) {
+                Some(value) => whole.append_value(value.encode_to_vec()),
+                None => whole.append_null(),
+            }
         }
         if let Some((head, tail)) = self.split.as_mut() {
             match split {
@@ -289,6 +319,7 @@ impl KeyColumns {
         if let Some(ints) = self.ints.as_mut() {
             ints.append_option(int);
         }
+        value.is_some()
     }
 }
 
@@ -303,7 +334,9 @@ impl<'k> Split<'k> {
         let columns = keys
             .iter()
             .map(|k| KeyColumns {
-                whole: BinaryBuilder::with_capacity(rows, if k.split || k.ints { 0 } else { rows * 8 }),
+                whole: k
+                    .whole
+                    .then(|| BinaryBuilder::with_capacity(rows, if k.split || k.ints { 0 } else { rows * 8 })),
                 split: k.split.then(|| {
                     let tail = match k.tail {
                         Tail::Text => TailBuilder::Text(StringBuilder::with_capacity(rows, rows * 8)),
@@ -330,8 +363,7 @@ impl<'k> Split<'k> {
             match self.keys.binary_search_by(|k| k.name.as_str().cmp(&kv.key)) {
                 Ok(k) if !seen[k] => {
                     seen[k] = true;
-                    self.columns[k].push(kv.value.as_ref());
-                    if kv.value.is_none() {
+                    if !self.columns[k].push(&self.keys[k], kv.value.as_ref()) {
                         rest.push(kv.clone());
                     }
                 }
@@ -340,7 +372,7 @@ impl<'k> Split<'k> {
         }
         for (k, seen) in seen.into_iter().enumerate() {
             if !seen {
-                self.columns[k].push(None);
+                self.columns[k].push(&self.keys[k], None);
             }
         }
         encode_attributes(&rest)
@@ -350,7 +382,9 @@ impl<'k> Split<'k> {
     pub fn finish(self) -> Vec<ArrayRef> {
         let mut out: Vec<ArrayRef> = Vec::new();
         for mut c in self.columns {
-            out.push(Arc::new(c.whole.finish()));
+            if let Some(mut whole) = c.whole {
+                out.push(Arc::new(whole.finish()));
+            }
             if let Some((mut head, mut tail)) = c.split {
                 out.push(Arc::new(head.finish()));
                 out.push(match &mut tail {
@@ -564,8 +598,15 @@ mod tests {
         assert_eq!(
             keys,
             vec![
-                Key { name: "pod".into(), distinct: true, split: true, tail: Tail::Text, ints: false },
-                Key { name: "region".into(), distinct: false, split: false, tail: Tail::Text, ints: false }
+                Key { name: "pod".into(), distinct: true, split: true, tail: Tail::Text, ints: false, whole: false },
+                Key {
+                    name: "region".into(),
+                    distinct: false,
+                    split: false,
+                    tail: Tail::Text,
+                    ints: false,
+                    whole: true
+                }
             ]
         );
         let layout = Layout::choose(Table::Spans, &refs);
@@ -608,8 +649,26 @@ mod tests {
         assert_eq!(tails.data_type(), &DataType::Int64);
         assert_eq!(tails.null_count(), 8, "the user ids with a leading zero stay whole");
         assert_eq!(physical.column_by_name("attr.tail:pod").unwrap().data_type(), &DataType::Utf8);
+        assert!(physical.column_by_name("attr:pod").is_none(), "every pod name splits: no column of nulls");
+        assert_eq!(physical.column_by_name("attr:user").unwrap().null_count(), 400 - 8);
         let back = from_record_batch(Table::Spans, &assemble(physical).unwrap());
         assert!(back.iter().zip(&rows).all(|((_, got, _), want)| got == want));
+    }
+
+    /// Keys are chosen from the rows they are written with, but a value that would go to a
+    /// whole column the key lacks is kept with the rest of the attributes, not lost.
+    #[test]
+    fn a_value_without_a_column_for_it_stays_with_the_rest() {
+        let key = Key { name: "n".into(), distinct: true, split: false, tail: Tail::Text, ints: true, whole: false };
+        let keys = [key];
+        let mut split = Split::new(&keys, 2);
+        let int = KeyValue { key: "n".into(), value: Some(AnyValue { value: Some(any_value::Value::IntValue(7)) }) };
+        let text = KeyValue { key: "n".into(), value: split_value(2, 5) };
+        assert!(decode_attributes(&split.push(std::slice::from_ref(&int))).is_empty());
+        assert_eq!(decode_attributes(&split.push(std::slice::from_ref(&text))), [text]);
+        let columns = split.finish();
+        assert_eq!(columns.len(), 1, "the integers only");
+        assert_eq!(columns[0].null_count(), 1);
     }
 
     #[test]
@@ -626,7 +685,14 @@ mod tests {
         let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
         assert_eq!(
             choose(&refs),
-            vec![Key { name: "region".into(), distinct: false, split: false, tail: Tail::Text, ints: false }]
+            vec![Key {
+                name: "region".into(),
+                distinct: false,
+                split: false,
+                tail: Tail::Text,
+                ints: false,
+                whole: true
+            }]
         );
     }
 }
