@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use futures::StreamExt;
@@ -179,10 +179,20 @@ impl Scaled {
         (status, resp.json().await.unwrap_or(Value::Null))
     }
 
+    /// Places groups on `nodes`. A node that has just started may not have registered yet: the
+    /// operator requeues on `unknown_node`, and so does this, for a bounded time.
     async fn place(&self, nodes: &[usize]) {
         let addrs: Vec<String> = nodes.iter().map(|i| self.addr(*i)).collect();
-        let (status, body) = self.admin_post("placement", json!({ "nodes": addrs })).await;
-        assert_eq!(status, 202, "placement refused: {body}");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (status, body) = self.admin_post("placement", json!({ "nodes": addrs })).await;
+            if status == 409 && body["error"]["code"] == "unknown_node" && Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+            assert_eq!(status, 202, "placement refused: {body}");
+            return;
+        }
     }
 
     async fn drain(&self, i: usize) {
