@@ -46,6 +46,13 @@ struct Persisted {
     entry: Option<FileEntry>,
 }
 
+impl Persisted {
+    /// The checkpoint this manifest records: its meta and files, the manifest first.
+    fn checkpoint(&self) -> Option<(SnapshotMeta, Vec<FileEntry>)> {
+        Some((self.manifest.checkpoint.clone()?, self.manifest.files(self.entry.clone()?)))
+    }
+}
+
 pub struct SegmentShard {
     dir: PathBuf,
     active: Buffer,
@@ -517,19 +524,17 @@ impl GroupStore for SegmentShard {
     }
 
     fn checkpoint(&self) -> Option<(SnapshotMeta, Vec<FileEntry>)> {
-        let p = self.persisted.lock().unwrap();
-        let meta = p.manifest.checkpoint.clone()?;
-        Some((meta, p.manifest.files(p.entry.clone()?)))
+        self.persisted.lock().unwrap().checkpoint()
     }
 
     fn checkpoint_opener(&self) -> CheckpointOpener {
         let (dir, persisted) = (self.dir.clone(), self.persisted.clone());
         Box::new(move || {
+            // Packed with the lock held: see `GroupStore::checkpoint_opener`.
             let p = persisted.lock().unwrap();
-            let (Some(meta), Some(entry)) = (p.manifest.checkpoint.as_ref(), p.entry.clone()) else {
-                return Ok(None);
-            };
-            Ok(Some((meta.clone(), SnapshotStream::pack(meta, &dir, &p.manifest.files(entry))?)))
+            let Some((meta, files)) = p.checkpoint() else { return Ok(None) };
+            let stream = SnapshotStream::pack(&meta, &dir, &files)?;
+            Ok(Some((meta, stream)))
         })
     }
 

@@ -157,7 +157,8 @@ impl Key {
     /// Whether `value` is stored whole (not split, not an integer of an integer key).
     fn stays_whole(&self, value: &AnyValue) -> bool {
         let split = self.split && splittable(value).is_some_and(|(text, at)| self.tail.fits(&text[at..]));
-        !split && !(self.ints && integer(value).is_some())
+        let int = self.ints && integer(value).is_some();
+        !split && !int
     }
 
     /// The segment column holding this key's values (those not split).
@@ -265,9 +266,10 @@ pub fn choose(rows: &[RowRef<'_>]) -> Vec<Key> {
     keys
 }
 
+/// The last words of a split key being written, in the key's [`Tail`] form.
 enum TailBuilder {
     Text(StringBuilder),
-    Number(Int64Builder, Tail),
+    Number(Int64Builder),
 }
 
 /// The columns of one key being written.
@@ -284,13 +286,8 @@ impl KeyColumns {
     /// without a whole column): the caller keeps it with the rest of the attributes.
     fn push(&mut self, key: &Key, value: Option<&AnyValue>) -> bool {
         let value = value.filter(|v| self.whole.is_some() || !key.stays_whole(v));
-        let split = match &self.split {
-            Some((_, TailBuilder::Number(_, form))) => {
-                value.and_then(splittable).filter(|(text, at)| form.number(&text[*at..]).is_some())
-            }
-            Some(_) => value.and_then(splittable),
-            None => None,
-        };
+        let split =
+            key.split.then(|| value.and_then(splittable)).flatten().filter(|(text, at)| key.tail.fits(&text[*at..]));
         let int = self.ints.is_some().then(|| value.and_then(integer)).flatten();
         if let Some(whole) = self.whole.as_mut() {
             match value.filter(|_| split.is_none() && int.is_none()) {
@@ -304,14 +301,14 @@ impl KeyColumns {
                     head.append_value(&text[..at]);
                     match tail {
                         TailBuilder::Text(t) => t.append_value(&text[at..]),
-                        TailBuilder::Number(t, form) => t.append_option(form.number(&text[at..])),
+                        TailBuilder::Number(t) => t.append_option(key.tail.number(&text[at..])),
                     }
                 }
                 None => {
                     head.append_null();
                     match tail {
                         TailBuilder::Text(t) => t.append_null(),
-                        TailBuilder::Number(t, _) => t.append_null(),
+                        TailBuilder::Number(t) => t.append_null(),
                     }
                 }
             }
@@ -340,7 +337,7 @@ impl<'k> Split<'k> {
                 split: k.split.then(|| {
                     let tail = match k.tail {
                         Tail::Text => TailBuilder::Text(StringBuilder::with_capacity(rows, rows * 8)),
-                        form => TailBuilder::Number(Int64Builder::with_capacity(rows), form),
+                        Tail::Decimal => TailBuilder::Number(Int64Builder::with_capacity(rows)),
                     };
                     (StringBuilder::with_capacity(rows, rows * 8), tail)
                 }),
@@ -381,7 +378,7 @@ impl<'k> Split<'k> {
     /// The key columns, in the order of the keys' [`Key::fields`] (as [`super::layout::Layout::schema`] lists them).
     pub fn finish(self) -> Vec<ArrayRef> {
         let mut out: Vec<ArrayRef> = Vec::new();
-        for mut c in self.columns {
+        for c in self.columns {
             if let Some(mut whole) = c.whole {
                 out.push(Arc::new(whole.finish()));
             }
@@ -389,7 +386,7 @@ impl<'k> Split<'k> {
                 out.push(Arc::new(head.finish()));
                 out.push(match &mut tail {
                     TailBuilder::Text(t) => Arc::new(t.finish()),
-                    TailBuilder::Number(t, _) => Arc::new(t.finish()),
+                    TailBuilder::Number(t) => Arc::new(t.finish()),
                 });
             }
             if let Some(mut ints) = c.ints {
@@ -584,6 +581,11 @@ mod tests {
         assert!(SPLIT_CASES.load(std::sync::atomic::Ordering::Relaxed) > 20);
     }
 
+    /// A key with a column of whole values and nothing else.
+    fn kept_whole(name: &str) -> Key {
+        Key { name: name.into(), distinct: false, split: false, tail: Tail::Text, ints: false, whole: true }
+    }
+
     #[test]
     fn mostly_distinct_values_with_few_heads_are_split() {
         let rows: Vec<Row> = (0..200u32)
@@ -599,14 +601,7 @@ mod tests {
             keys,
             vec![
                 Key { name: "pod".into(), distinct: true, split: true, tail: Tail::Text, ints: false, whole: false },
-                Key {
-                    name: "region".into(),
-                    distinct: false,
-                    split: false,
-                    tail: Tail::Text,
-                    ints: false,
-                    whole: true
-                }
+                kept_whole("region")
             ]
         );
         let layout = Layout::choose(Table::Spans, &refs);
@@ -683,16 +678,6 @@ mod tests {
             })
             .collect();
         let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
-        assert_eq!(
-            choose(&refs),
-            vec![Key {
-                name: "region".into(),
-                distinct: false,
-                split: false,
-                tail: Tail::Text,
-                ints: false,
-                whole: true
-            }]
-        );
+        assert_eq!(choose(&refs), vec![kept_whole("region")]);
     }
 }

@@ -102,7 +102,8 @@ fn properties(table: Table, layout: &Layout, distinct_traces: usize, batches: &[
         .set_max_row_group_row_count(Some(rows_per_group(table)))
         // Spans: pages of 4k rows, so a trace lookup decodes one page per column, not a row
         // group (measured, 1M spans: 1k-row pages 31.4 B/span and lookups p50 0.94 ms; 2k 30.3
-        // B and 1.0 ms; 4k 29.8 B and 1.04 ms: each page costs a header and a ZSTD frame). Other tables are read by whole row groups; one page per column chunk lets
+        // B and 1.0 ms; 4k 29.8 B and 1.04 ms: each page costs a header and a ZSTD frame).
+        // Other tables are read by whole row groups; one page per column chunk lets
         // compression see all its values together (logs: 1.6 B less per line).
         .set_data_page_row_count_limit(if table == Table::Spans { 4096 } else { rows_per_group(table) })
         .set_data_page_size_limit(if table == Table::Spans { 1 << 20 } else { 8 << 20 })
