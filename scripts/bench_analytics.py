@@ -12,7 +12,11 @@ per-user analytics; Sextant receives the same events through `/v1/batch` in 1000
 batches (8 in flight). Then each query runs once to warm up and 3 times timed on both; the
 median is reported, with whether the two answers agree.
 Needs: pip install chdb
+SKIP_LOAD=1 leaves Sextant as it is (already holding this data set, e.g. a restarted `sextant
+dev` on the data directory of an earlier run) and only loads ClickHouse: for comparing builds.
+ONLY=WORD runs only the queries whose name contains WORD (e.g. ONLY=funnel).
 """
+import os
 import http.client
 import json
 import queue
@@ -88,14 +92,14 @@ def sender():
             time.sleep(0.2 * (attempt + 1))
 
 
-threads = [threading.Thread(target=sender) for _ in range(8)]
+threads = [threading.Thread(target=sender) for _ in range(0 if os.environ.get("SKIP_LOAD") else 8)]
 for th in threads:
     th.start()
 t = time.time()
 event_json = (
     f"concat('{{\"event\":\"', {EV}, '\",\"distinct_id\":\"', {UID}, '\",\"timestamp\":', toString({TS}), '}}')"
 )
-for lo in range(0, N, BATCH * CHUNK):
+for lo in range(0, N if threads else 0, BATCH * CHUNK):
     hi = min(N, lo + BATCH * CHUNK)
     out = ch.query(
         f"SELECT concat('{{\"events\":[', arrayStringConcat(groupArray(e), ','), ']}}') FROM "
@@ -112,7 +116,8 @@ for th in threads:
 secs = time.time() - t
 if errors:
     sys.exit(f"ingest failed: {errors[:3]}")
-report(step="sextant_load", events=N, seconds=round(secs, 1), events_per_second=round(N / secs))
+if threads:
+    report(step="sextant_load", events=N, seconds=round(secs, 1), events_per_second=round(N / secs))
 
 c = conn()
 c.request("POST", "/auth/login", json.dumps({"email": creds["email"], "password": creds["password"]}), {"Content-Type": "application/json"})
@@ -150,6 +155,8 @@ def ch_rows(sql):
 
 
 def compare(name, ours_f, sql, ours_value, ch_value):
+    if os.environ.get("ONLY", "") not in name:
+        return
     try:
         ours_s, ours = timed(ours_f)
     except Failed as e:

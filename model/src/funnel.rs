@@ -14,6 +14,7 @@ pub enum Order {
     Strict,
 }
 
+/// Built by [`Funnel::new`], which derives what the per-event work looks up.
 #[derive(Clone, Debug)]
 pub struct Funnel {
     pub steps: Vec<String>,
@@ -22,6 +23,11 @@ pub struct Funnel {
     /// Step 1 must fall in `[from_ns, to_ns)`.
     pub from_ns: i64,
     pub to_ns: i64,
+    /// `next_same[s]`: the next step after `s` with the same name, or [`NOT_A_STEP`] (looked up
+    /// for every event; comparing the names each time was a tenth of a funnel's time).
+    next_same: [u8; MAX_STEPS],
+    /// `first_of[s]`: the first step with the name of step `s` (strict funnels).
+    first_of: [u8; MAX_STEPS],
 }
 
 pub const MIN_STEPS: usize = 2;
@@ -57,6 +63,18 @@ impl Chain {
 }
 
 impl Funnel {
+    /// `steps`: 2 to [`MAX_STEPS`] names (a name may come back as a later step).
+    pub fn new(steps: Vec<String>, window_ns: i64, order: Order, from_ns: i64, to_ns: i64) -> Funnel {
+        let (mut next_same, mut first_of) = ([NOT_A_STEP; MAX_STEPS], [NOT_A_STEP; MAX_STEPS]);
+        for s in 0..steps.len().min(MAX_STEPS) {
+            if let Some(n) = (s + 1..steps.len()).find(|&n| steps[n] == steps[s]) {
+                next_same[s] = n as u8;
+            }
+            first_of[s] = steps.iter().position(|name| *name == steps[s]).map_or(NOT_A_STEP, |f| f as u8);
+        }
+        Funnel { steps, window_ns, order, from_ns, to_ns, next_same, first_of }
+    }
+
     /// The first step named `name` (a name may stand for several steps), or [`NOT_A_STEP`].
     pub fn step_of(&self, name: &str) -> u8 {
         self.steps.iter().position(|s| s == name).map_or(NOT_A_STEP, |k| k as u8)
@@ -64,7 +82,7 @@ impl Funnel {
 
     /// The next step after `step` with the same name.
     fn next_same(&self, step: usize) -> Option<usize> {
-        (step + 1..self.steps.len()).find(|&s| self.steps[s] == self.steps[step])
+        Some(self.next_same[step]).filter(|&s| s != NOT_A_STEP).map(usize::from)
     }
 
     /// The first step an event of step `first` at `t` can stand for: step 1 only inside the
@@ -141,10 +159,7 @@ impl Funnel {
         // Equal times: events of a step in step order, then the others.
         events.sort_unstable();
         // A step matches the events of the first step with its name.
-        let mut first_of = [NOT_A_STEP; MAX_STEPS];
-        for (s, f) in first_of.iter_mut().enumerate().take(self.steps.len()) {
-            *f = self.step_of(&self.steps[s]);
-        }
+        let first_of = &self.first_of;
         let mut best = Chain::default();
         for start in 0..events.len() {
             let (t0, k0) = events[start];
@@ -172,13 +187,7 @@ mod tests {
     use super::*;
 
     fn funnel(steps: &[&str], window: i64, order: Order) -> Funnel {
-        Funnel {
-            steps: steps.iter().map(|s| s.to_string()).collect(),
-            window_ns: window,
-            order,
-            from_ns: 0,
-            to_ns: 100,
-        }
+        Funnel::new(steps.iter().map(|s| s.to_string()).collect(), window, order, 0, 100)
     }
 
     fn reached(f: &Funnel, events: &[(i64, &str)]) -> usize {
@@ -305,13 +314,13 @@ mod tests {
             strict in proptest::bool::ANY,
         ) {
             let name = |k: u8| format!("e{k}");
-            let f = Funnel {
-                steps: steps.iter().map(|&k| name(k)).collect(),
-                window_ns: window,
-                order: if strict { Order::Strict } else { Order::Ordered },
-                from_ns: from,
-                to_ns: from + 10,
-            };
+            let f = Funnel::new(
+                steps.iter().map(|&k| name(k)).collect(),
+                window,
+                if strict { Order::Strict } else { Order::Ordered },
+                from,
+                from + 10,
+            );
             let names: Vec<(i64, String)> = events.iter().map(|&(t, k)| (t, name(k))).collect();
             let refs: Vec<(i64, &str)> = names.iter().map(|(t, e)| (*t, e.as_str())).collect();
             let expected = if strict { reference::strict(&f, &refs) } else { reference::ordered(&f, &refs) };

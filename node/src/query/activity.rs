@@ -38,9 +38,9 @@ pub fn buckets(
     let mut seen: Vec<(u32, u32)> = Vec::new();
     each_batch(job, budget, |rb| {
         let c = Cols(rb);
-        let (ids, times) = (c.str("distinct_id"), c.i64("time_ns"));
+        let (ids, times) = (c.strings("distinct_id"), c.i64("time_ns"));
         for (i, u) in users.numbers_of(ids).enumerate() {
-            if !admitted.admits(u, ids.value(i)) {
+            if !admitted.admits(u, || ids.value(i)) {
                 continue;
             }
             if let Some(b) = bucket_of(starts, times.value(i)) {
@@ -75,9 +75,9 @@ pub fn active(
     let mut active_on: Vec<(u32, u32)> = Vec::new();
     each_batch(job, budget, |rb| {
         let c = Cols(rb);
-        let (ids, times) = (c.str("distinct_id"), c.i64("time_ns"));
+        let (ids, times) = (c.strings("distinct_id"), c.i64("time_ns"));
         for (i, u) in users.numbers_of(ids).enumerate() {
-            if !admitted.admits(u, ids.value(i)) {
+            if !admitted.admits(u, || ids.value(i)) {
                 continue;
             }
             if let Some(d) = bucket_of(days, times.value(i)) {

@@ -13,7 +13,7 @@ use sextant_proto::{CohortDefinition, CohortFilter, CohortSizesPartial, CohortUs
 use super::users::Users;
 use super::{each_batch, Budget, QueryError};
 use crate::segment::table::Cols;
-use crate::segment::{Filter, Scan, Table};
+use crate::segment::{Filter, Scan, Table, EVENT_DICTIONARIES};
 use crate::shard::ScanJob;
 
 /// Most member ids one shard returns for a page.
@@ -64,7 +64,7 @@ impl Cohorts {
             to_ns: self.at,
             filter: Filter { events, ..Default::default() },
             columns: ["distinct_id", "time_ns", "event"].iter().map(|c| c.to_string()).collect(),
-            dictionaries: vec!["event"],
+            dictionaries: EVENT_DICTIONARIES.to_vec(),
         }
     }
 
@@ -88,7 +88,7 @@ impl Cohorts {
         let mut counts: Vec<u64> = Vec::new();
         each_batch(job, budget, |rb| {
             let c = Cols(rb);
-            let (ids, times) = (c.str("distinct_id"), c.i64("time_ns"));
+            let (ids, times) = (c.strings("distinct_id"), c.i64("time_ns"));
             let conditions = c.strings("event").map(|name| by_event.get(name));
             for (i, u) in users.numbers_of(ids).enumerate() {
                 // A new user's counts start at zero.

@@ -31,6 +31,9 @@ pub fn run(
     budget: &mut Budget,
 ) -> Result<FunnelPartial, QueryError> {
     let mut progress = Progress::new(plan, members);
+    // Sized once: growing it copied tens of MB and faulted in fresh pages. Capacity past what
+    // is used stays untouched, so costs no memory.
+    progress.rows.reserve(job.max_rows().min(budget.max) as usize);
     each_batch(job, budget, |rb| {
         progress.add(rb);
         Ok(())
@@ -50,23 +53,18 @@ struct Progress<'a> {
 
 impl<'a> Progress<'a> {
     fn new(plan: &FunnelPlan, members: Option<&'a HashSet<String>>) -> Self {
-        let funnel = Funnel {
-            steps: plan.steps.clone(),
-            window_ns: plan.window_nanos,
-            order: if plan.strict { Order::Strict } else { Order::Ordered },
-            from_ns: plan.range_from,
-            to_ns: plan.range_to,
-        };
+        let order = if plan.strict { Order::Strict } else { Order::Ordered };
+        let funnel = Funnel::new(plan.steps.clone(), plan.window_nanos, order, plan.range_from, plan.range_to);
         Progress { funnel, users: Users::default(), admitted: Admitted::new(members), rows: Vec::new() }
     }
 
     /// Takes the rows of a batch with `distinct_id`, `time_ns` and `event`.
     fn add(&mut self, rb: &RecordBatch) {
         let c = Cols(rb);
-        let (ids, times) = (c.str("distinct_id"), c.i64("time_ns"));
+        let (ids, times) = (c.strings("distinct_id"), c.i64("time_ns"));
         let steps = c.strings("event").map(|name| self.funnel.step_of(name));
         for (i, u) in self.users.numbers_of(ids).enumerate() {
-            if self.admitted.admits(u, ids.value(i)) {
+            if self.admitted.admits(u, || ids.value(i)) {
                 self.rows.push((u, (times.value(i), steps[i])));
             }
         }

@@ -20,7 +20,7 @@ mod users;
 use arrow_array::RecordBatch;
 use sextant_proto::{query_reply, query_request, QueryReply, QueryRequest};
 
-use crate::segment::{Filter, Scan, Table};
+use crate::segment::{Filter, Scan, Table, EVENT_DICTIONARIES};
 use crate::shard::{ScanJob, SegmentShard};
 
 #[derive(Debug, thiserror::Error)]
@@ -113,15 +113,16 @@ fn scans_of(req: &QueryRequest) -> Result<Vec<Scan>, QueryError> {
         )],
         query_request::Plan::EventBuckets(p) => {
             activity::check_starts(&p.bucket_starts)?;
-            vec![scan(
+            vec![grouped(
                 Table::Events,
                 Filter { events: p.events.clone(), ..Default::default() },
                 &["distinct_id", "time_ns"],
+                &EVENT_DICTIONARIES,
             )]
         }
         query_request::Plan::ActiveUsers(p) => {
             activity::check_starts(&p.day_starts)?;
-            vec![scan(Table::Events, Filter::default(), &["distinct_id", "time_ns"])]
+            vec![grouped(Table::Events, Filter::default(), &["distinct_id", "time_ns"], &EVENT_DICTIONARIES)]
         }
         query_request::Plan::Funnel(p) => {
             funnel::check(p)?;
@@ -131,7 +132,7 @@ fn scans_of(req: &QueryRequest) -> Result<Vec<Scan>, QueryError> {
                 Table::Events,
                 Filter { events, ..Default::default() },
                 &["distinct_id", "time_ns", "event"],
-                &["event"],
+                &EVENT_DICTIONARIES,
             )]
         }
         query_request::Plan::Retention(p) => {
@@ -141,7 +142,7 @@ fn scans_of(req: &QueryRequest) -> Result<Vec<Scan>, QueryError> {
                 Table::Events,
                 Filter { events, ..Default::default() },
                 &["distinct_id", "time_ns", "event"],
-                &["event"],
+                &EVENT_DICTIONARIES,
             )];
             scans.extend(retention::earlier_scan(req, p));
             scans

@@ -8,7 +8,7 @@ use sextant_proto::{QueryRequest, RetentionCohort, RetentionPartial, RetentionPl
 use super::users::{ByUser, Users};
 use super::{activity, each_batch, Budget, QueryError};
 use crate::segment::table::Cols;
-use crate::segment::{Filter, Scan, Table};
+use crate::segment::{Filter, Scan, Table, EVENT_DICTIONARIES};
 use crate::shard::ScanJob;
 
 pub fn check(plan: &RetentionPlan) -> Result<(), QueryError> {
@@ -30,7 +30,7 @@ pub fn earlier_scan(req: &QueryRequest, plan: &RetentionPlan) -> Option<Scan> {
         to_ns: plan.bucket_starts[0],
         filter: Filter { events: vec![plan.start_event.clone()], ..Default::default() },
         columns: vec!["distinct_id".into()],
-        dictionaries: Vec::new(),
+        dictionaries: EVENT_DICTIONARIES.to_vec(),
     })
 }
 
@@ -52,7 +52,7 @@ pub fn run(
     let mut before: Vec<bool> = Vec::new();
     if let Some(earlier) = earlier {
         each_batch(earlier, budget, |rb| {
-            for u in users.numbers_of(Cols(rb).str("distinct_id")) {
+            for u in users.numbers_of(Cols(rb).strings("distinct_id")) {
                 before.resize(before.len().max(u as usize + 1), false);
                 before[u as usize] = true;
             }
@@ -63,7 +63,7 @@ pub fn run(
     let mut rows: Vec<(u32, (u32, u8))> = Vec::new();
     each_batch(job, budget, |rb| {
         let c = Cols(rb);
-        let (ids, times) = (c.str("distinct_id"), c.i64("time_ns"));
+        let (ids, times) = (c.strings("distinct_id"), c.i64("time_ns"));
         let name_marks = c.strings("event").map(|name| {
             (if name == plan.start_event { STARTS } else { 0 }) | (if name == plan.return_event { RETURNS } else { 0 })
         });

@@ -5,8 +5,10 @@
 
 use std::collections::HashSet;
 
-use arrow_array::{Array, StringArray};
+use arrow_array::Array;
 use xxhash_rust::xxh3::xxh3_128;
+
+use crate::segment::table::Strings;
 
 /// Distinct ids numbered 0, 1, 2… in the order first seen.
 ///
@@ -20,6 +22,10 @@ pub struct Users {
     /// Every id, concatenated; user `u`'s is `text[ends[u - 1]..ends[u]]`.
     text: String,
     ends: Vec<usize>,
+    /// Batches numbered (from 1) by [`numbers_of`](Self::numbers_of), and the hash of each
+    /// dictionary entry of a batch's column, with the batch it was computed for.
+    batch: u64,
+    entry_hashes: Vec<(u64, u128)>,
 }
 
 impl Users {
@@ -45,16 +51,37 @@ impl Users {
         u
     }
 
-    /// Numbers the ids of a batch's column. The ids are hashed first, so that the table slot of
-    /// a row some rows ahead is fetched while this one is looked up: with hundreds of
-    /// thousands of users the slots are mostly out of cache, and the misses overlap instead of
-    /// queueing. Segment rows are sorted by distinct id, so a row of the same user as the row
-    /// before skips the lookup.
-    pub fn numbers_of<'a>(&'a mut self, ids: &'a StringArray) -> impl Iterator<Item = u32> + 'a {
+    /// Numbers the ids of a batch's column. The ids are hashed first (those of a dictionary
+    /// column once per entry), so that the table slot of a row some rows ahead is fetched
+    /// while this one is looked up: with hundreds of thousands of users the slots are mostly
+    /// out of cache, and the misses overlap instead of queueing. Segment rows are sorted by
+    /// distinct id, so a row of the same user as the row before skips the lookup.
+    pub fn numbers_of<'a>(&'a mut self, ids: Strings<'a>) -> impl Iterator<Item = u32> + 'a {
         const AHEAD: usize = 8;
-        let hashes: Vec<u128> = (0..ids.len()).map(|i| xxh3_128(ids.value(i).as_bytes())).collect();
+        let hashes: Vec<u128> = match &ids {
+            Strings::Plain(a) => (0..a.len()).map(|i| xxh3_128(a.value(i).as_bytes())).collect(),
+            Strings::Dictionary { keys, values } => {
+                // Only the entries rows use (a filtered batch keeps its row group's whole
+                // dictionary), in a table kept from batch to batch: one sized to each
+                // dictionary costs more in fresh pages than the hashing it saves.
+                self.batch += 1;
+                let (batch, entries) = (self.batch, &mut self.entry_hashes);
+                if entries.len() < values.len() {
+                    entries.resize(values.len(), (0, 0));
+                }
+                keys.iter()
+                    .map(|&k| {
+                        let entry = &mut entries[k as usize];
+                        if entry.0 != batch {
+                            *entry = (batch, xxh3_128(values.value(k as usize).as_bytes()));
+                        }
+                        entry.1
+                    })
+                    .collect()
+            }
+        };
         let mut last: Option<(u128, u32)> = None;
-        (0..ids.len()).map(move |i| {
+        (0..hashes.len()).map(move |i| {
             if let Some(&h) = hashes.get(i + AHEAD) {
                 self.numbers.prefetch(h);
             }
@@ -149,11 +176,13 @@ impl<'a> Admitted<'a> {
         Admitted { members, by_number: Vec::new() }
     }
 
-    /// Whether user `u`, of distinct id `id`, is admitted. Users are asked in the order they
+    /// Whether user `u`, of distinct id `id(u)`, is admitted. Users are asked in the order they
     /// were numbered (a number at most one past the last one asked).
-    pub fn admits(&mut self, u: u32, id: &str) -> bool {
+    #[inline]
+    pub fn admits<'s>(&mut self, u: u32, id: impl FnOnce() -> &'s str) -> bool {
+        let Some(members) = self.members else { return true };
         if u as usize == self.by_number.len() {
-            self.by_number.push(self.members.is_none_or(|m| m.contains(id)));
+            self.by_number.push(members.contains(id()));
         }
         self.by_number[u as usize]
     }
@@ -199,17 +228,19 @@ impl<T: Copy + Default> ByUser<T> {
 
 #[cfg(test)]
 mod tests {
+    use arrow_array::StringArray;
+
     use super::*;
 
     fn number(users: &mut Users, id: &str) -> u32 {
-        users.numbers_of(&StringArray::from(vec![id])).next().unwrap()
+        users.numbers_of(Strings::Plain(&StringArray::from(vec![id]))).next().unwrap()
     }
 
     #[test]
     fn numbers_are_dense_stable_and_give_back_the_ids() {
         let mut users = Users::default();
         let ids = StringArray::from(vec!["b", "b", "a", "", "b", "c"]);
-        let numbers: Vec<u32> = users.numbers_of(&ids).collect();
+        let numbers: Vec<u32> = users.numbers_of(Strings::Plain(&ids)).collect();
         assert_eq!(numbers, [0, 0, 1, 2, 0, 3]);
         assert_eq!([users.name(0), users.name(1), users.name(2), users.name(3)], ["b", "a", "", "c"]);
         assert_eq!(number(&mut users, "a"), 1);
@@ -224,7 +255,7 @@ mod tests {
             assert_eq!(number(&mut users, id), i as u32);
         }
         let column = StringArray::from_iter_values(ids.iter().rev());
-        let again: Vec<u32> = users.numbers_of(&column).collect();
+        let again: Vec<u32> = users.numbers_of(Strings::Plain(&column)).collect();
         assert_eq!(again, (0..5000).rev().collect::<Vec<u32>>());
         assert_eq!((users.len(), users.name(4321)), (5000, "user-4321"));
     }

@@ -16,5 +16,5 @@ pub mod token_index;
 pub use buffer::Buffer;
 pub use file::{Segment, SegmentMeta};
 pub use manifest::{Dedup, Manifest};
-pub use scan::{Filter, Scan};
+pub use scan::{Filter, Scan, EVENT_DICTIONARIES};
 pub use table::{Row, Table};

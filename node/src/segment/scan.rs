@@ -63,6 +63,11 @@ fn i64_stats(s: &Statistics) -> Option<(i64, i64)> {
     }
 }
 
+/// The columns analytics scans read as dictionaries from segments: every one of them groups
+/// rows by user and most by event name, and a dictionary hashes or compares each distinct
+/// value once per row group and copies no strings.
+pub const EVENT_DICTIONARIES: [&str; 2] = ["distinct_id", "event"];
+
 /// Filter columns that [`Scan::mask`] reads as plain strings or as dictionaries alike (the
 /// "one of these values" conditions), so a scan may ask for them as dictionaries.
 const MASKED_EITHER_WAY: [&str; 2] = ["service", "event"];
@@ -240,14 +245,14 @@ impl Scan {
     }
 
     /// Which rows of `rb` match; `hidden(batch ordinal)` says which rows an abort removed.
-    /// A batch without a `project` column holds only the scan's project (see
-    /// [`read_columns`](Self::read_columns)).
+    /// A batch without a `project` column holds only the scan's project, one without a
+    /// `batch` column no hidden rows (see [`read_columns`](Self::read_columns)).
     pub fn mask<'a>(&'a self, rb: &'a RecordBatch, hidden: &dyn Fn(u32) -> bool) -> BooleanArray {
         let c = Cols(rb);
         let f = &self.filter;
         let project = rb.column_by_name("project").map(|_| c.str("project"));
         let time = c.i64(self.table.time_column());
-        let batch = c.u32("batch");
+        let batch = rb.column_by_name("batch").map(|_| c.u32("batch"));
         // Each condition's column is looked up once per batch, not per row: finding a column by
         // name costs more than the comparison.
         let is = |name: &str, v: &'a Option<String>| v.as_deref().map(|v| (c.str(name), v));
@@ -326,7 +331,7 @@ impl Scan {
                 let ok = project.is_none_or(|p| p.value(i) == self.project)
                     && t >= self.from_ns
                     && t < self.to_ns
-                    && !hidden(batch.value(i))
+                    && batch.is_none_or(|b| !hidden(b.value(i)))
                     && table_matches(i, t);
                 Some(ok)
             })
@@ -357,13 +362,14 @@ impl Scan {
 
     /// Every column the scan reads from a segment: the returned ones and the filter's. In a
     /// segment that holds only the scan's project (`only_project`), the project column is not
-    /// read unless returned: every row passes that check.
-    pub fn read_columns(&self, only_project: bool) -> Option<Vec<String>> {
+    /// read unless returned, nor the batch column in one without hidden batches
+    /// (`none_hidden`): every row passes those checks.
+    pub fn read_columns(&self, only_project: bool, none_hidden: bool) -> Option<Vec<String>> {
         if self.columns.is_empty() {
             return None;
         }
         let mut cols = self.columns.clone();
-        let known = |c: &str| only_project && c == "project";
+        let known = |c: &str| (only_project && c == "project") || (none_hidden && c == "batch");
         for c in self.filter_columns() {
             if !known(c) && !cols.iter().any(|x| x == c) {
                 cols.push(c.to_owned());
