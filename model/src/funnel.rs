@@ -75,6 +75,12 @@ impl Funnel {
         Funnel { steps, window_ns, order, from_ns, to_ns, next_same, first_of }
     }
 
+    /// Whether a later step has the first step's name (then an event of that name may stand
+    /// for more than the start).
+    pub fn repeats_first_step(&self) -> bool {
+        self.next_same[0] != NOT_A_STEP
+    }
+
     /// The first step named `name` (a name may stand for several steps), or [`NOT_A_STEP`].
     pub fn step_of(&self, name: &str) -> u8 {
         self.steps.iter().position(|s| s == name).map_or(NOT_A_STEP, |k| k as u8)

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use arrow_array::RecordBatch;
-use sextant_model::funnel::{Funnel, Order, StepEvent, MAX_STEPS, MIN_STEPS};
+use sextant_model::funnel::{Funnel, Order, StepEvent, MAX_STEPS, MIN_STEPS, NOT_A_STEP};
 use sextant_model::sketch::LatencySketch;
 use sextant_proto::{FunnelPartial, FunnelPlan, FunnelStep};
 
@@ -70,11 +70,12 @@ impl<'a> Progress<'a> {
         }
     }
 
-    fn partial(self) -> FunnelPartial {
+    fn partial(mut self) -> FunnelPartial {
         let n = self.funnel.steps.len();
         let mut counts = vec![0u64; n];
         let mut sketches: Vec<LatencySketch> = (0..n).map(|_| LatencySketch::default()).collect();
         let mut sums = vec![0f64; n];
+        counts[0] += self.set_aside_users_who_only_start();
         for (_, events) in ByUser::group(self.users.len(), &self.rows).each_mut() {
             let chain = self.funnel.progress_of_steps(events);
             let chain = chain.times();
@@ -94,6 +95,28 @@ impl<'a> Progress<'a> {
             .map(|((users, sketch), seconds_sum)| FunnelStep { users, seconds_sketch: sketch.encode(), seconds_sum })
             .collect();
         FunnelPartial { steps }
+    }
+
+    /// Most users of a funnel never do a later step: a user whose rows are all of the first
+    /// step (or of no step) reaches step 1 exactly when one of them is inside the range, with
+    /// no time to convert. Those users are counted here and their rows dropped, so that only
+    /// the others' are grouped and sorted (unless a later step has the first one's name: then
+    /// such rows may stand for more than the start). Returns how many reached step 1 so.
+    fn set_aside_users_who_only_start(&mut self) -> u64 {
+        if self.funnel.repeats_first_step() {
+            return 0;
+        }
+        let (mut later, mut started) = (vec![false; self.users.len()], vec![false; self.users.len()]);
+        let range = self.funnel.from_ns..self.funnel.to_ns;
+        for &(u, (t, step)) in &self.rows {
+            match step {
+                0 => started[u as usize] |= range.contains(&t),
+                NOT_A_STEP => {}
+                _ => later[u as usize] = true,
+            }
+        }
+        self.rows.retain(|&(u, _)| later[u as usize]);
+        started.iter().zip(&later).filter(|&(&s, &l)| s && !l).count() as u64
     }
 }
 
