@@ -272,26 +272,25 @@ impl Scan {
         };
         let equal = |cond: &Option<(&StringArray, &str)>, i: usize| cond.is_none_or(|(col, v)| col.value(i) == v);
         let one_of = |cond: &Option<Among>, i: usize| cond.as_ref().is_none_or(|m| m.get(i));
-        // The checks of every table, then the table's own, in one loop per table (not a boxed
-        // closure per row: the call was a third of the mask's time).
-        let t = |i: usize| time.value(i);
-        let common = |i: usize| {
-            let t = t(i);
-            project.is_none_or(|p| p.value(i) == self.project)
-                && t >= self.from_ns
-                && t < self.to_ns
-                && batch.is_none_or(|b| !hidden(b.value(i)))
-        };
-        let n = rb.num_rows();
-        match self.table {
+        // Condition by condition, each in a loop of its own packing 64 rows at a time (a
+        // closure per row, checking every condition, was most of a scan's mask time).
+        let (times, from, to) = (time.values(), self.from_ns, self.to_ns);
+        let t = |i: usize| times[i];
+        let mut common = BooleanBuffer::collect_bool(rb.num_rows(), |i| times[i] >= from && times[i] < to);
+        if let Some(p) = project {
+            common = rows(&common, |i| p.value(i) == self.project);
+        }
+        if let Some(b) = batch {
+            common = rows(&common, |i| !hidden(b.value(i)));
+        }
+        let own = match self.table {
             Table::Spans => {
                 let (services, operation, trace_id) =
                     (among("service", &f.services), is("operation", &f.operation), is("trace_id", &f.trace_id));
                 let status = f.errors_only.then(|| c.i32("status"));
                 let duration = f.min_duration_ns.map(|d| (c.i64("duration_ns"), d));
-                rows(n, |i| {
-                    common(i)
-                        && one_of(&services, i)
+                rows(&common, |i| {
+                    one_of(&services, i)
                         && equal(&operation, i)
                         && equal(&trace_id, i)
                         && status.is_none_or(|s| s.value(i) == sextant_proto::SpanStatus::Error as i32)
@@ -303,10 +302,9 @@ impl Scan {
                 let trace_id = is("trace_id", &f.trace_id);
                 let errors = f.errors_only.then(|| c.u32("error_count"));
                 let duration = f.min_duration_ns.map(|d| (c.i64("end_ns"), d));
-                rows(n, |i| {
+                rows(&common, |i| {
                     let t = t(i);
-                    common(i)
-                        && services
+                    services
                             .is_none_or(|l| super::table::string_list(l, i).iter().any(|s| f.services.contains(s)))
                         && equal(&trace_id, i)
                         && errors.is_none_or(|e| e.value(i) > 0)
@@ -321,9 +319,8 @@ impl Scan {
                     .as_ref()
                     .map(|q| (q, c.str("message"), (!q.attributes.is_empty()).then(|| c.bin("attributes"))));
                 let mut words = Vec::new();
-                rows(n, |i| {
-                    common(i)
-                        && one_of(&services, i)
+                rows(&common, |i| {
+                    one_of(&services, i)
                         && levels.is_none_or(|l| f.levels.contains(&l.value(i)))
                         && equal(&trace_id, i)
                         && query.is_none_or(|(q, messages, attributes)| {
@@ -339,17 +336,18 @@ impl Scan {
             }
             Table::HostMetrics => {
                 let hostname = is("hostname", &f.hostname);
-                rows(n, |i| common(i) && equal(&hostname, i))
+                rows(&common, |i| equal(&hostname, i))
             }
             Table::Events => {
                 let (events, distinct_id) = (among("event", &f.events), is("distinct_id", &f.distinct_id));
-                rows(n, |i| common(i) && one_of(&events, i) && equal(&distinct_id, i))
+                rows(&common, |i| one_of(&events, i) && equal(&distinct_id, i))
             }
             Table::ReplayEvents => {
                 let (session, distinct_id) = (is("session_id", &f.session_id), is("distinct_id", &f.distinct_id));
-                rows(n, |i| common(i) && equal(&session, i) && equal(&distinct_id, i))
+                rows(&common, |i| equal(&session, i) && equal(&distinct_id, i))
             }
-        }
+        };
+        BooleanArray::new(own, None)
     }
 
     /// Keeps the matching rows of `rb` and the requested columns.
@@ -393,10 +391,10 @@ impl Scan {
     }
 }
 
-/// A mask of `n` rows, packed 64 at a time, without a null bitmap (a mask has no nulls:
-/// collecting `Option<bool>`s was a third of its time).
-fn rows(n: usize, keep: impl FnMut(usize) -> bool) -> BooleanArray {
-    BooleanArray::new(BooleanBuffer::collect_bool(n, keep), None)
+/// The rows of `common` that `keep` keeps too, packed 64 at a time (`keep` is asked only
+/// for rows of `common`).
+fn rows(common: &BooleanBuffer, mut keep: impl FnMut(usize) -> bool) -> BooleanBuffer {
+    BooleanBuffer::collect_bool(common.len(), |i| common.value(i) && keep(i))
 }
 
 /// Whether each row's value is one of a list: decided once per entry of a dictionary column.
