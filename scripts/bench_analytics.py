@@ -15,6 +15,9 @@ Needs: pip install chdb
 SKIP_LOAD=1 leaves Sextant as it is (already holding this data set, e.g. a restarted `sextant
 dev` on the data directory of an earlier run) and only loads ClickHouse: for comparing builds.
 ONLY=WORD runs only the queries whose name contains WORD (e.g. ONLY=funnel).
+SERVER_PID=PID (the `sextant dev` process) also reports the CPU time it spent per timed query
+(all its threads, from /proc), which varies less than the wall time on a shared machine.
+RUNS=N times each query N times (default 3) after a warm-up; the median is reported.
 """
 import os
 import http.client
@@ -139,13 +142,24 @@ def api(method, path, body=None):
     return data
 
 
-def timed(f, runs=3):
+def server_cpu_seconds():
+    pid = os.environ.get("SERVER_PID")
+    if not pid:
+        return None
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed(f, runs=int(os.environ.get("RUNS", 3))):
     f()  # warm-up
     times, answer = [], None
+    cpu0 = server_cpu_seconds()
     for _ in range(runs):
         t = time.time()
         answer = f()
         times.append(time.time() - t)
+    cpu1 = server_cpu_seconds()
+    timed.cpu = None if cpu0 is None else round((cpu1 - cpu0) / runs, 3)
     return statistics.median(times), answer
 
 
@@ -159,6 +173,7 @@ def compare(name, ours_f, sql, ours_value, ch_value):
         return
     try:
         ours_s, ours = timed(ours_f)
+        ours_cpu = timed.cpu
     except Failed as e:
         ch_s, _ = timed(lambda: ch_rows(sql))
         report(query=name, sextant_error=str(e)[:300], clickhouse_ms=round(ch_s * 1000, 1))
@@ -166,7 +181,8 @@ def compare(name, ours_f, sql, ours_value, ch_value):
     ch_s, rows = timed(lambda: ch_rows(sql))
     a, b = ours_value(ours), ch_value(rows)
     report(query=name, sextant_ms=round(ours_s * 1000, 1), clickhouse_ms=round(ch_s * 1000, 1),
-           ratio=round(ours_s / ch_s, 2), same_answer=a == b, sextant=a if a != b else None, clickhouse=b if a != b else None)
+           ratio=round(ours_s / ch_s, 2), same_answer=a == b, sextant=a if a != b else None, clickhouse=b if a != b else None,
+           **({"sextant_cpu_s": ours_cpu} if ours_cpu is not None else {}))
 
 
 def funnel_sql(steps, window):
