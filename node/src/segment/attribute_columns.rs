@@ -39,6 +39,8 @@ use prost::Message;
 use sextant_proto::{any_value, AnyValue, KeyValue};
 use std::collections::HashMap;
 
+use rustc_hash::{FxHashMap, FxHashSet};
+
 use super::table::{decode_attributes, encode_attributes, Row, RowRef};
 
 pub const PREFIX: &str = "attr:";
@@ -208,15 +210,17 @@ pub fn choose(rows: &[RowRef<'_>]) -> Vec<Key> {
     struct Seen {
         rows: usize,
         sampled: usize,
-        values: std::collections::HashSet<Vec<u8>>,
+        values: FxHashSet<Vec<u8>>,
         /// Sampled values that split, and their distinct heads.
         splittable: usize,
-        heads: std::collections::HashSet<String>,
+        heads: FxHashSet<String>,
         /// Sampled last words that are decimal numbers.
         decimal: usize,
         ints: usize,
     }
-    let mut seen: std::collections::HashMap<&str, Seen> = std::collections::HashMap::new();
+    // Fx hashing: keys and sampled values are short, and SipHash was most of this function
+    // at flush (the choice is made for every flush of every segment).
+    let mut seen: FxHashMap<&str, Seen> = FxHashMap::default();
     for (i, r) in rows.iter().enumerate() {
         for kv in attributes(r.row).unwrap_or_default() {
             if kv.key.len() <= MAX_KEY_BYTES {
@@ -257,13 +261,39 @@ pub fn choose(rows: &[RowRef<'_>]) -> Vec<Key> {
     keys.sort();
     // Whether any value stays whole, by every row (the sample decided the rest).
     if keys.iter().any(|k| !k.whole) {
-        for kv in rows.iter().flat_map(|r| attributes(r.row).unwrap_or_default()) {
-            if let (Ok(k), Some(value)) = (keys.binary_search_by(|k| k.name.as_str().cmp(&kv.key)), &kv.value) {
-                keys[k].whole = keys[k].whole || keys[k].stays_whole(value);
+        let mut finder = KeyFinder::default();
+        for r in rows {
+            for (at, kv) in attributes(r.row).unwrap_or_default().iter().enumerate() {
+                if let (Some(k), Some(value)) = (finder.find(&keys, at, &kv.key), &kv.value) {
+                    keys[k].whole = keys[k].whole || keys[k].stays_whole(value);
+                }
             }
         }
     }
     keys
+}
+
+/// Finds attribute keys among the chosen ones (sorted by name), remembering which key each
+/// position of the previous row's attributes was: rows of one source list the same keys in
+/// the same order, so one comparison mostly replaces a binary search.
+#[derive(Default)]
+struct KeyFinder {
+    by_position: Vec<Option<usize>>,
+}
+
+impl KeyFinder {
+    /// The index in `keys` of `name`, the `at`-th attribute of its row.
+    fn find(&mut self, keys: &[Key], at: usize, name: &str) -> Option<usize> {
+        if self.by_position.len() <= at {
+            self.by_position.resize(at + 1, None);
+        }
+        if let Some(k) = self.by_position[at].filter(|&k| keys[k].name == name) {
+            return Some(k);
+        }
+        let found = keys.binary_search_by(|k| k.name.as_str().cmp(name)).ok();
+        self.by_position[at] = found;
+        found
+    }
 }
 
 /// The last words of a split key being written, in the key's [`Tail`] form.
@@ -324,6 +354,7 @@ impl KeyColumns {
 pub struct Split<'k> {
     keys: &'k [Key],
     columns: Vec<KeyColumns>,
+    finder: KeyFinder,
 }
 
 impl<'k> Split<'k> {
@@ -344,7 +375,7 @@ impl<'k> Split<'k> {
                 ints: k.ints.then(|| Int64Builder::with_capacity(rows)),
             })
             .collect();
-        Split { keys, columns }
+        Split { keys, columns, finder: KeyFinder::default() }
     }
 
     /// Adds one row: fills the key columns and returns the encoded remainder. Of a key given
@@ -356,9 +387,9 @@ impl<'k> Split<'k> {
         }
         let mut seen = vec![false; self.keys.len()];
         let mut rest = Vec::with_capacity(attrs.len());
-        for kv in attrs {
-            match self.keys.binary_search_by(|k| k.name.as_str().cmp(&kv.key)) {
-                Ok(k) if !seen[k] => {
+        for (at, kv) in attrs.iter().enumerate() {
+            match self.finder.find(self.keys, at, &kv.key) {
+                Some(k) if !seen[k] => {
                     seen[k] = true;
                     if !self.columns[k].push(&self.keys[k], kv.value.as_ref()) {
                         rest.push(kv.clone());
