@@ -32,14 +32,18 @@ pub fn run(
 ) -> Result<FunnelPartial, QueryError> {
     let mut progress = Progress::new(plan, members);
     // Sized once: growing it copied tens of MB and faulted in fresh pages. Capacity past what
-    // is used stays untouched, so costs no memory.
-    progress.rows.reserve(job.max_rows().min(budget.max) as usize);
+    // is used stays untouched, so costs no memory, but address space: beyond MAX_RESERVED rows
+    // (a small machine may refuse gigabytes at once) the list grows as it needs.
+    progress.rows.reserve(job.max_rows().min(budget.max).min(MAX_RESERVED) as usize);
     each_batch(job, budget, |rb| {
         progress.add(rb);
         Ok(())
     })?;
     Ok(progress.partial())
 }
+
+/// Rows reserved up front at most (384 MiB of address space).
+const MAX_RESERVED: u64 = 1 << 24;
 
 /// The funnel's rows, batch by batch, then every user's progress. A row is kept as
 /// (user number, (time, step)): no allocation per row or per user, and the users' events are
