@@ -11,7 +11,7 @@ use std::path::Path;
 use std::sync::mpsc;
 use std::sync::Arc;
 
-use fjall::{CompressionType, Database, Keyspace, KeyspaceCreateOptions, PersistMode};
+use fjall::{CompressionType, Database, Keyspace, KeyspaceCreateOptions, KvSeparationOptions, PersistMode};
 use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader};
 
@@ -36,7 +36,15 @@ impl LogDb {
             .manual_journal_persist(true)
             .journal_compression(CompressionType::None)
             .open()?;
-        let entries = db.keyspace("raft_log", KeyspaceCreateOptions::default)?;
+        // Entries are large (a whole sub-batch) and die young (purged after each flush of the
+        // shard): kept apart from the keys in blob files, LSM compactions move only keys, and
+        // a blob file is deleted whole once all its entries are purged. Inline, compactions
+        // rewrote every entry; this is 9-13% more spans ingested per second (docs/BENCHMARKS.md).
+        // A keyspace keeps the options it was created with.
+        let entries = db.keyspace("raft_log", || {
+            KeyspaceCreateOptions::default()
+                .with_kv_separation(Some(KvSeparationOptions::default().compression(CompressionType::None)))
+        })?;
         let state = db.keyspace("raft_state", KeyspaceCreateOptions::default)?;
         let (sync, jobs) = mpsc::channel::<SyncJob>();
         let syncer = db.clone();
