@@ -31,7 +31,16 @@ run() { # NAME BIN [EXTRA DEV FLAGS...]
   for _ in $(seq 1 300); do [ -s "$dir/credentials.json" ] && break; sleep 0.1; done
   "$NEW" loadgen --url http://127.0.0.1:$p --credentials "$dir/credentials.json" --kind "$KIND" \
     --batch 1000 --concurrency 8 --seconds "$SECS" --json --no-ceiling |
-    python3 -c "import json,sys; r=json.loads(sys.stdin.read()); r['engine']='$name'; print(json.dumps(r))"
+    python3 -c "
+import json, os, sys
+r = json.loads(sys.stdin.read())
+r['engine'] = '$name'
+# The server's CPU time (user + system) over its whole life: the loadgen shares the machine,
+# so objects per server CPU-second says how much work each engine does per object.
+stat = open('/proc/$PID/stat').read().rsplit(')', 1)[1].split()
+r['server_cpu_s'] = (int(stat[11]) + int(stat[12])) / os.sysconf('SC_CLK_TCK')
+r['objects_per_server_cpu_s'] = round(r['objects'] / r['server_cpu_s'])
+print(json.dumps(r))"
   kill -9 $PID; wait $PID 2>/dev/null || true; PID=
   rm -rf "$dir"
 }
@@ -46,6 +55,8 @@ import json, statistics, sys
 runs = [json.loads(l) for l in open(sys.argv[1])]
 key = next(k for k in ("objects_per_sec", "spans_per_sec", "per_sec", "rate") if k in runs[0])
 med = {e: statistics.median(r[key] for r in runs if r["engine"] == e) for e in ("skeleton", "current")}
+cpu = {e: statistics.median(r["objects_per_server_cpu_s"] for r in runs if r["engine"] == e) for e in med}
 print(json.dumps({"metric": key, "median_skeleton": med["skeleton"], "median_current": med["current"],
-                  "current_over_skeleton": round(med["current"] / med["skeleton"], 3)}))
+                  "current_over_skeleton": round(med["current"] / med["skeleton"], 3),
+                  "objects_per_server_cpu_s": cpu}))
 EOF

@@ -201,14 +201,15 @@ impl Key {
     }
 }
 
-/// Rows sampled for the share of distinct values of a key.
+/// Rows sampled, evenly spread, for how often a key occurs and how its values look.
 const SAMPLE_ROWS: usize = 8192;
 
-/// The keys of `rows` that get their own column, sorted by name.
+/// The keys of `rows` that get their own column, sorted by name. Which keys get one is
+/// decided on a sample (a column is only a way of storing; any choice reads back the same),
+/// whether their values fit it on every row.
 pub fn choose(rows: &[RowRef<'_>]) -> Vec<Key> {
     #[derive(Default)]
     struct Seen {
-        rows: usize,
         sampled: usize,
         values: FxHashSet<Vec<u8>>,
         /// Sampled values that split, and their distinct heads.
@@ -221,30 +222,30 @@ pub fn choose(rows: &[RowRef<'_>]) -> Vec<Key> {
     // Fx hashing: keys and sampled values are short, and SipHash was most of this function
     // at flush (the choice is made for every flush of every segment).
     let mut seen: FxHashMap<&str, Seen> = FxHashMap::default();
-    for (i, r) in rows.iter().enumerate() {
+    let stride = rows.len().div_ceil(SAMPLE_ROWS).max(1);
+    let sample = rows.iter().step_by(stride);
+    let sampled_rows = sample.len();
+    for r in sample {
         for kv in attributes(r.row).unwrap_or_default() {
             if kv.key.len() <= MAX_KEY_BYTES {
                 let s = seen.entry(kv.key.as_str()).or_default();
-                s.rows += 1;
-                if i < SAMPLE_ROWS {
-                    s.sampled += 1;
-                    if let Some(v) = &kv.value {
-                        s.values.insert(v.encode_to_vec());
-                        s.ints += usize::from(integer(v).is_some());
-                        if let Some((text, at)) = splittable(v) {
-                            s.splittable += 1;
-                            s.heads.insert(text[..at].to_owned());
-                            s.decimal += usize::from(Tail::Decimal.number(&text[at..]).is_some());
-                        }
+                s.sampled += 1;
+                if let Some(v) = &kv.value {
+                    s.values.insert(v.encode_to_vec());
+                    s.ints += usize::from(integer(v).is_some());
+                    if let Some((text, at)) = splittable(v) {
+                        s.splittable += 1;
+                        s.heads.insert(text[..at].to_owned());
+                        s.decimal += usize::from(Tail::Decimal.number(&text[at..]).is_some());
                     }
                 }
             }
         }
     }
-    let min = (rows.len() / MIN_SHARE).max(1);
-    let mut frequent: Vec<(&str, Seen)> = seen.into_iter().filter(|(_, s)| s.rows >= min).collect();
+    let min = (sampled_rows / MIN_SHARE).max(1);
+    let mut frequent: Vec<(&str, Seen)> = seen.into_iter().filter(|(_, s)| s.sampled >= min).collect();
     // The most frequent first, ties by key so every replica chooses alike.
-    frequent.sort_by(|a, b| b.1.rows.cmp(&a.1.rows).then(a.0.cmp(b.0)));
+    frequent.sort_by(|a, b| b.1.sampled.cmp(&a.1.sampled).then(a.0.cmp(b.0)));
     let mut keys: Vec<Key> = frequent
         .into_iter()
         .take(MAX_COLUMNS)

@@ -2,6 +2,8 @@
 //! and writes it out as segments.
 
 use std::collections::{HashMap, HashSet};
+
+use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -17,8 +19,9 @@ pub struct BufferedRow {
 
 pub struct Buffer {
     pub rows: Vec<BufferedRow>,
-    /// (project, trace id) -> positions of its spans in `rows`.
-    traces: HashMap<(Arc<str>, String), Vec<u32>>,
+    /// Hash of (project, trace id) -> positions of its spans in `rows`; readers check the ids
+    /// of the rows it points to (a hash shared by two traces only costs a comparison).
+    traces: FxHashMap<u64, Vec<u32>>,
     batches: HashSet<u128>,
     /// Projects with rows here.
     projects: HashSet<Arc<str>>,
@@ -33,7 +36,7 @@ impl Default for Buffer {
     fn default() -> Self {
         Self {
             rows: Vec::new(),
-            traces: HashMap::new(),
+            traces: FxHashMap::default(),
             batches: HashSet::new(),
             projects: HashSet::new(),
             aborted: HashSet::new(),
@@ -60,7 +63,7 @@ impl Buffer {
             .chain(batch.replay_events.into_iter().map(Row::Replay));
         for row in rows {
             if let Row::Span(s) = &row {
-                self.traces.entry((project.clone(), s.trace_id.clone())).or_default().push(self.rows.len() as u32);
+                self.traces.entry(trace_key(&project, &s.trace_id)).or_default().push(self.rows.len() as u32);
             }
             self.rows.push(BufferedRow { project: project.clone(), row, batch_id });
         }
@@ -88,12 +91,12 @@ impl Buffer {
 
     /// Spans of one trace, except those of aborted batches and of `hidden` ones.
     pub fn trace(&self, project: &str, trace_id: &str, hidden: &dyn Fn(u128) -> bool) -> Vec<Row> {
-        let key = (Arc::from(project), trace_id.to_owned());
         self.traces
-            .get(&key)
+            .get(&trace_key(project, trace_id))
             .into_iter()
             .flatten()
             .map(|&i| &self.rows[i as usize])
+            .filter(|r| *r.project == *project && matches!(&r.row, Row::Span(s) if s.trace_id == trace_id))
             .filter(|r| !self.aborted.contains(&r.batch_id) && !hidden(r.batch_id))
             .map(|r| r.row.clone())
             .collect()
@@ -166,6 +169,13 @@ impl Buffer {
         out.sort_by_key(|(t, h, _, _)| (*t, *h));
         out
     }
+}
+
+fn trace_key(project: &str, trace_id: &str) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = rustc_hash::FxBuildHasher.build_hasher();
+    (project, trace_id).hash(&mut h);
+    h.finish()
 }
 
 /// Start of the time partition of `table` holding `ns`, in unix seconds.

@@ -5,6 +5,8 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
+use rustc_hash::FxHashSet;
+
 use super::file::SegmentMeta;
 use super::table::{Row, Table};
 
@@ -97,15 +99,19 @@ pub fn merge_rows(
     hidden: &dyn Fn(u128) -> bool,
     policy: &RetentionPolicy,
 ) -> Vec<(String, Row, u128)> {
-    let mut seen: HashSet<(String, String, String)> = HashSet::new();
-    let mut kept: Vec<(String, Row, u128)> = rows
-        .into_iter()
-        .filter(|(project, row, batch)| !hidden(*batch) && !policy.expired(project, row.time_ns()))
-        .filter(|(project, row, _)| match row.identity() {
-            Some((a, b)) => seen.insert((project.clone(), a.to_owned(), b.to_owned())),
-            None => true,
-        })
-        .collect();
+    // First copies are found on borrowed keys (no allocation per row), then kept by index.
+    let first: Vec<bool> = {
+        let mut seen: FxHashSet<(&str, &str, &str)> = FxHashSet::default();
+        rows.iter()
+            .map(|(project, row, batch)| {
+                !hidden(*batch)
+                    && !policy.expired(project, row.time_ns())
+                    && row.identity().is_none_or(|(a, b)| seen.insert((project, a, b)))
+            })
+            .collect()
+    };
+    let mut kept: Vec<(String, Row, u128)> =
+        rows.into_iter().zip(first).filter_map(|(row, first)| first.then_some(row)).collect();
     kept.sort_by(|(pa, a, _), (pb, b, _)| (pa, a.sort_key()).cmp(&(pb, b.sort_key())));
     kept
 }
