@@ -32,10 +32,8 @@ impl LogDb {
     pub fn open(dir: &Path, metrics: Arc<NodeMetrics>) -> anyhow::Result<Arc<Self>> {
         // Entries are protobuf sub-batches that segments compress once they are flushed; LZ4 in
         // the journal as well was 3% of the node's CPU during ingest.
-        let db = Database::builder(dir)
-            .manual_journal_persist(true)
-            .journal_compression(CompressionType::None)
-            .open()?;
+        let db =
+            Database::builder(dir).manual_journal_persist(true).journal_compression(CompressionType::None).open()?;
         // Entries are large (a whole sub-batch) and die young (purged after each flush of the
         // shard): kept apart from the keys in blob files, LSM compactions move only keys, and
         // a blob file is deleted whole once all its entries are purged. Inline, compactions
