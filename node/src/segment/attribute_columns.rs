@@ -41,7 +41,7 @@ use std::collections::HashMap;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use super::table::{decode_attributes, encode_attributes, Row, RowRef};
+use super::table::{decode_attributes, encode_attribute_refs, encode_attributes, Row, RowRef};
 
 pub const PREFIX: &str = "attr:";
 /// Of a split key: the text of a value up to its last word.
@@ -393,10 +393,10 @@ impl<'k> Split<'k> {
                 Some(k) if !seen[k] => {
                     seen[k] = true;
                     if !self.columns[k].push(&self.keys[k], kv.value.as_ref()) {
-                        rest.push(kv.clone());
+                        rest.push(kv);
                     }
                 }
-                _ => rest.push(kv.clone()),
+                _ => rest.push(kv),
             }
         }
         for (k, seen) in seen.into_iter().enumerate() {
@@ -404,7 +404,7 @@ impl<'k> Split<'k> {
                 self.columns[k].push(&self.keys[k], None);
             }
         }
-        encode_attributes(&rest)
+        encode_attribute_refs(rest)
     }
 
     /// The key columns, in the order of the keys' [`Key::fields`] (as [`super::layout::Layout::schema`] lists them).
@@ -444,6 +444,21 @@ struct KeyValues<'a> {
 }
 
 impl KeyValues<'_> {
+    /// Appends the row's value as encoded (an `AnyValue`) to `out`; false if it has none.
+    fn encode(&self, row: usize, out: &mut Vec<u8>) -> Result<bool, ArrowError> {
+        if let Some(whole) = self.whole.filter(|c| c.is_valid(row)) {
+            out.extend_from_slice(whole.value(row));
+            return Ok(true);
+        }
+        Ok(match self.value(row)? {
+            Some(v) => {
+                v.encode_raw(out);
+                true
+            }
+            None => false,
+        })
+    }
+
     fn value(&self, row: usize) -> Result<Option<AnyValue>, ArrowError> {
         if let Some(whole) = self.whole.filter(|c| c.is_valid(row)) {
             return AnyValue::decode(whole.value(row)).map(Some).map_err(|e| ArrowError::ParseError(e.to_string()));
@@ -489,19 +504,104 @@ pub fn join(rb: &RecordBatch) -> Result<ArrayRef, ArrowError> {
         }
     }
     let mut whole = BinaryBuilder::with_capacity(rb.num_rows(), rest.value_data().len() * 2);
+    let (mut row, mut value) = (Vec::new(), Vec::new());
     for i in 0..rb.num_rows() {
-        let mut attrs = Vec::with_capacity(keys.len() + 4);
+        // Both sides are sorted by key (the columns by the map, the rest as stored), so the
+        // row is their merge, copied as encoded. Column values go first among equal keys:
+        // `encode_attributes` sorts stably, and the columns hold the first of a repeated key.
+        row.clear();
+        let mut others = rest.value(i);
+        let mut next = RestEntry::parse(&mut others);
         for (key, values) in &keys {
-            if let Some(value) = values.value(i)? {
-                attrs.push(KeyValue { key: (*key).to_owned(), value: Some(value) });
+            while let Some(entry) = next.filter(|e| e.key < *key) {
+                row.extend_from_slice(entry.raw);
+                next = RestEntry::parse_after(&mut others, entry.key);
+            }
+            value.clear();
+            if values.encode(i, &mut value)? {
+                put_attribute(&mut row, key, &value);
             }
         }
-        // Column values first: `encode_attributes` sorts stably by key, and the columns hold
-        // the first of a repeated key.
-        attrs.extend(decode_attributes(rest.value(i)));
-        whole.append_value(encode_attributes(&attrs));
+        while let Some(entry) = next {
+            row.extend_from_slice(entry.raw);
+            next = RestEntry::parse_after(&mut others, entry.key);
+        }
+        if others.is_empty() {
+            whole.append_value(&row);
+        } else {
+            // Not the shape this writer stores (unsorted or unreadable): the long way.
+            let mut attrs = Vec::with_capacity(keys.len() + 4);
+            for (key, values) in &keys {
+                if let Some(value) = values.value(i)? {
+                    attrs.push(KeyValue { key: (*key).to_owned(), value: Some(value) });
+                }
+            }
+            attrs.extend(decode_attributes(rest.value(i)));
+            whole.append_value(encode_attributes(&attrs));
+        }
     }
     Ok(Arc::new(whole.finish()))
+}
+
+/// One attribute of a stored `attributes` value: its key and its bytes as stored (a
+/// length-delimited `KeyValue`).
+#[derive(Clone, Copy)]
+struct RestEntry<'a> {
+    key: &'a str,
+    raw: &'a [u8],
+}
+
+impl<'a> RestEntry<'a> {
+    /// The next entry of `bytes`, if it has one that reads as a `KeyValue` starting with its
+    /// key (how prost writes one); `bytes` is left at the entry where reading stopped.
+    fn parse(bytes: &mut &'a [u8]) -> Option<Self> {
+        use prost::encoding::{decode_key, decode_varint, WireType};
+        let all: &'a [u8] = bytes;
+        let mut cursor = all;
+        let len = usize::try_from(decode_varint(&mut cursor).ok()?).ok()?;
+        let header = all.len() - cursor.len();
+        let mut body = cursor.get(..len)?;
+        let key = match decode_key(&mut body) {
+            Ok((1, WireType::LengthDelimited)) => {
+                let n = usize::try_from(decode_varint(&mut body).ok()?).ok()?;
+                std::str::from_utf8(body.get(..n)?).ok()?
+            }
+            Ok((2, _)) => "",
+            _ => return None,
+        };
+        let raw = &all[..header + len];
+        *bytes = &all[header + len..];
+        Some(RestEntry { key, raw })
+    }
+
+    /// The next entry, unless it is out of key order after `previous` (then `bytes` stays
+    /// non-empty and the caller takes the long way).
+    fn parse_after(bytes: &mut &'a [u8], previous: &str) -> Option<Self> {
+        let before: &'a [u8] = bytes;
+        match Self::parse(bytes) {
+            Some(e) if e.key >= previous => Some(e),
+            _ => {
+                *bytes = before;
+                None
+            }
+        }
+    }
+}
+
+/// Appends the attribute (`key`, the encoded `value`) as `encode_attributes` writes it.
+fn put_attribute(out: &mut Vec<u8>, key: &str, value: &[u8]) {
+    use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
+    let key_field = if key.is_empty() { 0 } else { key_len(1) + encoded_len_varint(key.len() as u64) + key.len() };
+    let value_field = key_len(2) + encoded_len_varint(value.len() as u64) + value.len();
+    encode_varint((key_field + value_field) as u64, out);
+    if !key.is_empty() {
+        encode_key(1, WireType::LengthDelimited, out);
+        encode_varint(key.len() as u64, out);
+        out.extend_from_slice(key.as_bytes());
+    }
+    encode_key(2, WireType::LengthDelimited, out);
+    encode_varint(value.len() as u64, out);
+    out.extend_from_slice(value);
 }
 
 #[cfg(test)]
@@ -696,6 +796,42 @@ mod tests {
         let columns = split.finish();
         assert_eq!(columns.len(), 1, "the integers only");
         assert_eq!(columns[0].null_count(), 1);
+    }
+
+    /// Re-assembly copies stored attributes as they are when they are in key order, and
+    /// sorts them when they are not (a value this writer would not store, but a reader must
+    /// not garble), placing a column's value before the stored ones of the same key.
+    #[test]
+    fn joined_attributes_are_in_key_order_whatever_the_stored_order() {
+        let kv = |key: &str, v: u8| KeyValue { key: key.into(), value: value(v) };
+        let stored = |attrs: &[KeyValue]| {
+            let mut out = Vec::new();
+            for a in attrs {
+                a.encode_length_delimited(&mut out).unwrap();
+            }
+            out
+        };
+        let column_value = value(9).unwrap().encode_to_vec();
+        let schema = Arc::new(arrow_schema::Schema::new(vec![
+            Field::new("attributes", DataType::Binary, false),
+            Field::new(format!("{PREFIX}m"), DataType::Binary, true),
+        ]));
+        let in_order = stored(&[kv("a", 1), kv("m", 2), kv("z", 3)]);
+        let out_of_order = stored(&[kv("z", 3), kv("a", 1), kv("m", 2)]);
+        let rb = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(BinaryArray::from(vec![in_order.as_slice(), out_of_order.as_slice(), b"".as_slice()])),
+                Arc::new(BinaryArray::from(vec![Some(column_value.as_slice()), Some(column_value.as_slice()), None])),
+            ],
+        )
+        .unwrap();
+        let joined = join(&rb).unwrap();
+        let joined = joined.as_any().downcast_ref::<BinaryArray>().unwrap();
+        let expected = encode_attributes(&[kv("a", 1), kv("m", 9), kv("m", 2), kv("z", 3)]);
+        assert_eq!(joined.value(0), expected.as_slice());
+        assert_eq!(joined.value(1), expected.as_slice());
+        assert!(joined.value(2).is_empty());
     }
 
     #[test]
