@@ -2,11 +2,10 @@
 //! and writes it out as segments.
 
 use std::collections::{HashMap, HashSet};
-
-use rustc_hash::FxHashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use rustc_hash::FxHashMap;
 use sextant_proto::ShardBatch;
 
 use super::table::{Row, RowRef, Table};
