@@ -557,115 +557,73 @@ pub fn string_list(a: &ListArray, i: usize) -> Vec<String> {
 
 /// Rows of a record batch read back from a segment: (project, row, batch ordinal).
 pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u32)> {
-    // Columns are looked up once per batch, not once per row and field (by name: a scan of
-    // the schema each time).
     let c = Cols(rb);
-    let s = |name: &str| {
-        let column = c.str(name);
-        move |i: usize| column.value(i).to_owned()
-    };
-    let row: Box<dyn Fn(usize) -> Row + '_> = match table {
-        Table::Spans => {
-            let (trace_id, span_id, parent_span_id) = (s("trace_id"), s("span_id"), s("parent_span_id"));
-            let (service, operation) = (s("service"), s("operation"));
-            let (start, duration, status) = (c.i64("start_ns"), c.i64("duration_ns"), c.i32("status"));
-            let attributes = c.bin("attributes");
-            Box::new(move |i| {
-                Row::Span(Span {
-                    trace_id: trace_id(i),
-                    span_id: span_id(i),
-                    parent_span_id: parent_span_id(i),
-                    service_name: service(i),
-                    operation: operation(i),
-                    start_unix_nanos: start.value(i),
-                    duration_nanos: duration.value(i) as u64,
-                    status: status.value(i),
-                    attributes: decode_attributes(attributes.value(i)),
-                })
-            })
-        }
-        Table::TraceSummaries => {
-            let (trace_id, root_service, root_operation) = (s("trace_id"), s("root_service"), s("root_operation"));
-            let (start, end) = (c.i64("start_ns"), c.i64("end_ns"));
-            let (span_count, error_count, services) = (c.u32("span_count"), c.u32("error_count"), c.list("services"));
-            Box::new(move |i| {
-                Row::TraceSummary(TraceSummary {
-                    trace_id: trace_id(i),
-                    start_unix_nanos: start.value(i),
-                    end_unix_nanos: end.value(i),
-                    root_service: root_service(i),
-                    root_operation: root_operation(i),
-                    span_count: span_count.value(i),
-                    error_count: error_count.value(i),
-                    services: string_list(services, i),
-                })
-            })
-        }
-        Table::Logs => {
-            let (service, message, trace_id, span_id) = (s("service"), s("message"), s("trace_id"), s("span_id"));
-            let (time, level, attributes) = (c.i64("time_ns"), c.i32("level"), c.bin("attributes"));
-            Box::new(move |i| {
-                Row::Log(LogRecord {
-                    unix_nanos: time.value(i),
-                    level: level.value(i),
-                    service: service(i),
-                    message: message(i),
-                    trace_id: trace_id(i),
-                    span_id: span_id(i),
-                    attributes: decode_attributes(attributes.value(i)),
-                })
-            })
-        }
-        Table::HostMetrics => {
-            let (time, hostname, attributes) = (c.i64("time_ns"), s("hostname"), c.bin("attributes"));
-            let (cpu, disk) = (c.f64("cpu_percent"), c.f64("disk_used_percent"));
-            let (used, total) = (c.u64("memory_used_bytes"), c.u64("memory_total_bytes"));
-            let (rx, tx) = (c.f64("network_rx_bytes_per_sec"), c.f64("network_tx_bytes_per_sec"));
-            Box::new(move |i| {
-                Row::HostMetric(HostMetric {
-                    unix_nanos: time.value(i),
-                    hostname: hostname(i),
-                    cpu_percent: opt_f(cpu, i),
-                    memory_used_bytes: opt_u(used, i),
-                    memory_total_bytes: opt_u(total, i),
-                    disk_used_percent: opt_f(disk, i),
-                    network_rx_bytes_per_sec: opt_f(rx, i),
-                    network_tx_bytes_per_sec: opt_f(tx, i),
-                    attributes: decode_attributes(attributes.value(i)),
-                })
-            })
-        }
-        Table::Events => {
-            let (uuid, event, distinct_id, properties) = (s("uuid"), s("event"), s("distinct_id"), s("properties"));
-            let time = c.i64("time_ns");
-            Box::new(move |i| {
-                Row::Event(Event {
-                    uuid: uuid(i),
-                    event: event(i),
-                    distinct_id: distinct_id(i),
-                    unix_nanos: time.value(i),
-                    properties_json: properties(i),
-                })
-            })
-        }
-        Table::ReplayEvents => {
-            let (session_id, distinct_id, window_id, data) =
-                (s("session_id"), s("distinct_id"), s("window_id"), s("data"));
-            let (time, event_type) = (c.i64("time_ns"), c.i32("event_type"));
-            Box::new(move |i| {
-                Row::Replay(ReplayEvent {
-                    session_id: session_id(i),
-                    distinct_id: distinct_id(i),
-                    window_id: window_id(i),
-                    unix_nanos: time.value(i),
-                    event_type: event_type.value(i),
-                    data_json: data(i),
-                })
-            })
-        }
-    };
-    let (project, batch) = (c.str("project"), c.u32("batch"));
-    (0..rb.num_rows()).map(|i| (project.value(i).to_owned(), row(i), batch.value(i))).collect()
+    let project = c.str("project");
+    let batch = c.u32("batch");
+    let s = |name: &str, i: usize| c.str(name).value(i).to_owned();
+    (0..rb.num_rows())
+        .map(|i| {
+            let row = match table {
+                Table::Spans => Row::Span(Span {
+                    trace_id: s("trace_id", i),
+                    span_id: s("span_id", i),
+                    parent_span_id: s("parent_span_id", i),
+                    service_name: s("service", i),
+                    operation: s("operation", i),
+                    start_unix_nanos: c.i64("start_ns").value(i),
+                    duration_nanos: c.i64("duration_ns").value(i) as u64,
+                    status: c.i32("status").value(i),
+                    attributes: decode_attributes(c.bin("attributes").value(i)),
+                }),
+                Table::TraceSummaries => Row::TraceSummary(TraceSummary {
+                    trace_id: s("trace_id", i),
+                    start_unix_nanos: c.i64("start_ns").value(i),
+                    end_unix_nanos: c.i64("end_ns").value(i),
+                    root_service: s("root_service", i),
+                    root_operation: s("root_operation", i),
+                    span_count: c.u32("span_count").value(i),
+                    error_count: c.u32("error_count").value(i),
+                    services: string_list(c.list("services"), i),
+                }),
+                Table::Logs => Row::Log(LogRecord {
+                    unix_nanos: c.i64("time_ns").value(i),
+                    level: c.i32("level").value(i),
+                    service: s("service", i),
+                    message: s("message", i),
+                    trace_id: s("trace_id", i),
+                    span_id: s("span_id", i),
+                    attributes: decode_attributes(c.bin("attributes").value(i)),
+                }),
+                Table::HostMetrics => Row::HostMetric(HostMetric {
+                    unix_nanos: c.i64("time_ns").value(i),
+                    hostname: s("hostname", i),
+                    cpu_percent: opt_f(c.f64("cpu_percent"), i),
+                    memory_used_bytes: opt_u(c.u64("memory_used_bytes"), i),
+                    memory_total_bytes: opt_u(c.u64("memory_total_bytes"), i),
+                    disk_used_percent: opt_f(c.f64("disk_used_percent"), i),
+                    network_rx_bytes_per_sec: opt_f(c.f64("network_rx_bytes_per_sec"), i),
+                    network_tx_bytes_per_sec: opt_f(c.f64("network_tx_bytes_per_sec"), i),
+                    attributes: decode_attributes(c.bin("attributes").value(i)),
+                }),
+                Table::Events => Row::Event(Event {
+                    uuid: s("uuid", i),
+                    event: s("event", i),
+                    distinct_id: s("distinct_id", i),
+                    unix_nanos: c.i64("time_ns").value(i),
+                    properties_json: s("properties", i),
+                }),
+                Table::ReplayEvents => Row::Replay(ReplayEvent {
+                    session_id: s("session_id", i),
+                    distinct_id: s("distinct_id", i),
+                    window_id: s("window_id", i),
+                    unix_nanos: c.i64("time_ns").value(i),
+                    event_type: c.i32("event_type").value(i),
+                    data_json: s("data", i),
+                }),
+            };
+            (project.value(i).to_owned(), row, batch.value(i))
+        })
+        .collect()
 }
 
 #[cfg(test)]
