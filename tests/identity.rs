@@ -1039,10 +1039,15 @@ async fn limits_are_divided_between_live_routers() {
     // Each router's burst is its share, half the limit, plus what its share refills while the
     // burst is being sent (each admitted request is a Raft commit, so that takes a moment).
     for u in urls {
+        // A 503 (no shard leader for a moment, on a loaded machine) spent a token like a 200.
         let mut admitted = 0u32;
         let started = Instant::now();
-        while ingest(u.clone()).await == 200 {
-            admitted += 1;
+        loop {
+            match ingest(u.clone()).await {
+                200 | 503 => admitted += 1,
+                429 => break,
+                s => panic!("unexpected status {s} from {u}"),
+            }
             assert!(admitted <= 10 * RATE, "no 429 from {u}");
         }
         let share = RATE as f64 / 2.0;
