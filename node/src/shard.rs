@@ -516,7 +516,10 @@ impl GroupStore for SegmentShard {
     }
 
     fn begin_checkpoint(&mut self, meta: SnapshotMeta) -> CheckpointJob {
-        let frozen = Arc::new(std::mem::take(&mut self.active));
+        // The next buffer will likely fill like this one: sized up front, it is not copied
+        // while it grows (a buffer of spans is tens of megabytes).
+        let next = Buffer::with_capacity(self.active.rows.len(), self.active.trace_count());
+        let frozen = Arc::new(std::mem::replace(&mut self.active, next));
         self.published.write().unwrap().frozen.push(frozen.clone());
         let (dir, dedup, tombstones) = (self.dir.clone(), self.dedup.clone(), self.tombstones.clone());
         let (published, persisted) = (self.published.clone(), self.persisted.clone());

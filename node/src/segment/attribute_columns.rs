@@ -262,38 +262,35 @@ pub fn choose(rows: &[RowRef<'_>]) -> Vec<Key> {
     keys.sort();
     // Whether any value stays whole, by every row (the sample decided the rest).
     if keys.iter().any(|k| !k.whole) {
-        let mut finder = KeyFinder::default();
+        let finder = KeyFinder::new(&keys);
+        let mut whole: Vec<bool> = keys.iter().map(|k| k.whole).collect();
         for r in rows {
-            for (at, kv) in attributes(r.row).unwrap_or_default().iter().enumerate() {
-                if let (Some(k), Some(value)) = (finder.find(&keys, at, &kv.key), &kv.value) {
-                    keys[k].whole = keys[k].whole || keys[k].stays_whole(value);
+            for kv in attributes(r.row).unwrap_or_default() {
+                if let (Some(k), Some(value)) = (finder.find(&kv.key), &kv.value) {
+                    whole[k] = whole[k] || keys[k].stays_whole(value);
                 }
             }
+        }
+        for (key, whole) in keys.iter_mut().zip(whole) {
+            key.whole = whole;
         }
     }
     keys
 }
 
-/// Finds attribute keys among the chosen ones (sorted by name), remembering which key each
-/// position of the previous row's attributes was: rows of one source list the same keys in
-/// the same order, so one comparison mostly replaces a binary search.
-#[derive(Default)]
-struct KeyFinder {
-    by_position: Vec<Option<usize>>,
-}
+/// Finds attribute keys among the chosen ones by name. Fx hashing takes a few instructions per
+/// key; a binary search over the names compared strings four times or more (with the last
+/// row's key order remembered, still a tenth of a flush for rows whose optional keys vary).
+struct KeyFinder<'k>(FxHashMap<&'k str, usize>);
 
-impl KeyFinder {
-    /// The index in `keys` of `name`, the `at`-th attribute of its row.
-    fn find(&mut self, keys: &[Key], at: usize, name: &str) -> Option<usize> {
-        if self.by_position.len() <= at {
-            self.by_position.resize(at + 1, None);
-        }
-        if let Some(k) = self.by_position[at].filter(|&k| keys[k].name == name) {
-            return Some(k);
-        }
-        let found = keys.binary_search_by(|k| k.name.as_str().cmp(name)).ok();
-        self.by_position[at] = found;
-        found
+impl<'k> KeyFinder<'k> {
+    fn new(keys: &'k [Key]) -> Self {
+        KeyFinder(keys.iter().enumerate().map(|(i, k)| (k.name.as_str(), i)).collect())
+    }
+
+    /// The index in the keys of `name`.
+    fn find(&self, name: &str) -> Option<usize> {
+        self.0.get(name).copied()
     }
 }
 
@@ -315,14 +312,18 @@ struct KeyColumns {
 impl KeyColumns {
     /// Adds a row's value (or a null); false when the value is not stored (none, or whole
     /// without a whole column): the caller keeps it with the rest of the attributes.
-    fn push(&mut self, key: &Key, value: Option<&AnyValue>) -> bool {
+    fn push(&mut self, key: &Key, value: Option<&AnyValue>, scratch: &mut Vec<u8>) -> bool {
         let value = value.filter(|v| self.whole.is_some() || !key.stays_whole(v));
         let split =
             key.split.then(|| value.and_then(splittable)).flatten().filter(|(text, at)| key.tail.fits(&text[*at..]));
         let int = self.ints.is_some().then(|| value.and_then(integer)).flatten();
         if let Some(whole) = self.whole.as_mut() {
             match value.filter(|_| split.is_none() && int.is_none()) {
-                Some(value) => whole.append_value(value.encode_to_vec()),
+                Some(value) => {
+                    scratch.clear();
+                    value.encode_raw(scratch);
+                    whole.append_value(&scratch[..]);
+                }
                 None => whole.append_null(),
             }
         }
@@ -355,7 +356,11 @@ impl KeyColumns {
 pub struct Split<'k> {
     keys: &'k [Key],
     columns: Vec<KeyColumns>,
-    finder: KeyFinder,
+    finder: KeyFinder<'k>,
+    /// Per row: which keys it gave (reused).
+    seen: Vec<bool>,
+    /// A value being encoded (reused).
+    value: Vec<u8>,
 }
 
 impl<'k> Split<'k> {
@@ -376,7 +381,7 @@ impl<'k> Split<'k> {
                 ints: k.ints.then(|| Int64Builder::with_capacity(rows)),
             })
             .collect();
-        Split { keys, columns, finder: KeyFinder::default() }
+        Split { keys, columns, finder: KeyFinder::new(keys), seen: Vec::new(), value: Vec::new() }
     }
 
     /// Adds one row: fills the key columns and returns the encoded remainder. Of a key given
@@ -386,22 +391,23 @@ impl<'k> Split<'k> {
         if self.keys.is_empty() {
             return encode_attributes(attrs);
         }
-        let mut seen = vec![false; self.keys.len()];
+        self.seen.clear();
+        self.seen.resize(self.keys.len(), false);
         let mut rest = Vec::with_capacity(attrs.len());
-        for (at, kv) in attrs.iter().enumerate() {
-            match self.finder.find(self.keys, at, &kv.key) {
-                Some(k) if !seen[k] => {
-                    seen[k] = true;
-                    if !self.columns[k].push(&self.keys[k], kv.value.as_ref()) {
+        for kv in attrs {
+            match self.finder.find(&kv.key) {
+                Some(k) if !self.seen[k] => {
+                    self.seen[k] = true;
+                    if !self.columns[k].push(&self.keys[k], kv.value.as_ref(), &mut self.value) {
                         rest.push(kv);
                     }
                 }
                 _ => rest.push(kv),
             }
         }
-        for (k, seen) in seen.into_iter().enumerate() {
+        for (k, seen) in self.seen.iter().enumerate() {
             if !seen {
-                self.columns[k].push(&self.keys[k], None);
+                self.columns[k].push(&self.keys[k], None, &mut self.value);
             }
         }
         encode_attribute_refs(rest)

@@ -46,6 +46,19 @@ impl Default for Buffer {
 }
 
 impl Buffer {
+    /// An empty buffer with room for `rows` rows of `traces` traces.
+    pub fn with_capacity(rows: usize, traces: usize) -> Self {
+        let mut buffer = Buffer::default();
+        buffer.rows.reserve_exact(rows);
+        buffer.traces.reserve(traces);
+        buffer
+    }
+
+    /// How many traces have spans here.
+    pub fn trace_count(&self) -> usize {
+        self.traces.len()
+    }
+
     pub fn push(&mut self, batch_id: u128, batch: ShardBatch, encoded_len: usize) -> u64 {
         if self.rows.is_empty() {
             self.since = Instant::now();

@@ -821,4 +821,25 @@ mod tests {
         assert_eq!(read(&shared, &scan("p", 0, Filter::default())), expected(30, None, true));
         assert_eq!(read(&single, &scan("p", 0, web)), expected(0, Some("web"), true));
     }
+
+    /// Segments are compressed by pooled zstd contexts (the patch in `vendor/zstd`): a context
+    /// given back after compressing with a dictionary at another level must not carry either
+    /// into the next compressor, whose frames any plain decompressor reads.
+    #[test]
+    fn pooled_zstd_contexts_start_clean() {
+        let data: Vec<u8> = (0..200_000u32).flat_map(|i| (i % 977).to_le_bytes()).collect();
+        let dictionary = data[..4096].to_vec();
+        for _ in 0..3 {
+            let mut with_dict = zstd::bulk::Compressor::with_dictionary(19, &dictionary).unwrap();
+            let framed = with_dict.compress(&data[..8192]).unwrap();
+            assert!(zstd::bulk::decompress(&framed, 8192).is_err(), "a dictionary frame needs it");
+            drop(with_dict);
+            let mut plain = zstd::bulk::Compressor::new(3).unwrap();
+            let first = plain.compress(&data).unwrap();
+            let second = plain.compress(&data).unwrap();
+            assert_eq!(zstd::bulk::decompress(&first, data.len()).unwrap(), data);
+            assert_eq!(first, second, "a reused context compresses alike");
+            assert_eq!(first, zstd::bulk::compress(&data, 3).unwrap(), "the same frame as another context's");
+        }
+    }
 }

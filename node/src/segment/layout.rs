@@ -28,6 +28,7 @@ use std::sync::Arc;
 use arrow_array::builder::StringBuilder;
 use arrow_array::{Array, ArrayRef, BinaryArray, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
+use rustc_hash::FxHashMap;
 
 use super::attribute_columns::{self, Key};
 use super::hex_ids;
@@ -149,12 +150,14 @@ pub fn parent_refs(rows: &[RowRef<'_>]) -> Vec<i32> {
         Row::Span(s) => Some(s),
         _ => None,
     };
+    // One map for every trace, cleared in between (traces are a handful of spans each).
+    let mut by_id: FxHashMap<&str, usize> = FxHashMap::default();
     let mut start = 0;
     while start < rows.len() {
         let key = |i: usize| (rows[i].project, span(i).map(|s| s.trace_id.as_str()));
         let end = (start..rows.len()).find(|&i| key(i) != key(start)).unwrap_or(rows.len());
-        let by_id: HashMap<&str, usize> =
-            (start..end).filter_map(|i| span(i).map(|s| (s.span_id.as_str(), i))).collect();
+        by_id.clear();
+        by_id.extend((start..end).filter_map(|i| span(i).map(|s| (s.span_id.as_str(), i))));
         for (i, slot) in refs.iter_mut().enumerate().take(end).skip(start) {
             let Some(s) = span(i).filter(|s| !s.parent_span_id.is_empty()) else { continue };
             if let Some(&p) = by_id.get(s.parent_span_id.as_str()).filter(|&&p| p != i) {

@@ -15,17 +15,60 @@ use zstd_safe;
 // Sextant's patch: the context is created on first use. parquet-rs makes a codec, with a
 // compressor, for every column chunk it *reads*, and creating a zstd compression context runs
 // `cpuid`, which traps to the hypervisor in a virtual machine (22% of a trace lookup's time).
+//
+// Sextant's patch (2): contexts are reused through a small per-thread pool. A column writer of
+// parquet-rs owns a compressor for one column chunk, so every chunk of every segment written
+// created a context, and its first frame allocated the level's match tables (megabytes at the
+// levels segments use, from the C allocator: fresh pages, faulted in and cleared each time;
+// 3% of a node's CPU while ingesting). A pooled context keeps its workspace.
 #[derive(Default)]
 pub struct Compressor<'a> {
     context: Option<zstd_safe::CCtx<'a>>,
     /// The level a context created on first use gets.
     level: i32,
+    /// The context never referenced a prepared dictionary (borrowed data), so once reset it
+    /// holds nothing of this compressor's and can go back to the pool.
+    poolable: bool,
+}
+
+/// Contexts kept per thread for the next compressors (each holds its last workspace): about
+/// as many as a Parquet row group has column chunks, whose contexts are alive at once anyway.
+const POOL_SIZE: usize = 64;
+
+thread_local! {
+    static POOL: std::cell::RefCell<Vec<zstd_safe::CCtx<'static>>> =
+        const { std::cell::RefCell::new(Vec::new()) };
+}
+
+impl Drop for Compressor<'_> {
+    fn drop(&mut self) {
+        let Some(mut context) = self.context.take() else { return };
+        // Resetting the session and the parameters drops any dictionary (loaded copies and
+        // references alike) and any frame left open.
+        if !self.poolable
+            || context
+                .reset(zstd_safe::ResetDirective::SessionAndParameters)
+                .is_err()
+        {
+            return;
+        }
+        // SAFETY: the lifetime only bounds borrowed dictionaries; this context never
+        // referenced one (`poolable`), and the reset above cleared its parameters.
+        let context: zstd_safe::CCtx<'static> =
+            unsafe { std::mem::transmute(context) };
+        let _ = POOL.try_with(|pool| {
+            let mut pool = pool.borrow_mut();
+            if pool.len() < POOL_SIZE {
+                pool.push(context);
+            }
+        });
+    }
 }
 
 impl Compressor<'static> {
     /// Creates a new zstd compressor
     pub fn new(level: i32) -> io::Result<Self> {
-        Ok(Compressor { context: None, level })
+        Ok(Compressor { context: None, level, poolable: false })
     }
 
     /// Creates a new zstd compressor, using the given dictionary.
@@ -44,7 +87,9 @@ impl Compressor<'static> {
 impl<'a> Compressor<'a> {
     fn context(&mut self) -> io::Result<&mut zstd_safe::CCtx<'a>> {
         if self.context.is_none() {
-            let mut context = zstd_safe::CCtx::default();
+            let pooled = POOL.try_with(|pool| pool.borrow_mut().pop()).ok().flatten();
+            self.poolable = true;
+            let mut context = pooled.unwrap_or_default();
             context
                 .set_parameter(zstd_safe::CParameter::CompressionLevel(self.level))
                 .map_err(map_error_code)?;
@@ -121,6 +166,7 @@ impl<'a> Compressor<'a> {
         self.context()?
             .ref_cdict(dictionary.as_cdict())
             .map_err(map_error_code)?;
+        self.poolable = false;
 
         Ok(())
     }
