@@ -40,6 +40,7 @@ use sextant_proto::{any_value, AnyValue, KeyValue};
 use std::collections::HashMap;
 
 use rustc_hash::{FxHashMap, FxHashSet};
+use xxhash_rust::xxh3::xxh3_64;
 
 use super::table::{decode_attributes, encode_attribute_refs, encode_attributes, Row, RowRef};
 
@@ -211,10 +212,11 @@ pub fn choose(rows: &[RowRef<'_>]) -> Vec<Key> {
     #[derive(Default)]
     struct Seen {
         sampled: usize,
-        values: FxHashSet<Vec<u8>>,
+        /// Distinct values and heads are counted by their 64-bit hashes (no copy of each).
+        values: FxHashSet<u64>,
         /// Sampled values that split, and their distinct heads.
         splittable: usize,
-        heads: FxHashSet<String>,
+        heads: FxHashSet<u64>,
         /// Sampled last words that are decimal numbers.
         decimal: usize,
         ints: usize,
@@ -225,17 +227,20 @@ pub fn choose(rows: &[RowRef<'_>]) -> Vec<Key> {
     let stride = rows.len().div_ceil(SAMPLE_ROWS).max(1);
     let sample = rows.iter().step_by(stride);
     let sampled_rows = sample.len();
+    let mut encoded = Vec::new();
     for r in sample {
         for kv in attributes(r.row).unwrap_or_default() {
             if kv.key.len() <= MAX_KEY_BYTES {
                 let s = seen.entry(kv.key.as_str()).or_default();
                 s.sampled += 1;
                 if let Some(v) = &kv.value {
-                    s.values.insert(v.encode_to_vec());
+                    encoded.clear();
+                    v.encode_raw(&mut encoded);
+                    s.values.insert(xxh3_64(&encoded));
                     s.ints += usize::from(integer(v).is_some());
                     if let Some((text, at)) = splittable(v) {
                         s.splittable += 1;
-                        s.heads.insert(text[..at].to_owned());
+                        s.heads.insert(xxh3_64(text[..at].as_bytes()));
                         s.decimal += usize::from(Tail::Decimal.number(&text[at..]).is_some());
                     }
                 }
@@ -361,6 +366,8 @@ pub struct Split<'k> {
     seen: Vec<bool>,
     /// A value being encoded (reused).
     value: Vec<u8>,
+    /// The row's remaining attributes, encoded (reused).
+    rest: Vec<u8>,
 }
 
 impl<'k> Split<'k> {
@@ -381,15 +388,17 @@ impl<'k> Split<'k> {
                 ints: k.ints.then(|| Int64Builder::with_capacity(rows)),
             })
             .collect();
-        Split { keys, columns, finder: KeyFinder::new(keys), seen: Vec::new(), value: Vec::new() }
+        Split { keys, columns, finder: KeyFinder::new(keys), seen: Vec::new(), value: Vec::new(), rest: Vec::new() }
     }
 
     /// Adds one row: fills the key columns and returns the encoded remainder. Of a key given
     /// twice, the first goes to the columns (the rest keeps the later ones, in order), unless
     /// it has no value: nulls in the columns mean "not in the columns", so it stays in the rest.
-    pub fn push(&mut self, attrs: &[KeyValue]) -> Vec<u8> {
+    pub fn push(&mut self, attrs: &[KeyValue]) -> &[u8] {
+        self.rest.clear();
         if self.keys.is_empty() {
-            return encode_attributes(attrs);
+            encode_attribute_refs(attrs.iter().collect(), &mut self.rest);
+            return &self.rest;
         }
         self.seen.clear();
         self.seen.resize(self.keys.len(), false);
@@ -410,7 +419,8 @@ impl<'k> Split<'k> {
                 self.columns[k].push(&self.keys[k], None, &mut self.value);
             }
         }
-        encode_attribute_refs(rest)
+        encode_attribute_refs(rest, &mut self.rest);
+        &self.rest
     }
 
     /// The key columns, in the order of the keys' [`Key::fields`] (as [`super::layout::Layout::schema`] lists them).

@@ -1,7 +1,7 @@
 //! Rows applied since the last flush. Readers see them at once; a flush freezes the buffer
 //! and writes it out as segments.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -155,7 +155,7 @@ impl Buffer {
     /// The live rows grouped by (table, time partition), each group sorted in segment order,
     /// with the list of batch ids the rows' ordinals point into.
     pub fn partitions(&self) -> Vec<(Table, i64, Vec<RowRef<'_>>, Vec<u128>)> {
-        let mut groups: HashMap<(Table, i64), Vec<&BufferedRow>> = HashMap::new();
+        let mut groups: FxHashMap<(Table, i64), Vec<&BufferedRow>> = FxHashMap::default();
         for r in self.rows.iter().filter(|r| !self.aborted.contains(&r.batch_id)) {
             groups.entry((r.row.table(), partition_of(r.row.table(), r.row.time_ns()))).or_default().push(r);
         }
@@ -163,7 +163,7 @@ impl Buffer {
             .into_iter()
             .map(|((table, hour), mut rows)| {
                 rows.sort_by(|a, b| (&a.project, a.row.sort_key()).cmp(&(&b.project, b.row.sort_key())));
-                let mut ordinals: HashMap<u128, u32> = HashMap::new();
+                let mut ordinals: FxHashMap<u128, u32> = FxHashMap::default();
                 let mut batches = Vec::new();
                 let refs = rows
                     .into_iter()

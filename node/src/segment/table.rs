@@ -209,18 +209,18 @@ impl Row {
 /// same set always has the same bytes whichever way it was split into columns and back, and
 /// whichever order the client sent it in (order carries no meaning in OpenTelemetry).
 pub fn encode_attributes(attrs: &[KeyValue]) -> Vec<u8> {
-    encode_attribute_refs(attrs.iter().collect())
+    let mut out = Vec::new();
+    encode_attribute_refs(attrs.iter().collect(), &mut out);
+    out
 }
 
-/// [`encode_attributes`] of borrowed attributes.
-pub fn encode_attribute_refs(mut sorted: Vec<&KeyValue>) -> Vec<u8> {
+/// [`encode_attributes`] of borrowed attributes, appended to `out`.
+pub fn encode_attribute_refs(mut sorted: Vec<&KeyValue>, out: &mut Vec<u8>) {
     sorted.sort_by(|a, b| a.key.cmp(&b.key));
-    let mut out = Vec::new();
     for kv in sorted {
         // Encoding into a Vec cannot fail.
-        let _ = kv.encode_length_delimited(&mut out);
+        let _ = kv.encode_length_delimited(&mut *out);
     }
-    out
 }
 
 pub fn decode_attributes(mut bytes: &[u8]) -> Vec<KeyValue> {
@@ -265,7 +265,7 @@ enum V<'a> {
     U4(u32),
     U(Option<u64>),
     F(Option<f64>),
-    B(Vec<u8>),
+    B(&'a [u8]),
     L(&'a [String]),
 }
 
