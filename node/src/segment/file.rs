@@ -823,8 +823,9 @@ mod tests {
     }
 
     /// Segments are compressed by pooled zstd contexts (the patch in `vendor/zstd`): a context
-    /// given back after compressing with a dictionary at another level must not carry either
-    /// into the next compressor, whose frames any plain decompressor reads.
+    /// given back after compressing with a dictionary (copied or referenced) at another level
+    /// must not carry either into the next compressor, whose frames any plain decompressor
+    /// reads.
     #[test]
     fn pooled_zstd_contexts_start_clean() {
         let data: Vec<u8> = (0..200_000u32).flat_map(|i| (i % 977).to_le_bytes()).collect();
@@ -834,6 +835,13 @@ mod tests {
             let framed = with_dict.compress(&data[..8192]).unwrap();
             assert!(zstd::bulk::decompress(&framed, 8192).is_err(), "a dictionary frame needs it");
             drop(with_dict);
+            // A prepared dictionary, which the context only references.
+            let prepared = zstd::dict::EncoderDictionary::copy(&dictionary, 19);
+            let mut with_ref = zstd::bulk::Compressor::with_prepared_dictionary(&prepared).unwrap();
+            let framed = with_ref.compress(&data[..8192]).unwrap();
+            assert!(zstd::bulk::decompress(&framed, 8192).is_err(), "a prepared dictionary frame needs it");
+            drop(with_ref);
+            drop(prepared);
             let mut plain = zstd::bulk::Compressor::new(3).unwrap();
             let first = plain.compress(&data).unwrap();
             let second = plain.compress(&data).unwrap();

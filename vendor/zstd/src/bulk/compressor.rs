@@ -26,9 +26,6 @@ pub struct Compressor<'a> {
     context: Option<zstd_safe::CCtx<'a>>,
     /// The level a context created on first use gets.
     level: i32,
-    /// The context never referenced a prepared dictionary (borrowed data), so once reset it
-    /// holds nothing of this compressor's and can go back to the pool.
-    poolable: bool,
 }
 
 /// Contexts kept per thread for the next compressors (each holds its last workspace): about
@@ -43,17 +40,16 @@ thread_local! {
 impl Drop for Compressor<'_> {
     fn drop(&mut self) {
         let Some(mut context) = self.context.take() else { return };
-        // Resetting the session and the parameters drops any dictionary (loaded copies and
-        // references alike) and any frame left open.
-        if !self.poolable
-            || context
-                .reset(zstd_safe::ResetDirective::SessionAndParameters)
-                .is_err()
+        // Resetting the session and the parameters drops any dictionary (loaded copies,
+        // referenced dictionaries and prefixes alike) and any frame left open.
+        if context
+            .reset(zstd_safe::ResetDirective::SessionAndParameters)
+            .is_err()
         {
             return;
         }
-        // SAFETY: the lifetime only bounds borrowed dictionaries; this context never
-        // referenced one (`poolable`), and the reset above cleared its parameters.
+        // SAFETY: the lifetime only bounds borrowed dictionaries and prefixes, and the reset
+        // above made the context drop every one of them.
         let context: zstd_safe::CCtx<'static> =
             unsafe { std::mem::transmute(context) };
         let _ = POOL.try_with(|pool| {
@@ -68,7 +64,7 @@ impl Drop for Compressor<'_> {
 impl Compressor<'static> {
     /// Creates a new zstd compressor
     pub fn new(level: i32) -> io::Result<Self> {
-        Ok(Compressor { context: None, level, poolable: false })
+        Ok(Compressor { context: None, level })
     }
 
     /// Creates a new zstd compressor, using the given dictionary.
@@ -88,7 +84,6 @@ impl<'a> Compressor<'a> {
     fn context(&mut self) -> io::Result<&mut zstd_safe::CCtx<'a>> {
         if self.context.is_none() {
             let pooled = POOL.try_with(|pool| pool.borrow_mut().pop()).ok().flatten();
-            self.poolable = true;
             let mut context = pooled.unwrap_or_default();
             context
                 .set_parameter(zstd_safe::CParameter::CompressionLevel(self.level))
@@ -166,7 +161,6 @@ impl<'a> Compressor<'a> {
         self.context()?
             .ref_cdict(dictionary.as_cdict())
             .map_err(map_error_code)?;
-        self.poolable = false;
 
         Ok(())
     }
