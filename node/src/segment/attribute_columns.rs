@@ -367,7 +367,7 @@ pub struct Split<'k> {
     /// A value being encoded (reused).
     value: Vec<u8>,
     /// The row's remaining attributes, encoded (reused).
-    rest: Vec<u8>,
+    encoded_rest: Vec<u8>,
 }
 
 impl<'k> Split<'k> {
@@ -388,17 +388,24 @@ impl<'k> Split<'k> {
                 ints: k.ints.then(|| Int64Builder::with_capacity(rows)),
             })
             .collect();
-        Split { keys, columns, finder: KeyFinder::new(keys), seen: Vec::new(), value: Vec::new(), rest: Vec::new() }
+        Split {
+            keys,
+            columns,
+            finder: KeyFinder::new(keys),
+            seen: Vec::new(),
+            value: Vec::new(),
+            encoded_rest: Vec::new(),
+        }
     }
 
     /// Adds one row: fills the key columns and returns the encoded remainder. Of a key given
     /// twice, the first goes to the columns (the rest keeps the later ones, in order), unless
     /// it has no value: nulls in the columns mean "not in the columns", so it stays in the rest.
     pub fn push(&mut self, attrs: &[KeyValue]) -> &[u8] {
-        self.rest.clear();
+        self.encoded_rest.clear();
         if self.keys.is_empty() {
-            encode_attribute_refs(attrs.iter().collect(), &mut self.rest);
-            return &self.rest;
+            encode_attribute_refs(attrs.iter().collect(), &mut self.encoded_rest);
+            return &self.encoded_rest;
         }
         self.seen.clear();
         self.seen.resize(self.keys.len(), false);
@@ -419,8 +426,8 @@ impl<'k> Split<'k> {
                 self.columns[k].push(&self.keys[k], None, &mut self.value);
             }
         }
-        encode_attribute_refs(rest, &mut self.rest);
-        &self.rest
+        encode_attribute_refs(rest, &mut self.encoded_rest);
+        &self.encoded_rest
     }
 
     /// The key columns, in the order of the keys' [`Key::fields`] (as [`super::layout::Layout::schema`] lists them).
