@@ -7,6 +7,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bytes(".sextant.v1.RaftRequest.body")
         .bytes(".sextant.v1.RaftReply.body")
         .bytes(".sextant.v1.WriteRequest.batch")
+        // Attributes kept encoded are slices of the Raft entry they arrived in (no copy).
+        .bytes(".sextant.v1.SpanRow.attributes")
+        .bytes(".sextant.v1.LogRow.attributes")
+        .bytes(".sextant.v1.HostMetricRow.attributes")
         .compile_protos(&["proto/sextant.proto"], &["proto"])?;
     Ok(())
 }

@@ -14,12 +14,12 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use arrow_array::RecordBatch;
-use prost::Message;
-use sextant_proto::{ShardBatch, Span};
+use sextant_proto::Span;
 
 use crate::archive::{FileEntry, SnapshotStream};
 use crate::durable::sync_dir;
 use crate::failpoint;
+use crate::segment::buffer::decode_batch;
 use crate::segment::compaction::{self, merge_rows, RetentionPolicy};
 use crate::segment::file::{self as segment_file, file_name};
 use crate::segment::summary::summary_rows;
@@ -207,17 +207,18 @@ impl SegmentShard {
         ScanJob { scan, buffered, segments, tombstones }
     }
 
-    fn ingest(&mut self, batch_id: u128, payload: &[u8]) -> CommandResponse {
+    fn ingest(&mut self, batch_id: u128, payload: Vec<u8>) -> CommandResponse {
         if self.dedup.is_aborted(batch_id) {
             return CommandResponse::Refused;
         }
         if self.dedup.is_applied(batch_id) {
             return CommandResponse::Ingested { duplicate: true, rows: 0 };
         }
-        match ShardBatch::decode(payload) {
+        let len = payload.len();
+        match decode_batch(payload) {
             Ok(batch) => {
                 self.dedup.record_applied(batch_id);
-                CommandResponse::Ingested { duplicate: false, rows: self.active.push(batch_id, batch, payload.len()) }
+                CommandResponse::Ingested { duplicate: false, rows: self.active.push(batch_id, batch, len) }
             }
             Err(e) => CommandResponse::Rejected(format!("undecodable batch: {e}")),
         }
@@ -265,6 +266,7 @@ impl TraceLookup {
                 _ => None,
             })
             .filter(|s| seen.insert(s.span_id.clone()))
+            .map(Span::from)
             .collect();
         spans.sort_by(|a, b| (a.start_unix_nanos, &a.span_id).cmp(&(b.start_unix_nanos, &b.span_id)));
         Ok(spans)
@@ -509,7 +511,7 @@ fn flush(
 impl GroupStore for SegmentShard {
     fn apply(&mut self, _index: u64, command: Command) -> CommandResponse {
         match command {
-            Command::Ingest { batch_id, payload } => self.ingest(batch_id, &payload),
+            Command::Ingest { batch_id, payload } => self.ingest(batch_id, payload),
             Command::Abort { batch_id } => self.abort(batch_id),
             Command::Meta(_) => CommandResponse::Rejected("meta command sent to a data shard".into()),
         }
@@ -584,7 +586,8 @@ impl GroupStore for SegmentShard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sextant_proto::LogRecord;
+    use prost::Message;
+    use sextant_proto::{LogRecord, ShardBatch};
 
     fn span(trace: &str, id: &str, start: i64) -> Span {
         Span {
@@ -647,6 +650,44 @@ mod tests {
             ingest(&mut s, 4, 2, batch("p", vec![span("t1", "x", 1)])),
             CommandResponse::Ingested { duplicate: true, rows: 0 }
         );
+    }
+
+    /// Attributes are kept as encoded; one encoded unlike prost would is stored in prost's
+    /// form (reads as the same attribute), and a batch with an attribute that is no KeyValue
+    /// is rejected whole, leaving nothing behind (the batch id is not taken either).
+    #[test]
+    fn attributes_are_stored_in_prosts_form_and_undecodable_ones_reject_the_batch() {
+        use bytes::Bytes;
+        use sextant_proto::{any_value, AnyValue, KeyValue, ShardRows};
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        let kv = KeyValue { key: "k".into(), value: Some(AnyValue { value: Some(any_value::Value::IntValue(5)) }) };
+        // The value field before the key field.
+        let reordered = Bytes::from([&kv.encode_to_vec()[3..], b"\x0a\x01k"].concat());
+        let with = |attributes: Vec<Bytes>| {
+            let mut rows = ShardRows::from(ShardBatch {
+                project_id: "p".into(),
+                spans: vec![span("t", "a", 1)],
+                ..Default::default()
+            });
+            rows.spans[0].attributes = attributes;
+            rows.encode_to_vec()
+        };
+        let garbage = with(vec![kv.encode_to_vec().into(), Bytes::from_static(b"\x0a\x09k")]);
+        assert!(matches!(ingest(&mut s, 1, 1, garbage), CommandResponse::Rejected(_)));
+        assert!(ids(&s, "p", "t").is_empty());
+        assert_eq!(
+            ingest(&mut s, 2, 1, with(vec![reordered])),
+            CommandResponse::Ingested { duplicate: false, rows: 1 }
+        );
+        let stored = |s: &SegmentShard| match &scan_all(s, Table::Spans, "p", Default::default())[..] {
+            [Row::Span(row)] => row.attributes.clone(),
+            other => panic!("one span expected: {other:?}"),
+        };
+        assert_eq!(stored(&s), [kv.encode_to_vec()]);
+        assert_eq!(s.trace("p", "t").run().unwrap()[0].attributes, [kv.clone()]);
+        checkpoint(&mut s, 2);
+        assert_eq!(stored(&s), [kv.encode_to_vec()]);
     }
 
     #[test]

@@ -2,14 +2,15 @@
 //! normalised message (variable parts replaced by placeholders, so "order 4411 failed" and
 //! "order 4412 failed" are one group).
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 
-use sextant_proto::{ErrorGroup, ErrorOccurrence, ErrorsPartial, ErrorsPlan, KeyValue, LogLevel, QueryRequest};
+use sextant_proto::{ErrorGroup, ErrorOccurrence, ErrorsPartial, ErrorsPlan, LogLevel, QueryRequest};
 use xxhash_rust::xxh3::Xxh3;
 
 use super::{each_batch, Budget, QueryError};
-use crate::segment::scan::attribute_text;
-use crate::segment::table::{decode_attributes, Cols};
+use crate::segment::attribute::read_stored;
+use crate::segment::table::Cols;
 use crate::segment::{Filter, Scan, Table};
 use crate::shard::ScanJob;
 
@@ -110,8 +111,9 @@ pub fn fingerprint(source: &str, service: &str, kind: &str, normalized: &str) ->
     format!("{:016x}", h.digest())
 }
 
-fn attribute(attrs: &[KeyValue], key: &str) -> Option<String> {
-    attrs.iter().find(|kv| kv.key == key).and_then(attribute_text)
+/// The text of the first attribute `key` of a stored set of attributes.
+fn attribute(stored: &[u8], key: &str) -> Option<String> {
+    read_stored(stored).find(|a| a.key == key).and_then(|a| a.text()).map(Cow::into_owned)
 }
 
 struct Occurrence<'a> {
@@ -175,16 +177,16 @@ pub fn run(plan: &ErrorsPlan, spans: ScanJob, logs: ScanJob, budget: &mut Budget
         let (service, operation, trace, start, attrs) =
             (c.str("service"), c.str("operation"), c.str("trace_id"), c.i64("start_ns"), c.bin("attributes"));
         for i in 0..rb.num_rows() {
-            let a = decode_attributes(attrs.value(i));
+            let a = attrs.value(i);
             add(
                 &mut groups,
                 plan,
                 Occurrence {
                     source: "span",
                     service: service.value(i),
-                    kind: attribute(&a, "exception.type").unwrap_or_default(),
+                    kind: attribute(a, "exception.type").unwrap_or_default(),
                     // Without an exception message the operation names what failed.
-                    message: attribute(&a, "exception.message").unwrap_or_else(|| operation.value(i).to_owned()),
+                    message: attribute(a, "exception.message").unwrap_or_else(|| operation.value(i).to_owned()),
                     at: start.value(i),
                     trace_id: trace.value(i),
                 },
@@ -197,14 +199,14 @@ pub fn run(plan: &ErrorsPlan, spans: ScanJob, logs: ScanJob, budget: &mut Budget
         let (service, message, trace, time, attrs) =
             (c.str("service"), c.str("message"), c.str("trace_id"), c.i64("time_ns"), c.bin("attributes"));
         for i in 0..rb.num_rows() {
-            let a = decode_attributes(attrs.value(i));
+            let a = attrs.value(i);
             add(
                 &mut groups,
                 plan,
                 Occurrence {
                     source: "log",
                     service: service.value(i),
-                    kind: attribute(&a, "exception.type").unwrap_or_default(),
+                    kind: attribute(a, "exception.type").unwrap_or_default(),
                     message: message.value(i).to_owned(),
                     at: time.value(i),
                     trace_id: trace.value(i),

@@ -15,7 +15,7 @@ pub fn latest(job: ScanJob, budget: &mut Budget) -> Result<HostsPartial, QueryEr
         for (_, row, _) in from_record_batch(Table::HostMetrics, rb) {
             if let Row::HostMetric(m) = row {
                 if hosts.get(&m.hostname).is_none_or(|h| m.unix_nanos > h.unix_nanos) {
-                    hosts.insert(m.hostname.clone(), m);
+                    hosts.insert(m.hostname.clone(), m.into());
                 }
             }
         }

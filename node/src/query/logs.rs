@@ -7,7 +7,8 @@ use sextant_proto::{KeyedLog, LogKey, LogRecord, LogSearchPartial, LogSearchPlan
 use xxhash_rust::xxh3::Xxh3;
 
 use super::{Budget, QueryError};
-use crate::segment::table::{decode_attributes, Cols};
+use crate::segment::attribute::decode_stored;
+use crate::segment::table::Cols;
 use crate::segment::{Filter, Scan, Table};
 use crate::shard::ScanJob;
 
@@ -83,7 +84,7 @@ pub fn run(
                 message: message.value(i).to_owned(),
                 trace_id: trace.value(i).to_owned(),
                 span_id: span.value(i).to_owned(),
-                attributes: decode_attributes(attrs.value(i)),
+                attributes: decode_stored(attrs.value(i)),
             });
         }
         Ok::<(), QueryError>(())

@@ -35,6 +35,7 @@ use std::sync::Arc;
 use arrow_array::builder::{BinaryBuilder, Int64Builder, StringBuilder};
 use arrow_array::{Array, ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{ArrowError, DataType, Field};
+use bytes::Bytes;
 use prost::Message;
 use sextant_proto::{any_value, AnyValue, KeyValue};
 use std::collections::HashMap;
@@ -42,7 +43,8 @@ use std::collections::HashMap;
 use rustc_hash::{FxHashMap, FxHashSet};
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::table::{decode_attributes, encode_attribute_refs, encode_attributes, Row, RowRef};
+use super::attribute::{self, Attribute, Kind, Value};
+use super::table::{Row, RowRef};
 
 pub const PREFIX: &str = "attr:";
 /// Of a split key: the text of a value up to its last word.
@@ -57,9 +59,9 @@ pub fn is_attribute_column(name: &str) -> bool {
     [PREFIX, HEAD_PREFIX, TAIL_PREFIX, INT_PREFIX].iter().any(|p| name.starts_with(p))
 }
 
-fn integer(value: &AnyValue) -> Option<i64> {
-    match value.value {
-        Some(any_value::Value::IntValue(i)) => Some(i),
+fn integer(value: Value<'_>) -> Option<i64> {
+    match value.kind {
+        Kind::Int(i) => Some(i),
         _ => None,
     }
 }
@@ -71,9 +73,9 @@ fn split_point(value: &str) -> Option<usize> {
     (tail < value.len()).then(|| value.len() - tail)
 }
 
-fn splittable(value: &AnyValue) -> Option<(&str, usize)> {
-    match &value.value {
-        Some(any_value::Value::StringValue(s)) => Some((s.as_str(), split_point(s)?)),
+fn splittable(value: Value<'_>) -> Option<(&str, usize)> {
+    match value.kind {
+        Kind::Str(s) => Some((s, split_point(s)?)),
         _ => None,
     }
 }
@@ -130,7 +132,7 @@ const MAX_COLUMNS: usize = 48;
 const MIN_SHARE: usize = 16;
 const MAX_KEY_BYTES: usize = 128;
 
-fn attributes(row: &Row) -> Option<&[KeyValue]> {
+fn attributes(row: &Row) -> Option<&[Bytes]> {
     match row {
         Row::Span(s) => Some(&s.attributes),
         Row::Log(l) => Some(&l.attributes),
@@ -158,7 +160,7 @@ pub struct Key {
 
 impl Key {
     /// Whether `value` is stored whole (not split, not an integer of an integer key).
-    fn stays_whole(&self, value: &AnyValue) -> bool {
+    fn stays_whole(&self, value: Value<'_>) -> bool {
         let split = self.split && splittable(value).is_some_and(|(text, at)| self.tail.fits(&text[at..]));
         let int = self.ints && integer(value).is_some();
         !split && !int
@@ -227,16 +229,13 @@ pub fn choose(rows: &[RowRef<'_>]) -> Vec<Key> {
     let stride = rows.len().div_ceil(SAMPLE_ROWS).max(1);
     let sample = rows.iter().step_by(stride);
     let sampled_rows = sample.len();
-    let mut encoded = Vec::new();
     for r in sample {
-        for kv in attributes(r.row).unwrap_or_default() {
+        for kv in attribute::read(attributes(r.row).unwrap_or_default()) {
             if kv.key.len() <= MAX_KEY_BYTES {
-                let s = seen.entry(kv.key.as_str()).or_default();
+                let s = seen.entry(kv.key).or_default();
                 s.sampled += 1;
-                if let Some(v) = &kv.value {
-                    encoded.clear();
-                    v.encode_raw(&mut encoded);
-                    s.values.insert(xxh3_64(&encoded));
+                if let Some(v) = kv.value {
+                    s.values.insert(xxh3_64(v.encoded));
                     s.ints += usize::from(integer(v).is_some());
                     if let Some((text, at)) = splittable(v) {
                         s.splittable += 1;
@@ -270,8 +269,8 @@ pub fn choose(rows: &[RowRef<'_>]) -> Vec<Key> {
         let finder = KeyFinder::new(&keys);
         let mut whole: Vec<bool> = keys.iter().map(|k| k.whole).collect();
         for r in rows {
-            for kv in attributes(r.row).unwrap_or_default() {
-                if let (Some(k), Some(value)) = (finder.find(&kv.key), &kv.value) {
+            for kv in attribute::read(attributes(r.row).unwrap_or_default()) {
+                if let (Some(k), Some(value)) = (finder.find(kv.key), kv.value) {
                     whole[k] = whole[k] || keys[k].stays_whole(value);
                 }
             }
@@ -317,18 +316,14 @@ struct KeyColumns {
 impl KeyColumns {
     /// Adds a row's value (or a null); false when the value is not stored (none, or whole
     /// without a whole column): the caller keeps it with the rest of the attributes.
-    fn push(&mut self, key: &Key, value: Option<&AnyValue>, scratch: &mut Vec<u8>) -> bool {
-        let value = value.filter(|v| self.whole.is_some() || !key.stays_whole(v));
+    fn push(&mut self, key: &Key, value: Option<Value<'_>>) -> bool {
+        let value = value.filter(|v| self.whole.is_some() || !key.stays_whole(*v));
         let split =
             key.split.then(|| value.and_then(splittable)).flatten().filter(|(text, at)| key.tail.fits(&text[*at..]));
         let int = self.ints.is_some().then(|| value.and_then(integer)).flatten();
         if let Some(whole) = self.whole.as_mut() {
             match value.filter(|_| split.is_none() && int.is_none()) {
-                Some(value) => {
-                    scratch.clear();
-                    value.encode_raw(scratch);
-                    whole.append_value(&scratch[..]);
-                }
+                Some(value) => whole.append_value(value.encoded),
                 None => whole.append_null(),
             }
         }
@@ -364,9 +359,7 @@ pub struct Split<'k> {
     finder: KeyFinder<'k>,
     /// Per row: which keys it gave (reused).
     seen: Vec<bool>,
-    /// A value being encoded (reused).
-    value: Vec<u8>,
-    /// The row's remaining attributes, encoded (reused).
+    /// The row's remaining attributes, in their stored form (reused).
     encoded_rest: Vec<u8>,
 }
 
@@ -388,33 +381,26 @@ impl<'k> Split<'k> {
                 ints: k.ints.then(|| Int64Builder::with_capacity(rows)),
             })
             .collect();
-        Split {
-            keys,
-            columns,
-            finder: KeyFinder::new(keys),
-            seen: Vec::new(),
-            value: Vec::new(),
-            encoded_rest: Vec::new(),
-        }
+        Split { keys, columns, finder: KeyFinder::new(keys), seen: Vec::new(), encoded_rest: Vec::new() }
     }
 
     /// Adds one row: fills the key columns and returns the encoded remainder. Of a key given
     /// twice, the first goes to the columns (the rest keeps the later ones, in order), unless
     /// it has no value: nulls in the columns mean "not in the columns", so it stays in the rest.
-    pub fn push(&mut self, attrs: &[KeyValue]) -> &[u8] {
+    pub fn push(&mut self, attrs: &[Bytes]) -> &[u8] {
         self.encoded_rest.clear();
         if self.keys.is_empty() {
-            encode_attribute_refs(attrs.iter().collect(), &mut self.encoded_rest);
+            attribute::write_stored(attribute::read(attrs).collect(), &mut self.encoded_rest);
             return &self.encoded_rest;
         }
         self.seen.clear();
         self.seen.resize(self.keys.len(), false);
-        let mut rest = Vec::with_capacity(attrs.len());
-        for kv in attrs {
-            match self.finder.find(&kv.key) {
+        let mut rest: Vec<Attribute<'_>> = Vec::with_capacity(attrs.len());
+        for kv in attribute::read(attrs) {
+            match self.finder.find(kv.key) {
                 Some(k) if !self.seen[k] => {
                     self.seen[k] = true;
-                    if !self.columns[k].push(&self.keys[k], kv.value.as_ref(), &mut self.value) {
+                    if !self.columns[k].push(&self.keys[k], kv.value) {
                         rest.push(kv);
                     }
                 }
@@ -423,10 +409,10 @@ impl<'k> Split<'k> {
         }
         for (k, seen) in self.seen.iter().enumerate() {
             if !seen {
-                self.columns[k].push(&self.keys[k], None, &mut self.value);
+                self.columns[k].push(&self.keys[k], None);
             }
         }
-        encode_attribute_refs(rest, &mut self.encoded_rest);
+        attribute::write_stored(rest, &mut self.encoded_rest);
         &self.encoded_rest
     }
 
@@ -531,7 +517,7 @@ pub fn join(rb: &RecordBatch) -> Result<ArrayRef, ArrowError> {
     for i in 0..rb.num_rows() {
         // Both sides are sorted by key (the columns by the map, the rest as stored), so the
         // row is their merge, copied as encoded. Column values go first among equal keys:
-        // `encode_attributes` sorts stably, and the columns hold the first of a repeated key.
+        // the stored form is sorted stably, and the columns hold the first of a repeated key.
         row.clear();
         let mut others = rest.value(i);
         let mut next = RestEntry::parse(&mut others);
@@ -559,8 +545,8 @@ pub fn join(rb: &RecordBatch) -> Result<ArrayRef, ArrowError> {
                     attrs.push(KeyValue { key: (*key).to_owned(), value: Some(value) });
                 }
             }
-            attrs.extend(decode_attributes(rest.value(i)));
-            whole.append_value(encode_attributes(&attrs));
+            attrs.extend(attribute::decode_stored(rest.value(i)));
+            whole.append_value(attribute::encode_stored(&attrs));
         }
     }
     Ok(Arc::new(whole.finish()))
@@ -611,7 +597,7 @@ impl<'a> RestEntry<'a> {
     }
 }
 
-/// Appends the attribute (`key`, the encoded `value`) as `encode_attributes` writes it.
+/// Appends the attribute (`key`, the encoded `value`) in the stored form.
 fn put_attribute(out: &mut Vec<u8>, key: &str, value: &[u8]) {
     use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
     let key_field = if key.is_empty() { 0 } else { key_len(1) + encoded_len_varint(key.len() as u64) + key.len() };
@@ -630,9 +616,11 @@ fn put_attribute(out: &mut Vec<u8>, key: &str, value: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::segment::attribute::{decode_stored, encode_stored, from_stored, stored};
     use crate::segment::layout::{assemble, Layout};
-    use crate::segment::table::{decode_attributes, from_record_batch, to_segment_batch, Table};
+    use crate::segment::table::{from_record_batch, to_segment_batch, Table};
     use proptest::prelude::*;
+    use sextant_proto::rows::encode_attributes;
     use sextant_proto::{any_value, AnyValue, Span};
 
     fn value(v: u8) -> Option<AnyValue> {
@@ -659,7 +647,7 @@ mod tests {
                     trace_id: "t".into(),
                     attributes: attrs.iter().map(|(k, v)| KeyValue { key: format!("k{k}"), value: value(*v) }).collect(),
                     ..Default::default()
-                }))
+                }.into()))
                 .collect();
             let refs: Vec<RowRef<'_>> = spans.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
             let layout = Layout::choose(Table::Spans, &refs);
@@ -668,7 +656,7 @@ mod tests {
             let back = from_record_batch(Table::Spans, &assemble(physical).unwrap());
             for ((_, got, _), want) in back.iter().zip(&spans) {
                 let (Row::Span(got), Row::Span(want)) = (got, want) else { unreachable!() };
-                prop_assert_eq!(&got.attributes, &decode_attributes(&encode_attributes(&want.attributes)));
+                prop_assert_eq!(&got.attributes, &from_stored(&stored(&want.attributes)));
             }
         }
     }
@@ -714,14 +702,14 @@ mod tests {
                         })
                         .collect(),
                     ..Default::default()
-                }))
+                }.into()))
                 .collect();
             let refs: Vec<RowRef<'_>> = spans.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
             let layout = Layout::choose(Table::Spans, &refs);
             let back = from_record_batch(Table::Spans, &assemble(to_segment_batch(Table::Spans, &refs, &layout).unwrap()).unwrap());
             for ((_, got, _), want) in back.iter().zip(&spans) {
                 let (Row::Span(got), Row::Span(want)) = (got, want) else { unreachable!() };
-                prop_assert_eq!(&got.attributes, &decode_attributes(&encode_attributes(&want.attributes)));
+                prop_assert_eq!(&got.attributes, &from_stored(&stored(&want.attributes)));
             }
             let both = layout.attribute_keys.iter().any(|k| k.split) && layout.attribute_keys.iter().any(|k| k.ints);
             SPLIT_CASES.fetch_add(u32::from(both), std::sync::atomic::Ordering::Relaxed);
@@ -747,7 +735,7 @@ mod tests {
             .map(|i| {
                 let pod = KeyValue { key: "pod".into(), value: split_value((i % 3) as u8, i * 7919) };
                 let region = KeyValue { key: "region".into(), value: split_value(0, i % 2) };
-                Row::Span(Span { attributes: vec![pod, region], ..Default::default() })
+                Row::Span(Span { attributes: vec![pod, region], ..Default::default() }.into())
             })
             .collect();
         let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
@@ -787,7 +775,7 @@ mod tests {
                         value: Some(AnyValue { value: Some(any_value::Value::StringValue(v)) }),
                     })
                     .collect();
-                Row::Span(Span { attributes, ..Default::default() })
+                Row::Span(Span { attributes, ..Default::default() }.into())
             })
             .collect();
         let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
@@ -814,8 +802,8 @@ mod tests {
         let mut split = Split::new(&keys, 2);
         let int = KeyValue { key: "n".into(), value: Some(AnyValue { value: Some(any_value::Value::IntValue(7)) }) };
         let text = KeyValue { key: "n".into(), value: split_value(2, 5) };
-        assert!(decode_attributes(&split.push(std::slice::from_ref(&int))).is_empty());
-        assert_eq!(decode_attributes(&split.push(std::slice::from_ref(&text))), [text]);
+        assert!(decode_stored(split.push(&encode_attributes(std::slice::from_ref(&int)))).is_empty());
+        assert_eq!(decode_stored(split.push(&encode_attributes(std::slice::from_ref(&text)))), [text]);
         let columns = split.finish();
         assert_eq!(columns.len(), 1, "the integers only");
         assert_eq!(columns[0].null_count(), 1);
@@ -851,7 +839,7 @@ mod tests {
         .unwrap();
         let joined = join(&rb).unwrap();
         let joined = joined.as_any().downcast_ref::<BinaryArray>().unwrap();
-        let expected = encode_attributes(&[kv("a", 1), kv("m", 9), kv("m", 2), kv("z", 3)]);
+        let expected = encode_stored(&[kv("a", 1), kv("m", 9), kv("m", 2), kv("z", 3)]);
         assert_eq!(joined.value(0), expected.as_slice());
         assert_eq!(joined.value(1), expected.as_slice());
         assert!(joined.value(2).is_empty());
@@ -865,7 +853,7 @@ mod tests {
                 if i == 0 {
                     attributes.push(KeyValue { key: "rare".into(), value: value(1) });
                 }
-                Row::Span(Span { attributes, ..Default::default() })
+                Row::Span(Span { attributes, ..Default::default() }.into())
             })
             .collect();
         let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rustc_hash::FxHashMap;
-use sextant_proto::ShardBatch;
+use sextant_proto::ShardRows;
 
 use super::table::{Row, RowRef, Table};
 
@@ -59,7 +59,7 @@ impl Buffer {
         self.traces.len()
     }
 
-    pub fn push(&mut self, batch_id: u128, batch: ShardBatch, encoded_len: usize) -> u64 {
+    pub fn push(&mut self, batch_id: u128, batch: ShardRows, encoded_len: usize) -> u64 {
         if self.rows.is_empty() {
             self.since = Instant::now();
         }
@@ -83,8 +83,9 @@ impl Buffer {
         if self.rows.len() > before {
             self.projects.insert(project);
         }
-        // Decoded rows take roughly three times their protobuf size.
-        self.bytes += encoded_len * 3;
+        // Rows take roughly twice their protobuf size: the entry they were decoded from
+        // (attributes are slices of it) and their strings.
+        self.bytes += encoded_len * 2;
         (self.rows.len() - before) as u64
     }
 
@@ -181,6 +182,21 @@ impl Buffer {
         out.sort_by_key(|(t, h, _, _)| (*t, *h));
         out
     }
+}
+
+/// Decodes an ingest batch (a `ShardBatch` on the wire) for [`Buffer::push`]. Attributes
+/// stay slices of `payload`, each checked to be a `KeyValue` in the form prost writes (see
+/// [`super::attribute`]).
+pub fn decode_batch(payload: Vec<u8>) -> Result<ShardRows, prost::DecodeError> {
+    use prost::Message;
+    let mut batch = ShardRows::decode(bytes::Bytes::from(payload))?;
+    let attributes = (batch.spans.iter_mut().map(|s| &mut s.attributes))
+        .chain(batch.logs.iter_mut().map(|l| &mut l.attributes))
+        .chain(batch.host_metrics.iter_mut().map(|m| &mut m.attributes));
+    for a in attributes {
+        super::attribute::canonicalize(a)?;
+    }
+    Ok(batch)
 }
 
 fn trace_key(project: &str, trace_id: &str) -> u64 {

@@ -120,7 +120,7 @@ pub fn merge_rows(
 mod tests {
     use super::*;
     use crate::archive::FileEntry;
-    use sextant_proto::{LogRecord, Span};
+    use sextant_proto::{LogRow, SpanRow};
 
     fn seg(id: u64, table: Table, hour: i64, rows: u64) -> SegmentMeta {
         SegmentMeta {
@@ -175,9 +175,9 @@ mod tests {
     #[test]
     fn merge_drops_hidden_rows_and_second_copies_and_sorts() {
         let span = |t: &str, id: &str, start: i64| {
-            Row::Span(Span { trace_id: t.into(), span_id: id.into(), start_unix_nanos: start, ..Default::default() })
+            Row::Span(SpanRow { trace_id: t.into(), span_id: id.into(), start_unix_nanos: start, ..Default::default() })
         };
-        let log = |t: i64| Row::Log(LogRecord { unix_nanos: t, message: "same".into(), ..Default::default() });
+        let log = |t: i64| Row::Log(LogRow { unix_nanos: t, message: "same".into(), ..Default::default() });
         let rows = vec![
             ("p".to_owned(), span("b", "1", 5), 1),
             ("p".to_owned(), span("a", "1", 9), 1),

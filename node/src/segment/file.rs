@@ -673,10 +673,10 @@ mod tests {
     use super::*;
     use crate::segment::scan::Filter;
     use crate::segment::table::{Cols, Strings};
-    use sextant_proto::Span;
+    use sextant_proto::SpanRow;
 
     fn span(i: u64) -> Row {
-        Row::Span(Span {
+        Row::Span(SpanRow {
             trace_id: format!("t{:03}", i / 4),
             span_id: format!("s{i}"),
             service_name: ["web", "api", "db"][i as usize % 3].into(),

@@ -283,7 +283,7 @@ mod tests {
     use super::*;
     use crate::segment::table::{from_record_batch, to_segment_batch};
     use proptest::prelude::*;
-    use sextant_proto::{AnyValue, KeyValue, Span};
+    use sextant_proto::{AnyValue, KeyValue, Span, SpanRow};
 
     proptest! {
         /// Parents within the trace, missing, empty, the span itself, or ids that repeat
@@ -294,7 +294,7 @@ mod tests {
                 .iter()
                 .map(|(t, id, parent)| {
                     let project = if *t == 2 { "q" } else { "p" }.to_owned();
-                    let span = Span {
+                    let span = SpanRow {
                         duration_nanos: u64::from(*id) * if *parent % 3 == 0 { 1_000_000 } else { 1_000 } + u64::from(*t == 1),
                         trace_id: format!("t{}", t % 2),
                         span_id: format!("s{id}"),
@@ -316,12 +316,10 @@ mod tests {
     #[test]
     fn parents_in_the_same_trace_become_references() {
         let span = |id: &str, parent: &str| {
-            Row::Span(Span {
-                trace_id: "t".into(),
-                span_id: id.into(),
-                parent_span_id: parent.into(),
-                ..Default::default()
-            })
+            Row::Span(
+                Span { trace_id: "t".into(), span_id: id.into(), parent_span_id: parent.into(), ..Default::default() }
+                    .into(),
+            )
         };
         let rows = [span("a", ""), span("b", "a"), span("c", "a"), span("d", "elsewhere"), span("e", "c")];
         let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
@@ -336,17 +334,22 @@ mod tests {
         for unit in [1_000_000u64, 1_000, 1] {
             let rows: Vec<Row> = (0..20u64)
                 .map(|i| {
-                    Row::Span(Span {
-                        trace_id: format!("t{}", i / 5),
-                        span_id: format!("s{i}"),
-                        parent_span_id: if i % 5 == 0 { String::new() } else { format!("s{}", i - 1) },
-                        duration_nanos: (i + 1) * unit + u64::from(unit == 1),
-                        attributes: vec![KeyValue {
-                            key: "k".into(),
-                            value: Some(AnyValue { value: Some(sextant_proto::any_value::Value::IntValue(i as i64)) }),
-                        }],
-                        ..Default::default()
-                    })
+                    Row::Span(
+                        Span {
+                            trace_id: format!("t{}", i / 5),
+                            span_id: format!("s{i}"),
+                            parent_span_id: if i % 5 == 0 { String::new() } else { format!("s{}", i - 1) },
+                            duration_nanos: (i + 1) * unit + u64::from(unit == 1),
+                            attributes: vec![KeyValue {
+                                key: "k".into(),
+                                value: Some(AnyValue {
+                                    value: Some(sextant_proto::any_value::Value::IntValue(i as i64)),
+                                }),
+                            }],
+                            ..Default::default()
+                        }
+                        .into(),
+                    )
                 })
                 .collect();
             let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
@@ -377,7 +380,7 @@ mod tests {
             .enumerate()
             .flat_map(|(i, id)| {
                 let log = |n: usize| {
-                    Row::Log(sextant_proto::LogRecord {
+                    Row::Log(sextant_proto::LogRow {
                         unix_nanos: (i * 10 + n) as i64,
                         message: format!("line {n}"),
                         trace_id: (*id).into(),
@@ -391,13 +394,16 @@ mod tests {
         // One trace per id, its spans' ids and parents of every shape too.
         for id in &IDS[..6] {
             for (n, span_id) in IDS.iter().enumerate() {
-                rows.push(Row::Span(Span {
-                    trace_id: (*id).into(),
-                    span_id: (*span_id).into(),
-                    parent_span_id: IDS[(n + 3) % IDS.len()].into(),
-                    start_unix_nanos: n as i64,
-                    ..Default::default()
-                }));
+                rows.push(Row::Span(
+                    Span {
+                        trace_id: (*id).into(),
+                        span_id: (*span_id).into(),
+                        parent_span_id: IDS[(n + 3) % IDS.len()].into(),
+                        start_unix_nanos: n as i64,
+                        ..Default::default()
+                    }
+                    .into(),
+                ));
             }
         }
         rows

@@ -1,6 +1,7 @@
 //! The columnar storage of a data shard: an in-memory buffer of applied rows, flushed into
 //! immutable, time-partitioned Parquet segments listed by an atomically replaced manifest.
 
+pub mod attribute;
 pub mod attribute_columns;
 pub mod buffer;
 pub mod compaction;

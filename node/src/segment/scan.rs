@@ -10,8 +10,9 @@ use parquet::file::metadata::RowGroupMetaData;
 use parquet::file::statistics::Statistics;
 use sextant_model::text::{tokens, LogQuery};
 
+use super::attribute::{read_stored, Attribute};
 use super::layout::stored_value;
-use super::table::{decode_attributes, Cols, Row, Strings, Table};
+use super::table::{Cols, Row, Strings, Table};
 use super::token_index::{term_hash, TokenIndex};
 
 /// Row predicates of a scan. Empty lists and `None`s do not filter.
@@ -325,9 +326,9 @@ impl Scan {
                         && query.is_none_or(|(q, messages, attributes)| {
                             message_matches(q, messages.value(i), &mut words)
                                 && attributes.is_none_or(|a| {
-                                    let attrs = decode_attributes(a.value(i));
+                                    let attrs: Vec<Attribute<'_>> = read_stored(a.value(i)).collect();
                                     q.attributes.iter().all(|(k, v)| {
-                                        attrs.iter().any(|kv| &kv.key == k && attribute_text(kv).as_deref() == Some(v))
+                                        attrs.iter().any(|a| a.key == k && a.text().as_deref() == Some(v))
                                     })
                                 })
                         })
@@ -442,18 +443,6 @@ pub(crate) fn message_matches(q: &LogQuery, message: &str, words: &mut Vec<Strin
     words.clear();
     words.extend(tokens(message));
     q.matches_words(words)
-}
-
-/// An attribute value as text, the way `key:value` terms compare it.
-pub fn attribute_text(kv: &sextant_proto::KeyValue) -> Option<String> {
-    use sextant_proto::any_value::Value;
-    Some(match kv.value.as_ref()?.value.as_ref()? {
-        Value::StringValue(s) => s.clone(),
-        Value::IntValue(i) => i.to_string(),
-        Value::DoubleValue(d) => d.to_string(),
-        Value::BoolValue(b) => b.to_string(),
-        Value::ArrayValue(_) => return None,
-    })
 }
 
 #[cfg(test)]

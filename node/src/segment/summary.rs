@@ -3,13 +3,13 @@
 
 use std::collections::BTreeSet;
 
-use sextant_proto::{Span, SpanStatus, TraceSummary};
+use sextant_proto::{SpanRow, SpanStatus, TraceSummary};
 
 use super::table::{Row, RowRef};
 
 /// Summaries of `rows` (spans sorted by project and trace id, as in a segment), one per
 /// (project, trace). A span present twice (a retried batch) counts once.
-pub fn summarize<'a>(rows: impl IntoIterator<Item = (&'a str, &'a Span)>) -> Vec<(String, TraceSummary)> {
+pub fn summarize<'a>(rows: impl IntoIterator<Item = (&'a str, &'a SpanRow)>) -> Vec<(String, TraceSummary)> {
     let mut out: Vec<(String, TraceSummary)> = Vec::new();
     let mut seen: BTreeSet<&str> = BTreeSet::new();
     for (project, span) in rows {
@@ -31,7 +31,7 @@ fn empty() -> TraceSummary {
     TraceSummary { start_unix_nanos: i64::MAX, end_unix_nanos: i64::MIN, ..Default::default() }
 }
 
-fn add_span(t: &mut TraceSummary, s: &Span) {
+fn add_span(t: &mut TraceSummary, s: &SpanRow) {
     let end = s.start_unix_nanos.saturating_add(s.duration_nanos.min(i64::MAX as u64) as i64);
     t.start_unix_nanos = t.start_unix_nanos.min(s.start_unix_nanos);
     t.end_unix_nanos = t.end_unix_nanos.max(end);
@@ -83,8 +83,8 @@ pub fn summary_rows(spans: &[RowRef<'_>]) -> Vec<(String, Row)> {
 mod tests {
     use super::*;
 
-    fn span(trace: &str, id: &str, parent: &str, service: &str, start: i64, dur: u64, error: bool) -> Span {
-        Span {
+    fn span(trace: &str, id: &str, parent: &str, service: &str, start: i64, dur: u64, error: bool) -> SpanRow {
+        SpanRow {
             trace_id: trace.into(),
             span_id: id.into(),
             parent_span_id: parent.into(),

@@ -15,9 +15,10 @@ use arrow_array::{
     UInt32Array, UInt64Array,
 };
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
-use prost::Message;
 use serde::{Deserialize, Serialize};
-use sextant_proto::{Event, HostMetric, KeyValue, LogRecord, ReplayEvent, Span, TraceSummary};
+use sextant_proto::{Event, HostMetricRow, LogRow, ReplayEvent, SpanRow, TraceSummary};
+
+use super::attribute;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Table {
@@ -148,13 +149,13 @@ impl Table {
     }
 }
 
-/// One row of any table, as applied.
+/// One row of any table, as applied (attributes encoded, see [`attribute`]).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Row {
-    Span(Span),
+    Span(SpanRow),
     TraceSummary(TraceSummary),
-    Log(LogRecord),
-    HostMetric(HostMetric),
+    Log(LogRow),
+    HostMetric(HostMetricRow),
     Event(Event),
     Replay(ReplayEvent),
 }
@@ -203,35 +204,6 @@ impl Row {
             _ => None,
         }
     }
-}
-
-/// Attributes as stored: sorted by key (stably: a repeated key keeps its order), so that the
-/// same set always has the same bytes whichever way it was split into columns and back, and
-/// whichever order the client sent it in (order carries no meaning in OpenTelemetry).
-pub fn encode_attributes(attrs: &[KeyValue]) -> Vec<u8> {
-    let mut out = Vec::new();
-    encode_attribute_refs(attrs.iter().collect(), &mut out);
-    out
-}
-
-/// [`encode_attributes`] of borrowed attributes, appended to `out`.
-pub fn encode_attribute_refs(mut sorted: Vec<&KeyValue>, out: &mut Vec<u8>) {
-    sorted.sort_by(|a, b| a.key.cmp(&b.key));
-    for kv in sorted {
-        // Encoding into a Vec cannot fail.
-        let _ = kv.encode_length_delimited(&mut *out);
-    }
-}
-
-pub fn decode_attributes(mut bytes: &[u8]) -> Vec<KeyValue> {
-    let mut out = Vec::new();
-    while !bytes.is_empty() {
-        match KeyValue::decode_length_delimited(&mut bytes) {
-            Ok(kv) => out.push(kv),
-            Err(_) => break,
-        }
-    }
-    out
 }
 
 /// A row with what the segment stores beside it.
@@ -564,7 +536,7 @@ pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u3
     (0..rb.num_rows())
         .map(|i| {
             let row = match table {
-                Table::Spans => Row::Span(Span {
+                Table::Spans => Row::Span(SpanRow {
                     trace_id: s("trace_id", i),
                     span_id: s("span_id", i),
                     parent_span_id: s("parent_span_id", i),
@@ -573,7 +545,7 @@ pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u3
                     start_unix_nanos: c.i64("start_ns").value(i),
                     duration_nanos: c.i64("duration_ns").value(i) as u64,
                     status: c.i32("status").value(i),
-                    attributes: decode_attributes(c.bin("attributes").value(i)),
+                    attributes: attribute::from_stored(c.bin("attributes").value(i)),
                 }),
                 Table::TraceSummaries => Row::TraceSummary(TraceSummary {
                     trace_id: s("trace_id", i),
@@ -585,16 +557,16 @@ pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u3
                     error_count: c.u32("error_count").value(i),
                     services: string_list(c.list("services"), i),
                 }),
-                Table::Logs => Row::Log(LogRecord {
+                Table::Logs => Row::Log(LogRow {
                     unix_nanos: c.i64("time_ns").value(i),
                     level: c.i32("level").value(i),
                     service: s("service", i),
                     message: s("message", i),
                     trace_id: s("trace_id", i),
                     span_id: s("span_id", i),
-                    attributes: decode_attributes(c.bin("attributes").value(i)),
+                    attributes: attribute::from_stored(c.bin("attributes").value(i)),
                 }),
-                Table::HostMetrics => Row::HostMetric(HostMetric {
+                Table::HostMetrics => Row::HostMetric(HostMetricRow {
                     unix_nanos: c.i64("time_ns").value(i),
                     hostname: s("hostname", i),
                     cpu_percent: opt_f(c.f64("cpu_percent"), i),
@@ -603,7 +575,7 @@ pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u3
                     disk_used_percent: opt_f(c.f64("disk_used_percent"), i),
                     network_rx_bytes_per_sec: opt_f(c.f64("network_rx_bytes_per_sec"), i),
                     network_tx_bytes_per_sec: opt_f(c.f64("network_tx_bytes_per_sec"), i),
-                    attributes: decode_attributes(c.bin("attributes").value(i)),
+                    attributes: attribute::from_stored(c.bin("attributes").value(i)),
                 }),
                 Table::Events => Row::Event(Event {
                     uuid: s("uuid", i),
@@ -629,7 +601,7 @@ pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u3
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sextant_proto::{any_value, AnyValue};
+    use sextant_proto::{any_value, AnyValue, HostMetric, KeyValue, LogRecord, Span};
 
     fn every_table_row() -> Vec<Row> {
         let attrs = vec![KeyValue {
@@ -637,17 +609,20 @@ mod tests {
             value: Some(AnyValue { value: Some(any_value::Value::IntValue(200)) }),
         }];
         vec![
-            Row::Span(Span {
-                trace_id: "t".into(),
-                span_id: "s".into(),
-                parent_span_id: "p".into(),
-                service_name: "api".into(),
-                operation: "GET /".into(),
-                start_unix_nanos: 5,
-                duration_nanos: 7,
-                status: 2,
-                attributes: attrs.clone(),
-            }),
+            Row::Span(
+                Span {
+                    trace_id: "t".into(),
+                    span_id: "s".into(),
+                    parent_span_id: "p".into(),
+                    service_name: "api".into(),
+                    operation: "GET /".into(),
+                    start_unix_nanos: 5,
+                    duration_nanos: 7,
+                    status: 2,
+                    attributes: attrs.clone(),
+                }
+                .into(),
+            ),
             Row::TraceSummary(TraceSummary {
                 trace_id: "t".into(),
                 start_unix_nanos: 1,
@@ -658,26 +633,32 @@ mod tests {
                 error_count: 1,
                 services: vec!["api".into(), "db".into()],
             }),
-            Row::Log(LogRecord {
-                unix_nanos: 3,
-                level: 5,
-                service: "api".into(),
-                message: "boom".into(),
-                trace_id: "t".into(),
-                span_id: "s".into(),
-                attributes: attrs.clone(),
-            }),
-            Row::HostMetric(HostMetric {
-                unix_nanos: 4,
-                hostname: "h".into(),
-                cpu_percent: Some(12.5),
-                memory_used_bytes: None,
-                memory_total_bytes: Some(10),
-                disk_used_percent: None,
-                network_rx_bytes_per_sec: Some(1.0),
-                network_tx_bytes_per_sec: None,
-                attributes: attrs,
-            }),
+            Row::Log(
+                LogRecord {
+                    unix_nanos: 3,
+                    level: 5,
+                    service: "api".into(),
+                    message: "boom".into(),
+                    trace_id: "t".into(),
+                    span_id: "s".into(),
+                    attributes: attrs.clone(),
+                }
+                .into(),
+            ),
+            Row::HostMetric(
+                HostMetric {
+                    unix_nanos: 4,
+                    hostname: "h".into(),
+                    cpu_percent: Some(12.5),
+                    memory_used_bytes: None,
+                    memory_total_bytes: Some(10),
+                    disk_used_percent: None,
+                    network_rx_bytes_per_sec: Some(1.0),
+                    network_tx_bytes_per_sec: None,
+                    attributes: attrs,
+                }
+                .into(),
+            ),
             Row::Event(Event {
                 uuid: "u".into(),
                 event: "signup".into(),

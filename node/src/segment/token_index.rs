@@ -16,9 +16,9 @@
 
 use base64::Engine;
 use sextant_model::text::{attribute_term, tokens};
-use sextant_proto::LogRecord;
+use sextant_proto::LogRow;
 
-use super::scan::attribute_text;
+use super::attribute;
 use xxhash_rust::xxh3::xxh3_64;
 
 pub const FOOTER_KEY: &str = "sextant.terms";
@@ -30,11 +30,11 @@ pub fn term_hash(term: &str) -> u32 {
 }
 
 /// The hashed terms of one log line.
-pub fn line_terms(log: &LogRecord, out: &mut Vec<u32>) {
+pub fn line_terms(log: &LogRow, out: &mut Vec<u32>) {
     out.extend(tokens(&log.message).map(|t| term_hash(&t)));
-    for kv in &log.attributes {
-        if let Some(text) = attribute_text(kv) {
-            out.push(term_hash(&attribute_term(&kv.key, &text)));
+    for a in attribute::read(&log.attributes) {
+        if let Some(text) = a.text() {
+            out.push(term_hash(&attribute_term(a.key, &text)));
         }
     }
 }
@@ -267,14 +267,15 @@ mod tests {
 
     #[test]
     fn lines_index_words_and_attribute_pairs() {
-        let log = LogRecord {
+        let log: LogRow = sextant_proto::LogRecord {
             message: "Disk FULL on /var".into(),
             attributes: vec![sextant_proto::KeyValue {
                 key: "region".into(),
                 value: Some(sextant_proto::AnyValue { value: Some(any_value::Value::StringValue("eu-1".into())) }),
             }],
             ..Default::default()
-        };
+        }
+        .into();
         let mut terms = Vec::new();
         line_terms(&log, &mut terms);
         let mut idx = TokenIndex::default();

@@ -1,0 +1,320 @@
+//! One attribute as the node holds it: the encoded `KeyValue` message it arrived in (see
+//! `ShardRows` in the protocol), read in place. From apply to segment, rows keep their
+//! attributes this way: the columns of frequent keys and the stored remainder are copies of
+//! these bytes, never decoded into messages and encoded again (that was most of the cost of
+//! applying a batch of spans, and a tenth of a flush).
+//!
+//! Every encoded attribute a row holds is in the form prost writes ([`canonicalize`] makes
+//! sure at apply and when rows are read back), so one attribute always has the same bytes
+//! and [`Attribute::parse`] reads every one of them.
+//!
+//! The stored form of a row's attributes (the `attributes` column) is the encoded attributes
+//! sorted by key, each length-delimited: the same set always has the same bytes, whichever
+//! order the client sent it in (order carries no meaning in OpenTelemetry).
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+use prost::encoding::{decode_varint, encode_varint, encoded_len_varint};
+use prost::Message;
+use sextant_proto::{AnyValue, KeyValue};
+
+/// One encoded `KeyValue`, read in place.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Attribute<'a> {
+    pub key: &'a str,
+    pub value: Option<Value<'a>>,
+    /// The whole `KeyValue` as encoded.
+    pub encoded: &'a [u8],
+}
+
+/// An encoded `AnyValue`, read in place.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Value<'a> {
+    pub encoded: &'a [u8],
+    pub kind: Kind<'a>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Kind<'a> {
+    /// An `AnyValue` with none of its fields set.
+    Unset,
+    Str(&'a str),
+    Int(i64),
+    Double(f64),
+    Bool(bool),
+    /// An array, not read further (no column holds arrays).
+    Array,
+}
+
+/// Tags of the fields read here: (field number << 3) | wire type.
+const KEY: u8 = 1 << 3 | 2;
+const VALUE: u8 = 2 << 3 | 2;
+const STRING: u8 = 1 << 3 | 2;
+const INT: u8 = 2 << 3;
+const DOUBLE: u8 = 3 << 3 | 1;
+const BOOL: u8 = 4 << 3;
+const ARRAY: u8 = 5 << 3 | 2;
+
+/// A varint written in as few bytes as it takes (as prost writes them).
+fn varint(bytes: &mut &[u8]) -> Option<u64> {
+    let before = bytes.len();
+    let v = decode_varint(bytes).ok()?;
+    (before - bytes.len() == encoded_len_varint(v)).then_some(v)
+}
+
+/// A length-delimited field's contents.
+fn delimited<'a>(bytes: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let len = usize::try_from(varint(bytes)?).ok()?;
+    let contents = bytes.get(..len)?;
+    *bytes = &bytes[len..];
+    Some(contents)
+}
+
+/// The contents of the field tagged `tag` if it comes next.
+fn field<'a>(bytes: &mut &'a [u8], tag: u8) -> Option<&'a [u8]> {
+    let (&first, rest) = bytes.split_first()?;
+    if first != tag {
+        return None;
+    }
+    *bytes = rest;
+    Some(delimited(bytes)?)
+}
+
+impl<'a> Attribute<'a> {
+    /// Reads an encoded `KeyValue` written the way prost writes it (fields in order, none
+    /// empty that prost leaves out, no other field); `None` for any other bytes.
+    pub fn parse(encoded: &'a [u8]) -> Option<Self> {
+        let mut rest = encoded;
+        let key = match field(&mut rest, KEY) {
+            // prost leaves an empty key out.
+            Some(key) if key.is_empty() => return None,
+            Some(key) => std::str::from_utf8(key).ok()?,
+            None => "",
+        };
+        let value = match field(&mut rest, VALUE) {
+            Some(v) => Some(Value { encoded: v, kind: Kind::parse(v)? }),
+            None => None,
+        };
+        rest.is_empty().then_some(Attribute { key, value, encoded })
+    }
+}
+
+impl<'a> Kind<'a> {
+    fn parse(encoded: &'a [u8]) -> Option<Self> {
+        let Some((&tag, mut rest)) = encoded.split_first() else {
+            return Some(Kind::Unset);
+        };
+        let kind = match tag {
+            STRING => Kind::Str(std::str::from_utf8(delimited(&mut rest)?).ok()?),
+            INT => Kind::Int(varint(&mut rest)? as i64),
+            DOUBLE => {
+                let (bits, after) = rest.split_first_chunk::<8>()?;
+                rest = after;
+                Kind::Double(f64::from_le_bytes(*bits))
+            }
+            BOOL => match varint(&mut rest)? {
+                0 => Kind::Bool(false),
+                1 => Kind::Bool(true),
+                _ => return None,
+            },
+            ARRAY => {
+                delimited(&mut rest)?;
+                // Arrays are rare and nest: whether prost would write this one so is checked
+                // the long way.
+                if AnyValue::decode(encoded).ok()?.encode_to_vec() != encoded {
+                    return None;
+                }
+                Kind::Array
+            }
+            _ => return None,
+        };
+        rest.is_empty().then_some(kind)
+    }
+}
+
+impl<'a> Attribute<'a> {
+    /// The value as text, as searches match it (the `key:value` terms of the log index and
+    /// attribute filters); `None` without a value and for arrays.
+    pub fn text(&self) -> Option<Cow<'a, str>> {
+        Some(match self.value?.kind {
+            Kind::Str(s) => Cow::Borrowed(s),
+            Kind::Int(i) => Cow::Owned(i.to_string()),
+            Kind::Double(d) => Cow::Owned(d.to_string()),
+            Kind::Bool(b) => Cow::Borrowed(if b { "true" } else { "false" }),
+            Kind::Unset | Kind::Array => return None,
+        })
+    }
+}
+
+/// Brings every attribute to the form prost writes (re-encoding the few that are not), or
+/// fails on one that is no `KeyValue` at all.
+pub fn canonicalize(attributes: &mut [Bytes]) -> Result<(), prost::DecodeError> {
+    for a in attributes {
+        if Attribute::parse(a).is_none() {
+            *a = Bytes::from(KeyValue::decode(&a[..])?.encode_to_vec());
+            debug_assert!(Attribute::parse(a).is_some(), "prost writes what it reads");
+        }
+    }
+    Ok(())
+}
+
+/// The attributes of a row, read in place.
+pub fn read(attributes: &[Bytes]) -> impl Iterator<Item = Attribute<'_>> {
+    // Rows hold canonical attributes only (see the module docs): none is skipped.
+    attributes.iter().filter_map(|a| Attribute::parse(a))
+}
+
+/// Appends `attributes` in their stored form (sorted by key, stably: a repeated key keeps its
+/// order).
+pub fn write_stored(mut attributes: Vec<Attribute<'_>>, out: &mut Vec<u8>) {
+    attributes.sort_by(|a, b| a.key.cmp(b.key));
+    for a in attributes {
+        encode_varint(a.encoded.len() as u64, out);
+        out.extend_from_slice(a.encoded);
+    }
+}
+
+/// The stored form of a row's attributes.
+pub fn stored(attributes: &[Bytes]) -> Vec<u8> {
+    let mut out = Vec::new();
+    write_stored(read(attributes).collect(), &mut out);
+    out
+}
+
+/// The attributes of a stored form, read in place. What this node stores is in prost's form;
+/// reading stops at bytes that are not.
+pub fn read_stored(mut stored: &[u8]) -> impl Iterator<Item = Attribute<'_>> {
+    std::iter::from_fn(move || {
+        let len = usize::try_from(decode_varint(&mut stored).ok()?).ok()?;
+        let entry = stored.get(..len)?;
+        stored = &stored[len..];
+        Attribute::parse(entry)
+    })
+}
+
+/// The attributes of a stored form, as a row holds them; reading stops at bytes that are no
+/// attribute.
+pub fn from_stored(stored: &[u8]) -> Vec<Bytes> {
+    let all = Bytes::copy_from_slice(stored);
+    let mut rest = &all[..];
+    let mut out = Vec::new();
+    while !rest.is_empty() {
+        let Some(entry) =
+            decode_varint(&mut rest).ok().and_then(|len| usize::try_from(len).ok()).and_then(|len| rest.get(..len))
+        else {
+            break;
+        };
+        let mut attribute = [all.slice_ref(entry)];
+        rest = &rest[entry.len()..];
+        if canonicalize(&mut attribute).is_err() {
+            break;
+        }
+        let [attribute] = attribute;
+        out.push(attribute);
+    }
+    out
+}
+
+/// The stored form of decoded attributes.
+pub fn encode_stored(attributes: &[KeyValue]) -> Vec<u8> {
+    stored(&sextant_proto::rows::encode_attributes(attributes))
+}
+
+/// The decoded attributes of a stored form; reading stops at bytes that are no attribute.
+pub fn decode_stored(mut stored: &[u8]) -> Vec<KeyValue> {
+    let mut out = Vec::new();
+    while !stored.is_empty() {
+        match KeyValue::decode_length_delimited(&mut stored) {
+            Ok(kv) => out.push(kv),
+            Err(_) => break,
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use sextant_proto::{any_value, ArrayValue};
+
+    fn any_value() -> impl Strategy<Value = Option<AnyValue>> {
+        let leaf = prop_oneof![
+            Just(None),
+            ".{0,12}".prop_map(any_value::Value::StringValue).prop_map(Some),
+            any::<i64>().prop_map(any_value::Value::IntValue).prop_map(Some),
+            any::<f64>().prop_map(any_value::Value::DoubleValue).prop_map(Some),
+            any::<bool>().prop_map(any_value::Value::BoolValue).prop_map(Some),
+        ];
+        let value = prop_oneof![
+            4 => leaf.clone(),
+            1 => prop::collection::vec(leaf.prop_map(|value| AnyValue { value }), 0..3)
+                .prop_map(|values| Some(any_value::Value::ArrayValue(ArrayValue { values }))),
+        ];
+        prop::option::of(value.prop_map(|value| AnyValue { value }))
+    }
+
+    fn key_value() -> impl Strategy<Value = KeyValue> {
+        ("[a-c.]{0,3}", any_value()).prop_map(|(key, value)| KeyValue { key, value })
+    }
+
+    proptest! {
+        /// Whatever prost writes reads in place as what it encodes.
+        #[test]
+        fn every_encoded_key_value_reads_in_place(kv in key_value()) {
+            let encoded = kv.encode_to_vec();
+            let a = Attribute::parse(&encoded).expect("prost's own form");
+            prop_assert_eq!(a.key, kv.key.as_str());
+            prop_assert_eq!(a.encoded, &encoded[..]);
+            prop_assert_eq!(a.value.map(|v| v.encoded.to_vec()), kv.value.as_ref().map(|v| v.encode_to_vec()));
+            let kind = a.value.map(|v| v.kind);
+            match kv.value.and_then(|v| v.value) {
+                None => prop_assert!(matches!(kind, None | Some(Kind::Unset))),
+                Some(any_value::Value::StringValue(s)) => prop_assert_eq!(kind, Some(Kind::Str(&s))),
+                Some(any_value::Value::IntValue(i)) => prop_assert_eq!(kind, Some(Kind::Int(i))),
+                Some(any_value::Value::DoubleValue(d)) => prop_assert!(matches!(kind, Some(Kind::Double(x)) if x.to_bits() == d.to_bits())),
+                Some(any_value::Value::BoolValue(b)) => prop_assert_eq!(kind, Some(Kind::Bool(b))),
+                Some(any_value::Value::ArrayValue(_)) => prop_assert_eq!(kind, Some(Kind::Array)),
+            }
+        }
+
+        /// The stored form reads back as the attributes sorted by key (stably).
+        #[test]
+        fn the_stored_form_is_sorted_and_reads_back(kvs in prop::collection::vec(key_value(), 0..6)) {
+            let mut sorted = kvs.clone();
+            sorted.sort_by(|a, b| a.key.cmp(&b.key));
+            let stored = encode_stored(&kvs);
+            prop_assert_eq!(decode_stored(&stored), sorted.clone());
+            let held = from_stored(&stored);
+            prop_assert_eq!(sextant_proto::rows::decode_attributes(&held), sorted);
+            prop_assert_eq!(super::stored(&held), stored);
+        }
+    }
+
+    #[test]
+    fn other_encodings_are_brought_to_prosts() {
+        let kv = KeyValue { key: "k".into(), value: Some(AnyValue { value: Some(any_value::Value::IntValue(5)) }) };
+        let canonical = kv.encode_to_vec();
+        let variants: Vec<Vec<u8>> = vec![
+            // The value before the key.
+            [&canonical[3..], &canonical[..3]].concat(),
+            // An empty key written out.
+            [&[KEY, 0][..], &canonical[3..]].concat(),
+            // A varint in more bytes than it takes (5 as 0x85 0x00).
+            vec![KEY, 1, b'k', VALUE, 3, INT, 0x85, 0x00],
+            // A field this version does not know.
+            [&canonical[..], &[3 << 3, 1][..]].concat(),
+        ];
+        for (i, variant) in variants.into_iter().enumerate() {
+            assert!(Attribute::parse(&variant).is_none(), "variant {i} is not prost's form");
+            let mut attrs = [Bytes::from(variant.clone())];
+            canonicalize(&mut attrs).unwrap();
+            let expected = KeyValue::decode(&variant[..]).unwrap().encode_to_vec();
+            assert_eq!(attrs[0], expected, "variant {i}");
+            assert!(Attribute::parse(&attrs[0]).is_some());
+        }
+        let mut garbage = [Bytes::from_static(&[KEY, 9, b'x'])];
+        assert!(canonicalize(&mut garbage).is_err(), "a truncated key is no KeyValue");
+    }
+}
