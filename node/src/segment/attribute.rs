@@ -19,11 +19,12 @@ use prost::encoding::{decode_varint, encode_varint, encoded_len_varint};
 use prost::Message;
 use sextant_proto::{AnyValue, KeyValue};
 
-/// One encoded `KeyValue`, read in place.
+/// One encoded `KeyValue`, read in place: its key at once, its value when asked for.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Attribute<'a> {
     pub key: &'a str,
-    pub value: Option<Value<'a>>,
+    /// The `AnyValue` as encoded, if the attribute has one.
+    pub value: Option<&'a [u8]>,
     /// The whole `KeyValue` as encoded.
     pub encoded: &'a [u8],
 }
@@ -58,9 +59,18 @@ const ARRAY: u8 = 5 << 3 | 2;
 
 /// A varint written in as few bytes as it takes (as prost writes them).
 fn varint(bytes: &mut &[u8]) -> Option<u64> {
-    let before = bytes.len();
-    let v = decode_varint(bytes).ok()?;
-    (before - bytes.len() == encoded_len_varint(v)).then_some(v)
+    match bytes.first() {
+        // Lengths of keys and of most values: one byte.
+        Some(&b) if b < 0x80 => {
+            *bytes = &bytes[1..];
+            Some(u64::from(b))
+        }
+        _ => {
+            let before = bytes.len();
+            let v = decode_varint(bytes).ok()?;
+            (before - bytes.len() == encoded_len_varint(v)).then_some(v)
+        }
+    }
 }
 
 /// A length-delimited field's contents.
@@ -78,35 +88,65 @@ fn field<'a>(bytes: &mut &'a [u8], tag: u8) -> Option<&'a [u8]> {
         return None;
     }
     *bytes = rest;
-    Some(delimited(bytes)?)
+    delimited(bytes)
+}
+
+/// Text, checked to be UTF-8. Keys and values are mostly short ASCII, which is checked in a
+/// few instructions; `str::from_utf8` took as many as the rest of reading an attribute.
+fn utf8(bytes: &[u8]) -> Option<&str> {
+    if bytes.is_ascii() {
+        // SAFETY: ASCII is UTF-8.
+        Some(unsafe { std::str::from_utf8_unchecked(bytes) })
+    } else {
+        std::str::from_utf8(bytes).ok()
+    }
 }
 
 impl<'a> Attribute<'a> {
-    /// Reads an encoded `KeyValue` written the way prost writes it (fields in order, none
-    /// empty that prost leaves out, no other field); `None` for any other bytes.
+    /// Reads the fields of an encoded `KeyValue` written the way prost writes them (in order,
+    /// none empty that prost leaves out, no other field); `None` for any other bytes. The
+    /// value is read by [`Attribute::value`].
     pub fn parse(encoded: &'a [u8]) -> Option<Self> {
         let mut rest = encoded;
         let key = match field(&mut rest, KEY) {
             // prost leaves an empty key out.
-            Some(key) if key.is_empty() => return None,
-            Some(key) => std::str::from_utf8(key).ok()?,
+            Some([]) => return None,
+            Some(key) => utf8(key)?,
             None => "",
         };
-        let value = match field(&mut rest, VALUE) {
-            Some(v) => Some(Value { encoded: v, kind: Kind::parse(v)? }),
-            None => None,
-        };
+        let value = field(&mut rest, VALUE);
         rest.is_empty().then_some(Attribute { key, value, encoded })
+    }
+
+    /// The value, if the attribute has one (and it reads as an `AnyValue` as prost writes
+    /// it, as every value a row holds does).
+    pub fn value(&self) -> Option<Value<'a>> {
+        let encoded = self.value?;
+        Some(Value { encoded, kind: Kind::parse(encoded)? })
+    }
+
+    /// The value as text, as searches match it (the `key:value` terms of the log index and
+    /// attribute filters); `None` without a value and for arrays.
+    pub fn text(&self) -> Option<Cow<'a, str>> {
+        Some(match self.value()?.kind {
+            Kind::Str(s) => Cow::Borrowed(s),
+            Kind::Int(i) => Cow::Owned(i.to_string()),
+            Kind::Double(d) => Cow::Owned(d.to_string()),
+            Kind::Bool(b) => Cow::Borrowed(if b { "true" } else { "false" }),
+            Kind::Unset | Kind::Array => return None,
+        })
     }
 }
 
 impl<'a> Kind<'a> {
+    /// Reads an encoded `AnyValue` written the way prost writes it; an array is not read
+    /// further.
     fn parse(encoded: &'a [u8]) -> Option<Self> {
         let Some((&tag, mut rest)) = encoded.split_first() else {
             return Some(Kind::Unset);
         };
         let kind = match tag {
-            STRING => Kind::Str(std::str::from_utf8(delimited(&mut rest)?).ok()?),
+            STRING => Kind::Str(utf8(delimited(&mut rest)?)?),
             INT => Kind::Int(varint(&mut rest)? as i64),
             DOUBLE => {
                 let (bits, after) = rest.split_first_chunk::<8>()?;
@@ -120,11 +160,6 @@ impl<'a> Kind<'a> {
             },
             ARRAY => {
                 delimited(&mut rest)?;
-                // Arrays are rare and nest: whether prost would write this one so is checked
-                // the long way.
-                if AnyValue::decode(encoded).ok()?.encode_to_vec() != encoded {
-                    return None;
-                }
                 Kind::Array
             }
             _ => return None,
@@ -133,17 +168,18 @@ impl<'a> Kind<'a> {
     }
 }
 
-impl<'a> Attribute<'a> {
-    /// The value as text, as searches match it (the `key:value` terms of the log index and
-    /// attribute filters); `None` without a value and for arrays.
-    pub fn text(&self) -> Option<Cow<'a, str>> {
-        Some(match self.value?.kind {
-            Kind::Str(s) => Cow::Borrowed(s),
-            Kind::Int(i) => Cow::Owned(i.to_string()),
-            Kind::Double(d) => Cow::Owned(d.to_string()),
-            Kind::Bool(b) => Cow::Borrowed(if b { "true" } else { "false" }),
-            Kind::Unset | Kind::Array => return None,
-        })
+/// Whether `encoded` is a `KeyValue` as prost writes it, value included. The fields of an
+/// array value (no column holds arrays) are checked the long way: arrays are rare and nest.
+fn in_prosts_form(encoded: &[u8]) -> bool {
+    let Some(attribute) = Attribute::parse(encoded) else {
+        return false;
+    };
+    match (attribute.value, attribute.value()) {
+        (None, _) => true,
+        (Some(v), Some(Value { kind: Kind::Array, .. })) => {
+            AnyValue::decode(v).is_ok_and(|value| value.encode_to_vec() == v)
+        }
+        (Some(_), value) => value.is_some(),
     }
 }
 
@@ -151,9 +187,9 @@ impl<'a> Attribute<'a> {
 /// fails on one that is no `KeyValue` at all.
 pub fn canonicalize(attributes: &mut [Bytes]) -> Result<(), prost::DecodeError> {
     for a in attributes {
-        if Attribute::parse(a).is_none() {
+        if !in_prosts_form(a) {
             *a = Bytes::from(KeyValue::decode(&a[..])?.encode_to_vec());
-            debug_assert!(Attribute::parse(a).is_some(), "prost writes what it reads");
+            debug_assert!(in_prosts_form(a), "prost writes what it reads");
         }
     }
     Ok(())
@@ -267,8 +303,9 @@ mod tests {
             let a = Attribute::parse(&encoded).expect("prost's own form");
             prop_assert_eq!(a.key, kv.key.as_str());
             prop_assert_eq!(a.encoded, &encoded[..]);
-            prop_assert_eq!(a.value.map(|v| v.encoded.to_vec()), kv.value.as_ref().map(|v| v.encode_to_vec()));
-            let kind = a.value.map(|v| v.kind);
+            prop_assert_eq!(a.value.map(<[u8]>::to_vec), kv.value.as_ref().map(|v| v.encode_to_vec()));
+            prop_assert_eq!(a.value().map(|v| v.encoded), a.value);
+            let kind = a.value().map(|v| v.kind);
             match kv.value.and_then(|v| v.value) {
                 None => prop_assert!(matches!(kind, None | Some(Kind::Unset))),
                 Some(any_value::Value::StringValue(s)) => prop_assert_eq!(kind, Some(Kind::Str(&s))),
@@ -303,16 +340,18 @@ mod tests {
             [&[KEY, 0][..], &canonical[3..]].concat(),
             // A varint in more bytes than it takes (5 as 0x85 0x00).
             vec![KEY, 1, b'k', VALUE, 3, INT, 0x85, 0x00],
+            // An array holding a varint in more bytes than it takes.
+            vec![KEY, 1, b'a', VALUE, 7, ARRAY, 5, 1 << 3 | 2, 3, INT, 0x85, 0x00],
             // A field this version does not know.
             [&canonical[..], &[3 << 3, 1][..]].concat(),
         ];
         for (i, variant) in variants.into_iter().enumerate() {
-            assert!(Attribute::parse(&variant).is_none(), "variant {i} is not prost's form");
+            assert!(!in_prosts_form(&variant), "variant {i} is not prost's form");
             let mut attrs = [Bytes::from(variant.clone())];
             canonicalize(&mut attrs).unwrap();
             let expected = KeyValue::decode(&variant[..]).unwrap().encode_to_vec();
             assert_eq!(attrs[0], expected, "variant {i}");
-            assert!(Attribute::parse(&attrs[0]).is_some());
+            assert!(in_prosts_form(&attrs[0]));
         }
         let mut garbage = [Bytes::from_static(&[KEY, 9, b'x'])];
         assert!(canonicalize(&mut garbage).is_err(), "a truncated key is no KeyValue");

@@ -234,7 +234,7 @@ pub fn choose(rows: &[RowRef<'_>]) -> Vec<Key> {
             if kv.key.len() <= MAX_KEY_BYTES {
                 let s = seen.entry(kv.key).or_default();
                 s.sampled += 1;
-                if let Some(v) = kv.value {
+                if let Some(v) = kv.value() {
                     s.values.insert(xxh3_64(v.encoded));
                     s.ints += usize::from(integer(v).is_some());
                     if let Some((text, at)) = splittable(v) {
@@ -270,7 +270,7 @@ pub fn choose(rows: &[RowRef<'_>]) -> Vec<Key> {
         let mut whole: Vec<bool> = keys.iter().map(|k| k.whole).collect();
         for r in rows {
             for kv in attribute::read(attributes(r.row).unwrap_or_default()) {
-                if let (Some(k), Some(value)) = (finder.find(kv.key), kv.value) {
+                if let (Some(k), Some(value)) = (finder.find(kv.key), kv.value()) {
                     whole[k] = whole[k] || keys[k].stays_whole(value);
                 }
             }
@@ -400,7 +400,7 @@ impl<'k> Split<'k> {
             match self.finder.find(kv.key) {
                 Some(k) if !self.seen[k] => {
                     self.seen[k] = true;
-                    if !self.columns[k].push(&self.keys[k], kv.value) {
+                    if !self.columns[k].push(&self.keys[k], kv.value()) {
                         rest.push(kv);
                     }
                 }
