@@ -7,6 +7,8 @@
 # OLD_BIN: a release build of the skeleton, e.g.
 #   git worktree add --detach /tmp/skeleton 707a8cd && (cd /tmp/skeleton && cargo build --release --bin sextant)
 #   OLD_BIN=/tmp/skeleton/target/release/sextant
+# To compare two builds of the current engine, give the first the same unthrottled flags:
+#   OLD_FLAGS="--ingest-rps 1000000 --api-rps 1000000" scripts/bench_vs_skeleton.sh OLD NEW ...
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OLD=$1
@@ -46,7 +48,8 @@ print(json.dumps(r))"
 }
 
 for _ in $(seq 1 "$ROUNDS"); do
-  run skeleton "$OLD" | tee -a "$WORK/runs.jsonl"
+  # shellcheck disable=SC2086 # OLD_FLAGS is a list of flags
+  run skeleton "$OLD" ${OLD_FLAGS:-} | tee -a "$WORK/runs.jsonl"
   # The skeleton has no rate limits; lift the current ones so both are measured unthrottled.
   run current "$NEW" --ingest-rps 1000000 --api-rps 1000000 | tee -a "$WORK/runs.jsonl"
 done

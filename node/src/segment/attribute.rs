@@ -58,6 +58,7 @@ const BOOL: u8 = 4 << 3;
 const ARRAY: u8 = 5 << 3 | 2;
 
 /// A varint written in as few bytes as it takes (as prost writes them).
+#[inline]
 fn varint(bytes: &mut &[u8]) -> Option<u64> {
     match bytes.first() {
         // Lengths of keys and of most values: one byte.
@@ -74,6 +75,7 @@ fn varint(bytes: &mut &[u8]) -> Option<u64> {
 }
 
 /// A length-delimited field's contents.
+#[inline]
 fn delimited<'a>(bytes: &mut &'a [u8]) -> Option<&'a [u8]> {
     let len = usize::try_from(varint(bytes)?).ok()?;
     let contents = bytes.get(..len)?;
@@ -82,6 +84,7 @@ fn delimited<'a>(bytes: &mut &'a [u8]) -> Option<&'a [u8]> {
 }
 
 /// The contents of the field tagged `tag` if it comes next.
+#[inline]
 fn field<'a>(bytes: &mut &'a [u8], tag: u8) -> Option<&'a [u8]> {
     let (&first, rest) = bytes.split_first()?;
     if first != tag {
@@ -93,6 +96,7 @@ fn field<'a>(bytes: &mut &'a [u8], tag: u8) -> Option<&'a [u8]> {
 
 /// Text, checked to be UTF-8. Keys and values are mostly short ASCII, which is checked in a
 /// few instructions; `str::from_utf8` took as many as the rest of reading an attribute.
+#[inline]
 fn utf8(bytes: &[u8]) -> Option<&str> {
     if bytes.is_ascii() {
         // SAFETY: ASCII is UTF-8.
