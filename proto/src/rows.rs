@@ -16,108 +16,47 @@ pub fn decode_attributes(attributes: &[Bytes]) -> Vec<KeyValue> {
     attributes.iter().filter_map(|a| KeyValue::decode(&a[..]).ok()).collect()
 }
 
-impl From<Span> for SpanRow {
-    fn from(s: Span) -> Self {
-        SpanRow {
-            trace_id: s.trace_id,
-            span_id: s.span_id,
-            parent_span_id: s.parent_span_id,
-            service_name: s.service_name,
-            operation: s.operation,
-            start_unix_nanos: s.start_unix_nanos,
-            duration_nanos: s.duration_nanos,
-            status: s.status,
-            attributes: encode_attributes(&s.attributes),
+/// `From` both ways between a message and its node-side row, which has the same fields with
+/// the attributes encoded. Both sides are destructured whole: a field added to one and not to
+/// the other (which the node would silently drop) does not compile.
+macro_rules! mirror {
+    ($message:ident <=> $row:ident { $($field:ident),* $(,)? }) => {
+        impl From<$message> for $row {
+            fn from(m: $message) -> Self {
+                let $message { $($field,)* attributes } = m;
+                $row { $($field,)* attributes: encode_attributes(&attributes) }
+            }
         }
-    }
+
+        impl From<$row> for $message {
+            fn from(r: $row) -> Self {
+                let $row { $($field,)* attributes } = r;
+                $message { $($field,)* attributes: decode_attributes(&attributes) }
+            }
+        }
+    };
 }
 
-impl From<SpanRow> for Span {
-    fn from(s: SpanRow) -> Self {
-        Span {
-            attributes: decode_attributes(&s.attributes),
-            trace_id: s.trace_id,
-            span_id: s.span_id,
-            parent_span_id: s.parent_span_id,
-            service_name: s.service_name,
-            operation: s.operation,
-            start_unix_nanos: s.start_unix_nanos,
-            duration_nanos: s.duration_nanos,
-            status: s.status,
-        }
-    }
-}
-
-impl From<LogRecord> for LogRow {
-    fn from(l: LogRecord) -> Self {
-        LogRow {
-            unix_nanos: l.unix_nanos,
-            level: l.level,
-            service: l.service,
-            message: l.message,
-            trace_id: l.trace_id,
-            span_id: l.span_id,
-            attributes: encode_attributes(&l.attributes),
-        }
-    }
-}
-
-impl From<LogRow> for LogRecord {
-    fn from(l: LogRow) -> Self {
-        LogRecord {
-            attributes: decode_attributes(&l.attributes),
-            unix_nanos: l.unix_nanos,
-            level: l.level,
-            service: l.service,
-            message: l.message,
-            trace_id: l.trace_id,
-            span_id: l.span_id,
-        }
-    }
-}
-
-impl From<HostMetric> for HostMetricRow {
-    fn from(m: HostMetric) -> Self {
-        HostMetricRow {
-            unix_nanos: m.unix_nanos,
-            hostname: m.hostname,
-            cpu_percent: m.cpu_percent,
-            memory_used_bytes: m.memory_used_bytes,
-            memory_total_bytes: m.memory_total_bytes,
-            disk_used_percent: m.disk_used_percent,
-            network_rx_bytes_per_sec: m.network_rx_bytes_per_sec,
-            network_tx_bytes_per_sec: m.network_tx_bytes_per_sec,
-            attributes: encode_attributes(&m.attributes),
-        }
-    }
-}
-
-impl From<HostMetricRow> for HostMetric {
-    fn from(m: HostMetricRow) -> Self {
-        HostMetric {
-            attributes: decode_attributes(&m.attributes),
-            unix_nanos: m.unix_nanos,
-            hostname: m.hostname,
-            cpu_percent: m.cpu_percent,
-            memory_used_bytes: m.memory_used_bytes,
-            memory_total_bytes: m.memory_total_bytes,
-            disk_used_percent: m.disk_used_percent,
-            network_rx_bytes_per_sec: m.network_rx_bytes_per_sec,
-            network_tx_bytes_per_sec: m.network_tx_bytes_per_sec,
-        }
-    }
-}
+mirror!(Span <=> SpanRow {
+    trace_id, span_id, parent_span_id, service_name, operation, start_unix_nanos, duration_nanos, status,
+});
+mirror!(LogRecord <=> LogRow { unix_nanos, level, service, message, trace_id, span_id });
+mirror!(HostMetric <=> HostMetricRow {
+    unix_nanos, hostname, cpu_percent, memory_used_bytes, memory_total_bytes, disk_used_percent,
+    network_rx_bytes_per_sec, network_tx_bytes_per_sec,
+});
 
 impl From<ShardBatch> for ShardRows {
     fn from(b: ShardBatch) -> Self {
+        let ShardBatch { project_id, spans, logs, host_metrics, json_bytes, events, replay_events } = b;
         ShardRows {
-            project_id: b.project_id,
-            spans: b.spans.into_iter().map(SpanRow::from).collect(),
-            logs: b.logs.into_iter().map(LogRow::from).collect(),
-            host_metrics: b.host_metrics.into_iter().map(HostMetricRow::from).collect(),
-            json_bytes: b.json_bytes,
-            events: b.events,
-            replay_events: b.replay_events,
+            project_id,
+            spans: spans.into_iter().map(SpanRow::from).collect(),
+            logs: logs.into_iter().map(LogRow::from).collect(),
+            host_metrics: host_metrics.into_iter().map(HostMetricRow::from).collect(),
+            json_bytes,
+            events,
+            replay_events,
         }
     }
 }
@@ -125,7 +64,7 @@ impl From<ShardBatch> for ShardRows {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{any_value, AnyValue, ArrayValue, Event};
+    use crate::{any_value, AnyValue, ArrayValue, Event, ReplayEvent};
 
     fn kv(key: &str, value: Option<any_value::Value>) -> KeyValue {
         KeyValue { key: key.into(), value: Some(AnyValue { value }) }
@@ -147,24 +86,43 @@ mod tests {
             kv("", None),
             KeyValue { key: "none".into(), value: None },
         ];
+        // Every field set (not its default), so that each is seen on the wire.
         ShardBatch {
             project_id: "p".into(),
             spans: vec![Span {
                 trace_id: "t".into(),
                 span_id: "s".into(),
+                parent_span_id: "r".into(),
+                service_name: "api".into(),
+                operation: "GET /".into(),
+                start_unix_nanos: -5,
+                duration_nanos: 7,
+                status: 2,
                 attributes: attributes.clone(),
-                ..Default::default()
             }],
-            logs: vec![LogRecord { message: "m".into(), attributes: attributes.clone(), ..Default::default() }],
+            logs: vec![LogRecord {
+                unix_nanos: 3,
+                level: 4,
+                service: "api".into(),
+                message: "m".into(),
+                trace_id: "t".into(),
+                span_id: "s".into(),
+                attributes: attributes.clone(),
+            }],
             host_metrics: vec![HostMetric {
+                unix_nanos: 4,
                 hostname: "h".into(),
                 cpu_percent: Some(1.5),
+                memory_used_bytes: Some(2),
+                memory_total_bytes: Some(3),
+                disk_used_percent: Some(0.0),
+                network_rx_bytes_per_sec: Some(5.5),
+                network_tx_bytes_per_sec: Some(6.5),
                 attributes,
-                ..Default::default()
             }],
             json_bytes: 9,
             events: vec![Event { event: "e".into(), ..Default::default() }],
-            replay_events: vec![],
+            replay_events: vec![ReplayEvent { session_id: "x".into(), ..Default::default() }],
         }
     }
 

@@ -26,7 +26,7 @@
 //!
 //! The split is physical only: [`super::layout::assemble`] puts the `attributes` column back
 //! together as the table's schema has it before any reader sees the batch. Attributes are
-//! stored sorted by key ([`super::table::encode_attributes`]), so re-assembly gives back the
+//! stored sorted by key ([`super::attribute`]), so re-assembly gives back the
 //! very same bytes.
 
 use std::collections::BTreeMap;
