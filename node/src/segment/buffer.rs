@@ -83,9 +83,9 @@ impl Buffer {
         if self.rows.len() > before {
             self.projects.insert(project);
         }
-        // Rows take roughly twice their protobuf size: the entry they were decoded from
-        // (attributes are slices of it) and their strings.
-        self.bytes += encoded_len * 2;
+        // Rows take roughly three times their protobuf size: the entry they were decoded
+        // from (attributes are slices of it), a 32-byte handle per attribute, their strings.
+        self.bytes += encoded_len * 3;
         (self.rows.len() - before) as u64
     }
 
