@@ -17,7 +17,7 @@ use sextant_node::segment::Table;
 use sextant_node::shard::SegmentShard;
 use sextant_node::state_machine::GroupStore;
 use sextant_node::types::{Command, SnapshotMeta};
-use sextant_proto::ShardRows;
+use sextant_proto::ShardBatch;
 
 #[derive(clap::Args)]
 pub struct StorageBenchArgs {
@@ -129,7 +129,7 @@ pub fn run(args: StorageBenchArgs) -> anyhow::Result<()> {
                 out.write_all(b"\n")?;
             }
         }
-        let mut batch = ShardRows { project_id: project.clone(), ..Default::default() };
+        let mut batch = ShardBatch { project_id: project.clone(), ..Default::default() };
         if args.kind == "spans" {
             let parsed: SpansBody = serde_json::from_slice(&body)?;
             batch.spans = validate_all(parsed.spans, validate_span).map_err(|e| anyhow::anyhow!("{e:?}"))?;

@@ -2,9 +2,9 @@
 //! per kind, shared by the JSON API and the OTLP paths.
 
 use serde::Deserialize;
-use sextant_proto::{HostMetricRow, LogLevel, LogRow, SpanRow, SpanStatus};
+use sextant_proto::{HostMetric, LogLevel, LogRecord, Span, SpanStatus};
 
-use crate::attributes::Attributes;
+use crate::attributes::{self, Attributes};
 use crate::ids::validate_id;
 use crate::time::TimeInput;
 
@@ -146,14 +146,14 @@ impl Check<'_> {
     }
 
     fn attributes(&mut self, attrs: &Attributes) {
-        if let Err(reason) = attrs.validate() {
+        if let Err(reason) = attributes::validate(&attrs.0) {
             self.fail("attributes", reason);
         }
     }
 }
 
 /// Validates one span; appends its problems to `errors` and returns the stored form.
-pub fn validate_span(index: usize, s: SpanJson, errors: &mut Vec<FieldError>) -> Option<SpanRow> {
+pub fn validate_span(index: usize, s: SpanJson, errors: &mut Vec<FieldError>) -> Option<Span> {
     let before = errors.len();
     let mut c = Check { index, errors };
     c.id("trace_id", &s.trace_id);
@@ -180,7 +180,7 @@ pub fn validate_span(index: usize, s: SpanJson, errors: &mut Vec<FieldError>) ->
         }
     };
     c.attributes(&s.attributes);
-    (errors.len() == before).then(|| SpanRow {
+    (errors.len() == before).then(|| Span {
         trace_id: s.trace_id,
         span_id: s.span_id,
         parent_span_id: parent,
@@ -189,7 +189,7 @@ pub fn validate_span(index: usize, s: SpanJson, errors: &mut Vec<FieldError>) ->
         start_unix_nanos: start,
         duration_nanos: (s.duration_ms * 1e6).round() as u64,
         status: status as i32,
-        attributes: s.attributes.into_encoded(),
+        attributes: s.attributes.0,
     })
 }
 
@@ -217,7 +217,7 @@ pub fn level_name(level: LogLevel) -> &'static str {
     }
 }
 
-pub fn validate_log(index: usize, l: LogJson, errors: &mut Vec<FieldError>) -> Option<LogRow> {
+pub fn validate_log(index: usize, l: LogJson, errors: &mut Vec<FieldError>) -> Option<LogRecord> {
     let before = errors.len();
     let mut c = Check { index, errors };
     let ts = c.time("timestamp", &l.timestamp);
@@ -238,18 +238,18 @@ pub fn validate_log(index: usize, l: LogJson, errors: &mut Vec<FieldError>) -> O
         c.id("span_id", &span_id);
     }
     c.attributes(&l.attributes);
-    (errors.len() == before).then(|| LogRow {
+    (errors.len() == before).then(|| LogRecord {
         unix_nanos: ts,
         level: level.unwrap_or(LogLevel::Info) as i32,
         service: l.service,
         message: l.message,
         trace_id,
         span_id,
-        attributes: l.attributes.into_encoded(),
+        attributes: l.attributes.0,
     })
 }
 
-pub fn validate_host_metric(index: usize, m: HostMetricJson, errors: &mut Vec<FieldError>) -> Option<HostMetricRow> {
+pub fn validate_host_metric(index: usize, m: HostMetricJson, errors: &mut Vec<FieldError>) -> Option<HostMetric> {
     let before = errors.len();
     let mut c = Check { index, errors };
     let ts = c.time("timestamp", &m.timestamp);
@@ -264,7 +264,7 @@ pub fn validate_host_metric(index: usize, m: HostMetricJson, errors: &mut Vec<Fi
         }
     }
     c.attributes(&m.attributes);
-    (errors.len() == before).then(|| HostMetricRow {
+    (errors.len() == before).then(|| HostMetric {
         unix_nanos: ts,
         hostname: m.hostname,
         cpu_percent: m.cpu_percent,
@@ -273,7 +273,7 @@ pub fn validate_host_metric(index: usize, m: HostMetricJson, errors: &mut Vec<Fi
         disk_used_percent: m.disk_used_percent,
         network_rx_bytes_per_sec: m.network_rx_bytes_per_sec,
         network_tx_bytes_per_sec: m.network_tx_bytes_per_sec,
-        attributes: m.attributes.into_encoded(),
+        attributes: m.attributes.0,
     })
 }
 
@@ -300,7 +300,7 @@ pub fn validate_all<T, U>(
 mod tests {
     use super::*;
 
-    fn span(json: &str) -> Result<Vec<SpanRow>, Vec<FieldError>> {
+    fn span(json: &str) -> Result<Vec<Span>, Vec<FieldError>> {
         let body: SpansBody = serde_json::from_str(json).unwrap();
         validate_all(body.spans, validate_span)
     }

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 use sextant_model::analytics::{self, BatchBody, EventJson, ReplayBody, MAX_EVENTS, MAX_EVENTS_BODY, MAX_REPLAY_BODY};
 use sextant_model::meta::CredentialKind;
 use sextant_model::ProjectId;
-use sextant_proto::{Event, ReplayEvent, ShardRows};
+use sextant_proto::{Event, ReplayEvent, ShardBatch};
 
 use crate::auth::{admit_credential, url_pairs};
 use crate::error::ApiError;
@@ -29,7 +29,7 @@ impl Placement for Events {
     fn key(row: &Event) -> Option<&[u8]> {
         Some(row.distinct_id.as_bytes())
     }
-    fn push(batch: &mut ShardRows, row: Event) {
+    fn push(batch: &mut ShardBatch, row: Event) {
         batch.events.push(row)
     }
 }
@@ -40,7 +40,7 @@ impl Placement for Replays {
     fn key(row: &ReplayEvent) -> Option<&[u8]> {
         Some(row.session_id.as_bytes())
     }
-    fn push(batch: &mut ShardRows, row: ReplayEvent) {
+    fn push(batch: &mut ShardBatch, row: ReplayEvent) {
         batch.replay_events.push(row)
     }
 }

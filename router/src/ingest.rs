@@ -15,7 +15,7 @@ use serde::Serialize;
 use sextant_model::ingest::{self, FieldError, MAX_BATCH_OBJECTS, MAX_OBSERVABILITY_BODY};
 use sextant_model::partition::partition_of;
 use sextant_model::ProjectId;
-use sextant_proto::{write_request, HostMetricRow, LogRow, ShardRows, SpanRow};
+use sextant_proto::{write_request, HostMetric, LogRecord, ShardBatch, Span};
 
 use crate::auth::api_key_project;
 use crate::cluster::GroupId;
@@ -28,13 +28,12 @@ pub struct Accepted {
     pub accepted: usize,
 }
 
-/// Where rows of a kind go (DESIGN B2) and how they join a shard's sub-batch. A sub-batch is
-/// written as `ShardRows` (a `ShardBatch` on the wire, attributes already encoded).
+/// Where rows of a kind go (DESIGN B2) and how they join a shard's sub-batch.
 pub(crate) trait Placement {
     type Row;
     /// The partition key; `None` spreads the row randomly.
     fn key(row: &Self::Row) -> Option<&[u8]>;
-    fn push(batch: &mut ShardRows, row: Self::Row);
+    fn push(batch: &mut ShardBatch, row: Self::Row);
 }
 
 /// One kind of observability object: its request body and validation.
@@ -48,11 +47,11 @@ trait Kind: Placement {
 
 struct Spans;
 impl Placement for Spans {
-    type Row = SpanRow;
-    fn key(row: &SpanRow) -> Option<&[u8]> {
+    type Row = Span;
+    fn key(row: &Span) -> Option<&[u8]> {
         Some(row.trace_id.as_bytes())
     }
-    fn push(batch: &mut ShardRows, row: SpanRow) {
+    fn push(batch: &mut ShardBatch, row: Span) {
         batch.spans.push(row)
     }
 }
@@ -63,18 +62,18 @@ impl Kind for Spans {
     fn items(body: Self::Body) -> Vec<Self::Json> {
         body.spans
     }
-    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<SpanRow> {
+    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<Span> {
         ingest::validate_span(i, item, errors)
     }
 }
 
 struct Logs;
 impl Placement for Logs {
-    type Row = LogRow;
-    fn key(row: &LogRow) -> Option<&[u8]> {
+    type Row = LogRecord;
+    fn key(row: &LogRecord) -> Option<&[u8]> {
         (!row.trace_id.is_empty()).then_some(row.trace_id.as_bytes())
     }
-    fn push(batch: &mut ShardRows, row: LogRow) {
+    fn push(batch: &mut ShardBatch, row: LogRecord) {
         batch.logs.push(row)
     }
 }
@@ -85,18 +84,18 @@ impl Kind for Logs {
     fn items(body: Self::Body) -> Vec<Self::Json> {
         body.logs
     }
-    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<LogRow> {
+    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<LogRecord> {
         ingest::validate_log(i, item, errors)
     }
 }
 
 struct HostMetrics;
 impl Placement for HostMetrics {
-    type Row = HostMetricRow;
-    fn key(row: &HostMetricRow) -> Option<&[u8]> {
+    type Row = HostMetric;
+    fn key(row: &HostMetric) -> Option<&[u8]> {
         Some(row.hostname.as_bytes())
     }
-    fn push(batch: &mut ShardRows, row: HostMetricRow) {
+    fn push(batch: &mut ShardBatch, row: HostMetric) {
         batch.host_metrics.push(row)
     }
 }
@@ -107,7 +106,7 @@ impl Kind for HostMetrics {
     fn items(body: Self::Body) -> Vec<Self::Json> {
         body.metrics
     }
-    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<HostMetricRow> {
+    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<HostMetric> {
         ingest::validate_host_metric(i, item, errors)
     }
 }
@@ -188,21 +187,22 @@ pub(crate) fn partition<K: Placement>(
     project: &ProjectId,
     rows: Vec<K::Row>,
     body_bytes: usize,
-) -> Result<HashMap<GroupId, ShardRows>, ApiError> {
+) -> Result<HashMap<GroupId, ShardBatch>, ApiError> {
     let cache = app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
     if cache.partitions.is_empty() {
         return Err(ApiError::Unavailable("the cluster is not bootstrapped yet".into()));
     }
     let total = rows.len().max(1);
-    let mut batches: HashMap<GroupId, ShardRows> = HashMap::new();
+    let mut batches: HashMap<GroupId, ShardBatch> = HashMap::new();
     for row in rows {
         let p = match K::key(&row) {
             Some(key) => partition_of(project, key),
             None => rand::random::<u32>(),
         };
         let group = cache.partitions[p as usize % cache.partitions.len()];
-        let batch =
-            batches.entry(group).or_insert_with(|| ShardRows { project_id: project.to_string(), ..Default::default() });
+        let batch = batches
+            .entry(group)
+            .or_insert_with(|| ShardBatch { project_id: project.to_string(), ..Default::default() });
         K::push(batch, row);
     }
     for batch in batches.values_mut() {
@@ -218,7 +218,7 @@ pub(crate) fn partition<K: Placement>(
 
 /// Replicates every sub-batch under one batch id. If any shard cannot commit, the others are
 /// told to drop theirs, so a failed request stores nothing.
-pub(crate) async fn commit(app: &AppState, batches: HashMap<GroupId, ShardRows>) -> Result<(), ApiError> {
+pub(crate) async fn commit(app: &AppState, batches: HashMap<GroupId, ShardBatch>) -> Result<(), ApiError> {
     let batch_id: u128 = rand::random();
     let groups: Vec<GroupId> = batches.keys().copied().collect();
     let writes = batches.into_iter().map(|(group, batch)| {
