@@ -28,8 +28,11 @@ use crate::segment::{Buffer, Dedup, Manifest, Row, Scan, Segment, Table};
 use crate::state_machine::{CheckpointJob, CheckpointOpener, GroupStore};
 use crate::types::{Command, CommandResponse, SnapshotMeta};
 
-/// Flush when the buffer holds this much, whatever the Raft snapshot policy says.
-pub const FLUSH_BYTES: usize = 64 << 20;
+/// Flush when the buffer holds this much (as [`Buffer`] estimates it), whatever the Raft
+/// snapshot policy says. 96 MiB is 32 MiB of Raft entries: smaller flushes make more small
+/// segments for compaction to merge again (flushing at 21 MiB of entries cost 13% of spans
+/// ingest throughput, docs/BENCHMARKS.md).
+pub const FLUSH_BYTES: usize = 96 << 20;
 /// Flush when the oldest buffered row is this old, to bound replay after a restart.
 pub const FLUSH_AGE: Duration = Duration::from_secs(300);
 
