@@ -66,8 +66,8 @@ pub fn json<T: DeserializeOwned>(
 /// Parses JSON fast; on failure parses again to say where the problem is.
 pub fn parse_json<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     // A body checked as UTF-8 once, in one pass, is parsed as text: serde_json then does not
-    // check every string again, one call each (a tenth of parsing a batch of spans). Invalid
-    // UTF-8 is parsed as bytes, for the error's position.
+    // check every string again, one call each (a tenth of parsing a batch of spans). Other
+    // bodies are parsed as bytes, as before: serde_json does not check the strings it skips.
     let parsed = match std::str::from_utf8(bytes) {
         Ok(text) => serde_json::from_str(text),
         Err(_) => serde_json::from_slice(bytes),

@@ -222,15 +222,20 @@ pub fn stored(attributes: &[Bytes]) -> Vec<u8> {
     out
 }
 
+/// The next encoded attribute of a stored form (without its length), moving `stored` past it;
+/// `None` at the end or at bytes that are not a length and that many bytes.
+pub fn next_stored<'a>(stored: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let mut rest = *stored;
+    let len = usize::try_from(decode_varint(&mut rest).ok()?).ok()?;
+    let entry = rest.get(..len)?;
+    *stored = &rest[len..];
+    Some(entry)
+}
+
 /// The attributes of a stored form, read in place. What this node stores is in prost's form;
 /// reading stops at bytes that are not.
 pub fn read_stored(mut stored: &[u8]) -> impl Iterator<Item = Attribute<'_>> {
-    std::iter::from_fn(move || {
-        let len = usize::try_from(decode_varint(&mut stored).ok()?).ok()?;
-        let entry = stored.get(..len)?;
-        stored = &stored[len..];
-        Attribute::parse(entry)
-    })
+    std::iter::from_fn(move || Attribute::parse(next_stored(&mut stored)?))
 }
 
 /// The attributes of a stored form, as a row holds them; reading stops at bytes that are no
@@ -239,14 +244,8 @@ pub fn from_stored(stored: &[u8]) -> Vec<Bytes> {
     let all = Bytes::copy_from_slice(stored);
     let mut rest = &all[..];
     let mut out = Vec::new();
-    while !rest.is_empty() {
-        let Some(entry) =
-            decode_varint(&mut rest).ok().and_then(|len| usize::try_from(len).ok()).and_then(|len| rest.get(..len))
-        else {
-            break;
-        };
+    while let Some(entry) = next_stored(&mut rest) {
         let mut attribute = [all.slice_ref(entry)];
-        rest = &rest[entry.len()..];
         if canonicalize(&mut attribute).is_err() {
             break;
         }

@@ -567,9 +567,7 @@ impl<'a> RestEntry<'a> {
         use prost::encoding::{decode_key, decode_varint, WireType};
         let all: &'a [u8] = bytes;
         let mut cursor = all;
-        let len = usize::try_from(decode_varint(&mut cursor).ok()?).ok()?;
-        let header = all.len() - cursor.len();
-        let mut body = cursor.get(..len)?;
+        let mut body = attribute::next_stored(&mut cursor)?;
         let key = match decode_key(&mut body) {
             Ok((1, WireType::LengthDelimited)) => {
                 let n = usize::try_from(decode_varint(&mut body).ok()?).ok()?;
@@ -578,9 +576,8 @@ impl<'a> RestEntry<'a> {
             Ok((2, _)) => "",
             _ => return None,
         };
-        let raw = &all[..header + len];
-        *bytes = &all[header + len..];
-        Some(RestEntry { key, raw })
+        *bytes = cursor;
+        Some(RestEntry { key, raw: &all[..all.len() - cursor.len()] })
     }
 
     /// The next entry, unless it is out of key order after `previous` (then `bytes` stays
