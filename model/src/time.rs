@@ -4,6 +4,27 @@ use chrono::{DateTime, SecondsFormat, Utc};
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
+/// First accepted instant: 1970-01-01T00:00:00Z, in Unix nanoseconds.
+pub const MIN_INSTANT_NS: i64 = 0;
+/// End (excluded) of the accepted instants: 2262-01-01T00:00:00Z. 100 days below
+/// `i64::MAX` nanoseconds, so an instant plus a span's duration or a query range still fits;
+/// longer sums (funnel windows, retention horizons) saturate.
+pub const END_INSTANT_NS: i64 = 9_214_646_400 * 1_000_000_000;
+/// [`END_INSTANT_NS`] in milliseconds.
+pub const END_INSTANT_MS: i64 = END_INSTANT_NS / 1_000_000;
+/// Why an instant outside the accepted range is refused.
+pub const OUT_OF_RANGE: &str = "must be from 1970-01-01T00:00:00Z up to, not including, 2262-01-01T00:00:00Z";
+
+/// `ns` if it is an accepted instant (DESIGN A1 times), else why not. Every time a client
+/// sends goes through here: query parameters, ingest timestamps, cursors.
+pub fn check_instant(ns: i64) -> Result<i64, &'static str> {
+    if (MIN_INSTANT_NS..END_INSTANT_NS).contains(&ns) {
+        Ok(ns)
+    } else {
+        Err(OUT_OF_RANGE)
+    }
+}
+
 /// A point in time as a client may send it: RFC 3339 text or Unix epoch milliseconds.
 #[derive(Clone, Debug, PartialEq)]
 pub enum TimeInput {
@@ -14,28 +35,39 @@ pub enum TimeInput {
 }
 
 impl TimeInput {
-    /// Unix nanoseconds, or why the value is not a time.
+    /// Unix nanoseconds within the accepted range, or why the value is not such a time.
     pub fn to_unix_nanos(&self) -> Result<i64, &'static str> {
         match self {
             TimeInput::Text(s) => parse_text(s),
-            TimeInput::EpochMillis(ms) => {
-                if !ms.is_finite() || *ms < 0.0 || *ms > 7.0e15 {
-                    return Err("must be a valid Unix epoch in milliseconds");
-                }
-                // Whole milliseconds exactly; only the fraction goes through floating point.
-                Ok(ms.trunc() as i64 * 1_000_000 + (ms.fract() * 1e6).round() as i64)
-            }
-            TimeInput::EpochNanos(n) => Ok(*n),
+            TimeInput::EpochMillis(ms) => millis_to_nanos(*ms),
+            TimeInput::EpochNanos(n) => check_instant(*n),
         }
     }
 }
 
+fn millis_to_nanos(ms: f64) -> Result<i64, &'static str> {
+    if ms.is_nan() || ms.is_infinite() {
+        return Err("must be a finite number of Unix epoch milliseconds");
+    }
+    // -0.0 is 0; the comparison also keeps the casts below exact.
+    if !(0.0..END_INSTANT_MS as f64).contains(&ms) {
+        return Err(OUT_OF_RANGE);
+    }
+    // Whole milliseconds exactly; only the fraction goes through floating point.
+    let whole = (ms.trunc() as i64).checked_mul(1_000_000).ok_or(OUT_OF_RANGE)?;
+    let fraction = (ms.fract() * 1e6).round() as i64;
+    check_instant(whole.checked_add(fraction).ok_or(OUT_OF_RANGE)?)
+}
+
 fn parse_text(s: &str) -> Result<i64, &'static str> {
-    if let Ok(ms) = s.parse::<i64>() {
-        return TimeInput::EpochMillis(ms as f64).to_unix_nanos();
+    let digits = s.strip_prefix(['-', '+']).unwrap_or(s);
+    if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+        // Integer milliseconds: checked in integers, whatever their size.
+        let ms: i64 = s.parse().map_err(|_| OUT_OF_RANGE)?;
+        return check_instant(ms.checked_mul(1_000_000).ok_or(OUT_OF_RANGE)?);
     }
     let t = DateTime::parse_from_rfc3339(s).map_err(|_| "must be an RFC 3339 date-time")?;
-    t.timestamp_nanos_opt().ok_or("is out of range")
+    check_instant(t.timestamp_nanos_opt().ok_or(OUT_OF_RANGE)?)
 }
 
 impl<'de> Deserialize<'de> for TimeInput {
@@ -49,6 +81,7 @@ impl<'de> Deserialize<'de> for TimeInput {
             fn visit_str<E: de::Error>(self, v: &str) -> Result<TimeInput, E> {
                 Ok(TimeInput::Text(v.to_owned()))
             }
+            // Integers past 2^53 lose precision as f64, but all of them are out of range.
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<TimeInput, E> {
                 Ok(TimeInput::EpochMillis(v as f64))
             }
@@ -63,7 +96,8 @@ impl<'de> Deserialize<'de> for TimeInput {
     }
 }
 
-/// Parses a query-string time parameter (`from`, `to`).
+/// Parses a query-string time parameter (`from`, `to`): RFC 3339 or integer epoch
+/// milliseconds, within the accepted range.
 pub fn parse_query_time(s: &str) -> Result<i64, &'static str> {
     parse_text(s)
 }
@@ -80,6 +114,11 @@ pub fn now_nanos() -> i64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    fn in_range(ns: i64) -> bool {
+        (MIN_INSTANT_NS..END_INSTANT_NS).contains(&ns)
+    }
 
     #[test]
     fn accepts_rfc3339_and_epoch_millis() {
@@ -95,5 +134,123 @@ mod tests {
         assert!(TimeInput::Text("yesterday".into()).to_unix_nanos().is_err());
         assert!(TimeInput::EpochMillis(-1.0).to_unix_nanos().is_err());
         assert!(TimeInput::EpochMillis(f64::NAN).to_unix_nanos().is_err());
+    }
+
+    #[test]
+    fn the_accepted_range_is_1970_up_to_2262() {
+        let end = DateTime::parse_from_rfc3339("2262-01-01T00:00:00Z").unwrap().timestamp_nanos_opt().unwrap();
+        assert_eq!(END_INSTANT_NS, end);
+        assert_eq!(parse_query_time("1970-01-01T00:00:00Z"), Ok(0));
+        assert_eq!(parse_query_time("0"), Ok(0));
+        assert_eq!(parse_query_time("-0"), Ok(0));
+        assert_eq!(TimeInput::EpochMillis(-0.0).to_unix_nanos(), Ok(0));
+        assert_eq!(parse_query_time("2261-12-31T23:59:59.999999999Z"), Ok(END_INSTANT_NS - 1));
+        for bad in [
+            "1969-12-31T23:59:59.999Z",
+            "1970-01-01T00:30:00+01:00",
+            "2262-01-01T00:00:00Z",
+            "2261-12-31T23:00:00-01:00",
+            "1677-09-21T00:12:44Z",
+            "2262-04-11T23:47:15Z",
+            "-1",
+            "9214646400000",
+            "9223372036854775807",
+            "-9223372036854775808",
+            "99999999999999999999999",
+        ] {
+            assert_eq!(parse_query_time(bad), Err(OUT_OF_RANGE), "{bad}");
+        }
+        assert_eq!(parse_query_time("9214646399999"), Ok(END_INSTANT_NS - 1_000_000));
+    }
+
+    #[test]
+    fn epoch_millis_that_overflowed_nanoseconds_are_refused() {
+        // Were stored as 1680-02-24 and 2245 when the product wrapped in i64.
+        for ms in [9_300_000_000_000.0, 7e15, 9.3e12, i64::MAX as f64, f64::MAX, f64::INFINITY] {
+            assert!(TimeInput::EpochMillis(ms).to_unix_nanos().is_err(), "{ms}");
+        }
+        let json: TimeInput = serde_json::from_str("9300000000000").unwrap();
+        assert_eq!(json.to_unix_nanos(), Err(OUT_OF_RANGE));
+        assert_eq!(TimeInput::EpochNanos(i64::MIN).to_unix_nanos(), Err(OUT_OF_RANGE));
+        assert_eq!(TimeInput::EpochNanos(i64::MAX).to_unix_nanos(), Err(OUT_OF_RANGE));
+        assert_eq!(TimeInput::EpochMillis(1.5).to_unix_nanos(), Ok(1_500_000));
+        assert_eq!(TimeInput::EpochMillis(f64::MIN_POSITIVE / 2.0).to_unix_nanos(), Ok(0));
+    }
+
+    /// Any f64: the special values, subnormals and the full range of magnitudes, both signs.
+    fn any_f64() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            Just(f64::NAN),
+            Just(f64::INFINITY),
+            Just(f64::NEG_INFINITY),
+            Just(-0.0),
+            Just(0.0),
+            Just(f64::MIN_POSITIVE / 3.0),
+            Just(END_INSTANT_MS as f64),
+            Just(END_INSTANT_MS as f64 - 0.0001),
+            any::<u64>().prop_map(f64::from_bits),
+            proptest::num::f64::ANY,
+            (0.0..1e16f64),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn epoch_millis_are_within_range_or_refused(ms in any_f64()) {
+            match TimeInput::EpochMillis(ms).to_unix_nanos() {
+                Ok(ns) => {
+                    prop_assert!(in_range(ns));
+                    prop_assert!((0.0..END_INSTANT_MS as f64).contains(&ms));
+                    prop_assert!((ns as f64 - ms * 1e6).abs() <= 1.0 + ms * 1e6 * f64::EPSILON);
+                }
+                Err(_) => prop_assert!(!(0.0..END_INSTANT_MS as f64 - 0.001).contains(&ms)),
+            }
+        }
+
+        #[test]
+        fn integer_strings_are_milliseconds_within_range(ms in prop_oneof![any::<i64>(), -1i64..END_INSTANT_MS + 1]) {
+            let want = (0..END_INSTANT_MS).contains(&ms).then(|| ms * 1_000_000);
+            prop_assert_eq!(parse_query_time(&ms.to_string()).ok(), want);
+            // The same number as a JSON body field.
+            let t: TimeInput = serde_json::from_str(&ms.to_string()).unwrap();
+            prop_assert_eq!(t.to_unix_nanos().ok(), want);
+        }
+
+        #[test]
+        fn epoch_nanos_outside_the_range_are_refused(ns in any::<i64>()) {
+            prop_assert_eq!(TimeInput::EpochNanos(ns).to_unix_nanos().is_ok(), in_range(ns));
+        }
+
+        #[test]
+        fn rfc3339_text_is_accepted_exactly_within_range(
+            ns in any::<i64>(),
+            offset_minutes in -(24 * 60 - 1)..(24 * 60),
+        ) {
+            // Every i64 instant, written in some offset.
+            let offset = chrono::FixedOffset::east_opt(offset_minutes * 60).unwrap();
+            let text = DateTime::<Utc>::from_timestamp_nanos(ns).with_timezone(&offset).to_rfc3339();
+            match parse_query_time(&text) {
+                Ok(got) => prop_assert_eq!(got, ns),
+                Err(_) => prop_assert!(!in_range(ns), "{} refused", text),
+            }
+        }
+
+        #[test]
+        fn any_text_is_an_instant_in_range_or_refused(s in "\\PC{0,40}|[-+]?[0-9]{1,30}|[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:.]{8,20}(Z|[-+][0-9]{2}:[0-9]{2})") {
+            if let Ok(ns) = parse_query_time(&s) {
+                prop_assert!(in_range(ns));
+            }
+        }
+
+        #[test]
+        fn json_numbers_are_instants_in_range_or_refused(ms in any_f64()) {
+            if let Ok(t) = serde_json::from_str::<TimeInput>(&serde_json::json!(ms).to_string()) {
+                if let Ok(ns) = t.to_unix_nanos() {
+                    prop_assert!(in_range(ns));
+                }
+            }
+        }
     }
 }
