@@ -124,12 +124,19 @@ pub fn validate_event(index: usize, e: EventJson, now_ns: i64, errors: &mut Vec<
     if uuid.len() > MAX_UUID_LEN || uuid.chars().any(|c| c.is_control() || c.is_whitespace()) {
         fail(errors, index, "uuid", "must be at most 64 characters without spaces");
     }
-    (errors.len() == before).then(|| Event {
-        uuid,
-        event: event.unwrap_or_default(),
-        distinct_id: distinct.unwrap_or_default(),
-        unix_nanos: time,
-        properties_json: properties,
+    (errors.len() == before).then(|| {
+        let mut row = Event {
+            uuid,
+            event: event.unwrap_or_default(),
+            distinct_id: distinct.unwrap_or_default(),
+            unix_nanos: time,
+            properties_json: properties,
+        };
+        // Without a timestamp the time is the receive time, new on every retry: no uuid.
+        if row.uuid.is_empty() && e.timestamp.is_some() {
+            row.uuid = crate::idempotency::event_uuid(&row);
+        }
+        row
     })
 }
 
@@ -158,14 +165,17 @@ pub fn validate_replay(body: ReplayBody, errors: &mut Vec<FieldError>) -> Vec<Re
             fail(errors, i, "data", "must be at most 8 MiB");
         }
         if errors.len() == before {
-            out.push(ReplayEvent {
+            let mut row = ReplayEvent {
                 session_id: session.clone().unwrap_or_default(),
                 distinct_id: distinct.clone(),
                 window_id: window.clone(),
                 unix_nanos: time,
                 event_type: e.event_type as i32,
                 data_json: data,
-            });
+                uuid: String::new(),
+            };
+            row.uuid = crate::idempotency::replay_uuid(&row);
+            out.push(row);
         }
     }
     out

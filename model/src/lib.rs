@@ -9,6 +9,7 @@ pub mod calendar;
 pub mod cohort;
 pub mod funnel;
 pub mod identity;
+pub mod idempotency;
 pub mod ids;
 pub mod ingest;
 pub mod meta;

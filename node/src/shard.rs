@@ -24,6 +24,7 @@ use crate::segment::compaction::{self, merge_rows, RetentionPolicy};
 use crate::segment::file::{self as segment_file, file_name};
 use crate::segment::summary::summary_rows;
 use crate::segment::table::RowRef;
+use crate::segment::uuids::{self, Uuids};
 use crate::segment::{Buffer, Dedup, Manifest, Row, Scan, Segment, Table};
 use crate::state_machine::{CheckpointJob, CheckpointOpener, GroupStore};
 use crate::types::{Command, CommandResponse, SnapshotMeta};
@@ -61,6 +62,8 @@ pub struct SegmentShard {
     active: Buffer,
     dedup: Dedup,
     tombstones: BTreeSet<u128>,
+    /// Uuids of the analytics rows applied and not aborted: a row bringing one again is dropped.
+    uuids: Uuids,
     published: Arc<RwLock<Published>>,
     persisted: Arc<Mutex<Persisted>>,
     retention: Arc<RetentionPolicy>,
@@ -68,6 +71,17 @@ pub struct SegmentShard {
 
 fn open_segments(dir: &Path, manifest: &Manifest) -> io::Result<Vec<Arc<Segment>>> {
     manifest.segments.iter().map(|m| Segment::open(dir, m.clone()).map(Arc::new)).collect()
+}
+
+/// The uuids of the analytics rows in `segments`, except those of tombstoned batches.
+fn segment_uuids(segments: &[Arc<Segment>], tombstones: &BTreeSet<u128>) -> io::Result<Uuids> {
+    let mut out = Uuids::default();
+    for seg in segments.iter().filter(|s| matches!(s.meta.table, Table::Events | Table::ReplayEvents)) {
+        seg.uuid_keys(&|b| tombstones.contains(&b), |k| {
+            out.insert(k);
+        })?;
+    }
+    Ok(out)
 }
 
 /// Deletes files a crash left behind: segments the manifest does not name, temporaries.
@@ -92,11 +106,13 @@ impl SegmentShard {
         };
         remove_strays(dir, &manifest)?;
         let segments = open_segments(dir, &manifest)?;
+        let uuids = segment_uuids(&segments, &manifest.tombstones)?;
         Ok(Self {
             dir: dir.to_owned(),
             active: Buffer::default(),
             dedup: manifest.dedup.clone(),
             tombstones: manifest.tombstones.clone(),
+            uuids,
             published: Arc::new(RwLock::new(Published { frozen: Vec::new(), segments })),
             persisted: Arc::new(Mutex::new(Persisted { manifest, entry })),
             retention: Arc::default(),
@@ -219,7 +235,8 @@ impl SegmentShard {
         }
         let len = payload.len();
         match decode_batch(payload) {
-            Ok(batch) => {
+            Ok(mut batch) => {
+                self.drop_stored_uuids(&mut batch);
                 self.dedup.record_applied(batch_id);
                 CommandResponse::Ingested { duplicate: false, rows: self.active.push(batch_id, batch, len) }
             }
@@ -227,7 +244,43 @@ impl SegmentShard {
         }
     }
 
+    /// Drops the analytics rows whose uuid the shard holds (a retried batch, or a repeat
+    /// within this one) and takes the uuids of the others.
+    fn drop_stored_uuids(&mut self, batch: &mut sextant_proto::ShardRows) {
+        let project = &batch.project_id;
+        let uuids = &mut self.uuids;
+        let mut new = |table: Table, uuid: &str| uuid.is_empty() || uuids.insert(uuids::key(table, project, uuid));
+        batch.events.retain(|e| new(Table::Events, &e.uuid));
+        batch.replay_events.retain(|r| new(Table::ReplayEvents, &r.uuid));
+    }
+
+    /// Gives back the uuids of an aborted batch's rows, wherever they are, so that a retry of
+    /// it is stored. Rare (a commit that failed on another shard): segments are read here.
+    fn forget_uuids(&mut self, batch_id: u128) {
+        let mut keys = Vec::new();
+        let mut from_buffer = |b: &Buffer| {
+            let rows = b.rows.iter().filter(|r| r.batch_id == batch_id);
+            keys.extend(rows.filter_map(|r| uuids::row_key(&r.project, &r.row)));
+        };
+        from_buffer(&self.active);
+        let published = self.published.read().unwrap();
+        published.frozen.iter().for_each(|b| from_buffer(b));
+        let analytics = |s: &&Arc<Segment>| matches!(s.meta.table, Table::Events | Table::ReplayEvents);
+        for seg in published.segments.iter().filter(analytics).filter(|s| s.batches.contains(&batch_id)) {
+            if let Err(e) = seg.uuid_keys(&|b| b != batch_id, |k| keys.push(k)) {
+                // The same on every replica only if reading works: a replica that cannot read
+                // its segments has worse problems, and a restart rebuilds the set.
+                tracing::error!(error = %e, segment = seg.meta.id, "reading the uuids of an aborted batch");
+            }
+        }
+        drop(published);
+        keys.into_iter().for_each(|k| self.uuids.remove(k));
+    }
+
     fn abort(&mut self, batch_id: u128) -> CommandResponse {
+        if !self.dedup.is_aborted(batch_id) && self.dedup.is_applied(batch_id) {
+            self.forget_uuids(batch_id);
+        }
         self.dedup.record_aborted(batch_id);
         if self.active.contains(batch_id) {
             self.active.aborted.insert(batch_id);
@@ -577,6 +630,7 @@ impl GroupStore for SegmentShard {
         let entry = manifest.store(&self.dir)?;
         remove_strays(&self.dir, &manifest)?;
         let segments = open_segments(&self.dir, &manifest)?;
+        self.uuids = segment_uuids(&segments, &manifest.tombstones)?;
         self.active = Buffer::default();
         self.dedup = manifest.dedup.clone();
         self.tombstones = manifest.tombstones.clone();
@@ -1017,6 +1071,145 @@ mod tests {
         assert!(s.wants_flush());
         checkpoint(&mut s, 2);
         assert!(!s.wants_flush(), "flushed: the compactor takes it from there");
+    }
+
+    fn ev(uuid: &str, user: &str, t: i64) -> sextant_proto::Event {
+        sextant_proto::Event {
+            uuid: uuid.into(),
+            event: "buy".into(),
+            distinct_id: user.into(),
+            unix_nanos: t,
+            properties_json: "{}".into(),
+        }
+    }
+
+    fn replay(uuid: &str, t: i64) -> sextant_proto::ReplayEvent {
+        sextant_proto::ReplayEvent {
+            session_id: "s1".into(),
+            unix_nanos: t,
+            event_type: 3,
+            data_json: "{}".into(),
+            uuid: uuid.into(),
+            ..Default::default()
+        }
+    }
+
+    fn analytics(project: &str, events: Vec<sextant_proto::Event>, replays: Vec<sextant_proto::ReplayEvent>) -> Vec<u8> {
+        ShardBatch { project_id: project.into(), events, replay_events: replays, ..Default::default() }.encode_to_vec()
+    }
+
+    /// The uuids of the stored events (or replay events) of `project`, sorted, repeats kept.
+    fn stored(s: &SegmentShard, table: Table, project: &str) -> Vec<String> {
+        let mut out: Vec<String> = scan_all(s, table, project, Default::default())
+            .into_iter()
+            .map(|r| match r {
+                Row::Event(e) => e.uuid,
+                Row::Replay(r) => r.uuid,
+                other => panic!("not an analytics row: {other:?}"),
+            })
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn rows(n: u64) -> CommandResponse {
+        CommandResponse::Ingested { duplicate: false, rows: n }
+    }
+
+    #[test]
+    fn an_analytics_uuid_is_stored_once_within_a_batch_across_batches_and_across_a_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        // A repeat within the batch; events without a uuid are all kept.
+        let first = analytics("p", vec![ev("a", "u1", 1), ev("a", "u1", 1), ev("b", "u2", 2), ev("", "u3", 3), ev("", "u3", 3)], vec![replay("r1", 1), replay("r1", 1)]);
+        assert_eq!(ingest(&mut s, 1, 1, first), rows(5));
+        // The client retried the batch: a new batch id, the same uuids (one at another time,
+        // as when the timestamp defaulted to the receive time).
+        let retry = analytics("p", vec![ev("a", "u1", 1), ev("b", "u2", 99)], vec![replay("r1", 1)]);
+        assert_eq!(ingest(&mut s, 2, 2, retry.clone()), rows(0));
+        assert_eq!(stored(&s, Table::Events, "p"), ["", "", "a", "b"]);
+        checkpoint(&mut s, 2);
+        assert_eq!(ingest(&mut s, 3, 3, retry), rows(0), "flushed rows keep their uuids");
+        assert_eq!(
+            ingest(&mut s, 4, 4, analytics("p", vec![ev("a", "u1", 1), ev("c", "u1", 4)], vec![replay("r2", 2)])),
+            rows(2)
+        );
+        // Uuids are per project.
+        assert_eq!(ingest(&mut s, 5, 5, analytics("q", vec![ev("a", "u1", 1)], vec![replay("r1", 1)])), rows(2));
+        assert_eq!(stored(&s, Table::Events, "p"), ["", "", "a", "b", "c"]);
+        assert_eq!(stored(&s, Table::ReplayEvents, "p"), ["r1", "r2"]);
+        assert_eq!((stored(&s, Table::Events, "q"), stored(&s, Table::ReplayEvents, "q")), (vec!["a".to_owned()], vec!["r1".to_owned()]));
+    }
+
+    /// After a crash, the uuids come back from the segments, and the log entries after the
+    /// checkpoint are applied again: such an entry is stored (it is not in the segments), once.
+    #[test]
+    fn after_a_restart_replayed_entries_are_stored_once_and_retries_still_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = [
+            (1, 1, analytics("p", vec![ev("a", "u1", 1), ev("b", "u2", 2)], vec![replay("r1", 1)])),
+            (2, 2, analytics("p", vec![ev("c", "u1", 3)], vec![replay("r2", 2)])),
+            (3, 3, analytics("p", vec![ev("a", "u1", 1), ev("d", "u1", 4)], vec![])),
+        ];
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        for (index, id, payload) in log.iter().cloned() {
+            ingest(&mut s, index, id, payload);
+            if index == 1 {
+                checkpoint(&mut s, 1);
+            }
+        }
+        let before = (stored(&s, Table::Events, "p"), stored(&s, Table::ReplayEvents, "p"));
+        assert_eq!(before.0, ["a", "b", "c", "d"]);
+        drop(s); // kill -9: entries 2 and 3 were never flushed.
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        assert_eq!(stored(&s, Table::Events, "p"), ["a", "b"]);
+        assert_eq!(ingest(&mut s, 2, 2, log[1].2.clone()), rows(2), "a replayed entry is not its own duplicate");
+        assert_eq!(ingest(&mut s, 3, 3, log[2].2.clone()), rows(1));
+        assert_eq!((stored(&s, Table::Events, "p"), stored(&s, Table::ReplayEvents, "p")), before);
+        let retry = analytics("p", vec![ev("a", "u1", 1), ev("c", "u1", 3), ev("d", "u1", 4)], vec![replay("r1", 1), replay("r2", 2)]);
+        assert_eq!(ingest(&mut s, 4, 9, retry), rows(0));
+    }
+
+    #[test]
+    fn an_aborted_batch_gives_its_uuids_back_so_that_its_retry_is_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        ingest(&mut s, 1, 1, analytics("p", vec![ev("flushed", "u1", 1)], vec![replay("r", 1)]));
+        checkpoint(&mut s, 1);
+        ingest(&mut s, 2, 2, analytics("p", vec![ev("buffered", "u1", 2)], vec![]));
+        s.apply(3, Command::Abort { batch_id: 1 });
+        s.apply(4, Command::Abort { batch_id: 2 });
+        assert!(stored(&s, Table::Events, "p").is_empty());
+        let retry = analytics("p", vec![ev("flushed", "u1", 1), ev("buffered", "u1", 2)], vec![replay("r", 1)]);
+        assert_eq!(ingest(&mut s, 5, 3, retry.clone()), rows(3));
+        // The same abort again must not give back uuids the retry now holds.
+        s.apply(6, Command::Abort { batch_id: 1 });
+        assert_eq!(ingest(&mut s, 7, 4, retry.clone()), rows(0));
+        checkpoint(&mut s, 7);
+        drop(s);
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        assert_eq!(stored(&s, Table::Events, "p"), ["buffered", "flushed"]);
+        assert_eq!(ingest(&mut s, 8, 5, retry), rows(0));
+    }
+
+    #[test]
+    fn a_replica_installing_a_snapshot_takes_its_uuids() {
+        let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut a = SegmentShard::open(a_dir.path()).unwrap();
+        let batch = analytics("p", vec![ev("a", "u1", 1)], vec![replay("r", 1)]);
+        ingest(&mut a, 1, 1, batch.clone());
+        checkpoint(&mut a, 1);
+        let (meta, files) = a.checkpoint().unwrap();
+        let mut b = SegmentShard::open(b_dir.path()).unwrap();
+        ingest(&mut b, 1, 7, analytics("p", vec![ev("stale", "u1", 1)], vec![]));
+        let staging = b_dir.path().join("staging");
+        std::fs::create_dir_all(&staging).unwrap();
+        for f in &files {
+            std::fs::copy(a_dir.path().join(&f.name), staging.join(&f.name)).unwrap();
+        }
+        b.install(&meta, &staging, &files).unwrap();
+        assert_eq!(ingest(&mut b, 2, 2, batch), rows(0));
+        assert_eq!(ingest(&mut b, 3, 3, analytics("p", vec![ev("stale", "u1", 1)], vec![])), rows(1));
     }
 
     mod model {

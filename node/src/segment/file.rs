@@ -412,6 +412,30 @@ impl Segment {
         Ok(out)
     }
 
+    /// The uuid keys ([`super::uuids::key`]) of an analytics segment's rows, except those of
+    /// `hidden` batches, reading only the project, uuid and batch columns.
+    pub fn uuid_keys(&self, hidden: &dyn Fn(u128) -> bool, mut f: impl FnMut(u64)) -> io::Result<()> {
+        let table = self.meta.table;
+        let schema = table.schema();
+        if schema.index_of("uuid").is_err() {
+            return Ok(());
+        }
+        let columns = ["project", "uuid", "batch"].map(|c| schema.index_of(c).expect("analytics columns"));
+        let mask = ProjectionMask::roots(self.reader.parquet_schema(), columns);
+        let rgs: Vec<usize> = (0..self.reader.metadata().num_row_groups()).collect();
+        self.each_batch(&self.reader, &rgs, Some(&mask), || None, |rb| {
+            let c = super::table::Cols(&rb);
+            let (projects, uuids, batches) = (c.str("project"), c.str("uuid"), c.u32("batch"));
+            for i in 0..rb.num_rows() {
+                let hide = self.batches.get(batches.value(i) as usize).is_some_and(|b| hidden(*b));
+                if !hide && !uuids.value(i).is_empty() {
+                    f(super::uuids::key(table, projects.value(i), uuids.value(i)));
+                }
+            }
+            Ok(())
+        })
+    }
+
     /// Hands `f` the batches of `row_groups` in the table's schema ([`assemble`]d), each batch
     /// within one row group: a parent reference finds its row in the same batch. `filter` makes
     /// the row filter of each row group (a `RowFilter` is used up by one reader).

@@ -13,6 +13,7 @@ pub mod scan;
 pub mod summary;
 pub mod table;
 pub mod token_index;
+pub mod uuids;
 
 pub use buffer::Buffer;
 pub use file::{Segment, SegmentMeta};

@@ -118,6 +118,7 @@ impl Table {
                 utf8("window_id"),
                 Field::new("event_type", DataType::Int32, false),
                 utf8("data"),
+                utf8("uuid"),
             ],
         });
         fields.push(Field::new("batch", DataType::UInt32, false));
@@ -196,11 +197,22 @@ impl Row {
     }
 
     /// What makes two rows the same object sent twice (a client retry), if anything does:
-    /// spans are unique by (trace id, span id), events by their uuid when they have one.
+    /// spans are unique by (trace id, span id), events and replay events by their uuid when
+    /// they have one.
     pub fn identity(&self) -> Option<(&str, &str)> {
         match self {
             Row::Span(s) => Some((&s.trace_id, &s.span_id)),
             Row::Event(e) if !e.uuid.is_empty() => Some(("", &e.uuid)),
+            Row::Replay(r) if !r.uuid.is_empty() => Some(("", &r.uuid)),
+            _ => None,
+        }
+    }
+
+    /// The uuid an analytics row is stored once by (see `crate::segment::uuids`).
+    pub fn uuid(&self) -> Option<&str> {
+        match self {
+            Row::Event(e) if !e.uuid.is_empty() => Some(&e.uuid),
+            Row::Replay(r) if !r.uuid.is_empty() => Some(&r.uuid),
             _ => None,
         }
     }
@@ -386,6 +398,7 @@ pub fn to_segment_batch(
                 V::S(&r.window_id),
                 V::I4(r.event_type),
                 V::S(&r.data_json),
+                V::S(&r.uuid),
                 b,
             ]),
         }
@@ -591,6 +604,7 @@ pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u3
                     unix_nanos: c.i64("time_ns").value(i),
                     event_type: c.i32("event_type").value(i),
                     data_json: s("data", i),
+                    uuid: s("uuid", i),
                 }),
             };
             (project.value(i).to_owned(), row, batch.value(i))
@@ -673,6 +687,7 @@ mod tests {
                 unix_nanos: 6,
                 event_type: 3,
                 data_json: "{}".into(),
+                uuid: "r".into(),
             }),
         ]
     }

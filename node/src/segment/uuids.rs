@@ -1,0 +1,87 @@
+//! The uuids of a shard's analytics rows (events and replay events): a row whose uuid the
+//! shard already holds is dropped when its batch is applied, so a retried batch is stored,
+//! and read, once (DESIGN A7).
+//!
+//! The set is what the applied state holds: rebuilt on open and on a snapshot install from
+//! the segments (rows of tombstoned batches left out), then kept by apply (rows added, rows of
+//! aborted batches removed). A Raft entry re-applied after a restart is not in the segments
+//! (they hold entries up to their checkpoint only), so it is not taken for its own duplicate.
+//!
+//! Keys are 64-bit hashes of (table, project, uuid): 9 bytes per slot in the table, about
+//! 10–21 bytes per row with the table's load factor (docs/BENCHMARKS.md). Two different uuids
+//! share a key with probability n/2^64 per row; the later row is then dropped.
+
+use std::collections::HashSet;
+use std::hash::{BuildHasherDefault, Hasher};
+
+use xxhash_rust::xxh3::xxh3_64;
+
+use super::table::{Row, Table};
+
+/// Keys are hashes already: the table uses them as they are.
+#[derive(Default)]
+pub struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+/// The key of a row with `uuid` in `table` of `project`.
+pub fn key(table: Table, project: &str, uuid: &str) -> u64 {
+    let mut buf = Vec::with_capacity(10 + project.len() + uuid.len());
+    buf.push(table as u8);
+    buf.extend_from_slice(&(project.len() as u64).to_le_bytes());
+    buf.extend_from_slice(project.as_bytes());
+    buf.extend_from_slice(uuid.as_bytes());
+    xxh3_64(&buf)
+}
+
+/// The key of `row`, if it is stored once by its uuid.
+pub fn row_key(project: &str, row: &Row) -> Option<u64> {
+    row.uuid().map(|u| key(row.table(), project, u))
+}
+
+#[derive(Default)]
+pub struct Uuids {
+    keys: HashSet<u64, BuildHasherDefault<KeyHasher>>,
+}
+
+impl Uuids {
+    /// True if the key was not there (the row is new).
+    pub fn insert(&mut self, key: u64) -> bool {
+        self.keys.insert(key)
+    }
+
+    pub fn remove(&mut self, key: u64) {
+        self.keys.remove(&key);
+    }
+
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// Heap bytes of the table: 8-byte keys and a control byte per slot (hashbrown), with
+    /// slots a power of two holding at most 7/8 of them.
+    pub fn heap_bytes(&self) -> usize {
+        let cap = self.keys.capacity();
+        if cap == 0 {
+            return 0;
+        }
+        let slots = if cap < 8 { (cap + 1).next_power_of_two() } else { (cap * 8 / 7).next_power_of_two() };
+        slots * 9 + 16
+    }
+}
