@@ -42,8 +42,10 @@ pub fn series(
     each_batch(job, budget, |rb| {
         for (_, row, _) in from_record_batch(Table::HostMetrics, rb) {
             if let Row::HostMetric(m) = row {
-                let start = req.from_unix_nanos
-                    + (m.unix_nanos - req.from_unix_nanos).div_euclid(plan.step_nanos) * plan.step_nanos;
+                // In i128: a plan's range and step are checked by the router, not trusted here.
+                let (from, step) = (i128::from(req.from_unix_nanos), i128::from(plan.step_nanos));
+                let start = from + (i128::from(m.unix_nanos) - from).div_euclid(step) * step;
+                let Ok(start) = i64::try_from(start) else { continue };
                 let b = buckets
                     .entry(start)
                     .or_insert_with(|| HostBucket { start_unix_nanos: start, ..Default::default() });

@@ -384,3 +384,30 @@ fn service_map_finds_parents_in_other_segments_and_counts_a_span_stored_twice_on
     let api = map.nodes.iter().find(|n| n.service == "api").unwrap();
     assert_eq!((api.span_count, api.error_count), (2, 1));
 }
+
+#[test]
+fn host_series_over_the_whole_i64_range_has_no_overflow() {
+    use sextant_proto::{HostMetric, HostSeriesPlan};
+    let mut sh = Shard::new();
+    sh.index += 1;
+    let metric = HostMetric { unix_nanos: 5 * MS, hostname: "h".into(), cpu_percent: Some(50.0), ..Default::default() };
+    let payload =
+        ShardBatch { project_id: "p".into(), host_metrics: vec![metric], ..Default::default() }.encode_to_vec();
+    sh.s.apply(sh.index, Command::Ingest { batch_id: sh.index as u128, payload });
+    for step in [1, 7 * MS, i64::MAX] {
+        let req = QueryRequest {
+            group: 1,
+            project_id: "p".into(),
+            from_unix_nanos: i64::MIN,
+            to_unix_nanos: i64::MAX,
+            max_rows: 1000,
+            plan: Some(query_request::Plan::HostSeries(HostSeriesPlan { hostname: "h".into(), step_nanos: step })),
+        };
+        let Some(query_reply::Partial::HostSeries(s)) = prepare(&sh.s, req).unwrap().run().unwrap().partial else {
+            panic!("no host series")
+        };
+        assert_eq!(s.buckets.len(), 1, "step {step}");
+        let start = s.buckets[0].start_unix_nanos;
+        assert!(start <= 5 * MS && 5 * MS - start < step, "step {step}: bucket at {start}");
+    }
+}

@@ -61,7 +61,7 @@ pub fn run(
                 && (plan.services.is_empty() || t.services.iter().any(|s| plan.services.contains(s)))
                 && (plan.operation.is_empty() || t.root_operation == plan.operation)
                 && (!plan.errors_only || t.error_count > 0)
-                && t.end_unix_nanos - t.start_unix_nanos >= plan.min_duration_nanos
+                && t.end_unix_nanos.saturating_sub(t.start_unix_nanos) >= plan.min_duration_nanos
                 && before.is_none_or(|b| key(t) < b)
         })
         .collect();
