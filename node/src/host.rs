@@ -149,6 +149,7 @@ impl NodeHost {
     pub async fn start(mut config: NodeConfig, metrics: Arc<NodeMetrics>) -> anyhow::Result<RunningNode> {
         anyhow::ensure!(config.id > 0, "node ids start at 1");
         anyhow::ensure!(config.peers.contains_key(&config.id), "node {} is not in the peer list", config.id);
+        sextant_proto::client::check_cluster_secret(&config.cluster_secret).map_err(anyhow::Error::msg)?;
         let listener = TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
         // A node started on port 0 (embedded mode) is reached at the port it actually got.

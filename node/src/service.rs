@@ -19,15 +19,19 @@ use tonic::{Request, Response, Status};
 use crate::host::{Group, NodeHost};
 use crate::types::{Command, CommandResponse, GroupId, NodeId, Raft};
 
-/// Server-side interceptor: constant-time comparison of the cluster secret.
+/// Server-side interceptor: constant-time comparison of the cluster secret. A request without
+/// the header is refused, and so is every request when the expected secret is too short (the
+/// node refuses to start with one; this holds whoever builds the server).
 pub fn secret_check(secret: &str) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
     let expected = secret.as_bytes().to_vec();
+    let usable = sextant_proto::client::check_cluster_secret(secret).is_ok();
     move |req: Request<()>| {
-        let given = req.metadata().get(CLUSTER_SECRET_HEADER).map(|v| v.as_bytes()).unwrap_or_default();
-        if given.ct_eq(&expected).into() {
+        let refused = || Status::unauthenticated("missing or wrong cluster secret");
+        let given = req.metadata().get(CLUSTER_SECRET_HEADER).ok_or_else(refused)?;
+        if usable && bool::from(given.as_bytes().ct_eq(&expected)) {
             Ok(req)
         } else {
-            Err(Status::unauthenticated("missing or wrong cluster secret"))
+            Err(refused())
         }
     }
 }
@@ -256,5 +260,41 @@ impl Storage for StorageService {
             groups,
             nodes,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "test-cluster-secret-0123456789abcdef";
+
+    fn with_header(value: &str) -> Request<()> {
+        let mut req = Request::new(());
+        req.metadata_mut().insert(CLUSTER_SECRET_HEADER, value.parse().unwrap());
+        req
+    }
+
+    #[test]
+    fn requests_without_the_secret_header_are_refused() {
+        let mut check = secret_check(SECRET);
+        let status = check(Request::new(())).unwrap_err();
+        assert_eq!(status.code(), tonic::Code::Unauthenticated);
+    }
+
+    #[test]
+    fn only_the_exact_secret_is_accepted() {
+        let mut check = secret_check(SECRET);
+        assert!(check(with_header(SECRET)).is_ok());
+        for wrong in ["", "test-cluster-secret-0123456789abcde", "test-cluster-secret-0123456789abcdefX"] {
+            assert_eq!(check(with_header(wrong)).unwrap_err().code(), tonic::Code::Unauthenticated, "{wrong:?}");
+        }
+    }
+
+    #[test]
+    fn an_empty_expected_secret_refuses_everything() {
+        let mut check = secret_check("");
+        assert!(check(Request::new(())).is_err(), "no header");
+        assert!(check(with_header("")).is_err(), "an empty header");
     }
 }

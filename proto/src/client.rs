@@ -35,8 +35,28 @@ pub struct Channels {
     channels: Mutex<HashMap<String, Channel>>,
 }
 
+/// Fewest bytes a cluster secret may have, as for the JWT key and the admin token.
+pub const MIN_CLUSTER_SECRET_BYTES: usize = 32;
+
+/// Refuses a cluster secret too short to authenticate anything (an empty one would let a
+/// request without the header through) or one a gRPC header cannot carry.
+pub fn check_cluster_secret(secret: &str) -> Result<(), String> {
+    if secret.len() < MIN_CLUSTER_SECRET_BYTES {
+        return Err(format!(
+            "the cluster secret (SEXTANT_CLUSTER_SECRET) must have at least {MIN_CLUSTER_SECRET_BYTES} bytes, \
+             this one has {}; generate one with `openssl rand -hex 32`",
+            secret.len()
+        ));
+    }
+    secret
+        .parse::<AsciiMetadataValue>()
+        .map(|_| ())
+        .map_err(|_| "the cluster secret (SEXTANT_CLUSTER_SECRET) must be visible ASCII".to_string())
+}
+
 impl Channels {
     pub fn new(cluster_secret: &str) -> Result<Self, String> {
+        check_cluster_secret(cluster_secret)?;
         let value = cluster_secret.parse().map_err(|_| "the cluster secret must be visible ASCII".to_string())?;
         Ok(Self { secret: SecretInterceptor(value), channels: Mutex::new(HashMap::new()) })
     }
@@ -73,5 +93,22 @@ impl Channels {
         Ok(StorageClient::with_interceptor(self.channel(addr)?, self.secret.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_secrets_shorter_than_32_bytes_are_refused() {
+        for short in ["", "x", &"a".repeat(31)] {
+            let err = check_cluster_secret(short).unwrap_err();
+            assert!(err.contains("at least 32 bytes"), "{err}");
+            assert!(Channels::new(short).is_err(), "a channel set with a {}-byte secret", short.len());
+        }
+        assert!(check_cluster_secret(&"a".repeat(32)).is_ok());
+        assert!(Channels::new(&"a".repeat(32)).is_ok());
+        assert!(check_cluster_secret(&format!("{}\n", "a".repeat(32))).is_err(), "a control character");
     }
 }
