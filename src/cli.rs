@@ -188,8 +188,14 @@ pub fn init_logging(format: &str) {
 
 pub async fn run(command: Command) -> anyhow::Result<()> {
     match command {
-        Command::Dev(args) => dev(args).await,
-        Command::Node(args) => node(args).await,
+        Command::Dev(args) => {
+            private_files();
+            dev(args).await
+        }
+        Command::Node(args) => {
+            private_files();
+            node(args).await
+        }
         Command::Router(args) => router(args).await,
         Command::Operator(args) => Ok(sextant_operator::run(args).await?),
         Command::Crds => {
@@ -198,6 +204,16 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         }
         Command::Loadgen(args) => crate::loadgen::run(args).await,
         Command::BenchStorage(args) => tokio::task::spawn_blocking(move || crate::storage_bench::run(args)).await?,
+    }
+}
+
+/// From here on, files and directories this process creates are its user's only (0600, 0700):
+/// the data directory holds every tenant's data and credential hashes.
+fn private_files() {
+    // SAFETY: umask only replaces the process's file mode creation mask.
+    #[cfg(unix)]
+    unsafe {
+        libc::umask(0o077);
     }
 }
 
@@ -222,7 +238,8 @@ fn persistent_secret(path: &Path) -> anyhow::Result<String> {
 }
 
 async fn dev(args: DevArgs) -> anyhow::Result<()> {
-    std::fs::create_dir_all(&args.data_dir).with_context(|| format!("creating {}", args.data_dir.display()))?;
+    sextant_node::durable::create_private_dir(&args.data_dir)
+        .with_context(|| format!("creating {}", args.data_dir.display()))?;
     let jwt_secret = persistent_secret(&args.data_dir.join("jwt.key"))?;
     // Internal traffic never leaves this process's loopback port; a fresh secret per start.
     let cluster_secret = random_hex(32);

@@ -1,8 +1,9 @@
-//! What a process refuses from its first moment: short cluster secrets, gRPC calls without
-//! the secret.
+//! What a process refuses or keeps private from its first moment: short cluster secrets, gRPC
+//! calls without the secret, data files readable by other users.
 
 mod common;
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -71,6 +72,83 @@ fn a_router_with_an_empty_or_short_cluster_secret_refuses_to_start() {
     }
 }
 
+/// Every file under `dir` is 0600 and every directory 0700 (`dir` included); `skip` names
+/// top-level files the test itself wrote. Returns how many files were checked.
+#[cfg(unix)]
+fn assert_private(dir: &Path, skip: &[&str]) -> usize {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(dir), 0o700, "{}", dir.display());
+    let (mut stack, mut files) = (vec![dir.to_owned()], 0);
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if d == dir && skip.iter().any(|s| path.file_name().is_some_and(|n| n == *s)) {
+                continue;
+            }
+            // A file may be replaced (compaction, rename) between listing and stat.
+            let Ok(meta) = std::fs::symlink_metadata(&path) else { continue };
+            let m = meta.permissions().mode() & 0o777;
+            if meta.is_dir() {
+                assert_eq!(m, 0o700, "directory {} is {m:o}", path.display());
+                stack.push(path);
+            } else {
+                assert_eq!(m, 0o600, "file {} is {m:o}", path.display());
+                files += 1;
+            }
+        }
+    }
+    files
+}
+
+#[cfg(unix)]
+fn has_file(dir: &Path, pred: &dyn Fn(&str) -> bool) -> bool {
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if pred(&entry.file_name().to_string_lossy()) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn dev_keeps_its_data_directory_private_after_ingest_and_flush() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    // An existing, world-readable data directory is narrowed at start.
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // One shard flushing every two entries: spans reach segment files after a few batches.
+    let extra = ["--shards", "1", "--snapshot-every", "2", "--ingest-rps", "10000", "--analytics-rps", "10000"];
+    let dev = Dev::start_with(dir.path(), &extra, &[]).await;
+    let event = serde_json::json!({
+        "token": dev.creds["ingest_token"], "events": [{"event": "signup", "distinct_id": "u1"}],
+    });
+    let resp = http().post(format!("{}/v1/batch", dev.url)).json(&event).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let mut batch = 0;
+    wait_for("a flushed segment file", Duration::from_secs(120), || {
+        batch += 1;
+        let (url, key, prefix) = (dev.url.clone(), dev.api_key().to_owned(), format!("b{batch}"));
+        let root = dir.path().to_owned();
+        async move {
+            assert_eq!(post_spans(&url, &key, &spans_batch(&prefix, 4, 3)).await.status(), 200);
+            has_file(&root, &|n: &str| n.ends_with(".parquet")).then_some(())
+        }
+    })
+    .await;
+    assert!(has_file(dir.path(), &|n: &str| n.ends_with(".jnl")), "the Raft journal is on disk");
+    // dev.log is the test's own capture of the process output.
+    let files = assert_private(dir.path(), &["dev.log"]);
+    assert!(files >= 5, "only {files} files checked");
+}
+
 #[tokio::test]
 async fn node_refuses_grpc_calls_without_the_cluster_secret() {
     let dir = tempfile::tempdir().unwrap();
@@ -104,4 +182,8 @@ async fn node_refuses_grpc_calls_without_the_cluster_secret() {
         let status = bare.meta_read(req).await.unwrap_err();
         assert_eq!(status.code(), tonic::Code::Unauthenticated, "MetaRead with {wrong:?}: {status}");
     }
+
+    // `sextant node` keeps its directory private too (the journal and meta's state).
+    #[cfg(unix)]
+    assert!(assert_private(&data, &[]) >= 2);
 }

@@ -207,7 +207,7 @@ pub fn unpack(input: &mut impl Read, staging: &Path) -> io::Result<(SnapshotMeta
     if staging.exists() {
         std::fs::remove_dir_all(staging)?;
     }
-    std::fs::create_dir_all(staging)?;
+    crate::durable::create_private_dir(staging)?;
     let mut buf = vec![0u8; 1 << 20];
     for entry in &header.files {
         if entry.name.is_empty() || entry.name.contains(['/', '\\']) || entry.name.starts_with('.') {

@@ -8,6 +8,21 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::archive::FileEntry;
 
+/// Creates `dir` and its missing parents with mode 0700, and narrows an existing `dir` to 0700:
+/// a data directory holds every tenant's data and credential hashes.
+pub fn create_private_dir(dir: &Path) -> io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+        builder.mode(0o700).create(dir)?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+    }
+    #[cfg(not(unix))]
+    builder.create(dir)
+}
+
 pub fn sync_dir(dir: &Path) -> io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
@@ -16,7 +31,11 @@ pub fn sync_dir(dir: &Path) -> io::Result<()> {
 /// and returns its archive entry.
 pub fn write_file_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<FileEntry> {
     let tmp = dir.join(format!(".{name}.tmp"));
-    let mut f = std::fs::File::create(&tmp)?;
+    let mut opts = std::fs::OpenOptions::new();
+    opts.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut opts, 0o600);
+    let mut f = opts.open(&tmp)?;
     f.write_all(bytes)?;
     f.sync_all()?;
     std::fs::rename(&tmp, dir.join(name))?;

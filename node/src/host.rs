@@ -158,7 +158,7 @@ impl NodeHost {
                 *own = addr.to_string();
             }
         }
-        std::fs::create_dir_all(&config.data_dir)?;
+        crate::durable::create_private_dir(&config.data_dir)?;
         let log_db = LogDb::open(&config.data_dir.join("raft-log"), metrics.clone())?;
         let channels = Arc::new(Channels::new(&config.cluster_secret).map_err(anyhow::Error::msg)?);
         let addresses: AddressBook = Arc::new(std::sync::RwLock::new(config.peers.clone()));
@@ -178,7 +178,7 @@ impl NodeHost {
 
         // Replicas on disk, whatever placed them; finish removals a crash interrupted.
         let groups_dir = config.data_dir.join(GROUPS_DIR);
-        std::fs::create_dir_all(&groups_dir)?;
+        crate::durable::create_private_dir(&groups_dir)?;
         let mut on_disk = Vec::new();
         for entry in std::fs::read_dir(&groups_dir)? {
             let name = entry?.file_name().to_string_lossy().into_owned();

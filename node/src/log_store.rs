@@ -32,6 +32,8 @@ impl LogDb {
     pub fn open(dir: &Path, metrics: Arc<NodeMetrics>) -> anyhow::Result<Arc<Self>> {
         // Entries are protobuf sub-batches that segments compress once they are flushed; LZ4 in
         // the journal as well was 3% of the node's CPU during ingest.
+        // fjall creates its files under the process umask (0077 in `sextant node` and `dev`).
+        crate::durable::create_private_dir(dir)?;
         let db =
             Database::builder(dir).manual_journal_persist(true).journal_compression(CompressionType::None).open()?;
         // Entries are large (a whole sub-batch) and die young (purged after each flush of the

@@ -267,7 +267,7 @@ struct WholeHeader {
 impl<S: GroupState> Whole<S> {
     /// Opens the state in `dir`, restoring its checkpoint if there is one.
     pub fn open(dir: &Path, mut state: S) -> io::Result<Self> {
-        std::fs::create_dir_all(dir)?;
+        crate::durable::create_private_dir(dir)?;
         let path = dir.join(WHOLE_FILE);
         let checkpoint = if path.exists() {
             let bytes = std::fs::read(&path)?;
