@@ -64,6 +64,11 @@ pub struct DevArgs {
     /// Enables the admin API (`/admin/v1`) for this bearer token (≥ 32 characters).
     #[arg(long, env = "SEXTANT_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// Another origin allowed to call /api and /auth from a browser, with credentials (e.g. a
+    /// dashboard dev server at http://localhost:3000); repeatable. The router's own origin
+    /// always is.
+    #[arg(long, value_delimiter = ',')]
+    pub dashboard_origin: Vec<String>,
     #[command(flatten)]
     pub limits: RateLimitArgs,
 }
@@ -268,7 +273,9 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             nodes: vec![node.addr.to_string()],
             cluster_secret,
             jwt_secret: jwt_secret.into_bytes(),
-            dashboard_origins: vec![format!("http://{}", args.listen), "http://localhost:3000".into()],
+            dashboard_origins: std::iter::once(format!("http://{}", args.listen))
+                .chain(args.dashboard_origin)
+                .collect(),
             // Dev mode serves plain HTTP: a Secure cookie would never come back.
             secure_cookies: false,
             rate_limits: args.limits.config()?,

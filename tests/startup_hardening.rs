@@ -1,5 +1,5 @@
 //! What a process refuses or keeps private from its first moment: short cluster secrets, gRPC
-//! calls without the secret, data files readable by other users.
+//! calls without the secret, data files readable by other users, browser origins nobody listed.
 
 mod common;
 
@@ -186,4 +186,36 @@ async fn node_refuses_grpc_calls_without_the_cluster_secret() {
     // `sextant node` keeps its directory private too (the journal and meta's state).
     #[cfg(unix)]
     assert!(assert_private(&data, &[]) >= 2);
+}
+
+/// The origin a CORS preflight for `POST /auth/login` from `origin` is allowed, if any.
+async fn preflight_allows(url: &str, origin: &str) -> Option<String> {
+    let resp = http()
+        .request(reqwest::Method::OPTIONS, format!("{url}/auth/login"))
+        .header("Origin", origin)
+        .header("Access-Control-Request-Method", "POST")
+        .header("Access-Control-Request-Headers", "content-type")
+        .send()
+        .await
+        .unwrap();
+    let allowed = resp.headers().get("access-control-allow-origin")?.to_str().unwrap().to_owned();
+    assert_eq!(resp.headers().get("access-control-allow-credentials").unwrap(), "true");
+    Some(allowed)
+}
+
+#[tokio::test]
+async fn dev_trusts_only_its_own_origin_and_the_ones_listed() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Dev::start(dir.path()).await;
+    assert_eq!(preflight_allows(&dev.url, &dev.url).await.as_deref(), Some(dev.url.as_str()));
+    assert_eq!(preflight_allows(&dev.url, "http://localhost:3000").await, None, "an origin nobody listed");
+    drop(dev);
+
+    let dir = tempfile::tempdir().unwrap();
+    let extra = ["--dashboard-origin", "http://localhost:3000", "--dashboard-origin", "https://dash.example"];
+    let dev = Dev::start_with(dir.path(), &extra, &[]).await;
+    for origin in ["http://localhost:3000", "https://dash.example", dev.url.as_str()] {
+        assert_eq!(preflight_allows(&dev.url, origin).await.as_deref(), Some(origin));
+    }
+    assert_eq!(preflight_allows(&dev.url, "http://evil.example").await, None);
 }
