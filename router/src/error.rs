@@ -36,6 +36,9 @@ pub enum ApiError {
     RateLimited { retry_after_secs: u64 },
     #[error("{0}")]
     Unavailable(String),
+    /// Storage did not answer; the detail (node addresses, gRPC errors) is logged, not sent.
+    #[error("storage is temporarily unavailable; retry (request id in X-Request-Id)")]
+    StorageUnavailable(String),
     /// A query would read more rows than a shard may read for one query.
     #[error("the query reads more than {max_rows_per_shard} rows on a shard; narrow the time range or add filters")]
     QueryTooLarge { max_rows_per_shard: u64 },
@@ -82,7 +85,9 @@ impl ApiError {
                 "rate_limited",
                 Some(json!({ "retry_after_seconds": retry_after_secs })),
             ),
-            ApiError::Unavailable(_) => (StatusCode::SERVICE_UNAVAILABLE, "unavailable", None),
+            ApiError::Unavailable(_) | ApiError::StorageUnavailable(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "unavailable", None)
+            }
             ApiError::QueryTooLarge { max_rows_per_shard } => (
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "query_too_large",
@@ -99,7 +104,7 @@ impl ApiError {
 impl From<ClusterError> for ApiError {
     fn from(e: ClusterError) -> Self {
         match e {
-            ClusterError::Unavailable(m) => ApiError::Unavailable(format!("storage is temporarily unavailable: {m}")),
+            ClusterError::Unavailable(m) => ApiError::StorageUnavailable(m),
             ClusterError::Internal(m) => ApiError::Internal(m),
         }
     }
@@ -153,9 +158,11 @@ impl From<Refusal> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code, details) = self.parts();
-        if let ApiError::Internal(detail) = &self {
-            // Logged with the request id by the request span; never sent to the client.
-            tracing::error!(error = %detail, "internal error");
+        // Logged with the request id by the request span; never sent to the client.
+        match &self {
+            ApiError::Internal(detail) => tracing::error!(error = %detail, "internal error"),
+            ApiError::StorageUnavailable(detail) => tracing::warn!(error = %detail, "storage unavailable"),
+            _ => {}
         }
         let mut error = json!({ "code": code, "message": self.to_string() });
         if let Some(d) = details {
@@ -164,12 +171,44 @@ impl IntoResponse for ApiError {
         let mut resp = (status, Json(json!({ "error": error }))).into_response();
         let retry_after = match &self {
             ApiError::RateLimited { retry_after_secs } => Some(*retry_after_secs),
-            ApiError::Unavailable(_) | ApiError::ShardsUnavailable { .. } => Some(1),
+            ApiError::Unavailable(_) | ApiError::StorageUnavailable(_) | ApiError::ShardsUnavailable { .. } => Some(1),
             _ => None,
         };
         if let Some(secs) = retry_after {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         resp
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn body_text(resp: Response) -> String {
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn storage_unavailable_answers_a_generic_503_without_the_internal_detail() {
+        let detail = "status: Unavailable, message: \"tcp connect error 10.1.2.3:7001\", node 2 no leader";
+        let resp = ApiError::from(ClusterError::Unavailable(detail.into())).into_response();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers().get(header::RETRY_AFTER).unwrap(), "1");
+        let body = body_text(resp).await;
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["error"]["code"], "unavailable");
+        assert_eq!(v["error"]["message"], "storage is temporarily unavailable; retry (request id in X-Request-Id)");
+        for leaked in ["10.1.2.3", "tcp connect", "node 2", "leader"] {
+            assert!(!body.contains(leaked), "the body {body} carries {leaked:?}");
+        }
+    }
+
+    #[tokio::test]
+    async fn internal_errors_answer_without_their_detail() {
+        let resp = ApiError::from(ClusterError::Internal("decoding reply from 10.1.2.3".into())).into_response();
+        assert_eq!(resp.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert!(!body_text(resp).await.contains("10.1.2.3"));
     }
 }
