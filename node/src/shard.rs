@@ -1212,6 +1212,105 @@ mod tests {
         assert_eq!(ingest(&mut b, 3, 3, analytics("p", vec![ev("stale", "u1", 1)], vec![])), rows(1));
     }
 
+    fn rss_bytes() -> usize {
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+        statm.split_whitespace().nth(1).and_then(|p| p.parse::<usize>().ok()).unwrap_or(0) * 4096
+    }
+
+    /// The costs behind deciding by uuid at apply rather than at read (docs/BENCHMARKS.md):
+    /// the set's memory per event, the apply and open time it adds, and what a read-time
+    /// dedup would add to a scan of the events (the uuid column and a set per query).
+    #[test]
+    #[ignore = "measurement: cargo nextest run -p sextant-node --run-ignored only measure_uuid --no-capture"]
+    fn measure_uuid_dedup_costs() {
+        use rustc_hash::FxHashSet;
+        use std::time::Instant;
+        const N: usize = 1_000_000;
+        const BATCH: usize = 1000;
+        let uuid = |i: usize| {
+            let h = xxhash_rust::xxh3::xxh3_128(&i.to_le_bytes());
+            let t = format!("{h:032x}");
+            format!("{}-{}-4{}-a{}-{}", &t[..8], &t[8..12], &t[13..16], &t[17..20], &t[20..])
+        };
+        let payloads = |with: bool| -> Vec<Vec<u8>> {
+            (0..N / BATCH)
+                .map(|b| {
+                    let events = (b * BATCH..(b + 1) * BATCH)
+                        .map(|i| ev(&if with { uuid(i) } else { String::new() }, &format!("user-{}", i % 5000), (i as i64) * 1_000_000))
+                        .collect();
+                    analytics("p", events, vec![])
+                })
+                .collect()
+        };
+        let apply = |dir: &Path, payloads: Vec<Vec<u8>>| {
+            let mut s = SegmentShard::open(dir).unwrap();
+            let started = Instant::now();
+            for (i, p) in payloads.into_iter().enumerate() {
+                ingest(&mut s, i as u64 + 1, i as u128 + 1, p);
+            }
+            (s, started.elapsed())
+        };
+        let (plain_dir, dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (_, plain) = apply(plain_dir.path(), payloads(false));
+        let (mut s, with) = apply(dir.path(), payloads(true));
+        println!("apply {N} events: {plain:?} without uuids, {with:?} with uuids");
+        let texts: Vec<String> = (0..N).map(uuid).collect();
+        let started = Instant::now();
+        let mut alone = Uuids::default();
+        texts.iter().for_each(|u| {
+            alone.insert(uuids::key(Table::Events, "p", u));
+        });
+        println!("  of which the set (key and insert): {:?}", started.elapsed());
+        println!("set: {} keys, {} heap bytes, {:.1} B/event", s.uuids.len(), s.uuids.heap_bytes(), s.uuids.heap_bytes() as f64 / N as f64);
+        for n in [100_000, 1_000_000, 1_500_000, 4_000_000] {
+            let before = rss_bytes();
+            let mut set = Uuids::default();
+            (0..n as u64).for_each(|i| {
+                set.insert(xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes()));
+            });
+            let grown = rss_bytes().saturating_sub(before);
+            println!("set of {n}: {:.1} B/key by capacity, {:.1} B/key by RSS", set.heap_bytes() as f64 / n as f64, grown as f64 / n as f64);
+        }
+        checkpoint(&mut s, (N / BATCH) as u64);
+        drop(s);
+        let started = Instant::now();
+        let s = SegmentShard::open(dir.path()).unwrap();
+        println!("open with the set rebuilt from {N} events' segments: {:?} ({} keys)", started.elapsed(), s.uuids.len());
+        let segments = s.published.read().unwrap().segments.clone();
+        let started = Instant::now();
+        let rebuilt = segment_uuids(&segments, &BTreeSet::new()).unwrap();
+        println!("  of which the rebuild: {:?} ({} keys)", started.elapsed(), rebuilt.len());
+
+        let scan = |columns: &[&str]| Scan {
+            table: Table::Events,
+            project: "p".into(),
+            from_ns: 0,
+            to_ns: i64::MAX,
+            filter: Default::default(),
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            dictionaries: crate::segment::EVENT_DICTIONARIES.to_vec(),
+        };
+        for round in 0..3 {
+            let started = Instant::now();
+            let rows: usize = s.scan(scan(&["distinct_id", "time_ns"])).run().unwrap().iter().map(|b| b.num_rows()).sum();
+            let plain = started.elapsed();
+            let started = Instant::now();
+            let with_column: usize =
+                s.scan(scan(&["distinct_id", "time_ns", "uuid"])).run().unwrap().iter().map(|b| b.num_rows()).sum();
+            let column = started.elapsed();
+            assert_eq!(with_column, rows);
+            let started = Instant::now();
+            let mut seen: FxHashSet<u64> = FxHashSet::default();
+            let mut kept = 0;
+            for rb in s.scan(scan(&["distinct_id", "time_ns", "uuid"])).run().unwrap() {
+                let uuids = crate::segment::table::Cols(&rb).str("uuid");
+                kept += (0..rb.num_rows()).filter(|&i| seen.insert(xxhash_rust::xxh3::xxh3_64(uuids.value(i).as_bytes()))).count();
+            }
+            let deduped = started.elapsed();
+            println!("round {round}: scan of {rows} events {plain:?}; with the uuid column {column:?}; and a set {deduped:?} ({kept} kept)");
+        }
+    }
+
     mod model {
         use super::*;
         use proptest::prelude::*;
