@@ -16,7 +16,7 @@ use bytes::Bytes;
 use serde_json::{json, Value};
 use sextant_model::cohort::{self, Cohort, CohortInput};
 use sextant_model::meta::{MetaCommand, MetaQuery};
-use sextant_model::time::{now_nanos, parse_query_time};
+use sextant_model::time::now_nanos;
 use sextant_model::ProjectId;
 use sextant_proto::{query_reply, query_request, CohortFilter, CohortSizesPlan, CohortUsersPlan};
 
@@ -58,12 +58,8 @@ async fn find(app: &AppState, session: &Session, id: &str) -> Result<Cohort, Api
 /// The evaluation instant: `to` if given, else now (DESIGN A8: a cohort's ranges end now,
 /// or at `to`).
 fn instant(params: &Params) -> Result<i64, ApiError> {
-    match params.get("to") {
-        Some(v) => {
-            let at =
-                parse_query_time(v).map_err(|r| invalid("to", &format!("{r} (RFC 3339 or epoch milliseconds)")))?;
-            after_epoch(at)
-        }
+    match params.instant("to")? {
+        Some(at) => after_epoch(at),
         None => Ok(now_nanos()),
     }
 }

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use sextant_model::calendar;
 use sextant_model::funnel::{MAX_STEPS, MIN_STEPS};
 use sextant_model::sketch::LatencySketch;
-use sextant_model::time::{format_nanos, now_nanos, parse_query_time};
+use sextant_model::time::{format_nanos, now_nanos};
 use sextant_proto::{query_reply, query_request, FunnelPlan};
 
 use crate::auth::Session;
@@ -40,6 +40,16 @@ fn window_ns(params: &Params) -> Result<i64, ApiError> {
         .ok_or_else(|| invalid("window", "may be at most 365 days"))
 }
 
+/// `[from, to)` where step 1 may happen: `range` ending at `to` (default now).
+fn step_one_range(params: &Params) -> Result<(i64, i64), ApiError> {
+    let range = calendar::parse_range(params.get("range").unwrap_or("30d"))
+        .filter(|r| *r <= MAX_RANGE_NS)
+        .ok_or_else(|| invalid("range", "must be an integer and a unit m, h, d or w, at most 31 days"))?;
+    let to = params.instant("to")?.unwrap_or_else(now_nanos);
+    let from = to.checked_sub(range).ok_or_else(|| invalid("range", "reaches outside the supported time range"))?;
+    Ok((from, to))
+}
+
 pub async fn funnel(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -66,14 +76,7 @@ pub async fn funnel(
         "strict" => true,
         _ => return Err(invalid("order", "must be ordered or strict")),
     };
-    let range = calendar::parse_range(params.get("range").unwrap_or("30d"))
-        .filter(|r| *r <= MAX_RANGE_NS)
-        .ok_or_else(|| invalid("range", "must be an integer and a unit m, h, d or w, at most 31 days"))?;
-    let to = match params.get("to") {
-        Some(v) => parse_query_time(v).map_err(|r| invalid("to", r))?,
-        None => now_nanos(),
-    };
-    let from = to - range;
+    let (from, to) = step_one_range(&params)?;
     let cohort = crate::cohorts::filter(&app, &session, &params, to).await?;
     let plan =
         FunnelPlan { steps: steps.clone(), window_nanos: window, strict, range_from: from, range_to: to, cohort };
@@ -122,4 +125,49 @@ pub async fn funnel(
     });
     gathered.annotate(&mut body);
     Ok(Json(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn range(q: &str) -> Result<(i64, i64), ApiError> {
+        step_one_range(&Params::parse(Some(q)).unwrap())
+    }
+
+    #[test]
+    fn a_funnel_ending_before_1970_is_a_400_not_an_empty_plan() {
+        // `to - range` wrapped past `to`, and the shards refused the plan: a 500.
+        let err = range("steps=a,b&to=1677-09-21T00:12:44Z").unwrap_err();
+        assert!(matches!(err, ApiError::BadRequest("invalid_parameter", _)), "{err:?}");
+        assert_eq!(range("to=1000&range=1m").unwrap(), (1_000_000_000 - 60_000_000_000, 1_000_000_000));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        #[test]
+        fn step_one_ranges_end_at_an_accepted_instant_or_are_a_400(
+            to in prop_oneof![any::<i64>().prop_map(|v| v.to_string()), any::<f64>().prop_map(|v| v.to_string())],
+            n in any::<i64>(),
+            unit in "[mhdwy]",
+            window in any::<i64>(),
+            window_unit in "second|minute|hour|day|week|year",
+        ) {
+            let q = format!("to={to}&range={n}{unit}&window={window}&window_unit={window_unit}");
+            let params = Params::parse(Some(&q)).unwrap();
+            match step_one_range(&params) {
+                Ok((from, to)) => {
+                    prop_assert!(from < to && sextant_model::time::check_instant(to).is_ok());
+                    prop_assert!(to - from <= MAX_RANGE_NS);
+                }
+                Err(e) => prop_assert!(matches!(e, ApiError::BadRequest("invalid_parameter", _))),
+            }
+            match window_ns(&params) {
+                Ok(w) => prop_assert!(w > 0 && w <= MAX_WINDOW_NS),
+                Err(e) => prop_assert!(matches!(e, ApiError::BadRequest("invalid_parameter", _))),
+            }
+        }
+    }
 }

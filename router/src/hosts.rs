@@ -55,7 +55,7 @@ pub async fn list(
                 "disk_used_percent": m.disk_used_percent,
                 "network_rx_bytes_per_sec": m.network_rx_bytes_per_sec,
                 "network_tx_bytes_per_sec": m.network_tx_bytes_per_sec,
-                "status": if now - m.unix_nanos > STALE_AFTER_NS { "stale" } else { "ok" },
+                "status": if now.saturating_sub(m.unix_nanos) > STALE_AFTER_NS { "stale" } else { "ok" },
             })
         })
         .collect();
@@ -79,6 +79,12 @@ fn parse_step(v: &str) -> Option<i64> {
         _ => return None,
     };
     n.checked_mul(unit)?.checked_mul(SECOND_NS)
+}
+
+/// Buckets of `step` over `[from, to)` (`from < to`, `step > 0`), rounded up, without overflow.
+fn series_points(from: i64, to: i64, step: i64) -> i64 {
+    let span = to.saturating_sub(from);
+    span / step + i64::from(span % step != 0)
 }
 
 fn mean(m: &Option<Mean>) -> Value {
@@ -113,7 +119,7 @@ pub async fn metrics(
             parse_step(v).ok_or_else(|| invalid("step", "must be a positive duration such as 60, 30s, 5m or 1h"))?
         }
     };
-    let points = (to - from + step - 1) / step;
+    let points = series_points(from, to, step);
     if points > MAX_POINTS {
         return Err(invalid("step", &format!("gives {points} points; at most {MAX_POINTS} are allowed")));
     }
@@ -170,6 +176,33 @@ mod tests {
         assert_eq!(parse_step("1h"), Some(3600 * SECOND_NS));
         for bad in ["0", "-5", "5x", "m", "", "1.5m"] {
             assert_eq!(parse_step(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_step_near_i64_max_is_one_point_not_an_overflow() {
+        let step = parse_step("9223372036").unwrap();
+        assert_eq!(series_points(0, crate::query::MAX_RANGE_NS, step), 1);
+        assert_eq!(series_points(0, 10, 3), 4);
+        assert_eq!(series_points(0, 9, 3), 3);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_step_gives_a_positive_duration_or_none(n in proptest::num::i64::ANY, unit in "[smhdx]?") {
+            if let Some(step) = parse_step(&format!("{n}{unit}")) {
+                proptest::prop_assert!(step > 0);
+            }
+        }
+
+        #[test]
+        fn points_never_overflow(from in proptest::num::i64::ANY, to in proptest::num::i64::ANY, step in 1..=i64::MAX) {
+            let (from, to) = (from.min(to), from.max(to));
+            let points = series_points(from, to, step);
+            proptest::prop_assert!(points >= 0);
+            if to.checked_sub(from).is_some() {
+                proptest::prop_assert!((points as i128) * (step as i128) >= (to as i128) - (from as i128));
+            }
         }
     }
 }

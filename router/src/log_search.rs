@@ -17,7 +17,7 @@ use sextant_proto::{query_reply, query_request, KeyedLog, LogKey, LogLevel, LogS
 
 use crate::auth::Session;
 use crate::error::ApiError;
-use crate::query::{bad_cursor, decode_cursor, encode_cursor, invalid, scatter, Params};
+use crate::query::{bad_cursor, cursor_time, decode_cursor, encode_cursor, invalid, scatter, Params};
 use crate::AppState;
 
 /// Compared descending: the list order (the node uses the same).
@@ -39,7 +39,7 @@ fn parse_cursor(params: &Params) -> Result<Option<LogKey>, ApiError> {
             let parts: Vec<&str> = c.split(':').collect();
             let [t, g, h, d] = parts.as_slice() else { return Err(bad_cursor()) };
             Ok(LogKey {
-                unix_nanos: t.parse().map_err(|_| bad_cursor())?,
+                unix_nanos: cursor_time(t)?,
                 group: g.parse().map_err(|_| bad_cursor())?,
                 content_hash: u64::from_str_radix(h, 16).map_err(|_| bad_cursor())?,
                 duplicate: d.parse().map_err(|_| bad_cursor())?,

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use base64::Engine;
-use sextant_model::time::{now_nanos, parse_query_time};
+use sextant_model::time::{check_instant, now_nanos, parse_query_time, MIN_INSTANT_NS};
 use sextant_model::ProjectId;
 use sextant_proto::{query_reply, query_request, QueryReply, QueryRequest};
 
@@ -96,27 +96,31 @@ impl Params {
         self.range_or(HOUR_NS)
     }
 
-    /// `[from, to)`, by default the `default_ns` up to now.
+    /// `[from, to)`, by default the `default_ns` up to now (never before 1970).
     pub fn range_or(&self, default_ns: i64) -> Result<(i64, i64), ApiError> {
-        let time = |key: &str| -> Result<Option<i64>, ApiError> {
-            self.get(key)
-                .map(|v| {
-                    parse_query_time(v).map_err(|r| invalid(key, &format!("{r} (RFC 3339 or epoch milliseconds)")))
-                })
-                .transpose()
+        let from = self.instant("from")?;
+        let to = self.instant("to")?.unwrap_or_else(now_nanos);
+        let from = match from {
+            Some(from) => from,
+            None => to.saturating_sub(default_ns).max(MIN_INSTANT_NS),
         };
-        let to = time("to")?.unwrap_or_else(now_nanos);
-        let from = time("from")?.unwrap_or(to.saturating_sub(default_ns));
         if from >= to {
             return Err(ApiError::BadRequest("invalid_time_range", "`from` must be before `to`".into()));
         }
-        if to - from > MAX_RANGE_NS {
+        if to.checked_sub(from).is_none_or(|span| span > MAX_RANGE_NS) {
             return Err(ApiError::BadRequest(
                 "time_range_too_large",
                 format!("the time range may span at most {} days", MAX_RANGE_NS / (24 * HOUR_NS)),
             ));
         }
         Ok((from, to))
+    }
+
+    /// A time parameter (RFC 3339 or epoch milliseconds) within the accepted instants.
+    pub fn instant(&self, key: &str) -> Result<Option<i64>, ApiError> {
+        self.get(key)
+            .map(|v| parse_query_time(v).map_err(|r| invalid(key, &format!("{r} (RFC 3339 or epoch milliseconds)"))))
+            .transpose()
     }
 
     /// A non-negative number of milliseconds, in nanoseconds.
@@ -149,6 +153,11 @@ pub fn decode_cursor(params: &Params) -> Result<Option<String>, ApiError> {
                 .ok_or_else(bad_cursor)
         })
         .transpose()
+}
+
+/// The time a cursor holds, checked like a time parameter.
+pub fn cursor_time(text: &str) -> Result<i64, ApiError> {
+    text.parse().ok().and_then(|t| check_instant(t).ok()).ok_or_else(bad_cursor)
 }
 
 pub fn bad_cursor() -> ApiError {
@@ -309,5 +318,102 @@ mod tests {
         let list = Params::parse(Some(&format!("service={many}"))).unwrap().list("service");
         assert!(matches!(list, Err(ApiError::BadRequest("invalid_parameter", _))));
         assert!(matches!(Params::parse(Some(&"q=x".repeat(3000))), Err(ApiError::BadRequest("query_too_long", _))));
+    }
+
+    /// The values a time parameter is tried with: every i64 as epoch milliseconds, every f64
+    /// as text, every i64 nanosecond instant as RFC 3339, and hand-picked extremes.
+    fn any_time_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            any::<i64>().prop_map(|ms| ms.to_string()),
+            (-1i64..sextant_model::time::END_INSTANT_MS + 2).prop_map(|ms| ms.to_string()),
+            any::<u64>().prop_map(|bits| f64::from_bits(bits).to_string()),
+            proptest::num::f64::ANY.prop_map(|v| v.to_string()),
+            any::<i64>().prop_map(|ns| chrono::DateTime::<chrono::Utc>::from_timestamp_nanos(ns).to_rfc3339()),
+            Just("1677-09-21T00:12:44Z".to_owned()),
+            Just("2262-04-11T23:47:15Z".to_owned()),
+            Just("NaN".to_owned()),
+            Just("-inf".to_owned()),
+            Just("-0".to_owned()),
+        ]
+    }
+
+    #[test]
+    fn the_wrapping_range_of_the_review_is_refused() {
+        let p = |q: &str| Params::parse(Some(q)).unwrap().range();
+        // `to - from` wrapped and passed the 31-day check: all history was read.
+        let err = p("from=1677-09-21T00:12:44Z&to=2262-04-11T23:47:15Z").unwrap_err();
+        assert!(matches!(&err, ApiError::BadRequest("invalid_parameter", m) if m.contains("`from`")), "{err:?}");
+        let err = p(&format!("from=0&to={}", i64::MAX)).unwrap_err();
+        assert!(matches!(&err, ApiError::BadRequest("invalid_parameter", m) if m.contains("`to`")), "{err:?}");
+        assert!(matches!(p(&format!("from={}", i64::MIN)), Err(ApiError::BadRequest("invalid_parameter", _))));
+        // The last accepted instant, with the default hour before it.
+        let last = (sextant_model::time::END_INSTANT_MS - 1).to_string();
+        assert_eq!(p(&format!("to={last}")).unwrap().1, sextant_model::time::END_INSTANT_NS - 1_000_000);
+        // A default `from` stops at 1970: an hour ending at the epoch is empty.
+        assert_eq!(p("to=1000").unwrap(), (0, 1_000_000_000));
+        assert!(matches!(p("to=0"), Err(ApiError::BadRequest("invalid_time_range", _))));
+    }
+
+    #[test]
+    fn cursors_holding_times_outside_the_range_are_refused() {
+        assert_eq!(cursor_time("1000").unwrap(), 1000);
+        for bad in ["-1", "9223372036854775807", "-9223372036854775808", "x", ""] {
+            assert!(matches!(cursor_time(bad), Err(ApiError::BadRequest("invalid_cursor", _))), "{bad}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1000))]
+
+        #[test]
+        fn ranges_are_within_the_accepted_instants_or_refused(
+            from in proptest::option::of(any_time_text()),
+            to in proptest::option::of(any_time_text()),
+            default_ns in proptest::num::i64::ANY,
+        ) {
+            let mut q = Vec::new();
+            for (k, v) in [("from", &from), ("to", &to)] {
+                if let Some(v) = v {
+                    q.push(format!("{k}={}", v.replace('+', "%2B")));
+                }
+            }
+            match Params::parse(Some(&q.join("&"))).unwrap().range_or(default_ns.max(1)) {
+                Ok((from, to)) => {
+                    proptest::prop_assert!(MIN_INSTANT_NS <= from && from < to);
+                    proptest::prop_assert!(to < sextant_model::time::END_INSTANT_NS);
+                    proptest::prop_assert!(to - from <= MAX_RANGE_NS);
+                }
+                Err(e) => proptest::prop_assert!(matches!(e, ApiError::BadRequest(_, _)), "{:?}", e),
+            }
+        }
+
+        #[test]
+        fn time_parameters_are_instants_in_range_or_a_400(v in any_time_text()) {
+            let q = format!("to={}", v.replace('+', "%2B"));
+            match Params::parse(Some(&q)).unwrap().instant("to") {
+                Ok(Some(t)) => proptest::prop_assert!(check_instant(t).is_ok()),
+                Ok(None) => proptest::prop_assert!(false, "{} was not read", v),
+                Err(e) => proptest::prop_assert!(matches!(e, ApiError::BadRequest("invalid_parameter", _))),
+            }
+        }
+
+        #[test]
+        fn durations_in_milliseconds_never_overflow(v in any_time_text()) {
+            let q = format!("min_duration_ms={}", v.replace('+', "%2B"));
+            match Params::parse(Some(&q)).unwrap().millis("min_duration_ms") {
+                Ok(Some(ns)) => proptest::prop_assert!((0..1_000_000_000_000_000_000).contains(&ns)),
+                Ok(None) => proptest::prop_assert!(false, "{} was not read", v),
+                Err(e) => proptest::prop_assert!(matches!(e, ApiError::BadRequest("invalid_parameter", _))),
+            }
+        }
+
+        #[test]
+        fn cursor_times_are_instants_in_range_or_a_bad_cursor(t in any_time_text()) {
+            match cursor_time(&t) {
+                Ok(t) => proptest::prop_assert!(check_instant(t).is_ok()),
+                Err(e) => proptest::prop_assert!(matches!(e, ApiError::BadRequest("invalid_cursor", _))),
+            }
+        }
     }
 }

@@ -13,7 +13,7 @@ use sextant_proto::{query_reply, query_request, ReplayEventsPlan, ReplayListPlan
 
 use crate::auth::Session;
 use crate::error::ApiError;
-use crate::query::{bad_cursor, decode_cursor, encode_cursor, invalid, scatter, Params, HOUR_NS};
+use crate::query::{bad_cursor, cursor_time, decode_cursor, encode_cursor, invalid, scatter, Params, HOUR_NS};
 use crate::AppState;
 
 /// Recordings are looked for over the last 30 days unless `from`/`to` say otherwise.
@@ -39,7 +39,7 @@ pub async fn list(
     let after = decode_cursor(&params)?
         .map(|c| -> Result<(i64, String), ApiError> {
             let (start, id) = c.split_once(':').ok_or_else(bad_cursor)?;
-            Ok((start.parse().map_err(|_| bad_cursor())?, id.to_owned()))
+            Ok((cursor_time(start)?, id.to_owned()))
         })
         .transpose()?;
     let plan = query_request::Plan::Replays(ReplayListPlan { distinct_id });

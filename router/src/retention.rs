@@ -37,6 +37,38 @@ fn require_feature(app: &AppState, session: &Session) -> Result<(), ApiError> {
     }
 }
 
+/// The longest a period of `interval` may be.
+fn period_ns(interval: Interval) -> i64 {
+    match interval {
+        Interval::Hour => 3600 * 1_000_000_000,
+        Interval::Day => 86_400 * 1_000_000_000,
+        Interval::Week => 7 * 86_400 * 1_000_000_000,
+        Interval::Month => MONTH_NS,
+    }
+}
+
+/// For cohorts over `[from, to)`: the cohort starts, the start of every bucket a cohort's
+/// periods cover, and where the last bucket ends.
+fn buckets(
+    from: i64,
+    to: i64,
+    interval: Interval,
+    periods: u32,
+    tz: &jiff::tz::TimeZone,
+) -> Result<(Vec<i64>, Vec<i64>, i64), ApiError> {
+    let too_far = || invalid("periods", "reaches past the supported time range");
+    let cohort_starts = calendar::bucket_starts(from, to, interval, tz).map_err(|e| calendar_error("period", e))?;
+    let horizon = to.saturating_add(period_ns(interval).saturating_add(MONTH_NS).saturating_mul(i64::from(periods)));
+    let mut all = calendar::bucket_starts(from, horizon, interval, tz).map_err(|_| too_far())?;
+    let needed = cohort_starts.len() + periods as usize;
+    if cohort_starts.is_empty() || all.len() < needed {
+        return Err(too_far());
+    }
+    all.truncate(needed);
+    let scan_end = all.pop().ok_or_else(too_far)?;
+    Ok((cohort_starts, all, scan_end))
+}
+
 pub async fn retention(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -65,23 +97,9 @@ pub async fn retention(
         _ => return Err(invalid("type", "must be first_time or recurring")),
     };
     let tz = zone(&params)?;
-    let period_ns = match interval {
-        Interval::Day => 86_400 * 1_000_000_000,
-        Interval::Week => 7 * 86_400 * 1_000_000_000,
-        _ => MONTH_NS,
-    };
     // By default, as many cohorts as periods, ending now.
-    let (from, to) = params.range_or(period_ns * i64::from(periods))?;
-    let cohort_starts = calendar::bucket_starts(from, to, interval, &tz).map_err(|e| calendar_error("period", e))?;
-    let horizon = to.saturating_add(period_ns.saturating_add(MONTH_NS) * i64::from(periods));
-    let mut all = calendar::bucket_starts(from, horizon, interval, &tz).map_err(|e| calendar_error("period", e))?;
-    let needed = cohort_starts.len() + periods as usize;
-    if all.len() < needed {
-        return Err(invalid("periods", "reaches past the supported time range"));
-    }
-    all.truncate(needed);
-    let scan_end = *all.last().expect("at least one bucket");
-    let bucket_starts = all[..needed - 1].to_vec();
+    let (from, to) = params.range_or(period_ns(interval).saturating_mul(i64::from(periods)))?;
+    let (cohort_starts, bucket_starts, scan_end) = buckets(from, to, interval, periods, &tz)?;
     let plan = RetentionPlan {
         start_event,
         return_event,
@@ -129,4 +147,47 @@ pub async fn retention(
     let mut body = json!({ "period": interval.name(), "cohorts": cohorts });
     gathered.annotate(&mut body);
     Ok(Json(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::MAX_RANGE_NS;
+    use proptest::prelude::*;
+
+    const ZONES: [&str; 3] = ["UTC", "Europe/Paris", "Pacific/Kiritimati"];
+
+    #[test]
+    fn periods_past_the_last_representable_instant_are_a_400() {
+        let end = sextant_model::time::END_INSTANT_NS;
+        let utc = jiff::tz::TimeZone::UTC;
+        let err = buckets(end - 86_400_000_000_000, end - 1, Interval::Month, 100, &utc).unwrap_err();
+        assert!(matches!(err, ApiError::BadRequest("invalid_parameter", _)), "{err:?}");
+        let (cohorts, starts, end) = buckets(0, 2 * 86_400_000_000_000, Interval::Day, 3, &utc).unwrap();
+        assert_eq!((cohorts.len(), starts.len()), (2, 4));
+        assert_eq!(end, 4 * 86_400_000_000_000);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn buckets_cover_every_cohort_period_or_are_a_400(
+            from in any::<i64>(),
+            span in 1..=MAX_RANGE_NS,
+            interval in 1..4usize,
+            periods in 1..=MAX_PERIODS,
+            zone in 0..ZONES.len(),
+        ) {
+            let interval = [Interval::Hour, Interval::Day, Interval::Week, Interval::Month][interval];
+            let tz = calendar::zone(Some(ZONES[zone])).unwrap();
+            match buckets(from, from.saturating_add(span), interval, periods, &tz) {
+                Ok((cohorts, starts, end)) => {
+                    prop_assert_eq!(starts.len(), cohorts.len() + periods as usize - 1);
+                    prop_assert!(starts.windows(2).all(|w| w[0] < w[1]) && *starts.last().unwrap() < end);
+                }
+                Err(e) => prop_assert!(matches!(e, ApiError::BadRequest(_, _))),
+            }
+        }
+    }
 }

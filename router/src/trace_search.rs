@@ -13,7 +13,7 @@ use sextant_proto::{query_reply, query_request, TraceKey, TraceListPlan, TraceSu
 
 use crate::auth::Session;
 use crate::error::ApiError;
-use crate::query::{bad_cursor, decode_cursor, encode_cursor, invalid, ms, scatter, Params};
+use crate::query::{bad_cursor, cursor_time, decode_cursor, encode_cursor, invalid, ms, scatter, Params};
 use crate::AppState;
 
 fn key(t: &TraceSummary) -> (i64, &str) {
@@ -28,7 +28,7 @@ fn parse_cursor(params: &Params) -> Result<Option<TraceKey>, ApiError> {
     decode_cursor(params)?
         .map(|c| {
             let (start, id) = c.split_once(':').ok_or_else(bad_cursor)?;
-            Ok(TraceKey { start_unix_nanos: start.parse().map_err(|_| bad_cursor())?, trace_id: id.to_owned() })
+            Ok(TraceKey { start_unix_nanos: cursor_time(start)?, trace_id: id.to_owned() })
         })
         .transpose()
 }
@@ -48,7 +48,7 @@ pub fn summary_json(t: &TraceSummary) -> Value {
         "root_service": t.root_service,
         "root_operation": t.root_operation,
         "start_time": format_nanos(t.start_unix_nanos),
-        "duration_ms": ms((t.end_unix_nanos - t.start_unix_nanos) as f64 / 1e6),
+        "duration_ms": ms(t.end_unix_nanos.saturating_sub(t.start_unix_nanos) as f64 / 1e6),
         "span_count": t.span_count,
         "error_count": t.error_count,
         "services": t.services,

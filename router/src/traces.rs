@@ -50,7 +50,8 @@ pub async fn get_trace(
     }
     spans.sort_by(|a, b| a.start_unix_nanos.cmp(&b.start_unix_nanos).then_with(|| a.span_id.cmp(&b.span_id)));
     let start = spans.iter().map(|s| s.start_unix_nanos).min().unwrap_or_default();
-    let end = spans.iter().map(|s| s.start_unix_nanos + s.duration_nanos as i64).max().unwrap_or_default();
+    let end =
+        spans.iter().map(|s| s.start_unix_nanos.saturating_add_unsigned(s.duration_nanos)).max().unwrap_or_default();
     let services: BTreeSet<&str> = spans.iter().map(|s| s.service_name.as_str()).collect();
     Ok(Json(json!({
         "trace_id": trace_id.as_str(),
