@@ -71,6 +71,59 @@ pub struct DevArgs {
     pub dashboard_origin: Vec<String>,
     #[command(flatten)]
     pub limits: RateLimitArgs,
+    #[command(flatten)]
+    pub server: ServerArgs,
+}
+
+/// What one router accepts from its clients (docs/API.md, "Connections and request bodies").
+#[derive(clap::Args)]
+pub struct ServerArgs {
+    /// Open client connections per router; more are closed at once.
+    #[arg(long, default_value_t = 4096)]
+    pub max_connections: usize,
+    /// Seconds from a request's first byte (or a new connection) to the end of its header.
+    #[arg(long, default_value_t = 10)]
+    pub header_read_timeout: u64,
+    /// Longest silence, in seconds, while a request body is being sent (408 after it).
+    #[arg(long, default_value_t = 60)]
+    pub body_read_timeout: u64,
+    /// Seconds a keep-alive connection may wait for its next request.
+    #[arg(long, default_value_t = 75)]
+    pub idle_timeout: u64,
+    /// Seconds a read (`GET` of the API) may take before 504 `query_timeout`.
+    #[arg(long, default_value_t = 60)]
+    pub read_timeout: u64,
+    /// MiB of request bodies a router holds at once (raw, decoded and parsed); requests
+    /// beyond it get 503 with `Retry-After`.
+    #[arg(long, default_value_t = 512)]
+    pub body_budget_mib: usize,
+}
+
+impl ServerArgs {
+    fn limits(&self) -> anyhow::Result<sextant_router::connection::ServerLimits> {
+        for (name, v) in [
+            ("--max-connections", self.max_connections as u64),
+            ("--header-read-timeout", self.header_read_timeout),
+            ("--body-read-timeout", self.body_read_timeout),
+            ("--idle-timeout", self.idle_timeout),
+            ("--read-timeout", self.read_timeout),
+            ("--body-budget-mib", self.body_budget_mib as u64),
+        ] {
+            anyhow::ensure!(v >= 1, "{name} must be at least 1");
+        }
+        let body_budget_bytes = self
+            .body_budget_mib
+            .checked_mul(1 << 20)
+            .ok_or_else(|| anyhow::anyhow!("--body-budget-mib is too large"))?;
+        Ok(sextant_router::connection::ServerLimits {
+            max_connections: self.max_connections,
+            header_read_timeout: Duration::from_secs(self.header_read_timeout),
+            body_read_timeout: Duration::from_secs(self.body_read_timeout),
+            idle_timeout: Duration::from_secs(self.idle_timeout),
+            read_timeout: Duration::from_secs(self.read_timeout),
+            body_budget_bytes,
+        })
+    }
 }
 
 /// Cluster-wide request rates (DESIGN A10); each router enforces its share. Plans may override
@@ -176,6 +229,8 @@ pub struct RouterArgs {
     pub admin_token: Option<String>,
     #[command(flatten)]
     pub limits: RateLimitArgs,
+    #[command(flatten)]
+    pub server: ServerArgs,
 }
 
 pub fn init_logging(format: &str) {
@@ -281,6 +336,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             rate_limits: args.limits.config()?,
             trusted_proxy_hops: 0,
             admin_token: admin_token(args.admin_token.as_deref())?,
+            server: args.server.limits()?,
         },
         registry,
     )
@@ -413,6 +469,7 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
             rate_limits: args.limits.config()?,
             trusted_proxy_hops: args.trusted_proxy_hops,
             admin_token: admin_token(args.admin_token.as_deref())?,
+            server: args.server.limits()?,
         },
         Registry::default(),
     )

@@ -132,11 +132,13 @@ pub fn run(args: StorageBenchArgs) -> anyhow::Result<()> {
         let mut batch = ShardBatch { project_id: project.clone(), ..Default::default() };
         if args.kind == "spans" {
             let parsed: SpansBody = serde_json::from_slice(&body)?;
-            batch.spans = validate_all(parsed.spans, validate_span).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            let spans = parsed.spans.into_items().map_err(|n| anyhow::anyhow!("{n} spans in one batch"))?;
+            batch.spans = validate_all(spans, validate_span).map_err(|e| anyhow::anyhow!("{e:?}"))?;
             trace_ids.extend(batch.spans.iter().step_by(50).map(|s| s.trace_id.clone()));
         } else {
             let parsed: LogsBody = serde_json::from_slice(&body)?;
-            batch.logs = validate_all(parsed.logs, validate_log).map_err(|e| anyhow::anyhow!("{e:?}"))?;
+            let logs = parsed.logs.into_items().map_err(|n| anyhow::anyhow!("{n} logs in one batch"))?;
+            batch.logs = validate_all(logs, validate_log).map_err(|e| anyhow::anyhow!("{e:?}"))?;
         }
         index += 1;
         shard.apply(index, Command::Ingest { batch_id: index as u128, payload: batch.encode_to_vec() });

@@ -3,9 +3,10 @@
 //! capture endpoints alike.
 
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use sextant_proto::{Event, ReplayEvent};
 
+use crate::batch::Capped;
 use crate::ingest::FieldError;
 use crate::time::TimeInput;
 
@@ -29,7 +30,7 @@ pub struct EventJson {
     pub distinct_id: Option<Value>,
     #[serde(default)]
     pub timestamp: Option<TimeInput>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "bounded_properties")]
     pub properties: Option<Value>,
     #[serde(default)]
     pub uuid: Option<String>,
@@ -39,7 +40,7 @@ pub struct EventJson {
 pub struct BatchBody {
     #[serde(default)]
     pub token: Option<String>,
-    pub events: Vec<EventJson>,
+    pub events: Capped<EventJson, MAX_EVENTS>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -59,8 +60,32 @@ pub struct ReplayBody {
     pub distinct_id: Option<String>,
     #[serde(default)]
     pub window_id: Option<String>,
-    pub events: Vec<ReplayEventJson>,
+    pub events: Capped<ReplayEventJson, MAX_REPLAY_EVENTS>,
 }
+
+/// Event properties, parsed as text first: only a size that can pass validation is expanded
+/// into a tree (a tree takes about ten times the memory of its text).
+#[derive(Debug, Default)]
+pub struct BoundedProperties(pub Option<Value>);
+
+impl<'de> Deserialize<'de> for BoundedProperties {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        bounded_properties(d).map(BoundedProperties)
+    }
+}
+
+fn bounded_properties<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    let Some(raw) = Option::<Box<serde_json::value::RawValue>>::deserialize(d)? else {
+        return Ok(None);
+    };
+    if raw.get().len() > MAX_PROPERTIES_TEXT {
+        return Err(serde::de::Error::custom("properties must be at most 64 KiB"));
+    }
+    serde_json::from_str(raw.get()).map_err(serde::de::Error::custom)
+}
+
+/// Properties as sent, whitespace included, before they are measured serialized.
+const MAX_PROPERTIES_TEXT: usize = 4 * MAX_PROPERTIES_BYTES;
 
 fn fail(errors: &mut Vec<FieldError>, index: usize, field: &str, reason: &str) {
     errors.push(FieldError { index, field: field.to_owned(), reason: reason.to_owned() });
@@ -150,8 +175,10 @@ pub fn validate_replay(body: ReplayBody, errors: &mut Vec<FieldError>) -> Vec<Re
             fail(errors, 0, field, "must be at most 200 characters without control characters");
         }
     }
-    let mut out = Vec::with_capacity(body.events.len());
-    for (i, e) in body.events.into_iter().enumerate() {
+    // The caller refuses a body over the cap with its own error; such a body has no events.
+    let events = body.events.into_items().unwrap_or_default();
+    let mut out = Vec::with_capacity(events.len());
+    for (i, e) in events.into_iter().enumerate() {
         let before = errors.len();
         let time = e.timestamp.to_unix_nanos().unwrap_or_else(|reason| {
             fail(errors, i, "timestamp", reason);
@@ -181,37 +208,6 @@ pub fn validate_replay(body: ReplayBody, errors: &mut Vec<FieldError>) -> Vec<Re
     out
 }
 
-/// The events of a PostHog capture body: `{batch:[...]}`, `[...]` or one event; and the
-/// project token (`api_key` or `token`) found in the body or its events' properties.
-pub fn posthog_events(body: Value) -> Result<(Vec<EventJson>, Option<String>), String> {
-    let token_of =
-        |m: &Map<String, Value>| m.get("api_key").or_else(|| m.get("token")).and_then(Value::as_str).map(str::to_owned);
-    let (items, mut token) = match body {
-        Value::Object(mut m) => {
-            let token = token_of(&m);
-            match m.remove("batch").or_else(|| m.remove("events")) {
-                Some(Value::Array(a)) => (a, token),
-                Some(_) => return Err("`batch` must be an array".into()),
-                None => (vec![Value::Object(m)], token),
-            }
-        }
-        Value::Array(a) => (a, None),
-        _ => return Err("expected an event object, an array of events or {\"batch\": [...]}".into()),
-    };
-    if token.is_none() {
-        token = items.iter().find_map(|e| {
-            e.as_object()
-                .and_then(token_of)
-                .or_else(|| e.get("properties").and_then(|p| p.get("token")).and_then(Value::as_str).map(str::to_owned))
-        });
-    }
-    let events = items
-        .into_iter()
-        .map(|v| serde_json::from_value::<EventJson>(v).map_err(|e| format!("invalid event: {e}")))
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((events, token))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -219,7 +215,7 @@ mod tests {
 
     fn event(v: Value) -> Result<Event, Vec<FieldError>> {
         let mut errors = Vec::new();
-        let e = validate_event(0, serde_json::from_value(v).unwrap(), 42, &mut errors);
+        let e = validate_event(0, serde_json::from_str(&v.to_string()).unwrap(), 42, &mut errors);
         e.ok_or(errors)
     }
 
@@ -237,21 +233,5 @@ mod tests {
         assert_eq!(fields(json!({"event": "e", "distinct_id": "u", "timestamp": "yesterday"})), ["timestamp"]);
         // 200 characters of multi-byte text are fine: the limit counts characters.
         assert!(event(json!({"event": "é".repeat(200), "distinct_id": "u"})).is_ok());
-    }
-
-    #[test]
-    fn posthog_bodies_of_every_shape() {
-        let (events, token) =
-            posthog_events(json!({"api_key": "sxp_a", "batch": [{"event": "a", "distinct_id": "u"}]})).unwrap();
-        assert_eq!((events.len(), token.as_deref()), (1, Some("sxp_a")));
-        let (events, token) =
-            posthog_events(json!({"event": "a", "properties": {"distinct_id": "u", "token": "sxp_b"}})).unwrap();
-        assert_eq!(token.as_deref(), Some("sxp_b"));
-        let mut errors = Vec::new();
-        let e = validate_event(0, events.into_iter().next().unwrap(), 0, &mut errors).unwrap();
-        assert_eq!(e.distinct_id, "u");
-        let (events, _) = posthog_events(json!([{"event": "a"}, {"event": "b"}])).unwrap();
-        assert_eq!(events.len(), 2);
-        assert!(posthog_events(json!("nope")).is_err());
     }
 }

@@ -31,7 +31,12 @@ impl<'de> Deserialize<'de> for Attributes {
             }
             fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Attributes, A::Error> {
                 let mut out = Vec::new();
+                // One past the limit is kept so validation refuses the object; the rest is skipped.
                 while let Some(key) = m.next_key::<String>()? {
+                    if out.len() > MAX_ATTRIBUTES {
+                        m.next_value::<de::IgnoredAny>()?;
+                        continue;
+                    }
                     let value: Scalar = m.next_value()?;
                     out.push(KeyValue { key, value: Some(value.0) });
                 }

@@ -5,6 +5,7 @@ use serde::Deserialize;
 use sextant_proto::{HostMetric, LogLevel, LogRecord, Span, SpanStatus};
 
 use crate::attributes::{self, Attributes};
+use crate::batch::Capped;
 use crate::ids::validate_id;
 use crate::time::TimeInput;
 
@@ -84,17 +85,17 @@ pub struct HostMetricJson {
 
 #[derive(Debug, Deserialize)]
 pub struct SpansBody {
-    pub spans: Vec<SpanJson>,
+    pub spans: Capped<SpanJson, MAX_BATCH_OBJECTS>,
 }
 
 #[derive(Debug, Deserialize)]
 pub struct LogsBody {
-    pub logs: Vec<LogJson>,
+    pub logs: Capped<LogJson, MAX_BATCH_OBJECTS>,
 }
 
 #[derive(Debug, Deserialize)]
 pub struct MetricsBody {
-    pub metrics: Vec<HostMetricJson>,
+    pub metrics: Capped<HostMetricJson, MAX_BATCH_OBJECTS>,
 }
 
 /// Collects every problem of one object instead of stopping at the first.
@@ -302,7 +303,7 @@ mod tests {
 
     fn span(json: &str) -> Result<Vec<Span>, Vec<FieldError>> {
         let body: SpansBody = serde_json::from_str(json).unwrap();
-        validate_all(body.spans, validate_span)
+        validate_all(body.spans.into_items().unwrap(), validate_span)
     }
 
     #[test]
@@ -344,7 +345,7 @@ mod tests {
             r#"{"logs":[{"timestamp":1,"level":"warn","service":"a","message":"m"},{"timestamp":1,"level":"loud","service":"a","message":"m"}]}"#,
         )
         .unwrap();
-        let errs = validate_all(body.logs, validate_log).unwrap_err();
+        let errs = validate_all(body.logs.into_items().unwrap(), validate_log).unwrap_err();
         assert_eq!(errs.len(), 1);
         assert_eq!((errs[0].index, errs[0].field.as_str()), (1, "level"));
         assert_eq!(parse_level("Warn"), Some(LogLevel::Warn));
@@ -356,7 +357,7 @@ mod tests {
             r#"{"metrics":[{"timestamp":1,"hostname":"h","cpu_percent":101,"disk_used_percent":-1}]}"#,
         )
         .unwrap();
-        let errs = validate_all(body.metrics, validate_host_metric).unwrap_err();
+        let errs = validate_all(body.metrics.into_items().unwrap(), validate_host_metric).unwrap_err();
         assert_eq!(errs.len(), 2);
     }
 }

@@ -5,7 +5,9 @@
 
 pub mod analytics;
 pub mod attributes;
+pub mod batch;
 pub mod calendar;
+pub mod capture;
 pub mod cohort;
 pub mod funnel;
 pub mod identity;

@@ -6,19 +6,20 @@
 use std::io::Read;
 use std::sync::Arc;
 
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap};
 use axum::Json;
-use base64::Engine;
-use bytes::Bytes;
 use serde_json::{json, Value};
 use sextant_model::analytics::{self, BatchBody, EventJson, ReplayBody, MAX_EVENTS, MAX_EVENTS_BODY, MAX_REPLAY_BODY};
+use sextant_model::batch::Capped;
+use sextant_model::capture::{self, TokenPlaces};
 use sextant_model::meta::CredentialKind;
 use sextant_model::ProjectId;
 use sextant_proto::{Event, ReplayEvent, ShardBatch};
 
 use crate::auth::{admit_credential, url_pairs};
+use crate::body::{Charge, Encoding, Received};
 use crate::error::ApiError;
 use crate::ingest::{answer, commit, partition, Accepted, Placement};
 use crate::AppState;
@@ -52,49 +53,165 @@ fn now_ns() -> i64 {
     chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX)
 }
 
-/// The project of an analytics request: token in the body, `X-Analytics-Token`, or the
-/// `api_key`/`token` query parameter (PostHog SDKs), admitted by its rate limit.
-fn token_project(
-    app: &AppState,
-    headers: &HeaderMap,
-    query: Option<&str>,
-    in_body: Option<&str>,
-) -> Result<ProjectId, ApiError> {
+/// The token of an analytics request sent outside its body: `X-Analytics-Token`, or the
+/// `api_key`/`token` query parameter (PostHog SDKs).
+fn token_outside_body(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
     let from_header = headers.get("x-analytics-token").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let from_query = || query.and_then(|q| url_pairs(q).find(|(k, _)| k == "api_key" || k == "token").map(|(_, v)| v));
-    let token = in_body
-        .map(str::to_owned)
-        .or(from_header)
-        .or_else(from_query)
-        .ok_or(ApiError::Unauthorized("missing project token"))?;
+    from_header.or_else(from_query).filter(|t| !t.trim().is_empty())
+}
+
+fn admit(app: &AppState, token: Option<String>) -> Result<ProjectId, ApiError> {
+    let token = token.ok_or(ApiError::Unauthorized("missing project token"))?;
     admit_credential(app, CredentialKind::IngestToken, token.trim())
 }
 
-/// A native analytics body: read within `limit`, parsed, and its token admitted. Returns the
-/// body, the project it writes to and its decoded length.
-fn read_admitted<T: serde::de::DeserializeOwned>(
-    app: &AppState,
+/// The body of an analytics request and its project. A token outside the body is admitted
+/// before the body is read; else the body is searched for one, keeping nothing of it, and only
+/// an admitted body is decoded in full and parsed (DESIGN A7; docs/API.md, "Request bodies").
+async fn receive_admitted<T: Send + 'static>(
+    app: &Arc<AppState>,
     headers: &HeaderMap,
     query: Option<&str>,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
+    shape: Shape,
     limit: usize,
-    token: impl Fn(&T) -> Option<&str>,
-) -> Result<(T, ProjectId, usize), ApiError> {
-    let bytes = crate::body::read(headers, body, limit)?;
-    let parsed: T = crate::body::parse_json(&bytes)?;
-    let project = token_project(app, headers, query, token(&parsed))?;
-    Ok((parsed, project, bytes.len()))
+    parse: impl FnOnce(&[u8], &mut Received) -> Result<T, ApiError> + Send + 'static,
+) -> Result<(T, ProjectId, usize, Charge), ApiError> {
+    let outside = token_outside_body(headers, query);
+    let admitted = match outside {
+        Some(token) => Some(admit(app, Some(token))?),
+        None => None,
+    };
+    if shape.json_only() {
+        crate::body::require_json(headers)?;
+    }
+    let encoding = shape.encoding(headers, query)?;
+    let received = crate::body::receive(&app.bodies, headers, body, limit, app.config.server.body_read_timeout).await?;
+    let received = match admitted {
+        Some(_) => received,
+        None => {
+            let places = shape.token_places();
+            let (token, received) = app
+                .bodies
+                .parse(received, encoding, move |received| {
+                    let token = capture::find_token(shape.reader(&received.raw, encoding, limit), places);
+                    Ok((token, received))
+                })
+                .await?;
+            let project = admit(app, token)?;
+            return finish(app, received, encoding, shape, limit, project, parse).await;
+        }
+    };
+    finish(app, received, encoding, shape, limit, admitted.expect("admitted above"), parse).await
 }
+
+async fn finish<T: Send + 'static>(
+    app: &AppState,
+    received: Received,
+    encoding: Encoding,
+    shape: Shape,
+    limit: usize,
+    project: ProjectId,
+    parse: impl FnOnce(&[u8], &mut Received) -> Result<T, ApiError> + Send + 'static,
+) -> Result<(T, ProjectId, usize, Charge), ApiError> {
+    let (parsed, len, charge) = app
+        .bodies
+        .parse(received, encoding, move |mut received| {
+            let json = shape.decode(&mut received, encoding, limit)?;
+            let parsed = parse(&json, &mut received)?;
+            Ok((parsed, json.len(), received.charge))
+        })
+        .await?;
+    Ok((parsed, project, len, charge))
+}
+
+/// The kinds of analytics bodies: how each is encoded and where it carries its token.
+#[derive(Clone, Copy)]
+enum Shape {
+    /// `/v1/batch`, `/v1/replay/events`: JSON, gzip by `Content-Encoding`.
+    Native,
+    /// PostHog capture: JSON or a `data=<base64>` form, gzip by header, query or magic bytes.
+    Posthog,
+}
+
+impl Shape {
+    fn json_only(self) -> bool {
+        matches!(self, Shape::Native)
+    }
+
+    fn token_places(self) -> TokenPlaces {
+        match self {
+            Shape::Native => TokenPlaces::Native,
+            Shape::Posthog => TokenPlaces::Posthog,
+        }
+    }
+
+    fn encoding(self, headers: &HeaderMap, query: Option<&str>) -> Result<Encoding, ApiError> {
+        match self {
+            Shape::Native => crate::body::encoding(headers),
+            Shape::Posthog => {
+                let gzip_query = query.is_some_and(|q| url_pairs(q).any(|(k, v)| k == "compression" && v == "gzip-js"));
+                let gzip_header = headers
+                    .get(header::CONTENT_ENCODING)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
+                Ok(if gzip_header || gzip_query { Encoding::Gzip } else { Encoding::Identity })
+            }
+        }
+    }
+
+    /// The JSON text as a stream, for a token search that keeps nothing.
+    fn reader<'a>(self, raw: &'a [u8], encoding: Encoding, limit: usize) -> Box<dyn Read + 'a> {
+        let gzip = encoding == Encoding::Gzip || (matches!(self, Shape::Posthog) && raw.starts_with(&GZIP_MAGIC));
+        let decoded: Box<dyn Read + 'a> = if gzip {
+            Box::new(flate2::read::GzDecoder::new(raw).take(limit as u64))
+        } else {
+            Box::new(raw)
+        };
+        match self {
+            Shape::Native => decoded,
+            Shape::Posthog => capture::posthog_json(decoded),
+        }
+    }
+
+    /// The JSON text in full, charged to the request's budget.
+    fn decode(self, received: &mut Received, encoding: Encoding, limit: usize) -> Result<Vec<u8>, ApiError> {
+        let gzip = encoding == Encoding::Gzip
+            || (matches!(self, Shape::Posthog) && received.raw.starts_with(&GZIP_MAGIC));
+        let text = if gzip {
+            received.decode(Encoding::Gzip, limit)?.to_vec()
+        } else {
+            received.raw.to_vec()
+        };
+        match self {
+            Shape::Native => Ok(text),
+            Shape::Posthog if !capture::is_form(&text) => Ok(text),
+            Shape::Posthog => {
+                let mut out = Vec::new();
+                capture::posthog_json(&text[..])
+                    .take(limit as u64 + 1)
+                    .read_to_end(&mut out)
+                    .map_err(|e| ApiError::BadRequest("invalid_body", e.to_string()))?;
+                if out.len() > limit {
+                    return Err(ApiError::PayloadTooLarge { limit });
+                }
+                received.charge.add(out.len())?;
+                Ok(out)
+            }
+        }
+    }
+}
+
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
 async fn store_events(
     app: &AppState,
     project: &ProjectId,
-    events: Vec<EventJson>,
+    events: Capped<EventJson, MAX_EVENTS>,
     body_len: usize,
 ) -> Result<usize, ApiError> {
-    if events.len() > MAX_EVENTS {
-        return Err(ApiError::BatchTooLarge { max: MAX_EVENTS, got: events.len() });
-    }
+    let events = events.into_items().map_err(|got| ApiError::BatchTooLarge { max: MAX_EVENTS, got })?;
     let now = now_ns();
     let rows = sextant_model::ingest::validate_all(events, |i, e, errors| analytics::validate_event(i, e, now, errors))
         .map_err(|errors| ApiError::invalid_objects("events", errors))?;
@@ -110,13 +227,14 @@ pub async fn batch(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Json<Accepted>, ApiError> {
     let result = async {
-        let (parsed, project, len) =
-            read_admitted::<BatchBody>(&app, &headers, query.as_deref(), body, MAX_EVENTS_BODY, |b| {
-                b.token.as_deref()
-            })?;
+        let (parsed, project, len, _held) =
+            receive_admitted(&app, &headers, query.as_deref(), body, Shape::Native, MAX_EVENTS_BODY, |json, r| {
+                r.parse::<BatchBody>(json)
+            })
+            .await?;
         store_events(&app, &project, parsed.events, len).await
     }
     .await;
@@ -128,13 +246,14 @@ pub async fn replay(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Json<Accepted>, ApiError> {
     let result = async {
-        let (parsed, project, len) =
-            read_admitted::<ReplayBody>(&app, &headers, query.as_deref(), body, MAX_REPLAY_BODY, |b| {
-                b.token.as_deref()
-            })?;
+        let (parsed, project, len, _held) =
+            receive_admitted(&app, &headers, query.as_deref(), body, Shape::Native, MAX_REPLAY_BODY, |json, r| {
+                r.parse::<ReplayBody>(json)
+            })
+            .await?;
         if parsed.events.len() > analytics::MAX_REPLAY_EVENTS {
             return Err(ApiError::TooManyEvents { max: analytics::MAX_REPLAY_EVENTS, got: parsed.events.len() });
         }
@@ -160,50 +279,18 @@ pub async fn posthog(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let result = async {
-        let raw = crate::body::raw(body, MAX_EVENTS_BODY)?;
-        let text = decode_posthog_body(&headers, query.as_deref(), &raw)?;
-        let value: Value = crate::body::parse_json(&text)?;
-        let (events, token) = analytics::posthog_events(value).map_err(|m| ApiError::BadRequest("invalid_body", m))?;
-        let project = token_project(&app, &headers, query.as_deref(), token.as_deref())?;
-        store_events(&app, &project, events, text.len()).await
+        let shape = Shape::Posthog;
+        let (parsed, outside, len, _held) =
+            receive_admitted(&app, &headers, query.as_deref(), body, shape, MAX_EVENTS_BODY, |json, r| {
+                r.charge.add(json.len().saturating_mul(crate::body::PARSE_EXPANSION))?;
+                capture::posthog_body(json).map_err(|e| ApiError::BadRequest("invalid_body", format!("invalid event: {e}")))
+            })
+            .await?;
+        store_events(&app, &outside, parsed.events, len).await
     }
     .await;
     answer(&app, EVENTS, result, |accepted| json!({ "status": 1, "accepted": accepted }))
-}
-
-/// The JSON text of a PostHog body, decompressed and un-wrapped, at most the events limit.
-fn decode_posthog_body(headers: &HeaderMap, query: Option<&str>, raw: &[u8]) -> Result<Vec<u8>, ApiError> {
-    let limit = MAX_EVENTS_BODY;
-    let gzip_query = query.is_some_and(|q| url_pairs(q).any(|(k, v)| k == "compression" && v == "gzip-js"));
-    let gzip_header = headers
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
-    let mut bytes = if gzip_header || gzip_query || raw.starts_with(&[0x1f, 0x8b]) {
-        let mut out = Vec::new();
-        flate2::read::GzDecoder::new(raw)
-            .take(limit as u64 + 1)
-            .read_to_end(&mut out)
-            .map_err(|e| ApiError::BadRequest("invalid_body", format!("invalid gzip body: {e}")))?;
-        out
-    } else {
-        raw.to_vec()
-    };
-    if bytes.len() > limit {
-        return Err(ApiError::PayloadTooLarge { limit });
-    }
-    // Older SDKs post `data=<base64 JSON>` as a form.
-    if let Some(rest) = bytes.strip_prefix(b"data=") {
-        let text =
-            std::str::from_utf8(rest).map_err(|_| ApiError::BadRequest("invalid_body", "form is not UTF-8".into()))?;
-        let field = text.split('&').next().unwrap_or_default();
-        let decoded: String = url_pairs(&format!("data={field}")).next().map(|(_, v)| v).unwrap_or_default();
-        bytes = base64::engine::general_purpose::STANDARD
-            .decode(decoded.trim())
-            .map_err(|_| ApiError::BadRequest("invalid_body", "`data` is not base64".into()))?;
-    }
-    Ok(bytes)
 }

@@ -39,6 +39,15 @@ pub enum ApiError {
     /// Storage did not answer; the detail (node addresses, gRPC errors) is logged, not sent.
     #[error("storage is temporarily unavailable; retry (request id in X-Request-Id)")]
     StorageUnavailable(String),
+    /// The router holds as many request bytes as its budget allows.
+    #[error("the server is busy receiving other requests; retry shortly")]
+    Overloaded,
+    /// The client stopped sending its body.
+    #[error("the request body was not received in time")]
+    BodyTimeout,
+    /// A read did not finish within the request timeout.
+    #[error("the query did not finish in {secs} s; narrow the time range or add filters")]
+    ReadTimeout { secs: u64 },
     /// A query would read more rows than a shard may read for one query.
     #[error("the query reads more than {max_rows_per_shard} rows on a shard; narrow the time range or add filters")]
     QueryTooLarge { max_rows_per_shard: u64 },
@@ -87,6 +96,11 @@ impl ApiError {
             ),
             ApiError::Unavailable(_) | ApiError::StorageUnavailable(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "unavailable", None)
+            }
+            ApiError::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", None),
+            ApiError::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, "request_timeout", None),
+            ApiError::ReadTimeout { secs } => {
+                (StatusCode::GATEWAY_TIMEOUT, "query_timeout", Some(json!({ "timeout_seconds": secs })))
             }
             ApiError::QueryTooLarge { max_rows_per_shard } => (
                 StatusCode::UNPROCESSABLE_ENTITY,
@@ -171,7 +185,10 @@ impl IntoResponse for ApiError {
         let mut resp = (status, Json(json!({ "error": error }))).into_response();
         let retry_after = match &self {
             ApiError::RateLimited { retry_after_secs } => Some(*retry_after_secs),
-            ApiError::Unavailable(_) | ApiError::StorageUnavailable(_) | ApiError::ShardsUnavailable { .. } => Some(1),
+            ApiError::Unavailable(_)
+            | ApiError::StorageUnavailable(_)
+            | ApiError::ShardsUnavailable { .. }
+            | ApiError::Overloaded => Some(1),
             _ => None,
         };
         if let Some(secs) = retry_after {

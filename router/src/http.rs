@@ -11,8 +11,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use serde_json::json;
-use sextant_model::analytics::MAX_EVENTS_BODY;
-use sextant_model::ingest::MAX_OBSERVABILITY_BODY;
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 use tracing::Instrument;
 
@@ -38,7 +36,6 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/api/v1/ingest/spans", post(ingest::spans))
         .route("/api/v1/ingest/logs", post(ingest::logs))
         .route("/api/v1/ingest/infrastructure", post(ingest::infrastructure))
-        .layer(DefaultBodyLimit::max(MAX_OBSERVABILITY_BODY))
         .layer(ingest_cors.clone());
     // Product analytics (DESIGN A7), native and PostHog-compatible.
     let mut capture =
@@ -46,7 +43,8 @@ pub fn router(app: Arc<AppState>) -> Router {
     for path in ["/batch", "/batch/", "/e", "/e/", "/capture", "/capture/", "/i/v0/e", "/i/v0/e/"] {
         capture = capture.route(path, post(capture::posthog));
     }
-    let capture = capture.layer(DefaultBodyLimit::max(MAX_EVENTS_BODY)).layer(ingest_cors);
+    // Ingest handlers read their bodies themselves, within their limits and the body budget.
+    let capture = capture.layer(ingest_cors);
     // Per client IP, before anything else is done for the request.
     let auth = Router::new()
         .route("/auth/signup", post(account::signup))
@@ -80,6 +78,7 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/api/org/members/{user_id}", delete(members::remove))
         .route("/api/v1/api-keys", get(api_keys::list).post(api_keys::create))
         .route("/api/v1/api-keys/{id}", delete(api_keys::delete))
+        .route_layer(middleware::from_fn_with_state(app.clone(), read_deadline))
         .merge(auth)
         .layer(DefaultBodyLimit::max(account::MAX_AUTH_BODY))
         .layer(dashboard_cors);
@@ -97,6 +96,19 @@ pub fn router(app: Arc<AppState>) -> Router {
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .layer(middleware::from_fn_with_state(app.clone(), observe))
         .with_state(app)
+}
+
+/// Reads end within the configured time (504 `query_timeout`); their shard requests are
+/// dropped with them.
+async fn read_deadline(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
+    if req.method() != Method::GET {
+        return next.run(req).await;
+    }
+    let limit = app.config.server.read_timeout;
+    match tokio::time::timeout(limit, next.run(req)).await {
+        Ok(resp) => resp,
+        Err(_) => ApiError::ReadTimeout { secs: limit.as_secs() }.into_response(),
+    }
 }
 
 /// DESIGN A10: `/auth/*` per client IP.

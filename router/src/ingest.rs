@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use axum::extract::rejection::BytesRejection;
+use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::http::HeaderMap;
 use axum::Json;
@@ -12,6 +12,7 @@ use bytes::Bytes;
 use prost::Message;
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use sextant_model::batch::Capped;
 use sextant_model::ingest::{self, FieldError, MAX_BATCH_OBJECTS, MAX_OBSERVABILITY_BODY};
 use sextant_model::partition::partition_of;
 use sextant_model::ProjectId;
@@ -37,11 +38,11 @@ pub(crate) trait Placement {
 }
 
 /// One kind of observability object: its request body and validation.
-trait Kind: Placement {
+trait Kind: Placement<Row: Send + 'static> {
     const NAME: &'static str;
     type Body: DeserializeOwned;
     type Json;
-    fn items(body: Self::Body) -> Vec<Self::Json>;
+    fn items(body: Self::Body) -> Capped<Self::Json, MAX_BATCH_OBJECTS>;
     fn validate(index: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<Self::Row>;
 }
 
@@ -59,7 +60,7 @@ impl Kind for Spans {
     const NAME: &'static str = "spans";
     type Body = ingest::SpansBody;
     type Json = ingest::SpanJson;
-    fn items(body: Self::Body) -> Vec<Self::Json> {
+    fn items(body: Self::Body) -> Capped<Self::Json, MAX_BATCH_OBJECTS> {
         body.spans
     }
     fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<Span> {
@@ -81,7 +82,7 @@ impl Kind for Logs {
     const NAME: &'static str = "logs";
     type Body = ingest::LogsBody;
     type Json = ingest::LogJson;
-    fn items(body: Self::Body) -> Vec<Self::Json> {
+    fn items(body: Self::Body) -> Capped<Self::Json, MAX_BATCH_OBJECTS> {
         body.logs
     }
     fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<LogRecord> {
@@ -103,7 +104,7 @@ impl Kind for HostMetrics {
     const NAME: &'static str = "host_metrics";
     type Body = ingest::MetricsBody;
     type Json = ingest::HostMetricJson;
-    fn items(body: Self::Body) -> Vec<Self::Json> {
+    fn items(body: Self::Body) -> Capped<Self::Json, MAX_BATCH_OBJECTS> {
         body.metrics
     }
     fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<HostMetric> {
@@ -115,7 +116,7 @@ pub async fn spans(
     state: State<Arc<AppState>>,
     headers: HeaderMap,
     query: RawQuery,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Json<Accepted>, ApiError> {
     handle::<Spans>(state, headers, query, body).await
 }
@@ -124,7 +125,7 @@ pub async fn logs(
     state: State<Arc<AppState>>,
     headers: HeaderMap,
     query: RawQuery,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Json<Accepted>, ApiError> {
     handle::<Logs>(state, headers, query, body).await
 }
@@ -133,28 +134,38 @@ pub async fn infrastructure(
     state: State<Arc<AppState>>,
     headers: HeaderMap,
     query: RawQuery,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Json<Accepted>, ApiError> {
     handle::<HostMetrics>(state, headers, query, body).await
 }
 
-async fn handle<K: Kind>(
+async fn handle<K: Kind + 'static>(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
     RawQuery(query): RawQuery,
-    body: Result<Bytes, BytesRejection>,
+    body: Body,
 ) -> Result<Json<Accepted>, ApiError> {
     let result = async {
+        // The credential first: an unauthenticated body is never read.
         let project = api_key_project(&app, &headers, query.as_deref())?;
-        let body = crate::body::read(&headers, body, MAX_OBSERVABILITY_BODY)?;
-        let items = K::items(crate::body::parse_json::<K::Body>(&body)?);
-        if items.len() > MAX_BATCH_OBJECTS {
-            return Err(ApiError::BatchTooLarge { max: MAX_BATCH_OBJECTS, got: items.len() });
-        }
-        let rows =
-            ingest::validate_all(items, K::validate).map_err(|errors| ApiError::invalid_objects(K::NAME, errors))?;
+        crate::body::require_json(&headers)?;
+        let encoding = crate::body::encoding(&headers)?;
+        let timeout = app.config.server.body_read_timeout;
+        let received = crate::body::receive(&app.bodies, &headers, body, MAX_OBSERVABILITY_BODY, timeout).await?;
+        let (rows, json_len, _held) = app
+            .bodies
+            .parse(received, encoding, move |mut received| {
+                let json = received.decode(encoding, MAX_OBSERVABILITY_BODY)?;
+                let items = K::items(received.parse::<K::Body>(&json)?)
+                    .into_items()
+                    .map_err(|got| ApiError::BatchTooLarge { max: MAX_BATCH_OBJECTS, got })?;
+                let rows = ingest::validate_all(items, K::validate)
+                    .map_err(|errors| ApiError::invalid_objects(K::NAME, errors))?;
+                Ok((rows, json.len(), received.charge))
+            })
+            .await?;
         let accepted = rows.len();
-        let batches = partition::<K>(&app, &project, rows, body.len())?;
+        let batches = partition::<K>(&app, &project, rows, json_len)?;
         commit(&app, batches).await?;
         Ok(accepted)
     }

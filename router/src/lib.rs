@@ -12,6 +12,7 @@ pub mod bootstrap;
 pub mod capture;
 pub mod cluster;
 pub mod cohorts;
+pub mod connection;
 pub mod error;
 pub mod error_groups;
 pub mod funnel;
@@ -59,6 +60,8 @@ pub struct RouterConfig {
     pub trusted_proxy_hops: usize,
     /// Enables `/admin/v1` for holders of this token (the operator).
     pub admin_token: Option<admin::AdminToken>,
+    /// Connection cap, client timeouts and the request-body budget.
+    pub server: connection::ServerLimits,
 }
 
 pub struct AppState {
@@ -70,6 +73,8 @@ pub struct AppState {
     pub limits: rate_limit::RateLimits,
     /// Random per process: this router's identity in meta heartbeats.
     pub router_id: String,
+    /// Request-body bytes held at once, and body parsing off the async workers.
+    pub bodies: body::Budget,
 }
 
 pub struct RunningRouter {
@@ -123,7 +128,9 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
     let cluster = Cluster::new(config.nodes.clone(), &config.cluster_secret).map_err(anyhow::Error::msg)?;
     let metrics = metrics::RouterMetrics::default();
     metrics.register(&mut registry);
+    let parsers = std::thread::available_parallelism().map_or(2, |n| n.get());
     let state = Arc::new(AppState {
+        bodies: body::Budget::new(config.server.body_budget_bytes, parsers),
         jwt: auth::Jwt::new(&config.jwt_secret),
         cluster: cluster.clone(),
         limits: rate_limit::RateLimits::new(config.rate_limits),
@@ -136,19 +143,11 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
     let housekeeper = spawn_housekeeping(state.clone());
     let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
     let addr = listener.local_addr()?;
-    // Replies are small and written once: without TCP_NODELAY a client that delays its ACKs
-    // can hold the last segment back ~40 ms (as happened on the nodes' gRPC connections).
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %e, "could not set TCP_NODELAY");
-        }
-    });
-    let app = http::router(state.clone()).into_make_service_with_connect_info::<SocketAddr>();
-    let server = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "HTTP server stopped");
-        }
-    });
+    let app = http::router(state.clone());
+    let refused = state.metrics.refused_connections.clone();
+    let server = tokio::spawn(connection::serve(listener, app, state.config.server.clone(), move || {
+        refused.inc();
+    }));
     tracing::info!(%addr, "router listening");
     Ok(RunningRouter { addr, state, server, refresher, housekeeper })
 }

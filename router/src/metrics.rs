@@ -32,6 +32,8 @@ pub struct RouterMetrics {
     pub request_seconds: Family<RequestLabel, Histogram>,
     /// Routers sharing the rate limits, as this router last saw them.
     pub live_routers: Gauge,
+    /// Connections closed at accept because the connection cap was reached.
+    pub refused_connections: Counter,
 }
 
 impl Default for RouterMetrics {
@@ -42,6 +44,7 @@ impl Default for RouterMetrics {
             requests: Family::default(),
             request_seconds: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0005, 2.0, 16))),
             live_routers: Gauge::default(),
+            refused_connections: Counter::default(),
         }
     }
 }
@@ -54,6 +57,7 @@ impl RouterMetrics {
         r.register("http_requests", "HTTP requests by route and status", self.requests.clone());
         r.register("http_request_seconds", "HTTP request latency", self.request_seconds.clone());
         r.register("live_routers", "routers the rate limits are divided between", self.live_routers.clone());
+        r.register("refused_connections", "connections closed at the connection cap", self.refused_connections.clone());
     }
 
     pub fn accepted(&self, kind: &'static str, n: u64) {
