@@ -1418,6 +1418,85 @@ mod tests {
                 got.sort();
                 prop_assert_eq!(got, want);
             }
+
+            /// Two replicas apply the same log, one also flushing, compacting and restarting at
+            /// arbitrary points: they store the same events, each uuid once, and every uuid
+            /// that no aborted batch carried.
+            #[test]
+            fn replicas_store_each_uuid_once_whatever_their_flushes_compactions_and_restarts(
+                ops in prop::collection::vec(op(), 1..40)
+            ) {
+                let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+                let mut a = SegmentShard::open(a_dir.path()).unwrap();
+                let mut b = SegmentShard::open(b_dir.path()).unwrap();
+                let mut log: Vec<(u64, Command)> = Vec::new();
+                let mut checkpointed = 0u64;
+                let mut batches: Vec<(u128, Vec<sextant_proto::Event>)> = Vec::new();
+                let mut aborted = std::collections::HashSet::new();
+                let apply = |a: &mut SegmentShard, b: &mut SegmentShard, log: &mut Vec<(u64, Command)>, cmd: Command| {
+                    let index = log.len() as u64 + 1;
+                    log.push((index, cmd.clone()));
+                    prop_assert_eq!(a.apply(index, cmd.clone()), b.apply(index, cmd));
+                    Ok(())
+                };
+                for op in ops {
+                    match op {
+                        // uuids from a small pool, so batches share them; days apart.
+                        Op::Ingest { traces, n } => {
+                            let id = batches.len() as u128 + 1;
+                            let events: Vec<_> = (0..n)
+                                .map(|i| {
+                                    let u = (id as usize * 7 + i as usize * traces as usize) % 23;
+                                    ev(&format!("u{u}"), "x", u as i64 * HOUR * 5)
+                                })
+                                .collect();
+                            apply(&mut a, &mut b, &mut log, Command::Ingest { batch_id: id, payload: analytics("p", events.clone(), vec![]) })?;
+                            batches.push((id, events));
+                        }
+                        // A client retry: a new batch id, the same events.
+                        Op::Retry(k) if !batches.is_empty() => {
+                            let events = batches[k % batches.len()].1.clone();
+                            let id = batches.len() as u128 + 1;
+                            apply(&mut a, &mut b, &mut log, Command::Ingest { batch_id: id, payload: analytics("p", events.clone(), vec![]) })?;
+                            batches.push((id, events));
+                        }
+                        Op::Abort(k) if !batches.is_empty() => {
+                            let id = batches[k % batches.len()].0;
+                            aborted.insert(id);
+                            apply(&mut a, &mut b, &mut log, Command::Abort { batch_id: id })?;
+                        }
+                        Op::Checkpoint => {
+                            checkpointed = log.len() as u64;
+                            checkpoint(&mut a, checkpointed);
+                        }
+                        Op::Compact => {
+                            if let Some(job) = a.compaction(i64::MAX) {
+                                job.run().unwrap();
+                            }
+                        }
+                        Op::Restart => {
+                            drop(a);
+                            a = SegmentShard::open(a_dir.path()).unwrap();
+                            for (index, cmd) in log.iter().filter(|(i, _)| *i > checkpointed) {
+                                a.apply(*index, cmd.clone());
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                let got = stored(&a, Table::Events, "p");
+                prop_assert_eq!(&got, &stored(&b, Table::Events, "p"));
+                let mut once = got.clone();
+                once.dedup();
+                prop_assert_eq!(&once, &got, "a uuid stored twice");
+                let in_aborted: HashSet<&str> = batches.iter().filter(|(id, _)| aborted.contains(id))
+                    .flat_map(|(_, e)| e.iter().map(|e| e.uuid.as_str())).collect();
+                for (_, events) in batches.iter().filter(|(id, _)| !aborted.contains(id)) {
+                    for e in events.iter().filter(|e| !in_aborted.contains(e.uuid.as_str())) {
+                        prop_assert!(got.contains(&e.uuid), "{} lost", e.uuid);
+                    }
+                }
+            }
         }
     }
 }
