@@ -54,6 +54,9 @@ pub struct DevArgs {
     /// HTTP address of the public API.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// HTTP address of `/metrics` and the admin API `/admin/v1` (never on the public one).
+    #[arg(long, default_value = "127.0.0.1:9090")]
+    pub internal_listen: SocketAddr,
     /// Number of data shards (fixed when the data directory is created).
     #[arg(long, default_value_t = 4)]
     pub shards: u32,
@@ -201,6 +204,10 @@ pub struct NodeArgs {
 pub struct RouterArgs {
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// HTTP address of `/metrics` and the admin API `/admin/v1` (never on the public one):
+    /// loopback by default; in a cluster, an address only the operator and Prometheus reach.
+    #[arg(long, default_value = "127.0.0.1:9090")]
+    pub internal_listen: SocketAddr,
     /// gRPC addresses of storage nodes (any subset; the rest is discovered).
     #[arg(long, value_delimiter = ',', required = true)]
     pub nodes: Vec<String>,
@@ -325,6 +332,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     let router = sextant_router::start(
         RouterConfig {
             listen: args.listen,
+            internal_listen: args.internal_listen,
             nodes: vec![node.addr.to_string()],
             cluster_secret,
             jwt_secret: jwt_secret.into_bytes(),
@@ -402,6 +410,7 @@ fn admin_token(token: Option<&str>) -> anyhow::Result<Option<AdminToken>> {
 
 fn print_banner(url: &str, creds: Option<&Credentials>, path: &Path) {
     println!("\nSextant is running (embedded mode): {url}");
+    println!("  internal      http://{}   (/metrics; /admin/v1 with --admin-token)", router.internal_addr);
     match creds {
         Some(c) => {
             println!("  login         {} / {}", c.email, c.password);
@@ -461,6 +470,7 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
     let router = sextant_router::start(
         RouterConfig {
             listen: args.listen,
+            internal_listen: args.internal_listen,
             nodes: args.nodes,
             cluster_secret: args.cluster_secret,
             jwt_secret: args.jwt_secret.into_bytes(),

@@ -83,19 +83,33 @@ pub fn router(app: Arc<AppState>) -> Router {
         .layer(DefaultBodyLimit::max(account::MAX_AUTH_BODY))
         .layer(dashboard_cors);
 
-    let admin = crate::admin::router().layer(DefaultBodyLimit::max(crate::admin::MAX_ADMIN_BODY));
-
     Router::new()
         .merge(ingest)
         .merge(capture)
         .merge(api)
-        .nest("/admin/v1", admin)
-        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+        .merge(probes())
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .layer(middleware::from_fn_with_state(app.clone(), observe))
         .with_state(app)
+}
+
+/// The internal port (`--internal-listen`): `/metrics` and the admin API `/admin/v1`, never
+/// served on the public port, and the probes.
+pub fn internal_router(app: Arc<AppState>) -> Router {
+    let admin = crate::admin::router().layer(DefaultBodyLimit::max(crate::admin::MAX_ADMIN_BODY));
+    Router::new()
+        .nest("/admin/v1", admin)
+        .route("/metrics", get(metrics))
+        .merge(probes())
+        .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
+        .layer(middleware::from_fn_with_state(app.clone(), observe))
+        .with_state(app)
+}
+
+fn probes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/readyz", get(readyz))
 }
 
 /// Reads end within the configured time (504 `query_timeout`); their shard requests are

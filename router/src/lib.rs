@@ -45,6 +45,8 @@ pub use cluster::Cluster;
 #[derive(Clone, Debug)]
 pub struct RouterConfig {
     pub listen: SocketAddr,
+    /// `/metrics` and `/admin/v1` (and the probes): an address only the cluster reaches.
+    pub internal_listen: SocketAddr,
     /// gRPC addresses of storage nodes to learn the topology from.
     pub nodes: Vec<String>,
     pub cluster_secret: String,
@@ -79,8 +81,10 @@ pub struct AppState {
 
 pub struct RunningRouter {
     pub addr: SocketAddr,
+    pub internal_addr: SocketAddr,
     pub state: Arc<AppState>,
     server: tokio::task::JoinHandle<()>,
+    internal: tokio::task::JoinHandle<()>,
     refresher: tokio::task::JoinHandle<()>,
     housekeeper: tokio::task::JoinHandle<()>,
 }
@@ -88,6 +92,7 @@ pub struct RunningRouter {
 impl RunningRouter {
     pub fn abort(self) {
         self.server.abort();
+        self.internal.abort();
         self.refresher.abort();
         self.housekeeper.abort();
     }
@@ -97,6 +102,7 @@ impl RunningRouter {
     pub async fn shutdown(self) {
         self.housekeeper.abort();
         self.server.abort();
+        self.internal.abort();
         let leave = MetaCommand::RouterLeft { router_id: self.state.router_id.clone() };
         match tokio::time::timeout(Duration::from_secs(3), self.state.cluster.meta_write::<MetaCommandResult>(&leave))
             .await
@@ -143,13 +149,23 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
     let housekeeper = spawn_housekeeping(state.clone());
     let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
     let addr = listener.local_addr()?;
-    let app = http::router(state.clone());
+    let internal_listener = tokio::net::TcpListener::bind(state.config.internal_listen).await?;
+    let internal_addr = internal_listener.local_addr()?;
     let refused = state.metrics.refused_connections.clone();
-    let server = tokio::spawn(connection::serve(listener, app, state.config.server.clone(), move || {
+    let server = tokio::spawn(connection::serve(listener, http::router(state.clone()), state.config.server.clone(), move || {
         refused.inc();
     }));
-    tracing::info!(%addr, "router listening");
-    Ok(RunningRouter { addr, state, server, refresher, housekeeper })
+    let refused = state.metrics.refused_connections.clone();
+    let internal = tokio::spawn(connection::serve(
+        internal_listener,
+        http::internal_router(state.clone()),
+        state.config.server.clone(),
+        move || {
+            refused.inc();
+        },
+    ));
+    tracing::info!(%addr, %internal_addr, "router listening");
+    Ok(RunningRouter { addr, internal_addr, state, server, internal, refresher, housekeeper })
 }
 
 /// Heartbeats into meta (so every router knows how many share the rate limits) and forgets
