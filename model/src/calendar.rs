@@ -174,4 +174,49 @@ mod tests {
             Err(CalendarError::TooManyBuckets(_))
         ));
     }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(500))]
+
+        #[test]
+        fn relative_ranges_are_exact_positive_nanoseconds_or_none(n in proptest::num::i64::ANY, unit in "[mhdwsé]?") {
+            let secs: Option<i128> = match unit.as_str() {
+                "m" => Some(60),
+                "h" => Some(3600),
+                "d" => Some(86_400),
+                "w" => Some(7 * 86_400),
+                _ => None,
+            };
+            let want = secs
+                .filter(|_| n > 0)
+                .and_then(|s| i64::try_from(i128::from(n) * s * 1_000_000_000).ok());
+            proptest::prop_assert_eq!(parse_range(&format!("{n}{unit}")), want);
+        }
+
+        #[test]
+        fn any_text_is_a_range_or_none(s in "\\PC{0,24}") {
+            if let Some(r) = parse_range(&s) {
+                proptest::prop_assert!(r > 0);
+            }
+        }
+
+        #[test]
+        fn buckets_of_any_instants_are_increasing_and_cover_the_range_or_an_error(
+            from in proptest::num::i64::ANY,
+            span in 1i64..=31 * 86_400 * 1_000_000_000,
+            interval in 0..4usize,
+            zone_name in proptest::sample::select(vec!["UTC", "Europe/Paris", "Pacific/Kiritimati", "Pacific/Pago_Pago"]),
+        ) {
+            let interval = [Interval::Hour, Interval::Day, Interval::Week, Interval::Month][interval];
+            let tz = zone(Some(zone_name)).unwrap();
+            let to = from.saturating_add(span);
+            if let Ok(starts) = bucket_starts(from, to, interval, &tz) {
+                proptest::prop_assert!(starts.windows(2).all(|w| w[0] < w[1]));
+                proptest::prop_assert!(starts.first().is_none_or(|f| *f <= from));
+                proptest::prop_assert!(starts.last().is_none_or(|l| *l < to));
+            }
+            date_of(from, &tz);
+            date_of(to, &tz);
+        }
+    }
 }
