@@ -360,7 +360,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         }
         None => std::fs::read(&creds_path).ok().and_then(|b| serde_json::from_slice::<Credentials>(&b).ok()),
     };
-    print_banner(&url, creds.as_ref(), &creds_path);
+    print_banner(&url, router.internal_addr, creds.as_ref(), &creds_path);
     shutdown_signal().await?;
     tracing::info!("shutting down");
     router.shutdown().await;
@@ -408,9 +408,9 @@ fn admin_token(token: Option<&str>) -> anyhow::Result<Option<AdminToken>> {
     token.map(|t| AdminToken::new(t).map_err(anyhow::Error::msg)).transpose()
 }
 
-fn print_banner(url: &str, creds: Option<&Credentials>, path: &Path) {
+fn print_banner(url: &str, internal: SocketAddr, creds: Option<&Credentials>, path: &Path) {
     println!("\nSextant is running (embedded mode): {url}");
-    println!("  internal      http://{}   (/metrics; /admin/v1 with --admin-token)", router.internal_addr);
+    println!("  internal      http://{internal}   (/metrics; /admin/v1 with --admin-token)");
     match creds {
         Some(c) => {
             println!("  login         {} / {}", c.email, c.password);
