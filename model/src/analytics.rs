@@ -3,6 +3,7 @@
 //! capture endpoints alike.
 
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 use sextant_proto::{Event, ReplayEvent};
 
@@ -30,8 +31,9 @@ pub struct EventJson {
     pub distinct_id: Option<Value>,
     #[serde(default)]
     pub timestamp: Option<TimeInput>,
+    /// As sent: expanded into a tree one event at a time, at validation.
     #[serde(default, deserialize_with = "bounded_properties")]
-    pub properties: Option<Value>,
+    pub properties: Option<Box<RawValue>>,
     #[serde(default)]
     pub uuid: Option<String>,
 }
@@ -47,7 +49,8 @@ pub struct BatchBody {
 pub struct ReplayEventJson {
     #[serde(rename = "type")]
     pub event_type: i64,
-    pub data: Value,
+    /// Kept as sent: stored as text, never needed as a tree (which takes ten times the memory).
+    pub data: Box<serde_json::value::RawValue>,
     pub timestamp: TimeInput,
 }
 
@@ -63,10 +66,10 @@ pub struct ReplayBody {
     pub events: Capped<ReplayEventJson, MAX_REPLAY_EVENTS>,
 }
 
-/// Event properties, parsed as text first: only a size that can pass validation is expanded
-/// into a tree (a tree takes about ten times the memory of its text).
+/// Event properties kept as text while a body is parsed (a tree of small properties takes ten
+/// times the memory of its text), refused when too long to pass validation.
 #[derive(Debug, Default)]
-pub struct BoundedProperties(pub Option<Value>);
+pub struct BoundedProperties(pub Option<Box<RawValue>>);
 
 impl<'de> Deserialize<'de> for BoundedProperties {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -74,14 +77,12 @@ impl<'de> Deserialize<'de> for BoundedProperties {
     }
 }
 
-fn bounded_properties<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    let Some(raw) = Option::<Box<serde_json::value::RawValue>>::deserialize(d)? else {
-        return Ok(None);
-    };
-    if raw.get().len() > MAX_PROPERTIES_TEXT {
+fn bounded_properties<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
+    let raw = Option::<Box<RawValue>>::deserialize(d)?;
+    if raw.as_ref().is_some_and(|r| r.get().len() > MAX_PROPERTIES_TEXT) {
         return Err(serde::de::Error::custom("properties must be at most 64 KiB"));
     }
-    serde_json::from_str(raw.get()).map_err(serde::de::Error::custom)
+    Ok(raw)
 }
 
 /// Properties as sent, whitespace included, before they are measured serialized.
@@ -117,9 +118,11 @@ fn distinct_id(value: Option<&Value>) -> Option<String> {
 pub fn validate_event(index: usize, e: EventJson, now_ns: i64, errors: &mut Vec<FieldError>) -> Option<Event> {
     let before = errors.len();
     let event = name(errors, index, "event", e.event.as_deref());
+    // Valid JSON already: only a nesting deeper than the parser allows can fail here.
+    let props: Option<Value> = e.properties.as_ref().map(|raw| serde_json::from_str(raw.get()).unwrap_or(Value::Null));
     // PostHog SDKs may put the distinct id in the properties.
     let did = distinct_id(e.distinct_id.as_ref())
-        .or_else(|| distinct_id(e.properties.as_ref().and_then(|p| p.get("distinct_id"))));
+        .or_else(|| distinct_id(props.as_ref().and_then(|p| p.get("distinct_id"))));
     if e.distinct_id.as_ref().is_some_and(|v| !v.is_string() && !v.is_number() && !v.is_null()) {
         fail(errors, index, "distinct_id", "must be a string");
     }
@@ -131,7 +134,7 @@ pub fn validate_event(index: usize, e: EventJson, now_ns: i64, errors: &mut Vec<
             0
         }),
     };
-    let properties = match e.properties {
+    let properties = match props {
         None | Some(Value::Null) => "{}".to_owned(),
         Some(p @ Value::Object(_)) => {
             let text = p.to_string();
@@ -187,7 +190,7 @@ pub fn validate_replay(body: ReplayBody, errors: &mut Vec<FieldError>) -> Vec<Re
         if !(0..=64).contains(&e.event_type) {
             fail(errors, i, "type", "must be an rrweb event type (0–64)");
         }
-        let data = e.data.to_string();
+        let data = e.data.get().to_owned();
         if data.len() > MAX_REPLAY_DATA_BYTES {
             fail(errors, i, "data", "must be at most 8 MiB");
         }

@@ -99,9 +99,14 @@ impl<'de> Visitor<'de> for ValueV {
             return Err(de::Error::custom("arrays may only contain strings, numbers and bools"));
         }
         let mut values = Vec::new();
-        while let Some(v) = s.next_element_seed(ScalarSeed)? {
-            values.push(v.0);
+        // One past the limit is kept so validation refuses the array; the rest is skipped.
+        while values.len() <= MAX_ARRAY_LEN {
+            match s.next_element_seed(ScalarSeed)? {
+                Some(v) => values.push(v.0),
+                None => return Ok(wrap(any_value::Value::ArrayValue(ArrayValue { values }))),
+            }
         }
+        while s.next_element::<de::IgnoredAny>()?.is_some() {}
         Ok(wrap(any_value::Value::ArrayValue(ArrayValue { values })))
     }
 }

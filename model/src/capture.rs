@@ -6,6 +6,7 @@ use std::io::{self, Read};
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
+use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::analytics::{BoundedProperties, EventJson, MAX_EVENTS};
@@ -40,13 +41,18 @@ struct PosthogEvent {
 }
 
 impl PosthogEvent {
-    fn token(&self) -> Option<&str> {
-        self.api_key.as_deref().or(self.token.as_deref()).or_else(|| properties_token(&self.properties.0))
+    fn token(&self) -> Option<String> {
+        self.api_key.clone().or_else(|| self.token.clone()).or_else(|| properties_token(&self.properties.0))
     }
 }
 
-fn properties_token(properties: &Option<Value>) -> Option<&str> {
-    properties.as_ref().and_then(|p| p.get("token")).and_then(Value::as_str)
+fn properties_token(properties: &Option<Box<RawValue>>) -> Option<String> {
+    #[derive(Deserialize)]
+    struct Token {
+        token: Option<String>,
+    }
+    let raw = properties.as_ref()?;
+    serde_json::from_str::<Token>(raw.get()).ok()?.token
 }
 
 impl From<PosthogEvent> for EventJson {
@@ -78,7 +84,7 @@ fn events_of(events: Capped<PosthogEvent, MAX_EVENTS>) -> (Capped<EventJson, MAX
     let total = events.len();
     match events.into_items() {
         Ok(items) => {
-            let token = items.iter().find_map(|e| e.token().map(str::to_owned));
+            let token = items.iter().find_map(PosthogEvent::token);
             (Capped::from(items.into_iter().map(EventJson::from).collect::<Vec<_>>()), token)
         }
         Err(_) => (Capped::over(total), None),
@@ -123,7 +129,7 @@ impl<'de> Visitor<'de> for BodyV {
         let (events, found) = match batch {
             Some(events) => events_of(events),
             None => {
-                let found = properties_token(&single.properties).map(str::to_owned);
+                let found = properties_token(&single.properties);
                 (Capped::from(vec![single]), found)
             }
         };
@@ -225,9 +231,10 @@ pub enum TokenPlaces {
     Posthog,
 }
 
-/// A JSON string longer than this stops a token search (keys and tokens are short; the
-/// search must not buffer what an unauthenticated client sends).
-pub const MAX_SCANNED_STRING: usize = 64 * 1024;
+/// A JSON string longer than this stops a token search: keys and tokens are short, and the
+/// search must not buffer what an unauthenticated client sends. Longer than any string an
+/// event can carry (its properties are at most 64 KiB).
+pub const MAX_SCANNED_STRING: usize = 1 << 20;
 
 /// The project token of a JSON body, read from `reader` without keeping the body: memory
 /// stays within [`MAX_SCANNED_STRING`] whatever the body holds. `None` when the body has no

@@ -119,7 +119,7 @@ pub struct Charge {
 
 /// A parsed value takes about this many times its JSON text (measured: docs/BENCHMARKS.md,
 /// "Request bodies").
-pub const PARSE_EXPANSION: usize = 4;
+pub const PARSE_EXPANSION: usize = 6;
 
 impl Budget {
     pub fn new(total_bytes: usize, parsers: usize) -> Self {
