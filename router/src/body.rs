@@ -117,8 +117,8 @@ pub struct Charge {
     total: usize,
 }
 
-/// A parsed value takes about this many times its JSON text (measured: docs/BENCHMARKS.md,
-/// "Request bodies").
+/// A parsed body takes at most this many times its JSON text (measured by
+/// router/tests/parse_expansion.rs; docs/BENCHMARKS.md, "Hostile request bodies").
 pub const PARSE_EXPANSION: usize = 6;
 
 impl Budget {
