@@ -52,7 +52,8 @@ async fn start(dir: &Path, token: Option<&str>) -> Dev {
     Dev::start_with(dir, &extra, &envs).await
 }
 
-/// A raw admin call (for what the operator's client has no method for).
+/// A raw admin call (for what the operator's client has no method for); `url` is the internal
+/// address.
 async fn admin_call(url: &str, method: Method, path: &str, token: Option<&str>) -> (StatusCode, Value) {
     let mut req = http().request(method, format!("{url}/admin/v1/{path}"));
     if let Some(t) = token {
@@ -156,25 +157,26 @@ async fn the_operator_client_drives_every_admin_call() {
     let tmp = tempfile::tempdir().unwrap();
     let dev = start(tmp.path(), Some(TOKEN)).await;
     let url = dev.url.clone();
-    let admin = connect(&url, TOKEN);
+    let admin_url = dev.internal_url.clone();
+    let admin = connect(&admin_url, TOKEN);
 
     // ---- authentication: wrong or missing token ----
-    let wrong = connect(&url, "not-the-admin-token-0123456789abcdef");
+    let wrong = connect(&admin_url, "not-the-admin-token-0123456789abcdef");
     let (status, body) = status_of(wrong.upsert_plan("gold", &plan_request(10, 30)).await.unwrap_err());
     assert_eq!(status, 401, "{body}");
     assert_eq!(status_of(wrong.delete_project(SHOP).await.unwrap_err()).0, 401);
-    let (status, body) = admin_call(&url, Method::PUT, "plans/gold", None).await;
+    let (status, body) = admin_call(&admin_url, Method::PUT, "plans/gold", None).await;
     assert_eq!(status, 401);
     assert_eq!(body["error"]["code"], "unauthorized", "the contract's error shape: {body}");
     // The bootstrap owner's session does not open the admin API either.
     let owner_jwt = dev.token().await;
-    let (status, _) = admin_call(&url, Method::GET, "plans/pro", Some(&owner_jwt)).await;
+    let (status, _) = admin_call(&admin_url, Method::GET, "plans/pro", Some(&owner_jwt)).await;
     assert_eq!(status, 401);
 
     // ---- plans: create, no-op, update ----
     admin.upsert_plan("gold", &plan_request(10, 30)).await.unwrap();
     admin.upsert_plan("gold", &plan_request(10, 30)).await.unwrap();
-    let (status, plan) = admin_call(&url, Method::GET, "plans/gold", Some(TOKEN)).await;
+    let (status, plan) = admin_call(&admin_url, Method::GET, "plans/gold", Some(TOKEN)).await;
     assert_eq!(status, 200);
     assert_eq!(plan["monthly_bytes"], 10_000_000_000u64);
     assert_eq!(plan["retention_days"], 30);
@@ -182,7 +184,7 @@ async fn the_operator_client_drives_every_admin_call() {
     assert_eq!(plan["price"]["currency"], "EUR");
     assert_eq!(plan["managed_by"]["uid"], "plan-uid-gold");
     admin.upsert_plan("gold", &plan_request(20, 90)).await.unwrap();
-    let (_, plan) = admin_call(&url, Method::GET, "plans/gold", Some(TOKEN)).await;
+    let (_, plan) = admin_call(&admin_url, Method::GET, "plans/gold", Some(TOKEN)).await;
     assert_eq!((plan["monthly_bytes"].as_u64(), plan["retention_days"].as_u64()), (Some(20_000_000_000), Some(90)));
     // Invalid input is refused with the field named.
     let mut bad = plan_request(10, 0);
@@ -202,7 +204,7 @@ async fn the_operator_client_drives_every_admin_call() {
     let org = admin.upsert_tenant(TENANT, &tenant_request("Acme", false)).await.unwrap().org_id;
     assert_eq!(admin.upsert_tenant(TENANT, &tenant_request("Acme", false)).await.unwrap().org_id, org, "a retry");
     assert_eq!(admin.upsert_tenant(TENANT, &tenant_request("Acme Corp", false)).await.unwrap().org_id, org);
-    let (_, tenant) = admin_call(&url, Method::GET, &format!("tenants/{TENANT}"), Some(TOKEN)).await;
+    let (_, tenant) = admin_call(&admin_url, Method::GET, &format!("tenants/{TENANT}"), Some(TOKEN)).await;
     assert_eq!((tenant["org_id"].as_str(), tenant["display_name"].as_str()), (Some(org.as_str()), Some("Acme Corp")));
     assert_eq!(tenant["owner_email"], "ops@acme.test");
     assert_eq!(tenant["managed_by"]["kind"], "Tenant");
@@ -215,7 +217,7 @@ async fn the_operator_client_drives_every_admin_call() {
     assert_ne!(shop, blog);
     let orphan = ProjectRequest { tenant_key: "no-such-tenant".into(), ..project_request("x", "uid-x") };
     assert_eq!(status_of(admin.upsert_project("uid-x", &orphan).await.unwrap_err()).0, 404);
-    let (_, p) = admin_call(&url, Method::GET, &format!("projects/{SHOP}"), Some(TOKEN)).await;
+    let (_, p) = admin_call(&admin_url, Method::GET, &format!("projects/{SHOP}"), Some(TOKEN)).await;
     assert_eq!((p["name"].as_str(), p["org_id"].as_str()), (Some("Shop"), Some(org.as_str())));
 
     // ---- credentials: a second issue replaces the first pair ----
@@ -232,13 +234,14 @@ async fn the_operator_client_drives_every_admin_call() {
     assert_eq!(capture(&url, &creds.ingest_token).await, 200);
     assert_eq!(ingest_spans(&url, &blog_creds.api_key, "blog-a").await, 200);
     // Only hashes are kept: nothing of the secrets is on disk or in the log.
-    let (_, p) = admin_call(&url, Method::GET, &format!("projects/{SHOP}"), Some(TOKEN)).await;
+    let (_, p) = admin_call(&admin_url, Method::GET, &format!("projects/{SHOP}"), Some(TOKEN)).await;
     assert_eq!(p["credentials"].as_array().unwrap().len(), 2, "{p}");
     let (_, secret) = creds.api_key.strip_prefix("sxk_").unwrap().split_once('_').unwrap();
     assert!(!std::fs::read_to_string(tmp.path().join("dev.log")).unwrap().contains(secret), "a secret in the log");
 
     // ---- the tenant's owner gets in by invitation, and reads with the credentials' data ----
-    let (status, invite) = admin_call(&url, Method::POST, &format!("tenants/{TENANT}/owner-invite"), Some(TOKEN)).await;
+    let (status, invite) =
+        admin_call(&admin_url, Method::POST, &format!("tenants/{TENANT}/owner-invite"), Some(TOKEN)).await;
     assert_eq!(status, 201, "{invite}");
     let resp = http()
         .post(format!("{url}/auth/invite/accept"))
@@ -316,22 +319,22 @@ async fn the_operator_client_drives_every_admin_call() {
     };
     admin.upsert_quota("quota-uid-1", &quota).await.unwrap();
     admin.upsert_quota("quota-uid-1", &quota).await.unwrap();
-    let (_, q) = admin_call(&url, Method::GET, "quotas/quota-uid-1", Some(TOKEN)).await;
+    let (_, q) = admin_call(&admin_url, Method::GET, "quotas/quota-uid-1", Some(TOKEN)).await;
     assert_eq!((q["project_id"].as_str(), q["enforcement"].as_str()), (Some(shop.as_str()), Some("Soft")));
     admin.upsert_quota("quota-uid-1", &QuotaRequest { enforcement: Enforcement::Hard, ..quota.clone() }).await.unwrap();
-    let (_, q) = admin_call(&url, Method::GET, "quotas/quota-uid-1", Some(TOKEN)).await;
+    let (_, q) = admin_call(&admin_url, Method::GET, "quotas/quota-uid-1", Some(TOKEN)).await;
     assert_eq!(q["enforcement"], "Hard");
     let both = QuotaRequest { tenant_key: Some(TENANT.into()), ..quota.clone() };
     assert_eq!(status_of(admin.upsert_quota("quota-uid-2", &both).await.unwrap_err()).0, 400);
     assert_eq!(admin.delete_quota("quota-uid-1").await.unwrap(), Deletion::Done);
-    assert_eq!(admin_call(&url, Method::GET, "quotas/quota-uid-1", Some(TOKEN)).await.0, 404);
+    assert_eq!(admin_call(&admin_url, Method::GET, "quotas/quota-uid-1", Some(TOKEN)).await.0, 404);
     assert_eq!(admin.delete_quota("quota-uid-1").await.unwrap(), Deletion::Done, "unknown: 204");
 
     // ---- alert rules ----
     let rule = admin.upsert_alert_rule("rule-uid-1", &rule_request(0.05)).await.unwrap().id;
     assert_eq!(admin.upsert_alert_rule("rule-uid-1", &rule_request(0.05)).await.unwrap().id, rule);
     assert_eq!(admin.upsert_alert_rule("rule-uid-1", &rule_request(0.2)).await.unwrap().id, rule);
-    let (_, r) = admin_call(&url, Method::GET, "alert-rules/rule-uid-1", Some(TOKEN)).await;
+    let (_, r) = admin_call(&admin_url, Method::GET, "alert-rules/rule-uid-1", Some(TOKEN)).await;
     assert_eq!((r["threshold"].as_f64(), r["comparison"].as_str()), (Some(0.2), Some(">")));
     assert_eq!((r["metric"].as_str(), r["filter"]["service"].as_str()), (Some("error_rate"), Some("checkout")));
     assert_eq!(r["managed_by"]["kind"], "AlertRule");
@@ -376,7 +379,11 @@ async fn the_operator_client_drives_every_admin_call() {
     assert_eq!(read(&url, &jwt, &shop, "/api/v1/logs/search").await.0, 404);
     assert_eq!(ingest_spans(&url, &creds.api_key, "shop-late").await, 401);
     assert_eq!(capture(&url, &creds.ingest_token).await, 401);
-    assert_eq!(admin_call(&url, Method::GET, "alert-rules/rule-uid-3", Some(TOKEN)).await.0, 404, "its rules go too");
+    assert_eq!(
+        admin_call(&admin_url, Method::GET, "alert-rules/rule-uid-3", Some(TOKEN)).await.0,
+        404,
+        "its rules go too"
+    );
     // The tenant's default moved to the remaining project.
     let (status, trace) = read(&url, &jwt, &blog, "/api/v1/traces/blog-a-t0").await;
     assert_eq!(status, 200, "{trace}");
@@ -427,7 +434,7 @@ async fn the_operator_client_drives_every_admin_call() {
     assert_eq!(admin.delete_tenant(TENANT).await.unwrap(), Deletion::Done);
     assert_eq!(capture(&url, &side_token).await, 401);
     assert_eq!(admin.delete_tenant(TENANT).await.unwrap(), Deletion::Done);
-    assert_eq!(admin_call(&url, Method::GET, &format!("tenants/{TENANT}"), Some(TOKEN)).await.0, 404);
+    assert_eq!(admin_call(&admin_url, Method::GET, &format!("tenants/{TENANT}"), Some(TOKEN)).await.0, 404);
     let resp = http()
         .post(format!("{url}/auth/login"))
         .json(&json!({"email": "ops@acme.test", "password": "tenant owner password"}))
@@ -436,7 +443,7 @@ async fn the_operator_client_drives_every_admin_call() {
         .unwrap();
     assert_eq!(resp.status(), 401, "the tenant's users are gone");
     assert_eq!(admin.delete_plan("gold").await.unwrap(), Deletion::Done);
-    assert_eq!(admin_call(&url, Method::GET, "plans/gold", Some(TOKEN)).await.0, 404);
+    assert_eq!(admin_call(&admin_url, Method::GET, "plans/gold", Some(TOKEN)).await.0, 404);
     // The bootstrap org never noticed.
     assert_eq!(ingest_spans(&url, dev.api_key(), "bootstrap").await, 200);
 }
@@ -445,12 +452,64 @@ async fn the_operator_client_drives_every_admin_call() {
 async fn without_an_admin_token_the_admin_api_does_not_exist() {
     let tmp = tempfile::tempdir().unwrap();
     let dev = start(tmp.path(), None).await;
-    let admin = connect(&dev.url, TOKEN);
+    let admin = connect(&dev.internal_url, TOKEN);
     let (status, body) = status_of(admin.upsert_tenant(TENANT, &tenant_request("Acme", false)).await.unwrap_err());
     assert_eq!(status, 404, "{body}");
     // The operator must not take this 404 for a finished delete.
     assert_eq!(status_of(admin.delete_project(SHOP).await.unwrap_err()).0, 404);
-    let (status, body) = admin_call(&dev.url, Method::GET, "plans/pro", Some(TOKEN)).await;
+    let (status, body) = admin_call(&dev.internal_url, Method::GET, "plans/pro", Some(TOKEN)).await;
     assert_eq!(status, 404);
     assert_eq!(body["error"]["code"], "not_found");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_the_admin_api_are_served_on_the_internal_port_only() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dev = start(tmp.path(), Some(TOKEN)).await;
+    let (public, internal) = (dev.url.as_str(), dev.internal_url.as_str());
+    assert_ne!(public, internal);
+
+    // The public port: no metrics, no admin API, even with the admin token.
+    let resp = http().get(format!("{public}/metrics")).send().await.unwrap();
+    assert_eq!(resp.status(), 404);
+    let body: Value = resp.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "not_found", "{body}");
+    for (method, path) in [(Method::GET, "plans/pro"), (Method::GET, "cluster/nodes"), (Method::PUT, "plans/gold")] {
+        let (status, body) = admin_call(public, method, path, Some(TOKEN)).await;
+        assert_eq!(status, 404, "{path} on the public port: {body}");
+        assert_eq!(body["error"]["code"], "not_found", "{body}");
+    }
+    let err = connect(public, TOKEN).upsert_plan("gold", &plan_request(10, 30)).await.unwrap_err();
+    assert_eq!(status_of(err).0, 404);
+    let (status, _) = admin_call(internal, Method::GET, "plans/gold", Some(TOKEN)).await;
+    assert_eq!(status, 404, "the refused upsert stored nothing");
+
+    // The internal port: both, the admin API behind the token.
+    let resp = http().get(format!("{internal}/metrics")).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let text = resp.text().await.unwrap();
+    assert!(text.lines().any(|l| l.starts_with("sextant_router_live_routers ")), "{text}");
+    // The public port's refusals above are counted there.
+    let unmatched_404 = |l: &&str| {
+        l.starts_with("sextant_router_http_requests_total{")
+            && l.contains("route=\"unmatched\"")
+            && l.contains("status=\"404\"")
+    };
+    assert!(text.lines().any(|l| unmatched_404(&l)), "{text}");
+    assert_eq!(admin_call(internal, Method::GET, "plans/pro", None).await.0, 401);
+    let (status, plan) = admin_call(internal, Method::GET, "plans/pro", Some(TOKEN)).await;
+    assert_eq!((status, plan["name"].as_str()), (StatusCode::OK, Some("pro")), "{plan}");
+    let (status, nodes) = admin_call(internal, Method::GET, "cluster/nodes", Some(TOKEN)).await;
+    assert_eq!(status, 200, "{nodes}");
+    assert_eq!(nodes["nodes"].as_array().map(Vec::len), Some(1), "{nodes}");
+    connect(internal, TOKEN).upsert_plan("gold", &plan_request(10, 30)).await.unwrap();
+
+    // The probes answer on both; the public API stays on the public port.
+    for url in [public, internal] {
+        for probe in ["healthz", "readyz"] {
+            assert_eq!(http().get(format!("{url}/{probe}")).send().await.unwrap().status(), 200, "{url}/{probe}");
+        }
+    }
+    assert_eq!(ingest_spans(public, dev.api_key(), "public").await, 200);
+    assert_eq!(ingest_spans(internal, dev.api_key(), "internal").await, 404);
 }

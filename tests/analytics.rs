@@ -10,6 +10,7 @@ use std::io::Write;
 use common::*;
 use serde_json::{json, Value};
 
+/// From `/metrics` at `url`, the internal address.
 async fn applied_rows(url: &str) -> f64 {
     let text = http().get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap();
     text.lines()
@@ -40,7 +41,8 @@ async fn events_and_replays_are_accepted_with_the_project_token_only() {
     let dev = Dev::start(dir.path()).await;
     let token = dev.creds["ingest_token"].as_str().unwrap().to_owned();
     let url = dev.url.clone();
-    let base = applied_rows(&url).await;
+    let internal = dev.internal_url.clone();
+    let base = applied_rows(&internal).await;
 
     // Token in the body, then in the header.
     let (s, b) = post(&url, "/v1/batch", &json!({"token": token, "events": events(10)}), None).await;
@@ -78,8 +80,8 @@ async fn events_and_replays_are_accepted_with_the_project_token_only() {
 
     let stored = 10.0 + 5.0 + 2.0 + 3.0 + 1.0 + 4.0;
     wait_for("rows applied", std::time::Duration::from_secs(10), || {
-        let url = url.clone();
-        async move { (applied_rows(&url).await - base == stored).then_some(()) }
+        let internal = internal.clone();
+        async move { (applied_rows(&internal).await - base == stored).then_some(()) }
     })
     .await;
 
@@ -130,7 +132,7 @@ async fn events_and_replays_are_accepted_with_the_project_token_only() {
         .await
         .unwrap();
     assert_eq!(too_big.status(), 413);
-    assert_eq!(applied_rows(&url).await - base, stored, "a refused request stored something");
+    assert_eq!(applied_rows(&internal).await - base, stored, "a refused request stored something");
 
     // Browser SDKs post from other origins: every ingest endpoint answers the preflight.
     for path in ["/v1/batch", "/v1/replay/events", "/e/", "/api/v1/ingest/spans"] {

@@ -15,23 +15,7 @@ use serde_json::{json, Value};
 
 /// `sextant dev` with extra flags (for example small rate limits), like [`Dev::start`].
 async fn start_dev(dir: &Path, extra: &[&str]) -> Dev {
-    for _ in 0..3 {
-        let listen = format!("127.0.0.1:{}", free_port());
-        let mut args = vec!["dev", "--data-dir", dir.to_str().unwrap(), "--listen", &listen];
-        args.extend_from_slice(extra);
-        let mut proc = Proc::spawn(&args, &dir.join("dev.log"), &[]);
-        let url = format!("http://{listen}");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-        while tokio::time::Instant::now() < deadline && !proc.exited() {
-            if ready(&url).await {
-                if let Some(creds) = read_credentials(&dir.join("credentials.json")) {
-                    return Dev { proc, url, dir: dir.to_owned(), creds };
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-    panic!("sextant dev did not start; see {}", dir.join("dev.log").display());
+    Dev::start_with(dir, extra, &[]).await
 }
 
 /// Generous limits, so tests that are not about rate limits never meet one.
@@ -908,7 +892,8 @@ fn valid_example_address(email: &str) -> bool {
     email.ends_with("@example.com") && email.is_ascii() && !email.starts_with('@')
 }
 
-/// A counter or gauge from a process's Prometheus `/metrics`, summed over labels.
+/// A counter or gauge from a process's Prometheus `/metrics` (a router's internal URL), summed
+/// over labels.
 async fn metric(url: &str, name: &str) -> Option<f64> {
     let text = http().get(format!("{url}/metrics")).send().await.ok()?.text().await.ok()?;
     let values: Vec<f64> = text
@@ -926,6 +911,8 @@ struct TwoRouters {
     node: Proc,
     routers: Vec<Proc>,
     urls: Vec<String>,
+    /// Each router's `--internal-listen` (`/metrics`).
+    internal_urls: Vec<String>,
     creds: Value,
 }
 
@@ -943,6 +930,7 @@ impl TwoRouters {
             grpc,
             routers: Vec::new(),
             urls: Vec::new(),
+            internal_urls: Vec::new(),
             creds: Value::Null,
         };
         cluster.start_routers(router_args).await;
@@ -976,15 +964,18 @@ impl TwoRouters {
         let creds_path = self.dir.join("credentials.json");
         self.routers.clear();
         self.urls.clear();
+        self.internal_urls.clear();
         for i in 0..2 {
             let listen = format!("127.0.0.1:{}", free_port());
-            let mut args = vec!["router", "--listen", &listen, "--nodes", &self.grpc];
+            let internal = format!("127.0.0.1:{}", free_port());
+            let mut args = vec!["router", "--listen", &listen, "--internal-listen", &internal, "--nodes", &self.grpc];
             args.extend_from_slice(router_args);
             if i == 0 {
                 args.extend(["--bootstrap-credentials", creds_path.to_str().unwrap()]);
             }
             self.routers.push(Proc::spawn(&args, &self.dir.join(format!("router{i}.log")), &SECRETS));
             self.urls.push(format!("http://{listen}"));
+            self.internal_urls.push(format!("http://{internal}"));
         }
         let urls = self.urls.clone();
         self.creds = wait_for("the cluster to serve", Duration::from_secs(90), || {
@@ -1003,7 +994,7 @@ impl TwoRouters {
 
     /// Waits until every router counts `n` live routers.
     async fn wait_live(&self, n: f64) {
-        for u in &self.urls {
+        for u in &self.internal_urls {
             wait_for("live routers", Duration::from_secs(30), || async move {
                 (metric(u, "sextant_router_live_routers").await == Some(n)).then_some(())
             })
@@ -1182,10 +1173,11 @@ async fn a_router_that_stops_cleanly_leaves_the_limit_shares_at_once() {
     let cluster = TwoRouters::start(dir.path(), &[]).await;
     cluster.wait_live(2.0).await;
     let listen = format!("127.0.0.1:{}", free_port());
+    let internal = format!("127.0.0.1:{}", free_port());
     let log = std::fs::File::create(dir.path().join("router2.log")).unwrap();
     let mut third = Polite(
         std::process::Command::new(BIN)
-            .args(["router", "--listen", &listen, "--nodes", &cluster.grpc])
+            .args(["router", "--listen", &listen, "--internal-listen", &internal, "--nodes", &cluster.grpc])
             .envs(SECRETS)
             .stdout(log.try_clone().unwrap())
             .stderr(log)

@@ -5,31 +5,13 @@
 mod common;
 
 use std::path::Path;
-use std::time::Duration;
 
 use chrono::SecondsFormat;
 use common::*;
 use serde_json::{json, Value};
 
 async fn start_dev(dir: &Path) -> Dev {
-    let extra = ["--api-rps", "100000", "--auth-rps", "10000", "--ingest-rps", "10000"];
-    for _ in 0..3 {
-        let listen = format!("127.0.0.1:{}", free_port());
-        let mut args = vec!["dev", "--data-dir", dir.to_str().unwrap(), "--listen", &listen];
-        args.extend_from_slice(&extra);
-        let mut proc = Proc::spawn(&args, &dir.join("dev.log"), &[]);
-        let url = format!("http://{listen}");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(90);
-        while tokio::time::Instant::now() < deadline && !proc.exited() {
-            if ready(&url).await {
-                if let Some(creds) = read_credentials(&dir.join("credentials.json")) {
-                    return Dev { proc, url, dir: dir.to_owned(), creds };
-                }
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
-    panic!("sextant dev did not start; see {}", dir.join("dev.log").display());
+    Dev::start_with(dir, &["--api-rps", "100000", "--auth-rps", "10000", "--ingest-rps", "10000"], &[]).await
 }
 
 fn now_ms() -> i64 {

@@ -32,6 +32,8 @@ struct Scaled {
     nodes: Vec<Option<Proc>>,
     router: Proc,
     url: String,
+    /// The router's `--internal-listen`, where the admin API is.
+    internal_url: String,
     creds: Value,
 }
 
@@ -49,11 +51,14 @@ impl Scaled {
         let seeds = ports.iter().map(|(g, _)| format!("127.0.0.1:{g}")).collect::<Vec<_>>().join(",");
         let creds_path = dir.join("credentials.json");
         let listen = format!("127.0.0.1:{router_port}");
+        let internal = format!("127.0.0.1:{}", free_port());
         let router = Proc::spawn(
             &[
                 "router",
                 "--listen",
                 &listen,
+                "--internal-listen",
+                &internal,
                 "--nodes",
                 &seeds,
                 "--bootstrap-credentials",
@@ -76,6 +81,7 @@ impl Scaled {
             nodes: (0..n).map(|_| None).collect(),
             router,
             url: format!("http://{listen}"),
+            internal_url: format!("http://{internal}"),
             creds: Value::Null,
         };
         for i in 0..started {
@@ -159,8 +165,12 @@ impl Scaled {
     }
 
     async fn admin_nodes(&self) -> Option<Vec<Value>> {
-        let resp =
-            http().get(format!("{}/admin/v1/cluster/nodes", self.url)).bearer_auth(ADMIN_TOKEN).send().await.ok()?;
+        let resp = http()
+            .get(format!("{}/admin/v1/cluster/nodes", self.internal_url))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .ok()?;
         if resp.status() != 200 {
             return None;
         }
@@ -169,7 +179,7 @@ impl Scaled {
 
     async fn admin_post(&self, path: &str, body: Value) -> (u16, Value) {
         let resp = http()
-            .post(format!("{}/admin/v1/cluster/{path}", self.url))
+            .post(format!("{}/admin/v1/cluster/{path}", self.internal_url))
             .bearer_auth(ADMIN_TOKEN)
             .json(&body)
             .send()
@@ -314,7 +324,7 @@ async fn a_joined_node_gets_replicas_by_snapshot_and_a_drain_empties_it() -> Res
     }
 
     // The admin API needs the token, and refuses placements it cannot honour.
-    let anon = http().get(format!("{}/admin/v1/cluster/nodes", c.url)).send().await.unwrap();
+    let anon = http().get(format!("{}/admin/v1/cluster/nodes", c.internal_url)).send().await.unwrap();
     assert_eq!(anon.status(), 401);
     let (status, body) = c.admin_post("placement", json!({"nodes": [c.addr(0), c.addr(1)]})).await;
     assert_eq!((status, body["error"]["code"].as_str()), (409, Some("too_few_nodes")), "{body}");

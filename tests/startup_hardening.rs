@@ -65,7 +65,8 @@ fn a_node_with_an_empty_or_short_cluster_secret_refuses_to_start() {
 fn a_router_with_an_empty_or_short_cluster_secret_refuses_to_start() {
     for secret in SHORT_SECRETS {
         let listen = format!("127.0.0.1:{}", free_port());
-        let args = ["router", "--listen", &listen, "--nodes", "127.0.0.1:1"];
+        let internal = format!("127.0.0.1:{}", free_port());
+        let args = ["router", "--listen", &listen, "--internal-listen", &internal, "--nodes", "127.0.0.1:1"];
         let (code, stderr) = run_to_exit(&args, &[("SEXTANT_CLUSTER_SECRET", secret), ("SEXTANT_JWT_SECRET", JWT)]);
         assert!(code.is_some_and(|c| c != 0), "exit code {code:?} with a {}-byte secret", secret.len());
         assert!(stderr.contains("cluster secret (SEXTANT_CLUSTER_SECRET) must have at least 32 bytes"), "{stderr}");

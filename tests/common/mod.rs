@@ -182,7 +182,10 @@ pub fn read_credentials(path: &Path) -> Option<Value> {
 /// `sextant dev` on a data directory.
 pub struct Dev {
     pub proc: Proc,
+    /// The public API.
     pub url: String,
+    /// `--internal-listen`: `/metrics` and `/admin/v1`.
+    pub internal_url: String,
     pub dir: PathBuf,
     pub creds: Value,
 }
@@ -195,16 +198,17 @@ impl Dev {
     /// `sextant dev` with extra flags and environment.
     pub async fn start_with(dir: &Path, extra: &[&str], envs: &[(&str, &str)]) -> Dev {
         for _ in 0..3 {
-            let port = free_port();
-            let listen = format!("127.0.0.1:{port}");
-            let mut args = vec!["dev", "--data-dir", dir.to_str().unwrap(), "--listen", &listen];
+            let listen = format!("127.0.0.1:{}", free_port());
+            let internal = format!("127.0.0.1:{}", free_port());
+            let mut args =
+                vec!["dev", "--data-dir", dir.to_str().unwrap(), "--listen", &listen, "--internal-listen", &internal];
             args.extend_from_slice(extra);
             let mut proc = Proc::spawn(&args, &dir.join("dev.log"), envs);
             let url = format!("http://{listen}");
             if let Some(creds) = ready_with_credentials(&url, dir, &mut proc, Duration::from_secs(90)).await {
-                return Dev { proc, url, dir: dir.to_owned(), creds };
+                return Dev { proc, url, internal_url: format!("http://{internal}"), dir: dir.to_owned(), creds };
             }
-            // Port taken between probe and bind, most likely: try another one.
+            // A port taken between probe and bind, most likely: try other ones.
         }
         panic!("sextant dev did not start; see {}", dir.join("dev.log").display());
     }
@@ -286,6 +290,8 @@ pub struct Cluster {
     pub nodes: Vec<Option<Proc>>,
     pub router: Proc,
     pub url: String,
+    /// The router's `--internal-listen`: `/metrics` and `/admin/v1`.
+    pub internal_url: String,
     pub creds: Value,
 }
 
@@ -294,6 +300,7 @@ impl Cluster {
         let secret = "test-cluster-secret-0123456789abcdef".to_owned();
         let node_ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let router_port = free_port();
+        let internal_port = free_port();
         let nodes = node_ports.iter().map(|(grpc, _)| format!("127.0.0.1:{grpc}")).collect::<Vec<_>>().join(",");
         let creds_path = dir.join("credentials.json");
         let router = Proc::spawn(
@@ -301,6 +308,8 @@ impl Cluster {
                 "router",
                 "--listen",
                 &format!("127.0.0.1:{router_port}"),
+                "--internal-listen",
+                &format!("127.0.0.1:{internal_port}"),
                 "--nodes",
                 &nodes,
                 "--bootstrap-credentials",
@@ -328,6 +337,7 @@ impl Cluster {
             nodes: (0..n).map(|_| None).collect(),
             router,
             url: format!("http://127.0.0.1:{router_port}"),
+            internal_url: format!("http://127.0.0.1:{internal_port}"),
             creds: Value::Null,
         };
         for i in 0..n {
