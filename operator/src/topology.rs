@@ -20,6 +20,8 @@ pub const NODE_HTTP_PORT: i32 = 7001;
 /// Ports the router container listens on (the Service maps the user's ports onto these).
 pub const ROUTER_HTTP_PORT: i32 = 8080;
 pub const ROUTER_OTLP_GRPC_PORT: i32 = 4317;
+/// The router's `--internal-listen`: `/metrics` and the admin API, never on the public Service.
+pub const ROUTER_INTERNAL_PORT: i32 = 9090;
 
 /// Keys of the cluster's internal Secret.
 pub const JWT_SIGNING_KEY: &str = "jwt-signing-key";
@@ -56,6 +58,10 @@ impl Names {
     pub fn routers(&self) -> String {
         format!("{}-router", self.cluster)
     }
+    /// ClusterIP Service of the routers' internal port (metrics, admin API).
+    pub fn routers_internal(&self) -> String {
+        format!("{}-router-internal", self.cluster)
+    }
     pub fn config(&self) -> String {
         format!("{}-config", self.cluster)
     }
@@ -81,6 +87,10 @@ impl Names {
     }
     pub fn router_url(&self, http_port: i32) -> String {
         format!("http://{}.{}.svc:{http_port}", self.routers(), self.namespace)
+    }
+    /// Where the operator reaches the admin API (and Prometheus the routers' metrics).
+    pub fn router_internal_url(&self) -> String {
+        format!("http://{}.{}.svc:{ROUTER_INTERNAL_PORT}", self.routers_internal(), self.namespace)
     }
     /// `--peers` of `sextant node`: Raft id = ordinal + 1 (ids start at 1).
     pub fn peers(&self, nodes: i32) -> String {
@@ -315,11 +325,17 @@ pub fn owned_objects(
     let mut router_container = json!({
         "name": "router",
         "image": spec.image,
-        "args": ["router", "--listen", format!("0.0.0.0:{ROUTER_HTTP_PORT}"), "--nodes", "$(SEXTANT_NODES)"],
+        "args": [
+            "router",
+            "--listen", format!("0.0.0.0:{ROUTER_HTTP_PORT}"),
+            "--internal-listen", format!("0.0.0.0:{ROUTER_INTERNAL_PORT}"),
+            "--nodes", "$(SEXTANT_NODES)",
+        ],
         "env": router_env,
         "ports": [
             {"name": "http", "containerPort": ROUTER_HTTP_PORT},
             {"name": "otlp-grpc", "containerPort": ROUTER_OTLP_GRPC_PORT},
+            {"name": "internal", "containerPort": ROUTER_INTERNAL_PORT},
         ],
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5},
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10},
@@ -369,6 +385,29 @@ pub fn owned_objects(
         }),
     )?;
 
+    // Always ClusterIP, whatever type the public Service has. The annotations let a Prometheus
+    // with the usual `kubernetes-service-endpoints` job scrape every router pod.
+    let internal_service = render(
+        "Service",
+        json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {
+                "name": names.routers_internal(), "namespace": names.namespace,
+                "labels": labels(&names, "router"), "ownerReferences": [owner],
+                "annotations": {
+                    "prometheus.io/scrape": "true",
+                    "prometheus.io/port": ROUTER_INTERNAL_PORT.to_string(),
+                    "prometheus.io/path": "/metrics",
+                },
+            },
+            "spec": {
+                "type": "ClusterIP",
+                "selector": selector(&names, "router"),
+                "ports": [{"name": "internal", "port": ROUTER_INTERNAL_PORT, "targetPort": "internal"}],
+            },
+        }),
+    )?;
+
     // One voluntary disruption at a time keeps a majority of every group with rf >= 3; with
     // rf 5, two. rf 1 or 2 cannot survive any loss, but blocking every drain would be worse.
     let max_unavailable = ((storage.replication_factor - 1) / 2).max(1);
@@ -387,6 +426,7 @@ pub fn owned_objects(
         Owned::StatefulSet(statefulset),
         Owned::Deployment(deployment),
         Owned::Service(router_service),
+        Owned::Service(internal_service),
         Owned::PodDisruptionBudget(pdb),
     ])
 }
@@ -427,7 +467,7 @@ pub(crate) mod tests {
     #[test]
     fn every_object_is_owned_by_the_cluster_and_in_its_namespace() {
         let objects = owned_objects(&cluster(3, 3), 3, 3).unwrap();
-        assert_eq!(objects.len(), 6);
+        assert_eq!(objects.len(), 7);
         for o in &objects {
             let meta = match o {
                 Owned::ConfigMap(x) => &x.metadata,
@@ -461,21 +501,68 @@ pub(crate) mod tests {
         assert_eq!(routers.spec.as_ref().unwrap().replicas, Some(0));
     }
 
-    #[test]
-    fn router_service_exposes_http_and_otlp_grpc() {
-        let objects = owned_objects(&cluster(3, 3), 3, 3).unwrap();
-        let svc = objects
+    fn service<'a>(objects: &'a [Owned], name: &str) -> &'a Service {
+        objects
             .iter()
-            .find_map(|o| {
-                if let Owned::Service(s) = o {
-                    (s.metadata.name.as_deref() == Some("obs-router")).then_some(s)
-                } else {
-                    None
-                }
+            .find_map(|o| match o {
+                Owned::Service(s) if s.metadata.name.as_deref() == Some(name) => Some(s),
+                _ => None,
             })
-            .unwrap();
-        let ports: Vec<i32> = svc.spec.as_ref().unwrap().ports.as_ref().unwrap().iter().map(|p| p.port).collect();
-        assert_eq!(ports, vec![8080, 4317]);
+            .unwrap_or_else(|| panic!("no Service {name}"))
+    }
+
+    fn router_container(objects: &[Owned]) -> k8s_openapi::api::core::v1::Container {
+        let d = objects.iter().find_map(|o| if let Owned::Deployment(d) = o { Some(d) } else { None }).unwrap();
+        d.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0].clone()
+    }
+
+    /// (name, port, target port) of each port of a Service.
+    fn service_ports(svc: &Service) -> Vec<(String, i32, String)> {
+        let target = |t: &Option<k8s_openapi::apimachinery::pkg::util::intstr::IntOrString>| match t {
+            Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String(s)) => s.clone(),
+            other => format!("{other:?}"),
+        };
+        svc.spec
+            .as_ref()
+            .unwrap()
+            .ports
+            .as_ref()
+            .unwrap()
+            .iter()
+            .map(|p| (p.name.clone().unwrap_or_default(), p.port, target(&p.target_port)))
+            .collect()
+    }
+
+    #[test]
+    fn router_service_exposes_http_and_otlp_grpc_but_not_the_internal_port() {
+        let objects = owned_objects(&cluster(3, 3), 3, 3).unwrap();
+        let ports = service_ports(service(&objects, "obs-router"));
+        assert_eq!(ports, vec![("http".into(), 8080, "http".into()), ("otlp-grpc".into(), 4317, "otlp-grpc".into())]);
+    }
+
+    #[test]
+    fn routers_serve_metrics_and_admin_on_an_internal_cluster_ip_service() {
+        let mut c = cluster(3, 3);
+        c.spec.routers.service.type_ = crate::v1alpha1::ServiceType::LoadBalancer;
+        let objects = owned_objects(&c, 3, 3).unwrap();
+        let router = router_container(&objects);
+        let args = router.args.unwrap();
+        let at = args.iter().position(|a| a == "--internal-listen").expect("--internal-listen");
+        assert_eq!(args[at + 1], "0.0.0.0:9090");
+        let ports: Vec<(Option<String>, i32)> =
+            router.ports.unwrap().into_iter().map(|p| (p.name, p.container_port)).collect();
+        assert!(ports.contains(&(Some("internal".into()), 9090)), "{ports:?}");
+
+        let internal = service(&objects, "obs-router-internal");
+        let spec = internal.spec.as_ref().unwrap();
+        assert_eq!(spec.type_.as_deref(), Some("ClusterIP"), "internal even when the public one is a LoadBalancer");
+        assert_eq!(spec.selector, service(&objects, "obs-router").spec.as_ref().unwrap().selector);
+        assert_eq!(service_ports(internal), vec![("internal".into(), 9090, "internal".into())]);
+        let annotations = internal.metadata.annotations.as_ref().unwrap();
+        assert_eq!(annotations["prometheus.io/port"], "9090");
+        assert_eq!(annotations["prometheus.io/path"], "/metrics");
+        let names = Names::of(&c).unwrap();
+        assert_eq!(names.router_internal_url(), "http://obs-router-internal.telemetry.svc:9090");
     }
 
     #[test]
@@ -528,6 +615,13 @@ pub(crate) mod tests {
                     }
                 }
                 prop_assert_eq!(names.router_url(http), format!("http://obs-router.telemetry.svc:{http}"));
+                // Only the internal Service reaches the internal port, whatever the public ports.
+                for o in &objects {
+                    if let Owned::Service(svc) = o {
+                        let internal = service_ports(svc).iter().any(|(_, _, target)| target == "internal");
+                        prop_assert_eq!(internal, o.name() == "obs-router-internal", "{}", o.name());
+                    }
+                }
             }
         }
     }

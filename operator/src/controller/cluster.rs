@@ -319,6 +319,7 @@ mod tests {
                                    "status": {"readyReplicas": deployment_ready}}),
             ),
             Step::apply(&format!("/api/v1{ns}/services/obs-router")),
+            Step::apply(&format!("/api/v1{ns}/services/obs-router-internal")),
             Step::apply(&format!("/apis/policy/v1{ns}/poddisruptionbudgets/obs-node")),
         ]
     }
@@ -381,7 +382,7 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(action, kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(300)));
-        assert_eq!(admin.calls(), vec![Call::Connect("http://obs-router.telemetry.svc:8080".into())]);
+        assert_eq!(admin.calls(), vec![Call::Connect("http://obs-router-internal.telemetry.svc:9090".into())]);
     }
 
     #[tokio::test]

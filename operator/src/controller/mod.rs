@@ -108,7 +108,8 @@ impl Context {
         }
     }
 
-    /// The admin API of a cluster, reached through its router Service with the admin token.
+    /// The admin API of a cluster, reached through its internal router Service with the admin
+    /// token.
     pub async fn admin_of(&self, cluster: &SextantCluster) -> Result<Arc<dyn ClusterAdmin>, Error> {
         let names = Names::of(cluster)?;
         let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &names.namespace);
@@ -129,7 +130,7 @@ impl Context {
             .or_else(|| secret.string_data.as_ref().and_then(|d| d.get(ADMIN_TOKEN).cloned()))
             .filter(|t| !t.is_empty())
             .ok_or_else(|| Error::BadSecret(names.secret(), ADMIN_TOKEN))?;
-        Ok(self.admin.connect(AdminEndpoint { url: names.router_url(cluster.spec.routers.service.http_port), token }))
+        Ok(self.admin.connect(AdminEndpoint { url: names.router_internal_url(), token }))
     }
 
     /// The cluster a namespaced resource belongs to: the named one, or the namespace's only one.
