@@ -330,6 +330,32 @@ impl parquet::file::reader::ChunkReader for SegmentFile {
     }
 }
 
+/// The footer's column chunk and page offsets, checked against the file: parquet asserts on
+/// a negative one, and subtracts a page index's offsets and first rows unchecked.
+fn check_chunks(md: &parquet::file::metadata::ParquetMetaData, file_len: u64) -> Result<(), String> {
+    for (i, rg) in md.row_groups().iter().enumerate() {
+        let pages = md.page_index_for_row_group(i);
+        for (c, col) in rg.columns().iter().enumerate() {
+            let start = col.dictionary_page_offset().unwrap_or(col.data_page_offset());
+            let end = start.checked_add(col.compressed_size()).filter(|&e| start >= 0 && e >= start);
+            let Some(end) = end.filter(|&e| e as u64 <= file_len) else {
+                return Err(format!("row group {i}, column {c}: chunk outside the file"));
+            };
+            // Pages in order, inside the chunk, each starting on a later row of the group.
+            let (mut at, mut row) = (start, -1);
+            for p in pages.page_locations(c).into_iter().flatten() {
+                let page_end = p.offset.checked_add(i64::from(p.compressed_page_size));
+                let rows_ok = p.first_row_index > row && p.first_row_index < rg.num_rows().max(1);
+                if p.offset < at || p.compressed_page_size < 0 || page_end.is_none_or(|e| e > end) || !rows_ok {
+                    return Err(format!("row group {i}, column {c}: page index out of order or outside its chunk"));
+                }
+                (at, row) = (p.offset, p.first_row_index);
+            }
+        }
+    }
+    Ok(())
+}
+
 /// An open segment: parsed footer, batch ids and trace-id bloom filters stay in memory so a
 /// lookup reads only the row groups that may hold the trace.
 pub struct Segment {
@@ -349,9 +375,21 @@ impl Segment {
         if file.metadata()?.len() != meta.file.len {
             return Err(io::Error::new(io::ErrorKind::InvalidData, format!("{} has the wrong size", meta.file.name)));
         }
-        let file = SegmentFile::map(&file)?;
+        Self::from_file(meta, SegmentFile::map(&file)?)
+    }
+
+    /// A segment from bytes in memory (fuzzing reads corrupted copies this way).
+    pub fn from_bytes(meta: SegmentMeta, bytes: bytes::Bytes) -> io::Result<Segment> {
+        Self::from_file(meta, SegmentFile(bytes))
+    }
+
+    fn from_file(meta: SegmentMeta, file: SegmentFile) -> io::Result<Segment> {
         let options = ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional);
         let reader = ArrowReaderMetadata::load(&file, options).map_err(err)?;
+        super::layout::check_schema(meta.table, reader.schema())
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", meta.file.name)))?;
+        check_chunks(reader.metadata(), file.0.len() as u64)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", meta.file.name)))?;
         let footer = |key: &str| {
             reader
                 .metadata()
@@ -457,7 +495,11 @@ impl Segment {
             if let Some(filter) = filter() {
                 builder = builder.with_row_filter(filter);
             }
-            for rb in builder.build().map_err(err)? {
+            let mut batches = builder.build().map_err(err)?;
+            // parquet's page decoders index a page's contents unchecked: a corrupted page
+            // panics in them, which is this segment's error here (docs/RELIABILITY.md).
+            let corrupted = |_| io::Error::new(io::ErrorKind::InvalidData, format!("{}: corrupted page", self.meta.file.name));
+            while let Some(rb) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| batches.next())).map_err(corrupted)? {
                 f(assemble(rb.map_err(err)?).map_err(err)?)?;
             }
         }

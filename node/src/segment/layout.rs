@@ -169,6 +169,47 @@ pub fn parent_refs(rows: &[RowRef<'_>]) -> Vec<i32> {
     refs
 }
 
+/// Whether `file` (a segment's schema as read) is one a segment of `table` is written with:
+/// every column of the table, each of its type or of its stored form, and metadata the
+/// readers can use. A corrupted footer is refused here rather than met by readers.
+pub fn check_schema(table: Table, file: &Schema) -> Result<(), String> {
+    let expected = table.schema();
+    for f in expected.fields() {
+        file.field_with_name(f.name()).map_err(|_| format!("column {} is missing", f.name()))?;
+    }
+    for f in file.fields() {
+        let name = f.name().as_str();
+        let wrong = || Err(format!("column {name} has an unexpected type or metadata"));
+        if name == PARENT_REF {
+            if f.data_type() != &DataType::Int32 {
+                return wrong();
+            }
+            continue;
+        }
+        if attribute_columns::is_attribute_column(name) {
+            continue;
+        }
+        let Ok(table_field) = expected.field_with_name(name) else { return Err(format!("unknown column {name}")) };
+        let meta = f.metadata();
+        let ok = if let Some(width) = meta.get(HEX_ID_WIDTH) {
+            let written = hex_id_columns(table).iter().find(|(n, _)| *n == name).map(|(_, w)| w.to_string());
+            f.data_type() == &DataType::Binary && written.as_ref() == Some(width)
+        } else if let Some(unit) = meta.get(DURATION_UNIT) {
+            name == "duration_ns" && f.data_type() == &DataType::Int64 && ["1000", "1000000"].contains(&unit.as_str())
+        } else if let Some(from) = meta.get(OFFSET_FROM) {
+            f.data_type() == &DataType::Int64
+                && from != name
+                && file.field_with_name(from).is_ok_and(|b| b.data_type() == &DataType::Int64)
+        } else {
+            f.data_type() == table_field.data_type()
+        };
+        if !ok {
+            return wrong();
+        }
+    }
+    Ok(())
+}
+
 /// Columns to read beyond `requested` so that [`assemble`] can rebuild them.
 pub fn companion_columns(requested: &[String], file: &Schema) -> Vec<usize> {
     let wants = |c: &str| requested.iter().any(|r| r == c);
@@ -324,6 +365,39 @@ mod tests {
         let rows = [span("a", ""), span("b", "a"), span("c", "a"), span("d", "elsewhere"), span("e", "c")];
         let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
         assert_eq!(parent_refs(&refs), vec![0, 1, 2, 0, 2]);
+    }
+
+    /// Found by fuzzing: a segment whose footer names or types a column otherwise (one
+    /// corrupted byte) opened, and the first read panicked on the missing column. Only
+    /// schemas a segment is written with pass.
+    #[test]
+    fn a_corrupted_segment_schema_is_refused_at_open() {
+        for table in Table::ALL {
+            assert_eq!(check_schema(table, &table.schema()), Ok(()));
+        }
+        let rows: Vec<Row> = (0..10u64)
+            .map(|i| Row::Span(SpanRow { trace_id: format!("{i:032x}"), duration_nanos: 1_000, ..Default::default() }))
+            .collect();
+        let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
+        let written = Layout::choose(Table::Spans, &refs).schema(Table::Spans);
+        assert_eq!(check_schema(Table::Spans, &written), Ok(()));
+        let with = |i: usize, f: Field| {
+            let mut fields: Vec<Field> = written.fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields[i] = f;
+            Schema::new(fields)
+        };
+        let trace = written.index_of("trace_id").unwrap();
+        let duration = written.index_of("duration_ns").unwrap();
+        let width = |w: &str| HashMap::from([(HEX_ID_WIDTH.to_owned(), w.to_owned())]);
+        for bad in [
+            with(trace, Field::new("trace_iD", DataType::Binary, true).with_metadata(width("16"))),
+            with(trace, Field::new("trace_id", DataType::Utf8, false).with_metadata(width("16"))),
+            with(trace, Field::new("trace_id", DataType::Binary, true).with_metadata(width("99999999999"))),
+            with(duration, Field::new("duration_ns", DataType::Int64, false).with_metadata(HashMap::from([(DURATION_UNIT.to_owned(), "7".to_owned())]))),
+            with(duration, Field::new("duration_ns", DataType::Int32, false)),
+        ] {
+            assert!(check_schema(Table::Spans, &bad).is_err(), "{bad:?}");
+        }
     }
 
     /// Through a real segment file: the layout (units in field metadata, parent references,

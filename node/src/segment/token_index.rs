@@ -24,6 +24,8 @@ use xxhash_rust::xxh3::xxh3_64;
 pub const FOOTER_KEY: &str = "sextant.terms";
 pub const LEGACY_FOOTER_KEY: &str = "sextant.tokens";
 const RICE_BITS: u32 = 7;
+/// Most a legacy index expands from its compressed bytes (see `decode_legacy`).
+const LEGACY_MAX_EXPANSION: usize = 64;
 
 pub fn term_hash(term: &str) -> u32 {
     xxh3_64(term.as_bytes()) as u32
@@ -227,6 +229,11 @@ impl TokenIndex {
     pub fn decode_legacy(text: &str) -> Option<TokenIndex> {
         let framed = base64::engine::general_purpose::STANDARD_NO_PAD.decode(text).ok()?;
         let raw_len = u32::from_le_bytes(framed.get(..4)?.try_into().ok()?) as usize;
+        // The length comes from the file: zstd would allocate it before reading a byte. Exact
+        // hashes compress little, so a length far past the compressed size is corruption.
+        if raw_len > framed.len().saturating_mul(LEGACY_MAX_EXPANSION) + 65536 {
+            return None;
+        }
         let raw = zstd::bulk::decompress(&framed[4..], raw_len).ok()?;
         let mut pos = 0;
         let n = get_varint(&raw, &mut pos)? as usize;
@@ -311,5 +318,16 @@ mod tests {
         let idx = TokenIndex::decode_legacy(&text).unwrap();
         assert!(idx.may_contain_all(0, &[5, 9]) && idx.may_contain_all(1, &[7]));
         assert!(!idx.may_contain_all(0, &[7]) && !idx.may_contain_all(1, &[5]));
+    }
+
+    /// Found by fuzzing: a legacy index's length is read from the file, and a corrupted one
+    /// (here 4 GiB) made zstd allocate it whole before decompressing.
+    #[test]
+    fn a_legacy_index_with_a_corrupted_length_is_unreadable() {
+        let raw = [1u8, 1, 5];
+        let mut framed = u32::MAX.to_le_bytes().to_vec();
+        framed.extend(zstd::bulk::compress(&raw, 3).unwrap());
+        let text = base64::engine::general_purpose::STANDARD_NO_PAD.encode(framed);
+        assert_eq!(TokenIndex::decode_legacy(&text), None);
     }
 }

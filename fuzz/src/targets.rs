@@ -1,0 +1,402 @@
+//! One function per parser of untrusted input. Each takes the fuzzer's bytes, runs the parser
+//! the way the server does, and uses what it returns; an `Err` is a correct answer, a panic
+//! or an allocation over [`crate::alloc`]'s cap is a finding.
+
+use std::io::Read;
+use std::sync::OnceLock;
+
+use axum::http::{header, HeaderMap, HeaderValue};
+use bytes::Bytes;
+use sextant_model::analytics::{self, BatchBody, ReplayBody, MAX_EVENTS_BODY, MAX_REPLAY_BODY};
+use sextant_model::capture::{self, TokenPlaces};
+use sextant_model::cohort::{self, CohortInput, Definition};
+use sextant_model::ingest::{self, LogsBody, MetricsBody, SpansBody, MAX_OBSERVABILITY_BODY};
+use sextant_model::text::{tokens, LogQuery};
+use sextant_model::time::{format_nanos, parse_query_time, TimeInput};
+use sextant_node::segment::file::write as write_segment;
+use sextant_node::segment::token_index::TokenIndex;
+use sextant_node::segment::{Filter, Manifest, Row, Scan, Segment, SegmentMeta, Table};
+use sextant_router::body;
+use sextant_router::query::{decode_cursor, Params};
+
+/// A fixed receive time (2026-01-01), so runs are reproducible.
+const NOW_NS: i64 = 1_767_225_600_000_000_000;
+
+/// A JSON request body as the router reads it: gzip when it starts with gzip's magic bytes
+/// (sent with `Content-Encoding: gzip`), then parsed into `T`.
+fn read_json<T: serde::de::DeserializeOwned>(data: &[u8], limit: usize) -> Option<T> {
+    let mut headers = HeaderMap::new();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if data.starts_with(&[0x1f, 0x8b]) {
+        headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+    }
+    let bytes = body::read(&headers, Ok(Bytes::copy_from_slice(data)), limit).ok()?;
+    body::parse_json::<T>(&bytes).ok()
+}
+
+/// `POST /v1/traces`.
+pub fn ingest_spans(data: &[u8]) {
+    if let Some(b) = read_json::<SpansBody>(data, MAX_OBSERVABILITY_BODY) {
+        if let Ok(items) = b.spans.into_items() {
+            let _ = ingest::validate_all(items, ingest::validate_span);
+        }
+    }
+}
+
+/// `POST /v1/logs`.
+pub fn ingest_logs(data: &[u8]) {
+    if let Some(b) = read_json::<LogsBody>(data, MAX_OBSERVABILITY_BODY) {
+        if let Ok(items) = b.logs.into_items() {
+            let _ = ingest::validate_all(items, ingest::validate_log);
+        }
+    }
+}
+
+/// `POST /v1/metrics/infrastructure`.
+pub fn ingest_metrics(data: &[u8]) {
+    if let Some(b) = read_json::<MetricsBody>(data, MAX_OBSERVABILITY_BODY) {
+        if let Ok(items) = b.metrics.into_items() {
+            let _ = ingest::validate_all(items, ingest::validate_host_metric);
+        }
+    }
+}
+
+/// `POST /v1/batch`.
+pub fn analytics_batch(data: &[u8]) {
+    if let Some(b) = read_json::<BatchBody>(data, MAX_EVENTS_BODY) {
+        if let Ok(items) = b.events.into_items() {
+            let _ = ingest::validate_all(items, |i, e, errors| analytics::validate_event(i, e, NOW_NS, errors));
+        }
+    }
+}
+
+/// `POST /v1/replay/events`.
+pub fn analytics_replay(data: &[u8]) {
+    if let Some(b) = read_json::<ReplayBody>(data, MAX_REPLAY_BODY) {
+        let _ = analytics::validate_replay(b, &mut Vec::new());
+    }
+}
+
+/// PostHog capture (`/batch/`, `/e/`, ...). An input starting with `?` carries the query string
+/// on its first line (`?compression=gzip-js`); then `G\n` sends `Content-Encoding: gzip`. The
+/// rest is the body: JSON, gzip (also by its magic bytes) or a `data=<base64>` form. The steps
+/// are the router's (`capture::Shape::Posthog`, private): the token search over the decoded
+/// stream, then the whole text decoded, un-wrapped and parsed, and each event validated.
+pub fn posthog_capture(data: &[u8]) {
+    let (query, rest) = match data.strip_prefix(b"?") {
+        Some(q) => match q.iter().position(|&b| b == b'\n') {
+            Some(n) => (String::from_utf8_lossy(&q[..n]).into_owned(), &q[n + 1..]),
+            None => (String::from_utf8_lossy(q).into_owned(), &[][..]),
+        },
+        None => (String::new(), data),
+    };
+    let (gzip_header, raw) = match rest.strip_prefix(b"G\n") {
+        Some(r) => (true, r),
+        None => (false, rest),
+    };
+    let gzip = gzip_header || query.split('&').any(|p| p == "compression=gzip-js") || raw.starts_with(&[0x1f, 0x8b]);
+    let limit = MAX_EVENTS_BODY;
+    let stream: Box<dyn Read + '_> =
+        if gzip { Box::new(flate2::read::GzDecoder::new(raw).take(limit as u64)) } else { Box::new(raw) };
+    let _ = capture::find_token(capture::posthog_json(stream), TokenPlaces::Posthog);
+    let text = if gzip {
+        let mut headers = HeaderMap::new();
+        headers.insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
+        match body::read(&headers, Ok(Bytes::copy_from_slice(raw)), limit) {
+            Ok(t) => t.to_vec(),
+            Err(_) => return,
+        }
+    } else {
+        raw.to_vec()
+    };
+    let json = if capture::is_form(&text) {
+        let mut out = Vec::new();
+        if capture::posthog_json(&text[..]).take(limit as u64 + 1).read_to_end(&mut out).is_err() || out.len() > limit {
+            return;
+        }
+        out
+    } else {
+        text
+    };
+    let Ok(parsed) = capture::posthog_body(&json) else { return };
+    if let Ok(events) = parsed.events.into_items() {
+        let _ = ingest::validate_all(events, |i, e, errors| analytics::validate_event(i, e, NOW_NS, errors));
+    }
+}
+
+/// The log search language (`q` of `/api/v1/logs/search`).
+pub fn log_query(data: &[u8]) {
+    let q = String::from_utf8_lossy(data);
+    if let Ok(parsed) = LogQuery::parse(&q) {
+        let _ = parsed.required_terms();
+        let words: Vec<String> = tokens(&q).collect();
+        let _ = parsed.matches_words(&words);
+    }
+}
+
+/// Cohort definitions (`POST /api/cohorts`): parsed, validated, and every valid definition
+/// goes through its stored form (proto) and back unchanged.
+pub fn cohort_conditions(data: &[u8]) {
+    let Ok(input) = body::parse_json::<CohortInput>(data) else { return };
+    let Ok((_, def)) = cohort::validate(&input) else { return };
+    let _ = def.to_json();
+    let _ = def.longest_range_ns();
+    let _ = def.matches_without_events();
+    let counts: Vec<u64> = (0..def.conditions.len() as u64).collect();
+    let _ = def.matches(&counts);
+    // Shards get the proto (ranges in nanoseconds, not their text).
+    let sent = def.to_proto();
+    let back = Definition::from_proto(&sent).expect("a validated definition reads back");
+    assert_eq!(back.to_proto(), sent, "a validated definition survives the proto");
+}
+
+/// Time values: JSON timestamps of ingest bodies, query-string `from`/`to`, epoch
+/// milliseconds over the whole f64 range and nanoseconds over the whole i64 range.
+pub fn time_values(data: &[u8]) {
+    let mut values: Vec<TimeInput> = Vec::new();
+    if let Ok(t) = serde_json::from_slice::<TimeInput>(data) {
+        values.push(t);
+    }
+    if let Some(b) = data.get(..8) {
+        let b: [u8; 8] = b.try_into().expect("8 bytes");
+        values.push(TimeInput::EpochMillis(f64::from_le_bytes(b)));
+        values.push(TimeInput::EpochNanos(i64::from_le_bytes(b)));
+    }
+    for t in values {
+        if let Ok(ns) = t.to_unix_nanos() {
+            let _ = format_nanos(ns);
+        }
+    }
+    if let Ok(ns) = parse_query_time(&String::from_utf8_lossy(data)) {
+        let _ = format_nanos(ns);
+    }
+}
+
+/// The query parameters every read shares: `from`, `to`, `limit`, `allow_partial`,
+/// lists, millisecond durations and cursors.
+pub fn query_params(data: &[u8]) {
+    let raw = String::from_utf8_lossy(data);
+    let Ok(params) = Params::parse(Some(&raw)) else { return };
+    let _ = params.limit();
+    let _ = params.allow_partial();
+    let _ = params.list("service");
+    let _ = params.millis("min_duration_ms");
+    let _ = decode_cursor(&params);
+    for default_ns in [sextant_router::query::HOUR_NS, 366 * 24 * sextant_router::query::HOUR_NS, i64::MAX] {
+        if let Ok((from, to)) = params.range_or(default_ns) {
+            assert!(from < to, "a range is never empty or reversed");
+        }
+    }
+}
+
+/// Hashes of term lists for the token index probes.
+const PROBES: [u32; 4] = [0, 1, 0x8000_0000, u32::MAX];
+
+/// The token index of a log segment's footer, both encodings.
+pub fn token_index(data: &[u8]) {
+    let text = String::from_utf8_lossy(data);
+    for index in [TokenIndex::decode(&text), TokenIndex::decode_legacy(&text)].into_iter().flatten() {
+        for rg in 0..index.groups.len() + 1 {
+            let _ = index.may_contain_all(rg, &PROBES);
+        }
+    }
+}
+
+/// Real files written by the code: the seeds that [`manifest`] and [`segment`] corrupt.
+struct Written {
+    manifest: Vec<u8>,
+    segments: Vec<(SegmentMeta, Bytes)>,
+}
+
+fn written() -> &'static Written {
+    static WRITTEN: OnceLock<Written> = OnceLock::new();
+    WRITTEN.get_or_init(|| {
+        use sextant_node::segment::table::RowRef;
+        use sextant_proto::{any_value, AnyValue, Event, KeyValue, LogRecord, Span};
+        let dir = tempfile::tempdir().expect("temporary directory");
+        let attr = |k: &str, v: String| KeyValue {
+            key: k.into(),
+            value: Some(AnyValue { value: Some(any_value::Value::StringValue(v)) }),
+        };
+        let logs: Vec<Row> = (0..300u64)
+            .map(|i| {
+                Row::Log(
+                    LogRecord {
+                        unix_nanos: NOW_NS + i as i64 * 1_000_000,
+                        level: (i % 6) as i32 + 1,
+                        service: ["api", "web", "db"][i as usize % 3].into(),
+                        message: format!("request {i} took {} ms for user-{}", i * 7 % 1000, i % 13),
+                        trace_id: format!("{:032x}", i / 3),
+                        span_id: format!("{:016x}", i),
+                        attributes: vec![attr("region", format!("eu-{}", i % 2)), attr("pod", format!("pod-{i}"))],
+                    }
+                    .into(),
+                )
+            })
+            .collect();
+        let spans: Vec<Row> = (0..300u64)
+            .map(|i| {
+                Row::Span(
+                    Span {
+                        trace_id: format!("{:032x}", i / 4),
+                        span_id: format!("{:016x}", i),
+                        parent_span_id: if i % 4 == 0 { String::new() } else { format!("{:016x}", i - 1) },
+                        service_name: ["api", "web", "db"][i as usize % 3].into(),
+                        operation: format!("GET /items/{}", i % 5),
+                        start_unix_nanos: NOW_NS + i as i64 * 1_000,
+                        duration_nanos: (i + 1) * 1_000,
+                        attributes: vec![attr("http.status", format!("{}", 200 + i % 3 * 100))],
+                        ..Default::default()
+                    }
+                    .into(),
+                )
+            })
+            .collect();
+        let events: Vec<Row> = (0..300u64)
+            .map(|i| {
+                Row::Event(Event {
+                    uuid: format!("u{i}"),
+                    event: ["pageview", "signup", "purchase"][i as usize % 3].into(),
+                    distinct_id: format!("user-{}", i % 17),
+                    unix_nanos: NOW_NS + i as i64,
+                    properties_json: format!("{{\"n\":{i}}}"),
+                })
+            })
+            .collect();
+        let mut segments = Vec::new();
+        for (id, (table, rows)) in [(Table::Logs, logs), (Table::Spans, spans), (Table::Events, events)].into_iter().enumerate() {
+            let mut rows = rows;
+            rows.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
+            let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
+            let meta = write_segment(dir.path(), id as u64 + 1, table, NOW_NS / 1_000_000_000 / 3600 * 3600, &refs, &[7, 9])
+                .expect("segment written");
+            let bytes = std::fs::read(dir.path().join(&meta.file.name)).expect("segment read");
+            segments.push((meta, Bytes::from(bytes)));
+        }
+        let mut manifest = Manifest::default();
+        manifest.segments = segments.iter().map(|(m, _)| m.clone()).collect();
+        manifest.next_segment = 4;
+        manifest.dedup.record_applied(7);
+        manifest.dedup.record_aborted(9);
+        manifest.tombstones.insert(9);
+        manifest.store(dir.path()).expect("manifest stored");
+        let manifest = std::fs::read(dir.path().join(sextant_node::segment::manifest::MANIFEST)).expect("manifest read");
+        Written { manifest, segments }
+    })
+}
+
+/// Applies `edits` to a copy of `file`: each 5 bytes are an offset (u32, modulo the length)
+/// and a byte XORed in there; a final shorter chunk truncates the file at its offset.
+fn corrupt(file: &[u8], edits: &[u8]) -> Vec<u8> {
+    let mut out = file.to_vec();
+    let mut chunks = edits.chunks_exact(5);
+    for c in &mut chunks {
+        if out.is_empty() {
+            break;
+        }
+        let at = u32::from_le_bytes([c[0], c[1], c[2], c[3]]) as usize % out.len();
+        out[at] ^= c[4].max(1);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() && !out.is_empty() {
+        let mut at = [0u8; 4];
+        at[..rest.len()].copy_from_slice(rest);
+        out.truncate(u32::from_le_bytes(at) as usize % out.len());
+    }
+    out
+}
+
+/// The manifest reader. First byte: 0 — the rest is the whole file; 1 — the rest is the body
+/// and its checksum is appended (so the decoder past the checksum is reached); else — edits
+/// ([`corrupt`]) of a real manifest's body, checksum fixed after.
+pub fn manifest(data: &[u8]) {
+    let Some((&mode, rest)) = data.split_first() else { return };
+    let file = match mode {
+        0 => rest.to_vec(),
+        1 => with_checksum(rest.to_vec()),
+        _ => {
+            let real = &written().manifest;
+            with_checksum(corrupt(&real[..real.len() - 8], rest))
+        }
+    };
+    if let Ok(m) = Manifest::decode(&file) {
+        let _ = m.files(sextant_node::archive::FileEntry { name: "MANIFEST".into(), len: 0, xxh3: 0 });
+        for s in &m.segments {
+            let _ = (m.dedup.is_applied(s.id as u128), m.dedup.is_aborted(s.id as u128));
+        }
+    }
+}
+
+fn with_checksum(mut body: Vec<u8>) -> Vec<u8> {
+    let digest = xxhash_rust::xxh3::xxh3_64(&body);
+    body.extend_from_slice(&digest.to_le_bytes());
+    body
+}
+
+/// The segment reader turns a panic of parquet's page decoders into an error (they index a
+/// corrupted page unchecked): such panics are not findings, every other one still is (the
+/// hook before, libFuzzer's, aborts).
+fn tolerate_parquet_panics() {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let file = info.location().map(|l| l.file()).unwrap_or_default();
+            if !(file.contains("/parquet-") || file.contains("/arrow-")) {
+                previous(info)
+            }
+        }));
+    });
+}
+
+/// The segment reader: a real segment (logs, spans or events: first byte modulo 3) with
+/// [`corrupt`] edits, or, when the first byte is 0xff, the rest as the whole file. Opened,
+/// then read whole, scanned and searched as queries do.
+pub fn segment(data: &[u8]) {
+    tolerate_parquet_panics();
+    let Some((&mode, rest)) = data.split_first() else { return };
+    let (meta, real) = &written().segments[mode as usize % 3];
+    let file = if mode == 0xff { Bytes::copy_from_slice(rest) } else { Bytes::from(corrupt(real, rest)) };
+    let mut meta = meta.clone();
+    meta.file.len = file.len() as u64;
+    let Ok(segment) = Segment::from_bytes(meta, file) else { return };
+    let _ = segment.read(None);
+    let _ = segment.column_bytes();
+    let table = segment.meta.table;
+    let filter = match table {
+        Table::Logs => Filter { log_query: LogQuery::parse("request user region:eu-1").ok(), ..Default::default() },
+        Table::Spans => Filter { services: vec!["api".into()], ..Default::default() },
+        _ => Filter { events: vec!["signup".into()], ..Default::default() },
+    };
+    let scan = Scan {
+        table,
+        project: "p".into(),
+        from_ns: NOW_NS,
+        to_ns: i64::MAX,
+        filter,
+        columns: Vec::new(),
+        dictionaries: Vec::new(),
+    };
+    let _ = segment.row_groups_by_time(&scan);
+    let _ = segment.scan(&scan, &|b| b == 9);
+    if matches!(table, Table::Spans | Table::Logs) {
+        let _ = segment.trace("p", &format!("{:032x}", 3));
+    }
+}
+
+/// Every target by name, for the libFuzzer binaries and the short runs.
+pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+    ("ingest_spans", ingest_spans),
+    ("ingest_logs", ingest_logs),
+    ("ingest_metrics", ingest_metrics),
+    ("analytics_batch", analytics_batch),
+    ("analytics_replay", analytics_replay),
+    ("posthog_capture", posthog_capture),
+    ("log_query", log_query),
+    ("cohort_conditions", cohort_conditions),
+    ("time_values", time_values),
+    ("query_params", query_params),
+    ("token_index", token_index),
+    ("manifest", manifest),
+    ("segment", segment),
+];

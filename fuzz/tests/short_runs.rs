@@ -1,0 +1,101 @@
+//! The short run of every fuzz target (a few seconds each, the same inputs on every run):
+//! its seeds and regression inputs (`fuzz/seeds/<target>/`), then edited inputs from a fixed
+//! seed. Under the capped allocator, an allocation a corrupted input could ask for aborts.
+
+use std::path::Path;
+
+use sextant_fuzz::short::{run, seeds};
+use sextant_fuzz::targets;
+
+#[global_allocator]
+static ALLOC: sextant_fuzz::alloc::Capped = sextant_fuzz::alloc::Capped;
+
+fn seeds_of(target: &str) -> Vec<Vec<u8>> {
+    seeds(&Path::new(env!("CARGO_MANIFEST_DIR")).join("seeds").join(target))
+}
+
+const JSON: &[&str] = &[
+    "\"spans\":", "\"logs\":", "\"metrics\":", "\"events\":", "\"timestamp\":", "\"duration_ms\":",
+    "\"attributes\":", "\"properties\":", "\"distinct_id\":", "\"uuid\":", "\"type\":", "\"data\":",
+    "\"session_id\":", "\"level\":", "\"message\":", "\"token\":", "\"batch\":", "\"api_key\":",
+];
+
+fn short(target: &str, iterations: usize, max_len: usize, f: fn(&[u8])) {
+    run(target, &seeds_of(target), JSON, iterations, max_len, f);
+}
+
+#[test]
+fn span_bodies_never_panic() {
+    short("ingest_spans", 4000, 4096, targets::ingest_spans);
+}
+
+#[test]
+fn log_bodies_never_panic() {
+    short("ingest_logs", 4000, 4096, targets::ingest_logs);
+}
+
+#[test]
+fn metric_bodies_never_panic() {
+    short("ingest_metrics", 4000, 4096, targets::ingest_metrics);
+}
+
+#[test]
+fn event_batches_never_panic() {
+    short("analytics_batch", 4000, 4096, targets::analytics_batch);
+}
+
+#[test]
+fn replay_bodies_never_panic() {
+    short("analytics_replay", 4000, 4096, targets::analytics_replay);
+}
+
+#[test]
+fn posthog_captures_never_panic() {
+    short("posthog_capture", 4000, 4096, targets::posthog_capture);
+}
+
+#[test]
+fn log_queries_never_panic() {
+    let tokens = &["service:", "level:", "trace_id:", "-", "\"", ":", " ", "\t", "\u{85}", "İ", "ß"];
+    run("log_query", &seeds_of("log_query"), tokens, 20_000, 2300, targets::log_query);
+}
+
+#[test]
+fn cohort_conditions_never_panic_and_read_back() {
+    let tokens = &["\"count_op\":", "\"count\":", "\"range\":", "\"did_not\"", "\">=\"", "\"366d\"", "\"9999999999w\"", "\"conditions\":", "\"logic\":"];
+    run("cohort_conditions", &seeds_of("cohort_conditions"), tokens, 6000, 4096, targets::cohort_conditions);
+}
+
+#[test]
+fn time_values_never_panic() {
+    short("time_values", 20_000, 64, targets::time_values);
+}
+
+#[test]
+fn query_parameters_never_panic() {
+    let tokens = &["from=", "to=", "limit=", "cursor=", "allow_partial=", "service=", "min_duration_ms=", "&", "%2", "T", "Z", "+"];
+    run("query_params", &seeds_of("query_params"), tokens, 20_000, 1024, targets::query_params);
+}
+
+#[test]
+fn token_indexes_never_panic() {
+    short("token_index", 20_000, 4096, targets::token_index);
+}
+
+#[test]
+fn corrupted_manifests_are_errors() {
+    short("manifest", 6000, 256, targets::manifest);
+}
+
+#[test]
+fn corrupted_segments_are_errors() {
+    short("segment", 400, 64, targets::segment);
+}
+
+// Regression inputs found by fuzzing (also in the seeds, run by the short runs above).
+
+/// A legacy token index whose length field says 3.5 GB: zstd allocated it whole.
+#[test]
+fn a_corrupted_legacy_token_index_length_allocates_nothing_large() {
+    targets::token_index(b"AQ9300000000000");
+}
