@@ -340,10 +340,13 @@ fn tolerate_parquet_panics() {
     static HOOK: std::sync::Once = std::sync::Once::new();
     HOOK.call_once(|| {
         let previous = std::panic::take_hook();
+        let verbose = std::env::var_os("SEXTANT_FUZZ_VERBOSE").is_some();
         std::panic::set_hook(Box::new(move |info| {
             let file = info.location().map(|l| l.file()).unwrap_or_default();
             if !(file.contains("/parquet-") || file.contains("/arrow-")) {
                 previous(info)
+            } else if verbose {
+                eprintln!("parquet panic: {info}\n{}", std::backtrace::Backtrace::force_capture());
             }
         }));
     });

@@ -26,70 +26,70 @@ fn short(target: &str, iterations: usize, max_len: usize, f: fn(&[u8])) {
 
 #[test]
 fn span_bodies_never_panic() {
-    short("ingest_spans", 4000, 4096, targets::ingest_spans);
+    short("ingest_spans", 100_000, 4096, targets::ingest_spans);
 }
 
 #[test]
 fn log_bodies_never_panic() {
-    short("ingest_logs", 4000, 4096, targets::ingest_logs);
+    short("ingest_logs", 100_000, 4096, targets::ingest_logs);
 }
 
 #[test]
 fn metric_bodies_never_panic() {
-    short("ingest_metrics", 4000, 4096, targets::ingest_metrics);
+    short("ingest_metrics", 100_000, 4096, targets::ingest_metrics);
 }
 
 #[test]
 fn event_batches_never_panic() {
-    short("analytics_batch", 4000, 4096, targets::analytics_batch);
+    short("analytics_batch", 100_000, 4096, targets::analytics_batch);
 }
 
 #[test]
 fn replay_bodies_never_panic() {
-    short("analytics_replay", 4000, 4096, targets::analytics_replay);
+    short("analytics_replay", 100_000, 4096, targets::analytics_replay);
 }
 
 #[test]
 fn posthog_captures_never_panic() {
-    short("posthog_capture", 4000, 4096, targets::posthog_capture);
+    short("posthog_capture", 100_000, 4096, targets::posthog_capture);
 }
 
 #[test]
 fn log_queries_never_panic() {
     let tokens = &["service:", "level:", "trace_id:", "-", "\"", ":", " ", "\t", "\u{85}", "İ", "ß"];
-    run("log_query", &seeds_of("log_query"), tokens, 20_000, 2300, targets::log_query);
+    run("log_query", &seeds_of("log_query"), tokens, 100_000, 2300, targets::log_query);
 }
 
 #[test]
 fn cohort_conditions_never_panic_and_read_back() {
     let tokens = &["\"count_op\":", "\"count\":", "\"range\":", "\"did_not\"", "\">=\"", "\"366d\"", "\"9999999999w\"", "\"conditions\":", "\"logic\":"];
-    run("cohort_conditions", &seeds_of("cohort_conditions"), tokens, 6000, 4096, targets::cohort_conditions);
+    run("cohort_conditions", &seeds_of("cohort_conditions"), tokens, 100_000, 4096, targets::cohort_conditions);
 }
 
 #[test]
 fn time_values_never_panic() {
-    short("time_values", 20_000, 64, targets::time_values);
+    short("time_values", 300_000, 64, targets::time_values);
 }
 
 #[test]
 fn query_parameters_never_panic() {
     let tokens = &["from=", "to=", "limit=", "cursor=", "allow_partial=", "service=", "min_duration_ms=", "&", "%2", "T", "Z", "+"];
-    run("query_params", &seeds_of("query_params"), tokens, 20_000, 1024, targets::query_params);
+    run("query_params", &seeds_of("query_params"), tokens, 200_000, 1024, targets::query_params);
 }
 
 #[test]
 fn token_indexes_never_panic() {
-    short("token_index", 20_000, 4096, targets::token_index);
+    short("token_index", 300_000, 4096, targets::token_index);
 }
 
 #[test]
 fn corrupted_manifests_are_errors() {
-    short("manifest", 6000, 256, targets::manifest);
+    short("manifest", 100_000, 256, targets::manifest);
 }
 
 #[test]
 fn corrupted_segments_are_errors() {
-    short("segment", 400, 64, targets::segment);
+    short("segment", 8_000, 64, targets::segment);
 }
 
 // Regression inputs found by fuzzing (also in the seeds, run by the short runs above).
@@ -98,4 +98,37 @@ fn corrupted_segments_are_errors() {
 #[test]
 fn a_corrupted_legacy_token_index_length_allocates_nothing_large() {
     targets::token_index(b"AQ9300000000000");
+}
+
+// Segments: the input edits a real segment written by the code (targets::segment). Each of
+// these made the reader panic before its fix.
+
+/// A footer naming a column otherwise: the first read panicked on the missing column.
+#[test]
+fn a_segment_with_a_renamed_column_is_refused_at_open() {
+    targets::segment(include_bytes!("../seeds/segment/regress-renamed-column.bin"));
+}
+
+/// A page index whose first page starts before its column chunk (unchecked subtraction).
+#[test]
+fn a_page_index_outside_its_column_chunk_is_an_error() {
+    targets::segment(include_bytes!("../seeds/segment/regress-page-before-chunk.bin"));
+}
+
+/// A page index whose pages' first rows are out of order (unchecked subtraction).
+#[test]
+fn a_page_index_with_rows_out_of_order_is_an_error() {
+    targets::segment(include_bytes!("../seeds/segment/regress-page-first-row.bin"));
+}
+
+/// A corrupted data page: parquet's decoder indexed past its buffer.
+#[test]
+fn a_corrupted_page_is_an_error() {
+    targets::segment(include_bytes!("../seeds/segment/regress-corrupted-page.bin"));
+}
+
+/// A corrupted page of a column a row filter decodes (inside the reader's `build`).
+#[test]
+fn a_corrupted_page_under_a_row_filter_is_an_error() {
+    targets::segment(include_bytes!("../seeds/segment/regress-row-filter-page.bin"));
 }

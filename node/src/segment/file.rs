@@ -330,6 +330,13 @@ impl parquet::file::reader::ChunkReader for SegmentFile {
     }
 }
 
+/// `f`, parquet decoding of segment `name`, where a panic is a corrupted page (see
+/// `Segment::each_batch`).
+fn decoding<T>(name: &str, f: impl FnOnce() -> T) -> io::Result<T> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, format!("{name}: corrupted page")))
+}
+
 /// The footer's column chunk and page offsets, checked against the file: parquet asserts on
 /// a negative one, and subtracts a page index's offsets and first rows unchecked.
 fn check_chunks(md: &parquet::file::metadata::ParquetMetaData, file_len: u64) -> Result<(), String> {
@@ -495,11 +502,12 @@ impl Segment {
             if let Some(filter) = filter() {
                 builder = builder.with_row_filter(filter);
             }
-            let mut batches = builder.build().map_err(err)?;
             // parquet's page decoders index a page's contents unchecked: a corrupted page
-            // panics in them, which is this segment's error here (docs/RELIABILITY.md).
-            let corrupted = |_| io::Error::new(io::ErrorKind::InvalidData, format!("{}: corrupted page", self.meta.file.name));
-            while let Some(rb) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| batches.next())).map_err(corrupted)? {
+            // panics in them (in `build` too, which runs the row filter), which is this
+            // segment's error here (docs/RELIABILITY.md).
+            let name = &self.meta.file.name;
+            let mut batches = decoding(name, || builder.build())?.map_err(err)?;
+            while let Some(rb) = decoding(name, || batches.next())? {
                 f(assemble(rb.map_err(err)?).map_err(err)?)?;
             }
         }
