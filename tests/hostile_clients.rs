@@ -224,3 +224,29 @@ async fn half_sent_headers_and_idle_connections_are_closed() {
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
 }
+
+#[tokio::test]
+async fn a_body_over_its_limit_gets_413_not_a_reset_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let _logs = LogsOnPanic::new(dir.path());
+    let dev = Dev::start(dir.path()).await;
+    let token = dev.creds["ingest_token"].as_str().unwrap().to_owned();
+    let cases = [
+        ("/api/v1/ingest/spans", "x-api-key", dev.api_key().to_owned(), 12 << 20),
+        ("/v1/batch", "x-analytics-token", token.clone(), 24 << 20),
+        ("/batch/", "x-analytics-token", token, 24 << 20),
+    ];
+    for (path, header, credential, size) in cases {
+        let resp = http()
+            .post(format!("{}{path}", dev.url))
+            .header(header, credential)
+            .header("content-type", "application/json")
+            .body(vec![b' '; size])
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("{path}: no answer: {e}"));
+        assert_eq!(resp.status(), 413, "{path}");
+        let err: Value = resp.json().await.unwrap();
+        assert_eq!(err["error"]["code"], "payload_too_large", "{path}");
+    }
+}

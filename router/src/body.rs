@@ -192,7 +192,9 @@ pub async fn receive(budget: &Budget, headers: &HeaderMap, body: Body, limit: us
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
+    let mut body = body;
     if declared.is_some_and(|n| n > limit as u64) {
+        drain(&mut body, limit.saturating_mul(DRAIN_FACTOR), idle).await;
         return Err(ApiError::PayloadTooLarge { limit });
     }
     let mut charge = budget.charge();
@@ -201,7 +203,6 @@ pub async fn receive(budget: &Budget, headers: &HeaderMap, body: Body, limit: us
         charge.add(n as usize)?;
         raw.reserve(n as usize);
     }
-    let mut body = body;
     loop {
         let frame = match tokio::time::timeout(idle, body.frame()).await {
             Err(_) => return Err(ApiError::BodyTimeout),
@@ -211,6 +212,7 @@ pub async fn receive(budget: &Budget, headers: &HeaderMap, body: Body, limit: us
         };
         let Ok(chunk) = frame.into_data() else { continue };
         if raw.len() + chunk.len() > limit {
+            drain(&mut body, limit.saturating_mul(DRAIN_FACTOR), idle).await;
             return Err(ApiError::PayloadTooLarge { limit });
         }
         let beyond = (raw.len() + chunk.len()).saturating_sub(charge.held());
@@ -218,6 +220,21 @@ pub async fn receive(budget: &Budget, headers: &HeaderMap, body: Body, limit: us
         raw.extend_from_slice(&chunk);
     }
     Ok(Received { raw: raw.freeze(), charge })
+}
+
+/// A refused body is read and dropped up to this many times its limit.
+const DRAIN_FACTOR: usize = 4;
+
+/// Reads and drops up to `max` more bytes of a refused body, so that a client still sending it
+/// reads the refusal instead of a reset connection; a larger body is cut off.
+async fn drain(body: &mut Body, max: usize, idle: Duration) {
+    let mut dropped = 0usize;
+    while dropped <= max {
+        match tokio::time::timeout(idle, body.frame()).await {
+            Ok(Some(Ok(frame))) => dropped += frame.data_ref().map_or(0, |d| d.len()),
+            _ => return,
+        }
+    }
 }
 
 fn body_error(e: axum::Error) -> ApiError {
