@@ -579,6 +579,48 @@ pub(crate) mod tests {
         assert!(SECRET_KEYS.iter().all(|k| data.contains_key(*k)));
     }
 
+    /// Every object of a cluster that sets every optional field and of a minimal one, as the API
+    /// server receives them;
+    /// `SEXTANT_UPDATE_GOLDEN=1` rewrites the file after an intended change.
+    #[test]
+    fn owned_objects_serialize_as_committed() {
+        let mut c = cluster(5, 3);
+        c.spec = serde_json::from_value(json!({
+            "image": "ghcr.io/sextant-dev/sextant:0.1.0",
+            "routers": {"replicas": 3, "service": {"type": "LoadBalancer", "httpPort": 80,
+                        "annotations": {"example.com/lb": "internal"}},
+                        "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}}},
+            "storage": {"nodes": 5, "shards": 8, "replicationFactor": 5, "volumeSize": "50Gi",
+                        "storageClassName": "fast", "resources": {"limits": {"memory": "4Gi"}}},
+            "tls": {"secretName": "obs-tls"},
+        }))
+        .unwrap();
+        let mut n = 0;
+        let secret = internal_secret(&c, || {
+            n += 1;
+            format!("v{n}")
+        })
+        .unwrap();
+        let mut out = vec![serde_json::to_value(&secret).unwrap()];
+        let objects = owned_objects(&c, 4, 3).unwrap().into_iter().chain(owned_objects(&cluster(3, 3), 3, 3).unwrap());
+        for o in objects {
+            out.push(match o {
+                Owned::ConfigMap(x) => serde_json::to_value(x),
+                Owned::Service(x) => serde_json::to_value(x),
+                Owned::StatefulSet(x) => serde_json::to_value(x),
+                Owned::Deployment(x) => serde_json::to_value(x),
+                Owned::PodDisruptionBudget(x) => serde_json::to_value(x),
+            }
+            .unwrap());
+        }
+        let generated = serde_json::to_string_pretty(&out).unwrap() + "\n";
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/testdata/owned_objects.json");
+        if std::env::var_os("SEXTANT_UPDATE_GOLDEN").is_some() {
+            std::fs::write(path, &generated).unwrap();
+        }
+        assert_eq!(generated, std::fs::read_to_string(path).unwrap_or_default());
+    }
+
     mod properties {
         use super::*;
         use proptest::prelude::*;
