@@ -3,13 +3,19 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
+};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, ConfigMapKeySelector, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Secret,
+    SecretKeySelector, SecretVolumeSource, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
+    VolumeResourceRequirements,
+};
+use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
-use serde::de::DeserializeOwned;
-use serde_json::{json, Value};
 
 use crate::v1alpha1::SextantCluster;
 
@@ -33,8 +39,6 @@ pub const SECRET_KEYS: [&str; 3] = [JWT_SIGNING_KEY, CLUSTER_SECRET, ADMIN_TOKEN
 pub enum TopologyError {
     #[error("the SextantCluster has no {0}")]
     Missing(&'static str),
-    #[error("rendering {kind}: {source}")]
-    Render { kind: &'static str, source: serde_json::Error },
 }
 
 /// Names of everything derived from one cluster, in one place so the planner, the controller
@@ -153,29 +157,67 @@ impl Owned {
     }
 }
 
-fn render<T: DeserializeOwned>(kind: &'static str, value: Value) -> Result<T, TopologyError> {
-    serde_json::from_value(value).map_err(|source| TopologyError::Render { kind, source })
-}
-
 fn owner(cluster: &SextantCluster) -> Result<OwnerReference, TopologyError> {
     cluster.controller_owner_ref(&()).ok_or(TopologyError::Missing("metadata.uid"))
 }
 
-fn metadata(names: &Names, name: String, component: &str, owner: &OwnerReference) -> Value {
-    json!({
-        "name": name,
-        "namespace": names.namespace,
-        "labels": labels(names, component),
-        "ownerReferences": [owner],
-    })
+fn metadata(names: &Names, name: String, component: &str, owner: &OwnerReference) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name),
+        namespace: Some(names.namespace.clone()),
+        labels: Some(labels(names, component)),
+        owner_references: Some(vec![owner.clone()]),
+        ..ObjectMeta::default()
+    }
 }
 
-fn secret_env(env: &str, names: &Names, key: &str) -> Value {
-    json!({"name": env, "valueFrom": {"secretKeyRef": {"name": names.secret(), "key": key}}})
+fn secret_env(env: &str, names: &Names, key: &str) -> EnvVar {
+    let selector = SecretKeySelector { name: names.secret(), key: key.to_owned(), ..SecretKeySelector::default() };
+    EnvVar {
+        name: env.to_owned(),
+        value_from: Some(EnvVarSource { secret_key_ref: Some(selector), ..EnvVarSource::default() }),
+        ..EnvVar::default()
+    }
 }
 
-fn config_env(env: &str, names: &Names, key: &str) -> Value {
-    json!({"name": env, "valueFrom": {"configMapKeyRef": {"name": names.config(), "key": key}}})
+fn config_env(env: &str, names: &Names, key: &str) -> EnvVar {
+    let selector =
+        ConfigMapKeySelector { name: names.config(), key: key.to_owned(), ..ConfigMapKeySelector::default() };
+    EnvVar {
+        name: env.to_owned(),
+        value_from: Some(EnvVarSource { config_map_key_ref: Some(selector), ..EnvVarSource::default() }),
+        ..EnvVar::default()
+    }
+}
+
+fn value_env(env: &str, value: &str) -> EnvVar {
+    EnvVar { name: env.to_owned(), value: Some(value.to_owned()), ..EnvVar::default() }
+}
+
+fn container_port(name: &str, port: i32) -> ContainerPort {
+    ContainerPort { name: Some(name.to_owned()), container_port: port, ..ContainerPort::default() }
+}
+
+fn service_port(name: &str, port: i32, target: IntOrString) -> ServicePort {
+    ServicePort { name: Some(name.to_owned()), port, target_port: Some(target), ..ServicePort::default() }
+}
+
+/// An HTTP probe of `path` on the container port named `http`.
+fn http_probe(path: &str, period_seconds: i32, failure_threshold: Option<i32>) -> Probe {
+    Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_owned()),
+            port: IntOrString::String("http".into()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(period_seconds),
+        failure_threshold,
+        ..Probe::default()
+    }
+}
+
+fn match_labels(labels: BTreeMap<String, String>) -> LabelSelector {
+    LabelSelector { match_labels: Some(labels), ..LabelSelector::default() }
 }
 
 /// The internal Secret with freshly generated values. Created once; reconcile never rewrites it
@@ -185,16 +227,12 @@ pub fn internal_secret(
     mut generate: impl FnMut() -> String,
 ) -> Result<Secret, TopologyError> {
     let names = Names::of(cluster)?;
-    let data: BTreeMap<&str, String> = SECRET_KEYS.iter().map(|k| (*k, generate())).collect();
-    render(
-        "Secret",
-        json!({
-            "apiVersion": "v1", "kind": "Secret",
-            "metadata": metadata(&names, names.secret(), "secret", &owner(cluster)?),
-            "type": "Opaque",
-            "stringData": data,
-        }),
-    )
+    Ok(Secret {
+        metadata: metadata(&names, names.secret(), "secret", &owner(cluster)?),
+        type_: Some("Opaque".into()),
+        string_data: Some(SECRET_KEYS.iter().map(|k| ((*k).to_owned(), generate())).collect()),
+        ..Secret::default()
+    })
 }
 
 /// Everything applied for a cluster whose node StatefulSet should have `node_replicas` replicas
@@ -210,215 +248,239 @@ pub fn owned_objects(
     let stopped = spec.cluster_operation.stopped;
     let storage = &spec.storage;
 
-    let config = render(
-        "ConfigMap",
-        json!({
-            "apiVersion": "v1", "kind": "ConfigMap",
-            "metadata": metadata(&names, names.config(), "config", &owner),
-            "data": {
-                "peers": names.peers(member_nodes),
-                "nodes": names.node_addresses(member_nodes),
-                "shards": storage.shards.to_string(),
-                "replication-factor": storage.replication_factor.to_string(),
-            },
-        }),
-    )?;
+    let config = ConfigMap {
+        metadata: metadata(&names, names.config(), "config", &owner),
+        data: Some(BTreeMap::from([
+            ("peers".to_owned(), names.peers(member_nodes)),
+            ("nodes".to_owned(), names.node_addresses(member_nodes)),
+            ("shards".to_owned(), storage.shards.to_string()),
+            ("replication-factor".to_owned(), storage.replication_factor.to_string()),
+        ])),
+        ..ConfigMap::default()
+    };
 
-    let headless = render(
-        "Service",
-        json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": metadata(&names, names.nodes(), "node", &owner),
-            "spec": {
-                "clusterIP": "None",
-                // Raft peers must resolve each other before they are ready, or a new cluster
-                // never elects its first leader.
-                "publishNotReadyAddresses": true,
-                "selector": selector(&names, "node"),
-                "ports": [
-                    {"name": "grpc", "port": NODE_GRPC_PORT, "targetPort": NODE_GRPC_PORT},
-                    {"name": "http", "port": NODE_HTTP_PORT, "targetPort": NODE_HTTP_PORT},
-                ],
-            },
+    let headless = Service {
+        metadata: metadata(&names, names.nodes(), "node", &owner),
+        spec: Some(ServiceSpec {
+            cluster_ip: Some("None".into()),
+            // Raft peers must resolve each other before they are ready, or a new cluster
+            // never elects its first leader.
+            publish_not_ready_addresses: Some(true),
+            selector: Some(selector(&names, "node")),
+            ports: Some(vec![
+                service_port("grpc", NODE_GRPC_PORT, IntOrString::Int(NODE_GRPC_PORT)),
+                service_port("http", NODE_HTTP_PORT, IntOrString::Int(NODE_HTTP_PORT)),
+            ]),
+            ..ServiceSpec::default()
         }),
-    )?;
+        ..Service::default()
+    };
 
     // The Raft id is the pod ordinal + 1, taken from the stable hostname (`NAME-node-N`).
     let node_script = "exec sextant node --id $(( ${HOSTNAME##*-} + 1 )) \
         --listen 0.0.0.0:7000 --http-listen 0.0.0.0:7001 --data-dir /data \
         --peers \"$SEXTANT_PEERS\" --shards \"$SEXTANT_SHARDS\" \
         --replication-factor \"$SEXTANT_REPLICATION_FACTOR\"";
-    let mut node_container = json!({
-        "name": "node",
-        "image": spec.image,
-        "command": ["/bin/sh", "-c", node_script],
-        "env": [
+    let node_container = Container {
+        name: "node".into(),
+        image: Some(spec.image.clone()),
+        command: Some(vec!["/bin/sh".into(), "-c".into(), node_script.into()]),
+        env: Some(vec![
             config_env("SEXTANT_PEERS", &names, "peers"),
             config_env("SEXTANT_SHARDS", &names, "shards"),
             config_env("SEXTANT_REPLICATION_FACTOR", &names, "replication-factor"),
             secret_env("SEXTANT_CLUSTER_SECRET", &names, CLUSTER_SECRET),
-            {"name": "SEXTANT_LOG_FORMAT", "value": "json"},
-        ],
-        "ports": [
-            {"name": "grpc", "containerPort": NODE_GRPC_PORT},
-            {"name": "http", "containerPort": NODE_HTTP_PORT},
-        ],
-        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5},
-        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10, "failureThreshold": 6},
-        "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-    });
-    if let Some(r) = &storage.resources {
-        node_container["resources"] = json!(r);
-    }
-    let mut claim_spec = json!({
-        "accessModes": ["ReadWriteOnce"],
-        "resources": {"requests": {"storage": storage.volume_size}},
-    });
-    if let Some(class) = &storage.storage_class_name {
-        claim_spec["storageClassName"] = json!(class);
-    }
-    let statefulset = render(
-        "StatefulSet",
-        json!({
-            "apiVersion": "apps/v1", "kind": "StatefulSet",
-            "metadata": metadata(&names, names.nodes(), "node", &owner),
-            "spec": {
-                "serviceName": names.nodes(),
-                "replicas": if stopped { 0 } else { node_replicas },
-                // All initial members must run together to elect the first leaders.
-                "podManagementPolicy": "Parallel",
-                // Volumes are deleted by the operator after a node is drained, never implicitly.
-                "persistentVolumeClaimRetentionPolicy": {"whenDeleted": "Retain", "whenScaled": "Retain"},
-                "selector": {"matchLabels": selector(&names, "node")},
-                "template": {
-                    "metadata": {"labels": labels(&names, "node")},
-                    "spec": {
-                        "terminationGracePeriodSeconds": 60,
-                        // The image runs as uid 10001; fsGroup makes the fresh volume writable.
-                        "securityContext": {"runAsNonRoot": true, "runAsUser": 10001, "fsGroup": 10001},
-                        "containers": [node_container],
-                    },
-                },
-                "volumeClaimTemplates": [{
-                    "metadata": {"name": "data", "labels": selector(&names, "node")},
-                    "spec": claim_spec,
-                }],
-            },
+            value_env("SEXTANT_LOG_FORMAT", "json"),
+        ]),
+        ports: Some(vec![container_port("grpc", NODE_GRPC_PORT), container_port("http", NODE_HTTP_PORT)]),
+        readiness_probe: Some(http_probe("/readyz", 5, None)),
+        liveness_probe: Some(http_probe("/healthz", 10, Some(6))),
+        volume_mounts: Some(vec![VolumeMount {
+            name: "data".into(),
+            mount_path: "/data".into(),
+            ..VolumeMount::default()
+        }]),
+        resources: storage.resources.clone(),
+        ..Container::default()
+    };
+    let claim = PersistentVolumeClaim {
+        metadata: ObjectMeta {
+            name: Some("data".into()),
+            labels: Some(selector(&names, "node")),
+            ..ObjectMeta::default()
+        },
+        spec: Some(PersistentVolumeClaimSpec {
+            access_modes: Some(vec!["ReadWriteOnce".into()]),
+            resources: Some(VolumeResourceRequirements {
+                requests: Some(BTreeMap::from([("storage".to_owned(), storage.volume_size.clone())])),
+                ..VolumeResourceRequirements::default()
+            }),
+            storage_class_name: storage.storage_class_name.clone(),
+            ..PersistentVolumeClaimSpec::default()
         }),
-    )?;
+        ..PersistentVolumeClaim::default()
+    };
+    let statefulset = StatefulSet {
+        metadata: metadata(&names, names.nodes(), "node", &owner),
+        spec: Some(StatefulSetSpec {
+            service_name: Some(names.nodes()),
+            replicas: Some(if stopped { 0 } else { node_replicas }),
+            // All initial members must run together to elect the first leaders.
+            pod_management_policy: Some("Parallel".into()),
+            // Volumes are deleted by the operator after a node is drained, never implicitly.
+            persistent_volume_claim_retention_policy: Some(StatefulSetPersistentVolumeClaimRetentionPolicy {
+                when_deleted: Some("Retain".into()),
+                when_scaled: Some("Retain".into()),
+            }),
+            selector: match_labels(selector(&names, "node")),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta { labels: Some(labels(&names, "node")), ..ObjectMeta::default() }),
+                spec: Some(PodSpec {
+                    termination_grace_period_seconds: Some(60),
+                    // The image runs as uid 10001; fsGroup makes the fresh volume writable.
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(10001),
+                        fs_group: Some(10001),
+                        ..PodSecurityContext::default()
+                    }),
+                    containers: vec![node_container],
+                    ..PodSpec::default()
+                }),
+            },
+            volume_claim_templates: Some(vec![claim]),
+            ..StatefulSetSpec::default()
+        }),
+        ..StatefulSet::default()
+    };
 
     let mut router_env = vec![
         config_env("SEXTANT_NODES", &names, "nodes"),
         secret_env("SEXTANT_CLUSTER_SECRET", &names, CLUSTER_SECRET),
         secret_env("SEXTANT_JWT_SECRET", &names, JWT_SIGNING_KEY),
         secret_env("SEXTANT_ADMIN_TOKEN", &names, ADMIN_TOKEN),
-        json!({"name": "SEXTANT_LOG_FORMAT", "value": "json"}),
+        value_env("SEXTANT_LOG_FORMAT", "json"),
     ];
     let mut volumes = vec![];
     let mut mounts = vec![];
     if let Some(tls) = &spec.tls {
-        volumes.push(json!({"name": "tls", "secret": {"secretName": tls.secret_name}}));
-        mounts.push(json!({"name": "tls", "mountPath": "/etc/sextant/tls", "readOnly": true}));
-        router_env.push(json!({"name": "SEXTANT_TLS_CERT", "value": "/etc/sextant/tls/tls.crt"}));
-        router_env.push(json!({"name": "SEXTANT_TLS_KEY", "value": "/etc/sextant/tls/tls.key"}));
+        volumes.push(Volume {
+            name: "tls".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(tls.secret_name.clone()),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+        mounts.push(VolumeMount {
+            name: "tls".into(),
+            mount_path: "/etc/sextant/tls".into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+        router_env.push(value_env("SEXTANT_TLS_CERT", "/etc/sextant/tls/tls.crt"));
+        router_env.push(value_env("SEXTANT_TLS_KEY", "/etc/sextant/tls/tls.key"));
     }
-    let mut router_container = json!({
-        "name": "router",
-        "image": spec.image,
-        "args": [
-            "router",
-            "--listen", format!("0.0.0.0:{ROUTER_HTTP_PORT}"),
-            "--internal-listen", format!("0.0.0.0:{ROUTER_INTERNAL_PORT}"),
-            "--nodes", "$(SEXTANT_NODES)",
-        ],
-        "env": router_env,
-        "ports": [
-            {"name": "http", "containerPort": ROUTER_HTTP_PORT},
-            {"name": "otlp-grpc", "containerPort": ROUTER_OTLP_GRPC_PORT},
-            {"name": "internal", "containerPort": ROUTER_INTERNAL_PORT},
-        ],
-        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "http"}, "periodSeconds": 5},
-        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "http"}, "periodSeconds": 10},
-        "volumeMounts": mounts,
-    });
-    if let Some(r) = &spec.routers.resources {
-        router_container["resources"] = json!(r);
-    }
-    let deployment = render(
-        "Deployment",
-        json!({
-            "apiVersion": "apps/v1", "kind": "Deployment",
-            "metadata": metadata(&names, names.routers(), "router", &owner),
-            "spec": {
-                "replicas": if stopped { 0 } else { spec.routers.replicas },
-                "selector": {"matchLabels": selector(&names, "router")},
-                "template": {
-                    "metadata": {"labels": labels(&names, "router")},
-                    "spec": {
-                        "securityContext": {"runAsNonRoot": true, "runAsUser": 10001},
-                        "containers": [router_container],
-                        "volumes": volumes,
-                    },
-                },
+    let router_container = Container {
+        name: "router".into(),
+        image: Some(spec.image.clone()),
+        args: Some(vec![
+            "router".into(),
+            "--listen".into(),
+            format!("0.0.0.0:{ROUTER_HTTP_PORT}"),
+            "--internal-listen".into(),
+            format!("0.0.0.0:{ROUTER_INTERNAL_PORT}"),
+            "--nodes".into(),
+            "$(SEXTANT_NODES)".into(),
+        ]),
+        env: Some(router_env),
+        ports: Some(vec![
+            container_port("http", ROUTER_HTTP_PORT),
+            container_port("otlp-grpc", ROUTER_OTLP_GRPC_PORT),
+            container_port("internal", ROUTER_INTERNAL_PORT),
+        ]),
+        readiness_probe: Some(http_probe("/readyz", 5, None)),
+        liveness_probe: Some(http_probe("/healthz", 10, None)),
+        volume_mounts: Some(mounts),
+        resources: spec.routers.resources.clone(),
+        ..Container::default()
+    };
+    let deployment = Deployment {
+        metadata: metadata(&names, names.routers(), "router", &owner),
+        spec: Some(DeploymentSpec {
+            replicas: Some(if stopped { 0 } else { spec.routers.replicas }),
+            selector: match_labels(selector(&names, "router")),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta { labels: Some(labels(&names, "router")), ..ObjectMeta::default() }),
+                spec: Some(PodSpec {
+                    security_context: Some(PodSecurityContext {
+                        run_as_non_root: Some(true),
+                        run_as_user: Some(10001),
+                        ..PodSecurityContext::default()
+                    }),
+                    containers: vec![router_container],
+                    volumes: Some(volumes),
+                    ..PodSpec::default()
+                }),
             },
+            ..DeploymentSpec::default()
         }),
-    )?;
+        ..Deployment::default()
+    };
 
     let service_spec = &spec.routers.service;
-    let router_service = render(
-        "Service",
-        json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {
-                "name": names.routers(), "namespace": names.namespace,
-                "labels": labels(&names, "router"), "ownerReferences": [owner],
-                "annotations": service_spec.annotations,
-            },
-            "spec": {
-                "type": service_spec.type_.as_str(),
-                "selector": selector(&names, "router"),
-                "ports": [
-                    {"name": "http", "port": service_spec.http_port, "targetPort": "http"},
-                    {"name": "otlp-grpc", "port": service_spec.otlp_grpc_port, "targetPort": "otlp-grpc", "appProtocol": "grpc"},
-                ],
-            },
+    let router_service = Service {
+        metadata: ObjectMeta {
+            annotations: Some(service_spec.annotations.clone()),
+            ..metadata(&names, names.routers(), "router", &owner)
+        },
+        spec: Some(ServiceSpec {
+            type_: Some(service_spec.type_.as_str().into()),
+            selector: Some(selector(&names, "router")),
+            ports: Some(vec![
+                service_port("http", service_spec.http_port, IntOrString::String("http".into())),
+                ServicePort {
+                    app_protocol: Some("grpc".into()),
+                    ..service_port("otlp-grpc", service_spec.otlp_grpc_port, IntOrString::String("otlp-grpc".into()))
+                },
+            ]),
+            ..ServiceSpec::default()
         }),
-    )?;
+        ..Service::default()
+    };
 
     // Always ClusterIP, whatever type the public Service has. The annotations let a Prometheus
     // with the usual `kubernetes-service-endpoints` job scrape every router pod.
-    let internal_service = render(
-        "Service",
-        json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {
-                "name": names.routers_internal(), "namespace": names.namespace,
-                "labels": labels(&names, "router"), "ownerReferences": [owner],
-                "annotations": {
-                    "prometheus.io/scrape": "true",
-                    "prometheus.io/port": ROUTER_INTERNAL_PORT.to_string(),
-                    "prometheus.io/path": "/metrics",
-                },
-            },
-            "spec": {
-                "type": "ClusterIP",
-                "selector": selector(&names, "router"),
-                "ports": [{"name": "internal", "port": ROUTER_INTERNAL_PORT, "targetPort": "internal"}],
-            },
+    let internal_service = Service {
+        metadata: ObjectMeta {
+            annotations: Some(BTreeMap::from([
+                ("prometheus.io/scrape".to_owned(), "true".to_owned()),
+                ("prometheus.io/port".to_owned(), ROUTER_INTERNAL_PORT.to_string()),
+                ("prometheus.io/path".to_owned(), "/metrics".to_owned()),
+            ])),
+            ..metadata(&names, names.routers_internal(), "router", &owner)
+        },
+        spec: Some(ServiceSpec {
+            type_: Some("ClusterIP".into()),
+            selector: Some(selector(&names, "router")),
+            ports: Some(vec![service_port("internal", ROUTER_INTERNAL_PORT, IntOrString::String("internal".into()))]),
+            ..ServiceSpec::default()
         }),
-    )?;
+        ..Service::default()
+    };
 
     // One voluntary disruption at a time keeps a majority of every group with rf >= 3; with
     // rf 5, two. rf 1 or 2 cannot survive any loss, but blocking every drain would be worse.
     let max_unavailable = ((storage.replication_factor - 1) / 2).max(1);
-    let pdb = render(
-        "PodDisruptionBudget",
-        json!({
-            "apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
-            "metadata": metadata(&names, names.nodes(), "node", &owner),
-            "spec": {"maxUnavailable": max_unavailable, "selector": {"matchLabels": selector(&names, "node")}},
+    let pdb = PodDisruptionBudget {
+        metadata: metadata(&names, names.nodes(), "node", &owner),
+        spec: Some(PodDisruptionBudgetSpec {
+            max_unavailable: Some(IntOrString::Int(max_unavailable)),
+            selector: Some(match_labels(selector(&names, "node"))),
+            ..PodDisruptionBudgetSpec::default()
         }),
-    )?;
+        ..PodDisruptionBudget::default()
+    };
 
     Ok(vec![
         Owned::ConfigMap(config),
@@ -433,6 +495,8 @@ pub fn owned_objects(
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use serde_json::json;
+
     use super::*;
     use crate::v1alpha1::SextantClusterSpec;
 
@@ -604,14 +668,16 @@ pub(crate) mod tests {
         let mut out = vec![serde_json::to_value(&secret).unwrap()];
         let objects = owned_objects(&c, 4, 3).unwrap().into_iter().chain(owned_objects(&cluster(3, 3), 3, 3).unwrap());
         for o in objects {
-            out.push(match o {
-                Owned::ConfigMap(x) => serde_json::to_value(x),
-                Owned::Service(x) => serde_json::to_value(x),
-                Owned::StatefulSet(x) => serde_json::to_value(x),
-                Owned::Deployment(x) => serde_json::to_value(x),
-                Owned::PodDisruptionBudget(x) => serde_json::to_value(x),
-            }
-            .unwrap());
+            out.push(
+                match o {
+                    Owned::ConfigMap(x) => serde_json::to_value(x),
+                    Owned::Service(x) => serde_json::to_value(x),
+                    Owned::StatefulSet(x) => serde_json::to_value(x),
+                    Owned::Deployment(x) => serde_json::to_value(x),
+                    Owned::PodDisruptionBudget(x) => serde_json::to_value(x),
+                }
+                .unwrap(),
+            );
         }
         let generated = serde_json::to_string_pretty(&out).unwrap() + "\n";
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/src/testdata/owned_objects.json");

@@ -1,16 +1,16 @@
 //! Tenant, Project, Plan, Quota and AlertRule → the cluster's admin API, with finalizers so
 //! the cluster-side objects (and a project's data) go before the resource does.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use kube::api::{Api, ListParams, PostParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::{Resource, ResourceExt};
-use serde_json::json;
 
 use super::{instrumented, write_status, Context, Error};
 use crate::admin::{ClusterAdmin, Deletion};
@@ -258,22 +258,28 @@ fn credentials_secret(
     let names = Names::of(cluster)?;
     let svc = &cluster.spec.routers.service;
     let owner = project.controller_owner_ref(&()).ok_or_else(|| Error::Waiting("project without uid".into()))?;
-    Ok(serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Secret",
-        "metadata": {
-            "name": name, "namespace": project.namespace(),
-            "labels": {"app.kubernetes.io/managed-by": "sextant-operator", "sextant.dev/project": project.name_any()},
-            "ownerReferences": [owner],
+    let data = [
+        ("project-id", credentials.project_id),
+        ("ingest-token", credentials.ingest_token),
+        ("api-key", credentials.api_key),
+        ("endpoint", names.router_url(svc.http_port)),
+        ("otlp-grpc-endpoint", format!("http://{}.{}.svc:{}", names.routers(), names.namespace, svc.otlp_grpc_port)),
+    ];
+    Ok(Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: project.namespace(),
+            labels: Some(BTreeMap::from([
+                ("app.kubernetes.io/managed-by".to_owned(), "sextant-operator".to_owned()),
+                ("sextant.dev/project".to_owned(), project.name_any()),
+            ])),
+            owner_references: Some(vec![owner]),
+            ..ObjectMeta::default()
         },
-        "type": "Opaque",
-        "stringData": {
-            "project-id": credentials.project_id,
-            "ingest-token": credentials.ingest_token,
-            "api-key": credentials.api_key,
-            "endpoint": names.router_url(svc.http_port),
-            "otlp-grpc-endpoint": format!("http://{}.{}.svc:{}", names.routers(), names.namespace, svc.otlp_grpc_port),
-        },
-    }))?)
+        type_: Some("Opaque".into()),
+        string_data: Some(data.into_iter().map(|(k, v)| (k.to_owned(), v)).collect()),
+        ..Secret::default()
+    })
 }
 
 async fn cleanup_project(project: Arc<Project>, ctx: &Context) -> Result<Action, Error> {
