@@ -9,7 +9,6 @@ pub mod flusher;
 pub mod host;
 pub mod http;
 pub mod log_store;
-pub mod membership;
 pub mod meta;
 pub mod metrics;
 pub mod network;

@@ -1,6 +1,7 @@
-//! Storage membership and replica placement as meta keeps them (DESIGN B6): which nodes exist,
-//! which are members, where each group's replicas should be (`desired`) and where they are
-//! (`replicas`, as each group's leader reported its committed voters).
+//! Storage membership and replica placement as meta keeps them (docs/ARCHITECTURE.md,
+//! "Membership, placement and drains"): which nodes exist, which are members, where each
+//! group's replicas should be (`desired`) and where they are (`replicas`, as each group's
+//! leader reported its committed voters).
 //!
 //! Placement is computed here, inside the meta state machine, so that every replica of meta
 //! derives the same answer from the same log and concurrent admin requests cannot race. The

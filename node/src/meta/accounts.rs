@@ -1,0 +1,156 @@
+//! Users and invitations: sign-up, members joining and leaving an org (docs/API.md,
+//! "Sign-up, sign-in and sign-out" and "Members and invitations").
+
+use std::collections::BTreeMap;
+
+use sextant_model::meta::{
+    Credential, Invite, Member, MetaCommandResult, Org, OrgMembers, Project, RefreshFamily, Refusal, Role, User,
+    MAX_PENDING_INVITES_PER_ORG, TOMBSTONE_MS,
+};
+use sextant_model::{OrgId, UserId};
+
+use super::{same_hash, MetaState};
+use MetaCommandResult::{Done, Refused};
+
+#[derive(Clone, Debug, Default)]
+pub(super) struct Accounts {
+    pub(super) users: BTreeMap<UserId, User>,
+    /// Removed users and when, until their last access token has expired.
+    pub(super) removed_users: BTreeMap<UserId, i64>,
+    /// Pending invitations by id.
+    pub(super) invites: BTreeMap<String, Invite>,
+}
+
+impl Accounts {
+    pub(super) fn email_taken(&self, email: &str) -> bool {
+        self.users.values().any(|u| u.email == email)
+    }
+
+    /// Removes a user, remembered until their access tokens have expired.
+    pub(super) fn remove_user(&mut self, user_id: UserId, now_ms: i64) {
+        self.users.remove(&user_id);
+        self.removed_users.insert(user_id, now_ms);
+    }
+
+    pub(super) fn users_of(&self, org_id: OrgId) -> Vec<UserId> {
+        self.users.values().filter(|u| u.org_id == org_id).map(|u| u.id).collect()
+    }
+
+    pub(super) fn invite(&mut self, invite: Invite) -> MetaCommandResult {
+        if self.email_taken(&invite.email) {
+            return Refused(Refusal::EmailTaken);
+        }
+        let pending = self
+            .invites
+            .values()
+            .filter(|i| i.org_id == invite.org_id && i.expires_at_ms > invite.created_at_ms)
+            .count();
+        if pending >= MAX_PENDING_INVITES_PER_ORG {
+            return Refused(Refusal::LimitReached);
+        }
+        self.invites.insert(invite.id.clone(), invite);
+        Done
+    }
+
+    pub(super) fn revoke_invite(&mut self, org_id: OrgId, invite_id: &str) -> MetaCommandResult {
+        if self.invites.get(invite_id).is_none_or(|i| i.org_id != org_id) {
+            return Refused(Refusal::NotFound);
+        }
+        self.invites.remove(invite_id);
+        Done
+    }
+
+    pub(super) fn user_by_email(&self, email: &str) -> Option<User> {
+        let email = email.to_lowercase();
+        self.users.values().find(|u| u.email == email).cloned()
+    }
+
+    pub(super) fn org_members(&self, org_id: OrgId) -> OrgMembers {
+        OrgMembers {
+            members: self.users.values().filter(|u| u.org_id == org_id).map(User::member).collect::<Vec<Member>>(),
+            invites: self.invites.values().filter(|i| i.org_id == org_id).cloned().collect(),
+        }
+    }
+
+    pub(super) fn prune(&mut self, now_ms: i64) {
+        self.invites.retain(|_, i| i.expires_at_ms > now_ms);
+        self.removed_users.retain(|_, at| now_ms - *at < TOMBSTONE_MS);
+    }
+}
+
+impl MetaState {
+    pub(super) fn signup(
+        &mut self,
+        org: Org,
+        user: User,
+        project: Project,
+        credentials: Vec<Credential>,
+        session: RefreshFamily,
+        trial_ends_at_ms: Option<i64>,
+    ) -> MetaCommandResult {
+        if self.accounts.email_taken(&user.email) {
+            return Refused(Refusal::EmailTaken);
+        }
+        if let Some(end) = trial_ends_at_ms {
+            self.tenancy.trials.insert(org.id, end);
+        }
+        self.tenancy.orgs.insert(org.id, org);
+        self.accounts.users.insert(user.id, user);
+        self.tenancy.add_project(project, credentials);
+        self.sessions.add(session);
+        Done
+    }
+
+    pub(super) fn accept_invite(
+        &mut self,
+        invite_id: &str,
+        token_sha256: &str,
+        user_id: UserId,
+        name: String,
+        password_hash: String,
+        session: RefreshFamily,
+        now_ms: i64,
+    ) -> MetaCommandResult {
+        let valid = self
+            .accounts
+            .invites
+            .get(invite_id)
+            .filter(|i| same_hash(&i.token_sha256, token_sha256) && i.expires_at_ms > now_ms)
+            .filter(|i| self.tenancy.orgs.contains_key(&i.org_id));
+        let Some(invite) = valid.cloned() else {
+            return Refused(Refusal::InvalidInvite);
+        };
+        if self.accounts.email_taken(&invite.email) {
+            return Refused(Refusal::EmailTaken);
+        }
+        // Single use: gone whatever happens next.
+        self.accounts.invites.remove(invite_id);
+        let user = User {
+            id: user_id,
+            org_id: invite.org_id,
+            email: invite.email,
+            name,
+            role: invite.role,
+            password_hash,
+            created_at_ms: now_ms,
+        };
+        let member = user.member();
+        self.accounts.users.insert(user.id, user);
+        self.sessions.add(RefreshFamily { user_id, org_id: invite.org_id, ..session });
+        MetaCommandResult::Session { user: member }
+    }
+
+    pub(super) fn remove_member(&mut self, org_id: OrgId, user_id: UserId, now_ms: i64) -> MetaCommandResult {
+        match self.accounts.users.get(&user_id) {
+            Some(u) if u.org_id == org_id => {
+                if u.role == Role::Owner {
+                    return Refused(Refusal::OwnerProtected);
+                }
+            }
+            _ => return Refused(Refusal::NotFound),
+        }
+        self.accounts.remove_user(user_id, now_ms);
+        self.sessions.revoke_user(user_id, now_ms);
+        Done
+    }
+}
