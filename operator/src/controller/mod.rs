@@ -1,7 +1,12 @@
 //! kube-rs controllers: they observe, call the pure planners and execute the actions.
 
+mod alert_rule;
 pub mod cluster;
-pub mod tenancy;
+mod plan;
+mod project;
+mod pushed;
+mod quota;
+mod tenant;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -261,7 +266,7 @@ pub async fn run_all(ctx: Arc<Context>) {
             Some(ObjectRef::<Tenant>::new(&p.spec.tenant).within(&ns))
         })
         .shutdown_on_signal()
-        .run(tenancy::reconcile_tenant, error_policy, ctx.clone())
+        .run(tenant::reconcile_tenant, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
     // Dependents wake as soon as what they wait for changes (a Tenant becoming Ready, …),
     // found through each controller's own cache.
@@ -272,11 +277,11 @@ pub async fn run_all(ctx: Arc<Context>) {
             dependents(&cached, &t, |p: &Project| p.spec.tenant == t.name_any())
         })
         .shutdown_on_signal()
-        .run(tenancy::reconcile_project, error_policy, ctx.clone())
+        .run(project::reconcile_project, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
     let plans = Controller::new(Api::<Plan>::all(client.clone()), cfg())
         .shutdown_on_signal()
-        .run(tenancy::reconcile_plan, error_policy, ctx.clone())
+        .run(plan::reconcile_plan, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
     let quotas = Controller::new(Api::<Quota>::all(client.clone()), cfg());
     let (by_tenant, by_project) = (quotas.store(), quotas.store());
@@ -288,7 +293,7 @@ pub async fn run_all(ctx: Arc<Context>) {
             dependents(&by_project, &p, |q: &Quota| q.spec.project.as_deref() == Some(&p.name_any()))
         })
         .shutdown_on_signal()
-        .run(tenancy::reconcile_quota, error_policy, ctx.clone())
+        .run(quota::reconcile_quota, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
     let rules = Controller::new(Api::<AlertRule>::all(client.clone()), cfg());
     let cached = rules.store();
@@ -297,7 +302,7 @@ pub async fn run_all(ctx: Arc<Context>) {
             dependents(&cached, &p, |r: &AlertRule| r.spec.project == p.name_any())
         })
         .shutdown_on_signal()
-        .run(tenancy::reconcile_alert_rule, error_policy, ctx.clone())
+        .run(alert_rule::reconcile_alert_rule, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
     futures::join!(clusters, tenants, projects, plans, quotas, rules);
 }

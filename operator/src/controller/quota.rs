@@ -1,0 +1,104 @@
+//! Quota → a quota of a tenant or a project in the cluster.
+
+use std::sync::Arc;
+
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{finalizer, Event as Finalizer};
+
+use super::pushed::*;
+use super::{instrumented, write_status, Context, Error};
+use crate::tenancy::{self, Apply, Cleanup, FINALIZER};
+use crate::v1alpha1::{CommonStatus, Quota};
+
+pub async fn reconcile_quota(quota: Arc<Quota>, ctx: Arc<Context>) -> Result<Action, Error> {
+    instrumented("quota", quota.clone(), ctx.clone(), async {
+        let ns = namespace(quota.as_ref())?;
+        let api: Api<Quota> = Api::namespaced(ctx.client.clone(), &ns);
+        finalizer(&api, FINALIZER, quota.clone(), |event| async {
+            let (target, cluster) = match (&quota.spec.tenant, &quota.spec.project) {
+                (Some(t), None) => referent_tenant(&ctx, &ns, t).await?,
+                (None, Some(p)) => referent_project(&ctx, &ns, p).await?,
+                _ => (None, None),
+            };
+            match event {
+                Finalizer::Apply(q) => {
+                    let previous = q.status.clone().unwrap_or_default();
+                    let mut failure = None;
+                    let (d, action) = match tenancy::plan_quota(&q, target.as_ref())? {
+                        Apply::Wait(d) => (d, Action::requeue(RETRY)),
+                        Apply::Push(req) => {
+                            let admin = admin_in(&ctx, &ns, cluster.as_deref())
+                                .await?
+                                .ok_or_else(|| Error::Waiting(format!("no SextantCluster in namespace {ns}")))?;
+                            match admin.upsert_quota(q.metadata.uid.as_deref().unwrap_or_default(), &req).await {
+                                Ok(()) => (synced(), Action::requeue(RESYNC)),
+                                Err(e) => {
+                                    let d = push_failed(&e);
+                                    failure = Some(e);
+                                    (d, Action::await_change())
+                                }
+                            }
+                        }
+                    };
+                    let status = CommonStatus {
+                        observed_generation: q.metadata.generation,
+                        conditions: ready((ctx.clock)(), &previous.conditions, q.metadata.generation, d),
+                    };
+                    write_status(&api, &q, q.status.as_ref(), &status).await?;
+                    if let Some(e) = failure {
+                        return Err(e.into());
+                    }
+                    Ok(action)
+                }
+                Finalizer::Cleanup(q) => {
+                    let Cleanup::Delete { key } = tenancy::cleanup_keyed(q.as_ref(), "Quota")? else {
+                        return Ok(Action::await_change());
+                    };
+                    match admin_in(&ctx, &ns, cluster.as_deref()).await? {
+                        Some(admin) => deletion(admin.delete_quota(&key).await?, "the quota"),
+                        None => Ok(Action::await_change()),
+                    }
+                }
+            }
+        })
+        .await
+        .map_err(finalizer_error)
+    })
+    .await
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use http::Method;
+    use kube::runtime::controller::Action;
+    use serde_json::json;
+
+    use crate::controller::mock::*;
+    use crate::controller::pushed::fixtures::*;
+    use crate::controller::pushed::RETRY;
+    use crate::tenancy::FINALIZER;
+
+    #[tokio::test]
+    async fn quota_for_a_missing_project_waits() {
+        let spec: crate::v1alpha1::QuotaSpec =
+            serde_json::from_value(json!({"project": "nope", "gbPerMonth": 1})).unwrap();
+        let mut quota = crate::v1alpha1::Quota::new("q", spec);
+        quota.metadata.namespace = Some("telemetry".into());
+        quota.metadata.uid = Some("quota-uid".into());
+        quota.metadata.finalizers = Some(vec![FINALIZER.into()]);
+        let steps = vec![
+            Step::get(&format!("{NS}/projects/nope")).not_found(),
+            Step::new(Method::PATCH, &format!("{NS}/quotas/q/status"))
+                .expect_body(|b| assert_eq!(b["status"]["conditions"][0]["reason"], "TargetNotReady")),
+        ];
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        let object = serde_json::to_value(&quota).unwrap();
+        let action = mock.run(steps, object, super::reconcile_quota(Arc::new(quota), ctx)).await.unwrap();
+        assert_eq!(action, Action::requeue(RETRY));
+        assert!(admin.calls().is_empty());
+    }
+}
