@@ -9,8 +9,7 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::core::v1::{
     ConfigMap, ConfigMapKeySelector, Container, ContainerPort, EnvVar, EnvVarSource, HTTPGetAction,
     PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec, Probe, Secret,
-    SecretKeySelector, SecretVolumeSource, Service, ServicePort, ServiceSpec, Volume, VolumeMount,
-    VolumeResourceRequirements,
+    SecretKeySelector, Service, ServicePort, ServiceSpec, VolumeMount, VolumeResourceRequirements,
 };
 use k8s_openapi::api::policy::v1::{PodDisruptionBudget, PodDisruptionBudgetSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
@@ -25,7 +24,6 @@ pub const NODE_GRPC_PORT: i32 = 7000;
 pub const NODE_HTTP_PORT: i32 = 7001;
 /// Ports the router container listens on (the Service maps the user's ports onto these).
 pub const ROUTER_HTTP_PORT: i32 = 8080;
-pub const ROUTER_OTLP_GRPC_PORT: i32 = 4317;
 /// The router's `--internal-listen`: `/metrics` and the admin API, never on the public Service.
 pub const ROUTER_INTERNAL_PORT: i32 = 9090;
 
@@ -354,33 +352,13 @@ pub fn owned_objects(
         ..StatefulSet::default()
     };
 
-    let mut router_env = vec![
+    let router_env = vec![
         config_env("SEXTANT_NODES", &names, "nodes"),
         secret_env("SEXTANT_CLUSTER_SECRET", &names, CLUSTER_SECRET),
         secret_env("SEXTANT_JWT_SECRET", &names, JWT_SIGNING_KEY),
         secret_env("SEXTANT_ADMIN_TOKEN", &names, ADMIN_TOKEN),
         value_env("SEXTANT_LOG_FORMAT", "json"),
     ];
-    let mut volumes = vec![];
-    let mut mounts = vec![];
-    if let Some(tls) = &spec.tls {
-        volumes.push(Volume {
-            name: "tls".into(),
-            secret: Some(SecretVolumeSource {
-                secret_name: Some(tls.secret_name.clone()),
-                ..SecretVolumeSource::default()
-            }),
-            ..Volume::default()
-        });
-        mounts.push(VolumeMount {
-            name: "tls".into(),
-            mount_path: "/etc/sextant/tls".into(),
-            read_only: Some(true),
-            ..VolumeMount::default()
-        });
-        router_env.push(value_env("SEXTANT_TLS_CERT", "/etc/sextant/tls/tls.crt"));
-        router_env.push(value_env("SEXTANT_TLS_KEY", "/etc/sextant/tls/tls.key"));
-    }
     let router_container = Container {
         name: "router".into(),
         image: Some(spec.image.clone()),
@@ -394,14 +372,9 @@ pub fn owned_objects(
             "$(SEXTANT_NODES)".into(),
         ]),
         env: Some(router_env),
-        ports: Some(vec![
-            container_port("http", ROUTER_HTTP_PORT),
-            container_port("otlp-grpc", ROUTER_OTLP_GRPC_PORT),
-            container_port("internal", ROUTER_INTERNAL_PORT),
-        ]),
+        ports: Some(vec![container_port("http", ROUTER_HTTP_PORT), container_port("internal", ROUTER_INTERNAL_PORT)]),
         readiness_probe: Some(http_probe("/readyz", 5, None)),
         liveness_probe: Some(http_probe("/healthz", 10, None)),
-        volume_mounts: Some(mounts),
         resources: spec.routers.resources.clone(),
         ..Container::default()
     };
@@ -419,7 +392,6 @@ pub fn owned_objects(
                         ..PodSecurityContext::default()
                     }),
                     containers: vec![router_container],
-                    volumes: Some(volumes),
                     ..PodSpec::default()
                 }),
             },
@@ -437,13 +409,7 @@ pub fn owned_objects(
         spec: Some(ServiceSpec {
             type_: Some(service_spec.type_.as_str().into()),
             selector: Some(selector(&names, "router")),
-            ports: Some(vec![
-                service_port("http", service_spec.http_port, IntOrString::String("http".into())),
-                ServicePort {
-                    app_protocol: Some("grpc".into()),
-                    ..service_port("otlp-grpc", service_spec.otlp_grpc_port, IntOrString::String("otlp-grpc".into()))
-                },
-            ]),
+            ports: Some(vec![service_port("http", service_spec.http_port, IntOrString::String("http".into()))]),
             ..ServiceSpec::default()
         }),
         ..Service::default()
@@ -598,10 +564,10 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn router_service_exposes_http_and_otlp_grpc_but_not_the_internal_port() {
+    fn router_service_exposes_http_but_not_the_internal_port() {
         let objects = owned_objects(&cluster(3, 3), 3, 3).unwrap();
         let ports = service_ports(service(&objects, "obs-router"));
-        assert_eq!(ports, vec![("http".into(), 8080, "http".into()), ("otlp-grpc".into(), 4317, "otlp-grpc".into())]);
+        assert_eq!(ports, vec![("http".into(), 8080, "http".into())]);
     }
 
     #[test]

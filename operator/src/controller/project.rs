@@ -128,7 +128,6 @@ fn credentials_secret(
         ("ingest-token", credentials.ingest_token),
         ("api-key", credentials.api_key),
         ("endpoint", names.router_url(svc.http_port)),
-        ("otlp-grpc-endpoint", format!("http://{}.{}.svc:{}", names.routers(), names.namespace, svc.otlp_grpc_port)),
     ];
     Ok(Secret {
         metadata: ObjectMeta {
@@ -222,7 +221,7 @@ mod tests {
                 assert_eq!(b["stringData"]["api-key"], "sxk_0000000000000001_test");
                 assert_eq!(b["stringData"]["ingest-token"], "sxp_test");
                 assert_eq!(b["stringData"]["endpoint"], "http://obs-router.telemetry.svc:8080");
-                assert_eq!(b["stringData"]["otlp-grpc-endpoint"], "http://obs-router.telemetry.svc:4317");
+                assert!(b["stringData"].get("otlp-grpc-endpoint").is_none(), "no OTLP endpoint until OTLP is served");
                 assert_eq!(b["metadata"]["ownerReferences"][0]["kind"], "Project");
             }),
             Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["reason"], "CredentialsIssued")),

@@ -41,7 +41,8 @@ pub struct SextantClusterSpec {
     #[serde(default)]
     pub routers: RouterSpec,
     pub storage: StorageSpec,
-    /// TLS material for the router's public endpoints.
+    /// Not implemented yet and ignored: routers serve plain HTTP. Accepted so that existing
+    /// manifests stay valid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
     #[serde(default)]
@@ -79,11 +80,12 @@ impl Default for RouterSpec {
 pub struct RouterServiceSpec {
     #[serde(default, rename = "type")]
     pub type_: ServiceType,
-    /// Public HTTP API (JSON ingest, OTLP/HTTP, reads).
+    /// Public HTTP API (JSON ingest, reads).
     #[serde(default = "default_http_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub http_port: i32,
-    /// OTLP over gRPC.
+    /// Not implemented yet and ignored: no OTLP port is opened. Accepted so that existing
+    /// manifests stay valid.
     #[serde(default = "default_otlp_grpc_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub otlp_grpc_port: i32,
@@ -168,7 +170,7 @@ fn default_volume_size() -> Quantity {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TlsSpec {
-    /// A `kubernetes.io/tls` Secret mounted into router pods at `/etc/sextant/tls`.
+    /// A `kubernetes.io/tls` Secret (not used yet).
     pub secret_name: String,
 }
 
