@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A long, coverage-guided run of one fuzz target under libFuzzer (docs/RELIABILITY.md):
 #   fuzz/long-run.sh <target> [executions]        (default 10 million)
+# MAX_TIME=<seconds> in the environment stops it earlier (the slow segment target).
 # Stable toolchain: RUSTC_BOOTSTRAP=1 lets cargo fuzz pass its -Z flags. No sanitizer: the
 # targets are safe Rust, and panics, overflows (debug assertions on) and allocations over the
 # cap (sextant_fuzz::alloc) are what is looked for. The corpus grows in
@@ -21,4 +22,4 @@ export RUSTC_BOOTSTRAP=1
 exec nice -n 19 cargo fuzz run --fuzz-dir fuzz/libfuzzer -a -s none "$target" \
   "fuzz/libfuzzer/corpus/$target" "fuzz/seeds/$target" -- \
   -runs="$runs" -max_len="$max_len" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-  -artifact_prefix="fuzz/libfuzzer/artifacts/$target/"
+  -artifact_prefix="fuzz/libfuzzer/artifacts/$target/" ${MAX_TIME:+-max_total_time=$MAX_TIME}

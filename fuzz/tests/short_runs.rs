@@ -132,3 +132,9 @@ fn a_corrupted_page_is_an_error() {
 fn a_corrupted_page_under_a_row_filter_is_an_error() {
     targets::segment(include_bytes!("../seeds/segment/regress-row-filter-page.bin"));
 }
+
+/// A corrupted stored duration: multiplied back by its unit, it overflowed.
+#[test]
+fn a_corrupted_span_duration_does_not_overflow() {
+    targets::segment(include_bytes!("../seeds/segment/regress-duration-overflow.bin"));
+}

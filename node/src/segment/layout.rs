@@ -268,7 +268,8 @@ pub fn assemble(rb: RecordBatch) -> Result<RecordBatch, ArrowError> {
         if let Some(unit) = schema.field(keep[pos]).metadata().get(DURATION_UNIT) {
             let unit: i64 = unit.parse().map_err(|_| ArrowError::SchemaError(format!("duration unit {unit}")))?;
             let stored = arrays[pos].as_any().downcast_ref::<Int64Array>().expect("duration_ns is int64");
-            arrays[pos] = Arc::new(stored.unary::<_, arrow_array::types::Int64Type>(|d| d * unit));
+            // Saturating: a corrupted stored duration must not overflow.
+            arrays[pos] = Arc::new(stored.unary::<_, arrow_array::types::Int64Type>(|d| d.saturating_mul(unit)));
         }
     }
     for pos in 0..keep.len() {
