@@ -1,4 +1,4 @@
-//! `/metrics` and `/healthz` of the operator (DESIGN B8).
+//! `/metrics` and `/healthz` of the operator (docs/KUBERNETES.md, "Operator").
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};

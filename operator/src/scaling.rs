@@ -1,4 +1,5 @@
-//! Safe changes of `spec.storage.nodes` (DESIGN B6) as a pure step function.
+//! Safe changes of `spec.storage.nodes` as a pure step function (docs/ARCHITECTURE.md,
+//! "Membership, placement and drains").
 //!
 //! Each reconcile calls [`plan`] with the operation recorded in status and what it observes; it
 //! gets the StatefulSet size to apply, the cluster calls to make and the operation to record.

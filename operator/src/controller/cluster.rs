@@ -1,5 +1,5 @@
 //! `SextantCluster` → Secret, ConfigMap, Services, node StatefulSet, router Deployment, PDB,
-//! and the scaling steps of DESIGN B6.
+//! and the scaling steps of docs/ARCHITECTURE.md, "Membership, placement and drains".
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 
-/// An alert rule of a project (DESIGN A5), read-only through the public API.
+/// An alert rule of a project, read-only through the public API.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
     group = "sextant.dev",

@@ -1,4 +1,4 @@
-//! The `sextant.dev/v1alpha1` custom resources (DESIGN A11).
+//! The `sextant.dev/v1alpha1` custom resources (docs/KUBERNETES.md).
 
 // `printcolumn(type_ = …)` repeated per column reads as a duplicated attribute to clippy.
 #![allow(clippy::duplicated_attributes)]
