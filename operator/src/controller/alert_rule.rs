@@ -6,7 +6,9 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 
-use super::pushed::*;
+use super::pushed::{
+    admin_in, deletion, finalizer_error, namespace, push_failed, ready, referent_project, synced, RESYNC, RETRY,
+};
 use super::{instrumented, write_status, Context, Error};
 use crate::tenancy::{self, Apply, Cleanup, FINALIZER};
 use crate::v1alpha1::{AlertRule, AlertRuleStatus};

@@ -7,7 +7,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::ResourceExt;
 
-use super::pushed::*;
+use super::pushed::{finalizer_error, push_failed, ready, RESYNC, RETRY};
 use super::{instrumented, write_status, Context, Error};
 use crate::admin::Deletion;
 use crate::conditions::{self, Desired};

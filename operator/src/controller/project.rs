@@ -8,7 +8,9 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::ResourceExt;
 
-use super::pushed::*;
+use super::pushed::{
+    admin_in, deletion, finalizer_error, namespace, push_failed, ready, synced, tenant_cluster, RESYNC, RETRY,
+};
 use super::{instrumented, write_status, Context, Error};
 use crate::tenancy::{self, Apply, Cleanup, FINALIZER};
 use std::collections::BTreeMap;
