@@ -154,3 +154,88 @@ impl MetaState {
         Done
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::meta::testing::*;
+
+    #[test]
+    fn duplicate_signup_stores_nothing() {
+        let (mut s, user) = state_with_user();
+        let before = serde_json::to_value(&s).unwrap();
+        let org = OrgId::random();
+        let r = s.execute(MetaCommand::Signup {
+            org: Org {
+                id: org,
+                name: "Other".into(),
+                plan: "pro".into(),
+                default_project: ProjectId::random(),
+                created_at_ms: T0,
+            },
+            user: User { id: UserId::random(), org_id: org, ..user },
+            project: Project { id: ProjectId::random(), org_id: org, name: "default".into(), created_at_ms: T0 },
+            credentials: vec![],
+            session: RefreshFamily::new("fam2".into(), UserId::random(), org, "h".into(), T0),
+            trial_ends_at_ms: None,
+        });
+        assert_eq!(r, Refused(Refusal::EmailTaken));
+        let mut after = serde_json::to_value(&s).unwrap();
+        // Only the count of applied commands moved.
+        assert_eq!(after["version"], before["version"].as_u64().unwrap() + 1);
+        after["version"] = before["version"].clone();
+        assert_eq!(after, before);
+    }
+
+    #[test]
+    fn invites_are_single_use_and_expire() {
+        let (mut s, owner) = state_with_user();
+        let invite = Invite {
+            id: "inv".into(),
+            org_id: owner.org_id,
+            email: "bob@example.com".into(),
+            role: Role::Member,
+            token_sha256: "tok".into(),
+            invited_by: owner.id,
+            created_at_ms: T0,
+            expires_at_ms: T0 + 1000,
+        };
+        assert_eq!(s.execute(MetaCommand::Invite { invite: invite.clone() }), Done);
+        // Another org cannot withdraw it (nor learn that it exists).
+        let withdraw = |org| MetaCommand::RevokeInvite { org_id: org, invite_id: "inv".into() };
+        assert_eq!(s.execute(withdraw(OrgId::random())), Refused(Refusal::NotFound));
+        let accept = |token: &str, now: i64| MetaCommand::AcceptInvite {
+            invite_id: "inv".into(),
+            token_sha256: token.into(),
+            user_id: UserId::random(),
+            name: "Bob".into(),
+            password_hash: "x".into(),
+            session: RefreshFamily::new("fb".into(), UserId::random(), OrgId::random(), "h".into(), now),
+            now_ms: now,
+        };
+        assert_eq!(s.execute(accept("wrong", T0 + 1)), Refused(Refusal::InvalidInvite));
+        assert_eq!(s.execute(accept("tok", T0 + 1000)), Refused(Refusal::InvalidInvite), "expired");
+        let MetaCommandResult::Session { user } = s.execute(accept("tok", T0 + 1)) else { panic!("not accepted") };
+        assert_eq!((user.org_id, user.role, user.email.as_str()), (owner.org_id, Role::Member, "bob@example.com"));
+        // The session belongs to the new user and org whatever the router put in it.
+        assert_eq!(s.sessions.families["fb"].user_id, user.id);
+        assert_eq!(s.execute(accept("tok", T0 + 2)), Refused(Refusal::InvalidInvite), "used twice");
+        assert_eq!(s.execute(withdraw(owner.org_id)), Refused(Refusal::NotFound), "used invitations are gone");
+        let second = Invite { id: "inv2".into(), email: "carol@example.com".into(), ..invite };
+        s.execute(MetaCommand::Invite { invite: second });
+        assert_eq!(s.execute(MetaCommand::RevokeInvite { org_id: owner.org_id, invite_id: "inv2".into() }), Done);
+        assert!(!s.accounts.invites.contains_key("inv2"));
+        // Removal revokes the member's sessions; owners cannot be removed.
+        assert_eq!(
+            s.execute(MetaCommand::RemoveMember { org_id: owner.org_id, user_id: owner.id, now_ms: T0 }),
+            Refused(Refusal::OwnerProtected)
+        );
+        assert_eq!(
+            s.execute(MetaCommand::RemoveMember { org_id: OrgId::random(), user_id: user.id, now_ms: T0 }),
+            Refused(Refusal::NotFound)
+        );
+        assert_eq!(s.execute(MetaCommand::RemoveMember { org_id: owner.org_id, user_id: user.id, now_ms: T0 }), Done);
+        assert!(s.sessions.families["fb"].revoked_at_ms.is_some());
+        let view: MetaView = read(&s, &MetaQuery::View);
+        assert_eq!(view.removed_users, vec![user.id]);
+    }
+}

@@ -51,3 +51,38 @@ impl MetaState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::meta::testing::*;
+
+    #[test]
+    fn plans_are_seeded_once_and_quotas_belong_to_an_org() {
+        let (mut s, owner) = state_with_user();
+        let mut plans = sextant_model::meta::default_plans();
+        s.execute(MetaCommand::SeedPlans { plans: plans.clone() });
+        plans[0].rate_limits.ingest_rps = Some(7);
+        s.execute(MetaCommand::SeedPlans { plans: plans.clone() });
+        assert_eq!(s.billing.plans["free"].rate_limits.ingest_rps, None, "seeding never overwrites");
+        assert_eq!(s.execute(MetaCommand::PutPlan { plan: plans[0].clone() }), Done);
+        assert_eq!(s.billing.plans["free"].rate_limits.ingest_rps, Some(7));
+
+        let quota =
+            |org, project| Quota { id: "q1".into(), org_id: org, project_id: project, rate_limits: Default::default() };
+        assert_eq!(
+            s.execute(MetaCommand::PutQuota { quota: quota(OrgId::random(), None) }),
+            Refused(Refusal::NotFound)
+        );
+        let foreign_project = Some(ProjectId::random());
+        assert_eq!(
+            s.execute(MetaCommand::PutQuota { quota: quota(owner.org_id, foreign_project) }),
+            Refused(Refusal::NotFound)
+        );
+        let own_project = Some(s.tenancy.orgs[&owner.org_id].default_project);
+        assert_eq!(s.execute(MetaCommand::PutQuota { quota: quota(owner.org_id, own_project) }), Done);
+        let view: MetaView = read(&s, &MetaQuery::View);
+        assert_eq!(view.quotas.len(), 1);
+        assert_eq!(s.execute(MetaCommand::DeleteQuota { id: "q1".into() }), Done);
+        assert_eq!(s.execute(MetaCommand::DeleteQuota { id: "q1".into() }), Refused(Refusal::NotFound));
+    }
+}

@@ -39,3 +39,50 @@ impl MetaState {
         Done
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::meta::testing::*;
+
+    #[test]
+    fn cohorts_belong_to_a_project_of_the_org_and_are_bounded() {
+        use sextant_model::cohort::{Cohort, CountOp, Definition, Kind, Logic};
+        let (mut s, owner) = state_with_user();
+        let project = s.tenancy.orgs[&owner.org_id].default_project;
+        let cohort = |id: String, project_id| Cohort {
+            id,
+            project_id,
+            name: "buyers".into(),
+            definition: Definition {
+                logic: Logic::And,
+                conditions: vec![sextant_model::cohort::Condition {
+                    kind: Kind::Did,
+                    event: "buy".into(),
+                    op: CountOp::Ge,
+                    count: 1,
+                    range: "7d".into(),
+                    range_ns: 7,
+                }],
+            },
+            created_at_ms: T0,
+        };
+        let create = |org, c| MetaCommand::CreateCohort { org_id: org, cohort: c };
+        assert_eq!(s.execute(create(OrgId::random(), cohort("c0".into(), project))), Refused(Refusal::NotFound));
+        assert_eq!(
+            s.execute(create(owner.org_id, cohort("c0".into(), ProjectId::random()))),
+            Refused(Refusal::NotFound)
+        );
+        for i in 0..MAX_COHORTS_PER_PROJECT {
+            assert_eq!(s.execute(create(owner.org_id, cohort(format!("c{i:03}"), project))), Done);
+        }
+        assert_eq!(s.execute(create(owner.org_id, cohort("extra".into(), project))), Refused(Refusal::LimitReached));
+        let listed: Vec<Cohort> = read(&s, &MetaQuery::Cohorts { project_id: project });
+        assert_eq!(listed.len(), MAX_COHORTS_PER_PROJECT);
+        assert_eq!(listed[0], cohort("c000".into(), project));
+        let other: Vec<Cohort> = read(&s, &MetaQuery::Cohorts { project_id: ProjectId::random() });
+        assert!(other.is_empty());
+        // The command survives the log's encoding.
+        let cmd = create(owner.org_id, cohort("c1".into(), project));
+        assert_eq!(bincode::deserialize::<MetaCommand>(&bincode::serialize(&cmd).unwrap()).unwrap(), cmd);
+    }
+}

@@ -371,3 +371,338 @@ impl MetaState {
         MetaCommandResult::Keyed { id: org_id.to_string() }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::meta::testing::*;
+
+    fn credential(id: &str, kind: CredentialKind, project: ProjectId) -> Credential {
+        Credential {
+            id: id.into(),
+            kind,
+            project_id: project,
+            name: "kubernetes".into(),
+            secret_sha256: format!("h-{id}"),
+            created_at_ms: T0,
+            revoked: false,
+        }
+    }
+
+    #[test]
+    fn tenants_are_keyed_and_updates_keep_the_org() {
+        let mut s = MetaState::default();
+        let org = id_of(put_tenant(&mut s, "t-uid", "Acme", "pro", false));
+        // A retry (another random id proposed) and an update land on the same org.
+        assert_eq!(id_of(put_tenant(&mut s, "t-uid", "Acme", "pro", false)), org);
+        assert_eq!(id_of(put_tenant(&mut s, "t-uid", "Acme Corp", "business", true)), org);
+        let org_id: OrgId = org.parse().unwrap();
+        assert_eq!(
+            (s.tenancy.orgs[&org_id].name.as_str(), s.tenancy.orgs[&org_id].plan.as_str()),
+            ("Acme Corp", "business")
+        );
+        let v = view(&s);
+        assert_eq!(v.orgs.len(), 1);
+        assert!(v.managed_orgs[0].suspended);
+        assert_eq!(v.managed_orgs[0].managed_by.kind, "Tenant");
+        // Deleted: gone, and the key never makes another org.
+        assert_eq!(s.execute(MetaCommand::DeleteTenant { key: "t-uid".into(), now_ms: T0 }), Done);
+        assert!(s.tenancy.orgs.is_empty());
+        assert_eq!(s.execute(MetaCommand::DeleteTenant { key: "t-uid".into(), now_ms: T0 }), Done, "idempotent");
+        assert_eq!(s.execute(MetaCommand::DeleteTenant { key: "unknown".into(), now_ms: T0 }), Done);
+        assert_eq!(put_tenant(&mut s, "t-uid", "Acme", "pro", false), Refused(Refusal::Deleted));
+        assert!(view(&s).managed_orgs.is_empty());
+    }
+
+    #[test]
+    fn managed_projects_belong_to_their_tenant_and_the_first_is_the_default() {
+        let mut s = MetaState::default();
+        let org: OrgId = id_of(put_tenant(&mut s, "t", "Acme", "pro", false)).parse().unwrap();
+        assert_eq!(put_project(&mut s, "p", "no-such-tenant", "Shop"), Refused(Refusal::NotFound));
+        let shop: ProjectId = id_of(put_project(&mut s, "p", "t", "Shop")).parse().unwrap();
+        assert_eq!(s.tenancy.projects[&shop].org_id, org, "meta puts the tenant's org, not the proposed one");
+        assert_eq!(s.tenancy.orgs[&org].default_project, shop);
+        assert_eq!(id_of(put_project(&mut s, "p", "t", "Shop")).parse::<ProjectId>().unwrap(), shop, "retry");
+        assert_eq!(id_of(put_project(&mut s, "p", "t", "Store")).parse::<ProjectId>().unwrap(), shop, "rename");
+        assert_eq!(s.tenancy.projects[&shop].name, "Store");
+        let blog: ProjectId = id_of(put_project(&mut s, "p2", "t", "Blog")).parse().unwrap();
+        assert_eq!(s.tenancy.orgs[&org].default_project, shop, "the default stays");
+        assert_eq!(put_project(&mut s, "p2", "t", "store"), Refused(Refusal::NameTaken));
+        assert_eq!(s.tenancy.projects[&blog].name, "Blog");
+        let v = view(&s);
+        assert_eq!(v.managed_projects.len(), 2);
+        // A tenant with managed projects left is not deleted.
+        assert_eq!(
+            s.execute(MetaCommand::DeleteTenant { key: "t".into(), now_ms: T0 }),
+            Refused(Refusal::ProjectsRemain)
+        );
+        assert!(s.tenancy.orgs.contains_key(&org));
+    }
+
+    #[test]
+    fn issuing_credentials_replaces_the_earlier_pair_and_the_public_api_cannot_revoke_them() {
+        let mut s = MetaState::default();
+        let org: OrgId = id_of(put_tenant(&mut s, "t", "Acme", "pro", false)).parse().unwrap();
+        let p: ProjectId = id_of(put_project(&mut s, "p", "t", "Shop")).parse().unwrap();
+        let issue = |s: &mut MetaState, a: &str, b: &str| {
+            s.execute(MetaCommand::IssueManagedCredentials {
+                key: "p".into(),
+                credentials: vec![
+                    credential(a, CredentialKind::IngestToken, p),
+                    credential(b, CredentialKind::ApiKey, p),
+                ],
+            })
+        };
+        assert_eq!(issue(&mut s, "a1", "b1"), Done);
+        assert_eq!(issue(&mut s, "a2", "b2"), Done);
+        let ids: Vec<&String> = s.tenancy.credentials.keys().collect();
+        assert_eq!(ids, ["a2", "b2"], "one valid pair after a retry");
+        assert_eq!(view(&s).managed_credentials.len(), 2);
+        let revoke = MetaCommand::RevokeCredential { org_id: org, id: "b2".into(), kind: CredentialKind::ApiKey };
+        assert_eq!(s.execute(revoke), Refused(Refusal::Managed));
+        assert!(!s.tenancy.credentials["b2"].revoked);
+        // Credentials of another project cannot be slipped in.
+        let foreign = MetaCommand::IssueManagedCredentials {
+            key: "p".into(),
+            credentials: vec![credential("x", CredentialKind::ApiKey, ProjectId::random())],
+        };
+        assert_eq!(s.execute(foreign), Refused(Refusal::NotFound));
+        let unknown = MetaCommand::IssueManagedCredentials { key: "nope".into(), credentials: vec![] };
+        assert_eq!(s.execute(unknown), Refused(Refusal::NotFound));
+    }
+
+    #[test]
+    fn deleting_a_project_removes_its_credentials_quotas_and_rules_and_records_it_for_storage() {
+        let mut s = MetaState::default();
+        let org: OrgId = id_of(put_tenant(&mut s, "t", "Acme", "pro", false)).parse().unwrap();
+        let p: ProjectId = id_of(put_project(&mut s, "p", "t", "Shop")).parse().unwrap();
+        let other: ProjectId = id_of(put_project(&mut s, "p2", "t", "Blog")).parse().unwrap();
+        s.execute(MetaCommand::IssueManagedCredentials {
+            key: "p".into(),
+            credentials: vec![credential("k", CredentialKind::ApiKey, p)],
+        });
+        let quota = MetaCommand::PutManagedQuota {
+            key: "q".into(),
+            tenant_key: None,
+            project_key: Some("p".into()),
+            monthly_bytes: Some(1),
+            monthly_events: None,
+            ingest_rps: Some(5),
+            hard: true,
+            managed_by: managed("Quota", "q"),
+        };
+        assert_eq!(s.execute(quota), Done);
+        let rule = alert_rule("r", "p", "errors");
+        assert!(matches!(s.execute(rule), MetaCommandResult::Keyed { .. }));
+        let delete = || MetaCommand::DeleteManagedProject { key: "p".into(), now_ms: T0 + 5 };
+        assert_eq!(s.execute(delete()), Done);
+        assert!(!s.tenancy.projects.contains_key(&p));
+        assert!(s.tenancy.credentials.is_empty() && s.managed.credentials.is_empty());
+        assert!(s.billing.quotas.is_empty() && s.managed.quotas.is_empty());
+        assert!(s.managed.alert_rules.is_empty());
+        assert_eq!(s.tenancy.orgs[&org].default_project, other, "the default moves to a remaining project");
+        let v = view(&s);
+        assert_eq!(v.deleted_projects, vec![p]);
+        assert_eq!(v.managed_projects.len(), 1);
+        assert_eq!(s.execute(delete()), Done, "idempotent");
+        assert_eq!(s.execute(MetaCommand::DeleteManagedProject { key: "nope".into(), now_ms: T0 }), Done);
+        // The key never comes back as a new project (a late retry of the operator's apply).
+        assert_eq!(put_project(&mut s, "p", "t", "Shop"), Refused(Refusal::Deleted));
+        assert_eq!(view(&s).deleted_projects, vec![p]);
+    }
+
+    #[test]
+    fn deleting_a_tenant_takes_its_other_projects_users_and_sessions() {
+        let (mut s, owner) = state_with_user();
+        // A tenant whose org also has a project made through the public API and a user.
+        let org: OrgId = id_of(put_tenant(&mut s, "t", "Acme", "pro", false)).parse().unwrap();
+        let managed_project: ProjectId = id_of(put_project(&mut s, "p", "t", "Shop")).parse().unwrap();
+        let public = Project { id: ProjectId::random(), org_id: org, name: "Side".into(), created_at_ms: T0 };
+        assert_eq!(s.execute(MetaCommand::CreateProject { project: public.clone(), credentials: vec![] }), Done);
+        let member = User { id: UserId::random(), org_id: org, email: "bob@acme.test".into(), ..owner.clone() };
+        s.accounts.users.insert(member.id, member.clone());
+        s.sessions.add(RefreshFamily::new("bob".into(), member.id, org, "h".into(), T0));
+        assert_eq!(
+            s.execute(MetaCommand::DeleteTenant { key: "t".into(), now_ms: T0 }),
+            Refused(Refusal::ProjectsRemain)
+        );
+        s.execute(MetaCommand::DeleteManagedProject { key: "p".into(), now_ms: T0 });
+        assert_eq!(s.execute(MetaCommand::DeleteTenant { key: "t".into(), now_ms: T0 }), Done);
+        assert!(!s.tenancy.orgs.contains_key(&org));
+        assert!(!s.accounts.users.contains_key(&member.id));
+        assert!(s.sessions.families["bob"].revoked_at_ms.is_some());
+        let deleted: Vec<ProjectId> = view(&s).deleted_projects;
+        assert!(deleted.contains(&managed_project) && deleted.contains(&public.id));
+        // The other org is untouched.
+        assert!(s.tenancy.orgs.contains_key(&owner.org_id));
+        assert!(s.accounts.users.contains_key(&owner.id));
+    }
+
+    #[test]
+    fn managed_plans_keep_rate_limits_and_deleting_them_restores_or_removes() {
+        let (mut s, _) = state_with_user();
+        s.execute(MetaCommand::SeedPlans { plans: sextant_model::meta::default_plans() });
+        let mut pro = s.billing.plans["pro"].clone();
+        pro.rate_limits.ingest_rps = Some(9);
+        s.execute(MetaCommand::PutPlan { plan: pro });
+        let put = |name: &str, gb: u64| MetaCommand::PutManagedPlan {
+            plan: Plan {
+                name: name.into(),
+                monthly_bytes: Some(gb),
+                monthly_events: None,
+                retention_days: Some(3),
+                features: vec![],
+                rate_limits: Default::default(),
+            },
+            display_name: Some("Pro".into()),
+            price: None,
+            managed_by: managed("Plan", name),
+        };
+        assert_eq!(s.execute(put("pro", 5)), Done);
+        assert_eq!(s.billing.plans["pro"].monthly_bytes, Some(5));
+        assert_eq!(
+            s.billing.plans["pro"].rate_limits.ingest_rps,
+            Some(9),
+            "rate limits are not the resource's business"
+        );
+        assert_eq!(s.execute(put("pro", 5)), Done, "no-op");
+        assert_eq!(view(&s).managed_plans.len(), 1);
+        assert_eq!(s.execute(MetaCommand::DeleteManagedPlan { name: "pro".into() }), Done);
+        let default_pro = sextant_model::meta::default_plans().into_iter().find(|p| p.name == "pro").unwrap();
+        assert_eq!(
+            s.billing.plans["pro"].monthly_bytes, default_pro.monthly_bytes,
+            "a default entry returns to its default"
+        );
+        assert_eq!(s.billing.plans["pro"].rate_limits.ingest_rps, Some(9));
+        assert!(view(&s).managed_plans.is_empty());
+        // A custom plan in use stays until its orgs move.
+        assert_eq!(s.execute(put("gold", 50)), Done);
+        id_of(put_tenant(&mut s, "t", "Acme", "gold", false));
+        assert_eq!(s.execute(MetaCommand::DeleteManagedPlan { name: "gold".into() }), Refused(Refusal::PlanInUse));
+        id_of(put_tenant(&mut s, "t", "Acme", "pro", false));
+        assert_eq!(s.execute(MetaCommand::DeleteManagedPlan { name: "gold".into() }), Done);
+        assert!(!s.billing.plans.contains_key("gold"));
+        // Entries no resource manages are never removed by the admin API.
+        assert_eq!(s.execute(MetaCommand::DeleteManagedPlan { name: "free".into() }), Done);
+        assert!(s.billing.plans.contains_key("free"));
+    }
+
+    #[test]
+    fn managed_quotas_set_rate_limits_and_are_read_only_for_the_public_commands() {
+        let mut s = MetaState::default();
+        let org: OrgId = id_of(put_tenant(&mut s, "t", "Acme", "pro", false)).parse().unwrap();
+        let quota = |tenant: Option<&str>, rps: u32| MetaCommand::PutManagedQuota {
+            key: "q".into(),
+            tenant_key: tenant.map(Into::into),
+            project_key: None,
+            monthly_bytes: None,
+            monthly_events: Some(10),
+            ingest_rps: Some(rps),
+            hard: false,
+            managed_by: managed("Quota", "q"),
+        };
+        assert_eq!(s.execute(quota(Some("nope"), 5)), Refused(Refusal::NotFound));
+        assert_eq!(s.execute(quota(None, 5)), Refused(Refusal::NotFound), "one target is needed");
+        assert_eq!(s.execute(quota(Some("t"), 5)), Done);
+        assert_eq!(s.execute(quota(Some("t"), 7)), Done);
+        assert_eq!(s.billing.quotas["q"].org_id, org);
+        assert_eq!(s.billing.quotas["q"].rate_limits.ingest_rps, Some(7));
+        assert_eq!(s.managed.quotas["q"].monthly_events, Some(10));
+        assert_eq!(s.execute(MetaCommand::DeleteQuota { id: "q".into() }), Refused(Refusal::Managed));
+        assert_eq!(s.execute(MetaCommand::DeleteManagedQuota { key: "q".into() }), Done);
+        assert!(s.billing.quotas.is_empty() && s.managed.quotas.is_empty());
+        assert_eq!(s.execute(MetaCommand::DeleteManagedQuota { key: "q".into() }), Done, "idempotent");
+    }
+
+    fn alert_rule(key: &str, project_key: &str, name: &str) -> MetaCommand {
+        MetaCommand::PutManagedAlertRule {
+            key: key.into(),
+            project_key: project_key.into(),
+            id: format!("id-{name}"),
+            name: name.into(),
+            metric: "error_rate".into(),
+            filter: sextant_model::meta::AlertFilter { service: Some("api".into()), ..Default::default() },
+            comparison: ">".into(),
+            threshold: 0.05,
+            window_minutes: 5,
+            enabled: true,
+            now_ms: T0,
+            managed_by: managed("AlertRule", key),
+        }
+    }
+
+    #[test]
+    fn managed_alert_rules_keep_their_id_across_updates() {
+        let mut s = MetaState::default();
+        id_of(put_tenant(&mut s, "t", "Acme", "pro", false));
+        assert_eq!(s.execute(alert_rule("r", "nope", "errors")), Refused(Refusal::NotFound));
+        let p: ProjectId = id_of(put_project(&mut s, "p", "t", "Shop")).parse().unwrap();
+        let id = id_of(s.execute(alert_rule("r", "p", "errors")));
+        assert_eq!(id_of(s.execute(alert_rule("r", "p", "renamed"))), id);
+        let v = view(&s);
+        assert_eq!(v.alert_rules.len(), 1);
+        assert_eq!((v.alert_rules[0].name.as_str(), v.alert_rules[0].project_id), ("renamed", p));
+        assert_eq!(v.alert_rules[0].managed_by.as_ref().unwrap().kind, "AlertRule");
+        assert_eq!(s.execute(MetaCommand::DeleteManagedAlertRule { key: "r".into() }), Done);
+        assert_eq!(s.execute(MetaCommand::DeleteManagedAlertRule { key: "r".into() }), Done);
+        assert!(view(&s).alert_rules.is_empty());
+    }
+
+    #[test]
+    fn a_tenant_owner_is_invited_into_the_tenant_org_as_owner() {
+        let mut s = MetaState::default();
+        let org: OrgId = id_of(put_tenant(&mut s, "t", "Acme", "pro", false)).parse().unwrap();
+        let invite = |id: &str| Invite {
+            id: id.into(),
+            org_id: OrgId::random(),
+            email: "ignored@example.com".into(),
+            role: Role::Member,
+            token_sha256: format!("tok-{id}"),
+            invited_by: UserId::random(),
+            created_at_ms: T0,
+            expires_at_ms: T0 + 1000,
+        };
+        let ask = |key: &str, id: &str| MetaCommand::InviteTenantOwner { key: key.into(), invite: invite(id) };
+        assert_eq!(s.execute(ask("nope", "i0")), Refused(Refusal::NotFound));
+        assert_eq!(id_of(s.execute(ask("t", "i1"))).parse::<OrgId>().unwrap(), org);
+        assert_eq!(id_of(s.execute(ask("t", "i2"))).parse::<OrgId>().unwrap(), org);
+        assert_eq!(s.accounts.invites.keys().collect::<Vec<_>>(), ["i2"], "the newer invitation replaces the older");
+        let i = &s.accounts.invites["i2"];
+        assert_eq!((i.org_id, i.email.as_str(), i.role), (org, "ops@acme.test", Role::Owner));
+        let accepted = s.execute(MetaCommand::AcceptInvite {
+            invite_id: "i2".into(),
+            token_sha256: "tok-i2".into(),
+            user_id: UserId::random(),
+            name: "Ops".into(),
+            password_hash: "x".into(),
+            session: RefreshFamily::new("f".into(), UserId::random(), OrgId::random(), "h".into(), T0),
+            now_ms: T0 + 1,
+        });
+        assert!(
+            matches!(accepted, MetaCommandResult::Session { user } if user.org_id == org && user.role == Role::Owner)
+        );
+        assert_eq!(s.execute(ask("t", "i3")), Refused(Refusal::EmailTaken), "the owner exists now");
+    }
+
+    /// The admin commands go through the Raft log as bincode like every other.
+    #[test]
+    fn admin_commands_survive_the_log_encoding() {
+        let commands = vec![
+            MetaCommand::PutManagedQuota {
+                key: "q".into(),
+                tenant_key: Some("t".into()),
+                project_key: None,
+                monthly_bytes: None,
+                monthly_events: Some(3),
+                ingest_rps: None,
+                hard: true,
+                managed_by: managed("Quota", "q"),
+            },
+            alert_rule("r", "p", "errors"),
+            MetaCommand::DeleteTenant { key: "t".into(), now_ms: 1 },
+        ];
+        for c in commands {
+            let bytes = bincode::serialize(&c).unwrap();
+            assert_eq!(bincode::deserialize::<MetaCommand>(&bytes).unwrap(), c);
+        }
+    }
+}

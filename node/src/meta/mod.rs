@@ -17,6 +17,8 @@ mod routers;
 mod sessions;
 mod snapshot;
 mod tenancy;
+#[cfg(test)]
+mod testing;
 
 use std::io::{self, Read, Write};
 
@@ -259,6 +261,3 @@ impl GroupState for MetaState {
         Ok(())
     }
 }
-
-#[cfg(test)]
-mod tests;

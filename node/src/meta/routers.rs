@@ -28,3 +28,22 @@ impl Routers {
         self.last_seen.iter().map(|(id, at)| RouterSeen { id: id.clone(), at_ms: *at }).collect()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::meta::testing::*;
+
+    #[test]
+    fn heartbeats_prune_expired_state() {
+        let (mut s, _) = state_with_user();
+        s.execute(MetaCommand::EndSession { family: "fam".into(), presented_sha256: "h0".into(), now_ms: T0 });
+        s.execute(MetaCommand::RouterHeartbeat { router_id: "r1".into(), at_ms: T0 });
+        assert!(s.sessions.families.contains_key("fam"), "tombstone kept while access tokens may live");
+        s.execute(MetaCommand::RouterHeartbeat { router_id: "r2".into(), at_ms: T0 + TOMBSTONE_MS });
+        assert!(!s.sessions.families.contains_key("fam"));
+        assert!(!s.routers.last_seen.contains_key("r1"));
+        assert!(s.routers.last_seen.contains_key("r2"));
+        s.execute(MetaCommand::RouterLeft { router_id: "r2".into() });
+        assert!(s.routers.last_seen.is_empty());
+    }
+}

@@ -137,3 +137,83 @@ impl MetaState {
         Done
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::meta::testing::*;
+
+    fn rotate(s: &mut MetaState, presented: &str, new: &str, now: i64) -> MetaCommandResult {
+        s.execute(MetaCommand::RotateSession {
+            family: "fam".into(),
+            presented_sha256: presented.into(),
+            new_sha256: new.into(),
+            now_ms: now,
+        })
+    }
+
+    #[test]
+    fn rotation_chain_and_reuse_revokes_the_family() {
+        let (mut s, user) = state_with_user();
+        assert!(
+            matches!(rotate(&mut s, "h0", "h1", T0 + 1), MetaCommandResult::Session { user: m } if m.id == user.id)
+        );
+        assert!(matches!(rotate(&mut s, "h1", "h2", T0 + 60_000), MetaCommandResult::Session { .. }));
+        // h0 is two rotations old: reuse, and the family dies with it.
+        assert_eq!(rotate(&mut s, "h0", "hx", T0 + 60_001), Refused(Refusal::SessionReused));
+        assert_eq!(rotate(&mut s, "h2", "h3", T0 + 60_002), Refused(Refusal::InvalidSession));
+        let view: MetaView = read(&s, &MetaQuery::View);
+        assert_eq!(view.revoked_sessions, vec!["fam".to_string()]);
+    }
+
+    #[test]
+    fn previous_token_is_accepted_only_within_the_grace_window() {
+        let (mut s, _) = state_with_user();
+        let ok = |r: MetaCommandResult| matches!(r, MetaCommandResult::Session { .. });
+        assert!(ok(rotate(&mut s, "h0", "h1", T0)));
+        // A second tab (or a retry) with h0: a token valid alongside h1, and h1 stays valid.
+        assert!(ok(rotate(&mut s, "h0", "h1b", T0 + REFRESH_GRACE_MS)));
+        assert_eq!(s.sessions.families["fam"].alternates_sha256, ["h1b"]);
+        // Whichever of them the browser kept rotates; the other is then dropped.
+        assert!(ok(rotate(&mut s, "h1b", "h2", T0 + REFRESH_GRACE_MS + 1)));
+        assert!(s.sessions.families["fam"].alternates_sha256.is_empty());
+        // h1b is now previous, but the window since the last rotation has passed.
+        let late = T0 + 2 * REFRESH_GRACE_MS + 2;
+        assert_eq!(rotate(&mut s, "h1b", "h3", late), Refused(Refusal::SessionReused));
+    }
+
+    #[test]
+    fn a_sibling_of_the_current_token_rotates_and_retries_are_bounded() {
+        let (mut s, _) = state_with_user();
+        let ok = |r: MetaCommandResult| matches!(r, MetaCommandResult::Session { .. });
+        assert!(ok(rotate(&mut s, "h0", "h1", T0)));
+        for i in 0..MAX_REFRESH_ALTERNATES {
+            assert!(ok(rotate(&mut s, "h0", &format!("a{i}"), T0 + 1)));
+        }
+        // One retry too many is refused without killing the session.
+        assert_eq!(rotate(&mut s, "h0", "ax", T0 + 2), Refused(Refusal::InvalidSession));
+        assert!(ok(rotate(&mut s, "h1", "h2", T0 + 3)));
+        // After that rotation the dropped siblings count as reuse.
+        assert_eq!(rotate(&mut s, "a0", "h3", T0 + 4), Refused(Refusal::SessionReused));
+    }
+
+    #[test]
+    fn unknown_expired_and_ended_sessions_do_not_rotate() {
+        let (mut s, _) = state_with_user();
+        let r = s.execute(MetaCommand::RotateSession {
+            family: "nope".into(),
+            presented_sha256: "h0".into(),
+            new_sha256: "h1".into(),
+            now_ms: T0,
+        });
+        assert_eq!(r, Refused(Refusal::InvalidSession));
+        assert_eq!(rotate(&mut s, "h0", "h1", T0 + REFRESH_TTL_MS), Refused(Refusal::InvalidSession));
+        let (mut s, _) = state_with_user();
+        let end =
+            |token: &str| MetaCommand::EndSession { family: "fam".into(), presented_sha256: token.into(), now_ms: T0 };
+        // The family id alone (an access token's `sid`) cannot end someone's session.
+        assert_eq!(s.execute(end("guess")), Refused(Refusal::InvalidSession));
+        assert!(s.sessions.families["fam"].revoked_at_ms.is_none());
+        assert_eq!(s.execute(end("h0")), Done);
+        assert_eq!(rotate(&mut s, "h0", "h1", T0 + 1), Refused(Refusal::InvalidSession));
+    }
+}

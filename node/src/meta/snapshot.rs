@@ -136,3 +136,116 @@ impl From<MetaSnapshot> for MetaState {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::meta::testing::*;
+
+    /// Snapshots written before the admin commands existed still restore.
+    #[test]
+    fn snapshots_without_the_admin_state_restore() {
+        let (mut s, _) = state_with_user();
+        id_of(put_tenant(&mut s, "t", "Acme", "pro", false));
+        let mut old = serde_json::to_value(&s).unwrap();
+        for field in [
+            "tenants",
+            "managed_projects",
+            "managed_credentials",
+            "managed_plans",
+            "managed_quotas",
+            "alert_rules",
+            "deleted_projects",
+        ] {
+            assert!(old.as_object_mut().unwrap().remove(field).is_some(), "{field}");
+        }
+        let mut restored = MetaState::default();
+        restored.restore(&mut serde_json::to_vec(&old).unwrap().as_slice()).unwrap();
+        assert_eq!(restored.tenancy.orgs.len(), 2);
+        assert!(restored.managed.tenants.is_empty() && restored.tenancy.deleted_projects.is_empty());
+    }
+
+    /// A snapshot written by the meta state machine before it was split into aggregates
+    /// (every map non-empty) restores to the same catalog, and is written back byte for byte.
+    #[test]
+    fn a_snapshot_written_before_the_split_restores_unchanged() {
+        let bytes: &[u8] = include_bytes!("fixtures/snapshot-before-split.json");
+        let mut s = MetaState::default();
+        s.restore(&mut &bytes[..]).unwrap();
+        let id = |n: u16| format!("00000000-0000-4000-8000-000000000{n:03}");
+        let v = view(&s);
+        assert_eq!((v.version, v.partitions.as_slice()), (30, &[1, 2][..]));
+        let orgs: Vec<(String, &str, &str)> =
+            v.orgs.iter().map(|o| (o.id.to_string(), o.name.as_str(), o.plan.as_str())).collect();
+        assert_eq!(orgs, [(id(1), "o", "enterprise"), (id(110), "Acme", "pro"), (id(120), "Globex", "gold")]);
+        assert_eq!(v.orgs[2].default_project.to_string(), id(121));
+        let members: Vec<(String, &str, Role)> =
+            v.members.iter().map(|m| (m.org_id.to_string(), m.email.as_str(), m.role)).collect();
+        assert_eq!(
+            members,
+            [
+                (id(1), "a@b.co", Role::Owner),
+                (id(110), "ada@acme.test", Role::Owner),
+                (id(110), "bob@acme.test", Role::Member)
+            ]
+        );
+        let user: User = read(&s, &MetaQuery::UserByEmail { email: "Ada@acme.test".into() });
+        assert_eq!((user.id.to_string(), user.password_hash.as_str()), (id(111), "ph-ada"));
+        let projects: Vec<(String, &str)> = v.projects.iter().map(|p| (p.id.to_string(), p.name.as_str())).collect();
+        assert_eq!(projects, [(id(3), "default"), (id(112), "web"), (id(113), "mobile"), (id(121), "shop")]);
+        let credentials: Vec<(&str, String, bool, &str)> = v
+            .credentials
+            .iter()
+            .map(|c| (c.id.as_str(), c.project_id.to_string(), c.revoked, c.secret_sha256.as_str()))
+            .collect();
+        assert_eq!(
+            credentials,
+            [
+                ("k", id(3), false, "s"),
+                ("k-mobile", id(113), true, "h-k-mobile"),
+                ("k-web", id(112), false, "h-k-web"),
+                ("m-api", id(121), false, "h-m-api"),
+                ("m-ingest", id(121), false, "h-m-ingest"),
+            ]
+        );
+        let plans: Vec<&str> = v.plans.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(plans, ["business", "enterprise", "free", "gold", "growth", "pro"]);
+        let gold = v.plans.iter().find(|p| p.name == "gold").unwrap();
+        assert_eq!(
+            (gold.monthly_bytes, gold.retention_days, gold.features.as_slice()),
+            (Some(1 << 40), Some(90), &["sso".to_string()][..])
+        );
+        assert_eq!(v.plans.iter().find(|p| p.name == "free").unwrap().rate_limits.ingest_rps, Some(7));
+        let quotas: Vec<(&str, String, Option<u32>, Option<u32>)> = v
+            .quotas
+            .iter()
+            .map(|q| (q.id.as_str(), q.org_id.to_string(), q.rate_limits.ingest_rps, q.rate_limits.api_rps))
+            .collect();
+        assert_eq!(quotas, [("q-acme", id(110), Some(50), Some(5)), ("quota-uid", id(120), Some(100), None)]);
+        assert_eq!(v.trials.len(), 1);
+        assert_eq!((v.trials[0].org_id.to_string(), v.trials[0].ends_at_ms), (id(110), T0 + 14 * 86_400_000));
+        assert_eq!(v.removed_users.iter().map(ToString::to_string).collect::<Vec<_>>(), [id(115)]);
+        assert_eq!(v.revoked_sessions, ["fam-eve"]);
+        assert_eq!((v.routers[0].id.as_str(), v.routers[0].at_ms), ("router-a", T0 + 6));
+        assert_eq!((v.managed_orgs[0].key.as_str(), v.managed_orgs[0].org_id.to_string()), ("tenant-uid", id(120)));
+        let managed_projects: Vec<&str> = v.managed_projects.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(managed_projects, ["project-uid"], "the deleted one is not in the view");
+        assert_eq!(v.managed_credentials.len(), 2);
+        assert_eq!(v.managed_plans[0].price.as_ref().unwrap().amount_cents, 9900);
+        assert_eq!((v.managed_quotas[0].key.as_str(), v.managed_quotas[0].hard), ("quota-uid", true));
+        assert_eq!((v.alert_rules[0].id.as_str(), v.alert_rules[0].project_id.to_string()), ("rule-1", id(121)));
+        assert_eq!(v.deleted_projects.iter().map(ToString::to_string).collect::<Vec<_>>(), [id(122)]);
+        let acme: OrgMembers = read(&s, &MetaQuery::OrgMembers { org_id: id(110).parse().unwrap() });
+        assert_eq!(acme.members.len(), 2);
+        assert_eq!(acme.invites.iter().map(|i| i.email.as_str()).collect::<Vec<_>>(), ["dan@acme.test"]);
+        let globex: OrgMembers = read(&s, &MetaQuery::OrgMembers { org_id: id(120).parse().unwrap() });
+        assert_eq!((globex.invites[0].email.as_str(), globex.invites[0].role), ("ops@globex.test", Role::Owner));
+        let cohorts: Vec<Cohort> = read(&s, &MetaQuery::Cohorts { project_id: id(112).parse().unwrap() });
+        assert_eq!(cohorts.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["buyers"]);
+        let cluster: sextant_model::meta::ClusterView = read(&s, &MetaQuery::Cluster);
+        assert_eq!((cluster.replication_factor, cluster.nodes.len()), (3, 4));
+        assert_eq!(cluster.replicas[&1], [1, 2, 3]);
+        let mut written = Vec::new();
+        s.snapshot_writer()(&mut written).unwrap();
+        assert!(written == bytes, "the snapshot format changed");
+    }
+}

@@ -127,3 +127,99 @@ impl MetaState {
         Done
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::meta::testing::*;
+
+    #[test]
+    fn credentials_of_another_org_are_not_found() {
+        let (mut s, owner) = state_with_user();
+        let project = s.tenancy.orgs[&owner.org_id].default_project;
+        let cred = Credential {
+            id: "k1".into(),
+            kind: CredentialKind::ApiKey,
+            project_id: project,
+            name: "ci".into(),
+            secret_sha256: "h".into(),
+            created_at_ms: T0,
+            revoked: false,
+        };
+        let stranger = OrgId::random();
+        assert_eq!(
+            s.execute(MetaCommand::CreateCredential { org_id: stranger, credential: cred.clone() }),
+            Refused(Refusal::NotFound)
+        );
+        assert_eq!(s.execute(MetaCommand::CreateCredential { org_id: owner.org_id, credential: cred }), Done);
+        let revoke = |org| MetaCommand::RevokeCredential { org_id: org, id: "k1".into(), kind: CredentialKind::ApiKey };
+        assert_eq!(s.execute(revoke(stranger)), Refused(Refusal::NotFound));
+        assert_eq!(s.execute(revoke(owner.org_id)), Done);
+        assert!(s.tenancy.credentials["k1"].revoked);
+        assert_eq!(s.execute(revoke(owner.org_id)), Refused(Refusal::NotFound), "already revoked");
+    }
+
+    /// Raft logs keep commands as bincode. A bootstrap entry written by the first release must
+    /// still decode, so `Org`, `User`, `Project` and `Credential` must not change shape.
+    #[test]
+    fn bootstrap_entries_of_existing_logs_keep_their_encoding() {
+        let command = fixed_bootstrap(1);
+        let bytes = bincode::serialize(&command).unwrap();
+        // Computed with the definitions of commit 707a8cd (the first release of the log format).
+        assert_eq!(
+            xxhash_rust::xxh3::xxh3_64(&bytes),
+            12875645247056023660,
+            "encoding changed ({} bytes)",
+            bytes.len()
+        );
+        assert_eq!(bincode::deserialize::<MetaCommand>(&bytes).unwrap(), command);
+    }
+
+    /// A router retries its bootstrap when the answer is lost (a leader change, a timeout):
+    /// the retry must say "created" so that it prints the credentials; another router's
+    /// bootstrap of an already bootstrapped cluster must not.
+    #[test]
+    fn a_retried_bootstrap_is_created_and_a_second_one_is_not() {
+        let mut s = MetaState::default();
+        let created = |r: MetaCommandResult| matches!(r, MetaCommandResult::Bootstrapped { created: true });
+        assert!(created(s.execute(fixed_bootstrap(1))));
+        assert!(created(s.execute(fixed_bootstrap(1))), "the retry of the same command");
+        assert!(!created(s.execute(fixed_bootstrap(4))), "another router's bootstrap");
+        assert_eq!(s.tenancy.orgs.len(), 1);
+    }
+
+    /// A bootstrap command with fixed ids: org `n`, user `n + 1`, project `n + 2`.
+    fn fixed_bootstrap(n: u8) -> MetaCommand {
+        let id = |n: u8| format!("00000000-0000-4000-8000-0000000000{n:02}");
+        let (org, user, project): (OrgId, UserId, ProjectId) =
+            (id(n).parse().unwrap(), id(n + 1).parse().unwrap(), id(n + 2).parse().unwrap());
+        MetaCommand::Bootstrap {
+            org: Org {
+                id: org,
+                name: "o".into(),
+                plan: "enterprise".into(),
+                default_project: project,
+                created_at_ms: 7,
+            },
+            user: User {
+                id: user,
+                org_id: org,
+                email: "a@b.co".into(),
+                name: "A".into(),
+                role: Role::Owner,
+                password_hash: "h".into(),
+                created_at_ms: 7,
+            },
+            project: Project { id: project, org_id: org, name: "default".into(), created_at_ms: 7 },
+            credentials: vec![Credential {
+                id: "k".into(),
+                kind: sextant_model::meta::CredentialKind::ApiKey,
+                project_id: project,
+                name: "default".into(),
+                secret_sha256: "s".into(),
+                created_at_ms: 7,
+                revoked: false,
+            }],
+            partitions: vec![1, 2],
+        }
+    }
+}
