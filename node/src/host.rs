@@ -264,9 +264,9 @@ impl NodeHost {
         }
         tracing::info!(node = host.config.id, %addr, groups = host.rafts().len(), "storage node started");
         let background = vec![
-            crate::flusher::spawn(host.clone()),
-            crate::compactor::spawn(host.clone()),
-            crate::retention::spawn(host.clone()),
+            crate::shard::background::flusher::spawn(host.clone()),
+            crate::shard::background::compactor::spawn(host.clone()),
+            crate::shard::background::expiry::spawn(host.clone()),
             crate::placement::spawn(host.clone()),
         ];
         Ok(RunningNode { host, addr, server, background })

@@ -2,10 +2,8 @@
 //! group, sharing one durable log (with group commit) and one gRPC server.
 
 pub mod archive;
-pub mod compactor;
 pub mod durable;
 pub mod failpoint;
-pub mod flusher;
 pub mod host;
 pub mod http;
 pub mod log_store;
@@ -14,7 +12,6 @@ pub mod metrics;
 pub mod network;
 pub mod placement;
 pub mod query;
-pub mod retention;
 pub mod segment;
 pub mod service;
 pub mod shard;

@@ -1,7 +1,7 @@
 //! Compaction: small segments of the same table and hour are merged into one, which drops
 //! the rows of aborted batches and the second copy of an object sent twice. What to merge is
 //! decided by [`plan`]; the merge itself by [`merge_rows`]. Both are pure; the shard does the
-//! file and manifest work (see `shard::CompactionJob`).
+//! file and manifest work (see `shard::compact`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -17,16 +17,16 @@ pub const MAX_MERGE_ROWS: u64 = 2_000_000;
 /// Merge once a partition has this many small segments, or two once its time is over.
 pub const MIN_SEGMENTS: usize = 4;
 
-/// How long each project keeps its data (DESIGN A6: from its plan), and which projects were
-/// deleted. Projects it does not name keep everything.
+/// How long each project keeps its data (from its plan, docs/API.md "Data retention"), and
+/// which projects were deleted. Projects it does not name keep everything.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RetentionPolicy {
+pub struct ExpiryPolicy {
     /// Rows of the project older than this (unix nanoseconds) are expired.
     pub cutoffs: HashMap<String, i64>,
     pub deleted: HashSet<String>,
 }
 
-impl RetentionPolicy {
+impl ExpiryPolicy {
     pub fn expired(&self, project: &str, time_ns: i64) -> bool {
         self.deleted.contains(project) || self.cutoffs.get(project).is_some_and(|c| time_ns < *c)
     }
@@ -51,8 +51,8 @@ pub enum Plan {
     Rewrite(Vec<SegmentMeta>),
 }
 
-/// Retention first (whole drops, then partial rewrites of one segment), then merges.
-pub fn next(segments: &[SegmentMeta], policy: &RetentionPolicy, now_s: i64) -> Option<Plan> {
+/// Expiry first (whole drops, then partial rewrites of one segment), then merges.
+pub fn next(segments: &[SegmentMeta], policy: &ExpiryPolicy, now_s: i64) -> Option<Plan> {
     let data = || segments.iter().filter(|s| s.table != Table::TraceSummaries);
     let dropped: Vec<SegmentMeta> = data().filter(|s| policy.expires_whole(s)).cloned().collect();
     if !dropped.is_empty() {
@@ -97,7 +97,7 @@ pub fn plan(segments: &[SegmentMeta], now_s: i64) -> Option<Vec<SegmentMeta>> {
 pub fn merge_rows(
     rows: Vec<(String, Row, u128)>,
     hidden: &dyn Fn(u128) -> bool,
-    policy: &RetentionPolicy,
+    policy: &ExpiryPolicy,
 ) -> Vec<(String, Row, u128)> {
     // First copies are found on borrowed keys (no allocation per row), then kept by index.
     let first: Vec<bool> = {
@@ -154,7 +154,7 @@ mod tests {
     }
 
     #[test]
-    fn retention_drops_whole_segments_then_rewrites_mixed_ones_then_merges() {
+    fn expiry_drops_whole_segments_then_rewrites_mixed_ones_then_merges() {
         let mut old = seg(1, Table::Logs, 0, 10);
         old.max_ns = 100;
         let mut mixed = seg(2, Table::Logs, 0, 10);
@@ -162,12 +162,12 @@ mod tests {
         mixed.max_ns = 100;
         let mut recent = seg(3, Table::Logs, 3600, 10);
         (recent.min_ns, recent.max_ns) = (500, 600);
-        let policy = RetentionPolicy { cutoffs: HashMap::from([("p".to_owned(), 200)]), ..Default::default() };
+        let policy = ExpiryPolicy { cutoffs: HashMap::from([("p".to_owned(), 200)]), ..Default::default() };
         let segs = vec![old.clone(), mixed.clone(), recent.clone()];
         assert_eq!(next(&segs, &policy, 0), Some(Plan::Drop(vec![old])));
         assert_eq!(next(&segs[1..], &policy, 0), Some(Plan::Rewrite(vec![mixed])));
         assert_eq!(next(&segs[2..], &policy, 0), None);
-        let deleted = RetentionPolicy { deleted: HashSet::from(["p".to_owned()]), ..Default::default() };
+        let deleted = ExpiryPolicy { deleted: HashSet::from(["p".to_owned()]), ..Default::default() };
         assert_eq!(next(&segs[2..], &deleted, 0), Some(Plan::Drop(vec![recent])));
         assert!(deleted.expired("p", i64::MAX) && !deleted.expired("q", 0));
     }
@@ -186,7 +186,7 @@ mod tests {
             ("p".to_owned(), log(2), 1),
             ("p".to_owned(), log(2), 2),
         ];
-        let merged = merge_rows(rows, &|b| b == 3, &RetentionPolicy::default());
+        let merged = merge_rows(rows, &|b| b == 3, &ExpiryPolicy::default());
         assert_eq!(merged.len(), 4);
         assert_eq!(merged.iter().filter(|(_, r, _)| r.table() == Table::Logs).count(), 2);
         let spans: Vec<&str> = merged

@@ -1,10 +1,10 @@
-//! Keeps every hosted shard's retention policy in line with meta: a project keeps its data
-//! for its org's plan's `retention_days` (DESIGN A6), and a deleted project keeps nothing; the
-//! compactor does the dropping (and the flusher writes out buffers holding deleted projects'
-//! rows, so those go too).
+//! Keeps every hosted shard's expiry policy (data TTL) in line with meta: a project keeps its
+//! data for its org's plan's `retention_days` (docs/API.md "Data retention"), and a deleted
+//! project keeps nothing; the compactor does the dropping (and the flusher writes out
+//! buffers holding deleted projects' rows, so those go too).
 //!
 //! The view is read through the meta leader (a linearizable read), never from a possibly
-//! stale local replica: a lagging view could apply a shorter, outdated retention and delete
+//! stale local replica: a lagging view could apply a shorter, outdated expiry and delete
 //! data a plan upgrade meant to keep. Anything unknown (project, org, plan) keeps its data.
 
 use std::collections::HashMap;
@@ -15,14 +15,14 @@ use sextant_model::meta::{MetaQuery, MetaView};
 use sextant_proto::MetaRequest;
 
 use crate::host::NodeHost;
-use crate::segment::compaction::RetentionPolicy;
+use crate::segment::compaction::ExpiryPolicy;
 
 /// Also how long a deleted project's data can outlive its deletion, plus one compaction pass.
 const EVERY: Duration = Duration::from_secs(10);
 const DAY_NS: i64 = 86_400 * 1_000_000_000;
 
 /// The policy `view` implies at `now_ns`.
-pub fn policy(view: &MetaView, now_ns: i64) -> RetentionPolicy {
+pub fn policy(view: &MetaView, now_ns: i64) -> ExpiryPolicy {
     let days: HashMap<&str, u32> =
         view.plans.iter().filter_map(|p| Some((p.name.as_str(), p.retention_days?))).collect();
     let org_days: HashMap<_, u32> =
@@ -36,7 +36,7 @@ pub fn policy(view: &MetaView, now_ns: i64) -> RetentionPolicy {
         })
         .collect();
     let deleted = view.deleted_projects.iter().map(|p| p.to_string()).collect();
-    RetentionPolicy { cutoffs, deleted }
+    ExpiryPolicy { cutoffs, deleted }
 }
 
 /// Asks the meta leader for the view, through any node that answers.
@@ -63,12 +63,12 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
                 continue;
             }
             let Some(view) = fetch(&host).await else {
-                tracing::debug!("meta unreachable; retention unchanged");
+                tracing::debug!("meta unreachable; expiry unchanged");
                 continue;
             };
             let p = policy(&view, chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX));
             for (_, shard) in host.shards() {
-                shard.state.write().unwrap().state.set_retention(p.clone());
+                shard.state.write().unwrap().state.set_expiry(p.clone());
             }
         }
     })

@@ -1,0 +1,395 @@
+//! Apply: a committed ingest batch goes to the active buffer (once per batch id, and once per
+//! analytics uuid); an abort hides a batch's rows wherever they are.
+
+use std::sync::Arc;
+
+use super::SegmentShard;
+use crate::segment::buffer::decode_batch;
+use crate::segment::uuids;
+use crate::segment::{Buffer, Segment, Table};
+use crate::types::{Command, CommandResponse};
+
+impl SegmentShard {
+    pub(super) fn apply_command(&mut self, command: Command) -> CommandResponse {
+        match command {
+            Command::Ingest { batch_id, payload } => self.ingest(batch_id, payload),
+            Command::Abort { batch_id } => self.abort(batch_id),
+            Command::Meta(_) => CommandResponse::Rejected("meta command sent to a data shard".into()),
+        }
+    }
+
+    fn ingest(&mut self, batch_id: u128, payload: Vec<u8>) -> CommandResponse {
+        if self.dedup.is_aborted(batch_id) {
+            return CommandResponse::Refused;
+        }
+        if self.dedup.is_applied(batch_id) {
+            return CommandResponse::Ingested { duplicate: true, rows: 0 };
+        }
+        let len = payload.len();
+        match decode_batch(payload) {
+            Ok(mut batch) => {
+                self.drop_stored_uuids(&mut batch);
+                self.dedup.record_applied(batch_id);
+                CommandResponse::Ingested { duplicate: false, rows: self.active.push(batch_id, batch, len) }
+            }
+            Err(e) => CommandResponse::Rejected(format!("undecodable batch: {e}")),
+        }
+    }
+
+    /// Drops the analytics rows whose uuid the shard holds (a retried batch, or a repeat
+    /// within this one) and takes the uuids of the others.
+    fn drop_stored_uuids(&mut self, batch: &mut sextant_proto::ShardRows) {
+        let project = &batch.project_id;
+        let uuids = &mut self.uuids;
+        let mut new = |table: Table, uuid: &str| uuid.is_empty() || uuids.insert(uuids::key(table, project, uuid));
+        batch.events.retain(|e| new(Table::Events, &e.uuid));
+        batch.replay_events.retain(|r| new(Table::ReplayEvents, &r.uuid));
+    }
+
+    /// Gives back the uuids of an aborted batch's rows, wherever they are, so that a retry of
+    /// it is stored. Rare (a commit that failed on another shard): segments are read here.
+    fn forget_uuids(&mut self, batch_id: u128) {
+        let mut keys = Vec::new();
+        let mut from_buffer = |b: &Buffer| {
+            let rows = b.rows.iter().filter(|r| r.batch_id == batch_id);
+            keys.extend(rows.filter_map(|r| uuids::row_key(&r.project, &r.row)));
+        };
+        from_buffer(&self.active);
+        let published = self.published.read().unwrap();
+        published.frozen.iter().for_each(|b| from_buffer(b));
+        let analytics = |s: &&Arc<Segment>| matches!(s.meta.table, Table::Events | Table::ReplayEvents);
+        for seg in published.segments.iter().filter(analytics).filter(|s| s.batches.contains(&batch_id)) {
+            if let Err(e) = seg.uuid_keys(&|b| b != batch_id, |k| keys.push(k)) {
+                // The same on every replica only if reading works: a replica that cannot read
+                // its segments has worse problems, and a restart rebuilds the set.
+                tracing::error!(error = %e, segment = seg.meta.id, "reading the uuids of an aborted batch");
+            }
+        }
+        drop(published);
+        keys.into_iter().for_each(|k| self.uuids.remove(k));
+    }
+
+    fn abort(&mut self, batch_id: u128) -> CommandResponse {
+        if !self.dedup.is_aborted(batch_id) && self.dedup.is_applied(batch_id) {
+            self.forget_uuids(batch_id);
+        }
+        self.dedup.record_aborted(batch_id);
+        if self.active.contains(batch_id) {
+            self.active.aborted.insert(batch_id);
+        } else if self.dedup.is_applied(batch_id) {
+            // Already frozen or flushed: hide its rows wherever they are.
+            self.tombstones.insert(batch_id);
+        }
+        CommandResponse::Aborted
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    use super::super::segment_uuids;
+    use super::super::testing::*;
+    use super::*;
+    use crate::segment::uuids::Uuids;
+    use crate::segment::{Row, Scan};
+    use crate::state_machine::GroupStore;
+    use prost::Message;
+    use sextant_proto::ShardBatch;
+
+    #[test]
+    fn rows_survive_flush_and_reopen_and_retries_apply_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        let b1 = batch("p", vec![span("t1", "a", 10), span("t1", "b", 5), span("t2", "c", HOUR * 2)]);
+        assert_eq!(ingest(&mut s, 1, 1, b1.clone()), CommandResponse::Ingested { duplicate: false, rows: 3 });
+        assert_eq!(ingest(&mut s, 2, 1, b1), CommandResponse::Ingested { duplicate: true, rows: 0 });
+        assert_eq!(ids(&s, "p", "t1"), ["b", "a"]);
+        checkpoint(&mut s, 2);
+        // Two hour partitions: two spans segments, each with its trace summaries segment.
+        assert_eq!(s.segment_count(), 4);
+        assert_eq!(ids(&s, "p", "t1"), ["b", "a"]);
+        assert!(ids(&s, "other", "t1").is_empty());
+
+        // A later batch adds to the same trace; the same span sent again is returned once.
+        ingest(&mut s, 3, 2, batch("p", vec![span("t1", "d", 20), span("t1", "a", 10)]));
+        assert_eq!(ids(&s, "p", "t1"), ["b", "a", "d"]);
+        checkpoint(&mut s, 3);
+        drop(s);
+
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        assert_eq!(ids(&s, "p", "t1"), ["b", "a", "d"]);
+        assert_eq!(ids(&s, "p", "t2"), ["c"]);
+        // The dedup memory is part of the checkpoint.
+        assert_eq!(
+            ingest(&mut s, 4, 2, batch("p", vec![span("t1", "x", 1)])),
+            CommandResponse::Ingested { duplicate: true, rows: 0 }
+        );
+    }
+
+    /// Attributes are kept as encoded; one encoded unlike prost would is stored in prost's
+    /// form (reads as the same attribute), and a batch with an attribute that is no KeyValue
+    /// is rejected whole, leaving nothing behind (the batch id is not taken either).
+    #[test]
+    fn attributes_are_stored_in_prosts_form_and_undecodable_ones_reject_the_batch() {
+        use bytes::Bytes;
+        use sextant_proto::{any_value, AnyValue, KeyValue, ShardRows};
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        let kv = KeyValue { key: "k".into(), value: Some(AnyValue { value: Some(any_value::Value::IntValue(5)) }) };
+        // The value field before the key field.
+        let reordered = Bytes::from([&kv.encode_to_vec()[3..], b"\x0a\x01k"].concat());
+        let with = |attributes: Vec<Bytes>| {
+            let mut rows = ShardRows::from(ShardBatch {
+                project_id: "p".into(),
+                spans: vec![span("t", "a", 1)],
+                ..Default::default()
+            });
+            rows.spans[0].attributes = attributes;
+            rows.encode_to_vec()
+        };
+        let garbage = with(vec![kv.encode_to_vec().into(), Bytes::from_static(b"\x0a\x09k")]);
+        assert!(matches!(ingest(&mut s, 1, 1, garbage), CommandResponse::Rejected(_)));
+        assert!(ids(&s, "p", "t").is_empty());
+        assert_eq!(
+            ingest(&mut s, 2, 1, with(vec![reordered])),
+            CommandResponse::Ingested { duplicate: false, rows: 1 }
+        );
+        let stored = |s: &SegmentShard| match &scan_all(s, Table::Spans, "p", Default::default())[..] {
+            [Row::Span(row)] => row.attributes.clone(),
+            other => panic!("one span expected: {other:?}"),
+        };
+        assert_eq!(stored(&s), [kv.encode_to_vec()]);
+        assert_eq!(s.trace("p", "t").run().unwrap()[0].attributes, [kv.clone()]);
+        checkpoint(&mut s, 2);
+        assert_eq!(stored(&s), [kv.encode_to_vec()]);
+    }
+
+    #[test]
+    fn aborts_hide_rows_in_buffer_and_in_segments_and_refuse_late_arrivals() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        ingest(&mut s, 1, 1, batch("p", vec![span("t", "flushed", 1)]));
+        checkpoint(&mut s, 1);
+        ingest(&mut s, 2, 2, batch("p", vec![span("t", "buffered", 2)]));
+        ingest(&mut s, 3, 3, batch("p", vec![span("t", "kept", 3)]));
+        s.apply(4, Command::Abort { batch_id: 1 });
+        s.apply(5, Command::Abort { batch_id: 2 });
+        assert_eq!(ids(&s, "p", "t"), ["kept"]);
+        s.apply(6, Command::Abort { batch_id: 9 });
+        assert_eq!(ingest(&mut s, 7, 9, batch("p", vec![span("t", "late", 4)])), CommandResponse::Refused);
+        checkpoint(&mut s, 7);
+        drop(s);
+        let s = SegmentShard::open(dir.path()).unwrap();
+        assert_eq!(ids(&s, "p", "t"), ["kept"]);
+    }
+
+    #[test]
+    fn an_analytics_uuid_is_stored_once_within_a_batch_across_batches_and_across_a_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        // A repeat within the batch; events without a uuid are all kept.
+        let first = analytics(
+            "p",
+            vec![ev("a", "u1", 1), ev("a", "u1", 1), ev("b", "u2", 2), ev("", "u3", 3), ev("", "u3", 3)],
+            vec![replay("r1", 1), replay("r1", 1)],
+        );
+        assert_eq!(ingest(&mut s, 1, 1, first), rows(5));
+        // The client retried the batch: a new batch id, the same uuids (one at another time,
+        // as when the timestamp defaulted to the receive time).
+        let retry = analytics("p", vec![ev("a", "u1", 1), ev("b", "u2", 99)], vec![replay("r1", 1)]);
+        assert_eq!(ingest(&mut s, 2, 2, retry.clone()), rows(0));
+        assert_eq!(stored(&s, Table::Events, "p"), ["", "", "a", "b"]);
+        checkpoint(&mut s, 2);
+        assert_eq!(ingest(&mut s, 3, 3, retry), rows(0), "flushed rows keep their uuids");
+        assert_eq!(
+            ingest(&mut s, 4, 4, analytics("p", vec![ev("a", "u1", 1), ev("c", "u1", 4)], vec![replay("r2", 2)])),
+            rows(2)
+        );
+        // Uuids are per project.
+        assert_eq!(ingest(&mut s, 5, 5, analytics("q", vec![ev("a", "u1", 1)], vec![replay("r1", 1)])), rows(2));
+        assert_eq!(stored(&s, Table::Events, "p"), ["", "", "a", "b", "c"]);
+        assert_eq!(stored(&s, Table::ReplayEvents, "p"), ["r1", "r2"]);
+        assert_eq!(
+            (stored(&s, Table::Events, "q"), stored(&s, Table::ReplayEvents, "q")),
+            (vec!["a".to_owned()], vec!["r1".to_owned()])
+        );
+    }
+
+    /// After a crash, the uuids come back from the segments, and the log entries after the
+    /// checkpoint are applied again: such an entry is stored (it is not in the segments), once.
+    #[test]
+    fn after_a_restart_replayed_entries_are_stored_once_and_retries_still_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = [
+            (1, 1, analytics("p", vec![ev("a", "u1", 1), ev("b", "u2", 2)], vec![replay("r1", 1)])),
+            (2, 2, analytics("p", vec![ev("c", "u1", 3)], vec![replay("r2", 2)])),
+            (3, 3, analytics("p", vec![ev("a", "u1", 1), ev("d", "u1", 4)], vec![])),
+        ];
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        for (index, id, payload) in log.iter().cloned() {
+            ingest(&mut s, index, id, payload);
+            if index == 1 {
+                checkpoint(&mut s, 1);
+            }
+        }
+        let before = (stored(&s, Table::Events, "p"), stored(&s, Table::ReplayEvents, "p"));
+        assert_eq!(before.0, ["a", "b", "c", "d"]);
+        drop(s); // kill -9: entries 2 and 3 were never flushed.
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        assert_eq!(stored(&s, Table::Events, "p"), ["a", "b"]);
+        assert_eq!(ingest(&mut s, 2, 2, log[1].2.clone()), rows(2), "a replayed entry is not its own duplicate");
+        assert_eq!(ingest(&mut s, 3, 3, log[2].2.clone()), rows(1));
+        assert_eq!((stored(&s, Table::Events, "p"), stored(&s, Table::ReplayEvents, "p")), before);
+        let retry = analytics(
+            "p",
+            vec![ev("a", "u1", 1), ev("c", "u1", 3), ev("d", "u1", 4)],
+            vec![replay("r1", 1), replay("r2", 2)],
+        );
+        assert_eq!(ingest(&mut s, 4, 9, retry), rows(0));
+    }
+
+    #[test]
+    fn an_aborted_batch_gives_its_uuids_back_so_that_its_retry_is_stored() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        ingest(&mut s, 1, 1, analytics("p", vec![ev("flushed", "u1", 1)], vec![replay("r", 1)]));
+        checkpoint(&mut s, 1);
+        ingest(&mut s, 2, 2, analytics("p", vec![ev("buffered", "u1", 2)], vec![]));
+        s.apply(3, Command::Abort { batch_id: 1 });
+        s.apply(4, Command::Abort { batch_id: 2 });
+        assert!(stored(&s, Table::Events, "p").is_empty());
+        let retry = analytics("p", vec![ev("flushed", "u1", 1), ev("buffered", "u1", 2)], vec![replay("r", 1)]);
+        assert_eq!(ingest(&mut s, 5, 3, retry.clone()), rows(3));
+        // The same abort again must not give back uuids the retry now holds.
+        s.apply(6, Command::Abort { batch_id: 1 });
+        assert_eq!(ingest(&mut s, 7, 4, retry.clone()), rows(0));
+        checkpoint(&mut s, 7);
+        drop(s);
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        assert_eq!(stored(&s, Table::Events, "p"), ["buffered", "flushed"]);
+        assert_eq!(ingest(&mut s, 8, 5, retry), rows(0));
+    }
+
+    fn rss_bytes() -> usize {
+        let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+        statm.split_whitespace().nth(1).and_then(|p| p.parse::<usize>().ok()).unwrap_or(0) * 4096
+    }
+
+    /// The costs behind deciding by uuid at apply rather than at read (docs/BENCHMARKS.md):
+    /// the set's memory per event, the apply and open time it adds, and what a read-time
+    /// dedup would add to a scan of the events (the uuid column and a set per query).
+    #[test]
+    #[ignore = "measurement: cargo nextest run -p sextant-node --run-ignored only measure_uuid --no-capture"]
+    fn measure_uuid_dedup_costs() {
+        use rustc_hash::FxHashSet;
+        use std::time::Instant;
+        const N: usize = 1_000_000;
+        const BATCH: usize = 1000;
+        let uuid = |i: usize| {
+            let h = xxhash_rust::xxh3::xxh3_128(&i.to_le_bytes());
+            let t = format!("{h:032x}");
+            format!("{}-{}-4{}-a{}-{}", &t[..8], &t[8..12], &t[13..16], &t[17..20], &t[20..])
+        };
+        let payloads = |with: bool| -> Vec<Vec<u8>> {
+            (0..N / BATCH)
+                .map(|b| {
+                    let events = (b * BATCH..(b + 1) * BATCH)
+                        .map(|i| {
+                            ev(
+                                &if with { uuid(i) } else { String::new() },
+                                &format!("user-{}", i % 5000),
+                                (i as i64) * 1_000_000,
+                            )
+                        })
+                        .collect();
+                    analytics("p", events, vec![])
+                })
+                .collect()
+        };
+        let apply = |dir: &Path, payloads: Vec<Vec<u8>>| {
+            let mut s = SegmentShard::open(dir).unwrap();
+            let started = Instant::now();
+            for (i, p) in payloads.into_iter().enumerate() {
+                ingest(&mut s, i as u64 + 1, i as u128 + 1, p);
+            }
+            (s, started.elapsed())
+        };
+        let (plain_dir, dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let (_, plain) = apply(plain_dir.path(), payloads(false));
+        let (mut s, with) = apply(dir.path(), payloads(true));
+        println!("apply {N} events: {plain:?} without uuids, {with:?} with uuids");
+        let texts: Vec<String> = (0..N).map(uuid).collect();
+        let started = Instant::now();
+        let mut alone = Uuids::default();
+        texts.iter().for_each(|u| {
+            alone.insert(uuids::key(Table::Events, "p", u));
+        });
+        println!("  of which the set (key and insert): {:?}", started.elapsed());
+        println!(
+            "set: {} keys, {} heap bytes, {:.1} B/event",
+            s.uuids.len(),
+            s.uuids.heap_bytes(),
+            s.uuids.heap_bytes() as f64 / N as f64
+        );
+        for n in [100_000, 1_000_000, 1_500_000, 4_000_000] {
+            let before = rss_bytes();
+            let mut set = Uuids::default();
+            (0..n as u64).for_each(|i| {
+                set.insert(xxhash_rust::xxh3::xxh3_64(&i.to_le_bytes()));
+            });
+            let grown = rss_bytes().saturating_sub(before);
+            println!(
+                "set of {n}: {:.1} B/key by capacity, {:.1} B/key by RSS",
+                set.heap_bytes() as f64 / n as f64,
+                grown as f64 / n as f64
+            );
+        }
+        checkpoint(&mut s, (N / BATCH) as u64);
+        drop(s);
+        let started = Instant::now();
+        let s = SegmentShard::open(dir.path()).unwrap();
+        println!(
+            "open with the set rebuilt from {N} events' segments: {:?} ({} keys)",
+            started.elapsed(),
+            s.uuids.len()
+        );
+        let segments = s.published.read().unwrap().segments.clone();
+        let started = Instant::now();
+        let rebuilt = segment_uuids(&segments, &BTreeSet::new()).unwrap();
+        println!("  of which the rebuild: {:?} ({} keys)", started.elapsed(), rebuilt.len());
+
+        let scan = |columns: &[&str]| Scan {
+            table: Table::Events,
+            project: "p".into(),
+            from_ns: 0,
+            to_ns: i64::MAX,
+            filter: Default::default(),
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            dictionaries: crate::segment::EVENT_DICTIONARIES.to_vec(),
+        };
+        for round in 0..3 {
+            let started = Instant::now();
+            let rows: usize =
+                s.scan(scan(&["distinct_id", "time_ns"])).run().unwrap().iter().map(|b| b.num_rows()).sum();
+            let plain = started.elapsed();
+            let started = Instant::now();
+            let with_column: usize =
+                s.scan(scan(&["distinct_id", "time_ns", "uuid"])).run().unwrap().iter().map(|b| b.num_rows()).sum();
+            let column = started.elapsed();
+            assert_eq!(with_column, rows);
+            let started = Instant::now();
+            let mut seen: FxHashSet<u64> = FxHashSet::default();
+            let mut kept = 0;
+            for rb in s.scan(scan(&["distinct_id", "time_ns", "uuid"])).run().unwrap() {
+                let uuids = crate::segment::table::Cols(&rb).str("uuid");
+                kept += (0..rb.num_rows())
+                    .filter(|&i| seen.insert(xxhash_rust::xxh3::xxh3_64(uuids.value(i).as_bytes())))
+                    .count();
+            }
+            let deduped = started.elapsed();
+            println!("round {round}: scan of {rows} events {plain:?}; with the uuid column {column:?}; and a set {deduped:?} ({kept} kept)");
+        }
+    }
+}

@@ -1,0 +1,228 @@
+//! Compaction: merges a past hour's small segments (see `segment::compaction` for the plan)
+//! and drops expired rows, off the apply path; readers keep the inputs until the new manifest
+//! is published.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::io;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, RwLock};
+
+use super::flush::write_segment;
+use super::{Persisted, Published, SegmentShard};
+use crate::durable::sync_dir;
+use crate::failpoint;
+use crate::segment::compaction::{self, merge_rows, ExpiryPolicy};
+use crate::segment::table::RowRef;
+use crate::segment::{Segment, Table};
+
+impl SegmentShard {
+    /// Replaces the expiry policy the compactor applies from now on.
+    pub fn set_expiry(&mut self, policy: ExpiryPolicy) {
+        self.expiry = Arc::new(policy);
+    }
+
+    /// A compaction, if one is due (see [`compaction::next`]). Never waits for a running
+    /// flush: it is called with the state machine's lock held.
+    pub fn compaction(&self, now_s: i64) -> Option<CompactionJob> {
+        // Planned from the published segments (the manifest's lock is held by a running flush,
+        // possibly for long); the job re-checks its inputs under that lock before swapping.
+        let published = self.published.read().unwrap();
+        let metas: Vec<_> = published.segments.iter().map(|s| s.meta.clone()).collect();
+        let (picked, drop_only) = match compaction::next(&metas, &self.expiry, now_s)? {
+            compaction::Plan::Drop(segments) => (segments, true),
+            compaction::Plan::Rewrite(segments) => (segments, false),
+        };
+        let ids: HashSet<u64> = picked.iter().map(|s| s.id).collect();
+        let summaries =
+            metas.iter().filter(|s| s.summarizes.is_some_and(|id| ids.contains(&id))).map(|s| s.id).collect();
+        let inputs: Vec<Arc<Segment>> =
+            published.segments.iter().filter(|s| ids.contains(&s.meta.id)).cloned().collect();
+        (inputs.len() == ids.len()).then(|| CompactionJob {
+            dir: self.dir.clone(),
+            drop_only,
+            expiry: self.expiry.clone(),
+            inputs,
+            summaries,
+            tombstones: self.tombstones.clone(),
+            published: self.published.clone(),
+            persisted: self.persisted.clone(),
+        })
+    }
+}
+
+/// A merge of small segments, prepared by [`SegmentShard::compaction`] and run off the
+/// apply path. Readers keep using the inputs until the new manifest is published.
+pub struct CompactionJob {
+    dir: PathBuf,
+    /// Every row of the inputs is expired: delete them without reading.
+    drop_only: bool,
+    expiry: Arc<ExpiryPolicy>,
+    inputs: Vec<Arc<Segment>>,
+    /// Trace-summary segments of spans inputs: replaced along with them.
+    summaries: Vec<u64>,
+    tombstones: BTreeSet<u128>,
+    published: Arc<RwLock<Published>>,
+    persisted: Arc<Mutex<Persisted>>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+pub enum CompactionOutcome {
+    /// `inputs` segments became `outputs` (0 when every row was dropped).
+    Merged { inputs: usize, outputs: usize, rows_in: u64, rows_out: u64 },
+    /// A snapshot install replaced the inputs meanwhile; nothing changed.
+    Superseded,
+}
+
+impl CompactionJob {
+    pub fn run(self) -> io::Result<CompactionOutcome> {
+        let mut rows = Vec::new();
+        for seg in self.inputs.iter().filter(|_| !self.drop_only) {
+            for (project, row, ordinal) in seg.read(None)? {
+                let batch = seg.batches.get(ordinal as usize).copied().unwrap_or_default();
+                rows.push((project, row, batch));
+            }
+        }
+        let rows_in = rows.len() as u64;
+        let merged = merge_rows(rows, &|b| self.tombstones.contains(&b), &self.expiry);
+        let mut batches = Vec::new();
+        let mut ordinals: HashMap<u128, u32> = HashMap::new();
+        let refs: Vec<RowRef<'_>> = merged
+            .iter()
+            .map(|(project, row, b)| {
+                let batch = *ordinals.entry(*b).or_insert_with(|| {
+                    batches.push(*b);
+                    (batches.len() - 1) as u32
+                });
+                RowRef { project, row, batch }
+            })
+            .collect();
+        let (table, hour) = (self.inputs[0].meta.table, self.inputs[0].meta.hour);
+        let first_id = {
+            // Reserve ids; the next manifest written (by a flush or by us) records them.
+            let mut p = self.persisted.lock().unwrap();
+            let id = p.manifest.next_segment;
+            p.manifest.next_segment += 2;
+            id
+        };
+        let mut written = Vec::new();
+        if !refs.is_empty() {
+            written = write_segment(&self.dir, first_id, table, hour, &refs, &batches)?;
+            sync_dir(&self.dir)?;
+        }
+        let opened = written
+            .iter()
+            .map(|m| Segment::open(&self.dir, m.clone()).map(Arc::new))
+            .collect::<io::Result<Vec<_>>>()?;
+
+        failpoint::hit(failpoint::COMPACTION_BEFORE_MANIFEST);
+        let mut p = self.persisted.lock().unwrap();
+        let mut gone: HashSet<u64> = self.inputs.iter().map(|s| s.meta.id).collect();
+        gone.extend(&self.summaries);
+        let present = p.manifest.segments.iter().filter(|s| gone.contains(&s.id)).count();
+        if present != gone.len() {
+            drop(p);
+            for m in &written {
+                let _ = std::fs::remove_file(self.dir.join(&m.file.name));
+            }
+            return Ok(CompactionOutcome::Superseded);
+        }
+        let mut manifest = p.manifest.clone();
+        let removed: Vec<String> =
+            manifest.segments.iter().filter(|s| gone.contains(&s.id)).map(|s| s.file.name.clone()).collect();
+        manifest.segments.retain(|s| !gone.contains(&s.id));
+        manifest.segments.extend(written.iter().cloned());
+        let entry = manifest.store(&self.dir)?;
+        {
+            let mut pubd = self.published.write().unwrap();
+            pubd.segments.retain(|s| !gone.contains(&s.meta.id));
+            pubd.segments.extend(opened);
+        }
+        *p = Persisted { manifest, entry: Some(entry) };
+        drop(p);
+        failpoint::hit(failpoint::COMPACTION_AFTER_MANIFEST);
+        // Open readers keep their file handles; new ones see the new manifest.
+        for name in removed {
+            let _ = std::fs::remove_file(self.dir.join(name));
+        }
+        Ok(CompactionOutcome::Merged {
+            inputs: self.inputs.len(),
+            outputs: written.iter().filter(|m| m.table != Table::TraceSummaries).count(),
+            rows_in,
+            rows_out: refs.len() as u64,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+    use crate::segment::Row;
+    use crate::state_machine::GroupStore;
+    use crate::types::Command;
+
+    #[test]
+    fn compaction_merges_small_segments_dropping_aborted_rows_and_repeated_spans() {
+        use crate::segment::Filter;
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        ingest(&mut s, 1, 1, batch("p", vec![span("t1", "a", 10), span("t1", "b", 11)]));
+        checkpoint(&mut s, 1);
+        // A client retry with a new batch id after the router lost its abort: same spans.
+        ingest(&mut s, 2, 2, batch("p", vec![span("t1", "b", 11), span("t2", "c", 12)]));
+        checkpoint(&mut s, 2);
+        ingest(&mut s, 3, 3, batch("p", vec![span("t3", "gone", 13)]));
+        checkpoint(&mut s, 3);
+        s.apply(4, Command::Abort { batch_id: 3 });
+        assert_eq!(s.segment_count(), 6);
+        assert!(s.compaction(0).is_none(), "the hour is not over and only three segments exist");
+
+        let job = s.compaction(i64::MAX).expect("three small segments of a past hour");
+        assert_eq!(job.run().unwrap(), CompactionOutcome::Merged { inputs: 3, outputs: 1, rows_in: 5, rows_out: 3 });
+        assert_eq!(s.segment_count(), 2, "one spans segment and its summaries");
+        let spans = scan_all(&s, Table::Spans, "p", Filter::default());
+        assert_eq!(spans.len(), 3);
+        let summaries = scan_all(&s, Table::TraceSummaries, "p", Filter::default());
+        let counts: Vec<(String, u32)> = summaries
+            .iter()
+            .map(|r| match r {
+                Row::TraceSummary(t) => (t.trace_id.clone(), t.span_count),
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(counts, [("t1".to_owned(), 2), ("t2".to_owned(), 1)]);
+        // Only the manifest's files remain, and they reopen to the same rows.
+        let files = std::fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("seg-"));
+        assert_eq!(files.count(), 2);
+        drop(s);
+        let s = SegmentShard::open(dir.path()).unwrap();
+        assert_eq!(scan_all(&s, Table::Spans, "p", Filter::default()), spans);
+    }
+
+    #[test]
+    fn expiry_drops_expired_rows_of_each_project_and_deleted_projects_entirely() {
+        use crate::segment::Filter;
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        ingest(&mut s, 1, 1, batch("short", vec![span("a", "old", 10), span("b", "new", HOUR * 5)]));
+        ingest(&mut s, 2, 2, batch("long", vec![span("c", "old", 10)]));
+        ingest(&mut s, 3, 3, batch("gone", vec![span("d", "x", HOUR * 5)]));
+        checkpoint(&mut s, 3);
+        let mut policy = ExpiryPolicy::default();
+        policy.cutoffs.insert("short".into(), HOUR);
+        policy.deleted.insert("gone".into());
+        s.set_expiry(policy);
+        while let Some(job) = s.compaction(0) {
+            job.run().unwrap();
+        }
+        let spans = |p: &str| scan_all(&s, Table::Spans, p, Filter::default()).len();
+        assert_eq!((spans("short"), spans("long"), spans("gone")), (1, 1, 0));
+        assert_eq!(scan_all(&s, Table::TraceSummaries, "short", Filter::default()).len(), 1);
+        drop(s);
+        let s = SegmentShard::open(dir.path()).unwrap();
+        let spans = |p: &str| scan_all(&s, Table::Spans, p, Filter::default()).len();
+        assert_eq!((spans("short"), spans("long"), spans("gone")), (1, 1, 0));
+    }
+}

@@ -1,0 +1,152 @@
+//! Flush: a checkpoint (Raft snapshot) freezes the active buffer and writes it as Parquet
+//! segments, then the manifest naming them, then publishes both to readers.
+
+use std::collections::BTreeSet;
+use std::io;
+use std::path::Path;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use super::{Persisted, Published, SegmentShard};
+use crate::durable::sync_dir;
+use crate::failpoint;
+use crate::segment::file as segment_file;
+use crate::segment::summary::summary_rows;
+use crate::segment::table::RowRef;
+use crate::segment::{Buffer, Dedup, Segment, Table};
+use crate::state_machine::CheckpointJob;
+use crate::types::SnapshotMeta;
+
+/// Flush when the buffer holds this much (as [`Buffer`] estimates it), whatever the Raft
+/// snapshot policy says. 96 MiB is 32 MiB of Raft entries: smaller flushes make more small
+/// segments for compaction to merge again (flushing at 21 MiB of entries cost 13% of spans
+/// ingest throughput, docs/BENCHMARKS.md).
+pub const FLUSH_BYTES: usize = 96 << 20;
+/// Flush when the oldest buffered row is this old, to bound replay after a restart.
+pub const FLUSH_AGE: Duration = Duration::from_secs(300);
+
+impl SegmentShard {
+    /// True when the buffer should be flushed now: by size or age, or because it holds rows of
+    /// a deleted project (flushed, they are dropped by the next compaction, and the Raft log
+    /// holding them is purged).
+    pub fn wants_flush(&self) -> bool {
+        !self.active.is_empty()
+            && (self.active.bytes >= FLUSH_BYTES
+                || self.active.since.elapsed() >= FLUSH_AGE
+                || self.active.projects().any(|p| self.expiry.deleted.contains(p)))
+    }
+
+    /// Freezes the active buffer (readers still see it) and returns the job writing it out.
+    pub(super) fn begin_flush(&mut self, meta: SnapshotMeta) -> CheckpointJob {
+        // The next buffer will likely fill like this one: sized up front, it is not copied
+        // while it grows (a buffer of spans is tens of megabytes).
+        let next = Buffer::with_capacity(self.active.rows.len(), self.active.trace_count());
+        let frozen = Arc::new(std::mem::replace(&mut self.active, next));
+        self.published.write().unwrap().frozen.push(frozen.clone());
+        let (dir, dedup, tombstones) = (self.dir.clone(), self.dedup.clone(), self.tombstones.clone());
+        let (published, persisted) = (self.published.clone(), self.persisted.clone());
+        Box::new(move || flush(&dir, &frozen, meta, dedup, tombstones, &published, &persisted))
+    }
+}
+
+/// Writes `rows` of one table and hour as segment `id`; a spans segment gets its trace
+/// summaries as segment `id + 1`. Callers reserve two ids either way.
+pub(super) fn write_segment(
+    dir: &Path,
+    id: u64,
+    table: Table,
+    hour: i64,
+    rows: &[RowRef<'_>],
+    batches: &[u128],
+) -> io::Result<Vec<crate::segment::SegmentMeta>> {
+    let mut written = vec![segment_file::write(dir, id, table, hour, rows, batches)?];
+    if table == Table::Spans {
+        let summaries = summary_rows(rows);
+        let refs: Vec<RowRef<'_>> = summaries.iter().map(|(p, row)| RowRef { project: p, row, batch: 0 }).collect();
+        let mut meta = segment_file::write(dir, id + 1, Table::TraceSummaries, hour, &refs, &[])?;
+        meta.summarizes = Some(id);
+        written.push(meta);
+    }
+    Ok(written)
+}
+
+/// Writes a frozen buffer as segments and a new manifest; then publishes both.
+fn flush(
+    dir: &Path,
+    frozen: &Arc<Buffer>,
+    meta: SnapshotMeta,
+    dedup: Dedup,
+    tombstones: BTreeSet<u128>,
+    published: &RwLock<Published>,
+    persisted: &Mutex<Persisted>,
+) -> io::Result<()> {
+    let mut p = persisted.lock().unwrap();
+    let mut manifest = p.manifest.clone();
+    let mut written = Vec::new();
+    for (table, hour, rows, batches) in frozen.partitions() {
+        written.extend(write_segment(dir, manifest.next_segment, table, hour, &rows, &batches)?);
+        manifest.next_segment += 2;
+    }
+    if !written.is_empty() {
+        sync_dir(dir)?;
+    }
+    let mut opened = Vec::with_capacity(written.len());
+    for meta in &written {
+        opened.push(Arc::new(Segment::open(dir, meta.clone())?));
+    }
+    failpoint::hit(failpoint::FLUSH_BEFORE_MANIFEST);
+    manifest.segments.extend(written);
+    manifest.checkpoint = Some(meta);
+    manifest.dedup = dedup;
+    manifest.tombstones = tombstones;
+    let entry = manifest.store(dir)?;
+    failpoint::hit(failpoint::FLUSH_AFTER_MANIFEST);
+    let mut pubd = published.write().unwrap();
+    pubd.frozen.retain(|b| !Arc::ptr_eq(b, frozen));
+    pubd.segments.extend(opened);
+    drop(pubd);
+    *p = Persisted { manifest, entry: Some(entry) };
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::super::testing::*;
+    use super::*;
+    use crate::segment::compaction::ExpiryPolicy;
+    use crate::segment::file::file_name;
+
+    #[test]
+    fn crash_before_manifest_leaves_the_previous_state_and_no_strays() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        ingest(&mut s, 1, 1, batch("p", vec![span("t", "a", 1)]));
+        checkpoint(&mut s, 1);
+        // A flush that wrote its segment but died before the manifest.
+        let stray = dir.path().join(file_name(99));
+        std::fs::write(&stray, b"half a segment").unwrap();
+        std::fs::write(dir.path().join(".MANIFEST.tmp"), b"partial").unwrap();
+        drop(s);
+        let s = SegmentShard::open(dir.path()).unwrap();
+        assert!(!stray.exists());
+        assert_eq!(ids(&s, "p", "t"), ["a"]);
+    }
+
+    #[test]
+    fn a_buffer_holding_rows_of_a_deleted_project_wants_a_flush() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        ingest(&mut s, 1, 1, batch("kept", vec![span("a", "x", 10)]));
+        let deleted = |p: &str| ExpiryPolicy { deleted: HashSet::from([p.to_owned()]), ..Default::default() };
+        s.set_expiry(deleted("other"));
+        assert!(!s.wants_flush(), "small, young, and nothing of a deleted project");
+        ingest(&mut s, 2, 2, batch("gone", vec![span("b", "x", 10)]));
+        assert!(!s.wants_flush());
+        s.set_expiry(deleted("gone"));
+        assert!(s.wants_flush());
+        checkpoint(&mut s, 2);
+        assert!(!s.wants_flush(), "flushed: the compactor takes it from there");
+    }
+}

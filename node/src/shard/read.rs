@@ -1,0 +1,291 @@
+//! Reads: a scan or trace lookup selects the buffered rows under the state lock and keeps
+//! the segment list; [`ScanJob`] and [`TraceLookup`] then read the segments without it.
+
+use std::collections::{BTreeSet, HashSet};
+use std::io;
+use std::sync::Arc;
+
+use arrow_array::RecordBatch;
+use sextant_proto::Span;
+
+use super::SegmentShard;
+use crate::segment::{Row, Scan, Segment, Table};
+
+impl SegmentShard {
+    /// Starts a trace lookup: the in-memory part is done now (under the caller's lock), the
+    /// segment part by [`TraceLookup::run`] without any lock held.
+    pub fn trace(&self, project: &str, trace_id: &str) -> TraceLookup {
+        let tombstones = self.tombstones.clone();
+        let hidden = |b: u128| tombstones.contains(&b);
+        let mut rows = self.active.trace(project, trace_id, &hidden);
+        let published = self.published.read().unwrap();
+        for frozen in &published.frozen {
+            rows.extend(frozen.trace(project, trace_id, &hidden));
+        }
+        TraceLookup {
+            project: project.to_owned(),
+            trace_id: trace_id.to_owned(),
+            buffered: rows,
+            segments: published.segments.iter().filter(|s| s.meta.table == Table::Spans).cloned().collect(),
+            tombstones,
+        }
+    }
+
+    /// Starts a scan: buffered rows are selected now (under the caller's lock), segments by
+    /// [`ScanJob::run`] without any lock held.
+    pub fn scan(&self, scan: Scan) -> ScanJob {
+        let tombstones = self.tombstones.clone();
+        let hidden = |b: u128| tombstones.contains(&b);
+        let mut buffered = self.active.scan_rows(&scan, &hidden);
+        let published = self.published.read().unwrap();
+        for frozen in &published.frozen {
+            buffered.extend(frozen.scan_rows(&scan, &hidden));
+        }
+        let segments = published
+            .segments
+            .iter()
+            .filter(|s| scan.wants_segment(s.meta.table, s.meta.min_ns, s.meta.max_ns))
+            .cloned()
+            .collect();
+        drop(published);
+        ScanJob { scan, buffered, segments, tombstones }
+    }
+}
+
+/// The part of a trace lookup that reads segments.
+pub struct TraceLookup {
+    project: String,
+    trace_id: String,
+    buffered: Vec<Row>,
+    segments: Vec<Arc<Segment>>,
+    tombstones: BTreeSet<u128>,
+}
+
+impl TraceLookup {
+    /// The trace's spans ordered by start time; a span stored twice (a client retrying a
+    /// batch) is returned once.
+    pub fn run(self) -> io::Result<Vec<Span>> {
+        let mut rows = self.buffered;
+        for segment in &self.segments {
+            for (row, ordinal) in segment.trace(&self.project, &self.trace_id)? {
+                let batch = segment.batches.get(ordinal as usize).copied();
+                if !batch.is_some_and(|b| self.tombstones.contains(&b)) {
+                    rows.push(row);
+                }
+            }
+        }
+        let mut seen = HashSet::new();
+        let mut spans: Vec<Span> = rows
+            .into_iter()
+            .filter_map(|r| match r {
+                Row::Span(s) => Some(s),
+                _ => None,
+            })
+            .filter(|s| seen.insert(s.span_id.clone()))
+            .map(Span::from)
+            .collect();
+        spans.sort_by(|a, b| (a.start_unix_nanos, &a.span_id).cmp(&(b.start_unix_nanos, &b.span_id)));
+        Ok(spans)
+    }
+}
+
+/// The part of a scan that reads segments.
+pub struct ScanJob {
+    scan: Scan,
+    buffered: Vec<RecordBatch>,
+    segments: Vec<Arc<Segment>>,
+    tombstones: BTreeSet<u128>,
+}
+
+impl ScanJob {
+    /// The matching rows: buffered ones first, then segment by segment (no global order).
+    pub fn run(self) -> io::Result<Vec<RecordBatch>> {
+        let mut out = self.buffered;
+        let hidden = |b: u128| self.tombstones.contains(&b);
+        for segment in &self.segments {
+            out.extend(segment.scan(&self.scan, &hidden)?);
+        }
+        Ok(out)
+    }
+
+    /// At most how many rows the scan hands out (its segments may hold other projects' and
+    /// other times' rows too): for sizing a reader's tables once instead of growing them.
+    pub fn max_rows(&self) -> u64 {
+        let buffered: usize = self.buffered.iter().map(|rb| rb.num_rows()).sum();
+        buffered as u64 + self.segments.iter().map(|s| s.meta.rows).sum::<u64>()
+    }
+
+    /// Like [`run`](Self::run), handing each batch to `f` as soon as it is read, so a query
+    /// over its row budget stops early instead of holding every batch.
+    pub fn run_each<E: From<io::Error>>(self, mut f: impl FnMut(RecordBatch) -> Result<(), E>) -> Result<(), E> {
+        let hidden = |b: u128| self.tombstones.contains(&b);
+        for rb in self.buffered {
+            f(rb)?;
+        }
+        for segment in &self.segments {
+            for rb in segment.scan(&self.scan, &hidden)? {
+                f(rb)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Like [`run_each`](Self::run_each) for "the newest rows first, up to a page": the
+    /// buffered rows, then the candidate row groups of every segment, latest-ending first.
+    /// Before each row group, `enough(t)` is asked with the latest time it can hold: true ends
+    /// the scan (the caller already has a page of rows newer than `t`, and every row group left
+    /// ends at or before `t`).
+    pub fn run_newest_first<E: From<io::Error>>(
+        self,
+        mut enough: impl FnMut(i64) -> bool,
+        mut f: impl FnMut(RecordBatch) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let hidden = |b: u128| self.tombstones.contains(&b);
+        for rb in self.buffered {
+            f(rb)?;
+        }
+        let mut groups: Vec<(i64, usize, usize)> = Vec::new();
+        for (s, segment) in self.segments.iter().enumerate() {
+            groups.extend(segment.row_groups_by_time(&self.scan).into_iter().map(|(rg, max)| (max, s, rg)));
+        }
+        groups.sort_unstable_by(|a, b| b.cmp(a));
+        for (max, s, rg) in groups {
+            if enough(max) {
+                break;
+            }
+            for rb in self.segments[s].scan_row_groups(&self.scan, vec![rg], &hidden)? {
+                f(rb)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::*;
+    use super::*;
+    use prost::Message;
+    use sextant_proto::{LogRecord, ShardBatch};
+
+    #[test]
+    fn scans_see_the_same_rows_in_the_buffer_and_in_segments() {
+        use crate::segment::Filter;
+        use sextant_model::text::LogQuery;
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        let mut root = span("t1", "a", 10);
+        root.service_name = "web".into();
+        let mut child = span("t1", "b", 20);
+        child.parent_span_id = "a".into();
+        child.status = sextant_proto::SpanStatus::Error as i32;
+        ingest(&mut s, 1, 1, batch("p", vec![root, child, span("t2", "c", HOUR)]));
+        ingest(&mut s, 2, 2, batch("other", vec![span("t9", "z", 10)]));
+        let logs = ShardBatch {
+            project_id: "p".into(),
+            logs: vec![
+                log("api", 5, "Payment declined for order 42", 1),
+                log("api", 3, "payment accepted", 2),
+                log("db", 5, "connection reset by peer", 3),
+            ],
+            ..Default::default()
+        };
+        ingest(&mut s, 3, 3, logs.encode_to_vec());
+
+        let q = |text: &str| Filter { log_query: Some(LogQuery::parse(text).unwrap()), ..Default::default() };
+        let probes = |s: &SegmentShard| {
+            (
+                scan_all(s, Table::Spans, "p", Filter::default()).len(),
+                scan_all(s, Table::Spans, "p", Filter { errors_only: true, ..Default::default() }).len(),
+                scan_all(s, Table::Spans, "p", Filter { services: vec!["web".into()], ..Default::default() }).len(),
+                scan_all(s, Table::TraceSummaries, "p", Filter::default()),
+                scan_all(s, Table::Logs, "p", q("payment")).len(),
+                scan_all(s, Table::Logs, "p", q("payment -declined")).len(),
+                scan_all(s, Table::Logs, "p", q(r#""reset by peer" service:db"#)).len(),
+                scan_all(s, Table::Logs, "p", Filter { levels: vec![5], ..Default::default() }).len(),
+                scan_all(s, Table::Logs, "other", Filter::default()).len(),
+            )
+        };
+        let before = probes(&s);
+        assert_eq!(
+            (before.0, before.1, before.2, before.4, before.5, before.6, before.7, before.8),
+            (3, 1, 1, 2, 1, 1, 2, 0)
+        );
+        let Row::TraceSummary(t1) = &before.3[0] else { panic!("summary expected") };
+        assert_eq!(
+            (t1.trace_id.as_str(), t1.span_count, t1.error_count, t1.root_service.as_str()),
+            ("t1", 2, 1, "web")
+        );
+        assert_eq!(before.3.len(), 2);
+
+        checkpoint(&mut s, 3);
+        assert_eq!(probes(&s), before);
+        drop(s);
+        let s = SegmentShard::open(dir.path()).unwrap();
+        assert_eq!(probes(&s), before);
+    }
+
+    #[test]
+    fn log_search_reads_only_row_groups_holding_every_term() {
+        use crate::segment::Filter;
+        use sextant_model::text::LogQuery;
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        // 20 000 lines sorted by time: three row groups; "needle" only in the last one.
+        let logs: Vec<LogRecord> =
+            (0..20_000).map(|i| log("api", 3, if i == 19_000 { "found the needle" } else { "hay hay" }, i)).collect();
+        ingest(&mut s, 1, 1, ShardBatch { project_id: "p".into(), logs, ..Default::default() }.encode_to_vec());
+        checkpoint(&mut s, 1);
+        let scan = |text: &str| Scan {
+            table: Table::Logs,
+            project: "p".into(),
+            from_ns: 0,
+            to_ns: i64::MAX,
+            filter: Filter { log_query: Some(LogQuery::parse(text).unwrap()), ..Default::default() },
+            columns: vec!["message".into()],
+            dictionaries: vec![],
+        };
+        let published = s.published.read().unwrap();
+        let segment = published.segments.iter().find(|g| g.meta.table == Table::Logs).unwrap();
+        assert_eq!(segment.candidate_row_groups(&scan("needle")), [2]);
+        assert_eq!(segment.candidate_row_groups(&scan("needle found")), [2]);
+        assert!(segment.candidate_row_groups(&scan("needle absent")).is_empty());
+        assert_eq!(segment.candidate_row_groups(&scan("hay")), [0, 1, 2]);
+        drop(published);
+        let hits = s.scan(scan("needle")).run().unwrap();
+        assert_eq!(hits.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+        assert_eq!(hits[0].num_columns(), 1, "only the projected column comes back");
+    }
+
+    /// Summaries store a trace's end as its duration; readers get times, whether they ask for
+    /// the end alone or with the start, and the minimum-duration filter sees durations.
+    #[test]
+    fn trace_ends_read_back_as_times() {
+        use crate::segment::Filter;
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        let mut long = span("slow", "a", 5_000);
+        long.duration_nanos = 7_000;
+        ingest(&mut s, 1, 1, batch("p", vec![span("fast", "a", 1_000), long]));
+        checkpoint(&mut s, 1);
+        let ends = |columns: &[&str], min_duration_ns: Option<i64>| -> Vec<i64> {
+            let scan = Scan {
+                table: Table::TraceSummaries,
+                project: "p".into(),
+                from_ns: i64::MIN,
+                to_ns: i64::MAX,
+                filter: Filter { min_duration_ns, ..Filter::default() },
+                columns: columns.iter().map(|c| c.to_string()).collect(),
+                dictionaries: vec![],
+            };
+            let batches = s.scan(scan).run().unwrap();
+            let mut ends: Vec<i64> =
+                batches.iter().flat_map(|rb| crate::segment::table::Cols(rb).i64("end_ns").values().to_vec()).collect();
+            ends.sort();
+            ends
+        };
+        assert_eq!(ends(&["end_ns"], None), [2_000, 12_000]);
+        assert_eq!(ends(&["start_ns", "end_ns"], None), [2_000, 12_000]);
+        assert_eq!(ends(&["end_ns"], Some(5_000)), [12_000]);
+    }
+}
