@@ -78,6 +78,14 @@ impl Accounts {
     }
 }
 
+/// The account an accepted invitation creates.
+pub(super) struct Joiner {
+    pub(super) user_id: UserId,
+    pub(super) name: String,
+    pub(super) password_hash: String,
+    pub(super) session: RefreshFamily,
+}
+
 impl MetaState {
     pub(super) fn signup(
         &mut self,
@@ -101,16 +109,15 @@ impl MetaState {
         Done
     }
 
+    /// Makes the invited person a member of the invitation's org, signed in.
     pub(super) fn accept_invite(
         &mut self,
         invite_id: &str,
         token_sha256: &str,
-        user_id: UserId,
-        name: String,
-        password_hash: String,
-        session: RefreshFamily,
+        joiner: Joiner,
         now_ms: i64,
     ) -> MetaCommandResult {
+        let Joiner { user_id, name, password_hash, session } = joiner;
         let valid = self
             .accounts
             .invites

@@ -31,7 +31,7 @@ use subtle::ConstantTimeEq;
 
 use crate::state_machine::GroupState;
 use crate::types::{Command, CommandResponse};
-use accounts::Accounts;
+use accounts::{Accounts, Joiner};
 use billing::Billing;
 use cohorts::Cohorts;
 use managed::{AlertRuleSpec, Managed, QuotaSpec};
@@ -100,7 +100,8 @@ impl MetaState {
             }
             MetaCommand::Invite { invite } => self.accounts.invite(invite),
             MetaCommand::AcceptInvite { invite_id, token_sha256, user_id, name, password_hash, session, now_ms } => {
-                self.accept_invite(&invite_id, &token_sha256, user_id, name, password_hash, session, now_ms)
+                let joiner = Joiner { user_id, name, password_hash, session };
+                self.accept_invite(&invite_id, &token_sha256, joiner, now_ms)
             }
             MetaCommand::RemoveMember { org_id, user_id, now_ms } => self.remove_member(org_id, user_id, now_ms),
             MetaCommand::CreateProject { project, credentials } => self.tenancy.create_project(project, credentials),

@@ -88,5 +88,5 @@ pub(super) fn id_of(r: MetaCommandResult) -> String {
 }
 
 pub(super) fn view(s: &MetaState) -> MetaView {
-    read(&s, &MetaQuery::View)
+    read(s, &MetaQuery::View)
 }
