@@ -3,12 +3,52 @@
 
 use std::collections::HashSet;
 
-use sextant_proto::{ActiveDay, ActiveUsersPartial, ActiveUsersPlan, EventBucket, EventBucketsPartial};
+use sextant_proto::query_reply::Partial;
+use sextant_proto::{
+    ActiveDay, ActiveUsersPartial, ActiveUsersPlan, EventBucket, EventBucketsPartial, EventBucketsPlan, QueryRequest,
+};
 
+use super::cohort::Members;
 use super::users::{Admitted, ByUser, Users};
-use super::{each_batch, Budget, QueryError};
+use super::{each_batch, scan_of, Budget, Compute, QueryError, QueryKind};
 use crate::segment::table::Cols;
-use crate::shard::ScanJob;
+use crate::segment::{Filter, Table, EVENT_DICTIONARIES};
+use crate::shard::{ScanJob, SegmentShard};
+
+impl QueryKind for EventBucketsPlan {
+    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+        let cohort = Members::of(self.cohort.as_ref())?;
+        check_starts(&self.bucket_starts)?;
+        let members = Members::start(cohort, req, shard);
+        let job = shard.scan(scan_of(
+            req,
+            Table::Events,
+            Filter { events: self.events.clone(), ..Default::default() },
+            &["distinct_id", "time_ns"],
+            &EVENT_DICTIONARIES,
+        ));
+        let starts = self.bucket_starts.clone();
+        Ok(Box::new(move |_, budget| {
+            let members = members.run(budget)?;
+            Ok(Partial::EventBuckets(buckets(&starts, members.as_ref(), job, budget)?))
+        }))
+    }
+}
+
+impl QueryKind for ActiveUsersPlan {
+    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+        let cohort = Members::of(self.cohort.as_ref())?;
+        check_starts(&self.day_starts)?;
+        let members = Members::start(cohort, req, shard);
+        let columns = ["distinct_id", "time_ns"];
+        let job = shard.scan(scan_of(req, Table::Events, Filter::default(), &columns, &EVENT_DICTIONARIES));
+        let plan = self.clone();
+        Ok(Box::new(move |_, budget| {
+            let members = members.run(budget)?;
+            Ok(Partial::ActiveUsers(active(&plan, members.as_ref(), job, budget)?))
+        }))
+    }
+}
 
 const MAX_BUCKETS: usize = 10_000;
 

@@ -5,12 +5,27 @@ use std::hash::BuildHasherDefault;
 
 use arrow_array::Array;
 use sextant_model::sketch::LatencyBuckets;
-use sextant_proto::{ApmPartial, EndpointStats, SpanStatus};
+use sextant_proto::query_reply::Partial;
+use sextant_proto::{ApmPartial, ApmPlan, EndpointStats, QueryRequest, SpanStatus};
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::{each_batch, Budget, Prehashed, QueryError};
+use super::{each_batch, scan_of, Budget, Compute, Prehashed, QueryError, QueryKind};
 use crate::segment::table::{Cols, Strings};
-use crate::shard::ScanJob;
+use crate::segment::{Filter, Table};
+use crate::shard::{ScanJob, SegmentShard};
+
+impl QueryKind for ApmPlan {
+    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+        let job = shard.scan(scan_of(
+            req,
+            Table::Spans,
+            Filter { services: self.services.clone(), ..Default::default() },
+            &["service", "operation", "duration_ns", "status"],
+            &["service", "operation"],
+        ));
+        Ok(Box::new(move |_, budget| Ok(Partial::Apm(run(job, budget)?))))
+    }
+}
 
 /// Statistics of one endpoint (or service, or edge of the service map) on this shard.
 #[derive(Default)]

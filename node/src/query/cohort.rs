@@ -1,20 +1,66 @@
-//! Cohort membership on one shard (DESIGN A8, `model::cohort`). A user's events all live on
-//! this shard, so counting them here decides the user's membership exactly; the router adds
-//! the shards' sizes and merges their member lists. Also the filter of timeseries, active
-//! users and funnels by cohort: the members are computed first, then the plan's own scan
-//! keeps only their rows.
+//! Cohort membership on one shard (docs/API.md "Cohorts", `model::cohort`). A user's events
+//! all live on this shard, so counting them here decides the user's membership exactly; the
+//! router adds the shards' sizes and merges their member lists. Also the filter of
+//! timeseries, active users and funnels by cohort ([`Members`]): the members are computed
+//! first, then the plan's own scan keeps only their rows.
 
 use std::collections::HashSet;
 
 use rustc_hash::FxHashMap;
 use sextant_model::cohort::Definition;
-use sextant_proto::{CohortDefinition, CohortFilter, CohortSizesPartial, CohortUsersPartial, CohortUsersPlan};
+use sextant_proto::query_reply::Partial;
+use sextant_proto::{
+    CohortDefinition, CohortFilter, CohortSizesPartial, CohortSizesPlan, CohortUsersPartial, CohortUsersPlan,
+    QueryRequest,
+};
 
 use super::users::Users;
-use super::{each_batch, Budget, QueryError};
+use super::{each_batch, Budget, Compute, QueryError, QueryKind};
 use crate::segment::table::Cols;
 use crate::segment::{Filter, Scan, Table, EVENT_DICTIONARIES};
-use crate::shard::ScanJob;
+use crate::shard::{ScanJob, SegmentShard};
+
+impl QueryKind for CohortSizesPlan {
+    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+        let cohorts = Cohorts::new(&self.cohorts, self.at_unix_nanos)?;
+        let job = shard.scan(cohorts.scan(&req.project_id));
+        Ok(Box::new(move |_, budget| Ok(Partial::CohortSizes(sizes(&cohorts, job, budget)?))))
+    }
+}
+
+impl QueryKind for CohortUsersPlan {
+    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+        check_users(self)?;
+        let filter = self.cohort.as_ref().ok_or_else(|| QueryError::BadPlan("a cohort is required".into()))?;
+        let cohorts = Cohorts::of_filter(filter)?;
+        let job = shard.scan(cohorts.scan(&req.project_id));
+        let plan = self.clone();
+        Ok(Box::new(move |_, budget| Ok(Partial::CohortUsers(users(&plan, &cohorts, job, budget)?))))
+    }
+}
+
+/// The members of the cohort a plan is restricted to, if any: computed before the plan reads
+/// its own rows, which then keep only the members'.
+pub struct Members(Option<(Cohorts, ScanJob)>);
+
+impl Members {
+    /// The cohort of a plan's filter, checked.
+    pub fn of(filter: Option<&CohortFilter>) -> Result<Option<Cohorts>, QueryError> {
+        filter.map(Cohorts::of_filter).transpose()
+    }
+
+    /// Starts the scan deciding membership (under the shard's state lock).
+    pub fn start(cohort: Option<Cohorts>, req: &QueryRequest, shard: &SegmentShard) -> Self {
+        Self(cohort.map(|c| {
+            let job = shard.scan(c.scan(&req.project_id));
+            (c, job)
+        }))
+    }
+
+    pub fn run(self, budget: &mut Budget) -> Result<Option<HashSet<String>>, QueryError> {
+        self.0.map(|(cohorts, job)| cohorts.only_members(job, budget)).transpose()
+    }
+}
 
 /// Most member ids one shard returns for a page.
 const MAX_PAGE: u32 = 1001;

@@ -5,16 +5,26 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
+use sextant_proto::query_reply::Partial;
 use sextant_proto::{ErrorGroup, ErrorOccurrence, ErrorsPartial, ErrorsPlan, LogLevel, QueryRequest};
 use xxhash_rust::xxh3::Xxh3;
 
-use super::{each_batch, Budget, QueryError};
+use super::{each_batch, Budget, Compute, QueryError, QueryKind};
 use crate::segment::attribute::read_stored;
 use crate::segment::table::Cols;
 use crate::segment::{Filter, Scan, Table};
-use crate::shard::ScanJob;
+use crate::shard::{ScanJob, SegmentShard};
 
-pub fn scans(req: &QueryRequest, plan: &ErrorsPlan) -> Vec<Scan> {
+impl QueryKind for ErrorsPlan {
+    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+        let (spans, logs) = scans(req, self);
+        let (plan, spans, logs) = (self.clone(), shard.scan(spans), shard.scan(logs));
+        Ok(Box::new(move |_, budget| Ok(Partial::Errors(run(&plan, spans, logs, budget)?))))
+    }
+}
+
+/// Error spans, and ERROR/FATAL logs.
+fn scans(req: &QueryRequest, plan: &ErrorsPlan) -> (Scan, Scan) {
     let scan = |table, filter| Scan {
         table,
         project: req.project_id.clone(),
@@ -25,13 +35,13 @@ pub fn scans(req: &QueryRequest, plan: &ErrorsPlan) -> Vec<Scan> {
         dictionaries: Vec::new(),
     };
     let services = plan.services.clone();
-    vec![
+    (
         scan(Table::Spans, Filter { services: services.clone(), errors_only: true, ..Default::default() }),
         scan(
             Table::Logs,
             Filter { services, levels: vec![LogLevel::Error as i32, LogLevel::Fatal as i32], ..Default::default() },
         ),
-    ]
+    )
 }
 
 /// Replaces UUIDs, hex values, numbers and quoted values by placeholders.

@@ -6,12 +6,37 @@ use std::collections::HashSet;
 use arrow_array::RecordBatch;
 use sextant_model::funnel::{Funnel, Order, StepEvent, MAX_STEPS, MIN_STEPS, NOT_A_STEP};
 use sextant_model::sketch::LatencySketch;
-use sextant_proto::{FunnelPartial, FunnelPlan, FunnelStep};
+use sextant_proto::query_reply::Partial;
+use sextant_proto::{FunnelPartial, FunnelPlan, FunnelStep, QueryRequest};
 
+use super::cohort::Members;
 use super::users::{Admitted, ByUser, Users};
-use super::{each_batch, Budget, QueryError};
+use super::{each_batch, scan_of, Budget, Compute, QueryError, QueryKind};
 use crate::segment::table::Cols;
-use crate::shard::ScanJob;
+use crate::segment::{Filter, Table, EVENT_DICTIONARIES};
+use crate::shard::{ScanJob, SegmentShard};
+
+impl QueryKind for FunnelPlan {
+    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+        let cohort = Members::of(self.cohort.as_ref())?;
+        check(self)?;
+        let members = Members::start(cohort, req, shard);
+        // Strict funnels must see every event of a user (nothing may come between steps).
+        let events = if self.strict { Vec::new() } else { self.steps.clone() };
+        let job = shard.scan(scan_of(
+            req,
+            Table::Events,
+            Filter { events, ..Default::default() },
+            &["distinct_id", "time_ns", "event"],
+            &EVENT_DICTIONARIES,
+        ));
+        let plan = self.clone();
+        Ok(Box::new(move |_, budget| {
+            let members = members.run(budget)?;
+            Ok(Partial::Funnel(run(&plan, members.as_ref(), job, budget)?))
+        }))
+    }
+}
 
 pub fn check(plan: &FunnelPlan) -> Result<(), QueryError> {
     if !(MIN_STEPS..=MAX_STEPS).contains(&plan.steps.len())

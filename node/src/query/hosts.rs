@@ -2,12 +2,33 @@
 
 use std::collections::HashMap;
 
-use sextant_proto::{HostBucket, HostMetric, HostSeriesPartial, HostSeriesPlan, HostsPartial, Mean, QueryRequest};
+use sextant_proto::query_reply::Partial;
+use sextant_proto::{
+    HostBucket, HostMetric, HostSeriesPartial, HostSeriesPlan, HostsPartial, HostsPlan, Mean, QueryRequest,
+};
 
-use super::{each_batch, Budget, QueryError};
+use super::{each_batch, scan_of, Budget, Compute, QueryError, QueryKind};
 use crate::segment::table::from_record_batch;
-use crate::segment::{Row, Table};
-use crate::shard::ScanJob;
+use crate::segment::{Filter, Row, Table};
+use crate::shard::{ScanJob, SegmentShard};
+
+impl QueryKind for HostsPlan {
+    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+        let job = shard.scan(scan_of(req, Table::HostMetrics, Filter::default(), &[], &[]));
+        Ok(Box::new(move |_, budget| Ok(Partial::Hosts(latest(job, budget)?))))
+    }
+}
+
+impl QueryKind for HostSeriesPlan {
+    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+        if self.step_nanos <= 0 {
+            return Err(QueryError::BadPlan("step must be positive".into()));
+        }
+        let filter = Filter { hostname: Some(self.hostname.clone()), ..Default::default() };
+        let (plan, job) = (self.clone(), shard.scan(scan_of(req, Table::HostMetrics, filter, &[], &[])));
+        Ok(Box::new(move |req, budget| Ok(Partial::HostSeries(series(req, &plan, job, budget)?))))
+    }
+}
 
 pub fn latest(job: ScanJob, budget: &mut Budget) -> Result<HostsPartial, QueryError> {
     let mut hosts: HashMap<String, HostMetric> = HashMap::new();

@@ -3,14 +3,22 @@
 
 use sextant_model::ingest::parse_level;
 use sextant_model::text::LogQuery;
+use sextant_proto::query_reply::Partial;
 use sextant_proto::{KeyedLog, LogKey, LogRecord, LogSearchPartial, LogSearchPlan, QueryRequest};
 use xxhash_rust::xxh3::Xxh3;
 
-use super::{Budget, QueryError};
+use super::{Budget, Compute, QueryError, QueryKind};
 use crate::segment::attribute::decode_stored;
 use crate::segment::table::Cols;
 use crate::segment::{Filter, Scan, Table};
-use crate::shard::ScanJob;
+use crate::shard::{ScanJob, SegmentShard};
+
+impl QueryKind for LogSearchPlan {
+    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+        let (plan, job) = (self.clone(), shard.scan(scan(req, self)?));
+        Ok(Box::new(move |req, budget| Ok(Partial::Logs(run(req, &plan, job, budget)?))))
+    }
+}
 
 pub fn scan(req: &QueryRequest, plan: &LogSearchPlan) -> Result<Scan, QueryError> {
     let query = LogQuery::parse(&plan.query).map_err(|e| QueryError::BadPlan(e.to_string()))?;

@@ -3,12 +3,40 @@
 
 use std::collections::HashMap;
 
-use sextant_proto::{ReplayEventsPartial, ReplayListPartial, ReplaySession};
+use sextant_proto::query_reply::Partial;
+use sextant_proto::{
+    QueryRequest, ReplayEventsPartial, ReplayEventsPlan, ReplayListPartial, ReplayListPlan, ReplaySession,
+};
 
-use super::{each_batch, Budget, QueryError};
+use super::{each_batch, scan_of, Budget, Compute, QueryError, QueryKind};
 use crate::segment::table::{from_record_batch, Cols};
-use crate::segment::{Row, Table};
-use crate::shard::ScanJob;
+use crate::segment::{Filter, Row, Table};
+use crate::shard::{ScanJob, SegmentShard};
+
+impl QueryKind for ReplayListPlan {
+    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+        let distinct_id = (!self.distinct_id.is_empty()).then(|| self.distinct_id.clone());
+        let job = shard.scan(scan_of(
+            req,
+            Table::ReplayEvents,
+            Filter { distinct_id, ..Default::default() },
+            &["session_id", "distinct_id", "time_ns", "data"],
+            &[],
+        ));
+        Ok(Box::new(move |_, budget| Ok(Partial::Replays(sessions(job, budget)?))))
+    }
+}
+
+impl QueryKind for ReplayEventsPlan {
+    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+        if self.session_id.is_empty() {
+            return Err(QueryError::BadPlan("a session id is required".into()));
+        }
+        let filter = Filter { session_id: Some(self.session_id.clone()), ..Default::default() };
+        let job = shard.scan(scan_of(req, Table::ReplayEvents, filter, &[], &[]));
+        Ok(Box::new(move |_, budget| Ok(Partial::ReplayEvents(events(job, budget)?))))
+    }
+}
 
 pub fn sessions(job: ScanJob, budget: &mut Budget) -> Result<ReplayListPartial, QueryError> {
     let mut sessions: HashMap<String, ReplaySession> = HashMap::new();

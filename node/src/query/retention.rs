@@ -1,15 +1,33 @@
-//! Retention on one shard (DESIGN A8): per user, the cohort periods (for `first_time` the
-//! period of the user's first `start_event` ever, so users who did it before the first cohort
-//! are in none; for `recurring` every period with it) and the periods with
+//! Retention on one shard (docs/API.md "Retention"): per user, the cohort periods (for
+//! `first_time` the period of the user's first `start_event` ever, so users who did it before
+//! the first cohort are in none; for `recurring` every period with it) and the periods with
 //! `return_event`; reduced to per-cohort sizes and returning users per later period.
 
+use sextant_proto::query_reply::Partial;
 use sextant_proto::{QueryRequest, RetentionCohort, RetentionPartial, RetentionPlan};
 
 use super::users::{ByUser, Users};
-use super::{activity, each_batch, Budget, QueryError};
+use super::{activity, each_batch, scan_of, Budget, Compute, QueryError, QueryKind};
 use crate::segment::table::Cols;
 use crate::segment::{Filter, Scan, Table, EVENT_DICTIONARIES};
-use crate::shard::ScanJob;
+use crate::shard::{ScanJob, SegmentShard};
+
+impl QueryKind for RetentionPlan {
+    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+        check(self)?;
+        let events = vec![self.start_event.clone(), self.return_event.clone()];
+        let job = shard.scan(scan_of(
+            req,
+            Table::Events,
+            Filter { events, ..Default::default() },
+            &["distinct_id", "time_ns", "event"],
+            &EVENT_DICTIONARIES,
+        ));
+        let earlier = earlier_scan(req, self).map(|s| shard.scan(s));
+        let plan = self.clone();
+        Ok(Box::new(move |_, budget| Ok(Partial::Retention(run(&plan, job, earlier, budget)?))))
+    }
+}
 
 pub fn check(plan: &RetentionPlan) -> Result<(), QueryError> {
     activity::check_starts(&plan.bucket_starts)?;

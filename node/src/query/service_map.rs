@@ -6,13 +6,28 @@ use std::hash::BuildHasherDefault;
 use std::ops::Range;
 
 use arrow_array::Array;
-use sextant_proto::{EdgeStats, ServiceMapPartial, ServiceStats, SpanStatus};
+use sextant_proto::query_reply::Partial;
+use sextant_proto::{EdgeStats, QueryRequest, ServiceMapPartial, ServiceMapPlan, ServiceStats, SpanStatus};
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64, Xxh3};
 
 use super::apm::Acc;
-use super::{each_batch, Budget, Prehashed, QueryError};
+use super::{each_batch, scan_of, Budget, Compute, Prehashed, QueryError, QueryKind};
 use crate::segment::table::{Cols, Strings};
-use crate::shard::ScanJob;
+use crate::segment::{Filter, Table};
+use crate::shard::{ScanJob, SegmentShard};
+
+impl QueryKind for ServiceMapPlan {
+    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+        let job = shard.scan(scan_of(
+            req,
+            Table::Spans,
+            Filter::default(),
+            &["trace_id", "span_id", "parent_span_id", "service", "duration_ns", "status"],
+            &["service"],
+        ));
+        Ok(Box::new(move |_, budget| Ok(Partial::ServiceMap(run(job, budget)?))))
+    }
+}
 
 /// A span's identity within the project: 128 bits of xxh3 over (trace id, span id), as two
 /// halves (a table entry aligned to 8, not 16, bytes). A collision needs ~2^64 spans, so the

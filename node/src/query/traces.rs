@@ -4,13 +4,21 @@
 
 use std::collections::HashMap;
 
+use sextant_proto::query_reply::Partial;
 use sextant_proto::{QueryRequest, TraceListPartial, TraceListPlan, TraceSummary};
 
-use super::{each_batch, Budget, QueryError};
+use super::{each_batch, Budget, Compute, QueryError, QueryKind};
 use crate::segment::summary::merge;
 use crate::segment::table::from_record_batch;
 use crate::segment::{Filter, Row, Scan, Table};
-use crate::shard::ScanJob;
+use crate::shard::{ScanJob, SegmentShard};
+
+impl QueryKind for TraceListPlan {
+    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+        let (plan, job) = (self.clone(), shard.scan(scan(req)));
+        Ok(Box::new(move |req, budget| Ok(Partial::Traces(run(req, &plan, job, budget)?))))
+    }
+}
 
 /// Partials of a trace can start up to this long after (or before) the trace's own start:
 /// the scan widens the range by it, so a trace shorter than this is always seen whole.
