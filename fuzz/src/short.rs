@@ -14,7 +14,7 @@ impl Rng {
     pub fn new(seed: u64) -> Rng {
         Rng(seed | 1)
     }
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -24,19 +24,48 @@ impl Rng {
         if n == 0 {
             0
         } else {
-            (self.next() % n as u64) as usize
+            (self.next_u64() % n as u64) as usize
         }
     }
 }
 
-const INTERESTING: &[u8] = &[0, 1, 0x7f, 0x80, 0xff, b'"', b'\\', b'{', b'}', b'[', b']', b',', b':', b'-', b'0', b'9', b'e', b'%', b'&', b'='];
+const INTERESTING: &[u8] = &[
+    0, 1, 0x7f, 0x80, 0xff, b'"', b'\\', b'{', b'}', b'[', b']', b',', b':', b'-', b'0', b'9', b'e', b'%', b'&', b'=',
+];
 
 /// Tokens worth inserting for most text formats.
 pub const COMMON_TOKENS: &[&str] = &[
-    "null", "true", "false", "-0", "1e308", "-1e400", "1.7976931348623157e308", "9223372036854775807",
-    "-9223372036854775808", "18446744073709551616", "7e15", "9300000000000", "\"\\ud800\"", "\"\\u0000\"",
-    "\u{1}", "é", "😀", "%", "%zz", "%e9", "&", "=", "\"", "[]", "{}", "1677-09-21T00:12:44Z",
-    "2262-04-11T23:47:15Z", "9999-12-31T23:59:59Z", "0000-01-01T00:00:00+23:59", "NaN", "inf",
+    "null",
+    "true",
+    "false",
+    "-0",
+    "1e308",
+    "-1e400",
+    "1.7976931348623157e308",
+    "9223372036854775807",
+    "-9223372036854775808",
+    "18446744073709551616",
+    "7e15",
+    "9300000000000",
+    "\"\\ud800\"",
+    "\"\\u0000\"",
+    "\u{1}",
+    "é",
+    "😀",
+    "%",
+    "%zz",
+    "%e9",
+    "&",
+    "=",
+    "\"",
+    "[]",
+    "{}",
+    "1677-09-21T00:12:44Z",
+    "2262-04-11T23:47:15Z",
+    "9999-12-31T23:59:59Z",
+    "0000-01-01T00:00:00+23:59",
+    "NaN",
+    "inf",
 ];
 
 fn mutate(rng: &mut Rng, input: &mut Vec<u8>, tokens: &[&str], seeds: &[Vec<u8>], max_len: usize) {
@@ -53,7 +82,7 @@ fn mutate(rng: &mut Rng, input: &mut Vec<u8>, tokens: &[&str], seeds: &[Vec<u8>]
             }
             2 => {
                 let i = rng.below(len + 1);
-                input.insert(i, rng.next() as u8);
+                input.insert(i, rng.next_u64() as u8);
             }
             3 if len > 0 => {
                 let i = rng.below(len);
@@ -89,7 +118,7 @@ fn mutate(rng: &mut Rng, input: &mut Vec<u8>, tokens: &[&str], seeds: &[Vec<u8>]
                 }
             }
             _ if len > 0 => input.truncate(rng.below(len)),
-            _ => input.push(rng.next() as u8),
+            _ => input.push(rng.next_u64() as u8),
         }
     }
     input.truncate(max_len);
@@ -129,7 +158,8 @@ pub fn run(name: &str, seeds: &[Vec<u8>], tokens: &[&str], iterations: usize, ma
     }
     let mut last = seeds.first().cloned().unwrap_or_default();
     for i in 0..iterations {
-        let mut input = if rng.below(3) == 0 || seeds.is_empty() { last } else { seeds[rng.below(seeds.len())].clone() };
+        let mut input =
+            if rng.below(3) == 0 || seeds.is_empty() { last } else { seeds[rng.below(seeds.len())].clone() };
         mutate(&mut rng, &mut input, tokens, seeds, max_len);
         one(seeds.len() + i, &input);
         last = input;

@@ -264,23 +264,29 @@ fn written() -> &'static Written {
             })
             .collect();
         let mut segments = Vec::new();
-        for (id, (table, rows)) in [(Table::Logs, logs), (Table::Spans, spans), (Table::Events, events)].into_iter().enumerate() {
+        for (id, (table, rows)) in
+            [(Table::Logs, logs), (Table::Spans, spans), (Table::Events, events)].into_iter().enumerate()
+        {
             let mut rows = rows;
             rows.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
             let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
-            let meta = write_segment(dir.path(), id as u64 + 1, table, NOW_NS / 1_000_000_000 / 3600 * 3600, &refs, &[7, 9])
-                .expect("segment written");
+            let meta =
+                write_segment(dir.path(), id as u64 + 1, table, NOW_NS / 1_000_000_000 / 3600 * 3600, &refs, &[7, 9])
+                    .expect("segment written");
             let bytes = std::fs::read(dir.path().join(&meta.file.name)).expect("segment read");
             segments.push((meta, Bytes::from(bytes)));
         }
-        let mut manifest = Manifest::default();
-        manifest.segments = segments.iter().map(|(m, _)| m.clone()).collect();
-        manifest.next_segment = 4;
+        let mut manifest = Manifest {
+            segments: segments.iter().map(|(m, _)| m.clone()).collect(),
+            next_segment: 4,
+            ..Default::default()
+        };
         manifest.dedup.record_applied(7);
         manifest.dedup.record_aborted(9);
         manifest.tombstones.insert(9);
         manifest.store(dir.path()).expect("manifest stored");
-        let manifest = std::fs::read(dir.path().join(sextant_node::segment::manifest::MANIFEST)).expect("manifest read");
+        let manifest =
+            std::fs::read(dir.path().join(sextant_node::segment::manifest::MANIFEST)).expect("manifest read");
         Written { manifest, segments }
     })
 }
@@ -386,20 +392,3 @@ pub fn segment(data: &[u8]) {
         let _ = segment.trace("p", &format!("{:032x}", 3));
     }
 }
-
-/// Every target by name, for the libFuzzer binaries and the short runs.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
-    ("ingest_spans", ingest_spans),
-    ("ingest_logs", ingest_logs),
-    ("ingest_metrics", ingest_metrics),
-    ("analytics_batch", analytics_batch),
-    ("analytics_replay", analytics_replay),
-    ("posthog_capture", posthog_capture),
-    ("log_query", log_query),
-    ("cohort_conditions", cohort_conditions),
-    ("time_values", time_values),
-    ("query_params", query_params),
-    ("token_index", token_index),
-    ("manifest", manifest),
-    ("segment", segment),
-];

@@ -15,9 +15,24 @@ fn seeds_of(target: &str) -> Vec<Vec<u8>> {
 }
 
 const JSON: &[&str] = &[
-    "\"spans\":", "\"logs\":", "\"metrics\":", "\"events\":", "\"timestamp\":", "\"duration_ms\":",
-    "\"attributes\":", "\"properties\":", "\"distinct_id\":", "\"uuid\":", "\"type\":", "\"data\":",
-    "\"session_id\":", "\"level\":", "\"message\":", "\"token\":", "\"batch\":", "\"api_key\":",
+    "\"spans\":",
+    "\"logs\":",
+    "\"metrics\":",
+    "\"events\":",
+    "\"timestamp\":",
+    "\"duration_ms\":",
+    "\"attributes\":",
+    "\"properties\":",
+    "\"distinct_id\":",
+    "\"uuid\":",
+    "\"type\":",
+    "\"data\":",
+    "\"session_id\":",
+    "\"level\":",
+    "\"message\":",
+    "\"token\":",
+    "\"batch\":",
+    "\"api_key\":",
 ];
 
 fn short(target: &str, iterations: usize, max_len: usize, f: fn(&[u8])) {
@@ -62,7 +77,17 @@ fn log_queries_never_panic() {
 
 #[test]
 fn cohort_conditions_never_panic_and_read_back() {
-    let tokens = &["\"count_op\":", "\"count\":", "\"range\":", "\"did_not\"", "\">=\"", "\"366d\"", "\"9999999999w\"", "\"conditions\":", "\"logic\":"];
+    let tokens = &[
+        "\"count_op\":",
+        "\"count\":",
+        "\"range\":",
+        "\"did_not\"",
+        "\">=\"",
+        "\"366d\"",
+        "\"9999999999w\"",
+        "\"conditions\":",
+        "\"logic\":",
+    ];
     run("cohort_conditions", &seeds_of("cohort_conditions"), tokens, 100_000, 4096, targets::cohort_conditions);
 }
 
@@ -73,7 +98,20 @@ fn time_values_never_panic() {
 
 #[test]
 fn query_parameters_never_panic() {
-    let tokens = &["from=", "to=", "limit=", "cursor=", "allow_partial=", "service=", "min_duration_ms=", "&", "%2", "T", "Z", "+"];
+    let tokens = &[
+        "from=",
+        "to=",
+        "limit=",
+        "cursor=",
+        "allow_partial=",
+        "service=",
+        "min_duration_ms=",
+        "&",
+        "%2",
+        "T",
+        "Z",
+        "+",
+    ];
     run("query_params", &seeds_of("query_params"), tokens, 200_000, 1024, targets::query_params);
 }
 

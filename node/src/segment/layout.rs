@@ -394,7 +394,11 @@ mod tests {
             with(trace, Field::new("trace_iD", DataType::Binary, true).with_metadata(width("16"))),
             with(trace, Field::new("trace_id", DataType::Utf8, false).with_metadata(width("16"))),
             with(trace, Field::new("trace_id", DataType::Binary, true).with_metadata(width("99999999999"))),
-            with(duration, Field::new("duration_ns", DataType::Int64, false).with_metadata(HashMap::from([(DURATION_UNIT.to_owned(), "7".to_owned())]))),
+            with(
+                duration,
+                Field::new("duration_ns", DataType::Int64, false)
+                    .with_metadata(HashMap::from([(DURATION_UNIT.to_owned(), "7".to_owned())])),
+            ),
             with(duration, Field::new("duration_ns", DataType::Int32, false)),
         ] {
             assert!(check_schema(Table::Spans, &bad).is_err(), "{bad:?}");
