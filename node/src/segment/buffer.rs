@@ -153,12 +153,12 @@ impl Buffer {
         out
     }
 
-    /// The live rows grouped by (table, time partition), each group sorted in segment order,
+    /// The live rows grouped by (table, time bucket), each group sorted in segment order,
     /// with the list of batch ids the rows' ordinals point into.
-    pub fn partitions(&self) -> Vec<(Table, i64, Vec<RowRef<'_>>, Vec<u128>)> {
+    pub fn time_buckets(&self) -> Vec<(Table, i64, Vec<RowRef<'_>>, Vec<u128>)> {
         let mut groups: FxHashMap<(Table, i64), Vec<&BufferedRow>> = FxHashMap::default();
         for r in self.rows.iter().filter(|r| !self.aborted.contains(&r.batch_id)) {
-            groups.entry((r.row.table(), partition_of(r.row.table(), r.row.time_ns()))).or_default().push(r);
+            groups.entry((r.row.table(), bucket_start(r.row.table(), r.row.time_ns()))).or_default().push(r);
         }
         let mut out: Vec<_> = groups
             .into_iter()
@@ -206,8 +206,8 @@ fn trace_key(project: &str, trace_id: &str) -> u64 {
     h.finish()
 }
 
-/// Start of the time partition of `table` holding `ns`, in unix seconds.
-pub fn partition_of(table: Table, ns: i64) -> i64 {
-    let width = table.partition_seconds();
+/// Start of the time bucket of `table` holding `ns`, in unix seconds.
+pub fn bucket_start(table: Table, ns: i64) -> i64 {
+    let width = table.bucket_seconds();
     ns.div_euclid(1_000_000_000).div_euclid(width) * width
 }

@@ -14,7 +14,7 @@ use super::table::{Row, Table};
 pub const SMALL_SEGMENT_ROWS: u64 = 200_000;
 /// At most this many rows are merged at once (they are held in memory).
 pub const MAX_MERGE_ROWS: u64 = 2_000_000;
-/// Merge once a partition has this many small segments, or two once its time is over.
+/// Merge once a time bucket has this many small segments, or two once its time is over.
 pub const MIN_SEGMENTS: usize = 4;
 
 /// How long each project keeps its data (from its plan, docs/API.md "Data retention"), and
@@ -64,16 +64,16 @@ pub fn next(segments: &[SegmentMeta], policy: &ExpiryPolicy, now_s: i64) -> Opti
     plan(segments, now_s).map(Plan::Rewrite)
 }
 
-/// The spans (or other) segments to merge next, at most one group: the oldest partition
+/// The spans (or other) segments to merge next, at most one group: the oldest time bucket
 /// with enough small segments. Trace summaries are never picked themselves: they are
 /// rewritten with their spans segments.
 pub fn plan(segments: &[SegmentMeta], now_s: i64) -> Option<Vec<SegmentMeta>> {
-    let mut partitions: BTreeMap<(i64, Table), Vec<&SegmentMeta>> = BTreeMap::new();
+    let mut buckets: BTreeMap<(i64, Table), Vec<&SegmentMeta>> = BTreeMap::new();
     for s in segments.iter().filter(|s| s.table != Table::TraceSummaries && s.rows < SMALL_SEGMENT_ROWS) {
-        partitions.entry((s.hour, s.table)).or_default().push(s);
+        buckets.entry((s.hour, s.table)).or_default().push(s);
     }
-    for ((start, table), mut small) in partitions {
-        let over = start.saturating_add(table.partition_seconds()) <= now_s;
+    for ((start, table), mut small) in buckets {
+        let over = start.saturating_add(table.bucket_seconds()) <= now_s;
         let needed = if over { 2 } else { MIN_SEGMENTS };
         small.sort_by_key(|s| s.rows);
         let mut total = 0;
@@ -137,7 +137,7 @@ mod tests {
     }
 
     #[test]
-    fn plans_the_oldest_partition_with_enough_small_segments() {
+    fn plans_the_oldest_time_bucket_with_enough_small_segments() {
         let segs = vec![
             seg(1, Table::Spans, 7200, 10),
             seg(2, Table::Spans, 7200, 20),
@@ -200,12 +200,12 @@ mod tests {
     }
 
     #[test]
-    fn events_partitions_are_days_and_merge_once_the_day_is_over() {
+    fn events_time_buckets_are_days_and_merge_once_the_day_is_over() {
         let day = 86_400 * 20_000;
         let segs = [seg(1, Table::Events, day, 10), seg(2, Table::Events, day, 10)];
         assert_eq!(plan(&segs, day + 3_600 * 5), None, "an hour later the day is still open");
         assert_eq!(plan(&segs, day + 86_400).map(|p| p.len()), Some(2));
         let spans = [seg(3, Table::Spans, day, 10), seg(4, Table::Spans, day, 10)];
-        assert_eq!(plan(&spans, day + 3_600).map(|p| p.len()), Some(2), "spans partitions are hours");
+        assert_eq!(plan(&spans, day + 3_600).map(|p| p.len()), Some(2), "spans time buckets are hours");
     }
 }

@@ -1,4 +1,4 @@
-//! One immutable segment: the rows of one table and one time partition, sorted, in a Parquet
+//! One immutable segment: the rows of one table and one time bucket, sorted, in a Parquet
 //! file (ZSTD, dictionary and delta encodings, min/max statistics per row group and page, a
 //! bloom filter on trace ids). Written once by a flush or a compaction, never modified.
 
@@ -52,8 +52,8 @@ fn rows_per_group(table: Table) -> usize {
 pub struct SegmentMeta {
     pub id: u64,
     pub table: Table,
-    /// Time partition: its start in unix seconds (an hour, or a day for events and replays:
-    /// [`Table::partition_seconds`]).
+    /// Time bucket: its start in unix seconds (an hour, or a day for events and replays:
+    /// [`Table::bucket_seconds`]).
     pub hour: i64,
     pub rows: u64,
     pub min_ns: i64,

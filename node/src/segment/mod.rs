@@ -1,5 +1,5 @@
 //! The columnar storage of a data shard: an in-memory buffer of applied rows, flushed into
-//! immutable, time-partitioned Parquet segments listed by an atomically replaced manifest.
+//! immutable, time-bucketed Parquet segments listed by an atomically replaced manifest.
 
 pub mod attribute;
 pub mod attribute_columns;

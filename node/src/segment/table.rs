@@ -56,7 +56,7 @@ impl Table {
         }
     }
 
-    /// The column holding the row's time (unix nanoseconds), used for partitioning and pruning.
+    /// The column holding the row's time (unix nanoseconds), used for time buckets and pruning.
     pub fn time_column(self) -> &'static str {
         match self {
             Table::Spans | Table::TraceSummaries => "start_ns",
@@ -125,10 +125,10 @@ impl Table {
         Arc::new(Schema::new(fields))
     }
 
-    /// Width of a segment's time partition, in seconds. Analytics queries span weeks and
-    /// months; hour partitions would give them thousands of small segments per shard (30 days
-    /// of events: 720 per shard), so events and replays are partitioned by day.
-    pub fn partition_seconds(self) -> i64 {
+    /// Width of a segment's time bucket, in seconds. Analytics queries span weeks and
+    /// months; hour buckets would give them thousands of small segments per shard (30 days
+    /// of events: 720 per shard), so events and replays are bucketed by day.
+    pub fn bucket_seconds(self) -> i64 {
         match self {
             Table::Events | Table::ReplayEvents => 86_400,
             _ => 3_600,

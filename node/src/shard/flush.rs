@@ -83,7 +83,7 @@ fn flush(
     let mut p = persisted.lock().unwrap();
     let mut manifest = p.manifest.clone();
     let mut written = Vec::new();
-    for (table, hour, rows, batches) in frozen.partitions() {
+    for (table, hour, rows, batches) in frozen.time_buckets() {
         written.extend(write_segment(dir, manifest.next_segment, table, hour, &rows, &batches)?);
         manifest.next_segment += 2;
     }
