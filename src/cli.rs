@@ -12,8 +12,8 @@ use prometheus_client::registry::Registry;
 use rand::RngCore;
 use sextant_node::{NodeConfig, NodeHost, NodeMetrics};
 use sextant_router::admin::AdminToken;
-use sextant_router::bootstrap::{bootstrap, write_credentials, Credentials};
-use sextant_router::rate_limit::RateLimitConfig;
+use sextant_router::identity::bootstrap::{bootstrap, write_credentials, Credentials};
+use sextant_router::identity::rate_limit::RateLimitConfig;
 use sextant_router::RouterConfig;
 
 #[derive(Parser)]
@@ -103,7 +103,7 @@ pub struct ServerArgs {
 }
 
 impl ServerArgs {
-    fn limits(&self) -> anyhow::Result<sextant_router::connection::ServerLimits> {
+    fn limits(&self) -> anyhow::Result<sextant_router::http::connection::ServerLimits> {
         for (name, v) in [
             ("--max-connections", self.max_connections as u64),
             ("--header-read-timeout", self.header_read_timeout),
@@ -118,7 +118,7 @@ impl ServerArgs {
             .body_budget_mib
             .checked_mul(1 << 20)
             .ok_or_else(|| anyhow::anyhow!("--body-budget-mib is too large"))?;
-        Ok(sextant_router::connection::ServerLimits {
+        Ok(sextant_router::http::connection::ServerLimits {
             max_connections: self.max_connections,
             header_read_timeout: Duration::from_secs(self.header_read_timeout),
             body_read_timeout: Duration::from_secs(self.body_read_timeout),

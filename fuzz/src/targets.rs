@@ -16,7 +16,7 @@ use sextant_model::time::{format_nanos, parse_query_time, TimeInput};
 use sextant_node::segment::file::write as write_segment;
 use sextant_node::segment::token_index::TokenIndex;
 use sextant_node::segment::{Filter, Manifest, Row, Scan, Segment, SegmentMeta, Table};
-use sextant_router::body;
+use sextant_router::http::body;
 use sextant_router::query::{decode_cursor, Params};
 
 /// A fixed receive time (2026-01-01), so runs are reproducible.

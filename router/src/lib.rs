@@ -1,37 +1,12 @@
 //! The Sextant router: stateless HTTP front end that authenticates, validates, partitions
 //! and forwards to storage shard leaders, then merges what they answer.
 
-pub mod account;
-pub mod activity;
 pub mod admin;
-pub mod api_keys;
-pub mod apm;
-pub mod auth;
-pub mod body;
-pub mod bootstrap;
-pub mod capture;
 pub mod cluster;
-pub mod cohorts;
-pub mod connection;
-pub mod error;
-pub mod error_groups;
-pub mod funnel;
-pub mod hosts;
 pub mod http;
+pub mod identity;
 pub mod ingest;
-pub mod listing;
-pub mod log_search;
-pub mod members;
-pub mod metrics;
-pub mod projects;
 pub mod query;
-pub mod rate_limit;
-pub mod refresh;
-pub mod replays;
-pub mod retention;
-pub mod service_map;
-pub mod trace_search;
-pub mod traces;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -56,27 +31,27 @@ pub struct RouterConfig {
     /// `Secure` on the refresh cookie; off only where the API is served over plain HTTP to
     /// a browser on the same machine (dev mode).
     pub secure_cookies: bool,
-    pub rate_limits: rate_limit::RateLimitConfig,
+    pub rate_limits: identity::rate_limit::RateLimitConfig,
     /// Proxies in front of the routers that append to `X-Forwarded-For` (0: clients connect
     /// directly); decides which address `/auth/*` limits count.
     pub trusted_proxy_hops: usize,
     /// Enables `/admin/v1` for holders of this token (the operator).
     pub admin_token: Option<admin::AdminToken>,
     /// Connection cap, client timeouts and the request-body budget.
-    pub server: connection::ServerLimits,
+    pub server: http::connection::ServerLimits,
 }
 
 pub struct AppState {
     pub config: RouterConfig,
     pub cluster: Arc<Cluster>,
-    pub jwt: auth::Jwt,
-    pub metrics: metrics::RouterMetrics,
+    pub jwt: identity::auth::Jwt,
+    pub metrics: http::metrics::RouterMetrics,
     pub registry: Registry,
-    pub limits: rate_limit::RateLimits,
+    pub limits: identity::rate_limit::RateLimits,
     /// Random per process: this router's identity in meta heartbeats.
     pub router_id: String,
     /// Request-body bytes held at once, and body parsing off the async workers.
-    pub bodies: body::Budget,
+    pub bodies: http::body::Budget,
 }
 
 pub struct RunningRouter {
@@ -132,14 +107,14 @@ impl RunningRouter {
 pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Result<RunningRouter> {
     anyhow::ensure!(config.jwt_secret.len() >= 32, "the JWT signing key must have at least 32 bytes");
     let cluster = Cluster::new(config.nodes.clone(), &config.cluster_secret).map_err(anyhow::Error::msg)?;
-    let metrics = metrics::RouterMetrics::default();
+    let metrics = http::metrics::RouterMetrics::default();
     metrics.register(&mut registry);
     let parsers = std::thread::available_parallelism().map_or(2, |n| n.get());
     let state = Arc::new(AppState {
-        bodies: body::Budget::new(config.server.body_budget_bytes, parsers),
-        jwt: auth::Jwt::new(&config.jwt_secret),
+        bodies: http::body::Budget::new(config.server.body_budget_bytes, parsers),
+        jwt: identity::auth::Jwt::new(&config.jwt_secret),
         cluster: cluster.clone(),
-        limits: rate_limit::RateLimits::new(config.rate_limits),
+        limits: identity::rate_limit::RateLimits::new(config.rate_limits),
         router_id: uuid::Uuid::new_v4().to_string(),
         config,
         metrics,
@@ -152,11 +127,16 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
     let internal_listener = tokio::net::TcpListener::bind(state.config.internal_listen).await?;
     let internal_addr = internal_listener.local_addr()?;
     let refused = state.metrics.refused_connections.clone();
-    let server = tokio::spawn(connection::serve(listener, http::router(state.clone()), state.config.server.clone(), move || {
-        refused.inc();
-    }));
+    let server = tokio::spawn(http::connection::serve(
+        listener,
+        http::router(state.clone()),
+        state.config.server.clone(),
+        move || {
+            refused.inc();
+        },
+    ));
     let refused = state.metrics.refused_connections.clone();
-    let internal = tokio::spawn(connection::serve(
+    let internal = tokio::spawn(http::connection::serve(
         internal_listener,
         http::internal_router(state.clone()),
         state.config.server.clone(),

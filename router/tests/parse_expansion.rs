@@ -8,7 +8,7 @@ use std::sync::Mutex;
 
 use sextant_model::analytics::{BatchBody, ReplayBody};
 use sextant_model::ingest::{LogsBody, SpansBody};
-use sextant_router::body::{parse_json, PARSE_EXPANSION};
+use sextant_router::http::body::{parse_json, PARSE_EXPANSION};
 
 struct Counting;
 

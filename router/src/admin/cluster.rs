@@ -18,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use sextant_model::meta::{ClusterView, MetaCommand, MetaCommandResult, MetaQuery, NodeState};
 
 use super::{Admin, MAX_ADMIN_BODY};
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use crate::AppState;
 
 pub fn routes() -> Router<Arc<AppState>> {
@@ -68,7 +68,7 @@ async fn placement(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, ApiError> {
-    let req: PlacementRequest = crate::body::json(&headers, body, MAX_ADMIN_BODY)?;
+    let req: PlacementRequest = crate::http::body::json(&headers, body, MAX_ADMIN_BODY)?;
     if req.nodes.iter().any(|a| a.trim().is_empty()) {
         return Err(ApiError::BadRequest("invalid_address", "node addresses must not be empty".into()));
     }
@@ -81,11 +81,11 @@ async fn drain(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<StatusCode, ApiError> {
-    let req: DrainRequest = crate::body::json(&headers, body, MAX_ADMIN_BODY)?;
+    let req: DrainRequest = crate::http::body::json(&headers, body, MAX_ADMIN_BODY)?;
     accepted(app.cluster.meta_write(&MetaCommand::DrainNode { address: req.address }).await?)
 }
 
 fn accepted(result: MetaCommandResult) -> Result<StatusCode, ApiError> {
-    crate::error::expect_done(result, "a membership change")?;
+    crate::http::error::expect_done(result, "a membership change")?;
     Ok(StatusCode::ACCEPTED)
 }

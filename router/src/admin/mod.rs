@@ -14,7 +14,7 @@ use axum::Router;
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
-use crate::error::ApiError;
+use crate::http::error::ApiError;
 use crate::AppState;
 
 /// Largest admin request body: specs of single resources.

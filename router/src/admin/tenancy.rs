@@ -28,9 +28,9 @@ use sextant_model::meta::{Role, INVITE_TTL_MS};
 use sextant_model::{OrgId, ProjectId, UserId};
 
 use super::{Admin, MAX_ADMIN_BODY};
-use crate::account::time_json;
-use crate::auth::new_credential;
-use crate::error::ApiError;
+use crate::http::error::ApiError;
+use crate::identity::account::time_json;
+use crate::identity::auth::new_credential;
 use crate::AppState;
 
 pub fn routes() -> Router<Arc<AppState>> {
@@ -98,7 +98,7 @@ fn now_ms() -> i64 {
 
 /// Runs a meta command whose success is `Done`.
 async fn change(app: &AppState, command: MetaCommand) -> Result<(), ApiError> {
-    crate::error::expect_done(app.cluster.meta_change(&command).await?, "an admin change")
+    crate::http::error::expect_done(app.cluster.meta_change(&command).await?, "an admin change")
 }
 
 /// Runs a keyed meta command: the id of the object it created or updated.
@@ -134,7 +134,7 @@ async fn put_tenant(
     raw_body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let key = key(&raw)?;
-    let req: TenantRequest = crate::body::json(&headers, raw_body, MAX_ADMIN_BODY)?;
+    let req: TenantRequest = crate::http::body::json(&headers, raw_body, MAX_ADMIN_BODY)?;
     let mut cache = cache(&app)?;
     if !cache.plans.contains_key(&req.plan) {
         // Pushed through another router less than a refresh period ago, perhaps.
@@ -210,7 +210,7 @@ async fn invite_owner(
     Path(raw): Path<String>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let key = key(&raw)?;
-    let (token, id, token_sha256) = crate::members::new_invite_token();
+    let (token, id, token_sha256) = crate::identity::members::new_invite_token();
     let now = now_ms();
     let invite = Invite {
         id,
@@ -245,7 +245,7 @@ async fn put_project(
     raw_body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let key = key(&raw)?;
-    let req: ProjectRequest = crate::body::json(&headers, raw_body, MAX_ADMIN_BODY)?;
+    let req: ProjectRequest = crate::http::body::json(&headers, raw_body, MAX_ADMIN_BODY)?;
     let mut problems = Problems::default();
     let name = problems.check("name", normalize_name(&req.name));
     let tenant_key = problems.check("tenant_key", self::key(&req.tenant_key).map_err(|_| "not a valid key"));
@@ -359,7 +359,7 @@ async fn put_plan(
     raw_body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let name = key(&raw)?;
-    let req: PlanRequest = crate::body::json(&headers, raw_body, MAX_ADMIN_BODY)?;
+    let req: PlanRequest = crate::http::body::json(&headers, raw_body, MAX_ADMIN_BODY)?;
     let mut problems = Problems::default();
     let display_name = match &req.display_name {
         Some(d) => problems.check("display_name", normalize_name(d)),
@@ -458,7 +458,7 @@ async fn put_quota(
     raw_body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
     let key = key(&raw)?;
-    let req: QuotaRequest = crate::body::json(&headers, raw_body, MAX_ADMIN_BODY)?;
+    let req: QuotaRequest = crate::http::body::json(&headers, raw_body, MAX_ADMIN_BODY)?;
     let mut problems = Problems::default();
     let valid_key = |k: &Option<String>| k.as_deref().map(|k| self::key(k).map_err(|_| "not a valid key")).transpose();
     let tenant_key = problems.check("tenant_key", valid_key(&req.tenant_key)).flatten();
@@ -563,7 +563,7 @@ async fn put_alert_rule(
     raw_body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let key = key(&raw)?;
-    let req: AlertRuleRequest = crate::body::json(&headers, raw_body, MAX_ADMIN_BODY)?;
+    let req: AlertRuleRequest = crate::http::body::json(&headers, raw_body, MAX_ADMIN_BODY)?;
     let mut problems = Problems::default();
     let project_key = problems.check("project_key", self::key(&req.project_key).map_err(|_| "not a valid key"));
     let name = problems.check("name", normalize_name(&req.name));

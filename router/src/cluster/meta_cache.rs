@@ -1,0 +1,103 @@
+//! The router's copy of the meta view (credentials, projects, orgs, plans, quotas, the
+//! partition table), indexed the way requests look things up; refreshed every second and
+//! after every change this router makes.
+
+use std::collections::{HashMap, HashSet};
+
+use sextant_model::meta::{
+    AlertRule, Credential, ManagedOrg, ManagedPlan, ManagedProject, ManagedQuota, Member, MetaView, Org, Plan, Project,
+    Quota, RateLimitOverrides, ROUTER_LIVE_MS,
+};
+use sextant_model::{OrgId, ProjectId, UserId};
+
+/// Meta records indexed the way requests look them up.
+#[derive(Default)]
+pub struct MetaCache {
+    pub version: u64,
+    pub partitions: Vec<u64>,
+    pub credentials: HashMap<String, Credential>,
+    pub projects: HashMap<ProjectId, Project>,
+    pub orgs: HashMap<OrgId, Org>,
+    pub members: HashMap<UserId, Member>,
+    pub removed_users: HashSet<UserId>,
+    pub revoked_sessions: HashSet<String>,
+    pub plans: HashMap<String, Plan>,
+    pub quotas: Vec<Quota>,
+    /// Latest heartbeat of every router, in the routers' own clocks.
+    pub routers: Vec<i64>,
+    /// Orgs of Tenant resources, by org id.
+    pub managed_orgs: HashMap<OrgId, ManagedOrg>,
+    /// Projects of Project resources, by resource key.
+    pub managed_projects: HashMap<String, ManagedProject>,
+    /// Credentials issued through the admin API: credential id -> project key.
+    pub managed_credentials: HashMap<String, String>,
+    pub managed_plans: HashMap<String, ManagedPlan>,
+    pub managed_quotas: HashMap<String, ManagedQuota>,
+    pub alert_rules: Vec<AlertRule>,
+    pub deleted_projects: HashSet<ProjectId>,
+}
+
+impl From<MetaView> for MetaCache {
+    fn from(v: MetaView) -> Self {
+        Self {
+            version: v.version,
+            partitions: v.partitions,
+            credentials: v.credentials.into_iter().map(|c| (c.id.clone(), c)).collect(),
+            projects: v.projects.into_iter().map(|p| (p.id, p)).collect(),
+            orgs: v.orgs.into_iter().map(|o| (o.id, o)).collect(),
+            members: v.members.into_iter().map(|m| (m.id, m)).collect(),
+            removed_users: v.removed_users.into_iter().collect(),
+            revoked_sessions: v.revoked_sessions.into_iter().collect(),
+            plans: v.plans.into_iter().map(|p| (p.name.clone(), p)).collect(),
+            quotas: v.quotas,
+            routers: v.routers.into_iter().map(|r| r.at_ms).collect(),
+            managed_orgs: v.managed_orgs.into_iter().map(|o| (o.org_id, o)).collect(),
+            managed_projects: v.managed_projects.into_iter().map(|p| (p.key.clone(), p)).collect(),
+            managed_credentials: v.managed_credentials.into_iter().map(|c| (c.credential_id, c.project_key)).collect(),
+            managed_plans: v.managed_plans.into_iter().map(|p| (p.name.clone(), p)).collect(),
+            managed_quotas: v.managed_quotas.into_iter().map(|q| (q.key.clone(), q)).collect(),
+            alert_rules: v.alert_rules,
+            deleted_projects: v.deleted_projects.into_iter().collect(),
+        }
+    }
+}
+
+impl MetaCache {
+    /// Routers that heartbeated within [`ROUTER_LIVE_MS`]; at least this one.
+    pub fn live_routers(&self, now_ms: i64) -> usize {
+        self.routers.iter().filter(|at| now_ms - **at < ROUTER_LIVE_MS).count().max(1)
+    }
+
+    /// Rate-limit overrides that apply to `org` (and `project` of it), strongest first: the
+    /// project's quota, the org's quota, the org's plan.
+    pub fn rate_overrides(&self, org: &OrgId, project: Option<&ProjectId>) -> Vec<&RateLimitOverrides> {
+        let mut layers = Vec::new();
+        if let Some(p) = project {
+            layers.extend(self.quotas.iter().filter(|q| q.project_id.as_ref() == Some(p)).map(|q| &q.rate_limits));
+        }
+        layers
+            .extend(self.quotas.iter().filter(|q| q.org_id == *org && q.project_id.is_none()).map(|q| &q.rate_limits));
+        if let Some(plan) = self.orgs.get(org).and_then(|o| self.plans.get(&o.plan)) {
+            layers.push(&plan.rate_limits);
+        }
+        layers
+    }
+
+    /// Whether `org` was suspended through its Tenant resource.
+    pub fn suspended(&self, org: &OrgId) -> bool {
+        self.managed_orgs.get(org).is_some_and(|o| o.suspended)
+    }
+
+    /// The Kubernetes resource managing project `id`, if any.
+    pub fn project_manager(&self, id: &ProjectId) -> Option<&ManagedProject> {
+        self.managed_projects.values().find(|m| m.project_id == *id)
+    }
+
+    /// [`Self::rate_overrides`] of the org owning `project`.
+    pub fn project_rate_overrides(&self, project: &ProjectId) -> Vec<&RateLimitOverrides> {
+        match self.projects.get(project) {
+            Some(p) => self.rate_overrides(&p.org_id, Some(project)),
+            None => Vec::new(),
+        }
+    }
+}

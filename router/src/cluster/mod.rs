@@ -1,0 +1,337 @@
+//! The router's view of the storage cluster: where each group's leader is, calls that follow
+//! leader changes (`Cluster`), and the cached meta view (`meta_cache`: credentials, projects,
+//! partition table).
+
+pub mod meta_cache;
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use sextant_model::meta::{MetaCommand, MetaCommandResult, MetaQuery, MetaView};
+use sextant_model::ProjectId;
+use sextant_proto::client::{Authed, Channels};
+use sextant_proto::storage_client::StorageClient;
+use sextant_proto::{write_request, ClusterInfoRequest, MetaRequest, WriteReply, WriteRequest, LEADER_HEADER};
+use tokio::time::Instant;
+use tonic::{Code, Status};
+
+pub type GroupId = u64;
+pub type NodeId = u64;
+pub const META_GROUP: GroupId = 0;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// No leader answered within the deadline; the client should retry.
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+#[derive(Default)]
+struct Topology {
+    nodes: HashMap<NodeId, String>,
+    voters: HashMap<GroupId, Vec<NodeId>>,
+    leaders: HashMap<GroupId, NodeId>,
+    shard_count: u32,
+}
+
+pub use meta_cache::MetaCache;
+
+pub struct Cluster {
+    channels: Channels,
+    seeds: Vec<String>,
+    topology: RwLock<Topology>,
+    meta: RwLock<Option<Arc<MetaCache>>>,
+    /// How long a call keeps looking for a leader before answering 503.
+    pub deadline: Duration,
+}
+
+const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Deadline of one shard's part of a query, and of each attempt at it: a scan of millions of
+/// rows may take seconds on a busy node, and cutting it off only to start it again from
+/// scratch (while the first one still runs) would never finish under load. The router's
+/// per-shard timeout (`query::SHARD_TIMEOUT`, the same) decides when a shard is missing.
+pub const QUERY_DEADLINE: Duration = Duration::from_secs(15);
+
+impl Cluster {
+    pub fn new(seeds: Vec<String>, cluster_secret: &str) -> Result<Arc<Self>, String> {
+        Ok(Arc::new(Self {
+            channels: Channels::new(cluster_secret)?,
+            seeds,
+            topology: RwLock::new(Topology::default()),
+            meta: RwLock::new(None),
+            deadline: Duration::from_secs(10),
+        }))
+    }
+
+    /// Asks every known node for its view and merges them: a node is authoritative about the
+    /// groups it leads.
+    pub async fn refresh_topology(&self) -> Result<(), ClusterError> {
+        let mut addrs: Vec<String> = self.seeds.clone();
+        addrs.extend(self.topology.read().unwrap().nodes.values().cloned());
+        addrs.sort();
+        addrs.dedup();
+        let replies = futures::future::join_all(addrs.iter().map(|addr| async move {
+            let mut client = self.channels.storage(addr).ok()?;
+            match tokio::time::timeout(Duration::from_secs(2), client.cluster_info(ClusterInfoRequest {})).await {
+                Ok(Ok(r)) => Some(r.into_inner()),
+                _ => {
+                    self.channels.forget(addr);
+                    None
+                }
+            }
+        }))
+        .await;
+        let mut topo = self.topology.write().unwrap();
+        let mut any = false;
+        let mut fresh_leaders = HashMap::new();
+        // The nodes are whatever the answering nodes list: nodes that joined appear, nodes
+        // that were drained and removed disappear (the seeds are always asked anyway).
+        let mut nodes = HashMap::new();
+        for reply in replies.into_iter().flatten() {
+            any = true;
+            topo.shard_count = reply.shard_count;
+            for n in reply.nodes {
+                nodes.insert(n.id, n.addr);
+            }
+            for g in reply.groups {
+                topo.voters.insert(g.group, g.voters);
+                if g.leader != 0 && (g.leader == reply.node_id || !fresh_leaders.contains_key(&g.group)) {
+                    fresh_leaders.insert(g.group, g.leader);
+                }
+            }
+        }
+        if !any {
+            return Err(ClusterError::Unavailable("no storage node answered".into()));
+        }
+        topo.nodes = nodes;
+        topo.leaders = fresh_leaders;
+        Ok(())
+    }
+
+    /// True when the meta view is loaded and every group has a known leader.
+    pub fn ready(&self) -> bool {
+        let topo = self.topology.read().unwrap();
+        self.meta.read().unwrap().is_some()
+            && topo.shard_count > 0
+            && (0..=topo.shard_count as u64).all(|g| topo.leaders.contains_key(&g))
+    }
+
+    pub fn meta_cache(&self) -> Option<Arc<MetaCache>> {
+        self.meta.read().unwrap().clone()
+    }
+
+    pub async fn refresh_meta(&self) -> Result<(), ClusterError> {
+        let view: MetaView = self.meta_read(&MetaQuery::View).await?;
+        let mut cache = self.meta.write().unwrap();
+        // Two refreshes may finish out of order; never go back to an older view.
+        if cache.as_ref().is_none_or(|c| c.version <= view.version) {
+            *cache = Some(Arc::new(view.into()));
+        }
+        Ok(())
+    }
+
+    /// Proposes a meta command and reloads this router's cache when it changed something, so
+    /// the next request here sees it (others see it within a refresh period).
+    pub async fn meta_change(&self, command: &MetaCommand) -> Result<MetaCommandResult, ClusterError> {
+        let result: MetaCommandResult = self.meta_write(command).await?;
+        if !matches!(result, MetaCommandResult::Refused(_)) {
+            if let Err(e) = self.refresh_meta().await {
+                // The periodic refresh catches up within a second.
+                tracing::warn!(error = %e, "meta refresh after a change failed");
+            }
+        }
+        Ok(result)
+    }
+
+    /// Tells meta this router is alive, for limit shares.
+    pub async fn heartbeat(&self, router_id: &str) -> Result<(), ClusterError> {
+        let command = MetaCommand::RouterHeartbeat {
+            router_id: router_id.to_owned(),
+            at_ms: chrono::Utc::now().timestamp_millis(),
+        };
+        let _: MetaCommandResult = self.meta_write(&command).await?;
+        Ok(())
+    }
+
+    /// Keeps topology and meta view fresh; credential revocations reach this router within
+    /// one period.
+    pub fn spawn_refresh(self: &Arc<Self>, period: Duration) -> tokio::task::JoinHandle<()> {
+        let me = self.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(e) = me.refresh_topology().await {
+                    tracing::warn!(error = %e, "topology refresh failed");
+                }
+                if let Err(e) = me.refresh_meta().await {
+                    tracing::warn!(error = %e, "meta refresh failed");
+                }
+                tokio::time::sleep(period).await;
+            }
+        })
+    }
+
+    fn target(&self, group: GroupId, attempt: usize) -> Option<(NodeId, String)> {
+        let topo = self.topology.read().unwrap();
+        let id = match topo.leaders.get(&group) {
+            Some(id) => *id,
+            None => {
+                let voters = topo.voters.get(&group)?;
+                *voters.get(attempt % voters.len().max(1))?
+            }
+        };
+        topo.nodes.get(&id).map(|addr| (id, addr.clone()))
+    }
+
+    fn learn_leader(&self, group: GroupId, status: &Status) -> bool {
+        let Some((id, addr)) = status
+            .metadata()
+            .get(LEADER_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|s| s.split_once('@'))
+            .and_then(|(id, addr)| Some((id.parse::<NodeId>().ok()?, addr.to_owned())))
+        else {
+            return false;
+        };
+        let mut topo = self.topology.write().unwrap();
+        topo.leaders.insert(group, id);
+        if !addr.is_empty() {
+            topo.nodes.insert(id, addr);
+        }
+        true
+    }
+
+    fn forget_leader(&self, group: GroupId) {
+        self.topology.write().unwrap().leaders.remove(&group);
+    }
+
+    /// Calls `op` on the leader of `group`, following redirects and retrying through leader
+    /// changes until `self.deadline`. Every retried operation must be idempotent.
+    async fn on_leader<T, F, Fut>(&self, group: GroupId, op: F) -> Result<T, ClusterError>
+    where
+        F: Fn(StorageClient<Authed>) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        self.on_leader_within(group, self.deadline, ATTEMPT_TIMEOUT, op).await
+    }
+
+    /// [`on_leader`](Self::on_leader) with its own deadline and limit per attempt.
+    async fn on_leader_within<T, F, Fut>(
+        &self,
+        group: GroupId,
+        deadline: Duration,
+        attempt_timeout: Duration,
+        op: F,
+    ) -> Result<T, ClusterError>
+    where
+        F: Fn(StorageClient<Authed>) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let deadline = Instant::now() + deadline;
+        let mut backoff = Duration::from_millis(25);
+        let mut last_error = String::from("no leader known");
+        for attempt in 0.. {
+            if Instant::now() >= deadline {
+                break;
+            }
+            let Some((_, addr)) = self.target(group, attempt) else {
+                let _ = self.refresh_topology().await;
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+                continue;
+            };
+            let client = self.channels.storage(&addr).map_err(|e| ClusterError::Internal(e.to_string()))?;
+            let remaining = deadline.saturating_duration_since(Instant::now()).min(attempt_timeout);
+            match tokio::time::timeout(remaining, op(client)).await {
+                Ok(Ok(v)) => return Ok(v),
+                Ok(Err(status)) => match status.code() {
+                    Code::FailedPrecondition if self.learn_leader(group, &status) => continue,
+                    Code::InvalidArgument | Code::Unauthenticated | Code::Aborted => {
+                        return Err(ClusterError::Internal(format!("group {group}: {}", status.message())));
+                    }
+                    _ => {
+                        last_error = format!("group {group} at {addr}: {}", status.message());
+                        if status.code() == Code::Unavailable {
+                            self.channels.forget(&addr);
+                        }
+                    }
+                },
+                Err(_) => last_error = format!("group {group} at {addr}: timed out"),
+            }
+            self.forget_leader(group);
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_millis(500));
+            if attempt % 4 == 3 {
+                let _ = self.refresh_topology().await;
+            }
+        }
+        Err(ClusterError::Unavailable(last_error))
+    }
+
+    pub async fn write(
+        &self,
+        group: GroupId,
+        batch_id: u128,
+        op: write_request::Op,
+    ) -> Result<WriteReply, ClusterError> {
+        let req = WriteRequest { group, batch_id: batch_id.to_le_bytes().to_vec(), op: Some(op) };
+        self.on_leader(group, |mut c| {
+            let req = req.clone();
+            async move { c.write(req).await.map(|r| r.into_inner()) }
+        })
+        .await
+    }
+
+    pub async fn get_trace(
+        &self,
+        group: GroupId,
+        project: &ProjectId,
+        trace_id: &str,
+    ) -> Result<Vec<sextant_proto::Span>, ClusterError> {
+        let req =
+            sextant_proto::GetTraceRequest { group, project_id: project.to_string(), trace_id: trace_id.to_owned() };
+        self.on_leader(group, |mut c| {
+            let req = req.clone();
+            async move { c.get_trace(req).await.map(|r| r.into_inner().spans) }
+        })
+        .await
+    }
+
+    /// Runs a query plan on the leader of its group (a read: safe to retry).
+    pub async fn query(&self, req: sextant_proto::QueryRequest) -> Result<sextant_proto::QueryReply, ClusterError> {
+        self.on_leader_within(req.group, QUERY_DEADLINE, QUERY_DEADLINE, |mut c| {
+            let req = req.clone();
+            async move { c.query(req).await.map(|r| r.into_inner()) }
+        })
+        .await
+    }
+
+    pub async fn meta_write<R: serde::de::DeserializeOwned>(&self, command: &MetaCommand) -> Result<R, ClusterError> {
+        let json = serde_json::to_vec(command).map_err(|e| ClusterError::Internal(e.to_string()))?;
+        let reply = self
+            .on_leader(META_GROUP, |mut c| {
+                let req = MetaRequest { json: json.clone() };
+                async move { c.meta_write(req).await.map(|r| r.into_inner().json) }
+            })
+            .await?;
+        serde_json::from_slice(&reply).map_err(|e| ClusterError::Internal(e.to_string()))
+    }
+
+    pub async fn meta_read<R: serde::de::DeserializeOwned>(&self, query: &MetaQuery) -> Result<R, ClusterError> {
+        let json = serde_json::to_vec(query).map_err(|e| ClusterError::Internal(e.to_string()))?;
+        let reply = self
+            .on_leader(META_GROUP, |mut c| {
+                let req = MetaRequest { json: json.clone() };
+                async move { c.meta_read(req).await.map(|r| r.into_inner().json) }
+            })
+            .await?;
+        serde_json::from_slice(&reply).map_err(|e| ClusterError::Internal(e.to_string()))
+    }
+
+    pub fn shard_count(&self) -> u32 {
+        self.topology.read().unwrap().shard_count
+    }
+}

@@ -1,0 +1,97 @@
+//! API keys of the current project (DESIGN A2): `sxk_…`, for observability ingest. The secret
+//! is shown once; meta keeps its SHA-256.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sextant_model::identity::{normalize_name, Problems};
+use sextant_model::meta::{Credential, CredentialKind, MetaCommand};
+
+use crate::http::error::ApiError;
+use crate::http::listing::Page;
+use crate::identity::account::{time_json, MAX_AUTH_BODY};
+use crate::identity::auth::{new_credential, Session};
+use crate::AppState;
+
+fn key_json(c: &Credential) -> Value {
+    json!({
+        "id": c.id, "name": c.name, "project_id": c.project_id, "prefix": format!("sxk_{}", c.id),
+        "created_at": time_json(c.created_at_ms),
+    })
+}
+
+pub async fn list(
+    State(app): State<Arc<AppState>>,
+    session: Session,
+    RawQuery(query): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let page = Page::from_query(query.as_deref())?;
+    let cache = app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
+    let mut items: Vec<(String, Value)> = cache
+        .credentials
+        .values()
+        .filter(|c| c.kind == CredentialKind::ApiKey && !c.revoked && c.project_id == session.project_id)
+        .map(|c| {
+            let mut v = key_json(c);
+            // Keys in a Project resource's Secret are read-only here (DELETE answers 409).
+            let managed_by = cache
+                .managed_credentials
+                .get(&c.id)
+                .and_then(|key| cache.managed_projects.get(key))
+                .map(|m| &m.managed_by);
+            v["managed_by"] = json!(managed_by);
+            (c.id.clone(), v)
+        })
+        .collect();
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(Json(page.apply(items)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateKey {
+    name: String,
+}
+
+pub async fn create(
+    State(app): State<Arc<AppState>>,
+    session: Session,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    session.require_org_manager()?;
+    let req: CreateKey = crate::http::body::json(&headers, body, MAX_AUTH_BODY)?;
+    let mut problems = Problems::default();
+    let name = problems.check("name", normalize_name(&req.name));
+    problems.into_result().map_err(ApiError::invalid_fields)?;
+    let now = chrono::Utc::now().timestamp_millis();
+    let (key, credential) = new_credential(CredentialKind::ApiKey, session.project_id, &name.unwrap_or_default(), now);
+    let mut body = key_json(&credential);
+    let command = MetaCommand::CreateCredential { org_id: session.user.org_id, credential };
+    crate::http::error::expect_done(app.cluster.meta_change(&command).await?, "a new key")?;
+    body["key"] = json!(key);
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// Revokes a key of any project of the caller's org; every router refuses it within a
+/// meta refresh period (one second).
+pub async fn delete(
+    State(app): State<Arc<AppState>>,
+    session: Session,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    session.require_org_manager()?;
+    if id.len() != 16 || !id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(ApiError::NotFound("API key not found".into()));
+    }
+    let command = MetaCommand::RevokeCredential { org_id: session.user.org_id, id, kind: CredentialKind::ApiKey };
+    crate::http::error::expect_done(app.cluster.meta_change(&command).await?, "a revocation")?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}

@@ -1,0 +1,155 @@
+//! Members of an organization and invitations to join it (DESIGN A2).
+
+use std::sync::Arc;
+
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use base64::Engine;
+use bytes::Bytes;
+use rand::RngCore;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use sextant_model::identity::{normalize_email, Problems};
+use sextant_model::meta::{Invite, MetaCommand, MetaQuery, OrgMembers, Role, INVITE_TTL_MS};
+use sextant_model::UserId;
+use sha2::{Digest, Sha256};
+
+use crate::http::error::ApiError;
+use crate::http::listing::Page;
+use crate::identity::account::{member_json, time_json, MAX_AUTH_BODY};
+use crate::identity::auth::Session;
+use crate::AppState;
+
+const INVITE_PREFIX: &str = "sxi_";
+
+/// A new invitation token: `sxi_<id>_<secret>`, and the id and secret hash meta keeps.
+pub fn new_invite_token() -> (String, String, String) {
+    let mut id = [0u8; 8];
+    let mut secret = [0u8; 32];
+    rand::thread_rng().fill_bytes(&mut id);
+    rand::thread_rng().fill_bytes(&mut secret);
+    let id = hex::encode(id);
+    let secret = base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(secret);
+    let sha = hex::encode(Sha256::digest(secret.as_bytes()));
+    (format!("{INVITE_PREFIX}{id}_{secret}"), id, sha)
+}
+
+/// The invitation id and secret hash of a presented token.
+pub fn parse_invite_token(token: &str) -> Option<(String, String)> {
+    let (id, secret) = token.trim().strip_prefix(INVITE_PREFIX)?.split_once('_')?;
+    let ok = id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()) && secret.len() == 43;
+    ok.then(|| (id.to_owned(), hex::encode(Sha256::digest(secret.as_bytes()))))
+}
+
+fn invite_json(i: &Invite) -> Value {
+    json!({
+        "id": i.id, "email": i.email, "role": i.role, "status": "invited",
+        "created_at": time_json(i.created_at_ms), "expires_at": time_json(i.expires_at_ms),
+    })
+}
+
+/// Members first, then pending invitations; each page sorted by id.
+pub async fn list(
+    State(app): State<Arc<AppState>>,
+    session: Session,
+    RawQuery(query): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    session.require_org_manager()?;
+    let page = Page::from_query(query.as_deref())?;
+    let all: OrgMembers = app.cluster.meta_read(&MetaQuery::OrgMembers { org_id: session.user.org_id }).await?;
+    let now = chrono::Utc::now().timestamp_millis();
+    let mut items: Vec<(String, Value)> = all
+        .members
+        .iter()
+        .map(|m| {
+            let mut v = member_json(m);
+            v["status"] = json!("active");
+            (m.id.to_string(), v)
+        })
+        .chain(all.invites.iter().filter(|i| i.expires_at_ms > now).map(|i| (i.id.clone(), invite_json(i))))
+        .collect();
+    items.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(Json(page.apply(items)))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct InviteRequest {
+    email: String,
+    role: Role,
+}
+
+pub async fn invite(
+    State(app): State<Arc<AppState>>,
+    session: Session,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    session.require_org_manager()?;
+    let req: InviteRequest = crate::http::body::json(&headers, body, MAX_AUTH_BODY)?;
+    let mut problems = Problems::default();
+    let email = problems.check("email", normalize_email(&req.email));
+    let role = problems.check(
+        "role",
+        match (req.role, session.user.role) {
+            (Role::Owner, _) => Err("an organization has one owner; invite as admin or member"),
+            (Role::Admin, Role::Admin | Role::Owner) | (Role::Member, _) => Ok(req.role),
+            (Role::Admin, Role::Member) => Err("only owners and admins can invite admins"),
+        },
+    );
+    problems.into_result().map_err(ApiError::invalid_fields)?;
+    let (token, id, token_sha256) = new_invite_token();
+    let now = chrono::Utc::now().timestamp_millis();
+    let invite = Invite {
+        id,
+        org_id: session.user.org_id,
+        email: email.unwrap_or_default(),
+        role: role.unwrap_or(Role::Member),
+        token_sha256,
+        invited_by: session.user.id,
+        created_at_ms: now,
+        expires_at_ms: now + INVITE_TTL_MS,
+    };
+    let mut body = invite_json(&invite);
+    crate::http::error::expect_done(app.cluster.meta_change(&MetaCommand::Invite { invite }).await?, "an invitation")?;
+    // Shown once; sending it by e-mail needs SMTP, which is not configured here.
+    body["invite_token"] = json!(token);
+    Ok((StatusCode::CREATED, Json(body)).into_response())
+}
+
+/// Removes a member (by user id) or withdraws a pending invitation (by invitation id).
+pub async fn remove(
+    State(app): State<Arc<AppState>>,
+    session: Session,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    session.require_org_manager()?;
+    let org_id = session.user.org_id;
+    // Owners are protected by meta, which also makes a foreign or unknown id a 404.
+    let command = if let Ok(user_id) = id.parse::<UserId>() {
+        MetaCommand::RemoveMember { org_id, user_id, now_ms: chrono::Utc::now().timestamp_millis() }
+    } else if id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        MetaCommand::RevokeInvite { org_id, invite_id: id }
+    } else {
+        return Err(ApiError::NotFound("member not found".into()));
+    };
+    crate::http::error::expect_done(app.cluster.meta_change(&command).await?, "a removal")?;
+    Ok(StatusCode::NO_CONTENT.into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invite_tokens_round_trip() {
+        let (token, id, sha) = new_invite_token();
+        assert!(token.starts_with("sxi_"));
+        assert_eq!(parse_invite_token(&token), Some((id, sha)));
+        assert_eq!(parse_invite_token("sxi_nothing"), None);
+        assert_eq!(parse_invite_token(&token.replace("sxi_", "sxk_")), None);
+    }
+}

@@ -1,0 +1,293 @@
+//! Product-analytics ingest (DESIGN A7): `/v1/batch` and `/v1/replay/events` with the project
+//! ingest token, and PostHog-compatible capture (`/batch/`, `/e/`, `/capture/`, `/i/v0/e/`) so
+//! PostHog SDKs send without changes. Events are partitioned by (project, distinct_id), replay
+//! events by (project, session_id), and committed like observability ingest: all or nothing.
+
+use std::io::Read;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
+use axum::http::{header, HeaderMap};
+use axum::Json;
+use serde_json::{json, Value};
+use sextant_model::analytics::{self, BatchBody, EventJson, ReplayBody, MAX_EVENTS, MAX_EVENTS_BODY, MAX_REPLAY_BODY};
+use sextant_model::batch::Capped;
+use sextant_model::capture::{self, TokenPlaces};
+use sextant_model::meta::CredentialKind;
+use sextant_model::ProjectId;
+use sextant_proto::{Event, ReplayEvent, ShardBatch};
+
+use super::commit::commit;
+use super::partition::{partition, Partitioned};
+use super::{answer, Accepted};
+use crate::http::body::{Charge, Encoding, Received};
+use crate::http::error::ApiError;
+use crate::identity::auth::{admit_credential, url_pairs};
+use crate::AppState;
+
+pub(crate) struct Events;
+impl Partitioned for Events {
+    type Row = Event;
+    fn key(row: &Event) -> Option<&[u8]> {
+        Some(row.distinct_id.as_bytes())
+    }
+    fn push(batch: &mut ShardBatch, row: Event) {
+        batch.events.push(row)
+    }
+}
+
+pub(crate) struct Replays;
+impl Partitioned for Replays {
+    type Row = ReplayEvent;
+    fn key(row: &ReplayEvent) -> Option<&[u8]> {
+        Some(row.session_id.as_bytes())
+    }
+    fn push(batch: &mut ShardBatch, row: ReplayEvent) {
+        batch.replay_events.push(row)
+    }
+}
+
+const EVENTS: &str = "events";
+const REPLAY_EVENTS: &str = "replay_events";
+
+fn now_ns() -> i64 {
+    chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX)
+}
+
+/// The token of an analytics request sent outside its body: `X-Analytics-Token`, or the
+/// `api_key`/`token` query parameter (PostHog SDKs).
+fn token_outside_body(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
+    let from_header = headers.get("x-analytics-token").and_then(|v| v.to_str().ok()).map(str::to_owned);
+    let from_query = || query.and_then(|q| url_pairs(q).find(|(k, _)| k == "api_key" || k == "token").map(|(_, v)| v));
+    from_header.or_else(from_query).filter(|t| !t.trim().is_empty())
+}
+
+fn admit(app: &AppState, token: Option<String>) -> Result<ProjectId, ApiError> {
+    let token = token.ok_or(ApiError::Unauthorized("missing project token"))?;
+    admit_credential(app, CredentialKind::IngestToken, token.trim())
+}
+
+/// The body of an analytics request and its project. A token outside the body is admitted
+/// before the body is read; else the body is searched for one, keeping nothing of it, and only
+/// an admitted body is decoded in full and parsed (DESIGN A7; docs/API.md, "Request bodies").
+async fn receive_admitted<T: Send + 'static>(
+    app: &Arc<AppState>,
+    headers: &HeaderMap,
+    query: Option<&str>,
+    body: Body,
+    shape: Shape,
+    limit: usize,
+    parse: impl FnOnce(&[u8], &mut Received) -> Result<T, ApiError> + Send + 'static,
+) -> Result<(T, ProjectId, usize, Charge), ApiError> {
+    let outside = token_outside_body(headers, query);
+    let admitted = match outside {
+        Some(token) => Some(admit(app, Some(token))?),
+        None => None,
+    };
+    if shape.json_only() {
+        crate::http::body::require_json(headers)?;
+    }
+    let encoding = shape.encoding(headers, query)?;
+    let received =
+        crate::http::body::receive(&app.bodies, headers, body, limit, app.config.server.body_read_timeout).await?;
+    let received = match admitted {
+        Some(_) => received,
+        None => {
+            let places = shape.token_places();
+            let (token, received) = app
+                .bodies
+                .parse(received, encoding, move |received| {
+                    let token = capture::find_token(shape.reader(&received.raw, encoding, limit), places);
+                    Ok((token, received))
+                })
+                .await?;
+            let project = admit(app, token)?;
+            return finish(app, received, encoding, shape, limit, project, parse).await;
+        }
+    };
+    finish(app, received, encoding, shape, limit, admitted.expect("admitted above"), parse).await
+}
+
+async fn finish<T: Send + 'static>(
+    app: &AppState,
+    received: Received,
+    encoding: Encoding,
+    shape: Shape,
+    limit: usize,
+    project: ProjectId,
+    parse: impl FnOnce(&[u8], &mut Received) -> Result<T, ApiError> + Send + 'static,
+) -> Result<(T, ProjectId, usize, Charge), ApiError> {
+    let (parsed, len, charge) = app
+        .bodies
+        .parse(received, encoding, move |mut received| {
+            let json = shape.decode(&mut received, encoding, limit)?;
+            let parsed = parse(&json, &mut received)?;
+            Ok((parsed, json.len(), received.charge))
+        })
+        .await?;
+    Ok((parsed, project, len, charge))
+}
+
+/// The kinds of analytics bodies: how each is encoded and where it carries its token.
+#[derive(Clone, Copy)]
+enum Shape {
+    /// `/v1/batch`, `/v1/replay/events`: JSON, gzip by `Content-Encoding`.
+    Native,
+    /// PostHog capture: JSON or a `data=<base64>` form, gzip by header, query or magic bytes.
+    Posthog,
+}
+
+impl Shape {
+    fn json_only(self) -> bool {
+        matches!(self, Shape::Native)
+    }
+
+    fn token_places(self) -> TokenPlaces {
+        match self {
+            Shape::Native => TokenPlaces::Native,
+            Shape::Posthog => TokenPlaces::Posthog,
+        }
+    }
+
+    fn encoding(self, headers: &HeaderMap, query: Option<&str>) -> Result<Encoding, ApiError> {
+        match self {
+            Shape::Native => crate::http::body::encoding(headers),
+            Shape::Posthog => {
+                let gzip_query = query.is_some_and(|q| url_pairs(q).any(|(k, v)| k == "compression" && v == "gzip-js"));
+                let gzip_header = headers
+                    .get(header::CONTENT_ENCODING)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
+                Ok(if gzip_header || gzip_query { Encoding::Gzip } else { Encoding::Identity })
+            }
+        }
+    }
+
+    /// The JSON text as a stream, for a token search that keeps nothing.
+    fn reader<'a>(self, raw: &'a [u8], encoding: Encoding, limit: usize) -> Box<dyn Read + 'a> {
+        let gzip = encoding == Encoding::Gzip || (matches!(self, Shape::Posthog) && raw.starts_with(&GZIP_MAGIC));
+        let decoded: Box<dyn Read + 'a> =
+            if gzip { Box::new(flate2::read::GzDecoder::new(raw).take(limit as u64)) } else { Box::new(raw) };
+        match self {
+            Shape::Native => decoded,
+            Shape::Posthog => capture::posthog_json(decoded),
+        }
+    }
+
+    /// The JSON text in full, charged to the request's budget.
+    fn decode(self, received: &mut Received, encoding: Encoding, limit: usize) -> Result<Vec<u8>, ApiError> {
+        let gzip =
+            encoding == Encoding::Gzip || (matches!(self, Shape::Posthog) && received.raw.starts_with(&GZIP_MAGIC));
+        let text = if gzip { received.decode(Encoding::Gzip, limit)?.to_vec() } else { received.raw.to_vec() };
+        match self {
+            Shape::Native => Ok(text),
+            Shape::Posthog if !capture::is_form(&text) => Ok(text),
+            Shape::Posthog => {
+                let mut out = Vec::new();
+                capture::posthog_json(&text[..])
+                    .take(limit as u64 + 1)
+                    .read_to_end(&mut out)
+                    .map_err(|e| ApiError::BadRequest("invalid_body", e.to_string()))?;
+                if out.len() > limit {
+                    return Err(ApiError::PayloadTooLarge { limit });
+                }
+                received.charge.add(out.len())?;
+                Ok(out)
+            }
+        }
+    }
+}
+
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+async fn store_events(
+    app: &AppState,
+    project: &ProjectId,
+    events: Capped<EventJson, MAX_EVENTS>,
+    body_len: usize,
+) -> Result<usize, ApiError> {
+    let events = events.into_items().map_err(|got| ApiError::BatchTooLarge { max: MAX_EVENTS, got })?;
+    let now = now_ns();
+    let rows = sextant_model::ingest::validate_all(events, |i, e, errors| analytics::validate_event(i, e, now, errors))
+        .map_err(|errors| ApiError::invalid_objects("events", errors))?;
+    let accepted = rows.len();
+    if accepted > 0 {
+        commit(app, partition::<Events>(app, project, rows, body_len)?).await?;
+    }
+    Ok(accepted)
+}
+
+/// `POST /v1/batch {token?, events:[...]}`.
+pub async fn batch(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    body: Body,
+) -> Result<Json<Accepted>, ApiError> {
+    let result = async {
+        let (parsed, project, len, _held) =
+            receive_admitted(&app, &headers, query.as_deref(), body, Shape::Native, MAX_EVENTS_BODY, |json, r| {
+                r.parse::<BatchBody>(json)
+            })
+            .await?;
+        store_events(&app, &project, parsed.events, len).await
+    }
+    .await;
+    answer(&app, EVENTS, result, |accepted| Accepted { status: "ok", accepted })
+}
+
+/// `POST /v1/replay/events {token?, session_id, distinct_id?, window_id?, events:[...]}`.
+pub async fn replay(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    body: Body,
+) -> Result<Json<Accepted>, ApiError> {
+    let result = async {
+        let (parsed, project, len, _held) =
+            receive_admitted(&app, &headers, query.as_deref(), body, Shape::Native, MAX_REPLAY_BODY, |json, r| {
+                r.parse::<ReplayBody>(json)
+            })
+            .await?;
+        if parsed.events.len() > analytics::MAX_REPLAY_EVENTS {
+            return Err(ApiError::TooManyEvents { max: analytics::MAX_REPLAY_EVENTS, got: parsed.events.len() });
+        }
+        let mut errors = Vec::new();
+        let rows = analytics::validate_replay(parsed, &mut errors);
+        if !errors.is_empty() {
+            return Err(ApiError::invalid_objects("replay events", errors));
+        }
+        let accepted = rows.len();
+        if accepted > 0 {
+            commit(&app, partition::<Replays>(&app, &project, rows, len)?).await?;
+        }
+        Ok(accepted)
+    }
+    .await;
+    answer(&app, REPLAY_EVENTS, result, |accepted| Accepted { status: "ok", accepted })
+}
+
+/// PostHog capture (`/batch/`, `/e/`, `/capture/`, `/i/v0/e/`): JSON, gzip (header or
+/// `?compression=gzip-js`), or a form with `data=<base64 JSON>`; the project token is
+/// `api_key`. Answers `{"status": 1}` as PostHog does.
+pub async fn posthog(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    body: Body,
+) -> Result<Json<Value>, ApiError> {
+    let result = async {
+        let shape = Shape::Posthog;
+        let (parsed, outside, len, _held) =
+            receive_admitted(&app, &headers, query.as_deref(), body, shape, MAX_EVENTS_BODY, |json, r| {
+                r.charge.add(json.len().saturating_mul(crate::http::body::PARSE_EXPANSION))?;
+                capture::posthog_body(json)
+                    .map_err(|e| ApiError::BadRequest("invalid_body", format!("invalid event: {e}")))
+            })
+            .await?;
+        store_events(&app, &outside, parsed.events, len).await
+    }
+    .await;
+    answer(&app, EVENTS, result, |accepted| json!({ "status": 1, "accepted": accepted }))
+}

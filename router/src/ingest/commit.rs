@@ -1,0 +1,44 @@
+//! All or nothing: a request's sub-batches are replicated under one batch id, and aborted
+//! everywhere if any shard cannot commit its own.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use prost::Message;
+use sextant_proto::{write_request, ShardBatch};
+
+use crate::cluster::{Cluster, GroupId};
+use crate::http::error::ApiError;
+use crate::AppState;
+
+/// Replicates every sub-batch under one batch id. If any shard cannot commit, the others are
+/// told to drop theirs, so a failed request stores nothing. The replication runs as a task of
+/// its own: a client that disconnects does not stop it halfway, with some shards holding the
+/// batch and no abort sent.
+pub(crate) async fn commit(app: &AppState, batches: HashMap<GroupId, ShardBatch>) -> Result<(), ApiError> {
+    let cluster = app.cluster.clone();
+    tokio::spawn(replicate(cluster, batches))
+        .await
+        .map_err(|e| ApiError::Internal(format!("batch replication failed: {e}")))?
+}
+
+async fn replicate(cluster: Arc<Cluster>, batches: HashMap<GroupId, ShardBatch>) -> Result<(), ApiError> {
+    let batch_id: u128 = rand::random();
+    let groups: Vec<GroupId> = batches.keys().copied().collect();
+    let writes = batches.into_iter().map(|(group, batch)| {
+        let payload = Bytes::from(batch.encode_to_vec());
+        cluster.write(group, batch_id, write_request::Op::Batch(payload))
+    });
+    let results = futures::future::join_all(writes).await;
+    let Some(err) = results.into_iter().find_map(Result::err) else {
+        return Ok(());
+    };
+    let aborts = groups.iter().map(|g| cluster.write(*g, batch_id, write_request::Op::Abort(true)));
+    for (group, r) in groups.iter().zip(futures::future::join_all(aborts).await) {
+        if let Err(e) = r {
+            tracing::error!(group, error = %e, "could not abort a partially committed batch");
+        }
+    }
+    Err(err.into())
+}

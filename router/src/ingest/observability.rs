@@ -1,0 +1,156 @@
+//! Observability ingest (docs/API.md, "Observability ingest"): spans, logs and host metrics,
+//! authenticated by a project API key before their body is read.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{RawQuery, State};
+use axum::http::HeaderMap;
+use axum::Json;
+use serde::de::DeserializeOwned;
+use sextant_model::batch::Capped;
+use sextant_model::ingest::{self, FieldError, MAX_BATCH_OBJECTS, MAX_OBSERVABILITY_BODY};
+use sextant_proto::{HostMetric, LogRecord, ShardBatch, Span};
+
+use super::commit::commit;
+use super::partition::{partition, Partitioned};
+use super::{answer, Accepted};
+use crate::http::error::ApiError;
+use crate::identity::auth::api_key_project;
+use crate::AppState;
+
+/// One kind of observability object: its request body and validation.
+trait Kind: Partitioned<Row: Send + 'static> {
+    const NAME: &'static str;
+    type Body: DeserializeOwned;
+    type Json;
+    fn items(body: Self::Body) -> Capped<Self::Json, MAX_BATCH_OBJECTS>;
+    fn validate(index: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<Self::Row>;
+}
+
+struct Spans;
+impl Partitioned for Spans {
+    type Row = Span;
+    fn key(row: &Span) -> Option<&[u8]> {
+        Some(row.trace_id.as_bytes())
+    }
+    fn push(batch: &mut ShardBatch, row: Span) {
+        batch.spans.push(row)
+    }
+}
+impl Kind for Spans {
+    const NAME: &'static str = "spans";
+    type Body = ingest::SpansBody;
+    type Json = ingest::SpanJson;
+    fn items(body: Self::Body) -> Capped<Self::Json, MAX_BATCH_OBJECTS> {
+        body.spans
+    }
+    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<Span> {
+        ingest::validate_span(i, item, errors)
+    }
+}
+
+struct Logs;
+impl Partitioned for Logs {
+    type Row = LogRecord;
+    fn key(row: &LogRecord) -> Option<&[u8]> {
+        (!row.trace_id.is_empty()).then_some(row.trace_id.as_bytes())
+    }
+    fn push(batch: &mut ShardBatch, row: LogRecord) {
+        batch.logs.push(row)
+    }
+}
+impl Kind for Logs {
+    const NAME: &'static str = "logs";
+    type Body = ingest::LogsBody;
+    type Json = ingest::LogJson;
+    fn items(body: Self::Body) -> Capped<Self::Json, MAX_BATCH_OBJECTS> {
+        body.logs
+    }
+    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<LogRecord> {
+        ingest::validate_log(i, item, errors)
+    }
+}
+
+struct HostMetrics;
+impl Partitioned for HostMetrics {
+    type Row = HostMetric;
+    fn key(row: &HostMetric) -> Option<&[u8]> {
+        Some(row.hostname.as_bytes())
+    }
+    fn push(batch: &mut ShardBatch, row: HostMetric) {
+        batch.host_metrics.push(row)
+    }
+}
+impl Kind for HostMetrics {
+    const NAME: &'static str = "host_metrics";
+    type Body = ingest::MetricsBody;
+    type Json = ingest::HostMetricJson;
+    fn items(body: Self::Body) -> Capped<Self::Json, MAX_BATCH_OBJECTS> {
+        body.metrics
+    }
+    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<HostMetric> {
+        ingest::validate_host_metric(i, item, errors)
+    }
+}
+
+pub async fn spans(
+    state: State<Arc<AppState>>,
+    headers: HeaderMap,
+    query: RawQuery,
+    body: Body,
+) -> Result<Json<Accepted>, ApiError> {
+    handle::<Spans>(state, headers, query, body).await
+}
+
+pub async fn logs(
+    state: State<Arc<AppState>>,
+    headers: HeaderMap,
+    query: RawQuery,
+    body: Body,
+) -> Result<Json<Accepted>, ApiError> {
+    handle::<Logs>(state, headers, query, body).await
+}
+
+pub async fn infrastructure(
+    state: State<Arc<AppState>>,
+    headers: HeaderMap,
+    query: RawQuery,
+    body: Body,
+) -> Result<Json<Accepted>, ApiError> {
+    handle::<HostMetrics>(state, headers, query, body).await
+}
+
+async fn handle<K: Kind + 'static>(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    body: Body,
+) -> Result<Json<Accepted>, ApiError> {
+    let result = async {
+        // The credential first: an unauthenticated body is never read.
+        let project = api_key_project(&app, &headers, query.as_deref())?;
+        crate::http::body::require_json(&headers)?;
+        let encoding = crate::http::body::encoding(&headers)?;
+        let timeout = app.config.server.body_read_timeout;
+        let received = crate::http::body::receive(&app.bodies, &headers, body, MAX_OBSERVABILITY_BODY, timeout).await?;
+        let (rows, json_len, _held) = app
+            .bodies
+            .parse(received, encoding, move |mut received| {
+                let json = received.decode(encoding, MAX_OBSERVABILITY_BODY)?;
+                let items = K::items(received.parse::<K::Body>(&json)?)
+                    .into_items()
+                    .map_err(|got| ApiError::BatchTooLarge { max: MAX_BATCH_OBJECTS, got })?;
+                let rows = ingest::validate_all(items, K::validate)
+                    .map_err(|errors| ApiError::invalid_objects(K::NAME, errors))?;
+                Ok((rows, json.len(), received.charge))
+            })
+            .await?;
+        let accepted = rows.len();
+        let batches = partition::<K>(&app, &project, rows, json_len)?;
+        commit(&app, batches).await?;
+        Ok(accepted)
+    }
+    .await;
+    answer(&app, K::NAME, result, |accepted| Accepted { status: "ok", accepted })
+}

@@ -1,0 +1,55 @@
+//! Rows to shards: each row's partition key, through the partition table kept in meta, names
+//! the shard group that stores it; a request's rows become one sub-batch per group.
+
+use std::collections::HashMap;
+
+use sextant_model::partition::partition_of;
+use sextant_model::ProjectId;
+use sextant_proto::ShardBatch;
+
+use crate::cluster::GroupId;
+use crate::http::error::ApiError;
+use crate::AppState;
+
+/// Rows of one kind: their partition key, and how they join a shard's sub-batch.
+pub(crate) trait Partitioned {
+    type Row;
+    /// The partition key; `None` spreads the row randomly.
+    fn key(row: &Self::Row) -> Option<&[u8]>;
+    fn push(batch: &mut ShardBatch, row: Self::Row);
+}
+
+/// Splits rows into one sub-batch per shard through the partition table.
+pub(crate) fn partition<K: Partitioned>(
+    app: &AppState,
+    project: &ProjectId,
+    rows: Vec<K::Row>,
+    body_bytes: usize,
+) -> Result<HashMap<GroupId, ShardBatch>, ApiError> {
+    let cache = app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
+    if cache.partitions.is_empty() {
+        return Err(ApiError::Unavailable("the cluster is not bootstrapped yet".into()));
+    }
+    let total = rows.len().max(1);
+    let mut batches: HashMap<GroupId, ShardBatch> = HashMap::new();
+    for row in rows {
+        let p = match K::key(&row) {
+            Some(key) => partition_of(project, key),
+            None => rand::random::<u32>(),
+        };
+        let group = cache.partitions[p as usize % cache.partitions.len()];
+        let batch = batches
+            .entry(group)
+            .or_insert_with(|| ShardBatch { project_id: project.to_string(), ..Default::default() });
+        K::push(batch, row);
+    }
+    for batch in batches.values_mut() {
+        let rows = batch.spans.len()
+            + batch.logs.len()
+            + batch.host_metrics.len()
+            + batch.events.len()
+            + batch.replay_events.len();
+        batch.json_bytes = (body_bytes * rows / total) as u64;
+    }
+    Ok(batches)
+}

@@ -1,0 +1,173 @@
+//! `GET /api/events/timeseries` and `GET /api/users/active` (DESIGN A8): counts and distinct
+//! users per calendar bucket of the caller's time zone, and DAU/WAU/MAU per day. Buckets are
+//! computed here (`model::calendar`, DST-aware) and sent to the shards as instants; shards
+//! count per user-disjoint partition, so the sums are exact.
+
+use std::sync::Arc;
+
+use axum::extract::{RawQuery, State};
+use axum::Json;
+use serde_json::{json, Value};
+use sextant_model::calendar::{self, CalendarError, Interval};
+use sextant_model::time::{format_nanos, now_nanos};
+use sextant_proto::{query_reply, query_request, ActiveDay, ActiveUsersPlan, EventBucket, EventBucketsPlan};
+
+use super::params::{invalid, Params, HOUR_NS};
+use super::scatter::scatter;
+use crate::http::error::ApiError;
+use crate::identity::auth::Session;
+use crate::AppState;
+
+const DAY_NS: i64 = 24 * HOUR_NS;
+/// Longest active-users period.
+const MAX_PERIOD_NS: i64 = 366 * DAY_NS;
+
+pub(crate) fn calendar_error(field: &str, e: CalendarError) -> ApiError {
+    invalid(field, &e.to_string())
+}
+
+pub(crate) fn zone(params: &Params) -> Result<jiff::tz::TimeZone, ApiError> {
+    calendar::zone(params.get("tz")).map_err(|e| calendar_error("tz", e))
+}
+
+/// Day starts for active users over `period` ending at `to`: 29 lead days feeding the first
+/// MAU, then the reported days of `(to - period, to]`; and the index of the first reported.
+fn active_days(to: i64, period: i64, tz: &jiff::tz::TimeZone) -> Result<(Vec<i64>, usize), ApiError> {
+    let out_of_range = || invalid("period", "reaches outside the supported time range");
+    let from = to.checked_sub(period).ok_or_else(out_of_range)?;
+    let reported = calendar::bucket_starts(from, to, Interval::Day, tz).map_err(|e| calendar_error("period", e))?;
+    let first = *reported.first().ok_or_else(out_of_range)?;
+    let lead_from = first.checked_sub(29 * DAY_NS + 2 * HOUR_NS).ok_or_else(out_of_range)?;
+    let lead = calendar::bucket_starts(lead_from, first, Interval::Day, tz).map_err(|e| calendar_error("period", e))?;
+    let mut lead: Vec<i64> = lead.into_iter().filter(|d| *d < first).collect();
+    lead.drain(..lead.len().saturating_sub(29));
+    let first_reported = lead.len();
+    Ok((lead.into_iter().chain(reported).collect(), first_reported))
+}
+
+pub async fn timeseries(
+    State(app): State<Arc<AppState>>,
+    session: Session,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let params = Params::parse(raw.as_deref())?;
+    let interval =
+        Interval::parse(params.get("interval").unwrap_or("day")).map_err(|e| calendar_error("interval", e))?;
+    let tz = zone(&params)?;
+    let (from, to) = params.range_or(30 * DAY_NS)?;
+    let events = params.list("event")?;
+    let starts = calendar::bucket_starts(from, to, interval, &tz).map_err(|e| calendar_error("interval", e))?;
+    let cohort = crate::query::cohorts::filter(&app, &session, &params, to).await?;
+    let plan = query_request::Plan::EventBuckets(EventBucketsPlan {
+        events: events.clone(),
+        bucket_starts: starts.clone(),
+        cohort,
+    });
+    let gathered = scatter(&app, &session.project_id, (starts[0], to), params.allow_partial()?, plan).await?;
+    let mut sums = vec![EventBucket::default(); starts.len()];
+    for (_, p) in &gathered.partials {
+        if let query_reply::Partial::EventBuckets(b) = p {
+            for (sum, b) in sums.iter_mut().zip(&b.buckets) {
+                sum.count += b.count;
+                sum.unique_users += b.unique_users;
+            }
+        }
+    }
+    let points: Vec<Value> = starts
+        .iter()
+        .zip(&sums)
+        .map(|(t, b)| json!({ "t": format_nanos(*t), "count": b.count, "unique_users": b.unique_users }))
+        .collect();
+    let event = match events.as_slice() {
+        [] => Value::Null,
+        [one] => json!(one),
+        many => json!(many),
+    };
+    let mut body = json!({ "event": event, "interval": interval.name(), "points": points });
+    gathered.annotate(&mut body);
+    Ok(Json(body))
+}
+
+pub async fn active_users(
+    State(app): State<Arc<AppState>>,
+    session: Session,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let params = Params::parse(raw.as_deref())?;
+    let tz = zone(&params)?;
+    let period = calendar::parse_range(params.get("period").unwrap_or("30d"))
+        .filter(|p| *p <= MAX_PERIOD_NS)
+        .ok_or_else(|| invalid("period", "must be an integer and a unit m, h, d or w, at most 366 days"))?;
+    // Not `Params::range`: the period may be longer than a query range (it is bounded above).
+    let to = params.instant("to")?.unwrap_or_else(now_nanos);
+    let (day_starts, first_reported) = active_days(to, period, &tz)?;
+    let reported = &day_starts[first_reported..];
+    let first_reported = first_reported as u32;
+    let cohort = crate::query::cohorts::filter(&app, &session, &params, to).await?;
+    let plan =
+        query_request::Plan::ActiveUsers(ActiveUsersPlan { day_starts: day_starts.clone(), first_reported, cohort });
+    let gathered = scatter(&app, &session.project_id, (day_starts[0], to), params.allow_partial()?, plan).await?;
+    let mut sums = vec![ActiveDay::default(); reported.len()];
+    for (_, p) in &gathered.partials {
+        if let query_reply::Partial::ActiveUsers(a) = p {
+            for (sum, d) in sums.iter_mut().zip(&a.days) {
+                sum.dau += d.dau;
+                sum.wau += d.wau;
+                sum.mau += d.mau;
+            }
+        }
+    }
+    let points: Vec<Value> = reported
+        .iter()
+        .zip(&sums)
+        .map(|(d, a)| json!({ "date": calendar::date_of(*d, &tz), "dau": a.dau, "wau": a.wau, "mau": a.mau }))
+        .collect();
+    let mut body = json!({ "points": points });
+    gathered.annotate(&mut body);
+    Ok(Json(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const ZONES: [&str; 4] = ["UTC", "Europe/Paris", "Pacific/Kiritimati", "Pacific/Pago_Pago"];
+
+    #[test]
+    fn a_year_of_active_users_ending_at_the_epoch_has_366_reported_days() {
+        let (days, first) = active_days(0, MAX_PERIOD_NS, &jiff::tz::TimeZone::UTC).unwrap();
+        assert_eq!((days.len() - first, first), (366, 29));
+        assert_eq!(days[first], -366 * DAY_NS);
+    }
+
+    #[test]
+    fn an_instant_where_the_period_wraps_is_refused_not_a_panic() {
+        // `to - period` wrapped to after `to`: no reported day, then an index out of bounds.
+        let err = active_days(i64::MIN + DAY_NS, MAX_PERIOD_NS, &jiff::tz::TimeZone::UTC).unwrap_err();
+        assert!(matches!(err, ApiError::BadRequest("invalid_parameter", _)), "{err:?}");
+        let to = Params::parse(Some("period=366d&to=1677-09-21T00:12:44Z")).unwrap().instant("to");
+        assert!(matches!(to, Err(ApiError::BadRequest("invalid_parameter", _))));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn active_days_are_reported_days_after_29_lead_days_or_a_400(
+            to in prop_oneof![any::<i64>(), sextant_model::time::MIN_INSTANT_NS..sextant_model::time::END_INSTANT_NS],
+            period in 1..=MAX_PERIOD_NS,
+            zone in 0..ZONES.len(),
+        ) {
+            let tz = calendar::zone(Some(ZONES[zone])).unwrap();
+            match active_days(to, period, &tz) {
+                Ok((days, first)) => {
+                    prop_assert!(first <= 29 && first < days.len());
+                    prop_assert!(days.windows(2).all(|w| w[0] < w[1]));
+                    prop_assert!(days[first] <= to - period && *days.last().unwrap() < to);
+                }
+                Err(e) => prop_assert!(matches!(e, ApiError::BadRequest(_, _))),
+            }
+        }
+    }
+}

@@ -1,0 +1,221 @@
+//! Cohorts (DESIGN A8): `GET/POST /api/cohorts`, `GET /api/cohorts/{id}`,
+//! `GET /api/cohorts/{id}/users`, and the `cohort_id` filter of timeseries, funnels and
+//! active users. Definitions are validated by `model::cohort` and stored in meta, scoped to a
+//! project (another project's or org's cohort is the same 404 as an unknown id). Membership
+//! is decided by the shards, each for its own users; sizes are added and member lists merged
+//! here.
+
+use std::sync::Arc;
+
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use bytes::Bytes;
+use serde_json::{json, Value};
+use sextant_model::cohort::{self, Cohort, CohortInput};
+use sextant_model::meta::{MetaCommand, MetaQuery};
+use sextant_model::time::now_nanos;
+use sextant_model::ProjectId;
+use sextant_proto::{query_reply, query_request, CohortFilter, CohortSizesPlan, CohortUsersPlan};
+
+use super::params::{invalid, Params};
+use super::scatter::{scatter, Gathered};
+use crate::http::error::ApiError;
+use crate::http::listing::Page;
+use crate::identity::account::time_json;
+use crate::identity::auth::Session;
+use crate::AppState;
+
+/// A cohort body: a name and at most 20 conditions fit easily.
+pub const MAX_COHORT_BODY: usize = 16 * 1024;
+/// Longest cohort id accepted in a path or parameter (ids are 32 hex digits).
+const MAX_ID_CHARS: usize = 64;
+
+fn cohort_json(c: &Cohort, size: u64) -> Value {
+    json!({
+        "id": c.id,
+        "name": c.name,
+        "conditions": c.definition.to_json(),
+        "size": size,
+        "created_at": time_json(c.created_at_ms),
+    })
+}
+
+async fn project_cohorts(app: &AppState, project: &ProjectId) -> Result<Vec<Cohort>, ApiError> {
+    Ok(app.cluster.meta_read(&MetaQuery::Cohorts { project_id: *project }).await?)
+}
+
+/// The cohort `id` of the session's project; 404 for any other id.
+async fn find(app: &AppState, session: &Session, id: &str) -> Result<Cohort, ApiError> {
+    let not_found = || ApiError::NotFound(format!("no cohort {id} in this project"));
+    if id.is_empty() || id.len() > MAX_ID_CHARS {
+        return Err(not_found());
+    }
+    project_cohorts(app, &session.project_id).await?.into_iter().find(|c| c.id == id).ok_or_else(not_found)
+}
+
+/// The evaluation instant: `to` if given, else now (DESIGN A8: a cohort's ranges end now,
+/// or at `to`).
+fn instant(params: &Params) -> Result<i64, ApiError> {
+    match params.instant("to")? {
+        Some(at) => after_epoch(at),
+        None => Ok(now_nanos()),
+    }
+}
+
+/// Shards evaluate cohorts over `[0, at)`: an instant at or before 1970 has no events and is
+/// refused here rather than by the shards.
+fn after_epoch(at: i64) -> Result<i64, ApiError> {
+    if at > 0 {
+        Ok(at)
+    } else {
+        Err(invalid("to", "must be after 1970-01-01T00:00:00Z to evaluate a cohort"))
+    }
+}
+
+/// Sizes of `cohorts` at `at`, computed by every shard in one scan.
+async fn sizes(
+    app: &AppState,
+    session: &Session,
+    cohorts: &[&Cohort],
+    at: i64,
+    allow_partial: bool,
+) -> Result<(Vec<u64>, Gathered), ApiError> {
+    let plan =
+        CohortSizesPlan { cohorts: cohorts.iter().map(|c| c.definition.to_proto()).collect(), at_unix_nanos: at };
+    let gathered =
+        scatter(app, &session.project_id, (0, at), allow_partial, query_request::Plan::CohortSizes(plan)).await?;
+    let mut sums = vec![0u64; cohorts.len()];
+    for (_, p) in &gathered.partials {
+        if let query_reply::Partial::CohortSizes(s) = p {
+            for (sum, n) in sums.iter_mut().zip(&s.sizes) {
+                *sum += n;
+            }
+        }
+    }
+    Ok((sums, gathered))
+}
+
+pub async fn list(
+    State(app): State<Arc<AppState>>,
+    session: Session,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let params = Params::parse(raw.as_deref())?;
+    let page = Page::from_query(raw.as_deref())?;
+    let at = instant(&params)?;
+    // Oldest first; the key is (creation time, id), fixed-width so text order is that order.
+    let all = project_cohorts(&app, &session.project_id).await?;
+    let key = |c: &Cohort| format!("{:020}:{}", c.created_at_ms.max(0), c.id);
+    let shown: Vec<&Cohort> =
+        all.iter().filter(|c| page.after.as_ref().is_none_or(|a| &key(c) > a)).take(page.limit).collect();
+    let (counts, gathered) = if shown.is_empty() {
+        (Vec::new(), None)
+    } else {
+        let (s, g) = sizes(&app, &session, &shown, at, params.allow_partial()?).await?;
+        (s, Some(g))
+    };
+    let items: Vec<(String, Value)> = all
+        .iter()
+        .map(|c| {
+            let size = shown.iter().position(|s| s.id == c.id).map_or(0, |i| counts[i]);
+            (key(c), cohort_json(c, size))
+        })
+        .collect();
+    let mut body = page.apply(items);
+    if let Some(g) = gathered {
+        g.annotate(&mut body);
+    }
+    Ok(Json(body))
+}
+
+pub async fn create(
+    State(app): State<Arc<AppState>>,
+    session: Session,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let input: CohortInput = crate::http::body::json(&headers, body, MAX_COHORT_BODY)?;
+    let (name, definition) = cohort::validate(&input).map_err(ApiError::invalid_fields)?;
+    let now_ms = chrono::Utc::now().timestamp_millis();
+    let cohort = Cohort {
+        id: uuid::Uuid::new_v4().simple().to_string(),
+        project_id: session.project_id,
+        name,
+        definition,
+        created_at_ms: now_ms,
+    };
+    // Sized before it is stored: a cohort the shards cannot evaluate is refused, and a
+    // failed request leaves nothing behind for the client's retry to duplicate.
+    let (size, _) = sizes(&app, &session, &[&cohort], now_ms.saturating_mul(1_000_000), false).await?;
+    let command = MetaCommand::CreateCohort { org_id: session.user.org_id, cohort: cohort.clone() };
+    crate::http::error::expect_done(app.cluster.meta_change(&command).await?, "a new cohort")?;
+    Ok((StatusCode::CREATED, Json(cohort_json(&cohort, size[0]))).into_response())
+}
+
+pub async fn get(
+    State(app): State<Arc<AppState>>,
+    session: Session,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let params = Params::parse(raw.as_deref())?;
+    let at = instant(&params)?;
+    let cohort = find(&app, &session, &id).await?;
+    let (size, gathered) = sizes(&app, &session, &[&cohort], at, params.allow_partial()?).await?;
+    let mut body = cohort_json(&cohort, size[0]);
+    gathered.annotate(&mut body);
+    Ok(Json(body))
+}
+
+/// Members by distinct id (byte order), `limit` per page with a keyset cursor: every shard
+/// answers its first `limit + 1` members after the cursor, so the merged page is exact.
+pub async fn users(
+    State(app): State<Arc<AppState>>,
+    session: Session,
+    Path(id): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let params = Params::parse(raw.as_deref())?;
+    let page = Page::from_query(raw.as_deref())?;
+    let at = instant(&params)?;
+    let cohort = find(&app, &session, &id).await?;
+    let plan = CohortUsersPlan {
+        cohort: Some(CohortFilter { definition: Some(cohort.definition.to_proto()), at_unix_nanos: at }),
+        after: page.after.clone().unwrap_or_default(),
+        limit: page.limit as u32 + 1,
+    };
+    let gathered =
+        scatter(&app, &session.project_id, (0, at), params.allow_partial()?, query_request::Plan::CohortUsers(plan))
+            .await?;
+    let mut ids: Vec<String> = Vec::new();
+    for (_, p) in gathered.partials.iter() {
+        if let query_reply::Partial::CohortUsers(u) = p {
+            ids.extend(u.distinct_ids.iter().cloned());
+        }
+    }
+    ids.sort_unstable();
+    let items: Vec<(String, Value)> = ids.into_iter().map(|id| (id.clone(), json!({ "distinct_id": id }))).collect();
+    let mut body = page.apply(items);
+    gathered.annotate(&mut body);
+    Ok(Json(body))
+}
+
+/// The `cohort_id` parameter of a read, as the filter shards apply: membership evaluated at
+/// `at` (the query's end). None without the parameter; 404 for a cohort of another project.
+pub async fn filter(
+    app: &AppState,
+    session: &Session,
+    params: &Params,
+    at: i64,
+) -> Result<Option<CohortFilter>, ApiError> {
+    let Some(id) = params.get("cohort_id") else { return Ok(None) };
+    if id.len() > MAX_ID_CHARS {
+        return Err(invalid("cohort_id", "is not a cohort id"));
+    }
+    let at = after_epoch(at)?;
+    let cohort = find(app, session, id).await?;
+    Ok(Some(CohortFilter { definition: Some(cohort.definition.to_proto()), at_unix_nanos: at }))
+}

@@ -1,0 +1,174 @@
+//! `GET /api/funnel?steps=a,b,c&window=14&window_unit=day&range=30d&order=ordered|strict`
+//! (DESIGN A8). Shards compute each user's furthest step (`model::funnel`) and answer
+//! per-step counts with time-to-convert sketches; the router sums and merges.
+
+use std::sync::Arc;
+
+use axum::extract::{RawQuery, State};
+use axum::Json;
+use serde_json::{json, Value};
+use sextant_model::calendar;
+use sextant_model::funnel::{MAX_STEPS, MIN_STEPS};
+use sextant_model::sketch::LatencySketch;
+use sextant_model::time::{format_nanos, now_nanos};
+use sextant_proto::{query_reply, query_request, FunnelPlan};
+
+use super::params::{invalid, Params, MAX_RANGE_NS};
+use super::scatter::scatter;
+use crate::http::error::ApiError;
+use crate::identity::auth::Session;
+use crate::AppState;
+
+const SECOND_NS: i64 = 1_000_000_000;
+/// Longest conversion window.
+const MAX_WINDOW_NS: i64 = 365 * 86_400 * SECOND_NS;
+
+fn window_ns(params: &Params) -> Result<i64, ApiError> {
+    let n: i64 = match params.get("window") {
+        None => 14,
+        Some(v) => v.parse().ok().filter(|n| *n > 0).ok_or_else(|| invalid("window", "must be a positive integer"))?,
+    };
+    let unit = match params.get("window_unit").unwrap_or("day") {
+        "second" => 1,
+        "minute" => 60,
+        "hour" => 3600,
+        "day" => 86_400,
+        "week" => 7 * 86_400,
+        _ => return Err(invalid("window_unit", "must be second, minute, hour, day or week")),
+    };
+    n.checked_mul(unit * SECOND_NS)
+        .filter(|w| *w <= MAX_WINDOW_NS)
+        .ok_or_else(|| invalid("window", "may be at most 365 days"))
+}
+
+/// `[from, to)` where step 1 may happen: `range` ending at `to` (default now).
+fn step_one_range(params: &Params) -> Result<(i64, i64), ApiError> {
+    let range = calendar::parse_range(params.get("range").unwrap_or("30d"))
+        .filter(|r| *r <= MAX_RANGE_NS)
+        .ok_or_else(|| invalid("range", "must be an integer and a unit m, h, d or w, at most 31 days"))?;
+    let to = params.instant("to")?.unwrap_or_else(now_nanos);
+    let from = to.checked_sub(range).ok_or_else(|| invalid("range", "reaches outside the supported time range"))?;
+    Ok((from, to))
+}
+
+pub async fn funnel(
+    State(app): State<Arc<AppState>>,
+    session: Session,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let params = Params::parse(raw.as_deref())?;
+    let steps: Vec<String> = params
+        .get("steps")
+        .unwrap_or_default()
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if !(MIN_STEPS..=MAX_STEPS).contains(&steps.len()) {
+        return Err(invalid("steps", &format!("must list {MIN_STEPS} to {MAX_STEPS} event names, comma-separated")));
+    }
+    if steps.iter().any(|s| s.chars().count() > 200) {
+        return Err(invalid("steps", "event names have at most 200 characters"));
+    }
+    let window = window_ns(&params)?;
+    let strict = match params.get("order").unwrap_or("ordered") {
+        "ordered" => false,
+        "strict" => true,
+        _ => return Err(invalid("order", "must be ordered or strict")),
+    };
+    let (from, to) = step_one_range(&params)?;
+    let cohort = crate::query::cohorts::filter(&app, &session, &params, to).await?;
+    let plan =
+        FunnelPlan { steps: steps.clone(), window_nanos: window, strict, range_from: from, range_to: to, cohort };
+    // Later steps may happen up to a window after the range.
+    let scan_range = (from, to.saturating_add(window));
+    let gathered =
+        scatter(&app, &session.project_id, scan_range, params.allow_partial()?, query_request::Plan::Funnel(plan))
+            .await?;
+    let mut users = vec![0u64; steps.len()];
+    let mut sums = vec![0f64; steps.len()];
+    let mut sketches: Vec<LatencySketch> = steps.iter().map(|_| LatencySketch::default()).collect();
+    for (_, p) in &gathered.partials {
+        if let query_reply::Partial::Funnel(f) = p {
+            for (k, s) in f.steps.iter().enumerate().take(steps.len()) {
+                users[k] += s.users;
+                sums[k] += s.seconds_sum;
+                sketches[k].merge_encoded(&s.seconds_sketch).map_err(|e| ApiError::Internal(e.to_string()))?;
+            }
+        }
+    }
+    let rate = |n: u64, of: u64| if of == 0 { 0.0 } else { n as f64 / of as f64 };
+    let items: Vec<Value> = steps
+        .iter()
+        .enumerate()
+        .map(|(k, event)| {
+            let (median, avg) = if k == 0 || users[k] == 0 {
+                (Value::Null, Value::Null)
+            } else {
+                (json!(sketches[k].quantile(0.5)), json!(sums[k] / users[k] as f64))
+            };
+            json!({
+                "event": event,
+                "count": users[k],
+                "conversion_from_start": rate(users[k], users[0]),
+                "conversion_from_previous": rate(users[k], if k == 0 { users[0] } else { users[k - 1] }),
+                "median_seconds_to_convert": median,
+                "avg_seconds_to_convert": avg,
+            })
+        })
+        .collect();
+    let mut body = json!({
+        "steps": items,
+        "window_seconds": window / SECOND_NS,
+        "from": format_nanos(from),
+        "to": format_nanos(to),
+    });
+    gathered.annotate(&mut body);
+    Ok(Json(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn range(q: &str) -> Result<(i64, i64), ApiError> {
+        step_one_range(&Params::parse(Some(q)).unwrap())
+    }
+
+    #[test]
+    fn a_funnel_ending_before_1970_is_a_400_not_an_empty_plan() {
+        // `to - range` wrapped past `to`, and the shards refused the plan: a 500.
+        let err = range("steps=a,b&to=1677-09-21T00:12:44Z").unwrap_err();
+        assert!(matches!(err, ApiError::BadRequest("invalid_parameter", _)), "{err:?}");
+        assert_eq!(range("to=1000&range=1m").unwrap(), (1_000_000_000 - 60_000_000_000, 1_000_000_000));
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(1000))]
+
+        #[test]
+        fn step_one_ranges_end_at_an_accepted_instant_or_are_a_400(
+            to in prop_oneof![any::<i64>().prop_map(|v| v.to_string()), any::<f64>().prop_map(|v| v.to_string())],
+            n in any::<i64>(),
+            unit in "[mhdwy]",
+            window in any::<i64>(),
+            window_unit in "second|minute|hour|day|week|year",
+        ) {
+            let q = format!("to={to}&range={n}{unit}&window={window}&window_unit={window_unit}");
+            let params = Params::parse(Some(&q)).unwrap();
+            match step_one_range(&params) {
+                Ok((from, to)) => {
+                    prop_assert!(from < to && sextant_model::time::check_instant(to).is_ok());
+                    prop_assert!(to - from <= MAX_RANGE_NS);
+                }
+                Err(e) => prop_assert!(matches!(e, ApiError::BadRequest("invalid_parameter", _))),
+            }
+            match window_ns(&params) {
+                Ok(w) => prop_assert!(w > 0 && w <= MAX_WINDOW_NS),
+                Err(e) => prop_assert!(matches!(e, ApiError::BadRequest("invalid_parameter", _))),
+            }
+        }
+    }
+}

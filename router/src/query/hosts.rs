@@ -1,0 +1,209 @@
+//! `GET /api/v1/infrastructure/hosts` and `/hosts/{hostname}/metrics` (DESIGN A4): the
+//! latest sample per host (stale after 5 minutes), and one host's metrics averaged per step
+//! (shards answer sums and counts per bucket, so the means merge exactly).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::extract::{Path, RawQuery, State};
+use axum::Json;
+use serde_json::{json, Value};
+use sextant_model::time::{format_nanos, now_nanos};
+use sextant_proto::{query_reply, query_request, HostBucket, HostMetric, HostSeriesPlan, HostsPlan, Mean};
+
+use super::params::{invalid, Params, HOUR_NS};
+use super::scatter::scatter;
+use crate::http::error::ApiError;
+use crate::identity::auth::Session;
+use crate::AppState;
+
+pub const STALE_AFTER_NS: i64 = 5 * 60 * 1_000_000_000;
+/// Most points one series may have.
+pub const MAX_POINTS: i64 = 10_000;
+const SECOND_NS: i64 = 1_000_000_000;
+
+pub async fn list(
+    State(app): State<Arc<AppState>>,
+    session: Session,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let params = Params::parse(raw.as_deref())?;
+    // A day by default: a host that stopped reporting stays listed (as stale) for a while.
+    let range = params.range_or(24 * HOUR_NS)?;
+    let gathered =
+        scatter(&app, &session.project_id, range, params.allow_partial()?, query_request::Plan::Hosts(HostsPlan {}))
+            .await?;
+    let mut latest: BTreeMap<String, HostMetric> = BTreeMap::new();
+    for (_, p) in gathered.partials.iter() {
+        if let query_reply::Partial::Hosts(h) = p {
+            for m in &h.latest {
+                if latest.get(&m.hostname).is_none_or(|l| m.unix_nanos > l.unix_nanos) {
+                    latest.insert(m.hostname.clone(), m.clone());
+                }
+            }
+        }
+    }
+    let now = now_nanos();
+    let items: Vec<Value> = latest
+        .values()
+        .map(|m| {
+            json!({
+                "hostname": m.hostname,
+                "last_seen": format_nanos(m.unix_nanos),
+                "cpu_percent": m.cpu_percent,
+                "memory_used_bytes": m.memory_used_bytes,
+                "memory_total_bytes": m.memory_total_bytes,
+                "disk_used_percent": m.disk_used_percent,
+                "network_rx_bytes_per_sec": m.network_rx_bytes_per_sec,
+                "network_tx_bytes_per_sec": m.network_tx_bytes_per_sec,
+                "status": if now.saturating_sub(m.unix_nanos) > STALE_AFTER_NS { "stale" } else { "ok" },
+            })
+        })
+        .collect();
+    let mut body = json!({ "items": items });
+    gathered.annotate(&mut body);
+    Ok(Json(body))
+}
+
+/// `step`: seconds, or a number with unit `s`, `m`, `h`, `d`.
+fn parse_step(v: &str) -> Option<i64> {
+    let (n, unit) = match v.char_indices().last()? {
+        (i, c) if c.is_ascii_alphabetic() => (&v[..i], c),
+        _ => (v, 's'),
+    };
+    let n: i64 = n.parse().ok().filter(|n| *n > 0)?;
+    let unit = match unit {
+        's' => 1,
+        'm' => 60,
+        'h' => 3600,
+        'd' => 86_400,
+        _ => return None,
+    };
+    n.checked_mul(unit)?.checked_mul(SECOND_NS)
+}
+
+/// Buckets of `step` over `[from, to)` (`from < to`, `step > 0`), rounded up, without overflow.
+fn series_points(from: i64, to: i64, step: i64) -> i64 {
+    let span = to.saturating_sub(from);
+    span / step + i64::from(span % step != 0)
+}
+
+fn mean(m: &Option<Mean>) -> Value {
+    match m {
+        Some(m) if m.count > 0 => json!(m.sum / m.count as f64),
+        _ => Value::Null,
+    }
+}
+
+fn add(into: &mut Option<Mean>, other: &Option<Mean>) {
+    if let Some(o) = other {
+        let m = into.get_or_insert_with(Mean::default);
+        m.sum += o.sum;
+        m.count += o.count;
+    }
+}
+
+pub async fn metrics(
+    State(app): State<Arc<AppState>>,
+    session: Session,
+    Path(hostname): Path<String>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    let params = Params::parse(raw.as_deref())?;
+    if hostname.is_empty() || hostname.chars().count() > sextant_model::ingest::MAX_NAME_LEN {
+        return Err(ApiError::NotFound("no such host".into()));
+    }
+    let (from, to) = params.range()?;
+    let step = match params.get("step") {
+        None => 60 * SECOND_NS,
+        Some(v) => {
+            parse_step(v).ok_or_else(|| invalid("step", "must be a positive duration such as 60, 30s, 5m or 1h"))?
+        }
+    };
+    let points = series_points(from, to, step);
+    if points > MAX_POINTS {
+        return Err(invalid("step", &format!("gives {points} points; at most {MAX_POINTS} are allowed")));
+    }
+    let plan = HostSeriesPlan { hostname: hostname.clone(), step_nanos: step };
+    let gathered =
+        scatter(&app, &session.project_id, (from, to), params.allow_partial()?, query_request::Plan::HostSeries(plan))
+            .await?;
+    let mut buckets: BTreeMap<i64, HostBucket> = BTreeMap::new();
+    for (_, p) in &gathered.partials {
+        if let query_reply::Partial::HostSeries(s) = p {
+            for b in &s.buckets {
+                let into = buckets
+                    .entry(b.start_unix_nanos)
+                    .or_insert_with(|| HostBucket { start_unix_nanos: b.start_unix_nanos, ..Default::default() });
+                add(&mut into.cpu_percent, &b.cpu_percent);
+                add(&mut into.memory_used_bytes, &b.memory_used_bytes);
+                add(&mut into.memory_total_bytes, &b.memory_total_bytes);
+                add(&mut into.disk_used_percent, &b.disk_used_percent);
+                add(&mut into.network_rx_bytes_per_sec, &b.network_rx_bytes_per_sec);
+                add(&mut into.network_tx_bytes_per_sec, &b.network_tx_bytes_per_sec);
+            }
+        }
+    }
+    // Every step of the range, empty ones with nulls, so charts show gaps.
+    let empty = HostBucket::default();
+    let points: Vec<Value> = (0..points)
+        .map(|i| {
+            let t = from + i * step;
+            let b = buckets.get(&t).unwrap_or(&empty);
+            json!({
+                "t": format_nanos(t),
+                "cpu_percent": mean(&b.cpu_percent),
+                "memory_used_bytes": mean(&b.memory_used_bytes),
+                "memory_total_bytes": mean(&b.memory_total_bytes),
+                "disk_used_percent": mean(&b.disk_used_percent),
+                "network_rx_bytes_per_sec": mean(&b.network_rx_bytes_per_sec),
+                "network_tx_bytes_per_sec": mean(&b.network_tx_bytes_per_sec),
+            })
+        })
+        .collect();
+    let mut body = json!({ "hostname": hostname, "step_seconds": step / SECOND_NS, "points": points });
+    gathered.annotate(&mut body);
+    Ok(Json(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn steps_accept_seconds_and_units() {
+        assert_eq!(parse_step("60"), Some(60 * SECOND_NS));
+        assert_eq!(parse_step("5m"), Some(300 * SECOND_NS));
+        assert_eq!(parse_step("1h"), Some(3600 * SECOND_NS));
+        for bad in ["0", "-5", "5x", "m", "", "1.5m"] {
+            assert_eq!(parse_step(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_step_near_i64_max_is_one_point_not_an_overflow() {
+        let step = parse_step("9223372036").unwrap();
+        assert_eq!(series_points(0, crate::query::params::MAX_RANGE_NS, step), 1);
+        assert_eq!(series_points(0, 10, 3), 4);
+        assert_eq!(series_points(0, 9, 3), 3);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_step_gives_a_positive_duration_or_none(n in proptest::num::i64::ANY, unit in "[smhdx]?") {
+            if let Some(step) = parse_step(&format!("{n}{unit}")) {
+                proptest::prop_assert!(step > 0);
+            }
+        }
+
+        #[test]
+        fn points_never_overflow(from in proptest::num::i64::ANY, to in proptest::num::i64::ANY, step in 1..=i64::MAX) {
+            let (from, to) = (from.min(to), from.max(to));
+            let points = series_points(from, to, step);
+            proptest::prop_assert!(points >= 0);
+            if to.checked_sub(from).is_some() {
+                proptest::prop_assert!((points as i128) * (step as i128) >= (to as i128) - (from as i128));
+            }
+        }
+    }
+}

@@ -1,0 +1,282 @@
+//! The parameters every read shares (docs/API.md, "Query strings", "Lists and cursors" and
+//! "Reads: time range, partial answers and limits"): time range, limit, cursor,
+//! `allow_partial`, lists, and the 400s that name the parameter at fault.
+
+use base64::Engine;
+use sextant_model::time::{check_instant, now_nanos, parse_query_time, MIN_INSTANT_NS};
+
+use crate::http::error::ApiError;
+use crate::identity::auth::url_pairs;
+
+pub const HOUR_NS: i64 = 3600 * 1_000_000_000;
+/// Longest time range of one query.
+pub const MAX_RANGE_NS: i64 = 31 * 24 * HOUR_NS;
+pub const DEFAULT_LIMIT: usize = 100;
+pub const MAX_LIMIT: usize = 1000;
+/// Longest query string (filters, `q`, cursor) of a read.
+pub const MAX_QUERY_STRING: usize = 8192;
+/// Most values of a list parameter (`service=a,b,…`).
+pub const MAX_LIST: usize = 100;
+
+/// The query string as `(key, value)` pairs, with typed access and 400s for bad values.
+pub struct Params(Vec<(String, String)>);
+
+pub fn invalid(field: &str, reason: &str) -> ApiError {
+    ApiError::BadRequest("invalid_parameter", format!("query parameter `{field}` {reason}"))
+}
+
+impl Params {
+    pub fn parse(raw: Option<&str>) -> Result<Self, ApiError> {
+        let raw = raw.unwrap_or_default();
+        if raw.len() > MAX_QUERY_STRING {
+            return Err(ApiError::BadRequest(
+                "query_too_long",
+                format!("the query string may have at most {MAX_QUERY_STRING} bytes"),
+            ));
+        }
+        Ok(Params(url_pairs(raw).collect()))
+    }
+
+    /// A non-empty value of `key`.
+    pub fn get(&self, key: &str) -> Option<&str> {
+        self.0.iter().rev().find(|(k, v)| k == key && !v.is_empty()).map(|(_, v)| v.as_str())
+    }
+
+    /// A comma-separated list (`service=a,b` and repeated keys both work), at most
+    /// [`MAX_LIST`] values.
+    pub fn list(&self, key: &str) -> Result<Vec<String>, ApiError> {
+        let mut out: Vec<String> = self
+            .0
+            .iter()
+            .filter(|(k, _)| k == key)
+            .flat_map(|(_, v)| v.split(','))
+            .map(str::trim)
+            .filter(|v| !v.is_empty())
+            .map(str::to_owned)
+            .collect();
+        out.sort();
+        out.dedup();
+        if out.len() > MAX_LIST {
+            return Err(invalid(key, &format!("may list at most {MAX_LIST} values")));
+        }
+        Ok(out)
+    }
+
+    pub fn limit(&self) -> Result<usize, ApiError> {
+        match self.get("limit") {
+            None => Ok(DEFAULT_LIMIT),
+            Some(v) => v.parse().ok().filter(|l| (1..=MAX_LIMIT).contains(l)).ok_or_else(|| {
+                ApiError::BadRequest("invalid_limit", format!("limit must be an integer from 1 to {MAX_LIMIT}"))
+            }),
+        }
+    }
+
+    pub fn allow_partial(&self) -> Result<bool, ApiError> {
+        match self.get("allow_partial") {
+            None | Some("false") => Ok(false),
+            Some("true") => Ok(true),
+            Some(_) => Err(invalid("allow_partial", "must be true or false")),
+        }
+    }
+
+    /// `[from, to)` in unix nanoseconds; by default the hour up to now.
+    pub fn range(&self) -> Result<(i64, i64), ApiError> {
+        self.range_or(HOUR_NS)
+    }
+
+    /// `[from, to)`, by default the `default_ns` up to now (never before 1970).
+    pub fn range_or(&self, default_ns: i64) -> Result<(i64, i64), ApiError> {
+        let from = self.instant("from")?;
+        let to = self.instant("to")?.unwrap_or_else(now_nanos);
+        let from = match from {
+            Some(from) => from,
+            None => to.saturating_sub(default_ns).max(MIN_INSTANT_NS),
+        };
+        if from >= to {
+            return Err(ApiError::BadRequest("invalid_time_range", "`from` must be before `to`".into()));
+        }
+        if to.checked_sub(from).is_none_or(|span| span > MAX_RANGE_NS) {
+            return Err(ApiError::BadRequest(
+                "time_range_too_large",
+                format!("the time range may span at most {} days", MAX_RANGE_NS / (24 * HOUR_NS)),
+            ));
+        }
+        Ok((from, to))
+    }
+
+    /// A time parameter (RFC 3339 or epoch milliseconds) within the accepted instants.
+    pub fn instant(&self, key: &str) -> Result<Option<i64>, ApiError> {
+        self.get(key)
+            .map(|v| parse_query_time(v).map_err(|r| invalid(key, &format!("{r} (RFC 3339 or epoch milliseconds)"))))
+            .transpose()
+    }
+
+    /// A non-negative number of milliseconds, in nanoseconds.
+    pub fn millis(&self, key: &str) -> Result<Option<i64>, ApiError> {
+        self.get(key)
+            .map(|v| {
+                v.parse::<f64>()
+                    .ok()
+                    .filter(|ms| ms.is_finite() && *ms >= 0.0 && *ms < 1e12)
+                    .map(|ms| (ms * 1e6) as i64)
+                    .ok_or_else(|| invalid(key, "must be a non-negative number of milliseconds"))
+            })
+            .transpose()
+    }
+}
+
+/// Cursors are opaque to clients: base64 of the last item's key as text.
+pub fn encode_cursor(key: &str) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key)
+}
+
+pub fn decode_cursor(params: &Params) -> Result<Option<String>, ApiError> {
+    params
+        .get("cursor")
+        .map(|c| {
+            base64::engine::general_purpose::URL_SAFE_NO_PAD
+                .decode(c.as_bytes())
+                .ok()
+                .and_then(|raw| String::from_utf8(raw).ok())
+                .ok_or_else(bad_cursor)
+        })
+        .transpose()
+}
+
+/// The time a cursor holds, checked like a time parameter.
+pub fn cursor_time(text: &str) -> Result<i64, ApiError> {
+    text.parse().ok().and_then(|t| check_instant(t).ok()).ok_or_else(bad_cursor)
+}
+
+pub fn bad_cursor() -> ApiError {
+    ApiError::BadRequest("invalid_cursor", "cursor is not one this API returned".into())
+}
+
+/// Milliseconds with microsecond precision, as JSON numbers.
+pub fn ms(v: f64) -> f64 {
+    (v * 1000.0).round() / 1000.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn time_ranges_are_bounded_and_ordered() {
+        let p = |q: &str| Params::parse(Some(q)).unwrap().range();
+        assert!(matches!(
+            p("from=2026-01-01T00:00:00Z&to=2026-03-01T00:00:00Z"),
+            Err(ApiError::BadRequest("time_range_too_large", _))
+        ));
+        assert!(matches!(p("from=2000&to=1000"), Err(ApiError::BadRequest("invalid_time_range", _))));
+        assert!(matches!(p("from=yesterday"), Err(ApiError::BadRequest("invalid_parameter", _))));
+        assert_eq!(p("from=1000&to=2000").unwrap(), (1_000_000_000, 2_000_000_000));
+        let (from, to) = p("").unwrap();
+        assert_eq!(to - from, HOUR_NS);
+        assert!(matches!(
+            Params::parse(Some("limit=1001")).unwrap().limit(),
+            Err(ApiError::BadRequest("invalid_limit", _))
+        ));
+        let many = (0..101).map(|i| format!("s{i}")).collect::<Vec<_>>().join(",");
+        let list = Params::parse(Some(&format!("service={many}"))).unwrap().list("service");
+        assert!(matches!(list, Err(ApiError::BadRequest("invalid_parameter", _))));
+        assert!(matches!(Params::parse(Some(&"q=x".repeat(3000))), Err(ApiError::BadRequest("query_too_long", _))));
+    }
+
+    /// The values a time parameter is tried with: every i64 as epoch milliseconds, every f64
+    /// as text, every i64 nanosecond instant as RFC 3339, and hand-picked extremes.
+    fn any_time_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        prop_oneof![
+            any::<i64>().prop_map(|ms| ms.to_string()),
+            (-1i64..sextant_model::time::END_INSTANT_MS + 2).prop_map(|ms| ms.to_string()),
+            any::<u64>().prop_map(|bits| f64::from_bits(bits).to_string()),
+            proptest::num::f64::ANY.prop_map(|v| v.to_string()),
+            any::<i64>().prop_map(|ns| chrono::DateTime::<chrono::Utc>::from_timestamp_nanos(ns).to_rfc3339()),
+            Just("1677-09-21T00:12:44Z".to_owned()),
+            Just("2262-04-11T23:47:15Z".to_owned()),
+            Just("NaN".to_owned()),
+            Just("-inf".to_owned()),
+            Just("-0".to_owned()),
+        ]
+    }
+
+    #[test]
+    fn the_wrapping_range_of_the_review_is_refused() {
+        let p = |q: &str| Params::parse(Some(q)).unwrap().range();
+        // `to - from` wrapped and passed the 31-day check: all history was read.
+        let err = p("from=1677-09-21T00:12:44Z&to=2262-04-11T23:47:15Z").unwrap_err();
+        assert!(matches!(&err, ApiError::BadRequest("invalid_parameter", m) if m.contains("`from`")), "{err:?}");
+        let err = p(&format!("from=0&to={}", i64::MAX)).unwrap_err();
+        assert!(matches!(&err, ApiError::BadRequest("invalid_parameter", m) if m.contains("`to`")), "{err:?}");
+        assert!(matches!(p(&format!("from={}", i64::MIN)), Err(ApiError::BadRequest("invalid_parameter", _))));
+        // The last accepted instant, with the default hour before it.
+        let last = (sextant_model::time::END_INSTANT_MS - 1).to_string();
+        assert_eq!(p(&format!("to={last}")).unwrap().1, sextant_model::time::END_INSTANT_NS - 1_000_000);
+        // A default `from` stops at 1970: an hour ending at the epoch is empty.
+        assert_eq!(p("to=1000").unwrap(), (0, 1_000_000_000));
+        assert!(matches!(p("to=0"), Err(ApiError::BadRequest("invalid_time_range", _))));
+    }
+
+    #[test]
+    fn cursors_holding_times_outside_the_range_are_refused() {
+        assert_eq!(cursor_time("1000").unwrap(), 1000);
+        for bad in ["-1", "9223372036854775807", "-9223372036854775808", "x", ""] {
+            assert!(matches!(cursor_time(bad), Err(ApiError::BadRequest("invalid_cursor", _))), "{bad}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(1000))]
+
+        #[test]
+        fn ranges_are_within_the_accepted_instants_or_refused(
+            from in proptest::option::of(any_time_text()),
+            to in proptest::option::of(any_time_text()),
+            default_ns in proptest::num::i64::ANY,
+        ) {
+            let mut q = Vec::new();
+            for (k, v) in [("from", &from), ("to", &to)] {
+                if let Some(v) = v {
+                    q.push(format!("{k}={}", v.replace('+', "%2B")));
+                }
+            }
+            match Params::parse(Some(&q.join("&"))).unwrap().range_or(default_ns.max(1)) {
+                Ok((from, to)) => {
+                    proptest::prop_assert!(MIN_INSTANT_NS <= from && from < to);
+                    proptest::prop_assert!(to < sextant_model::time::END_INSTANT_NS);
+                    proptest::prop_assert!(to - from <= MAX_RANGE_NS);
+                }
+                Err(e) => proptest::prop_assert!(matches!(e, ApiError::BadRequest(_, _)), "{:?}", e),
+            }
+        }
+
+        #[test]
+        fn time_parameters_are_instants_in_range_or_a_400(v in any_time_text()) {
+            let q = format!("to={}", v.replace('+', "%2B"));
+            match Params::parse(Some(&q)).unwrap().instant("to") {
+                Ok(Some(t)) => proptest::prop_assert!(check_instant(t).is_ok()),
+                Ok(None) => proptest::prop_assert!(false, "{} was not read", v),
+                Err(e) => proptest::prop_assert!(matches!(e, ApiError::BadRequest("invalid_parameter", _))),
+            }
+        }
+
+        #[test]
+        fn durations_in_milliseconds_never_overflow(v in any_time_text()) {
+            let q = format!("min_duration_ms={}", v.replace('+', "%2B"));
+            match Params::parse(Some(&q)).unwrap().millis("min_duration_ms") {
+                Ok(Some(ns)) => proptest::prop_assert!((0..1_000_000_000_000_000_000).contains(&ns)),
+                Ok(None) => proptest::prop_assert!(false, "{} was not read", v),
+                Err(e) => proptest::prop_assert!(matches!(e, ApiError::BadRequest("invalid_parameter", _))),
+            }
+        }
+
+        #[test]
+        fn cursor_times_are_instants_in_range_or_a_bad_cursor(t in any_time_text()) {
+            match cursor_time(&t) {
+                Ok(t) => proptest::prop_assert!(check_instant(t).is_ok()),
+                Err(e) => proptest::prop_assert!(matches!(e, ApiError::BadRequest("invalid_cursor", _))),
+            }
+        }
+    }
+}

@@ -1,0 +1,194 @@
+//! `GET /api/retention?start_event&return_event&period&periods&from&to&type&tz` (DESIGN A8):
+//! cohorts of users by the period they did `start_event` in (their first such period for
+//! `first_time`, every one for `recurring`), and how many of each did `return_event` j periods
+//! later. Only on plans with the `retention` feature. Periods are calendar buckets of the
+//! caller's time zone; shards count per user and the router sums.
+
+use std::sync::Arc;
+
+use axum::extract::{RawQuery, State};
+use axum::Json;
+use serde_json::{json, Value};
+use sextant_model::calendar::{self, Interval};
+use sextant_model::time::format_nanos;
+use sextant_proto::{query_reply, query_request, RetentionCohort, RetentionPlan};
+
+use super::params::{invalid, Params};
+use super::scatter::scatter;
+use crate::http::error::ApiError;
+use crate::identity::auth::Session;
+use crate::query::activity::{calendar_error, zone};
+use crate::AppState;
+
+const MAX_PERIODS: u32 = 100;
+/// Generous bound on a month, to find the buckets after the last cohort.
+const MONTH_NS: i64 = 32 * 86_400 * 1_000_000_000;
+
+fn require_feature(app: &AppState, session: &Session) -> Result<(), ApiError> {
+    let cache = app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
+    let has = cache
+        .orgs
+        .get(&session.claims.org)
+        .and_then(|o| cache.plans.get(&o.plan))
+        .is_some_and(|p| p.features.iter().any(|f| f == "retention"));
+    if has {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden("plan_feature_unavailable", "retention analytics are not part of this plan"))
+    }
+}
+
+/// The longest a period of `interval` may be.
+fn period_ns(interval: Interval) -> i64 {
+    match interval {
+        Interval::Hour => 3600 * 1_000_000_000,
+        Interval::Day => 86_400 * 1_000_000_000,
+        Interval::Week => 7 * 86_400 * 1_000_000_000,
+        Interval::Month => MONTH_NS,
+    }
+}
+
+/// For cohorts over `[from, to)`: the cohort starts, the start of every bucket a cohort's
+/// periods cover, and where the last bucket ends.
+fn buckets(
+    from: i64,
+    to: i64,
+    interval: Interval,
+    periods: u32,
+    tz: &jiff::tz::TimeZone,
+) -> Result<(Vec<i64>, Vec<i64>, i64), ApiError> {
+    let too_far = || invalid("periods", "reaches past the supported time range");
+    let cohort_starts = calendar::bucket_starts(from, to, interval, tz).map_err(|e| calendar_error("period", e))?;
+    let horizon = to.saturating_add(period_ns(interval).saturating_add(MONTH_NS).saturating_mul(i64::from(periods)));
+    let mut all = calendar::bucket_starts(from, horizon, interval, tz).map_err(|_| too_far())?;
+    let needed = cohort_starts.len() + periods as usize;
+    if cohort_starts.is_empty() || all.len() < needed {
+        return Err(too_far());
+    }
+    all.truncate(needed);
+    let scan_end = all.pop().ok_or_else(too_far)?;
+    Ok((cohort_starts, all, scan_end))
+}
+
+pub async fn retention(
+    State(app): State<Arc<AppState>>,
+    session: Session,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Value>, ApiError> {
+    require_feature(&app, &session)?;
+    let params = Params::parse(raw.as_deref())?;
+    let start_event = params.get("start_event").ok_or_else(|| invalid("start_event", "is required"))?.to_owned();
+    let return_event = params.get("return_event").ok_or_else(|| invalid("return_event", "is required"))?.to_owned();
+    let interval = Interval::parse(params.get("period").unwrap_or("day"))
+        .map_err(|_| invalid("period", "must be day, week or month"))?;
+    if interval == Interval::Hour {
+        return Err(invalid("period", "must be day, week or month"));
+    }
+    let periods: u32 = match params.get("periods") {
+        None => 8,
+        Some(v) => v
+            .parse()
+            .ok()
+            .filter(|n| (1..=MAX_PERIODS).contains(n))
+            .ok_or_else(|| invalid("periods", "must be an integer from 1 to 100"))?,
+    };
+    let first_time = match params.get("type").unwrap_or("first_time") {
+        "first_time" => true,
+        "recurring" => false,
+        _ => return Err(invalid("type", "must be first_time or recurring")),
+    };
+    let tz = zone(&params)?;
+    // By default, as many cohorts as periods, ending now.
+    let (from, to) = params.range_or(period_ns(interval).saturating_mul(i64::from(periods)))?;
+    let (cohort_starts, bucket_starts, scan_end) = buckets(from, to, interval, periods, &tz)?;
+    let plan = RetentionPlan {
+        start_event,
+        return_event,
+        bucket_starts: bucket_starts.clone(),
+        cohorts: cohort_starts.len() as u32,
+        periods,
+        first_time,
+    };
+    let gathered = scatter(
+        &app,
+        &session.project_id,
+        (bucket_starts[0], scan_end),
+        params.allow_partial()?,
+        query_request::Plan::Retention(plan),
+    )
+    .await?;
+    let mut sums: Vec<RetentionCohort> =
+        cohort_starts.iter().map(|_| RetentionCohort { size: 0, returned: vec![0; periods as usize] }).collect();
+    for (_, p) in &gathered.partials {
+        if let query_reply::Partial::Retention(r) = p {
+            for (sum, c) in sums.iter_mut().zip(&r.cohorts) {
+                sum.size += c.size;
+                for (s, n) in sum.returned.iter_mut().zip(&c.returned) {
+                    *s += n;
+                }
+            }
+        }
+    }
+    let cohorts: Vec<Value> = cohort_starts
+        .iter()
+        .zip(&sums)
+        .map(|(start, c)| {
+            let values: Vec<Value> = c
+                .returned
+                .iter()
+                .enumerate()
+                .map(|(j, n)| {
+                    let rate = if c.size == 0 { 0.0 } else { *n as f64 / c.size as f64 };
+                    json!({ "period": j, "count": n, "rate": rate })
+                })
+                .collect();
+            json!({ "cohort_start": format_nanos(*start), "size": c.size, "values": values })
+        })
+        .collect();
+    let mut body = json!({ "period": interval.name(), "cohorts": cohorts });
+    gathered.annotate(&mut body);
+    Ok(Json(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::query::params::MAX_RANGE_NS;
+    use proptest::prelude::*;
+
+    const ZONES: [&str; 3] = ["UTC", "Europe/Paris", "Pacific/Kiritimati"];
+
+    #[test]
+    fn periods_past_the_last_representable_instant_are_a_400() {
+        let end = sextant_model::time::END_INSTANT_NS;
+        let utc = jiff::tz::TimeZone::UTC;
+        let err = buckets(end - 86_400_000_000_000, end - 1, Interval::Month, 100, &utc).unwrap_err();
+        assert!(matches!(err, ApiError::BadRequest("invalid_parameter", _)), "{err:?}");
+        let (cohorts, starts, end) = buckets(0, 2 * 86_400_000_000_000, Interval::Day, 3, &utc).unwrap();
+        assert_eq!((cohorts.len(), starts.len()), (2, 4));
+        assert_eq!(end, 4 * 86_400_000_000_000);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn buckets_cover_every_cohort_period_or_are_a_400(
+            from in any::<i64>(),
+            span in 1..=MAX_RANGE_NS,
+            interval in 1..4usize,
+            periods in 1..=MAX_PERIODS,
+            zone in 0..ZONES.len(),
+        ) {
+            let interval = [Interval::Hour, Interval::Day, Interval::Week, Interval::Month][interval];
+            let tz = calendar::zone(Some(ZONES[zone])).unwrap();
+            match buckets(from, from.saturating_add(span), interval, periods, &tz) {
+                Ok((cohorts, starts, end)) => {
+                    prop_assert_eq!(starts.len(), cohorts.len() + periods as usize - 1);
+                    prop_assert!(starts.windows(2).all(|w| w[0] < w[1]) && *starts.last().unwrap() < end);
+                }
+                Err(e) => prop_assert!(matches!(e, ApiError::BadRequest(_, _))),
+            }
+        }
+    }
+}
