@@ -18,6 +18,14 @@ pub fn partition_of(project: &ProjectId, key: &[u8]) -> u32 {
     (xxh3_64_with_seed(&buf, SEED) % PARTITIONS as u64) as u32
 }
 
+/// The data group holding `(project, key)`: its partition's entry in `table` (the partition
+/// table kept in meta, one group per partition, as [`default_table`] builds it). The one key ->
+/// group lookup, for writes and reads alike, so that a key is read where it was written.
+/// `None` when the table has no entry for the partition (no table yet).
+pub fn group_of(table: &[u64], project: &ProjectId, key: &[u8]) -> Option<u64> {
+    table.get(partition_of(project, key) as usize).copied()
+}
+
 /// The default partition table for `shards` data shards (groups `1..=shards`).
 pub fn default_table(shards: u32) -> Vec<u64> {
     (0..PARTITIONS).map(|p| 1 + (p % shards.max(1)) as u64).collect()
@@ -34,9 +42,10 @@ mod tests {
         let table = default_table(4);
         let mut counts = [0u32; 5];
         for i in 0..4000 {
-            counts[table[partition_of(&p, format!("t{i}").as_bytes()) as usize] as usize] += 1;
+            counts[group_of(&table, &p, format!("t{i}").as_bytes()).unwrap() as usize] += 1;
         }
         assert_eq!(counts[0], 0);
+        assert_eq!(group_of(&[], &p, b"trace-1"), None, "no table, no group");
         for c in &counts[1..] {
             assert!((800..1200).contains(c), "uneven spread: {counts:?}");
         }

@@ -14,7 +14,8 @@ use sextant_model::{OrgId, ProjectId, UserId};
 #[derive(Default)]
 pub struct MetaCache {
     pub version: u64,
-    pub partitions: Vec<u64>,
+    /// The partition table: the data group of every hash partition (`model::partition`).
+    pub partition_groups: Vec<u64>,
     pub credentials: HashMap<String, Credential>,
     pub projects: HashMap<ProjectId, Project>,
     pub orgs: HashMap<OrgId, Org>,
@@ -41,7 +42,7 @@ impl From<MetaView> for MetaCache {
     fn from(v: MetaView) -> Self {
         Self {
             version: v.version,
-            partitions: v.partitions,
+            partition_groups: v.partitions,
             credentials: v.credentials.into_iter().map(|c| (c.id.clone(), c)).collect(),
             projects: v.projects.into_iter().map(|p| (p.id, p)).collect(),
             orgs: v.orgs.into_iter().map(|o| (o.id, o)).collect(),

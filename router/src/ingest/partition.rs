@@ -3,7 +3,7 @@
 
 use std::collections::HashMap;
 
-use sextant_model::partition::partition_of;
+use sextant_model::partition::group_of;
 use sextant_model::ProjectId;
 use sextant_proto::ShardBatch;
 
@@ -27,17 +27,19 @@ pub(crate) fn partition<K: Partitioned>(
     body_bytes: usize,
 ) -> Result<HashMap<GroupId, ShardBatch>, ApiError> {
     let cache = app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
-    if cache.partitions.is_empty() {
+    let table = &cache.partition_groups;
+    if table.is_empty() {
         return Err(ApiError::Unavailable("the cluster is not bootstrapped yet".into()));
     }
     let total = rows.len().max(1);
     let mut batches: HashMap<GroupId, ShardBatch> = HashMap::new();
     for row in rows {
-        let p = match K::key(&row) {
-            Some(key) => partition_of(project, key),
-            None => rand::random::<u32>(),
-        };
-        let group = cache.partitions[p as usize % cache.partitions.len()];
+        let group = match K::key(&row) {
+            Some(key) => group_of(table, project, key),
+            // No key: any partition's group.
+            None => table.get(rand::random::<u32>() as usize % table.len()).copied(),
+        }
+        .ok_or_else(|| ApiError::Unavailable("the partition table is incomplete".into()))?;
         let batch = batches
             .entry(group)
             .or_insert_with(|| ShardBatch { project_id: project.to_string(), ..Default::default() });

@@ -12,7 +12,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::Json;
 use serde_json::{json, Value};
 use sextant_model::attributes;
-use sextant_model::partition::partition_of;
+use sextant_model::partition::group_of;
 use sextant_model::time::format_nanos;
 use sextant_model::TraceId;
 use sextant_proto::{query_reply, query_request, Span, SpanStatus, TraceKey, TraceListPlan, TraceSummary};
@@ -49,8 +49,8 @@ pub async fn get_trace(
 ) -> Result<Json<Value>, ApiError> {
     let trace_id = TraceId::parse(&trace_id).map_err(|_| ApiError::NotFound("trace not found".into()))?;
     let cache = app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
-    let p = partition_of(&session.project_id, trace_id.as_str().as_bytes());
-    let group = *cache.partitions.get(p as usize).ok_or_else(|| ApiError::Unavailable("no partition table".into()))?;
+    let group = group_of(&cache.partition_groups, &session.project_id, trace_id.as_str().as_bytes())
+        .ok_or_else(|| ApiError::Unavailable("no partition table".into()))?;
     let mut spans = app.cluster.get_trace(group, &session.project_id, trace_id.as_str()).await?;
     if spans.is_empty() {
         return Err(ApiError::NotFound("trace not found".into()));
