@@ -1,4 +1,4 @@
-//! The one place where errors become HTTP responses (DESIGN A1 error shape).
+//! The one place where errors become HTTP responses (docs/API.md, "Error responses").
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};

@@ -1,4 +1,5 @@
-//! List pagination (DESIGN A1): `limit` (default 100, at most 1000) and an opaque `cursor`.
+//! List pagination (docs/API.md, "Lists and cursors"): `limit` (default 100, at most 1000) and
+//! an opaque `cursor`.
 
 use base64::Engine;
 use serde_json::{json, Value};

@@ -1,4 +1,4 @@
-//! Prometheus metrics of a router (DESIGN B8).
+//! Prometheus metrics of a router, served on the internal port (docs/API.md, "Ports and probes").
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

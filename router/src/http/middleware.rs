@@ -33,7 +33,7 @@ pub(crate) async fn read_deadline(State(app): State<Arc<AppState>>, req: Request
     }
 }
 
-/// DESIGN A10: `/auth/*` per client IP.
+/// `/auth/*` is limited per client IP (docs/API.md, "Rate limits").
 pub(crate) async fn limit_by_client_ip(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
     let ip = client_ip(peer, req.headers(), app.config.trusted_proxy_hops).map(|ip| ip.to_string()).unwrap_or_default();

@@ -43,7 +43,7 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/api/v1/ingest/logs", post(observability::logs))
         .route("/api/v1/ingest/infrastructure", post(observability::infrastructure))
         .layer(ingest_cors.clone());
-    // Product analytics (DESIGN A7), native and PostHog-compatible.
+    // Product analytics (docs/API.md, "Product analytics ingest"), native and PostHog-compatible.
     let mut capture =
         Router::new().route("/v1/batch", post(analytics::batch)).route("/v1/replay/events", post(analytics::replay));
     for path in ["/batch", "/batch/", "/e", "/e/", "/capture", "/capture/", "/i/v0/e", "/i/v0/e/"] {

@@ -1,5 +1,5 @@
-//! Accounts and sessions (DESIGN A2): sign-up, sign-in, refresh-token rotation, sign-out and
-//! joining an org by invitation.
+//! Accounts and sessions (docs/API.md, "Sign-up, sign-in and sign-out"): sign-up, sign-in,
+//! refresh-token rotation, sign-out and joining an org by invitation.
 
 use std::sync::Arc;
 
@@ -27,7 +27,7 @@ use crate::identity::refresh::{self, RefreshToken};
 use crate::AppState;
 
 pub const MAX_AUTH_BODY: usize = 64 * 1024;
-/// The plan every sign-up starts on, as a trial (DESIGN A2).
+/// The plan every sign-up starts on, as a trial (docs/API.md, "Sign-up, sign-in and sign-out").
 const SIGNUP_PLAN: &str = "pro";
 
 pub fn time_json(ms: i64) -> String {

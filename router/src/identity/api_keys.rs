@@ -1,5 +1,5 @@
-//! API keys of the current project (DESIGN A2): `sxk_…`, for observability ingest. The secret
-//! is shown once; meta keeps its SHA-256.
+//! API keys of the current project (docs/API.md, "API keys"): `sxk_…`, for observability
+//! ingest. The secret is shown once; meta keeps its SHA-256.
 
 use std::sync::Arc;
 

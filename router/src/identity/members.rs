@@ -1,4 +1,5 @@
-//! Members of an organization and invitations to join it (DESIGN A2).
+//! Members of an organization and invitations to join it (docs/API.md, "Members and
+//! invitations").
 
 use std::sync::Arc;
 

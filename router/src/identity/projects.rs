@@ -1,5 +1,5 @@
-//! Projects of an organization (DESIGN A2). Every project gets an analytics ingest token,
-//! shown once at creation.
+//! Projects of an organization (docs/API.md, "Projects and project tokens"). Every project gets
+//! an analytics ingest token, shown once at creation.
 
 use std::sync::Arc;
 

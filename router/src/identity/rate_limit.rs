@@ -1,6 +1,6 @@
-//! Request rate limits (DESIGN A10) with `governor`'s GCRA. A limit is cluster-wide: each
-//! router enforces its share, the limit divided by the number of live routers (Loki's global
-//! strategy), so N routers together admit about the configured rate.
+//! Request rate limits (docs/API.md, "Rate limits") with `governor`'s GCRA. A limit is
+//! cluster-wide: each router enforces its share, the limit divided by the number of live
+//! routers (Loki's global strategy), so N routers together admit about the configured rate.
 
 use std::collections::HashMap;
 use std::num::NonZeroU32;
@@ -25,7 +25,7 @@ pub enum Class {
     Auth,
 }
 
-/// Cluster-wide requests per second of each class (DESIGN A10 defaults).
+/// Cluster-wide requests per second of each class (the defaults of docs/API.md, "Rate limits").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct RateLimitConfig {
     pub ingest_rps: u32,

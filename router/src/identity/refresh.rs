@@ -1,6 +1,6 @@
-//! Refresh tokens (DESIGN A2) and the cookie that carries them. A token is
-//! `<family id>.<256-bit secret>`: the family id finds the sign-in in meta, which keeps only
-//! the SHA-256 of the secret.
+//! Refresh tokens (docs/API.md, "Refresh-token rotation and its 10 s grace") and the cookie
+//! that carries them. A token is `<family id>.<256-bit secret>`: the family id finds the
+//! sign-in in meta, which keeps only the SHA-256 of the secret.
 
 use axum::http::{header, HeaderMap, HeaderValue};
 use base64::Engine;

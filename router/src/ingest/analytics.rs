@@ -1,7 +1,8 @@
-//! Product-analytics ingest (DESIGN A7): `/v1/batch` and `/v1/replay/events` with the project
-//! ingest token, and PostHog-compatible capture (`/batch/`, `/e/`, `/capture/`, `/i/v0/e/`) so
-//! PostHog SDKs send without changes. Events are partitioned by (project, distinct_id), replay
-//! events by (project, session_id), and committed like observability ingest: all or nothing.
+//! Product-analytics ingest (docs/API.md, "Product analytics ingest"): `/v1/batch` and
+//! `/v1/replay/events` with the project ingest token, and PostHog-compatible capture
+//! (`/batch/`, `/e/`, `/capture/`, `/i/v0/e/`) so PostHog SDKs send without changes. Events are
+//! partitioned by (project, distinct_id), replay events by (project, session_id), and committed
+//! like observability ingest: all or nothing.
 
 use std::io::Read;
 use std::sync::Arc;
@@ -70,7 +71,8 @@ fn admit(app: &AppState, token: Option<String>) -> Result<ProjectId, ApiError> {
 
 /// The body of an analytics request and its project. A token outside the body is admitted
 /// before the body is read; else the body is searched for one, keeping nothing of it, and only
-/// an admitted body is decoded in full and parsed (DESIGN A7; docs/API.md, "Request bodies").
+/// an admitted body is decoded in full and parsed (docs/API.md, "Connections and request
+/// bodies").
 async fn receive_admitted<T: Send + 'static>(
     app: &Arc<AppState>,
     headers: &HeaderMap,

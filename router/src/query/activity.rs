@@ -1,7 +1,8 @@
-//! `GET /api/events/timeseries` and `GET /api/users/active` (DESIGN A8): counts and distinct
-//! users per calendar bucket of the caller's time zone, and DAU/WAU/MAU per day. Buckets are
-//! computed here (`model::calendar`, DST-aware) and sent to the shards as instants; shards
-//! count per user-disjoint partition, so the sums are exact.
+//! `GET /api/events/timeseries` and `GET /api/users/active` (docs/API.md, "Event time series"
+//! and "Active users"): counts and distinct users per calendar bucket of the caller's time
+//! zone, and DAU/WAU/MAU per day. Buckets are computed here (`model::calendar`, DST-aware) and
+//! sent to the shards as instants; shards count per user-disjoint partition, so the sums are
+//! exact.
 
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
-//! `GET /api/v1/apm/endpoints` (DESIGN A4): per (service, operation) sums from every shard
-//! and their latency sketches merged bucket by bucket, so percentiles keep the sketch's
-//! relative error whatever the number of shards.
+//! `GET /api/v1/apm/endpoints` (docs/API.md, "APM endpoints"): per (service, operation) sums
+//! from every shard and their latency sketches merged bucket by bucket, so percentiles keep the
+//! sketch's relative error whatever the number of shards.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

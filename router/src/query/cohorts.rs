@@ -1,4 +1,4 @@
-//! Cohorts (DESIGN A8): `GET/POST /api/cohorts`, `GET /api/cohorts/{id}`,
+//! Cohorts (docs/API.md, "Cohorts"): `GET/POST /api/cohorts`, `GET /api/cohorts/{id}`,
 //! `GET /api/cohorts/{id}/users`, and the `cohort_id` filter of timeseries, funnels and
 //! active users. Definitions are validated by `model::cohort` and stored in meta, scoped to a
 //! project (another project's or org's cohort is the same 404 as an unknown id). Membership
@@ -56,8 +56,8 @@ async fn find(app: &AppState, session: &Session, id: &str) -> Result<Cohort, Api
     project_cohorts(app, &session.project_id).await?.into_iter().find(|c| c.id == id).ok_or_else(not_found)
 }
 
-/// The evaluation instant: `to` if given, else now (DESIGN A8: a cohort's ranges end now,
-/// or at `to`).
+/// The evaluation instant: `to` if given, else now (docs/API.md, "Cohorts": a cohort's ranges
+/// end now, or at `to`).
 fn instant(params: &Params) -> Result<i64, ApiError> {
     match params.instant("to")? {
         Some(at) => after_epoch(at),

@@ -1,7 +1,7 @@
-//! `GET /api/v1/errors` and `/errors/{fingerprint}` (DESIGN A4): groups computed per shard
-//! (the fingerprint is a hash of source, service, type and normalised message, the same on
-//! every shard) and merged: counts add up, first/last seen are the min/max, the sample is
-//! the latest occurrence's trace.
+//! `GET /api/v1/errors` and `/errors/{fingerprint}` (docs/API.md, "Error groups"): groups
+//! computed per shard (the fingerprint is a hash of source, service, type and normalised
+//! message, the same on every shard) and merged: counts add up, first/last seen are the
+//! min/max, the sample is the latest occurrence's trace.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,6 +1,6 @@
 //! `GET /api/funnel?steps=a,b,c&window=14&window_unit=day&range=30d&order=ordered|strict`
-//! (DESIGN A8). Shards compute each user's furthest step (`model::funnel`) and answer
-//! per-step counts with time-to-convert sketches; the router sums and merges.
+//! (docs/API.md, "Funnels"). Shards compute each user's furthest step (`model::funnel`) and
+//! answer per-step counts with time-to-convert sketches; the router sums and merges.
 
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
-//! `GET /api/v1/infrastructure/hosts` and `/hosts/{hostname}/metrics` (DESIGN A4): the
-//! latest sample per host (stale after 5 minutes), and one host's metrics averaged per step
-//! (shards answer sums and counts per bucket, so the means merge exactly).
+//! `GET /api/v1/infrastructure/hosts` and `/hosts/{hostname}/metrics` (docs/API.md, "Hosts and
+//! host metrics"): the latest sample per host (stale after 5 minutes), and one host's metrics
+//! averaged per step (shards answer sums and counts per bucket, so the means merge exactly).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

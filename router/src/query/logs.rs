@@ -1,8 +1,8 @@
-//! `GET /api/v1/logs/search` (DESIGN A4): `q` is parsed here (a malformed query is a 400
-//! before any shard is asked) and evaluated by each shard with the same parser, its token
-//! index pruning row groups. Shards answer their newest `limit + 1` lines after the cursor;
-//! the router merges by the lines' total key (time, shard, content hash, rank among identical
-//! lines), so pages never skip or repeat a line.
+//! `GET /api/v1/logs/search` (docs/API.md, "Log search" and "Log search syntax"): `q` is parsed
+//! here (a malformed query is a 400 before any shard is asked) and evaluated by each shard with
+//! the same parser, its token index pruning row groups. Shards answer their newest `limit + 1`
+//! lines after the cursor; the router merges by the lines' total key (time, shard, content
+//! hash, rank among identical lines), so pages never skip or repeat a line.
 
 use std::sync::Arc;
 

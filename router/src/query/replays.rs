@@ -1,7 +1,7 @@
-//! Session recordings (DESIGN A7): `GET /api/replays?from&to&distinct_id` lists sessions
-//! newest first with a keyset cursor, `GET /api/replays/{session_id}` returns a session's
-//! rrweb events in timestamp order for a player. A session lives on one shard, so shards
-//! answer whole sessions and the router only sorts and pages.
+//! Session recordings (docs/API.md, "Session replays"): `GET /api/replays?from&to&distinct_id`
+//! lists sessions newest first with a keyset cursor, `GET /api/replays/{session_id}` returns a
+//! session's rrweb events in timestamp order for a player. A session lives on one shard, so
+//! shards answer whole sessions and the router only sorts and pages.
 
 use std::sync::Arc;
 

@@ -1,8 +1,8 @@
-//! `GET /api/retention?start_event&return_event&period&periods&from&to&type&tz` (DESIGN A8):
-//! cohorts of users by the period they did `start_event` in (their first such period for
-//! `first_time`, every one for `recurring`), and how many of each did `return_event` j periods
-//! later. Only on plans with the `retention` feature. Periods are calendar buckets of the
-//! caller's time zone; shards count per user and the router sums.
+//! `GET /api/retention?start_event&return_event&period&periods&from&to&type&tz` (docs/API.md,
+//! "Retention"): cohorts of users by the period they did `start_event` in (their first such
+//! period for `first_time`, every one for `recurring`), and how many of each did `return_event`
+//! j periods later. Only on plans with the `retention` feature. Periods are calendar buckets of
+//! the caller's time zone; shards count per user and the router sums.
 
 use std::sync::Arc;
 

@@ -1,5 +1,5 @@
-//! `GET /api/v1/service-map` (DESIGN A4): nodes and edges summed over shards (a trace lives
-//! on one shard, so every edge is found whole on one), p95 from merged sketches.
+//! `GET /api/v1/service-map` (docs/API.md, "Service map"): nodes and edges summed over shards
+//! (a trace lives on one shard, so every edge is found whole on one), p95 from merged sketches.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
