@@ -11,8 +11,9 @@ use axum::Json;
 use serde_json::{json, Value};
 use sextant_model::calendar::{self, CalendarError, Interval};
 use sextant_model::time::{format_nanos, now_nanos};
-use sextant_proto::{query_reply, query_request, ActiveDay, ActiveUsersPlan, EventBucket, EventBucketsPlan};
+use sextant_proto::{query_request, ActiveUsersPlan, EventBucketsPlan};
 
+use super::merge::{ActiveDays, EventBuckets};
 use super::params::{invalid, Params, HOUR_NS};
 use super::scatter::scatter;
 use crate::http::error::ApiError;
@@ -64,16 +65,8 @@ pub async fn timeseries(
         bucket_starts: starts.clone(),
         cohort,
     });
-    let gathered = scatter(&app, &session.project_id, (starts[0], to), params.allow_partial()?, plan).await?;
-    let mut sums = vec![EventBucket::default(); starts.len()];
-    for (_, p) in &gathered.partials {
-        if let query_reply::Partial::EventBuckets(b) = p {
-            for (sum, b) in sums.iter_mut().zip(&b.buckets) {
-                sum.count += b.count;
-                sum.unique_users += b.unique_users;
-            }
-        }
-    }
+    let mut gathered = scatter(&app, &session.project_id, (starts[0], to), params.allow_partial()?, plan).await?;
+    let sums = gathered.fold(EventBuckets::new(starts.len()))?.0;
     let points: Vec<Value> = starts
         .iter()
         .zip(&sums)
@@ -107,17 +100,8 @@ pub async fn active_users(
     let cohort = crate::query::cohorts::filter(&app, &session, &params, to).await?;
     let plan =
         query_request::Plan::ActiveUsers(ActiveUsersPlan { day_starts: day_starts.clone(), first_reported, cohort });
-    let gathered = scatter(&app, &session.project_id, (day_starts[0], to), params.allow_partial()?, plan).await?;
-    let mut sums = vec![ActiveDay::default(); reported.len()];
-    for (_, p) in &gathered.partials {
-        if let query_reply::Partial::ActiveUsers(a) = p {
-            for (sum, d) in sums.iter_mut().zip(&a.days) {
-                sum.dau += d.dau;
-                sum.wau += d.wau;
-                sum.mau += d.mau;
-            }
-        }
-    }
+    let mut gathered = scatter(&app, &session.project_id, (day_starts[0], to), params.allow_partial()?, plan).await?;
+    let sums = gathered.fold(ActiveDays::new(reported.len()))?.0;
     let points: Vec<Value> = reported
         .iter()
         .zip(&sums)

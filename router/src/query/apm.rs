@@ -2,50 +2,19 @@
 //! from every shard and their latency sketches merged bucket by bucket, so percentiles keep the
 //! sketch's relative error whatever the number of shards.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{RawQuery, State};
 use axum::Json;
 use serde_json::{json, Value};
-use sextant_model::sketch::LatencySketch;
-use sextant_proto::{query_reply, query_request, ApmPlan};
+use sextant_proto::{query_request, ApmPlan};
 
+use super::merge::Endpoints;
 use super::params::{invalid, ms, Params};
 use super::scatter::scatter;
 use crate::http::error::ApiError;
 use crate::identity::auth::Session;
 use crate::AppState;
-
-/// Merged statistics of one endpoint, service or edge.
-#[derive(Default)]
-pub struct Stats {
-    pub count: u64,
-    pub errors: u64,
-    pub sum_ms: f64,
-    pub sketch: LatencySketch,
-}
-
-impl Stats {
-    pub fn add(&mut self, count: u64, errors: u64, sum_ms: f64, sketch: &[u8]) -> Result<(), ApiError> {
-        self.count += count;
-        self.errors += errors;
-        self.sum_ms += sum_ms;
-        self.sketch.merge_encoded(sketch).map_err(|e| ApiError::Internal(e.to_string()))
-    }
-
-    pub fn error_rate(&self) -> f64 {
-        if self.count == 0 {
-            0.0
-        } else {
-            self.errors as f64 / self.count as f64
-        }
-    }
-
-    pub fn quantile_ms(&self, q: f64) -> Option<f64> {
-        self.sketch.quantile(q).map(ms)
-    }
-}
 
 const SORTS: [&str; 9] =
     ["count", "error_count", "error_rate", "rps", "avg_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms"];
@@ -65,23 +34,12 @@ pub async fn endpoints(
         ));
     }
     let plan = ApmPlan { services: params.list("service")? };
-    let gathered =
+    let mut gathered =
         scatter(&app, &session.project_id, (from, to), params.allow_partial()?, query_request::Plan::Apm(plan)).await?;
-    let mut merged: BTreeMap<(String, String), Stats> = BTreeMap::new();
-    for (_, p) in &gathered.partials {
-        if let query_reply::Partial::Apm(a) = p {
-            for e in &a.endpoints {
-                merged.entry((e.service.clone(), e.operation.clone())).or_default().add(
-                    e.count,
-                    e.error_count,
-                    e.sum_ms,
-                    &e.sketch,
-                )?;
-            }
-        }
-    }
+    let merged = gathered.fold(Endpoints::default())?;
     let seconds = (to - from) as f64 / 1e9;
     let mut items: Vec<Value> = merged
+        .0
         .iter()
         .map(|((service, operation), s)| {
             json!({

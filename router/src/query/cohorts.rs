@@ -18,8 +18,9 @@ use sextant_model::cohort::{self, Cohort, CohortInput};
 use sextant_model::meta::{MetaCommand, MetaQuery};
 use sextant_model::time::now_nanos;
 use sextant_model::ProjectId;
-use sextant_proto::{query_reply, query_request, CohortFilter, CohortSizesPlan, CohortUsersPlan};
+use sextant_proto::{query_request, CohortFilter, CohortSizesPlan, CohortUsersPlan};
 
+use super::merge::{CohortMembers, CohortSizes};
 use super::params::{invalid, Params};
 use super::scatter::{scatter, Gathered};
 use crate::http::error::ApiError;
@@ -85,16 +86,9 @@ async fn sizes(
 ) -> Result<(Vec<u64>, Gathered), ApiError> {
     let plan =
         CohortSizesPlan { cohorts: cohorts.iter().map(|c| c.definition.to_proto()).collect(), at_unix_nanos: at };
-    let gathered =
+    let mut gathered =
         scatter(app, &session.project_id, (0, at), allow_partial, query_request::Plan::CohortSizes(plan)).await?;
-    let mut sums = vec![0u64; cohorts.len()];
-    for (_, p) in &gathered.partials {
-        if let query_reply::Partial::CohortSizes(s) = p {
-            for (sum, n) in sums.iter_mut().zip(&s.sizes) {
-                *sum += n;
-            }
-        }
-    }
+    let sums = gathered.fold(CohortSizes::new(cohorts.len()))?.0;
     Ok((sums, gathered))
 }
 
@@ -187,16 +181,10 @@ pub async fn users(
         after: page.after.clone().unwrap_or_default(),
         limit: page.limit as u32 + 1,
     };
-    let gathered =
+    let mut gathered =
         scatter(&app, &session.project_id, (0, at), params.allow_partial()?, query_request::Plan::CohortUsers(plan))
             .await?;
-    let mut ids: Vec<String> = Vec::new();
-    for (_, p) in gathered.partials.iter() {
-        if let query_reply::Partial::CohortUsers(u) = p {
-            ids.extend(u.distinct_ids.iter().cloned());
-        }
-    }
-    ids.sort_unstable();
+    let ids = gathered.fold(CohortMembers::default())?.sorted();
     let items: Vec<(String, Value)> = ids.into_iter().map(|id| (id.clone(), json!({ "distinct_id": id }))).collect();
     let mut body = page.apply(items);
     gathered.annotate(&mut body);

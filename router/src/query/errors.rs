@@ -3,38 +3,20 @@
 //! message, the same on every shard) and merged: counts add up, first/last seen are the
 //! min/max, the sample is the latest occurrence's trace.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::Json;
 use serde_json::{json, Value};
 use sextant_model::time::format_nanos;
-use sextant_proto::{query_reply, query_request, ErrorGroup, ErrorsPlan};
+use sextant_proto::{query_request, ErrorGroup, ErrorsPlan};
 
+use super::merge::ErrorGroups;
 use super::params::Params;
 use super::scatter::{scatter, Gathered};
 use crate::http::error::ApiError;
 use crate::identity::auth::Session;
 use crate::AppState;
-
-/// Occurrences in a group's detail (each shard sends at most this many).
-pub const RECENT: usize = 20;
-
-pub fn merge(into: &mut ErrorGroup, other: &ErrorGroup) {
-    into.count += other.count;
-    into.recent.extend(other.recent.iter().cloned());
-    into.recent.sort_by(|a, b| (b.unix_nanos, &b.trace_id, &b.message).cmp(&(a.unix_nanos, &a.trace_id, &a.message)));
-    into.recent.truncate(RECENT);
-    into.first_unix_nanos = into.first_unix_nanos.min(other.first_unix_nanos);
-    into.last_unix_nanos = into.last_unix_nanos.max(other.last_unix_nanos);
-    if !other.sample_trace_id.is_empty()
-        && (into.sample_trace_id.is_empty() || other.sample_unix_nanos > into.sample_unix_nanos)
-    {
-        into.sample_trace_id.clone_from(&other.sample_trace_id);
-        into.sample_unix_nanos = other.sample_unix_nanos;
-    }
-}
 
 fn group_json(g: &ErrorGroup) -> Value {
     json!({
@@ -50,26 +32,6 @@ fn group_json(g: &ErrorGroup) -> Value {
     })
 }
 
-/// Most frequent first, then most recent, then by fingerprint (a stable order).
-fn merged(gathered: &Gathered) -> Vec<ErrorGroup> {
-    let mut groups: HashMap<String, ErrorGroup> = HashMap::new();
-    for (_, p) in &gathered.partials {
-        if let query_reply::Partial::Errors(e) = p {
-            for g in &e.groups {
-                match groups.get_mut(&g.fingerprint) {
-                    Some(into) => merge(into, g),
-                    None => {
-                        groups.insert(g.fingerprint.clone(), g.clone());
-                    }
-                }
-            }
-        }
-    }
-    let mut out: Vec<ErrorGroup> = groups.into_values().collect();
-    out.sort_by(|a, b| (b.count, b.last_unix_nanos, &a.fingerprint).cmp(&(a.count, a.last_unix_nanos, &b.fingerprint)));
-    out
-}
-
 async fn groups(
     app: &AppState,
     session: &Session,
@@ -77,10 +39,10 @@ async fn groups(
     fingerprint: &str,
 ) -> Result<(Vec<ErrorGroup>, Gathered), ApiError> {
     let plan = ErrorsPlan { services: params.list("service")?, fingerprint: fingerprint.to_owned() };
-    let gathered =
+    let mut gathered =
         scatter(app, &session.project_id, params.range()?, params.allow_partial()?, query_request::Plan::Errors(plan))
             .await?;
-    Ok((merged(&gathered), gathered))
+    Ok((gathered.fold(ErrorGroups::default())?.sorted(), gathered))
 }
 
 pub async fn list(
@@ -126,26 +88,4 @@ pub async fn get(
         .collect();
     gathered.annotate(&mut body);
     Ok(Json(body))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn groups_merge_counts_bounds_and_latest_sample() {
-        let g = |count, first, last, trace: &str| ErrorGroup {
-            fingerprint: "f".into(),
-            count,
-            first_unix_nanos: first,
-            last_unix_nanos: last,
-            sample_trace_id: trace.into(),
-            sample_unix_nanos: last,
-            ..Default::default()
-        };
-        let mut a = g(2, 10, 20, "t1");
-        merge(&mut a, &g(3, 5, 30, "t2"));
-        merge(&mut a, &g(1, 7, 40, ""));
-        assert_eq!((a.count, a.first_unix_nanos, a.last_unix_nanos, a.sample_trace_id.as_str()), (6, 5, 40, "t2"));
-    }
 }

@@ -9,10 +9,10 @@ use axum::Json;
 use serde_json::{json, Value};
 use sextant_model::calendar;
 use sextant_model::funnel::{MAX_STEPS, MIN_STEPS};
-use sextant_model::sketch::LatencySketch;
 use sextant_model::time::{format_nanos, now_nanos};
-use sextant_proto::{query_reply, query_request, FunnelPlan};
+use sextant_proto::{query_request, FunnelPlan};
 
+use super::merge::FunnelSteps;
 use super::params::{invalid, Params, MAX_RANGE_NS};
 use super::scatter::scatter;
 use crate::http::error::ApiError;
@@ -83,21 +83,10 @@ pub async fn funnel(
         FunnelPlan { steps: steps.clone(), window_nanos: window, strict, range_from: from, range_to: to, cohort };
     // Later steps may happen up to a window after the range.
     let scan_range = (from, to.saturating_add(window));
-    let gathered =
+    let mut gathered =
         scatter(&app, &session.project_id, scan_range, params.allow_partial()?, query_request::Plan::Funnel(plan))
             .await?;
-    let mut users = vec![0u64; steps.len()];
-    let mut sums = vec![0f64; steps.len()];
-    let mut sketches: Vec<LatencySketch> = steps.iter().map(|_| LatencySketch::default()).collect();
-    for (_, p) in &gathered.partials {
-        if let query_reply::Partial::Funnel(f) = p {
-            for (k, s) in f.steps.iter().enumerate().take(steps.len()) {
-                users[k] += s.users;
-                sums[k] += s.seconds_sum;
-                sketches[k].merge_encoded(&s.seconds_sketch).map_err(|e| ApiError::Internal(e.to_string()))?;
-            }
-        }
-    }
+    let FunnelSteps { users, seconds_sum: sums, seconds: sketches } = gathered.fold(FunnelSteps::new(steps.len()))?;
     let rate = |n: u64, of: u64| if of == 0 { 0.0 } else { n as f64 / of as f64 };
     let items: Vec<Value> = steps
         .iter()

@@ -2,15 +2,15 @@
 //! host metrics"): the latest sample per host (stale after 5 minutes), and one host's metrics
 //! averaged per step (shards answer sums and counts per bucket, so the means merge exactly).
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::Json;
 use serde_json::{json, Value};
 use sextant_model::time::{format_nanos, now_nanos};
-use sextant_proto::{query_reply, query_request, HostBucket, HostMetric, HostSeriesPlan, HostsPlan, Mean};
+use sextant_proto::{query_request, HostBucket, HostSeriesPlan, HostsPlan, Mean};
 
+use super::merge::{HostSeries, LatestHosts};
 use super::params::{invalid, Params, HOUR_NS};
 use super::scatter::scatter;
 use crate::http::error::ApiError;
@@ -30,19 +30,10 @@ pub async fn list(
     let params = Params::parse(raw.as_deref())?;
     // A day by default: a host that stopped reporting stays listed (as stale) for a while.
     let range = params.range_or(24 * HOUR_NS)?;
-    let gathered =
+    let mut gathered =
         scatter(&app, &session.project_id, range, params.allow_partial()?, query_request::Plan::Hosts(HostsPlan {}))
             .await?;
-    let mut latest: BTreeMap<String, HostMetric> = BTreeMap::new();
-    for (_, p) in gathered.partials.iter() {
-        if let query_reply::Partial::Hosts(h) = p {
-            for m in &h.latest {
-                if latest.get(&m.hostname).is_none_or(|l| m.unix_nanos > l.unix_nanos) {
-                    latest.insert(m.hostname.clone(), m.clone());
-                }
-            }
-        }
-    }
+    let latest = gathered.fold(LatestHosts::default())?.0;
     let now = now_nanos();
     let items: Vec<Value> = latest
         .values()
@@ -95,14 +86,6 @@ fn mean(m: &Option<Mean>) -> Value {
     }
 }
 
-fn add(into: &mut Option<Mean>, other: &Option<Mean>) {
-    if let Some(o) = other {
-        let m = into.get_or_insert_with(Mean::default);
-        m.sum += o.sum;
-        m.count += o.count;
-    }
-}
-
 pub async fn metrics(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -125,25 +108,10 @@ pub async fn metrics(
         return Err(invalid("step", &format!("gives {points} points; at most {MAX_POINTS} are allowed")));
     }
     let plan = HostSeriesPlan { hostname: hostname.clone(), step_nanos: step };
-    let gathered =
+    let mut gathered =
         scatter(&app, &session.project_id, (from, to), params.allow_partial()?, query_request::Plan::HostSeries(plan))
             .await?;
-    let mut buckets: BTreeMap<i64, HostBucket> = BTreeMap::new();
-    for (_, p) in &gathered.partials {
-        if let query_reply::Partial::HostSeries(s) = p {
-            for b in &s.buckets {
-                let into = buckets
-                    .entry(b.start_unix_nanos)
-                    .or_insert_with(|| HostBucket { start_unix_nanos: b.start_unix_nanos, ..Default::default() });
-                add(&mut into.cpu_percent, &b.cpu_percent);
-                add(&mut into.memory_used_bytes, &b.memory_used_bytes);
-                add(&mut into.memory_total_bytes, &b.memory_total_bytes);
-                add(&mut into.disk_used_percent, &b.disk_used_percent);
-                add(&mut into.network_rx_bytes_per_sec, &b.network_rx_bytes_per_sec);
-                add(&mut into.network_tx_bytes_per_sec, &b.network_tx_bytes_per_sec);
-            }
-        }
-    }
+    let buckets = gathered.fold(HostSeries::default())?.0;
     // Every step of the range, empty ones with nulls, so charts show gaps.
     let empty = HostBucket::default();
     let points: Vec<Value> = (0..points)

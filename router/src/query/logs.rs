@@ -13,21 +13,17 @@ use sextant_model::attributes;
 use sextant_model::ingest::parse_level;
 use sextant_model::text::LogQuery;
 use sextant_model::time::format_nanos;
-use sextant_proto::{query_reply, query_request, KeyedLog, LogKey, LogLevel, LogSearchPlan};
+use sextant_proto::{query_request, KeyedLog, LogKey, LogLevel, LogSearchPlan};
 
+use super::merge::LogList;
 use super::params::{bad_cursor, cursor_time, decode_cursor, encode_cursor, invalid, Params};
 use super::scatter::scatter;
 use crate::http::error::ApiError;
 use crate::identity::auth::Session;
 use crate::AppState;
 
-/// Compared descending: the list order (the node uses the same).
-fn order(k: &LogKey) -> (i64, u64, u64, std::cmp::Reverse<u32>) {
-    (k.unix_nanos, k.group, k.content_hash, std::cmp::Reverse(k.duplicate))
-}
-
 fn key_of(l: &KeyedLog) -> LogKey {
-    l.key.clone().unwrap_or_default()
+    l.key.unwrap_or_default()
 }
 
 fn cursor_of(k: &LogKey) -> String {
@@ -47,14 +43,6 @@ fn parse_cursor(params: &Params) -> Result<Option<LogKey>, ApiError> {
             })
         })
         .transpose()
-}
-
-pub fn merge(lists: Vec<Vec<KeyedLog>>, limit: usize) -> (Vec<KeyedLog>, bool) {
-    let mut all: Vec<KeyedLog> = lists.into_iter().flatten().collect();
-    all.sort_by(|a, b| order(&key_of(b)).cmp(&order(&key_of(a))));
-    let more = all.len() > limit;
-    all.truncate(limit);
-    (all, more)
 }
 
 pub fn level_name(level: i32) -> &'static str {
@@ -109,14 +97,7 @@ pub async fn search(
     };
     let mut gathered =
         scatter(&app, &session.project_id, range, params.allow_partial()?, query_request::Plan::Logs(plan)).await?;
-    let lists = std::mem::take(&mut gathered.partials)
-        .into_iter()
-        .filter_map(|(_, p)| match p {
-            query_reply::Partial::Logs(l) => Some(l.logs),
-            _ => None,
-        })
-        .collect();
-    let (page, more) = merge(lists, limit);
+    let (page, more) = gathered.fold(LogList::default())?.page(limit);
     let next = if more { page.last().map(|l| cursor_of(&key_of(l))) } else { None };
     let mut body = json!({ "items": page.iter().map(log_json).collect::<Vec<_>>(), "next_cursor": next });
     gathered.annotate(&mut body);
@@ -126,6 +107,17 @@ pub async fn search(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::query::merge::{log_order as order, Merge};
+    use sextant_proto::LogSearchPartial;
+
+    /// The shards' lists merged as `search` merges them.
+    fn merge(lists: Vec<Vec<KeyedLog>>, limit: usize) -> (Vec<KeyedLog>, bool) {
+        let mut merged = LogList::default();
+        for logs in lists {
+            merged.add(LogSearchPartial { logs }).unwrap();
+        }
+        merged.page(limit)
+    }
 
     fn keyed(t: i64, group: u64, hash: u64, duplicate: u32) -> KeyedLog {
         KeyedLog { key: Some(LogKey { unix_nanos: t, group, content_hash: hash, duplicate }), log: None }
@@ -140,7 +132,7 @@ mod tests {
                     .flat_map(|t| (0..2u64).map(move |h| (t, h)))
                     .flat_map(|(t, h)| (0..((t as u32 + h as u32 + g as u32) % 3 + 1)).map(move |d| keyed(t, g, h, d)))
                     .collect();
-                v.sort_by(|a, b| order(&key_of(b)).cmp(&order(&key_of(a))));
+                v.sort_by_key(|l| std::cmp::Reverse(order(&key_of(l))));
                 v
             })
             .collect();

@@ -9,6 +9,7 @@ pub mod errors;
 pub mod funnel;
 pub mod hosts;
 pub mod logs;
+pub mod merge;
 pub mod params;
 pub mod replays;
 pub mod retention;

@@ -9,8 +9,9 @@ use axum::extract::{Path, RawQuery, State};
 use axum::Json;
 use serde_json::{json, Value};
 use sextant_model::time::format_nanos;
-use sextant_proto::{query_reply, query_request, ReplayEventsPlan, ReplayListPlan, ReplaySession};
+use sextant_proto::{query_request, ReplayEventsPlan, ReplayListPlan};
 
+use super::merge::{ReplayEvents, ReplaySessions};
 use super::params::{bad_cursor, cursor_time, decode_cursor, encode_cursor, invalid, Params, HOUR_NS};
 use super::scatter::scatter;
 use crate::http::error::ApiError;
@@ -20,10 +21,6 @@ use crate::AppState;
 /// Recordings are looked for over the last 30 days unless `from`/`to` say otherwise.
 const DEFAULT_RANGE_NS: i64 = 30 * 24 * HOUR_NS;
 const MAX_ID_CHARS: usize = 200;
-
-fn key(s: &ReplaySession) -> (i64, &str) {
-    (s.start_unix_nanos, s.session_id.as_str())
-}
 
 pub async fn list(
     State(app): State<Arc<AppState>>,
@@ -44,20 +41,9 @@ pub async fn list(
         })
         .transpose()?;
     let plan = query_request::Plan::Replays(ReplayListPlan { distinct_id });
-    let gathered = scatter(&app, &session.project_id, range, params.allow_partial()?, plan).await?;
-    let mut sessions: Vec<ReplaySession> = gathered
-        .partials
-        .iter()
-        .flat_map(|(_, p)| match p {
-            query_reply::Partial::Replays(r) => r.sessions.clone(),
-            _ => Vec::new(),
-        })
-        .filter(|s| after.as_ref().is_none_or(|(t, id)| key(s) < (*t, id.as_str())))
-        .collect();
-    // Newest first; the session id breaks ties so the order (and the cursor) is total.
-    sessions.sort_by(|a, b| key(b).cmp(&key(a)));
-    let more = sessions.len() > limit;
-    sessions.truncate(limit);
+    let mut gathered = scatter(&app, &session.project_id, range, params.allow_partial()?, plan).await?;
+    let after = after.as_ref().map(|(t, id)| (*t, id.as_str()));
+    let (sessions, more) = gathered.fold(ReplaySessions::default())?.page(after, limit);
     let next_cursor =
         more.then(|| sessions.last().map(|s| encode_cursor(&format!("{}:{}", s.start_unix_nanos, s.session_id))));
     let items: Vec<Value> = sessions
@@ -90,19 +76,11 @@ pub async fn events(
     }
     let range = params.range_or(DEFAULT_RANGE_NS)?;
     let plan = query_request::Plan::ReplayEvents(ReplayEventsPlan { session_id: session_id.clone() });
-    let gathered = scatter(&app, &session.project_id, range, params.allow_partial()?, plan).await?;
-    let mut events: Vec<_> = gathered
-        .partials
-        .iter()
-        .flat_map(|(_, p)| match p {
-            query_reply::Partial::ReplayEvents(r) => r.events.clone(),
-            _ => Vec::new(),
-        })
-        .collect();
+    let mut gathered = scatter(&app, &session.project_id, range, params.allow_partial()?, plan).await?;
+    let events = gathered.fold(ReplayEvents::default())?.sorted();
     if events.is_empty() {
         return Err(ApiError::NotFound(format!("no recording of session {session_id}")));
     }
-    events.sort_by_key(|e| e.unix_nanos);
     let distinct_id = events.iter().map(|e| e.distinct_id.as_str()).find(|d| !d.is_empty()).unwrap_or_default();
     let body_events: Vec<Value> = events
         .iter()

@@ -11,8 +11,9 @@ use axum::Json;
 use serde_json::{json, Value};
 use sextant_model::calendar::{self, Interval};
 use sextant_model::time::format_nanos;
-use sextant_proto::{query_reply, query_request, RetentionCohort, RetentionPlan};
+use sextant_proto::{query_request, RetentionPlan};
 
+use super::merge::RetentionCohorts;
 use super::params::{invalid, Params};
 use super::scatter::scatter;
 use crate::http::error::ApiError;
@@ -109,7 +110,7 @@ pub async fn retention(
         periods,
         first_time,
     };
-    let gathered = scatter(
+    let mut gathered = scatter(
         &app,
         &session.project_id,
         (bucket_starts[0], scan_end),
@@ -117,18 +118,7 @@ pub async fn retention(
         query_request::Plan::Retention(plan),
     )
     .await?;
-    let mut sums: Vec<RetentionCohort> =
-        cohort_starts.iter().map(|_| RetentionCohort { size: 0, returned: vec![0; periods as usize] }).collect();
-    for (_, p) in &gathered.partials {
-        if let query_reply::Partial::Retention(r) = p {
-            for (sum, c) in sums.iter_mut().zip(&r.cohorts) {
-                sum.size += c.size;
-                for (s, n) in sum.returned.iter_mut().zip(&c.returned) {
-                    *s += n;
-                }
-            }
-        }
-    }
+    let sums = gathered.fold(RetentionCohorts::new(cohort_starts.len(), periods as usize))?.0;
     let cohorts: Vec<Value> = cohort_starts
         .iter()
         .zip(&sums)

@@ -9,6 +9,7 @@ use std::time::Duration;
 use sextant_model::ProjectId;
 use sextant_proto::{query_reply, query_request, QueryReply, QueryRequest};
 
+use super::merge::Merge;
 use crate::cluster::{ClusterError, GroupId};
 use crate::http::error::ApiError;
 use crate::AppState;
@@ -25,6 +26,17 @@ pub struct Gathered {
 }
 
 impl Gathered {
+    /// Every shard's partial added in turn to `into`: the merged answer. The partials are
+    /// consumed; which shards are missing stays, for [`Self::annotate`].
+    pub fn fold<M: Merge>(&mut self, mut into: M) -> Result<M, ApiError> {
+        for (_, partial) in std::mem::take(&mut self.partials) {
+            if let Some(p) = M::pick(partial) {
+                into.add(p)?;
+            }
+        }
+        Ok(into)
+    }
+
     /// `missing_shards` for a partial answer (never present in a complete one).
     pub fn annotate(&self, body: &mut serde_json::Value) {
         if !self.missing.is_empty() {

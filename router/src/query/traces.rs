@@ -15,8 +15,9 @@ use sextant_model::attributes;
 use sextant_model::partition::group_of;
 use sextant_model::time::format_nanos;
 use sextant_model::TraceId;
-use sextant_proto::{query_reply, query_request, Span, SpanStatus, TraceKey, TraceListPlan, TraceSummary};
+use sextant_proto::{query_request, Span, SpanStatus, TraceKey, TraceListPlan, TraceSummary};
 
+use super::merge::TraceList;
 use super::params::{bad_cursor, cursor_time, decode_cursor, encode_cursor, invalid, ms, Params};
 use super::scatter::scatter;
 use crate::http::error::ApiError;
@@ -69,10 +70,6 @@ pub async fn get_trace(
     })))
 }
 
-fn key(t: &TraceSummary) -> (i64, &str) {
-    (t.start_unix_nanos, t.trace_id.as_str())
-}
-
 fn cursor_of(t: &TraceSummary) -> String {
     encode_cursor(&format!("{}:{}", t.start_unix_nanos, t.trace_id))
 }
@@ -84,15 +81,6 @@ fn parse_cursor(params: &Params) -> Result<Option<TraceKey>, ApiError> {
             Ok(TraceKey { start_unix_nanos: cursor_time(start)?, trace_id: id.to_owned() })
         })
         .transpose()
-}
-
-/// The newest `limit` of the shards' lists, and whether more remain.
-pub fn merge(lists: Vec<Vec<TraceSummary>>, limit: usize) -> (Vec<TraceSummary>, bool) {
-    let mut all: Vec<TraceSummary> = lists.into_iter().flatten().collect();
-    all.sort_by(|a, b| key(b).cmp(&key(a)));
-    let more = all.len() > limit;
-    all.truncate(limit);
-    (all, more)
 }
 
 pub fn summary_json(t: &TraceSummary) -> Value {
@@ -130,17 +118,9 @@ pub async fn list(
         limit: limit as u32 + 1,
         before: parse_cursor(&params)?,
     };
-    let gathered =
+    let mut gathered =
         scatter(&app, &session.project_id, range, params.allow_partial()?, query_request::Plan::Traces(plan)).await?;
-    let lists = gathered
-        .partials
-        .iter()
-        .filter_map(|(_, p)| match p {
-            query_reply::Partial::Traces(t) => Some(t.traces.clone()),
-            _ => None,
-        })
-        .collect();
-    let (page, more) = merge(lists, limit);
+    let (page, more) = gathered.fold(TraceList::default())?.page(limit);
     let next = if more { page.last().map(cursor_of) } else { None };
     let mut body = json!({ "items": page.iter().map(summary_json).collect::<Vec<_>>(), "next_cursor": next });
     gathered.annotate(&mut body);
@@ -150,6 +130,17 @@ pub async fn list(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::query::merge::{trace_key as key, Merge};
+    use sextant_proto::TraceListPartial;
+
+    /// The shards' lists merged as `list` merges them.
+    fn merge(lists: Vec<Vec<TraceSummary>>, limit: usize) -> (Vec<TraceSummary>, bool) {
+        let mut merged = TraceList::default();
+        for traces in lists {
+            merged.add(TraceListPartial { traces }).unwrap();
+        }
+        merged.page(limit)
+    }
 
     fn t(id: &str, start: i64) -> TraceSummary {
         TraceSummary { trace_id: id.into(), start_unix_nanos: start, end_unix_nanos: start + 1, ..Default::default() }
