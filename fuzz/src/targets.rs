@@ -17,7 +17,7 @@ use sextant_node::segment::file::write as write_segment;
 use sextant_node::segment::token_index::TokenIndex;
 use sextant_node::segment::{Filter, Manifest, Row, Scan, Segment, SegmentMeta, Table};
 use sextant_router::http::body;
-use sextant_router::query::{decode_cursor, Params};
+use sextant_router::query::{decode_cursor, params, traces};
 
 /// A fixed receive time (2026-01-01), so runs are reproducible.
 const NOW_NS: i64 = 1_767_225_600_000_000_000;
@@ -176,12 +176,13 @@ pub fn time_values(data: &[u8]) {
 /// lists, millisecond durations and cursors.
 pub fn query_params(data: &[u8]) {
     let raw = String::from_utf8_lossy(data);
-    let Ok(params) = Params::parse(Some(&raw)) else { return };
+    let Ok(query) = params::parse::<traces::ListQuery>(Some(&raw)) else { return };
+    let params = &query.params;
     let _ = params.limit();
     let _ = params.allow_partial();
-    let _ = params.list("service");
-    let _ = params.millis("min_duration_ms");
-    let _ = decode_cursor(&params);
+    let _ = params::list_of("service", query.service.as_deref());
+    let _ = params::millis("min_duration_ms", query.min_duration_ms.as_deref());
+    let _ = decode_cursor(params);
     for default_ns in [sextant_router::query::HOUR_NS, 366 * 24 * sextant_router::query::HOUR_NS, i64::MAX] {
         if let Ok((from, to)) = params.range_or(default_ns) {
             assert!(from < to, "a range is never empty or reversed");

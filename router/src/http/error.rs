@@ -3,7 +3,7 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::{json, Value};
+use serde::Serialize;
 use sextant_model::ingest::FieldError;
 use sextant_model::meta::{MetaCommandResult, Refusal};
 
@@ -30,6 +30,8 @@ pub enum ApiError {
     Forbidden(&'static str, &'static str),
     #[error("{0}")]
     NotFound(String),
+    #[error("method not allowed on this endpoint")]
+    MethodNotAllowed,
     #[error("{1}")]
     Conflict(&'static str, &'static str),
     #[error("too many requests; retry in {retry_after_secs} s")]
@@ -69,30 +71,31 @@ impl ApiError {
         ApiError::Validation { message: format!("{} invalid {kind}", errors.len()), errors }
     }
 
-    fn parts(&self) -> (StatusCode, &'static str, Option<Value>) {
+    fn parts(&self) -> (StatusCode, &'static str, Option<Details<'_>>) {
         match self {
             ApiError::BadRequest(code, _) => (StatusCode::BAD_REQUEST, code, None),
             ApiError::Validation { errors, .. } => {
-                (StatusCode::BAD_REQUEST, "validation_failed", Some(json!({ "errors": errors })))
+                (StatusCode::BAD_REQUEST, "validation_failed", Some(Details::Fields { errors }))
             }
             ApiError::BatchTooLarge { max, got } => {
-                (StatusCode::BAD_REQUEST, "batch_too_large", Some(json!({ "max": max, "got": got })))
+                (StatusCode::BAD_REQUEST, "batch_too_large", Some(Details::Count { max: *max, got: *got }))
             }
             ApiError::TooManyEvents { max, got } => {
-                (StatusCode::PAYLOAD_TOO_LARGE, "too_many_events", Some(json!({ "max": max, "got": got })))
+                (StatusCode::PAYLOAD_TOO_LARGE, "too_many_events", Some(Details::Count { max: *max, got: *got }))
             }
             ApiError::PayloadTooLarge { limit } => {
-                (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", Some(json!({ "limit_bytes": limit })))
+                (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large", Some(Details::Limit { limit_bytes: *limit }))
             }
             ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", None),
             ApiError::Unauthorized(_) => (StatusCode::UNAUTHORIZED, "unauthorized", None),
             ApiError::Forbidden(code, _) => (StatusCode::FORBIDDEN, code, None),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found", None),
+            ApiError::MethodNotAllowed => (StatusCode::METHOD_NOT_ALLOWED, "method_not_allowed", None),
             ApiError::Conflict(code, _) => (StatusCode::CONFLICT, code, None),
             ApiError::RateLimited { retry_after_secs } => (
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limited",
-                Some(json!({ "retry_after_seconds": retry_after_secs })),
+                Some(Details::RetryAfter { retry_after_seconds: *retry_after_secs }),
             ),
             ApiError::Unavailable(_) | ApiError::StorageUnavailable(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "unavailable", None)
@@ -100,19 +103,67 @@ impl ApiError {
             ApiError::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", None),
             ApiError::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, "request_timeout", None),
             ApiError::ReadTimeout { secs } => {
-                (StatusCode::GATEWAY_TIMEOUT, "query_timeout", Some(json!({ "timeout_seconds": secs })))
+                (StatusCode::GATEWAY_TIMEOUT, "query_timeout", Some(Details::Timeout { timeout_seconds: *secs }))
             }
             ApiError::QueryTooLarge { max_rows_per_shard } => (
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "query_too_large",
-                Some(json!({ "max_rows_per_shard": max_rows_per_shard })),
+                Some(Details::RowBudget { max_rows_per_shard: *max_rows_per_shard }),
             ),
-            ApiError::ShardsUnavailable { missing } => {
-                (StatusCode::SERVICE_UNAVAILABLE, "shards_unavailable", Some(json!({ "missing_shards": missing })))
-            }
+            ApiError::ShardsUnavailable { missing } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "shards_unavailable",
+                Some(Details::Shards { missing_shards: missing }),
+            ),
             ApiError::Internal(_) => (StatusCode::INTERNAL_SERVER_ERROR, "internal", None),
         }
     }
+}
+
+/// `{"error": {"code", "message", "details"?}}`: every error answer.
+#[derive(Debug, Serialize)]
+pub struct ErrorBody<'a> {
+    pub error: ErrorJson<'a>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ErrorJson<'a> {
+    /// Stable and machine-readable (docs/API.md, "Error responses").
+    pub code: &'static str,
+    /// For people; may change.
+    pub message: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub details: Option<Details<'a>>,
+}
+
+/// What some errors say besides their message.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum Details<'a> {
+    /// Every field that failed validation.
+    Fields {
+        errors: &'a [FieldError],
+    },
+    /// A count over its limit.
+    Count {
+        max: usize,
+        got: usize,
+    },
+    Limit {
+        limit_bytes: usize,
+    },
+    RetryAfter {
+        retry_after_seconds: u64,
+    },
+    Timeout {
+        timeout_seconds: u64,
+    },
+    RowBudget {
+        max_rows_per_shard: u64,
+    },
+    Shards {
+        missing_shards: &'a [u64],
+    },
 }
 
 impl From<ClusterError> for ApiError {
@@ -178,11 +229,8 @@ impl IntoResponse for ApiError {
             ApiError::StorageUnavailable(detail) => tracing::warn!(error = %detail, "storage unavailable"),
             _ => {}
         }
-        let mut error = json!({ "code": code, "message": self.to_string() });
-        if let Some(d) = details {
-            error["details"] = d;
-        }
-        let mut resp = (status, Json(json!({ "error": error }))).into_response();
+        let body = ErrorBody { error: ErrorJson { code, message: self.to_string(), details } };
+        let mut resp = (status, Json(body)).into_response();
         let retry_after = match &self {
             ApiError::RateLimited { retry_after_secs } => Some(*retry_after_secs),
             ApiError::Unavailable(_)
@@ -201,6 +249,7 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
 
     async fn body_text(resp: Response) -> String {
         let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap();
@@ -220,6 +269,17 @@ mod tests {
         for leaked in ["10.1.2.3", "tcp connect", "node 2", "leader"] {
             assert!(!body.contains(leaked), "the body {body} carries {leaked:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn details_are_in_the_contract_shape() {
+        let resp = ApiError::BatchTooLarge { max: 1000, got: 1001 }.into_response();
+        let v: Value = serde_json::from_str(&body_text(resp).await).unwrap();
+        assert_eq!(v["error"]["code"], "batch_too_large");
+        assert_eq!(v["error"]["details"], serde_json::json!({"max": 1000, "got": 1001}));
+        let resp = ApiError::NotFound("no such endpoint".into()).into_response();
+        let v: Value = serde_json::from_str(&body_text(resp).await).unwrap();
+        assert_eq!(v, serde_json::json!({"error": {"code": "not_found", "message": "no such endpoint"}}));
     }
 
     #[tokio::test]

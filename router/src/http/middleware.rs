@@ -9,8 +9,6 @@ use axum::extract::{ConnectInfo, MatchedPath, Request, State};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::Json;
-use serde_json::json;
 use tracing::Instrument;
 
 use crate::http::error::ApiError;
@@ -85,8 +83,7 @@ pub(crate) async fn observe(State(app): State<Arc<AppState>>, mut req: Request, 
     // `method_not_allowed_fallback`, which would also swallow CORS preflights.)
     if resp.status() == StatusCode::METHOD_NOT_ALLOWED && !resp.headers().contains_key(header::CONTENT_TYPE) {
         let allow = resp.headers().get(header::ALLOW).cloned();
-        let body = json!({"error": {"code": "method_not_allowed", "message": "method not allowed on this endpoint"}});
-        resp = (StatusCode::METHOD_NOT_ALLOWED, Json(body)).into_response();
+        resp = ApiError::MethodNotAllowed.into_response();
         if let Some(allow) = allow {
             resp.headers_mut().insert(header::ALLOW, allow);
         }

@@ -9,6 +9,7 @@ pub mod error;
 pub mod listing;
 pub mod metrics;
 pub mod middleware;
+pub mod query_string;
 
 use std::sync::Arc;
 
@@ -18,7 +19,7 @@ use axum::middleware::from_fn_with_state;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::{Json, Router};
-use serde_json::json;
+use serde::Serialize;
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 
 use crate::http::error::ApiError;
@@ -112,13 +113,19 @@ pub fn internal_router(app: Arc<AppState>) -> Router {
         .with_state(app)
 }
 
+/// What a probe answers when the router serves (`/healthz`) or is ready (`/readyz`).
+#[derive(Serialize)]
+struct Probe {
+    status: &'static str,
+}
+
 fn probes() -> Router<Arc<AppState>> {
-    Router::new().route("/healthz", get(|| async { Json(json!({"status": "ok"})) })).route("/readyz", get(readyz))
+    Router::new().route("/healthz", get(|| async { Json(Probe { status: "ok" }) })).route("/readyz", get(readyz))
 }
 
 async fn readyz(State(app): State<Arc<AppState>>) -> Response {
     if app.cluster.ready() {
-        Json(json!({"status": "ready"})).into_response()
+        Json(Probe { status: "ready" }).into_response()
     } else {
         ApiError::Unavailable("waiting for storage leaders and metadata".into()).into_response()
     }

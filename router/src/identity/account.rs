@@ -9,8 +9,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use sextant_model::identity::{check_password, normalize_email, normalize_name, Problems};
 use sextant_model::meta::{
     CredentialKind, Member, MetaCommand, MetaCommandResult, MetaQuery, Org, Project, RefreshFamily, Refusal, Role,
@@ -22,7 +21,7 @@ use sextant_model::{OrgId, ProjectId, UserId};
 use crate::http::error::ApiError;
 use crate::identity::auth::{hash_password, new_credential, verify_password, ACCESS_TOKEN_SECONDS};
 use crate::identity::members::parse_invite_token;
-use crate::identity::projects::project_json;
+use crate::identity::projects::ProjectJson;
 use crate::identity::refresh::{self, RefreshToken};
 use crate::AppState;
 
@@ -34,18 +33,78 @@ pub fn time_json(ms: i64) -> String {
     format_nanos(ms.saturating_mul(1_000_000))
 }
 
-pub fn member_json(m: &Member) -> Value {
-    json!({
-        "id": m.id, "email": m.email, "name": m.name, "role": m.role, "org_id": m.org_id,
-        "created_at": time_json(m.created_at_ms),
-    })
+/// A user as the API shows them.
+#[derive(Debug, Serialize)]
+pub struct MemberJson {
+    pub id: UserId,
+    pub email: String,
+    pub name: String,
+    pub role: Role,
+    pub org_id: OrgId,
+    pub created_at: String,
 }
 
-fn org_json(o: &Org, trial_ends_at_ms: Option<i64>) -> Value {
-    json!({
-        "id": o.id, "name": o.name, "plan": o.plan, "default_project_id": o.default_project,
-        "trial_ends_at": trial_ends_at_ms.map(time_json), "created_at": time_json(o.created_at_ms),
-    })
+impl From<&Member> for MemberJson {
+    fn from(m: &Member) -> Self {
+        MemberJson {
+            id: m.id,
+            email: m.email.clone(),
+            name: m.name.clone(),
+            role: m.role,
+            org_id: m.org_id,
+            created_at: time_json(m.created_at_ms),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct OrgJson {
+    id: OrgId,
+    name: String,
+    plan: String,
+    default_project_id: ProjectId,
+    trial_ends_at: Option<String>,
+    created_at: String,
+}
+
+fn org_json(o: &Org, trial_ends_at_ms: Option<i64>) -> OrgJson {
+    OrgJson {
+        id: o.id,
+        name: o.name.clone(),
+        plan: o.plan.clone(),
+        default_project_id: o.default_project,
+        trial_ends_at: trial_ends_at_ms.map(time_json),
+        created_at: time_json(o.created_at_ms),
+    }
+}
+
+/// What a sign-up answers besides the session.
+#[derive(Debug, Serialize)]
+struct SignedUp {
+    user: MemberJson,
+    org: OrgJson,
+    project: ProjectJson,
+}
+
+/// What joining by invitation answers besides the session.
+#[derive(Debug, Serialize)]
+struct Joined {
+    user: MemberJson,
+}
+
+/// Nothing besides the session (sign-in, refresh).
+#[derive(Debug, Serialize)]
+struct Nothing {}
+
+/// An answer that starts a session: `body`, and the access token (the refresh token is in
+/// the cookie).
+#[derive(Debug, Serialize)]
+struct SessionAnswer<T> {
+    #[serde(flatten)]
+    body: T,
+    access_token: String,
+    token_type: &'static str,
+    expires_in: i64,
 }
 
 fn now_ms() -> i64 {
@@ -53,17 +112,15 @@ fn now_ms() -> i64 {
 }
 
 /// An access token for `user` in sign-in `family`, with the new refresh cookie.
-fn session_response(
+fn session_response<T: Serialize>(
     app: &AppState,
     status: StatusCode,
     user: &Member,
     refresh: &RefreshToken,
-    mut body: Value,
+    body: T,
 ) -> Result<Response, ApiError> {
-    let token = app.jwt.issue(user.id, user.org_id, user.role, &refresh.family)?;
-    body["access_token"] = json!(token);
-    body["token_type"] = json!("Bearer");
-    body["expires_in"] = json!(ACCESS_TOKEN_SECONDS);
+    let access_token = app.jwt.issue(user.id, user.org_id, user.role, &refresh.family)?;
+    let body = SessionAnswer { body, access_token, token_type: "Bearer", expires_in: ACCESS_TOKEN_SECONDS };
     let mut resp = (status, Json(body)).into_response();
     resp.headers_mut().insert(header::SET_COOKIE, refresh::set_cookie(&refresh.value, app.config.secure_cookies));
     resp.headers_mut().insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
@@ -107,11 +164,11 @@ pub async fn signup(
     let trial_ends_at_ms = Some(now + TRIAL_MS);
     let user = User { id: user_id, org_id, email, name, role: Role::Owner, password_hash, created_at_ms: now };
     let project = Project { id: project_id, org_id, name: "default".into(), created_at_ms: now };
-    let body = json!({
-        "user": member_json(&user.member()),
-        "org": org_json(&org, trial_ends_at_ms),
-        "project": project_json(&project, Some(ingest_token.as_str()), true),
-    });
+    let body = SignedUp {
+        user: MemberJson::from(&user.member()),
+        org: org_json(&org, trial_ends_at_ms),
+        project: ProjectJson::new(&project, Some(ingest_token), true),
+    };
     let member = user.member();
     let command = MetaCommand::Signup {
         org,
@@ -153,7 +210,7 @@ pub async fn login(
     let session = RefreshFamily::new(refresh.family.clone(), user.id, user.org_id, refresh.sha256.clone(), now_ms());
     // Plain write: a new session changes nothing the router caches.
     match app.cluster.meta_write(&MetaCommand::StartSession { session }).await? {
-        MetaCommandResult::Done => session_response(&app, StatusCode::OK, &user, &refresh, json!({})),
+        MetaCommandResult::Done => session_response(&app, StatusCode::OK, &user, &refresh, Nothing {}),
         // Removed between the read and the write.
         MetaCommandResult::Refused(_) => Err(WRONG),
         other => Err(ApiError::Internal(format!("unexpected meta answer to a sign-in: {other:?}"))),
@@ -180,7 +237,7 @@ pub async fn refresh(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Re
     };
     // Plain write: a rotation changes nothing the router caches.
     match app.cluster.meta_write(&command).await? {
-        MetaCommandResult::Session { user } => session_response(&app, StatusCode::OK, &user, &next, json!({})),
+        MetaCommandResult::Session { user } => session_response(&app, StatusCode::OK, &user, &next, Nothing {}),
         MetaCommandResult::Refused(r) => {
             if r == Refusal::SessionReused {
                 tracing::warn!("a rotated refresh token was presented again; its sign-in is revoked");
@@ -242,8 +299,7 @@ pub async fn accept_invite(
     };
     match app.cluster.meta_change(&command).await? {
         MetaCommandResult::Session { user } => {
-            let body = json!({ "user": member_json(&user) });
-            session_response(&app, StatusCode::OK, &user, &refresh, body)
+            session_response(&app, StatusCode::OK, &user, &refresh, Joined { user: MemberJson::from(&user) })
         }
         MetaCommandResult::Refused(r) => Err(r.into()),
         other => Err(ApiError::Internal(format!("unexpected meta answer to an invitation: {other:?}"))),

@@ -9,45 +9,74 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use sextant_model::identity::{normalize_name, Problems};
-use sextant_model::meta::{Credential, CredentialKind, MetaCommand};
+use sextant_model::meta::{Credential, CredentialKind, ManagedBy, MetaCommand};
+use sextant_model::ProjectId;
 
 use crate::http::error::ApiError;
-use crate::http::listing::Page;
+use crate::http::listing::{Listed, Page};
 use crate::identity::account::{time_json, MAX_AUTH_BODY};
 use crate::identity::auth::{new_credential, Session};
 use crate::AppState;
 
-fn key_json(c: &Credential) -> Value {
-    json!({
-        "id": c.id, "name": c.name, "project_id": c.project_id, "prefix": format!("sxk_{}", c.id),
-        "created_at": time_json(c.created_at_ms),
-    })
+/// An API key as listed: never its secret.
+#[derive(Debug, Serialize)]
+pub struct KeyJson {
+    pub id: String,
+    pub name: String,
+    pub project_id: ProjectId,
+    pub prefix: String,
+    pub created_at: String,
+}
+
+impl From<&Credential> for KeyJson {
+    fn from(c: &Credential) -> Self {
+        KeyJson {
+            id: c.id.clone(),
+            name: c.name.clone(),
+            project_id: c.project_id,
+            prefix: format!("sxk_{}", c.id),
+            created_at: time_json(c.created_at_ms),
+        }
+    }
+}
+
+/// A key in `GET /api/v1/api-keys`, and the Kubernetes resource whose Secret holds it.
+#[derive(Debug, Serialize)]
+pub struct ListedKey {
+    #[serde(flatten)]
+    pub api_key: KeyJson,
+    pub managed_by: Option<ManagedBy>,
+}
+
+/// A new key: the whole secret, shown this once.
+#[derive(Debug, Serialize)]
+pub struct NewKey {
+    #[serde(flatten)]
+    pub api_key: KeyJson,
+    pub key: String,
 }
 
 pub async fn list(
     State(app): State<Arc<AppState>>,
     session: Session,
     RawQuery(query): RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Listed<ListedKey>>, ApiError> {
     let page = Page::from_query(query.as_deref())?;
     let cache = app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
-    let mut items: Vec<(String, Value)> = cache
+    let mut items: Vec<(String, ListedKey)> = cache
         .credentials
         .values()
         .filter(|c| c.kind == CredentialKind::ApiKey && !c.revoked && c.project_id == session.project_id)
         .map(|c| {
-            let mut v = key_json(c);
             // Keys in a Project resource's Secret are read-only here (DELETE answers 409).
             let managed_by = cache
                 .managed_credentials
                 .get(&c.id)
                 .and_then(|key| cache.managed_projects.get(key))
-                .map(|m| &m.managed_by);
-            v["managed_by"] = json!(managed_by);
-            (c.id.clone(), v)
+                .map(|m| m.managed_by.clone());
+            (c.id.clone(), ListedKey { api_key: c.into(), managed_by })
         })
         .collect();
     items.sort_by(|a, b| a.0.cmp(&b.0));
@@ -73,10 +102,9 @@ pub async fn create(
     problems.into_result().map_err(ApiError::invalid_fields)?;
     let now = chrono::Utc::now().timestamp_millis();
     let (key, credential) = new_credential(CredentialKind::ApiKey, session.project_id, &name.unwrap_or_default(), now);
-    let mut body = key_json(&credential);
+    let body = NewKey { api_key: KeyJson::from(&credential), key };
     let command = MetaCommand::CreateCredential { org_id: session.user.org_id, credential };
     crate::http::error::expect_done(app.cluster.meta_change(&command).await?, "a new key")?;
-    body["key"] = json!(key);
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 

@@ -20,6 +20,7 @@ use subtle::ConstantTimeEq;
 use tokio::sync::Semaphore;
 
 use crate::http::error::ApiError;
+use crate::http::query_string;
 use crate::identity::rate_limit::Class;
 use crate::AppState;
 
@@ -109,40 +110,9 @@ pub fn api_key_project(app: &AppState, headers: &HeaderMap, query: Option<&str>)
             .filter(|v| v.starts_with("sxk_"))
             .map(str::to_owned)
     };
-    let from_query = || query.and_then(|q| url_pairs(q).find(|(k, _)| k == "api_key").map(|(_, v)| v));
+    let from_query = || query_string::find(query, &["api_key"]);
     let key = from_header.or_else(from_bearer).or_else(from_query).ok_or(ApiError::Unauthorized("missing API key"))?;
     admit_credential(app, CredentialKind::ApiKey, key.trim())
-}
-
-pub fn url_pairs(q: &str) -> impl Iterator<Item = (String, String)> + '_ {
-    q.split('&').filter_map(|pair| {
-        let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        Some((percent_decode(k)?, percent_decode(v)?))
-    })
-}
-
-fn percent_decode(s: &str) -> Option<String> {
-    let mut out = Vec::with_capacity(s.len());
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'%' => {
-                let h = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-                out.push(u8::from_str_radix(h, 16).ok()?);
-                i += 3;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 // ------------------------------------------------------------------------------ passwords
@@ -318,10 +288,12 @@ impl FromRequestParts<Arc<AppState>> for Session {
         if cache.suspended(&org.id) {
             return Err(SUSPENDED);
         }
-        let requested =
-            parts.headers.get("x-project-id").and_then(|v| v.to_str().ok()).map(str::to_owned).or_else(|| {
-                parts.uri.query().and_then(|q| url_pairs(q).find(|(k, _)| k == "project_id").map(|(_, v)| v))
-            });
+        let requested = parts
+            .headers
+            .get("x-project-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| query_string::find(parts.uri.query(), &["project_id"]));
         let project_id = match requested {
             // An org made by a Tenant has no project before its first Project resource, and
             // its default may have been deleted.
@@ -361,12 +333,6 @@ mod tests {
             base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(r#"{"alg":"none","typ":"JWT"}"#)
         );
         assert!(jwt.verify(&none).is_err(), "alg none accepted");
-    }
-
-    #[test]
-    fn percent_decoding() {
-        assert_eq!(percent_decode("a%2Bb+c").as_deref(), Some("a+b c"));
-        assert_eq!(percent_decode("bad%2"), None);
     }
 
     #[tokio::test]

@@ -11,16 +11,15 @@ use axum::Json;
 use base64::Engine;
 use bytes::Bytes;
 use rand::RngCore;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use sextant_model::identity::{normalize_email, Problems};
 use sextant_model::meta::{Invite, MetaCommand, MetaQuery, OrgMembers, Role, INVITE_TTL_MS};
 use sextant_model::UserId;
 use sha2::{Digest, Sha256};
 
 use crate::http::error::ApiError;
-use crate::http::listing::Page;
-use crate::identity::account::{member_json, time_json, MAX_AUTH_BODY};
+use crate::http::listing::{Listed, Page};
+use crate::identity::account::{time_json, MemberJson, MAX_AUTH_BODY};
 use crate::identity::auth::Session;
 use crate::AppState;
 
@@ -45,11 +44,50 @@ pub fn parse_invite_token(token: &str) -> Option<(String, String)> {
     ok.then(|| (id.to_owned(), hex::encode(Sha256::digest(secret.as_bytes()))))
 }
 
-fn invite_json(i: &Invite) -> Value {
-    json!({
-        "id": i.id, "email": i.email, "role": i.role, "status": "invited",
-        "created_at": time_json(i.created_at_ms), "expires_at": time_json(i.expires_at_ms),
-    })
+/// A pending invitation.
+#[derive(Debug, Serialize)]
+pub struct InviteJson {
+    pub id: String,
+    pub email: String,
+    pub role: Role,
+    /// Always `invited`.
+    pub status: &'static str,
+    pub created_at: String,
+    pub expires_at: String,
+}
+
+impl From<&Invite> for InviteJson {
+    fn from(i: &Invite) -> Self {
+        InviteJson {
+            id: i.id.clone(),
+            email: i.email.clone(),
+            role: i.role,
+            status: "invited",
+            created_at: time_json(i.created_at_ms),
+            expires_at: time_json(i.expires_at_ms),
+        }
+    }
+}
+
+/// A new invitation, with its token: shown this once.
+#[derive(Debug, Serialize)]
+pub struct NewInvite {
+    #[serde(flatten)]
+    pub invite: InviteJson,
+    pub invite_token: String,
+}
+
+/// A user of the org (`status: active`), or a pending invitation (`status: invited`).
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum OrgMember {
+    Active {
+        #[serde(flatten)]
+        member: MemberJson,
+        /// Always `active`.
+        status: &'static str,
+    },
+    Invited(InviteJson),
 }
 
 /// Members first, then pending invitations; each page sorted by id.
@@ -57,20 +95,18 @@ pub async fn list(
     State(app): State<Arc<AppState>>,
     session: Session,
     RawQuery(query): RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Listed<OrgMember>>, ApiError> {
     session.require_org_manager()?;
     let page = Page::from_query(query.as_deref())?;
     let all: OrgMembers = app.cluster.meta_read(&MetaQuery::OrgMembers { org_id: session.user.org_id }).await?;
     let now = chrono::Utc::now().timestamp_millis();
-    let mut items: Vec<(String, Value)> = all
+    let mut items: Vec<(String, OrgMember)> = all
         .members
         .iter()
-        .map(|m| {
-            let mut v = member_json(m);
-            v["status"] = json!("active");
-            (m.id.to_string(), v)
-        })
-        .chain(all.invites.iter().filter(|i| i.expires_at_ms > now).map(|i| (i.id.clone(), invite_json(i))))
+        .map(|m| (m.id.to_string(), OrgMember::Active { member: m.into(), status: "active" }))
+        .chain(
+            all.invites.iter().filter(|i| i.expires_at_ms > now).map(|i| (i.id.clone(), OrgMember::Invited(i.into()))),
+        )
         .collect();
     items.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(Json(page.apply(items)))
@@ -114,10 +150,9 @@ pub async fn invite(
         created_at_ms: now,
         expires_at_ms: now + INVITE_TTL_MS,
     };
-    let mut body = invite_json(&invite);
-    crate::http::error::expect_done(app.cluster.meta_change(&MetaCommand::Invite { invite }).await?, "an invitation")?;
     // Shown once; sending it by e-mail needs SMTP, which is not configured here.
-    body["invite_token"] = json!(token);
+    let body = NewInvite { invite: InviteJson::from(&invite), invite_token: token };
+    crate::http::error::expect_done(app.cluster.meta_change(&MetaCommand::Invite { invite }).await?, "an invitation")?;
     Ok((StatusCode::CREATED, Json(body)).into_response())
 }
 
@@ -144,6 +179,24 @@ pub async fn remove(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn members_and_invitations_list_with_their_status() {
+        let member = sextant_model::meta::Member {
+            id: UserId::random(),
+            org_id: sextant_model::OrgId::random(),
+            email: "a@example.com".into(),
+            name: "A".into(),
+            role: Role::Admin,
+            created_at_ms: 0,
+        };
+        let v = serde_json::to_value(OrgMember::Active { member: (&member).into(), status: "active" }).unwrap();
+        assert_eq!(
+            (v["email"].as_str(), v["status"].as_str(), v["role"].as_str()),
+            (Some("a@example.com"), Some("active"), Some("admin"))
+        );
+        assert_eq!(v["created_at"], "1970-01-01T00:00:00.000Z");
+    }
 
     #[test]
     fn invite_tokens_round_trip() {

@@ -9,45 +9,60 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use sextant_model::identity::{normalize_name, Problems};
-use sextant_model::meta::{CredentialKind, MetaCommand, Project};
+use sextant_model::meta::{CredentialKind, ManagedBy, MetaCommand, Project};
 use sextant_model::ProjectId;
 
 use crate::http::error::ApiError;
-use crate::http::listing::Page;
+use crate::http::listing::{Listed, Page};
 use crate::identity::account::{time_json, MAX_AUTH_BODY};
 use crate::identity::auth::{new_credential, Session};
 use crate::AppState;
 
-/// A project; `token` only in the answer that created it.
-pub fn project_json(p: &Project, token: Option<&str>, is_default: bool) -> Value {
-    let mut v = json!({
-        "id": p.id, "name": p.name, "created_at": time_json(p.created_at_ms), "is_default": is_default,
-    });
-    if let Some(t) = token {
-        v["token"] = json!(t);
+/// A project; `token` (its analytics ingest token) only in the answer that created it.
+#[derive(Debug, Serialize)]
+pub struct ProjectJson {
+    pub id: ProjectId,
+    pub name: String,
+    pub created_at: String,
+    pub is_default: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+impl ProjectJson {
+    pub fn new(p: &Project, token: Option<String>, is_default: bool) -> Self {
+        ProjectJson { id: p.id, name: p.name.clone(), created_at: time_json(p.created_at_ms), is_default, token }
     }
-    v
+}
+
+/// A project in `GET /projects`: and the Kubernetes resource that manages it, if any.
+#[derive(Debug, Serialize)]
+pub struct ListedProject {
+    #[serde(flatten)]
+    pub project: ProjectJson,
+    pub managed_by: Option<ManagedBy>,
 }
 
 pub async fn list(
     State(app): State<Arc<AppState>>,
     session: Session,
     RawQuery(query): RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Listed<ListedProject>>, ApiError> {
     let page = Page::from_query(query.as_deref())?;
     let cache = app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
     let default = cache.orgs.get(&session.user.org_id).map(|o| o.default_project);
-    let mut items: Vec<(String, Value)> = cache
+    let mut items: Vec<(String, ListedProject)> = cache
         .projects
         .values()
         .filter(|p| p.org_id == session.user.org_id)
         .map(|p| {
-            let mut v = project_json(p, None, Some(p.id) == default);
-            v["managed_by"] = json!(cache.project_manager(&p.id).map(|m| &m.managed_by));
-            (p.id.to_string(), v)
+            let listed = ListedProject {
+                project: ProjectJson::new(p, None, Some(p.id) == default),
+                managed_by: cache.project_manager(&p.id).map(|m| m.managed_by.clone()),
+            };
+            (p.id.to_string(), listed)
         })
         .collect();
     items.sort_by(|a, b| a.0.cmp(&b.0));
@@ -79,7 +94,7 @@ pub async fn create(
         created_at_ms: now,
     };
     let (token, record) = new_credential(CredentialKind::IngestToken, project.id, "default", now);
-    let body = project_json(&project, Some(token.as_str()), false);
+    let body = ProjectJson::new(&project, Some(token), false);
     crate::http::error::expect_done(
         app.cluster.meta_change(&MetaCommand::CreateProject { project, credentials: vec![record] }).await?,
         "a new project",

@@ -11,7 +11,7 @@ use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap};
 use axum::Json;
-use serde_json::{json, Value};
+use serde::Serialize;
 use sextant_model::analytics::{self, BatchBody, EventJson, ReplayBody, MAX_EVENTS, MAX_EVENTS_BODY, MAX_REPLAY_BODY};
 use sextant_model::batch::Capped;
 use sextant_model::capture::{self, TokenPlaces};
@@ -24,7 +24,8 @@ use super::partition::{partition, Partitioned};
 use super::{answer, Accepted};
 use crate::http::body::{Charge, Encoding, Received};
 use crate::http::error::ApiError;
-use crate::identity::auth::{admit_credential, url_pairs};
+use crate::http::query_string;
+use crate::identity::auth::admit_credential;
 use crate::AppState;
 
 pub(crate) struct Events;
@@ -60,7 +61,7 @@ fn now_ns() -> i64 {
 /// `api_key`/`token` query parameter (PostHog SDKs).
 fn token_outside_body(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
     let from_header = headers.get("x-analytics-token").and_then(|v| v.to_str().ok()).map(str::to_owned);
-    let from_query = || query.and_then(|q| url_pairs(q).find(|(k, _)| k == "api_key" || k == "token").map(|(_, v)| v));
+    let from_query = || query_string::find(query, &["api_key", "token"]);
     from_header.or_else(from_query).filter(|t| !t.trim().is_empty())
 }
 
@@ -156,7 +157,7 @@ impl Shape {
         match self {
             Shape::Native => crate::http::body::encoding(headers),
             Shape::Posthog => {
-                let gzip_query = query.is_some_and(|q| url_pairs(q).any(|(k, v)| k == "compression" && v == "gzip-js"));
+                let gzip_query = query_string::find(query, &["compression"]).is_some_and(|v| v == "gzip-js");
                 let gzip_header = headers
                     .get(header::CONTENT_ENCODING)
                     .and_then(|v| v.to_str().ok())
@@ -270,6 +271,13 @@ pub async fn replay(
     answer(&app, REPLAY_EVENTS, result, |accepted| Accepted { status: "ok", accepted })
 }
 
+/// What PostHog's capture answers: `status` 1.
+#[derive(Serialize)]
+pub struct PosthogAccepted {
+    pub status: u8,
+    pub accepted: usize,
+}
+
 /// PostHog capture (`/batch/`, `/e/`, `/capture/`, `/i/v0/e/`): JSON, gzip (header or
 /// `?compression=gzip-js`), or a form with `data=<base64 JSON>`; the project token is
 /// `api_key`. Answers `{"status": 1}` as PostHog does.
@@ -278,7 +286,7 @@ pub async fn posthog(
     headers: HeaderMap,
     RawQuery(query): RawQuery,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PosthogAccepted>, ApiError> {
     let result = async {
         let shape = Shape::Posthog;
         let (parsed, outside, len, _held) =
@@ -291,5 +299,5 @@ pub async fn posthog(
         store_events(&app, &outside, parsed.events, len).await
     }
     .await;
-    answer(&app, EVENTS, result, |accepted| json!({ "status": 1, "accepted": accepted }))
+    answer(&app, EVENTS, result, |accepted| PosthogAccepted { status: 1, accepted })
 }

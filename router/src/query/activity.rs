@@ -8,14 +8,14 @@ use std::sync::Arc;
 
 use axum::extract::{RawQuery, State};
 use axum::Json;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use sextant_model::calendar::{self, CalendarError, Interval};
 use sextant_model::time::{format_nanos, now_nanos};
 use sextant_proto::{query_request, ActiveUsersPlan, EventBucketsPlan};
 
 use super::merge::{ActiveDays, EventBuckets};
-use super::params::{invalid, Params, HOUR_NS};
-use super::scatter::scatter;
+use super::params::{self, invalid, list_of, Params, HOUR_NS};
+use super::scatter::{scatter, Answer};
 use crate::http::error::ApiError;
 use crate::identity::auth::Session;
 use crate::AppState;
@@ -28,8 +28,9 @@ pub(crate) fn calendar_error(field: &str, e: CalendarError) -> ApiError {
     invalid(field, &e.to_string())
 }
 
-pub(crate) fn zone(params: &Params) -> Result<jiff::tz::TimeZone, ApiError> {
-    calendar::zone(params.get("tz")).map_err(|e| calendar_error("tz", e))
+/// The caller's time zone: `tz`, an IANA name (default UTC).
+pub(crate) fn zone(tz: Option<&str>) -> Result<jiff::tz::TimeZone, ApiError> {
+    calendar::zone(tz).map_err(|e| calendar_error("tz", e))
 }
 
 /// Day starts for active users over `period` ending at `to`: 29 lead days feeding the first
@@ -47,19 +48,56 @@ fn active_days(to: i64, period: i64, tz: &jiff::tz::TimeZone) -> Result<(Vec<i64
     Ok((lead.into_iter().chain(reported).collect(), first_reported))
 }
 
+/// A bucket of `GET /api/events/timeseries`.
+#[derive(Debug, Serialize)]
+pub struct EventPoint {
+    pub t: String,
+    pub count: u64,
+    pub unique_users: u64,
+}
+
+/// One event name, or several.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub enum EventNames {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// `GET /api/events/timeseries`.
+#[derive(Debug, Serialize)]
+pub struct EventSeries {
+    /// The `event` filter: null for every event.
+    pub event: Option<EventNames>,
+    pub interval: &'static str,
+    pub points: Vec<EventPoint>,
+}
+
+/// The parameters of `GET /api/events/timeseries`.
+#[derive(Debug, Default, Deserialize)]
+pub struct TimeseriesQuery {
+    #[serde(flatten)]
+    pub params: Params,
+    pub interval: Option<String>,
+    pub tz: Option<String>,
+    pub event: Option<String>,
+    pub cohort_id: Option<String>,
+}
+
 pub async fn timeseries(
     State(app): State<Arc<AppState>>,
     session: Session,
     RawQuery(raw): RawQuery,
-) -> Result<Json<Value>, ApiError> {
-    let params = Params::parse(raw.as_deref())?;
+) -> Result<Json<Answer<EventSeries>>, ApiError> {
+    let q: TimeseriesQuery = params::parse(raw.as_deref())?;
+    let params = &q.params;
     let interval =
-        Interval::parse(params.get("interval").unwrap_or("day")).map_err(|e| calendar_error("interval", e))?;
-    let tz = zone(&params)?;
+        Interval::parse(q.interval.as_deref().unwrap_or("day")).map_err(|e| calendar_error("interval", e))?;
+    let tz = zone(q.tz.as_deref())?;
     let (from, to) = params.range_or(30 * DAY_NS)?;
-    let events = params.list("event")?;
+    let events = list_of("event", q.event.as_deref())?;
     let starts = calendar::bucket_starts(from, to, interval, &tz).map_err(|e| calendar_error("interval", e))?;
-    let cohort = crate::query::cohorts::filter(&app, &session, &params, to).await?;
+    let cohort = crate::query::cohorts::filter(&app, &session, q.cohort_id.as_deref(), to).await?;
     let plan = query_request::Plan::EventBuckets(EventBucketsPlan {
         events: events.clone(),
         bucket_starts: starts.clone(),
@@ -67,49 +105,73 @@ pub async fn timeseries(
     });
     let mut gathered = scatter(&app, &session.project_id, (starts[0], to), params.allow_partial()?, plan).await?;
     let sums = gathered.fold(EventBuckets::new(starts.len()))?.0;
-    let points: Vec<Value> = starts
+    let points = starts
         .iter()
         .zip(&sums)
-        .map(|(t, b)| json!({ "t": format_nanos(*t), "count": b.count, "unique_users": b.unique_users }))
+        .map(|(t, b)| EventPoint { t: format_nanos(*t), count: b.count, unique_users: b.unique_users })
         .collect();
-    let event = match events.as_slice() {
-        [] => Value::Null,
-        [one] => json!(one),
-        many => json!(many),
+    let event = match <[String; 1]>::try_from(events) {
+        Ok([one]) => Some(EventNames::One(one)),
+        Err(events) if events.is_empty() => None,
+        Err(many) => Some(EventNames::Many(many)),
     };
-    let mut body = json!({ "event": event, "interval": interval.name(), "points": points });
-    gathered.annotate(&mut body);
-    Ok(Json(body))
+    Ok(gathered.answer(EventSeries { event, interval: interval.name(), points }))
+}
+
+/// A day of `GET /api/users/active`: users active that day, in the 7 and in the 30 days
+/// ending with it.
+#[derive(Debug, Serialize)]
+pub struct ActivePoint {
+    pub date: String,
+    pub dau: u64,
+    pub wau: u64,
+    pub mau: u64,
+}
+
+/// `GET /api/users/active`.
+#[derive(Debug, Serialize)]
+pub struct ActiveUsers {
+    pub points: Vec<ActivePoint>,
+}
+
+/// The parameters of `GET /api/users/active`.
+#[derive(Debug, Default, Deserialize)]
+pub struct ActiveUsersQuery {
+    #[serde(flatten)]
+    pub params: Params,
+    pub tz: Option<String>,
+    /// A relative range ending at `to`: an integer and a unit `m`, `h`, `d` or `w`.
+    pub period: Option<String>,
+    pub cohort_id: Option<String>,
 }
 
 pub async fn active_users(
     State(app): State<Arc<AppState>>,
     session: Session,
     RawQuery(raw): RawQuery,
-) -> Result<Json<Value>, ApiError> {
-    let params = Params::parse(raw.as_deref())?;
-    let tz = zone(&params)?;
-    let period = calendar::parse_range(params.get("period").unwrap_or("30d"))
+) -> Result<Json<Answer<ActiveUsers>>, ApiError> {
+    let q: ActiveUsersQuery = params::parse(raw.as_deref())?;
+    let params = &q.params;
+    let tz = zone(q.tz.as_deref())?;
+    let period = calendar::parse_range(q.period.as_deref().unwrap_or("30d"))
         .filter(|p| *p <= MAX_PERIOD_NS)
         .ok_or_else(|| invalid("period", "must be an integer and a unit m, h, d or w, at most 366 days"))?;
     // Not `Params::range`: the period may be longer than a query range (it is bounded above).
-    let to = params.instant("to")?.unwrap_or_else(now_nanos);
+    let to = params.to()?.unwrap_or_else(now_nanos);
     let (day_starts, first_reported) = active_days(to, period, &tz)?;
     let reported = &day_starts[first_reported..];
     let first_reported = first_reported as u32;
-    let cohort = crate::query::cohorts::filter(&app, &session, &params, to).await?;
+    let cohort = crate::query::cohorts::filter(&app, &session, q.cohort_id.as_deref(), to).await?;
     let plan =
         query_request::Plan::ActiveUsers(ActiveUsersPlan { day_starts: day_starts.clone(), first_reported, cohort });
     let mut gathered = scatter(&app, &session.project_id, (day_starts[0], to), params.allow_partial()?, plan).await?;
     let sums = gathered.fold(ActiveDays::new(reported.len()))?.0;
-    let points: Vec<Value> = reported
+    let points = reported
         .iter()
         .zip(&sums)
-        .map(|(d, a)| json!({ "date": calendar::date_of(*d, &tz), "dau": a.dau, "wau": a.wau, "mau": a.mau }))
+        .map(|(d, a)| ActivePoint { date: calendar::date_of(*d, &tz), dau: a.dau, wau: a.wau, mau: a.mau })
         .collect();
-    let mut body = json!({ "points": points });
-    gathered.annotate(&mut body);
-    Ok(Json(body))
+    Ok(gathered.answer(ActiveUsers { points }))
 }
 
 #[cfg(test)]
@@ -131,7 +193,7 @@ mod tests {
         // `to - period` wrapped to after `to`: no reported day, then an index out of bounds.
         let err = active_days(i64::MIN + DAY_NS, MAX_PERIOD_NS, &jiff::tz::TimeZone::UTC).unwrap_err();
         assert!(matches!(err, ApiError::BadRequest("invalid_parameter", _)), "{err:?}");
-        let to = Params::parse(Some("period=366d&to=1677-09-21T00:12:44Z")).unwrap().instant("to");
+        let to = Params::parse(Some("period=366d&to=1677-09-21T00:12:44Z")).unwrap().to();
         assert!(matches!(to, Err(ApiError::BadRequest("invalid_parameter", _))));
     }
 

@@ -13,7 +13,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
 use sextant_model::cohort::{self, Cohort, CohortInput};
 use sextant_model::meta::{MetaCommand, MetaQuery};
 use sextant_model::time::now_nanos;
@@ -22,9 +23,9 @@ use sextant_proto::{query_request, CohortFilter, CohortSizesPlan, CohortUsersPla
 
 use super::merge::{CohortMembers, CohortSizes};
 use super::params::{invalid, Params};
-use super::scatter::{scatter, Gathered};
+use super::scatter::{scatter, Answer, Gathered};
 use crate::http::error::ApiError;
-use crate::http::listing::Page;
+use crate::http::listing::{Listed, Page};
 use crate::identity::account::time_json;
 use crate::identity::auth::Session;
 use crate::AppState;
@@ -34,14 +35,30 @@ pub const MAX_COHORT_BODY: usize = 16 * 1024;
 /// Longest cohort id accepted in a path or parameter (ids are 32 hex digits).
 const MAX_ID_CHARS: usize = 64;
 
-fn cohort_json(c: &Cohort, size: u64) -> Value {
-    json!({
-        "id": c.id,
-        "name": c.name,
-        "conditions": c.definition.to_json(),
-        "size": size,
-        "created_at": time_json(c.created_at_ms),
-    })
+/// A cohort, with its size when it was evaluated.
+#[derive(Debug, Serialize)]
+pub struct CohortJson {
+    pub id: String,
+    pub name: String,
+    pub conditions: Value,
+    pub size: u64,
+    pub created_at: String,
+}
+
+fn cohort_json(c: &Cohort, size: u64) -> CohortJson {
+    CohortJson {
+        id: c.id.clone(),
+        name: c.name.clone(),
+        conditions: c.definition.to_json(),
+        size,
+        created_at: time_json(c.created_at_ms),
+    }
+}
+
+/// A member of a cohort.
+#[derive(Debug, Serialize)]
+pub struct CohortMember {
+    pub distinct_id: String,
 }
 
 async fn project_cohorts(app: &AppState, project: &ProjectId) -> Result<Vec<Cohort>, ApiError> {
@@ -60,7 +77,7 @@ async fn find(app: &AppState, session: &Session, id: &str) -> Result<Cohort, Api
 /// The evaluation instant: `to` if given, else now (docs/API.md, "Cohorts": a cohort's ranges
 /// end now, or at `to`).
 fn instant(params: &Params) -> Result<i64, ApiError> {
-    match params.instant("to")? {
+    match params.to()? {
         Some(at) => after_epoch(at),
         None => Ok(now_nanos()),
     }
@@ -96,9 +113,9 @@ pub async fn list(
     State(app): State<Arc<AppState>>,
     session: Session,
     RawQuery(raw): RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Answer<Listed<CohortJson>>>, ApiError> {
     let params = Params::parse(raw.as_deref())?;
-    let page = Page::from_query(raw.as_deref())?;
+    let page = Page::of(&params.paging)?;
     let at = instant(&params)?;
     // Oldest first; the key is (creation time, id), fixed-width so text order is that order.
     let all = project_cohorts(&app, &session.project_id).await?;
@@ -111,18 +128,15 @@ pub async fn list(
         let (s, g) = sizes(&app, &session, &shown, at, params.allow_partial()?).await?;
         (s, Some(g))
     };
-    let items: Vec<(String, Value)> = all
+    let items: Vec<(String, CohortJson)> = all
         .iter()
         .map(|c| {
             let size = shown.iter().position(|s| s.id == c.id).map_or(0, |i| counts[i]);
             (key(c), cohort_json(c, size))
         })
         .collect();
-    let mut body = page.apply(items);
-    if let Some(g) = gathered {
-        g.annotate(&mut body);
-    }
-    Ok(Json(body))
+    let coverage = gathered.map(|g| g.coverage()).unwrap_or_default();
+    Ok(Json(Answer { body: page.apply(items), coverage }))
 }
 
 pub async fn create(
@@ -154,14 +168,12 @@ pub async fn get(
     session: Session,
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Answer<CohortJson>>, ApiError> {
     let params = Params::parse(raw.as_deref())?;
     let at = instant(&params)?;
     let cohort = find(&app, &session, &id).await?;
     let (size, gathered) = sizes(&app, &session, &[&cohort], at, params.allow_partial()?).await?;
-    let mut body = cohort_json(&cohort, size[0]);
-    gathered.annotate(&mut body);
-    Ok(Json(body))
+    Ok(gathered.answer(cohort_json(&cohort, size[0])))
 }
 
 /// Members by distinct id (byte order), `limit` per page with a keyset cursor: every shard
@@ -171,9 +183,9 @@ pub async fn users(
     session: Session,
     Path(id): Path<String>,
     RawQuery(raw): RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Answer<Listed<CohortMember>>>, ApiError> {
     let params = Params::parse(raw.as_deref())?;
-    let page = Page::from_query(raw.as_deref())?;
+    let page = Page::of(&params.paging)?;
     let at = instant(&params)?;
     let cohort = find(&app, &session, &id).await?;
     let plan = CohortUsersPlan {
@@ -185,10 +197,8 @@ pub async fn users(
         scatter(&app, &session.project_id, (0, at), params.allow_partial()?, query_request::Plan::CohortUsers(plan))
             .await?;
     let ids = gathered.fold(CohortMembers::default())?.sorted();
-    let items: Vec<(String, Value)> = ids.into_iter().map(|id| (id.clone(), json!({ "distinct_id": id }))).collect();
-    let mut body = page.apply(items);
-    gathered.annotate(&mut body);
-    Ok(Json(body))
+    let items = ids.into_iter().map(|id| (id.clone(), CohortMember { distinct_id: id })).collect();
+    Ok(gathered.answer(page.apply(items)))
 }
 
 /// The `cohort_id` parameter of a read, as the filter shards apply: membership evaluated at
@@ -196,10 +206,10 @@ pub async fn users(
 pub async fn filter(
     app: &AppState,
     session: &Session,
-    params: &Params,
+    cohort_id: Option<&str>,
     at: i64,
 ) -> Result<Option<CohortFilter>, ApiError> {
-    let Some(id) = params.get("cohort_id") else { return Ok(None) };
+    let Some(id) = cohort_id else { return Ok(None) };
     if id.len() > MAX_ID_CHARS {
         return Err(invalid("cohort_id", "is not a cohort id"));
     }

@@ -7,38 +7,89 @@ use std::sync::Arc;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::Json;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use sextant_model::time::format_nanos;
 use sextant_proto::{query_request, ErrorGroup, ErrorsPlan};
 
 use super::merge::ErrorGroups;
-use super::params::Params;
-use super::scatter::{scatter, Gathered};
+use super::params::{self, list_of, Params};
+use super::scatter::{scatter, Answer, Gathered};
 use crate::http::error::ApiError;
 use crate::identity::auth::Session;
 use crate::AppState;
 
-fn group_json(g: &ErrorGroup) -> Value {
-    json!({
-        "fingerprint": g.fingerprint,
-        "service": g.service,
-        "type": g.r#type,
-        "message": g.message,
-        "count": g.count,
-        "first_seen": format_nanos(g.first_unix_nanos),
-        "last_seen": format_nanos(g.last_unix_nanos),
-        "sample_trace_id": if g.sample_trace_id.is_empty() { Value::Null } else { Value::String(g.sample_trace_id.clone()) },
-        "source": g.source,
-    })
+/// An error group in `GET /api/v1/errors`.
+#[derive(Debug, Serialize)]
+pub struct ErrorGroupJson {
+    pub fingerprint: String,
+    pub service: String,
+    #[serde(rename = "type")]
+    pub kind: String,
+    pub message: String,
+    pub count: u64,
+    pub first_seen: String,
+    pub last_seen: String,
+    pub sample_trace_id: Option<String>,
+    /// `span` or `log`.
+    pub source: String,
+}
+
+impl From<&ErrorGroup> for ErrorGroupJson {
+    fn from(g: &ErrorGroup) -> Self {
+        ErrorGroupJson {
+            fingerprint: g.fingerprint.clone(),
+            service: g.service.clone(),
+            kind: g.r#type.clone(),
+            message: g.message.clone(),
+            count: g.count,
+            first_seen: format_nanos(g.first_unix_nanos),
+            last_seen: format_nanos(g.last_unix_nanos),
+            sample_trace_id: (!g.sample_trace_id.is_empty()).then(|| g.sample_trace_id.clone()),
+            source: g.source.clone(),
+        }
+    }
+}
+
+/// `GET /api/v1/errors/{fingerprint}`: the group and its latest occurrences.
+#[derive(Debug, Serialize)]
+pub struct ErrorGroupDetail {
+    #[serde(flatten)]
+    pub group: ErrorGroupJson,
+    /// Newest first, as sent (the message before normalisation).
+    pub occurrences: Vec<Occurrence>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Occurrence {
+    pub timestamp: String,
+    pub trace_id: Option<String>,
+    pub message: String,
+}
+
+/// `GET /api/v1/errors`: every group, unpaged.
+#[derive(Debug, Serialize)]
+pub struct ErrorGroupList {
+    pub items: Vec<ErrorGroupJson>,
+    /// Always null: the list is whole.
+    pub next_cursor: Option<String>,
+}
+
+/// The parameters of `GET /api/v1/errors` and `/errors/{fingerprint}`.
+#[derive(Debug, Default, Deserialize)]
+pub struct ErrorsQuery {
+    #[serde(flatten)]
+    pub params: Params,
+    pub service: Option<String>,
 }
 
 async fn groups(
     app: &AppState,
     session: &Session,
-    params: &Params,
+    q: &ErrorsQuery,
     fingerprint: &str,
 ) -> Result<(Vec<ErrorGroup>, Gathered), ApiError> {
-    let plan = ErrorsPlan { services: params.list("service")?, fingerprint: fingerprint.to_owned() };
+    let plan = ErrorsPlan { services: list_of("service", q.service.as_deref())?, fingerprint: fingerprint.to_owned() };
+    let params = &q.params;
     let mut gathered =
         scatter(app, &session.project_id, params.range()?, params.allow_partial()?, query_request::Plan::Errors(plan))
             .await?;
@@ -49,16 +100,12 @@ pub async fn list(
     State(app): State<Arc<AppState>>,
     session: Session,
     RawQuery(raw): RawQuery,
-) -> Result<Json<Value>, ApiError> {
-    let params = Params::parse(raw.as_deref())?;
-    let limit = params.limit()?;
-    let (groups, gathered) = groups(&app, &session, &params, "").await?;
-    let mut body = json!({
-        "items": groups.iter().take(limit).map(group_json).collect::<Vec<_>>(),
-        "next_cursor": null,
-    });
-    gathered.annotate(&mut body);
-    Ok(Json(body))
+) -> Result<Json<Answer<ErrorGroupList>>, ApiError> {
+    let q: ErrorsQuery = params::parse(raw.as_deref())?;
+    let limit = q.params.limit()?;
+    let (groups, gathered) = groups(&app, &session, &q, "").await?;
+    let items = groups.iter().take(limit).map(ErrorGroupJson::from).collect();
+    Ok(gathered.answer(ErrorGroupList { items, next_cursor: None }))
 }
 
 pub async fn get(
@@ -66,26 +113,22 @@ pub async fn get(
     session: Session,
     Path(fingerprint): Path<String>,
     RawQuery(raw): RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Answer<ErrorGroupDetail>>, ApiError> {
     let not_found = || ApiError::NotFound("no such error group in the time range".into());
     if fingerprint.len() != 16 || !fingerprint.bytes().all(|b| b.is_ascii_hexdigit()) {
         return Err(not_found());
     }
-    let params = Params::parse(raw.as_deref())?;
-    let (groups, gathered) = groups(&app, &session, &params, &fingerprint.to_ascii_lowercase()).await?;
+    let q: ErrorsQuery = params::parse(raw.as_deref())?;
+    let (groups, gathered) = groups(&app, &session, &q, &fingerprint.to_ascii_lowercase()).await?;
     let group = groups.first().ok_or_else(not_found)?;
-    let mut body = group_json(group);
-    body["occurrences"] = group
+    let occurrences = group
         .recent
         .iter()
-        .map(|o| {
-            json!({
-                "timestamp": format_nanos(o.unix_nanos),
-                "trace_id": if o.trace_id.is_empty() { Value::Null } else { Value::String(o.trace_id.clone()) },
-                "message": o.message,
-            })
+        .map(|o| Occurrence {
+            timestamp: format_nanos(o.unix_nanos),
+            trace_id: (!o.trace_id.is_empty()).then(|| o.trace_id.clone()),
+            message: o.message.clone(),
         })
         .collect();
-    gathered.annotate(&mut body);
-    Ok(Json(body))
+    Ok(gathered.answer(ErrorGroupDetail { group: group.into(), occurrences }))
 }

@@ -6,15 +6,15 @@ use std::sync::Arc;
 
 use axum::extract::{RawQuery, State};
 use axum::Json;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use sextant_model::calendar;
 use sextant_model::funnel::{MAX_STEPS, MIN_STEPS};
 use sextant_model::time::{format_nanos, now_nanos};
 use sextant_proto::{query_request, FunnelPlan};
 
 use super::merge::FunnelSteps;
-use super::params::{invalid, Params, MAX_RANGE_NS};
-use super::scatter::scatter;
+use super::params::{self, invalid, Params, MAX_RANGE_NS};
+use super::scatter::{scatter, Answer};
 use crate::http::error::ApiError;
 use crate::identity::auth::Session;
 use crate::AppState;
@@ -23,12 +23,28 @@ const SECOND_NS: i64 = 1_000_000_000;
 /// Longest conversion window.
 const MAX_WINDOW_NS: i64 = 365 * 86_400 * SECOND_NS;
 
-fn window_ns(params: &Params) -> Result<i64, ApiError> {
-    let n: i64 = match params.get("window") {
+/// The parameters of `GET /api/funnel`.
+#[derive(Debug, Default, Deserialize)]
+pub struct FunnelQuery {
+    #[serde(flatten)]
+    pub params: Params,
+    /// The event names of the steps, comma-separated, in order.
+    pub steps: Option<String>,
+    pub window: Option<String>,
+    pub window_unit: Option<String>,
+    /// `ordered` (default) or `strict`.
+    pub order: Option<String>,
+    /// Where step 1 may happen: a relative range ending at `to` (default 30 days).
+    pub range: Option<String>,
+    pub cohort_id: Option<String>,
+}
+
+fn window_ns(q: &FunnelQuery) -> Result<i64, ApiError> {
+    let n: i64 = match q.window.as_deref() {
         None => 14,
         Some(v) => v.parse().ok().filter(|n| *n > 0).ok_or_else(|| invalid("window", "must be a positive integer"))?,
     };
-    let unit = match params.get("window_unit").unwrap_or("day") {
+    let unit = match q.window_unit.as_deref().unwrap_or("day") {
         "second" => 1,
         "minute" => 60,
         "hour" => 3600,
@@ -42,23 +58,46 @@ fn window_ns(params: &Params) -> Result<i64, ApiError> {
 }
 
 /// `[from, to)` where step 1 may happen: `range` ending at `to` (default now).
-fn step_one_range(params: &Params) -> Result<(i64, i64), ApiError> {
-    let range = calendar::parse_range(params.get("range").unwrap_or("30d"))
+fn step_one_range(q: &FunnelQuery) -> Result<(i64, i64), ApiError> {
+    let range = calendar::parse_range(q.range.as_deref().unwrap_or("30d"))
         .filter(|r| *r <= MAX_RANGE_NS)
         .ok_or_else(|| invalid("range", "must be an integer and a unit m, h, d or w, at most 31 days"))?;
-    let to = params.instant("to")?.unwrap_or_else(now_nanos);
+    let to = q.params.to()?.unwrap_or_else(now_nanos);
     let from = to.checked_sub(range).ok_or_else(|| invalid("range", "reaches outside the supported time range"))?;
     Ok((from, to))
+}
+
+/// A step of `GET /api/funnel`.
+#[derive(Debug, Serialize)]
+pub struct FunnelStep {
+    pub event: String,
+    /// Users who reached this step (within the window, in order).
+    pub count: u64,
+    pub conversion_from_start: f64,
+    pub conversion_from_previous: f64,
+    /// From the previous step; null for the first step and for a step nobody reached.
+    pub median_seconds_to_convert: Option<f64>,
+    pub avg_seconds_to_convert: Option<f64>,
+}
+
+/// `GET /api/funnel`.
+#[derive(Debug, Serialize)]
+pub struct Funnel {
+    pub steps: Vec<FunnelStep>,
+    pub window_seconds: i64,
+    pub from: String,
+    pub to: String,
 }
 
 pub async fn funnel(
     State(app): State<Arc<AppState>>,
     session: Session,
     RawQuery(raw): RawQuery,
-) -> Result<Json<Value>, ApiError> {
-    let params = Params::parse(raw.as_deref())?;
-    let steps: Vec<String> = params
-        .get("steps")
+) -> Result<Json<Answer<Funnel>>, ApiError> {
+    let q: FunnelQuery = params::parse(raw.as_deref())?;
+    let steps: Vec<String> = q
+        .steps
+        .as_deref()
         .unwrap_or_default()
         .split(',')
         .map(str::trim)
@@ -71,50 +110,48 @@ pub async fn funnel(
     if steps.iter().any(|s| s.chars().count() > 200) {
         return Err(invalid("steps", "event names have at most 200 characters"));
     }
-    let window = window_ns(&params)?;
-    let strict = match params.get("order").unwrap_or("ordered") {
+    let window = window_ns(&q)?;
+    let strict = match q.order.as_deref().unwrap_or("ordered") {
         "ordered" => false,
         "strict" => true,
         _ => return Err(invalid("order", "must be ordered or strict")),
     };
-    let (from, to) = step_one_range(&params)?;
-    let cohort = crate::query::cohorts::filter(&app, &session, &params, to).await?;
+    let (from, to) = step_one_range(&q)?;
+    let cohort = crate::query::cohorts::filter(&app, &session, q.cohort_id.as_deref(), to).await?;
     let plan =
         FunnelPlan { steps: steps.clone(), window_nanos: window, strict, range_from: from, range_to: to, cohort };
     // Later steps may happen up to a window after the range.
     let scan_range = (from, to.saturating_add(window));
     let mut gathered =
-        scatter(&app, &session.project_id, scan_range, params.allow_partial()?, query_request::Plan::Funnel(plan))
+        scatter(&app, &session.project_id, scan_range, q.params.allow_partial()?, query_request::Plan::Funnel(plan))
             .await?;
     let FunnelSteps { users, seconds_sum: sums, seconds: sketches } = gathered.fold(FunnelSteps::new(steps.len()))?;
     let rate = |n: u64, of: u64| if of == 0 { 0.0 } else { n as f64 / of as f64 };
-    let items: Vec<Value> = steps
-        .iter()
+    let steps = steps
+        .into_iter()
         .enumerate()
         .map(|(k, event)| {
             let (median, avg) = if k == 0 || users[k] == 0 {
-                (Value::Null, Value::Null)
+                (None, None)
             } else {
-                (json!(sketches[k].quantile(0.5)), json!(sums[k] / users[k] as f64))
+                (sketches[k].quantile(0.5), Some(sums[k] / users[k] as f64))
             };
-            json!({
-                "event": event,
-                "count": users[k],
-                "conversion_from_start": rate(users[k], users[0]),
-                "conversion_from_previous": rate(users[k], if k == 0 { users[0] } else { users[k - 1] }),
-                "median_seconds_to_convert": median,
-                "avg_seconds_to_convert": avg,
-            })
+            FunnelStep {
+                event,
+                count: users[k],
+                conversion_from_start: rate(users[k], users[0]),
+                conversion_from_previous: rate(users[k], if k == 0 { users[0] } else { users[k - 1] }),
+                median_seconds_to_convert: median,
+                avg_seconds_to_convert: avg,
+            }
         })
         .collect();
-    let mut body = json!({
-        "steps": items,
-        "window_seconds": window / SECOND_NS,
-        "from": format_nanos(from),
-        "to": format_nanos(to),
-    });
-    gathered.annotate(&mut body);
-    Ok(Json(body))
+    Ok(gathered.answer(Funnel {
+        steps,
+        window_seconds: window / SECOND_NS,
+        from: format_nanos(from),
+        to: format_nanos(to),
+    }))
 }
 
 #[cfg(test)]
@@ -123,7 +160,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn range(q: &str) -> Result<(i64, i64), ApiError> {
-        step_one_range(&Params::parse(Some(q)).unwrap())
+        step_one_range(&params::parse(Some(q)).unwrap())
     }
 
     #[test]
@@ -146,7 +183,7 @@ mod tests {
             window_unit in "second|minute|hour|day|week|year",
         ) {
             let q = format!("to={to}&range={n}{unit}&window={window}&window_unit={window_unit}");
-            let params = Params::parse(Some(&q)).unwrap();
+            let params: FunnelQuery = params::parse(Some(&q)).unwrap();
             match step_one_range(&params) {
                 Ok((from, to)) => {
                     prop_assert!(from < to && sextant_model::time::check_instant(to).is_ok());

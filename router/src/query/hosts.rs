@@ -6,13 +6,13 @@ use std::sync::Arc;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::Json;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use sextant_model::time::{format_nanos, now_nanos};
 use sextant_proto::{query_request, HostBucket, HostSeriesPlan, HostsPlan, Mean};
 
 use super::merge::{HostSeries, LatestHosts};
-use super::params::{invalid, Params, HOUR_NS};
-use super::scatter::scatter;
+use super::params::{self, invalid, Params, HOUR_NS};
+use super::scatter::{scatter, Answer};
 use crate::http::error::ApiError;
 use crate::identity::auth::Session;
 use crate::AppState;
@@ -22,11 +22,32 @@ pub const STALE_AFTER_NS: i64 = 5 * 60 * 1_000_000_000;
 pub const MAX_POINTS: i64 = 10_000;
 const SECOND_NS: i64 = 1_000_000_000;
 
+/// A host in `GET /api/v1/infrastructure/hosts`: its latest sample.
+#[derive(Debug, Serialize)]
+pub struct HostJson {
+    pub hostname: String,
+    pub last_seen: String,
+    pub cpu_percent: Option<f64>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub disk_used_percent: Option<f64>,
+    pub network_rx_bytes_per_sec: Option<f64>,
+    pub network_tx_bytes_per_sec: Option<f64>,
+    /// `stale` when the latest sample is older than 5 minutes, else `ok`.
+    pub status: &'static str,
+}
+
+/// `GET /api/v1/infrastructure/hosts`: every host, unpaged.
+#[derive(Debug, Serialize)]
+pub struct HostList {
+    pub items: Vec<HostJson>,
+}
+
 pub async fn list(
     State(app): State<Arc<AppState>>,
     session: Session,
     RawQuery(raw): RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Answer<HostList>>, ApiError> {
     let params = Params::parse(raw.as_deref())?;
     // A day by default: a host that stopped reporting stays listed (as stale) for a while.
     let range = params.range_or(24 * HOUR_NS)?;
@@ -35,25 +56,21 @@ pub async fn list(
             .await?;
     let latest = gathered.fold(LatestHosts::default())?.0;
     let now = now_nanos();
-    let items: Vec<Value> = latest
-        .values()
-        .map(|m| {
-            json!({
-                "hostname": m.hostname,
-                "last_seen": format_nanos(m.unix_nanos),
-                "cpu_percent": m.cpu_percent,
-                "memory_used_bytes": m.memory_used_bytes,
-                "memory_total_bytes": m.memory_total_bytes,
-                "disk_used_percent": m.disk_used_percent,
-                "network_rx_bytes_per_sec": m.network_rx_bytes_per_sec,
-                "network_tx_bytes_per_sec": m.network_tx_bytes_per_sec,
-                "status": if now.saturating_sub(m.unix_nanos) > STALE_AFTER_NS { "stale" } else { "ok" },
-            })
+    let items = latest
+        .into_values()
+        .map(|m| HostJson {
+            last_seen: format_nanos(m.unix_nanos),
+            cpu_percent: m.cpu_percent,
+            memory_used_bytes: m.memory_used_bytes,
+            memory_total_bytes: m.memory_total_bytes,
+            disk_used_percent: m.disk_used_percent,
+            network_rx_bytes_per_sec: m.network_rx_bytes_per_sec,
+            network_tx_bytes_per_sec: m.network_tx_bytes_per_sec,
+            status: if now.saturating_sub(m.unix_nanos) > STALE_AFTER_NS { "stale" } else { "ok" },
+            hostname: m.hostname,
         })
         .collect();
-    let mut body = json!({ "items": items });
-    gathered.annotate(&mut body);
-    Ok(Json(body))
+    Ok(gathered.answer(HostList { items }))
 }
 
 /// `step`: seconds, or a number with unit `s`, `m`, `h`, `d`.
@@ -79,11 +96,38 @@ fn series_points(from: i64, to: i64, step: i64) -> i64 {
     span / step + i64::from(span % step != 0)
 }
 
-fn mean(m: &Option<Mean>) -> Value {
-    match m {
-        Some(m) if m.count > 0 => json!(m.sum / m.count as f64),
-        _ => Value::Null,
-    }
+fn mean(m: &Option<Mean>) -> Option<f64> {
+    m.as_ref().filter(|m| m.count > 0).map(|m| m.sum / m.count as f64)
+}
+
+/// One step of `GET /api/v1/infrastructure/hosts/{hostname}/metrics`: the means of the
+/// samples in it, null where there were none.
+#[derive(Debug, Serialize)]
+pub struct HostPoint {
+    pub t: String,
+    pub cpu_percent: Option<f64>,
+    pub memory_used_bytes: Option<f64>,
+    pub memory_total_bytes: Option<f64>,
+    pub disk_used_percent: Option<f64>,
+    pub network_rx_bytes_per_sec: Option<f64>,
+    pub network_tx_bytes_per_sec: Option<f64>,
+}
+
+/// `GET /api/v1/infrastructure/hosts/{hostname}/metrics`.
+#[derive(Debug, Serialize)]
+pub struct HostSeriesJson {
+    pub hostname: String,
+    pub step_seconds: i64,
+    pub points: Vec<HostPoint>,
+}
+
+/// The parameters of `GET /api/v1/infrastructure/hosts/{hostname}/metrics`.
+#[derive(Debug, Default, Deserialize)]
+pub struct MetricsQuery {
+    #[serde(flatten)]
+    pub params: Params,
+    /// Seconds, or a number and a unit `s`, `m`, `h`, `d` (default 60 s).
+    pub step: Option<String>,
 }
 
 pub async fn metrics(
@@ -91,13 +135,13 @@ pub async fn metrics(
     session: Session,
     Path(hostname): Path<String>,
     RawQuery(raw): RawQuery,
-) -> Result<Json<Value>, ApiError> {
-    let params = Params::parse(raw.as_deref())?;
+) -> Result<Json<Answer<HostSeriesJson>>, ApiError> {
+    let q: MetricsQuery = params::parse(raw.as_deref())?;
     if hostname.is_empty() || hostname.chars().count() > sextant_model::ingest::MAX_NAME_LEN {
         return Err(ApiError::NotFound("no such host".into()));
     }
-    let (from, to) = params.range()?;
-    let step = match params.get("step") {
+    let (from, to) = q.params.range()?;
+    let step = match q.step.as_deref() {
         None => 60 * SECOND_NS,
         Some(v) => {
             parse_step(v).ok_or_else(|| invalid("step", "must be a positive duration such as 60, 30s, 5m or 1h"))?
@@ -108,30 +152,33 @@ pub async fn metrics(
         return Err(invalid("step", &format!("gives {points} points; at most {MAX_POINTS} are allowed")));
     }
     let plan = HostSeriesPlan { hostname: hostname.clone(), step_nanos: step };
-    let mut gathered =
-        scatter(&app, &session.project_id, (from, to), params.allow_partial()?, query_request::Plan::HostSeries(plan))
-            .await?;
+    let mut gathered = scatter(
+        &app,
+        &session.project_id,
+        (from, to),
+        q.params.allow_partial()?,
+        query_request::Plan::HostSeries(plan),
+    )
+    .await?;
     let buckets = gathered.fold(HostSeries::default())?.0;
     // Every step of the range, empty ones with nulls, so charts show gaps.
     let empty = HostBucket::default();
-    let points: Vec<Value> = (0..points)
+    let points = (0..points)
         .map(|i| {
             let t = from + i * step;
             let b = buckets.get(&t).unwrap_or(&empty);
-            json!({
-                "t": format_nanos(t),
-                "cpu_percent": mean(&b.cpu_percent),
-                "memory_used_bytes": mean(&b.memory_used_bytes),
-                "memory_total_bytes": mean(&b.memory_total_bytes),
-                "disk_used_percent": mean(&b.disk_used_percent),
-                "network_rx_bytes_per_sec": mean(&b.network_rx_bytes_per_sec),
-                "network_tx_bytes_per_sec": mean(&b.network_tx_bytes_per_sec),
-            })
+            HostPoint {
+                t: format_nanos(t),
+                cpu_percent: mean(&b.cpu_percent),
+                memory_used_bytes: mean(&b.memory_used_bytes),
+                memory_total_bytes: mean(&b.memory_total_bytes),
+                disk_used_percent: mean(&b.disk_used_percent),
+                network_rx_bytes_per_sec: mean(&b.network_rx_bytes_per_sec),
+                network_tx_bytes_per_sec: mean(&b.network_tx_bytes_per_sec),
+            }
         })
         .collect();
-    let mut body = json!({ "hostname": hostname, "step_seconds": step / SECOND_NS, "points": points });
-    gathered.annotate(&mut body);
-    Ok(Json(body))
+    Ok(gathered.answer(HostSeriesJson { hostname, step_seconds: step / SECOND_NS, points }))
 }
 
 #[cfg(test)]

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use axum::extract::{RawQuery, State};
 use axum::Json;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use sextant_model::attributes;
 use sextant_model::ingest::parse_level;
 use sextant_model::text::LogQuery;
@@ -16,9 +17,10 @@ use sextant_model::time::format_nanos;
 use sextant_proto::{query_request, KeyedLog, LogKey, LogLevel, LogSearchPlan};
 
 use super::merge::LogList;
-use super::params::{bad_cursor, cursor_time, decode_cursor, encode_cursor, invalid, Params};
-use super::scatter::scatter;
+use super::params::{self, bad_cursor, cursor_time, decode_cursor, encode_cursor, invalid, list_of, Params};
+use super::scatter::{scatter, Answer};
 use crate::http::error::ApiError;
+use crate::http::listing::Listed;
 use crate::identity::auth::Session;
 use crate::AppState;
 
@@ -57,51 +59,73 @@ pub fn level_name(level: i32) -> &'static str {
     }
 }
 
-fn log_json(l: &KeyedLog) -> Value {
-    let Some(r) = &l.log else { return Value::Null };
-    let opt = |s: &str| if s.is_empty() { Value::Null } else { Value::String(s.to_owned()) };
-    json!({
-        "timestamp": format_nanos(r.unix_nanos),
-        "level": level_name(r.level),
-        "service": r.service,
-        "message": r.message,
-        "trace_id": opt(&r.trace_id),
-        "span_id": opt(&r.span_id),
-        "attributes": attributes::to_json(&r.attributes),
+/// A line in `GET /api/v1/logs/search`.
+#[derive(Debug, Serialize)]
+pub struct LogLine {
+    pub timestamp: String,
+    pub level: &'static str,
+    pub service: String,
+    pub message: String,
+    pub trace_id: Option<String>,
+    pub span_id: Option<String>,
+    pub attributes: Value,
+}
+
+fn log_line(l: &KeyedLog) -> Option<LogLine> {
+    let r = l.log.as_ref()?;
+    let opt = |s: &str| (!s.is_empty()).then(|| s.to_owned());
+    Some(LogLine {
+        timestamp: format_nanos(r.unix_nanos),
+        level: level_name(r.level),
+        service: r.service.clone(),
+        message: r.message.clone(),
+        trace_id: opt(&r.trace_id),
+        span_id: opt(&r.span_id),
+        attributes: attributes::to_json(&r.attributes),
     })
+}
+
+/// The parameters of `GET /api/v1/logs/search`.
+#[derive(Debug, Default, Deserialize)]
+pub struct SearchQuery {
+    #[serde(flatten)]
+    pub params: Params,
+    /// The search (docs/API.md, "Log search syntax").
+    pub q: Option<String>,
+    pub level: Option<String>,
+    pub service: Option<String>,
 }
 
 pub async fn search(
     State(app): State<Arc<AppState>>,
     session: Session,
     RawQuery(raw): RawQuery,
-) -> Result<Json<Value>, ApiError> {
-    let params = Params::parse(raw.as_deref())?;
+) -> Result<Json<Answer<Listed<Option<LogLine>>>>, ApiError> {
+    let query: SearchQuery = params::parse(raw.as_deref())?;
+    let params = &query.params;
     let range = params.range()?;
     let limit = params.limit()?;
-    let q = params.get("q").unwrap_or_default().to_owned();
+    let q = query.q.unwrap_or_default();
     LogQuery::parse(&q).map_err(|e| ApiError::BadRequest("invalid_query", format!("q: {e}")))?;
     let mut levels = Vec::new();
-    for l in params.list("level")? {
+    for l in list_of("level", query.level.as_deref())? {
         levels.push(
             parse_level(&l).ok_or_else(|| invalid("level", "must list TRACE, DEBUG, INFO, WARN, ERROR or FATAL"))?
                 as i32,
         );
     }
     let plan = LogSearchPlan {
-        services: params.list("service")?,
+        services: list_of("service", query.service.as_deref())?,
         levels,
         query: q,
         limit: limit as u32 + 1,
-        before: parse_cursor(&params)?,
+        before: parse_cursor(params)?,
     };
     let mut gathered =
         scatter(&app, &session.project_id, range, params.allow_partial()?, query_request::Plan::Logs(plan)).await?;
     let (page, more) = gathered.fold(LogList::default())?.page(limit);
-    let next = if more { page.last().map(|l| cursor_of(&key_of(l))) } else { None };
-    let mut body = json!({ "items": page.iter().map(log_json).collect::<Vec<_>>(), "next_cursor": next });
-    gathered.annotate(&mut body);
-    Ok(Json(body))
+    let next_cursor = if more { page.last().map(|l| cursor_of(&key_of(l))) } else { None };
+    Ok(gathered.answer(Listed { items: page.iter().map(log_line).collect(), next_cursor }))
 }
 
 #[cfg(test)]

@@ -1,82 +1,71 @@
 //! The parameters every read shares (docs/API.md, "Query strings", "Lists and cursors" and
 //! "Reads: time range, partial answers and limits"): time range, limit, cursor,
-//! `allow_partial`, lists, and the 400s that name the parameter at fault.
+//! `allow_partial`, lists, and the 400s that name the parameter at fault. Each endpoint
+//! declares its parameters in a struct that flattens [`Params`], read by [`parse`].
 
-use base64::Engine;
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
 use sextant_model::time::{check_instant, now_nanos, parse_query_time, MIN_INSTANT_NS};
 
 use crate::http::error::ApiError;
-use crate::identity::auth::url_pairs;
+use crate::http::listing::Paging;
+pub use crate::http::listing::{bad_cursor, encode_cursor, DEFAULT_LIMIT, MAX_LIMIT};
+use crate::http::query_string;
 
 pub const HOUR_NS: i64 = 3600 * 1_000_000_000;
 /// Longest time range of one query.
 pub const MAX_RANGE_NS: i64 = 31 * 24 * HOUR_NS;
-pub const DEFAULT_LIMIT: usize = 100;
-pub const MAX_LIMIT: usize = 1000;
 /// Longest query string (filters, `q`, cursor) of a read.
 pub const MAX_QUERY_STRING: usize = 8192;
 /// Most values of a list parameter (`service=a,b,…`).
 pub const MAX_LIST: usize = 100;
 
-/// The query string as `(key, value)` pairs, with typed access and 400s for bad values.
-pub struct Params(Vec<(String, String)>);
-
 pub fn invalid(field: &str, reason: &str) -> ApiError {
     ApiError::BadRequest("invalid_parameter", format!("query parameter `{field}` {reason}"))
 }
 
+/// The query string of a read, at most [`MAX_QUERY_STRING`] bytes, as `T` declares it.
+pub fn parse<T: DeserializeOwned>(raw: Option<&str>) -> Result<T, ApiError> {
+    if raw.is_some_and(|raw| raw.len() > MAX_QUERY_STRING) {
+        return Err(ApiError::BadRequest(
+            "query_too_long",
+            format!("the query string may have at most {MAX_QUERY_STRING} bytes"),
+        ));
+    }
+    query_string::parse(raw)
+}
+
+/// The parameters every read may take; each is checked when the endpoint asks for it.
+#[derive(Debug, Default, Deserialize)]
+pub struct Params {
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub allow_partial: Option<String>,
+    #[serde(flatten)]
+    pub paging: Paging,
+}
+
 impl Params {
+    /// A read's query string, for an endpoint without parameters of its own.
     pub fn parse(raw: Option<&str>) -> Result<Self, ApiError> {
-        let raw = raw.unwrap_or_default();
-        if raw.len() > MAX_QUERY_STRING {
-            return Err(ApiError::BadRequest(
-                "query_too_long",
-                format!("the query string may have at most {MAX_QUERY_STRING} bytes"),
-            ));
-        }
-        Ok(Params(url_pairs(raw).collect()))
-    }
-
-    /// A non-empty value of `key`.
-    pub fn get(&self, key: &str) -> Option<&str> {
-        self.0.iter().rev().find(|(k, v)| k == key && !v.is_empty()).map(|(_, v)| v.as_str())
-    }
-
-    /// A comma-separated list (`service=a,b` and repeated keys both work), at most
-    /// [`MAX_LIST`] values.
-    pub fn list(&self, key: &str) -> Result<Vec<String>, ApiError> {
-        let mut out: Vec<String> = self
-            .0
-            .iter()
-            .filter(|(k, _)| k == key)
-            .flat_map(|(_, v)| v.split(','))
-            .map(str::trim)
-            .filter(|v| !v.is_empty())
-            .map(str::to_owned)
-            .collect();
-        out.sort();
-        out.dedup();
-        if out.len() > MAX_LIST {
-            return Err(invalid(key, &format!("may list at most {MAX_LIST} values")));
-        }
-        Ok(out)
+        parse(raw)
     }
 
     pub fn limit(&self) -> Result<usize, ApiError> {
-        match self.get("limit") {
-            None => Ok(DEFAULT_LIMIT),
-            Some(v) => v.parse().ok().filter(|l| (1..=MAX_LIMIT).contains(l)).ok_or_else(|| {
-                ApiError::BadRequest("invalid_limit", format!("limit must be an integer from 1 to {MAX_LIMIT}"))
-            }),
-        }
+        self.paging.limit()
     }
 
     pub fn allow_partial(&self) -> Result<bool, ApiError> {
-        match self.get("allow_partial") {
+        match self.allow_partial.as_deref() {
             None | Some("false") => Ok(false),
             Some("true") => Ok(true),
             Some(_) => Err(invalid("allow_partial", "must be true or false")),
         }
+    }
+
+    /// `to`, if given.
+    pub fn to(&self) -> Result<Option<i64>, ApiError> {
+        instant("to", self.to.as_deref())
     }
 
     /// `[from, to)` in unix nanoseconds; by default the hour up to now.
@@ -86,8 +75,8 @@ impl Params {
 
     /// `[from, to)`, by default the `default_ns` up to now (never before 1970).
     pub fn range_or(&self, default_ns: i64) -> Result<(i64, i64), ApiError> {
-        let from = self.instant("from")?;
-        let to = self.instant("to")?.unwrap_or_else(now_nanos);
+        let from = instant("from", self.from.as_deref())?;
+        let to = self.to()?.unwrap_or_else(now_nanos);
         let from = match from {
             Some(from) => from,
             None => to.saturating_sub(default_ns).max(MIN_INSTANT_NS),
@@ -103,53 +92,49 @@ impl Params {
         }
         Ok((from, to))
     }
-
-    /// A time parameter (RFC 3339 or epoch milliseconds) within the accepted instants.
-    pub fn instant(&self, key: &str) -> Result<Option<i64>, ApiError> {
-        self.get(key)
-            .map(|v| parse_query_time(v).map_err(|r| invalid(key, &format!("{r} (RFC 3339 or epoch milliseconds)"))))
-            .transpose()
-    }
-
-    /// A non-negative number of milliseconds, in nanoseconds.
-    pub fn millis(&self, key: &str) -> Result<Option<i64>, ApiError> {
-        self.get(key)
-            .map(|v| {
-                v.parse::<f64>()
-                    .ok()
-                    .filter(|ms| ms.is_finite() && *ms >= 0.0 && *ms < 1e12)
-                    .map(|ms| (ms * 1e6) as i64)
-                    .ok_or_else(|| invalid(key, "must be a non-negative number of milliseconds"))
-            })
-            .transpose()
-    }
 }
 
-/// Cursors are opaque to clients: base64 of the last item's key as text.
-pub fn encode_cursor(key: &str) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(key)
+/// A time parameter (RFC 3339 or epoch milliseconds) within the accepted instants.
+pub fn instant(name: &str, value: Option<&str>) -> Result<Option<i64>, ApiError> {
+    value
+        .map(|v| parse_query_time(v).map_err(|r| invalid(name, &format!("{r} (RFC 3339 or epoch milliseconds)"))))
+        .transpose()
 }
 
-pub fn decode_cursor(params: &Params) -> Result<Option<String>, ApiError> {
-    params
-        .get("cursor")
-        .map(|c| {
-            base64::engine::general_purpose::URL_SAFE_NO_PAD
-                .decode(c.as_bytes())
+/// A non-negative number of milliseconds, in nanoseconds.
+pub fn millis(name: &str, value: Option<&str>) -> Result<Option<i64>, ApiError> {
+    value
+        .map(|v| {
+            v.parse::<f64>()
                 .ok()
-                .and_then(|raw| String::from_utf8(raw).ok())
-                .ok_or_else(bad_cursor)
+                .filter(|ms| ms.is_finite() && *ms >= 0.0 && *ms < 1e12)
+                .map(|ms| (ms * 1e6) as i64)
+                .ok_or_else(|| invalid(name, "must be a non-negative number of milliseconds"))
         })
         .transpose()
+}
+
+/// A list parameter (`service=a,b` and repeated keys both work): its distinct values, sorted,
+/// at most [`MAX_LIST`].
+pub fn list_of(name: &str, value: Option<&str>) -> Result<Vec<String>, ApiError> {
+    let mut out: Vec<String> =
+        value.unwrap_or_default().split(',').map(str::trim).filter(|v| !v.is_empty()).map(str::to_owned).collect();
+    out.sort();
+    out.dedup();
+    if out.len() > MAX_LIST {
+        return Err(invalid(name, &format!("may list at most {MAX_LIST} values")));
+    }
+    Ok(out)
+}
+
+/// The key a read's cursor holds: the last item of the previous page.
+pub fn decode_cursor(params: &Params) -> Result<Option<String>, ApiError> {
+    params.paging.after()
 }
 
 /// The time a cursor holds, checked like a time parameter.
 pub fn cursor_time(text: &str) -> Result<i64, ApiError> {
     text.parse().ok().and_then(|t| check_instant(t).ok()).ok_or_else(bad_cursor)
-}
-
-pub fn bad_cursor() -> ApiError {
-    ApiError::BadRequest("invalid_cursor", "cursor is not one this API returned".into())
 }
 
 /// Milliseconds with microsecond precision, as JSON numbers.
@@ -160,6 +145,13 @@ pub fn ms(v: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Parameters of a read of its own, besides the shared ones.
+    #[derive(Deserialize)]
+    struct Filters {
+        service: Option<String>,
+        min_duration_ms: Option<String>,
+    }
 
     #[test]
     fn time_ranges_are_bounded_and_ordered() {
@@ -178,7 +170,8 @@ mod tests {
             Err(ApiError::BadRequest("invalid_limit", _))
         ));
         let many = (0..101).map(|i| format!("s{i}")).collect::<Vec<_>>().join(",");
-        let list = Params::parse(Some(&format!("service={many}"))).unwrap().list("service");
+        let q: Filters = parse(Some(&format!("service={many}"))).unwrap();
+        let list = list_of("service", q.service.as_deref());
         assert!(matches!(list, Err(ApiError::BadRequest("invalid_parameter", _))));
         assert!(matches!(Params::parse(Some(&"q=x".repeat(3000))), Err(ApiError::BadRequest("query_too_long", _))));
     }
@@ -254,7 +247,7 @@ mod tests {
         #[test]
         fn time_parameters_are_instants_in_range_or_a_400(v in any_time_text()) {
             let q = format!("to={}", v.replace('+', "%2B"));
-            match Params::parse(Some(&q)).unwrap().instant("to") {
+            match Params::parse(Some(&q)).unwrap().to() {
                 Ok(Some(t)) => proptest::prop_assert!(check_instant(t).is_ok()),
                 Ok(None) => proptest::prop_assert!(false, "{} was not read", v),
                 Err(e) => proptest::prop_assert!(matches!(e, ApiError::BadRequest("invalid_parameter", _))),
@@ -264,7 +257,8 @@ mod tests {
         #[test]
         fn durations_in_milliseconds_never_overflow(v in any_time_text()) {
             let q = format!("min_duration_ms={}", v.replace('+', "%2B"));
-            match Params::parse(Some(&q)).unwrap().millis("min_duration_ms") {
+            let q: Filters = parse(Some(&q)).unwrap();
+            match millis("min_duration_ms", q.min_duration_ms.as_deref()) {
                 Ok(Some(ns)) => proptest::prop_assert!((0..1_000_000_000_000_000_000).contains(&ns)),
                 Ok(None) => proptest::prop_assert!(false, "{} was not read", v),
                 Err(e) => proptest::prop_assert!(matches!(e, ApiError::BadRequest("invalid_parameter", _))),

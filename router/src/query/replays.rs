@@ -7,14 +7,16 @@ use std::sync::Arc;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::Json;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use sextant_model::time::format_nanos;
 use sextant_proto::{query_request, ReplayEventsPlan, ReplayListPlan};
 
 use super::merge::{ReplayEvents, ReplaySessions};
-use super::params::{bad_cursor, cursor_time, decode_cursor, encode_cursor, invalid, Params, HOUR_NS};
-use super::scatter::scatter;
+use super::params::{self, bad_cursor, cursor_time, decode_cursor, encode_cursor, invalid, Params, HOUR_NS};
+use super::scatter::{scatter, Answer};
 use crate::http::error::ApiError;
+use crate::http::listing::Listed;
 use crate::identity::auth::Session;
 use crate::AppState;
 
@@ -22,19 +24,40 @@ use crate::AppState;
 const DEFAULT_RANGE_NS: i64 = 30 * 24 * HOUR_NS;
 const MAX_ID_CHARS: usize = 200;
 
+/// A session in `GET /api/replays`.
+#[derive(Debug, Serialize)]
+pub struct ReplaySessionJson {
+    pub session_id: String,
+    pub distinct_id: String,
+    pub start_time: String,
+    pub end_time: String,
+    pub event_count: u64,
+    pub size_bytes: u64,
+}
+
+/// The parameters of `GET /api/replays` and `/api/replays/{session_id}`.
+#[derive(Debug, Default, Deserialize)]
+pub struct ReplaysQuery {
+    #[serde(flatten)]
+    pub params: Params,
+    /// Only this user's sessions (the list).
+    pub distinct_id: Option<String>,
+}
+
 pub async fn list(
     State(app): State<Arc<AppState>>,
     session: Session,
     RawQuery(raw): RawQuery,
-) -> Result<Json<Value>, ApiError> {
-    let params = Params::parse(raw.as_deref())?;
+) -> Result<Json<Answer<Listed<ReplaySessionJson>>>, ApiError> {
+    let q: ReplaysQuery = params::parse(raw.as_deref())?;
+    let params = &q.params;
     let range = params.range_or(DEFAULT_RANGE_NS)?;
     let limit = params.limit()?;
-    let distinct_id = params.get("distinct_id").unwrap_or_default().to_owned();
+    let distinct_id = q.distinct_id.clone().unwrap_or_default();
     if distinct_id.chars().count() > MAX_ID_CHARS {
         return Err(invalid("distinct_id", "may have at most 200 characters"));
     }
-    let after = decode_cursor(&params)?
+    let after = decode_cursor(params)?
         .map(|c| -> Result<(i64, String), ApiError> {
             let (start, id) = c.split_once(':').ok_or_else(bad_cursor)?;
             Ok((cursor_time(start)?, id.to_owned()))
@@ -44,24 +67,43 @@ pub async fn list(
     let mut gathered = scatter(&app, &session.project_id, range, params.allow_partial()?, plan).await?;
     let after = after.as_ref().map(|(t, id)| (*t, id.as_str()));
     let (sessions, more) = gathered.fold(ReplaySessions::default())?.page(after, limit);
-    let next_cursor =
-        more.then(|| sessions.last().map(|s| encode_cursor(&format!("{}:{}", s.start_unix_nanos, s.session_id))));
-    let items: Vec<Value> = sessions
-        .iter()
-        .map(|s| {
-            json!({
-                "session_id": s.session_id,
-                "distinct_id": s.distinct_id,
-                "start_time": format_nanos(s.start_unix_nanos),
-                "end_time": format_nanos(s.end_unix_nanos),
-                "event_count": s.event_count,
-                "size_bytes": s.size_bytes,
-            })
+    let next_cursor = if more {
+        sessions.last().map(|s| encode_cursor(&format!("{}:{}", s.start_unix_nanos, s.session_id)))
+    } else {
+        None
+    };
+    let items = sessions
+        .into_iter()
+        .map(|s| ReplaySessionJson {
+            start_time: format_nanos(s.start_unix_nanos),
+            end_time: format_nanos(s.end_unix_nanos),
+            event_count: s.event_count,
+            size_bytes: s.size_bytes,
+            session_id: s.session_id,
+            distinct_id: s.distinct_id,
         })
         .collect();
-    let mut body = json!({ "items": items, "next_cursor": next_cursor.flatten() });
-    gathered.annotate(&mut body);
-    Ok(Json(body))
+    Ok(gathered.answer(Listed { items, next_cursor }))
+}
+
+/// An rrweb event as it was recorded: type, data, epoch-millisecond timestamp.
+#[derive(Debug, Serialize)]
+pub struct RecordedEvent {
+    #[serde(rename = "type")]
+    pub event_type: i32,
+    pub data: Value,
+    pub timestamp: i64,
+    pub window_id: String,
+}
+
+/// `GET /api/replays/{session_id}`: the session's events in timestamp order, for a player.
+#[derive(Debug, Serialize)]
+pub struct Recording {
+    pub session_id: String,
+    pub distinct_id: String,
+    pub start_time: String,
+    pub end_time: String,
+    pub events: Vec<RecordedEvent>,
 }
 
 pub async fn events(
@@ -69,7 +111,7 @@ pub async fn events(
     session: Session,
     Path(session_id): Path<String>,
     RawQuery(raw): RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Answer<Recording>>, ApiError> {
     let params = Params::parse(raw.as_deref())?;
     if session_id.is_empty() || session_id.chars().count() > MAX_ID_CHARS {
         return Err(invalid("session_id", "must have 1 to 200 characters"));
@@ -78,25 +120,23 @@ pub async fn events(
     let plan = query_request::Plan::ReplayEvents(ReplayEventsPlan { session_id: session_id.clone() });
     let mut gathered = scatter(&app, &session.project_id, range, params.allow_partial()?, plan).await?;
     let events = gathered.fold(ReplayEvents::default())?.sorted();
-    if events.is_empty() {
+    let (Some(first), Some(last)) = (events.first(), events.last()) else {
         return Err(ApiError::NotFound(format!("no recording of session {session_id}")));
-    }
-    let distinct_id = events.iter().map(|e| e.distinct_id.as_str()).find(|d| !d.is_empty()).unwrap_or_default();
-    let body_events: Vec<Value> = events
-        .iter()
-        .map(|e| {
-            // rrweb players want the event as it was recorded: type, data, epoch-ms timestamp.
-            let data: Value = serde_json::from_str(&e.data_json).unwrap_or(Value::Null);
-            json!({ "type": e.event_type, "data": data, "timestamp": e.unix_nanos / 1_000_000, "window_id": e.window_id })
-        })
-        .collect();
-    let mut body = json!({
-        "session_id": session_id,
-        "distinct_id": distinct_id,
-        "start_time": format_nanos(events[0].unix_nanos),
-        "end_time": format_nanos(events[events.len() - 1].unix_nanos),
-        "events": body_events,
-    });
-    gathered.annotate(&mut body);
-    Ok(Json(body))
+    };
+    let recording = Recording {
+        distinct_id: events.iter().map(|e| e.distinct_id.as_str()).find(|d| !d.is_empty()).unwrap_or_default().into(),
+        start_time: format_nanos(first.unix_nanos),
+        end_time: format_nanos(last.unix_nanos),
+        events: events
+            .iter()
+            .map(|e| RecordedEvent {
+                event_type: e.event_type,
+                data: serde_json::from_str(&e.data_json).unwrap_or(Value::Null),
+                timestamp: e.unix_nanos / 1_000_000,
+                window_id: e.window_id.clone(),
+            })
+            .collect(),
+        session_id,
+    };
+    Ok(gathered.answer(recording))
 }

@@ -8,14 +8,14 @@ use std::sync::Arc;
 
 use axum::extract::{RawQuery, State};
 use axum::Json;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 use sextant_model::calendar::{self, Interval};
 use sextant_model::time::format_nanos;
 use sextant_proto::{query_request, RetentionPlan};
 
 use super::merge::RetentionCohorts;
-use super::params::{invalid, Params};
-use super::scatter::scatter;
+use super::params::{self, invalid, Params};
+use super::scatter::{scatter, Answer};
 use crate::http::error::ApiError;
 use crate::identity::auth::Session;
 use crate::query::activity::{calendar_error, zone};
@@ -71,21 +71,61 @@ fn buckets(
     Ok((cohort_starts, all, scan_end))
 }
 
+/// The parameters of `GET /api/retention`.
+#[derive(Debug, Default, Deserialize)]
+pub struct RetentionQuery {
+    #[serde(flatten)]
+    pub params: Params,
+    pub start_event: Option<String>,
+    pub return_event: Option<String>,
+    /// `day` (default), `week` or `month`.
+    pub period: Option<String>,
+    /// Periods followed after each cohort's own (default 8).
+    pub periods: Option<String>,
+    /// `first_time` (default) or `recurring`.
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub tz: Option<String>,
+}
+
+/// Returning users of a cohort `period` periods after its own.
+#[derive(Debug, Serialize)]
+pub struct RetentionValue {
+    pub period: usize,
+    pub count: u64,
+    pub rate: f64,
+}
+
+/// Users who did `start_event` in one period.
+#[derive(Debug, Serialize)]
+pub struct RetentionCohortJson {
+    pub cohort_start: String,
+    pub size: u64,
+    pub values: Vec<RetentionValue>,
+}
+
+/// `GET /api/retention`.
+#[derive(Debug, Serialize)]
+pub struct Retention {
+    pub period: &'static str,
+    pub cohorts: Vec<RetentionCohortJson>,
+}
+
 pub async fn retention(
     State(app): State<Arc<AppState>>,
     session: Session,
     RawQuery(raw): RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Answer<Retention>>, ApiError> {
     require_feature(&app, &session)?;
-    let params = Params::parse(raw.as_deref())?;
-    let start_event = params.get("start_event").ok_or_else(|| invalid("start_event", "is required"))?.to_owned();
-    let return_event = params.get("return_event").ok_or_else(|| invalid("return_event", "is required"))?.to_owned();
-    let interval = Interval::parse(params.get("period").unwrap_or("day"))
+    let q: RetentionQuery = params::parse(raw.as_deref())?;
+    let start_event = q.start_event.ok_or_else(|| invalid("start_event", "is required"))?;
+    let return_event = q.return_event.ok_or_else(|| invalid("return_event", "is required"))?;
+    let interval = Interval::parse(q.period.as_deref().unwrap_or("day"))
         .map_err(|_| invalid("period", "must be day, week or month"))?;
     if interval == Interval::Hour {
         return Err(invalid("period", "must be day, week or month"));
     }
-    let periods: u32 = match params.get("periods") {
+    let periods: u32 = match q.periods.as_deref() {
         None => 8,
         Some(v) => v
             .parse()
@@ -93,14 +133,14 @@ pub async fn retention(
             .filter(|n| (1..=MAX_PERIODS).contains(n))
             .ok_or_else(|| invalid("periods", "must be an integer from 1 to 100"))?,
     };
-    let first_time = match params.get("type").unwrap_or("first_time") {
+    let first_time = match q.kind.as_deref().unwrap_or("first_time") {
         "first_time" => true,
         "recurring" => false,
         _ => return Err(invalid("type", "must be first_time or recurring")),
     };
-    let tz = zone(&params)?;
+    let tz = zone(q.tz.as_deref())?;
     // By default, as many cohorts as periods, ending now.
-    let (from, to) = params.range_or(period_ns(interval).saturating_mul(i64::from(periods)))?;
+    let (from, to) = q.params.range_or(period_ns(interval).saturating_mul(i64::from(periods)))?;
     let (cohort_starts, bucket_starts, scan_end) = buckets(from, to, interval, periods, &tz)?;
     let plan = RetentionPlan {
         start_event,
@@ -114,30 +154,28 @@ pub async fn retention(
         &app,
         &session.project_id,
         (bucket_starts[0], scan_end),
-        params.allow_partial()?,
+        q.params.allow_partial()?,
         query_request::Plan::Retention(plan),
     )
     .await?;
     let sums = gathered.fold(RetentionCohorts::new(cohort_starts.len(), periods as usize))?.0;
-    let cohorts: Vec<Value> = cohort_starts
+    let cohorts = cohort_starts
         .iter()
         .zip(&sums)
         .map(|(start, c)| {
-            let values: Vec<Value> = c
+            let values = c
                 .returned
                 .iter()
                 .enumerate()
                 .map(|(j, n)| {
                     let rate = if c.size == 0 { 0.0 } else { *n as f64 / c.size as f64 };
-                    json!({ "period": j, "count": n, "rate": rate })
+                    RetentionValue { period: j, count: *n, rate }
                 })
                 .collect();
-            json!({ "cohort_start": format_nanos(*start), "size": c.size, "values": values })
+            RetentionCohortJson { cohort_start: format_nanos(*start), size: c.size, values }
         })
         .collect();
-    let mut body = json!({ "period": interval.name(), "cohorts": cohorts });
-    gathered.annotate(&mut body);
-    Ok(Json(body))
+    Ok(gathered.answer(Retention { period: interval.name(), cohorts }))
 }
 
 #[cfg(test)]

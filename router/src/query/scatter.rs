@@ -6,6 +6,8 @@
 use std::future::Future;
 use std::time::Duration;
 
+use axum::Json;
+use serde::Serialize;
 use sextant_model::ProjectId;
 use sextant_proto::{query_reply, query_request, QueryReply, QueryRequest};
 
@@ -27,7 +29,7 @@ pub struct Gathered {
 
 impl Gathered {
     /// Every shard's partial added in turn to `into`: the merged answer. The partials are
-    /// consumed; which shards are missing stays, for [`Self::annotate`].
+    /// consumed; which shards are missing stays, for [`Self::answer`].
     pub fn fold<M: Merge>(&mut self, mut into: M) -> Result<M, ApiError> {
         for (_, partial) in std::mem::take(&mut self.partials) {
             if let Some(p) = M::pick(partial) {
@@ -37,13 +39,33 @@ impl Gathered {
         Ok(into)
     }
 
-    /// `missing_shards` for a partial answer (never present in a complete one).
-    pub fn annotate(&self, body: &mut serde_json::Value) {
-        if !self.missing.is_empty() {
-            body["partial"] = serde_json::Value::Bool(true);
-            body["missing_shards"] = serde_json::json!(self.missing);
-        }
+    /// Which shards the answer lacks.
+    pub fn coverage(&self) -> Coverage {
+        Coverage { partial: !self.missing.is_empty(), missing_shards: self.missing.clone() }
     }
+
+    /// `body` as the answer, marked partial if shards are missing.
+    pub fn answer<T>(&self, body: T) -> Json<Answer<T>> {
+        Json(Answer { body, coverage: self.coverage() })
+    }
+}
+
+/// `"partial": true` and `missing_shards` in a partial answer; nothing in a complete one.
+#[derive(Debug, Default, Serialize)]
+pub struct Coverage {
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub partial: bool,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub missing_shards: Vec<GroupId>,
+}
+
+/// A read's answer: its body, and which shards it lacks.
+#[derive(Debug, Serialize)]
+pub struct Answer<T> {
+    #[serde(flatten)]
+    pub body: T,
+    #[serde(flatten)]
+    pub coverage: Coverage,
 }
 
 /// Calls `call` for every group concurrently, each under `timeout`. An unavailable or
@@ -145,8 +167,7 @@ mod tests {
         let got = gather(vec![1, 2, 3, 4], t, true, call).await.unwrap();
         assert_eq!(got.missing, [2, 3]);
         assert_eq!(got.partials.iter().map(|(g, _)| *g).collect::<Vec<_>>(), [1, 4]);
-        let mut body = serde_json::json!({});
-        got.annotate(&mut body);
+        let body = serde_json::to_value(got.answer(serde_json::json!({})).0).unwrap();
         assert_eq!(body, serde_json::json!({"partial": true, "missing_shards": [2, 3]}));
     }
 

@@ -5,21 +5,47 @@ use std::sync::Arc;
 
 use axum::extract::{RawQuery, State};
 use axum::Json;
-use serde_json::{json, Value};
+use serde::Serialize;
 use sextant_proto::{query_request, ServiceMapPlan};
 
 use super::merge::ServiceMap;
 use super::params::Params;
-use super::scatter::scatter;
+use super::scatter::{scatter, Answer};
 use crate::http::error::ApiError;
 use crate::identity::auth::Session;
 use crate::AppState;
+
+/// A service in `GET /api/v1/service-map`.
+#[derive(Debug, Serialize)]
+pub struct ServiceNode {
+    pub service: String,
+    pub span_count: u64,
+    pub error_rate: f64,
+    pub p95_ms: Option<f64>,
+}
+
+/// Calls from `source` to `target` (a span of `target` whose parent span is of `source`).
+#[derive(Debug, Serialize)]
+pub struct ServiceEdge {
+    pub source: String,
+    pub target: String,
+    pub call_count: u64,
+    pub error_count: u64,
+    pub p95_ms: Option<f64>,
+}
+
+/// `GET /api/v1/service-map`.
+#[derive(Debug, Serialize)]
+pub struct ServiceMapJson {
+    pub nodes: Vec<ServiceNode>,
+    pub edges: Vec<ServiceEdge>,
+}
 
 pub async fn get(
     State(app): State<Arc<AppState>>,
     session: Session,
     RawQuery(raw): RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Answer<ServiceMapJson>>, ApiError> {
     let params = Params::parse(raw.as_deref())?;
     let range = params.range()?;
     let mut gathered = scatter(
@@ -31,21 +57,24 @@ pub async fn get(
     )
     .await?;
     let ServiceMap { nodes, edges } = gathered.fold(ServiceMap::default())?;
-    let mut body = json!({
-        "nodes": nodes.iter().map(|(service, s)| json!({
-            "service": service,
-            "span_count": s.count,
-            "error_rate": s.error_rate(),
-            "p95_ms": s.quantile_ms(0.95),
-        })).collect::<Vec<_>>(),
-        "edges": edges.iter().map(|((source, target), s)| json!({
-            "source": source,
-            "target": target,
-            "call_count": s.count,
-            "error_count": s.errors,
-            "p95_ms": s.quantile_ms(0.95),
-        })).collect::<Vec<_>>(),
-    });
-    gathered.annotate(&mut body);
-    Ok(Json(body))
+    let nodes = nodes
+        .into_iter()
+        .map(|(service, s)| ServiceNode {
+            span_count: s.count,
+            error_rate: s.error_rate(),
+            p95_ms: s.quantile_ms(0.95),
+            service,
+        })
+        .collect();
+    let edges = edges
+        .into_iter()
+        .map(|((source, target), s)| ServiceEdge {
+            call_count: s.count,
+            error_count: s.errors,
+            p95_ms: s.quantile_ms(0.95),
+            source,
+            target,
+        })
+        .collect();
+    Ok(gathered.answer(ServiceMapJson { nodes, edges }))
 }

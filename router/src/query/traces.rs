@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::Json;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use sextant_model::attributes;
 use sextant_model::partition::group_of;
 use sextant_model::time::format_nanos;
@@ -18,36 +19,67 @@ use sextant_model::TraceId;
 use sextant_proto::{query_request, Span, SpanStatus, TraceKey, TraceListPlan, TraceSummary};
 
 use super::merge::TraceList;
-use super::params::{bad_cursor, cursor_time, decode_cursor, encode_cursor, invalid, ms, Params};
-use super::scatter::scatter;
+use super::params::{
+    self, bad_cursor, cursor_time, decode_cursor, encode_cursor, invalid, list_of, millis, ms, Params,
+};
+use super::scatter::{scatter, Answer};
 use crate::http::error::ApiError;
+use crate::http::listing::Listed;
 use crate::identity::auth::Session;
 use crate::AppState;
 
-pub fn span_json(s: &Span) -> Value {
-    let status = match SpanStatus::try_from(s.status).unwrap_or(SpanStatus::Unset) {
-        SpanStatus::Ok => "ok",
-        SpanStatus::Error => "error",
-        SpanStatus::Unset => "unset",
-    };
-    json!({
-        "trace_id": s.trace_id,
-        "span_id": s.span_id,
-        "parent_span_id": if s.parent_span_id.is_empty() { Value::Null } else { Value::String(s.parent_span_id.clone()) },
-        "service_name": s.service_name,
-        "operation": s.operation,
-        "timestamp": format_nanos(s.start_unix_nanos),
-        "duration_ms": s.duration_nanos as f64 / 1e6,
-        "status": status,
-        "attributes": attributes::to_json(&s.attributes),
-    })
+/// A span as `GET /api/v1/traces/{trace_id}` shows it.
+#[derive(Debug, Serialize)]
+pub struct SpanJson {
+    pub trace_id: String,
+    pub span_id: String,
+    pub parent_span_id: Option<String>,
+    pub service_name: String,
+    pub operation: String,
+    pub timestamp: String,
+    pub duration_ms: f64,
+    /// `ok`, `error` or `unset`.
+    pub status: &'static str,
+    pub attributes: Value,
+}
+
+impl From<&Span> for SpanJson {
+    fn from(s: &Span) -> Self {
+        let status = match SpanStatus::try_from(s.status).unwrap_or(SpanStatus::Unset) {
+            SpanStatus::Ok => "ok",
+            SpanStatus::Error => "error",
+            SpanStatus::Unset => "unset",
+        };
+        SpanJson {
+            trace_id: s.trace_id.clone(),
+            span_id: s.span_id.clone(),
+            parent_span_id: (!s.parent_span_id.is_empty()).then(|| s.parent_span_id.clone()),
+            service_name: s.service_name.clone(),
+            operation: s.operation.clone(),
+            timestamp: format_nanos(s.start_unix_nanos),
+            duration_ms: s.duration_nanos as f64 / 1e6,
+            status,
+            attributes: attributes::to_json(&s.attributes),
+        }
+    }
+}
+
+/// `GET /api/v1/traces/{trace_id}`.
+#[derive(Debug, Serialize)]
+pub struct Trace {
+    pub trace_id: String,
+    pub start_time: String,
+    pub duration_ms: f64,
+    pub services: BTreeSet<String>,
+    /// By start time, then span id.
+    pub spans: Vec<SpanJson>,
 }
 
 pub async fn get_trace(
     State(app): State<Arc<AppState>>,
     session: Session,
     Path(trace_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<Trace>, ApiError> {
     let trace_id = TraceId::parse(&trace_id).map_err(|_| ApiError::NotFound("trace not found".into()))?;
     let cache = app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
     let group = group_of(&cache.partition_groups, &session.project_id, trace_id.as_str().as_bytes())
@@ -60,14 +92,13 @@ pub async fn get_trace(
     let start = spans.iter().map(|s| s.start_unix_nanos).min().unwrap_or_default();
     let end =
         spans.iter().map(|s| s.start_unix_nanos.saturating_add_unsigned(s.duration_nanos)).max().unwrap_or_default();
-    let services: BTreeSet<&str> = spans.iter().map(|s| s.service_name.as_str()).collect();
-    Ok(Json(json!({
-        "trace_id": trace_id.as_str(),
-        "start_time": format_nanos(start),
-        "duration_ms": (end - start) as f64 / 1e6,
-        "services": services,
-        "spans": spans.iter().map(span_json).collect::<Vec<_>>(),
-    })))
+    Ok(Json(Trace {
+        trace_id: trace_id.as_str().to_owned(),
+        start_time: format_nanos(start),
+        duration_ms: (end - start) as f64 / 1e6,
+        services: spans.iter().map(|s| s.service_name.clone()).collect(),
+        spans: spans.iter().map(SpanJson::from).collect(),
+    }))
 }
 
 fn cursor_of(t: &TraceSummary) -> String {
@@ -83,48 +114,75 @@ fn parse_cursor(params: &Params) -> Result<Option<TraceKey>, ApiError> {
         .transpose()
 }
 
-pub fn summary_json(t: &TraceSummary) -> Value {
-    json!({
-        "trace_id": t.trace_id,
-        "root_service": t.root_service,
-        "root_operation": t.root_operation,
-        "start_time": format_nanos(t.start_unix_nanos),
-        "duration_ms": ms(t.end_unix_nanos.saturating_sub(t.start_unix_nanos) as f64 / 1e6),
-        "span_count": t.span_count,
-        "error_count": t.error_count,
-        "services": t.services,
-        "status": if t.error_count > 0 { "error" } else { "ok" },
-    })
+/// A trace in `GET /api/v1/traces`.
+#[derive(Debug, Serialize)]
+pub struct TraceSummaryJson {
+    pub trace_id: String,
+    pub root_service: String,
+    pub root_operation: String,
+    pub start_time: String,
+    pub duration_ms: f64,
+    pub span_count: u32,
+    pub error_count: u32,
+    pub services: Vec<String>,
+    /// `error` when any span failed, else `ok`.
+    pub status: &'static str,
+}
+
+impl From<&TraceSummary> for TraceSummaryJson {
+    fn from(t: &TraceSummary) -> Self {
+        TraceSummaryJson {
+            trace_id: t.trace_id.clone(),
+            root_service: t.root_service.clone(),
+            root_operation: t.root_operation.clone(),
+            start_time: format_nanos(t.start_unix_nanos),
+            duration_ms: ms(t.end_unix_nanos.saturating_sub(t.start_unix_nanos) as f64 / 1e6),
+            span_count: t.span_count,
+            error_count: t.error_count,
+            services: t.services.clone(),
+            status: if t.error_count > 0 { "error" } else { "ok" },
+        }
+    }
+}
+
+/// The parameters of `GET /api/v1/traces`.
+#[derive(Debug, Default, Deserialize)]
+pub struct ListQuery {
+    #[serde(flatten)]
+    pub params: Params,
+    pub service: Option<String>,
+    pub operation: Option<String>,
+    /// `error`: only traces with a failed span.
+    pub status: Option<String>,
+    pub min_duration_ms: Option<String>,
 }
 
 pub async fn list(
     State(app): State<Arc<AppState>>,
     session: Session,
     RawQuery(raw): RawQuery,
-) -> Result<Json<Value>, ApiError> {
-    let params = Params::parse(raw.as_deref())?;
-    let range = params.range()?;
-    let limit = params.limit()?;
-    let errors_only = match params.get("status") {
+) -> Result<Json<Answer<Listed<TraceSummaryJson>>>, ApiError> {
+    let q: ListQuery = params::parse(raw.as_deref())?;
+    let range = q.params.range()?;
+    let limit = q.params.limit()?;
+    let errors_only = match q.status.as_deref() {
         None => false,
         Some("error") => true,
         Some(_) => return Err(invalid("status", "must be `error`")),
     };
     let plan = TraceListPlan {
-        services: params.list("service")?,
-        operation: params.get("operation").unwrap_or_default().to_owned(),
+        services: list_of("service", q.service.as_deref())?,
+        operation: q.operation.unwrap_or_default(),
         errors_only,
-        min_duration_nanos: params.millis("min_duration_ms")?.unwrap_or(0),
+        min_duration_nanos: millis("min_duration_ms", q.min_duration_ms.as_deref())?.unwrap_or(0),
         limit: limit as u32 + 1,
-        before: parse_cursor(&params)?,
+        before: parse_cursor(&q.params)?,
     };
     let mut gathered =
-        scatter(&app, &session.project_id, range, params.allow_partial()?, query_request::Plan::Traces(plan)).await?;
+        scatter(&app, &session.project_id, range, q.params.allow_partial()?, query_request::Plan::Traces(plan)).await?;
     let (page, more) = gathered.fold(TraceList::default())?.page(limit);
-    let next = if more { page.last().map(cursor_of) } else { None };
-    let mut body = json!({ "items": page.iter().map(summary_json).collect::<Vec<_>>(), "next_cursor": next });
-    gathered.annotate(&mut body);
-    Ok(Json(body))
+    let next_cursor = if more { page.last().map(cursor_of) } else { None };
+    Ok(gathered.answer(Listed { items: page.iter().map(TraceSummaryJson::from).collect(), next_cursor }))
 }
 
 #[cfg(test)]
@@ -156,6 +214,17 @@ mod tests {
         v.sort_by(|a, b| key(b).cmp(&key(a)));
         v.truncate(limit);
         v
+    }
+
+    #[test]
+    fn the_parameters_of_the_list_are_read_by_the_contract() {
+        let q: ListQuery =
+            params::parse(Some("from=1000&limit=5&service=a,b&service=c&status=&operation=GET+%2Fx&other=1")).unwrap();
+        assert_eq!(q.params.from.as_deref(), Some("1000"));
+        assert_eq!(q.params.limit().unwrap(), 5);
+        assert_eq!(list_of("service", q.service.as_deref()).unwrap(), ["a", "b", "c"]);
+        assert_eq!((q.status, q.operation.as_deref()), (None, Some("GET /x")));
+        assert!(params::parse::<ListQuery>(Some(&"q=x".repeat(3000))).is_err());
     }
 
     #[test]
