@@ -1,5 +1,18 @@
 //! The Sextant router: stateless HTTP front end that authenticates, validates, partitions
 //! and forwards to storage shard leaders, then merges what they answer.
+//!
+//! The modules in the order a request walks them:
+//! - [`http`]: the edge. Connections, the route tables and their middleware, request bodies,
+//!   query strings, lists, and the one place errors become responses.
+//! - [`identity`]: who is asking. Credentials, sessions and rate limits; the endpoints of
+//!   accounts, members, projects and API keys.
+//! - [`ingest`]: writes. Validate, partition rows into one sub-batch per shard, commit all of
+//!   them or none.
+//! - [`query`]: reads. Parameters, a plan scattered to every shard, the partials merged into
+//!   one answer.
+//! - [`cluster`]: the storage cluster as the router sees it. Leaders, calls that follow them,
+//!   and the cached meta view.
+//! - [`admin`]: the operator's API, on the internal port.
 
 pub mod admin;
 pub mod cluster;

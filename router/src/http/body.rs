@@ -1,6 +1,6 @@
 //! Request bodies: content type, gzip, size limits and JSON parsing with precise errors.
 //! Ingest bodies are received within the router's byte budget and decoded and parsed off the
-//! async workers ([`Budget`], [`receive`], [`Budget::blocking`]).
+//! async workers ([`Budget`], [`receive`], [`Budget::parse`]).
 
 use std::io::Read;
 use std::sync::Arc;

@@ -16,7 +16,7 @@ use crate::http::error::ApiError;
 use crate::identity::auth::Session;
 use crate::AppState;
 
-const SORTS: [&str; 10] =
+pub const SORTS: [&str; 10] =
     ["count", "error_count", "error_rate", "rps", "avg_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "max_ms"];
 
 /// An endpoint in `GET /api/v1/apm/endpoints`.
