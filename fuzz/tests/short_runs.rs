@@ -176,3 +176,11 @@ fn a_corrupted_page_under_a_row_filter_is_an_error() {
 fn a_corrupted_span_duration_does_not_overflow() {
     targets::segment(include_bytes!("../seeds/segment/regress-duration-overflow.bin"));
 }
+
+/// A corrupted bloom filter header leaving the filter without blocks: a trace lookup indexed
+/// its first block (long segment runs, twice).
+#[test]
+fn a_trace_bloom_filter_without_blocks_is_an_error() {
+    targets::segment(include_bytes!("../seeds/segment/regress-bloom-without-blocks-1.bin"));
+    targets::segment(include_bytes!("../seeds/segment/regress-bloom-without-blocks-2.bin"));
+}

@@ -420,7 +420,12 @@ impl Segment {
         if let Ok(col) = meta.table.schema().index_of("trace_id") {
             let builder = ParquetRecordBatchReaderBuilder::new_with_metadata(file.clone(), reader.clone());
             for rg in 0..reader.metadata().num_row_groups() {
-                trace_blooms.push(builder.get_row_group_column_bloom_filter(rg, col).map_err(err)?);
+                let bloom = builder.get_row_group_column_bloom_filter(rg, col).map_err(err)?;
+                // A corrupted header can leave a filter without blocks, which `check` indexes.
+                if let Some(b) = &bloom {
+                    decoding(&meta.file.name, || b.check(&[0u8][..]))?;
+                }
+                trace_blooms.push(bloom);
             }
         }
         Ok(Segment { meta, file, reader, batches: Arc::new(batches), trace_blooms, tokens })
