@@ -2,7 +2,7 @@
 //! and drops expired rows, off the apply path; readers keep the inputs until the new manifest
 //! is published.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
@@ -43,7 +43,6 @@ impl SegmentShard {
             expiry: self.expiry.clone(),
             inputs,
             summaries,
-            tombstones: self.tombstones.clone(),
             published: self.published.clone(),
             persisted: self.persisted.clone(),
         })
@@ -60,7 +59,6 @@ pub struct CompactionJob {
     inputs: Vec<Arc<Segment>>,
     /// Trace-summary segments of spans inputs: replaced along with them.
     summaries: Vec<u64>,
-    tombstones: BTreeSet<u128>,
     published: Arc<RwLock<Published>>,
     persisted: Arc<Mutex<Persisted>>,
 }
@@ -75,6 +73,9 @@ pub enum CompactionOutcome {
 
 impl CompactionJob {
     pub fn run(self) -> io::Result<CompactionOutcome> {
+        // Only aborts already in the manifest: a replica that restarts rebuilds its uuid set
+        // from the segments and these tombstones, and must find the rows every replica kept.
+        let tombstones = self.persisted.lock().unwrap().manifest.tombstones.clone();
         let mut rows = Vec::new();
         for seg in self.inputs.iter().filter(|_| !self.drop_only) {
             for (project, row, ordinal) in seg.read(None)? {
@@ -83,7 +84,7 @@ impl CompactionJob {
             }
         }
         let rows_in = rows.len() as u64;
-        let merged = merge_rows(rows, &|b| self.tombstones.contains(&b), &self.expiry);
+        let merged = merge_rows(rows, &|b| tombstones.contains(&b), &self.expiry);
         let mut batches = Vec::new();
         let mut ordinals: HashMap<u128, u32> = HashMap::new();
         let refs: Vec<RowRef<'_>> = merged
