@@ -266,9 +266,15 @@ async fn analytics_answers_equal_clickhouse_on_random_data() {
 /// Loads `events` into the API's project and into ClickHouse and compares every answer.
 async fn check_dataset(api: &Api, token: &str, work: &Path, events: Vec<Event>) {
     assert!(events.len() > 2000, "{} events", events.len());
-    for chunk in events.chunks(1000) {
-        let batch: Vec<Value> =
-            chunk.iter().map(|(u, e, t)| json!({"event": e, "distinct_id": u, "timestamp": t})).collect();
+    // Each event its own uuid, as SDKs send: equal events at equal times are separate events
+    // here, as in ClickHouse (without uuids they would be one, docs/API.md "Idempotency of
+    // analytics events").
+    for (c, chunk) in events.chunks(1000).enumerate() {
+        let batch: Vec<Value> = chunk
+            .iter()
+            .enumerate()
+            .map(|(i, (u, e, t))| json!({"event": e, "distinct_id": u, "timestamp": t, "uuid": format!("oracle-{c}-{i}")}))
+            .collect();
         let resp =
             http().post(format!("{}/v1/batch", api.url)).json(&json!({"token": token, "events": batch})).send().await;
         assert_eq!(resp.unwrap().status(), 200);
