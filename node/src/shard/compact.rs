@@ -175,6 +175,8 @@ mod tests {
         ingest(&mut s, 3, 3, batch("p", vec![span("t3", "gone", 13)]));
         checkpoint(&mut s, 3);
         s.apply(4, Command::Abort { batch_id: 3 });
+        // Compaction drops an aborted batch once its tombstone is in the manifest.
+        checkpoint(&mut s, 4);
         assert_eq!(s.segment_count(), 6);
         assert!(s.compaction(0).is_none(), "the hour is not over and only three segments exist");
 
@@ -200,6 +202,24 @@ mod tests {
         drop(s);
         let s = SegmentShard::open(dir.path()).unwrap();
         assert_eq!(scan_all(&s, Table::Spans, "p", Filter::default()), spans);
+    }
+
+    /// Until the abort is checkpointed, a restart replays it over the segments: compaction
+    /// keeps the batch's rows (reads hide them already), so every replica rebuilds the same
+    /// uuid set.
+    #[test]
+    fn compaction_keeps_a_batch_whose_abort_is_not_yet_in_the_manifest() {
+        use crate::segment::Filter;
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        for i in 1..=3u64 {
+            ingest(&mut s, i, i as u128, batch("p", vec![span(&format!("t{i}"), "a", 10 + i as i64)]));
+            checkpoint(&mut s, i);
+        }
+        s.apply(4, Command::Abort { batch_id: 3 });
+        let job = s.compaction(i64::MAX).expect("three small segments of a past hour");
+        assert_eq!(job.run().unwrap(), CompactionOutcome::Merged { inputs: 3, outputs: 1, rows_in: 3, rows_out: 3 });
+        assert_eq!(scan_all(&s, Table::Spans, "p", Filter::default()).len(), 2, "the aborted span is hidden");
     }
 
     #[test]
