@@ -423,7 +423,7 @@ fn print_banner(url: &str, internal: SocketAddr, creds: Option<&Credentials>, pa
             println!("  credentials file {} is missing; the data directory was bootstrapped earlier", path.display())
         }
     }
-    println!("Try:\n  curl -s -X POST {url}/api/v1/ingest/spans -H 'X-API-Key: <API key>' -H 'Content-Type: application/json' \\\n    -d '{{\"spans\":[{{\"trace_id\":\"t1\",\"span_id\":\"s1\",\"service_name\":\"api\",\"operation\":\"GET /\",\"timestamp\":\"2026-11-22T10:00:00Z\",\"duration_ms\":12}}]}}'");
+    println!("Try:\n  curl -s -X POST {url}/api/v1/ingest/spans -H 'X-API-Key: <API key>' -H 'Content-Type: application/json' \\\n    -d '{{\"spans\":[{{\"trace_id\":\"t1\",\"span_id\":\"s1\",\"service_name\":\"api\",\"operation\":\"GET /\",\"timestamp\":'$(date +%s000)',\"duration_ms\":12}}]}}'");
     println!("Press Ctrl-C to stop.\n");
 }
 
