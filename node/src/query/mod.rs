@@ -135,23 +135,7 @@ impl Prepared {
     }
 }
 
-/// A hasher for keys that already are well-mixed hashes (xxh3 of names or span ids).
-#[derive(Default)]
-pub struct Prehashed(u64);
-
-impl std::hash::Hasher for Prehashed {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
-}
+pub use crate::segment::Prehashed;
 
 /// Runs a scan, charging every batch to the budget.
 fn each_batch(

@@ -20,3 +20,22 @@ pub use file::{Segment, SegmentMeta};
 pub use manifest::{Dedup, Manifest};
 pub use scan::{Filter, Scan, EVENT_DICTIONARIES};
 pub use table::{Row, Table};
+
+/// A hasher for keys that already are well-mixed hashes (xxh3 of names or span ids).
+#[derive(Default)]
+pub struct Prehashed(u64);
+
+impl std::hash::Hasher for Prehashed {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+

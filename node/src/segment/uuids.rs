@@ -12,29 +12,11 @@
 //! share a key with probability n/2^64 per row; the later row is then dropped.
 
 use std::collections::HashSet;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::BuildHasherDefault;
 
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::table::{Row, Table};
-
-/// Keys are hashes already: the table uses them as they are.
-#[derive(Default)]
-pub struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
-}
 
 /// The key of a row with `uuid` in `table` of `project`.
 pub fn key(table: Table, project: &str, uuid: &str) -> u64 {
@@ -53,7 +35,7 @@ pub fn row_key(project: &str, row: &Row) -> Option<u64> {
 
 #[derive(Default)]
 pub struct Uuids {
-    keys: HashSet<u64, BuildHasherDefault<KeyHasher>>,
+    keys: HashSet<u64, BuildHasherDefault<super::Prehashed>>,
 }
 
 impl Uuids {
