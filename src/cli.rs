@@ -129,8 +129,8 @@ impl ServerArgs {
     }
 }
 
-/// Cluster-wide request rates (DESIGN A10); each router enforces its share. Plans may override
-/// the first three.
+/// Cluster-wide request rates (docs/API.md, "Rate limits"); each router enforces its share. Plans
+/// may override the first three.
 #[derive(clap::Args)]
 pub struct RateLimitArgs {
     /// Observability ingest requests per second per API key.

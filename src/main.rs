@@ -1,4 +1,4 @@
-//! `sextant`: one binary for every role (DESIGN B1).
+//! `sextant`: one binary for every role (docs/ARCHITECTURE.md, "Components").
 
 mod cli;
 mod loadgen;

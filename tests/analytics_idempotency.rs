@@ -1,6 +1,7 @@
-//! A retried analytics batch is counted once by every analytics read (DESIGN A7): the same
-//! batch posted three times (as an SDK does after timeouts) against `sextant dev` with four
-//! shards, with uuids, without uuids but with timestamps, and a replay batch.
+//! A retried analytics batch is counted once by every analytics read (docs/API.md, "Idempotency of
+//! analytics events"): the same batch posted three times (as an SDK does after timeouts) against
+//! `sextant dev` with four shards, with uuids, without uuids but with timestamps, and a replay
+//! batch.
 
 mod common;
 

@@ -100,9 +100,10 @@ fn as_u64(v: &Value) -> u64 {
     v.as_u64().or_else(|| v.as_str().and_then(|s| s.parse().ok())).unwrap_or_else(|| panic!("not a count: {v}"))
 }
 
-/// DESIGN A8 `strict`, by brute force: every event of the user in time order (equal times:
-/// step events in step order, other events after them); the longest run of consecutive events
-/// that are steps 1, 2, … in order, starts in the range and ends within the window.
+/// Funnel order `strict` (docs/API.md, "Funnels"), by brute force: every event of the user in time
+/// order (equal times: step events in step order, other events after them); the longest run of
+/// consecutive events that are steps 1, 2, … in order, starts in the range and ends within the
+/// window.
 fn strict_reference(events: &[(i64, &str)], steps: &[&str], window: i64, from: i64, to: i64) -> usize {
     let rank = |e: &str| steps.iter().position(|s| *s == e).unwrap_or(steps.len());
     let mut ev: Vec<(i64, usize, &str)> = events.iter().map(|&(t, e)| (t, rank(e), e)).collect();

@@ -1,6 +1,6 @@
-//! Cohorts (DESIGN A8) against `sextant dev` with 4 shards: definitions stored per project,
-//! sizes and member pages merged across shards, `cohort_id` filtering timeseries, funnels and
-//! active users, and every refusal (bad fields, body size, foreign ids).
+//! Cohorts (docs/API.md, "Cohorts") against `sextant dev` with 4 shards: definitions stored per
+//! project, sizes and member pages merged across shards, `cohort_id` filtering timeseries, funnels
+//! and active users, and every refusal (bad fields, body size, foreign ids).
 
 mod common;
 

@@ -1,10 +1,11 @@
-//! A shard that cannot answer, for real (issue 5, DESIGN A4/B5): five `sextant node`
-//! processes (4 shards, replication factor 3) and a router. Killing two of the three replicas
-//! of shard 1 — a pair chosen from the nodes' own Raft membership so that the meta group and
-//! the other shards keep a majority — leaves shard 1 without a quorum. Every scatter-gather
-//! read must then fail with `503 shards_unavailable` naming the missing shard, unless the
-//! client asks for `allow_partial=true`: then it answers with exactly what the live shards
-//! hold and says which shards are missing. Restarting the nodes brings complete answers back.
+//! A shard that cannot answer, for real (issue 5; docs/API.md, "Reads: time range, partial answers
+//! and limits"): five `sextant node` processes (4 shards, replication factor 3) and a router.
+//! Killing two of the three replicas of shard 1 — a pair chosen from the nodes' own Raft membership
+//! so that the meta group and the other shards keep a majority — leaves shard 1 without a quorum.
+//! Every scatter-gather read must then fail with `503 shards_unavailable` naming the missing shard,
+//! unless the client asks for `allow_partial=true`: then it answers with exactly what the live
+//! shards hold and says which shards are missing. Restarting the nodes brings complete answers
+//! back.
 
 mod common;
 

@@ -1,6 +1,6 @@
-//! Product-analytics objects (DESIGN A7): events and session-replay events, their limits and
-//! their validation — one function per kind, used by the native API and the PostHog-compatible
-//! capture endpoints alike.
+//! Product-analytics objects (docs/API.md, "Events" and "Session replay ingest"): events and
+//! session-replay events, their limits and their validation — one function per kind, used by the
+//! native API and the PostHog-compatible capture endpoints alike.
 
 use serde::Deserialize;
 use serde_json::value::RawValue;

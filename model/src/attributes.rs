@@ -1,5 +1,6 @@
 //! Attributes: free-form `key -> value` maps where a value is a string, number, bool or an
-//! array of these (DESIGN A3). The JSON form and the stored (protobuf) form convert here.
+//! array of these (docs/API.md, "Attributes"). The JSON form and the stored (protobuf) form
+//! convert here.
 
 use std::collections::BTreeMap;
 use std::fmt;

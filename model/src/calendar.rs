@@ -1,7 +1,7 @@
-//! Calendar buckets in a time zone (DESIGN A8 `interval` and `tz`): the instants where hours,
-//! days, ISO weeks (Monday) or months begin, computed with the zone's rules so a day across a
-//! daylight-saving change is 23 or 25 hours long, not 24. The router computes them; shards
-//! only place events between given instants.
+//! Calendar buckets in a time zone (docs/API.md, "Product analytics reads", `interval` and `tz`):
+//! the instants where hours, days, ISO weeks (Monday) or months begin, computed with the zone's
+//! rules so a day across a daylight-saving change is 23 or 25 hours long, not 24. The router
+//! computes them; shards only place events between given instants.
 
 use jiff::tz::TimeZone;
 use jiff::{Span, Timestamp, Zoned};
@@ -109,8 +109,8 @@ pub fn bucket_starts(from_ns: i64, to_ns: i64, interval: Interval, tz: &TimeZone
     Ok(out)
 }
 
-/// A relative range (DESIGN A8 `range`, cohort `range`, active-users `period`): an integer and
-/// a unit letter `m` (minutes), `h`, `d` or `w`; nanoseconds.
+/// A relative range (docs/API.md, "Product analytics reads": `range`, cohort `range`, active-users
+/// `period`): an integer and a unit letter `m` (minutes), `h`, `d` or `w`; nanoseconds.
 pub fn parse_range(s: &str) -> Option<i64> {
     let unit = s.chars().last()?;
     let n: i64 = s[..s.len() - unit.len_utf8()].parse().ok().filter(|n| *n > 0)?;

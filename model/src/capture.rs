@@ -1,5 +1,6 @@
-//! Analytics capture bodies (DESIGN A7): the PostHog shapes (`{batch:[...]}`, `[...]`, one
-//! event), and where a body carries its project token, found without keeping the body.
+//! Analytics capture bodies (docs/API.md, "PostHog-compatible capture"): the PostHog shapes
+//! (`{batch:[...]}`, `[...]`, one event), and where a body carries its project token, found
+//! without keeping the body.
 
 use std::fmt;
 use std::io::{self, Read};

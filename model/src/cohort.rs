@@ -1,8 +1,8 @@
-//! Cohorts (DESIGN A8): a named set of users defined by how often they did events. A
-//! condition counts a user's events of one name within a range ending at the evaluation
-//! instant and compares the count; `did_not` is the negation of the same comparison. The
-//! candidates are the project's users with at least one event of any kind before the
-//! instant, so `did … "<" 1` and `did_not` match users who never did the event.
+//! Cohorts (docs/API.md, "Cohorts"): a named set of users defined by how often they did events. A
+//! condition counts a user's events of one name within a range ending at the evaluation instant and
+//! compares the count; `did_not` is the negation of the same comparison. The candidates are the
+//! project's users with at least one event of any kind before the instant, so `did … "<" 1` and
+//! `did_not` match users who never did the event.
 //!
 //! Definitions are validated here (router), stored in meta, sent to shards as protobuf and
 //! evaluated there with [`Definition::matches`]: one definition of the semantics.
@@ -124,7 +124,7 @@ impl Definition {
         self.conditions.iter().map(|c| c.range_ns).max().unwrap_or(0)
     }
 
-    /// The API shape (DESIGN A8).
+    /// The API shape (docs/API.md, "Cohorts").
     pub fn to_json(&self) -> Value {
         let conditions: Vec<Value> = self
             .conditions

@@ -1,4 +1,4 @@
-//! Funnel semantics (DESIGN A8), per user: the furthest step reached by any chain
+//! Funnel semantics (docs/API.md, "Funnels"), per user: the furthest step reached by any chain
 //! t1 ≤ t2 ≤ … ≤ tk with tk − t1 ≤ window, where step 1 falls inside the range. `Ordered`
 //! allows other events between steps (ClickHouse `windowFunnel`); `Strict` requires the steps
 //! to be consecutive events of the user, nothing in between, not even a repeated step. Events

@@ -1,5 +1,6 @@
-//! Content-derived uuids for analytics rows the client sent without one (DESIGN A7): the same
-//! event sent twice gets the same uuid, so storage keeps one copy of a retried batch.
+//! Content-derived uuids for analytics rows the client sent without one (docs/API.md,
+//! "Idempotency of analytics events"): the same event sent twice gets the same uuid, so
+//! storage keeps one copy of a retried batch.
 //!
 //! The uuid is an xxh3-128 of the content, without the project (storage keys include it),
 //! written as a UUID version 8 (custom). Fields are length-prefixed so no two contents meet.

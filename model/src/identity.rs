@@ -1,5 +1,6 @@
-//! Rules for what people type when they sign up, invite, and name things (DESIGN A2). Pure, so
-//! every router applies the same rules and they are unit tested here.
+//! Rules for what people type when they sign up, invite, and name things (docs/API.md,
+//! "Sign-up, sign-in and sign-out"). Pure, so every router applies the same rules and they are
+//! unit tested here.
 
 use crate::ingest::FieldError;
 

@@ -1,5 +1,5 @@
-//! Observability ingest objects (DESIGN A3): their JSON shape and the one validation function
-//! per kind, shared by the JSON API and the OTLP paths.
+//! Observability ingest objects (docs/API.md, "Observability ingest"): their JSON shape and the
+//! one validation function per kind, shared by the JSON API and the OTLP paths.
 
 use serde::Deserialize;
 use sextant_proto::{HostMetric, LogLevel, LogRecord, Span, SpanStatus};

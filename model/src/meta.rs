@@ -186,7 +186,7 @@ pub struct RateLimitOverrides {
     pub api_rps: Option<u32>,
 }
 
-/// A catalog entry (DESIGN A6). Unlimited is `None`.
+/// A catalog entry (docs/API.md, "Admin API"). Unlimited is `None`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Plan {
     pub name: String,
@@ -197,8 +197,8 @@ pub struct Plan {
     pub rate_limits: RateLimitOverrides,
 }
 
-/// The catalog a new cluster starts with (DESIGN A6). It is written into meta once; from then
-/// on meta (and Plan resources) are the source of truth.
+/// The catalog a new cluster starts with (docs/API.md, "Data retention" lists it). It is
+/// written into meta once; from then on meta (and Plan resources) are the source of truth.
 pub fn default_plans() -> Vec<Plan> {
     const GB: u64 = 1_000_000_000;
     let plan = |name: &str, gb: Option<u64>, events: Option<u64>, days: Option<u32>, retention: bool| Plan {
@@ -218,8 +218,8 @@ pub fn default_plans() -> Vec<Plan> {
     ]
 }
 
-/// Overrides for one org, or one project of it (DESIGN A11 `Quota`). A project's quota wins
-/// over its org's, which wins over the plan.
+/// Overrides for one org, or one project of it (docs/API.md, "Admin API", `PUT /quotas`). A
+/// project's quota wins over its org's, which wins over the plan.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Quota {
     pub id: String,
@@ -237,8 +237,8 @@ pub struct RouterSeen {
 
 // ---- Objects managed by Kubernetes resources (the operator, through the admin API) ----
 
-/// The Kubernetes resource an object is managed by (DESIGN A5/A11 `managed_by`). Such an
-/// object is read-only through the public API (409). Inside commands: fixed shape.
+/// The Kubernetes resource an object is managed by (docs/API.md, "Admin API", `managed_by`).
+/// Such an object is read-only through the public API (409). Inside commands: fixed shape.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ManagedBy {
     /// `sextant.dev/v1alpha1`.
@@ -316,7 +316,7 @@ pub struct ManagedQuota {
     pub managed_by: ManagedBy,
 }
 
-/// Metrics an alert rule may watch (DESIGN A5).
+/// Metrics an alert rule may watch (docs/API.md, "Admin API", `PUT /alert-rules`).
 pub const ALERT_METRICS: [&str; 9] = [
     "error_rate",
     "error_count",
@@ -340,7 +340,7 @@ pub struct AlertFilter {
     pub hostname: Option<String>,
 }
 
-/// An alert rule of a project (DESIGN A5). Built by meta.
+/// An alert rule of a project (docs/API.md, "Admin API"). Built by meta.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AlertRule {
     pub id: String,
@@ -561,7 +561,7 @@ pub enum MetaCommand {
         org_id: OrgId,
         cohort: Cohort,
     },
-    // ---- storage membership and replica placement (DESIGN B6) ----
+    // ---- storage membership, replica placement and drains (docs/ARCHITECTURE.md) ----
     /// A storage node announces itself, at every start. An unknown id is recorded as joining
     /// (or, for a node of the static initial member set, as a member); a known id only updates
     /// its address, so a restart never undoes a drain.

@@ -1,5 +1,6 @@
-//! Hash partitioning (DESIGN B2). The hash and its seed are part of the on-disk contract of a
-//! cluster: changing either would move existing keys to other shards.
+//! Hash partitioning (docs/ARCHITECTURE.md, "Ingest data flow", step 4). The hash and its seed
+//! are part of the on-disk contract of a cluster: changing either would move existing keys to
+//! other shards.
 
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 

@@ -1,6 +1,6 @@
-//! Latency sketches for percentiles that merge across shards (DESIGN B5): a DDSketch keeps
-//! logarithmic buckets, so a merged sketch answers any quantile within the same relative
-//! error as one built from all values at once, whatever the number of shards.
+//! Latency sketches for percentiles that merge across shards (docs/ARCHITECTURE.md, "Queries"): a
+//! DDSketch keeps logarithmic buckets, so a merged sketch answers any quantile within the same
+//! relative error as one built from all values at once, whatever the number of shards.
 //!
 //! Scans that feed millions of values use [`LatencyBuckets`]: the same buckets, counted
 //! without a logarithm per value, turned into a sketch once at the end.

@@ -1,6 +1,6 @@
 //! Words of log messages, as both the index (on the node) and the log search query language
-//! (DESIGN A4, parsed on the router) see them: one definition, so a query term always means
-//! what the index stored.
+//! (docs/API.md, "Log search syntax"; parsed on the router) see them: one definition, so a
+//! query term always means what the index stored.
 
 /// The lower-cased word tokens of `text`: maximal runs of alphanumeric characters or `_`.
 pub fn tokens(text: &str) -> impl Iterator<Item = String> + '_ {

@@ -1,4 +1,4 @@
-//! Time parsing and formatting shared by every endpoint (DESIGN A1).
+//! Time parsing and formatting shared by every endpoint (docs/API.md, "Times").
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::de::{self, Deserializer, Visitor};
@@ -15,7 +15,7 @@ pub const END_INSTANT_MS: i64 = END_INSTANT_NS / 1_000_000;
 /// Why an instant outside the accepted range is refused.
 pub const OUT_OF_RANGE: &str = "must be from 1970-01-01T00:00:00Z up to, not including, 2262-01-01T00:00:00Z";
 
-/// `ns` if it is an accepted instant (DESIGN A1 times), else why not. Every time a client
+/// `ns` if it is an accepted instant (docs/API.md, "Times"), else why not. Every time a client
 /// sends goes through here: query parameters, ingest timestamps, cursors.
 pub fn check_instant(ns: i64) -> Result<i64, &'static str> {
     if (MIN_INSTANT_NS..END_INSTANT_NS).contains(&ns) {

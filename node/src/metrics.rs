@@ -1,4 +1,4 @@
-//! Prometheus metrics of a storage node (DESIGN B8).
+//! Prometheus metrics of a storage node.
 
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;

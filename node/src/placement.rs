@@ -1,5 +1,6 @@
-//! Moves replicas to where meta wants them (DESIGN B6). Every node runs this loop; it acts only
-//! on the groups it leads, because only a group's leader can change its membership:
+//! Moves replicas to where meta wants them (docs/ARCHITECTURE.md, "Membership, placement and
+//! drains"). Every node runs this loop; it acts only on the groups it leads, because only a group's
+//! leader can change its membership:
 //!
 //! - it reports the group's committed voters to meta (`ReportReplicas`), which is how meta
 //!   learns that a move finished and how a restarted loop resumes: progress lives in meta and

@@ -10,7 +10,8 @@ pub type GroupId = u64;
 pub const META_GROUP: GroupId = 0;
 
 /// The replicated command of every group. One `Ingest` entry carries a whole per-shard
-/// sub-batch (DESIGN B3), encoded once by the router and never re-encoded.
+/// sub-batch (docs/ARCHITECTURE.md, "Ingest data flow"), encoded once by the router and never
+/// re-encoded.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum Command {
     Ingest {

@@ -5,7 +5,8 @@
 //!
 //! Why row groups and not row ids: a row group is the unit Parquet decodes anyway, and a term
 //! set per 8192 lines costs a few bytes per line, against several times more for exact
-//! postings, which matters for the bytes-per-line budget (DESIGN B4, issue 3 targets).
+//! postings, which matters for the bytes-per-line budget (issue 3 targets; docs/ARCHITECTURE.md,
+//! "Data shards: the segment engine").
 //!
 //! Encoding: per row group, its terms reduced to the range `n × 2^RICE_BITS` (n: its number of
 //! distinct terms), sorted, deduplicated, and their gaps Golomb–Rice coded — a Golomb-coded set,

@@ -1,6 +1,6 @@
 //! The uuids of a shard's analytics rows (events and replay events): a row whose uuid the
 //! shard already holds is dropped when its batch is applied, so a retried batch is stored,
-//! and read, once (DESIGN A7).
+//! and read, once (docs/API.md, "Idempotency of analytics events").
 //!
 //! The set is what the applied state holds: rebuilt on open and on a snapshot install from
 //! the segments (rows of tombstoned batches left out), then kept by apply (rows added, rows of
