@@ -23,8 +23,7 @@ fn total(series: &Value) -> u64 {
 #[tokio::test]
 async fn a_batch_posted_three_times_is_counted_once_by_every_analytics_read() {
     let dir = tempfile::tempdir().unwrap();
-    let dev =
-        Dev::start_with(dir.path(), &["--api-rps", "100000", "--auth-rps", "1000", "--shards", "4"], &[]).await;
+    let dev = Dev::start_with(dir.path(), &["--api-rps", "100000", "--auth-rps", "1000", "--shards", "4"], &[]).await;
     let _logs = LogsOnPanic::new(dir.path());
     let token = dev.creds["ingest_token"].as_str().unwrap().to_owned();
     let url = dev.url.clone();
@@ -73,13 +72,7 @@ async fn a_batch_posted_three_times_is_counted_once_by_every_analytics_read() {
         let body = json!({"name": format!("{event} {op} {count}"), "conditions": {"logic": "and", "conditions": [
             {"type": "did", "event": event, "count_op": op, "count": count, "range": "7d"}]}});
         async move {
-            let resp = http()
-                .post(format!("{url}/api/cohorts"))
-                .bearer_auth(&jwt)
-                .json(&body)
-                .send()
-                .await
-                .unwrap();
+            let resp = http().post(format!("{url}/api/cohorts")).bearer_auth(&jwt).json(&body).send().await.unwrap();
             assert_eq!(resp.status(), 201);
             resp.json::<Value>().await.unwrap()
         }

@@ -191,7 +191,12 @@ async fn half_sent_headers_and_idle_connections_are_closed() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let dir = tempfile::tempdir().unwrap();
     let _logs = LogsOnPanic::new(dir.path());
-    let dev = Dev::start_with(dir.path(), &["--header-read-timeout", "1", "--idle-timeout", "2", "--body-read-timeout", "1"], &[]).await;
+    let dev = Dev::start_with(
+        dir.path(),
+        &["--header-read-timeout", "1", "--idle-timeout", "2", "--body-read-timeout", "1"],
+        &[],
+    )
+    .await;
     let addr = dev.url.trim_start_matches("http://").to_owned();
 
     let mut half = tokio::net::TcpStream::connect(&addr).await.unwrap();

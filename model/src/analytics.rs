@@ -121,8 +121,8 @@ pub fn validate_event(index: usize, e: EventJson, now_ns: i64, errors: &mut Vec<
     // Valid JSON already: only a nesting deeper than the parser allows can fail here.
     let props: Option<Value> = e.properties.as_ref().map(|raw| serde_json::from_str(raw.get()).unwrap_or(Value::Null));
     // PostHog SDKs may put the distinct id in the properties.
-    let did = distinct_id(e.distinct_id.as_ref())
-        .or_else(|| distinct_id(props.as_ref().and_then(|p| p.get("distinct_id"))));
+    let did =
+        distinct_id(e.distinct_id.as_ref()).or_else(|| distinct_id(props.as_ref().and_then(|p| p.get("distinct_id"))));
     if e.distinct_id.as_ref().is_some_and(|v| !v.is_string() && !v.is_number() && !v.is_null()) {
         fail(errors, index, "distinct_id", "must be a string");
     }

@@ -70,8 +70,12 @@ mod tests {
         let reordered = json!({"event": "buy", "distinct_id": "u1", "timestamp": 1_700_000_000_000i64,
                                "properties": {"a": [1, 2], "b": 1}});
         assert_eq!(event(reordered, 3).uuid, first.uuid);
-        for (k, v) in [("event", json!("view")), ("distinct_id", json!("u2")), ("timestamp", json!(1_700_000_000_001i64)),
-                       ("properties", json!({"b": 2, "a": [1, 2]}))] {
+        for (k, v) in [
+            ("event", json!("view")),
+            ("distinct_id", json!("u2")),
+            ("timestamp", json!(1_700_000_000_001i64)),
+            ("properties", json!({"b": 2, "a": [1, 2]})),
+        ] {
             let mut other = sent.clone();
             other[k] = v;
             assert_ne!(event(other, 1).uuid, first.uuid, "{k}");

@@ -70,7 +70,9 @@ fn spans(attributes: usize) -> String {
 
 fn events(keys: usize, value: &str) -> String {
     let props = join((0..keys).map(|k| format!("\"p{k}\":\"{value}\"")));
-    let event = |i: usize| format!(r#"{{"event":"signup","distinct_id":"user-{i}","uuid":"{i:032x}","properties":{{{props}}}}}"#);
+    let event = |i: usize| {
+        format!(r#"{{"event":"signup","distinct_id":"user-{i}","uuid":"{i:032x}","properties":{{{props}}}}}"#)
+    };
     format!(r#"{{"events":[{}]}}"#, join((0..1000).map(event)))
 }
 
@@ -114,12 +116,18 @@ fn adversarial_bodies_take_no_more_than_the_budget_charges() {
     let nested = format!("{}1{}", "[".repeat(100), "]".repeat(100));
     let replay = format!(
         r#"{{"session_id":"s1","events":[{}]}}"#,
-        join((0..500).map(|_| format!(r#"{{"type":2,"timestamp":1795342530123,"data":{{"a":[{}]}}}}"#, join((0..20).map(|_| nested.clone())))))
+        join((0..500).map(|_| format!(
+            r#"{{"type":2,"timestamp":1795342530123,"data":{{"a":[{}]}}}}"#,
+            join((0..20).map(|_| nested.clone()))
+        )))
     );
     assert_within("replay, nested arrays", expansion::<ReplayBody>(&replay));
     let tiny_objects = format!(
         r#"{{"session_id":"s1","events":[{}]}}"#,
-        join((0..500).map(|_| format!(r#"{{"type":2,"timestamp":1795342530123,"data":{{"a":[{}]}}}}"#, join((0..2000).map(|_| "{}".to_owned())))))
+        join((0..500).map(|_| format!(
+            r#"{{"type":2,"timestamp":1795342530123,"data":{{"a":[{}]}}}}"#,
+            join((0..2000).map(|_| "{}".to_owned()))
+        )))
     );
     assert_within("replay, empty objects", expansion::<ReplayBody>(&tiny_objects));
 }

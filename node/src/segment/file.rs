@@ -473,17 +473,23 @@ impl Segment {
         let columns = ["project", "uuid", "batch"].map(|c| schema.index_of(c).expect("analytics columns"));
         let mask = ProjectionMask::roots(self.reader.parquet_schema(), columns);
         let rgs: Vec<usize> = (0..self.reader.metadata().num_row_groups()).collect();
-        self.each_batch(&self.reader, &rgs, Some(&mask), || None, |rb| {
-            let c = super::table::Cols(&rb);
-            let (projects, uuids, batches) = (c.str("project"), c.str("uuid"), c.u32("batch"));
-            for i in 0..rb.num_rows() {
-                let hide = self.batches.get(batches.value(i) as usize).is_some_and(|b| hidden(*b));
-                if !hide && !uuids.value(i).is_empty() {
-                    f(super::uuids::key(table, projects.value(i), uuids.value(i)));
+        self.each_batch(
+            &self.reader,
+            &rgs,
+            Some(&mask),
+            || None,
+            |rb| {
+                let c = super::table::Cols(&rb);
+                let (projects, uuids, batches) = (c.str("project"), c.str("uuid"), c.u32("batch"));
+                for i in 0..rb.num_rows() {
+                    let hide = self.batches.get(batches.value(i) as usize).is_some_and(|b| hidden(*b));
+                    if !hide && !uuids.value(i).is_empty() {
+                        f(super::uuids::key(table, projects.value(i), uuids.value(i)));
+                    }
                 }
-            }
-            Ok(())
-        })
+                Ok(())
+            },
+        )
     }
 
     /// Hands `f` the batches of `row_groups` in the table's schema ([`assemble`]d), each batch

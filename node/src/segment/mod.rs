@@ -38,4 +38,3 @@ impl std::hash::Hasher for Prehashed {
         self.0 = v;
     }
 }
-

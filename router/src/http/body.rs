@@ -187,11 +187,15 @@ pub struct Received {
 
 /// Receives a body of at most `limit` bytes as sent, each chunk charged to the budget before
 /// it is kept. A client that sends nothing for `idle` is cut off (408).
-pub async fn receive(budget: &Budget, headers: &HeaderMap, body: Body, limit: usize, idle: Duration) -> Result<Received, ApiError> {
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+pub async fn receive(
+    budget: &Budget,
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    idle: Duration,
+) -> Result<Received, ApiError> {
+    let declared =
+        headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     let mut body = body;
     if declared.is_some_and(|n| n > limit as u64) {
         drain(&mut body, limit.saturating_mul(DRAIN_FACTOR), idle).await;

@@ -53,7 +53,12 @@ impl Default for ServerLimits {
 
 /// Serves `app` on `listener` until the task is dropped. `refused` counts connections closed
 /// because the cap was reached.
-pub async fn serve(listener: TcpListener, app: axum::Router, limits: ServerLimits, refused: impl Fn() + Send + 'static) {
+pub async fn serve(
+    listener: TcpListener,
+    app: axum::Router,
+    limits: ServerLimits,
+    refused: impl Fn() + Send + 'static,
+) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
     loop {
         let (stream, peer) = match listener.accept().await {
