@@ -11,6 +11,7 @@ use axum::body::Body;
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderMap};
 use axum::Json;
+use bytes::Bytes;
 use serde::Serialize;
 use sextant_model::analytics::{self, BatchBody, EventJson, ReplayBody, MAX_EVENTS, MAX_EVENTS_BODY, MAX_REPLAY_BODY};
 use sextant_model::batch::Capped;
@@ -83,19 +84,15 @@ async fn receive_admitted<T: Send + 'static>(
     limit: usize,
     parse: impl FnOnce(&[u8], &mut Received) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<(T, ProjectId, usize, Charge), ApiError> {
-    let outside = token_outside_body(headers, query);
-    let admitted = match outside {
-        Some(token) => Some(admit(app, Some(token))?),
-        None => None,
-    };
+    let admitted = token_outside_body(headers, query).map(|token| admit(app, Some(token))).transpose()?;
     if shape.json_only() {
         crate::http::body::require_json(headers)?;
     }
     let encoding = shape.encoding(headers, query)?;
     let received =
         crate::http::body::receive(&app.bodies, headers, body, limit, app.config.server.body_read_timeout).await?;
-    let received = match admitted {
-        Some(_) => received,
+    let (project, received) = match admitted {
+        Some(project) => (project, received),
         None => {
             let places = shape.token_places();
             let (token, received) = app
@@ -105,11 +102,10 @@ async fn receive_admitted<T: Send + 'static>(
                     Ok((token, received))
                 })
                 .await?;
-            let project = admit(app, token)?;
-            return finish(app, received, encoding, shape, limit, project, parse).await;
+            (admit(app, token)?, received)
         }
     };
-    finish(app, received, encoding, shape, limit, admitted.expect("admitted above"), parse).await
+    finish(app, received, encoding, shape, limit, project, parse).await
 }
 
 async fn finish<T: Send + 'static>(
@@ -169,20 +165,29 @@ impl Shape {
 
     /// The JSON text as a stream, for a token search that keeps nothing.
     fn reader<'a>(self, raw: &'a [u8], encoding: Encoding, limit: usize) -> Box<dyn Read + 'a> {
-        let gzip = encoding == Encoding::Gzip || (matches!(self, Shape::Posthog) && raw.starts_with(&GZIP_MAGIC));
-        let decoded: Box<dyn Read + 'a> =
-            if gzip { Box::new(flate2::read::GzDecoder::new(raw).take(limit as u64)) } else { Box::new(raw) };
+        let decoded: Box<dyn Read + 'a> = if self.gzipped(raw, encoding) {
+            Box::new(flate2::read::GzDecoder::new(raw).take(limit as u64))
+        } else {
+            Box::new(raw)
+        };
         match self {
             Shape::Native => decoded,
             Shape::Posthog => capture::posthog_json(decoded),
         }
     }
 
+    /// Whether the body is gzip: by its encoding, or for PostHog also by its magic bytes.
+    fn gzipped(self, raw: &[u8], encoding: Encoding) -> bool {
+        encoding == Encoding::Gzip || (matches!(self, Shape::Posthog) && raw.starts_with(&GZIP_MAGIC))
+    }
+
     /// The JSON text in full, charged to the request's budget.
-    fn decode(self, received: &mut Received, encoding: Encoding, limit: usize) -> Result<Vec<u8>, ApiError> {
-        let gzip =
-            encoding == Encoding::Gzip || (matches!(self, Shape::Posthog) && received.raw.starts_with(&GZIP_MAGIC));
-        let text = if gzip { received.decode(Encoding::Gzip, limit)?.to_vec() } else { received.raw.to_vec() };
+    fn decode(self, received: &mut Received, encoding: Encoding, limit: usize) -> Result<Bytes, ApiError> {
+        let text = if self.gzipped(&received.raw, encoding) {
+            received.decode(Encoding::Gzip, limit)?
+        } else {
+            received.raw.clone()
+        };
         match self {
             Shape::Native => Ok(text),
             Shape::Posthog if !capture::is_form(&text) => Ok(text),
@@ -196,7 +201,7 @@ impl Shape {
                     return Err(ApiError::PayloadTooLarge { limit });
                 }
                 received.charge.add(out.len())?;
-                Ok(out)
+                Ok(out.into())
             }
         }
     }
