@@ -148,15 +148,11 @@ impl Budget {
         if encoding == Encoding::Identity && received.raw.len() <= INLINE_PARSE_BYTES {
             return work(received);
         }
-        let _slot = self.parsers.clone().acquire_owned().await.map_err(|_| overloaded())?;
+        let _slot = self.parsers.clone().acquire_owned().await.map_err(|_| ApiError::Overloaded)?;
         tokio::task::spawn_blocking(move || work(received))
             .await
             .map_err(|e| ApiError::Internal(format!("body worker failed: {e}")))?
     }
-}
-
-fn overloaded() -> ApiError {
-    ApiError::Overloaded
 }
 
 impl Charge {
@@ -165,8 +161,8 @@ impl Charge {
         if bytes == 0 {
             return Ok(());
         }
-        let n = u32::try_from(bytes).ok().filter(|n| (*n as usize) <= self.total).ok_or_else(overloaded)?;
-        let more = self.bytes.clone().try_acquire_many_owned(n).map_err(|_| overloaded())?;
+        let n = u32::try_from(bytes).ok().filter(|n| (*n as usize) <= self.total).ok_or(ApiError::Overloaded)?;
+        let more = self.bytes.clone().try_acquire_many_owned(n).map_err(|_| ApiError::Overloaded)?;
         match &mut self.permit {
             Some(held) => held.merge(more),
             None => self.permit = Some(more),
