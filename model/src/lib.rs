@@ -8,6 +8,7 @@ pub mod attributes;
 pub mod batch;
 pub mod calendar;
 pub mod capture;
+pub mod clock;
 pub mod cohort;
 pub mod funnel;
 pub mod idempotency;
@@ -16,8 +17,10 @@ pub mod ids;
 pub mod ingest;
 pub mod meta;
 pub mod partition;
+pub mod row;
 pub mod sketch;
 pub mod text;
 pub mod time;
 
+pub use clock::{Clock, ManualClock};
 pub use ids::{OrgId, ProjectId, TraceId, UserId};
