@@ -11,6 +11,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bytes(".sextant.v1.SpanRow.attributes")
         .bytes(".sextant.v1.LogRow.attributes")
         .bytes(".sextant.v1.HostMetricRow.attributes")
-        .compile_protos(&["proto/sextant.proto"], &["proto"])?;
+        .compile_protos(&["proto/sextant.proto", "proto/persist/raft.proto"], &["proto"])?;
     Ok(())
 }

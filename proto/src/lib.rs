@@ -6,6 +6,12 @@ pub mod v1 {
 
 pub use v1::*;
 
+/// What nodes persist (Raft log, manifests, archives), versioned apart from the RPC schema
+/// (docs/ARCHITECTURE.md, "Persisted formats").
+pub mod persist {
+    tonic::include_proto!("sextant.persist.v1");
+}
+
 /// Metadata key carrying the cluster secret on every internal RPC.
 pub const CLUSTER_SECRET_HEADER: &str = "x-sextant-cluster-secret";
 /// Metadata key on a `FailedPrecondition` status naming the current leader as `id@addr`.
