@@ -10,6 +10,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use prometheus_client::registry::Registry;
 use rand::RngCore;
+use sextant_model::Clock;
 use sextant_node::{NodeConfig, NodeHost, NodeMetrics};
 use sextant_router::admin::AdminToken;
 use sextant_router::identity::bootstrap::{bootstrap, write_credentials, Credentials};
@@ -311,6 +312,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     // Internal traffic never leaves this process's loopback port; a fresh secret per start.
     let cluster_secret = random_hex(32);
     let shards = read_or_record_shards(&args.data_dir, args.shards)?;
+    let clock = Clock::system();
     let mut registry = Registry::default();
     let metrics = Arc::new(NodeMetrics::default());
     metrics.register(&mut registry);
@@ -325,6 +327,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             cluster_secret: cluster_secret.clone(),
             snapshot_every: args.snapshot_every,
             join: false,
+            clock: clock.clone(),
         },
         metrics,
     )
@@ -345,6 +348,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             trusted_proxy_hops: 0,
             admin_token: admin_token(args.admin_token.as_deref())?,
             server: args.server.limits()?,
+            clock,
         },
         registry,
     )
@@ -352,7 +356,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     anyhow::ensure!(router.wait_ready(Duration::from_secs(60)).await, "storage did not become ready within 60 s");
     let url = format!("http://{}", router.addr);
     let creds_path = args.data_dir.join("credentials.json");
-    let fresh = bootstrap(&router.state.cluster, &url, "enterprise").await?;
+    let fresh = bootstrap(&router.state.cluster, &url, "enterprise", router.state.clock.now_millis()).await?;
     let creds = match fresh {
         Some(creds) => {
             write_credentials(&creds_path, &creds)?;
@@ -452,6 +456,7 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
             cluster_secret: args.cluster_secret,
             snapshot_every: args.snapshot_every,
             join: args.join,
+            clock: Clock::system(),
         },
         metrics,
     )
@@ -480,6 +485,7 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
             trusted_proxy_hops: args.trusted_proxy_hops,
             admin_token: admin_token(args.admin_token.as_deref())?,
             server: args.server.limits()?,
+            clock: Clock::system(),
         },
         Registry::default(),
     )
@@ -489,7 +495,7 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
             tracing::info!("waiting for the storage cluster before bootstrapping");
         }
         let url = format!("http://{}", router.addr);
-        let fresh = bootstrap(&router.state.cluster, &url, "enterprise").await?;
+        let fresh = bootstrap(&router.state.cluster, &url, "enterprise", router.state.clock.now_millis()).await?;
         if let Some(creds) = fresh {
             write_credentials(&path, &creds)?;
             tracing::info!(path = %path.display(), "cluster bootstrapped; credentials written");

@@ -247,7 +247,7 @@ impl Template {
 
 pub fn templates(kind: &str, batch: usize, pool: usize, seed: u64) -> anyhow::Result<Vec<Template>> {
     let mut rng = StdRng::seed_from_u64(seed);
-    let now_ms = chrono::Utc::now().timestamp_millis();
+    let now_ms = sextant_model::Clock::system().now_millis();
     (0..pool)
         .map(|_| {
             let value = match kind {

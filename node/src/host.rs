@@ -41,6 +41,8 @@ pub struct NodeConfig {
     /// set includes it. Without it, a node on an empty data directory takes its replicas from
     /// the static placement over `peers` (the initial member set).
     pub join: bool,
+    /// Where time is read: data expiry and compaction.
+    pub clock: sextant_model::Clock,
 }
 
 /// Written once the static initial placement is done; from then on a start opens exactly the

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use prometheus_client::registry::Registry;
 use sextant_model::meta::{default_plans, MetaCommand, MetaCommandResult};
+use sextant_model::Clock;
 
 pub use cluster::Cluster;
 
@@ -52,6 +53,8 @@ pub struct RouterConfig {
     pub admin_token: Option<admin::AdminToken>,
     /// Connection cap, client timeouts and the request-body budget.
     pub server: http::connection::ServerLimits,
+    /// Where time is read: token expiry, rate limits, default query ranges, heartbeats.
+    pub clock: Clock,
 }
 
 pub struct AppState {
@@ -65,6 +68,7 @@ pub struct AppState {
     pub router_id: String,
     /// Request-body bytes held at once, and body parsing off the async workers.
     pub bodies: http::body::Budget,
+    pub clock: Clock,
 }
 
 pub struct RunningRouter {
@@ -125,9 +129,10 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
     let parsers = std::thread::available_parallelism().map_or(2, |n| n.get());
     let state = Arc::new(AppState {
         bodies: http::body::Budget::new(config.server.body_budget_bytes, parsers),
-        jwt: identity::auth::Jwt::new(&config.jwt_secret),
+        jwt: identity::auth::Jwt::new(&config.jwt_secret, config.clock.clone()),
+        clock: config.clock.clone(),
         cluster: cluster.clone(),
-        limits: identity::rate_limit::RateLimits::new(config.rate_limits),
+        limits: identity::rate_limit::RateLimits::new(config.rate_limits, config.clock.clone()),
         router_id: uuid::Uuid::new_v4().to_string(),
         config,
         metrics,
@@ -169,12 +174,12 @@ fn spawn_housekeeping(state: Arc<AppState>) -> tokio::task::JoinHandle<()> {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            if let Err(e) = state.cluster.heartbeat(&state.router_id).await {
+            if let Err(e) = state.cluster.heartbeat(&state.router_id, state.clock.now_millis()).await {
                 tracing::warn!(error = %e, "router heartbeat failed");
             }
             state.limits.retain_recent();
             if let Some(cache) = state.cluster.meta_cache() {
-                state.metrics.live_routers.set(cache.live_routers(chrono::Utc::now().timestamp_millis()) as i64);
+                state.metrics.live_routers.set(cache.live_routers(state.clock.now_millis()) as i64);
                 // A cluster bootstrapped before the plan catalog existed gets it here.
                 if cache.plans.is_empty() {
                     let seed = MetaCommand::SeedPlans { plans: default_plans() };

@@ -92,10 +92,6 @@ fn cache(app: &AppState) -> Result<Arc<crate::cluster::MetaCache>, ApiError> {
     app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))
 }
 
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
-
 /// Runs a meta command whose success is `Done`.
 async fn change(app: &AppState, command: MetaCommand) -> Result<(), ApiError> {
     crate::http::error::expect_done(app.cluster.meta_change(&command).await?, "an admin change")
@@ -154,7 +150,7 @@ async fn put_tenant(
         plan: req.plan,
         // No project yet: the tenant's first project becomes its default.
         default_project: ProjectId::random(),
-        created_at_ms: now_ms(),
+        created_at_ms: app.clock.now_millis(),
     };
     let command = MetaCommand::PutTenant {
         key,
@@ -197,7 +193,7 @@ async fn delete_tenant(
     Path(raw): Path<String>,
 ) -> Result<Response, ApiError> {
     let key = key(&raw)?;
-    change(&app, MetaCommand::DeleteTenant { key, now_ms: now_ms() }).await?;
+    change(&app, MetaCommand::DeleteTenant { key, now_ms: app.clock.now_millis() }).await?;
     Ok(deleted())
 }
 
@@ -211,7 +207,7 @@ async fn invite_owner(
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let key = key(&raw)?;
     let (token, id, token_sha256) = crate::identity::members::new_invite_token();
-    let now = now_ms();
+    let now = app.clock.now_millis();
     let invite = Invite {
         id,
         // Org, email and role are the tenant's, set by meta.
@@ -256,7 +252,7 @@ async fn put_project(
         // Meta puts the tenant's org here.
         org_id: OrgId::random(),
         name: name.unwrap_or_default(),
-        created_at_ms: now_ms(),
+        created_at_ms: app.clock.now_millis(),
     };
     let command = MetaCommand::PutManagedProject {
         key,
@@ -310,7 +306,7 @@ async fn issue_credentials(
     }
     let project_id =
         cache.managed_projects.get(&key).map(|m| m.project_id).ok_or(ApiError::NotFound("no such project".into()))?;
-    let now = now_ms();
+    let now = app.clock.now_millis();
     let (ingest_token, token_record) = new_credential(CredentialKind::IngestToken, project_id, "kubernetes", now);
     let (api_key, key_record) = new_credential(CredentialKind::ApiKey, project_id, "kubernetes", now);
     change(&app, MetaCommand::IssueManagedCredentials { key, credentials: vec![token_record, key_record] }).await?;
@@ -325,7 +321,7 @@ async fn delete_project(
     Path(raw): Path<String>,
 ) -> Result<Response, ApiError> {
     let key = key(&raw)?;
-    change(&app, MetaCommand::DeleteManagedProject { key, now_ms: now_ms() }).await?;
+    change(&app, MetaCommand::DeleteManagedProject { key, now_ms: app.clock.now_millis() }).await?;
     Ok(deleted())
 }
 
@@ -599,7 +595,7 @@ async fn put_alert_rule(
         threshold: req.threshold,
         window_minutes: req.window_minutes,
         enabled: req.enabled,
-        now_ms: now_ms(),
+        now_ms: app.clock.now_millis(),
         managed_by: req.managed_by,
     };
     Ok(Json(json!({ "id": keyed(&app, command).await? })))

@@ -147,12 +147,9 @@ impl Cluster {
         Ok(result)
     }
 
-    /// Tells meta this router is alive, for limit shares.
-    pub async fn heartbeat(&self, router_id: &str) -> Result<(), ClusterError> {
-        let command = MetaCommand::RouterHeartbeat {
-            router_id: router_id.to_owned(),
-            at_ms: chrono::Utc::now().timestamp_millis(),
-        };
+    /// Tells meta this router is alive at `at_ms`, for limit shares.
+    pub async fn heartbeat(&self, router_id: &str, at_ms: i64) -> Result<(), ClusterError> {
+        let command = MetaCommand::RouterHeartbeat { router_id: router_id.to_owned(), at_ms };
         let _: MetaCommandResult = self.meta_write(&command).await?;
         Ok(())
     }

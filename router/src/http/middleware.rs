@@ -35,8 +35,7 @@ pub(crate) async fn read_deadline(State(app): State<Arc<AppState>>, req: Request
 pub(crate) async fn limit_by_client_ip(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     let peer = req.extensions().get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip());
     let ip = client_ip(peer, req.headers(), app.config.trusted_proxy_hops).map(|ip| ip.to_string()).unwrap_or_default();
-    let now = chrono::Utc::now().timestamp_millis();
-    let live = app.cluster.meta_cache().map_or(1, |c| c.live_routers(now));
+    let live = app.cluster.meta_cache().map_or(1, |c| c.live_routers(app.clock.now_millis()));
     match app.limits.check(Class::Auth, &ip, &[], live) {
         Ok(()) => next.run(req).await,
         Err(e) => e.into_response(),

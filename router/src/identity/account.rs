@@ -107,10 +107,6 @@ struct SessionAnswer<T> {
     expires_in: i64,
 }
 
-fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
-}
-
 /// An access token for `user` in sign-in `family`, with the new refresh cookie.
 fn session_response<T: Serialize>(
     app: &AppState,
@@ -155,7 +151,7 @@ pub async fn signup(
         return Err(Refusal::EmailTaken.into());
     }
     let password_hash = hash_password(req.password).await?;
-    let now = now_ms();
+    let now = app.clock.now_millis();
     let (org_id, user_id, project_id) = (OrgId::random(), UserId::random(), ProjectId::random());
     let (ingest_token, token_record) = new_credential(CredentialKind::IngestToken, project_id, "default", now);
     let refresh = RefreshToken::new_family();
@@ -207,7 +203,7 @@ pub async fn login(
     }
     let user = user.ok_or(WRONG)?.member();
     let refresh = RefreshToken::new_family();
-    let session = RefreshFamily::new(refresh.family.clone(), user.id, user.org_id, refresh.sha256.clone(), now_ms());
+    let session = RefreshFamily::new(refresh.family.clone(), user.id, user.org_id, refresh.sha256.clone(), app.clock.now_millis());
     // Plain write: a new session changes nothing the router caches.
     match app.cluster.meta_write(&MetaCommand::StartSession { session }).await? {
         MetaCommandResult::Done => session_response(&app, StatusCode::OK, &user, &refresh, Nothing {}),
@@ -233,7 +229,7 @@ pub async fn refresh(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Re
         family,
         presented_sha256: presented,
         new_sha256: next.sha256.clone(),
-        now_ms: now_ms(),
+        now_ms: app.clock.now_millis(),
     };
     // Plain write: a rotation changes nothing the router caches.
     match app.cluster.meta_write(&command).await? {
@@ -253,7 +249,7 @@ pub async fn refresh(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Re
 pub async fn logout(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
     if let Some((family, presented_sha256)) = refresh::read_cookie(&headers, refresh::COOKIE).and_then(refresh::parse) {
         // Refused when the cookie is not a live token of the family: nothing to end then.
-        app.cluster.meta_change(&MetaCommand::EndSession { family, presented_sha256, now_ms: now_ms() }).await?;
+        app.cluster.meta_change(&MetaCommand::EndSession { family, presented_sha256, now_ms: app.clock.now_millis() }).await?;
     }
     // Signing out twice, or without a valid cookie, is not an error: the outcome is the same.
     let mut resp = StatusCode::NO_CONTENT.into_response();
@@ -282,7 +278,7 @@ pub async fn accept_invite(
     let (invite_id, token_sha256) =
         parse_invite_token(&req.invite_token).ok_or(ApiError::from(Refusal::InvalidInvite))?;
     let password_hash = hash_password(req.password).await?;
-    let now = now_ms();
+    let now = app.clock.now_millis();
     let user_id = UserId::random();
     let refresh = RefreshToken::new_family();
     // Meta fills in the org from the invitation.

@@ -100,7 +100,7 @@ pub async fn create(
     let mut problems = Problems::default();
     let name = problems.check("name", normalize_name(&req.name));
     problems.into_result().map_err(ApiError::invalid_fields)?;
-    let now = chrono::Utc::now().timestamp_millis();
+    let now = app.clock.now_millis();
     let (key, credential) = new_credential(CredentialKind::ApiKey, session.project_id, &name.unwrap_or_default(), now);
     let body = NewKey { api_key: KeyJson::from(&credential), key };
     let command = MetaCommand::CreateCredential { org_id: session.user.org_id, credential };

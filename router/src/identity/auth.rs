@@ -14,7 +14,7 @@ use jsonwebtoken::{Algorithm as JwtAlg, DecodingKey, EncodingKey, Header, Valida
 use rand::RngCore;
 use serde::{Deserialize, Serialize};
 use sextant_model::meta::{Credential, CredentialKind, Member, Role};
-use sextant_model::{OrgId, ProjectId, UserId};
+use sextant_model::{Clock, OrgId, ProjectId, UserId};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::Semaphore;
@@ -27,6 +27,8 @@ use crate::AppState;
 pub const ISSUER: &str = "sextant";
 pub const AUDIENCE: &str = "sextant-api";
 pub const ACCESS_TOKEN_SECONDS: i64 = 15 * 60;
+/// Seconds past `exp` a token is still accepted, for clocks that disagree a little.
+pub const EXPIRY_LEEWAY_SECONDS: i64 = 5;
 
 fn prefix(kind: CredentialKind) -> &'static str {
     match kind {
@@ -93,9 +95,8 @@ pub fn admit_credential(app: &AppState, kind: CredentialKind, presented: &str) -
     if cache.suspended(&project.org_id) {
         return Err(SUSPENDED);
     }
-    let now = chrono::Utc::now().timestamp_millis();
     let overrides = cache.project_rate_overrides(&credential.project_id);
-    app.limits.check(class, &credential.id, &overrides, cache.live_routers(now))?;
+    app.limits.check(class, &credential.id, &overrides, cache.live_routers(app.clock.now_millis()))?;
     Ok(credential.project_id)
 }
 
@@ -180,21 +181,27 @@ pub struct Jwt {
     encoding: EncodingKey,
     decoding: DecodingKey,
     validation: Validation,
+    clock: Clock,
 }
 
 impl Jwt {
-    pub fn new(secret: &[u8]) -> Self {
+    pub fn new(secret: &[u8], clock: Clock) -> Self {
         let mut validation = Validation::new(JwtAlg::HS256);
         validation.set_issuer(&[ISSUER]);
         validation.set_audience(&[AUDIENCE]);
         validation.set_required_spec_claims(&["exp", "iat", "iss", "aud", "sub"]);
-        validation.validate_exp = true;
-        validation.leeway = 5;
-        Self { encoding: EncodingKey::from_secret(secret), decoding: DecodingKey::from_secret(secret), validation }
+        // Expiry is checked in `verify`, against our clock rather than the library's.
+        validation.validate_exp = false;
+        Self {
+            encoding: EncodingKey::from_secret(secret),
+            decoding: DecodingKey::from_secret(secret),
+            validation,
+            clock,
+        }
     }
 
     pub fn issue(&self, user: UserId, org: OrgId, role: Role, sid: &str) -> Result<String, ApiError> {
-        let now = chrono::Utc::now().timestamp();
+        let now = self.clock.now_secs();
         let claims = Claims {
             sub: user,
             org,
@@ -211,9 +218,12 @@ impl Jwt {
     }
 
     pub fn verify(&self, token: &str) -> Result<Claims, ApiError> {
-        jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation)
-            .map(|d| d.claims)
-            .map_err(|_| ApiError::Unauthorized("invalid or expired access token"))
+        const INVALID: ApiError = ApiError::Unauthorized("invalid or expired access token");
+        let claims = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation).map_err(|_| INVALID)?.claims;
+        if claims.exp < self.clock.now_secs().saturating_sub(EXPIRY_LEEWAY_SECONDS) {
+            return Err(INVALID);
+        }
+        Ok(claims)
     }
 }
 
@@ -281,9 +291,8 @@ impl FromRequestParts<Arc<AppState>> for Session {
         if user.org_id != claims.org {
             return Err(REVOKED);
         }
-        let now = chrono::Utc::now().timestamp_millis();
         let overrides = cache.rate_overrides(&user.org_id, None);
-        app.limits.check(Class::Api, &user.id.to_string(), &overrides, cache.live_routers(now))?;
+        app.limits.check(Class::Api, &user.id.to_string(), &overrides, cache.live_routers(app.clock.now_millis()))?;
         let org = cache.orgs.get(&claims.org).ok_or(REVOKED)?;
         if cache.suspended(&org.id) {
             return Err(SUSPENDED);
@@ -321,10 +330,10 @@ mod tests {
 
     #[test]
     fn jwt_round_trip_and_rejections() {
-        let jwt = Jwt::new(b"0123456789abcdef0123456789abcdef");
+        let jwt = Jwt::new(b"0123456789abcdef0123456789abcdef", Clock::system());
         let token = jwt.issue(UserId::random(), OrgId::random(), Role::Owner, "sid").unwrap();
         assert!(jwt.verify(&token).is_ok());
-        let other = Jwt::new(b"another secret another secret!!!");
+        let other = Jwt::new(b"another secret another secret!!!", Clock::system());
         assert!(other.verify(&token).is_err(), "foreign signature accepted");
         // alg: none with the same claims.
         let payload = token.split('.').nth(1).unwrap();
@@ -333,6 +342,20 @@ mod tests {
             base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(r#"{"alg":"none","typ":"JWT"}"#)
         );
         assert!(jwt.verify(&none).is_err(), "alg none accepted");
+    }
+
+    #[test]
+    fn an_access_token_expires_at_its_exp_without_waiting() {
+        // 2030: under the system clock the token would still be valid.
+        let manual = sextant_model::ManualClock::at_millis(1_900_000_000_000);
+        let jwt = Jwt::new(b"0123456789abcdef0123456789abcdef", manual.clock());
+        let token = jwt.issue(UserId::random(), OrgId::random(), Role::Member, "sid").unwrap();
+        let claims = jwt.verify(&token).unwrap();
+        assert_eq!((claims.iat, claims.exp), (1_900_000_000, 1_900_000_000 + ACCESS_TOKEN_SECONDS));
+        manual.advance(std::time::Duration::from_secs((ACCESS_TOKEN_SECONDS + EXPIRY_LEEWAY_SECONDS) as u64));
+        assert!(jwt.verify(&token).is_ok(), "still within the leeway");
+        manual.advance(std::time::Duration::from_secs(1));
+        assert!(matches!(jwt.verify(&token), Err(ApiError::Unauthorized(_))), "expired token accepted");
     }
 
     #[tokio::test]

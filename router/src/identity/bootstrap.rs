@@ -25,8 +25,7 @@ pub const BOOTSTRAP_EMAIL: &str = "admin@sextant.local";
 /// Creates the first org if the cluster has none. Returns the new credentials, or `None` when
 /// the cluster had already been bootstrapped (by an earlier start or another router). Waits
 /// out leader changes; on return the router's meta cache knows the credentials.
-pub async fn bootstrap(cluster: &Cluster, url: &str, plan: &str) -> anyhow::Result<Option<Credentials>> {
-    let now = chrono::Utc::now().timestamp_millis();
+pub async fn bootstrap(cluster: &Cluster, url: &str, plan: &str, now: i64) -> anyhow::Result<Option<Credentials>> {
     let password = Alphanumeric.sample_string(&mut rand::thread_rng(), 20);
     let (org_id, user_id, project_id) = (OrgId::random(), UserId::random(), ProjectId::random());
     let (api_key, key_record) = new_credential(CredentialKind::ApiKey, project_id, "default", now);

@@ -99,7 +99,7 @@ pub async fn list(
     session.require_org_manager()?;
     let page = Page::from_query(query.as_deref())?;
     let all: OrgMembers = app.cluster.meta_read(&MetaQuery::OrgMembers { org_id: session.user.org_id }).await?;
-    let now = chrono::Utc::now().timestamp_millis();
+    let now = app.clock.now_millis();
     let mut items: Vec<(String, OrgMember)> = all
         .members
         .iter()
@@ -139,7 +139,7 @@ pub async fn invite(
     );
     problems.into_result().map_err(ApiError::invalid_fields)?;
     let (token, id, token_sha256) = new_invite_token();
-    let now = chrono::Utc::now().timestamp_millis();
+    let now = app.clock.now_millis();
     let invite = Invite {
         id,
         org_id: session.user.org_id,
@@ -166,7 +166,7 @@ pub async fn remove(
     let org_id = session.user.org_id;
     // Owners are protected by meta, which also makes a foreign or unknown id a 404.
     let command = if let Ok(user_id) = id.parse::<UserId>() {
-        MetaCommand::RemoveMember { org_id, user_id, now_ms: chrono::Utc::now().timestamp_millis() }
+        MetaCommand::RemoveMember { org_id, user_id, now_ms: app.clock.now_millis() }
     } else if id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
         MetaCommand::RevokeInvite { org_id, invite_id: id }
     } else {

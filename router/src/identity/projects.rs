@@ -86,7 +86,7 @@ pub async fn create(
     let mut problems = Problems::default();
     let name = problems.check("name", normalize_name(&req.name));
     problems.into_result().map_err(ApiError::invalid_fields)?;
-    let now = chrono::Utc::now().timestamp_millis();
+    let now = app.clock.now_millis();
     let project = Project {
         id: ProjectId::random(),
         org_id: session.user.org_id,

@@ -6,9 +6,13 @@ use std::collections::HashMap;
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex};
 
-use governor::clock::Clock;
-use governor::{DefaultKeyedRateLimiter, Quota};
+use governor::clock::Clock as _;
+use governor::middleware::NoOpMiddleware;
+use governor::nanos::Nanos;
+use governor::state::keyed::DefaultKeyedStateStore;
+use governor::{Quota, RateLimiter};
 use sextant_model::meta::RateLimitOverrides;
+use sextant_model::Clock;
 
 use crate::http::error::ApiError;
 
@@ -64,7 +68,19 @@ pub fn share(limit: u32, live_routers: usize) -> u32 {
     limit.div_ceil(n).max(1)
 }
 
-type Limiter = DefaultKeyedRateLimiter<String>;
+/// The limiters' time: the monotonic reading of the router's clock.
+#[derive(Clone, Debug)]
+struct LimiterClock(Clock);
+
+impl governor::clock::Clock for LimiterClock {
+    type Instant = Nanos;
+
+    fn now(&self) -> Nanos {
+        Nanos::from(self.0.monotonic())
+    }
+}
+
+type Limiter = RateLimiter<String, DefaultKeyedStateStore<String>, LimiterClock, NoOpMiddleware<Nanos>>;
 
 pub struct RateLimits {
     pub config: RateLimitConfig,
@@ -72,11 +88,12 @@ pub struct RateLimits {
     /// left) or of plan moves a key to another limiter, starting it with a fresh burst; that
     /// happens rarely enough not to matter.
     limiters: Mutex<HashMap<(Class, u32), Arc<Limiter>>>,
+    clock: Clock,
 }
 
 impl RateLimits {
-    pub fn new(config: RateLimitConfig) -> Self {
-        Self { config, limiters: Mutex::new(HashMap::new()) }
+    pub fn new(config: RateLimitConfig, clock: Clock) -> Self {
+        Self { config, limiters: Mutex::new(HashMap::new()), clock }
     }
 
     fn limiter(&self, class: Class, rate: u32) -> Arc<Limiter> {
@@ -86,7 +103,8 @@ impl RateLimits {
             .or_insert_with(|| {
                 // Burst of one second's worth: short spikes pass, sustained excess does not.
                 let rate = NonZeroU32::new(rate).unwrap_or(NonZeroU32::MIN);
-                Arc::new(Limiter::keyed(Quota::per_second(rate)))
+                let clock = LimiterClock(self.clock.clone());
+                Arc::new(RateLimiter::new(Quota::per_second(rate), DefaultKeyedStateStore::default(), clock))
             })
             .clone()
     }
@@ -150,7 +168,8 @@ mod tests {
 
     #[test]
     fn burst_then_refusal_with_retry_after_per_key() {
-        let limits = RateLimits::new(RateLimitConfig { ingest_rps: 10, analytics_rps: 10, api_rps: 10, auth_rps: 10 });
+        let limits =
+            RateLimits::new(RateLimitConfig { ingest_rps: 10, analytics_rps: 10, api_rps: 10, auth_rps: 10 }, Clock::system());
         for _ in 0..10 {
             limits.check(Class::Ingest, "k1", &[], 1).unwrap();
         }
@@ -166,5 +185,42 @@ mod tests {
             limits.check(Class::Auth, "ip", &[], 2).unwrap();
         }
         assert!(limits.check(Class::Auth, "ip", &[], 2).is_err());
+    }
+
+    #[test]
+    fn rate_limit_window_refills_when_the_clock_advances() {
+        let manual = sextant_model::ManualClock::at_millis(0);
+        let config = RateLimitConfig { ingest_rps: 10, analytics_rps: 10, api_rps: 10, auth_rps: 4 };
+        let limits = RateLimits::new(config, manual.clock());
+        for _ in 0..4 {
+            limits.check(Class::Auth, "ip", &[], 1).unwrap();
+        }
+        let refused = || matches!(limits.check(Class::Auth, "ip", &[], 1), Err(ApiError::RateLimited { .. }));
+        assert!(refused(), "burst exhausted");
+        // One request's worth of time later (1/4 s), exactly one more passes.
+        manual.advance(std::time::Duration::from_millis(249));
+        assert!(refused(), "admitted before its slot");
+        manual.advance(std::time::Duration::from_millis(1));
+        limits.check(Class::Auth, "ip", &[], 1).unwrap();
+        assert!(refused());
+        // A full second refills the whole burst.
+        manual.advance(std::time::Duration::from_secs(1));
+        for _ in 0..4 {
+            limits.check(Class::Auth, "ip", &[], 1).unwrap();
+        }
+        assert!(refused());
+    }
+
+    #[test]
+    fn idle_keys_are_forgotten_once_their_bucket_is_full_again() {
+        let manual = sextant_model::ManualClock::at_millis(0);
+        let limits = RateLimits::new(RateLimitConfig::default(), manual.clock());
+        limits.check(Class::Auth, "ip", &[], 1).unwrap();
+        let keys = |l: &RateLimits| l.limiters.lock().unwrap().values().map(|l| l.len()).sum::<usize>();
+        limits.retain_recent();
+        assert_eq!(keys(&limits), 1, "a key whose bucket is not full yet is kept");
+        manual.advance(std::time::Duration::from_secs(1));
+        limits.retain_recent();
+        assert_eq!(keys(&limits), 0);
     }
 }

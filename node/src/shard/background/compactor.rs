@@ -16,7 +16,7 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
         let mut tick = crate::host::periodic(EVERY);
         loop {
             tick.tick().await;
-            let now_s = chrono::Utc::now().timestamp();
+            let now_s = host.config.clock.now_secs();
             for (group, shard) in host.shards() {
                 // Keep merging this shard while there is work, then move on.
                 loop {

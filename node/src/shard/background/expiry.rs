@@ -66,7 +66,7 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
                 tracing::debug!("meta unreachable; expiry unchanged");
                 continue;
             };
-            let p = policy(&view, chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX));
+            let p = policy(&view, host.config.clock.now_nanos());
             for (_, shard) in host.shards() {
                 shard.state.write().unwrap().state.set_expiry(p.clone());
             }
