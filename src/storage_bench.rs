@@ -13,6 +13,7 @@ use prost::Message;
 use rand::seq::SliceRandom;
 use serde_json::{json, Value};
 use sextant_model::ingest::{validate_all, validate_log, validate_span, LogsBody, SpansBody};
+use sextant_model::row::RowBatch;
 use sextant_node::segment::Table;
 use sextant_node::shard::SegmentShard;
 use sextant_node::state_machine::GroupStore;
@@ -129,7 +130,7 @@ pub fn run(args: StorageBenchArgs) -> anyhow::Result<()> {
                 out.write_all(b"\n")?;
             }
         }
-        let mut batch = ShardBatch { project_id: project.clone(), ..Default::default() };
+        let mut batch = RowBatch { project_id: project.clone(), ..Default::default() };
         if args.kind == "spans" {
             let parsed: SpansBody = serde_json::from_slice(&body)?;
             let spans = parsed.spans.into_items().map_err(|n| anyhow::anyhow!("{n} spans in one batch"))?;
@@ -141,7 +142,7 @@ pub fn run(args: StorageBenchArgs) -> anyhow::Result<()> {
             batch.logs = validate_all(logs, validate_log).map_err(|e| anyhow::anyhow!("{e:?}"))?;
         }
         index += 1;
-        shard.apply(index, Command::Ingest { batch_id: index as u128, payload: batch.encode_to_vec() });
+        shard.apply(index, Command::Ingest { batch_id: index as u128, payload: ShardBatch::from(batch).encode_to_vec() });
         if shard.wants_flush() {
             checkpoint(&mut shard, index)?;
         }

@@ -145,9 +145,9 @@ pub fn cohort_conditions(data: &[u8]) {
     let counts: Vec<u64> = (0..def.conditions.len() as u64).collect();
     let _ = def.matches(&counts);
     // Shards get the proto (ranges in nanoseconds, not their text).
-    let sent = def.to_proto();
-    let back = Definition::from_proto(&sent).expect("a validated definition reads back");
-    assert_eq!(back.to_proto(), sent, "a validated definition survives the proto");
+    let sent = sextant_proto::CohortDefinition::from(&def);
+    let back = Definition::try_from(&sent).expect("a validated definition reads back");
+    assert_eq!(sextant_proto::CohortDefinition::from(&back), sent, "a validated definition survives the plan");
 }
 
 /// Time values: JSON timestamps of ingest bodies, query-string `from`/`to`, epoch

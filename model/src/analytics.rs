@@ -5,9 +5,9 @@
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
-use sextant_proto::{Event, ReplayEvent};
 
 use crate::batch::Capped;
+use crate::row::{Event, ReplayEvent};
 use crate::ingest::FieldError;
 use crate::time::TimeInput;
 

@@ -1,6 +1,5 @@
 //! Attributes: free-form `key -> value` maps where a value is a string, number, bool or an
-//! array of these (docs/API.md, "Attributes"). The JSON form and the stored (protobuf) form
-//! convert here.
+//! array of these (docs/API.md, "Attributes"). The JSON form converts here.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -8,7 +7,8 @@ use std::fmt;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
-use sextant_proto::{any_value, AnyValue, ArrayValue, KeyValue};
+
+use crate::row::{Attribute, Value as AttributeValue};
 
 pub const MAX_ATTRIBUTES: usize = 128;
 pub const MAX_KEY_LEN: usize = 256;
@@ -17,7 +17,7 @@ pub const MAX_ARRAY_LEN: usize = 256;
 
 /// Attributes as parsed from JSON; nested objects are rejected at parse time.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Attributes(pub Vec<KeyValue>);
+pub struct Attributes(pub Vec<Attribute>);
 
 impl<'de> Deserialize<'de> for Attributes {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -39,7 +39,7 @@ impl<'de> Deserialize<'de> for Attributes {
                         continue;
                     }
                     let value: Scalar = m.next_value()?;
-                    out.push(KeyValue { key, value: Some(value.0) });
+                    out.push(Attribute { key, value: Some(value.0) });
                 }
                 Ok(Attributes(out))
             }
@@ -49,7 +49,7 @@ impl<'de> Deserialize<'de> for Attributes {
 }
 
 /// One attribute value; arrays may only hold scalars.
-struct Scalar(AnyValue);
+struct Scalar(AttributeValue);
 
 impl<'de> Deserialize<'de> for Scalar {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -61,8 +61,8 @@ struct ValueV {
     allow_array: bool,
 }
 
-fn wrap(v: any_value::Value) -> Scalar {
-    Scalar(AnyValue { value: Some(v) })
+fn wrap(v: AttributeValue) -> Scalar {
+    Scalar(v)
 }
 
 impl<'de> Visitor<'de> for ValueV {
@@ -75,25 +75,25 @@ impl<'de> Visitor<'de> for ValueV {
         }
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Scalar, E> {
-        Ok(wrap(any_value::Value::StringValue(v.to_owned())))
+        Ok(wrap(AttributeValue::String(v.to_owned())))
     }
     fn visit_string<E: de::Error>(self, v: String) -> Result<Scalar, E> {
-        Ok(wrap(any_value::Value::StringValue(v)))
+        Ok(wrap(AttributeValue::String(v)))
     }
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<Scalar, E> {
-        Ok(wrap(any_value::Value::BoolValue(v)))
+        Ok(wrap(AttributeValue::Bool(v)))
     }
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<Scalar, E> {
-        Ok(wrap(any_value::Value::IntValue(v)))
+        Ok(wrap(AttributeValue::Int(v)))
     }
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<Scalar, E> {
         Ok(wrap(match i64::try_from(v) {
-            Ok(i) => any_value::Value::IntValue(i),
-            Err(_) => any_value::Value::DoubleValue(v as f64),
+            Ok(i) => AttributeValue::Int(i),
+            Err(_) => AttributeValue::Double(v as f64),
         }))
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Scalar, E> {
-        Ok(wrap(any_value::Value::DoubleValue(v)))
+        Ok(wrap(AttributeValue::Double(v)))
     }
     fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Scalar, A::Error> {
         if !self.allow_array {
@@ -104,11 +104,11 @@ impl<'de> Visitor<'de> for ValueV {
         while values.len() <= MAX_ARRAY_LEN {
             match s.next_element_seed(ScalarSeed)? {
                 Some(v) => values.push(v.0),
-                None => return Ok(wrap(any_value::Value::ArrayValue(ArrayValue { values }))),
+                None => return Ok(wrap(AttributeValue::Array(values))),
             }
         }
         while s.next_element::<de::IgnoredAny>()?.is_some() {}
-        Ok(wrap(any_value::Value::ArrayValue(ArrayValue { values })))
+        Ok(wrap(AttributeValue::Array(values)))
     }
 }
 
@@ -122,7 +122,7 @@ impl<'de> de::DeserializeSeed<'de> for ScalarSeed {
 }
 
 /// Checks the size limits of an attribute set; returns the reason of the first violation.
-pub fn validate(attrs: &[KeyValue]) -> Result<(), String> {
+pub fn validate(attrs: &[Attribute]) -> Result<(), String> {
     if attrs.len() > MAX_ATTRIBUTES {
         return Err(format!("at most {MAX_ATTRIBUTES} attributes are allowed"));
     }
@@ -130,14 +130,14 @@ pub fn validate(attrs: &[KeyValue]) -> Result<(), String> {
         if kv.key.is_empty() || kv.key.len() > MAX_KEY_LEN {
             return Err(format!("attribute keys must have 1 to {MAX_KEY_LEN} bytes"));
         }
-        match kv.value.as_ref().and_then(|v| v.value.as_ref()) {
-            Some(any_value::Value::StringValue(s)) if s.len() > MAX_VALUE_LEN => {
+        match kv.value.as_ref() {
+            Some(AttributeValue::String(s)) if s.len() > MAX_VALUE_LEN => {
                 return Err(format!("attribute `{}` is longer than {MAX_VALUE_LEN} bytes", kv.key));
             }
-            Some(any_value::Value::DoubleValue(d)) if !d.is_finite() => {
+            Some(AttributeValue::Double(d)) if !d.is_finite() => {
                 return Err(format!("attribute `{}` is not a finite number", kv.key));
             }
-            Some(any_value::Value::ArrayValue(a)) if a.values.len() > MAX_ARRAY_LEN => {
+            Some(AttributeValue::Array(a)) if a.len() > MAX_ARRAY_LEN => {
                 return Err(format!("attribute `{}` has more than {MAX_ARRAY_LEN} elements", kv.key));
             }
             _ => {}
@@ -147,20 +147,19 @@ pub fn validate(attrs: &[KeyValue]) -> Result<(), String> {
 }
 
 /// Stored attributes back to a JSON object (keys sorted, as a reader expects stable output).
-pub fn to_json(attrs: &[KeyValue]) -> Value {
+pub fn to_json(attrs: &[Attribute]) -> Value {
     let sorted: BTreeMap<&str, Value> =
         attrs.iter().map(|kv| (kv.key.as_str(), kv.value.as_ref().map_or(Value::Null, any_to_json))).collect();
     Value::Object(sorted.into_iter().map(|(k, v)| (k.to_owned(), v)).collect::<Map<_, _>>())
 }
 
-fn any_to_json(v: &AnyValue) -> Value {
-    match &v.value {
-        None => Value::Null,
-        Some(any_value::Value::StringValue(s)) => Value::String(s.clone()),
-        Some(any_value::Value::IntValue(i)) => Value::Number((*i).into()),
-        Some(any_value::Value::DoubleValue(d)) => Number::from_f64(*d).map_or(Value::Null, Value::Number),
-        Some(any_value::Value::BoolValue(b)) => Value::Bool(*b),
-        Some(any_value::Value::ArrayValue(a)) => Value::Array(a.values.iter().map(any_to_json).collect()),
+fn any_to_json(v: &AttributeValue) -> Value {
+    match v {
+        AttributeValue::String(s) => Value::String(s.clone()),
+        AttributeValue::Int(i) => Value::Number((*i).into()),
+        AttributeValue::Double(d) => Number::from_f64(*d).map_or(Value::Null, Value::Number),
+        AttributeValue::Bool(b) => Value::Bool(*b),
+        AttributeValue::Array(a) => Value::Array(a.iter().map(any_to_json).collect()),
     }
 }
 

@@ -4,12 +4,11 @@
 //! project's users with at least one event of any kind before the instant, so `did … "<" 1` and
 //! `did_not` match users who never did the event.
 //!
-//! Definitions are validated here (router), stored in meta, sent to shards as protobuf and
+//! Definitions are validated here (router), stored in meta, sent to shards inside query plans and
 //! evaluated there with [`Definition::matches`]: one definition of the semantics.
 
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
-use sextant_proto as pb;
 
 use crate::calendar::parse_range;
 use crate::ingest::FieldError;
@@ -24,8 +23,6 @@ pub const MAX_COUNT: u64 = 1_000_000_000;
 pub const MAX_COHORTS_PER_PROJECT: usize = 100;
 const DEFAULT_RANGE: &str = "30d";
 
-// Stored inside meta commands (bincode in the Raft log): plain enums and structs only, and
-// these shapes are frozen once released.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Logic {
     And,
@@ -38,7 +35,7 @@ pub enum Kind {
     DidNot,
 }
 
-/// Declaration order is the protobuf `count_op` value.
+/// Declaration order is the `count_op` code of query plans ([`CountOp::code`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum CountOp {
     Ge,
@@ -65,6 +62,14 @@ impl CountOp {
 
     pub fn symbol(self) -> &'static str {
         OPS.iter().find(|(op, _)| *op == self).map(|(_, t)| *t).unwrap_or(">=")
+    }
+
+    pub fn code(self) -> u32 {
+        OPS.iter().position(|(op, _)| *op == self).unwrap_or(0) as u32
+    }
+
+    pub fn from_code(code: u32) -> Option<Self> {
+        OPS.get(code as usize).map(|(op, _)| *op)
     }
 
     pub fn holds(self, n: u64, count: u64) -> bool {
@@ -142,47 +147,15 @@ impl Definition {
         json!({ "logic": if self.logic == Logic::And { "and" } else { "or" }, "conditions": conditions })
     }
 
-    pub fn to_proto(&self) -> pb::CohortDefinition {
-        pb::CohortDefinition {
-            any: self.logic == Logic::Or,
-            conditions: self
-                .conditions
-                .iter()
-                .map(|c| pb::CohortCondition {
-                    did_not: c.kind == Kind::DidNot,
-                    event: c.event.clone(),
-                    count_op: OPS.iter().position(|(op, _)| *op == c.op).unwrap_or(0) as u32,
-                    count: c.count,
-                    range_nanos: c.range_ns,
-                })
-                .collect(),
-        }
-    }
-
-    /// A definition received by a shard, checked like one a client sent.
-    pub fn from_proto(p: &pb::CohortDefinition) -> Result<Self, String> {
-        if p.conditions.is_empty() || p.conditions.len() > MAX_CONDITIONS {
+    /// A definition that arrived in a query plan, checked like one a client sent.
+    pub fn check(self) -> Result<Self, String> {
+        if self.conditions.is_empty() || self.conditions.len() > MAX_CONDITIONS {
             return Err(format!("a cohort has 1 to {MAX_CONDITIONS} conditions"));
         }
-        let conditions = p
-            .conditions
-            .iter()
-            .map(|c| {
-                let op = OPS.get(c.count_op as usize).ok_or("unknown count operator")?.0;
-                if c.event.is_empty() || c.range_nanos <= 0 || c.range_nanos > MAX_RANGE_NS {
-                    return Err("a condition needs an event and a range of at most 366 days");
-                }
-                Ok(Condition {
-                    kind: if c.did_not { Kind::DidNot } else { Kind::Did },
-                    event: c.event.clone(),
-                    op,
-                    count: c.count,
-                    range: String::new(),
-                    range_ns: c.range_nanos,
-                })
-            })
-            .collect::<Result<Vec<_>, &str>>()?;
-        Ok(Definition { logic: if p.any { Logic::Or } else { Logic::And }, conditions })
+        if self.conditions.iter().any(|c| c.event.is_empty() || c.range_ns <= 0 || c.range_ns > MAX_RANGE_NS) {
+            return Err("a condition needs an event and a range of at most 366 days".into());
+        }
+        Ok(self)
     }
 }
 
@@ -326,7 +299,7 @@ mod tests {
     }
 
     #[test]
-    fn definitions_round_trip_through_json_shape_and_protobuf() {
+    fn definitions_round_trip_through_json_shape_and_codes() {
         let body = json!({"logic": "or", "conditions": [
             {"type": "did", "event": "a", "count_op": "!=", "count": 3, "range": "2w"},
             {"type": "did_not", "event": "b", "count_op": ">=", "count": 1, "range": "30d"},
@@ -334,12 +307,9 @@ mod tests {
         let (name, def) = validate(&input(json!({"name": " n ", "conditions": body}))).unwrap();
         assert_eq!(name, "n");
         assert_eq!(def.to_json(), body);
-        let back = Definition::from_proto(&def.to_proto()).unwrap();
-        assert_eq!(
-            (back.logic, back.conditions[0].op, back.conditions[1].kind),
-            (Logic::Or, CountOp::Ne, Kind::DidNot)
-        );
-        assert_eq!(back.conditions[0].range_ns, def.conditions[0].range_ns);
+        let codes: Vec<_> = def.conditions.iter().map(|c| CountOp::from_code(c.op.code())).collect();
+        assert_eq!(codes, [Some(CountOp::Ne), Some(CountOp::Ge)]);
+        assert_eq!(def.clone().check(), Ok(def));
     }
 
     #[test]
@@ -363,7 +333,6 @@ mod tests {
         );
         let none = validate(&input(json!({"name": "n", "conditions": {"conditions": []}}))).unwrap_err();
         assert_eq!(none[0].field, "conditions.conditions");
-        let pb = pb::CohortDefinition { any: false, conditions: vec![] };
-        assert!(Definition::from_proto(&pb).is_err());
+        assert!(Definition { logic: Logic::And, conditions: vec![] }.check().is_err());
     }
 }

@@ -5,8 +5,9 @@
 //! The uuid is an xxh3-128 of the content, without the project (storage keys include it),
 //! written as a UUID version 8 (custom). Fields are length-prefixed so no two contents meet.
 
-use sextant_proto::{Event, ReplayEvent};
 use xxhash_rust::xxh3::xxh3_128;
+
+use crate::row::{Event, ReplayEvent};
 
 fn field(buf: &mut Vec<u8>, bytes: &[u8]) {
     buf.extend_from_slice(&(bytes.len() as u64).to_le_bytes());

@@ -2,11 +2,11 @@
 //! one validation function per kind, shared by the JSON API and the OTLP paths.
 
 use serde::Deserialize;
-use sextant_proto::{HostMetric, LogLevel, LogRecord, Span, SpanStatus};
 
 use crate::attributes::{self, Attributes};
 use crate::batch::Capped;
 use crate::ids::validate_id;
+use crate::row::{HostMetric, LogLevel, LogRecord, Span, SpanStatus};
 use crate::time::TimeInput;
 
 /// At most this many objects per ingest request.
@@ -189,7 +189,7 @@ pub fn validate_span(index: usize, s: SpanJson, errors: &mut Vec<FieldError>) ->
         operation: s.operation,
         start_unix_nanos: start,
         duration_nanos: (s.duration_ms * 1e6).round() as u64,
-        status: status as i32,
+        status,
         attributes: s.attributes.0,
     })
 }
@@ -241,7 +241,7 @@ pub fn validate_log(index: usize, l: LogJson, errors: &mut Vec<FieldError>) -> O
     c.attributes(&l.attributes);
     (errors.len() == before).then(|| LogRecord {
         unix_nanos: ts,
-        level: level.unwrap_or(LogLevel::Info) as i32,
+        level: level.unwrap_or(LogLevel::Info),
         service: l.service,
         message: l.message,
         trace_id,
@@ -314,7 +314,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(s[0].duration_nanos, 1_500_000);
-        assert_eq!(s[0].status, SpanStatus::Error as i32);
+        assert_eq!(s[0].status, SpanStatus::Error);
         assert_eq!(s[0].start_unix_nanos, 1_795_342_530_123_000_000);
     }
 

@@ -18,4 +18,5 @@ pub const CLUSTER_SECRET_HEADER: &str = "x-sextant-cluster-secret";
 pub const LEADER_HEADER: &str = "x-sextant-leader";
 
 pub mod client;
+pub mod convert;
 pub mod rows;

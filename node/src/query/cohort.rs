@@ -77,7 +77,7 @@ impl Cohorts {
             return Err(QueryError::BadPlan("1 to 1000 cohorts and a positive instant".into()));
         }
         let definitions =
-            definitions.iter().map(Definition::from_proto).collect::<Result<_, _>>().map_err(QueryError::BadPlan)?;
+            definitions.iter().map(Definition::try_from).collect::<Result<_, _>>().map_err(QueryError::BadPlan)?;
         Ok(Self { definitions, at })
     }
 

@@ -18,7 +18,7 @@ use sextant_model::batch::Capped;
 use sextant_model::capture::{self, TokenPlaces};
 use sextant_model::meta::CredentialKind;
 use sextant_model::ProjectId;
-use sextant_proto::{Event, ReplayEvent, ShardBatch};
+use sextant_model::row::{Event, ReplayEvent, RowBatch};
 
 use super::commit::commit;
 use super::partition::{partition, Partitioned};
@@ -35,7 +35,7 @@ impl Partitioned for Events {
     fn key(row: &Event) -> Option<&[u8]> {
         Some(row.distinct_id.as_bytes())
     }
-    fn push(batch: &mut ShardBatch, row: Event) {
+    fn push(batch: &mut RowBatch, row: Event) {
         batch.events.push(row)
     }
 }
@@ -46,17 +46,13 @@ impl Partitioned for Replays {
     fn key(row: &ReplayEvent) -> Option<&[u8]> {
         Some(row.session_id.as_bytes())
     }
-    fn push(batch: &mut ShardBatch, row: ReplayEvent) {
+    fn push(batch: &mut RowBatch, row: ReplayEvent) {
         batch.replay_events.push(row)
     }
 }
 
 const EVENTS: &str = "events";
 const REPLAY_EVENTS: &str = "replay_events";
-
-fn now_ns() -> i64 {
-    chrono::Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX)
-}
 
 /// The token of an analytics request sent outside its body: `X-Analytics-Token`, or the
 /// `api_key`/`token` query parameter (PostHog SDKs).
@@ -216,7 +212,7 @@ async fn store_events(
     body_len: usize,
 ) -> Result<usize, ApiError> {
     let events = events.into_items().map_err(|got| ApiError::BatchTooLarge { max: MAX_EVENTS, got })?;
-    let now = now_ns();
+    let now = app.clock.now_nanos();
     let rows = sextant_model::ingest::validate_all(events, |i, e, errors| analytics::validate_event(i, e, now, errors))
         .map_err(|errors| ApiError::invalid_objects("events", errors))?;
     let accepted = rows.len();

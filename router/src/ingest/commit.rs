@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use prost::Message;
+use sextant_model::row::RowBatch;
 use sextant_proto::{write_request, ShardBatch};
 
 use crate::cluster::{Cluster, GroupId};
@@ -16,18 +17,18 @@ use crate::AppState;
 /// told to drop theirs, so a failed request stores nothing. The replication runs as a task of
 /// its own: a client that disconnects does not stop it halfway, with some shards holding the
 /// batch and no abort sent.
-pub(crate) async fn commit(app: &AppState, batches: HashMap<GroupId, ShardBatch>) -> Result<(), ApiError> {
+pub(crate) async fn commit(app: &AppState, batches: HashMap<GroupId, RowBatch>) -> Result<(), ApiError> {
     let cluster = app.cluster.clone();
     tokio::spawn(replicate(cluster, batches))
         .await
         .map_err(|e| ApiError::Internal(format!("batch replication failed: {e}")))?
 }
 
-async fn replicate(cluster: Arc<Cluster>, batches: HashMap<GroupId, ShardBatch>) -> Result<(), ApiError> {
+async fn replicate(cluster: Arc<Cluster>, batches: HashMap<GroupId, RowBatch>) -> Result<(), ApiError> {
     let batch_id: u128 = rand::random();
     let groups: Vec<GroupId> = batches.keys().copied().collect();
     let writes = batches.into_iter().map(|(group, batch)| {
-        let payload = Bytes::from(batch.encode_to_vec());
+        let payload = Bytes::from(ShardBatch::from(batch).encode_to_vec());
         cluster.write(group, batch_id, write_request::Op::Batch(payload))
     });
     let results = futures::future::join_all(writes).await;

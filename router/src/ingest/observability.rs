@@ -10,7 +10,7 @@ use axum::Json;
 use serde::de::DeserializeOwned;
 use sextant_model::batch::Capped;
 use sextant_model::ingest::{self, FieldError, MAX_BATCH_OBJECTS, MAX_OBSERVABILITY_BODY};
-use sextant_proto::{HostMetric, LogRecord, ShardBatch, Span};
+use sextant_model::row::{HostMetric, LogRecord, RowBatch, Span};
 
 use super::commit::commit;
 use super::partition::{partition, Partitioned};
@@ -34,7 +34,7 @@ impl Partitioned for Spans {
     fn key(row: &Span) -> Option<&[u8]> {
         Some(row.trace_id.as_bytes())
     }
-    fn push(batch: &mut ShardBatch, row: Span) {
+    fn push(batch: &mut RowBatch, row: Span) {
         batch.spans.push(row)
     }
 }
@@ -56,7 +56,7 @@ impl Partitioned for Logs {
     fn key(row: &LogRecord) -> Option<&[u8]> {
         (!row.trace_id.is_empty()).then_some(row.trace_id.as_bytes())
     }
-    fn push(batch: &mut ShardBatch, row: LogRecord) {
+    fn push(batch: &mut RowBatch, row: LogRecord) {
         batch.logs.push(row)
     }
 }
@@ -78,7 +78,7 @@ impl Partitioned for HostMetrics {
     fn key(row: &HostMetric) -> Option<&[u8]> {
         Some(row.hostname.as_bytes())
     }
-    fn push(batch: &mut ShardBatch, row: HostMetric) {
+    fn push(batch: &mut RowBatch, row: HostMetric) {
         batch.host_metrics.push(row)
     }
 }

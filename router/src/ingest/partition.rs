@@ -5,7 +5,7 @@ use std::collections::HashMap;
 
 use sextant_model::partition::group_of;
 use sextant_model::ProjectId;
-use sextant_proto::ShardBatch;
+use sextant_model::row::RowBatch;
 
 use crate::cluster::GroupId;
 use crate::http::error::ApiError;
@@ -16,7 +16,7 @@ pub(crate) trait Partitioned {
     type Row;
     /// The partition key; `None` spreads the row randomly.
     fn key(row: &Self::Row) -> Option<&[u8]>;
-    fn push(batch: &mut ShardBatch, row: Self::Row);
+    fn push(batch: &mut RowBatch, row: Self::Row);
 }
 
 /// Splits rows into one sub-batch per shard through the partition table.
@@ -25,14 +25,14 @@ pub(crate) fn partition<K: Partitioned>(
     project: &ProjectId,
     rows: Vec<K::Row>,
     body_bytes: usize,
-) -> Result<HashMap<GroupId, ShardBatch>, ApiError> {
+) -> Result<HashMap<GroupId, RowBatch>, ApiError> {
     let cache = app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
     let table = &cache.partition_groups;
     if table.is_empty() {
         return Err(ApiError::Unavailable("the cluster is not bootstrapped yet".into()));
     }
     let total = rows.len().max(1);
-    let mut batches: HashMap<GroupId, ShardBatch> = HashMap::new();
+    let mut batches: HashMap<GroupId, RowBatch> = HashMap::new();
     for row in rows {
         let group = match K::key(&row) {
             Some(key) => group_of(table, project, key),
@@ -42,16 +42,11 @@ pub(crate) fn partition<K: Partitioned>(
         .ok_or_else(|| ApiError::Unavailable("the partition table is incomplete".into()))?;
         let batch = batches
             .entry(group)
-            .or_insert_with(|| ShardBatch { project_id: project.to_string(), ..Default::default() });
+            .or_insert_with(|| RowBatch { project_id: project.to_string(), ..Default::default() });
         K::push(batch, row);
     }
     for batch in batches.values_mut() {
-        let rows = batch.spans.len()
-            + batch.logs.len()
-            + batch.host_metrics.len()
-            + batch.events.len()
-            + batch.replay_events.len();
-        batch.json_bytes = (body_bytes * rows / total) as u64;
+        batch.json_bytes = (body_bytes * batch.rows() / total) as u64;
     }
     Ok(batches)
 }

@@ -102,7 +102,7 @@ async fn sizes(
     allow_partial: bool,
 ) -> Result<(Vec<u64>, Gathered), ApiError> {
     let plan =
-        CohortSizesPlan { cohorts: cohorts.iter().map(|c| c.definition.to_proto()).collect(), at_unix_nanos: at };
+        CohortSizesPlan { cohorts: cohorts.iter().map(|c| (&c.definition).into()).collect(), at_unix_nanos: at };
     let mut gathered =
         scatter(app, &session.project_id, (0, at), allow_partial, query_request::Plan::CohortSizes(plan)).await?;
     let sums = gathered.fold(CohortSizes::new(cohorts.len()))?.0;
@@ -189,7 +189,7 @@ pub async fn users(
     let at = instant(&params)?;
     let cohort = find(&app, &session, &id).await?;
     let plan = CohortUsersPlan {
-        cohort: Some(CohortFilter { definition: Some(cohort.definition.to_proto()), at_unix_nanos: at }),
+        cohort: Some(CohortFilter { definition: Some((&cohort.definition).into()), at_unix_nanos: at }),
         after: page.after.clone().unwrap_or_default(),
         limit: page.limit as u32 + 1,
     };
@@ -215,5 +215,5 @@ pub async fn filter(
     }
     let at = after_epoch(at)?;
     let cohort = find(app, session, id).await?;
-    Ok(Some(CohortFilter { definition: Some(cohort.definition.to_proto()), at_unix_nanos: at }))
+    Ok(Some(CohortFilter { definition: Some((&cohort.definition).into()), at_unix_nanos: at }))
 }

@@ -81,7 +81,7 @@ fn log_line(l: &KeyedLog) -> Option<LogLine> {
         message: r.message.clone(),
         trace_id: opt(&r.trace_id),
         span_id: opt(&r.span_id),
-        attributes: attributes::to_json(&r.attributes),
+        attributes: attributes::to_json(&r.attributes.iter().cloned().map(Into::into).collect::<Vec<_>>()),
     })
 }
 

@@ -59,7 +59,7 @@ impl From<&Span> for SpanJson {
             timestamp: format_nanos(s.start_unix_nanos),
             duration_ms: s.duration_nanos as f64 / 1e6,
             status,
-            attributes: attributes::to_json(&s.attributes),
+            attributes: attributes::to_json(&s.attributes.iter().cloned().map(Into::into).collect::<Vec<_>>()),
         }
     }
 }

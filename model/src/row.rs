@@ -1,0 +1,141 @@
+//! The rows Sextant stores, as the domain knows them: what validation produces, what a shard
+//! applies and what reads return. Wire and disk forms convert to and from these in
+//! `sextant_proto::convert`; nothing here depends on them.
+//!
+//! Rows with attributes are generic over how the attributes are held: decoded
+//! (`Vec<Attribute>`, the default) where they are built or read, or kept encoded in the segment
+//! attribute encoding (docs/ARCHITECTURE.md, "Attribute encoding") where a shard only copies
+//! them into segments.
+
+/// One attribute value; arrays hold scalars.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Value {
+    String(String),
+    Int(i64),
+    Double(f64),
+    Bool(bool),
+    Array(Vec<Value>),
+}
+
+/// One `key -> value` pair; `None` is an attribute whose value was absent or null.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Attribute {
+    pub key: String,
+    pub value: Option<Value>,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SpanStatus {
+    #[default]
+    Unset,
+    Ok,
+    Error,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum LogLevel {
+    #[default]
+    Unspecified,
+    Trace,
+    Debug,
+    Info,
+    Warn,
+    Error,
+    Fatal,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Span<A = Vec<Attribute>> {
+    pub trace_id: String,
+    pub span_id: String,
+    /// Empty for a root span.
+    pub parent_span_id: String,
+    pub service_name: String,
+    pub operation: String,
+    pub start_unix_nanos: i64,
+    pub duration_nanos: u64,
+    pub status: SpanStatus,
+    pub attributes: A,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LogRecord<A = Vec<Attribute>> {
+    pub unix_nanos: i64,
+    pub level: LogLevel,
+    pub service: String,
+    pub message: String,
+    pub trace_id: String,
+    pub span_id: String,
+    pub attributes: A,
+}
+
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HostMetric<A = Vec<Attribute>> {
+    pub unix_nanos: i64,
+    pub hostname: String,
+    pub cpu_percent: Option<f64>,
+    pub memory_used_bytes: Option<u64>,
+    pub memory_total_bytes: Option<u64>,
+    pub disk_used_percent: Option<f64>,
+    pub network_rx_bytes_per_sec: Option<f64>,
+    pub network_tx_bytes_per_sec: Option<f64>,
+    pub attributes: A,
+}
+
+/// A product-analytics event; `properties_json` is its properties object as JSON text.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Event {
+    /// The client's, else derived from the content (empty without a timestamp).
+    pub uuid: String,
+    pub event: String,
+    pub distinct_id: String,
+    pub unix_nanos: i64,
+    pub properties_json: String,
+}
+
+/// One rrweb event of a session recording; `data_json` is its `data` object as JSON text.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ReplayEvent {
+    pub session_id: String,
+    pub distinct_id: String,
+    pub window_id: String,
+    pub unix_nanos: i64,
+    pub event_type: i32,
+    pub data_json: String,
+    /// Derived from the event's content by the router: a retried request is stored once.
+    pub uuid: String,
+}
+
+/// What a shard knows of one trace (all its spans live on that shard). Partial summaries of
+/// the same trace merge: min start, max end, summed counts, union of services.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TraceSummary {
+    pub trace_id: String,
+    pub start_unix_nanos: i64,
+    pub end_unix_nanos: i64,
+    /// Empty while the root span is not known.
+    pub root_service: String,
+    pub root_operation: String,
+    pub span_count: u32,
+    pub error_count: u32,
+    pub services: Vec<String>,
+}
+
+/// The rows of one ingest request that land on one shard: exactly one Raft entry.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RowBatch<A = Vec<Attribute>> {
+    pub project_id: String,
+    pub spans: Vec<Span<A>>,
+    pub logs: Vec<LogRecord<A>>,
+    pub host_metrics: Vec<HostMetric<A>>,
+    /// JSON size of the accepted objects (docs/API.md, "Usage").
+    pub json_bytes: u64,
+    pub events: Vec<Event>,
+    pub replay_events: Vec<ReplayEvent>,
+}
+
+impl<A> RowBatch<A> {
+    pub fn rows(&self) -> usize {
+        self.spans.len() + self.logs.len() + self.host_metrics.len() + self.events.len() + self.replay_events.len()
+    }
+}

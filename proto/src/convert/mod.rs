@@ -1,0 +1,5 @@
+//! Conversions between the wire messages and the domain types of `sextant_model`, one module
+//! per family of messages. Nothing outside this crate sees both sides at once.
+
+mod cohort;
+mod row;
