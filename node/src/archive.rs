@@ -1,7 +1,8 @@
 //! How a checkpoint travels to a lagging or new replica: its files packed into one stream that
 //! is read straight from the (immutable) files on disk, so a snapshot is never held in memory.
 //!
-//! Layout: `b"SXAR"`, u32 version, u64 header length, bincode [`Header`], u64 xxh3 of the
+//! Layout: `b"SXAR"`, u32 version, u64 header length, the header (a protobuf
+//! `persist.v1.ArchiveHeader`, docs/ARCHITECTURE.md, "Persisted formats"), u64 xxh3 of the
 //! header, then every file's bytes in header order. Each file's xxh3 is in the header and is
 //! checked while unpacking, before anything replaces the receiver's state.
 
@@ -17,7 +18,8 @@ use xxhash_rust::xxh3::{xxh3_64, Xxh3};
 use crate::types::SnapshotMeta;
 
 const MAGIC: &[u8; 4] = b"SXAR";
-const VERSION: u32 = 1;
+/// Version 1 archives had a bincode header; they are refused.
+const VERSION: u32 = 2;
 /// Bounds what a peer can make us allocate for the header.
 const MAX_HEADER: u64 = 64 << 20;
 
@@ -28,12 +30,6 @@ pub struct FileEntry {
     pub name: String,
     pub len: u64,
     pub xxh3: u64,
-}
-
-#[derive(Serialize, Deserialize)]
-struct Header {
-    meta: SnapshotMeta,
-    files: Vec<FileEntry>,
 }
 
 /// Snapshot data as openraft sees it: either an archive being sent or a file being received.
@@ -55,8 +51,7 @@ pub struct Outgoing {
 impl SnapshotStream {
     /// Packs `files` (opened now, so later deletions by compaction cannot affect the stream).
     pub fn pack(meta: &SnapshotMeta, dir: &Path, files: &[FileEntry]) -> io::Result<Self> {
-        let header_body =
-            bincode::serialize(&Header { meta: meta.clone(), files: files.to_vec() }).map_err(io::Error::other)?;
+        let header_body = crate::persist::encode_archive_header(meta, files);
         let mut header = Vec::with_capacity(header_body.len() + 24);
         header.extend_from_slice(MAGIC);
         header.extend_from_slice(&VERSION.to_le_bytes());
@@ -189,8 +184,12 @@ fn invalid(msg: impl Into<String>) -> io::Error {
 pub fn unpack(input: &mut impl Read, staging: &Path) -> io::Result<(SnapshotMeta, Vec<FileEntry>)> {
     let mut fixed = [0u8; 16];
     input.read_exact(&mut fixed)?;
-    if &fixed[..4] != MAGIC || u32::from_le_bytes(fixed[4..8].try_into().unwrap()) != VERSION {
-        return Err(invalid("not a snapshot archive of this version"));
+    if &fixed[..4] != MAGIC {
+        return Err(invalid("not a snapshot archive"));
+    }
+    let version = u32::from_le_bytes(fixed[4..8].try_into().unwrap());
+    if version != VERSION {
+        return Err(invalid(format!("unsupported snapshot archive version {version} (this release reads {VERSION})")));
     }
     let header_len = u64::from_le_bytes(fixed[8..16].try_into().unwrap());
     if header_len > MAX_HEADER {
@@ -203,13 +202,13 @@ pub fn unpack(input: &mut impl Read, staging: &Path) -> io::Result<(SnapshotMeta
     if xxh3_64(&header_body).to_le_bytes() != digest {
         return Err(invalid("snapshot header checksum mismatch"));
     }
-    let header: Header = bincode::deserialize(&header_body).map_err(io::Error::other)?;
+    let (meta, files) = crate::persist::decode_archive_header(&header_body)?;
     if staging.exists() {
         std::fs::remove_dir_all(staging)?;
     }
     crate::durable::create_private_dir(staging)?;
     let mut buf = vec![0u8; 1 << 20];
-    for entry in &header.files {
+    for entry in &files {
         if entry.name.is_empty() || entry.name.contains(['/', '\\']) || entry.name.starts_with('.') {
             return Err(invalid(format!("bad file name in snapshot: {:?}", entry.name)));
         }
@@ -229,7 +228,7 @@ pub fn unpack(input: &mut impl Read, staging: &Path) -> io::Result<(SnapshotMeta
         out.sync_all()?;
     }
     crate::durable::sync_dir(staging)?;
-    Ok((header.meta, header.files))
+    Ok((meta, files))
 }
 
 #[cfg(test)]

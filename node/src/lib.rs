@@ -10,6 +10,7 @@ pub mod log_store;
 pub mod meta;
 pub mod metrics;
 pub mod network;
+mod persist;
 pub mod placement;
 pub mod query;
 pub mod segment;

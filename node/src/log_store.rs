@@ -3,6 +3,9 @@
 //! Appends write into fjall's journal without syncing; a single `log-sync` thread then makes
 //! every append that arrived meanwhile durable with one `fdatasync` and only then reports the
 //! entries as flushed to openraft. Many groups' appends thus share one fsync (group commit).
+//!
+//! Entries, the vote and the purged and committed marks are stored in the formats of
+//! docs/ARCHITECTURE.md, "Persisted formats".
 
 use std::fmt::Debug;
 use std::io;
@@ -115,16 +118,29 @@ pub struct GroupLog {
 }
 
 impl GroupLog {
-    fn read_state<T: serde::de::DeserializeOwned>(&self, name: &str) -> Result<Option<T>, StorageError> {
+    fn read_state<T>(
+        &self,
+        name: &str,
+        decode: impl FnOnce(&[u8]) -> io::Result<T>,
+    ) -> Result<Option<T>, StorageError> {
         match self.db.state.get(state_key(self.group, name)).map_err(io_err)? {
             None => Ok(None),
-            Some(v) => bincode::deserialize(&v).map(Some).map_err(io_err),
+            Some(v) => decode(&v).map(Some).map_err(|e| self.unreadable(&format!("its {name}"), e)),
         }
     }
 
-    fn write_state<T: serde::Serialize>(&self, name: &str, value: &T) -> Result<(), StorageError> {
-        let bytes = bincode::serialize(value).map_err(io_err)?;
+    fn write_state(&self, name: &str, bytes: Vec<u8>) -> Result<(), StorageError> {
         self.db.state.insert(state_key(self.group, name), bytes).map_err(io_err)
+    }
+
+    fn decode_entry(&self, bytes: &[u8]) -> Result<Entry, StorageError> {
+        crate::persist::decode_entry(bytes).map_err(|e| self.unreadable("an entry", e))
+    }
+
+    /// Names the group and what could not be read: a log written by an older release stops
+    /// the node here, at startup.
+    fn unreadable(&self, what: &str, e: io::Error) -> StorageError {
+        io_err(format!("the Raft log of group {} in the log database: {what} cannot be read: {e}", self.group))
     }
 
     fn range_keys(&self, range: impl RangeBounds<u64>) -> ([u8; 16], [u8; 16]) {
@@ -162,7 +178,7 @@ impl RaftLogReader<TypeConfig> for GroupLog {
             .range(from..to)
             .map(|kv| {
                 let v = kv.value().map_err(io_err)?;
-                bincode::deserialize::<Entry>(&v).map_err(io_err)
+                self.decode_entry(&v)
             })
             .collect()
     }
@@ -172,12 +188,12 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError> {
-        let last_purged: Option<LogId> = self.read_state("purged")?;
+        let last_purged = self.read_state("purged", crate::persist::decode_log_id)?;
         let (from, to) = self.range_keys(..);
         let last = match self.db.entries.range(from..to).next_back() {
             Some(kv) => {
                 let v = kv.value().map_err(io_err)?;
-                Some(bincode::deserialize::<Entry>(&v).map_err(io_err)?.log_id)
+                Some(self.decode_entry(&v)?.log_id)
             }
             None => last_purged,
         };
@@ -189,21 +205,24 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
-        self.write_state("vote", vote)?;
+        self.write_state("vote", crate::persist::encode_vote(vote))?;
         self.db.sync_now()
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
-        self.read_state("vote")
+        self.read_state("vote", crate::persist::decode_vote)
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         // Made durable by the next synced append; losing it only delays re-application.
-        self.write_state("committed", &committed)
+        match committed {
+            Some(id) => self.write_state("committed", crate::persist::encode_log_id(&id)),
+            None => self.db.state.remove(state_key(self.group, "committed")).map_err(io_err),
+        }
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
-        Ok(self.read_state::<Option<LogId>>("committed")?.flatten())
+        self.read_state("committed", crate::persist::decode_log_id)
     }
 
     async fn append<I>(&mut self, entries: I, callback: LogFlushed<TypeConfig>) -> Result<(), StorageError>
@@ -213,7 +232,7 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
     {
         let mut batch = self.db.db.batch();
         for entry in entries {
-            let bytes = bincode::serialize(&entry).map_err(io_err)?;
+            let bytes = crate::persist::encode_entry(&entry).map_err(io_err)?;
             batch.insert(&self.db.entries, entry_key(self.group, entry.log_id.index), bytes);
         }
         batch.commit().map_err(io_err)?;
@@ -228,7 +247,7 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
         // Record the purge point first: a crash in between leaves entries that are simply
         // ignored, never a gap that the log state would not admit.
-        self.write_state("purged", &log_id)?;
+        self.write_state("purged", crate::persist::encode_log_id(&log_id))?;
         self.db.sync_now()?;
         self.remove_range(..=log_id.index)
     }
@@ -253,7 +272,7 @@ mod tests {
             // `LogFlushed` can only be made by openraft, so the test writes entries directly.
             let mut bt = a.db.db.batch();
             for i in 1..=10 {
-                bt.insert(&a.db.entries, entry_key(1, i), bincode::serialize(&entry(i)).unwrap());
+                bt.insert(&a.db.entries, entry_key(1, i), crate::persist::encode_entry(&entry(i)).unwrap());
             }
             bt.commit().unwrap();
             a.db.sync_now().unwrap();
@@ -270,5 +289,22 @@ mod tests {
         assert_eq!(state.last_purged_log_id.unwrap().index, 3);
         assert_eq!(state.last_log_id.unwrap().index, 7);
         assert_eq!(b.read_vote().await.unwrap(), Some(Vote::new(3, 2)));
+    }
+
+    /// A log written by a release before format 1 stops the group at startup with an error
+    /// that names it, instead of being misread.
+    #[tokio::test]
+    async fn a_log_of_an_unsupported_format_is_refused_at_startup() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = LogDb::open(dir.path(), Arc::new(NodeMetrics::default())).unwrap();
+        let mut log = db.group(5);
+        // A bincode entry began with its log id: term, node id and index as little-endian u64s.
+        let old: Vec<u8> = [1u64, 1, 1, 0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        db.entries.insert(entry_key(5, 1), old).unwrap();
+        let err = log.get_log_state().await.unwrap_err().to_string();
+        assert!(err.contains("group 5") && err.contains("unsupported Raft log entry format"), "{err}");
+        db.state.insert(state_key(5, "vote"), [3u8; 12]).unwrap();
+        let err = log.read_vote().await.unwrap_err().to_string();
+        assert!(err.contains("unsupported Raft vote format"), "{err}");
     }
 }

@@ -1,4 +1,5 @@
-//! Raft transport between nodes: openraft's RPCs as bincode inside the `Raft` gRPC service.
+//! Raft transport between nodes: openraft's RPCs inside the `Raft` gRPC service, encoded as in
+//! docs/ARCHITECTURE.md, "Persisted formats" (the entries they carry are the log's).
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
@@ -11,11 +12,10 @@ use openraft::raft::{
     VoteResponse,
 };
 use openraft::BasicNode;
-use serde::de::DeserializeOwned;
-use serde::Serialize;
 use sextant_proto::client::Channels;
 use sextant_proto::RaftRequest;
 
+use crate::persist;
 use crate::types::{GroupId, NodeId, TypeConfig};
 
 /// Node id -> address, from the node's configuration. Preferred over the address recorded in
@@ -59,18 +59,17 @@ enum Rpc {
 }
 
 impl Connection {
-    async fn call<Req, Resp, E>(
+    async fn call<Resp, E>(
         &self,
         rpc: Rpc,
-        req: &Req,
+        body: std::io::Result<Vec<u8>>,
+        decode: impl FnOnce(&[u8]) -> std::io::Result<Result<Resp, RaftError<NodeId, E>>>,
         timeout: Duration,
     ) -> Result<Resp, RPCError<NodeId, BasicNode, RaftError<NodeId, E>>>
     where
-        Req: Serialize,
-        Resp: DeserializeOwned,
-        E: std::error::Error + DeserializeOwned,
+        E: std::error::Error,
     {
-        let body = bincode::serialize(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let body = body.map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let mut client = self.channels.raft(&self.addr).map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
         let request = RaftRequest { group: self.group, body: body.into() };
         let fut = async {
@@ -91,8 +90,7 @@ impl Connection {
             }
             Ok(Ok(reply)) => reply.into_inner(),
         };
-        let result: Result<Resp, RaftError<NodeId, E>> =
-            bincode::deserialize(&reply.body).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let result = decode(&reply.body).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         result.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
     }
 }
@@ -103,7 +101,8 @@ impl RaftNetwork<TypeConfig> for Connection {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.call(Rpc::Append, &rpc, option.hard_ttl()).await
+        let body = persist::encode_append_request(rpc);
+        self.call(Rpc::Append, body, persist::decode_append_response, option.hard_ttl()).await
     }
 
     async fn install_snapshot(
@@ -112,7 +111,8 @@ impl RaftNetwork<TypeConfig> for Connection {
         option: RPCOption,
     ) -> Result<InstallSnapshotResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>>
     {
-        self.call(Rpc::Snapshot, &rpc, option.hard_ttl()).await
+        let body = Ok(persist::encode_snapshot_request(rpc));
+        self.call(Rpc::Snapshot, body, persist::decode_snapshot_response, option.hard_ttl()).await
     }
 
     async fn vote(
@@ -120,6 +120,7 @@ impl RaftNetwork<TypeConfig> for Connection {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
-        self.call(Rpc::Vote, &rpc, option.hard_ttl()).await
+        let body = Ok(persist::encode_vote_request(&rpc));
+        self.call(Rpc::Vote, body, persist::decode_vote_response, option.hard_ttl()).await
     }
 }

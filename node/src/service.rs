@@ -17,6 +17,7 @@ use subtle::ConstantTimeEq;
 use tonic::{Request, Response, Status};
 
 use crate::host::{Group, NodeHost};
+use crate::persist;
 use crate::types::{Command, CommandResponse, GroupId, NodeId, Raft};
 
 /// Server-side interceptor: constant-time comparison of the cluster secret. A request without
@@ -63,8 +64,7 @@ impl RaftService {
     }
 }
 
-fn reply<T: serde::Serialize>(value: &T) -> Result<Response<RaftReply>, Status> {
-    let body = bincode::serialize(value).map_err(|e| Status::internal(e.to_string()))?;
+fn reply(body: Vec<u8>) -> Result<Response<RaftReply>, Status> {
     Ok(Response::new(RaftReply { body: body.into() }))
 }
 
@@ -72,20 +72,20 @@ fn reply<T: serde::Serialize>(value: &T) -> Result<Response<RaftReply>, Status> 
 impl RaftRpc for RaftService {
     async fn append_entries(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let req = req.into_inner();
-        let rpc = bincode::deserialize(&req.body).map_err(bad)?;
-        reply(&self.replica(req.group).await?.append_entries(rpc).await)
+        let rpc = persist::decode_append_request(&req.body).map_err(bad)?;
+        reply(persist::encode_append_response(&self.replica(req.group).await?.append_entries(rpc).await))
     }
 
     async fn vote(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let req = req.into_inner();
-        let rpc = bincode::deserialize(&req.body).map_err(bad)?;
-        reply(&self.raft(req.group)?.vote(rpc).await)
+        let rpc = persist::decode_vote_request(&req.body).map_err(bad)?;
+        reply(persist::encode_vote_response(&self.raft(req.group)?.vote(rpc).await))
     }
 
     async fn install_snapshot(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
         let req = req.into_inner();
-        let rpc = bincode::deserialize(&req.body).map_err(bad)?;
-        reply(&self.replica(req.group).await?.install_snapshot(rpc).await)
+        let rpc = persist::decode_snapshot_request(&req.body).map_err(bad)?;
+        reply(persist::encode_snapshot_response(&self.replica(req.group).await?.install_snapshot(rpc).await))
     }
 }
 

@@ -13,7 +13,6 @@ use std::sync::{Arc, RwLock};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
 use openraft::{EntryPayload, OptionalSend, RaftSnapshotBuilder, StoredMembership};
-use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::archive::{self, FileEntry, SnapshotStream};
@@ -250,7 +249,8 @@ impl<S: GroupStore> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
 }
 
 /// A [`GroupState`] kept whole in memory and checkpointed into one file,
-/// `[u32 meta length][bincode meta][state][u64 xxh3 of all previous bytes]`.
+/// `[format header][length-delimited protobuf meta][state][u64 xxh3 of all previous bytes]`
+/// (docs/ARCHITECTURE.md, "Persisted formats").
 pub struct Whole<S> {
     state: S,
     dir: PathBuf,
@@ -259,11 +259,6 @@ pub struct Whole<S> {
 
 const WHOLE_FILE: &str = "state.bin";
 
-#[derive(Serialize, Deserialize)]
-struct WholeHeader {
-    meta: SnapshotMeta,
-}
-
 impl<S: GroupState> Whole<S> {
     /// Opens the state in `dir`, restoring its checkpoint if there is one.
     pub fn open(dir: &Path, mut state: S) -> io::Result<Self> {
@@ -271,7 +266,8 @@ impl<S: GroupState> Whole<S> {
         let path = dir.join(WHOLE_FILE);
         let checkpoint = if path.exists() {
             let bytes = std::fs::read(&path)?;
-            let meta = Self::decode(&bytes, &mut state)?;
+            let meta = Self::decode(&bytes, &mut state)
+                .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
             Some((meta, FileEntry { name: WHOLE_FILE.into(), len: bytes.len() as u64, xxh3: xxh3_64(&bytes) }))
         } else {
             None
@@ -288,11 +284,9 @@ impl<S: GroupState> Whole<S> {
         if xxh3_64(body).to_le_bytes() != digest {
             return Err(bad("state file checksum mismatch"));
         }
-        let meta_len = u32::from_le_bytes(body[..4].try_into().unwrap()) as usize;
-        let header: WholeHeader = bincode::deserialize(body.get(4..4 + meta_len).ok_or_else(|| bad("bad header"))?)
-            .map_err(io::Error::other)?;
-        state.restore(&mut &body[4 + meta_len..])?;
-        Ok(header.meta)
+        let (meta, mut rest) = crate::persist::decode_snapshot_meta(body)?;
+        state.restore(&mut rest)?;
+        Ok(meta)
     }
 }
 
@@ -312,10 +306,8 @@ impl<S: GroupState> GroupStore for Whole<S> {
         let writer = self.state.snapshot_writer();
         let (dir, checkpoint) = (self.dir.clone(), self.checkpoint.clone());
         Box::new(move || {
-            let header = bincode::serialize(&WholeHeader { meta: meta.clone() }).map_err(io::Error::other)?;
             let mut bytes = Vec::new();
-            bytes.extend_from_slice(&(header.len() as u32).to_le_bytes());
-            bytes.extend_from_slice(&header);
+            crate::persist::encode_snapshot_meta(&meta, &mut bytes);
             writer(&mut bytes)?;
             let digest = xxh3_64(&bytes);
             bytes.extend_from_slice(&digest.to_le_bytes());

@@ -1,7 +1,6 @@
 //! The Raft type configuration shared by the meta group and every data shard.
 
 use openraft::BasicNode;
-use serde::{Deserialize, Serialize};
 use sextant_model::meta::MetaCommand;
 
 pub type NodeId = u64;
@@ -11,12 +10,11 @@ pub const META_GROUP: GroupId = 0;
 
 /// The replicated command of every group. One `Ingest` entry carries a whole per-shard
 /// sub-batch (docs/ARCHITECTURE.md, "Ingest data flow"), encoded once by the router and never
-/// re-encoded.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// re-encoded. Stored and sent as in docs/ARCHITECTURE.md, "Persisted formats".
+#[derive(Clone, Debug, PartialEq)]
 pub enum Command {
     Ingest {
         batch_id: u128,
-        #[serde(with = "serde_bytes")]
         payload: Vec<u8>,
     },
     /// Drops the rows of `batch_id` (or refuses them if they arrive later).
@@ -26,7 +24,8 @@ pub enum Command {
     Meta(MetaCommand),
 }
 
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Returned to the proposer on the same node; never stored or sent.
+#[derive(Clone, Debug, PartialEq)]
 pub enum CommandResponse {
     /// `duplicate` is true when the batch had already been applied (a retry).
     Ingested {
@@ -36,7 +35,7 @@ pub enum CommandResponse {
     Aborted,
     /// The batch was refused because it had been aborted before it arrived.
     Refused,
-    Meta(#[serde(with = "serde_bytes")] Vec<u8>),
+    Meta(Vec<u8>),
     /// A command the group does not accept (e.g. ingest sent to meta); nothing changed.
     Rejected(String),
 }

@@ -83,6 +83,6 @@ mod tests {
         assert!(other.is_empty());
         // The command survives the log's encoding.
         let cmd = create(owner.org_id, cohort("c1".into(), project));
-        assert_eq!(bincode::deserialize::<MetaCommand>(&bincode::serialize(&cmd).unwrap()).unwrap(), cmd);
+        assert_eq!(through_the_log(&cmd), cmd);
     }
 }

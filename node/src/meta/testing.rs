@@ -13,6 +13,20 @@ pub(super) use sextant_model::{OrgId, ProjectId, UserId};
 pub(super) use super::MetaState;
 pub(super) use crate::state_machine::GroupState;
 
+/// `command` after a trip through the Raft log's encoding (docs/ARCHITECTURE.md, "Persisted
+/// formats").
+pub(super) fn through_the_log(command: &MetaCommand) -> MetaCommand {
+    use crate::types::{Command, Entry};
+    let entry = Entry {
+        log_id: crate::types::LogId::new(openraft::CommittedLeaderId::new(1, 1), 1),
+        payload: openraft::EntryPayload::Normal(Command::Meta(command.clone())),
+    };
+    match crate::persist::decode_entry(&crate::persist::encode_entry(&entry).unwrap()).unwrap().payload {
+        openraft::EntryPayload::Normal(Command::Meta(decoded)) => decoded,
+        _ => panic!("a meta command came back as something else"),
+    }
+}
+
 /// Answers a query as a router reads it: the JSON of the answer, decoded as `T`.
 pub(super) fn read<T: serde::de::DeserializeOwned>(s: &MetaState, query: &MetaQuery) -> T {
     serde_json::from_value(serde_json::to_value(s.query(query)).unwrap()).unwrap()

@@ -6,7 +6,6 @@ use std::collections::{BTreeSet, HashSet, VecDeque};
 use std::io;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::file::SegmentMeta;
@@ -22,34 +21,12 @@ const REMEMBERED_BATCHES: usize = 200_000;
 
 /// Batch ids applied and aborted recently, so retries apply once and aborts win over late
 /// arrivals. Part of the checkpoint: replicas must agree on it.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-#[serde(from = "DedupRecord", into = "DedupRecord")]
+#[derive(Clone, Debug, Default)]
 pub struct Dedup {
     applied: HashSet<u128>,
     applied_order: VecDeque<u128>,
     aborted: HashSet<u128>,
     aborted_order: VecDeque<u128>,
-}
-
-#[derive(Serialize, Deserialize)]
-struct DedupRecord {
-    applied: Vec<u128>,
-    aborted: Vec<u128>,
-}
-
-impl From<DedupRecord> for Dedup {
-    fn from(r: DedupRecord) -> Self {
-        let mut d = Dedup::default();
-        r.applied.into_iter().for_each(|b| d.record_applied(b));
-        r.aborted.into_iter().for_each(|b| d.record_aborted(b));
-        d
-    }
-}
-
-impl From<Dedup> for DedupRecord {
-    fn from(d: Dedup) -> Self {
-        DedupRecord { applied: d.applied_order.into(), aborted: d.aborted_order.into() }
-    }
 }
 
 fn remember(set: &mut HashSet<u128>, order: &mut VecDeque<u128>, id: u128) {
@@ -76,9 +53,24 @@ impl Dedup {
     pub fn record_aborted(&mut self, id: u128) {
         remember(&mut self.aborted, &mut self.aborted_order, id)
     }
+    /// Rebuilds the sets from the lists [`Dedup::applied_in_order`] and
+    /// [`Dedup::aborted_in_order`] gave.
+    pub fn from_lists(applied: Vec<u128>, aborted: Vec<u128>) -> Self {
+        let mut d = Dedup::default();
+        applied.into_iter().for_each(|b| d.record_applied(b));
+        aborted.into_iter().for_each(|b| d.record_aborted(b));
+        d
+    }
+    pub fn applied_in_order(&self) -> impl Iterator<Item = u128> + '_ {
+        self.applied_order.iter().copied()
+    }
+    pub fn aborted_in_order(&self) -> impl Iterator<Item = u128> + '_ {
+        self.aborted_order.iter().copied()
+    }
 }
 
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+/// Stored in the format of docs/ARCHITECTURE.md, "Persisted formats".
+#[derive(Clone, Debug, Default)]
 pub struct Manifest {
     /// The Raft position (and membership) everything in the segments covers.
     pub checkpoint: Option<SnapshotMeta>,
@@ -99,8 +91,9 @@ impl Manifest {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
+        let manifest = Self::decode(&bytes).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
         Ok(Some((
-            Self::decode(&bytes)?,
+            manifest,
             FileEntry { name: MANIFEST.into(), len: bytes.len() as u64, xxh3: xxh3_64(&bytes) },
         )))
     }
@@ -113,12 +106,12 @@ impl Manifest {
         if xxh3_64(body).to_le_bytes() != digest {
             return Err(io::Error::new(io::ErrorKind::InvalidData, "manifest checksum mismatch"));
         }
-        bincode::deserialize(body).map_err(io::Error::other)
+        crate::persist::decode_manifest(body)
     }
 
     /// Replaces the manifest of `dir` atomically.
     pub fn store(&self, dir: &Path) -> io::Result<FileEntry> {
-        let mut bytes = bincode::serialize(self).map_err(io::Error::other)?;
+        let mut bytes = crate::persist::encode_manifest(self);
         let digest = xxh3_64(&bytes);
         bytes.extend_from_slice(&digest.to_le_bytes());
         write_file_atomic(dir, MANIFEST, &bytes)

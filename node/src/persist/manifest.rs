@@ -1,0 +1,89 @@
+//! The segment manifest of a data shard.
+
+use std::io;
+
+use prost::Message;
+use sextant_proto::persist as pb;
+
+use super::archive::{file_from_pb, file_to_pb};
+use super::entry::{snapshot_meta_from_pb, snapshot_meta_to_pb};
+use super::{decode_error, invalid, missing, pack_batch_ids, unpack_batch_ids, MANIFEST};
+use crate::segment::{Dedup, Manifest, SegmentMeta, Table};
+
+fn table_to_pb(t: Table) -> pb::Table {
+    match t {
+        Table::Spans => pb::Table::Spans,
+        Table::TraceSummaries => pb::Table::TraceSummaries,
+        Table::Logs => pb::Table::Logs,
+        Table::HostMetrics => pb::Table::HostMetrics,
+        Table::Events => pb::Table::Events,
+        Table::ReplayEvents => pb::Table::ReplayEvents,
+    }
+}
+
+fn table_from_pb(t: i32) -> io::Result<Table> {
+    Ok(match pb::Table::try_from(t).map_err(|_| invalid(format!("unknown segment table {t} in the manifest")))? {
+        pb::Table::Spans => Table::Spans,
+        pb::Table::TraceSummaries => Table::TraceSummaries,
+        pb::Table::Logs => Table::Logs,
+        pb::Table::HostMetrics => Table::HostMetrics,
+        pb::Table::Events => Table::Events,
+        pb::Table::ReplayEvents => Table::ReplayEvents,
+        pb::Table::Unspecified => return Err(invalid("a segment without a table in the manifest")),
+    })
+}
+
+fn segment_to_pb(s: &SegmentMeta) -> pb::SegmentMeta {
+    pb::SegmentMeta {
+        id: s.id,
+        table: table_to_pb(s.table).into(),
+        bucket_start: s.hour,
+        rows: s.rows,
+        min_ns: s.min_ns,
+        max_ns: s.max_ns,
+        file: Some(file_to_pb(&s.file)),
+        summarizes: s.summarizes,
+        projects: s.projects.clone(),
+    }
+}
+
+fn segment_from_pb(s: pb::SegmentMeta) -> io::Result<SegmentMeta> {
+    Ok(SegmentMeta {
+        id: s.id,
+        table: table_from_pb(s.table)?,
+        hour: s.bucket_start,
+        rows: s.rows,
+        min_ns: s.min_ns,
+        max_ns: s.max_ns,
+        file: file_from_pb(s.file.ok_or_else(|| missing("manifest", "segment file"))?),
+        summarizes: s.summarizes,
+        projects: s.projects,
+    })
+}
+
+/// The format header, then a `persist.v1.Manifest`.
+pub(crate) fn encode_manifest(m: &Manifest) -> Vec<u8> {
+    let msg = pb::Manifest {
+        checkpoint: m.checkpoint.as_ref().map(snapshot_meta_to_pb),
+        segments: m.segments.iter().map(segment_to_pb).collect(),
+        next_segment: m.next_segment,
+        applied_batches: pack_batch_ids(m.dedup.applied_in_order()),
+        aborted_batches: pack_batch_ids(m.dedup.aborted_in_order()),
+        tombstones: pack_batch_ids(m.tombstones.iter().copied()),
+    };
+    let mut out = Vec::with_capacity(super::HEADER_LEN + msg.encoded_len() + 8);
+    MANIFEST.write_header(&mut out);
+    msg.encode(&mut out).expect("a Vec grows");
+    out
+}
+
+pub(crate) fn decode_manifest(bytes: &[u8]) -> io::Result<Manifest> {
+    let m = pb::Manifest::decode(MANIFEST.body(bytes)?).map_err(|e| decode_error("manifest", e))?;
+    Ok(Manifest {
+        checkpoint: m.checkpoint.map(snapshot_meta_from_pb),
+        segments: m.segments.into_iter().map(segment_from_pb).collect::<io::Result<_>>()?,
+        next_segment: m.next_segment,
+        dedup: Dedup::from_lists(unpack_batch_ids(&m.applied_batches)?, unpack_batch_ids(&m.aborted_batches)?),
+        tombstones: unpack_batch_ids(&m.tombstones)?.into_iter().collect(),
+    })
+}
