@@ -10,7 +10,7 @@ use axum::extract::{RawQuery, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use sextant_model::calendar::{self, CalendarError, Interval};
-use sextant_model::time::{format_nanos, now_nanos};
+use sextant_model::time::format_nanos;
 use sextant_proto::{query_request, ActiveUsersPlan, EventBucketsPlan};
 
 use super::merge::{ActiveDays, EventBuckets};
@@ -94,7 +94,7 @@ pub async fn timeseries(
     let interval =
         Interval::parse(q.interval.as_deref().unwrap_or("day")).map_err(|e| calendar_error("interval", e))?;
     let tz = zone(q.tz.as_deref())?;
-    let (from, to) = params.range_or(30 * DAY_NS)?;
+    let (from, to) = params.range_or(30 * DAY_NS, app.clock.now_nanos())?;
     let events = list_of("event", q.event.as_deref())?;
     let starts = calendar::bucket_starts(from, to, interval, &tz).map_err(|e| calendar_error("interval", e))?;
     let cohort = crate::query::cohorts::filter(&app, &session, q.cohort_id.as_deref(), to).await?;
@@ -157,7 +157,7 @@ pub async fn active_users(
         .filter(|p| *p <= MAX_PERIOD_NS)
         .ok_or_else(|| invalid("period", "must be an integer and a unit m, h, d or w, at most 366 days"))?;
     // Not `Params::range`: the period may be longer than a query range (it is bounded above).
-    let to = params.to()?.unwrap_or_else(now_nanos);
+    let to = params.to()?.unwrap_or_else(|| app.clock.now_nanos());
     let (day_starts, first_reported) = active_days(to, period, &tz)?;
     let reported = &day_starts[first_reported..];
     let first_reported = first_reported as u32;

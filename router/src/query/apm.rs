@@ -79,7 +79,7 @@ pub async fn endpoints(
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Answer<EndpointList>>, ApiError> {
     let q: EndpointsQuery = params::parse(raw.as_deref())?;
-    let (from, to) = q.params.range()?;
+    let (from, to) = q.params.range(app.clock.now_nanos())?;
     let sort = q.sort.unwrap_or_else(|| "count".into());
     if !SORTS.contains(&sort.as_str()) {
         return Err(invalid(

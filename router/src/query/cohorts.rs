@@ -17,7 +17,6 @@ use serde::Serialize;
 use serde_json::Value;
 use sextant_model::cohort::{self, Cohort, CohortInput};
 use sextant_model::meta::{MetaCommand, MetaQuery};
-use sextant_model::time::now_nanos;
 use sextant_model::ProjectId;
 use sextant_proto::{query_request, CohortFilter, CohortSizesPlan, CohortUsersPlan};
 
@@ -76,10 +75,10 @@ async fn find(app: &AppState, session: &Session, id: &str) -> Result<Cohort, Api
 
 /// The evaluation instant: `to` if given, else now (docs/API.md, "Cohorts": a cohort's ranges
 /// end now, or at `to`).
-fn instant(params: &Params) -> Result<i64, ApiError> {
+fn instant(params: &Params, now_ns: i64) -> Result<i64, ApiError> {
     match params.to()? {
         Some(at) => after_epoch(at),
-        None => Ok(now_nanos()),
+        None => Ok(now_ns),
     }
 }
 
@@ -116,7 +115,7 @@ pub async fn list(
 ) -> Result<Json<Answer<Listed<CohortJson>>>, ApiError> {
     let params = Params::parse(raw.as_deref())?;
     let page = Page::of(&params.paging)?;
-    let at = instant(&params)?;
+    let at = instant(&params, app.clock.now_nanos())?;
     // Oldest first; the key is (creation time, id), fixed-width so text order is that order.
     let all = project_cohorts(&app, &session.project_id).await?;
     let key = |c: &Cohort| format!("{:020}:{}", c.created_at_ms.max(0), c.id);
@@ -147,7 +146,7 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let input: CohortInput = crate::http::body::json(&headers, body, MAX_COHORT_BODY)?;
     let (name, definition) = cohort::validate(&input).map_err(ApiError::invalid_fields)?;
-    let now_ms = chrono::Utc::now().timestamp_millis();
+    let now_ms = app.clock.now_millis();
     let cohort = Cohort {
         id: uuid::Uuid::new_v4().simple().to_string(),
         project_id: session.project_id,
@@ -170,7 +169,7 @@ pub async fn get(
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Answer<CohortJson>>, ApiError> {
     let params = Params::parse(raw.as_deref())?;
-    let at = instant(&params)?;
+    let at = instant(&params, app.clock.now_nanos())?;
     let cohort = find(&app, &session, &id).await?;
     let (size, gathered) = sizes(&app, &session, &[&cohort], at, params.allow_partial()?).await?;
     Ok(gathered.answer(cohort_json(&cohort, size[0])))
@@ -186,7 +185,7 @@ pub async fn users(
 ) -> Result<Json<Answer<Listed<CohortMember>>>, ApiError> {
     let params = Params::parse(raw.as_deref())?;
     let page = Page::of(&params.paging)?;
-    let at = instant(&params)?;
+    let at = instant(&params, app.clock.now_nanos())?;
     let cohort = find(&app, &session, &id).await?;
     let plan = CohortUsersPlan {
         cohort: Some(CohortFilter { definition: Some((&cohort.definition).into()), at_unix_nanos: at }),

@@ -91,7 +91,7 @@ async fn groups(
     let plan = ErrorsPlan { services: list_of("service", q.service.as_deref())?, fingerprint: fingerprint.to_owned() };
     let params = &q.params;
     let mut gathered =
-        scatter(app, &session.project_id, params.range()?, params.allow_partial()?, query_request::Plan::Errors(plan))
+        scatter(app, &session.project_id, params.range(app.clock.now_nanos())?, params.allow_partial()?, query_request::Plan::Errors(plan))
             .await?;
     Ok((gathered.fold(ErrorGroups::default())?.sorted(), gathered))
 }

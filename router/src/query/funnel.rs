@@ -9,7 +9,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use sextant_model::calendar;
 use sextant_model::funnel::{MAX_STEPS, MIN_STEPS};
-use sextant_model::time::{format_nanos, now_nanos};
+use sextant_model::time::format_nanos;
 use sextant_proto::{query_request, FunnelPlan};
 
 use super::merge::FunnelSteps;
@@ -58,11 +58,11 @@ fn window_ns(q: &FunnelQuery) -> Result<i64, ApiError> {
 }
 
 /// `[from, to)` where step 1 may happen: `range` ending at `to` (default now).
-fn step_one_range(q: &FunnelQuery) -> Result<(i64, i64), ApiError> {
+fn step_one_range(q: &FunnelQuery, now_ns: i64) -> Result<(i64, i64), ApiError> {
     let range = calendar::parse_range(q.range.as_deref().unwrap_or("30d"))
         .filter(|r| *r <= MAX_RANGE_NS)
         .ok_or_else(|| invalid("range", "must be an integer and a unit m, h, d or w, at most 31 days"))?;
-    let to = q.params.to()?.unwrap_or_else(now_nanos);
+    let to = q.params.to()?.unwrap_or(now_ns);
     let from = to.checked_sub(range).ok_or_else(|| invalid("range", "reaches outside the supported time range"))?;
     Ok((from, to))
 }
@@ -116,7 +116,7 @@ pub async fn funnel(
         "strict" => true,
         _ => return Err(invalid("order", "must be ordered or strict")),
     };
-    let (from, to) = step_one_range(&q)?;
+    let (from, to) = step_one_range(&q, app.clock.now_nanos())?;
     let cohort = crate::query::cohorts::filter(&app, &session, q.cohort_id.as_deref(), to).await?;
     let plan =
         FunnelPlan { steps: steps.clone(), window_nanos: window, strict, range_from: from, range_to: to, cohort };
@@ -159,8 +159,11 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    /// The clock's reading in these tests: 2026-11-22T10:15:30Z.
+    const NOW: i64 = 1_795_342_530 * 1_000_000_000;
+
     fn range(q: &str) -> Result<(i64, i64), ApiError> {
-        step_one_range(&params::parse(Some(q)).unwrap())
+        step_one_range(&params::parse(Some(q)).unwrap(), NOW)
     }
 
     #[test]
@@ -184,7 +187,7 @@ mod tests {
         ) {
             let q = format!("to={to}&range={n}{unit}&window={window}&window_unit={window_unit}");
             let params: FunnelQuery = params::parse(Some(&q)).unwrap();
-            match step_one_range(&params) {
+            match step_one_range(&params, NOW) {
                 Ok((from, to)) => {
                     prop_assert!(from < to && sextant_model::time::check_instant(to).is_ok());
                     prop_assert!(to - from <= MAX_RANGE_NS);

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::extract::{Path, RawQuery, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use sextant_model::time::{format_nanos, now_nanos};
+use sextant_model::time::format_nanos;
 use sextant_proto::{query_request, HostBucket, HostSeriesPlan, HostsPlan, Mean};
 
 use super::merge::{HostSeries, LatestHosts};
@@ -50,12 +50,12 @@ pub async fn list(
 ) -> Result<Json<Answer<HostList>>, ApiError> {
     let params = Params::parse(raw.as_deref())?;
     // A day by default: a host that stopped reporting stays listed (as stale) for a while.
-    let range = params.range_or(24 * HOUR_NS)?;
+    let now = app.clock.now_nanos();
+    let range = params.range_or(24 * HOUR_NS, now)?;
     let mut gathered =
         scatter(&app, &session.project_id, range, params.allow_partial()?, query_request::Plan::Hosts(HostsPlan {}))
             .await?;
     let latest = gathered.fold(LatestHosts::default())?.0;
-    let now = now_nanos();
     let items = latest
         .into_values()
         .map(|m| HostJson {
@@ -140,7 +140,7 @@ pub async fn metrics(
     if hostname.is_empty() || hostname.chars().count() > sextant_model::ingest::MAX_NAME_LEN {
         return Err(ApiError::NotFound("no such host".into()));
     }
-    let (from, to) = q.params.range()?;
+    let (from, to) = q.params.range(app.clock.now_nanos())?;
     let step = match q.step.as_deref() {
         None => 60 * SECOND_NS,
         Some(v) => {

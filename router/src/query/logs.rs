@@ -103,7 +103,7 @@ pub async fn search(
 ) -> Result<Json<Answer<Listed<Option<LogLine>>>>, ApiError> {
     let query: SearchQuery = params::parse(raw.as_deref())?;
     let params = &query.params;
-    let range = params.range()?;
+    let range = params.range(app.clock.now_nanos())?;
     let limit = params.limit()?;
     let q = query.q.unwrap_or_default();
     LogQuery::parse(&q).map_err(|e| ApiError::BadRequest("invalid_query", format!("q: {e}")))?;

@@ -5,7 +5,7 @@
 
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
-use sextant_model::time::{check_instant, now_nanos, parse_query_time, MIN_INSTANT_NS};
+use sextant_model::time::{check_instant, parse_query_time, MIN_INSTANT_NS};
 
 use crate::http::error::ApiError;
 use crate::http::listing::Paging;
@@ -68,15 +68,15 @@ impl Params {
         instant("to", self.to.as_deref())
     }
 
-    /// `[from, to)` in unix nanoseconds; by default the hour up to now.
-    pub fn range(&self) -> Result<(i64, i64), ApiError> {
-        self.range_or(HOUR_NS)
+    /// `[from, to)` in unix nanoseconds; by default the hour up to `now_ns`.
+    pub fn range(&self, now_ns: i64) -> Result<(i64, i64), ApiError> {
+        self.range_or(HOUR_NS, now_ns)
     }
 
-    /// `[from, to)`, by default the `default_ns` up to now (never before 1970).
-    pub fn range_or(&self, default_ns: i64) -> Result<(i64, i64), ApiError> {
+    /// `[from, to)`, by default the `default_ns` up to `now_ns` (never before 1970).
+    pub fn range_or(&self, default_ns: i64, now_ns: i64) -> Result<(i64, i64), ApiError> {
         let from = instant("from", self.from.as_deref())?;
-        let to = self.to()?.unwrap_or_else(now_nanos);
+        let to = self.to()?.unwrap_or(now_ns);
         let from = match from {
             Some(from) => from,
             None => to.saturating_sub(default_ns).max(MIN_INSTANT_NS),
@@ -146,6 +146,9 @@ pub fn ms(v: f64) -> f64 {
 mod tests {
     use super::*;
 
+    /// The clock's reading in these tests: 2026-11-22T10:15:30Z.
+    const NOW: i64 = 1_795_342_530 * 1_000_000_000;
+
     /// Parameters of a read of its own, besides the shared ones.
     #[derive(Deserialize)]
     struct Filters {
@@ -155,7 +158,7 @@ mod tests {
 
     #[test]
     fn time_ranges_are_bounded_and_ordered() {
-        let p = |q: &str| Params::parse(Some(q)).unwrap().range();
+        let p = |q: &str| Params::parse(Some(q)).unwrap().range(NOW);
         assert!(matches!(
             p("from=2026-01-01T00:00:00Z&to=2026-03-01T00:00:00Z"),
             Err(ApiError::BadRequest("time_range_too_large", _))
@@ -163,8 +166,8 @@ mod tests {
         assert!(matches!(p("from=2000&to=1000"), Err(ApiError::BadRequest("invalid_time_range", _))));
         assert!(matches!(p("from=yesterday"), Err(ApiError::BadRequest("invalid_parameter", _))));
         assert_eq!(p("from=1000&to=2000").unwrap(), (1_000_000_000, 2_000_000_000));
-        let (from, to) = p("").unwrap();
-        assert_eq!(to - from, HOUR_NS);
+        assert_eq!(p("").unwrap(), (NOW - HOUR_NS, NOW), "by default the hour up to now");
+        assert_eq!(p(&format!("from={}", NOW / 1_000_000 - 60_000)).unwrap(), (NOW - 60_000_000_000, NOW), "`to` defaults to now");
         assert!(matches!(
             Params::parse(Some("limit=1001")).unwrap().limit(),
             Err(ApiError::BadRequest("invalid_limit", _))
@@ -196,7 +199,7 @@ mod tests {
 
     #[test]
     fn the_wrapping_range_of_the_review_is_refused() {
-        let p = |q: &str| Params::parse(Some(q)).unwrap().range();
+        let p = |q: &str| Params::parse(Some(q)).unwrap().range(NOW);
         // `to - from` wrapped and passed the 31-day check: all history was read.
         let err = p("from=1677-09-21T00:12:44Z&to=2262-04-11T23:47:15Z").unwrap_err();
         assert!(matches!(&err, ApiError::BadRequest("invalid_parameter", m) if m.contains("`from`")), "{err:?}");
@@ -234,7 +237,7 @@ mod tests {
                     q.push(format!("{k}={}", v.replace('+', "%2B")));
                 }
             }
-            match Params::parse(Some(&q.join("&"))).unwrap().range_or(default_ns.max(1)) {
+            match Params::parse(Some(&q.join("&"))).unwrap().range_or(default_ns.max(1), NOW) {
                 Ok((from, to)) => {
                     proptest::prop_assert!(MIN_INSTANT_NS <= from && from < to);
                     proptest::prop_assert!(to < sextant_model::time::END_INSTANT_NS);

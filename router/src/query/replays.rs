@@ -51,7 +51,7 @@ pub async fn list(
 ) -> Result<Json<Answer<Listed<ReplaySessionJson>>>, ApiError> {
     let q: ReplaysQuery = params::parse(raw.as_deref())?;
     let params = &q.params;
-    let range = params.range_or(DEFAULT_RANGE_NS)?;
+    let range = params.range_or(DEFAULT_RANGE_NS, app.clock.now_nanos())?;
     let limit = params.limit()?;
     let distinct_id = q.distinct_id.clone().unwrap_or_default();
     if distinct_id.chars().count() > MAX_ID_CHARS {
@@ -116,7 +116,7 @@ pub async fn events(
     if session_id.is_empty() || session_id.chars().count() > MAX_ID_CHARS {
         return Err(invalid("session_id", "must have 1 to 200 characters"));
     }
-    let range = params.range_or(DEFAULT_RANGE_NS)?;
+    let range = params.range_or(DEFAULT_RANGE_NS, app.clock.now_nanos())?;
     let plan = query_request::Plan::ReplayEvents(ReplayEventsPlan { session_id: session_id.clone() });
     let mut gathered = scatter(&app, &session.project_id, range, params.allow_partial()?, plan).await?;
     let events = gathered.fold(ReplayEvents::default())?.sorted();

@@ -140,7 +140,7 @@ pub async fn retention(
     };
     let tz = zone(q.tz.as_deref())?;
     // By default, as many cohorts as periods, ending now.
-    let (from, to) = q.params.range_or(period_ns(interval).saturating_mul(i64::from(periods)))?;
+    let (from, to) = q.params.range_or(period_ns(interval).saturating_mul(i64::from(periods)), app.clock.now_nanos())?;
     let (cohort_starts, bucket_starts, scan_end) = buckets(from, to, interval, periods, &tz)?;
     let plan = RetentionPlan {
         start_event,

@@ -47,7 +47,7 @@ pub async fn get(
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Answer<ServiceMapJson>>, ApiError> {
     let params = Params::parse(raw.as_deref())?;
-    let range = params.range()?;
+    let range = params.range(app.clock.now_nanos())?;
     let mut gathered = scatter(
         &app,
         &session.project_id,

@@ -163,7 +163,7 @@ pub async fn list(
     RawQuery(raw): RawQuery,
 ) -> Result<Json<Answer<Listed<TraceSummaryJson>>>, ApiError> {
     let q: ListQuery = params::parse(raw.as_deref())?;
-    let range = q.params.range()?;
+    let range = q.params.range(app.clock.now_nanos())?;
     let limit = q.params.limit()?;
     let errors_only = match q.status.as_deref() {
         None => false,
