@@ -1,6 +1,10 @@
 //! Records of the meta group (group 0) and the commands and queries that change and read them.
 //! The node applies commands deterministically (every time in a command comes from the router
 //! that proposed it, never from the applying node's clock); routers cache a [`MetaView`].
+//!
+//! One serde schema serves the Raft log (commands as JSON), the meta snapshot and meta RPC
+//! (docs/ARCHITECTURE.md, "Persisted formats"): a new field gets `#[serde(default)]`, nothing is
+//! renamed (an old name stays readable with `#[serde(alias)]`), no enum variant is removed.
 
 use serde::{Deserialize, Serialize};
 
@@ -50,9 +54,7 @@ pub struct Org {
     pub created_at_ms: i64,
 }
 
-/// The end of an org's sign-up trial of its plan. Kept beside [`Org`], not in it, because
-/// `Org` is inside log entries written before trials existed, and the log is bincode, which
-/// cannot default a missing field.
+/// The end of an org's sign-up trial of its plan.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct OrgTrial {
     pub org_id: OrgId,
@@ -238,7 +240,7 @@ pub struct RouterSeen {
 // ---- Objects managed by Kubernetes resources (the operator, through the admin API) ----
 
 /// The Kubernetes resource an object is managed by (docs/API.md, "Admin API", `managed_by`).
-/// Such an object is read-only through the public API (409). Inside commands: fixed shape.
+/// Such an object is read-only through the public API (409).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ManagedBy {
     /// `sextant.dev/v1alpha1`.
@@ -250,7 +252,7 @@ pub struct ManagedBy {
 }
 
 /// An org created from a Tenant resource, by the resource's key (its Kubernetes UID). Built by
-/// meta, never carried in a command, so fields may be added (with `#[serde(default)]`).
+/// meta.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ManagedOrg {
     pub key: String,
@@ -330,7 +332,6 @@ pub const ALERT_METRICS: [&str; 9] = [
 ];
 pub const ALERT_COMPARISONS: [&str; 4] = [">", ">=", "<", "<="];
 
-/// Inside commands: fixed shape.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct AlertFilter {
     pub service: Option<String>,
@@ -360,9 +361,6 @@ pub struct AlertRule {
     pub key: Option<String>,
 }
 
-// Commands travel in the Raft log as bincode: no `skip_serializing_if`, untagged or internally
-// tagged enums here, new variants only at the end, and records already inside commands
-// (`Org`, `User`, `Project`, `Credential`) keep their fields, or old logs stop replaying.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub enum MetaCommand {
     /// Creates the first org, owner, project and credentials and the partition table, once.
