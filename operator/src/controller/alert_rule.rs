@@ -6,11 +6,9 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 
-use super::pushed::{
-    admin_in, deletion, finalizer_error, namespace, push_failed, ready, referent_project, synced, RESYNC, RETRY,
-};
+use super::pushed::{delete_keyed, finalizer_error, namespace, push_target, ready, referent_project, Outcome};
 use super::{instrumented, write_status, Context, Error};
-use crate::tenancy::{self, Apply, Cleanup, FINALIZER};
+use crate::tenancy::{self, Apply, FINALIZER};
 use crate::v1alpha1::{AlertRule, AlertRuleStatus};
 
 pub async fn reconcile_alert_rule(rule: Arc<AlertRule>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -23,41 +21,26 @@ pub async fn reconcile_alert_rule(rule: Arc<AlertRule>, ctx: Arc<Context>) -> Re
                 Finalizer::Apply(r) => {
                     let previous = r.status.clone().unwrap_or_default();
                     let mut status = AlertRuleStatus { observed_generation: r.metadata.generation, ..previous.clone() };
-                    let mut failure = None;
-                    let (d, action) = match tenancy::plan_alert_rule(&r, project.as_ref())? {
-                        Apply::Wait(d) => (d, Action::requeue(RETRY)),
+                    let outcome = match tenancy::plan_alert_rule(&r, project.as_ref())? {
+                        Apply::Wait(d) => Outcome::wait(d),
                         Apply::Push(req) => {
-                            let admin = admin_in(&ctx, &ns, cluster.as_deref())
-                                .await?
-                                .ok_or_else(|| Error::Waiting(format!("no SextantCluster in namespace {ns}")))?;
-                            match admin.upsert_alert_rule(r.metadata.uid.as_deref().unwrap_or_default(), &req).await {
-                                Ok(created) => {
-                                    status.rule_id = Some(created.id);
-                                    (synced(), Action::requeue(RESYNC))
-                                }
-                                Err(e) => {
-                                    let d = push_failed(&e);
-                                    failure = Some(e);
-                                    (d, Action::await_change())
-                                }
-                            }
+                            let admin = push_target(&ctx, &ns, cluster.as_deref()).await?;
+                            let pushed =
+                                admin.upsert_alert_rule(r.metadata.uid.as_deref().unwrap_or_default(), &req).await;
+                            Outcome::of(pushed, |created| status.rule_id = Some(created.id))
                         }
                     };
-                    status.conditions = ready((ctx.clock)(), &previous.conditions, r.metadata.generation, d);
+                    status.conditions =
+                        ready((ctx.clock)(), &previous.conditions, r.metadata.generation, outcome.ready.clone());
                     write_status(&api, &r, r.status.as_ref(), &status).await?;
-                    if let Some(e) = failure {
-                        return Err(e.into());
-                    }
-                    Ok(action)
+                    outcome.finish()
                 }
                 Finalizer::Cleanup(r) => {
-                    let Cleanup::Delete { key } = tenancy::cleanup_keyed(r.as_ref(), "AlertRule")? else {
-                        return Ok(Action::await_change());
-                    };
-                    match admin_in(&ctx, &ns, cluster.as_deref()).await? {
-                        Some(admin) => deletion(admin.delete_alert_rule(&key).await?, "the alert rule"),
-                        None => Ok(Action::await_change()),
-                    }
+                    let what = "the alert rule";
+                    delete_keyed(&ctx, &ns, cluster.as_deref(), r.as_ref(), "AlertRule", what, |admin, key| {
+                        admin.delete_alert_rule(key)
+                    })
+                    .await
                 }
             }
         })

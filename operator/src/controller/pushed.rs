@@ -5,15 +5,16 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::Resource;
 
 use super::{Context, Error};
-use crate::admin::{ClusterAdmin, Deletion};
+use crate::admin::{AdminError, ClusterAdmin, Deletion};
 use crate::conditions::{self, Desired};
-use crate::tenancy::Referent;
+use crate::tenancy::{self, Cleanup, Referent};
 use crate::v1alpha1::{Project, Tenant};
 
 /// Resources pushed to the cluster are re-pushed now and then, so a cluster restored from an
@@ -59,6 +60,70 @@ pub(super) async fn admin_in(
     match ctx.cluster_in(namespace, cluster).await? {
         Some(c) if c.metadata.deletion_timestamp.is_none() => Ok(Some(ctx.admin_of(&c).await?)),
         _ => Ok(None),
+    }
+}
+
+/// The admin API a push goes to; without a cluster in the namespace the resource waits.
+pub(super) async fn push_target(
+    ctx: &Context,
+    namespace: &str,
+    cluster: Option<&str>,
+) -> Result<Arc<dyn ClusterAdmin>, Error> {
+    admin_in(ctx, namespace, cluster)
+        .await?
+        .ok_or_else(|| Error::Waiting(format!("no SextantCluster in namespace {namespace}")))
+}
+
+/// What an attempt to push leaves: the Ready condition to write, when to look again, and the
+/// push error, returned only once the status is written so the failure is visible.
+pub(super) struct Outcome {
+    pub ready: Desired,
+    action: Action,
+    failure: Option<AdminError>,
+}
+
+impl Outcome {
+    pub(super) fn wait(d: Desired) -> Self {
+        Outcome { ready: d, action: Action::requeue(RETRY), failure: None }
+    }
+
+    /// `on_pushed` records what the cluster answered into the status.
+    pub(super) fn of<T>(pushed: Result<T, AdminError>, on_pushed: impl FnOnce(T)) -> Self {
+        match pushed {
+            Ok(answer) => {
+                on_pushed(answer);
+                Outcome { ready: synced(), action: Action::requeue(RESYNC), failure: None }
+            }
+            Err(e) => Outcome { ready: push_failed(&e), action: Action::await_change(), failure: Some(e) },
+        }
+    }
+
+    /// After the status is written: the next action, or the push error.
+    pub(super) fn finish(self) -> Result<Action, Error> {
+        match self.failure {
+            Some(e) => Err(e.into()),
+            None => Ok(self.action),
+        }
+    }
+}
+
+/// Cleanup of a resource that is one keyed object in its cluster: deleted there by `delete`,
+/// unless the cluster is gone too.
+pub(super) async fn delete_keyed<K: Resource>(
+    ctx: &Context,
+    namespace: &str,
+    cluster: Option<&str>,
+    obj: &K,
+    kind: &'static str,
+    what: &str,
+    delete: for<'a> fn(&'a dyn ClusterAdmin, &'a str) -> BoxFuture<'a, Result<Deletion, AdminError>>,
+) -> Result<Action, Error> {
+    let Cleanup::Delete { key } = tenancy::cleanup_keyed(obj, kind)? else {
+        return Ok(Action::await_change());
+    };
+    match admin_in(ctx, namespace, cluster).await? {
+        Some(admin) => deletion(delete(admin.as_ref(), &key).await?, what),
+        None => Ok(Action::await_change()),
     }
 }
 

@@ -7,11 +7,10 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 
 use super::pushed::{
-    admin_in, deletion, finalizer_error, namespace, push_failed, ready, referent_project, referent_tenant, synced,
-    RESYNC, RETRY,
+    delete_keyed, finalizer_error, namespace, push_target, ready, referent_project, referent_tenant, Outcome,
 };
 use super::{instrumented, write_status, Context, Error};
-use crate::tenancy::{self, Apply, Cleanup, FINALIZER};
+use crate::tenancy::{self, Apply, FINALIZER};
 use crate::v1alpha1::{CommonStatus, Quota};
 
 pub async fn reconcile_quota(quota: Arc<Quota>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -27,41 +26,33 @@ pub async fn reconcile_quota(quota: Arc<Quota>, ctx: Arc<Context>) -> Result<Act
             match event {
                 Finalizer::Apply(q) => {
                     let previous = q.status.clone().unwrap_or_default();
-                    let mut failure = None;
-                    let (d, action) = match tenancy::plan_quota(&q, target.as_ref())? {
-                        Apply::Wait(d) => (d, Action::requeue(RETRY)),
+                    let outcome = match tenancy::plan_quota(&q, target.as_ref())? {
+                        Apply::Wait(d) => Outcome::wait(d),
                         Apply::Push(req) => {
-                            let admin = admin_in(&ctx, &ns, cluster.as_deref())
-                                .await?
-                                .ok_or_else(|| Error::Waiting(format!("no SextantCluster in namespace {ns}")))?;
-                            match admin.upsert_quota(q.metadata.uid.as_deref().unwrap_or_default(), &req).await {
-                                Ok(()) => (synced(), Action::requeue(RESYNC)),
-                                Err(e) => {
-                                    let d = push_failed(&e);
-                                    failure = Some(e);
-                                    (d, Action::await_change())
-                                }
-                            }
+                            let admin = push_target(&ctx, &ns, cluster.as_deref()).await?;
+                            Outcome::of(
+                                admin.upsert_quota(q.metadata.uid.as_deref().unwrap_or_default(), &req).await,
+                                drop,
+                            )
                         }
                     };
                     let status = CommonStatus {
                         observed_generation: q.metadata.generation,
-                        conditions: ready((ctx.clock)(), &previous.conditions, q.metadata.generation, d),
+                        conditions: ready(
+                            (ctx.clock)(),
+                            &previous.conditions,
+                            q.metadata.generation,
+                            outcome.ready.clone(),
+                        ),
                     };
                     write_status(&api, &q, q.status.as_ref(), &status).await?;
-                    if let Some(e) = failure {
-                        return Err(e.into());
-                    }
-                    Ok(action)
+                    outcome.finish()
                 }
                 Finalizer::Cleanup(q) => {
-                    let Cleanup::Delete { key } = tenancy::cleanup_keyed(q.as_ref(), "Quota")? else {
-                        return Ok(Action::await_change());
-                    };
-                    match admin_in(&ctx, &ns, cluster.as_deref()).await? {
-                        Some(admin) => deletion(admin.delete_quota(&key).await?, "the quota"),
-                        None => Ok(Action::await_change()),
-                    }
+                    delete_keyed(&ctx, &ns, cluster.as_deref(), q.as_ref(), "Quota", "the quota", |admin, key| {
+                        admin.delete_quota(key)
+                    })
+                    .await
                 }
             }
         })

@@ -8,7 +8,7 @@ use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 use kube::ResourceExt;
 
-use super::pushed::{admin_in, deletion, finalizer_error, namespace, push_failed, ready, synced, RESYNC, RETRY};
+use super::pushed::{admin_in, deletion, finalizer_error, namespace, push_target, ready, Outcome};
 use super::{instrumented, write_status, Context, Error};
 use crate::tenancy::{self, Apply, Cleanup, FINALIZER};
 use crate::v1alpha1::{Plan, Project, Tenant, TenantStatus};
@@ -47,31 +47,17 @@ async fn apply_tenant(api: &Api<Tenant>, tenant: Arc<Tenant>, ctx: &Context) -> 
     let projects = projects_of(ctx, &ns, &tenant.name_any()).await?.len() as i32;
     let mut status = TenantStatus { observed_generation: tenant.metadata.generation, projects, ..previous.clone() };
     let now = (ctx.clock)();
-    let action = match tenancy::plan_tenant(&tenant, plan_exists)? {
-        Apply::Wait(d) => {
-            status.conditions = ready(now, &previous.conditions, tenant.metadata.generation, d);
-            Action::requeue(RETRY)
-        }
+    let outcome = match tenancy::plan_tenant(&tenant, plan_exists)? {
+        Apply::Wait(d) => Outcome::wait(d),
         Apply::Push(req) => {
-            let admin = admin_in(ctx, &ns, tenant.spec.cluster.as_deref())
-                .await?
-                .ok_or_else(|| Error::Waiting(format!("no SextantCluster in namespace {ns}")))?;
+            let admin = push_target(ctx, &ns, tenant.spec.cluster.as_deref()).await?;
             let key = tenant.metadata.uid.clone().unwrap_or_default();
-            let org = match admin.upsert_tenant(&key, &req).await {
-                Ok(org) => org,
-                Err(e) => {
-                    status.conditions = ready(now, &previous.conditions, tenant.metadata.generation, push_failed(&e));
-                    write_status(api, &tenant, tenant.status.as_ref(), &status).await?;
-                    return Err(e.into());
-                }
-            };
-            status.org_id = Some(org.org_id);
-            status.conditions = ready(now, &previous.conditions, tenant.metadata.generation, synced());
-            Action::requeue(RESYNC)
+            Outcome::of(admin.upsert_tenant(&key, &req).await, |org| status.org_id = Some(org.org_id))
         }
     };
+    status.conditions = ready(now, &previous.conditions, tenant.metadata.generation, outcome.ready.clone());
     write_status(api, &tenant, tenant.status.as_ref(), &status).await?;
-    Ok(action)
+    outcome.finish()
 }
 
 async fn cleanup_tenant(tenant: Arc<Tenant>, ctx: &Context) -> Result<Action, Error> {
