@@ -6,6 +6,8 @@ pub mod attribute_columns;
 pub mod buffer;
 pub mod compaction;
 pub mod file;
+#[cfg(test)]
+mod golden;
 pub mod hex_ids;
 pub mod layout;
 pub mod manifest;
