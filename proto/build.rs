@@ -11,6 +11,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bytes(".sextant.v1.SpanRow.attributes")
         .bytes(".sextant.v1.LogRow.attributes")
         .bytes(".sextant.v1.HostMetricRow.attributes")
-        .compile_protos(&["proto/sextant.proto", "proto/persist/raft.proto"], &["proto"])?;
+        .bytes(".sextant.persist.v1.SpanRow.attributes")
+        .bytes(".sextant.persist.v1.LogRow.attributes")
+        .bytes(".sextant.persist.v1.HostMetricRow.attributes")
+        .compile_protos(&["proto/sextant.proto", "proto/persist/raft.proto", "proto/persist/rows.proto"], &["proto"])?;
     Ok(())
 }

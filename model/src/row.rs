@@ -7,6 +7,19 @@
 //! attribute encoding (docs/ARCHITECTURE.md, "Attribute encoding") where a shard only copies
 //! them into segments.
 
+/// Attributes kept in the segment attribute encoding (docs/ARCHITECTURE.md, "Attribute
+/// encoding"), each one encoded attribute: how a shard holds the rows it applies, copying the
+/// bytes into segments without decoding them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Encoded(pub Vec<bytes::Bytes>);
+
+impl std::ops::Deref for Encoded {
+    type Target = [bytes::Bytes];
+    fn deref(&self) -> &[bytes::Bytes] {
+        &self.0
+    }
+}
+
 /// One attribute value; arrays hold scalars.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Value {
@@ -138,4 +151,39 @@ impl<A> RowBatch<A> {
     pub fn rows(&self) -> usize {
         self.spans.len() + self.logs.len() + self.host_metrics.len() + self.events.len() + self.replay_events.len()
     }
+
+    /// The same rows with their attributes held another way.
+    pub fn map_attributes<B>(self, mut f: impl FnMut(A) -> B) -> RowBatch<B> {
+        let RowBatch { project_id, spans, logs, host_metrics, json_bytes, events, replay_events } = self;
+        RowBatch {
+            project_id,
+            spans: spans.into_iter().map(|s| s.map_attributes(&mut f)).collect(),
+            logs: logs.into_iter().map(|l| l.map_attributes(&mut f)).collect(),
+            host_metrics: host_metrics.into_iter().map(|m| m.map_attributes(&mut f)).collect(),
+            json_bytes,
+            events,
+            replay_events,
+        }
+    }
 }
+
+/// `map_attributes` of a row type: the same row with `f` of its attributes.
+macro_rules! map_attributes {
+    ($row:ident { $($field:ident),* $(,)? }) => {
+        impl<A> $row<A> {
+            pub fn map_attributes<B>(self, f: impl FnOnce(A) -> B) -> $row<B> {
+                let $row { $($field,)* attributes } = self;
+                $row { $($field,)* attributes: f(attributes) }
+            }
+        }
+    };
+}
+
+map_attributes!(Span {
+    trace_id, span_id, parent_span_id, service_name, operation, start_unix_nanos, duration_nanos, status,
+});
+map_attributes!(LogRecord { unix_nanos, level, service, message, trace_id, span_id });
+map_attributes!(HostMetric {
+    unix_nanos, hostname, cpu_percent, memory_used_bytes, memory_total_bytes, disk_used_percent,
+    network_rx_bytes_per_sec, network_tx_bytes_per_sec,
+});

@@ -99,6 +99,25 @@ impl LatencySketch {
         }
         DDSketch::from_java_bytes(bytes).map(Self).map_err(|e| SketchError::Decode(e.to_string()))
     }
+
+    /// [`decode`](Self::decode), refusing a sketch of another accuracy: what it returns merges
+    /// with any sketch of this module without error.
+    pub fn decode_mergeable(bytes: &[u8]) -> Result<Self, SketchError> {
+        let decoded = Self::decode(bytes)?;
+        let mut out = Self::default();
+        out.merge(&decoded)?;
+        Ok(out)
+    }
+
+    /// Merges a sketch known to have this module's accuracy (built here, or read with
+    /// [`decode_mergeable`](Self::decode_mergeable)).
+    pub fn absorb(&mut self, other: LatencySketch) {
+        if self.count() == 0 {
+            *self = other;
+        } else {
+            self.merge(&other).expect("latency sketches share one accuracy");
+        }
+    }
 }
 
 /// Values counted in the sketch's buckets: what [`LatencySketch::add`] does per value, at a

@@ -199,7 +199,7 @@ impl Storage for StorageService {
         &self,
         req: Request<sextant_proto::QueryRequest>,
     ) -> Result<Response<sextant_proto::QueryReply>, Status> {
-        let req = req.into_inner();
+        let req = sextant_model::query::ShardQuery::try_from(req.into_inner()).map_err(bad)?;
         let shard = self.shard(req.group)?;
         // Reads go to the leader, so an acknowledged write is visible to the next query.
         self.read_barrier(&shard.raft).await?;
@@ -211,7 +211,7 @@ impl Storage for StorageService {
                 crate::query::QueryError::Io(e) => Status::internal(format!("reading segments: {e}")),
                 other => bad(other),
             })?;
-        Ok(Response::new(reply))
+        Ok(Response::new(reply.into()))
     }
 
     async fn meta_write(&self, req: Request<MetaRequest>) -> Result<Response<MetaReply>, Status> {

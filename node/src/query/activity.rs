@@ -3,9 +3,8 @@
 
 use std::collections::HashSet;
 
-use sextant_proto::query_reply::Partial;
-use sextant_proto::{
-    ActiveDay, ActiveUsersPartial, ActiveUsersPlan, EventBucket, EventBucketsPartial, EventBucketsPlan, QueryRequest,
+use sextant_model::query::{
+    ActiveDay, ActiveDays, ActiveUsersPlan, EventBucket, EventBuckets, EventBucketsPlan, ShardQuery,
 };
 
 use super::cohort::Members;
@@ -16,7 +15,7 @@ use crate::segment::{Filter, Table, EVENT_DICTIONARIES};
 use crate::shard::{ScanJob, SegmentShard};
 
 impl QueryKind for EventBucketsPlan {
-    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
         let cohort = Members::of(self.cohort.as_ref())?;
         check_starts(&self.bucket_starts)?;
         let members = Members::start(cohort, req, shard);
@@ -30,13 +29,13 @@ impl QueryKind for EventBucketsPlan {
         let starts = self.bucket_starts.clone();
         Ok(Box::new(move |_, budget| {
             let members = members.run(budget)?;
-            Ok(Partial::EventBuckets(buckets(&starts, members.as_ref(), job, budget)?))
+            Ok(buckets(&starts, members.as_ref(), job, budget)?.into())
         }))
     }
 }
 
 impl QueryKind for ActiveUsersPlan {
-    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
         let cohort = Members::of(self.cohort.as_ref())?;
         check_starts(&self.day_starts)?;
         let members = Members::start(cohort, req, shard);
@@ -45,7 +44,7 @@ impl QueryKind for ActiveUsersPlan {
         let plan = self.clone();
         Ok(Box::new(move |_, budget| {
             let members = members.run(budget)?;
-            Ok(Partial::ActiveUsers(active(&plan, members.as_ref(), job, budget)?))
+            Ok(active(&plan, members.as_ref(), job, budget)?.into())
         }))
     }
 }
@@ -70,7 +69,7 @@ pub fn buckets(
     members: Option<&HashSet<String>>,
     job: ScanJob,
     budget: &mut Budget,
-) -> Result<EventBucketsPartial, QueryError> {
+) -> Result<EventBuckets, QueryError> {
     let mut counts = vec![0u64; starts.len()];
     let mut users = Users::default();
     let mut admitted = Admitted::new(members);
@@ -96,9 +95,9 @@ pub fn buckets(
     for (b, _) in seen {
         unique[b as usize] += 1;
     }
-    let buckets =
-        counts.into_iter().zip(unique).map(|(count, unique_users)| EventBucket { count, unique_users }).collect();
-    Ok(EventBucketsPartial { buckets })
+    Ok(EventBuckets(
+        counts.into_iter().zip(unique).map(|(count, unique_users)| EventBucket { count, unique_users }).collect(),
+    ))
 }
 
 /// `members`: only these users count (a cohort filter).
@@ -107,7 +106,7 @@ pub fn active(
     members: Option<&HashSet<String>>,
     job: ScanJob,
     budget: &mut Budget,
-) -> Result<ActiveUsersPartial, QueryError> {
+) -> Result<ActiveDays, QueryError> {
     let days = &plan.day_starts;
     let mut users = Users::default();
     let mut admitted = Admitted::new(members);
@@ -156,7 +155,7 @@ pub fn active(
             out.push(ActiveDay { dau: dau[r], wau: w as u64, mau: m as u64 });
         }
     }
-    Ok(ActiveUsersPartial { days: out })
+    Ok(ActiveDays(out))
 }
 
 /// The distinct values of a sorted slice, moved to its front.

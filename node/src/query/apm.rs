@@ -4,9 +4,9 @@ use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
 use arrow_array::Array;
+use sextant_model::query::{ApmPlan, Endpoints as EndpointStats, ShardQuery, Stats};
+use sextant_model::row::SpanStatus;
 use sextant_model::sketch::LatencyBuckets;
-use sextant_proto::query_reply::Partial;
-use sextant_proto::{ApmPartial, ApmPlan, EndpointStats, QueryRequest, SpanStatus};
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::{each_batch, scan_of, Budget, Compute, Prehashed, QueryError, QueryKind};
@@ -15,7 +15,7 @@ use crate::segment::{Filter, Table};
 use crate::shard::{ScanJob, SegmentShard};
 
 impl QueryKind for ApmPlan {
-    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
         let job = shard.scan(scan_of(
             req,
             Table::Spans,
@@ -23,7 +23,7 @@ impl QueryKind for ApmPlan {
             &["service", "operation", "duration_ns", "status"],
             &["service", "operation"],
         ));
-        Ok(Box::new(move |_, budget| Ok(Partial::Apm(run(job, budget)?))))
+        Ok(Box::new(move |_, budget| Ok(run(job, budget)?.into())))
     }
 }
 
@@ -46,12 +46,13 @@ impl Acc {
         self.latency.add(ms);
     }
 
-    pub fn sketch(&self) -> Vec<u8> {
-        self.latency.to_sketch().encode()
+    /// The statistics to answer, the buckets made into a sketch.
+    pub fn stats(&self) -> Stats {
+        Stats { count: self.count, errors: self.errors, sum_ms: self.sum_ms, sketch: self.latency.to_sketch() }
     }
 }
 
-pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ApmPartial, QueryError> {
+pub fn run(job: ScanJob, budget: &mut Budget) -> Result<EndpointStats, QueryError> {
     let mut endpoints = Endpoints::default();
     let mut rows = Vec::new();
     each_batch(job, budget, |rb| {
@@ -59,23 +60,11 @@ pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ApmPartial, QueryError> 
         endpoints.of_rows(c.strings("service"), c.strings("operation"), rb.num_rows(), &mut rows);
         let (duration, status) = (c.i64("duration_ns").values(), c.i32("status").values());
         for ((&e, &ns), &status) in rows.iter().zip(duration.iter()).zip(status.iter()) {
-            endpoints.list[e as usize].2.add(ns as f64 / 1e6, status == SpanStatus::Error as i32);
+            endpoints.list[e as usize].2.add(ns as f64 / 1e6, status == SpanStatus::Error.code());
         }
         Ok(())
     })?;
-    let endpoints = endpoints
-        .list
-        .into_iter()
-        .map(|(service, operation, a)| EndpointStats {
-            service,
-            operation,
-            count: a.count,
-            error_count: a.errors,
-            sum_ms: a.sum_ms,
-            sketch: a.sketch(),
-        })
-        .collect();
-    Ok(ApmPartial { endpoints })
+    Ok(EndpointStats(endpoints.list.into_iter().map(|(service, operation, a)| ((service, operation), a.stats())).collect()))
 }
 
 /// Service and operation dictionaries of a batch larger than this together (a dictionary

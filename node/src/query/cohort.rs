@@ -8,11 +8,7 @@ use std::collections::HashSet;
 
 use rustc_hash::FxHashMap;
 use sextant_model::cohort::Definition;
-use sextant_proto::query_reply::Partial;
-use sextant_proto::{
-    CohortDefinition, CohortFilter, CohortSizesPartial, CohortSizesPlan, CohortUsersPartial, CohortUsersPlan,
-    QueryRequest,
-};
+use sextant_model::query::{CohortFilter, CohortMembers, CohortSizes, CohortSizesPlan, CohortUsersPlan, ShardQuery};
 
 use super::users::Users;
 use super::{each_batch, Budget, Compute, QueryError, QueryKind};
@@ -21,21 +17,20 @@ use crate::segment::{Filter, Scan, Table, EVENT_DICTIONARIES};
 use crate::shard::{ScanJob, SegmentShard};
 
 impl QueryKind for CohortSizesPlan {
-    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
-        let cohorts = Cohorts::new(&self.cohorts, self.at_unix_nanos)?;
+    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
+        let cohorts = Cohorts::new(self.cohorts.clone(), self.at_unix_nanos)?;
         let job = shard.scan(cohorts.scan(&req.project_id));
-        Ok(Box::new(move |_, budget| Ok(Partial::CohortSizes(sizes(&cohorts, job, budget)?))))
+        Ok(Box::new(move |_, budget| Ok(sizes(&cohorts, job, budget)?.into())))
     }
 }
 
 impl QueryKind for CohortUsersPlan {
-    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
         check_users(self)?;
-        let filter = self.cohort.as_ref().ok_or_else(|| QueryError::BadPlan("a cohort is required".into()))?;
-        let cohorts = Cohorts::of_filter(filter)?;
+        let cohorts = Cohorts::of_filter(&self.cohort)?;
         let job = shard.scan(cohorts.scan(&req.project_id));
         let plan = self.clone();
-        Ok(Box::new(move |_, budget| Ok(Partial::CohortUsers(users(&plan, &cohorts, job, budget)?))))
+        Ok(Box::new(move |_, budget| Ok(users(&plan, &cohorts, job, budget)?.into())))
     }
 }
 
@@ -50,7 +45,7 @@ impl Members {
     }
 
     /// Starts the scan deciding membership (under the shard's state lock).
-    pub fn start(cohort: Option<Cohorts>, req: &QueryRequest, shard: &SegmentShard) -> Self {
+    pub fn start(cohort: Option<Cohorts>, req: &ShardQuery, shard: &SegmentShard) -> Self {
         Self(cohort.map(|c| {
             let job = shard.scan(c.scan(&req.project_id));
             (c, job)
@@ -72,19 +67,16 @@ pub struct Cohorts {
 }
 
 impl Cohorts {
-    pub fn new(definitions: &[CohortDefinition], at: i64) -> Result<Self, QueryError> {
+    /// Definitions of a plan were checked when it was read from the wire.
+    pub fn new(definitions: Vec<Definition>, at: i64) -> Result<Self, QueryError> {
         if definitions.is_empty() || definitions.len() > 1000 || at <= 0 {
             return Err(QueryError::BadPlan("1 to 1000 cohorts and a positive instant".into()));
         }
-        let definitions =
-            definitions.iter().map(Definition::try_from).collect::<Result<_, _>>().map_err(QueryError::BadPlan)?;
         Ok(Self { definitions, at })
     }
 
     pub fn of_filter(filter: &CohortFilter) -> Result<Self, QueryError> {
-        let def =
-            filter.definition.as_ref().ok_or_else(|| QueryError::BadPlan("a cohort needs a definition".into()))?;
-        Self::new(std::slice::from_ref(def), filter.at_unix_nanos)
+        Self::new(vec![filter.definition.clone()], filter.at_unix_nanos)
     }
 
     /// The rows that decide membership. If some cohort admits users without any of its
@@ -168,9 +160,8 @@ impl Cohorts {
     }
 }
 
-pub fn sizes(cohorts: &Cohorts, job: ScanJob, budget: &mut Budget) -> Result<CohortSizesPartial, QueryError> {
-    let sizes = cohorts.members(job, budget)?.iter().map(|m| m.len() as u64).collect();
-    Ok(CohortSizesPartial { sizes })
+pub fn sizes(cohorts: &Cohorts, job: ScanJob, budget: &mut Budget) -> Result<CohortSizes, QueryError> {
+    Ok(CohortSizes(cohorts.members(job, budget)?.iter().map(|m| m.len() as u64).collect()))
 }
 
 pub fn check_users(plan: &CohortUsersPlan) -> Result<(), QueryError> {
@@ -186,10 +177,10 @@ pub fn users(
     cohorts: &Cohorts,
     job: ScanJob,
     budget: &mut Budget,
-) -> Result<CohortUsersPartial, QueryError> {
+) -> Result<CohortMembers, QueryError> {
     let mut ids: Vec<String> =
         cohorts.only_members(job, budget)?.into_iter().filter(|id| id.as_str() > plan.after.as_str()).collect();
     ids.sort_unstable();
     ids.truncate(plan.limit as usize);
-    Ok(CohortUsersPartial { distinct_ids: ids })
+    Ok(CohortMembers(ids))
 }

@@ -5,8 +5,8 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use sextant_proto::query_reply::Partial;
-use sextant_proto::{ErrorGroup, ErrorOccurrence, ErrorsPartial, ErrorsPlan, LogLevel, QueryRequest};
+use sextant_model::query::{keep_recent, ErrorGroup, ErrorGroups, ErrorOccurrence, ErrorsPlan, ShardQuery, RECENT};
+use sextant_model::row::LogLevel;
 use xxhash_rust::xxh3::Xxh3;
 
 use super::{each_batch, Budget, Compute, QueryError, QueryKind};
@@ -16,15 +16,15 @@ use crate::segment::{Filter, Scan, Table};
 use crate::shard::{ScanJob, SegmentShard};
 
 impl QueryKind for ErrorsPlan {
-    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
         let (spans, logs) = scans(req, self);
         let (plan, spans, logs) = (self.clone(), shard.scan(spans), shard.scan(logs));
-        Ok(Box::new(move |_, budget| Ok(Partial::Errors(run(&plan, spans, logs, budget)?))))
+        Ok(Box::new(move |_, budget| Ok(run(&plan, spans, logs, budget)?.into())))
     }
 }
 
 /// Error spans, and ERROR/FATAL logs.
-fn scans(req: &QueryRequest, plan: &ErrorsPlan) -> (Scan, Scan) {
+fn scans(req: &ShardQuery, plan: &ErrorsPlan) -> (Scan, Scan) {
     let scan = |table, filter| Scan {
         table,
         project: req.project_id.clone(),
@@ -39,7 +39,7 @@ fn scans(req: &QueryRequest, plan: &ErrorsPlan) -> (Scan, Scan) {
         scan(Table::Spans, Filter { services: services.clone(), errors_only: true, ..Default::default() }),
         scan(
             Table::Logs,
-            Filter { services, levels: vec![LogLevel::Error as i32, LogLevel::Fatal as i32], ..Default::default() },
+            Filter { services, levels: vec![LogLevel::Error.code(), LogLevel::Fatal.code()], ..Default::default() },
         ),
     )
 }
@@ -135,16 +135,6 @@ struct Occurrence<'a> {
     trace_id: &'a str,
 }
 
-/// Occurrences listed by a group's detail.
-pub const RECENT: usize = 20;
-
-/// The latest [`RECENT`] occurrences, newest first (ties by trace id, so every shard and
-/// the router order them alike).
-pub fn keep_recent(recent: &mut Vec<ErrorOccurrence>) {
-    recent.sort_by(|a, b| (b.unix_nanos, &b.trace_id, &b.message).cmp(&(a.unix_nanos, &a.trace_id, &a.message)));
-    recent.truncate(RECENT);
-}
-
 fn add(groups: &mut HashMap<String, ErrorGroup>, plan: &ErrorsPlan, o: Occurrence<'_>) {
     let normalized = normalize(&o.message);
     let fp = fingerprint(o.source, o.service, &o.kind, &normalized);
@@ -154,7 +144,7 @@ fn add(groups: &mut HashMap<String, ErrorGroup>, plan: &ErrorsPlan, o: Occurrenc
     let g = groups.entry(fp.clone()).or_insert_with(|| ErrorGroup {
         fingerprint: fp,
         service: o.service.to_owned(),
-        r#type: o.kind,
+        kind: o.kind,
         message: normalized,
         first_unix_nanos: i64::MAX,
         last_unix_nanos: i64::MIN,
@@ -180,7 +170,7 @@ fn add(groups: &mut HashMap<String, ErrorGroup>, plan: &ErrorsPlan, o: Occurrenc
     }
 }
 
-pub fn run(plan: &ErrorsPlan, spans: ScanJob, logs: ScanJob, budget: &mut Budget) -> Result<ErrorsPartial, QueryError> {
+pub fn run(plan: &ErrorsPlan, spans: ScanJob, logs: ScanJob, budget: &mut Budget) -> Result<ErrorGroups, QueryError> {
     let mut groups = HashMap::new();
     each_batch(spans, budget, |rb| {
         let c = Cols(rb);
@@ -225,11 +215,10 @@ pub fn run(plan: &ErrorsPlan, spans: ScanJob, logs: ScanJob, budget: &mut Budget
         }
         Ok(())
     })?;
-    let mut groups: Vec<ErrorGroup> = groups.into_values().collect();
-    for g in &mut groups {
+    for g in groups.values_mut() {
         keep_recent(&mut g.recent);
     }
-    Ok(ErrorsPartial { groups })
+    Ok(ErrorGroups(groups))
 }
 
 #[cfg(test)]

@@ -6,8 +6,7 @@ use std::collections::HashSet;
 use arrow_array::RecordBatch;
 use sextant_model::funnel::{Funnel, Order, StepEvent, MAX_STEPS, MIN_STEPS, NOT_A_STEP};
 use sextant_model::sketch::LatencySketch;
-use sextant_proto::query_reply::Partial;
-use sextant_proto::{FunnelPartial, FunnelPlan, FunnelStep, QueryRequest};
+use sextant_model::query::{FunnelPlan, FunnelStep, FunnelSteps, ShardQuery};
 
 use super::cohort::Members;
 use super::users::{Admitted, ByUser, Users};
@@ -17,7 +16,7 @@ use crate::segment::{Filter, Table, EVENT_DICTIONARIES};
 use crate::shard::{ScanJob, SegmentShard};
 
 impl QueryKind for FunnelPlan {
-    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
         let cohort = Members::of(self.cohort.as_ref())?;
         check(self)?;
         let members = Members::start(cohort, req, shard);
@@ -33,7 +32,7 @@ impl QueryKind for FunnelPlan {
         let plan = self.clone();
         Ok(Box::new(move |_, budget| {
             let members = members.run(budget)?;
-            Ok(Partial::Funnel(run(&plan, members.as_ref(), job, budget)?))
+            Ok(run(&plan, members.as_ref(), job, budget)?.into())
         }))
     }
 }
@@ -54,7 +53,7 @@ pub fn run(
     members: Option<&HashSet<String>>,
     job: ScanJob,
     budget: &mut Budget,
-) -> Result<FunnelPartial, QueryError> {
+) -> Result<FunnelSteps, QueryError> {
     let mut progress = Progress::new(plan, members);
     // Sized once: growing it copied tens of MB and faulted in fresh pages. Capacity past what
     // is used stays untouched, so costs no memory, but address space: beyond MAX_RESERVED rows
@@ -99,7 +98,7 @@ impl<'a> Progress<'a> {
         }
     }
 
-    fn partial(mut self) -> FunnelPartial {
+    fn partial(mut self) -> FunnelSteps {
         let n = self.funnel.steps.len();
         let mut counts = vec![0u64; n];
         let mut sketches: Vec<LatencySketch> = (0..n).map(|_| LatencySketch::default()).collect();
@@ -117,13 +116,14 @@ impl<'a> Progress<'a> {
                 }
             }
         }
-        let steps = counts
-            .into_iter()
-            .zip(sketches)
-            .zip(sums)
-            .map(|((users, sketch), seconds_sum)| FunnelStep { users, seconds_sketch: sketch.encode(), seconds_sum })
-            .collect();
-        FunnelPartial { steps }
+        FunnelSteps(
+            counts
+                .into_iter()
+                .zip(sketches)
+                .zip(sums)
+                .map(|((users, seconds), seconds_sum)| FunnelStep { users, seconds, seconds_sum })
+                .collect(),
+        )
     }
 
     /// Most users of a funnel never do a later step: a user whose rows are all of the first
@@ -213,9 +213,9 @@ mod tests {
                     }
                 }
             }
-            prop_assert_eq!(got.steps.iter().map(|s| s.users).collect::<Vec<_>>(), counts);
+            prop_assert_eq!(got.0.iter().map(|s| s.users).collect::<Vec<_>>(), counts);
             // Whole seconds: the sums are exact whatever the order of the users.
-            prop_assert_eq!(got.steps.iter().map(|s| s.seconds_sum).collect::<Vec<_>>(), sums);
+            prop_assert_eq!(got.0.iter().map(|s| s.seconds_sum).collect::<Vec<_>>(), sums);
         }
     }
 }

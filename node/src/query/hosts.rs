@@ -2,10 +2,8 @@
 
 use std::collections::HashMap;
 
-use sextant_proto::query_reply::Partial;
-use sextant_proto::{
-    HostBucket, HostMetric, HostSeriesPartial, HostSeriesPlan, HostsPartial, HostsPlan, Mean, QueryRequest,
-};
+use sextant_model::query::{HostBucket, HostSeries, HostSeriesPlan, HostsPlan, LatestHosts, Mean, ShardQuery};
+use sextant_model::row::HostMetric;
 
 use super::{each_batch, scan_of, Budget, Compute, QueryError, QueryKind};
 use crate::segment::table::from_record_batch;
@@ -13,36 +11,36 @@ use crate::segment::{Filter, Row, Table};
 use crate::shard::{ScanJob, SegmentShard};
 
 impl QueryKind for HostsPlan {
-    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
         let job = shard.scan(scan_of(req, Table::HostMetrics, Filter::default(), &[], &[]));
-        Ok(Box::new(move |_, budget| Ok(Partial::Hosts(latest(job, budget)?))))
+        Ok(Box::new(move |_, budget| Ok(latest(job, budget)?.into())))
     }
 }
 
 impl QueryKind for HostSeriesPlan {
-    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
         if self.step_nanos <= 0 {
             return Err(QueryError::BadPlan("step must be positive".into()));
         }
         let filter = Filter { hostname: Some(self.hostname.clone()), ..Default::default() };
         let (plan, job) = (self.clone(), shard.scan(scan_of(req, Table::HostMetrics, filter, &[], &[])));
-        Ok(Box::new(move |req, budget| Ok(Partial::HostSeries(series(req, &plan, job, budget)?))))
+        Ok(Box::new(move |req, budget| Ok(series(req, &plan, job, budget)?.into())))
     }
 }
 
-pub fn latest(job: ScanJob, budget: &mut Budget) -> Result<HostsPartial, QueryError> {
-    let mut hosts: HashMap<String, HostMetric> = HashMap::new();
+pub fn latest(job: ScanJob, budget: &mut Budget) -> Result<LatestHosts, QueryError> {
+    let mut hosts = LatestHosts::default();
     each_batch(job, budget, |rb| {
         for (_, row, _) in from_record_batch(Table::HostMetrics, rb) {
             if let Row::HostMetric(m) = row {
-                if hosts.get(&m.hostname).is_none_or(|h| m.unix_nanos > h.unix_nanos) {
-                    hosts.insert(m.hostname.clone(), m.into());
+                if hosts.0.get(&m.hostname).is_none_or(|h| m.unix_nanos > h.unix_nanos) {
+                    hosts.offer(HostMetric::from(m));
                 }
             }
         }
         Ok(())
     })?;
-    Ok(HostsPartial { latest: hosts.into_values().collect() })
+    Ok(hosts)
 }
 
 fn add(mean: &mut Option<Mean>, v: Option<f64>) {
@@ -53,12 +51,7 @@ fn add(mean: &mut Option<Mean>, v: Option<f64>) {
     }
 }
 
-pub fn series(
-    req: &QueryRequest,
-    plan: &HostSeriesPlan,
-    job: ScanJob,
-    budget: &mut Budget,
-) -> Result<HostSeriesPartial, QueryError> {
+pub fn series(req: &ShardQuery, plan: &HostSeriesPlan, job: ScanJob, budget: &mut Budget) -> Result<HostSeries, QueryError> {
     let mut buckets: HashMap<i64, HostBucket> = HashMap::new();
     each_batch(job, budget, |rb| {
         for (_, row, _) in from_record_batch(Table::HostMetrics, rb) {
@@ -80,7 +73,5 @@ pub fn series(
         }
         Ok(())
     })?;
-    let mut buckets: Vec<HostBucket> = buckets.into_values().collect();
-    buckets.sort_by_key(|b| b.start_unix_nanos);
-    Ok(HostSeriesPartial { buckets })
+    Ok(HostSeries(buckets.into_iter().collect()))
 }

@@ -2,9 +2,9 @@
 //! answers its newest `limit` matches after the cursor.
 
 use sextant_model::ingest::parse_level;
+use sextant_model::query::{KeyedLog, LogKey, LogList, LogSearchPlan, ShardQuery};
+use sextant_model::row::{LogLevel, LogRecord};
 use sextant_model::text::LogQuery;
-use sextant_proto::query_reply::Partial;
-use sextant_proto::{KeyedLog, LogKey, LogRecord, LogSearchPartial, LogSearchPlan, QueryRequest};
 use xxhash_rust::xxh3::Xxh3;
 
 use super::{Budget, Compute, QueryError, QueryKind};
@@ -14,15 +14,16 @@ use crate::segment::{Filter, Scan, Table};
 use crate::shard::{ScanJob, SegmentShard};
 
 impl QueryKind for LogSearchPlan {
-    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
         let (plan, job) = (self.clone(), shard.scan(scan(req, self)?));
-        Ok(Box::new(move |req, budget| Ok(Partial::Logs(run(req, &plan, job, budget)?))))
+        Ok(Box::new(move |req, budget| Ok(run(req, &plan, job, budget)?.into())))
     }
 }
 
-pub fn scan(req: &QueryRequest, plan: &LogSearchPlan) -> Result<Scan, QueryError> {
+pub fn scan(req: &ShardQuery, plan: &LogSearchPlan) -> Result<Scan, QueryError> {
     let query = LogQuery::parse(&plan.query).map_err(|e| QueryError::BadPlan(e.to_string()))?;
-    let mut filter = Filter { services: plan.services.clone(), levels: plan.levels.clone(), ..Default::default() };
+    let levels = plan.levels.iter().map(|l| l.code()).collect();
+    let mut filter = Filter { services: plan.services.clone(), levels, ..Default::default() };
     // `field:value` terms the row mask does not evaluate itself are pushed down here when a
     // single value makes that exact; `run` checks every one of them on the rows anyway.
     if filter.services.is_empty() && query.services.len() == 1 {
@@ -41,17 +42,12 @@ pub fn scan(req: &QueryRequest, plan: &LogSearchPlan) -> Result<Scan, QueryError
     })
 }
 
-pub fn run(
-    req: &QueryRequest,
-    plan: &LogSearchPlan,
-    job: ScanJob,
-    budget: &mut Budget,
-) -> Result<LogSearchPartial, QueryError> {
+pub fn run(req: &ShardQuery, plan: &LogSearchPlan, job: ScanJob, budget: &mut Budget) -> Result<LogList, QueryError> {
     let query = LogQuery::parse(&plan.query).map_err(|e| QueryError::BadPlan(e.to_string()))?;
     let mut levels = Vec::new();
     for l in &query.levels {
         // An unknown level in `q` matches nothing.
-        levels.push(parse_level(l).map_or(-1, |l| l as i32));
+        levels.push(parse_level(l).map_or(-1, LogLevel::code));
     }
     // Row groups newest first: once a page of lines newer than everything left is kept, the
     // scan stops (a common term reads a few row groups, not every line of the range).
@@ -87,19 +83,18 @@ pub fn run(
             h.update(attrs.value(i));
             top.offer(time.value(i), h.digest(), || LogRecord {
                 unix_nanos: time.value(i),
-                level: level.value(i),
+                level: LogLevel::from_code(level.value(i)),
                 service: service.value(i).to_owned(),
                 message: message.value(i).to_owned(),
                 trace_id: trace.value(i).to_owned(),
                 span_id: span.value(i).to_owned(),
-                attributes: decode_stored(attrs.value(i)),
+                attributes: decode_stored(attrs.value(i)).into_iter().map(Into::into).collect(),
             });
         }
         Ok::<(), QueryError>(())
     })?;
     let top = top.into_inner();
-    let logs = top.into_page();
-    Ok(LogSearchPartial { logs })
+    Ok(LogList(top.into_page()))
 }
 
 /// The newest `limit` lines after the cursor, kept while scanning: identical lines (same
@@ -175,7 +170,7 @@ impl<'a> TopLines<'a> {
                     return out;
                 }
                 let key = LogKey { unix_nanos: t, group: self.group, content_hash: h, duplicate };
-                out.push(KeyedLog { key: Some(key), log: Some(line.clone()) });
+                out.push(KeyedLog { key, log: line.clone() });
             }
         }
         out

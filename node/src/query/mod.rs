@@ -18,17 +18,13 @@ mod traces;
 mod users;
 
 use arrow_array::RecordBatch;
-use sextant_proto::query_reply::Partial;
-use sextant_proto::query_request::Plan;
-use sextant_proto::{QueryReply, QueryRequest};
+use sextant_model::query::{Partial, Plan, ShardQuery, ShardReply};
 
 use crate::segment::{Filter, Scan, Table};
 use crate::shard::{ScanJob, SegmentShard};
 
 #[derive(Debug, thiserror::Error)]
 pub enum QueryError {
-    #[error("the query has no plan")]
-    NoPlan,
     #[error("invalid plan: {0}")]
     BadPlan(String),
     /// More rows than the query's budget: the router answers with a clear error.
@@ -62,12 +58,12 @@ impl Budget {
 /// needs (under the shard's state lock) and returns the computation that owns them, run later
 /// without the lock. Adding a kind is its file and its line in [`kind`].
 pub trait QueryKind {
-    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError>;
+    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError>;
 }
 
 /// A prepared query's computation over the scans it owns; it reads the request (project,
 /// range) and charges the budget.
-pub type Compute = Box<dyn FnOnce(&QueryRequest, &mut Budget) -> Result<Partial, QueryError> + Send>;
+pub type Compute = Box<dyn FnOnce(&ShardQuery, &mut Budget) -> Result<Partial, QueryError> + Send>;
 
 /// The kind implementing `plan`.
 fn kind(plan: &Plan) -> &dyn QueryKind {
@@ -91,7 +87,7 @@ fn kind(plan: &Plan) -> &dyn QueryKind {
 }
 
 /// A scan of the request's project and time range.
-fn scan_of(req: &QueryRequest, table: Table, filter: Filter, columns: &[&str], dictionaries: &[&'static str]) -> Scan {
+fn scan_of(req: &ShardQuery, table: Table, filter: Filter, columns: &[&str], dictionaries: &[&'static str]) -> Scan {
     Scan {
         table,
         project: req.project_id.clone(),
@@ -105,31 +101,28 @@ fn scan_of(req: &QueryRequest, table: Table, filter: Filter, columns: &[&str], d
 
 /// A plan with its computation, whose scans were started under the state lock.
 pub struct Prepared {
-    req: QueryRequest,
+    req: ShardQuery,
     compute: Compute,
 }
 
 /// Checks the plan and starts its scans: the buffered rows are selected now (the caller holds
 /// the state lock), the segments are read by [`Prepared::run`].
-pub fn prepare(shard: &SegmentShard, req: QueryRequest) -> Result<Prepared, QueryError> {
-    let plan = req.plan.as_ref().ok_or(QueryError::NoPlan)?;
+pub fn prepare(shard: &SegmentShard, req: ShardQuery) -> Result<Prepared, QueryError> {
     if req.from_unix_nanos >= req.to_unix_nanos {
         return Err(QueryError::BadPlan("empty time range".into()));
     }
-    let compute = kind(plan).prepare(&req, shard)?;
+    let compute = kind(&req.plan).prepare(&req, shard)?;
     Ok(Prepared { req, compute })
 }
 
 impl Prepared {
     /// Reads the segments and computes the partial. Over the row budget, the reply says so
     /// instead of carrying a partial.
-    pub fn run(self) -> Result<QueryReply, QueryError> {
+    pub fn run(self) -> Result<ShardReply, QueryError> {
         let mut budget = Budget::new(self.req.max_rows);
         match (self.compute)(&self.req, &mut budget) {
-            Ok(partial) => Ok(QueryReply { rows_scanned: budget.used, budget_exceeded: false, partial: Some(partial) }),
-            Err(QueryError::Budget(_)) => {
-                Ok(QueryReply { rows_scanned: budget.used, budget_exceeded: true, partial: None })
-            }
+            Ok(partial) => Ok(ShardReply { rows_scanned: budget.used, partial: Some(partial) }),
+            Err(QueryError::Budget(_)) => Ok(ShardReply { rows_scanned: budget.used, partial: None }),
             Err(e) => Err(e),
         }
     }

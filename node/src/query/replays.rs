@@ -3,10 +3,8 @@
 
 use std::collections::HashMap;
 
-use sextant_proto::query_reply::Partial;
-use sextant_proto::{
-    QueryRequest, ReplayEventsPartial, ReplayEventsPlan, ReplayListPartial, ReplayListPlan, ReplaySession,
-};
+use sextant_model::row::ReplayEvent;
+use sextant_model::query::{ReplayEvents, ReplayEventsPlan, ReplayListPlan, ReplaySession, ReplaySessions, ShardQuery};
 
 use super::{each_batch, scan_of, Budget, Compute, QueryError, QueryKind};
 use crate::segment::table::{from_record_batch, Cols};
@@ -14,7 +12,7 @@ use crate::segment::{Filter, Row, Table};
 use crate::shard::{ScanJob, SegmentShard};
 
 impl QueryKind for ReplayListPlan {
-    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
         let distinct_id = (!self.distinct_id.is_empty()).then(|| self.distinct_id.clone());
         let job = shard.scan(scan_of(
             req,
@@ -23,22 +21,22 @@ impl QueryKind for ReplayListPlan {
             &["session_id", "distinct_id", "time_ns", "data"],
             &[],
         ));
-        Ok(Box::new(move |_, budget| Ok(Partial::Replays(sessions(job, budget)?))))
+        Ok(Box::new(move |_, budget| Ok(sessions(job, budget)?.into())))
     }
 }
 
 impl QueryKind for ReplayEventsPlan {
-    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
         if self.session_id.is_empty() {
             return Err(QueryError::BadPlan("a session id is required".into()));
         }
         let filter = Filter { session_id: Some(self.session_id.clone()), ..Default::default() };
         let job = shard.scan(scan_of(req, Table::ReplayEvents, filter, &[], &[]));
-        Ok(Box::new(move |_, budget| Ok(Partial::ReplayEvents(events(job, budget)?))))
+        Ok(Box::new(move |_, budget| Ok(events(job, budget)?.into())))
     }
 }
 
-pub fn sessions(job: ScanJob, budget: &mut Budget) -> Result<ReplayListPartial, QueryError> {
+pub fn sessions(job: ScanJob, budget: &mut Budget) -> Result<ReplaySessions, QueryError> {
     let mut sessions: HashMap<String, ReplaySession> = HashMap::new();
     each_batch(job, budget, |rb| {
         let c = Cols(rb);
@@ -61,19 +59,19 @@ pub fn sessions(job: ScanJob, budget: &mut Budget) -> Result<ReplayListPartial, 
         }
         Ok(())
     })?;
-    Ok(ReplayListPartial { sessions: sessions.into_values().collect() })
+    Ok(ReplaySessions(sessions.into_values().collect()))
 }
 
-pub fn events(job: ScanJob, budget: &mut Budget) -> Result<ReplayEventsPartial, QueryError> {
-    let mut events = Vec::new();
+pub fn events(job: ScanJob, budget: &mut Budget) -> Result<ReplayEvents, QueryError> {
+    let mut events: Vec<ReplayEvent> = Vec::new();
     each_batch(job, budget, |rb| {
         events.extend(from_record_batch(Table::ReplayEvents, rb).into_iter().filter_map(|(_, row, _)| match row {
-            Row::Replay(e) => Some(e),
+            Row::Replay(e) => Some(e.into()),
             _ => None,
         }));
         Ok(())
     })?;
     // A stable sort: events of one request with equal timestamps keep the order they came in.
     events.sort_by_key(|e| e.unix_nanos);
-    Ok(ReplayEventsPartial { events })
+    Ok(ReplayEvents(events))
 }

@@ -3,8 +3,7 @@
 //! the first cohort are in none; for `recurring` every period with it) and the periods with
 //! `return_event`; reduced to per-cohort sizes and returning users per later period.
 
-use sextant_proto::query_reply::Partial;
-use sextant_proto::{QueryRequest, RetentionCohort, RetentionPartial, RetentionPlan};
+use sextant_model::query::{RetentionCohort, RetentionCohorts, RetentionPlan, ShardQuery};
 
 use super::users::{ByUser, Users};
 use super::{activity, each_batch, scan_of, Budget, Compute, QueryError, QueryKind};
@@ -13,7 +12,7 @@ use crate::segment::{Filter, Scan, Table, EVENT_DICTIONARIES};
 use crate::shard::{ScanJob, SegmentShard};
 
 impl QueryKind for RetentionPlan {
-    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
         check(self)?;
         let events = vec![self.start_event.clone(), self.return_event.clone()];
         let job = shard.scan(scan_of(
@@ -25,7 +24,7 @@ impl QueryKind for RetentionPlan {
         ));
         let earlier = earlier_scan(req, self).map(|s| shard.scan(s));
         let plan = self.clone();
-        Ok(Box::new(move |_, budget| Ok(Partial::Retention(run(&plan, job, earlier, budget)?))))
+        Ok(Box::new(move |_, budget| Ok(run(&plan, job, earlier, budget)?.into())))
     }
 }
 
@@ -40,7 +39,7 @@ pub fn check(plan: &RetentionPlan) -> Result<(), QueryError> {
 
 /// For `first_time`: the `start_event` rows before the first cohort. A user who did it then is
 /// not new in any cohort, however long ago that was.
-pub fn earlier_scan(req: &QueryRequest, plan: &RetentionPlan) -> Option<Scan> {
+pub fn earlier_scan(req: &ShardQuery, plan: &RetentionPlan) -> Option<Scan> {
     plan.first_time.then(|| Scan {
         table: Table::Events,
         project: req.project_id.clone(),
@@ -63,7 +62,7 @@ pub fn run(
     job: ScanJob,
     earlier: Option<ScanJob>,
     budget: &mut Budget,
-) -> Result<RetentionPartial, QueryError> {
+) -> Result<RetentionCohorts, QueryError> {
     let starts = &plan.bucket_starts;
     let mut users = Users::default();
     // By user number: did the start event before the first cohort.
@@ -130,5 +129,5 @@ pub fn run(
             }
         }
     }
-    Ok(RetentionPartial { cohorts })
+    Ok(RetentionCohorts(cohorts))
 }

@@ -6,8 +6,8 @@ use std::hash::BuildHasherDefault;
 use std::ops::Range;
 
 use arrow_array::Array;
-use sextant_proto::query_reply::Partial;
-use sextant_proto::{EdgeStats, QueryRequest, ServiceMapPartial, ServiceMapPlan, ServiceStats, SpanStatus};
+use sextant_model::query::{ServiceMap, ServiceMapPlan, ShardQuery};
+use sextant_model::row::SpanStatus;
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64, Xxh3};
 
 use super::apm::Acc;
@@ -17,7 +17,7 @@ use crate::segment::{Filter, Table};
 use crate::shard::{ScanJob, SegmentShard};
 
 impl QueryKind for ServiceMapPlan {
-    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
         let job = shard.scan(scan_of(
             req,
             Table::Spans,
@@ -25,7 +25,7 @@ impl QueryKind for ServiceMapPlan {
             &["trace_id", "span_id", "parent_span_id", "service", "duration_ns", "status"],
             &["service"],
         ));
-        Ok(Box::new(move |_, budget| Ok(Partial::ServiceMap(run(job, budget)?))))
+        Ok(Box::new(move |_, budget| Ok(run(job, budget)?.into())))
     }
 }
 
@@ -112,7 +112,7 @@ enum Seen {
     Split,
 }
 
-pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ServiceMapPartial, QueryError> {
+pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ServiceMap, QueryError> {
     let mut services = Services::default();
     let mut traces: HashMap<u64, Seen, BuildHasherDefault<Prehashed>> = HashMap::default();
     // Every span of a trace seen once, appended in scan order (sequential writes, sized once),
@@ -165,7 +165,7 @@ pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ServiceMapPartial, Query
                     spans.push((key, s));
                 }
                 let ms = duration.value(i) as f64 / 1e6;
-                let error = status.value(i) == SpanStatus::Error as i32;
+                let error = status.value(i) == SpanStatus::Error.code();
                 nodes[s as usize].add(ms, error);
                 if !parent.value(i).is_empty() {
                     batch_children.push(Child { parent: span_key(t, parent.value(i)), service: s, ms, error });
@@ -192,27 +192,8 @@ pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ServiceMapPartial, Query
         }
     }
     let name = |s: u32| services.names[s as usize].clone();
-    Ok(ServiceMapPartial {
-        nodes: nodes
-            .iter()
-            .enumerate()
-            .filter(|(_, a)| a.count > 0)
-            .map(|(s, a)| ServiceStats {
-                service: name(s as u32),
-                span_count: a.count,
-                error_count: a.errors,
-                sketch: a.sketch(),
-            })
-            .collect(),
-        edges: edges
-            .iter()
-            .map(|(&(source, target), a)| EdgeStats {
-                source: name(source),
-                target: name(target),
-                call_count: a.count,
-                error_count: a.errors,
-                sketch: a.sketch(),
-            })
-            .collect(),
+    Ok(ServiceMap {
+        nodes: nodes.iter().enumerate().filter(|(_, a)| a.count > 0).map(|(s, a)| (name(s as u32), a.stats())).collect(),
+        edges: edges.iter().map(|(&(source, target), a)| ((name(source), name(target)), a.stats())).collect(),
     })
 }

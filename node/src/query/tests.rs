@@ -1,11 +1,12 @@
 //! Plans against a real shard: rows in the buffer and in several segments.
 
 use prost::Message;
-use sextant_model::sketch::LatencySketch;
-use sextant_proto::{
-    query_reply, query_request, ApmPlan, LogRecord, LogSearchPlan, QueryReply, QueryRequest, ServiceMapPlan,
-    ShardBatch, Span, SpanStatus, TraceListPlan,
+use sextant_model::query::{
+    ApmPlan, LogKey, LogSearchPlan, Partial, Plan, ServiceMapPlan, ShardQuery, ShardReply, TraceKey, TraceListPlan,
 };
+use sextant_model::sketch::LatencySketch;
+// Rows are written as the Raft log carries them.
+use sextant_proto::{LogRecord, ShardBatch, Span, SpanStatus};
 
 use super::prepare;
 use crate::shard::SegmentShard;
@@ -52,14 +53,14 @@ impl Shard {
         self.s.begin_checkpoint(meta)().unwrap();
     }
 
-    fn query(&self, plan: query_request::Plan, max_rows: u64) -> QueryReply {
-        let req = QueryRequest {
+    fn query(&self, plan: impl Into<Plan>, max_rows: u64) -> ShardReply {
+        let req = ShardQuery {
             group: 1,
             project_id: "p".into(),
             from_unix_nanos: 0,
             to_unix_nanos: 1_000_000 * MS,
             max_rows,
-            plan: Some(plan),
+            plan: plan.into(),
         };
         prepare(&self.s, req).unwrap().run().unwrap()
     }
@@ -76,8 +77,8 @@ fn trace_list_merges_partials_from_segments_and_buffer_then_filters_and_pages() 
     sh.ingest("p", vec![span("a", "3", "1", "cache", 120, 200, false)], vec![]);
     sh.ingest("other", vec![span("z", "1", "", "web", 400, 1, true)], vec![]);
 
-    let list = |plan: TraceListPlan| match sh.query(query_request::Plan::Traces(plan), 1000).partial {
-        Some(query_reply::Partial::Traces(t)) => t.traces,
+    let list = |plan: TraceListPlan| match sh.query(plan, 1000).partial {
+        Some(Partial::Traces(t)) => t.0,
         other => panic!("{other:?}"),
     };
     let all = list(TraceListPlan { limit: 10, ..Default::default() });
@@ -98,7 +99,7 @@ fn trace_list_merges_partials_from_segments_and_buffer_then_filters_and_pages() 
     // Keyset: after c comes b.
     let page = list(TraceListPlan {
         limit: 1,
-        before: Some(sextant_proto::TraceKey { start_unix_nanos: 300 * MS, trace_id: "c".into() }),
+        before: Some(TraceKey { start_unix_nanos: 300 * MS, trace_id: "c".into() }),
         ..Default::default()
     });
     assert_eq!(page[0].trace_id, "b");
@@ -110,10 +111,10 @@ fn a_query_over_its_row_budget_says_so_instead_of_answering() {
     let spans = (0..50).map(|i| span(&format!("t{i}"), "1", "", "web", 100 + i, 1, false)).collect();
     sh.ingest("p", spans, vec![]);
     sh.flush();
-    let over = sh.query(query_request::Plan::Apm(ApmPlan::default()), 49);
-    assert!(over.budget_exceeded && over.partial.is_none());
-    let within = sh.query(query_request::Plan::Apm(ApmPlan::default()), 50);
-    assert!(!within.budget_exceeded);
+    let over = sh.query(ApmPlan::default(), 49);
+    assert!(over.partial.is_none());
+    let within = sh.query(ApmPlan::default(), 50);
+    assert!(within.partial.is_some());
     assert_eq!(within.rows_scanned, 50);
 }
 
@@ -134,17 +135,15 @@ fn log_search_pages_through_identical_lines_without_skipping_or_repeating() {
     let mut seen = Vec::new();
     let mut before = None;
     loop {
-        let plan = LogSearchPlan { query: "disk -ok".into(), limit: 2, before: before.clone(), ..Default::default() };
-        let Some(query_reply::Partial::Logs(page)) = sh.query(query_request::Plan::Logs(plan), 1000).partial else {
-            panic!("logs expected")
-        };
-        if page.logs.is_empty() {
+        let plan = LogSearchPlan { query: "disk -ok".into(), limit: 2, before, ..Default::default() };
+        let Some(Partial::Logs(page)) = sh.query(plan, 1000).partial else { panic!("logs expected") };
+        if page.0.is_empty() {
             break;
         }
-        for l in &page.logs {
-            seen.push((l.log.as_ref().unwrap().unix_nanos / MS, l.key.as_ref().unwrap().duplicate));
+        for l in &page.0 {
+            seen.push((l.log.unix_nanos / MS, l.key.duplicate));
         }
-        before = page.logs.last().unwrap().key.clone();
+        before = Some(page.0.last().unwrap().key);
     }
     assert_eq!(seen, [(12, 0), (10, 0), (10, 1), (10, 2)]);
 }
@@ -164,17 +163,15 @@ fn service_map_edges_join_spans_to_parents_of_other_services() {
     );
     sh.flush();
     sh.ingest("p", vec![span("b", "1", "", "web", 200, 20, false), span("b", "2", "1", "api", 201, 30, true)], vec![]);
-    let Some(query_reply::Partial::ServiceMap(map)) =
-        sh.query(query_request::Plan::ServiceMap(ServiceMapPlan {}), 1000).partial
-    else {
+    let Some(Partial::ServiceMap(map)) = sh.query(ServiceMapPlan, 1000).partial else {
         panic!("service map expected")
     };
     let mut edges: Vec<(String, String, u64, u64, f64)> = map
         .edges
         .iter()
-        .map(|e| {
-            let p95 = LatencySketch::decode(&e.sketch).unwrap().quantile(0.95).unwrap();
-            (e.source.clone(), e.target.clone(), e.call_count, e.error_count, p95)
+        .map(|((source, target), e)| {
+            let p95 = e.sketch.quantile(0.95).unwrap();
+            (source.clone(), target.clone(), e.count, e.errors, p95)
         })
         .collect();
     edges.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
@@ -183,8 +180,8 @@ fn service_map_edges_join_spans_to_parents_of_other_services() {
     assert_eq!((edges[1].0.as_str(), edges[1].1.as_str(), edges[1].2, edges[1].3), ("web", "api", 2, 1));
     // p95 of two calls (40 ms, 30 ms) is the value at rank ⌊0.95·1⌋ = 0: 30 ms.
     assert!((edges[1].4 - 30.0).abs() / 30.0 <= 0.01, "{}", edges[1].4);
-    let api = map.nodes.iter().find(|n| n.service == "api").unwrap();
-    assert_eq!((api.span_count, api.error_count), (3, 1));
+    let api = &map.nodes["api"];
+    assert_eq!((api.count, api.errors), (3, 1));
 }
 
 #[test]
@@ -219,19 +216,12 @@ fn log_pages_hold_every_line_once_however_many_are_identical() {
         let mut seen: Vec<(i64, String)> = Vec::new();
         let mut before = None;
         loop {
-            let plan = LogSearchPlan { query: "disk".into(), limit, before: before.clone(), ..Default::default() };
-            let Some(query_reply::Partial::Logs(page)) = sh.query(query_request::Plan::Logs(plan), 10_000).partial
-            else {
-                panic!("logs expected")
-            };
-            assert!(page.logs.len() <= limit as usize);
-            let Some(last) = page.logs.last() else { break };
-            before = last.key.clone();
-            seen.extend(
-                page.logs
-                    .iter()
-                    .map(|l| (l.log.as_ref().unwrap().unix_nanos / MS, l.log.as_ref().unwrap().message.clone())),
-            );
+            let plan = LogSearchPlan { query: "disk".into(), limit, before, ..Default::default() };
+            let Some(Partial::Logs(page)) = sh.query(plan, 10_000).partial else { panic!("logs expected") };
+            assert!(page.0.len() <= limit as usize);
+            let Some(last) = page.0.last() else { break };
+            before = Some(last.key);
+            seen.extend(page.0.iter().map(|l| (l.log.unix_nanos / MS, l.log.message.clone())));
         }
         assert!(seen.windows(2).all(|w| w[0].0 >= w[1].0), "limit {limit}: newest first");
         let mut got = seen.clone();
@@ -267,29 +257,24 @@ fn log_search_reads_row_groups_newest_first_and_stops_at_a_full_page() {
         }
     }
     expected.sort_by(|a, b| b.cmp(a));
-    let page = |limit: u32, before: Option<sextant_proto::LogKey>| {
+    let page = |limit: u32, before: Option<LogKey>| {
         let plan = LogSearchPlan { query: "needle".into(), limit, before, ..Default::default() };
-        let reply = sh.query(query_request::Plan::Logs(plan), 1_000_000);
-        let Some(query_reply::Partial::Logs(p)) = reply.partial else { panic!("logs expected") };
-        (p.logs, reply.rows_scanned)
+        let reply = sh.query(plan, 1_000_000);
+        let Some(Partial::Logs(p)) = reply.partial else { panic!("logs expected") };
+        (p.0, reply.rows_scanned)
     };
     let (first, scanned) = page(100, None);
-    let got: Vec<(i64, String)> = first
-        .iter()
-        .map(|l| (l.log.as_ref().unwrap().unix_nanos / MS, l.log.as_ref().unwrap().message.clone()))
-        .collect();
+    let got: Vec<(i64, String)> = first.iter().map(|l| (l.log.unix_nanos / MS, l.log.message.clone())).collect();
     assert_eq!(got, expected[..100]);
     assert!(scanned < total / 2, "read {scanned} of {total} lines for one page: no early stop");
     // Every page after it, down to the oldest line, exactly as the reference.
     let mut seen = got;
-    let mut before = first.last().unwrap().key;
+    let mut before = Some(first.last().unwrap().key);
     loop {
         let (p, _) = page(700, before);
         let Some(last) = p.last() else { break };
-        before = last.key;
-        seen.extend(
-            p.iter().map(|l| (l.log.as_ref().unwrap().unix_nanos / MS, l.log.as_ref().unwrap().message.clone())),
-        );
+        before = Some(last.key);
+        seen.extend(p.iter().map(|l| (l.log.unix_nanos / MS, l.log.message.clone())));
     }
     assert_eq!(seen, expected);
 }
@@ -321,9 +306,7 @@ fn apm_over_segments_and_buffer_matches_a_sketch_of_every_span() {
     sh.ingest("p", c.clone(), vec![]);
     let all: Vec<Span> = [a, b, c].concat();
     for services in [vec![], vec!["db".to_owned()]] {
-        let Some(query_reply::Partial::Apm(apm)) =
-            sh.query(query_request::Plan::Apm(ApmPlan { services: services.clone() }), 1_000_000).partial
-        else {
+        let Some(Partial::Apm(apm)) = sh.query(ApmPlan { services: services.clone() }, 1_000_000).partial else {
             panic!("apm expected")
         };
         let mut expected: std::collections::BTreeMap<(String, String), (u64, u64, LatencySketch)> = Default::default();
@@ -333,14 +316,15 @@ fn apm_over_segments_and_buffer_matches_a_sketch_of_every_span() {
             e.1 += u64::from(s.status == SpanStatus::Error as i32);
             e.2.add(s.duration_nanos as f64 / 1e6);
         }
-        assert_eq!(apm.endpoints.len(), expected.len());
-        for e in &apm.endpoints {
-            let (count, errors, one_by_one) = &expected[&(e.service.clone(), e.operation.clone())];
-            let sketch = LatencySketch::decode(&e.sketch).unwrap();
-            assert_eq!((e.count, e.error_count, sketch.count()), (*count, *errors, *count));
+        assert_eq!(apm.0.len(), expected.len());
+        for ((service, operation), e) in &apm.0 {
+            let (count, errors, one_by_one) = &expected[&(service.clone(), operation.clone())];
+            // Through the wire encoding, as the router reads it.
+            let sketch = LatencySketch::decode(&e.sketch.encode()).unwrap();
+            assert_eq!((e.count, e.errors, sketch.count()), (*count, *errors, *count));
             assert_eq!(sketch.max(), one_by_one.max());
             for q in [0.0, 0.25, 0.5, 0.9, 0.95, 0.99, 1.0] {
-                assert_eq!(sketch.quantile(q), one_by_one.quantile(q), "{}/{} q={q}", e.service, e.operation);
+                assert_eq!(sketch.quantile(q), one_by_one.quantile(q), "{service}/{operation} q={q}");
             }
         }
     }
@@ -369,25 +353,24 @@ fn service_map_finds_parents_in_other_segments_and_counts_a_span_stored_twice_on
         vec![child, span("e", "2", "1", "db", 99, 5, false), span("e", "1", "", "api", 100, 9, false)],
         vec![],
     );
-    let Some(query_reply::Partial::ServiceMap(map)) =
-        sh.query(query_request::Plan::ServiceMap(ServiceMapPlan {}), 1000).partial
-    else {
+    let Some(Partial::ServiceMap(map)) = sh.query(ServiceMapPlan, 1000).partial else {
         panic!("service map expected")
     };
     let mut edges: Vec<(String, String, u64, u64)> =
-        map.edges.iter().map(|e| (e.source.clone(), e.target.clone(), e.call_count, e.error_count)).collect();
+        map.edges.iter().map(|((source, target), e)| (source.clone(), target.clone(), e.count, e.errors)).collect();
     edges.sort();
     assert_eq!(
         edges,
         vec![("api".into(), "db".into(), 1, 0), ("web".into(), "api".into(), 1, 1), ("web".into(), "db".into(), 1, 0)]
     );
-    let api = map.nodes.iter().find(|n| n.service == "api").unwrap();
-    assert_eq!((api.span_count, api.error_count), (2, 1));
+    let api = &map.nodes["api"];
+    assert_eq!((api.count, api.errors), (2, 1));
 }
 
 #[test]
 fn host_series_over_the_whole_i64_range_has_no_overflow() {
-    use sextant_proto::{HostMetric, HostSeriesPlan};
+    use sextant_model::query::HostSeriesPlan;
+    use sextant_proto::HostMetric;
     let mut sh = Shard::new();
     sh.index += 1;
     let metric = HostMetric { unix_nanos: 5 * MS, hostname: "h".into(), cpu_percent: Some(50.0), ..Default::default() };
@@ -395,19 +378,19 @@ fn host_series_over_the_whole_i64_range_has_no_overflow() {
         ShardBatch { project_id: "p".into(), host_metrics: vec![metric], ..Default::default() }.encode_to_vec();
     sh.s.apply(sh.index, Command::Ingest { batch_id: sh.index as u128, payload });
     for step in [1, 7 * MS, i64::MAX] {
-        let req = QueryRequest {
+        let req = ShardQuery {
             group: 1,
             project_id: "p".into(),
             from_unix_nanos: i64::MIN,
             to_unix_nanos: i64::MAX,
             max_rows: 1000,
-            plan: Some(query_request::Plan::HostSeries(HostSeriesPlan { hostname: "h".into(), step_nanos: step })),
+            plan: HostSeriesPlan { hostname: "h".into(), step_nanos: step }.into(),
         };
-        let Some(query_reply::Partial::HostSeries(s)) = prepare(&sh.s, req).unwrap().run().unwrap().partial else {
+        let Some(Partial::HostSeries(s)) = prepare(&sh.s, req).unwrap().run().unwrap().partial else {
             panic!("no host series")
         };
-        assert_eq!(s.buckets.len(), 1, "step {step}");
-        let start = s.buckets[0].start_unix_nanos;
+        assert_eq!(s.0.len(), 1, "step {step}");
+        let start = *s.0.keys().next().unwrap();
         assert!(start <= 5 * MS && 5 * MS - start < step, "step {step}: bucket at {start}");
     }
 }

@@ -4,8 +4,7 @@
 
 use std::collections::HashMap;
 
-use sextant_proto::query_reply::Partial;
-use sextant_proto::{QueryRequest, TraceListPartial, TraceListPlan, TraceSummary};
+use sextant_model::query::{trace_key, ShardQuery, TraceList, TraceListPlan};
 
 use super::{each_batch, Budget, Compute, QueryError, QueryKind};
 use crate::segment::summary::merge;
@@ -14,9 +13,9 @@ use crate::segment::{Filter, Row, Scan, Table};
 use crate::shard::{ScanJob, SegmentShard};
 
 impl QueryKind for TraceListPlan {
-    fn prepare(&self, req: &QueryRequest, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
         let (plan, job) = (self.clone(), shard.scan(scan(req)));
-        Ok(Box::new(move |req, budget| Ok(Partial::Traces(run(req, &plan, job, budget)?))))
+        Ok(Box::new(move |req, budget| Ok(run(req, &plan, job, budget)?.into())))
     }
 }
 
@@ -24,7 +23,7 @@ impl QueryKind for TraceListPlan {
 /// the scan widens the range by it, so a trace shorter than this is always seen whole.
 pub const TRACE_SPREAD_NS: i64 = 3600 * 1_000_000_000;
 
-pub fn scan(req: &QueryRequest) -> Scan {
+pub fn scan(req: &ShardQuery) -> Scan {
     Scan {
         table: Table::TraceSummaries,
         project: req.project_id.clone(),
@@ -36,18 +35,9 @@ pub fn scan(req: &QueryRequest) -> Scan {
     }
 }
 
-/// Descending order of (start, trace id): the list order and the cursor's.
-fn key(t: &TraceSummary) -> (i64, &str) {
-    (t.start_unix_nanos, t.trace_id.as_str())
-}
-
-pub fn run(
-    req: &QueryRequest,
-    plan: &TraceListPlan,
-    job: ScanJob,
-    budget: &mut Budget,
-) -> Result<TraceListPartial, QueryError> {
-    let mut traces: HashMap<String, TraceSummary> = HashMap::new();
+pub fn run(req: &ShardQuery, plan: &TraceListPlan, job: ScanJob, budget: &mut Budget) -> Result<TraceList, QueryError> {
+    // Summaries as the segments hold them, merged per trace.
+    let mut traces = HashMap::new();
     each_batch(job, budget, |rb| {
         for (_, row, _) in from_record_batch(Table::TraceSummaries, rb) {
             if let Row::TraceSummary(t) = row {
@@ -62,7 +52,7 @@ pub fn run(
         Ok(())
     })?;
     let before = plan.before.as_ref().map(|b| (b.start_unix_nanos, b.trace_id.as_str()));
-    let mut kept: Vec<TraceSummary> = traces
+    let mut kept: Vec<_> = traces
         .into_values()
         .filter(|t| {
             (req.from_unix_nanos..req.to_unix_nanos).contains(&t.start_unix_nanos)
@@ -70,10 +60,12 @@ pub fn run(
                 && (plan.operation.is_empty() || t.root_operation == plan.operation)
                 && (!plan.errors_only || t.error_count > 0)
                 && t.end_unix_nanos.saturating_sub(t.start_unix_nanos) >= plan.min_duration_nanos
-                && before.is_none_or(|b| key(t) < b)
+                && before.is_none_or(|b| (t.start_unix_nanos, t.trace_id.as_str()) < b)
         })
+        .map(Into::into)
         .collect();
-    kept.sort_by(|a, b| key(b).cmp(&key(a)));
+    // Newest first: the list order and the cursor's.
+    kept.sort_by(|a, b| trace_key(b).cmp(&trace_key(a)));
     kept.truncate(plan.limit as usize);
-    Ok(TraceListPartial { traces: kept })
+    Ok(TraceList(kept))
 }

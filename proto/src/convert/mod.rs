@@ -2,4 +2,6 @@
 //! per family of messages. Nothing outside this crate sees both sides at once.
 
 mod cohort;
+pub mod persist_row;
+mod query;
 mod row;

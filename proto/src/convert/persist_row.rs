@@ -1,0 +1,372 @@
+//! Rows as nodes persist them (`proto/persist/rows.proto`): the ingest payload of a Raft entry,
+//! and the attribute encoding segments store (docs/ARCHITECTURE.md, "Attribute encoding").
+//! A shard keeps attributes encoded ([`Encoded`]): apply and flush copy the bytes.
+
+use bytes::{Bytes, BytesMut};
+use prost::Message;
+use sextant_model::row::{
+    Attribute, Encoded, Event, HostMetric, LogLevel, LogRecord, ReplayEvent, RowBatch, Span, SpanStatus, Value,
+};
+
+use crate::persist as pb;
+
+/// Bytes that do not decode as what they should be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError(prost::DecodeError);
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::error::Error for DecodeError {}
+
+impl From<prost::DecodeError> for DecodeError {
+    fn from(e: prost::DecodeError) -> Self {
+        DecodeError(e)
+    }
+}
+
+fn value_to_pb(v: Value) -> pb::Value {
+    use pb::value::Kind;
+    pb::Value {
+        kind: Some(match v {
+            Value::String(s) => Kind::String(s),
+            Value::Int(i) => Kind::Int(i),
+            Value::Double(d) => Kind::Double(d),
+            Value::Bool(b) => Kind::Bool(b),
+            Value::Array(a) => Kind::Array(pb::ValueArray { values: a.into_iter().map(value_to_pb).collect() }),
+        }),
+    }
+}
+
+/// `None` for a value with none of its kinds set (and so an array leaves such values out).
+fn value_from_pb(v: pb::Value) -> Option<Value> {
+    use pb::value::Kind;
+    Some(match v.kind? {
+        Kind::String(s) => Value::String(s),
+        Kind::Int(i) => Value::Int(i),
+        Kind::Double(d) => Value::Double(d),
+        Kind::Bool(b) => Value::Bool(b),
+        Kind::Array(a) => Value::Array(a.values.into_iter().filter_map(value_from_pb).collect()),
+    })
+}
+
+fn attribute_to_pb(a: Attribute) -> pb::Attribute {
+    pb::Attribute { key: a.key, value: a.value.map(value_to_pb) }
+}
+
+fn attribute_from_pb(a: pb::Attribute) -> Attribute {
+    Attribute { key: a.key, value: a.value.and_then(value_from_pb) }
+}
+
+/// One attribute, encoded.
+pub fn encode_attribute(a: Attribute) -> Vec<u8> {
+    attribute_to_pb(a).encode_to_vec()
+}
+
+/// One encoded attribute, decoded.
+pub fn decode_attribute(encoded: &[u8]) -> Result<Attribute, DecodeError> {
+    Ok(attribute_from_pb(pb::Attribute::decode(encoded)?))
+}
+
+/// An encoded attribute, decoded and encoded again: the one form this encoder writes.
+pub fn reencode_attribute(encoded: &[u8]) -> Result<Vec<u8>, DecodeError> {
+    Ok(pb::Attribute::decode(encoded)?.encode_to_vec())
+}
+
+/// Whether `encoded` is a value in the one form this encoder writes it.
+pub fn value_in_canonical_form(encoded: &[u8]) -> bool {
+    pb::Value::decode(encoded).is_ok_and(|v| v.encode_to_vec() == encoded)
+}
+
+/// An encoded value, decoded; `None` for one with none of its kinds set.
+pub fn decode_value(encoded: &[u8]) -> Result<Option<Value>, DecodeError> {
+    Ok(value_from_pb(pb::Value::decode(encoded)?))
+}
+
+/// Appends the encoded `value` (its fields, without a length).
+pub fn encode_value(value: Value, out: &mut Vec<u8>) {
+    value_to_pb(value).encode_raw(out)
+}
+
+/// Attributes encoded into slices of one buffer (not an allocation per attribute).
+#[derive(Default)]
+pub struct AttributeEncoder {
+    buf: BytesMut,
+}
+
+impl AttributeEncoder {
+    /// Room for the next attributes is taken this many bytes at a time.
+    const CHUNK: usize = 64 << 10;
+
+    pub fn encode(&mut self, attributes: Vec<Attribute>) -> Encoded {
+        Encoded(
+            attributes
+                .into_iter()
+                .map(|a| {
+                    let a = attribute_to_pb(a);
+                    let len = a.encoded_len();
+                    if self.buf.capacity() < len {
+                        self.buf.reserve(len.max(Self::CHUNK));
+                    }
+                    a.encode(&mut self.buf).expect("room reserved");
+                    self.buf.split().freeze()
+                })
+                .collect(),
+        )
+    }
+}
+
+/// Decoded attributes; an attribute that does not decode is left out.
+pub fn decode_attributes(attributes: &[Bytes]) -> Vec<Attribute> {
+    attributes.iter().filter_map(|a| decode_attribute(a).ok()).collect()
+}
+
+fn span_to_pb(s: Span<Encoded>) -> pb::SpanRow {
+    let Span {
+        trace_id,
+        span_id,
+        parent_span_id,
+        service_name,
+        operation,
+        start_unix_nanos,
+        duration_nanos,
+        status,
+        attributes,
+    } = s;
+    pb::SpanRow {
+        trace_id,
+        span_id,
+        parent_span_id,
+        service_name,
+        operation,
+        start_unix_nanos,
+        duration_nanos,
+        status: status.code(),
+        attributes: attributes.0,
+    }
+}
+
+fn span_from_pb(s: pb::SpanRow) -> Span<Encoded> {
+    let pb::SpanRow {
+        trace_id,
+        span_id,
+        parent_span_id,
+        service_name,
+        operation,
+        start_unix_nanos,
+        duration_nanos,
+        status,
+        attributes,
+    } = s;
+    Span {
+        trace_id,
+        span_id,
+        parent_span_id,
+        service_name,
+        operation,
+        start_unix_nanos,
+        duration_nanos,
+        status: SpanStatus::from_code(status),
+        attributes: Encoded(attributes),
+    }
+}
+
+fn log_to_pb(l: LogRecord<Encoded>) -> pb::LogRow {
+    let LogRecord { unix_nanos, level, service, message, trace_id, span_id, attributes } = l;
+    pb::LogRow { unix_nanos, level: level.code(), service, message, trace_id, span_id, attributes: attributes.0 }
+}
+
+fn log_from_pb(l: pb::LogRow) -> LogRecord<Encoded> {
+    let pb::LogRow { unix_nanos, level, service, message, trace_id, span_id, attributes } = l;
+    LogRecord {
+        unix_nanos,
+        level: LogLevel::from_code(level),
+        service,
+        message,
+        trace_id,
+        span_id,
+        attributes: Encoded(attributes),
+    }
+}
+
+/// Both directions between a domain row and its persisted row, fields of the same names;
+/// both sides are destructured whole, so a field added to one only does not compile.
+macro_rules! same_fields {
+    ($to:ident, $from:ident: $domain:ty, $($d:ident)::+ <=> $($w:ident)::+ { $($field:ident),* $(,)? } $(, $attributes:ident)?) => {
+        fn $to(d: $domain) -> $($w)::+ {
+            let $($d)::+ { $($field,)* $($attributes)? } = d;
+            $($w)::+ { $($field,)* $($attributes: $attributes.0)? }
+        }
+
+        fn $from(w: $($w)::+) -> $domain {
+            let $($w)::+ { $($field,)* $($attributes)? } = w;
+            $($d)::+ { $($field,)* $($attributes: Encoded($attributes))? }
+        }
+    };
+}
+
+same_fields!(metric_to_pb, metric_from_pb: HostMetric<Encoded>, HostMetric <=> pb::HostMetricRow {
+    unix_nanos, hostname, cpu_percent, memory_used_bytes, memory_total_bytes, disk_used_percent,
+    network_rx_bytes_per_sec, network_tx_bytes_per_sec,
+}, attributes);
+same_fields!(event_to_pb, event_from_pb: Event, Event <=> pb::EventRow {
+    uuid, event, distinct_id, unix_nanos, properties_json,
+});
+same_fields!(replay_to_pb, replay_from_pb: ReplayEvent, ReplayEvent <=> pb::ReplayEventRow {
+    session_id, distinct_id, window_id, unix_nanos, event_type, data_json, uuid,
+});
+
+fn all<T, U>(v: Vec<T>, f: impl FnMut(T) -> U) -> Vec<U> {
+    v.into_iter().map(f).collect()
+}
+
+/// The ingest payload of a batch whose attributes are encoded already.
+pub fn encode_ingest_encoded(batch: RowBatch<Encoded>) -> Vec<u8> {
+    let RowBatch { project_id, spans, logs, host_metrics, json_bytes, events, replay_events } = batch;
+    pb::RowBatch {
+        project_id,
+        spans: all(spans, span_to_pb),
+        logs: all(logs, log_to_pb),
+        host_metrics: all(host_metrics, metric_to_pb),
+        json_bytes,
+        events: all(events, event_to_pb),
+        replay_events: all(replay_events, replay_to_pb),
+    }
+    .encode_to_vec()
+}
+
+/// The ingest payload of a batch: what the router replicates as one Raft entry.
+pub fn encode_ingest(batch: RowBatch) -> Vec<u8> {
+    let mut encoder = AttributeEncoder::default();
+    encode_ingest_encoded(batch.map_attributes(|a| encoder.encode(a)))
+}
+
+/// An ingest payload, its attributes left encoded (slices of `payload`, not copies).
+pub fn decode_ingest(payload: Bytes) -> Result<RowBatch<Encoded>, DecodeError> {
+    let pb::RowBatch { project_id, spans, logs, host_metrics, json_bytes, events, replay_events } =
+        pb::RowBatch::decode(payload)?;
+    Ok(RowBatch {
+        project_id,
+        spans: all(spans, span_from_pb),
+        logs: all(logs, log_from_pb),
+        host_metrics: all(host_metrics, metric_from_pb),
+        json_bytes,
+        events: all(events, event_from_pb),
+        replay_events: all(replay_events, replay_from_pb),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attributes() -> Vec<Attribute> {
+        let a = |key: &str, value| Attribute { key: key.into(), value };
+        vec![
+            a("s", Some(Value::String("checkout-7f9c2".into()))),
+            a("i", Some(Value::Int(-3))),
+            a("d", Some(Value::Double(0.25))),
+            a("b", Some(Value::Bool(true))),
+            a("a", Some(Value::Array(vec![Value::String("x".into()), Value::Int(1)]))),
+            a("", Some(Value::Bool(false))),
+            a("none", None),
+        ]
+    }
+
+    /// Every field set (not its default), so that each is seen in the bytes.
+    fn batch() -> RowBatch {
+        RowBatch {
+            project_id: "p".into(),
+            spans: vec![Span {
+                trace_id: "t".into(),
+                span_id: "s".into(),
+                parent_span_id: "r".into(),
+                service_name: "api".into(),
+                operation: "GET /".into(),
+                start_unix_nanos: -5,
+                duration_nanos: 7,
+                status: SpanStatus::Error,
+                attributes: attributes(),
+            }],
+            logs: vec![LogRecord {
+                unix_nanos: 3,
+                level: LogLevel::Info,
+                service: "api".into(),
+                message: "m".into(),
+                trace_id: "t".into(),
+                span_id: "s".into(),
+                attributes: attributes(),
+            }],
+            host_metrics: vec![HostMetric {
+                unix_nanos: 4,
+                hostname: "h".into(),
+                cpu_percent: Some(1.5),
+                memory_used_bytes: Some(2),
+                memory_total_bytes: Some(3),
+                disk_used_percent: Some(0.0),
+                network_rx_bytes_per_sec: Some(5.5),
+                network_tx_bytes_per_sec: Some(6.5),
+                attributes: attributes(),
+            }],
+            json_bytes: 9,
+            events: vec![Event {
+                uuid: "u".into(),
+                event: "e".into(),
+                distinct_id: "d".into(),
+                unix_nanos: 13,
+                properties_json: "{}".into(),
+            }],
+            replay_events: vec![ReplayEvent {
+                session_id: "x".into(),
+                distinct_id: "d".into(),
+                window_id: "w".into(),
+                unix_nanos: 15,
+                event_type: 2,
+                data_json: "{}".into(),
+                uuid: "u".into(),
+            }],
+        }
+    }
+
+    fn fixture() -> Vec<u8> {
+        std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/src/convert/fixtures/ingest-v1.bin")).unwrap()
+    }
+
+    /// An ingest payload of format 1 (written as the `ShardBatch` RPC message this schema
+    /// took its numbers from, before it existed) reads, and is written back byte for byte.
+    #[test]
+    fn ingest_payloads_of_format_1_still_read() {
+        let payload = fixture();
+        let read = decode_ingest(Bytes::from(payload.clone())).unwrap();
+        assert_eq!(read.clone().map_attributes(|a| decode_attributes(&a)), batch());
+        assert_eq!(encode_ingest_encoded(read), payload, "written back, the same bytes");
+        assert_eq!(encode_ingest(batch()), payload);
+    }
+
+    #[test]
+    fn attributes_read_in_place_are_slices_of_the_payload() {
+        let payload = Bytes::from(fixture());
+        let read = decode_ingest(payload.clone()).unwrap();
+        let range = payload.as_ptr() as usize..payload.as_ptr() as usize + payload.len();
+        for a in read.spans[0].attributes.iter() {
+            assert!(range.contains(&(a.as_ptr() as usize)), "no copy");
+        }
+    }
+
+    #[test]
+    fn values_encode_and_decode() {
+        for a in attributes() {
+            assert_eq!(decode_attribute(&encode_attribute(a.clone())).unwrap(), a);
+            let Some(v) = a.value else { continue };
+            let mut encoded = Vec::new();
+            encode_value(v.clone(), &mut encoded);
+            assert!(value_in_canonical_form(&encoded));
+            assert_eq!(decode_value(&encoded).unwrap(), Some(v));
+        }
+        assert_eq!(decode_value(&[]).unwrap(), None, "a value with no kind set");
+        assert!(decode_attribute(&[1 << 3 | 2, 9, b'x']).is_err(), "a truncated key");
+    }
+}
