@@ -159,7 +159,7 @@ async fn recorded_sessions_are_listed_and_replayed_in_order() {
     let dev = Dev::start_with(dir.path(), &["--api-rps", "100000"], &[]).await;
     let token = dev.creds["ingest_token"].as_str().unwrap().to_owned();
     let url = dev.url.clone();
-    let now = chrono::Utc::now().timestamp_millis();
+    let now = jiff::Timestamp::now().as_millisecond();
     // Session a: three events sent out of order over two requests; session b: one event, later.
     let send = |session: &str, user: &str, stamps: &[i64]| {
         json!({
@@ -218,7 +218,7 @@ async fn timeseries_and_active_users_count_events_and_distinct_users_per_day() {
     let token = dev.creds["ingest_token"].as_str().unwrap().to_owned();
     let url = dev.url.clone();
     const DAY: i64 = 86_400_000;
-    let now = chrono::Utc::now().timestamp_millis();
+    let now = jiff::Timestamp::now().as_millisecond();
     let today = now - now.rem_euclid(DAY);
     // (user, event, day offset): u1 every day of the last three, twice today; u2 yesterday;
     // u3 ten days ago.
@@ -257,7 +257,7 @@ async fn timeseries_and_active_users_count_events_and_distinct_users_per_day() {
     let (s, active) = get("/api/users/active?period=3d".into()).await;
     assert_eq!(s, 200, "{active}");
     let last = active["points"].as_array().unwrap().last().unwrap().clone();
-    assert_eq!(last["date"].as_str().unwrap(), chrono::Utc::now().format("%Y-%m-%d").to_string());
+    assert_eq!(last["date"].as_str().unwrap(), jiff::Timestamp::now().strftime("%Y-%m-%d").to_string());
     assert_eq!((last["dau"].as_u64(), last["wau"].as_u64(), last["mau"].as_u64()), (Some(1), Some(2), Some(3)));
 
     for (path, field) in [
@@ -281,7 +281,7 @@ async fn funnels_count_each_user_at_the_furthest_step_ordered_and_strict() {
     let url = dev.url.clone();
     const MIN: i64 = 60_000;
     const DAY: i64 = 86_400_000;
-    let t = chrono::Utc::now().timestamp_millis() - 25 * DAY;
+    let t = jiff::Timestamp::now().as_millisecond() - 25 * DAY;
     let rows = [
         ("u1", "a", 0),
         ("u1", "b", MIN),
@@ -350,7 +350,7 @@ async fn retention_follows_each_cohort_and_needs_the_plan_feature() {
     let token = dev.creds["ingest_token"].as_str().unwrap().to_owned();
     let url = dev.url.clone();
     const DAY: i64 = 86_400_000;
-    let now = chrono::Utc::now().timestamp_millis();
+    let now = jiff::Timestamp::now().as_millisecond();
     let today = now - now.rem_euclid(DAY);
     let rows = [
         ("u1", "signup", -3),

@@ -27,7 +27,7 @@ async fn a_batch_posted_three_times_is_counted_once_by_every_analytics_read() {
     let _logs = LogsOnPanic::new(dir.path());
     let token = dev.creds["ingest_token"].as_str().unwrap().to_owned();
     let url = dev.url.clone();
-    let now = chrono::Utc::now().timestamp_millis();
+    let now = jiff::Timestamp::now().as_millisecond();
     let (viewed, bought) = (now - 120_000, now - 60_000);
     // Views without uuids (one is derived from the content and the timestamp), purchases with.
     let views: Vec<Value> = (0..USERS)

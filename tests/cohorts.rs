@@ -79,7 +79,7 @@ async fn cohorts_are_evaluated_per_shard_and_filter_reads() {
     let dev = Dev::start_with(dir.path(), &["--api-rps", "100000", "--auth-rps", "1000", "--shards", "4"], &[]).await;
     let token = dev.creds["ingest_token"].as_str().unwrap().to_owned();
     // The evaluation instant, an hour ago so that events "after" it are still in the past.
-    let now = chrono::Utc::now().timestamp_millis();
+    let now = jiff::Timestamp::now().as_millisecond();
     let to = now - HOUR;
     let rows: Vec<(String, &str, i64)> = [
         ("u1", "buy", to - DAY),

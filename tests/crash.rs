@@ -17,7 +17,7 @@ const SPANS: usize = 4;
 async fn ingest_until_abort(dev: &mut Dev, hours_ago: i64) -> Vec<String> {
     let mut acked = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-    let base_ms = chrono::Utc::now().timestamp_millis() - hours_ago * 3_600_000;
+    let base_ms = jiff::Timestamp::now().as_millisecond() - hours_ago * 3_600_000;
     for n in 0.. {
         assert!(tokio::time::Instant::now() < deadline, "the failpoint was never reached");
         let prefix = format!("b{n}");

@@ -181,8 +181,8 @@ async fn signup_refresh_rotation_reuse_and_logout() {
     assert_eq!(body["user"]["role"], "owner");
     assert_eq!(body["org"]["name"], "Analytical Engines");
     assert_eq!(body["org"]["plan"], "pro");
-    let trial_end = chrono::DateTime::parse_from_rfc3339(body["org"]["trial_ends_at"].as_str().unwrap()).unwrap();
-    let days = (trial_end.with_timezone(&chrono::Utc) - chrono::Utc::now()).num_hours();
+    let trial_end: jiff::Timestamp = body["org"]["trial_ends_at"].as_str().unwrap().parse().unwrap();
+    let days = (trial_end.as_second() - jiff::Timestamp::now().as_second()) / 3600;
     assert!((13 * 24..=14 * 24).contains(&days), "trial ends in {days} h");
     assert!(body["project"]["token"].as_str().unwrap().starts_with("sxp_"));
     let access = body["access_token"].as_str().unwrap().to_owned();
@@ -463,7 +463,7 @@ async fn credential_matrix_and_tenant_isolation() {
     assert_eq!(post_spans(url, dev.api_key(), &spans).await.status(), 200);
 
     // Every ingest endpoint, every way of presenting a key: only a live key gets in.
-    let now = chrono::Utc::now().timestamp_millis();
+    let now = jiff::Timestamp::now().as_millisecond();
     let ingest_endpoints = [
         ("/api/v1/ingest/spans", spans_batch("every", 1, 1)),
         ("/api/v1/ingest/logs", json!({"logs": [{"timestamp": now, "level": "info", "service": "s", "message": "m"}]})),

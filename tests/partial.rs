@@ -130,7 +130,7 @@ async fn a_shard_without_quorum_fails_reads_unless_partial_answers_are_allowed()
     let is_error = |trace: &str| trace[3..].parse::<u64>().unwrap() % 3 == 0;
 
     // Two spans per trace (web -> api) and a log line carrying the trace id (same shard).
-    let now = chrono::Utc::now().timestamp_millis();
+    let now = jiff::Timestamp::now().as_millisecond();
     let base = now - 10 * 60 * 1000;
     let mut spans = Vec::new();
     let mut logs = Vec::new();

@@ -6,7 +6,6 @@ mod common;
 
 use std::path::Path;
 
-use chrono::SecondsFormat;
 use common::*;
 use serde_json::{json, Value};
 
@@ -15,11 +14,11 @@ async fn start_dev(dir: &Path) -> Dev {
 }
 
 fn now_ms() -> i64 {
-    chrono::Utc::now().timestamp_millis()
+    jiff::Timestamp::now().as_millisecond()
 }
 
 fn rfc3339(ms: i64) -> String {
-    chrono::DateTime::from_timestamp_millis(ms).unwrap().to_rfc3339_opts(SecondsFormat::Millis, true)
+    sextant_model::time::format_nanos(ms * 1_000_000)
 }
 
 async fn ingest(dev: &Dev, kind: &str, body: Value) {

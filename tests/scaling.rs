@@ -553,7 +553,7 @@ async fn replicas_installed_from_snapshots_answer_byte_for_byte_the_same() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = Scaled::start(dir.path(), 3, 2, 16).await;
     let key = c.api_key();
-    let base = chrono::Utc::now().timestamp_millis() - 60_000;
+    let base = jiff::Timestamp::now().as_millisecond() - 60_000;
     // Flushed segments (snapshots every 16 entries) and, from the last batches, buffered rows.
     for b in 0..40 {
         post_batch(&c.url, &key, &format!("snap-b{b}")).await.expect("ingest spans");
@@ -576,7 +576,7 @@ async fn replicas_installed_from_snapshots_answer_byte_for_byte_the_same() {
     }
     let token = c.token().await;
     let from = base - 3_600_000;
-    let to = chrono::Utc::now().timestamp_millis() + 3_600_000;
+    let to = jiff::Timestamp::now().as_millisecond() + 3_600_000;
     let queries = [
         format!("/api/v1/traces?from={from}&to={to}&limit=1000"),
         format!("/api/v1/traces?from={from}&to={to}&limit=7&service=checkout"),

@@ -1,6 +1,7 @@
 //! Time parsing and formatting shared by every endpoint (docs/API.md, "Times").
 
-use chrono::{DateTime, SecondsFormat, Utc};
+use jiff::tz::TimeZone;
+use jiff::Timestamp;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 
@@ -66,8 +67,64 @@ fn parse_text(s: &str) -> Result<i64, &'static str> {
         let ms: i64 = s.parse().map_err(|_| OUT_OF_RANGE)?;
         return check_instant(ms.checked_mul(1_000_000).ok_or(OUT_OF_RANGE)?);
     }
-    let t = DateTime::parse_from_rfc3339(s).map_err(|_| "must be an RFC 3339 date-time")?;
-    check_instant(t.timestamp_nanos_opt().ok_or(OUT_OF_RANGE)?)
+    let ns = parse_rfc3339(s).ok_or("must be an RFC 3339 date-time")?;
+    check_instant(ns.ok_or(OUT_OF_RANGE)?)
+}
+
+/// RFC 3339 `date-time` (section 5.6) in Unix nanoseconds: `None` if `s` is not one, `Some(None)`
+/// if it is but lies outside what an `i64` holds. As the RFC allows: `t` or a space for `T`, `z`
+/// for `Z`, any number of fraction digits (past nanoseconds ignored), and a leap second `:60`
+/// (the second after `:59`). An offset may use U+2212 for its minus sign.
+fn parse_rfc3339(s: &str) -> Option<Option<i64>> {
+    fn number(d: &[u8]) -> Option<i64> {
+        d.iter().all(u8::is_ascii_digit).then(|| d.iter().fold(0, |v, c| v * 10 + i64::from(c - b'0')))
+    }
+    let b = s.as_bytes();
+    let separators = [(4, b"-" as &[u8]), (7, b"-"), (10, b"Tt "), (13, b":"), (16, b":")];
+    if b.len() < 20 || !separators.iter().all(|(at, allowed)| allowed.contains(&b[*at])) {
+        return None;
+    }
+    let (year, month, day) = (number(&b[0..4])?, number(&b[5..7])?, number(&b[8..10])?);
+    let (hour, minute, second) = (number(&b[11..13])?, number(&b[14..16])?, number(&b[17..19])?);
+    if hour > 23 || minute > 59 || second > 60 {
+        return None;
+    }
+    let mut rest = &s[19..];
+    let mut nanos = 0;
+    if let Some(fraction) = rest.strip_prefix('.') {
+        let n = fraction.bytes().take_while(u8::is_ascii_digit).count();
+        if n == 0 {
+            return None;
+        }
+        let kept = &fraction.as_bytes()[..n.min(9)];
+        nanos = number(kept)? * 10i64.pow(9 - kept.len() as u32);
+        rest = &fraction[n..];
+    }
+    let offset_s = match rest {
+        "Z" | "z" => 0,
+        _ => {
+            let (sign, o) = match rest.chars().next()? {
+                '+' => (1, &rest[1..]),
+                '-' => (-1, &rest[1..]),
+                '\u{2212}' => (-1, &rest['\u{2212}'.len_utf8()..]),
+                _ => return None,
+            };
+            let o = o.as_bytes();
+            if o.len() != 5 || o[2] != b':' {
+                return None;
+            }
+            let (hours, minutes) = (number(&o[..2])?, number(&o[3..])?);
+            if hours > 23 || minutes > 59 {
+                return None;
+            }
+            sign * (hours * 3600 + minutes * 60)
+        }
+    };
+    let date = jiff::civil::Date::new(year as i16, month as i8, day as i8).ok()?;
+    let midnight = date.to_zoned(TimeZone::UTC).map(|z| z.timestamp().as_second());
+    let Ok(midnight) = midnight else { return Some(None) };
+    let seconds = midnight + hour * 3600 + minute * 60 + second - offset_s;
+    Some(seconds.checked_mul(1_000_000_000).and_then(|ns| ns.checked_add(nanos)))
 }
 
 impl<'de> Deserialize<'de> for TimeInput {
@@ -104,11 +161,9 @@ pub fn parse_query_time(s: &str) -> Result<i64, &'static str> {
 
 /// RFC 3339 UTC with milliseconds: `2026-11-22T10:15:30.123Z`.
 pub fn format_nanos(unix_nanos: i64) -> String {
-    DateTime::<Utc>::from_timestamp_nanos(unix_nanos).to_rfc3339_opts(SecondsFormat::Millis, true)
-}
-
-pub fn now_nanos() -> i64 {
-    Utc::now().timestamp_nanos_opt().unwrap_or(i64::MAX)
+    // Every i64 of nanoseconds is a jiff timestamp.
+    let t = Timestamp::from_nanosecond(i128::from(unix_nanos)).expect("an i64 of nanoseconds is a timestamp");
+    format!("{t:.3}")
 }
 
 #[cfg(test)]
@@ -130,6 +185,35 @@ mod tests {
     }
 
     #[test]
+    fn rfc3339_text_is_read_as_section_5_6_allows() {
+        let at = parse_query_time("2026-11-22T10:15:30Z").unwrap();
+        for same in ["2026-11-22t10:15:30z", "2026-11-22 10:15:30Z", "2026-11-22T11:15:30+01:00", "2026-11-22T09:15:30\u{2212}01:00"] {
+            assert_eq!(parse_query_time(same), Ok(at), "{same}");
+        }
+        // Nanoseconds kept, digits past them ignored; a leap second is the second after :59.
+        assert_eq!(parse_query_time("2026-11-22T10:15:30.1234567899Z"), Ok(at + 123_456_789));
+        assert_eq!(parse_query_time("2026-11-22T10:15:29.5Z"), Ok(at - 500_000_000));
+        assert_eq!(parse_query_time("2026-11-22T10:14:60Z"), Ok(at - 30_000_000_000));
+        for bad in [
+            "2026-11-22T10:15Z",
+            "2026-11-22T10:15:30",
+            "2026-11-22T10:15:30.Z",
+            "2026-11-22T10:15:30+0100",
+            "2026-11-22T10:15:30+01",
+            "2026-11-22T10:15:30+24:00",
+            "2026-11-22T24:00:00Z",
+            "2026-02-29T10:15:30Z",
+            "2026-11-22T10:15:30 Z",
+            "2026-11-22T10:15:30UTC",
+            "+2026-11-22T10:15:30Z",
+        ] {
+            assert_eq!(parse_query_time(bad), Err("must be an RFC 3339 date-time"), "{bad}");
+        }
+        assert_eq!(format_nanos(at), "2026-11-22T10:15:30.000Z");
+        assert_eq!(format_nanos(-1), "1969-12-31T23:59:59.999Z");
+    }
+
+    #[test]
     fn rejects_garbage() {
         assert!(TimeInput::Text("yesterday".into()).to_unix_nanos().is_err());
         assert!(TimeInput::EpochMillis(-1.0).to_unix_nanos().is_err());
@@ -138,7 +222,7 @@ mod tests {
 
     #[test]
     fn the_accepted_range_is_1970_up_to_2262() {
-        let end = DateTime::parse_from_rfc3339("2262-01-01T00:00:00Z").unwrap().timestamp_nanos_opt().unwrap();
+        let end = "2262-01-01T00:00:00Z".parse::<Timestamp>().unwrap().as_nanosecond() as i64;
         assert_eq!(END_INSTANT_NS, end);
         assert_eq!(parse_query_time("1970-01-01T00:00:00Z"), Ok(0));
         assert_eq!(parse_query_time("0"), Ok(0));
@@ -229,8 +313,9 @@ mod tests {
             offset_minutes in -(24 * 60 - 1)..(24 * 60),
         ) {
             // Every i64 instant, written in some offset.
-            let offset = chrono::FixedOffset::east_opt(offset_minutes * 60).unwrap();
-            let text = DateTime::<Utc>::from_timestamp_nanos(ns).with_timezone(&offset).to_rfc3339();
+            let offset = TimeZone::fixed(jiff::tz::Offset::from_seconds(offset_minutes * 60).unwrap());
+            let t = Timestamp::from_nanosecond(i128::from(ns)).unwrap().to_zoned(offset);
+            let text = t.strftime("%Y-%m-%dT%H:%M:%S%.f%:z").to_string();
             match parse_query_time(&text) {
                 Ok(got) => prop_assert_eq!(got, ns),
                 Err(_) => prop_assert!(!in_range(ns), "{} refused", text),

@@ -244,7 +244,7 @@ pub fn span(trace: &str, span: &str, parent: Option<&str>, ts_ms: i64) -> Value 
 
 /// Spans of `traces` traces with `per_trace` spans each, ids prefixed by `prefix`.
 pub fn spans_batch(prefix: &str, traces: usize, per_trace: usize) -> Value {
-    let now = chrono::Utc::now().timestamp_millis();
+    let now = jiff::Timestamp::now().as_millisecond();
     let mut spans = Vec::new();
     for t in 0..traces {
         let trace = format!("{prefix}-t{t}");

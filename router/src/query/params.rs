@@ -188,7 +188,7 @@ mod tests {
             (-1i64..sextant_model::time::END_INSTANT_MS + 2).prop_map(|ms| ms.to_string()),
             any::<u64>().prop_map(|bits| f64::from_bits(bits).to_string()),
             proptest::num::f64::ANY.prop_map(|v| v.to_string()),
-            any::<i64>().prop_map(|ns| chrono::DateTime::<chrono::Utc>::from_timestamp_nanos(ns).to_rfc3339()),
+            any::<i64>().prop_map(|ns| jiff::Timestamp::from_nanosecond(ns.into()).unwrap().to_string()),
             Just("1677-09-21T00:12:44Z".to_owned()),
             Just("2262-04-11T23:47:15Z".to_owned()),
             Just("NaN".to_owned()),
