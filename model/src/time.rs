@@ -187,7 +187,12 @@ mod tests {
     #[test]
     fn rfc3339_text_is_read_as_section_5_6_allows() {
         let at = parse_query_time("2026-11-22T10:15:30Z").unwrap();
-        for same in ["2026-11-22t10:15:30z", "2026-11-22 10:15:30Z", "2026-11-22T11:15:30+01:00", "2026-11-22T09:15:30\u{2212}01:00"] {
+        for same in [
+            "2026-11-22t10:15:30z",
+            "2026-11-22 10:15:30Z",
+            "2026-11-22T11:15:30+01:00",
+            "2026-11-22T09:15:30\u{2212}01:00",
+        ] {
             assert_eq!(parse_query_time(same), Ok(at), "{same}");
         }
         // Nanoseconds kept, digits past them ignored; a leap second is the second after :59.

@@ -168,8 +168,10 @@ mod tests {
 
     #[test]
     fn burst_then_refusal_with_retry_after_per_key() {
-        let limits =
-            RateLimits::new(RateLimitConfig { ingest_rps: 10, analytics_rps: 10, api_rps: 10, auth_rps: 10 }, Clock::system());
+        let limits = RateLimits::new(
+            RateLimitConfig { ingest_rps: 10, analytics_rps: 10, api_rps: 10, auth_rps: 10 },
+            Clock::system(),
+        );
         for _ in 0..10 {
             limits.check(Class::Ingest, "k1", &[], 1).unwrap();
         }

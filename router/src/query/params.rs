@@ -167,7 +167,11 @@ mod tests {
         assert!(matches!(p("from=yesterday"), Err(ApiError::BadRequest("invalid_parameter", _))));
         assert_eq!(p("from=1000&to=2000").unwrap(), (1_000_000_000, 2_000_000_000));
         assert_eq!(p("").unwrap(), (NOW - HOUR_NS, NOW), "by default the hour up to now");
-        assert_eq!(p(&format!("from={}", NOW / 1_000_000 - 60_000)).unwrap(), (NOW - 60_000_000_000, NOW), "`to` defaults to now");
+        assert_eq!(
+            p(&format!("from={}", NOW / 1_000_000 - 60_000)).unwrap(),
+            (NOW - 60_000_000_000, NOW),
+            "`to` defaults to now"
+        );
         assert!(matches!(
             Params::parse(Some("limit=1001")).unwrap().limit(),
             Err(ApiError::BadRequest("invalid_limit", _))
