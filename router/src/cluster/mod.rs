@@ -10,6 +10,8 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use sextant_model::meta::{MetaCommand, MetaCommandResult, MetaQuery, MetaView};
+use sextant_model::query::{ShardQuery, ShardReply};
+use sextant_model::row::Span;
 use sextant_model::ProjectId;
 use sextant_proto::client::{Authed, Channels};
 use sextant_proto::storage_client::StorageClient;
@@ -287,23 +289,29 @@ impl Cluster {
         group: GroupId,
         project: &ProjectId,
         trace_id: &str,
-    ) -> Result<Vec<sextant_proto::Span>, ClusterError> {
+    ) -> Result<Vec<Span>, ClusterError> {
         let req =
             sextant_proto::GetTraceRequest { group, project_id: project.to_string(), trace_id: trace_id.to_owned() };
-        self.on_leader(group, |mut c| {
-            let req = req.clone();
-            async move { c.get_trace(req).await.map(|r| r.into_inner().spans) }
-        })
-        .await
+        let spans = self
+            .on_leader(group, |mut c| {
+                let req = req.clone();
+                async move { c.get_trace(req).await.map(|r| r.into_inner().spans) }
+            })
+            .await?;
+        Ok(spans.into_iter().map(Span::from).collect())
     }
 
     /// Runs a query plan on the leader of its group (a read: safe to retry).
-    pub async fn query(&self, req: sextant_proto::QueryRequest) -> Result<sextant_proto::QueryReply, ClusterError> {
-        self.on_leader_within(req.group, QUERY_DEADLINE, QUERY_DEADLINE, |mut c| {
-            let req = req.clone();
-            async move { c.query(req).await.map(|r| r.into_inner()) }
-        })
-        .await
+    pub async fn query(&self, query: ShardQuery) -> Result<ShardReply, ClusterError> {
+        let group = query.group;
+        let req = sextant_proto::QueryRequest::from(query);
+        let reply = self
+            .on_leader_within(group, QUERY_DEADLINE, QUERY_DEADLINE, |mut c| {
+                let req = req.clone();
+                async move { c.query(req).await.map(|r| r.into_inner()) }
+            })
+            .await?;
+        ShardReply::try_from(reply).map_err(|e| ClusterError::Internal(format!("group {group}: {e}")))
     }
 
     pub async fn meta_write<R: serde::de::DeserializeOwned>(&self, command: &MetaCommand) -> Result<R, ClusterError> {

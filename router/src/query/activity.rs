@@ -10,10 +10,9 @@ use axum::extract::{RawQuery, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use sextant_model::calendar::{self, CalendarError, Interval};
+use sextant_model::query::{ActiveDays, ActiveUsersPlan, EventBuckets, EventBucketsPlan};
 use sextant_model::time::format_nanos;
-use sextant_proto::{query_request, ActiveUsersPlan, EventBucketsPlan};
 
-use super::merge::{ActiveDays, EventBuckets};
 use super::params::{self, invalid, list_of, Params, HOUR_NS};
 use super::scatter::{scatter, Answer};
 use crate::http::error::ApiError;
@@ -98,13 +97,9 @@ pub async fn timeseries(
     let events = list_of("event", q.event.as_deref())?;
     let starts = calendar::bucket_starts(from, to, interval, &tz).map_err(|e| calendar_error("interval", e))?;
     let cohort = crate::query::cohorts::filter(&app, &session, q.cohort_id.as_deref(), to).await?;
-    let plan = query_request::Plan::EventBuckets(EventBucketsPlan {
-        events: events.clone(),
-        bucket_starts: starts.clone(),
-        cohort,
-    });
+    let plan = EventBucketsPlan { events: events.clone(), bucket_starts: starts.clone(), cohort };
     let mut gathered = scatter(&app, &session.project_id, (starts[0], to), params.allow_partial()?, plan).await?;
-    let sums = gathered.fold(EventBuckets::new(starts.len()))?.0;
+    let sums = gathered.fold::<EventBuckets>().fit(starts.len());
     let points = starts
         .iter()
         .zip(&sums)
@@ -162,10 +157,9 @@ pub async fn active_users(
     let reported = &day_starts[first_reported..];
     let first_reported = first_reported as u32;
     let cohort = crate::query::cohorts::filter(&app, &session, q.cohort_id.as_deref(), to).await?;
-    let plan =
-        query_request::Plan::ActiveUsers(ActiveUsersPlan { day_starts: day_starts.clone(), first_reported, cohort });
+    let plan = ActiveUsersPlan { day_starts: day_starts.clone(), first_reported, cohort };
     let mut gathered = scatter(&app, &session.project_id, (day_starts[0], to), params.allow_partial()?, plan).await?;
-    let sums = gathered.fold(ActiveDays::new(reported.len()))?.0;
+    let sums = gathered.fold::<ActiveDays>().fit(reported.len());
     let points = reported
         .iter()
         .zip(&sums)

@@ -7,9 +7,8 @@ use std::sync::Arc;
 use axum::extract::{RawQuery, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
-use sextant_proto::{query_request, ApmPlan};
+use sextant_model::query::{ApmPlan, Endpoints};
 
-use super::merge::Endpoints;
 use super::params::{self, invalid, list_of, ms, Params};
 use super::scatter::{scatter, Answer};
 use crate::http::error::ApiError;
@@ -88,10 +87,8 @@ pub async fn endpoints(
         ));
     }
     let plan = ApmPlan { services: list_of("service", q.service.as_deref())? };
-    let mut gathered =
-        scatter(&app, &session.project_id, (from, to), q.params.allow_partial()?, query_request::Plan::Apm(plan))
-            .await?;
-    let merged = gathered.fold(Endpoints::default())?;
+    let mut gathered = scatter(&app, &session.project_id, (from, to), q.params.allow_partial()?, plan).await?;
+    let merged = gathered.fold::<Endpoints>();
     let seconds = (to - from) as f64 / 1e9;
     let mut items: Vec<EndpointJson> = merged
         .0
@@ -102,10 +99,10 @@ pub async fn endpoints(
             error_rate: s.error_rate(),
             rps: s.count as f64 / seconds,
             avg_ms: ms(s.sum_ms / s.count.max(1) as f64),
-            p50_ms: s.quantile_ms(0.5),
-            p90_ms: s.quantile_ms(0.9),
-            p95_ms: s.quantile_ms(0.95),
-            p99_ms: s.quantile_ms(0.99),
+            p50_ms: s.sketch.quantile(0.5).map(ms),
+            p90_ms: s.sketch.quantile(0.9).map(ms),
+            p95_ms: s.sketch.quantile(0.95).map(ms),
+            p99_ms: s.sketch.quantile(0.99).map(ms),
             max_ms: s.sketch.max().map(ms),
             service,
             operation,

@@ -17,10 +17,9 @@ use serde::Serialize;
 use serde_json::Value;
 use sextant_model::cohort::{self, Cohort, CohortInput};
 use sextant_model::meta::{MetaCommand, MetaQuery};
+use sextant_model::query::{CohortFilter, CohortMembers, CohortSizes, CohortSizesPlan, CohortUsersPlan};
 use sextant_model::ProjectId;
-use sextant_proto::{query_request, CohortFilter, CohortSizesPlan, CohortUsersPlan};
 
-use super::merge::{CohortMembers, CohortSizes};
 use super::params::{invalid, Params};
 use super::scatter::{scatter, Answer, Gathered};
 use crate::http::error::ApiError;
@@ -100,11 +99,9 @@ async fn sizes(
     at: i64,
     allow_partial: bool,
 ) -> Result<(Vec<u64>, Gathered), ApiError> {
-    let plan =
-        CohortSizesPlan { cohorts: cohorts.iter().map(|c| (&c.definition).into()).collect(), at_unix_nanos: at };
-    let mut gathered =
-        scatter(app, &session.project_id, (0, at), allow_partial, query_request::Plan::CohortSizes(plan)).await?;
-    let sums = gathered.fold(CohortSizes::new(cohorts.len()))?.0;
+    let plan = CohortSizesPlan { cohorts: cohorts.iter().map(|c| c.definition.clone()).collect(), at_unix_nanos: at };
+    let mut gathered = scatter(app, &session.project_id, (0, at), allow_partial, plan).await?;
+    let sums = gathered.fold::<CohortSizes>().fit(cohorts.len());
     Ok((sums, gathered))
 }
 
@@ -188,14 +185,12 @@ pub async fn users(
     let at = instant(&params, app.clock.now_nanos())?;
     let cohort = find(&app, &session, &id).await?;
     let plan = CohortUsersPlan {
-        cohort: Some(CohortFilter { definition: Some((&cohort.definition).into()), at_unix_nanos: at }),
+        cohort: CohortFilter { definition: cohort.definition, at_unix_nanos: at },
         after: page.after.clone().unwrap_or_default(),
         limit: page.limit as u32 + 1,
     };
-    let mut gathered =
-        scatter(&app, &session.project_id, (0, at), params.allow_partial()?, query_request::Plan::CohortUsers(plan))
-            .await?;
-    let ids = gathered.fold(CohortMembers::default())?.sorted();
+    let mut gathered = scatter(&app, &session.project_id, (0, at), params.allow_partial()?, plan).await?;
+    let ids = gathered.fold::<CohortMembers>().sorted();
     let items = ids.into_iter().map(|id| (id.clone(), CohortMember { distinct_id: id })).collect();
     Ok(gathered.answer(page.apply(items)))
 }
@@ -214,5 +209,5 @@ pub async fn filter(
     }
     let at = after_epoch(at)?;
     let cohort = find(app, session, id).await?;
-    Ok(Some(CohortFilter { definition: Some((&cohort.definition).into()), at_unix_nanos: at }))
+    Ok(Some(CohortFilter { definition: cohort.definition, at_unix_nanos: at }))
 }

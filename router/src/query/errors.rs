@@ -8,10 +8,9 @@ use std::sync::Arc;
 use axum::extract::{Path, RawQuery, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use sextant_model::query::{ErrorGroup, ErrorGroups, ErrorsPlan};
 use sextant_model::time::format_nanos;
-use sextant_proto::{query_request, ErrorGroup, ErrorsPlan};
 
-use super::merge::ErrorGroups;
 use super::params::{self, list_of, Params};
 use super::scatter::{scatter, Answer, Gathered};
 use crate::http::error::ApiError;
@@ -39,7 +38,7 @@ impl From<&ErrorGroup> for ErrorGroupJson {
         ErrorGroupJson {
             fingerprint: g.fingerprint.clone(),
             service: g.service.clone(),
-            kind: g.r#type.clone(),
+            kind: g.kind.clone(),
             message: g.message.clone(),
             count: g.count,
             first_seen: format_nanos(g.first_unix_nanos),
@@ -90,10 +89,9 @@ async fn groups(
 ) -> Result<(Vec<ErrorGroup>, Gathered), ApiError> {
     let plan = ErrorsPlan { services: list_of("service", q.service.as_deref())?, fingerprint: fingerprint.to_owned() };
     let params = &q.params;
-    let mut gathered =
-        scatter(app, &session.project_id, params.range(app.clock.now_nanos())?, params.allow_partial()?, query_request::Plan::Errors(plan))
-            .await?;
-    Ok((gathered.fold(ErrorGroups::default())?.sorted(), gathered))
+    let range = params.range(app.clock.now_nanos())?;
+    let mut gathered = scatter(app, &session.project_id, range, params.allow_partial()?, plan).await?;
+    Ok((gathered.fold::<ErrorGroups>().sorted(), gathered))
 }
 
 pub async fn list(

@@ -9,10 +9,9 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use sextant_model::calendar;
 use sextant_model::funnel::{MAX_STEPS, MIN_STEPS};
+use sextant_model::query::{FunnelPlan, FunnelSteps};
 use sextant_model::time::format_nanos;
-use sextant_proto::{query_request, FunnelPlan};
 
-use super::merge::FunnelSteps;
 use super::params::{self, invalid, Params, MAX_RANGE_NS};
 use super::scatter::{scatter, Answer};
 use crate::http::error::ApiError;
@@ -122,19 +121,19 @@ pub async fn funnel(
         FunnelPlan { steps: steps.clone(), window_nanos: window, strict, range_from: from, range_to: to, cohort };
     // Later steps may happen up to a window after the range.
     let scan_range = (from, to.saturating_add(window));
-    let mut gathered =
-        scatter(&app, &session.project_id, scan_range, q.params.allow_partial()?, query_request::Plan::Funnel(plan))
-            .await?;
-    let FunnelSteps { users, seconds_sum: sums, seconds: sketches } = gathered.fold(FunnelSteps::new(steps.len()))?;
+    let mut gathered = scatter(&app, &session.project_id, scan_range, q.params.allow_partial()?, plan).await?;
+    let merged = gathered.fold::<FunnelSteps>().fit(steps.len());
+    let users: Vec<u64> = merged.iter().map(|s| s.users).collect();
     let rate = |n: u64, of: u64| if of == 0 { 0.0 } else { n as f64 / of as f64 };
     let steps = steps
         .into_iter()
+        .zip(&merged)
         .enumerate()
-        .map(|(k, event)| {
+        .map(|(k, (event, step))| {
             let (median, avg) = if k == 0 || users[k] == 0 {
                 (None, None)
             } else {
-                (sketches[k].quantile(0.5), Some(sums[k] / users[k] as f64))
+                (step.seconds.quantile(0.5), Some(step.seconds_sum / users[k] as f64))
             };
             FunnelStep {
                 event,

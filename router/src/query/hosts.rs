@@ -7,10 +7,9 @@ use std::sync::Arc;
 use axum::extract::{Path, RawQuery, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
+use sextant_model::query::{HostBucket, HostSeries, HostSeriesPlan, HostsPlan, LatestHosts, Mean};
 use sextant_model::time::format_nanos;
-use sextant_proto::{query_request, HostBucket, HostSeriesPlan, HostsPlan, Mean};
 
-use super::merge::{HostSeries, LatestHosts};
 use super::params::{self, invalid, Params, HOUR_NS};
 use super::scatter::{scatter, Answer};
 use crate::http::error::ApiError;
@@ -52,10 +51,8 @@ pub async fn list(
     // A day by default: a host that stopped reporting stays listed (as stale) for a while.
     let now = app.clock.now_nanos();
     let range = params.range_or(24 * HOUR_NS, now)?;
-    let mut gathered =
-        scatter(&app, &session.project_id, range, params.allow_partial()?, query_request::Plan::Hosts(HostsPlan {}))
-            .await?;
-    let latest = gathered.fold(LatestHosts::default())?.0;
+    let mut gathered = scatter(&app, &session.project_id, range, params.allow_partial()?, HostsPlan).await?;
+    let latest = gathered.fold::<LatestHosts>().0;
     let items = latest
         .into_values()
         .map(|m| HostJson {
@@ -97,7 +94,7 @@ fn series_points(from: i64, to: i64, step: i64) -> i64 {
 }
 
 fn mean(m: &Option<Mean>) -> Option<f64> {
-    m.as_ref().filter(|m| m.count > 0).map(|m| m.sum / m.count as f64)
+    m.as_ref().and_then(Mean::get)
 }
 
 /// One step of `GET /api/v1/infrastructure/hosts/{hostname}/metrics`: the means of the
@@ -152,15 +149,8 @@ pub async fn metrics(
         return Err(invalid("step", &format!("gives {points} points; at most {MAX_POINTS} are allowed")));
     }
     let plan = HostSeriesPlan { hostname: hostname.clone(), step_nanos: step };
-    let mut gathered = scatter(
-        &app,
-        &session.project_id,
-        (from, to),
-        q.params.allow_partial()?,
-        query_request::Plan::HostSeries(plan),
-    )
-    .await?;
-    let buckets = gathered.fold(HostSeries::default())?.0;
+    let mut gathered = scatter(&app, &session.project_id, (from, to), q.params.allow_partial()?, plan).await?;
+    let buckets = gathered.fold::<HostSeries>().0;
     // Every step of the range, empty ones with nulls, so charts show gaps.
     let empty = HostBucket::default();
     let points = (0..points)

@@ -11,22 +11,17 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sextant_model::attributes;
-use sextant_model::ingest::parse_level;
+use sextant_model::ingest::{level_name, parse_level};
+use sextant_model::query::{KeyedLog, LogKey, LogList, LogSearchPlan};
 use sextant_model::text::LogQuery;
 use sextant_model::time::format_nanos;
-use sextant_proto::{query_request, KeyedLog, LogKey, LogLevel, LogSearchPlan};
 
-use super::merge::LogList;
 use super::params::{self, bad_cursor, cursor_time, decode_cursor, encode_cursor, invalid, list_of, Params};
 use super::scatter::{scatter, Answer};
 use crate::http::error::ApiError;
 use crate::http::listing::Listed;
 use crate::identity::auth::Session;
 use crate::AppState;
-
-fn key_of(l: &KeyedLog) -> LogKey {
-    l.key.unwrap_or_default()
-}
 
 fn cursor_of(k: &LogKey) -> String {
     encode_cursor(&format!("{}:{}:{:x}:{}", k.unix_nanos, k.group, k.content_hash, k.duplicate))
@@ -47,18 +42,6 @@ fn parse_cursor(params: &Params) -> Result<Option<LogKey>, ApiError> {
         .transpose()
 }
 
-pub fn level_name(level: i32) -> &'static str {
-    match LogLevel::try_from(level).unwrap_or(LogLevel::Unspecified) {
-        LogLevel::Trace => "TRACE",
-        LogLevel::Debug => "DEBUG",
-        LogLevel::Info => "INFO",
-        LogLevel::Warn => "WARN",
-        LogLevel::Error => "ERROR",
-        LogLevel::Fatal => "FATAL",
-        LogLevel::Unspecified => "UNSPECIFIED",
-    }
-}
-
 /// A line in `GET /api/v1/logs/search`.
 #[derive(Debug, Serialize)]
 pub struct LogLine {
@@ -71,18 +54,18 @@ pub struct LogLine {
     pub attributes: Value,
 }
 
-fn log_line(l: &KeyedLog) -> Option<LogLine> {
-    let r = l.log.as_ref()?;
-    let opt = |s: &str| (!s.is_empty()).then(|| s.to_owned());
-    Some(LogLine {
+fn log_line(l: KeyedLog) -> LogLine {
+    let r = l.log;
+    let opt = |s: String| (!s.is_empty()).then_some(s);
+    LogLine {
         timestamp: format_nanos(r.unix_nanos),
         level: level_name(r.level),
-        service: r.service.clone(),
-        message: r.message.clone(),
-        trace_id: opt(&r.trace_id),
-        span_id: opt(&r.span_id),
-        attributes: attributes::to_json(&r.attributes.iter().cloned().map(Into::into).collect::<Vec<_>>()),
-    })
+        attributes: attributes::to_json(&r.attributes),
+        service: r.service,
+        message: r.message,
+        trace_id: opt(r.trace_id),
+        span_id: opt(r.span_id),
+    }
 }
 
 /// The parameters of `GET /api/v1/logs/search`.
@@ -100,7 +83,7 @@ pub async fn search(
     State(app): State<Arc<AppState>>,
     session: Session,
     RawQuery(raw): RawQuery,
-) -> Result<Json<Answer<Listed<Option<LogLine>>>>, ApiError> {
+) -> Result<Json<Answer<Listed<LogLine>>>, ApiError> {
     let query: SearchQuery = params::parse(raw.as_deref())?;
     let params = &query.params;
     let range = params.range(app.clock.now_nanos())?;
@@ -110,8 +93,7 @@ pub async fn search(
     let mut levels = Vec::new();
     for l in list_of("level", query.level.as_deref())? {
         levels.push(
-            parse_level(&l).ok_or_else(|| invalid("level", "must list TRACE, DEBUG, INFO, WARN, ERROR or FATAL"))?
-                as i32,
+            parse_level(&l).ok_or_else(|| invalid("level", "must list TRACE, DEBUG, INFO, WARN, ERROR or FATAL"))?,
         );
     }
     let plan = LogSearchPlan {
@@ -121,30 +103,32 @@ pub async fn search(
         limit: limit as u32 + 1,
         before: parse_cursor(params)?,
     };
-    let mut gathered =
-        scatter(&app, &session.project_id, range, params.allow_partial()?, query_request::Plan::Logs(plan)).await?;
-    let (page, more) = gathered.fold(LogList::default())?.page(limit);
-    let next_cursor = if more { page.last().map(|l| cursor_of(&key_of(l))) } else { None };
-    Ok(gathered.answer(Listed { items: page.iter().map(log_line).collect(), next_cursor }))
+    let mut gathered = scatter(&app, &session.project_id, range, params.allow_partial()?, plan).await?;
+    let (page, more) = gathered.fold::<LogList>().page(limit);
+    let next_cursor = if more { page.last().map(|l| cursor_of(&l.key)) } else { None };
+    Ok(gathered.answer(Listed { items: page.into_iter().map(log_line).collect(), next_cursor }))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::query::merge::{log_order as order, Merge};
-    use sextant_proto::LogSearchPartial;
+    use sextant_model::query::merge_all;
+
+    fn order(k: &LogKey) -> (i64, u64, u64, std::cmp::Reverse<u32>) {
+        k.order()
+    }
+
+    fn key_of(l: &KeyedLog) -> LogKey {
+        l.key
+    }
 
     /// The shards' lists merged as `search` merges them.
     fn merge(lists: Vec<Vec<KeyedLog>>, limit: usize) -> (Vec<KeyedLog>, bool) {
-        let mut merged = LogList::default();
-        for logs in lists {
-            merged.add(LogSearchPartial { logs }).unwrap();
-        }
-        merged.page(limit)
+        merge_all(lists.into_iter().map(LogList)).page(limit)
     }
 
     fn keyed(t: i64, group: u64, hash: u64, duplicate: u32) -> KeyedLog {
-        KeyedLog { key: Some(LogKey { unix_nanos: t, group, content_hash: hash, duplicate }), log: None }
+        KeyedLog { key: LogKey { unix_nanos: t, group, content_hash: hash, duplicate }, log: Default::default() }
     }
 
     #[test]

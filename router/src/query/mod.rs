@@ -1,6 +1,7 @@
 //! Reads: every endpoint parses its parameters (`params`), builds a plan, sends it to every
-//! shard (`scatter`), folds the shards' partials into one answer (`merge`) and responds. One
-//! module per endpoint family; a trace lookup goes to the one shard holding the trace.
+//! shard (`scatter`), folds the shards' partials into one answer (`sextant_model::query::Merge`)
+//! and shapes the response. One module per endpoint family; a trace lookup goes to the one
+//! shard holding the trace.
 
 pub mod activity;
 pub mod apm;
@@ -9,7 +10,6 @@ pub mod errors;
 pub mod funnel;
 pub mod hosts;
 pub mod logs;
-pub mod merge;
 pub mod params;
 pub mod replays;
 pub mod retention;

@@ -9,10 +9,9 @@ use axum::extract::{Path, RawQuery, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use sextant_model::query::{ReplayEvents, ReplayEventsPlan, ReplayListPlan, ReplaySessions};
 use sextant_model::time::format_nanos;
-use sextant_proto::{query_request, ReplayEventsPlan, ReplayListPlan};
 
-use super::merge::{ReplayEvents, ReplaySessions};
 use super::params::{self, bad_cursor, cursor_time, decode_cursor, encode_cursor, invalid, Params, HOUR_NS};
 use super::scatter::{scatter, Answer};
 use crate::http::error::ApiError;
@@ -63,10 +62,10 @@ pub async fn list(
             Ok((cursor_time(start)?, id.to_owned()))
         })
         .transpose()?;
-    let plan = query_request::Plan::Replays(ReplayListPlan { distinct_id });
+    let plan = ReplayListPlan { distinct_id };
     let mut gathered = scatter(&app, &session.project_id, range, params.allow_partial()?, plan).await?;
     let after = after.as_ref().map(|(t, id)| (*t, id.as_str()));
-    let (sessions, more) = gathered.fold(ReplaySessions::default())?.page(after, limit);
+    let (sessions, more) = gathered.fold::<ReplaySessions>().page(after, limit);
     let next_cursor = if more {
         sessions.last().map(|s| encode_cursor(&format!("{}:{}", s.start_unix_nanos, s.session_id)))
     } else {
@@ -117,9 +116,9 @@ pub async fn events(
         return Err(invalid("session_id", "must have 1 to 200 characters"));
     }
     let range = params.range_or(DEFAULT_RANGE_NS, app.clock.now_nanos())?;
-    let plan = query_request::Plan::ReplayEvents(ReplayEventsPlan { session_id: session_id.clone() });
+    let plan = ReplayEventsPlan { session_id: session_id.clone() };
     let mut gathered = scatter(&app, &session.project_id, range, params.allow_partial()?, plan).await?;
-    let events = gathered.fold(ReplayEvents::default())?.sorted();
+    let events = gathered.fold::<ReplayEvents>().sorted();
     let (Some(first), Some(last)) = (events.first(), events.last()) else {
         return Err(ApiError::NotFound(format!("no recording of session {session_id}")));
     };

@@ -10,10 +10,9 @@ use axum::extract::{RawQuery, State};
 use axum::Json;
 use serde::{Deserialize, Serialize};
 use sextant_model::calendar::{self, Interval};
+use sextant_model::query::{RetentionCohorts, RetentionPlan};
 use sextant_model::time::format_nanos;
-use sextant_proto::{query_request, RetentionPlan};
 
-use super::merge::RetentionCohorts;
 use super::params::{self, invalid, Params};
 use super::scatter::{scatter, Answer};
 use crate::http::error::ApiError;
@@ -140,7 +139,8 @@ pub async fn retention(
     };
     let tz = zone(q.tz.as_deref())?;
     // By default, as many cohorts as periods, ending now.
-    let (from, to) = q.params.range_or(period_ns(interval).saturating_mul(i64::from(periods)), app.clock.now_nanos())?;
+    let (from, to) =
+        q.params.range_or(period_ns(interval).saturating_mul(i64::from(periods)), app.clock.now_nanos())?;
     let (cohort_starts, bucket_starts, scan_end) = buckets(from, to, interval, periods, &tz)?;
     let plan = RetentionPlan {
         start_event,
@@ -150,15 +150,9 @@ pub async fn retention(
         periods,
         first_time,
     };
-    let mut gathered = scatter(
-        &app,
-        &session.project_id,
-        (bucket_starts[0], scan_end),
-        q.params.allow_partial()?,
-        query_request::Plan::Retention(plan),
-    )
-    .await?;
-    let sums = gathered.fold(RetentionCohorts::new(cohort_starts.len(), periods as usize))?.0;
+    let range = (bucket_starts[0], scan_end);
+    let mut gathered = scatter(&app, &session.project_id, range, q.params.allow_partial()?, plan).await?;
+    let sums = gathered.fold::<RetentionCohorts>().fit(cohort_starts.len(), periods as usize);
     let cohorts = cohort_starts
         .iter()
         .zip(&sums)

@@ -1,6 +1,6 @@
 //! Scatter-gather (the `Reads` section of docs/ARCHITECTURE.md): a plan is sent to every data
 //! shard's leader at once, each under a per-shard timeout, and what they answer is gathered
-//! for the endpoint to merge (`query::merge`). Partial answers follow docs/API.md, "Reads: time
+//! for the endpoint to fold (`sextant_model::query::Merge`). Partial answers follow docs/API.md, "Reads: time
 //! range, partial answers and limits".
 
 use std::future::Future;
@@ -8,10 +8,9 @@ use std::time::Duration;
 
 use axum::Json;
 use serde::Serialize;
+use sextant_model::query::{Partial, PartialKind, Plan, ShardQuery, ShardReply};
 use sextant_model::ProjectId;
-use sextant_proto::{query_reply, query_request, QueryReply, QueryRequest};
 
-use super::merge::Merge;
 use crate::cluster::{ClusterError, GroupId};
 use crate::http::error::ApiError;
 use crate::AppState;
@@ -23,20 +22,16 @@ pub const SHARD_TIMEOUT: Duration = crate::cluster::QUERY_DEADLINE;
 
 /// One query over every shard: its answers, and the shards that did not answer.
 pub struct Gathered {
-    pub partials: Vec<(GroupId, query_reply::Partial)>,
+    pub partials: Vec<(GroupId, Partial)>,
     pub missing: Vec<GroupId>,
 }
 
 impl Gathered {
-    /// Every shard's partial added in turn to `into`: the merged answer. The partials are
-    /// consumed; which shards are missing stays, for [`Self::answer`].
-    pub fn fold<M: Merge>(&mut self, mut into: M) -> Result<M, ApiError> {
-        for (_, partial) in std::mem::take(&mut self.partials) {
-            if let Some(p) = M::pick(partial) {
-                into.add(p)?;
-            }
-        }
-        Ok(into)
+    /// Every shard's partial of kind `P` merged in turn (partials of another kind are not):
+    /// the merged answer. The partials are consumed; which shards are missing stays, for
+    /// [`Self::answer`].
+    pub fn fold<P: PartialKind>(&mut self) -> P {
+        sextant_model::query::merge_all(std::mem::take(&mut self.partials).into_iter().filter_map(|(_, p)| P::pick(p)))
     }
 
     /// Which shards the answer lacks.
@@ -79,7 +74,7 @@ pub async fn gather<F, Fut>(
 ) -> Result<Gathered, ApiError>
 where
     F: Fn(GroupId) -> Fut,
-    Fut: Future<Output = Result<QueryReply, ClusterError>>,
+    Fut: Future<Output = Result<ShardReply, ClusterError>>,
 {
     let replies = futures::future::join_all(groups.iter().map(|&g| {
         let fut = call(g);
@@ -89,11 +84,10 @@ where
     let mut out = Gathered { partials: Vec::new(), missing: Vec::new() };
     for (group, reply) in replies {
         match reply {
-            Ok(Ok(r)) if r.budget_exceeded => {
+            Ok(Ok(ShardReply { partial: Some(p), .. })) => out.partials.push((group, p)),
+            Ok(Ok(ShardReply { partial: None, .. })) => {
                 return Err(ApiError::QueryTooLarge { max_rows_per_shard: MAX_ROWS_PER_SHARD });
             }
-            Ok(Ok(QueryReply { partial: Some(p), .. })) => out.partials.push((group, p)),
-            Ok(Ok(_)) => return Err(ApiError::Internal(format!("shard {group} answered without a partial"))),
             Ok(Err(ClusterError::Internal(m))) => return Err(ApiError::Internal(m)),
             Ok(Err(ClusterError::Unavailable(m))) => {
                 tracing::warn!(group, error = %m, "shard missing from a query");
@@ -117,23 +111,23 @@ pub async fn scatter(
     project: &ProjectId,
     (from, to): (i64, i64),
     allow_partial: bool,
-    plan: query_request::Plan,
+    plan: impl Into<Plan>,
 ) -> Result<Gathered, ApiError> {
     let shards = app.cluster.shard_count();
     if shards == 0 {
         return Err(ApiError::Unavailable("the storage topology is not known yet".into()));
     }
-    let base = QueryRequest {
+    let base = ShardQuery {
         group: 0,
         project_id: project.to_string(),
         from_unix_nanos: from,
         to_unix_nanos: to,
         max_rows: MAX_ROWS_PER_SHARD,
-        plan: Some(plan),
+        plan: plan.into(),
     };
     let started = std::time::Instant::now();
     let out = gather((1..=shards as u64).collect(), SHARD_TIMEOUT, allow_partial, |group| {
-        app.cluster.query(QueryRequest { group, ..base.clone() })
+        app.cluster.query(ShardQuery { group, ..base.clone() })
     })
     .await;
     tracing::debug!(ms = started.elapsed().as_secs_f64() * 1e3, "query gathered");
@@ -143,10 +137,10 @@ pub async fn scatter(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sextant_proto::ApmPartial;
+    use sextant_model::query::Endpoints;
 
-    fn ok() -> QueryReply {
-        QueryReply { partial: Some(query_reply::Partial::Apm(ApmPartial::default())), ..Default::default() }
+    fn ok() -> ShardReply {
+        ShardReply { rows_scanned: 0, partial: Some(Partial::Apm(Endpoints::default())) }
     }
 
     #[tokio::test]
@@ -155,7 +149,7 @@ mod tests {
             match g {
                 2 => Err(ClusterError::Unavailable("no leader".into())),
                 // Never answers: the per-shard timeout ends it.
-                3 => std::future::pending::<Result<QueryReply, ClusterError>>().await,
+                3 => std::future::pending::<Result<ShardReply, ClusterError>>().await,
                 _ => Ok(ok()),
             }
         };
@@ -173,9 +167,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_shard_over_its_row_budget_fails_the_query() {
-        let call = |g: GroupId| async move {
-            Ok(if g == 2 { QueryReply { budget_exceeded: true, ..Default::default() } } else { ok() })
-        };
+        let call =
+            |g: GroupId| async move { Ok(if g == 2 { ShardReply { rows_scanned: 7, partial: None } } else { ok() }) };
         let err = gather(vec![1, 2], Duration::from_secs(5), true, call).await.err().unwrap();
         assert!(matches!(err, ApiError::QueryTooLarge { .. }));
     }

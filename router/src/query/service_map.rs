@@ -6,10 +6,9 @@ use std::sync::Arc;
 use axum::extract::{RawQuery, State};
 use axum::Json;
 use serde::Serialize;
-use sextant_proto::{query_request, ServiceMapPlan};
+use sextant_model::query::{ServiceMap, ServiceMapPlan};
 
-use super::merge::ServiceMap;
-use super::params::Params;
+use super::params::{ms, Params};
 use super::scatter::{scatter, Answer};
 use crate::http::error::ApiError;
 use crate::identity::auth::Session;
@@ -48,21 +47,14 @@ pub async fn get(
 ) -> Result<Json<Answer<ServiceMapJson>>, ApiError> {
     let params = Params::parse(raw.as_deref())?;
     let range = params.range(app.clock.now_nanos())?;
-    let mut gathered = scatter(
-        &app,
-        &session.project_id,
-        range,
-        params.allow_partial()?,
-        query_request::Plan::ServiceMap(ServiceMapPlan {}),
-    )
-    .await?;
-    let ServiceMap { nodes, edges } = gathered.fold(ServiceMap::default())?;
+    let mut gathered = scatter(&app, &session.project_id, range, params.allow_partial()?, ServiceMapPlan).await?;
+    let ServiceMap { nodes, edges } = gathered.fold();
     let nodes = nodes
         .into_iter()
         .map(|(service, s)| ServiceNode {
             span_count: s.count,
             error_rate: s.error_rate(),
-            p95_ms: s.quantile_ms(0.95),
+            p95_ms: s.sketch.quantile(0.95).map(ms),
             service,
         })
         .collect();
@@ -71,7 +63,7 @@ pub async fn get(
         .map(|((source, target), s)| ServiceEdge {
             call_count: s.count,
             error_count: s.errors,
-            p95_ms: s.quantile_ms(0.95),
+            p95_ms: s.sketch.quantile(0.95).map(ms),
             source,
             target,
         })

@@ -14,11 +14,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sextant_model::attributes;
 use sextant_model::partition::group_of;
+use sextant_model::query::{TraceKey, TraceList, TraceListPlan};
+use sextant_model::row::{Span, SpanStatus, TraceSummary};
 use sextant_model::time::format_nanos;
 use sextant_model::TraceId;
-use sextant_proto::{query_request, Span, SpanStatus, TraceKey, TraceListPlan, TraceSummary};
 
-use super::merge::TraceList;
 use super::params::{
     self, bad_cursor, cursor_time, decode_cursor, encode_cursor, invalid, list_of, millis, ms, Params,
 };
@@ -45,7 +45,7 @@ pub struct SpanJson {
 
 impl From<&Span> for SpanJson {
     fn from(s: &Span) -> Self {
-        let status = match SpanStatus::try_from(s.status).unwrap_or(SpanStatus::Unset) {
+        let status = match s.status {
             SpanStatus::Ok => "ok",
             SpanStatus::Error => "error",
             SpanStatus::Unset => "unset",
@@ -59,7 +59,7 @@ impl From<&Span> for SpanJson {
             timestamp: format_nanos(s.start_unix_nanos),
             duration_ms: s.duration_nanos as f64 / 1e6,
             status,
-            attributes: attributes::to_json(&s.attributes.iter().cloned().map(Into::into).collect::<Vec<_>>()),
+            attributes: attributes::to_json(&s.attributes),
         }
     }
 }
@@ -178,9 +178,8 @@ pub async fn list(
         limit: limit as u32 + 1,
         before: parse_cursor(&q.params)?,
     };
-    let mut gathered =
-        scatter(&app, &session.project_id, range, q.params.allow_partial()?, query_request::Plan::Traces(plan)).await?;
-    let (page, more) = gathered.fold(TraceList::default())?.page(limit);
+    let mut gathered = scatter(&app, &session.project_id, range, q.params.allow_partial()?, plan).await?;
+    let (page, more) = gathered.fold::<TraceList>().page(limit);
     let next_cursor = if more { page.last().map(cursor_of) } else { None };
     Ok(gathered.answer(Listed { items: page.iter().map(TraceSummaryJson::from).collect(), next_cursor }))
 }
@@ -188,16 +187,11 @@ pub async fn list(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::query::merge::{trace_key as key, Merge};
-    use sextant_proto::TraceListPartial;
+    use sextant_model::query::{merge_all, trace_key as key};
 
     /// The shards' lists merged as `list` merges them.
     fn merge(lists: Vec<Vec<TraceSummary>>, limit: usize) -> (Vec<TraceSummary>, bool) {
-        let mut merged = TraceList::default();
-        for traces in lists {
-            merged.add(TraceListPartial { traces }).unwrap();
-        }
-        merged.page(limit)
+        merge_all(lists.into_iter().map(TraceList)).page(limit)
     }
 
     fn t(id: &str, start: i64) -> TraceSummary {
