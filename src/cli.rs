@@ -58,6 +58,9 @@ pub struct DevArgs {
     /// HTTP address of `/metrics` and the admin API `/admin/v1` (never on the public one).
     #[arg(long, default_value = "127.0.0.1:9090")]
     pub internal_listen: SocketAddr,
+    /// Address of OTLP/gRPC (OTLP/HTTP is served on `--listen`).
+    #[arg(long, env = "SEXTANT_OTLP_GRPC_LISTEN", default_value = "127.0.0.1:4317")]
+    pub otlp_grpc_listen: SocketAddr,
     /// Number of data shards (fixed when the data directory is created).
     #[arg(long, default_value_t = 4)]
     pub shards: u32,
@@ -209,6 +212,9 @@ pub struct RouterArgs {
     /// loopback by default; in a cluster, an address only the operator and Prometheus reach.
     #[arg(long, default_value = "127.0.0.1:9090")]
     pub internal_listen: SocketAddr,
+    /// Address of OTLP/gRPC (OTLP/HTTP is served on `--listen`).
+    #[arg(long, env = "SEXTANT_OTLP_GRPC_LISTEN", default_value = "0.0.0.0:4317")]
+    pub otlp_grpc_listen: SocketAddr,
     /// gRPC addresses of storage nodes (any subset; the rest is discovered).
     #[arg(long, value_delimiter = ',', required = true)]
     pub nodes: Vec<String>,
@@ -336,6 +342,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         RouterConfig {
             listen: args.listen,
             internal_listen: args.internal_listen,
+            otlp_grpc_listen: Some(args.otlp_grpc_listen),
             nodes: vec![node.addr.to_string()],
             cluster_secret,
             jwt_secret: jwt_secret.into_bytes(),
@@ -364,7 +371,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         }
         None => std::fs::read(&creds_path).ok().and_then(|b| serde_json::from_slice::<Credentials>(&b).ok()),
     };
-    print_banner(&url, router.internal_addr, creds.as_ref(), &creds_path);
+    print_banner(&url, router.internal_addr, router.otlp_grpc_addr, creds.as_ref(), &creds_path);
     shutdown_signal().await?;
     tracing::info!("shutting down");
     router.shutdown().await;
@@ -412,9 +419,12 @@ fn admin_token(token: Option<&str>) -> anyhow::Result<Option<AdminToken>> {
     token.map(|t| AdminToken::new(t).map_err(anyhow::Error::msg)).transpose()
 }
 
-fn print_banner(url: &str, internal: SocketAddr, creds: Option<&Credentials>, path: &Path) {
+fn print_banner(url: &str, internal: SocketAddr, otlp: Option<SocketAddr>, creds: Option<&Credentials>, path: &Path) {
     println!("\nSextant is running (embedded mode): {url}");
     println!("  internal      http://{internal}   (/metrics; /admin/v1 with --admin-token)");
+    if let Some(otlp) = otlp {
+        println!("  OTLP          gRPC http://{otlp}, HTTP {url}/v1/{{traces,logs,metrics}} (with an API key)");
+    }
     match creds {
         Some(c) => {
             println!("  login         {} / {}", c.email, c.password);
@@ -476,6 +486,7 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
         RouterConfig {
             listen: args.listen,
             internal_listen: args.internal_listen,
+            otlp_grpc_listen: Some(args.otlp_grpc_listen),
             nodes: args.nodes,
             cluster_secret: args.cluster_secret,
             jwt_secret: args.jwt_secret.into_bytes(),

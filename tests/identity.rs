@@ -1179,6 +1179,7 @@ async fn a_router_that_stops_cleanly_leaves_the_limit_shares_at_once() {
         std::process::Command::new(BIN)
             .args(["router", "--listen", &listen, "--internal-listen", &internal, "--nodes", &cluster.grpc])
             .envs(SECRETS)
+            .env("SEXTANT_OTLP_GRPC_LISTEN", "127.0.0.1:0")
             .stdout(log.try_clone().unwrap())
             .stderr(log)
             .spawn()

@@ -1,7 +1,8 @@
-//! Observability ingest objects (docs/API.md, "Observability ingest"): their JSON shape and the
-//! one validation function per kind, shared by the JSON API and the OTLP paths.
+//! Observability ingest objects (docs/API.md, "Observability ingest"): the input of each kind,
+//! as the JSON API parses it and as the OTLP mapping builds it, and the one validation function
+//! per kind that both go through.
 
-use serde::Deserialize;
+use serde::{Deserialize, Deserializer};
 
 use crate::attributes::{self, Attributes};
 use crate::batch::Capped;
@@ -18,6 +19,8 @@ pub const MAX_OPERATION_LEN: usize = 1024;
 pub const MAX_MESSAGE_LEN: usize = 256 * 1024;
 /// Longer than any plausible span: thirty days.
 pub const MAX_DURATION_MS: f64 = 30.0 * 24.0 * 3600.0 * 1000.0;
+/// [`MAX_DURATION_MS`] in nanoseconds.
+pub const MAX_DURATION_NS: u64 = 30 * 24 * 3600 * 1_000_000_000;
 
 /// Why one object of a batch was refused: `details.errors[]` of the error body.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
@@ -33,8 +36,9 @@ impl FieldError {
     }
 }
 
+/// A span as a client sends it: parsed from the JSON API, or mapped from OTLP.
 #[derive(Debug, Deserialize)]
-pub struct SpanJson {
+pub struct SpanInput {
     pub trace_id: String,
     pub span_id: String,
     #[serde(default)]
@@ -42,15 +46,28 @@ pub struct SpanJson {
     pub service_name: String,
     pub operation: String,
     pub timestamp: TimeInput,
-    pub duration_ms: f64,
+    #[serde(rename = "duration_ms", deserialize_with = "duration_millis")]
+    pub duration: DurationInput,
     #[serde(default)]
     pub status: Option<String>,
     #[serde(default)]
     pub attributes: Attributes,
 }
 
+/// How long a span took: milliseconds from the JSON API, nanoseconds from OTLP.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum DurationInput {
+    Millis(f64),
+    Nanos(u64),
+}
+
+fn duration_millis<'de, D: Deserializer<'de>>(d: D) -> Result<DurationInput, D::Error> {
+    f64::deserialize(d).map(DurationInput::Millis)
+}
+
+/// A log line as a client sends it.
 #[derive(Debug, Deserialize)]
-pub struct LogJson {
+pub struct LogInput {
     pub timestamp: TimeInput,
     pub level: String,
     pub service: String,
@@ -63,8 +80,9 @@ pub struct LogJson {
     pub attributes: Attributes,
 }
 
+/// One host's metrics at one instant, as a client sends them.
 #[derive(Debug, Deserialize)]
-pub struct HostMetricJson {
+pub struct HostMetricInput {
     pub timestamp: TimeInput,
     pub hostname: String,
     #[serde(default)]
@@ -85,17 +103,17 @@ pub struct HostMetricJson {
 
 #[derive(Debug, Deserialize)]
 pub struct SpansBody {
-    pub spans: Capped<SpanJson, MAX_BATCH_OBJECTS>,
+    pub spans: Capped<SpanInput, MAX_BATCH_OBJECTS>,
 }
 
 #[derive(Debug, Deserialize)]
 pub struct LogsBody {
-    pub logs: Capped<LogJson, MAX_BATCH_OBJECTS>,
+    pub logs: Capped<LogInput, MAX_BATCH_OBJECTS>,
 }
 
 #[derive(Debug, Deserialize)]
 pub struct MetricsBody {
-    pub metrics: Capped<HostMetricJson, MAX_BATCH_OBJECTS>,
+    pub metrics: Capped<HostMetricInput, MAX_BATCH_OBJECTS>,
 }
 
 /// Collects every problem of one object instead of stopping at the first.
@@ -154,7 +172,7 @@ impl Check<'_> {
 }
 
 /// Validates one span; appends its problems to `errors` and returns the stored form.
-pub fn validate_span(index: usize, s: SpanJson, errors: &mut Vec<FieldError>) -> Option<Span> {
+pub fn validate_span(index: usize, s: SpanInput, errors: &mut Vec<FieldError>) -> Option<Span> {
     let before = errors.len();
     let mut c = Check { index, errors };
     c.id("trace_id", &s.trace_id);
@@ -166,11 +184,22 @@ pub fn validate_span(index: usize, s: SpanJson, errors: &mut Vec<FieldError>) ->
     c.name("service_name", &s.service_name, MAX_NAME_LEN);
     c.name("operation", &s.operation, MAX_OPERATION_LEN);
     let start = c.time("timestamp", &s.timestamp);
-    if !s.duration_ms.is_finite() || s.duration_ms < 0.0 {
-        c.fail("duration_ms", "must be a number ≥ 0");
-    } else if s.duration_ms > MAX_DURATION_MS {
-        c.fail("duration_ms", "must be at most 30 days");
-    }
+    let duration_nanos = match s.duration {
+        DurationInput::Millis(ms) if !ms.is_finite() || ms < 0.0 => {
+            c.fail("duration_ms", "must be a number ≥ 0");
+            0
+        }
+        DurationInput::Millis(ms) if ms > MAX_DURATION_MS => {
+            c.fail("duration_ms", "must be at most 30 days");
+            0
+        }
+        DurationInput::Millis(ms) => (ms * 1e6).round() as u64,
+        DurationInput::Nanos(ns) if ns > MAX_DURATION_NS => {
+            c.fail("duration_ms", "must be at most 30 days");
+            0
+        }
+        DurationInput::Nanos(ns) => ns,
+    };
     let status = match s.status.as_deref().map(str::to_ascii_lowercase).as_deref() {
         None | Some("unset") | Some("") => SpanStatus::Unset,
         Some("ok") => SpanStatus::Ok,
@@ -188,7 +217,7 @@ pub fn validate_span(index: usize, s: SpanJson, errors: &mut Vec<FieldError>) ->
         service_name: s.service_name,
         operation: s.operation,
         start_unix_nanos: start,
-        duration_nanos: (s.duration_ms * 1e6).round() as u64,
+        duration_nanos,
         status,
         attributes: s.attributes.0,
     })
@@ -218,7 +247,7 @@ pub fn level_name(level: LogLevel) -> &'static str {
     }
 }
 
-pub fn validate_log(index: usize, l: LogJson, errors: &mut Vec<FieldError>) -> Option<LogRecord> {
+pub fn validate_log(index: usize, l: LogInput, errors: &mut Vec<FieldError>) -> Option<LogRecord> {
     let before = errors.len();
     let mut c = Check { index, errors };
     let ts = c.time("timestamp", &l.timestamp);
@@ -250,7 +279,7 @@ pub fn validate_log(index: usize, l: LogJson, errors: &mut Vec<FieldError>) -> O
     })
 }
 
-pub fn validate_host_metric(index: usize, m: HostMetricJson, errors: &mut Vec<FieldError>) -> Option<HostMetric> {
+pub fn validate_host_metric(index: usize, m: HostMetricInput, errors: &mut Vec<FieldError>) -> Option<HostMetric> {
     let before = errors.len();
     let mut c = Check { index, errors };
     let ts = c.time("timestamp", &m.timestamp);

@@ -36,6 +36,8 @@ pub struct RouterConfig {
     pub listen: SocketAddr,
     /// `/metrics` and `/admin/v1` (and the probes): an address only the cluster reaches.
     pub internal_listen: SocketAddr,
+    /// OTLP/gRPC (docs/API.md, "OTLP"); `None` serves no OTLP/gRPC.
+    pub otlp_grpc_listen: Option<SocketAddr>,
     /// gRPC addresses of storage nodes to learn the topology from.
     pub nodes: Vec<String>,
     pub cluster_secret: String,
@@ -74,9 +76,12 @@ pub struct AppState {
 pub struct RunningRouter {
     pub addr: SocketAddr,
     pub internal_addr: SocketAddr,
+    /// Where OTLP/gRPC is served, if it is.
+    pub otlp_grpc_addr: Option<SocketAddr>,
     pub state: Arc<AppState>,
     server: tokio::task::JoinHandle<()>,
     internal: tokio::task::JoinHandle<()>,
+    otlp_grpc: Option<tokio::task::JoinHandle<()>>,
     refresher: tokio::task::JoinHandle<()>,
     housekeeper: tokio::task::JoinHandle<()>,
 }
@@ -85,6 +90,9 @@ impl RunningRouter {
     pub fn abort(self) {
         self.server.abort();
         self.internal.abort();
+        if let Some(otlp) = &self.otlp_grpc {
+            otlp.abort();
+        }
         self.refresher.abort();
         self.housekeeper.abort();
     }
@@ -95,6 +103,9 @@ impl RunningRouter {
         self.housekeeper.abort();
         self.server.abort();
         self.internal.abort();
+        if let Some(otlp) = &self.otlp_grpc {
+            otlp.abort();
+        }
         let leave = MetaCommand::RouterLeft { router_id: self.state.router_id.clone() };
         match tokio::time::timeout(Duration::from_secs(3), self.state.cluster.meta_write::<MetaCommandResult>(&leave))
             .await
@@ -162,8 +173,35 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
             refused.inc();
         },
     ));
-    tracing::info!(%addr, %internal_addr, "router listening");
-    Ok(RunningRouter { addr, internal_addr, state, server, internal, refresher, housekeeper })
+    let (otlp_grpc_addr, otlp_grpc) = match state.config.otlp_grpc_listen {
+        Some(at) => {
+            let listener = tokio::net::TcpListener::bind(at).await?;
+            let refused = state.metrics.refused_connections.clone();
+            let otlp_addr = listener.local_addr()?;
+            let task = tokio::spawn(http::connection::serve(
+                listener,
+                ingest::otlp::grpc::router(state.clone()),
+                state.config.server.clone(),
+                move || {
+                    refused.inc();
+                },
+            ));
+            (Some(otlp_addr), Some(task))
+        }
+        None => (None, None),
+    };
+    tracing::info!(%addr, %internal_addr, ?otlp_grpc_addr, "router listening");
+    Ok(RunningRouter {
+        addr,
+        internal_addr,
+        otlp_grpc_addr,
+        state,
+        server,
+        internal,
+        otlp_grpc,
+        refresher,
+        housekeeper,
+    })
 }
 
 /// Heartbeats into meta (so every router knows how many share the rate limits) and forgets

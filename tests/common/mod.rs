@@ -24,6 +24,9 @@ impl Proc {
             .args(args)
             .envs(envs.iter().copied())
             .env("SEXTANT_LOG", "info,openraft=warn")
+            // Many processes run at once: OTLP/gRPC on a port of their own (a test that uses it
+            // passes --otlp-grpc-listen).
+            .env("SEXTANT_OTLP_GRPC_LISTEN", "127.0.0.1:0")
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)

@@ -155,6 +155,14 @@ impl Budget {
     }
 }
 
+impl Budget {
+    /// Runs `work` on the blocking pool, one parser slot at a time, as [`Budget::parse`] does.
+    pub async fn run<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
+        let _slot = self.parsers.clone().acquire_owned().await.map_err(|_| ApiError::Overloaded)?;
+        tokio::task::spawn_blocking(work).await.map_err(|e| ApiError::Internal(format!("body worker failed: {e}")))
+    }
+}
+
 impl Charge {
     /// Holds `bytes` more, or refuses when the budget has not that many left.
     pub fn add(&mut self, bytes: usize) -> Result<(), ApiError> {

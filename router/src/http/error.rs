@@ -71,6 +71,45 @@ impl ApiError {
         ApiError::Validation { message: format!("{} invalid {kind}", errors.len()), errors }
     }
 
+    /// The gRPC code of this error, for OTLP (docs/API.md, "OTLP"): retryable ones
+    /// (`UNAVAILABLE`, and `RESOURCE_EXHAUSTED` with a retry delay) where the HTTP answer is
+    /// 429 or 503.
+    pub fn grpc_code(&self) -> tonic::Code {
+        use tonic::Code;
+        match self {
+            ApiError::BadRequest(..)
+            | ApiError::Validation { .. }
+            | ApiError::BatchTooLarge { .. }
+            | ApiError::UnsupportedMediaType(_) => Code::InvalidArgument,
+            ApiError::PayloadTooLarge { .. } | ApiError::TooManyEvents { .. } => Code::ResourceExhausted,
+            ApiError::RateLimited { .. } => Code::ResourceExhausted,
+            ApiError::Unauthorized(_) => Code::Unauthenticated,
+            ApiError::Forbidden(..) => Code::PermissionDenied,
+            ApiError::NotFound(_) => Code::NotFound,
+            ApiError::MethodNotAllowed => Code::Unimplemented,
+            ApiError::Conflict(..) => Code::FailedPrecondition,
+            ApiError::Unavailable(_)
+            | ApiError::StorageUnavailable(_)
+            | ApiError::Overloaded
+            | ApiError::ShardsUnavailable { .. } => Code::Unavailable,
+            ApiError::BodyTimeout | ApiError::ReadTimeout { .. } => Code::DeadlineExceeded,
+            ApiError::QueryTooLarge { .. } => Code::OutOfRange,
+            ApiError::Internal(_) => Code::Internal,
+        }
+    }
+
+    /// Seconds after which the request may be retried: the `Retry-After` of the HTTP answer.
+    pub fn retry_after_secs(&self) -> Option<u64> {
+        match self {
+            ApiError::RateLimited { retry_after_secs } => Some(*retry_after_secs),
+            ApiError::Unavailable(_)
+            | ApiError::StorageUnavailable(_)
+            | ApiError::ShardsUnavailable { .. }
+            | ApiError::Overloaded => Some(1),
+            _ => None,
+        }
+    }
+
     fn parts(&self) -> (StatusCode, &'static str, Option<Details<'_>>) {
         match self {
             ApiError::BadRequest(code, _) => (StatusCode::BAD_REQUEST, code, None),
@@ -231,15 +270,7 @@ impl IntoResponse for ApiError {
         }
         let body = ErrorBody { error: ErrorJson { code, message: self.to_string(), details } };
         let mut resp = (status, Json(body)).into_response();
-        let retry_after = match &self {
-            ApiError::RateLimited { retry_after_secs } => Some(*retry_after_secs),
-            ApiError::Unavailable(_)
-            | ApiError::StorageUnavailable(_)
-            | ApiError::ShardsUnavailable { .. }
-            | ApiError::Overloaded => Some(1),
-            _ => None,
-        };
-        if let Some(secs) = retry_after {
+        if let Some(secs) = self.retry_after_secs() {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         resp

@@ -24,7 +24,7 @@ use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 
 use crate::http::error::ApiError;
 use crate::identity::{account, api_keys, members, projects};
-use crate::ingest::{analytics, observability};
+use crate::ingest::{analytics, observability, otlp};
 use crate::query::{activity, apm, cohorts, errors, funnel, hosts, logs, replays, retention, service_map, traces};
 use crate::AppState;
 
@@ -43,6 +43,10 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/api/v1/ingest/spans", post(observability::spans))
         .route("/api/v1/ingest/logs", post(observability::logs))
         .route("/api/v1/ingest/infrastructure", post(observability::infrastructure))
+        // OTLP/HTTP (docs/API.md, "OTLP").
+        .route("/v1/traces", post(otlp::http::traces))
+        .route("/v1/logs", post(otlp::http::logs))
+        .route("/v1/metrics", post(otlp::http::metrics))
         .layer(ingest_cors.clone());
     // Product analytics (docs/API.md, "Product analytics ingest"), native and PostHog-compatible.
     let mut capture =

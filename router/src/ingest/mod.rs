@@ -5,12 +5,15 @@
 //! - [`observability`]: spans, logs and host metrics, with a project API key.
 //! - [`analytics`]: product-analytics events and session replays, with a project token,
 //!   natively and PostHog-compatible.
+//! - [`otlp`]: the same three kinds from OpenTelemetry SDKs and Collectors, over OTLP/gRPC and
+//!   OTLP/HTTP.
 //! - [`partition`]: rows to shards through the partition table.
 //! - [`commit`]: all-or-nothing replication of a request's sub-batches.
 
 pub mod analytics;
 pub mod commit;
 pub mod observability;
+pub mod otlp;
 pub mod partition;
 
 use axum::Json;

@@ -28,7 +28,7 @@ trait Kind: Partitioned<Row: Send + 'static> {
     fn validate(index: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<Self::Row>;
 }
 
-struct Spans;
+pub(crate) struct Spans;
 impl Partitioned for Spans {
     type Row = Span;
     fn key(row: &Span) -> Option<&[u8]> {
@@ -41,7 +41,7 @@ impl Partitioned for Spans {
 impl Kind for Spans {
     const NAME: &'static str = "spans";
     type Body = ingest::SpansBody;
-    type Json = ingest::SpanJson;
+    type Json = ingest::SpanInput;
     fn items(body: Self::Body) -> Capped<Self::Json, MAX_BATCH_OBJECTS> {
         body.spans
     }
@@ -50,7 +50,7 @@ impl Kind for Spans {
     }
 }
 
-struct Logs;
+pub(crate) struct Logs;
 impl Partitioned for Logs {
     type Row = LogRecord;
     fn key(row: &LogRecord) -> Option<&[u8]> {
@@ -63,7 +63,7 @@ impl Partitioned for Logs {
 impl Kind for Logs {
     const NAME: &'static str = "logs";
     type Body = ingest::LogsBody;
-    type Json = ingest::LogJson;
+    type Json = ingest::LogInput;
     fn items(body: Self::Body) -> Capped<Self::Json, MAX_BATCH_OBJECTS> {
         body.logs
     }
@@ -72,7 +72,7 @@ impl Kind for Logs {
     }
 }
 
-struct HostMetrics;
+pub(crate) struct HostMetrics;
 impl Partitioned for HostMetrics {
     type Row = HostMetric;
     fn key(row: &HostMetric) -> Option<&[u8]> {
@@ -85,7 +85,7 @@ impl Partitioned for HostMetrics {
 impl Kind for HostMetrics {
     const NAME: &'static str = "host_metrics";
     type Body = ingest::MetricsBody;
-    type Json = ingest::HostMetricJson;
+    type Json = ingest::HostMetricInput;
     fn items(body: Self::Body) -> Capped<Self::Json, MAX_BATCH_OBJECTS> {
         body.metrics
     }

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use sextant_model::partition::group_of;
-use sextant_model::ProjectId;
 use sextant_model::row::RowBatch;
+use sextant_model::ProjectId;
 
 use crate::cluster::GroupId;
 use crate::http::error::ApiError;
@@ -40,9 +40,8 @@ pub(crate) fn partition<K: Partitioned>(
             None => table.get(rand::random::<u32>() as usize % table.len()).copied(),
         }
         .ok_or_else(|| ApiError::Unavailable("the partition table is incomplete".into()))?;
-        let batch = batches
-            .entry(group)
-            .or_insert_with(|| RowBatch { project_id: project.to_string(), ..Default::default() });
+        let batch =
+            batches.entry(group).or_insert_with(|| RowBatch { project_id: project.to_string(), ..Default::default() });
         K::push(batch, row);
     }
     for batch in batches.values_mut() {

@@ -1,0 +1,131 @@
+//! OTLP/HTTP (docs/API.md, "OTLP"): `POST /v1/traces`, `/v1/logs`, `/v1/metrics` on the public
+//! port, binary protobuf or JSON, optionally gzip. The API key is checked before the body is
+//! read; the body is received within the same limits and byte budget as the JSON API's.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use prost::Message;
+use sextant_model::ingest::MAX_OBSERVABILITY_BODY;
+
+use super::{export, LogRecords, Metrics, Signal, Traces, DECODE_EXPANSION};
+use crate::http::body;
+use crate::http::error::ApiError;
+use crate::identity::auth::api_key_project;
+use crate::AppState;
+
+/// The two OTLP/HTTP encodings; answers use the request's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Protobuf,
+    Json,
+}
+
+impl Format {
+    fn of(headers: &HeaderMap) -> Result<Self, ApiError> {
+        let ct = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let mime = ct.split(';').next().unwrap_or_default().trim().to_ascii_lowercase();
+        match mime.as_str() {
+            "application/x-protobuf" | "application/protobuf" => Ok(Format::Protobuf),
+            "application/json" => Ok(Format::Json),
+            _ => Err(ApiError::UnsupportedMediaType(format!(
+                "expected application/x-protobuf or application/json, got `{mime}`"
+            ))),
+        }
+    }
+
+    fn content_type(self) -> HeaderValue {
+        HeaderValue::from_static(match self {
+            Format::Protobuf => "application/x-protobuf",
+            Format::Json => "application/json",
+        })
+    }
+}
+
+pub async fn traces(state: State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    handle::<Traces>(state, headers, body).await
+}
+
+pub async fn logs(state: State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    handle::<LogRecords>(state, headers, body).await
+}
+
+pub async fn metrics(state: State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    handle::<Metrics>(state, headers, body).await
+}
+
+async fn handle<S: Signal>(State(app): State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
+    let requested = Format::of(&headers);
+    // An unsupported content type is answered in JSON.
+    let format = requested.as_ref().copied().unwrap_or(Format::Json);
+    let unsupported = requested.err();
+    let result = async {
+        // The credential first: an unauthenticated body is never read.
+        let project = api_key_project(&app, &headers, None)?;
+        if let Some(e) = unsupported {
+            return Err(e);
+        }
+        let encoding = body::encoding(&headers)?;
+        let timeout = app.config.server.body_read_timeout;
+        let received = body::receive(&app.bodies, &headers, body, MAX_OBSERVABILITY_BODY, timeout).await?;
+        let (mapped, len, _held) = app
+            .bodies
+            .parse(received, encoding, move |mut received| {
+                let bytes = received.decode(encoding, MAX_OBSERVABILITY_BODY)?;
+                received.charge.add(bytes.len().saturating_mul(DECODE_EXPANSION))?;
+                let request = decode::<S::Request>(format, &bytes)?;
+                Ok((S::map(&request), bytes.len(), received.charge))
+            })
+            .await?;
+        export::<S>(&app, &project, mapped, len).await
+    }
+    .await;
+    match result {
+        Ok(response) => success(format, &response),
+        Err(e) => {
+            if !matches!(e, ApiError::Unauthorized(_) | ApiError::RateLimited { .. }) {
+                tracing::debug!(error = %e, kind = S::NAME, "OTLP/HTTP export refused");
+            }
+            failure(format, e)
+        }
+    }
+}
+
+/// An export request in `format`; undecodable bodies are 400.
+pub fn decode<T: Message + Default + serde::de::DeserializeOwned>(format: Format, bytes: &[u8]) -> Result<T, ApiError> {
+    match format {
+        Format::Protobuf => T::decode(bytes)
+            .map_err(|e| ApiError::BadRequest("invalid_body", format!("the body is not a valid OTLP message: {e}"))),
+        Format::Json => serde_json::from_slice(bytes)
+            .map_err(|e| ApiError::BadRequest("invalid_json", format!("the body is not valid OTLP/JSON: {e}"))),
+    }
+}
+
+fn success<R: Message + serde::Serialize>(format: Format, response: &R) -> Response {
+    let body = match format {
+        Format::Protobuf => response.encode_to_vec(),
+        Format::Json => match serde_json::to_vec(response) {
+            Ok(body) => body,
+            Err(e) => return failure(format, ApiError::Internal(format!("encoding an OTLP response: {e}"))),
+        },
+    };
+    ([(header::CONTENT_TYPE, format.content_type())], body).into_response()
+}
+
+/// The status and headers (`Retry-After`) the JSON API gives `e`, with a `google.rpc.Status`
+/// body in the request's encoding, as the OTLP/HTTP specification asks.
+fn failure(format: Format, e: ApiError) -> Response {
+    let code = e.grpc_code() as i32;
+    let message = e.to_string();
+    let (mut parts, _) = e.into_response().into_parts();
+    let body = match format {
+        Format::Protobuf => tonic_types::Status { code, message, details: Vec::new() }.encode_to_vec(),
+        Format::Json => serde_json::json!({"code": code, "message": message}).to_string().into_bytes(),
+    };
+    parts.headers.insert(header::CONTENT_TYPE, format.content_type());
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(body))
+}
