@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use hdrhistogram::Histogram;
-use prost::Message;
 use rand::seq::SliceRandom;
 use serde_json::{json, Value};
 use sextant_model::ingest::{validate_all, validate_log, validate_span, LogsBody, SpansBody};
@@ -18,7 +17,7 @@ use sextant_node::segment::Table;
 use sextant_node::shard::SegmentShard;
 use sextant_node::state_machine::GroupStore;
 use sextant_node::types::{Command, SnapshotMeta};
-use sextant_proto::ShardBatch;
+use sextant_proto::convert::persist_row::encode_ingest;
 
 #[derive(clap::Args)]
 pub struct StorageBenchArgs {
@@ -142,7 +141,7 @@ pub fn run(args: StorageBenchArgs) -> anyhow::Result<()> {
             batch.logs = validate_all(logs, validate_log).map_err(|e| anyhow::anyhow!("{e:?}"))?;
         }
         index += 1;
-        shard.apply(index, Command::Ingest { batch_id: index as u128, payload: ShardBatch::from(batch).encode_to_vec() });
+        shard.apply(index, Command::Ingest { batch_id: index as u128, payload: encode_ingest(batch) });
         if shard.wants_flush() {
             checkpoint(&mut shard, index)?;
         }

@@ -213,25 +213,25 @@ fn written() -> &'static Written {
     static WRITTEN: OnceLock<Written> = OnceLock::new();
     WRITTEN.get_or_init(|| {
         use sextant_node::segment::table::RowRef;
-        use sextant_proto::{any_value, AnyValue, Event, KeyValue, LogRecord, Span};
+        use sextant_model::row::{Attribute, Event, LogLevel, LogRecord, Span, Value};
+        use sextant_proto::convert::persist_row::encode_attributes;
         let dir = tempfile::tempdir().expect("temporary directory");
-        let attr = |k: &str, v: String| KeyValue {
-            key: k.into(),
-            value: Some(AnyValue { value: Some(any_value::Value::StringValue(v)) }),
-        };
+        let attr = |k: &str, v: String| Attribute { key: k.into(), value: Some(Value::String(v)) };
         let logs: Vec<Row> = (0..300u64)
             .map(|i| {
                 Row::Log(
                     LogRecord {
                         unix_nanos: NOW_NS + i as i64 * 1_000_000,
-                        level: (i % 6) as i32 + 1,
+                        level: LogLevel::from_code((i % 6) as i32 + 1),
                         service: ["api", "web", "db"][i as usize % 3].into(),
                         message: format!("request {i} took {} ms for user-{}", i * 7 % 1000, i % 13),
                         trace_id: format!("{:032x}", i / 3),
                         span_id: format!("{:016x}", i),
-                        attributes: vec![attr("region", format!("eu-{}", i % 2)), attr("pod", format!("pod-{i}"))],
-                    }
-                    .into(),
+                        attributes: encode_attributes(vec![
+                            attr("region", format!("eu-{}", i % 2)),
+                            attr("pod", format!("pod-{i}")),
+                        ]),
+                    },
                 )
             })
             .collect();
@@ -246,10 +246,9 @@ fn written() -> &'static Written {
                         operation: format!("GET /items/{}", i % 5),
                         start_unix_nanos: NOW_NS + i as i64 * 1_000,
                         duration_nanos: (i + 1) * 1_000,
-                        attributes: vec![attr("http.status", format!("{}", 200 + i % 3 * 100))],
+                        attributes: encode_attributes(vec![attr("http.status", format!("{}", 200 + i % 3 * 100))]),
                         ..Default::default()
-                    }
-                    .into(),
+                    },
                 )
             })
             .collect();

@@ -192,7 +192,7 @@ impl Storage for StorageService {
             .await
             .map_err(|e| Status::internal(e.to_string()))?
             .map_err(|e| Status::internal(format!("reading segments: {e}")))?;
-        Ok(Response::new(GetTraceReply { spans }))
+        Ok(Response::new(GetTraceReply { spans: spans.into_iter().map(Into::into).collect() }))
     }
 
     async fn query(

@@ -3,7 +3,6 @@
 use std::collections::HashMap;
 
 use sextant_model::query::{HostBucket, HostSeries, HostSeriesPlan, HostsPlan, LatestHosts, Mean, ShardQuery};
-use sextant_model::row::HostMetric;
 
 use super::{each_batch, scan_of, Budget, Compute, QueryError, QueryKind};
 use crate::segment::table::from_record_batch;
@@ -34,7 +33,7 @@ pub fn latest(job: ScanJob, budget: &mut Budget) -> Result<LatestHosts, QueryErr
         for (_, row, _) in from_record_batch(Table::HostMetrics, rb) {
             if let Row::HostMetric(m) = row {
                 if hosts.0.get(&m.hostname).is_none_or(|h| m.unix_nanos > h.unix_nanos) {
-                    hosts.offer(HostMetric::from(m));
+                    hosts.offer(m.map_attributes(|a| crate::segment::attribute::decode(&a)));
                 }
             }
         }

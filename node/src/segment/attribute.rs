@@ -1,5 +1,5 @@
-//! One attribute as the node holds it: the encoded `KeyValue` message it arrived in (see
-//! `ShardRows` in the protocol), read in place. From apply to segment, rows keep their
+//! One attribute as the node holds it: the encoded `Attribute` it arrived in (the segment
+//! attribute encoding, docs/ARCHITECTURE.md "Attribute encoding"), read in place. From apply to segment, rows keep their
 //! attributes this way: the columns of frequent keys and the stored remainder are copies of
 //! these bytes, never decoded into messages and encoded again (that was most of the cost of
 //! applying a batch of spans, and a tenth of a flush).
@@ -16,20 +16,20 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 use prost::encoding::{decode_varint, encode_varint, encoded_len_varint};
-use prost::Message;
-use sextant_proto::{AnyValue, KeyValue};
+use sextant_model::row::Attribute as Decoded;
+use sextant_proto::convert::persist_row::{self as persist, DecodeError};
 
-/// One encoded `KeyValue`, read in place: its key at once, its value when asked for.
+/// One encoded attribute, read in place: its key at once, its value when asked for.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Attribute<'a> {
     pub key: &'a str,
-    /// The `AnyValue` as encoded, if the attribute has one.
+    /// The value as encoded, if the attribute has one.
     pub value: Option<&'a [u8]>,
-    /// The whole `KeyValue` as encoded.
+    /// The whole attribute as encoded.
     pub encoded: &'a [u8],
 }
 
-/// An encoded `AnyValue`, read in place.
+/// An encoded value, read in place.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Value<'a> {
     pub encoded: &'a [u8],
@@ -38,7 +38,7 @@ pub struct Value<'a> {
 
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Kind<'a> {
-    /// An `AnyValue` with none of its fields set.
+    /// A value with none of its kinds set.
     Unset,
     Str(&'a str),
     Int(i64),
@@ -107,7 +107,7 @@ fn utf8(bytes: &[u8]) -> Option<&str> {
 }
 
 impl<'a> Attribute<'a> {
-    /// Reads the fields of an encoded `KeyValue` written the way prost writes them (in order,
+    /// Reads the fields of an encoded attribute written the way prost writes them (in order,
     /// none empty that prost leaves out, no other field); `None` for any other bytes. The
     /// value is read by [`Attribute::value`].
     pub fn parse(encoded: &'a [u8]) -> Option<Self> {
@@ -122,7 +122,7 @@ impl<'a> Attribute<'a> {
         rest.is_empty().then_some(Attribute { key, value, encoded })
     }
 
-    /// The value, if the attribute has one (and it reads as an `AnyValue` as prost writes
+    /// The value, if the attribute has one (and it reads as a value as prost writes
     /// it, as every value a row holds does).
     pub fn value(&self) -> Option<Value<'a>> {
         let encoded = self.value?;
@@ -143,7 +143,7 @@ impl<'a> Attribute<'a> {
 }
 
 impl<'a> Kind<'a> {
-    /// Reads an encoded `AnyValue` written the way prost writes it; an array is not read
+    /// Reads an encoded value written the way prost writes it; an array is not read
     /// further.
     fn parse(encoded: &'a [u8]) -> Option<Self> {
         let Some((&tag, mut rest)) = encoded.split_first() else {
@@ -172,7 +172,7 @@ impl<'a> Kind<'a> {
     }
 }
 
-/// Whether `encoded` is a `KeyValue` as prost writes it, value included. The fields of an
+/// Whether `encoded` is an attribute as prost writes it, value included. The fields of an
 /// array value (no column holds arrays) are checked the long way: arrays are rare and nest.
 fn in_prosts_form(encoded: &[u8]) -> bool {
     let Some(attribute) = Attribute::parse(encoded) else {
@@ -180,19 +180,17 @@ fn in_prosts_form(encoded: &[u8]) -> bool {
     };
     match (attribute.value, attribute.value()) {
         (None, _) => true,
-        (Some(v), Some(Value { kind: Kind::Array, .. })) => {
-            AnyValue::decode(v).is_ok_and(|value| value.encode_to_vec() == v)
-        }
+        (Some(v), Some(Value { kind: Kind::Array, .. })) => persist::value_in_canonical_form(v),
         (Some(_), value) => value.is_some(),
     }
 }
 
 /// Brings every attribute to the form prost writes (re-encoding the few that are not), or
-/// fails on one that is no `KeyValue` at all.
-pub fn canonicalize(attributes: &mut [Bytes]) -> Result<(), prost::DecodeError> {
+/// fails on one that is no attribute at all.
+pub fn canonicalize(attributes: &mut [Bytes]) -> Result<(), DecodeError> {
     for a in attributes {
         if !in_prosts_form(a) {
-            *a = Bytes::from(KeyValue::decode(&a[..])?.encode_to_vec());
+            *a = Bytes::from(persist::reencode_attribute(&a[..])?);
             debug_assert!(in_prosts_form(a), "prost writes what it reads");
         }
     }
@@ -255,17 +253,23 @@ pub fn from_stored(stored: &[u8]) -> Vec<Bytes> {
     out
 }
 
+/// The attributes a row holds, decoded; one that does not decode is left out (rows hold
+/// canonical attributes only: none is).
+pub fn decode(attributes: &[Bytes]) -> Vec<Decoded> {
+    persist::decode_attributes(attributes)
+}
+
 /// The stored form of decoded attributes.
-pub fn encode_stored(attributes: &[KeyValue]) -> Vec<u8> {
-    stored(&sextant_proto::rows::encode_attributes(attributes))
+pub fn encode_stored(attributes: Vec<Decoded>) -> Vec<u8> {
+    stored(&persist::encode_attributes(attributes))
 }
 
 /// The decoded attributes of a stored form; reading stops at bytes that are no attribute.
-pub fn decode_stored(mut stored: &[u8]) -> Vec<KeyValue> {
+pub fn decode_stored(mut stored: &[u8]) -> Vec<Decoded> {
     let mut out = Vec::new();
-    while !stored.is_empty() {
-        match KeyValue::decode_length_delimited(&mut stored) {
-            Ok(kv) => out.push(kv),
+    while let Some(entry) = next_stored(&mut stored) {
+        match persist::decode_attribute(entry) {
+            Ok(a) => out.push(a),
             Err(_) => break,
         }
     }
@@ -276,66 +280,73 @@ pub fn decode_stored(mut stored: &[u8]) -> Vec<KeyValue> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use sextant_proto::{any_value, ArrayValue};
+    use sextant_model::row::Value as V;
 
-    fn any_value() -> impl Strategy<Value = Option<AnyValue>> {
-        let leaf = prop_oneof![
-            Just(None),
-            ".{0,12}".prop_map(any_value::Value::StringValue).prop_map(Some),
-            any::<i64>().prop_map(any_value::Value::IntValue).prop_map(Some),
-            any::<f64>().prop_map(any_value::Value::DoubleValue).prop_map(Some),
-            any::<bool>().prop_map(any_value::Value::BoolValue).prop_map(Some),
-        ];
-        let value = prop_oneof![
-            4 => leaf.clone(),
-            1 => prop::collection::vec(leaf.prop_map(|value| AnyValue { value }), 0..3)
-                .prop_map(|values| Some(any_value::Value::ArrayValue(ArrayValue { values }))),
-        ];
-        prop::option::of(value.prop_map(|value| AnyValue { value }))
+    fn scalar() -> impl Strategy<Value = V> {
+        prop_oneof![
+            ".{0,12}".prop_map(V::String),
+            any::<i64>().prop_map(V::Int),
+            any::<f64>().prop_map(V::Double),
+            any::<bool>().prop_map(V::Bool),
+        ]
     }
 
-    fn key_value() -> impl Strategy<Value = KeyValue> {
-        ("[a-c.]{0,3}", any_value()).prop_map(|(key, value)| KeyValue { key, value })
+    fn value() -> impl Strategy<Value = Option<V>> {
+        prop::option::of(prop_oneof![4 => scalar(), 1 => prop::collection::vec(scalar(), 0..3).prop_map(V::Array)])
+    }
+
+    fn attribute() -> impl Strategy<Value = Decoded> {
+        ("[a-c.]{0,3}", value()).prop_map(|(key, value)| Decoded { key, value })
+    }
+
+    fn same(a: &[Decoded], b: &[Decoded]) -> bool {
+        // Bit for bit: NaN is a value like any other here.
+        format!("{a:?}") == format!("{b:?}")
     }
 
     proptest! {
-        /// Whatever prost writes reads in place as what it encodes.
+        /// Whatever the encoder writes reads in place as what it encodes.
         #[test]
-        fn every_encoded_key_value_reads_in_place(kv in key_value()) {
-            let encoded = kv.encode_to_vec();
-            let a = Attribute::parse(&encoded).expect("prost's own form");
-            prop_assert_eq!(a.key, kv.key.as_str());
+        fn every_encoded_attribute_reads_in_place(decoded in attribute()) {
+            let encoded = persist::encode_attribute(decoded.clone());
+            let a = Attribute::parse(&encoded).expect("the encoder's own form");
+            prop_assert_eq!(a.key, decoded.key.as_str());
             prop_assert_eq!(a.encoded, &encoded[..]);
-            prop_assert_eq!(a.value.map(<[u8]>::to_vec), kv.value.as_ref().map(|v| v.encode_to_vec()));
+            let value_bytes = decoded.value.clone().map(|v| {
+                let mut out = Vec::new();
+                persist::encode_value(v, &mut out);
+                out
+            });
+            prop_assert_eq!(a.value.map(<[u8]>::to_vec), value_bytes);
             prop_assert_eq!(a.value().map(|v| v.encoded), a.value);
             let kind = a.value().map(|v| v.kind);
-            match kv.value.and_then(|v| v.value) {
-                None => prop_assert!(matches!(kind, None | Some(Kind::Unset))),
-                Some(any_value::Value::StringValue(s)) => prop_assert_eq!(kind, Some(Kind::Str(&s))),
-                Some(any_value::Value::IntValue(i)) => prop_assert_eq!(kind, Some(Kind::Int(i))),
-                Some(any_value::Value::DoubleValue(d)) => prop_assert!(matches!(kind, Some(Kind::Double(x)) if x.to_bits() == d.to_bits())),
-                Some(any_value::Value::BoolValue(b)) => prop_assert_eq!(kind, Some(Kind::Bool(b))),
-                Some(any_value::Value::ArrayValue(_)) => prop_assert_eq!(kind, Some(Kind::Array)),
+            match decoded.value {
+                None => prop_assert!(kind.is_none()),
+                Some(V::String(s)) => prop_assert_eq!(kind, Some(Kind::Str(&s))),
+                Some(V::Int(i)) => prop_assert_eq!(kind, Some(Kind::Int(i))),
+                Some(V::Double(d)) => prop_assert!(matches!(kind, Some(Kind::Double(x)) if x.to_bits() == d.to_bits())),
+                Some(V::Bool(b)) => prop_assert_eq!(kind, Some(Kind::Bool(b))),
+                Some(V::Array(_)) => prop_assert_eq!(kind, Some(Kind::Array)),
             }
         }
 
         /// The stored form reads back as the attributes sorted by key (stably).
         #[test]
-        fn the_stored_form_is_sorted_and_reads_back(kvs in prop::collection::vec(key_value(), 0..6)) {
-            let mut sorted = kvs.clone();
+        fn the_stored_form_is_sorted_and_reads_back(attrs in prop::collection::vec(attribute(), 0..6)) {
+            let mut sorted = attrs.clone();
             sorted.sort_by(|a, b| a.key.cmp(&b.key));
-            let stored = encode_stored(&kvs);
-            prop_assert_eq!(decode_stored(&stored), sorted.clone());
+            let stored = encode_stored(attrs);
+            prop_assert!(same(&decode_stored(&stored), &sorted));
             let held = from_stored(&stored);
-            prop_assert_eq!(sextant_proto::rows::decode_attributes(&held), sorted);
+            prop_assert!(same(&persist::decode_attributes(&held), &sorted));
             prop_assert_eq!(super::stored(&held), stored);
         }
     }
 
     #[test]
     fn other_encodings_are_brought_to_prosts() {
-        let kv = KeyValue { key: "k".into(), value: Some(AnyValue { value: Some(any_value::Value::IntValue(5)) }) };
-        let canonical = kv.encode_to_vec();
+        let attribute = Decoded { key: "k".into(), value: Some(V::Int(5)) };
+        let canonical = persist::encode_attribute(attribute);
         let variants: Vec<Vec<u8>> = vec![
             // The value before the key.
             [&canonical[3..], &canonical[..3]].concat(),
@@ -352,11 +363,11 @@ mod tests {
             assert!(!in_prosts_form(&variant), "variant {i} is not prost's form");
             let mut attrs = [Bytes::from(variant.clone())];
             canonicalize(&mut attrs).unwrap();
-            let expected = KeyValue::decode(&variant[..]).unwrap().encode_to_vec();
+            let expected = persist::reencode_attribute(&variant).unwrap();
             assert_eq!(attrs[0], expected, "variant {i}");
             assert!(in_prosts_form(&attrs[0]));
         }
         let mut garbage = [Bytes::from_static(&[KEY, 9, b'x'])];
-        assert!(canonicalize(&mut garbage).is_err(), "a truncated key is no KeyValue");
+        assert!(canonicalize(&mut garbage).is_err(), "a truncated key is no attribute");
     }
 }

@@ -36,8 +36,8 @@ use arrow_array::builder::{BinaryBuilder, Int64Builder, StringBuilder};
 use arrow_array::{Array, ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{ArrowError, DataType, Field};
 use bytes::Bytes;
-use prost::Message;
-use sextant_proto::{any_value, AnyValue, KeyValue};
+use sextant_model::row::Value as DecodedValue;
+use sextant_proto::convert::persist_row as persist;
 use std::collections::HashMap;
 
 use rustc_hash::{FxHashMap, FxHashSet};
@@ -453,7 +453,7 @@ struct KeyValues<'a> {
 }
 
 impl KeyValues<'_> {
-    /// Appends the row's value as encoded (an `AnyValue`) to `out`; false if it has none.
+    /// Appends the row's value as encoded to `out`; false if it has none.
     fn encode(&self, row: usize, out: &mut Vec<u8>) -> Result<bool, ArrowError> {
         if let Some(whole) = self.whole.filter(|c| c.is_valid(row)) {
             out.extend_from_slice(whole.value(row));
@@ -461,19 +461,17 @@ impl KeyValues<'_> {
         }
         Ok(match self.value(row)? {
             Some(v) => {
-                v.encode_raw(out);
+                persist::encode_value(v, out);
                 true
             }
             None => false,
         })
     }
 
-    fn value(&self, row: usize) -> Result<Option<AnyValue>, ArrowError> {
-        if let Some(whole) = self.whole.filter(|c| c.is_valid(row)) {
-            return AnyValue::decode(whole.value(row)).map(Some).map_err(|e| ArrowError::ParseError(e.to_string()));
-        }
+    /// The row's value of an integer or split column ([`Self::encode`] copies whole ones).
+    fn value(&self, row: usize) -> Result<Option<DecodedValue>, ArrowError> {
         if let Some(ints) = self.ints.filter(|c| c.is_valid(row)) {
-            return Ok(Some(AnyValue { value: Some(any_value::Value::IntValue(ints.value(row))) }));
+            return Ok(Some(DecodedValue::Int(ints.value(row))));
         }
         match (self.head.filter(|c| c.is_valid(row)), &self.tail) {
             (Some(head), Some(tail)) => {
@@ -481,7 +479,7 @@ impl KeyValues<'_> {
                     TailValues::Text(t) => [head.value(row), t.value(row)].concat(),
                     TailValues::Number(t, form) => [head.value(row), &form.format(t.value(row))].concat(),
                 };
-                Ok(Some(AnyValue { value: Some(any_value::Value::StringValue(text)) }))
+                Ok(Some(DecodedValue::String(text)))
             }
             (Some(_), None) => Err(ArrowError::SchemaError("an attribute head column without its tail".into())),
             _ => Ok(None),
@@ -539,21 +537,31 @@ pub fn join(rb: &RecordBatch) -> Result<ArrayRef, ArrowError> {
             whole.append_value(&row);
         } else {
             // Not the shape this writer stores (unsorted or unreadable): the long way.
-            let mut attrs = Vec::with_capacity(keys.len() + 4);
+            // The columns' values, then the rest up to what does not read as an attribute
+            // (each brought to the encoder's form), sorted again.
+            let mut parts = Vec::new();
             for (key, values) in &keys {
-                if let Some(value) = values.value(i)? {
-                    attrs.push(KeyValue { key: (*key).to_owned(), value: Some(value) });
+                value.clear();
+                if values.encode(i, &mut value)? {
+                    put_attribute(&mut parts, key, &value);
                 }
             }
-            attrs.extend(attribute::decode_stored(rest.value(i)));
-            whole.append_value(attribute::encode_stored(&attrs));
+            let mut others = rest.value(i);
+            while let Some(entry) = attribute::next_stored(&mut others) {
+                let Ok(a) = persist::reencode_attribute(entry) else { break };
+                prost::encoding::encode_varint(a.len() as u64, &mut parts);
+                parts.extend_from_slice(&a);
+            }
+            row.clear();
+            attribute::write_stored(attribute::read_stored(&parts).collect(), &mut row);
+            whole.append_value(&row);
         }
     }
     Ok(Arc::new(whole.finish()))
 }
 
 /// One attribute of a stored `attributes` value: its key and its bytes as stored (a
-/// length-delimited `KeyValue`).
+/// length-delimited attribute).
 #[derive(Clone, Copy)]
 struct RestEntry<'a> {
     key: &'a str,
@@ -561,7 +569,7 @@ struct RestEntry<'a> {
 }
 
 impl<'a> RestEntry<'a> {
-    /// The next entry of `bytes`, if it has one that reads as a `KeyValue` starting with its
+    /// The next entry of `bytes`, if it has one that reads as an attribute starting with its
     /// key (how prost writes one); `bytes` is left at the entry where reading stopped.
     fn parse(bytes: &mut &'a [u8]) -> Option<Self> {
         use prost::encoding::{decode_key, decode_varint, WireType};
@@ -617,17 +625,16 @@ mod tests {
     use crate::segment::layout::{assemble, Layout};
     use crate::segment::table::{from_record_batch, to_segment_batch, Table};
     use proptest::prelude::*;
-    use sextant_proto::rows::encode_attributes;
-    use sextant_proto::{any_value, AnyValue, Span};
+    use crate::segment::table::SpanRow;
+    use sextant_model::row::Attribute as Decoded;
+    use sextant_proto::convert::persist_row::{encode_attribute, encode_attributes};
 
-    fn value(v: u8) -> Option<AnyValue> {
-        Some(AnyValue {
-            value: Some(match v % 4 {
-                0 => any_value::Value::StringValue(format!("v{v}")),
-                1 => any_value::Value::IntValue(i64::from(v)),
-                2 => any_value::Value::BoolValue(v % 8 == 2),
-                _ => any_value::Value::DoubleValue(f64::from(v) / 3.0),
-            }),
+    fn value(v: u8) -> Option<DecodedValue> {
+        Some(match v % 4 {
+            0 => DecodedValue::String(format!("v{v}")),
+            1 => DecodedValue::Int(i64::from(v)),
+            2 => DecodedValue::Bool(v % 8 == 2),
+            _ => DecodedValue::Double(f64::from(v) / 3.0),
         })
         .filter(|_| v != 255)
     }
@@ -640,11 +647,11 @@ mod tests {
             prop::collection::vec((0u8..6, any::<u8>()), 0..8), 1..64)) {
             let spans: Vec<Row> = rows
                 .iter()
-                .map(|attrs| Row::Span(Span {
+                .map(|attrs| Row::Span(SpanRow {
                     trace_id: "t".into(),
-                    attributes: attrs.iter().map(|(k, v)| KeyValue { key: format!("k{k}"), value: value(*v) }).collect(),
+                    attributes: encode_attributes(attrs.iter().map(|(k, v)| Decoded { key: format!("k{k}"), value: value(*v) }).collect()),
                     ..Default::default()
-                }.into()))
+                }))
                 .collect();
             let refs: Vec<RowRef<'_>> = spans.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
             let layout = Layout::choose(Table::Spans, &refs);
@@ -653,15 +660,15 @@ mod tests {
             let back = from_record_batch(Table::Spans, &assemble(physical).unwrap());
             for ((_, got, _), want) in back.iter().zip(&spans) {
                 let (Row::Span(got), Row::Span(want)) = (got, want) else { unreachable!() };
-                prop_assert_eq!(&got.attributes, &from_stored(&stored(&want.attributes)));
+                prop_assert_eq!(&got.attributes.0, &from_stored(&stored(&want.attributes)));
             }
         }
     }
 
     /// A value of the split key: mostly head + distinct last word, sometimes a value that does
     /// not split (no head, ends in a separator, not a string, non-ASCII, empty, no value).
-    fn split_value(kind: u8, n: u32) -> Option<AnyValue> {
-        let text = |s: String| Some(AnyValue { value: Some(any_value::Value::StringValue(s)) });
+    fn split_value(kind: u8, n: u32) -> Option<DecodedValue> {
+        let text = |s: String| Some(DecodedValue::String(s));
         match kind {
             // Hexadecimal of one width and of any width, decimal, decimal with a leading zero.
             0 | 4 => text(format!("checkout-{:05x}", n & 0xfffff)),
@@ -673,7 +680,7 @@ mod tests {
             7 => text(format!("pod-{n}-")),
             8 => text(format!("zoë-{n}")),
             9 => text(String::new()),
-            10 => Some(AnyValue { value: Some(any_value::Value::IntValue(i64::from(n))) }),
+            10 => Some(DecodedValue::Int(i64::from(n))),
             _ => None,
         }
     }
@@ -687,26 +694,26 @@ mod tests {
             prop::collection::vec((prop_oneof![8 => 0u8..6, 1 => 6u8..13], any::<u32>(), any::<bool>()), 0..4), 1..64)) {
             let spans: Vec<Row> = rows
                 .iter()
-                .map(|values| Row::Span(Span {
+                .map(|values| Row::Span(SpanRow {
                     trace_id: "t".into(),
-                    attributes: values
+                    attributes: encode_attributes(values
                         .iter()
                         .map(|(kind, n, count)| match (*count, *kind) {
                             // Mostly integers (another way values leave the whole column), a few not.
-                            (true, 0..=5) => KeyValue { key: "count".into(), value: Some(AnyValue { value: Some(any_value::Value::IntValue(i64::from(*n as i32))) }) },
-                            (true, _) => KeyValue { key: "count".into(), value: split_value(*kind, *n) },
-                            (false, _) => KeyValue { key: "pod".into(), value: split_value(*kind, *n) },
+                            (true, 0..=5) => Decoded { key: "count".into(), value: Some(DecodedValue::Int(i64::from(*n as i32))) },
+                            (true, _) => Decoded { key: "count".into(), value: split_value(*kind, *n) },
+                            (false, _) => Decoded { key: "pod".into(), value: split_value(*kind, *n) },
                         })
-                        .collect(),
+                        .collect()),
                     ..Default::default()
-                }.into()))
+                }))
                 .collect();
             let refs: Vec<RowRef<'_>> = spans.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
             let layout = Layout::choose(Table::Spans, &refs);
             let back = from_record_batch(Table::Spans, &assemble(to_segment_batch(Table::Spans, &refs, &layout).unwrap()).unwrap());
             for ((_, got, _), want) in back.iter().zip(&spans) {
                 let (Row::Span(got), Row::Span(want)) = (got, want) else { unreachable!() };
-                prop_assert_eq!(&got.attributes, &from_stored(&stored(&want.attributes)));
+                prop_assert_eq!(&got.attributes.0, &from_stored(&stored(&want.attributes)));
             }
             let both = layout.attribute_keys.iter().any(|k| k.split) && layout.attribute_keys.iter().any(|k| k.ints);
             SPLIT_CASES.fetch_add(u32::from(both), std::sync::atomic::Ordering::Relaxed);
@@ -730,9 +737,9 @@ mod tests {
     fn mostly_distinct_values_with_few_heads_are_split() {
         let rows: Vec<Row> = (0..200u32)
             .map(|i| {
-                let pod = KeyValue { key: "pod".into(), value: split_value((i % 3) as u8, i * 7919) };
-                let region = KeyValue { key: "region".into(), value: split_value(0, i % 2) };
-                Row::Span(Span { attributes: vec![pod, region], ..Default::default() }.into())
+                let pod = Decoded { key: "pod".into(), value: split_value((i % 3) as u8, i * 7919) };
+                let region = Decoded { key: "region".into(), value: split_value(0, i % 2) };
+                Row::Span(SpanRow { attributes: encode_attributes(vec![pod, region]), ..Default::default() })
             })
             .collect();
         let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
@@ -767,12 +774,9 @@ mod tests {
             .map(|i| {
                 let attributes = words(i)
                     .into_iter()
-                    .map(|(k, v)| KeyValue {
-                        key: k.into(),
-                        value: Some(AnyValue { value: Some(any_value::Value::StringValue(v)) }),
-                    })
+                    .map(|(k, v)| Decoded { key: k.into(), value: Some(DecodedValue::String(v)) })
                     .collect();
-                Row::Span(Span { attributes, ..Default::default() }.into())
+                Row::Span(SpanRow { attributes: encode_attributes(attributes), ..Default::default() })
             })
             .collect();
         let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
@@ -797,10 +801,10 @@ mod tests {
         let key = Key { name: "n".into(), distinct: true, split: false, tail: Tail::Text, ints: true, whole: false };
         let keys = [key];
         let mut split = Split::new(&keys, 2);
-        let int = KeyValue { key: "n".into(), value: Some(AnyValue { value: Some(any_value::Value::IntValue(7)) }) };
-        let text = KeyValue { key: "n".into(), value: split_value(2, 5) };
-        assert!(decode_stored(split.push(&encode_attributes(std::slice::from_ref(&int)))).is_empty());
-        assert_eq!(decode_stored(split.push(&encode_attributes(std::slice::from_ref(&text)))), [text]);
+        let int = Decoded { key: "n".into(), value: Some(DecodedValue::Int(7)) };
+        let text = Decoded { key: "n".into(), value: split_value(2, 5) };
+        assert!(decode_stored(split.push(&encode_attributes(vec![int]))).is_empty());
+        assert_eq!(decode_stored(split.push(&encode_attributes(vec![text.clone()]))), [text]);
         let columns = split.finish();
         assert_eq!(columns.len(), 1, "the integers only");
         assert_eq!(columns[0].null_count(), 1);
@@ -811,15 +815,18 @@ mod tests {
     /// not garble), placing a column's value before the stored ones of the same key.
     #[test]
     fn joined_attributes_are_in_key_order_whatever_the_stored_order() {
-        let kv = |key: &str, v: u8| KeyValue { key: key.into(), value: value(v) };
-        let stored = |attrs: &[KeyValue]| {
+        let kv = |key: &str, v: u8| Decoded { key: key.into(), value: value(v) };
+        let stored = |attrs: &[Decoded]| {
             let mut out = Vec::new();
             for a in attrs {
-                a.encode_length_delimited(&mut out).unwrap();
+                let a = encode_attribute(a.clone());
+                prost::encoding::encode_varint(a.len() as u64, &mut out);
+                out.extend_from_slice(&a);
             }
             out
         };
-        let column_value = value(9).unwrap().encode_to_vec();
+        let mut column_value = Vec::new();
+        persist::encode_value(value(9).unwrap(), &mut column_value);
         let schema = Arc::new(arrow_schema::Schema::new(vec![
             Field::new("attributes", DataType::Binary, false),
             Field::new(format!("{PREFIX}m"), DataType::Binary, true),
@@ -836,7 +843,7 @@ mod tests {
         .unwrap();
         let joined = join(&rb).unwrap();
         let joined = joined.as_any().downcast_ref::<BinaryArray>().unwrap();
-        let expected = encode_stored(&[kv("a", 1), kv("m", 9), kv("m", 2), kv("z", 3)]);
+        let expected = encode_stored(vec![kv("a", 1), kv("m", 9), kv("m", 2), kv("z", 3)]);
         assert_eq!(joined.value(0), expected.as_slice());
         assert_eq!(joined.value(1), expected.as_slice());
         assert!(joined.value(2).is_empty());
@@ -846,11 +853,11 @@ mod tests {
     fn frequent_keys_get_columns_and_rare_ones_do_not() {
         let rows: Vec<Row> = (0..64)
             .map(|i| {
-                let mut attributes = vec![KeyValue { key: "region".into(), value: value(0) }];
+                let mut attributes = vec![Decoded { key: "region".into(), value: value(0) }];
                 if i == 0 {
-                    attributes.push(KeyValue { key: "rare".into(), value: value(1) });
+                    attributes.push(Decoded { key: "rare".into(), value: value(1) });
                 }
-                Row::Span(Span { attributes, ..Default::default() }.into())
+                Row::Span(SpanRow { attributes: encode_attributes(attributes), ..Default::default() })
             })
             .collect();
         let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rustc_hash::FxHashMap;
-use sextant_proto::ShardRows;
+use sextant_model::row::{Encoded, RowBatch};
+use sextant_proto::convert::persist_row::{decode_ingest, DecodeError};
 
 use super::table::{Row, RowRef, Table};
 
@@ -59,7 +60,7 @@ impl Buffer {
         self.traces.len()
     }
 
-    pub fn push(&mut self, batch_id: u128, batch: ShardRows, encoded_len: usize) -> u64 {
+    pub fn push(&mut self, batch_id: u128, batch: RowBatch<Encoded>, encoded_len: usize) -> u64 {
         if self.rows.is_empty() {
             self.since = Instant::now();
         }
@@ -184,17 +185,15 @@ impl Buffer {
     }
 }
 
-/// Decodes an ingest batch (a `ShardBatch` on the wire) for [`Buffer::push`]. Attributes
-/// stay slices of `payload`, each checked to be a `KeyValue` in the form prost writes (see
-/// [`super::attribute`]).
-pub fn decode_batch(payload: Vec<u8>) -> Result<ShardRows, prost::DecodeError> {
-    use prost::Message;
-    let mut batch = ShardRows::decode(bytes::Bytes::from(payload))?;
+/// Decodes an ingest payload for [`Buffer::push`]. Attributes stay slices of `payload`, each
+/// checked to be an attribute in the form prost writes (see [`super::attribute`]).
+pub fn decode_batch(payload: Vec<u8>) -> Result<RowBatch<Encoded>, DecodeError> {
+    let mut batch = decode_ingest(bytes::Bytes::from(payload))?;
     let attributes = (batch.spans.iter_mut().map(|s| &mut s.attributes))
         .chain(batch.logs.iter_mut().map(|l| &mut l.attributes))
         .chain(batch.host_metrics.iter_mut().map(|m| &mut m.attributes));
     for a in attributes {
-        super::attribute::canonicalize(a)?;
+        super::attribute::canonicalize(&mut a.0)?;
     }
     Ok(batch)
 }

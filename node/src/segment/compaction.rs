@@ -120,7 +120,7 @@ pub fn merge_rows(
 mod tests {
     use super::*;
     use crate::archive::FileEntry;
-    use sextant_proto::{LogRow, SpanRow};
+    use crate::segment::table::{LogRow, SpanRow};
 
     fn seg(id: u64, table: Table, hour: i64, rows: u64) -> SegmentMeta {
         SegmentMeta {

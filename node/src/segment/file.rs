@@ -758,7 +758,7 @@ mod tests {
     use super::*;
     use crate::segment::scan::Filter;
     use crate::segment::table::{Cols, Strings};
-    use sextant_proto::SpanRow;
+    use crate::segment::table::SpanRow;
 
     fn span(i: u64) -> Row {
         Row::Span(SpanRow {
@@ -789,7 +789,7 @@ mod tests {
     /// do, in a segment shared by two projects whose row groups hold more than 8k events.
     #[test]
     fn event_filters_read_the_same_rows_from_dictionaries_and_strings() {
-        use sextant_proto::Event;
+        use sextant_model::row::Event;
         let dir = tempfile::tempdir().unwrap();
         let names = ["pageview", "signup", "action_7", "purchase"];
         let rows: Vec<Row> = (0..20_000u64)

@@ -6,12 +6,11 @@
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use prost::Message;
-use sextant_proto::{any_value, AnyValue, ArrayValue, KeyValue};
-use sextant_proto::{Event, HostMetricRow, LogRow, ReplayEvent, SpanRow, TraceSummary};
+use sextant_model::row::{Attribute, Encoded, Event, LogLevel, ReplayEvent, SpanStatus, TraceSummary, Value};
+use sextant_proto::convert::persist_row::encode_attribute;
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::table::{Row, RowRef, Table};
+use super::table::{HostMetricRow, LogRow, Row, RowRef, SpanRow, Table};
 use super::{file, Manifest, Segment};
 
 fn fixtures() -> PathBuf {
@@ -34,30 +33,39 @@ enum V {
     Unset,
 }
 
-fn any_value(v: V) -> AnyValue {
-    AnyValue {
-        value: match v {
-            V::S(s) => Some(any_value::Value::StringValue(s)),
-            V::I(i) => Some(any_value::Value::IntValue(i)),
-            V::D(d) => Some(any_value::Value::DoubleValue(d)),
-            V::B(b) => Some(any_value::Value::BoolValue(b)),
-            V::A(a) => Some(any_value::Value::ArrayValue(ArrayValue { values: a.into_iter().map(any_value).collect() })),
-            V::Unset => None,
-        },
-    }
+/// `None` for [`V::Unset`], which the domain has no value for.
+fn value(v: V) -> Option<Value> {
+    Some(match v {
+        V::S(s) => Value::String(s),
+        V::I(i) => Value::Int(i),
+        V::D(d) => Value::Double(d),
+        V::B(b) => Value::Bool(b),
+        V::A(a) => Value::Array(a.into_iter().filter_map(value).collect()),
+        V::Unset => return None,
+    })
 }
 
 /// Attributes as a row holds them (encoded), sorted by key as segments store them.
-fn attributes(mut kvs: Vec<(&str, Option<V>)>) -> Vec<Bytes> {
+fn attributes(mut kvs: Vec<(&str, Option<V>)>) -> Encoded {
     kvs.sort_by_key(|(key, _)| *key);
-    kvs.into_iter()
-        .map(|(key, value)| Bytes::from(KeyValue { key: key.into(), value: value.map(any_value) }.encode_to_vec()))
-        .collect()
+    Encoded(
+        kvs.into_iter()
+            .map(|(key, v)| {
+                let unset = matches!(v, Some(V::Unset));
+                let mut encoded = encode_attribute(Attribute { key: key.into(), value: v.and_then(value) });
+                if unset {
+                    // Field 2 (the value), empty.
+                    encoded.extend_from_slice(&[2 << 3 | 2, 0]);
+                }
+                Bytes::from(encoded)
+            })
+            .collect(),
+    )
 }
 
 /// Every kind of value, keys frequent enough for columns of their own (whole, split with
 /// decimal and text tails, integer) and rare ones kept with the rest.
-fn span_attributes(i: u64) -> Vec<Bytes> {
+fn span_attributes(i: u64) -> Encoded {
     let mut kvs: Vec<(&str, Option<V>)> = vec![
         ("array", Some(V::A(vec![V::S(format!("x{i}")), V::I(i as i64), V::B(i % 2 == 0)]))),
         ("count", Some(if i == 7 { V::S("many".into()) } else { V::I(i as i64 * 1_000_003) })),
@@ -104,7 +112,7 @@ fn spans() -> Vec<Row> {
                 operation: format!("GET /items/{}", i % 4),
                 start_unix_nanos: HOUR * 1_000_000_000 + i as i64 * 1_000_000,
                 duration_nanos: (i + 1) * 1_000,
-                status: [0, 1, 2][i as usize % 3],
+                status: [SpanStatus::Unset, SpanStatus::Ok, SpanStatus::Error][i as usize % 3],
                 attributes: span_attributes(i),
             })
         })
@@ -142,7 +150,7 @@ fn logs() -> Vec<Row> {
             }
             Row::Log(LogRow {
                 unix_nanos: HOUR * 1_000_000_000 + i as i64 * 250_000_000,
-                level: (i % 7) as i32,
+                level: LogLevel::from_code((i % 7) as i32),
                 service: ["web", "api"][i as usize % 2].into(),
                 message: format!("charge {i} declined: card_declined (attempt {})", i % 3),
                 trace_id: if i % 3 == 0 { String::new() } else { trace_id(i / 3) },
@@ -295,23 +303,24 @@ fn fixture_attributes_decode_to_their_values() {
         })
         .expect("span 5");
     let stored = super::attribute::stored(&span.attributes);
-    let decoded: Vec<(String, Option<AnyValue>)> =
-        super::attribute::decode_stored(&stored).into_iter().map(|kv| (kv.key, kv.value)).collect();
-    let s = |s: &str| Some(any_value(V::S(s.into())));
-    let expected: Vec<(String, Option<AnyValue>)> = vec![
+    let decoded: Vec<(String, Option<Value>)> =
+        super::attribute::decode_stored(&stored).into_iter().map(|a| (a.key, a.value)).collect();
+    let s = |s: &str| value(V::S(s.into()));
+    let expected: Vec<(String, Option<Value>)> = vec![
         ("".into(), s("empty key")),
-        ("array".into(), Some(any_value(V::A(vec![V::S("x5".into()), V::I(5), V::B(false)])))),
-        ("count".into(), Some(any_value(V::I(5_000_015)))),
-        ("http.status_code".into(), Some(any_value(V::I(500)))),
+        ("array".into(), value(V::A(vec![V::S("x5".into()), V::I(5), V::B(false)]))),
+        ("count".into(), value(V::I(5_000_015))),
+        ("http.status_code".into(), value(V::I(500))),
         ("k8s.pod.name".into(), s("checkout-87808")),
         ("none".into(), None),
         ("rare".into(), s("only once")),
-        ("rare".into(), Some(any_value(V::I(2)))),
-        ("ratio".into(), Some(any_value(V::D(-0.875)))),
+        ("rare".into(), value(V::I(2))),
+        ("ratio".into(), value(V::D(-0.875))),
         ("region".into(), s("us-2")),
-        ("sampled".into(), Some(any_value(V::B(false)))),
+        ("sampled".into(), value(V::B(false))),
         ("session".into(), s("sess-a7fe9")),
-        ("unset".into(), Some(AnyValue { value: None })),
+        // A value with none of its kinds set decodes as none.
+        ("unset".into(), None),
         ("ünïcødé".into(), s("välue")),
     ];
     assert_eq!(decoded, expected);

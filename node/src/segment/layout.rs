@@ -325,7 +325,9 @@ mod tests {
     use super::*;
     use crate::segment::table::{from_record_batch, to_segment_batch};
     use proptest::prelude::*;
-    use sextant_proto::{AnyValue, KeyValue, Span, SpanRow};
+    use crate::segment::table::{LogRow, SpanRow};
+    use sextant_model::row::{Attribute, Value};
+    use sextant_proto::convert::persist_row::encode_attributes;
 
     proptest! {
         /// Parents within the trace, missing, empty, the span itself, or ids that repeat
@@ -358,10 +360,12 @@ mod tests {
     #[test]
     fn parents_in_the_same_trace_become_references() {
         let span = |id: &str, parent: &str| {
-            Row::Span(
-                Span { trace_id: "t".into(), span_id: id.into(), parent_span_id: parent.into(), ..Default::default() }
-                    .into(),
-            )
+            Row::Span(SpanRow {
+                trace_id: "t".into(),
+                span_id: id.into(),
+                parent_span_id: parent.into(),
+                ..Default::default()
+            })
         };
         let rows = [span("a", ""), span("b", "a"), span("c", "a"), span("d", "elsewhere"), span("e", "c")];
         let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
@@ -413,22 +417,14 @@ mod tests {
         for unit in [1_000_000u64, 1_000, 1] {
             let rows: Vec<Row> = (0..20u64)
                 .map(|i| {
-                    Row::Span(
-                        Span {
-                            trace_id: format!("t{}", i / 5),
-                            span_id: format!("s{i}"),
-                            parent_span_id: if i % 5 == 0 { String::new() } else { format!("s{}", i - 1) },
-                            duration_nanos: (i + 1) * unit + u64::from(unit == 1),
-                            attributes: vec![KeyValue {
-                                key: "k".into(),
-                                value: Some(AnyValue {
-                                    value: Some(sextant_proto::any_value::Value::IntValue(i as i64)),
-                                }),
-                            }],
-                            ..Default::default()
-                        }
-                        .into(),
-                    )
+                    Row::Span(SpanRow {
+                        trace_id: format!("t{}", i / 5),
+                        span_id: format!("s{i}"),
+                        parent_span_id: if i % 5 == 0 { String::new() } else { format!("s{}", i - 1) },
+                        duration_nanos: (i + 1) * unit + u64::from(unit == 1),
+                        attributes: encode_attributes(vec![Attribute { key: "k".into(), value: Some(Value::Int(i as i64)) }]),
+                        ..Default::default()
+                    })
                 })
                 .collect();
             let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
@@ -459,7 +455,7 @@ mod tests {
             .enumerate()
             .flat_map(|(i, id)| {
                 let log = |n: usize| {
-                    Row::Log(sextant_proto::LogRow {
+                    Row::Log(LogRow {
                         unix_nanos: (i * 10 + n) as i64,
                         message: format!("line {n}"),
                         trace_id: (*id).into(),
@@ -473,16 +469,13 @@ mod tests {
         // One trace per id, its spans' ids and parents of every shape too.
         for id in &IDS[..6] {
             for (n, span_id) in IDS.iter().enumerate() {
-                rows.push(Row::Span(
-                    Span {
-                        trace_id: (*id).into(),
-                        span_id: (*span_id).into(),
-                        parent_span_id: IDS[(n + 3) % IDS.len()].into(),
-                        start_unix_nanos: n as i64,
-                        ..Default::default()
-                    }
-                    .into(),
-                ));
+                rows.push(Row::Span(SpanRow {
+                    trace_id: (*id).into(),
+                    span_id: (*span_id).into(),
+                    parent_span_id: IDS[(n + 3) % IDS.len()].into(),
+                    start_unix_nanos: n as i64,
+                    ..Default::default()
+                }));
             }
         }
         rows

@@ -294,7 +294,7 @@ impl Scan {
                     one_of(&services, i)
                         && equal(&operation, i)
                         && equal(&trace_id, i)
-                        && status.is_none_or(|s| s.value(i) == sextant_proto::SpanStatus::Error as i32)
+                        && status.is_none_or(|s| s.value(i) == sextant_model::row::SpanStatus::Error.code())
                         && duration.is_none_or(|(col, d)| col.value(i) >= d)
                 })
             }

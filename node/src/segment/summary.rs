@@ -3,9 +3,9 @@
 
 use std::collections::BTreeSet;
 
-use sextant_proto::{SpanRow, SpanStatus, TraceSummary};
+use sextant_model::row::{SpanStatus, TraceSummary};
 
-use super::table::{Row, RowRef};
+use super::table::{Row, RowRef, SpanRow};
 
 /// Summaries of `rows` (spans sorted by project and trace id, as in a segment), one per
 /// (project, trace). A span present twice (a retried batch) counts once.
@@ -36,7 +36,7 @@ fn add_span(t: &mut TraceSummary, s: &SpanRow) {
     t.start_unix_nanos = t.start_unix_nanos.min(s.start_unix_nanos);
     t.end_unix_nanos = t.end_unix_nanos.max(end);
     t.span_count += 1;
-    if s.status == SpanStatus::Error as i32 {
+    if s.status == SpanStatus::Error {
         t.error_count += 1;
     }
     if s.parent_span_id.is_empty() && (t.root_service.is_empty() || s.start_unix_nanos == t.start_unix_nanos) {
@@ -92,8 +92,8 @@ mod tests {
             operation: format!("op-{id}"),
             start_unix_nanos: start,
             duration_nanos: dur,
-            status: if error { SpanStatus::Error as i32 } else { 0 },
-            attributes: vec![],
+            status: if error { SpanStatus::Error } else { SpanStatus::Unset },
+            attributes: Default::default(),
         }
     }
 

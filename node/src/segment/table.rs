@@ -16,7 +16,9 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
-use sextant_proto::{Event, HostMetricRow, LogRow, ReplayEvent, SpanRow, TraceSummary};
+use sextant_model::row::{
+    Encoded, Event, HostMetric, LogLevel, LogRecord, ReplayEvent, Span, SpanStatus, TraceSummary,
+};
 
 use super::attribute;
 
@@ -149,6 +151,11 @@ impl Table {
         }
     }
 }
+
+/// A span as a shard holds it: attributes encoded (see [`attribute`]).
+pub type SpanRow = Span<Encoded>;
+pub type LogRow = LogRecord<Encoded>;
+pub type HostMetricRow = HostMetric<Encoded>;
 
 /// One row of any table, as applied (attributes encoded, see [`attribute`]).
 #[derive(Clone, Debug, PartialEq)]
@@ -341,7 +348,7 @@ pub fn to_segment_batch(
                 V::S(&s.service_name),
                 V::S(&s.operation),
                 V::I(layout.stored_duration(s.duration_nanos)),
-                V::I4(s.status),
+                V::I4(s.status.code()),
                 V::B(split.push(&s.attributes)),
                 b,
             ]),
@@ -360,7 +367,7 @@ pub fn to_segment_batch(
             Row::Log(l) => cols.push(&[
                 p,
                 V::I(l.unix_nanos),
-                V::I4(l.level),
+                V::I4(l.level.code()),
                 V::S(&l.service),
                 V::S(&l.message),
                 V::S(&l.trace_id),
@@ -557,8 +564,8 @@ pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u3
                     operation: s("operation", i),
                     start_unix_nanos: c.i64("start_ns").value(i),
                     duration_nanos: c.i64("duration_ns").value(i) as u64,
-                    status: c.i32("status").value(i),
-                    attributes: attribute::from_stored(c.bin("attributes").value(i)),
+                    status: SpanStatus::from_code(c.i32("status").value(i)),
+                    attributes: Encoded(attribute::from_stored(c.bin("attributes").value(i))),
                 }),
                 Table::TraceSummaries => Row::TraceSummary(TraceSummary {
                     trace_id: s("trace_id", i),
@@ -572,12 +579,12 @@ pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u3
                 }),
                 Table::Logs => Row::Log(LogRow {
                     unix_nanos: c.i64("time_ns").value(i),
-                    level: c.i32("level").value(i),
+                    level: LogLevel::from_code(c.i32("level").value(i)),
                     service: s("service", i),
                     message: s("message", i),
                     trace_id: s("trace_id", i),
                     span_id: s("span_id", i),
-                    attributes: attribute::from_stored(c.bin("attributes").value(i)),
+                    attributes: Encoded(attribute::from_stored(c.bin("attributes").value(i))),
                 }),
                 Table::HostMetrics => Row::HostMetric(HostMetricRow {
                     unix_nanos: c.i64("time_ns").value(i),
@@ -588,7 +595,7 @@ pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u3
                     disk_used_percent: opt_f(c.f64("disk_used_percent"), i),
                     network_rx_bytes_per_sec: opt_f(c.f64("network_rx_bytes_per_sec"), i),
                     network_tx_bytes_per_sec: opt_f(c.f64("network_tx_bytes_per_sec"), i),
-                    attributes: attribute::from_stored(c.bin("attributes").value(i)),
+                    attributes: Encoded(attribute::from_stored(c.bin("attributes").value(i))),
                 }),
                 Table::Events => Row::Event(Event {
                     uuid: s("uuid", i),
@@ -615,13 +622,11 @@ pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u3
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sextant_proto::{any_value, AnyValue, HostMetric, KeyValue, LogRecord, Span};
+    use sextant_model::row::{Attribute, Value};
+    use sextant_proto::convert::persist_row::encode_attributes;
 
     fn every_table_row() -> Vec<Row> {
-        let attrs = vec![KeyValue {
-            key: "http.status_code".into(),
-            value: Some(AnyValue { value: Some(any_value::Value::IntValue(200)) }),
-        }];
+        let attrs = encode_attributes(vec![Attribute { key: "http.status_code".into(), value: Some(Value::Int(200)) }]);
         vec![
             Row::Span(
                 Span {
@@ -632,10 +637,9 @@ mod tests {
                     operation: "GET /".into(),
                     start_unix_nanos: 5,
                     duration_nanos: 7,
-                    status: 2,
+                    status: SpanStatus::Error,
                     attributes: attrs.clone(),
-                }
-                .into(),
+                },
             ),
             Row::TraceSummary(TraceSummary {
                 trace_id: "t".into(),
@@ -650,14 +654,13 @@ mod tests {
             Row::Log(
                 LogRecord {
                     unix_nanos: 3,
-                    level: 5,
+                    level: LogLevel::Error,
                     service: "api".into(),
                     message: "boom".into(),
                     trace_id: "t".into(),
                     span_id: "s".into(),
                     attributes: attrs.clone(),
-                }
-                .into(),
+                },
             ),
             Row::HostMetric(
                 HostMetric {
@@ -670,8 +673,7 @@ mod tests {
                     network_rx_bytes_per_sec: Some(1.0),
                     network_tx_bytes_per_sec: None,
                     attributes: attrs,
-                }
-                .into(),
+                },
             ),
             Row::Event(Event {
                 uuid: "u".into(),

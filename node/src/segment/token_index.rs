@@ -17,9 +17,9 @@
 
 use base64::Engine;
 use sextant_model::text::{attribute_term, tokens};
-use sextant_proto::LogRow;
 
 use super::attribute;
+use super::table::LogRow;
 use xxhash_rust::xxh3::xxh3_64;
 
 pub const FOOTER_KEY: &str = "sextant.terms";
@@ -257,7 +257,8 @@ impl TokenIndex {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-    use sextant_proto::any_value;
+    use sextant_model::row::{Attribute, Value};
+    use sextant_proto::convert::persist_row::encode_attributes;
 
     proptest! {
         #[test]
@@ -275,15 +276,14 @@ mod tests {
 
     #[test]
     fn lines_index_words_and_attribute_pairs() {
-        let log: LogRow = sextant_proto::LogRecord {
+        let log = LogRow {
             message: "Disk FULL on /var".into(),
-            attributes: vec![sextant_proto::KeyValue {
+            attributes: encode_attributes(vec![Attribute {
                 key: "region".into(),
-                value: Some(sextant_proto::AnyValue { value: Some(any_value::Value::StringValue("eu-1".into())) }),
-            }],
+                value: Some(Value::String("eu-1".into())),
+            }]),
             ..Default::default()
-        }
-        .into();
+        };
         let mut terms = Vec::new();
         line_terms(&log, &mut terms);
         let mut idx = TokenIndex::default();

@@ -3,6 +3,8 @@
 
 use std::sync::Arc;
 
+use sextant_model::row::{Encoded, RowBatch};
+
 use super::SegmentShard;
 use crate::segment::buffer::decode_batch;
 use crate::segment::uuids;
@@ -38,7 +40,7 @@ impl SegmentShard {
 
     /// Drops the analytics rows whose uuid the shard holds (a retried batch, or a repeat
     /// within this one) and takes the uuids of the others.
-    fn drop_stored_uuids(&mut self, batch: &mut sextant_proto::ShardRows) {
+    fn drop_stored_uuids(&mut self, batch: &mut RowBatch<Encoded>) {
         let project = &batch.project_id;
         let uuids = &mut self.uuids;
         let mut new = |table: Table, uuid: &str| uuid.is_empty() || uuids.insert(uuids::key(table, project, uuid));
@@ -95,8 +97,8 @@ mod tests {
     use crate::segment::uuids::Uuids;
     use crate::segment::{Row, Scan};
     use crate::state_machine::GroupStore;
-    use prost::Message;
-    use sextant_proto::ShardBatch;
+    use sextant_model::row::{Attribute, Value};
+    use sextant_proto::convert::persist_row::{encode_attribute, encode_ingest_encoded};
 
     #[test]
     fn rows_survive_flush_and_reopen_and_retries_apply_once() {
@@ -129,27 +131,22 @@ mod tests {
     }
 
     /// Attributes are kept as encoded; one encoded unlike prost would is stored in prost's
-    /// form (reads as the same attribute), and a batch with an attribute that is no KeyValue
+    /// form (reads as the same attribute), and a batch with an attribute that is no attribute
     /// is rejected whole, leaving nothing behind (the batch id is not taken either).
     #[test]
     fn attributes_are_stored_in_prosts_form_and_undecodable_ones_reject_the_batch() {
         use bytes::Bytes;
-        use sextant_proto::{any_value, AnyValue, KeyValue, ShardRows};
         let dir = tempfile::tempdir().unwrap();
         let mut s = SegmentShard::open(dir.path()).unwrap();
-        let kv = KeyValue { key: "k".into(), value: Some(AnyValue { value: Some(any_value::Value::IntValue(5)) }) };
+        let kv = Attribute { key: "k".into(), value: Some(Value::Int(5)) };
+        let encoded = encode_attribute(kv.clone());
         // The value field before the key field.
-        let reordered = Bytes::from([&kv.encode_to_vec()[3..], b"\x0a\x01k"].concat());
+        let reordered = Bytes::from([&encoded[3..], b"\x0a\x01k"].concat());
         let with = |attributes: Vec<Bytes>| {
-            let mut rows = ShardRows::from(ShardBatch {
-                project_id: "p".into(),
-                spans: vec![span("t", "a", 1)],
-                ..Default::default()
-            });
-            rows.spans[0].attributes = attributes;
-            rows.encode_to_vec()
+            let span = span("t", "a", 1).map_attributes(|_| Encoded(attributes));
+            encode_ingest_encoded(RowBatch { project_id: "p".into(), spans: vec![span], ..Default::default() })
         };
-        let garbage = with(vec![kv.encode_to_vec().into(), Bytes::from_static(b"\x0a\x09k")]);
+        let garbage = with(vec![encoded.clone().into(), Bytes::from_static(b"\x0a\x09k")]);
         assert!(matches!(ingest(&mut s, 1, 1, garbage), CommandResponse::Rejected(_)));
         assert!(ids(&s, "p", "t").is_empty());
         assert_eq!(
@@ -160,10 +157,10 @@ mod tests {
             [Row::Span(row)] => row.attributes.clone(),
             other => panic!("one span expected: {other:?}"),
         };
-        assert_eq!(stored(&s), [kv.encode_to_vec()]);
+        assert_eq!(*stored(&s), [encoded.clone()]);
         assert_eq!(s.trace("p", "t").run().unwrap()[0].attributes, [kv.clone()]);
         checkpoint(&mut s, 2);
-        assert_eq!(stored(&s), [kv.encode_to_vec()]);
+        assert_eq!(*stored(&s), [encoded]);
     }
 
     #[test]

@@ -81,20 +81,20 @@ mod tests {
     use super::super::testing::*;
     use crate::shard::SegmentShard;
     use crate::state_machine::GroupStore;
-    use prost::Message;
-    use sextant_proto::{LogRecord, ShardBatch};
+    use sextant_model::row::{LogRecord, RowBatch};
+    use sextant_proto::convert::persist_row::encode_ingest;
 
     #[test]
     fn checkpoint_installs_on_another_replica() {
         let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let mut a = SegmentShard::open(a_dir.path()).unwrap();
-        let logs = ShardBatch {
+        let logs = RowBatch {
             project_id: "p".into(),
             logs: vec![LogRecord { unix_nanos: 5, message: "hello".into(), ..Default::default() }],
             ..Default::default()
         };
         ingest(&mut a, 1, 1, batch("p", vec![span("t", "a", 1), span("t", "b", 2)]));
-        ingest(&mut a, 2, 2, logs.encode_to_vec());
+        ingest(&mut a, 2, 2, encode_ingest(logs));
         checkpoint(&mut a, 2);
         let (meta, files) = a.checkpoint().unwrap();
 

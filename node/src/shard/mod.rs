@@ -171,7 +171,7 @@ mod tests {
     use super::testing::*;
     use super::*;
     use crate::segment::Row;
-    use sextant_proto::Span;
+    use sextant_model::row::Span;
 
     mod model {
         use super::*;
@@ -293,7 +293,7 @@ mod tests {
                 let mut b = SegmentShard::open(b_dir.path()).unwrap();
                 let mut log: Vec<(u64, Command)> = Vec::new();
                 let mut checkpointed = 0u64;
-                let mut batches: Vec<(u128, Vec<sextant_proto::Event>)> = Vec::new();
+                let mut batches: Vec<(u128, Vec<sextant_model::row::Event>)> = Vec::new();
                 let mut aborted = std::collections::HashSet::new();
                 let apply = |a: &mut SegmentShard, b: &mut SegmentShard, log: &mut Vec<(u64, Command)>, cmd: Command| {
                     let index = log.len() as u64 + 1;

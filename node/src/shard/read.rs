@@ -6,7 +6,7 @@ use std::io;
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
-use sextant_proto::Span;
+use sextant_model::row::Span;
 
 use super::SegmentShard;
 use crate::segment::{Row, Scan, Segment, Table};
@@ -82,7 +82,7 @@ impl TraceLookup {
                 _ => None,
             })
             .filter(|s| seen.insert(s.span_id.clone()))
-            .map(Span::from)
+            .map(|s| s.map_attributes(|a| crate::segment::attribute::decode(&a)))
             .collect();
         spans.sort_by(|a, b| (a.start_unix_nanos, &a.span_id).cmp(&(b.start_unix_nanos, &b.span_id)));
         Ok(spans)
@@ -165,8 +165,8 @@ impl ScanJob {
 mod tests {
     use super::super::testing::*;
     use super::*;
-    use prost::Message;
-    use sextant_proto::{LogRecord, ShardBatch};
+    use sextant_model::row::{LogRecord, RowBatch, SpanStatus};
+    use sextant_proto::convert::persist_row::encode_ingest;
 
     #[test]
     fn scans_see_the_same_rows_in_the_buffer_and_in_segments() {
@@ -178,10 +178,10 @@ mod tests {
         root.service_name = "web".into();
         let mut child = span("t1", "b", 20);
         child.parent_span_id = "a".into();
-        child.status = sextant_proto::SpanStatus::Error as i32;
+        child.status = SpanStatus::Error;
         ingest(&mut s, 1, 1, batch("p", vec![root, child, span("t2", "c", HOUR)]));
         ingest(&mut s, 2, 2, batch("other", vec![span("t9", "z", 10)]));
-        let logs = ShardBatch {
+        let logs = RowBatch {
             project_id: "p".into(),
             logs: vec![
                 log("api", 5, "Payment declined for order 42", 1),
@@ -190,7 +190,7 @@ mod tests {
             ],
             ..Default::default()
         };
-        ingest(&mut s, 3, 3, logs.encode_to_vec());
+        ingest(&mut s, 3, 3, encode_ingest(logs));
 
         let q = |text: &str| Filter { log_query: Some(LogQuery::parse(text).unwrap()), ..Default::default() };
         let probes = |s: &SegmentShard| {
@@ -234,7 +234,7 @@ mod tests {
         // 20 000 lines sorted by time: three row groups; "needle" only in the last one.
         let logs: Vec<LogRecord> =
             (0..20_000).map(|i| log("api", 3, if i == 19_000 { "found the needle" } else { "hay hay" }, i)).collect();
-        ingest(&mut s, 1, 1, ShardBatch { project_id: "p".into(), logs, ..Default::default() }.encode_to_vec());
+        ingest(&mut s, 1, 1, encode_ingest(RowBatch { project_id: "p".into(), logs, ..Default::default() }));
         checkpoint(&mut s, 1);
         let scan = |text: &str| Scan {
             table: Table::Logs,

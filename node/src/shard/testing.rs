@@ -1,7 +1,7 @@
 //! Builders of batches and probes of a shard, shared by the shard's tests.
 
-use prost::Message;
-use sextant_proto::{LogRecord, ShardBatch, Span};
+use sextant_model::row::{Event, LogLevel, LogRecord, ReplayEvent, RowBatch, Span};
+use sextant_proto::convert::persist_row::encode_ingest;
 
 use super::SegmentShard;
 use crate::segment::{Row, Scan, Table};
@@ -23,7 +23,7 @@ pub(super) fn span(trace: &str, id: &str, start: i64) -> Span {
 }
 
 pub(super) fn batch(project: &str, spans: Vec<Span>) -> Vec<u8> {
-    ShardBatch { project_id: project.into(), spans, ..Default::default() }.encode_to_vec()
+    encode_ingest(RowBatch { project_id: project.into(), spans, ..Default::default() })
 }
 
 pub(super) fn ingest(s: &mut SegmentShard, index: u64, batch_id: u128, payload: Vec<u8>) -> CommandResponse {
@@ -62,11 +62,11 @@ pub(super) fn scan_all(s: &SegmentShard, table: Table, project: &str, filter: cr
 }
 
 pub(super) fn log(service: &str, level: i32, message: &str, t: i64) -> LogRecord {
-    LogRecord { unix_nanos: t, level, service: service.into(), message: message.into(), ..Default::default() }
+    LogRecord { unix_nanos: t, level: LogLevel::from_code(level), service: service.into(), message: message.into(), ..Default::default() }
 }
 
-pub(super) fn ev(uuid: &str, user: &str, t: i64) -> sextant_proto::Event {
-    sextant_proto::Event {
+pub(super) fn ev(uuid: &str, user: &str, t: i64) -> Event {
+    Event {
         uuid: uuid.into(),
         event: "buy".into(),
         distinct_id: user.into(),
@@ -75,8 +75,8 @@ pub(super) fn ev(uuid: &str, user: &str, t: i64) -> sextant_proto::Event {
     }
 }
 
-pub(super) fn replay(uuid: &str, t: i64) -> sextant_proto::ReplayEvent {
-    sextant_proto::ReplayEvent {
+pub(super) fn replay(uuid: &str, t: i64) -> ReplayEvent {
+    ReplayEvent {
         session_id: "s1".into(),
         unix_nanos: t,
         event_type: 3,
@@ -88,10 +88,10 @@ pub(super) fn replay(uuid: &str, t: i64) -> sextant_proto::ReplayEvent {
 
 pub(super) fn analytics(
     project: &str,
-    events: Vec<sextant_proto::Event>,
-    replays: Vec<sextant_proto::ReplayEvent>,
+    events: Vec<Event>,
+    replays: Vec<ReplayEvent>,
 ) -> Vec<u8> {
-    ShardBatch { project_id: project.into(), events, replay_events: replays, ..Default::default() }.encode_to_vec()
+    encode_ingest(RowBatch { project_id: project.into(), events, replay_events: replays, ..Default::default() })
 }
 
 /// The uuids of the stored events (or replay events) of `project`, sorted, repeats kept.

@@ -119,6 +119,12 @@ impl AttributeEncoder {
     }
 }
 
+/// Attributes encoded (the attributes of one row; [`AttributeEncoder`] shares a buffer
+/// among many rows).
+pub fn encode_attributes(attributes: Vec<Attribute>) -> Encoded {
+    AttributeEncoder::default().encode(attributes)
+}
+
 /// Decoded attributes; an attribute that does not decode is left out.
 pub fn decode_attributes(attributes: &[Bytes]) -> Vec<Attribute> {
     attributes.iter().filter_map(|a| decode_attribute(a).ok()).collect()

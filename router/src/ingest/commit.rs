@@ -5,9 +5,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use prost::Message;
 use sextant_model::row::RowBatch;
-use sextant_proto::{write_request, ShardBatch};
+use sextant_proto::convert::persist_row::encode_ingest;
+use sextant_proto::write_request;
 
 use crate::cluster::{Cluster, GroupId};
 use crate::http::error::ApiError;
@@ -28,7 +28,7 @@ async fn replicate(cluster: Arc<Cluster>, batches: HashMap<GroupId, RowBatch>) -
     let batch_id: u128 = rand::random();
     let groups: Vec<GroupId> = batches.keys().copied().collect();
     let writes = batches.into_iter().map(|(group, batch)| {
-        let payload = Bytes::from(ShardBatch::from(batch).encode_to_vec());
+        let payload = Bytes::from(encode_ingest(batch));
         cluster.write(group, batch_id, write_request::Op::Batch(payload))
     });
     let results = futures::future::join_all(writes).await;
