@@ -52,6 +52,17 @@ pub struct Org {
     pub plan: String,
     pub default_project: ProjectId,
     pub created_at_ms: i64,
+    /// Set for the org of a Tenant resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_by: Option<ManagedBy>,
+    /// The Tenant resource's key (its Kubernetes UID) in the admin API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+    /// A Tenant's owner email, invited by `InviteTenantOwner`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_email: Option<String>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub suspended: bool,
 }
 
 /// The end of an org's sign-up trial of its plan.
@@ -104,6 +115,12 @@ pub struct Project {
     pub org_id: OrgId,
     pub name: String,
     pub created_at_ms: i64,
+    /// Set for the project of a Project resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_by: Option<ManagedBy>,
+    /// The Project resource's key in the admin API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,6 +144,9 @@ pub struct Credential {
     pub secret_sha256: String,
     pub created_at_ms: i64,
     pub revoked: bool,
+    /// Set for a credential the admin API issued for a managed project (its project's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_by: Option<ManagedBy>,
 }
 
 /// One sign-in: a chain of refresh tokens, each replacing the one before. Only the current
@@ -197,6 +217,13 @@ pub struct Plan {
     pub retention_days: Option<u32>,
     pub features: Vec<String>,
     pub rate_limits: RateLimitOverrides,
+    /// Set by a Plan resource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_by: Option<ManagedBy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub price: Option<PlanPrice>,
 }
 
 /// The catalog a new cluster starts with (docs/API.md, "Data retention" lists it). It is
@@ -210,6 +237,9 @@ pub fn default_plans() -> Vec<Plan> {
         retention_days: days,
         features: if retention { vec!["retention".into()] } else { vec![] },
         rate_limits: RateLimitOverrides::default(),
+        managed_by: None,
+        display_name: None,
+        price: None,
     };
     vec![
         plan("free", Some(1), Some(1_000_000), Some(7), false),
@@ -228,6 +258,16 @@ pub struct Quota {
     pub org_id: OrgId,
     pub project_id: Option<ProjectId>,
     pub rate_limits: RateLimitOverrides,
+    /// Set by a Quota resource, whose key is `id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_by: Option<ManagedBy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monthly_bytes: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub monthly_events: Option<u64>,
+    /// Hard refuses ingest over the limit; soft only reports it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub hard: bool,
 }
 
 /// A router's latest heartbeat.
@@ -251,40 +291,6 @@ pub struct ManagedBy {
     pub uid: String,
 }
 
-/// An org created from a Tenant resource, by the resource's key (its Kubernetes UID). Built by
-/// meta.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ManagedOrg {
-    pub key: String,
-    pub org_id: OrgId,
-    pub owner_email: String,
-    pub suspended: bool,
-    pub managed_by: ManagedBy,
-    /// Set once the tenant was deleted: the key is never reused for another org.
-    #[serde(default)]
-    pub deleted_at_ms: Option<i64>,
-}
-
-/// A project created from a Project resource. Built by meta.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ManagedProject {
-    pub key: String,
-    pub project_id: ProjectId,
-    pub org_id: OrgId,
-    pub managed_by: ManagedBy,
-    /// Set once deleted (with all its data): the key is never reused for another project.
-    #[serde(default)]
-    pub deleted_at_ms: Option<i64>,
-}
-
-/// A credential issued by the admin API for a managed project (the pair in the Project's
-/// Secret). Built by meta.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ManagedCredential {
-    pub credential_id: String,
-    pub project_key: String,
-}
-
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PlanPrice {
     pub amount_cents: u64,
@@ -292,30 +298,6 @@ pub struct PlanPrice {
     pub currency: String,
     /// `month` or `year`.
     pub interval: String,
-}
-
-/// What a Plan resource adds to its catalog entry ([`Plan`]). Built by meta.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ManagedPlan {
-    pub name: String,
-    pub display_name: Option<String>,
-    pub price: Option<PlanPrice>,
-    pub managed_by: ManagedBy,
-}
-
-/// A Quota resource: overrides for one org or one project of it. Its request rate also lives
-/// in [`Quota`] (same id), which is what the rate limiters read. Built by meta.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ManagedQuota {
-    pub key: String,
-    pub org_id: OrgId,
-    pub project_id: Option<ProjectId>,
-    pub monthly_bytes: Option<u64>,
-    pub monthly_events: Option<u64>,
-    pub ingest_rps: Option<u32>,
-    /// Hard refuses ingest over the limit; soft only reports it.
-    pub hard: bool,
-    pub managed_by: ManagedBy,
 }
 
 /// Metrics an alert rule may watch (docs/API.md, "Admin API", `PUT /alert-rules`).
@@ -686,16 +668,6 @@ pub struct MetaView {
     pub quotas: Vec<Quota>,
     #[serde(default)]
     pub trials: Vec<OrgTrial>,
-    #[serde(default)]
-    pub managed_orgs: Vec<ManagedOrg>,
-    #[serde(default)]
-    pub managed_projects: Vec<ManagedProject>,
-    #[serde(default)]
-    pub managed_credentials: Vec<ManagedCredential>,
-    #[serde(default)]
-    pub managed_plans: Vec<ManagedPlan>,
-    #[serde(default)]
-    pub managed_quotas: Vec<ManagedQuota>,
     #[serde(default)]
     pub alert_rules: Vec<AlertRule>,
     /// Deleted projects: storage nodes drop their data, routers refuse them.

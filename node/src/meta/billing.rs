@@ -42,7 +42,7 @@ impl MetaState {
 
     /// Quotas set by a Quota resource are removed with it, not here.
     pub(super) fn delete_quota(&mut self, id: &str) -> MetaCommandResult {
-        if self.managed.quotas.contains_key(id) {
+        if self.billing.quotas.get(id).is_some_and(|q| q.managed_by.is_some()) {
             return Refused(Refusal::Managed);
         }
         match self.billing.quotas.remove(id) {
@@ -67,8 +67,16 @@ mod tests {
         assert_eq!(s.execute(MetaCommand::PutPlan { plan: plans[0].clone() }), Done);
         assert_eq!(s.billing.plans["free"].rate_limits.ingest_rps, Some(7));
 
-        let quota =
-            |org, project| Quota { id: "q1".into(), org_id: org, project_id: project, rate_limits: Default::default() };
+        let quota = |org, project| Quota {
+            id: "q1".into(),
+            org_id: org,
+            project_id: project,
+            rate_limits: Default::default(),
+            managed_by: None,
+            monthly_bytes: None,
+            monthly_events: None,
+            hard: false,
+        };
         assert_eq!(
             s.execute(MetaCommand::PutQuota { quota: quota(OrgId::random(), None) }),
             Refused(Refusal::NotFound)

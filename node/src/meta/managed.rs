@@ -1,14 +1,14 @@
 //! Objects the Kubernetes operator manages through the admin API (docs/API.md, "Admin API"):
 //! tenants (orgs), their projects and credentials, plans, quotas and alert rules, each keyed
-//! by its resource. Deleted tenants and projects are kept as tombstones so that a late retry
-//! of the operator never brings them back.
+//! by its resource. The objects are the plain records with `managed_by` set; the keys of deleted
+//! tenants and projects are kept as tombstones so that a late retry of the operator never
+//! brings them back.
 
 use std::collections::BTreeMap;
 
 use sextant_model::meta::{
-    default_plans, AlertFilter, AlertRule, Credential, Invite, ManagedBy, ManagedCredential, ManagedOrg, ManagedPlan,
-    ManagedProject, ManagedQuota, MetaCommandResult, Org, Plan, PlanPrice, Project, Quota, RateLimitOverrides, Refusal,
-    Role, MAX_PROJECTS_PER_ORG,
+    default_plans, AlertFilter, AlertRule, Credential, Invite, ManagedBy, MetaCommandResult, Org, Plan, PlanPrice,
+    Project, Quota, RateLimitOverrides, Refusal, Role, MAX_PROJECTS_PER_ORG,
 };
 use sextant_model::{OrgId, ProjectId};
 
@@ -17,16 +17,10 @@ use MetaCommandResult::{Done, Refused};
 
 #[derive(Clone, Debug, Default)]
 pub(super) struct Managed {
-    /// Orgs of Tenant resources, by key (deleted ones kept as tombstones).
-    pub(super) tenants: BTreeMap<String, ManagedOrg>,
-    /// Projects of Project resources, by key (deleted ones kept as tombstones).
-    pub(super) projects: BTreeMap<String, ManagedProject>,
-    /// Credentials issued through the admin API, by credential id.
-    pub(super) credentials: BTreeMap<String, ManagedCredential>,
-    /// Plans by name.
-    pub(super) plans: BTreeMap<String, ManagedPlan>,
-    /// Quotas by key (the same id as their entry in the quota table).
-    pub(super) quotas: BTreeMap<String, ManagedQuota>,
+    /// Keys of deleted Tenant resources, with when they were deleted.
+    pub(super) deleted_tenants: BTreeMap<String, i64>,
+    /// Keys of deleted Project resources, with when they were deleted.
+    pub(super) deleted_projects: BTreeMap<String, i64>,
     /// Alert rules by id; managed ones also carry their resource key.
     pub(super) alert_rules: BTreeMap<String, AlertRule>,
 }
@@ -62,16 +56,12 @@ pub(super) struct AlertRuleSpec {
 impl MetaState {
     /// The org of a tenant key that was not deleted.
     fn live_tenant(&self, key: &str) -> Option<OrgId> {
-        self.managed.tenants.get(key).filter(|t| t.deleted_at_ms.is_none()).map(|t| t.org_id)
+        self.tenancy.orgs.values().find(|o| o.key.as_deref() == Some(key)).map(|o| o.id)
     }
 
     /// The project of a managed project key that was not deleted.
-    fn live_managed_project(&self, key: &str) -> Option<ProjectId> {
-        self.managed
-            .projects
-            .get(key)
-            .filter(|p| p.deleted_at_ms.is_none() && self.tenancy.projects.contains_key(&p.project_id))
-            .map(|p| p.project_id)
+    fn live_managed_project(&self, key: &str) -> Option<&Project> {
+        self.tenancy.projects.values().find(|p| p.key.as_deref() == Some(key))
     }
 
     pub(super) fn put_tenant(
@@ -82,29 +72,25 @@ impl MetaState {
         suspended: bool,
         managed_by: ManagedBy,
     ) -> MetaCommandResult {
-        if let Some(t) = self.managed.tenants.get_mut(&key) {
-            if t.deleted_at_ms.is_some() {
-                return Refused(Refusal::Deleted);
-            }
-            let id = t.org_id;
-            t.owner_email = owner_email;
-            t.suspended = suspended;
-            t.managed_by = managed_by;
-            if let Some(existing) = self.tenancy.orgs.get_mut(&id) {
-                existing.name = org.name;
-                existing.plan = org.plan;
-            }
+        if self.managed.deleted_tenants.contains_key(&key) {
+            return Refused(Refusal::Deleted);
+        }
+        if let Some(id) = self.live_tenant(&key) {
+            let existing = self.tenancy.orgs.get_mut(&id).expect("a live tenant has its org");
+            existing.owner_email = Some(owner_email);
+            existing.suspended = suspended;
+            existing.managed_by = Some(managed_by);
+            existing.name = org.name;
+            existing.plan = org.plan;
             return MetaCommandResult::Keyed { id: id.to_string() };
         }
         if self.tenancy.orgs.contains_key(&org.id) {
             return Refused(Refusal::NameTaken);
         }
         let id = org.id;
+        let org =
+            Org { managed_by: Some(managed_by), key: Some(key), owner_email: Some(owner_email), suspended, ..org };
         self.tenancy.orgs.insert(id, org);
-        self.managed.tenants.insert(
-            key.clone(),
-            ManagedOrg { key, org_id: id, owner_email, suspended, managed_by, deleted_at_ms: None },
-        );
         MetaCommandResult::Keyed { id: id.to_string() }
     }
 
@@ -112,9 +98,7 @@ impl MetaState {
         let Some(org_id) = self.live_tenant(key) else {
             return Done;
         };
-        let managed_remain = self.managed.projects.values().any(|p| {
-            p.org_id == org_id && p.deleted_at_ms.is_none() && self.tenancy.projects.contains_key(&p.project_id)
-        });
+        let managed_remain = self.tenancy.projects.values().any(|p| p.org_id == org_id && p.key.is_some());
         if managed_remain {
             return Refused(Refusal::ProjectsRemain);
         }
@@ -130,13 +114,10 @@ impl MetaState {
             self.billing.quotas.values().filter(|q| q.org_id == org_id).map(|q| q.id.clone()).collect();
         for id in quotas {
             self.billing.quotas.remove(&id);
-            self.managed.quotas.remove(&id);
         }
         self.tenancy.trials.remove(&org_id);
         self.tenancy.orgs.remove(&org_id);
-        if let Some(t) = self.managed.tenants.get_mut(key) {
-            t.deleted_at_ms = Some(now_ms);
-        }
+        self.managed.deleted_tenants.insert(key.to_owned(), now_ms);
         Done
     }
 
@@ -150,17 +131,15 @@ impl MetaState {
         let Some(org_id) = self.live_tenant(tenant_key) else {
             return Refused(Refusal::NotFound);
         };
-        let existing = self.managed.projects.get(&key).cloned();
-        if let Some(m) = &existing {
-            if m.deleted_at_ms.is_some() || !self.tenancy.projects.contains_key(&m.project_id) {
-                return Refused(Refusal::Deleted);
-            }
-            if m.org_id != org_id {
-                // A project does not move between orgs: its data and credentials would follow.
-                return Refused(Refusal::NotFound);
-            }
+        if self.managed.deleted_projects.contains_key(&key) {
+            return Refused(Refusal::Deleted);
         }
-        let id = existing.as_ref().map_or(project.id, |m| m.project_id);
+        let existing = self.live_managed_project(&key).map(|p| (p.id, p.org_id));
+        if existing.is_some_and(|(_, org)| org != org_id) {
+            // A project does not move between orgs: its data and credentials would follow.
+            return Refused(Refusal::NotFound);
+        }
+        let id = existing.map_or(project.id, |(id, _)| id);
         let tenancy = &mut self.tenancy;
         let name_taken = tenancy
             .projects
@@ -170,7 +149,10 @@ impl MetaState {
             return Refused(Refusal::NameTaken);
         }
         match tenancy.projects.get_mut(&id) {
-            Some(p) => p.name = project.name,
+            Some(p) => {
+                p.name = project.name;
+                p.managed_by = Some(managed_by);
+            }
             None => {
                 if tenancy.projects.values().filter(|p| p.org_id == org_id).count() >= MAX_PROJECTS_PER_ORG {
                     return Refused(Refusal::LimitReached);
@@ -178,12 +160,10 @@ impl MetaState {
                 if tenancy.projects.contains_key(&project.id) || tenancy.deleted_projects.contains_key(&project.id) {
                     return Refused(Refusal::NameTaken);
                 }
-                tenancy.projects.insert(id, Project { id, org_id, ..project });
+                let project = Project { id, org_id, managed_by: Some(managed_by), key: Some(key), ..project };
+                tenancy.projects.insert(id, project);
             }
         }
-        self.managed
-            .projects
-            .insert(key.clone(), ManagedProject { key, project_id: id, org_id, managed_by, deleted_at_ms: None });
         // An org made by a tenant starts without projects: its first one becomes the default.
         self.tenancy.default_if_missing(org_id, id);
         MetaCommandResult::Keyed { id: id.to_string() }
@@ -191,34 +171,22 @@ impl MetaState {
 
     /// Replaces the credentials issued earlier for the project of `key`.
     pub(super) fn issue_managed_credentials(&mut self, key: String, credentials: Vec<Credential>) -> MetaCommandResult {
-        let Some(project_id) = self.live_managed_project(&key) else {
+        let Some((project_id, managed_by)) = self.live_managed_project(&key).map(|p| (p.id, p.managed_by.clone()))
+        else {
             return Refused(Refusal::NotFound);
         };
         if credentials.iter().any(|c| c.project_id != project_id) {
             return Refused(Refusal::NotFound);
         }
-        let earlier: Vec<String> = self
-            .managed
-            .credentials
-            .values()
-            .filter(|m| m.project_key == key)
-            .map(|m| m.credential_id.clone())
-            .collect();
-        for id in earlier {
-            self.managed.credentials.remove(&id);
-            self.tenancy.credentials.remove(&id);
-        }
+        self.tenancy.credentials.retain(|_, c| !(c.project_id == project_id && c.managed_by.is_some()));
         for c in credentials {
-            self.managed
-                .credentials
-                .insert(c.id.clone(), ManagedCredential { credential_id: c.id.clone(), project_key: key.clone() });
-            self.tenancy.credentials.insert(c.id.clone(), c);
+            self.tenancy.credentials.insert(c.id.clone(), Credential { managed_by: managed_by.clone(), ..c });
         }
         Done
     }
 
     pub(super) fn delete_managed_project(&mut self, key: &str, now_ms: i64) -> MetaCommandResult {
-        if let Some(id) = self.live_managed_project(key) {
+        if let Some(id) = self.live_managed_project(key).map(|p| p.id) {
             self.delete_project(id, now_ms);
         }
         Done
@@ -232,13 +200,10 @@ impl MetaState {
             return;
         };
         tenancy.credentials.retain(|_, c| c.project_id != id);
-        let credentials = &tenancy.credentials;
-        self.managed.credentials.retain(|cid, _| credentials.contains_key(cid));
         self.billing.quotas.retain(|_, q| q.project_id != Some(id));
-        self.managed.quotas.retain(|_, q| q.project_id != Some(id));
         self.managed.alert_rules.retain(|_, r| r.project_id != id);
-        for m in self.managed.projects.values_mut().filter(|m| m.project_id == id) {
-            m.deleted_at_ms = Some(now_ms);
+        if let Some(key) = &project.key {
+            self.managed.deleted_projects.insert(key.clone(), now_ms);
         }
         tenancy.deleted_projects.insert(id, now_ms);
         // The org's default moves to another of its projects, if it has one.
@@ -263,15 +228,14 @@ impl MetaState {
         if let Some(existing) = self.billing.plans.get(&plan.name) {
             plan.rate_limits = existing.rate_limits.clone();
         }
-        let name = plan.name.clone();
-        self.billing.plans.insert(name.clone(), plan);
-        self.managed.plans.insert(name.clone(), ManagedPlan { name, display_name, price, managed_by });
+        let plan = Plan { managed_by: Some(managed_by), display_name, price, ..plan };
+        self.billing.plans.insert(plan.name.clone(), plan);
         Done
     }
 
     /// A default plan returns to its default; a custom one is removed unless an org uses it.
     pub(super) fn delete_managed_plan(&mut self, name: String) -> MetaCommandResult {
-        if !self.managed.plans.contains_key(&name) {
+        if !self.billing.plans.get(&name).is_some_and(|p| p.managed_by.is_some()) {
             return Done;
         }
         match default_plans().into_iter().find(|p| p.name == name) {
@@ -286,7 +250,6 @@ impl MetaState {
                 self.billing.plans.remove(&name);
             }
         }
-        self.managed.plans.remove(&name);
         Done
     }
 
@@ -295,28 +258,32 @@ impl MetaState {
             spec;
         let target = match (tenant_key, project_key) {
             (Some(t), None) => self.live_tenant(&t).map(|org| (org, None)),
-            (None, Some(p)) => {
-                self.live_managed_project(&p).and_then(|id| Some((self.tenancy.projects.get(&id)?.org_id, Some(id))))
-            }
+            (None, Some(p)) => self.live_managed_project(&p).map(|p| (p.org_id, Some(p.id))),
             _ => None,
         };
         let Some((org_id, project_id)) = target else {
             return Refused(Refusal::NotFound);
         };
-        if self.billing.quotas.contains_key(&key) && !self.managed.quotas.contains_key(&key) {
+        if self.billing.quotas.get(&key).is_some_and(|q| q.managed_by.is_none()) {
             return Refused(Refusal::Managed);
         }
         let rate_limits = RateLimitOverrides { ingest_rps, analytics_rps: ingest_rps, api_rps: None };
-        self.billing.quotas.insert(key.clone(), Quota { id: key.clone(), org_id, project_id, rate_limits });
-        self.managed.quotas.insert(
-            key.clone(),
-            ManagedQuota { key, org_id, project_id, monthly_bytes, monthly_events, ingest_rps, hard, managed_by },
-        );
+        let quota = Quota {
+            id: key.clone(),
+            org_id,
+            project_id,
+            rate_limits,
+            managed_by: Some(managed_by),
+            monthly_bytes,
+            monthly_events,
+            hard,
+        };
+        self.billing.quotas.insert(key, quota);
         Done
     }
 
     pub(super) fn delete_managed_quota(&mut self, key: &str) -> MetaCommandResult {
-        if self.managed.quotas.remove(key).is_some() {
+        if self.billing.quotas.get(key).is_some_and(|q| q.managed_by.is_some()) {
             self.billing.quotas.remove(key);
         }
         Done
@@ -324,7 +291,7 @@ impl MetaState {
 
     /// Adds or updates the rule of `key`; it keeps its id and creation time across updates.
     pub(super) fn put_managed_alert_rule(&mut self, spec: AlertRuleSpec) -> MetaCommandResult {
-        let Some(project_id) = self.live_managed_project(&spec.project_key) else {
+        let Some(project_id) = self.live_managed_project(&spec.project_key).map(|p| p.id) else {
             return Refused(Refusal::NotFound);
         };
         let key = spec.key;
@@ -359,10 +326,10 @@ impl MetaState {
 
     /// Invites the tenant's owner email into its org as owner, replacing an earlier invitation.
     pub(super) fn invite_tenant_owner(&mut self, key: &str, invite: Invite) -> MetaCommandResult {
-        let Some(tenant) = self.managed.tenants.get(key).filter(|t| t.deleted_at_ms.is_none()) else {
+        let Some(org) = self.live_tenant(key).and_then(|id| self.tenancy.orgs.get(&id)) else {
             return Refused(Refusal::NotFound);
         };
-        let (org_id, email) = (tenant.org_id, tenant.owner_email.clone());
+        let (org_id, email) = (org.id, org.owner_email.clone().unwrap_or_default());
         if self.accounts.email_taken(&email) {
             return Refused(Refusal::EmailTaken);
         }
@@ -385,6 +352,7 @@ mod tests {
             secret_sha256: format!("h-{id}"),
             created_at_ms: T0,
             revoked: false,
+            managed_by: None,
         }
     }
 
@@ -402,15 +370,16 @@ mod tests {
         );
         let v = view(&s);
         assert_eq!(v.orgs.len(), 1);
-        assert!(v.managed_orgs[0].suspended);
-        assert_eq!(v.managed_orgs[0].managed_by.kind, "Tenant");
+        assert!(v.orgs[0].suspended);
+        assert_eq!(v.orgs[0].managed_by.as_ref().unwrap().kind, "Tenant");
+        assert_eq!(v.orgs[0].key.as_deref(), Some("t-uid"));
         // Deleted: gone, and the key never makes another org.
         assert_eq!(s.execute(MetaCommand::DeleteTenant { key: "t-uid".into(), now_ms: T0 }), Done);
         assert!(s.tenancy.orgs.is_empty());
         assert_eq!(s.execute(MetaCommand::DeleteTenant { key: "t-uid".into(), now_ms: T0 }), Done, "idempotent");
         assert_eq!(s.execute(MetaCommand::DeleteTenant { key: "unknown".into(), now_ms: T0 }), Done);
         assert_eq!(put_tenant(&mut s, "t-uid", "Acme", "pro", false), Refused(Refusal::Deleted));
-        assert!(view(&s).managed_orgs.is_empty());
+        assert!(view(&s).orgs.iter().all(|o| o.managed_by.is_none()));
     }
 
     #[test]
@@ -429,7 +398,7 @@ mod tests {
         assert_eq!(put_project(&mut s, "p2", "t", "store"), Refused(Refusal::NameTaken));
         assert_eq!(s.tenancy.projects[&blog].name, "Blog");
         let v = view(&s);
-        assert_eq!(v.managed_projects.len(), 2);
+        assert_eq!(v.projects.iter().filter(|p| p.managed_by.is_some()).count(), 2);
         // A tenant with managed projects left is not deleted.
         assert_eq!(
             s.execute(MetaCommand::DeleteTenant { key: "t".into(), now_ms: T0 }),
@@ -456,7 +425,7 @@ mod tests {
         assert_eq!(issue(&mut s, "a2", "b2"), Done);
         let ids: Vec<&String> = s.tenancy.credentials.keys().collect();
         assert_eq!(ids, ["a2", "b2"], "one valid pair after a retry");
-        assert_eq!(view(&s).managed_credentials.len(), 2);
+        assert_eq!(view(&s).credentials.iter().filter(|c| c.managed_by.is_some()).count(), 2);
         let revoke = MetaCommand::RevokeCredential { org_id: org, id: "b2".into(), kind: CredentialKind::ApiKey };
         assert_eq!(s.execute(revoke), Refused(Refusal::Managed));
         assert!(!s.tenancy.credentials["b2"].revoked);
@@ -496,13 +465,13 @@ mod tests {
         let delete = || MetaCommand::DeleteManagedProject { key: "p".into(), now_ms: T0 + 5 };
         assert_eq!(s.execute(delete()), Done);
         assert!(!s.tenancy.projects.contains_key(&p));
-        assert!(s.tenancy.credentials.is_empty() && s.managed.credentials.is_empty());
-        assert!(s.billing.quotas.is_empty() && s.managed.quotas.is_empty());
+        assert!(s.tenancy.credentials.is_empty());
+        assert!(s.billing.quotas.is_empty());
         assert!(s.managed.alert_rules.is_empty());
         assert_eq!(s.tenancy.orgs[&org].default_project, other, "the default moves to a remaining project");
         let v = view(&s);
         assert_eq!(v.deleted_projects, vec![p]);
-        assert_eq!(v.managed_projects.len(), 1);
+        assert_eq!(v.projects.iter().filter(|p| p.managed_by.is_some()).count(), 1);
         assert_eq!(s.execute(delete()), Done, "idempotent");
         assert_eq!(s.execute(MetaCommand::DeleteManagedProject { key: "nope".into(), now_ms: T0 }), Done);
         // The key never comes back as a new project (a late retry of the operator's apply).
@@ -516,7 +485,14 @@ mod tests {
         // A tenant whose org also has a project made through the public API and a user.
         let org: OrgId = id_of(put_tenant(&mut s, "t", "Acme", "pro", false)).parse().unwrap();
         let managed_project: ProjectId = id_of(put_project(&mut s, "p", "t", "Shop")).parse().unwrap();
-        let public = Project { id: ProjectId::random(), org_id: org, name: "Side".into(), created_at_ms: T0 };
+        let public = Project {
+            id: ProjectId::random(),
+            org_id: org,
+            name: "Side".into(),
+            created_at_ms: T0,
+            managed_by: None,
+            key: None,
+        };
         assert_eq!(s.execute(MetaCommand::CreateProject { project: public.clone(), credentials: vec![] }), Done);
         let member = User { id: UserId::random(), org_id: org, email: "bob@acme.test".into(), ..owner.clone() };
         s.accounts.users.insert(member.id, member.clone());
@@ -552,6 +528,9 @@ mod tests {
                 retention_days: Some(3),
                 features: vec![],
                 rate_limits: Default::default(),
+                managed_by: None,
+                display_name: None,
+                price: None,
             },
             display_name: Some("Pro".into()),
             price: None,
@@ -565,7 +544,7 @@ mod tests {
             "rate limits are not the resource's business"
         );
         assert_eq!(s.execute(put("pro", 5)), Done, "no-op");
-        assert_eq!(view(&s).managed_plans.len(), 1);
+        assert_eq!(view(&s).plans.iter().filter(|p| p.managed_by.is_some()).count(), 1);
         assert_eq!(s.execute(MetaCommand::DeleteManagedPlan { name: "pro".into() }), Done);
         let default_pro = sextant_model::meta::default_plans().into_iter().find(|p| p.name == "pro").unwrap();
         assert_eq!(
@@ -573,7 +552,7 @@ mod tests {
             "a default entry returns to its default"
         );
         assert_eq!(s.billing.plans["pro"].rate_limits.ingest_rps, Some(9));
-        assert!(view(&s).managed_plans.is_empty());
+        assert!(view(&s).plans.iter().all(|p| p.managed_by.is_none()));
         // A custom plan in use stays until its orgs move.
         assert_eq!(s.execute(put("gold", 50)), Done);
         id_of(put_tenant(&mut s, "t", "Acme", "gold", false));
@@ -606,10 +585,10 @@ mod tests {
         assert_eq!(s.execute(quota(Some("t"), 7)), Done);
         assert_eq!(s.billing.quotas["q"].org_id, org);
         assert_eq!(s.billing.quotas["q"].rate_limits.ingest_rps, Some(7));
-        assert_eq!(s.managed.quotas["q"].monthly_events, Some(10));
+        assert_eq!(s.billing.quotas["q"].monthly_events, Some(10));
         assert_eq!(s.execute(MetaCommand::DeleteQuota { id: "q".into() }), Refused(Refusal::Managed));
         assert_eq!(s.execute(MetaCommand::DeleteManagedQuota { key: "q".into() }), Done);
-        assert!(s.billing.quotas.is_empty() && s.managed.quotas.is_empty());
+        assert!(s.billing.quotas.is_empty());
         assert_eq!(s.execute(MetaCommand::DeleteManagedQuota { key: "q".into() }), Done, "idempotent");
     }
 

@@ -220,11 +220,6 @@ impl MetaState {
             plans: self.billing.plans.values().cloned().collect(),
             quotas: self.billing.quotas.values().cloned().collect(),
             trials: self.tenancy.trials.iter().map(|(o, end)| OrgTrial { org_id: *o, ends_at_ms: *end }).collect(),
-            managed_orgs: managed.tenants.values().filter(|t| t.deleted_at_ms.is_none()).cloned().collect(),
-            managed_projects: managed.projects.values().filter(|p| p.deleted_at_ms.is_none()).cloned().collect(),
-            managed_credentials: managed.credentials.values().cloned().collect(),
-            managed_plans: managed.plans.values().cloned().collect(),
-            managed_quotas: managed.quotas.values().cloned().collect(),
             alert_rules: managed.alert_rules.values().cloned().collect(),
             deleted_projects: self.tenancy.deleted_projects.keys().copied().collect(),
         }

@@ -1,14 +1,15 @@
 //! The persisted form of the meta state: one JSON object, the layout snapshots have had since
 //! before meta was split into aggregates. Fields are only ever added, with `#[serde(default)]`,
 //! so that older snapshots still restore; `fixtures/snapshot-before-split.json` is the check.
+//! The maps of separate managed-object records that snapshots had before those objects became
+//! plain records with `managed_by` are still read, and folded in.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use sextant_model::cohort::Cohort;
 use sextant_model::meta::{
-    AlertRule, Credential, Invite, ManagedCredential, ManagedOrg, ManagedPlan, ManagedProject, ManagedQuota, Org, Plan,
-    Project, Quota, RefreshFamily, User,
+    AlertRule, Credential, Invite, ManagedBy, Org, Plan, PlanPrice, Project, Quota, RefreshFamily, User,
 };
 use sextant_model::{OrgId, ProjectId, UserId};
 
@@ -46,16 +47,21 @@ pub(super) struct MetaSnapshot {
     routers: BTreeMap<String, i64>,
     #[serde(default)]
     version: u64,
+    #[serde(default, skip_serializing)]
+    tenants: BTreeMap<String, OldTenant>,
+    #[serde(default, skip_serializing)]
+    managed_projects: BTreeMap<String, OldProject>,
+    #[serde(default, skip_serializing)]
+    managed_credentials: BTreeMap<String, OldCredential>,
+    #[serde(default, skip_serializing)]
+    managed_plans: BTreeMap<String, OldPlan>,
+    #[serde(default, skip_serializing)]
+    managed_quotas: BTreeMap<String, OldQuota>,
+    /// Keys of deleted Tenant and Project resources, with when.
     #[serde(default)]
-    tenants: BTreeMap<String, ManagedOrg>,
+    deleted_tenant_keys: BTreeMap<String, i64>,
     #[serde(default)]
-    managed_projects: BTreeMap<String, ManagedProject>,
-    #[serde(default)]
-    managed_credentials: BTreeMap<String, ManagedCredential>,
-    #[serde(default)]
-    managed_plans: BTreeMap<String, ManagedPlan>,
-    #[serde(default)]
-    managed_quotas: BTreeMap<String, ManagedQuota>,
+    deleted_project_keys: BTreeMap<String, i64>,
     #[serde(default)]
     alert_rules: BTreeMap<String, AlertRule>,
     #[serde(default)]
@@ -64,6 +70,98 @@ pub(super) struct MetaSnapshot {
     cohorts: BTreeMap<String, Cohort>,
     #[serde(default)]
     cluster: ClusterState,
+}
+
+// What older snapshots kept beside the plain records, read only to be folded into them.
+#[derive(Deserialize)]
+struct OldTenant {
+    org_id: OrgId,
+    owner_email: String,
+    suspended: bool,
+    managed_by: ManagedBy,
+    #[serde(default)]
+    deleted_at_ms: Option<i64>,
+}
+
+#[derive(Deserialize)]
+struct OldProject {
+    project_id: ProjectId,
+    managed_by: ManagedBy,
+    #[serde(default)]
+    deleted_at_ms: Option<i64>,
+}
+
+#[derive(Deserialize)]
+struct OldCredential {
+    project_key: String,
+}
+
+#[derive(Deserialize)]
+struct OldPlan {
+    display_name: Option<String>,
+    price: Option<PlanPrice>,
+    managed_by: ManagedBy,
+}
+
+#[derive(Deserialize)]
+struct OldQuota {
+    monthly_bytes: Option<u64>,
+    monthly_events: Option<u64>,
+    hard: bool,
+    managed_by: ManagedBy,
+}
+
+impl MetaSnapshot {
+    /// Moves what the old managed-object maps held into the records they described.
+    fn fold_old_managed_records(&mut self) {
+        for (key, t) in std::mem::take(&mut self.tenants) {
+            match (t.deleted_at_ms, self.orgs.get_mut(&t.org_id)) {
+                (Some(at), _) => {
+                    self.deleted_tenant_keys.insert(key, at);
+                }
+                (None, Some(org)) => {
+                    org.managed_by = Some(t.managed_by);
+                    org.key = Some(key);
+                    org.owner_email = Some(t.owner_email);
+                    org.suspended = t.suspended;
+                }
+                (None, None) => {}
+            }
+        }
+        for (key, p) in std::mem::take(&mut self.managed_projects) {
+            match (p.deleted_at_ms, self.projects.get_mut(&p.project_id)) {
+                (Some(at), _) => {
+                    self.deleted_project_keys.insert(key, at);
+                }
+                (None, Some(project)) => {
+                    project.managed_by = Some(p.managed_by);
+                    project.key = Some(key);
+                }
+                (None, None) => {}
+            }
+        }
+        for (id, c) in std::mem::take(&mut self.managed_credentials) {
+            let managed_by = self.projects.values().find(|p| p.key.as_ref() == Some(&c.project_key));
+            if let (Some(credential), Some(project)) = (self.credentials.get_mut(&id), managed_by) {
+                credential.managed_by = project.managed_by.clone();
+            }
+        }
+        for (name, p) in std::mem::take(&mut self.managed_plans) {
+            if let Some(plan) = self.plans.get_mut(&name) {
+                plan.managed_by = Some(p.managed_by);
+                plan.display_name = p.display_name;
+                plan.price = p.price;
+            }
+        }
+        for (key, q) in std::mem::take(&mut self.managed_quotas) {
+            if let Some(quota) = self.quotas.get_mut(&key) {
+                quota.managed_by = Some(q.managed_by);
+                quota.monthly_bytes = q.monthly_bytes;
+                quota.monthly_events = q.monthly_events;
+                quota.hard = q.hard;
+            }
+        }
+    }
 }
 
 impl From<MetaState> for MetaSnapshot {
@@ -94,11 +192,13 @@ impl From<MetaState> for MetaSnapshot {
             trials: tenancy.trials,
             routers: routers.last_seen,
             version,
-            tenants: managed.tenants,
-            managed_projects: managed.projects,
-            managed_credentials: managed.credentials,
-            managed_plans: managed.plans,
-            managed_quotas: managed.quotas,
+            tenants: BTreeMap::new(),
+            managed_projects: BTreeMap::new(),
+            managed_credentials: BTreeMap::new(),
+            managed_plans: BTreeMap::new(),
+            managed_quotas: BTreeMap::new(),
+            deleted_tenant_keys: managed.deleted_tenants,
+            deleted_project_keys: managed.deleted_projects,
             alert_rules: managed.alert_rules,
             deleted_projects: tenancy.deleted_projects,
             cohorts: cohorts.by_id,
@@ -108,7 +208,8 @@ impl From<MetaState> for MetaSnapshot {
 }
 
 impl From<MetaSnapshot> for MetaState {
-    fn from(s: MetaSnapshot) -> Self {
+    fn from(mut s: MetaSnapshot) -> Self {
+        s.fold_old_managed_records();
         MetaState {
             version: s.version,
             partition_groups: s.partitions,
@@ -123,11 +224,8 @@ impl From<MetaSnapshot> for MetaState {
             sessions: Sessions { families: s.sessions },
             billing: Billing { plans: s.plans, quotas: s.quotas },
             managed: Managed {
-                tenants: s.tenants,
-                projects: s.managed_projects,
-                credentials: s.managed_credentials,
-                plans: s.managed_plans,
-                quotas: s.managed_quotas,
+                deleted_tenants: s.deleted_tenant_keys,
+                deleted_projects: s.deleted_project_keys,
                 alert_rules: s.alert_rules,
             },
             routers: Routers { last_seen: s.routers },
@@ -147,25 +245,18 @@ mod tests {
         let (mut s, _) = state_with_user();
         id_of(put_tenant(&mut s, "t", "Acme", "pro", false));
         let mut old = serde_json::to_value(&s).unwrap();
-        for field in [
-            "tenants",
-            "managed_projects",
-            "managed_credentials",
-            "managed_plans",
-            "managed_quotas",
-            "alert_rules",
-            "deleted_projects",
-        ] {
+        for field in ["deleted_tenant_keys", "deleted_project_keys", "alert_rules", "deleted_projects"] {
             assert!(old.as_object_mut().unwrap().remove(field).is_some(), "{field}");
         }
         let mut restored = MetaState::default();
         restored.restore(&mut serde_json::to_vec(&old).unwrap().as_slice()).unwrap();
         assert_eq!(restored.tenancy.orgs.len(), 2);
-        assert!(restored.managed.tenants.is_empty() && restored.tenancy.deleted_projects.is_empty());
+        assert!(restored.managed.deleted_tenants.is_empty() && restored.tenancy.deleted_projects.is_empty());
     }
 
     /// A snapshot written by the meta state machine before it was split into aggregates
-    /// (every map non-empty) restores to the same catalog, and is written back byte for byte.
+    /// (every map non-empty) restores to the same catalog, its managed-object maps folded into
+    /// the records, and is written back in a form that restores to the same.
     #[test]
     fn a_snapshot_written_before_the_split_restores_unchanged() {
         let bytes: &[u8] = include_bytes!("fixtures/snapshot-before-split.json");
@@ -226,12 +317,29 @@ mod tests {
         assert_eq!(v.removed_users.iter().map(ToString::to_string).collect::<Vec<_>>(), [id(115)]);
         assert_eq!(v.revoked_sessions, ["fam-eve"]);
         assert_eq!((v.routers[0].id.as_str(), v.routers[0].at_ms), ("router-a", T0 + 6));
-        assert_eq!((v.managed_orgs[0].key.as_str(), v.managed_orgs[0].org_id.to_string()), ("tenant-uid", id(120)));
-        let managed_projects: Vec<&str> = v.managed_projects.iter().map(|p| p.key.as_str()).collect();
+        let tenants: Vec<(&str, String, &str)> = v
+            .orgs
+            .iter()
+            .filter_map(|o| Some((o.key.as_deref()?, o.id.to_string(), o.owner_email.as_deref()?)))
+            .collect();
+        assert_eq!(tenants, [("tenant-uid", id(120), "ops@globex.test")]);
+        assert_eq!(v.orgs[2].managed_by.as_ref().unwrap().kind, "Tenant");
+        let managed_projects: Vec<&str> = v.projects.iter().filter_map(|p| p.key.as_deref()).collect();
         assert_eq!(managed_projects, ["project-uid"], "the deleted one is not in the view");
-        assert_eq!(v.managed_credentials.len(), 2);
-        assert_eq!(v.managed_plans[0].price.as_ref().unwrap().amount_cents, 9900);
-        assert_eq!((v.managed_quotas[0].key.as_str(), v.managed_quotas[0].hard), ("quota-uid", true));
+        assert!(s.managed.deleted_projects.contains_key("project2-uid"), "its key stays a tombstone");
+        let managed_credentials: Vec<&str> =
+            v.credentials.iter().filter(|c| c.managed_by.is_some()).map(|c| c.id.as_str()).collect();
+        assert_eq!(managed_credentials, ["m-api", "m-ingest"]);
+        let managed_plans: Vec<&Plan> = v.plans.iter().filter(|p| p.managed_by.is_some()).collect();
+        assert_eq!((managed_plans.len(), managed_plans[0].price.as_ref().unwrap().amount_cents), (1, 9900));
+        assert_eq!(managed_plans[0].display_name.as_deref(), Some("Gold"));
+        let managed_quotas: Vec<(&str, bool, Option<u64>)> = v
+            .quotas
+            .iter()
+            .filter(|q| q.managed_by.is_some())
+            .map(|q| (q.id.as_str(), q.hard, q.monthly_bytes))
+            .collect();
+        assert_eq!(managed_quotas, [("quota-uid", true, Some(1 << 30))]);
         assert_eq!((v.alert_rules[0].id.as_str(), v.alert_rules[0].project_id.to_string()), ("rule-1", id(121)));
         assert_eq!(v.deleted_projects.iter().map(ToString::to_string).collect::<Vec<_>>(), [id(122)]);
         let acme: OrgMembers = read(&s, &MetaQuery::OrgMembers { org_id: id(110).parse().unwrap() });
@@ -246,6 +354,12 @@ mod tests {
         assert_eq!(cluster.replicas[&1], [1, 2, 3]);
         let mut written = Vec::new();
         s.snapshot_writer()(&mut written).unwrap();
-        assert!(written == bytes, "the snapshot format changed");
+        let mut again = MetaState::default();
+        again.restore(&mut written.as_slice()).unwrap();
+        assert_eq!(view(&again), v);
+        assert_eq!(again.managed.deleted_projects, s.managed.deleted_projects);
+        let mut rewritten = Vec::new();
+        again.snapshot_writer()(&mut rewritten).unwrap();
+        assert!(rewritten == written, "writing a restored snapshot changes nothing");
     }
 }

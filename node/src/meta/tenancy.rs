@@ -118,7 +118,7 @@ impl MetaState {
             Some(c) if c.kind == kind && !c.revoked => {}
             _ => return Refused(Refusal::NotFound),
         }
-        if self.managed.credentials.contains_key(id) {
+        if self.tenancy.credentials.get(id).is_some_and(|c| c.managed_by.is_some()) {
             return Refused(Refusal::Managed);
         }
         if let Some(c) = self.tenancy.credentials.get_mut(id) {
@@ -144,6 +144,7 @@ mod tests {
             secret_sha256: "h".into(),
             created_at_ms: T0,
             revoked: false,
+            managed_by: None,
         };
         let stranger = OrgId::random();
         assert_eq!(
@@ -191,6 +192,10 @@ mod tests {
                 plan: "enterprise".into(),
                 default_project: project,
                 created_at_ms: 7,
+                managed_by: None,
+                key: None,
+                owner_email: None,
+                suspended: false,
             },
             user: User {
                 id: user,
@@ -201,7 +206,14 @@ mod tests {
                 password_hash: "h".into(),
                 created_at_ms: 7,
             },
-            project: Project { id: project, org_id: org, name: "default".into(), created_at_ms: 7 },
+            project: Project {
+                id: project,
+                org_id: org,
+                name: "default".into(),
+                created_at_ms: 7,
+                managed_by: None,
+                key: None,
+            },
             credentials: vec![Credential {
                 id: "k".into(),
                 kind: sextant_model::meta::CredentialKind::ApiKey,
@@ -210,6 +222,7 @@ mod tests {
                 secret_sha256: "s".into(),
                 created_at_ms: 7,
                 revoked: false,
+                managed_by: None,
             }],
             partitions: vec![1, 2],
         }

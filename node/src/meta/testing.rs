@@ -48,9 +48,26 @@ pub(super) fn state_with_user() -> (MetaState, User) {
         created_at_ms: T0,
     };
     let r = s.execute(MetaCommand::Signup {
-        org: Org { id: org, name: "Acme".into(), plan: "pro".into(), default_project: project, created_at_ms: T0 },
+        org: Org {
+            id: org,
+            name: "Acme".into(),
+            plan: "pro".into(),
+            default_project: project,
+            created_at_ms: T0,
+            managed_by: None,
+            key: None,
+            owner_email: None,
+            suspended: false,
+        },
         user: user.clone(),
-        project: Project { id: project, org_id: org, name: "default".into(), created_at_ms: T0 },
+        project: Project {
+            id: project,
+            org_id: org,
+            name: "default".into(),
+            created_at_ms: T0,
+            managed_by: None,
+            key: None,
+        },
         credentials: vec![],
         session: RefreshFamily::new("fam".into(), user.id, org, "h0".into(), T0),
         trial_ends_at_ms: Some(T0 + 1),
@@ -78,6 +95,10 @@ pub(super) fn put_tenant(s: &mut MetaState, key: &str, name: &str, plan: &str, s
             plan: plan.into(),
             default_project: ProjectId::random(),
             created_at_ms: T0,
+            managed_by: None,
+            key: None,
+            owner_email: None,
+            suspended: false,
         },
         owner_email: "ops@acme.test".into(),
         suspended,
@@ -89,7 +110,14 @@ pub(super) fn put_project(s: &mut MetaState, key: &str, tenant: &str, name: &str
     s.execute(MetaCommand::PutManagedProject {
         key: key.into(),
         tenant_key: tenant.into(),
-        project: Project { id: ProjectId::random(), org_id: OrgId::random(), name: name.into(), created_at_ms: T0 },
+        project: Project {
+            id: ProjectId::random(),
+            org_id: OrgId::random(),
+            name: name.into(),
+            created_at_ms: T0,
+            managed_by: None,
+            key: None,
+        },
         managed_by: managed("Project", key),
     })
 }

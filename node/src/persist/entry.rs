@@ -79,7 +79,9 @@ pub(super) fn snapshot_meta_from_pb(m: pb::SnapshotMeta) -> SnapshotMeta {
 fn command_to_pb(c: Command) -> io::Result<pb::Command> {
     use pb::command::Kind;
     let kind = match c {
-        Command::Ingest { batch_id, payload } => Kind::Ingest(pb::Ingest { batch_id: batch_id_bytes(batch_id), payload }),
+        Command::Ingest { batch_id, payload } => {
+            Kind::Ingest(pb::Ingest { batch_id: batch_id_bytes(batch_id), payload })
+        }
         Command::Abort { batch_id } => Kind::Abort(pb::Abort { batch_id: batch_id_bytes(batch_id) }),
         Command::Meta(m) => Kind::Meta(serde_json::to_vec(&m).map_err(io::Error::other)?),
     };
@@ -127,12 +129,11 @@ pub(crate) fn encode_entry(e: &Entry) -> io::Result<Vec<u8>> {
         EntryPayload::Normal(Command::Ingest { batch_id, payload }) => {
             encode_ingest_entry(&e.log_id, *batch_id, payload, &mut out)
         }
-        EntryPayload::Blank => pb::Entry {
-            log_id: Some(log_id_to_pb(&e.log_id)),
-            payload: Some(pb::entry::Payload::Blank(pb::Blank {})),
+        EntryPayload::Blank => {
+            pb::Entry { log_id: Some(log_id_to_pb(&e.log_id)), payload: Some(pb::entry::Payload::Blank(pb::Blank {})) }
+                .encode(&mut out)
+                .map_err(io::Error::other)?
         }
-        .encode(&mut out)
-        .map_err(io::Error::other)?,
         EntryPayload::Membership(m) => pb::Entry {
             log_id: Some(log_id_to_pb(&e.log_id)),
             payload: Some(pb::entry::Payload::Membership(membership_to_pb(m))),

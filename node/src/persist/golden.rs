@@ -48,6 +48,8 @@ fn log_entries() -> Vec<(&'static str, Entry)> {
         org_id: ORG_ID.parse().unwrap(),
         name: "checkout".into(),
         created_at_ms: 1_700_000_000_000,
+        managed_by: None,
+        key: None,
     };
     vec![
         ("1-blank", Entry { log_id: log_id(1), payload: EntryPayload::Blank }),
@@ -73,7 +75,10 @@ fn log_entries() -> Vec<(&'static str, Entry)> {
             "5-meta",
             Entry {
                 log_id: log_id(5),
-                payload: EntryPayload::Normal(Command::Meta(MetaCommand::CreateProject { project, credentials: vec![] })),
+                payload: EntryPayload::Normal(Command::Meta(MetaCommand::CreateProject {
+                    project,
+                    credentials: vec![],
+                })),
             },
         ),
     ]
@@ -138,7 +143,9 @@ fn a_log_written_by_format_1_still_reads() {
     assert_eq!(batch_id, 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210);
     assert_eq!(payload, b"rows of one sub-batch");
 
-    let EntryPayload::Normal(Command::Abort { batch_id }) = read_entry("4-abort").payload else { panic!("not an abort") };
+    let EntryPayload::Normal(Command::Abort { batch_id }) = read_entry("4-abort").payload else {
+        panic!("not an abort")
+    };
     assert_eq!(batch_id, 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210);
 
     let meta = read_entry("5-meta");

@@ -78,10 +78,12 @@ fn segment_from_pb(s: Option<pb::SnapshotSegmentId>) -> SnapshotSegmentId {
 fn snapshot_error_to_pb(e: &RaftError<NodeId, InstallSnapshotError>) -> pb::RaftError {
     use pb::raft_error::Kind;
     let kind = match e {
-        RaftError::APIError(InstallSnapshotError::SnapshotMismatch(m)) => Kind::SnapshotMismatch(pb::SnapshotMismatch {
-            expect: Some(segment_to_pb(&m.expect)),
-            got: Some(segment_to_pb(&m.got)),
-        }),
+        RaftError::APIError(InstallSnapshotError::SnapshotMismatch(m)) => {
+            Kind::SnapshotMismatch(pb::SnapshotMismatch {
+                expect: Some(segment_to_pb(&m.expect)),
+                got: Some(segment_to_pb(&m.got)),
+            })
+        }
         RaftError::Fatal(f) => fatal_to_pb(f),
     };
     pb::RaftError { kind: Some(kind) }

@@ -91,11 +91,9 @@ impl Manifest {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e),
         };
-        let manifest = Self::decode(&bytes).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
-        Ok(Some((
-            manifest,
-            FileEntry { name: MANIFEST.into(), len: bytes.len() as u64, xxh3: xxh3_64(&bytes) },
-        )))
+        let manifest =
+            Self::decode(&bytes).map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", path.display())))?;
+        Ok(Some((manifest, FileEntry { name: MANIFEST.into(), len: bytes.len() as u64, xxh3: xxh3_64(&bytes) })))
     }
 
     pub fn decode(bytes: &[u8]) -> io::Result<Manifest> {

@@ -151,6 +151,10 @@ async fn put_tenant(
         // No project yet: the tenant's first project becomes its default.
         default_project: ProjectId::random(),
         created_at_ms: app.clock.now_millis(),
+        managed_by: None,
+        key: None,
+        owner_email: None,
+        suspended: false,
     };
     let command = MetaCommand::PutTenant {
         key,
@@ -169,9 +173,7 @@ async fn get_tenant(
 ) -> Result<Json<Value>, ApiError> {
     let key = key(&raw)?;
     let cache = cache(&app)?;
-    let tenant =
-        cache.managed_orgs.values().find(|t| t.key == key).ok_or(ApiError::NotFound("no such tenant".into()))?;
-    let org = cache.orgs.get(&tenant.org_id).ok_or(ApiError::NotFound("no such tenant".into()))?;
+    let org = cache.tenant(&key).ok_or(ApiError::NotFound("no such tenant".into()))?;
     let projects: Vec<String> = {
         let mut p: Vec<String> =
             cache.projects.values().filter(|p| p.org_id == org.id).map(|p| p.id.to_string()).collect();
@@ -179,9 +181,9 @@ async fn get_tenant(
         p
     };
     Ok(Json(json!({
-        "org_id": org.id, "display_name": org.name, "plan": org.plan, "owner_email": tenant.owner_email,
-        "suspended": tenant.suspended, "projects": projects, "created_at": time_json(org.created_at_ms),
-        "managed_by": tenant.managed_by,
+        "org_id": org.id, "display_name": org.name, "plan": org.plan, "owner_email": org.owner_email,
+        "suspended": org.suspended, "projects": projects, "created_at": time_json(org.created_at_ms),
+        "managed_by": org.managed_by,
     })))
 }
 
@@ -253,6 +255,8 @@ async fn put_project(
         org_id: OrgId::random(),
         name: name.unwrap_or_default(),
         created_at_ms: app.clock.now_millis(),
+        managed_by: None,
+        key: None,
     };
     let command = MetaCommand::PutManagedProject {
         key,
@@ -270,14 +274,12 @@ async fn get_project(
 ) -> Result<Json<Value>, ApiError> {
     let key = key(&raw)?;
     let cache = cache(&app)?;
-    let managed = cache.managed_projects.get(&key).ok_or(ApiError::NotFound("no such project".into()))?;
-    let project = cache.projects.get(&managed.project_id).ok_or(ApiError::NotFound("no such project".into()))?;
+    let project = cache.managed_project(&key).ok_or(ApiError::NotFound("no such project".into()))?;
     let credentials: Vec<Value> = {
         let mut c: Vec<_> = cache
-            .managed_credentials
-            .iter()
-            .filter(|(_, k)| **k == key)
-            .filter_map(|(id, _)| cache.credentials.get(id))
+            .credentials
+            .values()
+            .filter(|c| c.project_id == project.id && c.managed_by.is_some())
             .map(|c| (c.id.clone(), c.kind))
             .collect();
         c.sort_by(|a, b| a.0.cmp(&b.0));
@@ -285,7 +287,7 @@ async fn get_project(
     };
     Ok(Json(json!({
         "project_id": project.id, "org_id": project.org_id, "name": project.name,
-        "created_at": time_json(project.created_at_ms), "credentials": credentials, "managed_by": managed.managed_by,
+        "created_at": time_json(project.created_at_ms), "credentials": credentials, "managed_by": project.managed_by,
     })))
 }
 
@@ -299,13 +301,12 @@ async fn issue_credentials(
 ) -> Result<Json<Value>, ApiError> {
     let key = key(&raw)?;
     let mut cache = cache(&app)?;
-    if !cache.managed_projects.contains_key(&key) {
+    if cache.managed_project(&key).is_none() {
         // Created through another router less than a refresh period ago.
         app.cluster.refresh_meta().await?;
         cache = self::cache(&app)?;
     }
-    let project_id =
-        cache.managed_projects.get(&key).map(|m| m.project_id).ok_or(ApiError::NotFound("no such project".into()))?;
+    let project_id = cache.managed_project(&key).map(|p| p.id).ok_or(ApiError::NotFound("no such project".into()))?;
     let now = app.clock.now_millis();
     let (ingest_token, token_record) = new_credential(CredentialKind::IngestToken, project_id, "kubernetes", now);
     let (api_key, key_record) = new_credential(CredentialKind::ApiKey, project_id, "kubernetes", now);
@@ -396,6 +397,9 @@ async fn put_plan(
         retention_days: Some(req.retention_days),
         features,
         rate_limits: RateLimitOverrides::default(),
+        managed_by: None,
+        display_name: None,
+        price: None,
     };
     change(&app, MetaCommand::PutManagedPlan { plan, display_name, price, managed_by: req.managed_by }).await?;
     Ok(StatusCode::NO_CONTENT.into_response())
@@ -409,14 +413,13 @@ async fn get_plan(
     let name = key(&raw)?;
     let cache = cache(&app)?;
     let plan = cache.plans.get(&name).ok_or(ApiError::NotFound("no such plan".into()))?;
-    let managed = cache.managed_plans.get(&name);
     Ok(Json(json!({
         "name": plan.name,
-        "display_name": managed.and_then(|m| m.display_name.clone()),
+        "display_name": plan.display_name,
         "monthly_bytes": plan.monthly_bytes, "monthly_events": plan.monthly_events,
         "retention_days": plan.retention_days, "features": plan.features,
-        "price": managed.and_then(|m| m.price.clone()),
-        "managed_by": managed.map(|m| &m.managed_by),
+        "price": plan.price,
+        "managed_by": plan.managed_by,
     })))
 }
 
@@ -500,10 +503,10 @@ async fn get_quota(
 ) -> Result<Json<Value>, ApiError> {
     let key = key(&raw)?;
     let cache = cache(&app)?;
-    let q = cache.managed_quotas.get(&key).ok_or(ApiError::NotFound("no such quota".into()))?;
+    let q = cache.managed_quota(&key).ok_or(ApiError::NotFound("no such quota".into()))?;
     Ok(Json(json!({
         "org_id": q.org_id, "project_id": q.project_id, "monthly_bytes": q.monthly_bytes,
-        "monthly_events": q.monthly_events, "ingest_requests_per_second": q.ingest_rps,
+        "monthly_events": q.monthly_events, "ingest_requests_per_second": q.rate_limits.ingest_rps,
         "enforcement": if q.hard { "Hard" } else { "Soft" }, "managed_by": q.managed_by,
     })))
 }

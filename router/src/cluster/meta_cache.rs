@@ -5,8 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use sextant_model::meta::{
-    AlertRule, Credential, ManagedOrg, ManagedPlan, ManagedProject, ManagedQuota, Member, MetaView, Org, Plan, Project,
-    Quota, RateLimitOverrides, ROUTER_LIVE_MS,
+    AlertRule, Credential, ManagedBy, Member, MetaView, Org, Plan, Project, Quota, RateLimitOverrides, ROUTER_LIVE_MS,
 };
 use sextant_model::{OrgId, ProjectId, UserId};
 
@@ -26,14 +25,6 @@ pub struct MetaCache {
     pub quotas: Vec<Quota>,
     /// Latest heartbeat of every router, in the routers' own clocks.
     pub routers: Vec<i64>,
-    /// Orgs of Tenant resources, by org id.
-    pub managed_orgs: HashMap<OrgId, ManagedOrg>,
-    /// Projects of Project resources, by resource key.
-    pub managed_projects: HashMap<String, ManagedProject>,
-    /// Credentials issued through the admin API: credential id -> project key.
-    pub managed_credentials: HashMap<String, String>,
-    pub managed_plans: HashMap<String, ManagedPlan>,
-    pub managed_quotas: HashMap<String, ManagedQuota>,
     pub alert_rules: Vec<AlertRule>,
     pub deleted_projects: HashSet<ProjectId>,
 }
@@ -52,11 +43,6 @@ impl From<MetaView> for MetaCache {
             plans: v.plans.into_iter().map(|p| (p.name.clone(), p)).collect(),
             quotas: v.quotas,
             routers: v.routers.into_iter().map(|r| r.at_ms).collect(),
-            managed_orgs: v.managed_orgs.into_iter().map(|o| (o.org_id, o)).collect(),
-            managed_projects: v.managed_projects.into_iter().map(|p| (p.key.clone(), p)).collect(),
-            managed_credentials: v.managed_credentials.into_iter().map(|c| (c.credential_id, c.project_key)).collect(),
-            managed_plans: v.managed_plans.into_iter().map(|p| (p.name.clone(), p)).collect(),
-            managed_quotas: v.managed_quotas.into_iter().map(|q| (q.key.clone(), q)).collect(),
             alert_rules: v.alert_rules,
             deleted_projects: v.deleted_projects.into_iter().collect(),
         }
@@ -86,12 +72,27 @@ impl MetaCache {
 
     /// Whether `org` was suspended through its Tenant resource.
     pub fn suspended(&self, org: &OrgId) -> bool {
-        self.managed_orgs.get(org).is_some_and(|o| o.suspended)
+        self.orgs.get(org).is_some_and(|o| o.suspended)
     }
 
     /// The Kubernetes resource managing project `id`, if any.
-    pub fn project_manager(&self, id: &ProjectId) -> Option<&ManagedProject> {
-        self.managed_projects.values().find(|m| m.project_id == *id)
+    pub fn project_manager(&self, id: &ProjectId) -> Option<&ManagedBy> {
+        self.projects.get(id).and_then(|p| p.managed_by.as_ref())
+    }
+
+    /// The org of the Tenant resource `key`.
+    pub fn tenant(&self, key: &str) -> Option<&Org> {
+        self.orgs.values().find(|o| o.key.as_deref() == Some(key))
+    }
+
+    /// The project of the Project resource `key`.
+    pub fn managed_project(&self, key: &str) -> Option<&Project> {
+        self.projects.values().find(|p| p.key.as_deref() == Some(key))
+    }
+
+    /// The quota of the Quota resource `key`.
+    pub fn managed_quota(&self, key: &str) -> Option<&Quota> {
+        self.quotas.iter().find(|q| q.id == key && q.managed_by.is_some())
     }
 
     /// [`Self::rate_overrides`] of the org owning `project`.

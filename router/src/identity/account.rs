@@ -155,11 +155,21 @@ pub async fn signup(
     let (org_id, user_id, project_id) = (OrgId::random(), UserId::random(), ProjectId::random());
     let (ingest_token, token_record) = new_credential(CredentialKind::IngestToken, project_id, "default", now);
     let refresh = RefreshToken::new_family();
-    let org =
-        Org { id: org_id, name: org_name, plan: SIGNUP_PLAN.into(), default_project: project_id, created_at_ms: now };
+    let org = Org {
+        id: org_id,
+        name: org_name,
+        plan: SIGNUP_PLAN.into(),
+        default_project: project_id,
+        created_at_ms: now,
+        managed_by: None,
+        key: None,
+        owner_email: None,
+        suspended: false,
+    };
     let trial_ends_at_ms = Some(now + TRIAL_MS);
     let user = User { id: user_id, org_id, email, name, role: Role::Owner, password_hash, created_at_ms: now };
-    let project = Project { id: project_id, org_id, name: "default".into(), created_at_ms: now };
+    let project =
+        Project { id: project_id, org_id, name: "default".into(), created_at_ms: now, managed_by: None, key: None };
     let body = SignedUp {
         user: MemberJson::from(&user.member()),
         org: org_json(&org, trial_ends_at_ms),
@@ -203,7 +213,13 @@ pub async fn login(
     }
     let user = user.ok_or(WRONG)?.member();
     let refresh = RefreshToken::new_family();
-    let session = RefreshFamily::new(refresh.family.clone(), user.id, user.org_id, refresh.sha256.clone(), app.clock.now_millis());
+    let session = RefreshFamily::new(
+        refresh.family.clone(),
+        user.id,
+        user.org_id,
+        refresh.sha256.clone(),
+        app.clock.now_millis(),
+    );
     // Plain write: a new session changes nothing the router caches.
     match app.cluster.meta_write(&MetaCommand::StartSession { session }).await? {
         MetaCommandResult::Done => session_response(&app, StatusCode::OK, &user, &refresh, Nothing {}),
@@ -249,7 +265,9 @@ pub async fn refresh(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Re
 pub async fn logout(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
     if let Some((family, presented_sha256)) = refresh::read_cookie(&headers, refresh::COOKIE).and_then(refresh::parse) {
         // Refused when the cookie is not a live token of the family: nothing to end then.
-        app.cluster.meta_change(&MetaCommand::EndSession { family, presented_sha256, now_ms: app.clock.now_millis() }).await?;
+        app.cluster
+            .meta_change(&MetaCommand::EndSession { family, presented_sha256, now_ms: app.clock.now_millis() })
+            .await?;
     }
     // Signing out twice, or without a valid cookie, is not an error: the outcome is the same.
     let mut resp = StatusCode::NO_CONTENT.into_response();

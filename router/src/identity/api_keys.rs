@@ -71,11 +71,7 @@ pub async fn list(
         .filter(|c| c.kind == CredentialKind::ApiKey && !c.revoked && c.project_id == session.project_id)
         .map(|c| {
             // Keys in a Project resource's Secret are read-only here (DELETE answers 409).
-            let managed_by = cache
-                .managed_credentials
-                .get(&c.id)
-                .and_then(|key| cache.managed_projects.get(key))
-                .map(|m| m.managed_by.clone());
+            let managed_by = c.managed_by.clone();
             (c.id.clone(), ListedKey { api_key: c.into(), managed_by })
         })
         .collect();

@@ -58,6 +58,7 @@ pub fn new_credential(kind: CredentialKind, project_id: ProjectId, name: &str, n
         secret_sha256: sha256_hex(&secret),
         created_at_ms: now_ms,
         revoked: false,
+        managed_by: None,
     };
     (token, record)
 }
@@ -219,7 +220,8 @@ impl Jwt {
 
     pub fn verify(&self, token: &str) -> Result<Claims, ApiError> {
         const INVALID: ApiError = ApiError::Unauthorized("invalid or expired access token");
-        let claims = jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation).map_err(|_| INVALID)?.claims;
+        let claims =
+            jsonwebtoken::decode::<Claims>(token, &self.decoding, &self.validation).map_err(|_| INVALID)?.claims;
         if claims.exp < self.clock.now_secs().saturating_sub(EXPIRY_LEEWAY_SECONDS) {
             return Err(INVALID);
         }

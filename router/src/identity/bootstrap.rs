@@ -37,6 +37,10 @@ pub async fn bootstrap(cluster: &Cluster, url: &str, plan: &str, now: i64) -> an
             plan: plan.into(),
             default_project: project_id,
             created_at_ms: now,
+            managed_by: None,
+            key: None,
+            owner_email: None,
+            suspended: false,
         },
         user: User {
             id: user_id,
@@ -47,7 +51,14 @@ pub async fn bootstrap(cluster: &Cluster, url: &str, plan: &str, now: i64) -> an
             password_hash: hash_password(password.clone()).await?,
             created_at_ms: now,
         },
-        project: Project { id: project_id, org_id, name: "default".into(), created_at_ms: now },
+        project: Project {
+            id: project_id,
+            org_id,
+            name: "default".into(),
+            created_at_ms: now,
+            managed_by: None,
+            key: None,
+        },
         credentials: vec![key_record, token_record],
         partitions: default_table(cluster.shard_count()),
     };

@@ -60,7 +60,7 @@ pub async fn list(
         .map(|p| {
             let listed = ListedProject {
                 project: ProjectJson::new(p, None, Some(p.id) == default),
-                managed_by: cache.project_manager(&p.id).map(|m| m.managed_by.clone()),
+                managed_by: p.managed_by.clone(),
             };
             (p.id.to_string(), listed)
         })
@@ -92,6 +92,8 @@ pub async fn create(
         org_id: session.user.org_id,
         name: name.unwrap_or_default(),
         created_at_ms: now,
+        managed_by: None,
+        key: None,
     };
     let (token, record) = new_credential(CredentialKind::IngestToken, project.id, "default", now);
     let body = ProjectJson::new(&project, Some(token), false);

@@ -88,9 +88,20 @@ mod tests {
             plan: plan.into(),
             default_project: ProjectId::random(),
             created_at_ms: 0,
+            managed_by: None,
+            key: None,
+            owner_email: None,
+            suspended: false,
         };
         let (free, enterprise, odd) = (org("free"), org("enterprise"), org("no-such-plan"));
-        let project = |o: &Org| Project { id: ProjectId::random(), org_id: o.id, name: "p".into(), created_at_ms: 0 };
+        let project = |o: &Org| Project {
+            id: ProjectId::random(),
+            org_id: o.id,
+            name: "p".into(),
+            created_at_ms: 0,
+            managed_by: None,
+            key: None,
+        };
         let (a, b, c) = (project(&free), project(&enterprise), project(&odd));
         let view = MetaView {
             orgs: vec![free, enterprise, odd],
