@@ -5,7 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use sextant_model::meta::{
-    AlertRule, Credential, ManagedBy, Member, MetaView, Org, Plan, Project, Quota, RateLimitOverrides, ROUTER_LIVE_MS,
+    AlertRule, Credential, Member, MetaView, Org, Plan, Project, Quota, RateLimitOverrides, ROUTER_LIVE_MS,
 };
 use sextant_model::{OrgId, ProjectId, UserId};
 
@@ -73,11 +73,6 @@ impl MetaCache {
     /// Whether `org` was suspended through its Tenant resource.
     pub fn suspended(&self, org: &OrgId) -> bool {
         self.orgs.get(org).is_some_and(|o| o.suspended)
-    }
-
-    /// The Kubernetes resource managing project `id`, if any.
-    pub fn project_manager(&self, id: &ProjectId) -> Option<&ManagedBy> {
-        self.projects.get(id).and_then(|p| p.managed_by.as_ref())
     }
 
     /// The org of the Tenant resource `key`.
