@@ -84,7 +84,7 @@ async fn authenticate(State(app): State<Arc<AppState>>, request: HttpRequest, ne
     let held = Arc::new(Mutex::new(app.bodies.charge()));
     let (mut parts, body) = request.into_parts();
     parts.extensions.insert(Caller { project, held: held.clone() });
-    let body = Body::new(Charged { inner: body, held });
+    let body = Body::new(Charged { inner: body, held, prefix: Vec::with_capacity(5) });
     next.run(HttpRequest::from_parts(parts, body)).await
 }
 
@@ -93,6 +93,26 @@ async fn authenticate(State(app): State<Arc<AppState>>, request: HttpRequest, ne
 struct Charged {
     inner: Body,
     held: Arc<Mutex<Charge>>,
+    /// The first message's gRPC prefix (compression flag, length), until it is complete.
+    prefix: Vec<u8>,
+}
+
+impl Charged {
+    /// Refuses a message whose length prefix is past the limit, before any of it is kept.
+    fn check_prefix(&mut self, data: &[u8]) -> Result<(), Status> {
+        if self.prefix.len() >= 5 {
+            return Ok(());
+        }
+        let take = (5 - self.prefix.len()).min(data.len());
+        self.prefix.extend_from_slice(&data[..take]);
+        if let [_, a, b, c, d] = self.prefix[..] {
+            let len = u32::from_be_bytes([a, b, c, d]) as usize;
+            if len > MAX_OBSERVABILITY_BODY {
+                return Err(status(&ApiError::PayloadTooLarge { limit: MAX_OBSERVABILITY_BODY }));
+            }
+        }
+        Ok(())
+    }
 }
 
 impl HttpBody for Charged {
@@ -104,6 +124,10 @@ impl HttpBody for Charged {
         let polled = Pin::new(&mut this.inner).poll_frame(cx);
         if let Poll::Ready(Some(Ok(frame))) = &polled {
             if let Some(data) = frame.data_ref() {
+                let data = data.clone();
+                if let Err(refused) = this.check_prefix(&data) {
+                    return Poll::Ready(Some(Err(axum::Error::new(refused))));
+                }
                 let mut held = this.held.lock().unwrap_or_else(|p| p.into_inner());
                 if let Err(e) = held.add(data.len()) {
                     return Poll::Ready(Some(Err(axum::Error::new(status(&e)))));
