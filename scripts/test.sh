@@ -9,29 +9,37 @@ if ! command -v cargo-nextest >/dev/null 2>&1; then
   cargo install cargo-nextest --locked
 fi
 
-# The analytics oracle test (tests/analytics_oracle.rs) compares with ClickHouse through chdb
-# (PyPI). Installed once into a cache when the system python lacks it: a venv where
-# python3-venv exists, else a --target directory (Debian without python3-venv). The test runs
-# `$SEXTANT_PYTHON`.
-CHDB_VERSION="4.4.0"
+# Python packages the end-to-end tests run through `$SEXTANT_PYTHON` (all from PyPI):
+# - chdb: the analytics oracle test (tests/analytics_oracle.rs) compares with ClickHouse;
+# - the OpenTelemetry SDK and its OTLP exporters: tests/otlp.rs sends with them.
+# Installed once into a cache when the system python lacks them: a venv where python3-venv
+# exists, else a --target directory (Debian without python3-venv).
+PY_PACKAGES=(
+  "chdb==4.4.0"
+  "opentelemetry-sdk==1.45.2"
+  "opentelemetry-exporter-otlp-proto-grpc==1.45.2"
+  "opentelemetry-exporter-otlp-proto-http==1.45.2"
+)
+# One import per package above: a python where all of them work is used as it is.
+PY_CHECK='import chdb, opentelemetry.sdk, opentelemetry.exporter.otlp.proto.grpc, opentelemetry.exporter.otlp.proto.http'
 fail() { echo "test.sh: $*" >&2; exit 1; }
-if [[ -z "${SEXTANT_PYTHON:-}" ]] && ! python3 -c 'import chdb' >/dev/null 2>&1; then
+if [[ -z "${SEXTANT_PYTHON:-}" ]] && ! python3 -c "$PY_CHECK" >/dev/null 2>&1; then
   TOOLS="${SEXTANT_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sextant-test-tools}"
   mkdir -p "$TOOLS"
-  if [[ -x "$TOOLS/venv/bin/python" ]] && "$TOOLS/venv/bin/python" -c 'import chdb' >/dev/null 2>&1; then
+  if [[ -x "$TOOLS/venv/bin/python" ]] && "$TOOLS/venv/bin/python" -c "$PY_CHECK" >/dev/null 2>&1; then
     export SEXTANT_PYTHON="$TOOLS/venv/bin/python"
-  elif [[ -d "$TOOLS/py/chdb" ]]; then
+  elif [[ -d "$TOOLS/py" ]] && PYTHONPATH="$TOOLS/py" python3 -c "$PY_CHECK" >/dev/null 2>&1; then
     export SEXTANT_PYTHON=python3 PYTHONPATH="$TOOLS/py${PYTHONPATH:+:$PYTHONPATH}"
-  elif rm -rf "$TOOLS/venv" && python3 -m venv "$TOOLS/venv" >/dev/null 2>&1; then
-    echo "test.sh: installing chdb $CHDB_VERSION for the ClickHouse oracle tests" >&2
-    "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check "chdb==$CHDB_VERSION" \
-      || fail "could not install chdb (pip install chdb==$CHDB_VERSION)"
+  elif { [[ -x "$TOOLS/venv/bin/pip" ]] || python3 -m venv "$TOOLS/venv" >/dev/null 2>&1; }; then
+    echo "test.sh: installing ${PY_PACKAGES[*]} for the end-to-end tests" >&2
+    "$TOOLS/venv/bin/pip" install --quiet --disable-pip-version-check "${PY_PACKAGES[@]}" \
+      || fail "could not install ${PY_PACKAGES[*]} (pip install into $TOOLS/venv)"
     export SEXTANT_PYTHON="$TOOLS/venv/bin/python"
   else
     rm -rf "$TOOLS/venv"
-    echo "test.sh: installing chdb $CHDB_VERSION for the ClickHouse oracle tests" >&2
+    echo "test.sh: installing ${PY_PACKAGES[*]} for the end-to-end tests" >&2
     PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet --disable-pip-version-check --target "$TOOLS/py" \
-      "chdb==$CHDB_VERSION" || fail "could not install chdb: install python3-venv or python3-pip"
+      "${PY_PACKAGES[@]}" || fail "could not install the test packages: install python3-venv or python3-pip"
     export SEXTANT_PYTHON=python3 PYTHONPATH="$TOOLS/py${PYTHONPATH:+:$PYTHONPATH}"
   fi
 fi
