@@ -8,9 +8,6 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bytes(".sextant.v1.RaftReply.body")
         .bytes(".sextant.v1.WriteRequest.batch")
         // Attributes kept encoded are slices of the Raft entry they arrived in (no copy).
-        .bytes(".sextant.v1.SpanRow.attributes")
-        .bytes(".sextant.v1.LogRow.attributes")
-        .bytes(".sextant.v1.HostMetricRow.attributes")
         .bytes(".sextant.persist.v1.SpanRow.attributes")
         .bytes(".sextant.persist.v1.LogRow.attributes")
         .bytes(".sextant.persist.v1.HostMetricRow.attributes")

@@ -19,4 +19,3 @@ pub const LEADER_HEADER: &str = "x-sextant-leader";
 
 pub mod client;
 pub mod convert;
-pub mod rows;

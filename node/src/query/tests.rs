@@ -1,12 +1,13 @@
 //! Plans against a real shard: rows in the buffer and in several segments.
 
-use prost::Message;
 use sextant_model::query::{
     ApmPlan, LogKey, LogSearchPlan, Partial, Plan, ServiceMapPlan, ShardQuery, ShardReply, TraceKey, TraceListPlan,
 };
 use sextant_model::sketch::LatencySketch;
 // Rows are written as the Raft log carries them.
-use sextant_proto::{LogRecord, ShardBatch, Span, SpanStatus};
+use sextant_model::row::RowBatch;
+use sextant_proto::convert::persist_row::encode_ingest;
+use sextant_proto::{LogRecord, Span, SpanStatus};
 
 use super::prepare;
 use crate::shard::SegmentShard;
@@ -43,7 +44,8 @@ impl Shard {
 
     fn ingest(&mut self, project: &str, spans: Vec<Span>, logs: Vec<LogRecord>) {
         self.index += 1;
-        let payload = ShardBatch { project_id: project.into(), spans, logs, ..Default::default() }.encode_to_vec();
+        let (spans, logs) = (spans.into_iter().map(Into::into).collect(), logs.into_iter().map(Into::into).collect());
+        let payload = encode_ingest(RowBatch { project_id: project.into(), spans, logs, ..Default::default() });
         self.s.apply(self.index, Command::Ingest { batch_id: self.index as u128, payload });
     }
 
@@ -375,7 +377,7 @@ fn host_series_over_the_whole_i64_range_has_no_overflow() {
     sh.index += 1;
     let metric = HostMetric { unix_nanos: 5 * MS, hostname: "h".into(), cpu_percent: Some(50.0), ..Default::default() };
     let payload =
-        ShardBatch { project_id: "p".into(), host_metrics: vec![metric], ..Default::default() }.encode_to_vec();
+        encode_ingest(RowBatch { project_id: "p".into(), host_metrics: vec![metric.into()], ..Default::default() });
     sh.s.apply(sh.index, Command::Ingest { batch_id: sh.index as u128, payload });
     for step in [1, 7 * MS, i64::MAX] {
         let req = ShardQuery {

@@ -11,7 +11,7 @@ use sextant_model::query::{
     ReplayEventsPlan, ReplayListPlan, ReplaySession, ReplaySessions, RetentionCohort, RetentionCohorts,
     RetentionPlan, ServiceMap, ServiceMapPlan, ShardQuery, ShardReply, Stats, TraceKey, TraceList, TraceListPlan,
 };
-use sextant_model::row::{HostMetric, LogLevel};
+use sextant_model::row::LogLevel;
 use sextant_model::sketch::LatencySketch;
 
 use crate::{query_reply, query_request};
@@ -543,13 +543,6 @@ impl From<crate::HostBucket> for HostBucket {
             network_rx_bytes_per_sec: mean_from_wire(b.network_rx_bytes_per_sec),
             network_tx_bytes_per_sec: mean_from_wire(b.network_tx_bytes_per_sec),
         }
-    }
-}
-
-/// A host metric row read back from a segment, as the domain knows it.
-impl From<crate::HostMetricRow> for HostMetric {
-    fn from(r: crate::HostMetricRow) -> Self {
-        crate::HostMetric::from(r).into()
     }
 }
 

@@ -1,7 +1,7 @@
 //! Rows: the domain rows of `sextant_model::row` and their messages.
 
 use sextant_model::row::{
-    Attribute, Event, HostMetric, LogLevel, LogRecord, ReplayEvent, RowBatch, Span, SpanStatus, TraceSummary, Value,
+    Attribute, Event, HostMetric, LogLevel, LogRecord, ReplayEvent, Span, SpanStatus, TraceSummary, Value,
 };
 
 use crate::{any_value, AnyValue, ArrayValue, KeyValue};
@@ -274,40 +274,6 @@ same_fields!(TraceSummary <=> crate::TraceSummary {
     trace_id, start_unix_nanos, end_unix_nanos, root_service, root_operation, span_count, error_count, services,
 });
 
-fn all<T, U: From<T>>(v: Vec<T>) -> Vec<U> {
-    v.into_iter().map(U::from).collect()
-}
-
-impl From<RowBatch> for crate::ShardBatch {
-    fn from(b: RowBatch) -> Self {
-        let RowBatch { project_id, spans, logs, host_metrics, json_bytes, events, replay_events } = b;
-        crate::ShardBatch {
-            project_id,
-            spans: all(spans),
-            logs: all(logs),
-            host_metrics: all(host_metrics),
-            json_bytes,
-            events: all(events),
-            replay_events: all(replay_events),
-        }
-    }
-}
-
-impl From<crate::ShardBatch> for RowBatch {
-    fn from(b: crate::ShardBatch) -> Self {
-        let crate::ShardBatch { project_id, spans, logs, host_metrics, json_bytes, events, replay_events } = b;
-        RowBatch {
-            project_id,
-            spans: all(spans),
-            logs: all(logs),
-            host_metrics: all(host_metrics),
-            json_bytes,
-            events: all(events),
-            replay_events: all(replay_events),
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,7 +292,7 @@ mod tests {
 
     #[test]
     fn every_row_kind_survives_the_wire_unchanged() {
-        let batch = RowBatch {
+        let batch = sextant_model::row::RowBatch {
             project_id: "p".into(),
             spans: vec![Span {
                 trace_id: "t".into(),
@@ -377,8 +343,17 @@ mod tests {
                 uuid: "u".into(),
             }],
         };
-        let wire = crate::ShardBatch::from(batch.clone());
-        assert_eq!(RowBatch::from(wire), batch);
+        fn through_the_wire<T: Clone + PartialEq + std::fmt::Debug, W: From<T>>(rows: &[T]) -> bool
+        where
+            T: From<W>,
+        {
+            rows.iter().all(|r| T::from(W::from(r.clone())) == *r)
+        }
+        assert!(through_the_wire::<_, crate::Span>(&batch.spans));
+        assert!(through_the_wire::<_, crate::LogRecord>(&batch.logs));
+        assert!(through_the_wire::<_, crate::HostMetric>(&batch.host_metrics));
+        assert!(through_the_wire::<_, crate::Event>(&batch.events));
+        assert!(through_the_wire::<_, crate::ReplayEvent>(&batch.replay_events));
     }
 
     #[test]
