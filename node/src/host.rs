@@ -329,7 +329,7 @@ impl NodeHost {
                 self.groups.write().unwrap().meta = Some(g);
                 Ok(raft)
             } else {
-                let state = SegmentShard::open(&dir)?;
+                let state = SegmentShard::open(&dir)?.with_clock(self.config.clock.clone());
                 let g = start_group(&self.config, group, &dir, network, &self.log_db, &self.metrics, state).await?;
                 let raft = g.raft.clone();
                 self.groups.write().unwrap().shards.insert(group, g);

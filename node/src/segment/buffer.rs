@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
 use rustc_hash::FxHashMap;
 use sextant_model::row::{Encoded, RowBatch};
@@ -29,7 +29,8 @@ pub struct Buffer {
     pub aborted: HashSet<u128>,
     /// Approximate heap size, for flush-by-size.
     pub bytes: usize,
-    pub since: Instant,
+    /// When the first row came, on the shard's monotonic clock: for flush-by-age.
+    pub since: Duration,
 }
 
 impl Default for Buffer {
@@ -41,7 +42,7 @@ impl Default for Buffer {
             projects: HashSet::new(),
             aborted: HashSet::new(),
             bytes: 0,
-            since: Instant::now(),
+            since: Duration::ZERO,
         }
     }
 }
@@ -60,9 +61,10 @@ impl Buffer {
         self.traces.len()
     }
 
-    pub fn push(&mut self, batch_id: u128, batch: RowBatch<Encoded>, encoded_len: usize) -> u64 {
+    /// Adds a batch; `now` is the shard clock's monotonic reading.
+    pub fn push(&mut self, batch_id: u128, batch: RowBatch<Encoded>, encoded_len: usize, now: Duration) -> u64 {
         if self.rows.is_empty() {
-            self.since = Instant::now();
+            self.since = now;
         }
         let project: Arc<str> = Arc::from(batch.project_id.as_str());
         let before = self.rows.len();

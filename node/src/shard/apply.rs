@@ -32,7 +32,10 @@ impl SegmentShard {
             Ok(mut batch) => {
                 self.drop_stored_uuids(&mut batch);
                 self.dedup.record_applied(batch_id);
-                CommandResponse::Ingested { duplicate: false, rows: self.active.push(batch_id, batch, len) }
+                CommandResponse::Ingested {
+                    duplicate: false,
+                    rows: self.active.push(batch_id, batch, len, self.clock.monotonic()),
+                }
             }
             Err(e) => CommandResponse::Rejected(format!("undecodable batch: {e}")),
         }
@@ -386,7 +389,9 @@ mod tests {
                     .count();
             }
             let deduped = started.elapsed();
-            println!("round {round}: scan of {rows} events {plain:?}; with the uuid column {column:?}; and a set {deduped:?} ({kept} kept)");
+            println!(
+                "round {round}: scan of {rows} events {plain:?}; with the uuid column {column:?}; and a set {deduped:?} ({kept} kept)"
+            );
         }
     }
 }

@@ -32,7 +32,7 @@ impl SegmentShard {
     pub fn wants_flush(&self) -> bool {
         !self.active.is_empty()
             && (self.active.bytes >= FLUSH_BYTES
-                || self.active.since.elapsed() >= FLUSH_AGE
+                || self.clock.monotonic().saturating_sub(self.active.since) >= FLUSH_AGE
                 || self.active.projects().any(|p| self.expiry.deleted.contains(p)))
     }
 
@@ -132,6 +132,25 @@ mod tests {
         let s = SegmentShard::open(dir.path()).unwrap();
         assert!(!stray.exists());
         assert_eq!(ids(&s, "p", "t"), ["a"]);
+    }
+
+    #[test]
+    fn a_buffer_wants_a_flush_once_its_first_row_reaches_the_flush_age_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let manual = sextant_model::ManualClock::at_millis(0);
+        let mut s = SegmentShard::open(dir.path()).unwrap().with_clock(manual.clock());
+        manual.advance(FLUSH_AGE);
+        assert!(!s.wants_flush(), "an empty buffer has no age");
+        ingest(&mut s, 1, 1, batch("p", vec![span("a", "x", 10)]));
+        manual.advance(FLUSH_AGE - Duration::from_millis(1));
+        ingest(&mut s, 2, 2, batch("p", vec![span("b", "x", 10)]));
+        assert!(!s.wants_flush(), "young enough");
+        manual.advance(Duration::from_millis(1));
+        assert!(s.wants_flush(), "the age is the first row's, not the last one's");
+        checkpoint(&mut s, 2);
+        assert!(!s.wants_flush());
+        ingest(&mut s, 3, 3, batch("p", vec![span("c", "x", 10)]));
+        assert!(!s.wants_flush(), "the next buffer's age starts at its own first row");
     }
 
     #[test]

@@ -25,6 +25,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, RwLock};
 
+use sextant_model::Clock;
+
 use crate::archive::FileEntry;
 use crate::segment::compaction::ExpiryPolicy;
 use crate::segment::uuids::Uuids;
@@ -62,6 +64,8 @@ pub struct SegmentShard {
     published: Arc<RwLock<Published>>,
     persisted: Arc<Mutex<Persisted>>,
     expiry: Arc<ExpiryPolicy>,
+    /// Where the buffer's age is measured.
+    clock: Clock,
 }
 
 fn open_segments(dir: &Path, manifest: &Manifest) -> io::Result<Vec<Arc<Segment>>> {
@@ -111,7 +115,13 @@ impl SegmentShard {
             published: Arc::new(RwLock::new(Published { frozen: Vec::new(), segments })),
             persisted: Arc::new(Mutex::new(Persisted { manifest, entry })),
             expiry: Arc::default(),
+            clock: Clock::system(),
         })
+    }
+
+    /// The same shard, measuring time on `clock`.
+    pub fn with_clock(self, clock: Clock) -> Self {
+        Self { clock, ..self }
     }
 
     /// Segments of `table` and their bytes on disk.
