@@ -86,7 +86,10 @@ pub struct HostSeries(pub BTreeMap<i64, HostBucket>);
 impl Merge for HostSeries {
     fn merge(&mut self, other: Self) {
         for (start, b) in other.0 {
-            self.0.entry(start).or_insert_with(|| HostBucket { start_unix_nanos: start, ..Default::default() }).merge(b);
+            self.0
+                .entry(start)
+                .or_insert_with(|| HostBucket { start_unix_nanos: start, ..Default::default() })
+                .merge(b);
         }
     }
 }

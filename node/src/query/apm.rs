@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
 use arrow_array::Array;
-use sextant_model::query::{ApmPlan, Endpoints as EndpointStats, ShardQuery, Stats};
+use sextant_model::query::{self, ApmPlan, ShardQuery, Stats};
 use sextant_model::row::SpanStatus;
 use sextant_model::sketch::LatencyBuckets;
 use xxhash_rust::xxh3::xxh3_64;
@@ -52,7 +52,7 @@ impl Acc {
     }
 }
 
-pub fn run(job: ScanJob, budget: &mut Budget) -> Result<EndpointStats, QueryError> {
+pub fn run(job: ScanJob, budget: &mut Budget) -> Result<query::Endpoints, QueryError> {
     let mut endpoints = Endpoints::default();
     let mut rows = Vec::new();
     each_batch(job, budget, |rb| {
@@ -64,7 +64,9 @@ pub fn run(job: ScanJob, budget: &mut Budget) -> Result<EndpointStats, QueryErro
         }
         Ok(())
     })?;
-    Ok(EndpointStats(endpoints.list.into_iter().map(|(service, operation, a)| ((service, operation), a.stats())).collect()))
+    Ok(query::Endpoints(
+        endpoints.list.into_iter().map(|(service, operation, a)| ((service, operation), a.stats())).collect(),
+    ))
 }
 
 /// Service and operation dictionaries of a batch larger than this together (a dictionary

@@ -5,8 +5,8 @@ use std::collections::HashSet;
 
 use arrow_array::RecordBatch;
 use sextant_model::funnel::{Funnel, Order, StepEvent, MAX_STEPS, MIN_STEPS, NOT_A_STEP};
-use sextant_model::sketch::LatencySketch;
 use sextant_model::query::{FunnelPlan, FunnelStep, FunnelSteps, ShardQuery};
+use sextant_model::sketch::LatencySketch;
 
 use super::cohort::Members;
 use super::users::{Admitted, ByUser, Users};

@@ -50,7 +50,12 @@ fn add(mean: &mut Option<Mean>, v: Option<f64>) {
     }
 }
 
-pub fn series(req: &ShardQuery, plan: &HostSeriesPlan, job: ScanJob, budget: &mut Budget) -> Result<HostSeries, QueryError> {
+pub fn series(
+    req: &ShardQuery,
+    plan: &HostSeriesPlan,
+    job: ScanJob,
+    budget: &mut Budget,
+) -> Result<HostSeries, QueryError> {
     let mut buckets: HashMap<i64, HostBucket> = HashMap::new();
     each_batch(job, budget, |rb| {
         for (_, row, _) in from_record_batch(Table::HostMetrics, rb) {

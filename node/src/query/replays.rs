@@ -3,8 +3,8 @@
 
 use std::collections::HashMap;
 
-use sextant_model::row::ReplayEvent;
 use sextant_model::query::{ReplayEvents, ReplayEventsPlan, ReplayListPlan, ReplaySession, ReplaySessions, ShardQuery};
+use sextant_model::row::ReplayEvent;
 
 use super::{each_batch, scan_of, Budget, Compute, QueryError, QueryKind};
 use crate::segment::table::{from_record_batch, Cols};

@@ -193,7 +193,12 @@ pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ServiceMap, QueryError> 
     }
     let name = |s: u32| services.names[s as usize].clone();
     Ok(ServiceMap {
-        nodes: nodes.iter().enumerate().filter(|(_, a)| a.count > 0).map(|(s, a)| (name(s as u32), a.stats())).collect(),
+        nodes: nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, a)| a.count > 0)
+            .map(|(s, a)| (name(s as u32), a.stats()))
+            .collect(),
         edges: edges.iter().map(|(&(source, target), a)| ((name(source), name(target)), a.stats())).collect(),
     })
 }

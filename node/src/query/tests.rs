@@ -3,11 +3,10 @@
 use sextant_model::query::{
     ApmPlan, LogKey, LogSearchPlan, Partial, Plan, ServiceMapPlan, ShardQuery, ShardReply, TraceKey, TraceListPlan,
 };
+use sextant_model::row::{LogLevel, LogRecord, RowBatch, Span, SpanStatus};
 use sextant_model::sketch::LatencySketch;
 // Rows are written as the Raft log carries them.
-use sextant_model::row::RowBatch;
 use sextant_proto::convert::persist_row::encode_ingest;
-use sextant_proto::{LogRecord, Span, SpanStatus};
 
 use super::prepare;
 use crate::shard::SegmentShard;
@@ -25,7 +24,7 @@ fn span(trace: &str, id: &str, parent: &str, service: &str, start_ms: i64, dur_m
         operation: format!("op-{service}"),
         start_unix_nanos: start_ms * MS,
         duration_nanos: (dur_ms * MS) as u64,
-        status: if error { SpanStatus::Error as i32 } else { SpanStatus::Ok as i32 },
+        status: if error { SpanStatus::Error } else { SpanStatus::Ok },
         attributes: vec![],
     }
 }
@@ -44,7 +43,6 @@ impl Shard {
 
     fn ingest(&mut self, project: &str, spans: Vec<Span>, logs: Vec<LogRecord>) {
         self.index += 1;
-        let (spans, logs) = (spans.into_iter().map(Into::into).collect(), logs.into_iter().map(Into::into).collect());
         let payload = encode_ingest(RowBatch { project_id: project.into(), spans, logs, ..Default::default() });
         self.s.apply(self.index, Command::Ingest { batch_id: self.index as u128, payload });
     }
@@ -125,7 +123,7 @@ fn log_search_pages_through_identical_lines_without_skipping_or_repeating() {
     let mut sh = Shard::new();
     let log = |ms: i64, msg: &str| LogRecord {
         unix_nanos: ms * MS,
-        level: 5,
+        level: LogLevel::Error,
         service: "api".into(),
         message: msg.into(),
         ..Default::default()
@@ -165,9 +163,7 @@ fn service_map_edges_join_spans_to_parents_of_other_services() {
     );
     sh.flush();
     sh.ingest("p", vec![span("b", "1", "", "web", 200, 20, false), span("b", "2", "1", "api", 201, 30, true)], vec![]);
-    let Some(Partial::ServiceMap(map)) = sh.query(ServiceMapPlan, 1000).partial else {
-        panic!("service map expected")
-    };
+    let Some(Partial::ServiceMap(map)) = sh.query(ServiceMapPlan, 1000).partial else { panic!("service map expected") };
     let mut edges: Vec<(String, String, u64, u64, f64)> = map
         .edges
         .iter()
@@ -202,7 +198,7 @@ fn log_pages_hold_every_line_once_however_many_are_identical() {
                 expected.push((ms, msg.to_owned()));
                 LogRecord {
                     unix_nanos: ms * MS,
-                    level: 3,
+                    level: LogLevel::Info,
                     service: "api".into(),
                     message: msg.into(),
                     ..Default::default()
@@ -249,7 +245,13 @@ fn log_search_reads_row_groups_newest_first_and_stops_at_a_full_page() {
                 if message.starts_with("Needle") {
                     expected.push((ms, message.clone()));
                 }
-                LogRecord { unix_nanos: ms * MS, level: 3, service: "api".into(), message, ..Default::default() }
+                LogRecord {
+                    unix_nanos: ms * MS,
+                    level: LogLevel::Info,
+                    service: "api".into(),
+                    message,
+                    ..Default::default()
+                }
             })
             .collect();
         total += logs.len() as u64;
@@ -315,7 +317,7 @@ fn apm_over_segments_and_buffer_matches_a_sketch_of_every_span() {
         for s in all.iter().filter(|s| services.is_empty() || services.contains(&s.service_name)) {
             let e = expected.entry((s.service_name.clone(), s.operation.clone())).or_insert((0, 0, Default::default()));
             e.0 += 1;
-            e.1 += u64::from(s.status == SpanStatus::Error as i32);
+            e.1 += u64::from(s.status == SpanStatus::Error);
             e.2.add(s.duration_nanos as f64 / 1e6);
         }
         assert_eq!(apm.0.len(), expected.len());
@@ -355,9 +357,7 @@ fn service_map_finds_parents_in_other_segments_and_counts_a_span_stored_twice_on
         vec![child, span("e", "2", "1", "db", 99, 5, false), span("e", "1", "", "api", 100, 9, false)],
         vec![],
     );
-    let Some(Partial::ServiceMap(map)) = sh.query(ServiceMapPlan, 1000).partial else {
-        panic!("service map expected")
-    };
+    let Some(Partial::ServiceMap(map)) = sh.query(ServiceMapPlan, 1000).partial else { panic!("service map expected") };
     let mut edges: Vec<(String, String, u64, u64)> =
         map.edges.iter().map(|((source, target), e)| (source.clone(), target.clone(), e.count, e.errors)).collect();
     edges.sort();
@@ -372,12 +372,11 @@ fn service_map_finds_parents_in_other_segments_and_counts_a_span_stored_twice_on
 #[test]
 fn host_series_over_the_whole_i64_range_has_no_overflow() {
     use sextant_model::query::HostSeriesPlan;
-    use sextant_proto::HostMetric;
+    use sextant_model::row::HostMetric;
     let mut sh = Shard::new();
     sh.index += 1;
     let metric = HostMetric { unix_nanos: 5 * MS, hostname: "h".into(), cpu_percent: Some(50.0), ..Default::default() };
-    let payload =
-        encode_ingest(RowBatch { project_id: "p".into(), host_metrics: vec![metric.into()], ..Default::default() });
+    let payload = encode_ingest(RowBatch { project_id: "p".into(), host_metrics: vec![metric], ..Default::default() });
     sh.s.apply(sh.index, Command::Ingest { batch_id: sh.index as u128, payload });
     for step in [1, 7 * MS, i64::MAX] {
         let req = ShardQuery {

@@ -6,10 +6,10 @@ use sextant_model::cohort::Definition;
 use sextant_model::query::{
     ActiveDay, ActiveDays, ActiveUsersPlan, ApmPlan, CohortFilter, CohortMembers, CohortSizes, CohortSizesPlan,
     CohortUsersPlan, Endpoints, ErrorGroup, ErrorGroups, ErrorOccurrence, ErrorsPlan, EventBucket, EventBuckets,
-    EventBucketsPlan, FunnelPlan, FunnelStep, FunnelSteps, HostBucket, HostSeries, HostSeriesPlan, HostsPlan,
-    KeyedLog, LatestHosts, LogKey, LogList, LogSearchPlan, Mean, Merge, Partial, Plan, ReplayEvents,
-    ReplayEventsPlan, ReplayListPlan, ReplaySession, ReplaySessions, RetentionCohort, RetentionCohorts,
-    RetentionPlan, ServiceMap, ServiceMapPlan, ShardQuery, ShardReply, Stats, TraceKey, TraceList, TraceListPlan,
+    EventBucketsPlan, FunnelPlan, FunnelStep, FunnelSteps, HostBucket, HostSeries, HostSeriesPlan, HostsPlan, KeyedLog,
+    LatestHosts, LogKey, LogList, LogSearchPlan, Mean, Merge, Partial, Plan, ReplayEvents, ReplayEventsPlan,
+    ReplayListPlan, ReplaySession, ReplaySessions, RetentionCohort, RetentionCohorts, RetentionPlan, ServiceMap,
+    ServiceMapPlan, ShardQuery, ShardReply, Stats, TraceKey, TraceList, TraceListPlan,
 };
 use sextant_model::row::LogLevel;
 use sextant_model::sketch::LatencySketch;
@@ -74,7 +74,9 @@ impl From<Plan> for query_request::Plan {
             }
             Plan::Apm(ApmPlan { services }) => W::Apm(crate::ApmPlan { services }),
             Plan::ServiceMap(ServiceMapPlan) => W::ServiceMap(crate::ServiceMapPlan {}),
-            Plan::Errors(ErrorsPlan { services, fingerprint }) => W::Errors(crate::ErrorsPlan { services, fingerprint }),
+            Plan::Errors(ErrorsPlan { services, fingerprint }) => {
+                W::Errors(crate::ErrorsPlan { services, fingerprint })
+            }
             Plan::Hosts(HostsPlan) => W::Hosts(crate::HostsPlan {}),
             Plan::HostSeries(HostSeriesPlan { hostname, step_nanos }) => {
                 W::HostSeries(crate::HostSeriesPlan { hostname, step_nanos })
@@ -99,25 +101,28 @@ impl From<Plan> for query_request::Plan {
                     cohort: cohort_to_wire(cohort),
                 })
             }
-            Plan::Retention(RetentionPlan { start_event, return_event, bucket_starts, cohorts, periods, first_time }) => {
-                W::Retention(crate::RetentionPlan {
-                    start_event,
-                    return_event,
-                    bucket_starts,
-                    cohorts,
-                    periods,
-                    first_time,
-                })
-            }
+            Plan::Retention(RetentionPlan {
+                start_event,
+                return_event,
+                bucket_starts,
+                cohorts,
+                periods,
+                first_time,
+            }) => W::Retention(crate::RetentionPlan {
+                start_event,
+                return_event,
+                bucket_starts,
+                cohorts,
+                periods,
+                first_time,
+            }),
             Plan::CohortSizes(CohortSizesPlan { cohorts, at_unix_nanos }) => W::CohortSizes(crate::CohortSizesPlan {
                 cohorts: cohorts.iter().map(Into::into).collect(),
                 at_unix_nanos,
             }),
-            Plan::CohortUsers(CohortUsersPlan { cohort, after, limit }) => W::CohortUsers(crate::CohortUsersPlan {
-                cohort: cohort_to_wire(Some(cohort)),
-                after,
-                limit,
-            }),
+            Plan::CohortUsers(CohortUsersPlan { cohort, after, limit }) => {
+                W::CohortUsers(crate::CohortUsersPlan { cohort: cohort_to_wire(Some(cohort)), after, limit })
+            }
         }
     }
 }
@@ -140,7 +145,9 @@ impl TryFrom<query_request::Plan> for Plan {
             }
             W::Apm(crate::ApmPlan { services }) => Plan::Apm(ApmPlan { services }),
             W::ServiceMap(crate::ServiceMapPlan {}) => Plan::ServiceMap(ServiceMapPlan),
-            W::Errors(crate::ErrorsPlan { services, fingerprint }) => Plan::Errors(ErrorsPlan { services, fingerprint }),
+            W::Errors(crate::ErrorsPlan { services, fingerprint }) => {
+                Plan::Errors(ErrorsPlan { services, fingerprint })
+            }
             W::Hosts(crate::HostsPlan {}) => Plan::Hosts(HostsPlan),
             W::HostSeries(crate::HostSeriesPlan { hostname, step_nanos }) => {
                 Plan::HostSeries(HostSeriesPlan { hostname, step_nanos })
@@ -172,7 +179,14 @@ impl TryFrom<query_request::Plan> for Plan {
                 cohorts,
                 periods,
                 first_time,
-            }) => Plan::Retention(RetentionPlan { start_event, return_event, bucket_starts, cohorts, periods, first_time }),
+            }) => Plan::Retention(RetentionPlan {
+                start_event,
+                return_event,
+                bucket_starts,
+                cohorts,
+                periods,
+                first_time,
+            }),
             W::CohortSizes(crate::CohortSizesPlan { cohorts, at_unix_nanos }) => Plan::CohortSizes(CohortSizesPlan {
                 cohorts: cohorts.iter().map(Definition::try_from).collect::<Result<_, _>>()?,
                 at_unix_nanos,
@@ -361,11 +375,13 @@ impl TryFrom<query_reply::Partial> for Partial {
             W::ServiceMap(p) => {
                 let mut out = ServiceMap::default();
                 for n in p.nodes {
-                    let s = Stats { count: n.span_count, errors: n.error_count, sum_ms: 0.0, sketch: sketch(&n.sketch)? };
+                    let s =
+                        Stats { count: n.span_count, errors: n.error_count, sum_ms: 0.0, sketch: sketch(&n.sketch)? };
                     out.nodes.entry(n.service).or_default().merge(s);
                 }
                 for e in p.edges {
-                    let s = Stats { count: e.call_count, errors: e.error_count, sum_ms: 0.0, sketch: sketch(&e.sketch)? };
+                    let s =
+                        Stats { count: e.call_count, errors: e.error_count, sum_ms: 0.0, sketch: sketch(&e.sketch)? };
                     out.edges.entry((e.source, e.target)).or_default().merge(s);
                 }
                 Partial::ServiceMap(out)
@@ -429,7 +445,11 @@ impl TryFrom<query_reply::Partial> for Partial {
                 p.steps
                     .into_iter()
                     .map(|s| {
-                        Ok(FunnelStep { users: s.users, seconds: sketch(&s.seconds_sketch)?, seconds_sum: s.seconds_sum })
+                        Ok(FunnelStep {
+                            users: s.users,
+                            seconds: sketch(&s.seconds_sketch)?,
+                            seconds_sum: s.seconds_sum,
+                        })
                     })
                     .collect::<Result<_, String>>()?,
             )),
@@ -552,7 +572,14 @@ mod tests {
     use sextant_model::cohort::{Condition, CountOp, Kind, Logic};
 
     fn definition() -> Definition {
-        let c = Condition { kind: Kind::Did, event: "e".into(), op: CountOp::Ge, count: 2, range: String::new(), range_ns: 9 };
+        let c = Condition {
+            kind: Kind::Did,
+            event: "e".into(),
+            op: CountOp::Ge,
+            count: 2,
+            range: String::new(),
+            range_ns: 9,
+        };
         Definition { logic: Logic::And, conditions: vec![c] }
     }
 
