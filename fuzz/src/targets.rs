@@ -184,7 +184,7 @@ pub fn query_params(data: &[u8]) {
     let _ = params::millis("min_duration_ms", query.min_duration_ms.as_deref());
     let _ = decode_cursor(params);
     for default_ns in [sextant_router::query::HOUR_NS, 366 * 24 * sextant_router::query::HOUR_NS, i64::MAX] {
-        if let Ok((from, to)) = params.range_or(default_ns) {
+        if let Ok((from, to)) = params.range_or(default_ns, NOW_NS) {
             assert!(from < to, "a range is never empty or reversed");
         }
     }
@@ -212,44 +212,40 @@ struct Written {
 fn written() -> &'static Written {
     static WRITTEN: OnceLock<Written> = OnceLock::new();
     WRITTEN.get_or_init(|| {
-        use sextant_node::segment::table::RowRef;
         use sextant_model::row::{Attribute, Event, LogLevel, LogRecord, Span, Value};
+        use sextant_node::segment::table::RowRef;
         use sextant_proto::convert::persist_row::encode_attributes;
         let dir = tempfile::tempdir().expect("temporary directory");
         let attr = |k: &str, v: String| Attribute { key: k.into(), value: Some(Value::String(v)) };
         let logs: Vec<Row> = (0..300u64)
             .map(|i| {
-                Row::Log(
-                    LogRecord {
-                        unix_nanos: NOW_NS + i as i64 * 1_000_000,
-                        level: LogLevel::from_code((i % 6) as i32 + 1),
-                        service: ["api", "web", "db"][i as usize % 3].into(),
-                        message: format!("request {i} took {} ms for user-{}", i * 7 % 1000, i % 13),
-                        trace_id: format!("{:032x}", i / 3),
-                        span_id: format!("{:016x}", i),
-                        attributes: encode_attributes(vec![
-                            attr("region", format!("eu-{}", i % 2)),
-                            attr("pod", format!("pod-{i}")),
-                        ]),
-                    },
-                )
+                Row::Log(LogRecord {
+                    unix_nanos: NOW_NS + i as i64 * 1_000_000,
+                    level: LogLevel::from_code((i % 6) as i32 + 1),
+                    service: ["api", "web", "db"][i as usize % 3].into(),
+                    message: format!("request {i} took {} ms for user-{}", i * 7 % 1000, i % 13),
+                    trace_id: format!("{:032x}", i / 3),
+                    span_id: format!("{:016x}", i),
+                    attributes: encode_attributes(vec![
+                        attr("region", format!("eu-{}", i % 2)),
+                        attr("pod", format!("pod-{i}")),
+                    ]),
+                })
             })
             .collect();
         let spans: Vec<Row> = (0..300u64)
             .map(|i| {
-                Row::Span(
-                    Span {
-                        trace_id: format!("{:032x}", i / 4),
-                        span_id: format!("{:016x}", i),
-                        parent_span_id: if i % 4 == 0 { String::new() } else { format!("{:016x}", i - 1) },
-                        service_name: ["api", "web", "db"][i as usize % 3].into(),
-                        operation: format!("GET /items/{}", i % 5),
-                        start_unix_nanos: NOW_NS + i as i64 * 1_000,
-                        duration_nanos: (i + 1) * 1_000,
-                        attributes: encode_attributes(vec![attr("http.status", format!("{}", 200 + i % 3 * 100))]),
-                        ..Default::default()
-                    },
-                )
+                Row::Span(Span {
+                    trace_id: format!("{:032x}", i / 4),
+                    span_id: format!("{:016x}", i),
+                    parent_span_id: if i % 4 == 0 { String::new() } else { format!("{:016x}", i - 1) },
+                    service_name: ["api", "web", "db"][i as usize % 3].into(),
+                    operation: format!("GET /items/{}", i % 5),
+                    start_unix_nanos: NOW_NS + i as i64 * 1_000,
+                    duration_nanos: (i + 1) * 1_000,
+                    attributes: encode_attributes(vec![attr("http.status", format!("{}", 200 + i % 3 * 100))]),
+                    ..Default::default()
+                })
             })
             .collect();
         let events: Vec<Row> = (0..300u64)

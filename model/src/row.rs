@@ -180,10 +180,23 @@ macro_rules! map_attributes {
 }
 
 map_attributes!(Span {
-    trace_id, span_id, parent_span_id, service_name, operation, start_unix_nanos, duration_nanos, status,
+    trace_id,
+    span_id,
+    parent_span_id,
+    service_name,
+    operation,
+    start_unix_nanos,
+    duration_nanos,
+    status,
 });
 map_attributes!(LogRecord { unix_nanos, level, service, message, trace_id, span_id });
 map_attributes!(HostMetric {
-    unix_nanos, hostname, cpu_percent, memory_used_bytes, memory_total_bytes, disk_used_percent,
-    network_rx_bytes_per_sec, network_tx_bytes_per_sec,
+    unix_nanos,
+    hostname,
+    cpu_percent,
+    memory_used_bytes,
+    memory_total_bytes,
+    disk_used_percent,
+    network_rx_bytes_per_sec,
+    network_tx_bytes_per_sec,
 });

@@ -623,9 +623,9 @@ mod tests {
     use super::*;
     use crate::segment::attribute::{decode_stored, encode_stored, from_stored, stored};
     use crate::segment::layout::{assemble, Layout};
+    use crate::segment::table::SpanRow;
     use crate::segment::table::{from_record_batch, to_segment_batch, Table};
     use proptest::prelude::*;
-    use crate::segment::table::SpanRow;
     use sextant_model::row::Attribute as Decoded;
     use sextant_proto::convert::persist_row::{encode_attribute, encode_attributes};
 

@@ -757,8 +757,8 @@ impl Segment {
 mod tests {
     use super::*;
     use crate::segment::scan::Filter;
-    use crate::segment::table::{Cols, Strings};
     use crate::segment::table::SpanRow;
+    use crate::segment::table::{Cols, Strings};
 
     fn span(i: u64) -> Row {
         Row::Span(SpanRow {

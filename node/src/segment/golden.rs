@@ -291,7 +291,9 @@ fn fixture_attributes_decode_to_their_values() {
     let segment = Segment::open(&dir, manifest.segments[0].clone()).unwrap();
     let columns: Vec<String> = segment.column_bytes().into_iter().map(|(name, _)| name).collect();
     // Every way a segment stores an attribute value is in the fixture.
-    for column in ["attr:array", "attr.int:count", "attr.head:k8s.pod.name", "attr.tail:k8s.pod.name", "attr.tail:session"] {
+    for column in
+        ["attr:array", "attr.int:count", "attr.head:k8s.pod.name", "attr.tail:k8s.pod.name", "attr.tail:session"]
+    {
         assert!(columns.iter().any(|c| c == column), "{column} in {columns:?}");
     }
     let spans = segment.read(None).unwrap();

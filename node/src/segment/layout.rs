@@ -324,8 +324,8 @@ fn parents(stored: &ArrayRef, ids: &ArrayRef, refs: &ArrayRef) -> Result<ArrayRe
 mod tests {
     use super::*;
     use crate::segment::table::{from_record_batch, to_segment_batch};
-    use proptest::prelude::*;
     use crate::segment::table::{LogRow, SpanRow};
+    use proptest::prelude::*;
     use sextant_model::row::{Attribute, Value};
     use sextant_proto::convert::persist_row::encode_attributes;
 
@@ -422,7 +422,10 @@ mod tests {
                         span_id: format!("s{i}"),
                         parent_span_id: if i % 5 == 0 { String::new() } else { format!("s{}", i - 1) },
                         duration_nanos: (i + 1) * unit + u64::from(unit == 1),
-                        attributes: encode_attributes(vec![Attribute { key: "k".into(), value: Some(Value::Int(i as i64)) }]),
+                        attributes: encode_attributes(vec![Attribute {
+                            key: "k".into(),
+                            value: Some(Value::Int(i as i64)),
+                        }]),
                         ..Default::default()
                     })
                 })

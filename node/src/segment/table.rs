@@ -628,19 +628,17 @@ mod tests {
     fn every_table_row() -> Vec<Row> {
         let attrs = encode_attributes(vec![Attribute { key: "http.status_code".into(), value: Some(Value::Int(200)) }]);
         vec![
-            Row::Span(
-                Span {
-                    trace_id: "t".into(),
-                    span_id: "s".into(),
-                    parent_span_id: "p".into(),
-                    service_name: "api".into(),
-                    operation: "GET /".into(),
-                    start_unix_nanos: 5,
-                    duration_nanos: 7,
-                    status: SpanStatus::Error,
-                    attributes: attrs.clone(),
-                },
-            ),
+            Row::Span(Span {
+                trace_id: "t".into(),
+                span_id: "s".into(),
+                parent_span_id: "p".into(),
+                service_name: "api".into(),
+                operation: "GET /".into(),
+                start_unix_nanos: 5,
+                duration_nanos: 7,
+                status: SpanStatus::Error,
+                attributes: attrs.clone(),
+            }),
             Row::TraceSummary(TraceSummary {
                 trace_id: "t".into(),
                 start_unix_nanos: 1,
@@ -651,30 +649,26 @@ mod tests {
                 error_count: 1,
                 services: vec!["api".into(), "db".into()],
             }),
-            Row::Log(
-                LogRecord {
-                    unix_nanos: 3,
-                    level: LogLevel::Error,
-                    service: "api".into(),
-                    message: "boom".into(),
-                    trace_id: "t".into(),
-                    span_id: "s".into(),
-                    attributes: attrs.clone(),
-                },
-            ),
-            Row::HostMetric(
-                HostMetric {
-                    unix_nanos: 4,
-                    hostname: "h".into(),
-                    cpu_percent: Some(12.5),
-                    memory_used_bytes: None,
-                    memory_total_bytes: Some(10),
-                    disk_used_percent: None,
-                    network_rx_bytes_per_sec: Some(1.0),
-                    network_tx_bytes_per_sec: None,
-                    attributes: attrs,
-                },
-            ),
+            Row::Log(LogRecord {
+                unix_nanos: 3,
+                level: LogLevel::Error,
+                service: "api".into(),
+                message: "boom".into(),
+                trace_id: "t".into(),
+                span_id: "s".into(),
+                attributes: attrs.clone(),
+            }),
+            Row::HostMetric(HostMetric {
+                unix_nanos: 4,
+                hostname: "h".into(),
+                cpu_percent: Some(12.5),
+                memory_used_bytes: None,
+                memory_total_bytes: Some(10),
+                disk_used_percent: None,
+                network_rx_bytes_per_sec: Some(1.0),
+                network_tx_bytes_per_sec: None,
+                attributes: attrs,
+            }),
             Row::Event(Event {
                 uuid: "u".into(),
                 event: "signup".into(),

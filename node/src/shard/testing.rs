@@ -62,7 +62,13 @@ pub(super) fn scan_all(s: &SegmentShard, table: Table, project: &str, filter: cr
 }
 
 pub(super) fn log(service: &str, level: i32, message: &str, t: i64) -> LogRecord {
-    LogRecord { unix_nanos: t, level: LogLevel::from_code(level), service: service.into(), message: message.into(), ..Default::default() }
+    LogRecord {
+        unix_nanos: t,
+        level: LogLevel::from_code(level),
+        service: service.into(),
+        message: message.into(),
+        ..Default::default()
+    }
 }
 
 pub(super) fn ev(uuid: &str, user: &str, t: i64) -> Event {
@@ -86,11 +92,7 @@ pub(super) fn replay(uuid: &str, t: i64) -> ReplayEvent {
     }
 }
 
-pub(super) fn analytics(
-    project: &str,
-    events: Vec<Event>,
-    replays: Vec<ReplayEvent>,
-) -> Vec<u8> {
+pub(super) fn analytics(project: &str, events: Vec<Event>, replays: Vec<ReplayEvent>) -> Vec<u8> {
     encode_ingest(RowBatch { project_id: project.into(), events, replay_events: replays, ..Default::default() })
 }
 

@@ -14,7 +14,9 @@ impl From<Value> for AnyValue {
                 Value::Int(i) => any_value::Value::IntValue(i),
                 Value::Double(d) => any_value::Value::DoubleValue(d),
                 Value::Bool(b) => any_value::Value::BoolValue(b),
-                Value::Array(a) => any_value::Value::ArrayValue(ArrayValue { values: a.into_iter().map(Into::into).collect() }),
+                Value::Array(a) => {
+                    any_value::Value::ArrayValue(ArrayValue { values: a.into_iter().map(Into::into).collect() })
+                }
             }),
         }
     }
