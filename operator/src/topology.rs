@@ -26,6 +26,8 @@ pub const NODE_HTTP_PORT: i32 = 7001;
 pub const ROUTER_HTTP_PORT: i32 = 8080;
 /// The router's `--internal-listen`: `/metrics` and the admin API, never on the public Service.
 pub const ROUTER_INTERNAL_PORT: i32 = 9090;
+/// The router's `--otlp-grpc-listen`: OTLP/gRPC (docs/API.md, "OTLP").
+pub const ROUTER_OTLP_GRPC_PORT: i32 = 4317;
 
 /// Keys of the cluster's internal Secret.
 pub const JWT_SIGNING_KEY: &str = "jwt-signing-key";
@@ -37,6 +39,8 @@ pub const SECRET_KEYS: [&str; 3] = [JWT_SIGNING_KEY, CLUSTER_SECRET, ADMIN_TOKEN
 pub enum TopologyError {
     #[error("the SextantCluster has no {0}")]
     Missing(&'static str),
+    #[error("the SextantCluster's {0}")]
+    Invalid(&'static str),
 }
 
 /// Names of everything derived from one cluster, in one place so the planner, the controller
@@ -89,6 +93,10 @@ impl Names {
     }
     pub fn router_url(&self, http_port: i32) -> String {
         format!("http://{}.{}.svc:{http_port}", self.routers(), self.namespace)
+    }
+    /// Where OTLP/gRPC exporters send (plain text).
+    pub fn router_otlp_grpc_url(&self, otlp_grpc_port: i32) -> String {
+        format!("http://{}.{}.svc:{otlp_grpc_port}", self.routers(), self.namespace)
     }
     /// Where the operator reaches the admin API (and Prometheus the routers' metrics).
     pub fn router_internal_url(&self) -> String {
@@ -243,6 +251,9 @@ pub fn owned_objects(
     let names = Names::of(cluster)?;
     let owner = owner(cluster)?;
     let spec = &cluster.spec;
+    if spec.routers.service.http_port == spec.routers.service.otlp_grpc_port {
+        return Err(TopologyError::Invalid("routers.service httpPort and otlpGrpcPort must differ"));
+    }
     let stopped = spec.cluster_operation.stopped;
     let storage = &spec.storage;
 
@@ -368,11 +379,17 @@ pub fn owned_objects(
             format!("0.0.0.0:{ROUTER_HTTP_PORT}"),
             "--internal-listen".into(),
             format!("0.0.0.0:{ROUTER_INTERNAL_PORT}"),
+            "--otlp-grpc-listen".into(),
+            format!("0.0.0.0:{ROUTER_OTLP_GRPC_PORT}"),
             "--nodes".into(),
             "$(SEXTANT_NODES)".into(),
         ]),
         env: Some(router_env),
-        ports: Some(vec![container_port("http", ROUTER_HTTP_PORT), container_port("internal", ROUTER_INTERNAL_PORT)]),
+        ports: Some(vec![
+            container_port("http", ROUTER_HTTP_PORT),
+            container_port("internal", ROUTER_INTERNAL_PORT),
+            container_port("otlp-grpc", ROUTER_OTLP_GRPC_PORT),
+        ]),
         readiness_probe: Some(http_probe("/readyz", 5, None)),
         liveness_probe: Some(http_probe("/healthz", 10, None)),
         resources: spec.routers.resources.clone(),
@@ -409,7 +426,17 @@ pub fn owned_objects(
         spec: Some(ServiceSpec {
             type_: Some(service_spec.type_.as_str().into()),
             selector: Some(selector(&names, "router")),
-            ports: Some(vec![service_port("http", service_spec.http_port, IntOrString::String("http".into()))]),
+            ports: Some(vec![
+                service_port("http", service_spec.http_port, IntOrString::String("http".into())),
+                ServicePort {
+                    app_protocol: Some("grpc".into()),
+                    ..service_port(
+                        "otlp-grpc",
+                        service_spec.otlp_grpc_port,
+                        IntOrString::String("otlp-grpc".into()),
+                    )
+                },
+            ]),
             ..ServiceSpec::default()
         }),
         ..Service::default()
@@ -564,10 +591,26 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn router_service_exposes_http_but_not_the_internal_port() {
-        let objects = owned_objects(&cluster(3, 3), 3, 3).unwrap();
+    fn router_service_exposes_http_and_otlp_grpc_but_not_the_internal_port() {
+        let mut c = cluster(3, 3);
+        c.spec.routers.service.otlp_grpc_port = 14317;
+        let objects = owned_objects(&c, 3, 3).unwrap();
         let ports = service_ports(service(&objects, "obs-router"));
-        assert_eq!(ports, vec![("http".into(), 8080, "http".into())]);
+        assert_eq!(ports, vec![("http".into(), 8080, "http".into()), ("otlp-grpc".into(), 14317, "otlp-grpc".into())]);
+        let router = router_container(&objects);
+        let args = router.args.unwrap();
+        let at = args.iter().position(|a| a == "--otlp-grpc-listen").expect("--otlp-grpc-listen");
+        assert_eq!(args[at + 1], "0.0.0.0:4317");
+        let container_ports: Vec<(Option<String>, i32)> =
+            router.ports.unwrap().into_iter().map(|p| (p.name, p.container_port)).collect();
+        assert!(container_ports.contains(&(Some("otlp-grpc".into()), 4317)), "{container_ports:?}");
+    }
+
+    #[test]
+    fn one_port_for_http_and_otlp_grpc_is_refused() {
+        let mut c = cluster(3, 3);
+        c.spec.routers.service.otlp_grpc_port = c.spec.routers.service.http_port;
+        assert!(matches!(owned_objects(&c, 3, 3), Err(TopologyError::Invalid(_))));
     }
 
     #[test]
@@ -664,6 +707,7 @@ pub(crate) mod tests {
             fn objects_agree_with_each_other_for_any_size(nodes in 1i32..40, rf in 1i32..=7, replicas in 0i32..40, http in 1i32..65535) {
                 let mut c = cluster(nodes, rf);
                 c.spec.routers.service.http_port = http;
+                c.spec.routers.service.otlp_grpc_port = if http == 4317 { 4318 } else { 4317 };
                 let objects = owned_objects(&c, replicas, nodes).unwrap();
                 let names = Names::of(&c).unwrap();
                 for o in &objects {

@@ -130,6 +130,9 @@ fn credentials_secret(
         ("ingest-token", credentials.ingest_token),
         ("api-key", credentials.api_key),
         ("endpoint", names.router_url(svc.http_port)),
+        // OTLP exporters: gRPC, and HTTP (the exporter appends /v1/traces and the others).
+        ("otlp-grpc-endpoint", names.router_otlp_grpc_url(svc.otlp_grpc_port)),
+        ("otlp-http-endpoint", names.router_url(svc.http_port)),
     ];
     Ok(Secret {
         metadata: ObjectMeta {
@@ -223,7 +226,8 @@ mod tests {
                 assert_eq!(b["stringData"]["api-key"], "sxk_0000000000000001_test");
                 assert_eq!(b["stringData"]["ingest-token"], "sxp_test");
                 assert_eq!(b["stringData"]["endpoint"], "http://obs-router.telemetry.svc:8080");
-                assert!(b["stringData"].get("otlp-grpc-endpoint").is_none(), "no OTLP endpoint until OTLP is served");
+                assert_eq!(b["stringData"]["otlp-grpc-endpoint"], "http://obs-router.telemetry.svc:4317");
+                assert_eq!(b["stringData"]["otlp-http-endpoint"], "http://obs-router.telemetry.svc:8080");
                 assert_eq!(b["metadata"]["ownerReferences"][0]["kind"], "Project");
             }),
             Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["reason"], "CredentialsIssued")),

@@ -84,8 +84,8 @@ pub struct RouterServiceSpec {
     #[serde(default = "default_http_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub http_port: i32,
-    /// Not implemented yet and ignored: no OTLP port is opened. Accepted so that existing
-    /// manifests stay valid.
+    /// OTLP/gRPC (the routers listen on 4317; the Service maps this port onto it). OTLP/HTTP is
+    /// served on `httpPort`.
     #[serde(default = "default_otlp_grpc_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub otlp_grpc_port: i32,
