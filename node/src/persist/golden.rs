@@ -157,6 +157,7 @@ fn a_log_written_by_format_1_still_reads() {
     assert_eq!(project.org_id.to_string(), ORG_ID);
     assert_eq!(project.name, "checkout");
     assert_eq!(project.created_at_ms, 1_700_000_000_000);
+    assert_eq!((project.managed_by, project.key), (None, None), "fields added later take their defaults");
     assert!(credentials.is_empty());
 
     let vote = super::decode_vote(&read("log-v1/vote")).unwrap();
