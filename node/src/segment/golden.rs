@@ -67,14 +67,14 @@ fn attributes(mut kvs: Vec<(&str, Option<V>)>) -> Encoded {
 /// decimal and text tails, integer) and rare ones kept with the rest.
 fn span_attributes(i: u64) -> Encoded {
     let mut kvs: Vec<(&str, Option<V>)> = vec![
-        ("array", Some(V::A(vec![V::S(format!("x{i}")), V::I(i as i64), V::B(i % 2 == 0)]))),
+        ("array", Some(V::A(vec![V::S(format!("x{i}")), V::I(i as i64), V::B(i.is_multiple_of(2))]))),
         ("count", Some(if i == 7 { V::S("many".into()) } else { V::I(i as i64 * 1_000_003) })),
         ("http.status_code", Some(V::I([200, 404, 500][i as usize % 3]))),
         ("k8s.pod.name", Some(V::S(format!("checkout-{}", 48_213 + i * 7_919)))),
         ("none", None),
         ("ratio", Some(V::D(i as f64 / 8.0 - 1.5))),
         ("region", Some(V::S(["eu-1", "us-2"][i as usize % 2].into()))),
-        ("sampled", Some(V::B(i % 3 == 0))),
+        ("sampled", Some(V::B(i.is_multiple_of(3)))),
         ("session", Some(V::S(format!("sess-{:05x}", 0xa7f30 + i * 37)))),
         ("unset", Some(V::Unset)),
     ];
@@ -214,9 +214,11 @@ fn replays() -> Vec<Row> {
         .collect()
 }
 
-/// The rows of each fixture segment, in segment order, and their projects.
-fn fixture_rows() -> Vec<(Table, i64, Vec<(&'static str, Row)>)> {
-    let with_projects = |rows: Vec<Row>, split: usize| -> Vec<(&'static str, Row)> {
+/// A fixture segment: its table, time bucket, and rows (with their projects) in segment order.
+type FixtureSegment = (Table, i64, Vec<(&'static str, Row)>);
+
+fn fixture_rows() -> Vec<FixtureSegment> {
+    let with_projects = |rows: Vec<Row>, split: usize| {
         let mut rows: Vec<(&'static str, Row)> =
             rows.into_iter().enumerate().map(|(i, r)| (PROJECTS[usize::from(i >= split)], r)).collect();
         rows.sort_by(|a, b| (a.0, a.1.sort_key()).cmp(&(b.0, b.1.sort_key())));

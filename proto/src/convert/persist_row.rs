@@ -2,7 +2,7 @@
 //! and the attribute encoding segments store (docs/ARCHITECTURE.md, "Attribute encoding").
 //! A shard keeps attributes encoded ([`Encoded`]): apply and flush copy the bytes.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use prost::Message;
 use sextant_model::row::{
     Attribute, Encoded, Event, HostMetric, LogLevel, LogRecord, ReplayEvent, RowBatch, Span, SpanStatus, Value,
@@ -91,38 +91,9 @@ pub fn encode_value(value: Value, out: &mut Vec<u8>) {
     value_to_pb(value).encode_raw(out)
 }
 
-/// Attributes encoded into slices of one buffer (not an allocation per attribute).
-#[derive(Default)]
-pub struct AttributeEncoder {
-    buf: BytesMut,
-}
-
-impl AttributeEncoder {
-    /// Room for the next attributes is taken this many bytes at a time.
-    const CHUNK: usize = 64 << 10;
-
-    pub fn encode(&mut self, attributes: Vec<Attribute>) -> Encoded {
-        Encoded(
-            attributes
-                .into_iter()
-                .map(|a| {
-                    let a = attribute_to_pb(a);
-                    let len = a.encoded_len();
-                    if self.buf.capacity() < len {
-                        self.buf.reserve(len.max(Self::CHUNK));
-                    }
-                    a.encode(&mut self.buf).expect("room reserved");
-                    self.buf.split().freeze()
-                })
-                .collect(),
-        )
-    }
-}
-
-/// Attributes encoded (the attributes of one row; [`AttributeEncoder`] shares a buffer
-/// among many rows).
+/// Attributes encoded, as a shard holds them.
 pub fn encode_attributes(attributes: Vec<Attribute>) -> Encoded {
-    AttributeEncoder::default().encode(attributes)
+    Encoded(attributes.into_iter().map(|a| Bytes::from(encode_attribute(a))).collect())
 }
 
 /// Decoded attributes; an attribute that does not decode is left out.
@@ -244,10 +215,75 @@ pub fn encode_ingest_encoded(batch: RowBatch<Encoded>) -> Vec<u8> {
     .encode_to_vec()
 }
 
-/// The ingest payload of a batch: what the router replicates as one Raft entry.
+/// A row whose attributes are still messages: its fields, then (as its last field, `tag`)
+/// the attributes, which is how prost writes the row with them as `repeated bytes`.
+struct Unencoded<R> {
+    row: R,
+    tag: u32,
+    attributes: Vec<pb::Attribute>,
+}
+
+impl<R: Message> Unencoded<R> {
+    fn new<A>(row: A, tag: u32, to_pb: impl FnOnce(A) -> R, take: impl FnOnce(&mut A) -> Vec<Attribute>) -> Self {
+        let mut row = row;
+        let attributes = take(&mut row).into_iter().map(attribute_to_pb).collect();
+        Unencoded { row: to_pb(row), tag, attributes }
+    }
+
+    fn len(&self) -> usize {
+        self.row.encoded_len() + prost::encoding::message::encoded_len_repeated(self.tag, &self.attributes)
+    }
+
+    fn field_len(&self, field: u32) -> usize {
+        let len = self.len();
+        prost::encoding::key_len(field) + prost::encoding::encoded_len_varint(len as u64) + len
+    }
+
+    fn encode(&self, field: u32, out: &mut Vec<u8>) {
+        use prost::encoding::{encode_key, encode_varint, message, WireType};
+        encode_key(field, WireType::LengthDelimited, out);
+        encode_varint(self.len() as u64, out);
+        self.row.encode_raw(out);
+        message::encode_repeated(self.tag, &self.attributes, out);
+    }
+}
+
+/// The ingest payload of a batch: what the router replicates as one Raft entry. Written as
+/// prost writes a `RowBatch` (fields in number order), with each attribute encoded straight
+/// into the payload rather than into bytes of its own first.
 pub fn encode_ingest(batch: RowBatch) -> Vec<u8> {
-    let mut encoder = AttributeEncoder::default();
-    encode_ingest_encoded(batch.map_attributes(|a| encoder.encode(a)))
+    let RowBatch { project_id, spans, logs, host_metrics, json_bytes, events, replay_events } = batch;
+    let take = std::mem::take;
+    let spans: Vec<_> = all(spans, |s| {
+        Unencoded::new(s, 9, |s| span_to_pb(s.map_attributes(|_| Encoded::default())), |s| take(&mut s.attributes))
+    });
+    let logs: Vec<_> = all(logs, |l| {
+        Unencoded::new(l, 7, |l| log_to_pb(l.map_attributes(|_| Encoded::default())), |l| take(&mut l.attributes))
+    });
+    let host_metrics: Vec<_> = all(host_metrics, |m| {
+        Unencoded::new(m, 9, |m| metric_to_pb(m.map_attributes(|_| Encoded::default())), |m| take(&mut m.attributes))
+    });
+    // Fields 1 and 5 to 7; 2 to 4 go between them.
+    let head = pb::RowBatch { project_id, ..Default::default() };
+    let tail = pb::RowBatch {
+        json_bytes,
+        events: all(events, event_to_pb),
+        replay_events: all(replay_events, replay_to_pb),
+        ..Default::default()
+    };
+    let len = head.encoded_len()
+        + spans.iter().map(|s| s.field_len(2)).sum::<usize>()
+        + logs.iter().map(|l| l.field_len(3)).sum::<usize>()
+        + host_metrics.iter().map(|m| m.field_len(4)).sum::<usize>()
+        + tail.encoded_len();
+    let mut out = Vec::with_capacity(len);
+    head.encode_raw(&mut out);
+    spans.iter().for_each(|s| s.encode(2, &mut out));
+    logs.iter().for_each(|l| l.encode(3, &mut out));
+    host_metrics.iter().for_each(|m| m.encode(4, &mut out));
+    tail.encode_raw(&mut out);
+    debug_assert_eq!(out.len(), len);
+    out
 }
 
 /// An ingest payload, its attributes left encoded (slices of `payload`, not copies).
@@ -360,6 +396,18 @@ mod tests {
         for a in read.spans[0].attributes.iter() {
             assert!(range.contains(&(a.as_ptr() as usize)), "no copy");
         }
+    }
+
+    /// Converting a vector of attributes (or array values) reuses its allocation only while
+    /// both element types have one size: the router's encoding allocates nothing per row.
+    #[test]
+    fn attribute_conversions_reuse_their_vectors() {
+        use std::mem::{align_of, size_of};
+        assert_eq!(
+            (size_of::<Attribute>(), align_of::<Attribute>()),
+            (size_of::<pb::Attribute>(), align_of::<pb::Attribute>())
+        );
+        assert_eq!((size_of::<Value>(), align_of::<Value>()), (size_of::<pb::Value>(), align_of::<pb::Value>()));
     }
 
     #[test]
