@@ -108,8 +108,13 @@ async fn the_python_sdk_exports_traces_logs_and_host_metrics_over_grpc_and_http(
         let errors = wait_for("the error groups", Duration::from_secs(20), || async {
             let (status, body) = get_json(&dev.url, &token, "/api/v1/errors").await;
             assert_eq!(status, 200, "{body}");
-            let mine: Vec<Value> =
-                body["items"].as_array().unwrap().iter().filter(|g| g["service"] == service.as_str()).cloned().collect();
+            let mine: Vec<Value> = body["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|g| g["service"] == service.as_str())
+                .cloned()
+                .collect();
             (mine.len() == 2).then_some(mine)
         })
         .await;
@@ -158,7 +163,8 @@ async fn otlp_http_answers_partial_success_in_the_request_encoding() {
     let start = now_nanos();
 
     // Binary protobuf, gzip: one span stored, one with a short trace id rejected.
-    let request = traces_request("proto-svc", vec![span(vec![0xab; 16], "GET /a", start), span(vec![1; 8], "GET /b", start)]);
+    let request =
+        traces_request("proto-svc", vec![span(vec![0xab; 16], "GET /a", start), span(vec![1; 8], "GET /b", start)]);
     let resp = http()
         .post(format!("{}/v1/traces", dev.url))
         .header("x-api-key", dev.api_key())
@@ -337,7 +343,8 @@ async fn otlp_grpc_checks_the_key_before_the_message_and_limits_its_size() {
         .unwrap()
         .send_compressed(tonic::codec::CompressionEncoding::Gzip);
     let start = now_nanos();
-    let request = traces_request("grpc-svc", vec![span(vec![0x5a; 16], "GET /ok", start), span(vec![0; 16], "zero", start)]);
+    let request =
+        traces_request("grpc-svc", vec![span(vec![0x5a; 16], "GET /ok", start), span(vec![0; 16], "zero", start)]);
     let answer = gzipped.export(with_key(request, Some(dev.api_key()))).await.unwrap().into_inner();
     let partial = answer.partial_success.expect("a partial success");
     assert_eq!(partial.rejected_spans, 1);

@@ -430,11 +430,7 @@ pub fn owned_objects(
                 service_port("http", service_spec.http_port, IntOrString::String("http".into())),
                 ServicePort {
                     app_protocol: Some("grpc".into()),
-                    ..service_port(
-                        "otlp-grpc",
-                        service_spec.otlp_grpc_port,
-                        IntOrString::String("otlp-grpc".into()),
-                    )
+                    ..service_port("otlp-grpc", service_spec.otlp_grpc_port, IntOrString::String("otlp-grpc".into()))
                 },
             ]),
             ..ServiceSpec::default()

@@ -1,20 +1,16 @@
 //! OTLP/gRPC (docs/API.md, "OTLP"): the collector's trace, logs and metrics services on
 //! `--otlp-grpc-listen`. Each call's API key (metadata `x-api-key` or `authorization: Bearer
 //! sxk_…`) is checked before its message is read; the message is at most the JSON API's body
-//! limit (larger: `RESOURCE_EXHAUSTED`), gzip is accepted, and its bytes are held against the
-//! router's body budget while the call runs.
+//! limit (larger: `RESOURCE_EXHAUSTED`), gzip is accepted, and its bytes and what decoding it
+//! takes are held against the router's body budget while the call runs.
 
-use std::pin::Pin;
-use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
+use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, HttpBody};
+use axum::body::Body;
 use axum::extract::{Request as HttpRequest, State};
 use axum::middleware::{from_fn_with_state, Next};
 use axum::response::Response as HttpResponse;
-use bytes::Bytes;
-use hyper::body::Frame;
 use opentelemetry_proto::tonic::collector::logs::v1::logs_service_server::{LogsService, LogsServiceServer};
 use opentelemetry_proto::tonic::collector::logs::v1::{ExportLogsServiceRequest, ExportLogsServiceResponse};
 use opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::{
@@ -30,8 +26,9 @@ use tonic::codec::CompressionEncoding;
 use tonic::{Request, Response, Status};
 use tonic_types::{ErrorDetails, StatusExt};
 
-use super::{export, LogRecords, Metrics, Signal, Traces, DECODE_EXPANSION};
-use crate::http::body::Charge;
+use super::wire::{self, Root};
+use super::{export, LogRecords, Metrics, Signal, Traces};
+use crate::http::body::{self, Charge};
 use crate::http::error::ApiError;
 use crate::identity::auth::api_key_project;
 use crate::AppState;
@@ -64,15 +61,24 @@ pub fn router(app: Arc<AppState>) -> axum::Router {
     .layer(from_fn_with_state(app, authenticate))
 }
 
-/// Who called, and the body bytes the call holds (given back when the call ends).
+/// Who called, and the body bytes the call holds (given back when the last clone is dropped,
+/// at the end of the call).
 #[derive(Clone)]
 struct Caller {
     project: ProjectId,
-    held: Arc<Mutex<Charge>>,
+    _held: Arc<Charge>,
 }
 
-/// The API key, before anything of the message is read; then the message's bytes are charged
-/// to the body budget as they arrive.
+const TRACES: &str = "/opentelemetry.proto.collector.trace.v1.TraceService/Export";
+const LOGS: &str = "/opentelemetry.proto.collector.logs.v1.LogsService/Export";
+const METRICS: &str = "/opentelemetry.proto.collector.metrics.v1.MetricsService/Export";
+
+/// The gRPC prefix of a message: compression flag and length.
+const PREFIX: usize = 5;
+
+/// The API key, before anything of the message is read. Then the message is received within
+/// the size limit and the body budget, and what decoding it will take is charged before tonic
+/// decodes it ([`wire::decoded_cost`]).
 async fn authenticate(State(app): State<Arc<AppState>>, request: HttpRequest, next: Next) -> HttpResponse {
     let project = match api_key_project(&app, request.headers(), None) {
         Ok(project) => project,
@@ -81,69 +87,61 @@ async fn authenticate(State(app): State<Arc<AppState>>, request: HttpRequest, ne
             return status(&e).into_http::<Body>();
         }
     };
-    let held = Arc::new(Mutex::new(app.bodies.charge()));
+    let root = match request.uri().path() {
+        TRACES => Root::Traces,
+        LOGS => Root::Logs,
+        METRICS => Root::Metrics,
+        _ => return Status::unimplemented("not an OTLP collector service").into_http::<Body>(),
+    };
     let (mut parts, body) = request.into_parts();
-    parts.extensions.insert(Caller { project, held: held.clone() });
-    let body = Body::new(Charged { inner: body, held, prefix: Vec::with_capacity(5) });
-    next.run(HttpRequest::from_parts(parts, body)).await
+    let gzip = parts.headers.get("grpc-encoding").is_some_and(|e| e.as_bytes().eq_ignore_ascii_case(b"gzip"));
+    let timeout = app.config.server.body_read_timeout;
+    let limit = PREFIX + MAX_OBSERVABILITY_BODY;
+    let received = match body::receive(&app.bodies, &parts.headers, body, limit, timeout).await {
+        Ok(received) => received,
+        Err(ApiError::PayloadTooLarge { .. }) => return too_large().into_http::<Body>(),
+        Err(e) => return status(&e).into_http::<Body>(),
+    };
+    let (raw, mut charge) = (received.raw, received.charge);
+    if let Err(refused) = charge_decoding(&raw, root, gzip, &mut charge) {
+        return refused.into_http::<Body>();
+    }
+    parts.extensions.insert(Caller { project, _held: Arc::new(charge) });
+    next.run(HttpRequest::from_parts(parts, Body::from(raw))).await
 }
 
-/// A request body whose bytes are charged to the budget before they are passed on; past the
-/// budget it fails with `UNAVAILABLE` (retryable).
-struct Charged {
-    inner: Body,
-    held: Arc<Mutex<Charge>>,
-    /// The first message's gRPC prefix (compression flag, length), until it is complete.
-    prefix: Vec<u8>,
+fn too_large() -> Status {
+    status(&ApiError::PayloadTooLarge { limit: MAX_OBSERVABILITY_BODY })
 }
 
-impl Charged {
-    /// Refuses a message whose length prefix is past the limit, before any of it is kept.
-    fn check_prefix(&mut self, data: &[u8]) -> Result<(), Status> {
-        if self.prefix.len() >= 5 {
-            return Ok(());
+/// One length-prefixed message, its size within the limit, its decoding cost charged.
+fn charge_decoding(raw: &[u8], root: Root, gzip: bool, charge: &mut Charge) -> Result<(), Status> {
+    let invalid = |why: &str| Status::invalid_argument(why.to_owned());
+    let [flag, a, b, c, d, ..] = raw[..] else {
+        return Err(invalid("the call carries no message"));
+    };
+    let len = u32::from_be_bytes([a, b, c, d]) as usize;
+    if len > MAX_OBSERVABILITY_BODY {
+        return Err(too_large());
+    }
+    if raw.len() != PREFIX + len {
+        return Err(invalid("an export call carries exactly one message"));
+    }
+    let message = &raw[PREFIX..];
+    let cost = match flag {
+        0 => wire::decoded_cost(message, root),
+        1 if gzip => {
+            let decoded =
+                body::gunzip(message, MAX_OBSERVABILITY_BODY, &mut |step| charge.add(step)).map_err(|e| match e {
+                    ApiError::PayloadTooLarge { .. } => too_large(),
+                    other => status(&other),
+                })?;
+            wire::decoded_cost(&decoded, root)
         }
-        let take = (5 - self.prefix.len()).min(data.len());
-        self.prefix.extend_from_slice(&data[..take]);
-        if let [_, a, b, c, d] = self.prefix[..] {
-            let len = u32::from_be_bytes([a, b, c, d]) as usize;
-            if len > MAX_OBSERVABILITY_BODY {
-                return Err(status(&ApiError::PayloadTooLarge { limit: MAX_OBSERVABILITY_BODY }));
-            }
-        }
-        Ok(())
-    }
-}
-
-impl HttpBody for Charged {
-    type Data = Bytes;
-    type Error = axum::Error;
-
-    fn poll_frame(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        if let Poll::Ready(Some(Ok(frame))) = &polled {
-            if let Some(data) = frame.data_ref() {
-                let data = data.clone();
-                if let Err(refused) = this.check_prefix(&data) {
-                    return Poll::Ready(Some(Err(axum::Error::new(refused))));
-                }
-                let mut held = this.held.lock().unwrap_or_else(|p| p.into_inner());
-                if let Err(e) = held.add(data.len()) {
-                    return Poll::Ready(Some(Err(axum::Error::new(status(&e)))));
-                }
-            }
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.inner.size_hint()
-    }
+        _ => return Err(invalid("unsupported message compression; gzip is accepted")),
+    };
+    let cost = cost.map_err(invalid)?;
+    charge.add(cost).map_err(|e| status(&e))
 }
 
 /// The gRPC status of an error; retryable ones carry their retry delay (`RetryInfo`).
@@ -174,7 +172,6 @@ impl Collector {
         let message = request.into_inner();
         let result = async {
             let len = message.encoded_len();
-            caller.held.lock().unwrap_or_else(|p| p.into_inner()).add(len.saturating_mul(DECODE_EXPANSION))?;
             let mapped = if len <= INLINE_MAP_BYTES {
                 S::map(&message)
             } else {

@@ -11,7 +11,7 @@ use axum::response::{IntoResponse, Response};
 use prost::Message;
 use sextant_model::ingest::MAX_OBSERVABILITY_BODY;
 
-use super::{export, LogRecords, Metrics, Signal, Traces, DECODE_EXPANSION};
+use super::{export, wire, LogRecords, Metrics, Signal, Traces};
 use crate::http::body;
 use crate::http::error::ApiError;
 use crate::identity::auth::api_key_project;
@@ -75,7 +75,14 @@ async fn handle<S: Signal>(State(app): State<Arc<AppState>>, headers: HeaderMap,
             .bodies
             .parse(received, encoding, move |mut received| {
                 let bytes = received.decode(encoding, MAX_OBSERVABILITY_BODY)?;
-                received.charge.add(bytes.len().saturating_mul(DECODE_EXPANSION))?;
+                // What decoding and mapping will hold, before they run.
+                let cost = match format {
+                    Format::Protobuf => wire::decoded_cost(&bytes, S::ROOT)
+                        .map_err(|why| ApiError::BadRequest("invalid_body", why.into()))?,
+                    Format::Json => wire::json_cost(&bytes, S::ROOT)
+                        .map_err(|why| ApiError::BadRequest("invalid_json", format!("malformed JSON: {why}")))?,
+                };
+                received.charge.add(cost)?;
                 let request = decode::<S::Request>(format, &bytes)?;
                 Ok((S::map(&request), bytes.len(), received.charge))
             })

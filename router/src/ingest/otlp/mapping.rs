@@ -21,6 +21,10 @@ pub const MAX_OTLP_ITEMS: usize = 10 * MAX_BATCH_OBJECTS;
 /// The service of a resource without `service.name`, as the OpenTelemetry SDKs name it.
 pub const UNKNOWN_SERVICE: &str = "unknown_service";
 
+/// Resource and scope attributes copied into one span or log record: at most this many bytes
+/// (each attribute counted with its key, value and fixed size); the rest are dropped.
+pub const MAX_INHERITED_BYTES: usize = 4096;
+
 /// At most this many rejection reasons are quoted in a partial-success message.
 const MAX_REASONS: usize = 5;
 
@@ -46,17 +50,18 @@ impl<T> Mapped<T> {
         }
     }
 
-    /// One validated item, or its problems as a rejection.
+    /// One validated item, or its problems as a rejection. The input is built only while the
+    /// request has room for more rows.
     fn validated<I>(
         &mut self,
         what: &str,
-        input: Result<I, String>,
+        input: impl FnOnce() -> Result<I, String>,
         validate: fn(usize, I, &mut Vec<FieldError>) -> Option<T>,
     ) {
         if self.rows.len() >= MAX_OTLP_ITEMS {
             return self.reject(1, || format!("at most {MAX_OTLP_ITEMS} {what}s are stored per request"));
         }
-        let input = match input {
+        let input = match input() {
             Ok(input) => input,
             Err(reason) => return self.reject(1, || format!("{what}: {reason}")),
         };
@@ -118,23 +123,66 @@ fn scalar(v: &AnyValue) -> Option<Value> {
 pub fn text(v: &AnyValue) -> String {
     match v.value.as_ref() {
         Some(any_value::Value::StringValue(s)) => s.clone(),
-        _ => json(v).to_string(),
+        _ => {
+            let mut out = String::new();
+            write_json(v, &mut out);
+            out
+        }
     }
 }
 
-fn json(v: &AnyValue) -> serde_json::Value {
-    use serde_json::Value as J;
+/// Appends `v` as JSON, without building a tree first.
+fn write_json(v: &AnyValue, out: &mut String) {
+    use std::fmt::Write;
+    fn string(s: &str, out: &mut String) {
+        out.push_str(&serde_json::Value::String(s.to_owned()).to_string());
+    }
     match v.value.as_ref() {
-        None | Some(any_value::Value::StringValueStrindex(_)) => J::Null,
-        Some(any_value::Value::StringValue(s)) => J::String(s.clone()),
-        Some(any_value::Value::BoolValue(b)) => J::Bool(*b),
-        Some(any_value::Value::IntValue(i)) => J::from(*i),
-        Some(any_value::Value::DoubleValue(d)) => serde_json::Number::from_f64(*d).map_or(J::Null, J::Number),
-        Some(any_value::Value::BytesValue(b)) => J::String(hex::encode(b)),
-        Some(any_value::Value::ArrayValue(a)) => J::Array(a.values.iter().map(json).collect()),
-        Some(any_value::Value::KvlistValue(kv)) => {
-            J::Object(kv.values.iter().map(|kv| (kv.key.clone(), kv.value.as_ref().map_or(J::Null, json))).collect())
+        None | Some(any_value::Value::StringValueStrindex(_)) => out.push_str("null"),
+        Some(any_value::Value::StringValue(s)) => string(s, out),
+        Some(any_value::Value::BoolValue(b)) => out.push_str(if *b { "true" } else { "false" }),
+        Some(any_value::Value::IntValue(i)) => {
+            let _ = write!(out, "{i}");
         }
+        Some(any_value::Value::DoubleValue(d)) => match serde_json::Number::from_f64(*d) {
+            Some(n) => out.push_str(&n.to_string()),
+            None => out.push_str("null"),
+        },
+        Some(any_value::Value::BytesValue(b)) => string(&hex::encode(b), out),
+        Some(any_value::Value::ArrayValue(a)) => {
+            out.push('[');
+            for (i, item) in a.values.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_json(item, out);
+            }
+            out.push(']');
+        }
+        Some(any_value::Value::KvlistValue(kv)) => {
+            out.push('{');
+            for (i, item) in kv.values.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                string(&item.key, out);
+                out.push(':');
+                match &item.value {
+                    Some(v) => write_json(v, out),
+                    None => out.push_str("null"),
+                }
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// Bytes a value holds beyond its fixed size.
+fn value_len(v: &Value) -> usize {
+    match v {
+        Value::String(s) => s.len(),
+        Value::Array(a) => a.iter().map(|v| 16 + value_len(v)).sum(),
+        Value::Int(_) | Value::Double(_) | Value::Bool(_) => 8,
     }
 }
 
@@ -179,6 +227,13 @@ impl Context {
             inherited.extend(scope.attributes.iter().map(attribute));
         }
         inherited.extend(resource.iter().filter(|kv| kv.key != "service.name").map(attribute));
+        // Copied into every item: bounded, so a large resource does not multiply by the items.
+        let mut bytes = 0usize;
+        inherited.retain(|a| {
+            let size = std::mem::size_of::<Attribute>() + a.key.len() + a.value.as_ref().map_or(0, value_len);
+            bytes = bytes.saturating_add(size);
+            bytes <= MAX_INHERITED_BYTES
+        });
         Self { service, inherited }
     }
 
@@ -222,7 +277,7 @@ pub fn spans(resource_spans: &[ResourceSpans]) -> Mapped<Span> {
         for ss in &rs.scope_spans {
             let ctx = Context::new(rs.resource.as_ref(), ss.scope.as_ref());
             for s in &ss.spans {
-                out.validated("span", span_input(&ctx, s), ingest::validate_span);
+                out.validated("span", || span_input(&ctx, s), ingest::validate_span);
             }
         }
     }
@@ -310,7 +365,7 @@ pub fn logs(resource_logs: &[ResourceLogs]) -> Mapped<LogRecord> {
         for sl in &rl.scope_logs {
             let ctx = Context::new(rl.resource.as_ref(), sl.scope.as_ref());
             for l in &sl.log_records {
-                out.validated("log record", log_input(&ctx, l), ingest::validate_log);
+                out.validated("log record", || log_input(&ctx, l), ingest::validate_log);
             }
         }
     }
@@ -443,9 +498,8 @@ pub fn host_metrics(resource_metrics: &[ResourceMetrics]) -> Mapped<HostMetric> 
     for (hostname, samples) in hosts {
         for sample in samples.into_values() {
             let points = sample.points;
-            let input = host_input(&hostname, sample);
             let before = out.rejected;
-            out.validated("host sample", input, ingest::validate_host_metric);
+            out.validated("host sample", || host_input(&hostname, sample), ingest::validate_host_metric);
             // A refused sample rejects every point it was made of.
             if out.rejected > before {
                 out.rejected = out.rejected.saturating_add(points.saturating_sub(1));
@@ -784,14 +838,32 @@ mod tests {
     }
 
     #[test]
-    fn resource_attributes_yield_to_the_attribute_limit() {
+    fn resource_attributes_are_copied_within_a_byte_and_a_count_limit() {
         let many: Vec<KeyValue> = (0..200).map(|i| kv(&format!("r{i}"), s("v"))).collect();
         let mut rs = traces(vec![otlp_span(1, 1)]);
         rs[0].resource.as_mut().unwrap().attributes.extend(many);
         let out = spans(&rs);
         assert_eq!(out.rejected, 0);
+        let copied = &out.rows[0].attributes;
+        let bytes: usize = copied
+            .iter()
+            .map(|a| std::mem::size_of::<Attribute>() + a.key.len() + a.value.as_ref().map_or(0, value_len))
+            .sum();
+        assert!(bytes <= MAX_INHERITED_BYTES, "{bytes} bytes copied");
+        assert!(copied.len() > 20 && copied.len() < 200, "{} copied", copied.len());
+        // The scope's first, then the resource's in order.
+        assert_eq!(copied[0].key, "otel.scope.name");
+        assert!(get(copied, "r0").is_some());
+        assert!(get(copied, "r199").is_none());
+
+        // The span's own attributes come first; the copies stop at the count limit.
+        let mut span = otlp_span(2, 2);
+        span.attributes = (0..MAX_ATTRIBUTES - 3).map(|i| kv(&format!("a{i}"), s("v"))).collect();
+        let out = spans(&traces(vec![span]));
+        assert_eq!(out.rejected, 0);
         assert_eq!(out.rows[0].attributes.len(), MAX_ATTRIBUTES);
-        // The span's own attributes past the limit are refused, as the JSON API refuses them.
+
+        // Its own attributes past the limit are refused, as the JSON API refuses them.
         let mut span = otlp_span(2, 2);
         span.attributes = (0..=MAX_ATTRIBUTES).map(|i| kv(&format!("a{i}"), s("v"))).collect();
         let out = spans(&traces(vec![span]));

@@ -7,6 +7,7 @@
 pub mod grpc;
 pub mod http;
 pub mod mapping;
+pub mod wire;
 
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
@@ -26,14 +27,12 @@ use crate::http::error::ApiError;
 use crate::AppState;
 use mapping::Mapped;
 
-/// A decoded OTLP message takes at most about this many times its encoded size; charged to the
-/// body budget with the encoded bytes.
-pub const DECODE_EXPANSION: usize = 8;
-
 /// One OTLP signal: its export request and response, and the rows it maps to.
 pub(crate) trait Signal: Send + 'static {
     /// The metric label of its objects, as the JSON API counts them.
     const NAME: &'static str;
+    /// Its export request, for [`wire::decoded_cost`].
+    const ROOT: wire::Root;
     type Kind: Partitioned<Row = Self::Row>;
     type Row: Send + 'static;
     type Request: prost::Message + Default + serde::de::DeserializeOwned + Send + 'static;
@@ -45,6 +44,7 @@ pub(crate) trait Signal: Send + 'static {
 pub(crate) struct Traces;
 impl Signal for Traces {
     const NAME: &'static str = "spans";
+    const ROOT: wire::Root = wire::Root::Traces;
     type Kind = Spans;
     type Row = sextant_model::row::Span;
     type Request = ExportTraceServiceRequest;
@@ -63,6 +63,7 @@ impl Signal for Traces {
 pub(crate) struct LogRecords;
 impl Signal for LogRecords {
     const NAME: &'static str = "logs";
+    const ROOT: wire::Root = wire::Root::Logs;
     type Kind = Logs;
     type Row = sextant_model::row::LogRecord;
     type Request = ExportLogsServiceRequest;
@@ -81,6 +82,7 @@ impl Signal for LogRecords {
 pub(crate) struct Metrics;
 impl Signal for Metrics {
     const NAME: &'static str = "host_metrics";
+    const ROOT: wire::Root = wire::Root::Metrics;
     type Kind = HostMetrics;
     type Row = sextant_model::row::HostMetric;
     type Request = ExportMetricsServiceRequest;
