@@ -214,3 +214,74 @@ impl MetricsService for Collector {
         self.handle::<Metrics>(request).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use tonic::Code;
+
+    use super::*;
+
+    #[test]
+    fn retryable_refusals_carry_their_retry_delay() {
+        let s = status(&ApiError::RateLimited { retry_after_secs: 4 });
+        assert_eq!(s.code(), Code::ResourceExhausted);
+        assert_eq!(s.get_details_retry_info().and_then(|r| r.retry_delay), Some(Duration::from_secs(4)));
+        let s = status(&ApiError::Overloaded);
+        assert_eq!(s.code(), Code::Unavailable);
+        assert_eq!(s.get_details_retry_info().and_then(|r| r.retry_delay), Some(Duration::from_secs(1)));
+        // Too large is not retryable: no delay.
+        let s = too_large();
+        assert_eq!(s.code(), Code::ResourceExhausted);
+        assert!(s.get_details_retry_info().is_none());
+        assert_eq!(status(&ApiError::Unauthorized("missing API key")).code(), Code::Unauthenticated);
+    }
+
+    fn charge() -> Charge {
+        crate::http::body::Budget::new(64 << 20, 1).charge()
+    }
+
+    fn framed(flag: u8, message: &[u8]) -> Vec<u8> {
+        let mut out = vec![flag];
+        out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+        out.extend_from_slice(message);
+        out
+    }
+
+    #[test]
+    fn a_call_is_one_message_within_the_limit_and_its_decoding_is_charged() {
+        let message = ExportTraceServiceRequest::default().encode_to_vec();
+        let mut held = charge();
+        charge_decoding(&framed(0, &message), Root::Traces, false, &mut held).unwrap();
+        assert!(held.held() > 0, "decoding is charged");
+
+        let mut two = framed(0, &message);
+        two.extend(framed(0, &message));
+        let e = charge_decoding(&two, Root::Traces, false, &mut charge()).unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument);
+
+        let mut oversized = vec![0u8];
+        oversized.extend_from_slice(&((MAX_OBSERVABILITY_BODY + 1) as u32).to_be_bytes());
+        let e = charge_decoding(&oversized, Root::Traces, false, &mut charge()).unwrap_err();
+        assert_eq!(e.code(), Code::ResourceExhausted);
+
+        // Compressed without gzip negotiated, and not protobuf at all.
+        assert_eq!(
+            charge_decoding(&framed(1, &message), Root::Traces, false, &mut charge()).unwrap_err().code(),
+            Code::InvalidArgument
+        );
+        assert_eq!(
+            charge_decoding(&framed(0, &[0x0b]), Root::Traces, false, &mut charge()).unwrap_err().code(),
+            Code::InvalidArgument
+        );
+    }
+
+    #[test]
+    fn a_gzip_bomb_is_refused_while_it_is_decompressed() {
+        use std::io::Write;
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        enc.write_all(&vec![0u8; MAX_OBSERVABILITY_BODY + 1024]).unwrap();
+        let bomb = enc.finish().unwrap();
+        let e = charge_decoding(&framed(1, &bomb), Root::Traces, true, &mut charge()).unwrap_err();
+        assert_eq!(e.code(), Code::ResourceExhausted);
+    }
+}

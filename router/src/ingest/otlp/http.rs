@@ -136,3 +136,57 @@ fn failure(format: Format, e: ApiError) -> Response {
     parts.headers.remove(header::CONTENT_LENGTH);
     Response::from_parts(parts, Body::from(body))
 }
+
+#[cfg(test)]
+mod tests {
+    use axum::http::StatusCode;
+
+    use super::*;
+
+    async fn body(resp: Response) -> Vec<u8> {
+        axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap().to_vec()
+    }
+
+    #[tokio::test]
+    async fn throttling_answers_429_with_retry_after_and_a_status_in_the_request_encoding() {
+        let resp = failure(Format::Protobuf, ApiError::RateLimited { retry_after_secs: 7 });
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "7");
+        assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/x-protobuf");
+        let status = tonic_types::Status::decode(&body(resp).await[..]).unwrap();
+        assert_eq!(status.code, tonic::Code::ResourceExhausted as i32);
+        assert!(status.message.contains("retry in 7 s"), "{}", status.message);
+    }
+
+    #[tokio::test]
+    async fn a_busy_router_answers_503_with_retry_after() {
+        let resp = failure(Format::Json, ApiError::Overloaded);
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
+        assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/json");
+        let status: serde_json::Value = serde_json::from_slice(&body(resp).await).unwrap();
+        assert_eq!(status["code"], tonic::Code::Unavailable as i32);
+    }
+
+    #[tokio::test]
+    async fn refusals_that_must_not_be_retried_carry_no_retry_after() {
+        for e in [ApiError::PayloadTooLarge { limit: 1 }, ApiError::Unauthorized("missing API key")] {
+            let resp = failure(Format::Protobuf, e);
+            assert!(resp.headers().get(header::RETRY_AFTER).is_none());
+            assert!(matches!(resp.status().as_u16(), 401 | 413));
+        }
+    }
+
+    #[test]
+    fn content_types_choose_the_encoding() {
+        let headers = |ct: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::CONTENT_TYPE, ct.parse().unwrap());
+            h
+        };
+        assert_eq!(Format::of(&headers("application/x-protobuf")).unwrap(), Format::Protobuf);
+        assert_eq!(Format::of(&headers("application/json; charset=utf-8")).unwrap(), Format::Json);
+        assert!(matches!(Format::of(&headers("text/plain")), Err(ApiError::UnsupportedMediaType(_))));
+        assert!(Format::of(&HeaderMap::new()).is_err());
+    }
+}

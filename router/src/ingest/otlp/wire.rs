@@ -445,3 +445,32 @@ impl<'de> serde::de::Visitor<'de> for Walk<'_> {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// Any bytes: an answer, never a panic or an endless walk.
+        #[test]
+        fn any_bytes_are_walked_or_refused(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            for root in [Root::Traces, Root::Logs, Root::Metrics] {
+                let _ = decoded_cost(&bytes, root);
+                let _ = json_cost(&bytes, root);
+            }
+        }
+    }
+
+    #[test]
+    fn costs_grow_with_what_decoding_holds() {
+        // One span, then two: the second costs at least a span.
+        let one = [0x0a, 0x04, 0x12, 0x02, 0x12, 0x00];
+        let two = [0x0a, 0x06, 0x12, 0x04, 0x12, 0x00, 0x12, 0x00];
+        let (a, b) = (decoded_cost(&one, Root::Traces).unwrap(), decoded_cost(&two, Root::Traces).unwrap());
+        assert!(b >= a + size_of::<trace::Span>(), "{a} then {b}");
+        assert!(json_cost(br#"{"resourceSpans":[{"scopeSpans":[{"spans":[{},{}]}]}]}"#, Root::Traces).unwrap() >= b);
+        assert!(json_cost(b"{\"resourceSpans\": [", Root::Traces).is_err());
+    }
+}
