@@ -7,8 +7,8 @@ use serde_json::value::RawValue;
 use serde_json::Value;
 
 use crate::batch::Capped;
-use crate::row::{Event, ReplayEvent};
 use crate::ingest::FieldError;
+use crate::row::{Event, ReplayEvent};
 use crate::time::TimeInput;
 
 pub const MAX_EVENTS: usize = 1000;

@@ -3,6 +3,7 @@
 //! Everything that both the router and the storage nodes must agree on lives here, so that
 //! one concept has exactly one definition.
 
+pub mod admin;
 pub mod analytics;
 pub mod attributes;
 pub mod batch;

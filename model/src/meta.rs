@@ -286,6 +286,7 @@ pub struct ManagedBy {
     /// `sextant.dev/v1alpha1`.
     pub api_version: String,
     pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
     pub name: String,
     pub uid: String,
@@ -296,30 +297,23 @@ pub struct PlanPrice {
     pub amount_cents: u64,
     /// ISO 4217.
     pub currency: String,
-    /// `month` or `year`.
+    /// `month` or `year` ([`crate::admin::BillingInterval`]).
     pub interval: String,
 }
 
-/// Metrics an alert rule may watch (docs/API.md, "Admin API", `PUT /alert-rules`).
-pub const ALERT_METRICS: [&str; 9] = [
-    "error_rate",
-    "error_count",
-    "span_count",
-    "p95_latency_ms",
-    "p99_latency_ms",
-    "log_count",
-    "cpu_percent",
-    "memory_used_bytes",
-    "disk_used_percent",
-];
-pub const ALERT_COMPARISONS: [&str; 4] = [">", ">=", "<", "<="];
-
+/// What an alert rule looks at; every field narrows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AlertFilter {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub operation: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub level: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub query: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
 }
 

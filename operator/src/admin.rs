@@ -7,149 +7,12 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use serde::{Deserialize, Serialize};
-
-use crate::v1alpha1::{
-    AlertFilter, AlertMetric, BillingInterval, Comparison, Enforcement, MembershipState, PlanFeature,
+use serde::Serialize;
+pub use sextant_model::admin::{
+    AlertRuleRequest, AlertRuleResponse, ClusterNode, ClusterNodes, DrainRequest, PlacementRequest, PlanPrice,
+    PlanRequest, ProjectCredentials, ProjectRequest, ProjectResponse, QuotaRequest, TenantRequest, TenantResponse,
 };
-
-/// The Kubernetes resource an object of the cluster is managed by (A5 `managed_by`); the API
-/// refuses to change or delete such objects (409).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ManagedBy {
-    /// `sextant.dev/v1alpha1`.
-    pub api_version: String,
-    pub kind: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub namespace: Option<String>,
-    pub name: String,
-    pub uid: String,
-}
-
-/// `PUT /admin/v1/tenants/{key}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TenantRequest {
-    pub display_name: String,
-    pub plan: String,
-    pub owner_email: String,
-    pub suspended: bool,
-    pub managed_by: ManagedBy,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct TenantResponse {
-    pub org_id: String,
-}
-
-/// `PUT /admin/v1/projects/{key}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProjectRequest {
-    /// Key of the tenant (its Kubernetes UID).
-    pub tenant_key: String,
-    pub name: String,
-    pub managed_by: ManagedBy,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProjectResponse {
-    pub project_id: String,
-}
-
-/// `POST /admin/v1/projects/{key}/credentials`: a new ingest token and API key; the ones issued
-/// by earlier calls are revoked, so a retry after a lost response leaves one valid pair.
-#[derive(Clone, PartialEq, Serialize, Deserialize)]
-pub struct ProjectCredentials {
-    pub project_id: String,
-    /// `sxp_…`
-    pub ingest_token: String,
-    /// `sxk_…`
-    pub api_key: String,
-}
-
-impl std::fmt::Debug for ProjectCredentials {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProjectCredentials").field("project_id", &self.project_id).finish_non_exhaustive()
-    }
-}
-
-/// `PUT /admin/v1/plans/{name}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PlanRequest {
-    pub display_name: Option<String>,
-    /// `null`: unlimited.
-    pub gb_per_month: Option<u64>,
-    pub events_per_month: Option<u64>,
-    pub retention_days: u32,
-    pub features: Vec<PlanFeature>,
-    pub price: Option<PlanPrice>,
-    pub managed_by: ManagedBy,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PlanPrice {
-    pub amount_cents: u64,
-    pub currency: String,
-    pub interval: BillingInterval,
-}
-
-/// `PUT /admin/v1/quotas/{key}`; exactly one of `tenant_key` and `project_key`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct QuotaRequest {
-    pub tenant_key: Option<String>,
-    pub project_key: Option<String>,
-    pub gb_per_month: Option<u64>,
-    pub events_per_month: Option<u64>,
-    pub ingest_requests_per_second: Option<u32>,
-    pub enforcement: Enforcement,
-    pub managed_by: ManagedBy,
-}
-
-/// `PUT /admin/v1/alert-rules/{key}`: the A5 rule of one project.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AlertRuleRequest {
-    pub project_key: String,
-    pub name: String,
-    pub metric: AlertMetric,
-    pub filter: AlertFilter,
-    pub comparison: Comparison,
-    pub threshold: f64,
-    pub window_minutes: u32,
-    pub enabled: bool,
-    pub managed_by: ManagedBy,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct AlertRuleResponse {
-    pub id: String,
-}
-
-/// `GET /admin/v1/cluster/nodes`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ClusterNodes {
-    pub nodes: Vec<ClusterNode>,
-}
-
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ClusterNode {
-    /// Raft node id allocated by meta.
-    pub id: u64,
-    /// `NAME-node-N.NAME-node.NAMESPACE.svc:7000`.
-    pub address: String,
-    pub state: MembershipState,
-}
-
-/// `POST /admin/v1/cluster/placement`: the complete member set; meta places replicas on new
-/// members and rebalances.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct PlacementRequest {
-    pub nodes: Vec<String>,
-}
-
-/// `POST /admin/v1/cluster/drain`: move every replica off one node.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct DrainRequest {
-    pub address: String,
-}
+pub use sextant_model::meta::ManagedBy;
 
 /// A delete that the cluster may finish later (project data is deleted shard by shard).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -488,6 +351,7 @@ pub mod fake {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::v1alpha1::{AlertFilter, AlertMetric, Comparison};
 
     #[test]
     fn keys_that_could_escape_a_path_segment_are_refused() {
@@ -539,6 +403,7 @@ mod http_tests {
     use serde_json::{json, Value};
 
     use super::*;
+    use crate::v1alpha1::MembershipState;
 
     type Seen = Arc<Mutex<Vec<(Method, String, Option<String>, Value)>>>;
 

@@ -3,6 +3,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+pub use sextant_model::admin::{AlertMetric, Comparison};
+pub use sextant_model::meta::AlertFilter;
 
 /// An alert rule of a project, read-only through the public API.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -45,46 +47,8 @@ fn enabled_by_default() -> bool {
     true
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum AlertMetric {
-    ErrorRate,
-    ErrorCount,
-    SpanCount,
-    P95LatencyMs,
-    P99LatencyMs,
-    LogCount,
-    CpuPercent,
-    MemoryUsedBytes,
-    DiskUsedPercent,
-}
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-pub enum Comparison {
-    #[serde(rename = ">")]
-    Greater,
-    #[serde(rename = ">=")]
-    GreaterOrEqual,
-    #[serde(rename = "<")]
-    Less,
-    #[serde(rename = "<=")]
-    LessOrEqual,
-}
 
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub struct AlertFilter {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub service: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub operation: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub level: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub query: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hostname: Option<String>,
-}
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -6,6 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+pub use sextant_model::admin::MembershipState;
 
 /// A Sextant installation: storage nodes (a StatefulSet) and routers (a Deployment).
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -236,20 +237,6 @@ pub struct NodeMembership {
     pub state: MembershipState,
 }
 
-/// A storage node's place in the cluster, as meta reports it.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, JsonSchema)]
-pub enum MembershipState {
-    /// Pod exists, the node holds no replicas yet.
-    Joining,
-    /// Holds replicas.
-    Active,
-    /// Replicas are being moved away.
-    Draining,
-    /// Holds no replicas; safe to remove.
-    Drained,
-    /// Not reachable by meta.
-    Unknown,
-}
 
 /// One in-flight change of `spec.storage.nodes`. Scale-in moves one node at a time.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]

@@ -3,6 +3,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::CommonStatus;
+pub use sextant_model::admin::{BillingInterval, PlanFeature};
 
 /// A catalog entry: what an organization on this plan may use.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -44,14 +45,6 @@ pub struct PlanQuotas {
     pub events_per_month: Option<u64>,
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum PlanFeature {
-    Retention,
-    SessionReplay,
-    Webhooks,
-    Alerts,
-}
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -64,10 +57,3 @@ pub struct Price {
     pub interval: BillingInterval,
 }
 
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum BillingInterval {
-    #[default]
-    Month,
-    Year,
-}

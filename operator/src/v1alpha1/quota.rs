@@ -1,8 +1,8 @@
 use kube::{CustomResource, KubeSchema};
-use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::CommonStatus;
+pub use sextant_model::admin::Enforcement;
 
 /// Overrides of a tenant's or a project's plan limits.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
@@ -40,10 +40,3 @@ pub struct QuotaSpec {
     pub enforcement: Enforcement,
 }
 
-/// `Hard` refuses ingest over the limit (402); `Soft` only reports it.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-pub enum Enforcement {
-    #[default]
-    Hard,
-    Soft,
-}

@@ -52,7 +52,8 @@ mod tests {
 
     #[test]
     fn a_definition_survives_a_query_plan() {
-        let c = |kind, op, range_ns| Condition { kind, event: "e".into(), op, count: 3, range: String::new(), range_ns };
+        let c =
+            |kind, op, range_ns| Condition { kind, event: "e".into(), op, count: 3, range: String::new(), range_ns };
         let def = Definition {
             logic: Logic::Or,
             conditions: vec![c(Kind::Did, CountOp::Ne, 10), c(Kind::DidNot, CountOp::Lt, 20)],

@@ -1,5 +1,5 @@
 //! Admin API: storage membership (nodes, replica placement, drains), as the operator calls it
-//! (`operator/src/admin.rs`: `ClusterNodes`, `PlacementRequest`, `DrainRequest`).
+//! (request and response types in `sextant_model::admin`).
 //!
 //! Both changes only record intent in meta and answer 202: meta computes the placement, each
 //! group's leader moves its replicas (`node/src/placement.rs`), and progress shows in the node
@@ -14,8 +14,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use serde::{Deserialize, Serialize};
-use sextant_model::meta::{ClusterView, MetaCommand, MetaCommandResult, MetaQuery, NodeState};
+use sextant_model::admin::{ClusterNode, ClusterNodes, DrainRequest, PlacementRequest};
+use sextant_model::meta::{ClusterView, MetaCommand, MetaCommandResult, MetaQuery};
 
 use super::{Admin, MAX_ADMIN_BODY};
 use crate::http::error::ApiError;
@@ -28,37 +28,10 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/cluster/drain", post(drain))
 }
 
-/// `GET /admin/v1/cluster/nodes`.
-#[derive(Debug, Serialize)]
-struct ClusterNodes {
-    nodes: Vec<ClusterNode>,
-}
-
-#[derive(Debug, Serialize)]
-struct ClusterNode {
-    id: u64,
-    address: String,
-    /// `Joining`, `Active`, `Draining` or `Drained`.
-    state: NodeState,
-}
-
-/// `POST /admin/v1/cluster/placement`: the complete member set, by node address.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlacementRequest {
-    nodes: Vec<String>,
-}
-
-/// `POST /admin/v1/cluster/drain`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DrainRequest {
-    address: String,
-}
-
 async fn nodes(_: Admin, State(app): State<Arc<AppState>>) -> Result<Json<ClusterNodes>, ApiError> {
     let view: ClusterView = app.cluster.meta_read(&MetaQuery::Cluster).await?;
-    let nodes = view.nodes.into_iter().map(|n| ClusterNode { id: n.id, address: n.address, state: n.state }).collect();
+    let nodes =
+        view.nodes.into_iter().map(|n| ClusterNode { id: n.id, address: n.address, state: n.state.into() }).collect();
     Ok(Json(ClusterNodes { nodes }))
 }
 

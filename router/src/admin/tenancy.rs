@@ -17,12 +17,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{post, put};
 use axum::{Json, Router};
 use bytes::Bytes;
-use serde::Deserialize;
 use serde_json::{json, Value};
 use sextant_model::identity::{normalize_email, normalize_name, Problems};
+use sextant_model::admin::{
+    AlertRuleRequest, Enforcement, PlanFeature, PlanRequest, ProjectRequest, QuotaRequest, TenantRequest,
+};
 use sextant_model::meta::{
     AlertFilter, CredentialKind, Invite, ManagedBy, MetaCommand, MetaCommandResult, Org, Plan, PlanPrice, Project,
-    RateLimitOverrides, ALERT_COMPARISONS, ALERT_METRICS,
+    RateLimitOverrides,
 };
 use sextant_model::meta::{Role, INVITE_TTL_MS};
 use sextant_model::{OrgId, ProjectId, UserId};
@@ -49,7 +51,6 @@ const MAX_KEY: usize = 253;
 /// Longest free-text alert filter value.
 const MAX_FILTER_CHARS: usize = 1000;
 const GB: u64 = 1_000_000_000;
-pub const PLAN_FEATURES: [&str; 4] = ["retention", "session_replay", "webhooks", "alerts"];
 
 /// A path key: what Kubernetes names and UIDs are made of, nothing that could mean anything
 /// else. Checked after the admin token, so strangers learn nothing from it.
@@ -111,16 +112,6 @@ fn deleted() -> Response {
 }
 
 // ---- tenants ----
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TenantRequest {
-    display_name: String,
-    plan: String,
-    owner_email: String,
-    suspended: bool,
-    managed_by: ManagedBy,
-}
 
 async fn put_tenant(
     _: Admin,
@@ -227,14 +218,6 @@ async fn invite_owner(
 
 // ---- projects ----
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ProjectRequest {
-    tenant_key: String,
-    name: String,
-    managed_by: ManagedBy,
-}
-
 async fn put_project(
     _: Admin,
     State(app): State<Arc<AppState>>,
@@ -328,26 +311,6 @@ async fn delete_project(
 
 // ---- plans ----
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PriceRequest {
-    amount_cents: u64,
-    currency: String,
-    interval: String,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct PlanRequest {
-    display_name: Option<String>,
-    gb_per_month: Option<u64>,
-    events_per_month: Option<u64>,
-    retention_days: u32,
-    features: Vec<String>,
-    price: Option<PriceRequest>,
-    managed_by: ManagedBy,
-}
-
 async fn put_plan(
     _: Admin,
     State(app): State<Arc<AppState>>,
@@ -370,24 +333,17 @@ async fn put_plan(
         "retention_days",
         if (1..=36_500).contains(&req.retention_days) { Ok(()) } else { Err("must be between 1 and 36500") },
     );
-    if req.features.len() > PLAN_FEATURES.len() {
+    if req.features.len() > PlanFeature::ALL.len() {
         problems.check::<()>("features", Err("too many features"));
-    }
-    for f in &req.features {
-        if !PLAN_FEATURES.contains(&f.as_str()) {
-            problems.check::<()>("features", Err("unknown feature (retention, session_replay, webhooks, alerts)"));
-        }
     }
     let price = req.price.map(|p| {
         let currency_ok = p.currency.len() == 3 && p.currency.bytes().all(|b| b.is_ascii_uppercase());
         problems.check("price.currency", if currency_ok { Ok(()) } else { Err("must be an ISO 4217 code") });
-        let interval_ok = p.interval == "month" || p.interval == "year";
-        problems.check("price.interval", if interval_ok { Ok(()) } else { Err("must be month or year") });
-        PlanPrice { amount_cents: p.amount_cents, currency: p.currency, interval: p.interval }
+        PlanPrice { amount_cents: p.amount_cents, currency: p.currency, interval: p.interval.as_str().to_owned() }
     });
     check_managed_by(&mut problems, &req.managed_by);
     problems.into_result().map_err(ApiError::invalid_fields)?;
-    let mut features = req.features;
+    let mut features: Vec<String> = req.features.iter().map(|f| f.as_str().to_owned()).collect();
     features.sort();
     features.dedup();
     let plan = Plan {
@@ -437,18 +393,6 @@ async fn delete_plan(
 
 // ---- quotas ----
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct QuotaRequest {
-    tenant_key: Option<String>,
-    project_key: Option<String>,
-    gb_per_month: Option<u64>,
-    events_per_month: Option<u64>,
-    ingest_requests_per_second: Option<u32>,
-    enforcement: String,
-    managed_by: ManagedBy,
-}
-
 async fn put_quota(
     _: Admin,
     State(app): State<Arc<AppState>>,
@@ -472,14 +416,7 @@ async fn put_quota(
     if req.ingest_requests_per_second == Some(0) {
         problems.check::<()>("ingest_requests_per_second", Err("must be at least 1"));
     }
-    let hard = problems.check(
-        "enforcement",
-        match req.enforcement.as_str() {
-            "Hard" => Ok(true),
-            "Soft" => Ok(false),
-            _ => Err("must be Hard or Soft"),
-        },
-    );
+    let hard = req.enforcement == Enforcement::Hard;
     check_managed_by(&mut problems, &req.managed_by);
     problems.into_result().map_err(ApiError::invalid_fields)?;
     let command = MetaCommand::PutManagedQuota {
@@ -489,7 +426,7 @@ async fn put_quota(
         monthly_bytes: monthly_bytes.flatten(),
         monthly_events: req.events_per_month,
         ingest_rps: req.ingest_requests_per_second,
-        hard: hard.unwrap_or(true),
+        hard,
         managed_by: req.managed_by,
     };
     change(&app, command).await?;
@@ -523,30 +460,6 @@ async fn delete_quota(
 
 // ---- alert rules ----
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct FilterRequest {
-    service: Option<String>,
-    operation: Option<String>,
-    level: Option<String>,
-    query: Option<String>,
-    hostname: Option<String>,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AlertRuleRequest {
-    project_key: String,
-    name: String,
-    metric: String,
-    filter: FilterRequest,
-    comparison: String,
-    threshold: f64,
-    window_minutes: u32,
-    enabled: bool,
-    managed_by: ManagedBy,
-}
-
 fn filter_value(problems: &mut Problems, field: &str, v: Option<String>) -> Option<String> {
     let v = v?;
     let ok = v.chars().count() <= MAX_FILTER_CHARS && !v.chars().any(char::is_control);
@@ -566,12 +479,6 @@ async fn put_alert_rule(
     let mut problems = Problems::default();
     let project_key = problems.check("project_key", self::key(&req.project_key).map_err(|_| "not a valid key"));
     let name = problems.check("name", normalize_name(&req.name));
-    problems
-        .check("metric", if ALERT_METRICS.contains(&req.metric.as_str()) { Ok(()) } else { Err("not a known metric") });
-    problems.check(
-        "comparison",
-        if ALERT_COMPARISONS.contains(&req.comparison.as_str()) { Ok(()) } else { Err("must be >, >=, < or <=") },
-    );
     problems.check("threshold", if req.threshold.is_finite() { Ok(()) } else { Err("must be a finite number") });
     problems.check(
         "window_minutes",
@@ -592,9 +499,9 @@ async fn put_alert_rule(
         project_key: project_key.unwrap_or_default(),
         id: uuid::Uuid::new_v4().to_string(),
         name: name.unwrap_or_default(),
-        metric: req.metric,
+        metric: req.metric.as_str().to_owned(),
         filter,
-        comparison: req.comparison,
+        comparison: req.comparison.as_str().to_owned(),
         threshold: req.threshold,
         window_minutes: req.window_minutes,
         enabled: req.enabled,

@@ -17,8 +17,8 @@ use sextant_model::analytics::{self, BatchBody, EventJson, ReplayBody, MAX_EVENT
 use sextant_model::batch::Capped;
 use sextant_model::capture::{self, TokenPlaces};
 use sextant_model::meta::CredentialKind;
-use sextant_model::ProjectId;
 use sextant_model::row::{Event, ReplayEvent, RowBatch};
+use sextant_model::ProjectId;
 
 use super::commit::commit;
 use super::partition::{partition, Partitioned};

@@ -1,0 +1,306 @@
+//! The admin API's request and response bodies (docs/API.md, "Admin API"): one definition for
+//! the router that serves `/admin/v1` and the operator that calls it. The router validates what
+//! a type cannot say (names, keys, ranges); unknown fields and unknown enum values are refused
+//! when a body is read.
+//!
+//! The enums are also fields of the operator's custom resources, so with the `schema` feature
+//! they describe themselves as JSON Schema.
+
+use serde::{Deserialize, Serialize};
+
+use crate::meta::{AlertFilter, ManagedBy, NodeState};
+
+/// `PUT /admin/v1/tenants/{key}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantRequest {
+    pub display_name: String,
+    pub plan: String,
+    pub owner_email: String,
+    pub suspended: bool,
+    pub managed_by: ManagedBy,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantResponse {
+    pub org_id: String,
+}
+
+/// `PUT /admin/v1/projects/{key}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProjectRequest {
+    /// Key of the tenant (its Kubernetes UID).
+    pub tenant_key: String,
+    pub name: String,
+    pub managed_by: ManagedBy,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProjectResponse {
+    pub project_id: String,
+}
+
+/// `POST /admin/v1/projects/{key}/credentials`: a new ingest token and API key; the ones issued
+/// by earlier calls are revoked, so a retry after a lost response leaves one valid pair.
+#[derive(Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProjectCredentials {
+    pub project_id: String,
+    /// `sxp_…`
+    pub ingest_token: String,
+    /// `sxk_…`
+    pub api_key: String,
+}
+
+impl std::fmt::Debug for ProjectCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProjectCredentials").field("project_id", &self.project_id).finish_non_exhaustive()
+    }
+}
+
+/// `PUT /admin/v1/plans/{name}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanRequest {
+    pub display_name: Option<String>,
+    /// `null`: unlimited.
+    pub gb_per_month: Option<u64>,
+    pub events_per_month: Option<u64>,
+    pub retention_days: u32,
+    pub features: Vec<PlanFeature>,
+    pub price: Option<PlanPrice>,
+    pub managed_by: ManagedBy,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanPrice {
+    pub amount_cents: u64,
+    pub currency: String,
+    pub interval: BillingInterval,
+}
+
+/// `PUT /admin/v1/quotas/{key}`; exactly one of `tenant_key` and `project_key`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QuotaRequest {
+    pub tenant_key: Option<String>,
+    pub project_key: Option<String>,
+    pub gb_per_month: Option<u64>,
+    pub events_per_month: Option<u64>,
+    pub ingest_requests_per_second: Option<u32>,
+    pub enforcement: Enforcement,
+    pub managed_by: ManagedBy,
+}
+
+/// `PUT /admin/v1/alert-rules/{key}`: an alert rule of one project.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertRuleRequest {
+    pub project_key: String,
+    pub name: String,
+    pub metric: AlertMetric,
+    pub filter: AlertFilter,
+    pub comparison: Comparison,
+    pub threshold: f64,
+    pub window_minutes: u32,
+    pub enabled: bool,
+    pub managed_by: ManagedBy,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AlertRuleResponse {
+    pub id: String,
+}
+
+/// `GET /admin/v1/cluster/nodes`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterNodes {
+    pub nodes: Vec<ClusterNode>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterNode {
+    /// Raft node id allocated by meta.
+    pub id: u64,
+    /// `NAME-node-N.NAME-node.NAMESPACE.svc:7000`.
+    pub address: String,
+    pub state: MembershipState,
+}
+
+/// `POST /admin/v1/cluster/placement`: the complete member set, by node address; meta places
+/// replicas on new members and rebalances.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlacementRequest {
+    pub nodes: Vec<String>,
+}
+
+/// `POST /admin/v1/cluster/drain`: move every replica off one node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DrainRequest {
+    pub address: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum PlanFeature {
+    Retention,
+    SessionReplay,
+    Webhooks,
+    Alerts,
+}
+
+impl PlanFeature {
+    pub const ALL: [PlanFeature; 4] =
+        [PlanFeature::Retention, PlanFeature::SessionReplay, PlanFeature::Webhooks, PlanFeature::Alerts];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlanFeature::Retention => "retention",
+            PlanFeature::SessionReplay => "session_replay",
+            PlanFeature::Webhooks => "webhooks",
+            PlanFeature::Alerts => "alerts",
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum BillingInterval {
+    #[default]
+    Month,
+    Year,
+}
+
+impl BillingInterval {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BillingInterval::Month => "month",
+            BillingInterval::Year => "year",
+        }
+    }
+}
+
+/// `Hard` refuses ingest over the limit (402); `Soft` only reports it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum Enforcement {
+    #[default]
+    Hard,
+    Soft,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum AlertMetric {
+    ErrorRate,
+    ErrorCount,
+    SpanCount,
+    P95LatencyMs,
+    P99LatencyMs,
+    LogCount,
+    CpuPercent,
+    MemoryUsedBytes,
+    DiskUsedPercent,
+}
+
+impl AlertMetric {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertMetric::ErrorRate => "error_rate",
+            AlertMetric::ErrorCount => "error_count",
+            AlertMetric::SpanCount => "span_count",
+            AlertMetric::P95LatencyMs => "p95_latency_ms",
+            AlertMetric::P99LatencyMs => "p99_latency_ms",
+            AlertMetric::LogCount => "log_count",
+            AlertMetric::CpuPercent => "cpu_percent",
+            AlertMetric::MemoryUsedBytes => "memory_used_bytes",
+            AlertMetric::DiskUsedPercent => "disk_used_percent",
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum Comparison {
+    #[serde(rename = ">")]
+    Greater,
+    #[serde(rename = ">=")]
+    GreaterOrEqual,
+    #[serde(rename = "<")]
+    Less,
+    #[serde(rename = "<=")]
+    LessOrEqual,
+}
+
+impl Comparison {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Comparison::Greater => ">",
+            Comparison::GreaterOrEqual => ">=",
+            Comparison::Less => "<",
+            Comparison::LessOrEqual => "<=",
+        }
+    }
+}
+
+/// A storage node's place in the cluster, as meta reports it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+pub enum MembershipState {
+    /// Pod exists, the node holds no replicas yet.
+    Joining,
+    /// Holds replicas.
+    Active,
+    /// Replicas are being moved away.
+    Draining,
+    /// Holds no replicas; safe to remove.
+    Drained,
+    /// Not reachable by meta.
+    Unknown,
+}
+
+impl From<NodeState> for MembershipState {
+    fn from(s: NodeState) -> Self {
+        match s {
+            NodeState::Joining => MembershipState::Joining,
+            NodeState::Active => MembershipState::Active,
+            NodeState::Draining => MembershipState::Draining,
+            NodeState::Drained => MembershipState::Drained,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enum_names_on_the_wire_are_the_names_meta_stores() {
+        for f in PlanFeature::ALL {
+            assert_eq!(serde_json::to_value(f).unwrap(), f.as_str());
+        }
+        assert_eq!(serde_json::to_value(AlertMetric::P95LatencyMs).unwrap(), "p95_latency_ms");
+        assert_eq!(serde_json::to_value(Comparison::GreaterOrEqual).unwrap(), ">=");
+        assert_eq!(serde_json::to_value(BillingInterval::Year).unwrap(), BillingInterval::Year.as_str());
+    }
+
+    #[test]
+    fn unknown_fields_and_values_are_refused_when_read() {
+        let rule = |extra: &str| {
+            format!(
+                r#"{{"project_key":"p","name":"n","metric":"error_rate","filter":{{}},"comparison":">",
+                "threshold":1,"window_minutes":5,"enabled":true,
+                "managed_by":{{"api_version":"v","kind":"AlertRule","name":"n","uid":"u"}}{extra}}}"#
+            )
+        };
+        assert!(serde_json::from_str::<AlertRuleRequest>(&rule("")).is_ok());
+        assert!(serde_json::from_str::<AlertRuleRequest>(&rule(r#","surprise":1"#)).is_err());
+        assert!(serde_json::from_str::<AlertRuleRequest>(&rule("").replace("error_rate", "vibes")).is_err());
+    }
+}
