@@ -1,0 +1,176 @@
+#!/usr/bin/env python3
+"""Same-run A/B of two release builds (docs/BENCHMARKS.md, "Restructuring A/B"): span and log
+ingest throughput, trace lookup latency and the 3-step funnel. Each build runs on its own fresh
+`sextant dev` (their data directories need not be compatible), builds alternate within every
+round so both see the same machine load, and the load generator is NEW's for both.
+
+  scripts/bench_ab.py OLD_BIN NEW_BIN [--rounds 3] [--seconds 15] [--lookups 300]
+
+Prints one JSON line per build and round, then the medians and NEW/OLD ratios; the spread
+of each build's own rounds (max/min - 1) is the noise to read the ratios against.
+"""
+import argparse
+import http.client
+import json
+import os
+import random
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+FLAGS = ["--api-rps", "1000000", "--ingest-rps", "1000000", "--analytics-rps", "1000000", "--auth-rps", "100000"]
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Dev:
+    def __init__(self, binary, work):
+        self.dir = tempfile.mkdtemp(dir=work)
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [binary, "dev", "--data-dir", self.dir, "--listen", f"127.0.0.1:{self.port}", *FLAGS],
+            stdout=open(self.dir + ".log", "w"), stderr=subprocess.STDOUT)
+        creds = os.path.join(self.dir, "credentials.json")
+        deadline = time.time() + 120
+        while True:
+            assert self.proc.poll() is None, f"sextant dev exited; see {self.dir}.log"
+            assert time.time() < deadline, "sextant dev did not become ready"
+            try:
+                if self.get("/readyz")[0] == 200 and os.path.getsize(creds) > 0:
+                    break
+            except OSError:
+                pass
+            time.sleep(0.1)
+        self.creds_path = creds
+        self.creds = json.load(open(creds))
+        body = json.dumps({"email": self.creds["email"], "password": self.creds["password"]})
+        status, data = self.request("POST", "/auth/login", body, {"Content-Type": "application/json"})
+        assert status == 200, data
+        self.auth = {"Authorization": "Bearer " + json.loads(data)["access_token"]}
+        self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+
+    def request(self, method, path, body=None, headers=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+        conn.request(method, path, body, headers or {})
+        r = conn.getresponse()
+        data = r.read()
+        conn.close()
+        return r.status, data
+
+    def get(self, path, headers=None):
+        return self.request("GET", path, None, headers)
+
+    def timed_get(self, path):
+        """Milliseconds for one read over a kept-alive connection; the answer must be 200."""
+        started = time.perf_counter()
+        self.conn.request("GET", path, None, self.auth)
+        r = self.conn.getresponse()
+        data = r.read()
+        ms = (time.perf_counter() - started) * 1e3
+        assert r.status == 200, (path, r.status, data[:300])
+        return ms, json.loads(data)
+
+    def loadgen(self, loadgen_bin, kind, seconds):
+        out = subprocess.run(
+            [loadgen_bin, "loadgen", "--url", f"http://127.0.0.1:{self.port}", "--credentials", self.creds_path,
+             "--kind", kind, "--batch", "1000", "--concurrency", "8", "--seconds", str(seconds), "--json",
+             "--no-ceiling"], check=True, capture_output=True, text=True).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        assert r["errors"] == 0, r
+        return r["objects_per_sec"]
+
+    def settle(self, seconds=3.0):
+        """Waits until the server has been idle (< 5% of a core) for `seconds`."""
+        def cpu():
+            stat = open(f"/proc/{self.proc.pid}/stat").read().rsplit(")", 1)[1].split()
+            return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+        deadline = time.time() + 300
+        while time.time() < deadline:
+            before = cpu()
+            time.sleep(seconds)
+            if cpu() - before < 0.05 * seconds:
+                return
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(p * len(xs)))]
+
+
+def measure(binary, loadgen_bin, args, work):
+    dev = Dev(binary, work)
+    try:
+        row = {"spans_per_sec": dev.loadgen(loadgen_bin, "spans", args.seconds),
+               "logs_per_sec": dev.loadgen(loadgen_bin, "logs", args.seconds),
+               "events_per_sec": dev.loadgen(loadgen_bin, "events", args.seconds)}
+        dev.settle()
+        ids = []
+        cursor = None
+        while len(ids) < args.lookups:
+            path = "/api/v1/traces?limit=100" + (f"&cursor={cursor}" if cursor else "")
+            _, page = dev.timed_get(path)
+            ids += [t["trace_id"] for t in page["items"]]
+            cursor = page.get("next_cursor")
+            if not cursor:
+                break
+        assert ids, "no traces listed"
+        random.Random(7).shuffle(ids)
+        lookups = [dev.timed_get(f"/api/v1/traces/{t}")[0] for t in ids[:args.lookups]]
+        row["trace_lookup_p50_ms"] = statistics.median(lookups)
+        row["trace_lookup_p99_ms"] = pct(lookups, 0.99)
+        funnel = "/api/funnel?steps=%24pageview,action_1,action_2&window=1&window_unit=day&range=1d"
+        dev.timed_get(funnel)
+        runs = [dev.timed_get(funnel)[0] for _ in range(args.funnel_runs)]
+        row["funnel_3_steps_ms"] = statistics.median(runs)
+        return row
+    finally:
+        dev.stop()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("old")
+    p.add_argument("new")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--seconds", type=int, default=15)
+    p.add_argument("--lookups", type=int, default=300)
+    p.add_argument("--funnel-runs", type=int, default=9)
+    args = p.parse_args()
+    work = tempfile.mkdtemp()
+    rows = {"old": [], "new": []}
+    try:
+        for r in range(args.rounds):
+            order = ["old", "new"] if r % 2 == 0 else ["new", "old"]
+            for name in order:
+                row = measure(getattr(args, name), args.new, args, work)
+                rows[name].append(row)
+                print(json.dumps({"build": name, "round": r, "load": os.getloadavg()[0], **row}), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    summary = {}
+    for key in rows["old"][0]:
+        old = [x[key] for x in rows["old"]]
+        new = [x[key] for x in rows["new"]]
+        summary[key] = {"old": round(statistics.median(old), 3), "new": round(statistics.median(new), 3),
+                        "new_over_old": round(statistics.median(new) / statistics.median(old), 3),
+                        "noise_old": round(max(old) / min(old) - 1, 3), "noise_new": round(max(new) / min(new) - 1, 3)}
+    print(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
