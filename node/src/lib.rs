@@ -8,6 +8,7 @@ pub mod host;
 pub mod http;
 pub mod log_store;
 pub mod meta;
+pub mod meta_client;
 pub mod metrics;
 pub mod network;
 mod persist;

@@ -21,11 +21,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::{BasicNode, ChangeMembers, ServerState};
-use sextant_model::meta::{ClusterView, MetaCommand, MetaCommandResult, MetaQuery, NodeState};
-use sextant_proto::{MetaRequest, LEADER_HEADER};
-use tonic::Code;
+use sextant_model::meta::{ClusterView, MetaCommand, MetaQuery, NodeState};
 
 use crate::host::NodeHost;
+use crate::meta_client::{self, MetaCallError};
 use crate::types::{GroupId, NodeId, Raft};
 
 const EVERY: Duration = Duration::from_millis(500);
@@ -34,77 +33,19 @@ const EVERY: Duration = Duration::from_millis(500);
 const CATCH_UP: Duration = Duration::from_secs(120);
 /// A learner this close to the leader's last log index is promoted.
 const CAUGHT_UP_ENTRIES: u64 = 64;
-const META_CALL: Duration = Duration::from_secs(5);
 
 #[derive(Debug, thiserror::Error)]
 pub enum PlacementError {
-    #[error("meta unreachable: {0}")]
-    MetaUnavailable(String),
-    #[error("meta refused the call: {0}")]
-    MetaRefused(String),
-    #[error("decoding meta's answer: {0}")]
-    Decode(#[from] serde_json::Error),
+    #[error(transparent)]
+    Meta(#[from] MetaCallError),
     #[error("node {0} has no address in meta")]
     NoAddress(NodeId),
     #[error("membership change of group {group}: {message}")]
     Raft { group: GroupId, message: String },
 }
 
-/// Calls meta on its leader, reached through any node this one knows, following the leader
-/// hints of followers.
-async fn meta_call(host: &NodeHost, json: Vec<u8>, write: bool) -> Result<Vec<u8>, PlacementError> {
-    let mut candidates: Vec<String> = Vec::new();
-    if let Some(leader) = host.meta().and_then(|m| m.raft.metrics().borrow().current_leader) {
-        candidates.extend(host.addresses.read().unwrap().get(&leader).cloned());
-    }
-    candidates.extend(host.addresses.read().unwrap().values().cloned());
-    let mut last = String::from("no node known");
-    let mut i = 0;
-    let mut hops = 0;
-    while i < candidates.len() {
-        let addr = candidates[i].clone();
-        i += 1;
-        let Ok(mut client) = host.channels.storage(&addr) else { continue };
-        let req = MetaRequest { json: json.clone() };
-        let call = async {
-            if write {
-                client.meta_write(req).await
-            } else {
-                client.meta_read(req).await
-            }
-        };
-        match tokio::time::timeout(META_CALL, call).await {
-            Ok(Ok(reply)) => return Ok(reply.into_inner().json),
-            Ok(Err(status)) => {
-                if status.code() == Code::InvalidArgument {
-                    return Err(PlacementError::MetaRefused(status.message().to_owned()));
-                }
-                let hint = status.metadata().get(LEADER_HEADER).and_then(|v| v.to_str().ok());
-                if let Some((_, leader)) = hint.and_then(|h| h.split_once('@')) {
-                    if !leader.is_empty() && hops < 8 {
-                        hops += 1;
-                        candidates.insert(i, leader.to_owned());
-                    }
-                }
-                if status.code() == Code::Unavailable {
-                    host.channels.forget(&addr);
-                }
-                last = format!("{addr}: {}", status.message());
-            }
-            Err(_) => last = format!("{addr}: timed out"),
-        }
-    }
-    Err(PlacementError::MetaUnavailable(last))
-}
-
 pub async fn cluster_view(host: &NodeHost) -> Result<ClusterView, PlacementError> {
-    let json = meta_call(host, serde_json::to_vec(&MetaQuery::Cluster)?, false).await?;
-    Ok(serde_json::from_slice(&json)?)
-}
-
-async fn meta_command(host: &NodeHost, command: &MetaCommand) -> Result<MetaCommandResult, PlacementError> {
-    let json = meta_call(host, serde_json::to_vec(command)?, true).await?;
-    Ok(serde_json::from_slice(&json)?)
+    Ok(meta_client::read(host, &MetaQuery::Cluster).await?)
 }
 
 pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
@@ -156,7 +97,7 @@ async fn register(host: &NodeHost) -> Result<(), PlacementError> {
         member: !c.join,
         replication_factor: c.replication_factor as u32,
     };
-    meta_command(host, &command).await?;
+    meta_client::command(host, &command).await?;
     tracing::info!(node = c.id, join = c.join, "registered with meta");
     Ok(())
 }
@@ -267,7 +208,7 @@ async fn report(
     log_index: u64,
 ) -> Result<(), PlacementError> {
     let command = MetaCommand::ReportReplicas { group, voters: voters.iter().copied().collect(), log_index };
-    meta_command(host, &command).await?;
+    meta_client::command(host, &command).await?;
     Ok(())
 }
 

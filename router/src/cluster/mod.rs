@@ -11,11 +11,12 @@ use std::time::Duration;
 
 use sextant_model::meta::{MetaCommand, MetaCommandResult, MetaQuery, MetaView};
 use sextant_model::query::{ShardQuery, ShardReply};
-use sextant_model::row::Span;
+use sextant_model::row::{RowBatch, Span};
 use sextant_model::ProjectId;
 use sextant_proto::client::{Authed, Channels};
+use sextant_proto::convert::persist_row::encode_ingest;
 use sextant_proto::storage_client::StorageClient;
-use sextant_proto::{write_request, ClusterInfoRequest, MetaRequest, WriteReply, WriteRequest, LEADER_HEADER};
+use sextant_proto::{write_request, ClusterInfoRequest, MetaRequest, WriteRequest, LEADER_HEADER};
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
@@ -30,6 +31,21 @@ pub enum ClusterError {
     Unavailable(String),
     #[error("{0}")]
     Internal(String),
+}
+
+/// One shard's part of an ingest request, replicated under the request's batch id.
+pub enum Write {
+    Batch(RowBatch),
+    /// Drops the batch this id committed, when another shard could not commit its own.
+    Abort,
+}
+
+/// A shard leader's answer to a [`Write`].
+#[derive(Clone, Copy, Debug)]
+pub struct Written {
+    pub log_index: u64,
+    /// The batch id had been applied before; this write changed nothing.
+    pub duplicate: bool,
 }
 
 #[derive(Default)]
@@ -270,18 +286,19 @@ impl Cluster {
         Err(ClusterError::Unavailable(last_error))
     }
 
-    pub async fn write(
-        &self,
-        group: GroupId,
-        batch_id: u128,
-        op: write_request::Op,
-    ) -> Result<WriteReply, ClusterError> {
+    pub async fn write(&self, group: GroupId, batch_id: u128, write: Write) -> Result<Written, ClusterError> {
+        let op = match write {
+            Write::Batch(batch) => write_request::Op::Batch(encode_ingest(batch).into()),
+            Write::Abort => write_request::Op::Abort(true),
+        };
         let req = WriteRequest { group, batch_id: batch_id.to_le_bytes().to_vec(), op: Some(op) };
-        self.on_leader(group, |mut c| {
-            let req = req.clone();
-            async move { c.write(req).await.map(|r| r.into_inner()) }
-        })
-        .await
+        let reply = self
+            .on_leader(group, |mut c| {
+                let req = req.clone();
+                async move { c.write(req).await.map(|r| r.into_inner()) }
+            })
+            .await?;
+        Ok(Written { log_index: reply.log_index, duplicate: reply.duplicate })
     }
 
     pub async fn get_trace(

@@ -4,12 +4,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use bytes::Bytes;
 use sextant_model::row::RowBatch;
-use sextant_proto::convert::persist_row::encode_ingest;
-use sextant_proto::write_request;
 
-use crate::cluster::{Cluster, GroupId};
+use crate::cluster::{Cluster, GroupId, Write};
 use crate::http::error::ApiError;
 use crate::AppState;
 
@@ -27,15 +24,12 @@ pub(crate) async fn commit(app: &AppState, batches: HashMap<GroupId, RowBatch>) 
 async fn replicate(cluster: Arc<Cluster>, batches: HashMap<GroupId, RowBatch>) -> Result<(), ApiError> {
     let batch_id: u128 = rand::random();
     let groups: Vec<GroupId> = batches.keys().copied().collect();
-    let writes = batches.into_iter().map(|(group, batch)| {
-        let payload = Bytes::from(encode_ingest(batch));
-        cluster.write(group, batch_id, write_request::Op::Batch(payload))
-    });
+    let writes = batches.into_iter().map(|(group, batch)| cluster.write(group, batch_id, Write::Batch(batch)));
     let results = futures::future::join_all(writes).await;
     let Some(err) = results.into_iter().find_map(Result::err) else {
         return Ok(());
     };
-    let aborts = groups.iter().map(|g| cluster.write(*g, batch_id, write_request::Op::Abort(true)));
+    let aborts = groups.iter().map(|g| cluster.write(*g, batch_id, Write::Abort));
     for (group, r) in groups.iter().zip(futures::future::join_all(aborts).await) {
         if let Err(e) = r {
             tracing::error!(group, error = %e, "could not abort a partially committed batch");

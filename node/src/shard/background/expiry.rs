@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sextant_model::meta::{MetaQuery, MetaView};
-use sextant_proto::MetaRequest;
 
 use crate::host::NodeHost;
+use crate::meta_client;
 use crate::segment::compaction::ExpiryPolicy;
 
 /// Also how long a deleted project's data can outlive its deletion, plus one compaction pass.
@@ -39,21 +39,6 @@ pub fn policy(view: &MetaView, now_ns: i64) -> ExpiryPolicy {
     ExpiryPolicy { cutoffs, deleted }
 }
 
-/// Asks the meta leader for the view, through any node that answers.
-async fn fetch(host: &NodeHost) -> Option<MetaView> {
-    let json = serde_json::to_vec(&MetaQuery::View).ok()?;
-    let addresses: Vec<String> = host.addresses.read().unwrap().values().cloned().collect();
-    for addr in addresses {
-        let Ok(mut client) = host.channels.storage(&addr) else { continue };
-        if let Ok(reply) = client.meta_read(MetaRequest { json: json.clone() }).await {
-            if let Ok(view) = serde_json::from_slice(&reply.into_inner().json) {
-                return Some(view);
-            }
-        }
-    }
-    None
-}
-
 pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = crate::host::periodic(EVERY);
@@ -62,9 +47,12 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
             if host.shards().is_empty() {
                 continue;
             }
-            let Some(view) = fetch(&host).await else {
-                tracing::debug!("meta unreachable; expiry unchanged");
-                continue;
+            let view: MetaView = match meta_client::read(&host, &MetaQuery::View).await {
+                Ok(view) => view,
+                Err(e) => {
+                    tracing::debug!(error = %e, "meta unreachable; expiry unchanged");
+                    continue;
+                }
             };
             let p = policy(&view, host.config.clock.now_nanos());
             for (_, shard) in host.shards() {
