@@ -177,32 +177,23 @@ fn encode_ingest_entry(log_id: &LogId, batch_id: u128, payload: &[u8], out: &mut
 }
 
 pub(crate) fn decode_entry(bytes: &[u8]) -> io::Result<Entry> {
-    let body = LOG_ENTRY.body(bytes)?;
-    entry_from_pb(pb::Entry::decode(body).map_err(|e| decode_error("log entry", e))?)
+    entry_from_pb(LOG_ENTRY.decode(bytes, "log entry")?)
 }
 
 pub(crate) fn encode_log_id(id: &LogId) -> Vec<u8> {
-    let mut out = Vec::new();
-    LOG_ID.write_header(&mut out);
-    log_id_to_pb(id).encode(&mut out).expect("a Vec grows");
-    out
+    LOG_ID.encode(&log_id_to_pb(id))
 }
 
 pub(crate) fn decode_log_id(bytes: &[u8]) -> io::Result<LogId> {
-    let body = LOG_ID.body(bytes)?;
-    Ok(log_id_from_pb(pb::LogId::decode(body).map_err(|e| decode_error("log id", e))?))
+    Ok(log_id_from_pb(LOG_ID.decode(bytes, "log id")?))
 }
 
 pub(crate) fn encode_vote(v: &Vote) -> Vec<u8> {
-    let mut out = Vec::new();
-    VOTE.write_header(&mut out);
-    vote_to_pb(v).encode(&mut out).expect("a Vec grows");
-    out
+    VOTE.encode(&vote_to_pb(v))
 }
 
 pub(crate) fn decode_vote(bytes: &[u8]) -> io::Result<Vote> {
-    let body = VOTE.body(bytes)?;
-    Ok(vote_from_pb(pb::Vote::decode(body).map_err(|e| decode_error("vote", e))?))
+    Ok(vote_from_pb(VOTE.decode(bytes, "vote")?))
 }
 
 /// The head of a state snapshot file: the format header, then a length-delimited

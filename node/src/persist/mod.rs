@@ -49,6 +49,19 @@ impl Format {
         out.push(self.version);
     }
 
+    /// `msg` as a blob of this format: the header, then the message.
+    pub(crate) fn encode(&self, msg: &impl prost::Message) -> Vec<u8> {
+        let mut out = Vec::with_capacity(HEADER_LEN + msg.encoded_len());
+        self.write_header(&mut out);
+        msg.encode(&mut out).expect("a Vec grows");
+        out
+    }
+
+    /// The message of a blob of this format; `what` names it in errors.
+    pub(crate) fn decode<M: prost::Message + Default>(&self, bytes: &[u8], what: &str) -> io::Result<M> {
+        M::decode(self.body(bytes)?).map_err(|e| decode_error(what, e))
+    }
+
     /// The body after the header, or an error saying why the blob is not of this format.
     pub(crate) fn body<'a>(&self, bytes: &'a [u8]) -> io::Result<&'a [u8]> {
         let Some((head, body)) = bytes.split_first_chunk::<HEADER_LEN>() else {

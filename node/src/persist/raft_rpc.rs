@@ -10,28 +10,16 @@ use openraft::raft::{
     VoteResponse,
 };
 use openraft::SnapshotSegmentId;
-use prost::Message;
 use sextant_proto::persist as pb;
 
 use super::entry::{
     entry_from_pb, entry_to_pb, log_id_from_pb, log_id_to_pb, required_vote, snapshot_meta_from_pb,
     snapshot_meta_to_pb, vote_from_pb, vote_to_pb,
 };
-use super::{decode_error, missing, Format};
+use super::{missing, Format};
 use crate::types::{io_err, NodeId, TypeConfig};
 
 const RAFT_RPC: Format = Format { magic: *b"SXRP", version: 1, what: "Raft RPC" };
-
-fn encode(msg: &impl Message) -> Vec<u8> {
-    let mut out = Vec::with_capacity(super::HEADER_LEN + msg.encoded_len());
-    RAFT_RPC.write_header(&mut out);
-    msg.encode(&mut out).expect("a Vec grows");
-    out
-}
-
-fn decode<M: Message + Default>(bytes: &[u8], what: &str) -> io::Result<M> {
-    M::decode(RAFT_RPC.body(bytes)?).map_err(|e| decode_error(what, e))
-}
 
 fn fatal_to_pb(f: &Fatal<NodeId>) -> pb::raft_error::Kind {
     use pb::raft_error::Kind;
@@ -99,7 +87,7 @@ fn snapshot_error_from_pb(e: pb::RaftError) -> io::Result<RaftError<NodeId, Inst
 }
 
 pub(crate) fn encode_append_request(req: AppendEntriesRequest<TypeConfig>) -> io::Result<Vec<u8>> {
-    Ok(encode(&pb::AppendEntriesRequest {
+    Ok(RAFT_RPC.encode(&pb::AppendEntriesRequest {
         vote: Some(vote_to_pb(&req.vote)),
         prev_log_id: req.prev_log_id.as_ref().map(log_id_to_pb),
         entries: req.entries.into_iter().map(entry_to_pb).collect::<io::Result<_>>()?,
@@ -109,7 +97,7 @@ pub(crate) fn encode_append_request(req: AppendEntriesRequest<TypeConfig>) -> io
 
 pub(crate) fn decode_append_request(bytes: &[u8]) -> io::Result<AppendEntriesRequest<TypeConfig>> {
     const WHAT: &str = "append-entries request";
-    let m: pb::AppendEntriesRequest = decode(bytes, WHAT)?;
+    let m: pb::AppendEntriesRequest = RAFT_RPC.decode(bytes, WHAT)?;
     Ok(AppendEntriesRequest {
         vote: required_vote(m.vote, WHAT)?,
         prev_log_id: m.prev_log_id.map(log_id_from_pb),
@@ -129,7 +117,7 @@ pub(crate) fn encode_append_response(r: &Result<AppendEntriesResponse<NodeId>, R
         Ok(AppendEntriesResponse::HigherVote(v)) => R::HigherVote(vote_to_pb(v)),
         Err(e) => R::Error(error_to_pb(e)),
     };
-    encode(&pb::AppendEntriesResponse { result: Some(result) })
+    RAFT_RPC.encode(&pb::AppendEntriesResponse { result: Some(result) })
 }
 
 pub(crate) fn decode_append_response(
@@ -137,7 +125,7 @@ pub(crate) fn decode_append_response(
 ) -> io::Result<Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>> {
     use pb::append_entries_response::Result as R;
     const WHAT: &str = "append-entries reply";
-    let m: pb::AppendEntriesResponse = decode(bytes, WHAT)?;
+    let m: pb::AppendEntriesResponse = RAFT_RPC.decode(bytes, WHAT)?;
     Ok(match m.result.ok_or_else(|| missing(WHAT, "result"))? {
         R::Success(_) => Ok(AppendEntriesResponse::Success),
         R::PartialSuccess(p) => Ok(AppendEntriesResponse::PartialSuccess(p.matching.map(log_id_from_pb))),
@@ -148,7 +136,7 @@ pub(crate) fn decode_append_response(
 }
 
 pub(crate) fn encode_vote_request(req: &VoteRequest<NodeId>) -> Vec<u8> {
-    encode(&pb::VoteRequest {
+    RAFT_RPC.encode(&pb::VoteRequest {
         vote: Some(vote_to_pb(&req.vote)),
         last_log_id: req.last_log_id.as_ref().map(log_id_to_pb),
     })
@@ -156,12 +144,12 @@ pub(crate) fn encode_vote_request(req: &VoteRequest<NodeId>) -> Vec<u8> {
 
 pub(crate) fn decode_vote_request(bytes: &[u8]) -> io::Result<VoteRequest<NodeId>> {
     const WHAT: &str = "vote request";
-    let m: pb::VoteRequest = decode(bytes, WHAT)?;
+    let m: pb::VoteRequest = RAFT_RPC.decode(bytes, WHAT)?;
     Ok(VoteRequest { vote: required_vote(m.vote, WHAT)?, last_log_id: m.last_log_id.map(log_id_from_pb) })
 }
 
 pub(crate) fn encode_vote_response(r: &Result<VoteResponse<NodeId>, RaftError<NodeId>>) -> Vec<u8> {
-    encode(&match r {
+    RAFT_RPC.encode(&match r {
         Ok(v) => pb::VoteResponse {
             vote: Some(vote_to_pb(&v.vote)),
             vote_granted: v.vote_granted,
@@ -174,7 +162,7 @@ pub(crate) fn encode_vote_response(r: &Result<VoteResponse<NodeId>, RaftError<No
 
 pub(crate) fn decode_vote_response(bytes: &[u8]) -> io::Result<Result<VoteResponse<NodeId>, RaftError<NodeId>>> {
     const WHAT: &str = "vote reply";
-    let m: pb::VoteResponse = decode(bytes, WHAT)?;
+    let m: pb::VoteResponse = RAFT_RPC.decode(bytes, WHAT)?;
     if let Some(e) = m.error {
         return Ok(Err(error_from_pb(e, WHAT)?));
     }
@@ -186,7 +174,7 @@ pub(crate) fn decode_vote_response(bytes: &[u8]) -> io::Result<Result<VoteRespon
 }
 
 pub(crate) fn encode_snapshot_request(req: InstallSnapshotRequest<TypeConfig>) -> Vec<u8> {
-    encode(&pb::InstallSnapshotRequest {
+    RAFT_RPC.encode(&pb::InstallSnapshotRequest {
         vote: Some(vote_to_pb(&req.vote)),
         meta: Some(snapshot_meta_to_pb(&req.meta)),
         offset: req.offset,
@@ -197,7 +185,7 @@ pub(crate) fn encode_snapshot_request(req: InstallSnapshotRequest<TypeConfig>) -
 
 pub(crate) fn decode_snapshot_request(bytes: &[u8]) -> io::Result<InstallSnapshotRequest<TypeConfig>> {
     const WHAT: &str = "install-snapshot request";
-    let m: pb::InstallSnapshotRequest = decode(bytes, WHAT)?;
+    let m: pb::InstallSnapshotRequest = RAFT_RPC.decode(bytes, WHAT)?;
     Ok(InstallSnapshotRequest {
         vote: required_vote(m.vote, WHAT)?,
         meta: snapshot_meta_from_pb(m.meta.ok_or_else(|| missing(WHAT, "meta"))?),
@@ -210,7 +198,7 @@ pub(crate) fn decode_snapshot_request(bytes: &[u8]) -> io::Result<InstallSnapsho
 pub(crate) fn encode_snapshot_response(
     r: &Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
 ) -> Vec<u8> {
-    encode(&match r {
+    RAFT_RPC.encode(&match r {
         Ok(v) => pb::InstallSnapshotResponse { vote: Some(vote_to_pb(&v.vote)), error: None },
         Err(e) => pb::InstallSnapshotResponse { vote: None, error: Some(snapshot_error_to_pb(e)) },
     })
@@ -220,7 +208,7 @@ pub(crate) fn decode_snapshot_response(
     bytes: &[u8],
 ) -> io::Result<Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>> {
     const WHAT: &str = "install-snapshot reply";
-    let m: pb::InstallSnapshotResponse = decode(bytes, WHAT)?;
+    let m: pb::InstallSnapshotResponse = RAFT_RPC.decode(bytes, WHAT)?;
     if let Some(e) = m.error {
         return Ok(Err(snapshot_error_from_pb(e)?));
     }
