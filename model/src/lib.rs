@@ -24,6 +24,7 @@ pub mod row;
 pub mod sketch;
 pub mod text;
 pub mod time;
+pub mod usage;
 
 pub use clock::{Clock, ManualClock};
 pub use ids::{OrgId, ProjectId, TraceId, UserId};

@@ -145,6 +145,9 @@ pub struct RowBatch<A = Vec<Attribute>> {
     pub json_bytes: u64,
     pub events: Vec<Event>,
     pub replay_events: Vec<ReplayEvent>,
+    /// When the router received the request (its clock): the month the batch is metered in
+    /// (docs/API.md, "Usage"). 0 in entries written before it existed.
+    pub received_unix_millis: i64,
 }
 
 impl<A> RowBatch<A> {
@@ -154,8 +157,10 @@ impl<A> RowBatch<A> {
 
     /// The same rows with their attributes held another way.
     pub fn map_attributes<B>(self, mut f: impl FnMut(A) -> B) -> RowBatch<B> {
-        let RowBatch { project_id, spans, logs, host_metrics, json_bytes, events, replay_events } = self;
+        let RowBatch { project_id, spans, logs, host_metrics, json_bytes, events, replay_events, received_unix_millis } =
+            self;
         RowBatch {
+            received_unix_millis,
             project_id,
             spans: spans.into_iter().map(|s| s.map_attributes(&mut f)).collect(),
             logs: logs.into_iter().map(|l| l.map_attributes(&mut f)).collect(),

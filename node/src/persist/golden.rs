@@ -109,6 +109,7 @@ fn manifest() -> Manifest {
         next_segment: 8,
         dedup: Dedup::from_lists(vec![11, 12, u128::MAX], vec![13]),
         tombstones: BTreeSet::from([13]),
+        usage: Default::default(),
     }
 }
 
@@ -180,6 +181,7 @@ fn a_manifest_written_by_format_1_still_reads() {
     assert_eq!(m.dedup.applied_in_order().collect::<Vec<_>>(), vec![11, 12, u128::MAX]);
     assert!(m.dedup.is_applied(u128::MAX) && m.dedup.is_aborted(13) && !m.dedup.is_aborted(11));
     assert_eq!(m.tombstones, BTreeSet::from([13]));
+    assert!(m.usage.totals.is_empty(), "written before metering: nothing counted");
 }
 
 #[test]

@@ -9,6 +9,8 @@ use super::archive::{file_from_pb, file_to_pb};
 use super::entry::{snapshot_meta_from_pb, snapshot_meta_to_pb};
 use super::{decode_error, invalid, missing, pack_batch_ids, unpack_batch_ids, MANIFEST};
 use crate::segment::{Dedup, Manifest, SegmentMeta, Table};
+use crate::shard::usage::{BatchUsage, Usage};
+use sextant_model::usage::UsageCounts;
 
 fn table_to_pb(t: Table) -> pb::Table {
     match t {
@@ -61,6 +63,31 @@ fn segment_from_pb(s: pb::SegmentMeta) -> io::Result<SegmentMeta> {
     })
 }
 
+fn usage_to_pb(project_id: &str, month: u32, c: &UsageCounts) -> pb::UsageCount {
+    pb::UsageCount {
+        project_id: project_id.to_owned(),
+        month,
+        bytes: c.bytes,
+        spans: c.spans,
+        logs: c.logs,
+        metric_samples: c.metric_samples,
+        events: c.events,
+        replay_events: c.replay_events,
+    }
+}
+
+fn usage_from_pb(u: pb::UsageCount) -> (String, u32, UsageCounts) {
+    let counts = UsageCounts {
+        bytes: u.bytes,
+        spans: u.spans,
+        logs: u.logs,
+        metric_samples: u.metric_samples,
+        events: u.events,
+        replay_events: u.replay_events,
+    };
+    (u.project_id, u.month, counts)
+}
+
 /// The format header, then a `persist.v1.Manifest`.
 pub(crate) fn encode_manifest(m: &Manifest) -> Vec<u8> {
     let msg = pb::Manifest {
@@ -70,6 +97,15 @@ pub(crate) fn encode_manifest(m: &Manifest) -> Vec<u8> {
         applied_batches: pack_batch_ids(m.dedup.applied_in_order()),
         aborted_batches: pack_batch_ids(m.dedup.aborted_in_order()),
         tombstones: pack_batch_ids(m.tombstones.iter().copied()),
+        usage: m.usage.totals.iter().map(|((p, month), c)| usage_to_pb(p, *month, c)).collect(),
+        recent_batch_usage: m
+            .usage
+            .recent()
+            .map(|b| pb::BatchUsage {
+                batch_id: pack_batch_ids([b.batch_id]),
+                usage: Some(usage_to_pb(&b.project_id, b.month, &b.counts)),
+            })
+            .collect(),
     };
     let mut out = Vec::with_capacity(super::HEADER_LEN + msg.encoded_len() + 8);
     MANIFEST.write_header(&mut out);
@@ -85,5 +121,19 @@ pub(crate) fn decode_manifest(bytes: &[u8]) -> io::Result<Manifest> {
         next_segment: m.next_segment,
         dedup: Dedup::from_lists(unpack_batch_ids(&m.applied_batches)?, unpack_batch_ids(&m.aborted_batches)?),
         tombstones: unpack_batch_ids(&m.tombstones)?.into_iter().collect(),
+        usage: Usage::from_parts(
+            m.usage.into_iter().map(usage_from_pb).map(|(p, month, c)| ((p, month), c)).collect(),
+            m.recent_batch_usage
+                .into_iter()
+                .map(|b| {
+                    let [batch_id] = unpack_batch_ids(&b.batch_id)?[..] else {
+                        return Err(invalid("a batch usage without one batch id in the manifest"));
+                    };
+                    let (project_id, month, counts) =
+                        usage_from_pb(b.usage.ok_or_else(|| missing("manifest", "batch usage"))?);
+                    Ok(BatchUsage { batch_id, project_id, month, counts })
+                })
+                .collect::<io::Result<_>>()?,
+        ),
     })
 }

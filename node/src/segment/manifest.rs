@@ -80,6 +80,8 @@ pub struct Manifest {
     /// Aborted batches whose rows were already in segments: hidden from reads until a
     /// compaction drops them.
     pub tombstones: BTreeSet<u128>,
+    /// What the shard applied per project and month, as of `checkpoint`.
+    pub usage: crate::shard::usage::Usage,
 }
 
 impl Manifest {

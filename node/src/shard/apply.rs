@@ -30,8 +30,10 @@ impl SegmentShard {
         let len = payload.len();
         match decode_batch(payload) {
             Ok(mut batch) => {
+                let rows_before = batch.rows();
                 self.drop_stored_uuids(&mut batch);
                 self.dedup.record_applied(batch_id);
+                self.usage.count(batch_id, &batch, rows_before);
                 CommandResponse::Ingested {
                     duplicate: false,
                     rows: self.active.push(batch_id, batch, len, self.clock.monotonic()),
@@ -77,6 +79,7 @@ impl SegmentShard {
     fn abort(&mut self, batch_id: u128) -> CommandResponse {
         if !self.dedup.is_aborted(batch_id) && self.dedup.is_applied(batch_id) {
             self.forget_uuids(batch_id);
+            self.usage.uncount(batch_id);
         }
         self.dedup.record_aborted(batch_id);
         if self.active.contains(batch_id) {

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
-use super::{Persisted, Published, SegmentShard};
+use super::{Persisted, Published, SegmentShard, Usage};
 use crate::durable::sync_dir;
 use crate::failpoint;
 use crate::segment::file as segment_file;
@@ -45,7 +45,9 @@ impl SegmentShard {
         self.published.write().unwrap().frozen.push(frozen.clone());
         let (dir, dedup, tombstones) = (self.dir.clone(), self.dedup.clone(), self.tombstones.clone());
         let (published, persisted) = (self.published.clone(), self.persisted.clone());
-        Box::new(move || flush(&dir, &frozen, meta, dedup, tombstones, &published, &persisted))
+        // The counters as of the checkpoint's last entry, like the dedup memory.
+        let usage = self.usage.clone();
+        Box::new(move || flush(&dir, &frozen, meta, Applied { dedup, tombstones, usage }, &published, &persisted))
     }
 }
 
@@ -70,13 +72,19 @@ pub(super) fn write_segment(
     Ok(written)
 }
 
+/// The state a checkpoint records besides its segments.
+struct Applied {
+    dedup: Dedup,
+    tombstones: BTreeSet<u128>,
+    usage: Usage,
+}
+
 /// Writes a frozen buffer as segments and a new manifest; then publishes both.
 fn flush(
     dir: &Path,
     frozen: &Arc<Buffer>,
     meta: SnapshotMeta,
-    dedup: Dedup,
-    tombstones: BTreeSet<u128>,
+    Applied { dedup, tombstones, usage }: Applied,
     published: &RwLock<Published>,
     persisted: &Mutex<Persisted>,
 ) -> io::Result<()> {
@@ -99,6 +107,7 @@ fn flush(
     manifest.checkpoint = Some(meta);
     manifest.dedup = dedup;
     manifest.tombstones = tombstones;
+    manifest.usage = usage;
     let entry = manifest.store(dir)?;
     failpoint::hit(failpoint::FLUSH_AFTER_MANIFEST);
     let mut pubd = published.write().unwrap();

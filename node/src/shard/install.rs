@@ -70,6 +70,8 @@ impl SegmentShard {
         self.active = Buffer::default();
         self.dedup = manifest.dedup.clone();
         self.tombstones = manifest.tombstones.clone();
+        self.usage = manifest.usage.clone();
+        self.applied_index = meta.last_log_id.map_or(0, |l| l.index);
         *self.published.write().unwrap() = Published { frozen: Vec::new(), segments };
         *p = Persisted { manifest, entry: Some(entry) };
         Ok(())

@@ -13,6 +13,7 @@ mod compact;
 mod flush;
 mod install;
 mod read;
+pub mod usage;
 #[cfg(test)]
 mod testing;
 
@@ -33,6 +34,7 @@ use crate::segment::uuids::Uuids;
 use crate::segment::{Buffer, Dedup, Manifest, Segment, Table};
 use crate::state_machine::{CheckpointJob, CheckpointOpener, GroupStore};
 use crate::types::{Command, CommandResponse, SnapshotMeta};
+use usage::Usage;
 
 /// What readers see besides the active buffer; changed atomically when a flush lands.
 #[derive(Default)]
@@ -66,6 +68,10 @@ pub struct SegmentShard {
     expiry: Arc<ExpiryPolicy>,
     /// Where the buffer's age is measured.
     clock: Clock,
+    /// What was applied, per project and month (`usage.rs`).
+    usage: Usage,
+    /// The index of the last entry applied: the position the usage counters are at.
+    applied_index: u64,
 }
 
 fn open_segments(dir: &Path, manifest: &Manifest) -> io::Result<Vec<Arc<Segment>>> {
@@ -113,9 +119,11 @@ impl SegmentShard {
             tombstones: manifest.tombstones.clone(),
             uuids,
             published: Arc::new(RwLock::new(Published { frozen: Vec::new(), segments })),
-            persisted: Arc::new(Mutex::new(Persisted { manifest, entry })),
             expiry: Arc::default(),
             clock: Clock::system(),
+            usage: manifest.usage.clone(),
+            applied_index: manifest.checkpoint.as_ref().and_then(|c| c.last_log_id).map_or(0, |l| l.index),
+            persisted: Arc::new(Mutex::new(Persisted { manifest, entry })),
         })
     }
 
@@ -145,6 +153,12 @@ impl SegmentShard {
         total
     }
 
+    /// The usage counters (per project and month) and the index of the last entry they count:
+    /// what the group's leader reports to meta.
+    pub fn usage_report(&self) -> (u64, Vec<sextant_model::usage::UsageRecord>) {
+        (self.applied_index, self.usage.records())
+    }
+
     pub fn segment_count(&self) -> usize {
         self.published.read().unwrap().segments.len()
     }
@@ -153,7 +167,8 @@ impl SegmentShard {
 /// The Raft side of a shard, each step in its own file: apply (`apply.rs`), checkpoint =
 /// flush (`flush.rs`), snapshot send and install (`install.rs`).
 impl GroupStore for SegmentShard {
-    fn apply(&mut self, _index: u64, command: Command) -> CommandResponse {
+    fn apply(&mut self, index: u64, command: Command) -> CommandResponse {
+        self.applied_index = index;
         self.apply_command(command)
     }
 

@@ -202,7 +202,8 @@ fn all<T, U>(v: Vec<T>, f: impl FnMut(T) -> U) -> Vec<U> {
 
 /// The ingest payload of a batch whose attributes are encoded already.
 pub fn encode_ingest_encoded(batch: RowBatch<Encoded>) -> Vec<u8> {
-    let RowBatch { project_id, spans, logs, host_metrics, json_bytes, events, replay_events } = batch;
+    let RowBatch { project_id, spans, logs, host_metrics, json_bytes, events, replay_events, received_unix_millis } =
+        batch;
     pb::RowBatch {
         project_id,
         spans: all(spans, span_to_pb),
@@ -211,6 +212,7 @@ pub fn encode_ingest_encoded(batch: RowBatch<Encoded>) -> Vec<u8> {
         json_bytes,
         events: all(events, event_to_pb),
         replay_events: all(replay_events, replay_to_pb),
+        received_unix_millis,
     }
     .encode_to_vec()
 }
@@ -252,7 +254,8 @@ impl<R: Message> Unencoded<R> {
 /// prost writes a `RowBatch` (fields in number order), with each attribute encoded straight
 /// into the payload rather than into bytes of its own first.
 pub fn encode_ingest(batch: RowBatch) -> Vec<u8> {
-    let RowBatch { project_id, spans, logs, host_metrics, json_bytes, events, replay_events } = batch;
+    let RowBatch { project_id, spans, logs, host_metrics, json_bytes, events, replay_events, received_unix_millis } =
+        batch;
     let take = std::mem::take;
     let spans: Vec<_> = all(spans, |s| {
         Unencoded::new(s, 9, |s| span_to_pb(s.map_attributes(|_| Encoded::default())), |s| take(&mut s.attributes))
@@ -263,12 +266,13 @@ pub fn encode_ingest(batch: RowBatch) -> Vec<u8> {
     let host_metrics: Vec<_> = all(host_metrics, |m| {
         Unencoded::new(m, 9, |m| metric_to_pb(m.map_attributes(|_| Encoded::default())), |m| take(&mut m.attributes))
     });
-    // Fields 1 and 5 to 7; 2 to 4 go between them.
+    // Fields 1 and 5 to 8; 2 to 4 go between them.
     let head = pb::RowBatch { project_id, ..Default::default() };
     let tail = pb::RowBatch {
         json_bytes,
         events: all(events, event_to_pb),
         replay_events: all(replay_events, replay_to_pb),
+        received_unix_millis,
         ..Default::default()
     };
     let len = head.encoded_len()
@@ -288,9 +292,10 @@ pub fn encode_ingest(batch: RowBatch) -> Vec<u8> {
 
 /// An ingest payload, its attributes left encoded (slices of `payload`, not copies).
 pub fn decode_ingest(payload: Bytes) -> Result<RowBatch<Encoded>, DecodeError> {
-    let pb::RowBatch { project_id, spans, logs, host_metrics, json_bytes, events, replay_events } =
+    let pb::RowBatch { project_id, spans, logs, host_metrics, json_bytes, events, replay_events, received_unix_millis } =
         pb::RowBatch::decode(payload)?;
     Ok(RowBatch {
+        received_unix_millis,
         project_id,
         spans: all(spans, span_from_pb),
         logs: all(logs, log_from_pb),
@@ -354,6 +359,7 @@ mod tests {
                 attributes: attributes(),
             }],
             json_bytes: 9,
+            received_unix_millis: 1_796_083_200_000,
             events: vec![Event {
                 uuid: "u".into(),
                 event: "e".into(),

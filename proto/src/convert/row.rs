@@ -344,6 +344,7 @@ mod tests {
                 data_json: "{}".into(),
                 uuid: "u".into(),
             }],
+            received_unix_millis: 0,
         };
         fn through_the_wire<T: Clone + PartialEq + std::fmt::Debug, W: From<T>>(rows: &[T]) -> bool
         where

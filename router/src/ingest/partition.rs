@@ -44,8 +44,17 @@ pub(crate) fn partition<K: Partitioned>(
             batches.entry(group).or_insert_with(|| RowBatch { project_id: project.to_string(), ..Default::default() });
         K::push(batch, row);
     }
+    // Apportioned by rows, the remainder to one sub-batch, so the sub-batches' bytes add up
+    // to the body's exactly (a batch is metered on its shard: docs/API.md, "Usage").
+    let received = app.clock.now_millis();
+    let mut left = body_bytes as u64;
     for batch in batches.values_mut() {
-        batch.json_bytes = (body_bytes * batch.rows() / total) as u64;
+        batch.json_bytes = (body_bytes as u128 * batch.rows() as u128 / total as u128) as u64;
+        batch.received_unix_millis = received;
+        left -= batch.json_bytes;
+    }
+    if let Some(batch) = batches.values_mut().next() {
+        batch.json_bytes += left;
     }
     Ok(batches)
 }
