@@ -15,6 +15,7 @@
 //! - [`admin`]: the operator's API, on the internal port.
 
 pub mod admin;
+pub mod billing;
 pub mod cluster;
 pub mod http;
 pub mod identity;
