@@ -3,9 +3,7 @@
 //! really take (peak bytes allocated) for typical and adversarial bodies of every signal, and
 //! fails if the charge is short.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+mod measure;
 
 use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
@@ -23,50 +21,12 @@ use prost::Message;
 use sextant_router::ingest::otlp::mapping;
 use sextant_router::ingest::otlp::wire::{decoded_cost, json_cost, Root};
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-        PEAK.fetch_max(now, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size > layout.size() {
-            let now = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed) + new_size - layout.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        } else {
-            LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
-        }
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
-
-/// Tests in this binary measure one at a time.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
-
-/// Peak bytes allocated by `work`.
-fn peak(work: impl FnOnce()) -> usize {
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
-    work();
-    PEAK.load(Ordering::Relaxed).saturating_sub(base)
-}
+use measure::{one_at_a_time, peak};
 
 /// Decoding `body` (protobuf, then the same request as OTLP/JSON) and mapping it stays within
 /// what is charged for it.
 fn assert_charged(what: &str, body: &[u8], root: Root) {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _one = one_at_a_time();
     let charged = decoded_cost(body, root).unwrap();
     let used = peak(|| match root {
         Root::Traces => drop(mapping::spans(&ExportTraceServiceRequest::decode(body).unwrap().resource_spans)),

@@ -2,53 +2,19 @@
 //! the memory that parsing really takes (peak bytes allocated over the text's length) for
 //! typical and adversarial bodies of every ingest kind, and fails if the estimate is short.
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
+mod measure;
 
 use sextant_model::analytics::{BatchBody, ReplayBody};
 use sextant_model::ingest::{LogsBody, SpansBody};
 use sextant_router::http::body::{parse_json, PARSE_EXPANSION};
 
-struct Counting;
-
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-static PEAK: AtomicUsize = AtomicUsize::new(0);
-
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        let now = LIVE.fetch_add(layout.size(), Ordering::Relaxed) + layout.size();
-        PEAK.fetch_max(now, Ordering::Relaxed);
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Ordering::Relaxed);
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if new_size > layout.size() {
-            let now = LIVE.fetch_add(new_size - layout.size(), Ordering::Relaxed) + new_size - layout.size();
-            PEAK.fetch_max(now, Ordering::Relaxed);
-        } else {
-            LIVE.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
-        }
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: Counting = Counting;
-
-/// Tests in this binary measure one at a time.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+use measure::{one_at_a_time, peak};
 
 /// Peak bytes allocated while parsing `json` as `T`, over `json.len()`.
 fn expansion<T: serde::de::DeserializeOwned>(json: &str) -> f64 {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
-    let base = LIVE.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
-    let parsed: T = parse_json(json.as_bytes()).unwrap_or_else(|e| panic!("{e:?}"));
-    let peak = PEAK.load(Ordering::Relaxed) - base;
+    let _one = one_at_a_time();
+    let mut parsed: Option<T> = None;
+    let peak = peak(|| parsed = Some(parse_json(json.as_bytes()).unwrap_or_else(|e| panic!("{e:?}"))));
     drop(parsed);
     peak as f64 / json.len() as f64
 }
