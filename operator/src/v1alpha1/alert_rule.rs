@@ -47,9 +47,6 @@ fn enabled_by_default() -> bool {
     true
 }
 
-
-
-
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct AlertRuleStatus {

@@ -237,7 +237,6 @@ pub struct NodeMembership {
     pub state: MembershipState,
 }
 
-
 /// One in-flight change of `spec.storage.nodes`. Scale-in moves one node at a time.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

@@ -45,7 +45,6 @@ pub struct PlanQuotas {
     pub events_per_month: Option<u64>,
 }
 
-
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Price {
@@ -56,4 +55,3 @@ pub struct Price {
     #[serde(default)]
     pub interval: BillingInterval,
 }
-

@@ -39,4 +39,3 @@ pub struct QuotaSpec {
     #[serde(default)]
     pub enforcement: Enforcement,
 }
-
