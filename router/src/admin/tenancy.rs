@@ -18,10 +18,10 @@ use axum::routing::{post, put};
 use axum::{Json, Router};
 use bytes::Bytes;
 use serde_json::{json, Value};
-use sextant_model::identity::{normalize_email, normalize_name, Problems};
 use sextant_model::admin::{
     AlertRuleRequest, Enforcement, PlanFeature, PlanRequest, ProjectRequest, QuotaRequest, TenantRequest,
 };
+use sextant_model::identity::{normalize_email, normalize_name, Problems};
 use sextant_model::meta::{
     AlertFilter, CredentialKind, Invite, ManagedBy, MetaCommand, MetaCommandResult, Org, Plan, PlanPrice, Project,
     RateLimitOverrides,
