@@ -561,6 +561,14 @@ pub enum MetaCommand {
         voters: Vec<u64>,
         log_index: u64,
     },
+    /// A data group's leader reports the group's cumulative usage counters (docs/API.md,
+    /// "Usage") as of its log entry `applied_index`; a report older than the one recorded is
+    /// ignored, so repeats and reorderings never count twice.
+    ReportUsage {
+        group: u64,
+        applied_index: u64,
+        usage: Vec<crate::usage::UsageRecord>,
+    },
 }
 
 /// Why meta refused a command. Decided by the state machine so that concurrent requests on
@@ -626,6 +634,11 @@ pub enum MetaQuery {
     },
     /// Storage nodes, desired and current replica placement: a [`ClusterView`].
     Cluster,
+    /// Usage of these projects per month, summed over data groups (a
+    /// `Vec<crate::usage::UsageRecord>`, by project and month).
+    Usage {
+        project_ids: Vec<String>,
+    },
 }
 
 /// Answer to [`MetaQuery::OrgMembers`].
@@ -667,6 +680,10 @@ pub struct MetaView {
     /// Deleted projects: storage nodes drop their data, routers refuse them.
     #[serde(default)]
     pub deleted_projects: Vec<ProjectId>,
+    /// Usage per project in the two newest months reported (docs/API.md, "Usage"), summed
+    /// over data groups: what routers read usage and quotas from.
+    #[serde(default)]
+    pub usage: Vec<crate::usage::UsageRecord>,
 }
 
 /// A storage node as meta records it.

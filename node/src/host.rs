@@ -269,6 +269,7 @@ impl NodeHost {
             crate::shard::background::flusher::spawn(host.clone()),
             crate::shard::background::compactor::spawn(host.clone()),
             crate::shard::background::expiry::spawn(host.clone()),
+            crate::shard::background::usage::spawn(host.clone()),
             crate::placement::spawn(host.clone()),
         ];
         Ok(RunningNode { host, addr, server, background })

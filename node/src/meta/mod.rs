@@ -17,6 +17,7 @@ mod routers;
 mod sessions;
 mod snapshot;
 mod tenancy;
+mod usage;
 #[cfg(test)]
 mod testing;
 
@@ -40,6 +41,7 @@ use routers::Routers;
 use sessions::Sessions;
 use snapshot::MetaSnapshot;
 use tenancy::Tenancy;
+use usage::Metering;
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(from = "MetaSnapshot", into = "MetaSnapshot")]
@@ -57,6 +59,8 @@ pub struct MetaState {
     cohorts: Cohorts,
     /// Storage nodes and replica placement.
     cluster: ClusterState,
+    /// Usage reported by the data groups.
+    metering: Metering,
 }
 
 /// The answer to a [`MetaQuery`]: serialized as the bare value, which is what the router
@@ -69,6 +73,7 @@ pub enum MetaAnswer {
     OrgMembers(OrgMembers),
     Cohorts(Vec<Cohort>),
     Cluster(ClusterView),
+    Usage(Vec<sextant_model::usage::UsageRecord>),
 }
 
 fn same_hash(a: &str, b: &str) -> bool {
@@ -194,6 +199,9 @@ impl MetaState {
             MetaCommand::SetMembers { addresses } => self.cluster.set_members(&addresses),
             MetaCommand::DrainNode { address } => self.cluster.drain(&address),
             MetaCommand::ReportReplicas { group, voters, log_index } => self.cluster.report(group, voters, log_index),
+            MetaCommand::ReportUsage { group, applied_index, usage } => {
+                self.metering.report(group, applied_index, usage)
+            }
         }
     }
 
@@ -222,6 +230,7 @@ impl MetaState {
             trials: self.tenancy.trials.iter().map(|(o, end)| OrgTrial { org_id: *o, ends_at_ms: *end }).collect(),
             alert_rules: managed.alert_rules.values().cloned().collect(),
             deleted_projects: self.tenancy.deleted_projects.keys().copied().collect(),
+            usage: self.metering.recent(),
         }
     }
 
@@ -232,6 +241,7 @@ impl MetaState {
             MetaQuery::OrgMembers { org_id } => MetaAnswer::OrgMembers(self.accounts.org_members(*org_id)),
             MetaQuery::Cohorts { project_id } => MetaAnswer::Cohorts(self.cohorts.of_project(*project_id)),
             MetaQuery::Cluster => MetaAnswer::Cluster(self.cluster.view()),
+            MetaQuery::Usage { project_ids } => MetaAnswer::Usage(self.metering.records(Some(project_ids))),
         }
     }
 }

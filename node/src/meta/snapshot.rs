@@ -21,6 +21,7 @@ use super::membership::ClusterState;
 use super::routers::Routers;
 use super::sessions::Sessions;
 use super::tenancy::Tenancy;
+use super::usage::Metering;
 use super::MetaState;
 
 #[derive(Serialize, Deserialize)]
@@ -70,6 +71,8 @@ pub(super) struct MetaSnapshot {
     cohorts: BTreeMap<String, Cohort>,
     #[serde(default)]
     cluster: ClusterState,
+    #[serde(default)]
+    metering: Metering,
 }
 
 // What older snapshots kept beside the plain records, read only to be folded into them.
@@ -177,6 +180,7 @@ impl From<MetaState> for MetaSnapshot {
             routers,
             cohorts,
             cluster,
+            metering,
         } = s;
         Self {
             orgs: tenancy.orgs,
@@ -203,6 +207,7 @@ impl From<MetaState> for MetaSnapshot {
             deleted_projects: tenancy.deleted_projects,
             cohorts: cohorts.by_id,
             cluster,
+            metering,
         }
     }
 }
@@ -231,6 +236,7 @@ impl From<MetaSnapshot> for MetaState {
             routers: Routers { last_seen: s.routers },
             cohorts: Cohorts { by_id: s.cohorts },
             cluster: s.cluster,
+            metering: s.metering,
         }
     }
 }

@@ -5,3 +5,4 @@
 pub mod compactor;
 pub mod expiry;
 pub mod flusher;
+pub mod usage;
