@@ -104,9 +104,51 @@ pub struct ServerArgs {
     /// beyond it get 503 with `Retry-After`.
     #[arg(long, default_value_t = 512)]
     pub body_budget_mib: usize,
+    /// Who takes payments: `sandbox` (simulated, on a page this router serves) or `stripe`.
+    #[arg(long, value_enum, default_value_t = BillingProviderArg::Sandbox)]
+    pub billing_provider: BillingProviderArg,
+    /// File holding the Stripe secret key (`sk_…`); required with `--billing-provider stripe`.
+    #[arg(long)]
+    pub stripe_secret_key_file: Option<PathBuf>,
+    /// File holding the Stripe webhook signing secret (`whsec_…`); required with
+    /// `--billing-provider stripe`.
+    #[arg(long)]
+    pub stripe_webhook_secret_file: Option<PathBuf>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum BillingProviderArg {
+    Sandbox,
+    Stripe,
 }
 
 impl ServerArgs {
+    /// The provider and its secrets, read from their files (never from flags or logs).
+    fn billing(&self) -> anyhow::Result<sextant_router::billing::BillingConfig> {
+        use sextant_router::billing::{stripe::StripeConfig, BillingConfig, ProviderConfig, Secret};
+        let provider = match self.billing_provider {
+            BillingProviderArg::Sandbox => {
+                anyhow::ensure!(
+                    self.stripe_secret_key_file.is_none() && self.stripe_webhook_secret_file.is_none(),
+                    "the Stripe secret files need --billing-provider stripe"
+                );
+                ProviderConfig::Sandbox
+            }
+            BillingProviderArg::Stripe => {
+                let key = self
+                    .stripe_secret_key_file
+                    .as_deref()
+                    .ok_or_else(|| anyhow::anyhow!("--billing-provider stripe needs --stripe-secret-key-file"))?;
+                let webhook = self
+                    .stripe_webhook_secret_file
+                    .as_deref()
+                    .ok_or_else(|| anyhow::anyhow!("--billing-provider stripe needs --stripe-webhook-secret-file"))?;
+                ProviderConfig::Stripe(StripeConfig::new(Secret::from_file(key)?, Secret::from_file(webhook)?))
+            }
+        };
+        Ok(BillingConfig { provider, public_url: None })
+    }
+
     fn limits(&self) -> anyhow::Result<sextant_router::http::connection::ServerLimits> {
         for (name, v) in [
             ("--max-connections", self.max_connections as u64),
@@ -356,6 +398,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             admin_token: admin_token(args.admin_token.as_deref())?,
             server: args.server.limits()?,
             clock,
+            billing: args.server.billing()?,
         },
         registry,
     )
@@ -497,6 +540,7 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
             admin_token: admin_token(args.admin_token.as_deref())?,
             server: args.server.limits()?,
             clock: Clock::system(),
+            billing: args.server.billing()?,
         },
         Registry::default(),
     )

@@ -58,6 +58,8 @@ pub struct RouterConfig {
     pub server: http::connection::ServerLimits,
     /// Where time is read: token expiry, rate limits, default query ranges, heartbeats.
     pub clock: Clock,
+    /// The payment provider (docs/API.md, "Billing providers").
+    pub billing: billing::BillingConfig,
 }
 
 pub struct AppState {
@@ -72,6 +74,7 @@ pub struct AppState {
     /// Request-body bytes held at once, and body parsing off the async workers.
     pub bodies: http::body::Budget,
     pub clock: Clock,
+    pub billing: billing::Billing,
 }
 
 pub struct RunningRouter {
@@ -139,7 +142,12 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
     let metrics = http::metrics::RouterMetrics::default();
     metrics.register(&mut registry);
     let parsers = std::thread::available_parallelism().map_or(2, |n| n.get());
+    // Bound first: the sandbox's payment pages link to the address actually served.
+    let listener = tokio::net::TcpListener::bind(config.listen).await?;
+    let addr = listener.local_addr()?;
+    let billing = billing::Billing::new(&config.billing, addr, config.clock.clone())?;
     let state = Arc::new(AppState {
+        billing,
         bodies: http::body::Budget::new(config.server.body_budget_bytes, parsers),
         jwt: identity::auth::Jwt::new(&config.jwt_secret, config.clock.clone()),
         clock: config.clock.clone(),
@@ -152,8 +160,6 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
     });
     let refresher = cluster.spawn_refresh(Duration::from_secs(1));
     let housekeeper = spawn_housekeeping(state.clone());
-    let listener = tokio::net::TcpListener::bind(state.config.listen).await?;
-    let addr = listener.local_addr()?;
     let internal_listener = tokio::net::TcpListener::bind(state.config.internal_listen).await?;
     let internal_addr = internal_listener.local_addr()?;
     let refused = state.metrics.refused_connections.clone();

@@ -38,7 +38,7 @@ fn request(attempt: &str) -> CheckoutRequest {
 }
 
 async fn call(p: &Arc<SandboxProvider>, method: &str, path: &str) -> (StatusCode, String) {
-    let resp = sandbox::routes(p.clone())
+    let resp = sandbox::routes::<()>(p.clone())
         .oneshot(Request::builder().method(method).uri(path).body(Body::empty()).unwrap())
         .await
         .unwrap();

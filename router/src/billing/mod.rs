@@ -23,12 +23,89 @@ pub mod webhook;
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
+use sextant_model::Clock;
 use sha2::{Digest, Sha256};
+use tokio::sync::mpsc;
+
+/// Which provider takes payments.
+#[derive(Clone, Debug, Default)]
+pub enum ProviderConfig {
+    /// Simulated payments on a page the router serves (the default of `sextant dev`).
+    #[default]
+    Sandbox,
+    Stripe(stripe::StripeConfig),
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct BillingConfig {
+    pub provider: ProviderConfig,
+    /// The router's URL as a browser reaches it, for the sandbox's payment pages. `None`:
+    /// `http://` and the address the router listens on (an unspecified address shown as
+    /// `localhost`).
+    pub public_url: Option<String>,
+}
+
+/// The configured provider, as the router holds it.
+pub struct Billing {
+    pub provider: SharedProvider,
+    sandbox: Option<Arc<sandbox::SandboxProvider>>,
+    sandbox_events: Mutex<Option<mpsc::UnboundedReceiver<ProviderEvent>>>,
+}
+
+impl Billing {
+    /// `listening` is the public port's bound address, for the sandbox's default URL.
+    pub fn new(config: &BillingConfig, listening: SocketAddr, clock: Clock) -> anyhow::Result<Self> {
+        match &config.provider {
+            ProviderConfig::Sandbox => {
+                let base = config.public_url.clone().unwrap_or_else(|| {
+                    let host = if listening.ip().is_unspecified() {
+                        "localhost".to_owned()
+                    } else if listening.is_ipv6() {
+                        format!("[{}]", listening.ip())
+                    } else {
+                        listening.ip().to_string()
+                    };
+                    format!("http://{host}:{}", listening.port())
+                });
+                let (p, rx) = sandbox::SandboxProvider::new(base, clock);
+                let p = Arc::new(p);
+                Ok(Billing { provider: p.clone(), sandbox: Some(p), sandbox_events: Mutex::new(Some(rx)) })
+            }
+            ProviderConfig::Stripe(c) => Ok(Billing {
+                provider: Arc::new(stripe::StripeProvider::new(c.clone(), clock)?),
+                sandbox: None,
+                sandbox_events: Mutex::new(None),
+            }),
+        }
+    }
+
+    /// The sandbox's events (payments made and declined on its pages), once, for the billing
+    /// state machine; `None` with Stripe (its events arrive as webhooks) or when taken. Until
+    /// taken they wait in the channel.
+    pub fn take_sandbox_events(&self) -> Option<mpsc::UnboundedReceiver<ProviderEvent>> {
+        self.sandbox_events.lock().unwrap().take()
+    }
+
+    /// The sandbox's payment pages, when the sandbox is the provider; nothing otherwise.
+    pub fn routes<S: Clone + Send + Sync + 'static>(&self) -> axum::Router<S> {
+        match &self.sandbox {
+            Some(s) => sandbox::routes(s.clone()),
+            None => axum::Router::new(),
+        }
+    }
+}
+
+impl fmt::Debug for Billing {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Billing").field("provider", &self.provider.name()).finish_non_exhaustive()
+    }
+}
 
 /// A secret read from a file (API key, webhook signing secret). Its `Debug` and `Display` never
 /// show the value, so it cannot reach a log through a `{:?}` of a config.
@@ -321,6 +398,39 @@ mod tests {
         std::fs::write(&p, " \n").unwrap();
         let err = Secret::from_file(&p).unwrap_err().to_string();
         assert!(err.contains("empty"), "{err}");
+    }
+
+    #[tokio::test]
+    async fn sandbox_payment_urls_point_at_the_address_the_router_serves() {
+        let req = CheckoutRequest {
+            org_id: "o".into(),
+            price: PlanPrice {
+                plan: "pro".into(),
+                amount_cents: 100,
+                currency: "usd".into(),
+                interval: Interval::Month,
+            },
+            customer_id: None,
+            customer_email: None,
+            success_url: "/".into(),
+            cancel_url: "/".into(),
+            attempt_id: "a".into(),
+            metadata: BTreeMap::new(),
+        };
+        let url = |listen: &str, public: Option<&str>| {
+            let config = BillingConfig { provider: ProviderConfig::Sandbox, public_url: public.map(str::to_owned) };
+            let b = Billing::new(&config, listen.parse().unwrap(), Clock::system()).unwrap();
+            assert!(b.take_sandbox_events().is_some());
+            assert!(b.take_sandbox_events().is_none(), "handed out once");
+            let req = req.clone();
+            async move { b.provider.create_checkout(&req).await.unwrap().payment_url }
+        };
+        assert!(url("0.0.0.0:8080", None).await.starts_with("http://localhost:8080/billing/sandbox/checkout/cs_sbx_"));
+        assert!(url("127.0.0.1:9", None).await.starts_with("http://127.0.0.1:9/billing/sandbox/checkout/"));
+        assert!(url("[::1]:9", None).await.starts_with("http://[::1]:9/billing/sandbox/checkout/"));
+        assert!(url("0.0.0.0:1", Some("https://api.example.com/"))
+            .await
+            .starts_with("https://api.example.com/billing/"));
     }
 
     #[test]

@@ -318,7 +318,7 @@ impl PaymentProvider for SandboxProvider {
 
 /// The sandbox's pages, with the provider as their state; the router merges them only when
 /// the sandbox is the configured provider.
-pub fn routes(sandbox: Arc<SandboxProvider>) -> Router {
+pub fn routes<S: Clone + Send + Sync + 'static>(sandbox: Arc<SandboxProvider>) -> Router<S> {
     Router::new()
         .route(&format!("{CHECKOUT_PATH}/{{id}}"), get(page))
         .route(&format!("{CHECKOUT_PATH}/{{id}}/pay"), post(pay))

@@ -99,6 +99,7 @@ pub fn router(app: Arc<AppState>) -> Router {
         .merge(capture)
         .merge(api)
         .merge(probes())
+        .merge(app.billing.routes())
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .layer(from_fn_with_state(app.clone(), middleware::observe))
         .with_state(app)
