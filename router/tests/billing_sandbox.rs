@@ -145,7 +145,7 @@ async fn cancel_and_detach_change_the_subscription_like_stripe() {
     };
     let _invoice_paid = rx.try_recv().unwrap();
 
-    let sub = p.cancel_at_period_end(&sub_id).await.unwrap();
+    let sub = p.cancel_at_period_end(&sub_id, "cancel-1").await.unwrap();
     assert!(sub.cancel_at_period_end);
     assert_eq!(sub.status, "active", "kept to the end of the period");
     let ev = rx.try_recv().unwrap();
@@ -155,7 +155,7 @@ async fn cancel_and_detach_change_the_subscription_like_stripe() {
     p.detach_payment_method(&pm).await.unwrap();
     assert!(p.payment_method(&pm).await.is_err());
     assert_eq!(p.subscription(&sub_id).await.unwrap().default_payment_method, None);
-    assert!(p.cancel_at_period_end("sub_sbx_unknown").await.is_err());
+    assert!(p.cancel_at_period_end("sub_sbx_unknown", "cancel-2").await.is_err());
 }
 
 #[tokio::test]

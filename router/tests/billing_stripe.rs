@@ -292,7 +292,7 @@ async fn a_slow_answer_times_out_and_an_unreachable_stripe_is_a_transport_error(
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         l.local_addr().unwrap()
     };
-    let err = provider(closed).cancel_at_period_end("sub_1").await.unwrap_err();
+    let err = provider(closed).cancel_at_period_end("sub_1", "cancel-1").await.unwrap_err();
     assert!(matches!(err, BillingError::Transport(_)), "{err:?}");
 }
 
@@ -304,14 +304,31 @@ async fn cancel_sets_cancel_at_period_end_on_the_subscription() {
         "default_payment_method": "pm_1", "metadata": {"org_id": "org_42", "plan": "pro"}
     }))])
     .await;
-    let sub = provider(addr).cancel_at_period_end("sub_1").await.unwrap();
+    let sub = provider(addr).cancel_at_period_end("sub_1", "cancel-1").await.unwrap();
     assert!(sub.cancel_at_period_end);
     assert_eq!(sub.current_period_end, Some(1_782_592_000));
     assert_eq!(sub.metadata.get("org_id").map(String::as_str), Some("org_42"));
     let r = fake.seen.lock().unwrap()[0].clone();
     assert_eq!((r.method.clone(), r.path.as_str()), (Method::POST, "/v1/subscriptions/sub_1"));
     assert_eq!(r.form, vec![("cancel_at_period_end".to_owned(), "true".to_owned())]);
-    assert_eq!(r.header("idempotency-key"), Some(idempotency_key("cancel_at_period_end", &["sub_1"]).as_str()));
+    assert_eq!(
+        r.header("idempotency-key"),
+        Some(idempotency_key("cancel_at_period_end", &["sub_1", "cancel-1"]).as_str())
+    );
+}
+
+#[tokio::test]
+async fn a_second_cancel_after_a_resume_gets_a_new_idempotency_key() {
+    let sub = json!({"id": "sub_1", "status": "active", "cancel_at_period_end": true});
+    let (fake, addr) = fake_stripe(vec![ok(sub.clone()), ok(sub.clone()), ok(sub)]).await;
+    let p = provider(addr);
+    p.cancel_at_period_end("sub_1", "cancel-1").await.unwrap();
+    p.cancel_at_period_end("sub_1", "cancel-1").await.unwrap();
+    p.cancel_at_period_end("sub_1", "cancel-2").await.unwrap();
+    let keys: Vec<String> =
+        fake.seen.lock().unwrap().iter().map(|s| s.header("idempotency-key").unwrap().to_owned()).collect();
+    assert_eq!(keys[0], keys[1], "a retry of the same cancel");
+    assert_ne!(keys[1], keys[2], "a new cancel");
 }
 
 fn invoice_json(id: &str, created: i64) -> Value {

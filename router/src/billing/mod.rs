@@ -340,9 +340,13 @@ pub trait PaymentProvider: Send + Sync {
     fn create_checkout<'a>(&'a self, req: &'a CheckoutRequest) -> BoxFuture<'a, Result<Checkout, BillingError>>;
 
     /// Turns auto-renew off: the subscription runs to the end of its period, then ends.
+    /// `operation_id` names this cancel (the meta command's id, say): its retries reuse it, and
+    /// a later cancel (after auto-renew was turned back on) must pass a new one, or the
+    /// provider would answer with the first cancel's cached result.
     fn cancel_at_period_end<'a>(
         &'a self,
         subscription_id: &'a str,
+        operation_id: &'a str,
     ) -> BoxFuture<'a, Result<Subscription, BillingError>>;
 
     fn subscription<'a>(&'a self, subscription_id: &'a str) -> BoxFuture<'a, Result<Subscription, BillingError>>;

@@ -252,6 +252,7 @@ impl PaymentProvider for SandboxProvider {
     fn cancel_at_period_end<'a>(
         &'a self,
         subscription_id: &'a str,
+        _operation_id: &'a str,
     ) -> BoxFuture<'a, Result<Subscription, BillingError>> {
         Box::pin(async move {
             let sub = {

@@ -160,9 +160,9 @@ impl StripeProvider {
         Ok(Checkout { payment_url, checkout_id: s.id })
     }
 
-    async fn cancel(&self, subscription_id: &str) -> Result<Subscription, BillingError> {
+    async fn cancel(&self, subscription_id: &str, operation_id: &str) -> Result<Subscription, BillingError> {
         let form = vec![("cancel_at_period_end".to_owned(), "true".to_owned())];
-        let key = idempotency_key("cancel_at_period_end", &[subscription_id]);
+        let key = idempotency_key("cancel_at_period_end", &[subscription_id, operation_id]);
         let path = format!("/v1/subscriptions/{}", path_segment(subscription_id)?);
         let s: StripeSubscription = self.call(Method::POST, &path, &form, Some(&key)).await?;
         Ok(s.into())
@@ -219,8 +219,9 @@ impl PaymentProvider for StripeProvider {
     fn cancel_at_period_end<'a>(
         &'a self,
         subscription_id: &'a str,
+        operation_id: &'a str,
     ) -> BoxFuture<'a, Result<Subscription, BillingError>> {
-        Box::pin(self.cancel(subscription_id))
+        Box::pin(self.cancel(subscription_id, operation_id))
     }
 
     fn subscription<'a>(&'a self, subscription_id: &'a str) -> BoxFuture<'a, Result<Subscription, BillingError>> {
