@@ -101,98 +101,27 @@ pub fn decode_attributes(attributes: &[Bytes]) -> Vec<Attribute> {
     attributes.iter().filter_map(|a| decode_attribute(a).ok()).collect()
 }
 
-fn span_to_pb(s: Span<Encoded>) -> pb::SpanRow {
-    let Span {
-        trace_id,
-        span_id,
-        parent_span_id,
-        service_name,
-        operation,
-        start_unix_nanos,
-        duration_nanos,
-        status,
-        attributes,
-    } = s;
-    pb::SpanRow {
-        trace_id,
-        span_id,
-        parent_span_id,
-        service_name,
-        operation,
-        start_unix_nanos,
-        duration_nanos,
-        status: status.code(),
-        attributes: attributes.0,
-    }
+fn encoded_bytes(a: Encoded) -> Vec<Bytes> {
+    a.0
 }
 
-fn span_from_pb(s: pb::SpanRow) -> Span<Encoded> {
-    let pb::SpanRow {
-        trace_id,
-        span_id,
-        parent_span_id,
-        service_name,
-        operation,
-        start_unix_nanos,
-        duration_nanos,
-        status,
-        attributes,
-    } = s;
-    Span {
-        trace_id,
-        span_id,
-        parent_span_id,
-        service_name,
-        operation,
-        start_unix_nanos,
-        duration_nanos,
-        status: SpanStatus::from_code(status),
-        attributes: Encoded(attributes),
-    }
-}
-
-fn log_to_pb(l: LogRecord<Encoded>) -> pb::LogRow {
-    let LogRecord { unix_nanos, level, service, message, trace_id, span_id, attributes } = l;
-    pb::LogRow { unix_nanos, level: level.code(), service, message, trace_id, span_id, attributes: attributes.0 }
-}
-
-fn log_from_pb(l: pb::LogRow) -> LogRecord<Encoded> {
-    let pb::LogRow { unix_nanos, level, service, message, trace_id, span_id, attributes } = l;
-    LogRecord {
-        unix_nanos,
-        level: LogLevel::from_code(level),
-        service,
-        message,
-        trace_id,
-        span_id,
-        attributes: Encoded(attributes),
-    }
-}
-
-/// Both directions between a domain row and its persisted row, fields of the same names;
-/// both sides are destructured whole, so a field added to one only does not compile.
-macro_rules! same_fields {
-    ($to:ident, $from:ident: $domain:ty, $($d:ident)::+ <=> $($w:ident)::+ { $($field:ident),* $(,)? } $(, $attributes:ident)?) => {
-        fn $to(d: $domain) -> $($w)::+ {
-            let $($d)::+ { $($field,)* $($attributes)? } = d;
-            $($w)::+ { $($field,)* $($attributes: $attributes.0)? }
-        }
-
-        fn $from(w: $($w)::+) -> $domain {
-            let $($w)::+ { $($field,)* $($attributes)? } = w;
-            $($d)::+ { $($field,)* $($attributes: Encoded($attributes))? }
-        }
-    };
-}
-
-same_fields!(metric_to_pb, metric_from_pb: HostMetric<Encoded>, HostMetric <=> pb::HostMetricRow {
-    unix_nanos, hostname, cpu_percent, memory_used_bytes, memory_total_bytes, disk_used_percent,
-    network_rx_bytes_per_sec, network_tx_bytes_per_sec,
-}, attributes);
-same_fields!(event_to_pb, event_from_pb: Event, Event <=> pb::EventRow {
-    uuid, event, distinct_id, unix_nanos, properties_json,
+same_fields!(Span<Encoded> = Span <=> pb::SpanRow {
+    trace_id, span_id, parent_span_id, service_name, operation, start_unix_nanos, duration_nanos;
+    status: SpanStatus::code, SpanStatus::from_code;
+    attributes: encoded_bytes, Encoded;
 });
-same_fields!(replay_to_pb, replay_from_pb: ReplayEvent, ReplayEvent <=> pb::ReplayEventRow {
+same_fields!(LogRecord<Encoded> = LogRecord <=> pb::LogRow {
+    unix_nanos, service, message, trace_id, span_id;
+    level: LogLevel::code, LogLevel::from_code;
+    attributes: encoded_bytes, Encoded;
+});
+same_fields!(HostMetric<Encoded> = HostMetric <=> pb::HostMetricRow {
+    unix_nanos, hostname, cpu_percent, memory_used_bytes, memory_total_bytes, disk_used_percent,
+    network_rx_bytes_per_sec, network_tx_bytes_per_sec;
+    attributes: encoded_bytes, Encoded;
+});
+same_fields!(Event = Event <=> pb::EventRow { uuid, event, distinct_id, unix_nanos, properties_json });
+same_fields!(ReplayEvent = ReplayEvent <=> pb::ReplayEventRow {
     session_id, distinct_id, window_id, unix_nanos, event_type, data_json, uuid,
 });
 
@@ -206,12 +135,12 @@ pub fn encode_ingest_encoded(batch: RowBatch<Encoded>) -> Vec<u8> {
         batch;
     pb::RowBatch {
         project_id,
-        spans: all(spans, span_to_pb),
-        logs: all(logs, log_to_pb),
-        host_metrics: all(host_metrics, metric_to_pb),
+        spans: all(spans, pb::SpanRow::from),
+        logs: all(logs, pb::LogRow::from),
+        host_metrics: all(host_metrics, pb::HostMetricRow::from),
         json_bytes,
-        events: all(events, event_to_pb),
-        replay_events: all(replay_events, replay_to_pb),
+        events: all(events, pb::EventRow::from),
+        replay_events: all(replay_events, pb::ReplayEventRow::from),
         received_unix_millis,
     }
     .encode_to_vec()
@@ -258,20 +187,35 @@ pub fn encode_ingest(batch: RowBatch) -> Vec<u8> {
         batch;
     let take = std::mem::take;
     let spans: Vec<_> = all(spans, |s| {
-        Unencoded::new(s, 9, |s| span_to_pb(s.map_attributes(|_| Encoded::default())), |s| take(&mut s.attributes))
+        Unencoded::new(
+            s,
+            9,
+            |s| pb::SpanRow::from(s.map_attributes(|_| Encoded::default())),
+            |s| take(&mut s.attributes),
+        )
     });
     let logs: Vec<_> = all(logs, |l| {
-        Unencoded::new(l, 7, |l| log_to_pb(l.map_attributes(|_| Encoded::default())), |l| take(&mut l.attributes))
+        Unencoded::new(
+            l,
+            7,
+            |l| pb::LogRow::from(l.map_attributes(|_| Encoded::default())),
+            |l| take(&mut l.attributes),
+        )
     });
     let host_metrics: Vec<_> = all(host_metrics, |m| {
-        Unencoded::new(m, 9, |m| metric_to_pb(m.map_attributes(|_| Encoded::default())), |m| take(&mut m.attributes))
+        Unencoded::new(
+            m,
+            9,
+            |m| pb::HostMetricRow::from(m.map_attributes(|_| Encoded::default())),
+            |m| take(&mut m.attributes),
+        )
     });
     // Fields 1 and 5 to 8; 2 to 4 go between them.
     let head = pb::RowBatch { project_id, ..Default::default() };
     let tail = pb::RowBatch {
         json_bytes,
-        events: all(events, event_to_pb),
-        replay_events: all(replay_events, replay_to_pb),
+        events: all(events, pb::EventRow::from),
+        replay_events: all(replay_events, pb::ReplayEventRow::from),
         received_unix_millis,
         ..Default::default()
     };
@@ -297,12 +241,12 @@ pub fn decode_ingest(payload: Bytes) -> Result<RowBatch<Encoded>, DecodeError> {
     Ok(RowBatch {
         received_unix_millis,
         project_id,
-        spans: all(spans, span_from_pb),
-        logs: all(logs, log_from_pb),
-        host_metrics: all(host_metrics, metric_from_pb),
+        spans: all(spans, Span::from),
+        logs: all(logs, LogRecord::from),
+        host_metrics: all(host_metrics, HostMetric::from),
         json_bytes,
-        events: all(events, event_from_pb),
-        replay_events: all(replay_events, replay_from_pb),
+        events: all(events, Event::from),
+        replay_events: all(replay_events, ReplayEvent::from),
     })
 }
 

@@ -200,19 +200,7 @@ impl TryFrom<query_request::Plan> for Plan {
     }
 }
 
-impl From<LogKey> for crate::LogKey {
-    fn from(k: LogKey) -> Self {
-        let LogKey { unix_nanos, group, content_hash, duplicate } = k;
-        crate::LogKey { unix_nanos, group, content_hash, duplicate }
-    }
-}
-
-impl From<crate::LogKey> for LogKey {
-    fn from(k: crate::LogKey) -> Self {
-        let crate::LogKey { unix_nanos, group, content_hash, duplicate } = k;
-        LogKey { unix_nanos, group, content_hash, duplicate }
-    }
-}
+same_fields!(LogKey = LogKey <=> crate::LogKey { unix_nanos, group, content_hash, duplicate });
 
 // ------------------------------------------------------------------------------ reply
 
@@ -288,29 +276,9 @@ impl From<Partial> for query_reply::Partial {
             Partial::HostSeries(HostSeries(buckets)) => {
                 W::HostSeries(crate::HostSeriesPartial { buckets: buckets.into_values().map(Into::into).collect() })
             }
-            Partial::Replays(ReplaySessions(sessions)) => W::Replays(crate::ReplayListPartial {
-                sessions: sessions
-                    .into_iter()
-                    .map(|s| {
-                        let ReplaySession {
-                            session_id,
-                            distinct_id,
-                            start_unix_nanos,
-                            end_unix_nanos,
-                            event_count,
-                            size_bytes,
-                        } = s;
-                        crate::ReplaySession {
-                            session_id,
-                            distinct_id,
-                            start_unix_nanos,
-                            end_unix_nanos,
-                            event_count,
-                            size_bytes,
-                        }
-                    })
-                    .collect(),
-            }),
+            Partial::Replays(ReplaySessions(sessions)) => {
+                W::Replays(crate::ReplayListPartial { sessions: all(sessions) })
+            }
             Partial::ReplayEvents(ReplayEvents(events)) => {
                 W::ReplayEvents(crate::ReplayEventsPartial { events: all(events) })
             }
@@ -411,29 +379,7 @@ impl TryFrom<query_reply::Partial> for Partial {
                 }
                 Partial::HostSeries(out)
             }
-            W::Replays(p) => Partial::Replays(ReplaySessions(
-                p.sessions
-                    .into_iter()
-                    .map(|s| {
-                        let crate::ReplaySession {
-                            session_id,
-                            distinct_id,
-                            start_unix_nanos,
-                            end_unix_nanos,
-                            event_count,
-                            size_bytes,
-                        } = s;
-                        ReplaySession {
-                            session_id,
-                            distinct_id,
-                            start_unix_nanos,
-                            end_unix_nanos,
-                            event_count,
-                            size_bytes,
-                        }
-                    })
-                    .collect(),
-            )),
+            W::Replays(p) => Partial::Replays(ReplaySessions(all(p.sessions))),
             W::ReplayEvents(p) => Partial::ReplayEvents(ReplayEvents(all(p.events))),
             W::EventBuckets(p) => Partial::EventBuckets(EventBuckets(
                 p.buckets.into_iter().map(|b| EventBucket { count: b.count, unique_users: b.unique_users }).collect(),
@@ -538,33 +484,19 @@ fn mean_from_wire(m: Option<crate::Mean>) -> Option<Mean> {
     m.map(|m| Mean { sum: m.sum, count: m.count })
 }
 
-impl From<HostBucket> for crate::HostBucket {
-    fn from(b: HostBucket) -> Self {
-        crate::HostBucket {
-            start_unix_nanos: b.start_unix_nanos,
-            cpu_percent: mean_to_wire(b.cpu_percent),
-            memory_used_bytes: mean_to_wire(b.memory_used_bytes),
-            memory_total_bytes: mean_to_wire(b.memory_total_bytes),
-            disk_used_percent: mean_to_wire(b.disk_used_percent),
-            network_rx_bytes_per_sec: mean_to_wire(b.network_rx_bytes_per_sec),
-            network_tx_bytes_per_sec: mean_to_wire(b.network_tx_bytes_per_sec),
-        }
-    }
-}
+same_fields!(HostBucket = HostBucket <=> crate::HostBucket {
+    start_unix_nanos;
+    cpu_percent: mean_to_wire, mean_from_wire;
+    memory_used_bytes: mean_to_wire, mean_from_wire;
+    memory_total_bytes: mean_to_wire, mean_from_wire;
+    disk_used_percent: mean_to_wire, mean_from_wire;
+    network_rx_bytes_per_sec: mean_to_wire, mean_from_wire;
+    network_tx_bytes_per_sec: mean_to_wire, mean_from_wire;
+});
 
-impl From<crate::HostBucket> for HostBucket {
-    fn from(b: crate::HostBucket) -> Self {
-        HostBucket {
-            start_unix_nanos: b.start_unix_nanos,
-            cpu_percent: mean_from_wire(b.cpu_percent),
-            memory_used_bytes: mean_from_wire(b.memory_used_bytes),
-            memory_total_bytes: mean_from_wire(b.memory_total_bytes),
-            disk_used_percent: mean_from_wire(b.disk_used_percent),
-            network_rx_bytes_per_sec: mean_from_wire(b.network_rx_bytes_per_sec),
-            network_tx_bytes_per_sec: mean_from_wire(b.network_tx_bytes_per_sec),
-        }
-    }
-}
+same_fields!(ReplaySession = ReplaySession <=> crate::ReplaySession {
+    session_id, distinct_id, start_unix_nanos, end_unix_nanos, event_count, size_bytes,
+});
 
 #[cfg(test)]
 mod tests {

@@ -53,226 +53,26 @@ fn attributes_from_wire(a: Vec<KeyValue>) -> Vec<Attribute> {
     a.into_iter().map(Into::into).collect()
 }
 
-impl From<SpanStatus> for crate::SpanStatus {
-    fn from(s: SpanStatus) -> Self {
-        match s {
-            SpanStatus::Unset => crate::SpanStatus::Unset,
-            SpanStatus::Ok => crate::SpanStatus::Ok,
-            SpanStatus::Error => crate::SpanStatus::Error,
-        }
-    }
-}
-
-impl From<crate::SpanStatus> for SpanStatus {
-    fn from(s: crate::SpanStatus) -> Self {
-        match s {
-            crate::SpanStatus::Unset => SpanStatus::Unset,
-            crate::SpanStatus::Ok => SpanStatus::Ok,
-            crate::SpanStatus::Error => SpanStatus::Error,
-        }
-    }
-}
-
-/// An unknown code reads as unset, as protobuf reads an unknown enum value.
-pub fn span_status(code: i32) -> SpanStatus {
-    crate::SpanStatus::try_from(code).unwrap_or_default().into()
-}
-
-impl From<LogLevel> for crate::LogLevel {
-    fn from(l: LogLevel) -> Self {
-        match l {
-            LogLevel::Unspecified => crate::LogLevel::Unspecified,
-            LogLevel::Trace => crate::LogLevel::Trace,
-            LogLevel::Debug => crate::LogLevel::Debug,
-            LogLevel::Info => crate::LogLevel::Info,
-            LogLevel::Warn => crate::LogLevel::Warn,
-            LogLevel::Error => crate::LogLevel::Error,
-            LogLevel::Fatal => crate::LogLevel::Fatal,
-        }
-    }
-}
-
-impl From<crate::LogLevel> for LogLevel {
-    fn from(l: crate::LogLevel) -> Self {
-        match l {
-            crate::LogLevel::Unspecified => LogLevel::Unspecified,
-            crate::LogLevel::Trace => LogLevel::Trace,
-            crate::LogLevel::Debug => LogLevel::Debug,
-            crate::LogLevel::Info => LogLevel::Info,
-            crate::LogLevel::Warn => LogLevel::Warn,
-            crate::LogLevel::Error => LogLevel::Error,
-            crate::LogLevel::Fatal => LogLevel::Fatal,
-        }
-    }
-}
-
-/// An unknown code reads as unspecified.
-pub fn log_level(code: i32) -> LogLevel {
-    crate::LogLevel::try_from(code).unwrap_or_default().into()
-}
-
-impl From<Span> for crate::Span {
-    fn from(s: Span) -> Self {
-        let Span {
-            trace_id,
-            span_id,
-            parent_span_id,
-            service_name,
-            operation,
-            start_unix_nanos,
-            duration_nanos,
-            status,
-            attributes,
-        } = s;
-        crate::Span {
-            trace_id,
-            span_id,
-            parent_span_id,
-            service_name,
-            operation,
-            start_unix_nanos,
-            duration_nanos,
-            status: crate::SpanStatus::from(status) as i32,
-            attributes: attributes_to_wire(attributes),
-        }
-    }
-}
-
-impl From<crate::Span> for Span {
-    fn from(s: crate::Span) -> Self {
-        let crate::Span {
-            trace_id,
-            span_id,
-            parent_span_id,
-            service_name,
-            operation,
-            start_unix_nanos,
-            duration_nanos,
-            status,
-            attributes,
-        } = s;
-        Span {
-            trace_id,
-            span_id,
-            parent_span_id,
-            service_name,
-            operation,
-            start_unix_nanos,
-            duration_nanos,
-            status: span_status(status),
-            attributes: attributes_from_wire(attributes),
-        }
-    }
-}
-
-impl From<LogRecord> for crate::LogRecord {
-    fn from(l: LogRecord) -> Self {
-        let LogRecord { unix_nanos, level, service, message, trace_id, span_id, attributes } = l;
-        crate::LogRecord {
-            unix_nanos,
-            level: crate::LogLevel::from(level) as i32,
-            service,
-            message,
-            trace_id,
-            span_id,
-            attributes: attributes_to_wire(attributes),
-        }
-    }
-}
-
-impl From<crate::LogRecord> for LogRecord {
-    fn from(l: crate::LogRecord) -> Self {
-        let crate::LogRecord { unix_nanos, level, service, message, trace_id, span_id, attributes } = l;
-        LogRecord {
-            unix_nanos,
-            level: log_level(level),
-            service,
-            message,
-            trace_id,
-            span_id,
-            attributes: attributes_from_wire(attributes),
-        }
-    }
-}
-
-/// Both directions of a message whose fields are the domain type's, same names. Both sides are destructured whole, so a field added to one does not compile.
-macro_rules! same_fields {
-    ($domain:ident <=> $wire:path { $($field:ident),* $(,)? }) => {
-        impl From<$domain> for $wire {
-            fn from(d: $domain) -> Self {
-                let $domain { $($field,)* } = d;
-                $wire { $($field,)* }
-            }
-        }
-
-        impl From<$wire> for $domain {
-            fn from(w: $wire) -> Self {
-                let $wire { $($field,)* } = w;
-                $domain { $($field,)* }
-            }
-        }
-    };
-}
-
-impl From<HostMetric> for crate::HostMetric {
-    fn from(m: HostMetric) -> Self {
-        let HostMetric {
-            unix_nanos,
-            hostname,
-            cpu_percent,
-            memory_used_bytes,
-            memory_total_bytes,
-            disk_used_percent,
-            network_rx_bytes_per_sec,
-            network_tx_bytes_per_sec,
-            attributes,
-        } = m;
-        crate::HostMetric {
-            unix_nanos,
-            hostname,
-            cpu_percent,
-            memory_used_bytes,
-            memory_total_bytes,
-            disk_used_percent,
-            network_rx_bytes_per_sec,
-            network_tx_bytes_per_sec,
-            attributes: attributes_to_wire(attributes),
-        }
-    }
-}
-
-impl From<crate::HostMetric> for HostMetric {
-    fn from(m: crate::HostMetric) -> Self {
-        let crate::HostMetric {
-            unix_nanos,
-            hostname,
-            cpu_percent,
-            memory_used_bytes,
-            memory_total_bytes,
-            disk_used_percent,
-            network_rx_bytes_per_sec,
-            network_tx_bytes_per_sec,
-            attributes,
-        } = m;
-        HostMetric {
-            unix_nanos,
-            hostname,
-            cpu_percent,
-            memory_used_bytes,
-            memory_total_bytes,
-            disk_used_percent,
-            network_rx_bytes_per_sec,
-            network_tx_bytes_per_sec,
-            attributes: attributes_from_wire(attributes),
-        }
-    }
-}
-
-same_fields!(Event <=> crate::Event { uuid, event, distinct_id, unix_nanos, properties_json });
-same_fields!(ReplayEvent <=> crate::ReplayEvent {
+same_fields!(Span = Span <=> crate::Span {
+    trace_id, span_id, parent_span_id, service_name, operation, start_unix_nanos, duration_nanos;
+    status: SpanStatus::code, SpanStatus::from_code;
+    attributes: attributes_to_wire, attributes_from_wire;
+});
+same_fields!(LogRecord = LogRecord <=> crate::LogRecord {
+    unix_nanos, service, message, trace_id, span_id;
+    level: LogLevel::code, LogLevel::from_code;
+    attributes: attributes_to_wire, attributes_from_wire;
+});
+same_fields!(HostMetric = HostMetric <=> crate::HostMetric {
+    unix_nanos, hostname, cpu_percent, memory_used_bytes, memory_total_bytes, disk_used_percent,
+    network_rx_bytes_per_sec, network_tx_bytes_per_sec;
+    attributes: attributes_to_wire, attributes_from_wire;
+});
+same_fields!(Event = Event <=> crate::Event { uuid, event, distinct_id, unix_nanos, properties_json });
+same_fields!(ReplayEvent = ReplayEvent <=> crate::ReplayEvent {
     session_id, distinct_id, window_id, unix_nanos, event_type, data_json, uuid,
 });
-same_fields!(TraceSummary <=> crate::TraceSummary {
+same_fields!(TraceSummary = TraceSummary <=> crate::TraceSummary {
     trace_id, start_unix_nanos, end_unix_nanos, root_service, root_operation, span_count, error_count, services,
 });
 
@@ -360,8 +160,31 @@ mod tests {
     }
 
     #[test]
+    fn the_row_enum_codes_are_the_numbers_of_the_wire_enums() {
+        use crate::{LogLevel as W, SpanStatus as S};
+        let statuses = [(SpanStatus::Unset, S::Unset), (SpanStatus::Ok, S::Ok), (SpanStatus::Error, S::Error)];
+        for (domain, wire) in statuses {
+            assert_eq!(domain.code(), wire as i32, "{domain:?}");
+        }
+        let levels = [
+            (LogLevel::Unspecified, W::Unspecified),
+            (LogLevel::Trace, W::Trace),
+            (LogLevel::Debug, W::Debug),
+            (LogLevel::Info, W::Info),
+            (LogLevel::Warn, W::Warn),
+            (LogLevel::Error, W::Error),
+            (LogLevel::Fatal, W::Fatal),
+        ];
+        for (domain, wire) in levels {
+            assert_eq!(domain.code(), wire as i32, "{domain:?}");
+        }
+    }
+
+    #[test]
     fn unknown_enum_codes_read_as_the_default() {
-        assert_eq!(span_status(99), SpanStatus::Unset);
-        assert_eq!(log_level(-1), LogLevel::Unspecified);
+        let span = |status| crate::Span { status, ..Default::default() };
+        assert_eq!(Span::from(span(99)).status, SpanStatus::Unset);
+        let log = |level| crate::LogRecord { level, ..Default::default() };
+        assert_eq!(LogRecord::from(log(-1)).level, LogLevel::Unspecified);
     }
 }
