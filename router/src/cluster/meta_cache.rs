@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 use sextant_model::meta::{
     AlertRule, Credential, Member, MetaView, Org, Plan, Project, Quota, RateLimitOverrides, ROUTER_LIVE_MS,
 };
+use sextant_model::usage::UsageCounts;
 use sextant_model::{OrgId, ProjectId, UserId};
 
 /// Meta records indexed the way requests look them up.
@@ -27,6 +28,11 @@ pub struct MetaCache {
     pub routers: Vec<i64>,
     pub alert_rules: Vec<AlertRule>,
     pub deleted_projects: HashSet<ProjectId>,
+    /// When each org's trial ends.
+    pub trials: HashMap<OrgId, i64>,
+    /// (project id, month `YYYYMM`) -> usage, for the two newest months the storage nodes
+    /// reported (docs/API.md, "Usage"): at most a few seconds behind what was committed.
+    pub usage: HashMap<(String, u32), UsageCounts>,
 }
 
 impl From<MetaView> for MetaCache {
@@ -45,6 +51,8 @@ impl From<MetaView> for MetaCache {
             routers: v.routers.into_iter().map(|r| r.at_ms).collect(),
             alert_rules: v.alert_rules,
             deleted_projects: v.deleted_projects.into_iter().collect(),
+            trials: v.trials.into_iter().map(|t| (t.org_id, t.ends_at_ms)).collect(),
+            usage: v.usage.into_iter().map(|u| ((u.project_id, u.month), u.counts)).collect(),
         }
     }
 }

@@ -23,7 +23,7 @@ use serde::Serialize;
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 
 use crate::http::error::ApiError;
-use crate::identity::{account, api_keys, members, projects};
+use crate::identity::{account, api_keys, members, projects, usage};
 use crate::ingest::{analytics, observability, otlp};
 use crate::query::{activity, apm, cohorts, errors, funnel, hosts, logs, replays, retention, service_map, traces};
 use crate::AppState;
@@ -89,6 +89,7 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/api/org/members/{user_id}", delete(members::remove))
         .route("/api/v1/api-keys", get(api_keys::list).post(api_keys::create))
         .route("/api/v1/api-keys/{id}", delete(api_keys::delete))
+        .route("/api/v1/usage", get(usage::get))
         .route_layer(from_fn_with_state(app.clone(), middleware::read_deadline))
         .merge(auth)
         .layer(DefaultBodyLimit::max(account::MAX_AUTH_BODY))

@@ -10,3 +10,4 @@ pub mod members;
 pub mod projects;
 pub mod rate_limit;
 pub mod refresh;
+pub mod usage;
