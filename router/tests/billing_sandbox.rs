@@ -173,3 +173,69 @@ fn the_sandbox_takes_no_webhooks_from_outside() {
     let (p, _rx, _clock) = sandbox();
     assert!(p.parse_webhook(Some("t=1,v1=00"), b"{}").is_err());
 }
+
+/// A paid sandbox subscription; the checkout's two events already drained.
+async fn paid_subscription(p: &Arc<SandboxProvider>, rx: &mut UnboundedReceiver<ProviderEvent>) -> String {
+    let c = p.create_checkout(&request("a1")).await.unwrap();
+    p.pay(&c.checkout_id).unwrap();
+    let EventKind::CheckoutCompleted { subscription_id: Some(sub_id), .. } = rx.try_recv().unwrap().kind else {
+        panic!()
+    };
+    let _invoice_paid = rx.try_recv().unwrap();
+    sub_id
+}
+
+const MONTH: u64 = 30 * 86_400;
+const GRACE: i64 = 7 * 86_400;
+
+#[tokio::test]
+async fn at_period_end_a_subscription_with_a_card_is_charged_again_for_the_next_period() {
+    let (p, mut rx, clock) = sandbox();
+    let sub_id = paid_subscription(&p, &mut rx).await;
+    clock.advance(std::time::Duration::from_secs(MONTH - 1));
+    assert_eq!(p.renew_due(GRACE), 0, "nothing is due before the period ends");
+    clock.advance(std::time::Duration::from_secs(1));
+    assert_eq!(p.renew_due(GRACE), 2);
+    let EventKind::InvoicePaid(inv) = rx.try_recv().unwrap().kind else { panic!() };
+    assert_eq!((inv.amount_paid, inv.period_start, inv.period_end), (9900, NOW + 30 * 86_400, NOW + 60 * 86_400));
+    let EventKind::SubscriptionUpdated(sub) = rx.try_recv().unwrap().kind else { panic!() };
+    assert_eq!((sub.status.as_str(), sub.current_period_end), ("active", Some(NOW + 60 * 86_400)));
+    assert_eq!(p.renew_due(GRACE), 0, "renewing twice at the same time charges once");
+    assert_eq!(p.invoices(sub.customer_id.as_deref().unwrap()).await.unwrap().len(), 2);
+    assert_eq!(p.subscription(&sub_id).await.unwrap().current_period_end, Some(NOW + 60 * 86_400));
+}
+
+#[tokio::test]
+async fn at_period_end_a_canceled_subscription_ends_without_a_charge() {
+    let (p, mut rx, clock) = sandbox();
+    let sub_id = paid_subscription(&p, &mut rx).await;
+    p.cancel_at_period_end(&sub_id, "cancel-1").await.unwrap();
+    let _updated = rx.try_recv().unwrap();
+    clock.advance(std::time::Duration::from_secs(MONTH));
+    assert_eq!(p.renew_due(GRACE), 1);
+    let EventKind::SubscriptionDeleted(sub) = rx.try_recv().unwrap().kind else { panic!() };
+    assert_eq!(sub.status, "canceled");
+    assert_eq!(p.invoices(sub.customer_id.as_deref().unwrap()).await.unwrap().len(), 1, "no second invoice");
+    clock.advance(std::time::Duration::from_secs(MONTH));
+    assert_eq!(p.renew_due(GRACE), 0);
+}
+
+#[tokio::test]
+async fn without_a_card_the_renewal_fails_goes_past_due_and_ends_after_the_grace_period() {
+    let (p, mut rx, clock) = sandbox();
+    let sub_id = paid_subscription(&p, &mut rx).await;
+    let pm = p.subscription(&sub_id).await.unwrap().default_payment_method.unwrap();
+    p.detach_payment_method(&pm).await.unwrap();
+    clock.advance(std::time::Duration::from_secs(MONTH));
+    assert_eq!(p.renew_due(GRACE), 2);
+    let EventKind::InvoicePaymentFailed(inv) = rx.try_recv().unwrap().kind else { panic!() };
+    assert_eq!((inv.amount_due, inv.amount_paid, inv.status.as_str()), (9900, 0, "open"));
+    let EventKind::SubscriptionUpdated(sub) = rx.try_recv().unwrap().kind else { panic!() };
+    assert_eq!(sub.status, "past_due");
+    clock.advance(std::time::Duration::from_secs(GRACE as u64 - 1));
+    assert_eq!(p.renew_due(GRACE), 0, "still within the grace period");
+    clock.advance(std::time::Duration::from_secs(1));
+    assert_eq!(p.renew_due(GRACE), 1);
+    let EventKind::SubscriptionDeleted(sub) = rx.try_recv().unwrap().kind else { panic!() };
+    assert_eq!(sub.status, "canceled");
+}

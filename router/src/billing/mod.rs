@@ -92,6 +92,12 @@ impl Billing {
         self.sandbox_events.lock().unwrap().take()
     }
 
+    /// The sandbox provider, when it is the one configured: for its renewals
+    /// ([`sandbox::SandboxProvider::renew_due`]), which Stripe does on its own.
+    pub fn sandbox(&self) -> Option<&Arc<sandbox::SandboxProvider>> {
+        self.sandbox.as_ref()
+    }
+
     /// The sandbox's payment pages, when the sandbox is the provider; nothing otherwise.
     pub fn routes<S: Clone + Send + Sync + 'static>(&self) -> axum::Router<S> {
         match &self.sandbox {
