@@ -416,3 +416,23 @@ fn the_provider_debug_output_hides_both_secrets() {
     let dbg = format!("{p:?}");
     assert!(!dbg.contains(KEY) && !dbg.contains(WHSEC), "{dbg}");
 }
+
+#[tokio::test]
+async fn a_409_for_the_same_key_still_in_flight_is_retried() {
+    let (fake, addr) = fake_stripe(vec![
+        status(
+            StatusCode::CONFLICT,
+            stripe_error(
+                "idempotency_error",
+                "idempotency_key_in_use",
+                "There is currently another in-progress request",
+            ),
+        ),
+        ok(session_json()),
+    ])
+    .await;
+    provider(addr).create_checkout(&checkout_request("attempt-1")).await.unwrap();
+    let seen = fake.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 2);
+    assert_eq!(seen[0].header("idempotency-key"), seen[1].header("idempotency-key"));
+}

@@ -5,7 +5,7 @@
 //! change of the account's default version cannot change the shapes read here. Every `POST`
 //! carries an `Idempotency-Key` derived from the operation and its objects, so a retry (ours,
 //! or the caller's after a crash) is answered with the first result rather than done twice.
-//! 429, 5xx and network failures are retried with exponential backoff, honouring
+//! 409 (the same key in flight), 429, 5xx and network failures are retried with exponential backoff, honouring
 //! `Retry-After` and `Stripe-Should-Retry`; other errors map `{"error": {type, code, message}}`
 //! onto [`BillingError`].
 
@@ -135,8 +135,13 @@ impl StripeProvider {
                         return serde_json::from_slice(&body).map_err(|e| BillingError::Decode(format!("{path}: {e}")));
                     }
                     let err = api_error(status, body.as_deref().unwrap_or_default());
-                    let retry =
-                        should_retry.unwrap_or(status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error());
+                    // 409: another request with this idempotency key is still in flight
+                    // (`idempotency_key_in_use`); its answer will be ours once it finishes.
+                    let retry = should_retry.unwrap_or(
+                        status == StatusCode::TOO_MANY_REQUESTS
+                            || status == StatusCode::CONFLICT
+                            || status.is_server_error(),
+                    );
                     (retry, err, retry_after)
                 }
             };
