@@ -17,9 +17,9 @@ mod routers;
 mod sessions;
 mod snapshot;
 mod tenancy;
-mod usage;
 #[cfg(test)]
 mod testing;
+mod usage;
 
 use std::io::{self, Read, Write};
 

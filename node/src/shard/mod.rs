@@ -13,9 +13,9 @@ mod compact;
 mod flush;
 mod install;
 mod read;
-pub mod usage;
 #[cfg(test)]
 mod testing;
+pub mod usage;
 
 pub use compact::{CompactionJob, CompactionOutcome};
 pub use flush::{FLUSH_AGE, FLUSH_BYTES};

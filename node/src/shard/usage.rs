@@ -111,10 +111,7 @@ impl Usage {
 
     /// The cumulative counts per project and month, as reported to meta.
     pub fn records(&self) -> Vec<UsageRecord> {
-        self.totals
-            .iter()
-            .map(|((p, m), c)| UsageRecord { project_id: p.clone(), month: *m, counts: *c })
-            .collect()
+        self.totals.iter().map(|((p, m), c)| UsageRecord { project_id: p.clone(), month: *m, counts: *c }).collect()
     }
 }
 

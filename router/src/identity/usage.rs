@@ -256,7 +256,8 @@ mod tests {
     fn the_usage_response_has_the_seed_fields_the_counts_per_kind_and_project_and_the_history() {
         let (org, a, b) = (OrgId::random(), ProjectId::random(), ProjectId::random());
         let month = month_of_millis(NOW);
-        let mut v = view(org, "free", a, b, vec![rec(a, month, counts(250_000_000, 1)), rec(b, month, counts(50_000_000, 2))]);
+        let mut v =
+            view(org, "free", a, b, vec![rec(a, month, counts(250_000_000, 1)), rec(b, month, counts(50_000_000, 2))]);
         v.trials = vec![OrgTrial { org_id: org, ends_at_ms: NOW + 3 * DAY_MS - 1000 }];
         let cache = MetaCache::from(v);
         let projects = org_projects(&cache, org);
@@ -342,6 +343,9 @@ mod tests {
         let after = usage(&cache, org, &projects, clock.clock().now_millis(), vec![nov]).unwrap();
         assert_eq!((after.counts, after.period_start.as_str()), (Counts::default(), "2026-12-01T00:00:00.000Z"));
         assert_eq!(after.period_end, "2027-01-01T00:00:00.000Z");
-        assert_eq!(after.history.iter().map(|h| (h.month.as_str(), h.counts.bytes)).collect::<Vec<_>>(), [("2026-11", 100)]);
+        assert_eq!(
+            after.history.iter().map(|h| (h.month.as_str(), h.counts.bytes)).collect::<Vec<_>>(),
+            [("2026-11", 100)]
+        );
     }
 }
