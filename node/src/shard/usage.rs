@@ -275,4 +275,106 @@ mod tests {
             assert_eq!(s.usage.totals, reference, "checkpoint at entry {at}");
         }
     }
+
+    #[test]
+    fn a_replica_installing_a_snapshot_takes_its_counters_and_can_take_back_an_aborted_batch() {
+        let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut a = SegmentShard::open(a_dir.path()).unwrap();
+        ingest(&mut a, 1, 1, spans("p", 3, 30, NOV));
+        ingest(&mut a, 2, 2, spans("p", 2, 20, NOV));
+        checkpoint(&mut a, 2);
+        let (meta, files) = a.checkpoint().unwrap();
+        let mut b = SegmentShard::open(b_dir.path()).unwrap();
+        ingest(&mut b, 1, 7, spans("p", 9, 90, NOV));
+        let staging = b_dir.path().join("staging");
+        std::fs::create_dir_all(&staging).unwrap();
+        for f in &files {
+            std::fs::copy(a_dir.path().join(&f.name), staging.join(&f.name)).unwrap();
+        }
+        b.install(&meta, &staging, &files).unwrap();
+        assert_eq!(counts(&b, "p", 202611), c(50, 5, 0, 0, 0, 0));
+        b.apply(3, Command::Abort { batch_id: 1 });
+        assert_eq!(counts(&b, "p", 202611), c(20, 2, 0, 0, 0, 0));
+    }
+
+    mod model {
+        use super::*;
+        use proptest::prelude::*;
+
+        #[derive(Clone, Debug)]
+        enum Op {
+            Ingest(u8),
+            /// The router retrying the k-th batch (same batch id).
+            Retry(usize),
+            Abort(usize),
+            Checkpoint,
+            /// kill -9 and restart: the entries after the last checkpoint are applied again.
+            Restart,
+        }
+
+        fn op() -> impl Strategy<Value = Op> {
+            prop_oneof![
+                4 => (1u8..20).prop_map(Op::Ingest),
+                1 => any::<usize>().prop_map(Op::Retry),
+                1 => any::<usize>().prop_map(Op::Abort),
+                1 => Just(Op::Checkpoint),
+                1 => Just(Op::Restart),
+            ]
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+            /// Whatever the retries, aborts (before or after their batch), checkpoints and
+            /// crashes: the counters are exactly those of the batches applied and not aborted.
+            #[test]
+            fn the_counters_are_exactly_the_applied_batches_not_aborted_whatever_the_crashes(
+                ops in prop::collection::vec(op(), 1..40)
+            ) {
+                let dir = tempfile::tempdir().unwrap();
+                let mut s = SegmentShard::open(dir.path()).unwrap();
+                let mut log: Vec<(u64, Command)> = Vec::new();
+                let mut checkpointed = 0u64;
+                let mut batches: Vec<(u128, u8)> = Vec::new();
+                let mut aborted = std::collections::HashSet::new();
+                let apply = |s: &mut SegmentShard, log: &mut Vec<(u64, Command)>, cmd: Command| {
+                    let index = log.len() as u64 + 1;
+                    log.push((index, cmd.clone()));
+                    s.apply(index, cmd);
+                };
+                let payload = |n: u8| spans("p", n as usize, u64::from(n) * 10, NOV);
+                for op in ops {
+                    match op {
+                        Op::Ingest(n) => {
+                            let id = batches.len() as u128 + 1;
+                            apply(&mut s, &mut log, Command::Ingest { batch_id: id, payload: payload(n) });
+                            batches.push((id, n));
+                        }
+                        Op::Retry(k) if !batches.is_empty() => {
+                            let (id, n) = batches[k % batches.len()];
+                            apply(&mut s, &mut log, Command::Ingest { batch_id: id, payload: payload(n) });
+                        }
+                        Op::Abort(k) if !batches.is_empty() => {
+                            let id = batches[k % batches.len()].0;
+                            aborted.insert(id);
+                            apply(&mut s, &mut log, Command::Abort { batch_id: id });
+                        }
+                        Op::Checkpoint => {
+                            checkpointed = log.len() as u64;
+                            checkpoint(&mut s, checkpointed);
+                        }
+                        Op::Restart => {
+                            drop(s);
+                            s = SegmentShard::open(dir.path()).unwrap();
+                            for (index, cmd) in log.iter().filter(|(i, _)| *i > checkpointed) {
+                                s.apply(*index, cmd.clone());
+                            }
+                        }
+                        _ => {}
+                    }
+                }
+                let spans: u64 = batches.iter().filter(|(id, _)| !aborted.contains(id)).map(|(_, n)| u64::from(*n)).sum();
+                prop_assert_eq!(counts(&s, "p", 202611), c(spans * 10, spans, 0, 0, 0, 0));
+            }
+        }
+    }
 }
