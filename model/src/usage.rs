@@ -103,7 +103,8 @@ pub fn next_month(month: u32) -> u32 {
 /// The month before `month`.
 pub fn previous_month(month: u32) -> u32 {
     if month % 100 <= 1 {
-        (month / 100 - 1) * 100 + 12
+        // Year 0 has no month before: it stays (only a forged receive time gets there).
+        (month / 100).checked_sub(1).map_or(month, |y| y * 100 + 12)
     } else {
         month - 1
     }
@@ -124,6 +125,7 @@ mod tests {
         assert_eq!(month_start_millis(202403), 1_709_251_200_000, "after a leap February");
         assert_eq!((next_month(202612), previous_month(202701)), (202701, 202612));
         assert_eq!((next_month(202602), previous_month(202602)), (202603, 202601));
+        assert_eq!((month_of_millis(i64::MIN / 2) / 100, previous_month(1)), (0, 1), "clamped, never a panic");
         for month in [197001, 200002, 202412, 209906] {
             assert_eq!(month_of_millis(month_start_millis(month)), month);
             assert_eq!(month_of_millis(month_start_millis(next_month(month)) - 1), month);
