@@ -1,5 +1,4 @@
-//! Payment providers: where money is taken for a plan (docs/DESIGN A6, docs/API.md "Billing
-//! providers").
+//! Payment providers: where money is taken for a plan (docs/API.md, "Billing providers").
 //!
 //! The billing state machine (subscriptions in meta, renewals, downgrades) speaks only to the
 //! [`PaymentProvider`] trait and consumes [`ProviderEvent`]s; it never sees which provider is

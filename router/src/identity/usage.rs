@@ -23,32 +23,13 @@ use crate::AppState;
 pub const GB: f64 = 1e9;
 const DAY_MS: i64 = 86_400_000;
 
-/// Counts of one scope (org, project) in one month.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
-pub struct Counts {
-    /// JSON size of the accepted objects.
-    pub bytes: u64,
-    pub spans: u64,
-    pub logs: u64,
-    pub metric_samples: u64,
-    pub events: u64,
-    pub replay_events: u64,
-}
-
-impl From<UsageCounts> for Counts {
-    fn from(c: UsageCounts) -> Self {
-        let UsageCounts { bytes, spans, logs, metric_samples, events, replay_events } = c;
-        Counts { bytes, spans, logs, metric_samples, events, replay_events }
-    }
-}
-
 #[derive(Debug, Serialize)]
 pub struct ProjectUsage {
     pub project_id: ProjectId,
     pub name: String,
     pub used_gb: f64,
     #[serde(flatten)]
-    pub counts: Counts,
+    pub counts: UsageCounts,
 }
 
 /// A past month.
@@ -61,7 +42,7 @@ pub struct MonthUsage {
     pub used_gb: f64,
     pub events_used: u64,
     #[serde(flatten)]
-    pub counts: Counts,
+    pub counts: UsageCounts,
     pub projects: Vec<ProjectUsage>,
 }
 
@@ -82,7 +63,7 @@ pub struct UsageResponse {
     /// Exclusive: the instant the next month begins.
     pub period_end: String,
     #[serde(flatten)]
-    pub counts: Counts,
+    pub counts: UsageCounts,
     pub projects: Vec<ProjectUsage>,
     /// Past months, newest first.
     pub history: Vec<MonthUsage>,
@@ -116,7 +97,7 @@ fn scoped(
         .map(|(id, name)| {
             let c = of(id);
             total.add(&c);
-            ProjectUsage { project_id: *id, name: name.clone(), used_gb: gb(c.bytes), counts: c.into() }
+            ProjectUsage { project_id: *id, name: name.clone(), used_gb: gb(c.bytes), counts: c }
         })
         .collect();
     (total, listed)
@@ -173,7 +154,7 @@ pub fn usage(
                 period_end: time_json(month_start_millis(next_month(m))),
                 used_gb: gb(total.bytes),
                 events_used: total.events,
-                counts: total.into(),
+                counts: total,
                 projects,
             }
         })
@@ -190,7 +171,7 @@ pub fn usage(
         events_limit,
         period_start: time_json(month_start_millis(month)),
         period_end: time_json(month_start_millis(next_month(month))),
-        counts: total.into(),
+        counts: total,
         projects: per_project,
         history,
     })
@@ -341,7 +322,7 @@ mod tests {
         assert!(before.history.is_empty());
         clock.advance(std::time::Duration::from_millis(1));
         let after = usage(&cache, org, &projects, clock.clock().now_millis(), vec![nov]).unwrap();
-        assert_eq!((after.counts, after.period_start.as_str()), (Counts::default(), "2026-12-01T00:00:00.000Z"));
+        assert_eq!((after.counts, after.period_start.as_str()), (UsageCounts::default(), "2026-12-01T00:00:00.000Z"));
         assert_eq!(after.period_end, "2027-01-01T00:00:00.000Z");
         assert_eq!(
             after.history.iter().map(|h| (h.month.as_str(), h.counts.bytes)).collect::<Vec<_>>(),
