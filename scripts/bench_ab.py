@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Same-run A/B of two release builds (docs/BENCHMARKS.md, "Restructuring A/B"): span and log
-ingest throughput, trace lookup latency and the 3-step funnel. Each build runs on its own fresh
+ingest throughput, trace lookup latency and the 3-step funnel over the same 500k events. Each build runs on its own fresh
 `sextant dev` (their data directories need not be compatible), builds alternate within every
 round so both see the same machine load, and the load generator is NEW's for both.
 
@@ -89,6 +89,17 @@ class Dev:
         assert r["errors"] == 0, r
         return r["objects_per_sec"]
 
+    def post_events(self, bodies):
+        """Posts prepared `/v1/batch` bodies; every event must be accepted."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+        headers = {"Content-Type": "application/json", "X-Analytics-Token": self.creds["ingest_token"]}
+        for body in bodies:
+            conn.request("POST", "/v1/batch", body, headers)
+            r = conn.getresponse()
+            data = r.read()
+            assert r.status == 200, (r.status, data[:300])
+        conn.close()
+
     def settle(self, seconds=3.0):
         """Waits until the server has been idle (< 5% of a core) for `seconds`."""
         def cpu():
@@ -112,7 +123,23 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(p * len(xs)))]
 
 
-def measure(binary, loadgen_bin, args, work):
+def funnel_events(args, end_ms):
+    """The same events for both builds: a day of a shop's funnel before `end_ms`."""
+    rng = random.Random(11)
+    names = ["ab_view", "ab_cart", "ab_checkout", "ab_buy", "ab_other"]
+    bodies = []
+    for b in range(args.funnel_batches):
+        events = [{"event": names[min(int(rng.expovariate(0.9)), 4)],
+                   "distinct_id": f"user-{rng.randrange(args.funnel_users)}",
+                   "timestamp": end_ms - rng.randrange(86_400_000),
+                   "uuid": f"ab-{b:05d}-{i:04d}",
+                   "properties": {"plan": rng.choice(["free", "pro"]), "cart_value": rng.randrange(50_000) / 100}}
+                  for i in range(1000)]
+        bodies.append(json.dumps({"events": events}).encode())
+    return bodies
+
+
+def measure(binary, loadgen_bin, args, work, funnel_bodies, funnel_end_ms):
     dev = Dev(binary, work)
     try:
         row = {"spans_per_sec": dev.loadgen(loadgen_bin, "spans", args.seconds),
@@ -133,8 +160,11 @@ def measure(binary, loadgen_bin, args, work):
         lookups = [dev.timed_get(f"/api/v1/traces/{t}")[0] for t in ids[:args.lookups]]
         row["trace_lookup_p50_ms"] = statistics.median(lookups)
         row["trace_lookup_p99_ms"] = pct(lookups, 0.99)
-        funnel = "/api/funnel?steps=%24pageview,action_1,action_2&window=1&window_unit=day&range=1d"
-        dev.timed_get(funnel)
+        dev.post_events(funnel_bodies)
+        dev.settle()
+        funnel = f"/api/funnel?steps=ab_view,ab_cart,ab_buy&window=1&window_unit=hour&range=1d&to={funnel_end_ms}"
+        first = dev.timed_get(funnel)[1]
+        assert first["steps"][0]["count"] > 0, first
         runs = [dev.timed_get(funnel)[0] for _ in range(args.funnel_runs)]
         row["funnel_3_steps_ms"] = statistics.median(runs)
         return row
@@ -150,14 +180,18 @@ def main():
     p.add_argument("--seconds", type=int, default=15)
     p.add_argument("--lookups", type=int, default=300)
     p.add_argument("--funnel-runs", type=int, default=9)
+    p.add_argument("--funnel-batches", type=int, default=500, help="of 1000 events")
+    p.add_argument("--funnel-users", type=int, default=50_000)
     args = p.parse_args()
     work = tempfile.mkdtemp()
+    funnel_end_ms = (int(time.time()) // 3600 - 48) * 3_600_000
+    funnel_bodies = funnel_events(args, funnel_end_ms)
     rows = {"old": [], "new": []}
     try:
         for r in range(args.rounds):
             order = ["old", "new"] if r % 2 == 0 else ["new", "old"]
             for name in order:
-                row = measure(getattr(args, name), args.new, args, work)
+                row = measure(getattr(args, name), args.new, args, work, funnel_bodies, funnel_end_ms)
                 rows[name].append(row)
                 print(json.dumps({"build": name, "round": r, "load": os.getloadavg()[0], **row}), flush=True)
     finally:
