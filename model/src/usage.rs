@@ -7,6 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::meta::{Plan, Quota};
+use crate::{OrgId, ProjectId};
+
 /// What one project ingested in one month (or a sum of such).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct UsageCounts {
@@ -110,6 +113,70 @@ pub fn previous_month(month: u32) -> u32 {
     }
 }
 
+/// One monthly limit and what crossing it does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limit {
+    pub limit: u64,
+    /// Hard refuses ingest at the limit; soft accepts it and only reports it.
+    pub hard: bool,
+    /// What usage the limit is measured against: one project's (a project `Quota`), or the
+    /// whole organization's.
+    pub project: Option<ProjectId>,
+}
+
+/// The byte and event limits that apply; `None` is unlimited.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Limits {
+    pub bytes: Option<Limit>,
+    pub events: Option<Limit>,
+}
+
+/// The limits of `org` (on `plan`), and of `project` within it if given: for each of bytes
+/// and events, the first that sets it of the project's `Quota`, the org-wide `Quota` and the
+/// plan. Plan limits are hard. The usage endpoint (`project: None`) and ingest enforcement
+/// both resolve limits here.
+pub fn resolve_limits<'a>(
+    plan: Option<&Plan>,
+    quotas: impl IntoIterator<Item = &'a Quota>,
+    org: OrgId,
+    project: Option<ProjectId>,
+) -> Limits {
+    let (mut of_project, mut of_org) = (None, None);
+    for q in quotas.into_iter().filter(|q| q.org_id == org) {
+        match q.project_id {
+            None => of_org = of_org.or(Some(q)),
+            Some(p) if Some(p) == project => of_project = of_project.or(Some(q)),
+            Some(_) => {}
+        }
+    }
+    let pick = |of_quota: fn(&Quota) -> Option<u64>, of_plan: Option<u64>| {
+        let quota = |q: Option<&Quota>, scope| {
+            q.and_then(|q| of_quota(q).map(|l| Limit { limit: l, hard: q.hard, project: scope }))
+        };
+        quota(of_project, project)
+            .or_else(|| quota(of_org, None))
+            .or_else(|| of_plan.map(|l| Limit { limit: l, hard: true, project: None }))
+    };
+    Limits {
+        bytes: pick(|q| q.monthly_bytes, plan.and_then(|p| p.monthly_bytes)),
+        events: pick(|q| q.monthly_events, plan.and_then(|p| p.monthly_events)),
+    }
+}
+
+/// A limit reached: usage is at or over it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Exceeded {
+    pub limit: u64,
+    pub used: u64,
+    pub hard: bool,
+}
+
+/// Whether `used` has reached `limit` (an unlimited `None` never is). At the limit exactly
+/// counts as reached: nothing more fits.
+pub fn exceeded(limit: Option<Limit>, used: u64) -> Option<Exceeded> {
+    limit.filter(|l| used >= l.limit).map(|l| Exceeded { limit: l.limit, used, hard: l.hard })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,5 +197,69 @@ mod tests {
             assert_eq!(month_of_millis(month_start_millis(month)), month);
             assert_eq!(month_of_millis(month_start_millis(next_month(month)) - 1), month);
         }
+    }
+    fn quota(org: OrgId, project: Option<ProjectId>, bytes: Option<u64>, events: Option<u64>, hard: bool) -> Quota {
+        Quota {
+            id: "q".into(),
+            org_id: org,
+            project_id: project,
+            rate_limits: Default::default(),
+            managed_by: None,
+            monthly_bytes: bytes,
+            monthly_events: events,
+            hard,
+        }
+    }
+
+    fn free() -> Plan {
+        crate::meta::default_plans().into_iter().find(|p| p.name == "free").unwrap()
+    }
+
+    #[test]
+    fn a_project_quota_overrides_the_org_quota_which_overrides_the_plan_kind_by_kind() {
+        let (org, p, other) = (OrgId::random(), ProjectId::random(), ProjectId::random());
+        let plan = free();
+        let plan_bytes = plan.monthly_bytes.unwrap();
+        let hard_plan = |l| Some(Limit { limit: l, hard: true, project: None });
+        let none: [Quota; 0] = [];
+        assert_eq!(
+            resolve_limits(Some(&plan), &none, org, Some(p)),
+            Limits { bytes: hard_plan(plan_bytes), events: hard_plan(plan.monthly_events.unwrap()) }
+        );
+        let quotas = [
+            quota(OrgId::random(), None, Some(1), Some(1), true), // another org's
+            quota(org, Some(other), Some(2), Some(2), true),      // another project's
+            quota(org, None, Some(100), None, false),
+            quota(org, Some(p), None, Some(7), true),
+        ];
+        let got = resolve_limits(Some(&plan), &quotas, org, Some(p));
+        assert_eq!(got.bytes, Some(Limit { limit: 100, hard: false, project: None }), "org quota, soft");
+        assert_eq!(got.events, Some(Limit { limit: 7, hard: true, project: Some(p) }), "project quota");
+        let org_wide = resolve_limits(Some(&plan), &quotas, org, None);
+        assert_eq!(org_wide.events, hard_plan(plan.monthly_events.unwrap()), "the plan where no org quota sets it");
+    }
+
+    #[test]
+    fn unlimited_plans_and_unknown_plans_have_no_limits() {
+        let org = OrgId::random();
+        let mut plan = free();
+        plan.monthly_bytes = None;
+        plan.monthly_events = None;
+        let none: [Quota; 0] = [];
+        assert_eq!(resolve_limits(Some(&plan), &none, org, None), Limits::default());
+        assert_eq!(resolve_limits(None, &none, org, None), Limits::default());
+        assert_eq!(exceeded(None, u64::MAX), None);
+    }
+
+    #[test]
+    fn a_limit_is_exceeded_once_usage_reaches_it() {
+        let hard = Some(Limit { limit: 10, hard: true, project: None });
+        let soft = Some(Limit { limit: 10, hard: false, project: None });
+        assert_eq!(exceeded(hard, 9), None, "under");
+        assert_eq!(exceeded(hard, 10), Some(Exceeded { limit: 10, used: 10, hard: true }), "at");
+        assert_eq!(exceeded(hard, 11), Some(Exceeded { limit: 10, used: 11, hard: true }), "over");
+        assert_eq!(exceeded(soft, 11), Some(Exceeded { limit: 10, used: 11, hard: false }), "soft, over");
+        let zero = Some(Limit { limit: 0, hard: true, project: None });
+        assert!(exceeded(zero, 0).is_some(), "a zero limit admits nothing");
     }
 }

@@ -75,6 +75,8 @@ pub struct AppState {
     pub bodies: http::body::Budget,
     pub clock: Clock,
     pub billing: billing::Billing,
+    /// Orgs already warned this month of a soft quota crossed.
+    pub soft_quota_warnings: ingest::quota::SoftWarnings,
 }
 
 pub struct RunningRouter {
@@ -157,6 +159,7 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
         config,
         metrics,
         registry,
+        soft_quota_warnings: Default::default(),
     });
     let refresher = cluster.spawn_refresh(Duration::from_secs(1));
     let housekeeper = spawn_housekeeping(state.clone());

@@ -36,6 +36,9 @@ pub enum ApiError {
     Conflict(&'static str, &'static str),
     #[error("too many requests; retry in {retry_after_secs} s")]
     RateLimited { retry_after_secs: u64 },
+    /// A hard monthly quota is used up (docs/API.md, "Usage"); `resets_at` is RFC 3339.
+    #[error("the monthly {what} quota is used up ({used} of {limit}); it resets at {resets_at}")]
+    QuotaExceeded { what: &'static str, limit: u64, used: u64, resets_at: String },
     #[error("{0}")]
     Unavailable(String),
     /// Storage did not answer; the detail (node addresses, gRPC errors) is logged, not sent.
@@ -87,7 +90,9 @@ impl ApiError {
             ApiError::Forbidden(..) => Code::PermissionDenied,
             ApiError::NotFound(_) => Code::NotFound,
             ApiError::MethodNotAllowed => Code::Unimplemented,
-            ApiError::Conflict(..) => Code::FailedPrecondition,
+            // Not `RESOURCE_EXHAUSTED`: OTLP SDKs (Python, Java) retry it whatever the status
+            // says, and a used-up quota does not come back by retrying within the month.
+            ApiError::Conflict(..) | ApiError::QuotaExceeded { .. } => Code::FailedPrecondition,
             ApiError::Unavailable(_)
             | ApiError::StorageUnavailable(_)
             | ApiError::Overloaded
@@ -135,6 +140,11 @@ impl ApiError {
                 StatusCode::TOO_MANY_REQUESTS,
                 "rate_limited",
                 Some(Details::RetryAfter { retry_after_seconds: *retry_after_secs }),
+            ),
+            ApiError::QuotaExceeded { limit, used, resets_at, .. } => (
+                StatusCode::PAYMENT_REQUIRED,
+                "quota_exceeded",
+                Some(Details::Quota { limit: *limit, used: *used, resets_at }),
             ),
             ApiError::Unavailable(_) | ApiError::StorageUnavailable(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "unavailable", None)
@@ -202,6 +212,11 @@ pub enum Details<'a> {
     },
     Shards {
         missing_shards: &'a [u64],
+    },
+    Quota {
+        limit: u64,
+        used: u64,
+        resets_at: &'a str,
     },
 }
 
@@ -311,6 +326,22 @@ mod tests {
         let resp = ApiError::NotFound("no such endpoint".into()).into_response();
         let v: Value = serde_json::from_str(&body_text(resp).await).unwrap();
         assert_eq!(v, serde_json::json!({"error": {"code": "not_found", "message": "no such endpoint"}}));
+    }
+
+    #[tokio::test]
+    async fn an_exceeded_quota_answers_402_with_the_limit_the_usage_and_when_it_resets() {
+        let e =
+            ApiError::QuotaExceeded { what: "events", limit: 5, used: 6, resets_at: "2026-12-01T00:00:00.000Z".into() };
+        assert_eq!(e.grpc_code(), tonic::Code::FailedPrecondition);
+        let resp = e.into_response();
+        assert_eq!(resp.status(), StatusCode::PAYMENT_REQUIRED);
+        assert!(resp.headers().get(header::RETRY_AFTER).is_none());
+        let v: Value = serde_json::from_str(&body_text(resp).await).unwrap();
+        assert_eq!(v["error"]["code"], "quota_exceeded");
+        assert_eq!(
+            v["error"]["details"],
+            serde_json::json!({"limit": 5, "used": 6, "resets_at": "2026-12-01T00:00:00.000Z"})
+        );
     }
 
     #[tokio::test]

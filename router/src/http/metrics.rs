@@ -20,6 +20,14 @@ pub struct RejectLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct QuotaLabel {
+    /// `bytes` or `events`.
+    pub meter: &'static str,
+    /// `refused` (hard quota) or `accepted` (soft quota).
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
 pub struct RequestLabel {
     pub route: String,
     pub status: u16,
@@ -29,6 +37,8 @@ pub struct RouterMetrics {
     pub accepted_objects: Family<KindLabel, Counter>,
     pub rejected_requests: Family<RejectLabel, Counter>,
     pub requests: Family<RequestLabel, Counter>,
+    /// Ingest requests over a monthly quota, refused (hard) or accepted (soft).
+    pub over_quota: Family<QuotaLabel, Counter>,
     pub request_seconds: Family<RequestLabel, Histogram>,
     /// Routers sharing the rate limits, as this router last saw them.
     pub live_routers: Gauge,
@@ -42,6 +52,7 @@ impl Default for RouterMetrics {
             accepted_objects: Family::default(),
             rejected_requests: Family::default(),
             requests: Family::default(),
+            over_quota: Family::default(),
             request_seconds: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0005, 2.0, 16))),
             live_routers: Gauge::default(),
             refused_connections: Counter::default(),
@@ -54,6 +65,7 @@ impl RouterMetrics {
         let r = registry.sub_registry_with_prefix("sextant_router");
         r.register("accepted_objects", "objects acknowledged to clients", self.accepted_objects.clone());
         r.register("rejected_requests", "ingest requests refused, by reason", self.rejected_requests.clone());
+        r.register("over_quota_requests", "ingest requests over a monthly quota, by outcome", self.over_quota.clone());
         r.register("http_requests", "HTTP requests by route and status", self.requests.clone());
         r.register("http_request_seconds", "HTTP request latency", self.request_seconds.clone());
         r.register("live_routers", "routers the rate limits are divided between", self.live_routers.clone());
@@ -62,6 +74,11 @@ impl RouterMetrics {
 
     pub fn accepted(&self, kind: &'static str, n: u64) {
         self.accepted_objects.get_or_create(&KindLabel { kind }).inc_by(n);
+    }
+
+    pub fn over_quota(&self, meter: &'static str, refused: bool) {
+        let outcome = if refused { "refused" } else { "accepted" };
+        self.over_quota.get_or_create(&QuotaLabel { meter, outcome }).inc();
     }
 
     pub fn rejected(&self, kind: &'static str, e: &ApiError) {

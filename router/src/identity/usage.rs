@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::Json;
 use serde::Serialize;
 use sextant_model::meta::MetaQuery;
-use sextant_model::usage::{month_of_millis, month_start_millis, next_month, UsageCounts, UsageRecord};
+use sextant_model::usage::{month_of_millis, month_start_millis, next_month, resolve_limits, UsageCounts, UsageRecord};
 use sextant_model::{OrgId, ProjectId};
 
 use crate::cluster::MetaCache;
@@ -77,13 +77,11 @@ fn gb(bytes: u64) -> f64 {
     bytes as f64 / GB
 }
 
-/// The org's byte and event limits: its `Quota` override where it sets one, else its plan's.
+/// The org's byte and event limits: its `Quota` override where it sets one, else its plan's
+/// (resolved as ingest enforcement resolves them).
 fn limits(cache: &MetaCache, org: OrgId, plan: &str) -> (Option<u64>, Option<u64>) {
-    let plan = cache.plans.get(plan);
-    let quota = cache.quotas.iter().find(|q| q.org_id == org && q.project_id.is_none());
-    let bytes = quota.and_then(|q| q.monthly_bytes).or_else(|| plan.and_then(|p| p.monthly_bytes));
-    let events = quota.and_then(|q| q.monthly_events).or_else(|| plan.and_then(|p| p.monthly_events));
-    (bytes, events)
+    let l = resolve_limits(cache.plans.get(plan), &cache.quotas, org, None);
+    (l.bytes.map(|l| l.limit), l.events.map(|l| l.limit))
 }
 
 /// Per project (all of the org's, listed by name) and their sum.

@@ -67,6 +67,13 @@ fn admit(app: &AppState, token: Option<String>) -> Result<ProjectId, ApiError> {
     admit_credential(app, CredentialKind::IngestToken, token.trim())
 }
 
+/// The project of `token`, if it is within its monthly event quota.
+fn admit_within_quota(app: &AppState, token: Option<String>) -> Result<ProjectId, ApiError> {
+    let project = admit(app, token)?;
+    super::quota::check(app, project, super::quota::Meter::Events)?;
+    Ok(project)
+}
+
 /// The body of an analytics request and its project. A token outside the body is admitted
 /// before the body is read; else the body is searched for one, keeping nothing of it, and only
 /// an admitted body is decoded in full and parsed (docs/API.md, "Connections and request
@@ -80,7 +87,7 @@ async fn receive_admitted<T: Send + 'static>(
     limit: usize,
     parse: impl FnOnce(&[u8], &mut Received) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<(T, ProjectId, usize, Charge), ApiError> {
-    let admitted = token_outside_body(headers, query).map(|token| admit(app, Some(token))).transpose()?;
+    let admitted = token_outside_body(headers, query).map(|token| admit_within_quota(app, Some(token))).transpose()?;
     if shape.json_only() {
         crate::http::body::require_json(headers)?;
     }
@@ -98,7 +105,7 @@ async fn receive_admitted<T: Send + 'static>(
                     Ok((token, received))
                 })
                 .await?;
-            (admit(app, token)?, received)
+            (admit_within_quota(app, token)?, received)
         }
     };
     finish(app, received, encoding, shape, limit, project, parse).await

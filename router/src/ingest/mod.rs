@@ -8,6 +8,7 @@
 //! - [`otlp`]: the same three kinds from OpenTelemetry SDKs and Collectors, over OTLP/gRPC and
 //!   OTLP/HTTP.
 //! - [`partition`]: rows to shards through the partition table.
+//! - [`quota`]: monthly quotas, checked right after authentication.
 //! - [`commit`]: all-or-nothing replication of a request's sub-batches.
 
 pub mod analytics;
@@ -15,6 +16,7 @@ pub mod commit;
 pub mod observability;
 pub mod otlp;
 pub mod partition;
+pub mod quota;
 
 use axum::Json;
 use serde::Serialize;

@@ -130,6 +130,7 @@ async fn handle<K: Kind + 'static>(
     let result = async {
         // The credential first: an unauthenticated body is never read.
         let project = api_key_project(&app, &headers, query.as_deref())?;
+        super::quota::check(&app, project, super::quota::Meter::Bytes)?;
         crate::http::body::require_json(&headers)?;
         let encoding = crate::http::body::encoding(&headers)?;
         let timeout = app.config.server.body_read_timeout;

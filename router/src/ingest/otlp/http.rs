@@ -65,6 +65,7 @@ async fn handle<S: Signal>(State(app): State<Arc<AppState>>, headers: HeaderMap,
     let result = async {
         // The credential first: an unauthenticated body is never read.
         let project = api_key_project(&app, &headers, None)?;
+        crate::ingest::quota::check(&app, project, crate::ingest::quota::Meter::Bytes)?;
         if let Some(e) = unsupported {
             return Err(e);
         }
@@ -175,6 +176,24 @@ mod tests {
             assert!(resp.headers().get(header::RETRY_AFTER).is_none());
             assert!(matches!(resp.status().as_u16(), 401 | 413));
         }
+    }
+
+    /// A used-up quota does not come back by retrying: OTLP/HTTP retries only 429, 502, 503
+    /// and 504, so the JSON API's 402 stands; the gRPC code is one no SDK retries.
+    #[tokio::test]
+    async fn an_exceeded_quota_is_a_402_without_retry_after_and_a_non_retryable_grpc_code() {
+        let e = ApiError::QuotaExceeded {
+            what: "bytes",
+            limit: 10,
+            used: 12,
+            resets_at: "2026-12-01T00:00:00.000Z".into(),
+        };
+        let resp = failure(Format::Json, e);
+        assert_eq!(resp.status(), StatusCode::PAYMENT_REQUIRED);
+        assert!(resp.headers().get(header::RETRY_AFTER).is_none());
+        let status: serde_json::Value = serde_json::from_slice(&body(resp).await).unwrap();
+        assert_eq!(status["code"], tonic::Code::FailedPrecondition as i32);
+        assert!(status["message"].as_str().unwrap().contains("2026-12-01T00:00:00.000Z"), "{status}");
     }
 
     #[test]
