@@ -30,13 +30,26 @@ pub struct MetaCache {
     pub deleted_projects: HashSet<ProjectId>,
     /// When each org's trial ends.
     pub trials: HashMap<OrgId, i64>,
-    /// (project id, month `YYYYMM`) -> usage, for the two newest months the storage nodes
+    /// (project, month `YYYYMM`) -> usage, for the two newest months the storage nodes
     /// reported (docs/API.md, "Usage"): at most a few seconds behind what was committed.
-    pub usage: HashMap<(String, u32), UsageCounts>,
+    pub usage: HashMap<(ProjectId, u32), UsageCounts>,
+    /// (org, month) -> the sum of [`Self::usage`] over the org's live projects, derived once
+    /// per refresh so that a quota check does not walk every project.
+    pub org_usage: HashMap<(OrgId, u32), UsageCounts>,
 }
 
 impl From<MetaView> for MetaCache {
     fn from(v: MetaView) -> Self {
+        let usage: HashMap<(ProjectId, u32), UsageCounts> =
+            v.usage.into_iter().filter_map(|u| Some(((u.project_id.parse().ok()?, u.month), u.counts))).collect();
+        let deleted_projects: HashSet<ProjectId> = v.deleted_projects.into_iter().collect();
+        let org_of: HashMap<ProjectId, OrgId> = v.projects.iter().map(|p| (p.id, p.org_id)).collect();
+        let mut org_usage: HashMap<(OrgId, u32), UsageCounts> = HashMap::new();
+        for ((project, month), counts) in &usage {
+            if let (Some(org), false) = (org_of.get(project), deleted_projects.contains(project)) {
+                org_usage.entry((*org, *month)).or_default().add(counts);
+            }
+        }
         Self {
             version: v.version,
             partition_groups: v.partitions,
@@ -50,9 +63,10 @@ impl From<MetaView> for MetaCache {
             quotas: v.quotas,
             routers: v.routers.into_iter().map(|r| r.at_ms).collect(),
             alert_rules: v.alert_rules,
-            deleted_projects: v.deleted_projects.into_iter().collect(),
+            deleted_projects,
             trials: v.trials.into_iter().map(|t| (t.org_id, t.ends_at_ms)).collect(),
-            usage: v.usage.into_iter().map(|u| ((u.project_id, u.month), u.counts)).collect(),
+            usage,
+            org_usage,
         }
     }
 }

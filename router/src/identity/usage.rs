@@ -132,8 +132,7 @@ pub fn usage(
 ) -> Result<UsageResponse, ApiError> {
     let org = cache.orgs.get(&org_id).ok_or_else(|| ApiError::NotFound("no such organization".into()))?;
     let month = month_of_millis(now);
-    let (total, per_project) =
-        scoped(projects, |p| cache.usage.get(&(p.to_string(), month)).copied().unwrap_or_default());
+    let (total, per_project) = scoped(projects, |p| cache.usage.get(&(*p, month)).copied().unwrap_or_default());
     let (limit_bytes, events_limit) = limits(cache, org_id, &org.plan);
     let trial_end = cache.trials.get(&org_id).copied().filter(|end| *end > now);
 

@@ -74,23 +74,15 @@ pub fn decide(cache: &MetaCache, project: ProjectId, meter: Meter, now: i64) -> 
     };
     let Some(l) = limit else { return Decision::Accept };
     let month = month_of_millis(now);
-    let of = |p: &ProjectId| {
-        let c = cache.usage.get(&(p.to_string(), month)).copied().unwrap_or_default();
-        match meter {
-            Meter::Bytes => c.bytes,
-            Meter::Events => c.events,
-        }
-    };
-    let used = match l.project {
-        Some(p) => of(&p),
+    let counts = match l.project {
+        Some(p) => cache.usage.get(&(p, month)),
         // The org's live projects, as the usage endpoint counts them.
-        None => cache
-            .projects
-            .values()
-            .filter(|p| p.org_id == org_id && !cache.deleted_projects.contains(&p.id))
-            .map(|p| of(&p.id))
-            .sum(),
+        None => cache.org_usage.get(&(org_id, month)),
     };
+    let used = counts.map_or(0, |c| match meter {
+        Meter::Bytes => c.bytes,
+        Meter::Events => c.events,
+    });
     match exceeded(limit, used) {
         None => Decision::Accept,
         Some(exceeded) if exceeded.hard => {
