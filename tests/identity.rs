@@ -990,6 +990,14 @@ impl TwoRouters {
             }
         })
         .await;
+        // A router may have loaded meta before the bootstrap: a signed-in request makes each
+        // load it (an unknown user reloads once), so the bootstrap's API key is known to both.
+        let (email, password) = (self.creds["email"].as_str().unwrap(), self.creds["password"].as_str().unwrap());
+        let token = login(&self.urls[0], email, password).await;
+        for u in &self.urls {
+            let resp = http().get(format!("{u}/projects")).bearer_auth(&token).send().await.unwrap();
+            assert_eq!(resp.status(), 200, "{u} does not know the bootstrapped org");
+        }
     }
 
     /// Waits until every router counts `n` live routers.
