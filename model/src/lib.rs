@@ -25,6 +25,7 @@ pub mod sketch;
 pub mod text;
 pub mod time;
 pub mod usage;
+pub mod webhook;
 
 pub use clock::{Clock, ManualClock};
 pub use ids::{OrgId, ProjectId, TraceId, UserId};

@@ -569,6 +569,60 @@ pub enum MetaCommand {
         applied_index: u64,
         usage: Vec<crate::usage::UsageRecord>,
     },
+    // ---- webhooks (docs/API.md, "Webhooks") ----
+    /// Enqueues one delivery per enabled webhook of the event's org (and project, if it names
+    /// one) subscribed to `event.name`. A second publish of the same `event.id` enqueues
+    /// nothing.
+    PublishSystemEvent {
+        event: crate::webhook::SystemEvent,
+    },
+    /// Adds a webhook to a project of `org_id` (at most
+    /// [`crate::webhook::MAX_WEBHOOKS_PER_PROJECT`]); a retried command keeps the first.
+    CreateWebhook {
+        webhook: crate::webhook::Webhook,
+    },
+    /// Deletes a webhook of a project of `org_id`, with its deliveries.
+    DeleteWebhook {
+        org_id: OrgId,
+        project_id: ProjectId,
+        id: String,
+    },
+    /// Makes `secret` the signing secret; the current one keeps signing until `now_ms` +
+    /// [`crate::webhook::ROTATION_OVERLAP_MS`], and an older one stops at once.
+    RotateWebhookSecret {
+        org_id: OrgId,
+        project_id: ProjectId,
+        id: String,
+        secret: String,
+        now_ms: i64,
+    },
+    /// Ingested customer events: each enabled webhook of the project subscribed to some of
+    /// their names gets one delivery with those events. Idempotent on `batch_id`.
+    PublishCustomerEvents {
+        batch_id: String,
+        org_id: OrgId,
+        project_id: ProjectId,
+        at_ms: i64,
+        events: Vec<crate::webhook::CustomerEvent>,
+    },
+    /// Gives `worker` up to `max` due deliveries (pending, due at `now_ms`, not leased or
+    /// their lease lapsed) until `now_ms` + `lease_ms`. Answers `Leased`; a repeat with the
+    /// same `token` answers the deliveries it already holds.
+    LeaseDeliveries {
+        worker: String,
+        token: String,
+        now_ms: i64,
+        lease_ms: i64,
+        max: u32,
+    },
+    /// The result of an attempt of a delivery leased with `token`: recorded, and the lease
+    /// released. An attempt under a lapsed lease is recorded but changes nothing else.
+    RecordDeliveryAttempt {
+        delivery_id: String,
+        token: String,
+        attempt: crate::webhook::Attempt,
+        outcome: crate::webhook::AttemptOutcome,
+    },
 }
 
 /// Why meta refused a command. Decided by the state machine so that concurrent requests on
@@ -615,6 +669,10 @@ pub enum MetaCommandResult {
     Keyed {
         id: String,
     },
+    /// Deliveries leased to a webhook worker.
+    Leased {
+        deliveries: Vec<crate::webhook::LeasedDelivery>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -638,6 +696,21 @@ pub enum MetaQuery {
     /// `Vec<crate::usage::UsageRecord>`, by project and month).
     Usage {
         project_ids: Vec<String>,
+    },
+    /// The webhooks of a project, without secrets (a `Vec<WebhookInfo>`, oldest first).
+    Webhooks {
+        project_id: ProjectId,
+    },
+    /// The deliveries of a webhook of a project, newest first (a `Vec<Delivery>`; empty for
+    /// a webhook of another project).
+    WebhookDeliveries {
+        project_id: ProjectId,
+        webhook_id: String,
+    },
+    /// How many deliveries a worker could lease at `now_ms` (a `u64`): read before leasing so
+    /// that idle workers write nothing to the log.
+    DueDeliveries {
+        now_ms: i64,
     },
 }
 
@@ -684,6 +757,12 @@ pub struct MetaView {
     /// over data groups: what routers read usage and quotas from.
     #[serde(default)]
     pub usage: Vec<crate::usage::UsageRecord>,
+    /// Enabled webhooks (no secrets): what the ingest path matches event names against.
+    #[serde(default)]
+    pub webhooks: Vec<crate::webhook::WebhookInfo>,
+    /// Billing accounts without their histories: plans in force and what the lifecycle acts on.
+    #[serde(default)]
+    pub billing: Vec<crate::subscription::BillingAccount>,
 }
 
 /// A storage node as meta records it.

@@ -20,6 +20,7 @@ mod tenancy;
 #[cfg(test)]
 mod testing;
 mod usage;
+mod webhooks;
 
 use std::io::{self, Read, Write};
 
@@ -42,6 +43,7 @@ use sessions::Sessions;
 use snapshot::MetaSnapshot;
 use tenancy::Tenancy;
 use usage::Metering;
+use webhooks::Webhooks;
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(from = "MetaSnapshot", into = "MetaSnapshot")]
@@ -61,6 +63,8 @@ pub struct MetaState {
     cluster: ClusterState,
     /// Usage reported by the data groups.
     metering: Metering,
+    /// Webhooks, their delivery queue and the ids of published events.
+    webhooks: Webhooks,
 }
 
 /// The answer to a [`MetaQuery`]: serialized as the bare value, which is what the router
@@ -74,6 +78,9 @@ pub enum MetaAnswer {
     Cohorts(Vec<Cohort>),
     Cluster(ClusterView),
     Usage(Vec<sextant_model::usage::UsageRecord>),
+    Webhooks(Vec<sextant_model::webhook::WebhookInfo>),
+    Deliveries(Vec<sextant_model::webhook::Delivery>),
+    Count(u64),
 }
 
 fn same_hash(a: &str, b: &str) -> bool {
@@ -202,6 +209,21 @@ impl MetaState {
             MetaCommand::ReportUsage { group, applied_index, usage } => {
                 self.metering.report(group, applied_index, usage)
             }
+            MetaCommand::PublishSystemEvent { event } => self.webhooks.publish_system(event),
+            MetaCommand::CreateWebhook { webhook } => self.create_webhook(webhook),
+            MetaCommand::DeleteWebhook { org_id, project_id, id } => self.delete_webhook(org_id, project_id, &id),
+            MetaCommand::RotateWebhookSecret { org_id, project_id, id, secret, now_ms } => {
+                self.rotate_webhook_secret(org_id, project_id, &id, secret, now_ms)
+            }
+            MetaCommand::PublishCustomerEvents { batch_id, org_id, project_id, at_ms, events } => {
+                self.publish_customer_events(batch_id, org_id, project_id, at_ms, events)
+            }
+            MetaCommand::LeaseDeliveries { worker, token, now_ms, lease_ms, max } => {
+                self.webhooks.lease(worker, token, now_ms, lease_ms, max)
+            }
+            MetaCommand::RecordDeliveryAttempt { delivery_id, token, attempt, outcome } => {
+                self.webhooks.record(&delivery_id, &token, attempt, outcome)
+            }
         }
     }
 
@@ -210,6 +232,7 @@ impl MetaState {
         self.sessions.prune(now_ms);
         self.accounts.prune(now_ms);
         self.routers.prune(now_ms);
+        self.webhooks.prune(now_ms);
     }
 
     /// Everything a router caches.
@@ -231,6 +254,7 @@ impl MetaState {
             alert_rules: managed.alert_rules.values().cloned().collect(),
             deleted_projects: self.tenancy.deleted_projects.keys().copied().collect(),
             usage: self.metering.recent(),
+            webhooks: self.webhooks.enabled(),
         }
     }
 
@@ -242,6 +266,11 @@ impl MetaState {
             MetaQuery::Cohorts { project_id } => MetaAnswer::Cohorts(self.cohorts.of_project(*project_id)),
             MetaQuery::Cluster => MetaAnswer::Cluster(self.cluster.view()),
             MetaQuery::Usage { project_ids } => MetaAnswer::Usage(self.metering.records(Some(project_ids))),
+            MetaQuery::Webhooks { project_id } => MetaAnswer::Webhooks(self.webhooks.of_project(*project_id)),
+            MetaQuery::WebhookDeliveries { project_id, webhook_id } => {
+                MetaAnswer::Deliveries(self.webhooks.deliveries_of(*project_id, webhook_id))
+            }
+            MetaQuery::DueDeliveries { now_ms } => MetaAnswer::Count(self.webhooks.due_count(*now_ms)),
         }
     }
 }

@@ -22,6 +22,7 @@ use super::routers::Routers;
 use super::sessions::Sessions;
 use super::tenancy::Tenancy;
 use super::usage::Metering;
+use super::webhooks::Webhooks;
 use super::MetaState;
 
 #[derive(Serialize, Deserialize)]
@@ -73,6 +74,14 @@ pub(super) struct MetaSnapshot {
     cluster: ClusterState,
     #[serde(default)]
     metering: Metering,
+    #[serde(default)]
+    webhooks: BTreeMap<String, sextant_model::webhook::Webhook>,
+    /// Webhook id -> delivery id -> delivery.
+    #[serde(default)]
+    webhook_deliveries: BTreeMap<String, BTreeMap<String, sextant_model::webhook::Delivery>>,
+    /// Ids of published webhook events -> when.
+    #[serde(default)]
+    published_events: BTreeMap<String, i64>,
 }
 
 // What older snapshots kept beside the plain records, read only to be folded into them.
@@ -170,6 +179,7 @@ impl MetaSnapshot {
 impl From<MetaState> for MetaSnapshot {
     fn from(s: MetaState) -> Self {
         let MetaState {
+            webhooks,
             version,
             partition_groups,
             tenancy,
@@ -183,6 +193,9 @@ impl From<MetaState> for MetaSnapshot {
             metering,
         } = s;
         Self {
+            webhooks: webhooks.hooks,
+            webhook_deliveries: webhooks.deliveries,
+            published_events: webhooks.published,
             orgs: tenancy.orgs,
             users: accounts.users,
             projects: tenancy.projects,
@@ -236,6 +249,7 @@ impl From<MetaSnapshot> for MetaState {
             routers: Routers { last_seen: s.routers },
             cohorts: Cohorts { by_id: s.cohorts },
             cluster: s.cluster,
+            webhooks: Webhooks { hooks: s.webhooks, deliveries: s.webhook_deliveries, published: s.published_events },
             metering: s.metering,
         }
     }
