@@ -24,37 +24,46 @@ pub const MAX_PROPERTIES_BYTES: usize = 64 * 1024;
 pub const MAX_REPLAY_DATA_BYTES: usize = 8 * 1024 * 1024;
 
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EventJson {
     #[serde(default)]
     pub event: Option<String>,
+    /// A string, or a number taken as its decimal text.
     #[serde(default)]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
     pub distinct_id: Option<Value>,
     #[serde(default)]
     pub timestamp: Option<TimeInput>,
     /// As sent: expanded into a tree one event at a time, at validation.
     #[serde(default, deserialize_with = "bounded_properties")]
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
     pub properties: Option<Box<RawValue>>,
     #[serde(default)]
     pub uuid: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BatchBody {
     #[serde(default)]
     pub token: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::capped::<EventJson, MAX_EVENTS>))]
     pub events: Capped<EventJson, MAX_EVENTS>,
 }
 
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReplayEventJson {
     #[serde(rename = "type")]
     pub event_type: i64,
     /// Kept as sent: stored as text, never needed as a tree (which takes ten times the memory).
+    #[cfg_attr(feature = "openapi", schema(value_type = Value))]
     pub data: Box<serde_json::value::RawValue>,
     pub timestamp: TimeInput,
 }
 
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReplayBody {
     #[serde(default)]
     pub token: Option<String>,
@@ -63,26 +72,24 @@ pub struct ReplayBody {
     pub distinct_id: Option<String>,
     #[serde(default)]
     pub window_id: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::capped::<ReplayEventJson, MAX_REPLAY_EVENTS>))]
     pub events: Capped<ReplayEventJson, MAX_REPLAY_EVENTS>,
 }
 
-/// Event properties kept as text while a body is parsed (a tree of small properties takes ten
-/// times the memory of its text), refused when too long to pass validation.
-#[derive(Debug, Default)]
-pub struct BoundedProperties(pub Option<Box<RawValue>>);
-
-impl<'de> Deserialize<'de> for BoundedProperties {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        bounded_properties(d).map(BoundedProperties)
-    }
-}
-
+/// Event properties are kept as text while a body is parsed (a tree of small properties takes
+/// ten times the memory of its text), and refused when too long to pass validation.
 fn bounded_properties<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
     let raw = Option::<Box<RawValue>>::deserialize(d)?;
-    if raw.as_ref().is_some_and(|r| r.get().len() > MAX_PROPERTIES_TEXT) {
-        return Err(serde::de::Error::custom("properties must be at most 64 KiB"));
-    }
+    check_properties_text(&raw).map_err(serde::de::Error::custom)?;
     Ok(raw)
+}
+
+/// Refuses properties whose text is too long to pass validation.
+pub fn check_properties_text(raw: &Option<Box<RawValue>>) -> Result<(), &'static str> {
+    if raw.as_ref().is_some_and(|r| r.get().len() > MAX_PROPERTIES_TEXT) {
+        return Err("properties must be at most 64 KiB");
+    }
+    Ok(())
 }
 
 /// Properties as sent, whitespace included, before they are measured serialized.

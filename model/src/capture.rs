@@ -2,6 +2,8 @@
 //! (`{batch:[...]}`, `[...]`, one event), and where a body carries its project token, found
 //! without keeping the body.
 
+pub mod recording;
+
 use std::fmt;
 use std::io::{self, Read};
 
@@ -10,16 +12,31 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::Value;
 
-use crate::analytics::{BoundedProperties, EventJson, MAX_EVENTS};
+use crate::analytics::{EventJson, MAX_EVENTS};
 use crate::batch::Capped;
 use crate::time::TimeInput;
 
 /// The events of a PostHog capture body and the token found in it (`api_key` or `token` at
-/// the top, else the first event's `api_key`, `token` or `properties.token`).
+/// the top, else the first event's `api_key`, `token` or `properties.token`). `$snapshot`
+/// events (session recordings, [`crate::recording`]) are apart from the others, with their
+/// index in the body; both count towards [`MAX_EVENTS`].
 #[derive(Debug)]
 pub struct PosthogBody {
     pub events: Capped<EventJson, MAX_EVENTS>,
+    pub snapshots: Vec<SnapshotJson>,
     pub token: Option<String>,
+}
+
+/// The event name of session-recording events.
+pub const SNAPSHOT_EVENT: &str = "$snapshot";
+
+/// A `$snapshot` event as sent: its place in the body, and its properties as text (they hold
+/// the rrweb events, larger than any other event's properties may be).
+#[derive(Debug)]
+pub struct SnapshotJson {
+    pub index: usize,
+    pub distinct_id: Option<Value>,
+    pub properties: Option<Box<RawValue>>,
 }
 
 /// One PostHog event: the native fields and where PostHog SDKs put the token.
@@ -31,8 +48,9 @@ struct PosthogEvent {
     distinct_id: Option<Value>,
     #[serde(default)]
     timestamp: Option<TimeInput>,
+    /// Bounded once the event is known not to be a `$snapshot` ([`split`]).
     #[serde(default)]
-    properties: BoundedProperties,
+    properties: Option<Box<RawValue>>,
     #[serde(default)]
     uuid: Option<String>,
     #[serde(default)]
@@ -43,7 +61,7 @@ struct PosthogEvent {
 
 impl PosthogEvent {
     fn token(&self) -> Option<String> {
-        self.api_key.clone().or_else(|| self.token.clone()).or_else(|| properties_token(&self.properties.0))
+        self.api_key.clone().or_else(|| self.token.clone()).or_else(|| properties_token(&self.properties))
     }
 }
 
@@ -58,14 +76,24 @@ fn properties_token(properties: &Option<Box<RawValue>>) -> Option<String> {
 
 impl From<PosthogEvent> for EventJson {
     fn from(e: PosthogEvent) -> Self {
-        EventJson {
-            event: e.event,
-            distinct_id: e.distinct_id,
-            timestamp: e.timestamp,
-            properties: e.properties.0,
-            uuid: e.uuid,
+        EventJson { event: e.event, distinct_id: e.distinct_id, timestamp: e.timestamp, properties: e.properties, uuid: e.uuid }
+    }
+}
+
+/// Splits events into `$snapshot` events and the others, whose properties are bounded as the
+/// native API's are.
+fn split<E: de::Error>(events: Vec<EventJson>) -> Result<(Vec<EventJson>, Vec<SnapshotJson>), E> {
+    let mut plain = Vec::with_capacity(events.len());
+    let mut snapshots = Vec::new();
+    for (index, e) in events.into_iter().enumerate() {
+        if e.event.as_deref() == Some(SNAPSHOT_EVENT) {
+            snapshots.push(SnapshotJson { index, distinct_id: e.distinct_id, properties: e.properties });
+        } else {
+            crate::analytics::check_properties_text(&e.properties).map_err(E::custom)?;
+            plain.push(e);
         }
     }
+    Ok((plain, snapshots))
 }
 
 /// Parses a PostHog body; past [`MAX_EVENTS`] events are counted, not kept.
@@ -81,14 +109,15 @@ impl<'de> Deserialize<'de> for PosthogBody {
 
 struct BodyV;
 
-fn events_of(events: Capped<PosthogEvent, MAX_EVENTS>) -> (Capped<EventJson, MAX_EVENTS>, Option<String>) {
+fn events_of<E: de::Error>(events: Capped<PosthogEvent, MAX_EVENTS>, token: Option<String>) -> Result<PosthogBody, E> {
     let total = events.len();
     match events.into_items() {
         Ok(items) => {
-            let token = items.iter().find_map(PosthogEvent::token);
-            (Capped::from(items.into_iter().map(EventJson::from).collect::<Vec<_>>()), token)
+            let token = token.or_else(|| items.iter().find_map(PosthogEvent::token));
+            let (plain, snapshots) = split(items.into_iter().map(EventJson::from).collect())?;
+            Ok(PosthogBody { events: Capped::from(plain), snapshots, token })
         }
-        Err(_) => (Capped::over(total), None),
+        Err(_) => Ok(PosthogBody { events: Capped::over(total), snapshots: Vec::new(), token }),
     }
 }
 
@@ -99,9 +128,7 @@ impl<'de> Visitor<'de> for BodyV {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<PosthogBody, A::Error> {
-        let events = Capped::from_seq(seq)?;
-        let (events, token) = events_of(events);
-        Ok(PosthogBody { events, token })
+        events_of(Capped::from_seq(seq)?, None)
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<PosthogBody, A::Error> {
@@ -121,20 +148,20 @@ impl<'de> Visitor<'de> for BodyV {
                 "distinct_id" => single.distinct_id = map.next_value()?,
                 "timestamp" => single.timestamp = map.next_value()?,
                 "uuid" => single.uuid = map.next_value()?,
-                "properties" => single.properties = map.next_value::<BoundedProperties>()?.0,
+                "properties" => single.properties = map.next_value()?,
                 _ => {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
         }
-        let (events, found) = match batch {
-            Some(events) => events_of(events),
+        match batch {
+            Some(events) => events_of(events, token),
             None => {
-                let found = properties_token(&single.properties);
-                (Capped::from(vec![single]), found)
+                let token = token.or_else(|| properties_token(&single.properties));
+                let (plain, snapshots) = split(vec![single])?;
+                Ok(PosthogBody { events: Capped::from(plain), snapshots, token })
             }
-        };
-        Ok(PosthogBody { events, token: token.or(found) })
+        }
     }
 }
 
@@ -505,6 +532,23 @@ mod tests {
         assert_eq!(read_all(&b"[]"[..]).unwrap(), b"[]", "bodies shorter than the form prefix too");
         assert!(read_all(&b"data=%zz"[..]).is_err());
         assert!(read_all(&b"data=!!!!"[..]).is_err(), "not base64");
+    }
+
+    #[test]
+    fn snapshot_events_are_set_apart_with_their_place_and_large_properties() {
+        let large = "x".repeat(MAX_SCANNED_STRING);
+        let body = posthog(json!([
+            {"event": "$pageview", "properties": {"distinct_id": "u", "token": "sxp_s"}},
+            {"event": "$snapshot", "properties": {"$session_id": "s", "$snapshot_data": [{"big": large}]}},
+        ]));
+        assert_eq!((body.events.len(), body.snapshots.len(), body.token.as_deref()), (1, 1, Some("sxp_s")));
+        assert_eq!(body.snapshots[0].index, 1);
+        assert!(body.snapshots[0].properties.as_ref().unwrap().get().len() > MAX_SCANNED_STRING);
+        // Other events' properties stay bounded.
+        let err = posthog_body(json!({"event": "e", "properties": {"big": large}}).to_string().as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("64 KiB"), "{err}");
+        let one = posthog(json!({"event": "$snapshot", "distinct_id": "u", "properties": {}}));
+        assert_eq!((one.events.len(), one.snapshots.len()), (0, 1));
     }
 
     #[test]
