@@ -44,6 +44,19 @@ if [[ -z "${SEXTANT_PYTHON:-}" ]] && ! python3 -c "$PY_CHECK" >/dev/null 2>&1; t
   fi
 fi
 
+# The dashboard's browser test (tests/dashboard.rs): Debian's Chromium, and playwright-core
+# from web/package-lock.json (Node.js 20+ and npm must be present).
+if [[ ! -x /usr/bin/chromium ]]; then
+  echo "test.sh: installing Debian's chromium for the browser tests" >&2
+  SUDO=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)
+  $SUDO apt-get update -qq && $SUDO apt-get install -y -qq chromium >/dev/null \
+    || fail "could not install chromium (apt-get install chromium)"
+fi
+command -v node >/dev/null 2>&1 || fail "Node.js is needed by the browser tests (apt-get install nodejs npm)"
+if [[ ! -d web/node_modules/playwright-core ]]; then
+  (cd web && npm ci --no-audit --no-fund --loglevel=error) || fail "npm ci in web/ failed"
+fi
+
 # A failing test's panic message is the last thing it prints, where a CI log excerpt shows it,
 # rather than a backtrace (SEXTANT_TEST_BACKTRACE=1 brings those back).
 export RUST_BACKTRACE="${SEXTANT_TEST_BACKTRACE:-0}"

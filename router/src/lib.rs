@@ -17,6 +17,7 @@
 pub mod admin;
 pub mod billing;
 pub mod cluster;
+pub mod dashboard;
 pub mod http;
 pub mod identity;
 pub mod ingest;

@@ -101,6 +101,8 @@ pub fn router(app: Arc<AppState>) -> Router {
         .merge(api)
         .merge(probes())
         .merge(app.billing.routes())
+        // The web dashboard: `/`, `/assets/*` and its own pages, never an API path.
+        .merge(crate::dashboard::routes())
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .layer(from_fn_with_state(app.clone(), middleware::observe))
         .with_state(app)

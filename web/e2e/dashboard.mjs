@@ -1,0 +1,248 @@
+// The dashboard in headless Chromium (driven by tests/dashboard.rs, which starts `sextant dev`
+// and ingests the data this script expects). Controls are found by role and accessible name.
+// Every page is screenshotted into $SCREENSHOT_DIR. Exits non-zero on the first failure.
+import { chromium } from 'playwright-core';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+const env = (k) => {
+  const v = process.env[k];
+  if (!v) throw new Error(`missing ${k}`);
+  return v;
+};
+const URL_ = env('SEXTANT_URL');
+const shots = env('SCREENSHOT_DIR');
+const expect = JSON.parse(env('DASHBOARD_EXPECT'));
+const TIMEOUT = 15_000;
+
+const profile = mkdtempSync(join(tmpdir(), 'sextant-chromium-'));
+const context = await chromium.launchPersistentContext(profile, {
+  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+  headless: true,
+  args: [
+    '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+    '--disable-background-networking', '--disable-component-update', '--disable-sync',
+  ],
+  viewport: { width: 1440, height: 900 },
+  colorScheme: 'dark',
+});
+context.setDefaultTimeout(TIMEOUT);
+const page = await context.newPage();
+const problems = [];
+page.on('pageerror', (e) => problems.push(`page error: ${e.message}`));
+page.on('console', (m) => m.type() === 'error' && problems.push(`console error: ${m.text()}`));
+
+let step = '';
+const check = (cond, what) => {
+  if (!cond) throw new Error(`${step}: ${what}`);
+};
+/** Polls `f` until it is true (for values no locator waits on). */
+const until = async (f, what) => {
+  const end = Date.now() + TIMEOUT;
+  while (!(await f())) {
+    if (Date.now() > end) throw new Error(`${step}: ${what}`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+};
+const shot = (name) => page.screenshot({ path: join(shots, `${name}.png`), fullPage: false });
+const nav = (name) => page.getByRole('navigation', { name: 'Pages' }).getByRole('link', { name, exact: true }).click();
+const heading = (name) => page.getByRole('heading', { level: 1, name }).waitFor();
+const started = Date.now();
+
+try {
+  step = 'sign in';
+  await page.goto(URL_ + '/');
+  await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+  await shot('01-sign-in');
+  await page.getByLabel('Email', { exact: true }).fill(expect.email);
+  await page.getByLabel('Password', { exact: true }).fill(expect.password);
+  await page.getByRole('button', { name: 'Sign in' }).click();
+  await heading('Traces');
+  await until(async () => (await page.getByRole('combobox', { name: 'Project' }).inputValue()) !== '', 'a project is chosen');
+
+  step = 'traces list';
+  const traces = page.getByRole('table', { name: 'Traces' });
+  await traces.getByRole('row').filter({ hasText: expect.trace_root }).first().waitFor();
+  await shot('02-traces');
+
+  step = 'trace waterfall';
+  await traces.getByRole('link', { name: expect.trace_id.slice(0, 16) }).click();
+  const tree = page.getByRole('tree', { name: 'Waterfall' });
+  await tree.waitFor();
+  const items = tree.getByRole('treeitem');
+  await items.nth(expect.trace_spans - 1).waitFor();
+  check((await items.count()) === expect.trace_spans, `${expect.trace_spans} spans in the waterfall`);
+  const errorSpan = tree.getByRole('treeitem', { name: /, error,/ });
+  check((await errorSpan.count()) === 1, 'one span marked as an error');
+  await errorSpan.click();
+  const details = page.getByRole('complementary', { name: 'Span details' });
+  await details.getByText(expect.exception_message).waitFor();
+  await page.getByRole('list', { name: 'Logs of this trace' }).getByText(expect.log_word, { exact: false }).first().waitFor();
+  check(page.url().includes('span='), 'the selected span is in the URL');
+  // Keyboard: arrows move between spans, Enter selects.
+  await items.first().focus();
+  await page.keyboard.press('ArrowDown');
+  await page.keyboard.press('Enter');
+  await tree.getByRole('treeitem', { selected: true, name: /^payments POST \/charge/ }).waitFor();
+  await shot('03-trace-waterfall');
+
+  step = 'log search';
+  await nav('Logs');
+  await heading('Logs');
+  await page.getByLabel('Query', { exact: true }).fill(expect.log_word);
+  await page.getByRole('button', { name: 'Search' }).click();
+  const logs = page.getByRole('table', { name: 'Log lines' });
+  await logs.getByRole('row').nth(1).waitFor();
+  const rows = await logs.getByRole('row').count();
+  check(rows - 1 === expect.log_matches, `${expect.log_matches} matching lines, saw ${rows - 1}`);
+  const marks = logs.locator('mark');
+  check((await marks.count()) >= expect.log_matches, 'the match is highlighted');
+  check((await marks.first().innerText()).toLowerCase() === expect.log_word, 'the highlighted word is the one searched');
+  check(new URL(page.url()).searchParams.get('q') === expect.log_word, 'the query is in the URL');
+  await page.getByRole('img', { name: /Histogram/ }).waitFor();
+  await shot('04-logs');
+
+  step = 'live tail';
+  await page.getByRole('button', { name: /Live tail/ }).click();
+  check((await page.getByRole('button', { name: /Live tail/ }).getAttribute('aria-pressed')) === 'true', 'live tail is on');
+  const res = await fetch(URL_ + '/api/v1/ingest/logs', {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', 'X-API-Key': expect.api_key },
+    body: JSON.stringify({ logs: [{ timestamp: Date.now(), level: 'error', service: 'api', message: `${expect.log_word} again, live` }] }),
+  });
+  check(res.ok, 'live log ingested');
+  await logs.getByText('again, live').waitFor();
+  await page.getByRole('button', { name: /Live tail/ }).click();
+
+  step = 'APM';
+  await nav('APM');
+  const apm = page.getByRole('table', { name: 'Endpoints' });
+  await apm.getByRole('row', { name: new RegExp(expect.apm_operation.replace(/[/]/g, '\\/')) }).first().waitFor();
+  await page.getByRole('columnheader', { name: 'p95' }).waitFor();
+  await shot('05-apm');
+
+  step = 'service map';
+  await nav('Service map');
+  await page.getByRole('img', { name: /Service map: 3 services, 2 dependencies/ }).waitFor();
+  await page.getByRole('table', { name: 'Dependencies' }).getByRole('row').nth(2).waitFor();
+  await shot('06-service-map');
+
+  step = 'errors';
+  await nav('Errors');
+  const groups = page.getByRole('table', { name: 'Error groups' });
+  await groups.getByRole('row').filter({ hasText: expect.error_type }).first().click();
+  await heading('Error group');
+  await page.getByRole('table', { name: 'Samples' }).getByRole('row').nth(1).waitFor();
+  await shot('07-error-group');
+
+  step = 'hosts';
+  await nav('Hosts');
+  const hosts = page.getByRole('table', { name: 'Hosts' });
+  await hosts.getByRole('row').filter({ hasText: expect.host }).waitFor();
+  await hosts.getByRole('img', { name: `CPU of ${expect.host}` }).waitFor();
+  await hosts.getByRole('row').filter({ hasText: expect.host }).click();
+  await page.getByRole('img', { name: `CPU and disk of ${expect.host}` }).waitFor();
+  await shot('08-hosts');
+
+  step = 'events';
+  await nav('Events');
+  await page.getByRole('img', { name: /Events per/ }).waitFor();
+  await page.getByText(`${expect.event_total} events in`).waitFor();
+  await shot('09-events');
+
+  step = 'funnel';
+  await nav('Funnels');
+  await page.getByLabel('Step 1', { exact: true }).fill(expect.funnel_steps[0]);
+  await page.getByLabel('Step 2', { exact: true }).fill(expect.funnel_steps[1]);
+  await page.getByRole('button', { name: 'Add step' }).click();
+  await page.getByLabel('Step 3', { exact: true }).fill(expect.funnel_steps[2]);
+  await page.getByRole('button', { name: 'Calculate' }).click();
+  const ftable = page.getByRole('table', { name: 'Funnel steps' });
+  await ftable.getByRole('row').nth(3).waitFor();
+  for (let i = 0; i < 3; i++) {
+    const cells = await ftable.getByRole('row').nth(i + 1).getByRole('cell').allInnerTexts();
+    check(Number(cells[1].replace(/,/g, '')) === expect.funnel_counts[i], `step ${i + 1}: ${cells[1]} users, the API says ${expect.funnel_counts[i]}`);
+  }
+  check(new URL(page.url()).searchParams.get('steps') === expect.funnel_steps.join(','), 'the steps are in the URL');
+  await shot('10-funnel');
+
+  step = 'retention';
+  await nav('Retention');
+  await page.getByLabel('Start event', { exact: true }).fill(expect.funnel_steps[0]);
+  await page.getByLabel('Return event', { exact: true }).fill(expect.funnel_steps[2]);
+  await page.getByRole('button', { name: 'Calculate' }).click();
+  const ret = page.getByRole('table', { name: 'Retention' });
+  await ret.getByRole('row').nth(1).waitFor();
+  await shot('11-retention');
+
+  step = 'active users';
+  await nav('Active users');
+  await page.getByRole('img', { name: 'Daily, weekly and monthly active users' }).waitFor();
+  await page.getByRole('list', { name: 'Latest day' }).getByText(String(expect.users)).first().waitFor();
+  await shot('12-active-users');
+
+  step = 'cohorts';
+  await nav('Cohorts');
+  await page.getByLabel('Name', { exact: true }).fill('Buyers');
+  await page.getByLabel('Condition 1 event', { exact: true }).fill(expect.funnel_steps[2]);
+  await page.getByRole('button', { name: 'Create cohort' }).click();
+  await page.getByRole('heading', { name: 'Cohort: Buyers' }).waitFor();
+  const members = page.getByRole('table', { name: 'Cohort members' });
+  await members.getByRole('row').nth(expect.funnel_counts[2]).waitFor();
+  check((await members.getByRole('row').count()) - 1 === expect.funnel_counts[2], 'the cohort holds the buyers');
+  await shot('13-cohort');
+
+  step = 'replay';
+  await nav('Session replays');
+  await page.getByRole('table', { name: 'Sessions' }).getByRole('link', { name: expect.replay_id }).click();
+  const playback = page.getByRole('status', { name: 'Playback' });
+  await playback.getByText(/Playing/).waitFor();
+  const frame = page.frameLocator('iframe');
+  await frame.getByText(expect.replay_first_text).waitFor();
+  // The recording changes its heading two seconds in: seen only if it plays.
+  await frame.getByText(expect.replay_later_text).waitFor();
+  check(!/ 00:00 \//.test(await playback.innerText()), 'the playback clock advanced');
+  await shot('14-replay');
+
+  step = 'API keys';
+  await nav('API keys');
+  await page.getByLabel('Key name', { exact: true }).fill('browser-test');
+  await page.getByRole('button', { name: 'Create key' }).click();
+  const secret = page.getByRole('dialog', { name: 'API key browser-test' });
+  check((await secret.getByRole('textbox').inputValue()).startsWith('sxk_'), 'the new key is shown once');
+  await shot('15-api-keys');
+  await secret.getByRole('button', { name: 'Done' }).click();
+  await page.getByRole('table', { name: 'API keys' }).getByRole('cell', { name: 'browser-test', exact: true }).waitFor();
+
+  step = 'usage';
+  await nav('Usage');
+  await page.getByRole('progressbar', { name: 'Observability data' }).or(page.getByText('unlimited').first()).first().waitFor();
+  await page.getByRole('table', { name: 'Usage by project' }).waitFor();
+  await shot('16-usage');
+
+  step = 'light theme and shared URLs';
+  await page.getByRole('button', { name: 'Use light theme' }).click();
+  await page.goto(URL_ + `/logs?q=${encodeURIComponent(expect.log_word)}&range=24h`);
+  await page.getByRole('table', { name: 'Log lines' }).locator('mark').first().waitFor();
+  check((await page.getByRole('combobox', { name: 'Time range' }).inputValue()) === '24h', 'the range comes from the URL');
+  await shot('17-logs-light');
+
+  step = 'sign out';
+  await page.getByRole('button', { name: 'Sign out' }).click();
+  await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+  await page.goto(URL_ + '/traces');
+  await page.getByRole('heading', { name: 'Sign in' }).waitFor();
+
+  const bad = problems.filter((p) => !p.includes('401'));
+  check(bad.length === 0, `no script errors: ${bad.join('; ')}`);
+  console.log(`dashboard: all pages passed in ${((Date.now() - started) / 1000).toFixed(1)} s`);
+} catch (e) {
+  await shot('failure').catch(() => {});
+  console.error(`dashboard: FAILED at "${step}": ${e.message}`);
+  if (problems.length) console.error(problems.join('\n'));
+  process.exitCode = 1;
+} finally {
+  await context.close();
+  rmSync(profile, { recursive: true, force: true });
+}

@@ -1,0 +1,100 @@
+import { useMemo, useState } from 'preact/hooks';
+import { get } from '../api';
+import { Status, useLoad } from '../components/data';
+import { PageHeader } from '../components/page';
+import { TimeChart } from '../components/charts';
+import { CohortSelect } from '../components/CohortSelect';
+import { fmtNum, fmtTime, iso, resolveRange } from '../time';
+import { setParams } from '../url';
+import type { PageProps } from '.';
+
+interface Series {
+  event: string | string[] | null;
+  interval: string;
+  points: { t: string; count: number; unique_users: number }[];
+}
+
+export function Events({ params }: PageProps) {
+  const r = resolveRange(params, '7d');
+  const event = params.get('event') ?? '';
+  const interval = params.get('interval') ?? (r.to - r.from <= 2 * 86_400_000 ? 'hour' : 'day');
+  const cohort = params.get('cohort_id') ?? '';
+  const tz = Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC';
+  const [input, setInput] = useState(event);
+  const res = useLoad(
+    (signal) => get<Series>('/api/events/timeseries', { event, from: iso(r.from), to: iso(r.to), interval, tz, cohort_id: cohort }, signal),
+    [event, interval, cohort, r.relative ?? r.from, r.to],
+  );
+  const pts = res.data?.points ?? [];
+  const chart = useMemo(
+    () => ({
+      xs: pts.map((p) => Date.parse(p.t)),
+      series: [
+        { label: 'Events', values: pts.map((p) => p.count), color: '#4c9aff' },
+        { label: 'Unique users', values: pts.map((p) => p.unique_users), color: '#2ec27e' },
+      ],
+    }),
+    [res.data],
+  );
+  const total = pts.reduce((a, p) => a + p.count, 0);
+  return (
+    <>
+      <PageHeader title="Events" params={params} def="7d" onRefresh={res.reload} />
+      <form
+        class="filters"
+        aria-label="Event filters"
+        onSubmit={(e) => {
+          e.preventDefault();
+          setParams({ event: input });
+        }}
+      >
+        <label class="grow">
+          Events (comma-separated; empty: all)
+          <input data-search value={input} placeholder="signup, purchase" onInput={(e) => setInput((e.target as HTMLInputElement).value)} />
+        </label>
+        <label>
+          Interval{' '}
+          <select aria-label="Interval" value={interval} onChange={(e) => setParams({ interval: (e.target as HTMLSelectElement).value })}>
+            {['hour', 'day', 'week', 'month'].map((i) => (
+              <option value={i}>{i}</option>
+            ))}
+          </select>
+        </label>
+        <CohortSelect value={cohort} />
+        <button type="submit" class="primary">
+          Show
+        </button>
+      </form>
+      <Status r={res} />
+      {res.data && (
+        <>
+          <p class="summary">
+            {fmtNum(total)} events in {pts.length} {interval} buckets ({tz})
+          </p>
+          <TimeChart label={`Events per ${interval}`} xs={chart.xs} series={chart.series} height={260} />
+          <details>
+            <summary>Table</summary>
+            <table class="plain" aria-label="Events per bucket">
+              <thead>
+                <tr>
+                  <th>Bucket start</th>
+                  <th class="num">Events</th>
+                  <th class="num">Unique users</th>
+                </tr>
+              </thead>
+              <tbody>
+                {pts.map((p) => (
+                  <tr>
+                    <td>{fmtTime(p.t)}</td>
+                    <td class="num">{fmtNum(p.count)}</td>
+                    <td class="num">{fmtNum(p.unique_users)}</td>
+                  </tr>
+                ))}
+              </tbody>
+            </table>
+          </details>
+        </>
+      )}
+    </>
+  );
+}
