@@ -12,6 +12,7 @@ fi
 # Python packages the end-to-end tests run through `$SEXTANT_PYTHON` (all from PyPI):
 # - chdb: the analytics oracle test (tests/analytics_oracle.rs) compares with ClickHouse;
 # - the OpenTelemetry SDK and its OTLP exporters: tests/otlp.rs sends with them.
+# - schemathesis: tests/openapi.rs tests every operation of /openapi.json with it.
 # Installed once into a cache when the system python lacks them: a venv where python3-venv
 # exists, else a --target directory (Debian without python3-venv).
 PY_PACKAGES=(
@@ -19,9 +20,10 @@ PY_PACKAGES=(
   "opentelemetry-sdk==1.45.2"
   "opentelemetry-exporter-otlp-proto-grpc==1.45.2"
   "opentelemetry-exporter-otlp-proto-http==1.45.2"
+  "schemathesis==4.32.5"
 )
 # One import per package above: a python where all of them work is used as it is.
-PY_CHECK='import chdb, opentelemetry.sdk, opentelemetry.exporter.otlp.proto.grpc, opentelemetry.exporter.otlp.proto.http'
+PY_CHECK='import chdb, opentelemetry.sdk, opentelemetry.exporter.otlp.proto.grpc, opentelemetry.exporter.otlp.proto.http, schemathesis'
 fail() { echo "test.sh: $*" >&2; exit 1; }
 if [[ -z "${SEXTANT_PYTHON:-}" ]] && ! python3 -c "$PY_CHECK" >/dev/null 2>&1; then
   TOOLS="${SEXTANT_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sextant-test-tools}"

@@ -171,6 +171,7 @@ pub struct Cohort {
 
 /// `POST /api/cohorts` body.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CohortInput {
     pub name: String,
@@ -178,6 +179,7 @@ pub struct CohortInput {
 }
 
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct DefinitionInput {
     pub logic: Option<String>,
@@ -185,6 +187,7 @@ pub struct DefinitionInput {
 }
 
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ConditionInput {
     #[serde(rename = "type")]

@@ -24,6 +24,7 @@ pub const MAX_DURATION_NS: u64 = 30 * 24 * 3600 * 1_000_000_000;
 
 /// Why one object of a batch was refused: `details.errors[]` of the error body.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FieldError {
     pub index: usize,
     pub field: String,
@@ -38,6 +39,7 @@ impl FieldError {
 
 /// A span as a client sends it: parsed from the JSON API, or mapped from OTLP.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SpanInput {
     pub trace_id: String,
     pub span_id: String,
@@ -47,6 +49,7 @@ pub struct SpanInput {
     pub operation: String,
     pub timestamp: TimeInput,
     #[serde(rename = "duration_ms", deserialize_with = "duration_millis")]
+    #[cfg_attr(feature = "openapi", schema(value_type = f64, minimum = 0))]
     pub duration: DurationInput,
     #[serde(default)]
     pub status: Option<String>,
@@ -67,6 +70,7 @@ fn duration_millis<'de, D: Deserializer<'de>>(d: D) -> Result<DurationInput, D::
 
 /// A log line as a client sends it.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LogInput {
     pub timestamp: TimeInput,
     pub level: String,
@@ -82,6 +86,7 @@ pub struct LogInput {
 
 /// One host's metrics at one instant, as a client sends them.
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct HostMetricInput {
     pub timestamp: TimeInput,
     pub hostname: String,
@@ -102,17 +107,23 @@ pub struct HostMetricInput {
 }
 
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SpansBody {
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::capped::<SpanInput, MAX_BATCH_OBJECTS>))]
     pub spans: Capped<SpanInput, MAX_BATCH_OBJECTS>,
 }
 
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct LogsBody {
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::capped::<LogInput, MAX_BATCH_OBJECTS>))]
     pub logs: Capped<LogInput, MAX_BATCH_OBJECTS>,
 }
 
 #[derive(Debug, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MetricsBody {
+    #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::capped::<HostMetricInput, MAX_BATCH_OBJECTS>))]
     pub metrics: Capped<HostMetricInput, MAX_BATCH_OBJECTS>,
 }
 

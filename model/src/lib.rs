@@ -19,6 +19,8 @@ pub mod ids;
 pub mod ingest;
 pub mod meta;
 pub mod partition;
+#[cfg(feature = "openapi")]
+pub mod openapi;
 pub mod query;
 pub mod row;
 pub mod sketch;

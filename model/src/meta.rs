@@ -31,6 +31,7 @@ pub const MAX_PENDING_INVITES_PER_ORG: usize = 100;
 pub const MAX_SESSIONS_PER_USER: usize = 100;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Role {
     Owner,
@@ -288,6 +289,7 @@ pub struct ManagedBy {
     pub kind: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
     pub name: String,
     pub uid: String,
 }

@@ -12,6 +12,7 @@ use crate::{OrgId, ProjectId};
 
 /// What one project ingested in one month (or a sum of such).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct UsageCounts {
     /// JSON size of the accepted observability and analytics objects.
     pub bytes: u64,

@@ -24,7 +24,8 @@ pub fn bad_cursor() -> ApiError {
 }
 
 /// `limit` and `cursor` as sent, checked when asked for.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct Paging {
     pub limit: Option<String>,
     pub cursor: Option<String>,
@@ -50,7 +51,7 @@ impl Paging {
 }
 
 /// `{"items", "next_cursor"}`: a page of a list; `next_cursor` is null on the last page.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Listed<T> {
     pub items: Vec<T>,
     pub next_cursor: Option<String>,

@@ -9,6 +9,7 @@ pub mod error;
 pub mod listing;
 pub mod metrics;
 pub mod middleware;
+pub mod openapi;
 pub mod query_string;
 
 use std::sync::Arc;
@@ -119,6 +120,7 @@ pub fn internal_router(app: Arc<AppState>) -> Router {
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .layer(from_fn_with_state(app.clone(), middleware::observe))
         .with_state(app)
+        .route("/openapi.json", get(openapi::openapi_json))
 }
 
 /// What a probe answers when the router serves (`/healthz`) or is ready (`/readyz`).

@@ -34,7 +34,7 @@ pub fn time_json(ms: i64) -> String {
 }
 
 /// A user as the API shows them.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct MemberJson {
     pub id: UserId,
     pub email: String,
@@ -57,7 +57,7 @@ impl From<&Member> for MemberJson {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct OrgJson {
     id: OrgId,
     name: String,
@@ -79,7 +79,7 @@ fn org_json(o: &Org, trial_ends_at_ms: Option<i64>) -> OrgJson {
 }
 
 /// What a sign-up answers besides the session.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct SignedUp {
     user: MemberJson,
     org: OrgJson,
@@ -87,18 +87,18 @@ struct SignedUp {
 }
 
 /// What joining by invitation answers besides the session.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct Joined {
     user: MemberJson,
 }
 
 /// Nothing besides the session (sign-in, refresh).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct Nothing {}
 
 /// An answer that starts a session: `body`, and the access token (the refresh token is in
 /// the cookie).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 struct SessionAnswer<T> {
     #[serde(flatten)]
     body: T,
@@ -123,7 +123,7 @@ fn session_response<T: Serialize>(
     Ok(resp)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SignupRequest {
     email: String,
@@ -132,6 +132,18 @@ struct SignupRequest {
     org_name: String,
 }
 
+#[utoipa::path(
+    post,
+    path = "/auth/signup",
+    tag = "accounts",
+    summary = "Sign up: a user, their organization and its default project",
+    request_body(content = SignupRequest, example = json!({"email": "ada@example.com", "password": "correct horse battery", "name": "Ada", "org_name": "Example"})),
+    responses(
+        (status = 201, description = "Signed up and signed in. The access token; the refresh token is in the `sextant_refresh` cookie (`HttpOnly`, `Path=/auth`).", body = SessionAnswer<SignedUp>, headers(("set-cookie" = String, description = "The refresh token."))),
+        (status = 409, description = "An account with this email exists (`email_taken`).", body = crate::http::error::ErrorBody),
+        crate::http::openapi::AuthErrors
+    )
+)]
 pub async fn signup(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -188,13 +200,24 @@ pub async fn signup(
     session_response(&app, StatusCode::CREATED, &member, &refresh, body)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct LoginRequest {
     email: String,
     password: String,
 }
 
+#[utoipa::path(
+    post,
+    path = "/auth/login",
+    tag = "accounts",
+    summary = "Sign in",
+    request_body(content = LoginRequest, example = json!({"email": "ada@example.com", "password": "correct horse battery"})),
+    responses(
+        (status = 200, description = "Signed in. The access token; the refresh token is in the `sextant_refresh` cookie (`HttpOnly`, `Path=/auth`).", body = SessionAnswer<Nothing>, headers(("set-cookie" = String, description = "The refresh token."))),
+        crate::http::openapi::AuthErrors
+    )
+)]
 pub async fn login(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,
@@ -236,6 +259,17 @@ fn end_of_session(app: &AppState, error: ApiError) -> Response {
     resp
 }
 
+#[utoipa::path(
+    post,
+    path = "/auth/refresh",
+    tag = "accounts",
+    summary = "A new access token for the refresh cookie (which rotates)",
+    params(("cookie" = String, Header, description = "`sextant_refresh=…`")),
+    responses(
+        (status = 200, description = "A new session. The access token; the refresh token is in the `sextant_refresh` cookie (`HttpOnly`, `Path=/auth`).", body = SessionAnswer<Nothing>, headers(("set-cookie" = String, description = "The rotated refresh token."))),
+        crate::http::openapi::AuthErrors
+    )
+)]
 pub async fn refresh(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
     let Some((family, presented)) = refresh::read_cookie(&headers, refresh::COOKIE).and_then(refresh::parse) else {
         return Ok(end_of_session(&app, ApiError::Unauthorized("missing or malformed refresh token")));
@@ -262,6 +296,16 @@ pub async fn refresh(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Re
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/auth/logout",
+    tag = "accounts",
+    summary = "Sign out: revoke the refresh cookie's session",
+    responses(
+        (status = 204, description = "Signed out; the cookie is cleared.", headers(("set-cookie" = String, description = "Clears the refresh cookie."))),
+        crate::http::openapi::AuthErrors
+    )
+)]
 pub async fn logout(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Result<Response, ApiError> {
     if let Some((family, presented_sha256)) = refresh::read_cookie(&headers, refresh::COOKIE).and_then(refresh::parse) {
         // Refused when the cookie is not a live token of the family: nothing to end then.
@@ -275,7 +319,7 @@ pub async fn logout(State(app): State<Arc<AppState>>, headers: HeaderMap) -> Res
     Ok(resp)
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct AcceptInviteRequest {
     invite_token: String,
@@ -283,6 +327,17 @@ struct AcceptInviteRequest {
     name: String,
 }
 
+#[utoipa::path(
+    post,
+    path = "/auth/invite/accept",
+    tag = "accounts",
+    summary = "Join an organization by invitation",
+    request_body(content = AcceptInviteRequest, example = json!({"invite_token": "…", "password": "correct horse battery", "name": "Grace"})),
+    responses(
+        (status = 200, description = "Joined and signed in. The access token; the refresh token is in the `sextant_refresh` cookie (`HttpOnly`, `Path=/auth`).", body = SessionAnswer<Joined>, headers(("set-cookie" = String, description = "The refresh token."))),
+        crate::http::openapi::AuthErrors
+    )
+)]
 pub async fn accept_invite(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,

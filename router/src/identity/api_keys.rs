@@ -21,7 +21,7 @@ use crate::identity::auth::{new_credential, Session};
 use crate::AppState;
 
 /// An API key as listed: never its secret.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct KeyJson {
     pub id: String,
     pub name: String,
@@ -43,7 +43,7 @@ impl From<&Credential> for KeyJson {
 }
 
 /// A key in `GET /api/v1/api-keys`, and the Kubernetes resource whose Secret holds it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ListedKey {
     #[serde(flatten)]
     pub api_key: KeyJson,
@@ -51,13 +51,18 @@ pub struct ListedKey {
 }
 
 /// A new key: the whole secret, shown this once.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct NewKey {
     #[serde(flatten)]
     pub api_key: KeyJson,
     pub key: String,
 }
 
+#[utoipa::path(
+    get, path = "/api/v1/api-keys", tag = "accounts", summary = "The current project's API keys",
+    responses((status = 200, description = "The keys, without their secrets.", body = Listed<ListedKey>), crate::http::openapi::AccountErrors),
+    security(("jwt" = []))
+)]
 pub async fn list(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -79,12 +84,22 @@ pub async fn list(
     Ok(Json(page.apply(items)))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateKey {
     name: String,
 }
 
+#[utoipa::path(
+    post, path = "/api/v1/api-keys", tag = "accounts", summary = "Create an API key",
+    request_body(content = CreateKey, example = json!({"name": "production"})),
+    responses(
+        (status = 201, description = "Created; `key` (`sxk_…`) is shown only here.", body = NewKey),
+        (status = 409, description = "The limit is reached.", body = crate::http::error::ErrorBody),
+        crate::http::openapi::AccountErrors
+    ),
+    security(("jwt" = []))
+)]
 pub async fn create(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -106,6 +121,16 @@ pub async fn create(
 
 /// Revokes a key of any project of the caller's org; every router refuses it within a
 /// meta refresh period (one second).
+#[utoipa::path(
+    delete, path = "/api/v1/api-keys/{id}", tag = "accounts", summary = "Revoke an API key",
+    params(("id" = String, Path, description = "The key's id.")),
+    responses(
+        (status = 204, description = "Revoked."),
+        (status = 409, description = "Managed by a Kubernetes resource.", body = crate::http::error::ErrorBody),
+        crate::http::openapi::AccountErrors
+    ),
+    security(("jwt" = []))
+)]
 pub async fn delete(
     State(app): State<Arc<AppState>>,
     session: Session,

@@ -45,7 +45,7 @@ pub fn parse_invite_token(token: &str) -> Option<(String, String)> {
 }
 
 /// A pending invitation.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct InviteJson {
     pub id: String,
     pub email: String,
@@ -70,7 +70,7 @@ impl From<&Invite> for InviteJson {
 }
 
 /// A new invitation, with its token: shown this once.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct NewInvite {
     #[serde(flatten)]
     pub invite: InviteJson,
@@ -78,7 +78,7 @@ pub struct NewInvite {
 }
 
 /// A user of the org (`status: active`), or a pending invitation (`status: invited`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum OrgMember {
     Active {
@@ -91,6 +91,11 @@ pub enum OrgMember {
 }
 
 /// Members first, then pending invitations; each page sorted by id.
+#[utoipa::path(
+    get, path = "/api/org/members", tag = "accounts", summary = "Members and pending invitations",
+    responses((status = 200, description = "The organization's members and pending invitations.", body = Listed<OrgMember>), crate::http::openapi::AccountErrors),
+    security(("jwt" = []))
+)]
 pub async fn list(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -112,13 +117,23 @@ pub async fn list(
     Ok(Json(page.apply(items)))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct InviteRequest {
     email: String,
     role: Role,
 }
 
+#[utoipa::path(
+    post, path = "/api/org/members", tag = "accounts", summary = "Invite a member (owner or admin)",
+    request_body(content = InviteRequest, example = json!({"email": "grace@example.com", "role": "member"})),
+    responses(
+        (status = 201, description = "Invited; `invite_token` is shown once.", body = NewInvite),
+        (status = 409, description = "Already a member, or the limit is reached.", body = crate::http::error::ErrorBody),
+        crate::http::openapi::AccountErrors
+    ),
+    security(("jwt" = []))
+)]
 pub async fn invite(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -157,6 +172,12 @@ pub async fn invite(
 }
 
 /// Removes a member (by user id) or withdraws a pending invitation (by invitation id).
+#[utoipa::path(
+    delete, path = "/api/org/members/{user_id}", tag = "accounts", summary = "Remove a member and end their sessions",
+    params(("user_id" = String, Path, description = "The member's id (or a pending invitation's).")),
+    responses((status = 204, description = "Removed."), crate::http::openapi::AccountErrors),
+    security(("jwt" = []))
+)]
 pub async fn remove(
     State(app): State<Arc<AppState>>,
     session: Session,

@@ -21,7 +21,7 @@ use crate::identity::auth::{new_credential, Session};
 use crate::AppState;
 
 /// A project; `token` (its analytics ingest token) only in the answer that created it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ProjectJson {
     pub id: ProjectId,
     pub name: String,
@@ -38,13 +38,18 @@ impl ProjectJson {
 }
 
 /// A project in `GET /projects`: and the Kubernetes resource that manages it, if any.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ListedProject {
     #[serde(flatten)]
     pub project: ProjectJson,
     pub managed_by: Option<ManagedBy>,
 }
 
+#[utoipa::path(
+    get, path = "/projects", tag = "accounts", summary = "The organization's projects",
+    responses((status = 200, description = "Every project of the caller's organization.", body = Listed<ListedProject>), crate::http::openapi::AccountErrors),
+    security(("jwt" = []))
+)]
 pub async fn list(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -69,12 +74,22 @@ pub async fn list(
     Ok(Json(page.apply(items)))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateProject {
     name: String,
 }
 
+#[utoipa::path(
+    post, path = "/projects", tag = "accounts", summary = "Create a project (owner only)",
+    request_body(content = CreateProject, example = json!({"name": "web"})),
+    responses(
+        (status = 201, description = "Created; `token` is its ingest token.", body = ProjectJson),
+        (status = 409, description = "A project with this name exists, or the limit is reached.", body = crate::http::error::ErrorBody),
+        crate::http::openapi::AccountErrors
+    ),
+    security(("jwt" = []))
+)]
 pub async fn create(
     State(app): State<Arc<AppState>>,
     session: Session,

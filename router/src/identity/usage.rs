@@ -23,7 +23,7 @@ use crate::AppState;
 pub const GB: f64 = 1e9;
 const DAY_MS: i64 = 86_400_000;
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ProjectUsage {
     pub project_id: ProjectId,
     pub name: String,
@@ -33,7 +33,7 @@ pub struct ProjectUsage {
 }
 
 /// A past month.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct MonthUsage {
     /// `YYYY-MM`.
     pub month: String,
@@ -46,7 +46,7 @@ pub struct MonthUsage {
     pub projects: Vec<ProjectUsage>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct UsageResponse {
     pub plan: String,
     pub in_trial: bool,
@@ -113,6 +113,11 @@ fn org_projects(cache: &MetaCache, org_id: OrgId) -> Vec<(ProjectId, String)> {
     projects
 }
 
+#[utoipa::path(
+    get, path = "/api/v1/usage", tag = "usage", summary = "This month's usage against the plan",
+    responses((status = 200, description = "Usage of the organization, per project, and of past months; unlimited limits are null.", body = UsageResponse), crate::http::openapi::AccountErrors),
+    security(("jwt" = []))
+)]
 pub async fn get(State(app): State<Arc<AppState>>, session: Session) -> Result<Json<UsageResponse>, ApiError> {
     let loaded = || app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()));
     let org_id = session.claims.org;

@@ -236,6 +236,16 @@ pub async fn batch(
     RawQuery(query): RawQuery,
     body: Body,
 ) -> Result<Json<Accepted>, ApiError> {
+#[utoipa::path(
+    post,
+    path = "/v1/batch",
+    tag = "analytics ingest",
+    summary = "Ingest product events",
+    description = "At most 1000 events, body at most 20 MB. An event's `uuid` makes it idempotent. The token is the body's `token`, `X-Analytics-Token` or the `token` query parameter.",
+    request_body(content = sextant_model::analytics::BatchBody, example = json!({"token": "sxp_…", "events": [{"event": "signed_up", "distinct_id": "user-42", "timestamp": "2026-11-22T10:15:30.123Z", "properties": {"plan": "pro"}}]})),
+    responses((status = 200, description = "Every object was durably stored.", body = crate::ingest::Accepted, example = json!({"status": "ok", "accepted": 1})), crate::http::openapi::IngestErrors),
+    security(("project_token" = []))
+)]
     let result = async {
         let (parsed, project, len, _held) =
             receive_admitted(&app, &headers, query.as_deref(), body, Shape::Native, MAX_EVENTS_BODY, |json, r| {
@@ -255,6 +265,16 @@ pub async fn replay(
     RawQuery(query): RawQuery,
     body: Body,
 ) -> Result<Json<Accepted>, ApiError> {
+#[utoipa::path(
+    post,
+    path = "/v1/replay/events",
+    tag = "analytics ingest",
+    summary = "Ingest session-replay (rrweb) events",
+    description = "At most 500 events and 10 MB per request.",
+    request_body(content = sextant_model::analytics::ReplayBody, example = json!({"token": "sxp_…", "session_id": "s-1", "distinct_id": "user-42", "events": [{"type": 4, "data": {"href": "https://example.com/", "width": 1280, "height": 720}, "timestamp": 1795342530123u64}]})),
+    responses((status = 200, description = "Every object was durably stored.", body = crate::ingest::Accepted, example = json!({"status": "ok", "accepted": 1})), crate::http::openapi::IngestErrors),
+    security(("project_token" = []))
+)]
     let result = async {
         let (parsed, project, len, _held) =
             receive_admitted(&app, &headers, query.as_deref(), body, Shape::Native, MAX_REPLAY_BODY, |json, r| {
@@ -280,15 +300,29 @@ pub async fn replay(
 }
 
 /// What PostHog's capture answers: `status` 1.
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct PosthogAccepted {
     pub status: u8,
     pub accepted: usize,
 }
 
-/// PostHog capture (`/batch/`, `/e/`, `/capture/`, `/i/v0/e/`): JSON, gzip (header or
-/// `?compression=gzip-js`), or a form with `data=<base64 JSON>`; the project token is
-/// `api_key`. Answers `{"status": 1}` as PostHog does.
+/// PostHog capture (`/batch/`, `/e/`, `/capture/`, `/i/v0/e/`): JSON, gzip (header,
+/// `?compression=gzip-js` or magic bytes), or a form with `data=<base64 JSON>`; the project
+/// token is `api_key`. `$snapshot` events are stored as replay events of their session
+/// (`super::posthog`). Answers `{"status": 1}` as PostHog does.
+#[utoipa::path(
+    post,
+    path = "/batch/",
+    tag = "analytics ingest",
+    summary = "PostHog-compatible capture",
+    description = "What PostHog SDKs send, unchanged: a batch or one event, the project token as `api_key`. Also served at `/batch`, `/e`, `/e/`, `/capture`, `/capture/`, `/i/v0/e` and `/i/v0/e/`.",
+    request_body(description = "A PostHog capture body: `{api_key, batch: [...]}` or one event `{api_key, event, distinct_id, properties, timestamp}`.", content = Object, example = json!({"api_key": "sxp_…", "batch": [{"event": "$pageview", "distinct_id": "user-42", "properties": {"$current_url": "https://example.com/"}}]})),
+    responses(
+        (status = 200, description = "Stored, answered as PostHog does.", body = PosthogAccepted, example = json!({"status": 1, "accepted": 1})),
+        crate::http::openapi::IngestErrors
+    ),
+    security(("project_token" = []))
+)]
 pub async fn posthog(
     State(app): State<Arc<AppState>>,
     headers: HeaderMap,

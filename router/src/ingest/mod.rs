@@ -24,7 +24,7 @@ use serde::Serialize;
 use crate::http::error::ApiError;
 use crate::AppState;
 
-#[derive(Serialize)]
+#[derive(Serialize, utoipa::ToSchema)]
 pub struct Accepted {
     pub status: &'static str,
     pub accepted: usize,

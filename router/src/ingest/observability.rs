@@ -94,6 +94,17 @@ impl Kind for HostMetrics {
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/ingest/spans",
+    tag = "observability ingest",
+    summary = "Ingest spans",
+    description = "At most 1000 objects per request, body at most 10 MB (gzip allowed). All or nothing: a 200 means every object is stored.",
+    request_body(content = sextant_model::ingest::SpansBody, example = json!({"spans": [{"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "span_id": "00f067aa0ba902b7", "service_name": "checkout", "operation": "POST /pay", "timestamp": "2026-11-22T10:15:30.123Z", "duration_ms": 12.5, "status": "ok", "attributes": {"http.status_code": 200}}]})),
+    params(("api_key" = Option<String>, Query, description = "The API key, when not sent in a header.")),
+    responses((status = 200, description = "Every object was durably stored.", body = crate::ingest::Accepted, example = json!({"status": "ok", "accepted": 1})), crate::http::openapi::IngestErrors),
+    security(("api_key" = []), ("api_key_bearer" = []))
+)]
 pub async fn spans(
     state: State<Arc<AppState>>,
     headers: HeaderMap,
@@ -103,6 +114,17 @@ pub async fn spans(
     handle::<Spans>(state, headers, query, body).await
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/ingest/logs",
+    tag = "observability ingest",
+    summary = "Ingest logs",
+    description = "At most 1000 objects per request, body at most 10 MB (gzip allowed). All or nothing: a 200 means every object is stored.",
+    request_body(content = sextant_model::ingest::LogsBody, example = json!({"logs": [{"timestamp": "2026-11-22T10:15:30.123Z", "level": "error", "service": "checkout", "message": "payment declined", "trace_id": "4bf92f3577b34da6a3ce929d0e0e4736"}]})),
+    params(("api_key" = Option<String>, Query, description = "The API key, when not sent in a header.")),
+    responses((status = 200, description = "Every object was durably stored.", body = crate::ingest::Accepted, example = json!({"status": "ok", "accepted": 1})), crate::http::openapi::IngestErrors),
+    security(("api_key" = []), ("api_key_bearer" = []))
+)]
 pub async fn logs(
     state: State<Arc<AppState>>,
     headers: HeaderMap,
@@ -112,6 +134,17 @@ pub async fn logs(
     handle::<Logs>(state, headers, query, body).await
 }
 
+#[utoipa::path(
+    post,
+    path = "/api/v1/ingest/infrastructure",
+    tag = "observability ingest",
+    summary = "Ingest host metrics",
+    description = "At most 1000 objects per request, body at most 10 MB (gzip allowed). All or nothing: a 200 means every object is stored.",
+    request_body(content = sextant_model::ingest::MetricsBody, example = json!({"metrics": [{"timestamp": "2026-11-22T10:15:30.123Z", "hostname": "web-1", "cpu_percent": 42.5, "memory_used_bytes": 1073741824, "memory_total_bytes": 4294967296u64}]})),
+    params(("api_key" = Option<String>, Query, description = "The API key, when not sent in a header.")),
+    responses((status = 200, description = "Every object was durably stored.", body = crate::ingest::Accepted, example = json!({"status": "ok", "accepted": 1})), crate::http::openapi::IngestErrors),
+    security(("api_key" = []), ("api_key_bearer" = []))
+)]
 pub async fn infrastructure(
     state: State<Arc<AppState>>,
     headers: HeaderMap,

@@ -19,7 +19,7 @@ pub const SORTS: [&str; 10] =
     ["count", "error_count", "error_rate", "rps", "avg_ms", "p50_ms", "p90_ms", "p95_ms", "p99_ms", "max_ms"];
 
 /// An endpoint in `GET /api/v1/apm/endpoints`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct EndpointJson {
     pub service: String,
     pub operation: String,
@@ -55,7 +55,7 @@ impl EndpointJson {
 }
 
 /// `GET /api/v1/apm/endpoints`: every endpoint, unpaged.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct EndpointList {
     pub items: Vec<EndpointJson>,
     /// Always null: the list is whole.
@@ -63,8 +63,10 @@ pub struct EndpointList {
 }
 
 /// The parameters of `GET /api/v1/apm/endpoints`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct EndpointsQuery {
+    #[param(ignore)]
     #[serde(flatten)]
     pub params: Params,
     pub service: Option<String>,
@@ -72,6 +74,12 @@ pub struct EndpointsQuery {
     pub sort: Option<String>,
 }
 
+#[utoipa::path(
+    get, path = "/api/v1/apm/endpoints", tag = "observability", summary = "Latency and errors per service and operation",
+    params(crate::query::params::Params, crate::http::listing::Paging, EndpointsQuery),
+    responses((status = 200, description = "Latency and errors per service and operation.", body = crate::query::scatter::Answer<EndpointList>), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 pub async fn endpoints(
     State(app): State<Arc<AppState>>,
     session: Session,

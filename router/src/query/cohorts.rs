@@ -34,7 +34,7 @@ pub const MAX_COHORT_BODY: usize = 16 * 1024;
 const MAX_ID_CHARS: usize = 64;
 
 /// A cohort, with its size when it was evaluated.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct CohortJson {
     pub id: String,
     pub name: String,
@@ -54,7 +54,7 @@ fn cohort_json(c: &Cohort, size: u64) -> CohortJson {
 }
 
 /// A member of a cohort.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct CohortMember {
     pub distinct_id: String,
 }
@@ -105,6 +105,12 @@ async fn sizes(
     Ok((sums, gathered))
 }
 
+#[utoipa::path(
+    get, path = "/api/cohorts", tag = "analytics", summary = "The project's cohorts with their sizes",
+    params(crate::query::params::Params, crate::http::listing::Paging),
+    responses((status = 200, description = "The project's cohorts with their sizes.", body = crate::query::scatter::Answer<crate::http::listing::Listed<CohortJson>>), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 pub async fn list(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -135,6 +141,16 @@ pub async fn list(
     Ok(Json(Answer { body: page.apply(items), coverage }))
 }
 
+#[utoipa::path(
+    post, path = "/api/cohorts", tag = "analytics", summary = "Create a cohort",
+    request_body(content = sextant_model::cohort::CohortInput, example = json!({"name": "buyers", "conditions": {"logic": "and", "conditions": [{"type": "did", "event": "purchase", "count_op": ">=", "count": 1, "range": "30d"}]}})),
+    responses(
+        (status = 201, description = "Created, with its size now.", body = CohortJson),
+        (status = 409, description = "The project has the maximum number of cohorts.", body = crate::http::error::ErrorBody),
+        crate::http::openapi::AccountErrors
+    ),
+    security(("jwt" = []))
+)]
 pub async fn create(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -159,6 +175,12 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(cohort_json(&cohort, size[0]))).into_response())
 }
 
+#[utoipa::path(
+    get, path = "/api/cohorts/{id}", tag = "analytics", summary = "A cohort with its size",
+    params(("id" = String, Path, description = "The cohort id."), crate::query::params::Params),
+    responses((status = 200, description = "A cohort with its size.", body = crate::query::scatter::Answer<CohortJson>), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 pub async fn get(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -174,6 +196,12 @@ pub async fn get(
 
 /// Members by distinct id (byte order), `limit` per page with a keyset cursor: every shard
 /// answers its first `limit + 1` members after the cursor, so the merged page is exact.
+#[utoipa::path(
+    get, path = "/api/cohorts/{id}/users", tag = "analytics", summary = "The users of a cohort",
+    params(("id" = String, Path, description = "The cohort id."), crate::query::params::Params, crate::http::listing::Paging),
+    responses((status = 200, description = "The users of a cohort.", body = crate::query::scatter::Answer<crate::http::listing::Listed<CohortMember>>), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 pub async fn users(
     State(app): State<Arc<AppState>>,
     session: Session,

@@ -18,7 +18,7 @@ use crate::identity::auth::Session;
 use crate::AppState;
 
 /// An error group in `GET /api/v1/errors`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorGroupJson {
     pub fingerprint: String,
     pub service: String,
@@ -50,7 +50,7 @@ impl From<&ErrorGroup> for ErrorGroupJson {
 }
 
 /// `GET /api/v1/errors/{fingerprint}`: the group and its latest occurrences.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorGroupDetail {
     #[serde(flatten)]
     pub group: ErrorGroupJson,
@@ -58,7 +58,7 @@ pub struct ErrorGroupDetail {
     pub occurrences: Vec<Occurrence>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Occurrence {
     pub timestamp: String,
     pub trace_id: Option<String>,
@@ -66,7 +66,7 @@ pub struct Occurrence {
 }
 
 /// `GET /api/v1/errors`: every group, unpaged.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorGroupList {
     pub items: Vec<ErrorGroupJson>,
     /// Always null: the list is whole.
@@ -74,8 +74,10 @@ pub struct ErrorGroupList {
 }
 
 /// The parameters of `GET /api/v1/errors` and `/errors/{fingerprint}`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ErrorsQuery {
+    #[param(ignore)]
     #[serde(flatten)]
     pub params: Params,
     pub service: Option<String>,
@@ -94,6 +96,12 @@ async fn groups(
     Ok((gathered.fold::<ErrorGroups>().sorted(), gathered))
 }
 
+#[utoipa::path(
+    get, path = "/api/v1/errors", tag = "observability", summary = "Error groups",
+    params(crate::query::params::Params, crate::http::listing::Paging, ErrorsQuery),
+    responses((status = 200, description = "Error groups.", body = crate::query::scatter::Answer<ErrorGroupList>), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 pub async fn list(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -106,6 +114,12 @@ pub async fn list(
     Ok(gathered.answer(ErrorGroupList { items, next_cursor: None }))
 }
 
+#[utoipa::path(
+    get, path = "/api/v1/errors/{fingerprint}", tag = "observability", summary = "An error group and its recent occurrences",
+    params(("fingerprint" = String, Path, description = "The group's fingerprint."), crate::query::params::Params, ErrorsQuery),
+    responses((status = 200, description = "An error group and its recent occurrences.", body = crate::query::scatter::Answer<ErrorGroupDetail>), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 pub async fn get(
     State(app): State<Arc<AppState>>,
     session: Session,

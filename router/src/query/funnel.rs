@@ -23,8 +23,10 @@ const SECOND_NS: i64 = 1_000_000_000;
 const MAX_WINDOW_NS: i64 = 365 * 86_400 * SECOND_NS;
 
 /// The parameters of `GET /api/funnel`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct FunnelQuery {
+    #[param(ignore)]
     #[serde(flatten)]
     pub params: Params,
     /// The event names of the steps, comma-separated, in order.
@@ -67,7 +69,7 @@ fn step_one_range(q: &FunnelQuery, now_ns: i64) -> Result<(i64, i64), ApiError> 
 }
 
 /// A step of `GET /api/funnel`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct FunnelStep {
     pub event: String,
     /// Users who reached this step (within the window, in order).
@@ -80,13 +82,19 @@ pub struct FunnelStep {
 }
 
 /// `GET /api/funnel`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Funnel {
     pub steps: Vec<FunnelStep>,
     pub window_seconds: i64,
     pub from: String,
     pub to: String,
 }
+#[utoipa::path(
+    get, path = "/api/funnel", tag = "analytics", summary = "A conversion funnel",
+    params(crate::query::params::Params, FunnelQuery),
+    responses((status = 200, description = "A conversion funnel.", body = crate::query::scatter::Answer<Funnel>), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 
 pub async fn funnel(
     State(app): State<Arc<AppState>>,

@@ -43,7 +43,7 @@ fn parse_cursor(params: &Params) -> Result<Option<LogKey>, ApiError> {
 }
 
 /// A line in `GET /api/v1/logs/search`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct LogLine {
     pub timestamp: String,
     pub level: &'static str,
@@ -69,8 +69,10 @@ fn log_line(l: KeyedLog) -> LogLine {
 }
 
 /// The parameters of `GET /api/v1/logs/search`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct SearchQuery {
+    #[param(ignore)]
     #[serde(flatten)]
     pub params: Params,
     /// The search (docs/API.md, "Log search syntax").
@@ -79,6 +81,12 @@ pub struct SearchQuery {
     pub service: Option<String>,
 }
 
+#[utoipa::path(
+    get, path = "/api/v1/logs/search", tag = "observability", summary = "Log lines matching a search, newest first",
+    params(crate::query::params::Params, crate::http::listing::Paging, SearchQuery),
+    responses((status = 200, description = "Log lines matching a search, newest first.", body = crate::query::scatter::Answer<crate::http::listing::Listed<LogLine>>), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 pub async fn search(
     State(app): State<Arc<AppState>>,
     session: Session,

@@ -36,9 +36,11 @@ pub fn parse<T: DeserializeOwned>(raw: Option<&str>) -> Result<T, ApiError> {
 }
 
 /// The parameters every read may take; each is checked when the endpoint asks for it.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct Params {
     pub from: Option<String>,
+    #[param(ignore)]
     pub to: Option<String>,
     pub allow_partial: Option<String>,
     #[serde(flatten)]

@@ -24,7 +24,7 @@ const DEFAULT_RANGE_NS: i64 = 30 * 24 * HOUR_NS;
 const MAX_ID_CHARS: usize = 200;
 
 /// A session in `GET /api/replays`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ReplaySessionJson {
     pub session_id: String,
     pub distinct_id: String,
@@ -35,14 +35,22 @@ pub struct ReplaySessionJson {
 }
 
 /// The parameters of `GET /api/replays` and `/api/replays/{session_id}`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ReplaysQuery {
+    #[param(ignore)]
     #[serde(flatten)]
     pub params: Params,
     /// Only this user's sessions (the list).
     pub distinct_id: Option<String>,
 }
 
+#[utoipa::path(
+    get, path = "/api/replays", tag = "analytics", summary = "Recorded sessions",
+    params(crate::query::params::Params, crate::http::listing::Paging, ReplaysQuery),
+    responses((status = 200, description = "Recorded sessions.", body = crate::query::scatter::Answer<crate::http::listing::Listed<ReplaySessionJson>>), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 pub async fn list(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -86,7 +94,7 @@ pub async fn list(
 }
 
 /// An rrweb event as it was recorded: type, data, epoch-millisecond timestamp.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct RecordedEvent {
     #[serde(rename = "type")]
     pub event_type: i32,
@@ -96,7 +104,7 @@ pub struct RecordedEvent {
 }
 
 /// `GET /api/replays/{session_id}`: the session's events in timestamp order, for a player.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Recording {
     pub session_id: String,
     pub distinct_id: String,
@@ -105,6 +113,12 @@ pub struct Recording {
     pub events: Vec<RecordedEvent>,
 }
 
+#[utoipa::path(
+    get, path = "/api/replays/{session_id}", tag = "analytics", summary = "A session's replay events in timestamp order",
+    params(("session_id" = String, Path, description = "The session id."), crate::query::params::Params),
+    responses((status = 200, description = "A session's replay events in timestamp order.", body = crate::query::scatter::Answer<Recording>), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 pub async fn events(
     State(app): State<Arc<AppState>>,
     session: Session,

@@ -71,7 +71,8 @@ fn buckets(
 }
 
 /// The parameters of `GET /api/retention`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct RetentionQuery {
     #[serde(flatten)]
     pub params: Params,
@@ -88,7 +89,8 @@ pub struct RetentionQuery {
 }
 
 /// Returning users of a cohort `period` periods after its own.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+    #[param(ignore)]
 pub struct RetentionValue {
     pub period: usize,
     pub count: u64,
@@ -96,7 +98,7 @@ pub struct RetentionValue {
 }
 
 /// Users who did `start_event` in one period.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct RetentionCohortJson {
     pub cohort_start: String,
     pub size: u64,
@@ -104,7 +106,7 @@ pub struct RetentionCohortJson {
 }
 
 /// `GET /api/retention`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Retention {
     pub period: &'static str,
     pub cohorts: Vec<RetentionCohortJson>,
@@ -126,6 +128,12 @@ pub async fn retention(
     }
     let periods: u32 = match q.periods.as_deref() {
         None => 8,
+#[utoipa::path(
+    get, path = "/api/retention", tag = "analytics", summary = "Retention cohorts",
+    params(crate::query::params::Params, RetentionQuery),
+    responses((status = 200, description = "Retention cohorts.", body = crate::query::scatter::Answer<Retention>), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
         Some(v) => v
             .parse()
             .ok()

@@ -15,7 +15,7 @@ use crate::identity::auth::Session;
 use crate::AppState;
 
 /// A service in `GET /api/v1/service-map`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ServiceNode {
     pub service: String,
     pub span_count: u64,
@@ -24,7 +24,7 @@ pub struct ServiceNode {
 }
 
 /// Calls from `source` to `target` (a span of `target` whose parent span is of `source`).
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ServiceEdge {
     pub source: String,
     pub target: String,
@@ -34,12 +34,18 @@ pub struct ServiceEdge {
 }
 
 /// `GET /api/v1/service-map`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ServiceMapJson {
     pub nodes: Vec<ServiceNode>,
     pub edges: Vec<ServiceEdge>,
 }
 
+#[utoipa::path(
+    get, path = "/api/v1/service-map", tag = "observability", summary = "Services and the calls between them",
+    params(crate::query::params::Params),
+    responses((status = 200, description = "Services and the calls between them.", body = crate::query::scatter::Answer<ServiceMapJson>), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 pub async fn get(
     State(app): State<Arc<AppState>>,
     session: Session,

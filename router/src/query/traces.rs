@@ -29,7 +29,7 @@ use crate::identity::auth::Session;
 use crate::AppState;
 
 /// A span as `GET /api/v1/traces/{trace_id}` shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct SpanJson {
     pub trace_id: String,
     pub span_id: String,
@@ -65,7 +65,7 @@ impl From<&Span> for SpanJson {
 }
 
 /// `GET /api/v1/traces/{trace_id}`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Trace {
     pub trace_id: String,
     pub start_time: String,
@@ -75,6 +75,12 @@ pub struct Trace {
     pub spans: Vec<SpanJson>,
 }
 
+#[utoipa::path(
+    get, path = "/api/v1/traces/{trace_id}", tag = "observability", summary = "A trace and its spans",
+    params(("trace_id" = String, Path, description = "The trace id.")),
+    responses((status = 200, description = "A trace and its spans.", body = Trace), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 pub async fn get_trace(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -115,7 +121,7 @@ fn parse_cursor(params: &Params) -> Result<Option<TraceKey>, ApiError> {
 }
 
 /// A trace in `GET /api/v1/traces`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct TraceSummaryJson {
     pub trace_id: String,
     pub root_service: String,
@@ -146,8 +152,10 @@ impl From<&TraceSummary> for TraceSummaryJson {
 }
 
 /// The parameters of `GET /api/v1/traces`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
+    #[param(ignore)]
     #[serde(flatten)]
     pub params: Params,
     pub service: Option<String>,
@@ -157,6 +165,12 @@ pub struct ListQuery {
     pub min_duration_ms: Option<String>,
 }
 
+#[utoipa::path(
+    get, path = "/api/v1/traces", tag = "observability", summary = "Traces, newest first",
+    params(crate::query::params::Params, crate::http::listing::Paging, ListQuery),
+    responses((status = 200, description = "Traces, newest first.", body = crate::query::scatter::Answer<crate::http::listing::Listed<TraceSummaryJson>>), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 pub async fn list(
     State(app): State<Arc<AppState>>,
     session: Session,

@@ -45,14 +45,80 @@ impl Format {
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/traces",
+    tag = "observability ingest",
+    summary = "OTLP/HTTP: ExportTraceServiceRequest",
+    description = "An OTLP `ExportTraceServiceRequest` as binary protobuf (`application/x-protobuf`) or OTLP/JSON (`application/json`), optionally gzip. Answers an OTLP export response in the request's encoding; rejected objects are counted in its partial success.",
+    request_body(
+        description = "An OTLP `ExportTraceServiceRequest` (opentelemetry-proto).",
+        content(
+            (Object = "application/json"),
+            (Vec<u8> = "application/x-protobuf")
+        )
+    ),
+    responses(
+        (status = 200, description = "Stored; `partialSuccess` counts what was rejected.", content(
+            (Object = "application/json", example = json!({})),
+            (Vec<u8> = "application/x-protobuf")
+        )),
+        crate::http::openapi::OtlpErrors
+    ),
+    security(("api_key" = []), ("api_key_bearer" = []))
+)]
 pub async fn traces(state: State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     handle::<Traces>(state, headers, body).await
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/logs",
+    tag = "observability ingest",
+    summary = "OTLP/HTTP: ExportLogsServiceRequest",
+    description = "An OTLP `ExportLogsServiceRequest` as binary protobuf (`application/x-protobuf`) or OTLP/JSON (`application/json`), optionally gzip. Answers an OTLP export response in the request's encoding; rejected objects are counted in its partial success.",
+    request_body(
+        description = "An OTLP `ExportLogsServiceRequest` (opentelemetry-proto).",
+        content(
+            (Object = "application/json"),
+            (Vec<u8> = "application/x-protobuf")
+        )
+    ),
+    responses(
+        (status = 200, description = "Stored; `partialSuccess` counts what was rejected.", content(
+            (Object = "application/json", example = json!({})),
+            (Vec<u8> = "application/x-protobuf")
+        )),
+        crate::http::openapi::OtlpErrors
+    ),
+    security(("api_key" = []), ("api_key_bearer" = []))
+)]
 pub async fn logs(state: State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     handle::<LogRecords>(state, headers, body).await
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/metrics",
+    tag = "observability ingest",
+    summary = "OTLP/HTTP: ExportMetricsServiceRequest",
+    description = "An OTLP `ExportMetricsServiceRequest` as binary protobuf (`application/x-protobuf`) or OTLP/JSON (`application/json`), optionally gzip. Answers an OTLP export response in the request's encoding; rejected objects are counted in its partial success.",
+    request_body(
+        description = "An OTLP `ExportMetricsServiceRequest` (opentelemetry-proto).",
+        content(
+            (Object = "application/json"),
+            (Vec<u8> = "application/x-protobuf")
+        )
+    ),
+    responses(
+        (status = 200, description = "Stored; `partialSuccess` counts what was rejected.", content(
+            (Object = "application/json", example = json!({})),
+            (Vec<u8> = "application/x-protobuf")
+        )),
+        crate::http::openapi::OtlpErrors
+    ),
+    security(("api_key" = []), ("api_key_bearer" = []))
+)]
 pub async fn metrics(state: State<Arc<AppState>>, headers: HeaderMap, body: Body) -> Response {
     handle::<Metrics>(state, headers, body).await
 }
