@@ -68,6 +68,9 @@ pub struct DevArgs {
     /// size and age regardless).
     #[arg(long, default_value_t = DEFAULT_SNAPSHOT_EVERY)]
     pub snapshot_every: u64,
+    /// MiB the queries running at once may hold in their per-user and per-group tables.
+    #[arg(long, default_value_t = DEFAULT_QUERY_MEMORY_MIB)]
+    pub query_memory_mib: u64,
     /// Enables the admin API (`/admin/v1`) for this bearer token (≥ 32 characters).
     #[arg(long, env = "SEXTANT_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
@@ -100,6 +103,13 @@ pub struct ServerArgs {
     /// Seconds a read (`GET` of the API) may take before 504 `query_timeout`.
     #[arg(long, default_value_t = 60)]
     pub read_timeout: u64,
+    /// Rows one read may scan, over all shards, as estimated from segment metadata before it
+    /// scans (422 `query_too_large` above it).
+    #[arg(long, default_value_t = 500_000_000)]
+    pub query_max_rows: u64,
+    /// MiB of compressed column data one read may scan, estimated likewise.
+    #[arg(long, default_value_t = 8192)]
+    pub query_max_mib: u64,
     /// MiB of request bodies a router holds at once (raw, decoded and parsed); requests
     /// beyond it get 503 with `Retry-After`.
     #[arg(long, default_value_t = 512)]
@@ -157,6 +167,8 @@ impl ServerArgs {
             ("--idle-timeout", self.idle_timeout),
             ("--read-timeout", self.read_timeout),
             ("--body-budget-mib", self.body_budget_mib as u64),
+            ("--query-max-rows", self.query_max_rows),
+            ("--query-max-mib", self.query_max_mib),
         ] {
             anyhow::ensure!(v >= 1, "{name} must be at least 1");
         }
@@ -171,6 +183,13 @@ impl ServerArgs {
             idle_timeout: Duration::from_secs(self.idle_timeout),
             read_timeout: Duration::from_secs(self.read_timeout),
             body_budget_bytes,
+            query_budget: sextant_router::query::scatter::QueryBudget {
+                rows: self.query_max_rows,
+                bytes: self
+                    .query_max_mib
+                    .checked_mul(1 << 20)
+                    .ok_or_else(|| anyhow::anyhow!("--query-max-mib is too large"))?,
+            },
         })
     }
 }
@@ -213,6 +232,7 @@ impl RateLimitArgs {
 }
 
 const DEFAULT_SNAPSHOT_EVERY: u64 = 5000;
+const DEFAULT_QUERY_MEMORY_MIB: u64 = sextant_node::host::DEFAULT_QUERY_MEMORY_BYTES >> 20;
 
 #[derive(clap::Args)]
 pub struct NodeArgs {
@@ -240,6 +260,10 @@ pub struct NodeArgs {
     /// A data shard snapshots its state and truncates its Raft log every this many entries.
     #[arg(long, default_value_t = DEFAULT_SNAPSHOT_EVERY)]
     pub snapshot_every: u64,
+    /// MiB the queries running at once on this node may hold in their per-user and per-group
+    /// tables (a query past it is 422 `query_too_large`).
+    #[arg(long, default_value_t = DEFAULT_QUERY_MEMORY_MIB)]
+    pub query_memory_mib: u64,
     /// Join the running cluster reached through --peers (which must list this node too): start
     /// without replicas and get them once the admin API's placement includes this node.
     #[arg(long)]
@@ -376,6 +400,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             snapshot_every: args.snapshot_every,
             join: false,
             clock: clock.clone(),
+            query_memory_bytes: args.query_memory_mib.saturating_mul(1 << 20),
         },
         metrics,
     )
@@ -510,6 +535,7 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
             snapshot_every: args.snapshot_every,
             join: args.join,
             clock: Clock::system(),
+            query_memory_bytes: args.query_memory_mib.saturating_mul(1 << 20),
         },
         metrics,
     )

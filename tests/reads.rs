@@ -172,7 +172,7 @@ async fn trace_list_pages_filters_detail_isolation_and_bad_parameters() {
         ("limit=1001", "invalid_limit"),
         ("from=yesterday", "invalid_parameter"),
         ("from=2000&to=1000", "invalid_time_range"),
-        ("from=2026-01-01T00:00:00Z&to=2026-03-01T00:00:00Z", "time_range_too_large"),
+        ("from=1969-12-31T00:00:00Z", "invalid_parameter"),
         ("cursor=%21%21", "invalid_cursor"),
         ("cursor=bm9wZQ", "invalid_cursor"),
         ("status=bad", "invalid_parameter"),

@@ -43,7 +43,13 @@ pub struct NodeConfig {
     pub join: bool,
     /// Where time is read: data expiry and compaction.
     pub clock: sextant_model::Clock,
+    /// Bytes the queries running on this node may hold at once in their per-user and
+    /// per-group tables ([`crate::query::MemoryPool`]).
+    pub query_memory_bytes: u64,
 }
+
+/// The default of [`NodeConfig::query_memory_bytes`]: 4 GiB.
+pub const DEFAULT_QUERY_MEMORY_BYTES: u64 = 4 << 30;
 
 /// Written once the static initial placement is done; from then on a start opens exactly the
 /// replicas that exist on disk (placement may have moved some away, or brought new ones).
@@ -109,6 +115,8 @@ pub struct NodeHost {
     lifecycle: tokio::sync::Mutex<()>,
     /// Set once meta has recorded this node (see `placement`).
     pub registered: std::sync::atomic::AtomicBool,
+    /// What queries hold in memory on this node, against `config.query_memory_bytes`.
+    pub query_memory: Arc<crate::query::MemoryPool>,
 }
 
 /// A started node; dropping it does not stop it, call [`RunningNode::shutdown`].
@@ -167,6 +175,7 @@ impl NodeHost {
         let node_ids: Vec<NodeId> = config.peers.keys().copied().collect();
         let bootstrapped = config.data_dir.join(BOOTSTRAPPED).exists();
         let host = Arc::new(NodeHost {
+            query_memory: crate::query::MemoryPool::new(config.query_memory_bytes),
             config,
             metrics,
             addresses,

@@ -204,7 +204,8 @@ impl Storage for StorageService {
         // Reads go to the leader, so an acknowledged write is visible to the next query.
         self.read_barrier(&shard.raft).await?;
         let prepared = crate::query::prepare(&shard.state.read().unwrap().state, req).map_err(bad)?;
-        let reply = tokio::task::spawn_blocking(move || prepared.run())
+        let memory = self.host.query_memory.clone();
+        let reply = tokio::task::spawn_blocking(move || prepared.run(memory))
             .await
             .map_err(|e| Status::internal(e.to_string()))?
             .map_err(|e| match e {
@@ -212,6 +213,18 @@ impl Storage for StorageService {
                 other => bad(other),
             })?;
         Ok(Response::new(reply.into()))
+    }
+
+    async fn estimate(
+        &self,
+        req: Request<sextant_proto::QueryRequest>,
+    ) -> Result<Response<sextant_proto::QueryCost>, Status> {
+        let req = sextant_model::query::ShardQuery::try_from(req.into_inner()).map_err(bad)?;
+        let shard = self.shard(req.group)?;
+        // No read barrier: an estimate reads metadata, and a row or two applied since does
+        // not change it.
+        let cost = crate::query::estimate(&shard.state.read().unwrap().state, &req).map_err(bad)?;
+        Ok(Response::new(cost.into()))
     }
 
     async fn meta_write(&self, req: Request<MetaRequest>) -> Result<Response<MetaReply>, Status> {

@@ -37,11 +37,41 @@ pub struct ShardQuery {
     pub plan: Plan,
 }
 
-/// What a shard answers: `partial` is `None` when the query read more than its `max_rows`.
+/// What a shard answers: its partial, or why it stopped without one.
 #[derive(Debug)]
 pub struct ShardReply {
     pub rows_scanned: u64,
-    pub partial: Option<Partial>,
+    pub partial: Result<Partial, Refused>,
+}
+
+/// Why a shard stopped a query without a partial (a truncated one would be silently wrong).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refused {
+    /// It read more than the query's `max_rows`.
+    Rows,
+    /// Its per-user or per-group tables needed more than the node's query memory budget
+    /// (bytes), which the queries running at once share.
+    Memory { budget_bytes: u64 },
+}
+
+/// What a plan would read on one shard, from segment metadata before any scan: the rows and
+/// compressed bytes of the row groups its scans would open (after pruning by time, project
+/// and the other statistics), and every buffered row. Summed over shards by [`Merge`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Cost {
+    pub rows: u64,
+    pub bytes: u64,
+    /// The plan reads newest first and stops at a full page (log search, trace list): it
+    /// usually reads far less than this, and is bounded while it scans by `max_rows`.
+    pub stops_early: bool,
+}
+
+impl Merge for Cost {
+    fn merge(&mut self, other: Self) {
+        self.rows = self.rows.saturating_add(other.rows);
+        self.bytes = self.bytes.saturating_add(other.bytes);
+        self.stops_early |= other.stops_early;
+    }
 }
 
 /// A partial that shards' answers fold into: `merge` adds another shard's partial of the same

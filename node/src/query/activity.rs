@@ -9,13 +9,13 @@ use sextant_model::query::{
 
 use super::cohort::Members;
 use super::users::{Admitted, ByUser, Users};
-use super::{each_batch, scan_of, Budget, Compute, QueryError, QueryKind};
+use super::{bytes_of, each_batch_holding, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
 use crate::segment::table::Cols;
 use crate::segment::{Filter, Table, EVENT_DICTIONARIES};
-use crate::shard::{ScanJob, SegmentShard};
+use crate::shard::ScanJob;
 
 impl QueryKind for EventBucketsPlan {
-    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
         let cohort = Members::of(self.cohort.as_ref())?;
         check_starts(&self.bucket_starts)?;
         let members = Members::start(cohort, req, shard);
@@ -35,7 +35,7 @@ impl QueryKind for EventBucketsPlan {
 }
 
 impl QueryKind for ActiveUsersPlan {
-    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
         let cohort = Members::of(self.cohort.as_ref())?;
         check_starts(&self.day_starts)?;
         let members = Members::start(cohort, req, shard);
@@ -75,7 +75,7 @@ pub fn buckets(
     let mut admitted = Admitted::new(members);
     // (bucket, user) of every counted row; distinct pairs are the bucket's users.
     let mut seen: Vec<(u32, u32)> = Vec::new();
-    each_batch(job, budget, |rb| {
+    each_batch_holding(job, budget, |rb| {
         let c = Cols(rb);
         let (ids, times) = (c.strings("distinct_id"), c.i64("time_ns"));
         for (i, u) in users.numbers_of(ids).enumerate() {
@@ -87,7 +87,7 @@ pub fn buckets(
                 seen.push((b as u32, u));
             }
         }
-        Ok(())
+        Ok(users.bytes() + bytes_of(&seen))
     })?;
     seen.sort_unstable();
     seen.dedup();
@@ -112,7 +112,7 @@ pub fn active(
     let mut admitted = Admitted::new(members);
     // (user, day index) of every counted row.
     let mut active_on: Vec<(u32, u32)> = Vec::new();
-    each_batch(job, budget, |rb| {
+    each_batch_holding(job, budget, |rb| {
         let c = Cols(rb);
         let (ids, times) = (c.strings("distinct_id"), c.i64("time_ns"));
         for (i, u) in users.numbers_of(ids).enumerate() {
@@ -127,7 +127,8 @@ pub fn active(
                 }
             }
         }
-        Ok(())
+        // The pairs twice: grouping by user copies them.
+        Ok(users.bytes() + 2 * bytes_of(&active_on))
     })?;
     let first = plan.first_reported as usize;
     let n = days.len();

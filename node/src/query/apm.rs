@@ -9,13 +9,13 @@ use sextant_model::row::SpanStatus;
 use sextant_model::sketch::LatencyBuckets;
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::{each_batch, scan_of, Budget, Compute, Prehashed, QueryError, QueryKind};
+use super::{each_batch, scan_of, Budget, Compute, Prehashed, QueryError, QueryKind, Scans};
 use crate::segment::table::{Cols, Strings};
 use crate::segment::{Filter, Table};
-use crate::shard::{ScanJob, SegmentShard};
+use crate::shard::ScanJob;
 
 impl QueryKind for ApmPlan {
-    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
         let job = shard.scan(scan_of(
             req,
             Table::Spans,

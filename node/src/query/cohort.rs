@@ -11,13 +11,13 @@ use sextant_model::cohort::Definition;
 use sextant_model::query::{CohortFilter, CohortMembers, CohortSizes, CohortSizesPlan, CohortUsersPlan, ShardQuery};
 
 use super::users::Users;
-use super::{each_batch, Budget, Compute, QueryError, QueryKind};
+use super::{bytes_of, each_batch_holding, Budget, Compute, QueryError, QueryKind, Scans};
 use crate::segment::table::Cols;
 use crate::segment::{Filter, Scan, Table, EVENT_DICTIONARIES};
-use crate::shard::{ScanJob, SegmentShard};
+use crate::shard::ScanJob;
 
 impl QueryKind for CohortSizesPlan {
-    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
         let cohorts = Cohorts::new(self.cohorts.clone(), self.at_unix_nanos)?;
         let job = shard.scan(cohorts.scan(&req.project_id));
         Ok(Box::new(move |_, budget| Ok(sizes(&cohorts, job, budget)?.into())))
@@ -25,7 +25,7 @@ impl QueryKind for CohortSizesPlan {
 }
 
 impl QueryKind for CohortUsersPlan {
-    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
         check_users(self)?;
         let cohorts = Cohorts::of_filter(&self.cohort)?;
         let job = shard.scan(cohorts.scan(&req.project_id));
@@ -45,7 +45,7 @@ impl Members {
     }
 
     /// Starts the scan deciding membership (under the shard's state lock).
-    pub fn start(cohort: Option<Cohorts>, req: &ShardQuery, shard: &SegmentShard) -> Self {
+    pub fn start(cohort: Option<Cohorts>, req: &ShardQuery, shard: &dyn Scans) -> Self {
         Self(cohort.map(|c| {
             let job = shard.scan(c.scan(&req.project_id));
             (c, job)
@@ -56,6 +56,9 @@ impl Members {
         self.0.map(|(cohorts, job)| cohorts.only_members(job, budget)).transpose()
     }
 }
+
+/// A member's entry in a set of ids, besides its text: the `String` and its slot.
+const MEMBER_BYTES: u64 = 40;
 
 /// Most member ids one shard returns for a page.
 const MAX_PAGE: u32 = 1001;
@@ -124,7 +127,7 @@ impl Cohorts {
         // condition k.
         let mut users = Users::default();
         let mut counts: Vec<u64> = Vec::new();
-        each_batch(job, budget, |rb| {
+        each_batch_holding(job, budget, |rb| {
             let c = Cols(rb);
             let (ids, times) = (c.strings("distinct_id"), c.i64("time_ns"));
             let conditions = c.strings("event").map(|name| by_event.get(name));
@@ -140,7 +143,8 @@ impl Cohorts {
                     }
                 }
             }
-            Ok(())
+            // And, at most, every user again in the member sets built from them.
+            Ok(2 * users.bytes() + bytes_of(&counts) + users.len() as u64 * MEMBER_BYTES)
         })?;
         let mut out = vec![HashSet::new(); self.definitions.len()];
         for u in 0..users.len() {

@@ -9,14 +9,14 @@ use sextant_model::query::{keep_recent, ErrorGroup, ErrorGroups, ErrorOccurrence
 use sextant_model::row::LogLevel;
 use xxhash_rust::xxh3::Xxh3;
 
-use super::{each_batch, Budget, Compute, QueryError, QueryKind};
+use super::{each_batch, Budget, Compute, QueryError, QueryKind, Scans};
 use crate::segment::attribute::read_stored;
 use crate::segment::table::Cols;
 use crate::segment::{Filter, Scan, Table};
-use crate::shard::{ScanJob, SegmentShard};
+use crate::shard::ScanJob;
 
 impl QueryKind for ErrorsPlan {
-    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
         let (spans, logs) = scans(req, self);
         let (plan, spans, logs) = (self.clone(), shard.scan(spans), shard.scan(logs));
         Ok(Box::new(move |_, budget| Ok(run(&plan, spans, logs, budget)?.into())))

@@ -10,13 +10,13 @@ use sextant_model::sketch::LatencySketch;
 
 use super::cohort::Members;
 use super::users::{Admitted, ByUser, Users};
-use super::{each_batch, scan_of, Budget, Compute, QueryError, QueryKind};
+use super::{bytes_of, each_batch_holding, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
 use crate::segment::table::Cols;
 use crate::segment::{Filter, Table, EVENT_DICTIONARIES};
-use crate::shard::{ScanJob, SegmentShard};
+use crate::shard::ScanJob;
 
 impl QueryKind for FunnelPlan {
-    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
         let cohort = Members::of(self.cohort.as_ref())?;
         check(self)?;
         let members = Members::start(cohort, req, shard);
@@ -59,9 +59,10 @@ pub fn run(
     // is used stays untouched, so costs no memory, but address space: beyond MAX_RESERVED rows
     // (a small machine may refuse gigabytes at once) the list grows as it needs.
     progress.rows.reserve(job.max_rows().min(budget.max).min(MAX_RESERVED) as usize);
-    each_batch(job, budget, |rb| {
+    each_batch_holding(job, budget, |rb| {
         progress.add(rb);
-        Ok(())
+        // The rows twice: grouping by user copies them.
+        Ok(progress.users.bytes() + 2 * bytes_of(&progress.rows))
     })?;
     Ok(progress.partial())
 }

@@ -4,20 +4,20 @@ use std::collections::HashMap;
 
 use sextant_model::query::{HostBucket, HostSeries, HostSeriesPlan, HostsPlan, LatestHosts, Mean, ShardQuery};
 
-use super::{each_batch, scan_of, Budget, Compute, QueryError, QueryKind};
+use super::{each_batch, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
 use crate::segment::table::from_record_batch;
 use crate::segment::{Filter, Row, Table};
-use crate::shard::{ScanJob, SegmentShard};
+use crate::shard::ScanJob;
 
 impl QueryKind for HostsPlan {
-    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
         let job = shard.scan(scan_of(req, Table::HostMetrics, Filter::default(), &[], &[]));
         Ok(Box::new(move |_, budget| Ok(latest(job, budget)?.into())))
     }
 }
 
 impl QueryKind for HostSeriesPlan {
-    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
         if self.step_nanos <= 0 {
             return Err(QueryError::BadPlan("step must be positive".into()));
         }

@@ -7,14 +7,14 @@ use sextant_model::row::{LogLevel, LogRecord};
 use sextant_model::text::LogQuery;
 use xxhash_rust::xxh3::Xxh3;
 
-use super::{Budget, Compute, QueryError, QueryKind};
+use super::{Budget, Compute, QueryError, QueryKind, Scans};
 use crate::segment::attribute::decode_stored;
 use crate::segment::table::Cols;
 use crate::segment::{Filter, Scan, Table};
-use crate::shard::{ScanJob, SegmentShard};
+use crate::shard::ScanJob;
 
 impl QueryKind for LogSearchPlan {
-    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
         let (plan, job) = (self.clone(), shard.scan(scan(req, self)?));
         Ok(Box::new(move |req, budget| Ok(run(req, &plan, job, budget)?.into())))
     }

@@ -6,13 +6,13 @@ use std::collections::HashMap;
 use sextant_model::query::{ReplayEvents, ReplayEventsPlan, ReplayListPlan, ReplaySession, ReplaySessions, ShardQuery};
 use sextant_model::row::ReplayEvent;
 
-use super::{each_batch, scan_of, Budget, Compute, QueryError, QueryKind};
+use super::{each_batch, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
 use crate::segment::table::{from_record_batch, Cols};
 use crate::segment::{Filter, Row, Table};
-use crate::shard::{ScanJob, SegmentShard};
+use crate::shard::ScanJob;
 
 impl QueryKind for ReplayListPlan {
-    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
         let distinct_id = (!self.distinct_id.is_empty()).then(|| self.distinct_id.clone());
         let job = shard.scan(scan_of(
             req,
@@ -26,7 +26,7 @@ impl QueryKind for ReplayListPlan {
 }
 
 impl QueryKind for ReplayEventsPlan {
-    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
         if self.session_id.is_empty() {
             return Err(QueryError::BadPlan("a session id is required".into()));
         }

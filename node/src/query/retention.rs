@@ -6,13 +6,13 @@
 use sextant_model::query::{RetentionCohort, RetentionCohorts, RetentionPlan, ShardQuery};
 
 use super::users::{ByUser, Users};
-use super::{activity, each_batch, scan_of, Budget, Compute, QueryError, QueryKind};
+use super::{activity, bytes_of, each_batch_holding, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
 use crate::segment::table::Cols;
 use crate::segment::{Filter, Scan, Table, EVENT_DICTIONARIES};
-use crate::shard::{ScanJob, SegmentShard};
+use crate::shard::ScanJob;
 
 impl QueryKind for RetentionPlan {
-    fn prepare(&self, req: &ShardQuery, shard: &SegmentShard) -> Result<Compute, QueryError> {
+    fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
         check(self)?;
         let events = vec![self.start_event.clone(), self.return_event.clone()];
         let job = shard.scan(scan_of(
@@ -68,17 +68,17 @@ pub fn run(
     // By user number: did the start event before the first cohort.
     let mut before: Vec<bool> = Vec::new();
     if let Some(earlier) = earlier {
-        each_batch(earlier, budget, |rb| {
+        each_batch_holding(earlier, budget, |rb| {
             for u in users.numbers_of(Cols(rb).strings("distinct_id")) {
                 before.resize(before.len().max(u as usize + 1), false);
                 before[u as usize] = true;
             }
-            Ok(())
+            Ok(users.bytes() + bytes_of(&before))
         })?;
     }
     // (user, (period, marks)) of every row in a period.
     let mut rows: Vec<(u32, (u32, u8))> = Vec::new();
-    each_batch(job, budget, |rb| {
+    each_batch_holding(job, budget, |rb| {
         let c = Cols(rb);
         let (ids, times) = (c.strings("distinct_id"), c.i64("time_ns"));
         let name_marks = c.strings("event").map(|name| {
@@ -92,7 +92,8 @@ pub fn run(
                 rows.push((u, (b as u32, marks)));
             }
         }
-        Ok(())
+        // The rows twice: grouping by user copies them.
+        Ok(users.bytes() + bytes_of(&before) + 2 * bytes_of(&rows))
     })?;
     before.resize(users.len(), false);
     let periods = plan.periods as usize;

@@ -35,6 +35,13 @@ impl Users {
         self.ends.len()
     }
 
+    /// Bytes of memory the table of users holds.
+    pub fn bytes(&self) -> u64 {
+        let slots = self.numbers.slots.len() * std::mem::size_of::<Slot>();
+        let entries = self.entry_hashes.len() * std::mem::size_of::<(u64, u128)>();
+        (slots + self.text.capacity() + self.ends.capacity() * std::mem::size_of::<usize>() + entries) as u64
+    }
+
     /// The distinct id of user `u`.
     pub fn name(&self, u: u32) -> &str {
         let u = u as usize;

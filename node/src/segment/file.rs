@@ -563,6 +563,40 @@ impl Segment {
             .collect()
     }
 
+    /// What `scan` would read here, from the footer alone: the rows of its candidate row groups
+    /// and the compressed bytes of the column chunks it would decode in them.
+    pub fn estimate(&self, scan: &Scan) -> (u64, u64) {
+        if !scan.wants_segment(self.meta.table, self.meta.min_ns, self.meta.max_ns) {
+            return (0, 0);
+        }
+        let schema = self.meta.table.schema();
+        let only_project = self.meta.projects.len() == 1 && self.meta.projects[0] == scan.project;
+        // Root columns read (None: all), as `scan_row_groups` projects them.
+        let roots: Option<Vec<usize>> = scan.read_columns(only_project, false).map(|cols| {
+            let mut roots: Vec<usize> = cols.iter().filter_map(|c| schema.index_of(c).ok()).collect();
+            roots.extend(companion_columns(&cols, self.reader.schema()));
+            roots
+        });
+        let parquet = self.reader.parquet_schema();
+        let row_groups = self.reader.metadata().row_groups();
+        let (mut rows, mut bytes) = (0u64, 0u64);
+        for rg in self.candidate_row_groups(scan) {
+            let rg = &row_groups[rg];
+            rows += rg.num_rows().max(0) as u64;
+            bytes += match &roots {
+                None => rg.compressed_size().max(0) as u64,
+                Some(roots) => rg
+                    .columns()
+                    .iter()
+                    .enumerate()
+                    .filter(|(leaf, _)| roots.contains(&parquet.get_column_root_idx(*leaf)))
+                    .map(|(_, c)| c.compressed_size().max(0) as u64)
+                    .sum(),
+            };
+        }
+        (rows, bytes)
+    }
+
     /// The rows of this segment that `scan` selects; `hidden` are tombstoned batch ids.
     pub fn scan(&self, scan: &Scan, hidden: &dyn Fn(u128) -> bool) -> io::Result<Vec<RecordBatch>> {
         if !scan.wants_segment(self.meta.table, self.meta.min_ns, self.meta.max_ns) {

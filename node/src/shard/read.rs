@@ -6,6 +6,7 @@ use std::io;
 use std::sync::Arc;
 
 use arrow_array::RecordBatch;
+use sextant_model::query::Cost;
 use sextant_model::row::Span;
 
 use super::SegmentShard;
@@ -49,6 +50,25 @@ impl SegmentShard {
             .collect();
         drop(published);
         ScanJob { scan, buffered, segments, tombstones }
+    }
+
+    /// What [`scan`](Self::scan) would read, without reading it: the candidate row groups of
+    /// its segments by their footers ([`Segment::estimate`]), and every buffered row and byte
+    /// (the buffers are bounded and have no index).
+    pub fn estimate(&self, scan: &Scan) -> Cost {
+        let published = self.published.read().unwrap();
+        let buffers = std::iter::once(&self.active).chain(published.frozen.iter().map(|b| b.as_ref()));
+        let mut cost = Cost::default();
+        for b in buffers {
+            cost.rows += b.rows.len() as u64;
+            cost.bytes += b.bytes as u64;
+        }
+        for segment in &published.segments {
+            let (rows, bytes) = segment.estimate(scan);
+            cost.rows += rows;
+            cost.bytes += bytes;
+        }
+        cost
     }
 }
 
@@ -98,6 +118,11 @@ pub struct ScanJob {
 }
 
 impl ScanJob {
+    /// A scan that reads nothing (what an estimate hands the plan instead of a real one).
+    pub fn empty(scan: Scan) -> Self {
+        ScanJob { scan, buffered: Vec::new(), segments: Vec::new(), tombstones: BTreeSet::new() }
+    }
+
     /// The matching rows: buffered ones first, then segment by segment (no global order).
     pub fn run(self) -> io::Result<Vec<RecordBatch>> {
         let mut out = self.buffered;

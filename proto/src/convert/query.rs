@@ -5,9 +5,9 @@
 use sextant_model::cohort::Definition;
 use sextant_model::query::{
     ActiveDay, ActiveDays, ActiveUsersPlan, ApmPlan, CohortFilter, CohortMembers, CohortSizes, CohortSizesPlan,
-    CohortUsersPlan, Endpoints, ErrorGroup, ErrorGroups, ErrorOccurrence, ErrorsPlan, EventBucket, EventBuckets,
+    CohortUsersPlan, Cost, Endpoints, ErrorGroup, ErrorGroups, ErrorOccurrence, ErrorsPlan, EventBucket, EventBuckets,
     EventBucketsPlan, FunnelPlan, FunnelStep, FunnelSteps, HostBucket, HostSeries, HostSeriesPlan, HostsPlan, KeyedLog,
-    LatestHosts, LogKey, LogList, LogSearchPlan, Mean, Merge, Partial, Plan, ReplayEvents, ReplayEventsPlan,
+    LatestHosts, LogKey, LogList, LogSearchPlan, Mean, Merge, Partial, Plan, Refused, ReplayEvents, ReplayEventsPlan,
     ReplayListPlan, ReplaySession, ReplaySessions, RetentionCohort, RetentionCohorts, RetentionPlan, ServiceMap,
     ServiceMapPlan, ShardQuery, ShardReply, Stats, TraceKey, TraceList, TraceListPlan,
 };
@@ -206,11 +206,12 @@ same_fields!(LogKey = LogKey <=> crate::LogKey { unix_nanos, group, content_hash
 
 impl From<ShardReply> for crate::QueryReply {
     fn from(r: ShardReply) -> Self {
-        crate::QueryReply {
-            rows_scanned: r.rows_scanned,
-            budget_exceeded: r.partial.is_none(),
-            partial: r.partial.map(Into::into),
-        }
+        let (budget_exceeded, memory_budget_bytes, partial) = match r.partial {
+            Ok(p) => (false, 0, Some(p.into())),
+            Err(Refused::Rows) => (true, 0, None),
+            Err(Refused::Memory { budget_bytes }) => (false, budget_bytes.max(1), None),
+        };
+        crate::QueryReply { rows_scanned: r.rows_scanned, budget_exceeded, memory_budget_bytes, partial }
     }
 }
 
@@ -218,14 +219,17 @@ impl TryFrom<crate::QueryReply> for ShardReply {
     type Error = String;
 
     fn try_from(r: crate::QueryReply) -> Result<Self, String> {
-        let partial = match (r.budget_exceeded, r.partial) {
-            (true, _) => None,
-            (false, Some(p)) => Some(p.try_into()?),
-            (false, None) => return Err("a shard answered without a partial".into()),
+        let partial = match (r.budget_exceeded, r.memory_budget_bytes, r.partial) {
+            (true, _, _) => Err(Refused::Rows),
+            (false, budget_bytes @ 1.., _) => Err(Refused::Memory { budget_bytes }),
+            (false, 0, Some(p)) => Ok(p.try_into()?),
+            (false, 0, None) => return Err("a shard answered without a partial".into()),
         };
         Ok(ShardReply { rows_scanned: r.rows_scanned, partial })
     }
 }
+
+same_fields!(Cost = Cost <=> crate::QueryCost { rows, bytes, stops_early });
 
 fn stats(s: Stats) -> (u64, u64, f64, Vec<u8>) {
     (s.count, s.errors, s.sum_ms, s.sketch.encode())
@@ -592,16 +596,20 @@ mod tests {
         sketch.add(12.5);
         let stats = Stats { count: 1, errors: 1, sum_ms: 12.5, sketch };
         let apm = Endpoints([(("s".to_owned(), "o".to_owned()), stats)].into_iter().collect());
-        let reply = ShardReply { rows_scanned: 4, partial: Some(Partial::Apm(apm)) };
+        let reply = ShardReply { rows_scanned: 4, partial: Ok(Partial::Apm(apm)) };
         let back = ShardReply::try_from(crate::QueryReply::from(reply)).unwrap();
-        let Some(Partial::Apm(Endpoints(map))) = back.partial else { panic!("apm expected") };
+        let Ok(Partial::Apm(Endpoints(map))) = back.partial else { panic!("apm expected") };
         let s = &map[&("s".to_owned(), "o".to_owned())];
         assert_eq!((s.count, s.errors, s.sum_ms, s.sketch.count(), back.rows_scanned), (1, 1, 12.5, 1, 4));
 
-        let over = crate::QueryReply::from(ShardReply { rows_scanned: 9, partial: None });
+        let over = crate::QueryReply::from(ShardReply { rows_scanned: 9, partial: Err(Refused::Rows) });
         assert!(over.budget_exceeded);
-        assert!(ShardReply::try_from(over).unwrap().partial.is_none());
-        let empty = crate::QueryReply { rows_scanned: 0, budget_exceeded: false, partial: None };
+        assert_eq!(ShardReply::try_from(over).unwrap().partial.err(), Some(Refused::Rows));
+        let memory = Refused::Memory { budget_bytes: 1 << 30 };
+        let over = crate::QueryReply::from(ShardReply { rows_scanned: 9, partial: Err(memory) });
+        assert_eq!(ShardReply::try_from(over).unwrap().partial.err(), Some(memory));
+        let empty =
+            crate::QueryReply { rows_scanned: 0, budget_exceeded: false, memory_budget_bytes: 0, partial: None };
         assert!(ShardReply::try_from(empty).is_err());
         let bad = query_reply::Partial::Funnel(crate::FunnelPartial {
             steps: vec![crate::FunnelStep { users: 1, seconds_sketch: vec![1, 2, 3], seconds_sum: 0.0 }],

@@ -10,7 +10,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use sextant_model::meta::{MetaCommand, MetaCommandResult, MetaQuery, MetaView};
-use sextant_model::query::{ShardQuery, ShardReply};
+use sextant_model::query::{Cost, ShardQuery, ShardReply};
 use sextant_model::row::{RowBatch, Span};
 use sextant_model::ProjectId;
 use sextant_proto::client::{Authed, Channels};
@@ -329,6 +329,20 @@ impl Cluster {
             })
             .await?;
         ShardReply::try_from(reply).map_err(|e| ClusterError::Internal(format!("group {group}: {e}")))
+    }
+
+    /// What a query plan would read on its group, estimated by the group's leader from segment
+    /// metadata without scanning (a read: safe to retry).
+    pub async fn estimate(&self, query: ShardQuery) -> Result<Cost, ClusterError> {
+        let group = query.group;
+        let req = sextant_proto::QueryRequest::from(query);
+        let cost = self
+            .on_leader_within(group, QUERY_DEADLINE, QUERY_DEADLINE, |mut c| {
+                let req = req.clone();
+                async move { c.estimate(req).await.map(|r| r.into_inner()) }
+            })
+            .await?;
+        Ok(cost.into())
     }
 
     pub async fn meta_write<R: serde::de::DeserializeOwned>(&self, command: &MetaCommand) -> Result<R, ClusterError> {

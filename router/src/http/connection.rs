@@ -36,6 +36,9 @@ pub struct ServerLimits {
     pub read_timeout: Duration,
     /// Bytes of request bodies held at once, raw, decoded and parsed.
     pub body_budget_bytes: usize,
+    /// What one read may cost, estimated before it scans (docs/API.md, "Reads: time range,
+    /// partial answers and limits").
+    pub query_budget: crate::query::scatter::QueryBudget,
 }
 
 impl Default for ServerLimits {
@@ -47,6 +50,7 @@ impl Default for ServerLimits {
             idle_timeout: Duration::from_secs(75),
             read_timeout: Duration::from_secs(60),
             body_budget_bytes: 512 << 20,
+            query_budget: Default::default(),
         }
     }
 }

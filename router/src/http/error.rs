@@ -53,9 +53,17 @@ pub enum ApiError {
     /// A read did not finish within the request timeout.
     #[error("the query did not finish in {secs} s; narrow the time range or add filters")]
     ReadTimeout { secs: u64 },
-    /// A query would read more rows than a shard may read for one query.
-    #[error("the query reads more than {max_rows_per_shard} rows on a shard; narrow the time range or add filters")]
-    QueryTooLarge { max_rows_per_shard: u64 },
+    /// A read whose cost, estimated before the scan (or counted while a shard scanned), is
+    /// over the per-query budget.
+    #[error("{}", too_large(estimate.as_ref(), budget))]
+    QueryTooLarge { estimate: Option<sextant_model::query::Cost>, budget: crate::query::scatter::QueryBudget },
+    /// A shard's tables for a read needed more memory than its node gives the queries running
+    /// at once.
+    #[error(
+        "the query needs more than the {budget_bytes} bytes of memory a node gives the queries running at once; \
+         narrow the time range or add filters, or retry when fewer queries run"
+    )]
+    QueryOutOfMemory { budget_bytes: u64 },
     /// Some shards did not answer a query and the client did not accept a partial answer.
     #[error("shards {missing:?} did not answer; retry, or pass allow_partial=true for an answer without them")]
     ShardsUnavailable { missing: Vec<u64> },
@@ -98,7 +106,7 @@ impl ApiError {
             | ApiError::Overloaded
             | ApiError::ShardsUnavailable { .. } => Code::Unavailable,
             ApiError::BodyTimeout | ApiError::ReadTimeout { .. } => Code::DeadlineExceeded,
-            ApiError::QueryTooLarge { .. } => Code::OutOfRange,
+            ApiError::QueryTooLarge { .. } | ApiError::QueryOutOfMemory { .. } => Code::OutOfRange,
             ApiError::Internal(_) => Code::Internal,
         }
     }
@@ -154,10 +162,20 @@ impl ApiError {
             ApiError::ReadTimeout { secs } => {
                 (StatusCode::GATEWAY_TIMEOUT, "query_timeout", Some(Details::Timeout { timeout_seconds: *secs }))
             }
-            ApiError::QueryTooLarge { max_rows_per_shard } => (
+            ApiError::QueryTooLarge { estimate, budget } => (
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "query_too_large",
-                Some(Details::RowBudget { max_rows_per_shard: *max_rows_per_shard }),
+                Some(Details::QueryCost {
+                    estimated_rows: estimate.map(|e| e.rows),
+                    estimated_bytes: estimate.map(|e| e.bytes),
+                    max_rows: budget.rows,
+                    max_bytes: budget.bytes,
+                }),
+            ),
+            ApiError::QueryOutOfMemory { budget_bytes } => (
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "query_too_large",
+                Some(Details::Memory { memory_budget_bytes: *budget_bytes }),
             ),
             ApiError::ShardsUnavailable { missing } => (
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -170,12 +188,12 @@ impl ApiError {
 }
 
 /// `{"error": {"code", "message", "details"?}}`: every error answer.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize)]
 pub struct ErrorBody<'a> {
     pub error: ErrorJson<'a>,
 }
 
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize)]
 pub struct ErrorJson<'a> {
     /// Stable and machine-readable (docs/API.md, "Error responses").
     pub code: &'static str,
@@ -186,7 +204,7 @@ pub struct ErrorJson<'a> {
 }
 
 /// What some errors say besides their message.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize)]
 #[serde(untagged)]
 pub enum Details<'a> {
     /// Every field that failed validation.
@@ -207,8 +225,18 @@ pub enum Details<'a> {
     Timeout {
         timeout_seconds: u64,
     },
-    RowBudget {
-        max_rows_per_shard: u64,
+    /// A read's estimated cost (absent when a shard counted its rows past the budget while
+    /// scanning) and the per-query budget.
+    QueryCost {
+        #[serde(skip_serializing_if = "Option::is_none")]
+        estimated_rows: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        estimated_bytes: Option<u64>,
+        max_rows: u64,
+        max_bytes: u64,
+    },
+    Memory {
+        memory_budget_bytes: u64,
     },
     Shards {
         missing_shards: &'a [u64],
@@ -218,6 +246,17 @@ pub enum Details<'a> {
         used: u64,
         resets_at: &'a str,
     },
+}
+
+fn too_large(estimate: Option<&sextant_model::query::Cost>, budget: &crate::query::scatter::QueryBudget) -> String {
+    let over = match estimate {
+        Some(e) => format!("would read about {} rows ({} bytes)", e.rows, e.bytes),
+        None => format!("read more than {} rows on a shard", budget.rows),
+    };
+    format!(
+        "the query {over}, over the budget of {} rows and {} bytes per query; narrow the time range or add filters",
+        budget.rows, budget.bytes
+    )
 }
 
 impl From<ClusterError> for ApiError {

@@ -20,8 +20,8 @@ use crate::identity::auth::Session;
 use crate::AppState;
 
 const DAY_NS: i64 = 24 * HOUR_NS;
-/// Longest active-users period.
-const MAX_PERIOD_NS: i64 = 366 * DAY_NS;
+/// Longest active-users period: ten years of days (each day is a bucket of the plan).
+const MAX_PERIOD_NS: i64 = 3660 * DAY_NS;
 
 pub(crate) fn calendar_error(field: &str, e: CalendarError) -> ApiError {
     invalid(field, &e.to_string())
@@ -48,7 +48,7 @@ fn active_days(to: i64, period: i64, tz: &jiff::tz::TimeZone) -> Result<(Vec<i64
 }
 
 /// A bucket of `GET /api/events/timeseries`.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize)]
 pub struct EventPoint {
     pub t: String,
     pub count: u64,
@@ -56,7 +56,7 @@ pub struct EventPoint {
 }
 
 /// One event name, or several.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize)]
 #[serde(untagged)]
 pub enum EventNames {
     One(String),
@@ -64,7 +64,7 @@ pub enum EventNames {
 }
 
 /// `GET /api/events/timeseries`.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize)]
 pub struct EventSeries {
     /// The `event` filter: null for every event.
     pub event: Option<EventNames>,
@@ -73,10 +73,8 @@ pub struct EventSeries {
 }
 
 /// The parameters of `GET /api/events/timeseries`.
-#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
+#[derive(Debug, Default, Deserialize)]
 pub struct TimeseriesQuery {
-    #[param(ignore)]
     #[serde(flatten)]
     pub params: Params,
     pub interval: Option<String>,
@@ -85,12 +83,6 @@ pub struct TimeseriesQuery {
     pub cohort_id: Option<String>,
 }
 
-#[utoipa::path(
-    get, path = "/api/events/timeseries", tag = "analytics", summary = "Event counts and unique users per interval",
-    params(crate::query::params::Params, TimeseriesQuery),
-    responses((status = 200, description = "Event counts and unique users per interval.", body = crate::query::scatter::Answer<EventSeries>), crate::http::openapi::ReadErrors),
-    security(("jwt" = []))
-)]
 pub async fn timeseries(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -123,7 +115,7 @@ pub async fn timeseries(
 
 /// A day of `GET /api/users/active`: users active that day, in the 7 and in the 30 days
 /// ending with it.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize)]
 pub struct ActivePoint {
     pub date: String,
     pub dau: u64,
@@ -132,16 +124,14 @@ pub struct ActivePoint {
 }
 
 /// `GET /api/users/active`.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize)]
 pub struct ActiveUsers {
     pub points: Vec<ActivePoint>,
 }
 
 /// The parameters of `GET /api/users/active`.
-#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
+#[derive(Debug, Default, Deserialize)]
 pub struct ActiveUsersQuery {
-    #[param(ignore)]
     #[serde(flatten)]
     pub params: Params,
     pub tz: Option<String>,
@@ -150,12 +140,6 @@ pub struct ActiveUsersQuery {
     pub cohort_id: Option<String>,
 }
 
-#[utoipa::path(
-    get, path = "/api/users/active", tag = "analytics", summary = "Daily, weekly and monthly active users",
-    params(crate::query::params::Params, ActiveUsersQuery),
-    responses((status = 200, description = "Daily, weekly and monthly active users.", body = crate::query::scatter::Answer<ActiveUsers>), crate::http::openapi::ReadErrors),
-    security(("jwt" = []))
-)]
 pub async fn active_users(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -166,7 +150,7 @@ pub async fn active_users(
     let tz = zone(q.tz.as_deref())?;
     let period = calendar::parse_range(q.period.as_deref().unwrap_or("30d"))
         .filter(|p| *p <= MAX_PERIOD_NS)
-        .ok_or_else(|| invalid("period", "must be an integer and a unit m, h, d or w, at most 366 days"))?;
+        .ok_or_else(|| invalid("period", "must be an integer and a unit m, h, d or w, at most 3660 days"))?;
     // Not `Params::range`: the period may be longer than a query range (it is bounded above).
     let to = params.to()?.unwrap_or_else(|| app.clock.now_nanos());
     let (day_starts, first_reported) = active_days(to, period, &tz)?;
@@ -193,7 +177,7 @@ mod tests {
 
     #[test]
     fn a_year_of_active_users_ending_at_the_epoch_has_366_reported_days() {
-        let (days, first) = active_days(0, MAX_PERIOD_NS, &jiff::tz::TimeZone::UTC).unwrap();
+        let (days, first) = active_days(0, 366 * DAY_NS, &jiff::tz::TimeZone::UTC).unwrap();
         assert_eq!((days.len() - first, first), (366, 29));
         assert_eq!(days[first], -366 * DAY_NS);
     }

@@ -11,7 +11,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use sextant_model::calendar::{self, Interval};
 use sextant_model::query::{RetentionCohorts, RetentionPlan};
-use sextant_model::time::format_nanos;
+use sextant_model::time::{format_nanos, MIN_INSTANT_NS};
 
 use super::params::{self, invalid, Params};
 use super::scatter::{scatter, Answer};
@@ -48,6 +48,26 @@ fn period_ns(interval: Interval) -> i64 {
     }
 }
 
+/// Cohorts of a retention without `from`: 8 days or weeks, 12 months.
+fn default_cohorts(interval: Interval) -> usize {
+    if interval == Interval::Month {
+        12
+    } else {
+        8
+    }
+}
+
+/// Where cohorts start without `from`: the start of the [`default_cohorts`]-th period back
+/// from the one holding the instant before `to` (that one included; it may still be running).
+fn default_from(to: i64, interval: Interval, tz: &jiff::tz::TimeZone) -> Result<i64, ApiError> {
+    let n = default_cohorts(interval);
+    let back = period_ns(interval).saturating_mul(n as i64 + 1);
+    let starts = calendar::bucket_starts(to.saturating_sub(back).max(MIN_INSTANT_NS), to, interval, tz)
+        .map_err(|e| calendar_error("to", e))?;
+    // Near 1970 there are fewer periods before `to`: from the first.
+    starts.get(starts.len().saturating_sub(n)).copied().ok_or_else(|| invalid("to", "must be after 1970"))
+}
+
 /// For cohorts over `[from, to)`: the cohort starts, the start of every bucket a cohort's
 /// periods cover, and where the last bucket ends.
 fn buckets(
@@ -71,8 +91,7 @@ fn buckets(
 }
 
 /// The parameters of `GET /api/retention`.
-#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
+#[derive(Debug, Default, Deserialize)]
 pub struct RetentionQuery {
     #[serde(flatten)]
     pub params: Params,
@@ -89,8 +108,7 @@ pub struct RetentionQuery {
 }
 
 /// Returning users of a cohort `period` periods after its own.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-    #[param(ignore)]
+#[derive(Debug, Serialize)]
 pub struct RetentionValue {
     pub period: usize,
     pub count: u64,
@@ -98,7 +116,7 @@ pub struct RetentionValue {
 }
 
 /// Users who did `start_event` in one period.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize)]
 pub struct RetentionCohortJson {
     pub cohort_start: String,
     pub size: u64,
@@ -106,7 +124,7 @@ pub struct RetentionCohortJson {
 }
 
 /// `GET /api/retention`.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
+#[derive(Debug, Serialize)]
 pub struct Retention {
     pub period: &'static str,
     pub cohorts: Vec<RetentionCohortJson>,
@@ -128,12 +146,6 @@ pub async fn retention(
     }
     let periods: u32 = match q.periods.as_deref() {
         None => 8,
-#[utoipa::path(
-    get, path = "/api/retention", tag = "analytics", summary = "Retention cohorts",
-    params(crate::query::params::Params, RetentionQuery),
-    responses((status = 200, description = "Retention cohorts.", body = crate::query::scatter::Answer<Retention>), crate::http::openapi::ReadErrors),
-    security(("jwt" = []))
-)]
         Some(v) => v
             .parse()
             .ok()
@@ -146,9 +158,9 @@ pub async fn retention(
         _ => return Err(invalid("type", "must be first_time or recurring")),
     };
     let tz = zone(q.tz.as_deref())?;
-    // By default, as many cohorts as periods, ending now.
-    let (from, to) =
-        q.params.range_or(period_ns(interval).saturating_mul(i64::from(periods)), app.clock.now_nanos())?;
+    let now = app.clock.now_nanos();
+    let to = q.params.to()?.unwrap_or(now);
+    let (from, to) = q.params.range_or(to.saturating_sub(default_from(to, interval, &tz)?), now)?;
     let (cohort_starts, bucket_starts, scan_end) = buckets(from, to, interval, periods, &tz)?;
     let plan = RetentionPlan {
         start_event,
@@ -183,10 +195,34 @@ pub async fn retention(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::query::params::MAX_RANGE_NS;
+    /// Longest span tried: about two years.
+    const MAX_RANGE_NS: i64 = 800 * 86_400 * 1_000_000_000;
     use proptest::prelude::*;
 
     const ZONES: [&str; 3] = ["UTC", "Europe/Paris", "Pacific/Kiritimati"];
+
+    #[test]
+    fn default_cohorts_are_8_days_or_weeks_and_12_months_up_to_the_current_one() {
+        // 2026-11-22T10:15:30Z, a Sunday.
+        let now = 1_795_342_530 * 1_000_000_000;
+        let utc = jiff::tz::TimeZone::UTC;
+        let at = |s: &str| s.parse::<jiff::Timestamp>().unwrap().as_nanosecond() as i64;
+        for (interval, first, cohorts) in [
+            (Interval::Day, "2026-11-15T00:00:00Z", 8),
+            (Interval::Week, "2026-09-28T00:00:00Z", 8),
+            (Interval::Month, "2025-12-01T00:00:00Z", 12),
+        ] {
+            let from = default_from(now, interval, &utc).unwrap();
+            assert_eq!(from, at(first), "{interval:?}");
+            let (starts, _, _) = buckets(from, now, interval, 8, &utc).unwrap();
+            assert_eq!(starts.len(), cohorts, "{interval:?}");
+        }
+        // Ending exactly at a period's start: the periods before it, none after.
+        let from = default_from(at("2026-11-01T00:00:00Z"), Interval::Month, &utc).unwrap();
+        assert_eq!(from, at("2025-11-01T00:00:00Z"));
+        // Near 1970, from the first period there is.
+        assert_eq!(default_from(40 * 86_400_000_000_000, Interval::Month, &utc).unwrap(), 0);
+    }
 
     #[test]
     fn periods_past_the_last_representable_instant_are_a_400() {
