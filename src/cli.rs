@@ -299,6 +299,13 @@ pub struct RouterArgs {
     /// plain HTTP on the same machine.
     #[arg(long)]
     pub insecure_cookies: bool,
+    /// Send webhooks to loopback, private and shared (CGNAT) addresses too. Link-local and
+    /// metadata addresses stay refused.
+    #[arg(long)]
+    pub webhook_allow_private: bool,
+    /// Send webhooks to plain `http://` URLs too.
+    #[arg(long)]
+    pub webhook_allow_http: bool,
     /// Number of proxies in front of the routers that append to X-Forwarded-For (an ingress
     /// is one); 0 when clients connect directly.
     #[arg(long, default_value_t = 0)]
@@ -424,6 +431,8 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             server: args.server.limits()?,
             clock,
             billing: args.server.billing()?,
+            // A laptop: receivers on loopback and the local network, over plain HTTP.
+            webhook_targets: sextant_router::webhooks::guard::TargetPolicy::dev(),
         },
         registry,
     )
@@ -567,6 +576,10 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
             server: args.server.limits()?,
             clock: Clock::system(),
             billing: args.server.billing()?,
+            webhook_targets: sextant_router::webhooks::guard::TargetPolicy {
+                allow_private: args.webhook_allow_private,
+                allow_http: args.webhook_allow_http,
+            },
         },
         Registry::default(),
     )

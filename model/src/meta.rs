@@ -595,7 +595,7 @@ pub enum MetaCommand {
         org_id: OrgId,
         project_id: ProjectId,
         id: String,
-        secret: String,
+        secret: crate::webhook::SigningSecret,
         now_ms: i64,
     },
     /// Ingested customer events: each enabled webhook of the project subscribed to some of
@@ -624,6 +624,15 @@ pub enum MetaCommand {
         token: String,
         attempt: crate::webhook::Attempt,
         outcome: crate::webhook::AttemptOutcome,
+    },
+    /// Enqueues a `webhook.test` delivery (message id from `event_id`) to a webhook of a
+    /// project of `org_id`.
+    SendTestEvent {
+        org_id: OrgId,
+        project_id: ProjectId,
+        webhook_id: String,
+        event_id: String,
+        at_ms: i64,
     },
 }
 

@@ -67,10 +67,22 @@ pub struct CustomerEvent {
     pub body: serde_json::Value,
 }
 
-/// A signing secret, `whsec_` + base64 of the key bytes.
+/// A signing secret, `whsec_` + base64 of the key bytes. Its `Debug` shows none of it, so a
+/// command or record in a log line does not leak it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct SigningSecret(pub String);
+
+impl std::fmt::Debug for SigningSecret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SigningSecret(<redacted>)")
+    }
+}
+
+/// A webhook's secret and, after a rotation, until when it still signs.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WebhookSecret {
-    pub secret: String,
+    pub secret: SigningSecret,
     /// Set on the previous secret by a rotation: it signs until then.
     #[serde(default)]
     pub expires_at_ms: Option<i64>,
@@ -101,7 +113,7 @@ impl Webhook {
     }
 
     /// The secrets that sign at `now_ms`, current first.
-    pub fn signing_secrets(&self, now_ms: i64) -> Vec<String> {
+    pub fn signing_secrets(&self, now_ms: i64) -> Vec<SigningSecret> {
         self.secrets
             .iter()
             .filter(|s| s.expires_at_ms.is_none_or(|end| now_ms < end))
@@ -192,7 +204,7 @@ pub struct LeasedDelivery {
     pub delivery_id: String,
     pub webhook_id: String,
     pub url: String,
-    pub secrets: Vec<String>,
+    pub secrets: Vec<SigningSecret>,
     pub body: String,
     /// The number this attempt will have.
     pub attempt: u32,
@@ -220,6 +232,16 @@ pub fn retry_delay_ms(attempts: u32) -> Option<i64> {
 pub fn delivery_id(event_id: &str, webhook_id: &str) -> String {
     let h = xxhash_rust::xxh3::xxh3_128(format!("{event_id}\u{0}{webhook_id}").as_bytes());
     format!("msg_{h:032x}")
+}
+
+/// The delivery body of `POST /api/webhooks/{id}/test`.
+pub fn test_event_body(webhook_id: &str, at_ms: i64) -> String {
+    serde_json::json!({
+        "type": TEST_EVENT,
+        "timestamp": crate::time::format_nanos(at_ms.saturating_mul(1_000_000)),
+        "data": {"webhook_id": webhook_id},
+    })
+    .to_string()
 }
 
 /// The delivery body of a system event: `{type, timestamp, data}`, as Standard Webhooks
@@ -278,14 +300,16 @@ mod tests {
             enabled: true,
             created_at_ms: 0,
             secrets: vec![
-                WebhookSecret { secret: "new".into(), expires_at_ms: None },
-                WebhookSecret { secret: "old".into(), expires_at_ms: Some(100) },
+                WebhookSecret { secret: SigningSecret("new".into()), expires_at_ms: None },
+                WebhookSecret { secret: SigningSecret("old".into()), expires_at_ms: Some(100) },
             ],
             disabled_reason: None,
             dropped: 0,
         };
-        assert_eq!(hook.signing_secrets(99), ["new", "old"]);
-        assert_eq!(hook.signing_secrets(100), ["new"]);
+        let text = |v: Vec<SigningSecret>| v.into_iter().map(|s| s.0).collect::<Vec<_>>();
+        assert_eq!(text(hook.signing_secrets(99)), ["new", "old"]);
+        assert_eq!(text(hook.signing_secrets(100)), ["new"]);
+        assert!(!format!("{hook:?}").contains("new"), "Debug shows no secret");
     }
 
     #[test]

@@ -22,6 +22,7 @@ pub mod http;
 pub mod identity;
 pub mod ingest;
 pub mod query;
+pub mod webhooks;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -61,6 +62,8 @@ pub struct RouterConfig {
     pub clock: Clock,
     /// The payment provider (docs/API.md, "Billing providers").
     pub billing: billing::BillingConfig,
+    /// Where webhooks may be sent (docs/API.md, "Webhooks").
+    pub webhook_targets: webhooks::guard::TargetPolicy,
 }
 
 pub struct AppState {
@@ -78,6 +81,8 @@ pub struct AppState {
     pub billing: billing::Billing,
     /// Orgs already warned this month of a soft quota crossed.
     pub soft_quota_warnings: ingest::quota::SoftWarnings,
+    /// Webhook delivery: the guarded HTTP client and what was published.
+    pub webhooks: webhooks::Webhooks,
 }
 
 pub struct RunningRouter {
@@ -91,6 +96,7 @@ pub struct RunningRouter {
     otlp_grpc: Option<tokio::task::JoinHandle<()>>,
     refresher: tokio::task::JoinHandle<()>,
     housekeeper: tokio::task::JoinHandle<()>,
+    webhook_worker: tokio::task::JoinHandle<()>,
 }
 
 impl RunningRouter {
@@ -102,12 +108,14 @@ impl RunningRouter {
         }
         self.refresher.abort();
         self.housekeeper.abort();
+        self.webhook_worker.abort();
     }
 
     /// Stops serving and tells meta this router is gone, so the others take over its share
     /// of the rate limits now rather than when its heartbeat expires.
     pub async fn shutdown(self) {
         self.housekeeper.abort();
+        self.webhook_worker.abort();
         self.server.abort();
         self.internal.abort();
         if let Some(otlp) = &self.otlp_grpc {
@@ -149,6 +157,7 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
     let listener = tokio::net::TcpListener::bind(config.listen).await?;
     let addr = listener.local_addr()?;
     let billing = billing::Billing::new(&config.billing, addr, config.clock.clone())?;
+    let webhooks = webhooks::Webhooks::new(config.webhook_targets);
     let state = Arc::new(AppState {
         billing,
         bodies: http::body::Budget::new(config.server.body_budget_bytes, parsers),
@@ -161,9 +170,11 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
         metrics,
         registry,
         soft_quota_warnings: Default::default(),
+        webhooks,
     });
     let refresher = cluster.spawn_refresh(Duration::from_secs(1));
     let housekeeper = spawn_housekeeping(state.clone());
+    let webhook_worker = webhooks::worker::spawn(state.clone());
     let internal_listener = tokio::net::TcpListener::bind(state.config.internal_listen).await?;
     let internal_addr = internal_listener.local_addr()?;
     let refused = state.metrics.refused_connections.clone();
@@ -212,6 +223,7 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
         otlp_grpc,
         refresher,
         housekeeper,
+        webhook_worker,
     })
 }
 

@@ -219,10 +219,13 @@ impl MetaState {
                 self.publish_customer_events(batch_id, org_id, project_id, at_ms, events)
             }
             MetaCommand::LeaseDeliveries { worker, token, now_ms, lease_ms, max } => {
-                self.webhooks.lease(worker, token, now_ms, lease_ms, max)
+                self.lease_deliveries(worker, token, now_ms, lease_ms, max)
             }
             MetaCommand::RecordDeliveryAttempt { delivery_id, token, attempt, outcome } => {
                 self.webhooks.record(&delivery_id, &token, attempt, outcome)
+            }
+            MetaCommand::SendTestEvent { org_id, project_id, webhook_id, event_id, at_ms } => {
+                self.send_test_event(org_id, project_id, &webhook_id, &event_id, at_ms)
             }
         }
     }
@@ -270,7 +273,7 @@ impl MetaState {
             MetaQuery::WebhookDeliveries { project_id, webhook_id } => {
                 MetaAnswer::Deliveries(self.webhooks.deliveries_of(*project_id, webhook_id))
             }
-            MetaQuery::DueDeliveries { now_ms } => MetaAnswer::Count(self.webhooks.due_count(*now_ms)),
+            MetaQuery::DueDeliveries { now_ms } => MetaAnswer::Count(self.due_deliveries(*now_ms)),
         }
     }
 }

@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use sextant_model::meta::{MetaCommandResult, Refusal};
 use sextant_model::webhook::{
     delivery_id, system_event_body, Attempt, AttemptOutcome, CustomerEvent, Delivery, DeliveryStatus, Lease,
-    LeasedDelivery, SystemEvent, Webhook, WebhookInfo, WebhookSecret, CUSTOMER_EVENTS, MAX_BODY_BYTES,
+    LeasedDelivery, SigningSecret, SystemEvent, Webhook, WebhookInfo, WebhookSecret, CUSTOMER_EVENTS, TEST_EVENT, MAX_BODY_BYTES,
     MAX_EVENT_ID_LEN, MAX_FINISHED_PER_WEBHOOK, MAX_PENDING_PER_WEBHOOK, MAX_WEBHOOKS_PER_PROJECT,
     PUBLISHED_ID_TTL_MS, RETRY_DELAYS_MS, ROTATION_OVERLAP_MS,
 };
@@ -54,8 +54,9 @@ impl Webhooks {
         self.hooks.values().filter(|h| h.enabled).map(Webhook::info).collect()
     }
 
-    fn due<'a>(&'a self, now_ms: i64) -> impl Iterator<Item = &'a Delivery> + 'a {
-        self.hooks.values().filter(|h| h.enabled).flat_map(move |h| {
+    /// Deliveries a worker may take at `now_ms`, of enabled webhooks of `live` projects.
+    fn due<'a>(&'a self, now_ms: i64, live: &'a dyn Fn(ProjectId) -> bool) -> impl Iterator<Item = &'a Delivery> + 'a {
+        self.hooks.values().filter(move |h| h.enabled && live(h.project_id)).flat_map(move |h| {
             self.deliveries.get(&h.id).into_iter().flat_map(|d| d.values()).filter(move |d| {
                 d.status == DeliveryStatus::Pending
                     && d.next_attempt_at_ms.is_some_and(|t| t <= now_ms)
@@ -64,8 +65,8 @@ impl Webhooks {
         })
     }
 
-    pub(super) fn due_count(&self, now_ms: i64) -> u64 {
-        self.due(now_ms).count() as u64
+    pub(super) fn due_count(&self, now_ms: i64, live: &dyn Fn(ProjectId) -> bool) -> u64 {
+        self.due(now_ms, live).count() as u64
     }
 
     pub(super) fn prune(&mut self, now_ms: i64) {
@@ -179,7 +180,15 @@ impl Webhooks {
         Done
     }
 
-    pub(super) fn lease(&mut self, worker: String, token: String, now_ms: i64, lease_ms: i64, max: u32) -> MetaCommandResult {
+    pub(super) fn lease(
+        &mut self,
+        worker: String,
+        token: String,
+        now_ms: i64,
+        lease_ms: i64,
+        max: u32,
+        live: &dyn Fn(ProjectId) -> bool,
+    ) -> MetaCommandResult {
         let until_ms = now_ms.saturating_add(lease_ms.max(0));
         let held: Vec<(String, String)> = self
             .deliveries
@@ -190,22 +199,26 @@ impl Webhooks {
             })
             .map(|(h, d)| (h.clone(), d.id.clone()))
             .collect();
-        let chosen = if held.is_empty() {
+        // A repeat (a retried proposal) answers what it holds, without extending the lease.
+        let repeat = !held.is_empty();
+        let chosen = if repeat {
+            held
+        } else {
             let mut due: Vec<(i64, String, String)> = self
-                .due(now_ms)
+                .due(now_ms, live)
                 .map(|d| (d.next_attempt_at_ms.unwrap_or(now_ms), d.webhook_id.clone(), d.id.clone()))
                 .collect();
             due.sort();
             due.truncate(usize::try_from(max).unwrap_or(usize::MAX));
             due.into_iter().map(|(_, h, d)| (h, d)).collect()
-        } else {
-            held
         };
         let mut leased = Vec::new();
         for (hook_id, id) in chosen {
             let Some(hook) = self.hooks.get(&hook_id) else { continue };
             let Some(d) = self.deliveries.get_mut(&hook_id).and_then(|q| q.get_mut(&id)) else { continue };
-            d.lease = Some(Lease { worker: worker.clone(), token: token.clone(), until_ms });
+            if !repeat {
+                d.lease = Some(Lease { worker: worker.clone(), token: token.clone(), until_ms });
+            }
             leased.push(LeasedDelivery {
                 delivery_id: d.id.clone(),
                 webhook_id: hook_id.clone(),
@@ -329,7 +342,7 @@ impl MetaState {
         org_id: OrgId,
         project_id: ProjectId,
         id: &str,
-        secret: String,
+        secret: SigningSecret,
         now_ms: i64,
     ) -> MetaCommandResult {
         let Some(hook) = self.own_webhook(org_id, project_id, id) else {
@@ -347,6 +360,36 @@ impl MetaState {
         }
         hook.secrets = secrets;
         Done
+    }
+
+    pub(super) fn send_test_event(
+        &mut self,
+        org_id: OrgId,
+        project_id: ProjectId,
+        webhook_id: &str,
+        event_id: &str,
+        at_ms: i64,
+    ) -> MetaCommandResult {
+        if self.own_webhook(org_id, project_id, webhook_id).is_none() {
+            return Refused(Refusal::NotFound);
+        }
+        if event_id.is_empty() || event_id.len() > MAX_EVENT_ID_LEN {
+            return Refused(Refusal::NotFound);
+        }
+        let body = sextant_model::webhook::test_event_body(webhook_id, at_ms);
+        self.webhooks.enqueue(webhook_id, delivery_id(event_id, webhook_id), TEST_EVENT, body, at_ms);
+        Done
+    }
+
+    pub(super) fn lease_deliveries(&mut self, worker: String, token: String, now_ms: i64, lease_ms: i64, max: u32) -> MetaCommandResult {
+        let tenancy = &self.tenancy;
+        let live = |p: ProjectId| tenancy.projects.contains_key(&p) && !tenancy.deleted_projects.contains_key(&p);
+        self.webhooks.lease(worker, token, now_ms, lease_ms, max, &live)
+    }
+
+    pub(super) fn due_deliveries(&self, now_ms: i64) -> u64 {
+        let live = |p: ProjectId| self.tenancy.projects.contains_key(&p) && !self.tenancy.deleted_projects.contains_key(&p);
+        self.webhooks.due_count(now_ms, &live)
     }
 
     /// Customer events of a live project only.
@@ -381,7 +424,7 @@ mod tests {
             events: events.iter().map(|e| e.to_string()).collect(),
             enabled: true,
             created_at_ms: T0,
-            secrets: vec![WebhookSecret { secret: "whsec_a".into(), expires_at_ms: None }],
+            secrets: vec![WebhookSecret { secret: SigningSecret("whsec_a".into()), expires_at_ms: None }],
             disabled_reason: None,
             dropped: 0,
         };
@@ -553,14 +596,16 @@ mod tests {
             org_id: org,
             project_id: w.project_id,
             id: "w1".into(),
-            secret: secret.into(),
+            secret: SigningSecret(secret.into()),
             now_ms,
         };
         assert_eq!(s.execute(rotate(stranger, "whsec_x", T0)), Refused(Refusal::NotFound));
         assert_eq!(s.execute(rotate(owner.org_id, "whsec_b", T0)), Done);
-        assert_eq!(s.webhooks.hooks["w1"].signing_secrets(T0 + 1), ["whsec_b", "whsec_a"]);
+        let secrets = |s: &MetaState, at| s.webhooks.hooks["w1"].signing_secrets(at).into_iter().map(|s| s.0).collect::<Vec<_>>();
+        assert_eq!(secrets(&s, T0 + 1), ["whsec_b", "whsec_a"]);
         assert_eq!(s.execute(rotate(owner.org_id, "whsec_c", T0 + 2)), Done);
-        assert_eq!(s.webhooks.hooks["w1"].signing_secrets(T0 + 3), ["whsec_c", "whsec_b"], "at most two");
+        assert_eq!(secrets(&s, T0 + 3), ["whsec_c", "whsec_b"], "at most two");
+        assert_eq!(secrets(&s, T0 + 2 + ROTATION_OVERLAP_MS), ["whsec_c"], "the previous one until the overlap ends");
         let delete = |org| MetaCommand::DeleteWebhook { org_id: org, project_id: w.project_id, id: "w1".into() };
         assert_eq!(s.execute(delete(stranger)), Refused(Refusal::NotFound));
         for i in 1..MAX_WEBHOOKS_PER_PROJECT {
@@ -580,6 +625,27 @@ mod tests {
         assert_eq!(again.webhooks.hooks, s.webhooks.hooks);
         assert_eq!(again.webhooks.deliveries, s.webhooks.deliveries);
         assert_eq!(again.webhooks.published, s.webhooks.published);
+    }
+
+    #[test]
+    fn a_test_event_goes_to_that_webhook_of_that_project_only() {
+        let (mut s, owner) = state_with_user();
+        let w = hook(&mut s, &owner, "w1", &["signup"]);
+        let send = |org, project| MetaCommand::SendTestEvent {
+            org_id: org,
+            project_id: project,
+            webhook_id: "w1".into(),
+            event_id: "test:1".into(),
+            at_ms: T0,
+        };
+        assert_eq!(s.execute(send(OrgId::random(), w.project_id)), Refused(Refusal::NotFound));
+        assert_eq!(s.execute(send(owner.org_id, ProjectId::random())), Refused(Refusal::NotFound));
+        let cmd = send(owner.org_id, w.project_id);
+        assert_eq!(through_the_log(&cmd), cmd);
+        assert_eq!(s.execute(cmd), Done);
+        let l = lease(&mut s, "t", T0);
+        let body: serde_json::Value = serde_json::from_str(&l[0].body).unwrap();
+        assert_eq!((body["type"].as_str(), body["data"]["webhook_id"].as_str()), (Some(TEST_EVENT), Some("w1")));
     }
 
     #[test]

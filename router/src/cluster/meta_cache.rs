@@ -27,6 +27,8 @@ pub struct MetaCache {
     /// Latest heartbeat of every router, in the routers' own clocks.
     pub routers: Vec<i64>,
     pub alert_rules: Vec<AlertRule>,
+    /// Enabled webhooks, for matching ingested event names.
+    pub webhooks: Vec<sextant_model::webhook::WebhookInfo>,
     pub deleted_projects: HashSet<ProjectId>,
     /// When each org's trial ends.
     pub trials: HashMap<OrgId, i64>,
@@ -63,6 +65,7 @@ impl From<MetaView> for MetaCache {
             quotas: v.quotas,
             routers: v.routers.into_iter().map(|r| r.at_ms).collect(),
             alert_rules: v.alert_rules,
+            webhooks: v.webhooks,
             deleted_projects,
             trials: v.trials.into_iter().map(|t| (t.org_id, t.ends_at_ms)).collect(),
             usage,

@@ -27,6 +27,7 @@ use crate::http::error::ApiError;
 use crate::identity::{account, api_keys, members, projects, usage};
 use crate::ingest::{analytics, observability, otlp};
 use crate::query::{activity, apm, cohorts, errors, funnel, hosts, logs, replays, retention, service_map, traces};
+use crate::webhooks::api as webhooks;
 use crate::AppState;
 
 pub fn router(app: Arc<AppState>) -> Router {
@@ -91,6 +92,11 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/api/v1/api-keys", get(api_keys::list).post(api_keys::create))
         .route("/api/v1/api-keys/{id}", delete(api_keys::delete))
         .route("/api/v1/usage", get(usage::get))
+        .route("/api/webhooks", get(webhooks::list).post(webhooks::create))
+        .route("/api/webhooks/{id}", delete(webhooks::delete))
+        .route("/api/webhooks/{id}/deliveries", get(webhooks::deliveries))
+        .route("/api/webhooks/{id}/test", post(webhooks::test))
+        .route("/api/webhooks/{id}/rotate-secret", post(webhooks::rotate_secret))
         .route_layer(from_fn_with_state(app.clone(), middleware::read_deadline))
         .merge(auth)
         .layer(DefaultBodyLimit::max(account::MAX_AUTH_BODY))

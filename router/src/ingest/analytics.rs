@@ -224,7 +224,9 @@ async fn store_events(
         .map_err(|errors| ApiError::invalid_objects("events", errors))?;
     let accepted = rows.len();
     if accepted > 0 {
+        let hooked = crate::webhooks::subscribed_events(app, project, &rows);
         commit(app, partition::<Events>(app, project, rows, body_len)?).await?;
+        crate::webhooks::publish_customer_events(app, project, hooked).await;
     }
     Ok(accepted)
 }

@@ -100,6 +100,7 @@ pub fn check(app: &AppState, project: ProjectId, meter: Meter) -> Result<(), Api
         Decision::Accept => Ok(()),
         Decision::AcceptOverSoft { org, month, exceeded } => {
             app.metrics.over_quota(meter.name(), false);
+            crate::webhooks::quota_crossed(app, &cache, project, meter, &exceeded);
             if app.soft_quota_warnings.first(org, month, meter) {
                 tracing::warn!(
                     org = %org, meter = meter.name(), limit = exceeded.limit, used = exceeded.used,
@@ -110,6 +111,7 @@ pub fn check(app: &AppState, project: ProjectId, meter: Meter) -> Result<(), Api
         }
         Decision::Refuse { exceeded, resets_at } => {
             app.metrics.over_quota(meter.name(), true);
+            crate::webhooks::quota_crossed(app, &cache, project, meter, &exceeded);
             Err(ApiError::QuotaExceeded {
                 what: meter.name(),
                 limit: exceeded.limit,
