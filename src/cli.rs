@@ -124,6 +124,10 @@ pub struct ServerArgs {
     /// `--billing-provider stripe`.
     #[arg(long)]
     pub stripe_webhook_secret_file: Option<PathBuf>,
+    /// Seconds between evaluations of the alert rules (1 to 30), by whichever router holds the
+    /// evaluator lease.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=30))]
+    pub alert_interval: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -133,6 +137,10 @@ pub enum BillingProviderArg {
 }
 
 impl ServerArgs {
+    fn alert_interval(&self) -> Duration {
+        Duration::from_secs(self.alert_interval)
+    }
+
     /// The provider and its secrets, read from their files (never from flags or logs).
     fn billing(&self) -> anyhow::Result<sextant_router::billing::BillingConfig> {
         use sextant_router::billing::{stripe::StripeConfig, BillingConfig, ProviderConfig, Secret};
@@ -431,6 +439,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             server: args.server.limits()?,
             clock,
             billing: args.server.billing()?,
+            alert_interval: args.server.alert_interval(),
             // A laptop: receivers on loopback and the local network, over plain HTTP.
             webhook_targets: sextant_router::webhooks::guard::TargetPolicy::dev(),
         },
@@ -576,6 +585,7 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
             server: args.server.limits()?,
             clock: Clock::system(),
             billing: args.server.billing()?,
+            alert_interval: args.server.alert_interval(),
             webhook_targets: sextant_router::webhooks::guard::TargetPolicy {
                 allow_private: args.webhook_allow_private,
                 allow_http: args.webhook_allow_http,

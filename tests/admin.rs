@@ -149,6 +149,8 @@ fn rule_request(threshold: f64) -> AlertRuleRequest {
         window_minutes: 5,
         enabled: true,
         managed_by: managed("AlertRule", "checkout-errors", "rule-uid-1"),
+        for_seconds: 0,
+        webhook_id: None,
     }
 }
 

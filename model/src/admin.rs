@@ -106,11 +106,25 @@ pub struct AlertRuleRequest {
     pub window_minutes: u32,
     pub enabled: bool,
     pub managed_by: ManagedBy,
+    /// How long the condition must hold before the rule fires.
+    #[serde(default)]
+    pub for_seconds: u32,
+    /// The project's webhook the rule's transitions are for (`None`: every subscribed one).
+    #[serde(default)]
+    pub webhook_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AlertRuleResponse {
     pub id: String,
+    /// `ok`, `pending`, `firing` or `no_data`.
+    #[serde(default)]
+    pub state: Option<String>,
+    #[serde(default)]
+    pub last_value: Option<f64>,
+    /// RFC 3339 time of the newest transition.
+    #[serde(default)]
+    pub last_transition_at: Option<String>,
 }
 
 /// `GET /admin/v1/cluster/nodes`.
@@ -207,6 +221,11 @@ pub enum AlertMetric {
     CpuPercent,
     MemoryUsedBytes,
     DiskUsedPercent,
+    P50LatencyMs,
+    /// Spans per second.
+    RequestRate,
+    /// Analytics events (of `filter.event`, or all).
+    EventCount,
 }
 
 impl AlertMetric {
@@ -221,6 +240,9 @@ impl AlertMetric {
             AlertMetric::CpuPercent => "cpu_percent",
             AlertMetric::MemoryUsedBytes => "memory_used_bytes",
             AlertMetric::DiskUsedPercent => "disk_used_percent",
+            AlertMetric::P50LatencyMs => "p50_latency_ms",
+            AlertMetric::RequestRate => "request_rate",
+            AlertMetric::EventCount => "event_count",
         }
     }
 }

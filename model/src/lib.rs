@@ -4,6 +4,7 @@
 //! one concept has exactly one definition.
 
 pub mod admin;
+pub mod alert;
 pub mod analytics;
 pub mod attributes;
 pub mod batch;

@@ -317,6 +317,9 @@ pub struct AlertFilter {
     pub query: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hostname: Option<String>,
+    /// An analytics event name, for `event_count`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event: Option<String>,
 }
 
 /// An alert rule of a project (docs/API.md, "Admin API"). Built by meta.
@@ -337,6 +340,13 @@ pub struct AlertRule {
     /// Key of the AlertRule resource, for managed rules.
     #[serde(default)]
     pub key: Option<String>,
+    /// How long the condition must hold before the rule fires (0: at the first evaluation).
+    #[serde(default)]
+    pub for_seconds: u32,
+    /// Id of the project's webhook its transitions are meant for (`None`: every webhook
+    /// subscribed to the alert events).
+    #[serde(default)]
+    pub webhook_id: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -520,6 +530,10 @@ pub enum MetaCommand {
         enabled: bool,
         now_ms: i64,
         managed_by: ManagedBy,
+        #[serde(default)]
+        for_seconds: u32,
+        #[serde(default)]
+        webhook_id: Option<String>,
     },
     DeleteManagedAlertRule {
         key: String,
@@ -634,6 +648,37 @@ pub enum MetaCommand {
         event_id: String,
         at_ms: i64,
     },
+    // ---- alerts (docs/API.md, "Alerts") ----
+    /// Adds an alert rule to a project of `org_id` (at most
+    /// [`crate::alert::MAX_RULES_PER_PROJECT`]); a retried command keeps the first.
+    CreateAlertRule {
+        org_id: OrgId,
+        rule: AlertRule,
+    },
+    /// Deletes a rule of a project of `org_id`; refused (`Managed`) for a rule of an
+    /// AlertRule resource.
+    DeleteAlertRule {
+        org_id: OrgId,
+        project_id: ProjectId,
+        id: String,
+    },
+    /// Takes or renews the evaluator lease until `now_ms + ttl_ms`. Answers `Lease`: renewed
+    /// with the same token for its holder, a new token for another router once it expired;
+    /// `Refused(LeaseHeld)` while another router holds it.
+    AcquireAlertLease {
+        holder: String,
+        now_ms: i64,
+        ttl_ms: i64,
+    },
+    /// One evaluation round's values, recorded only while `holder` holds the lease with
+    /// `token` (`Refused(LeaseHeld)` otherwise). Each observation moves its rule's state
+    /// (crate::alert::AlertStatus::observe) if the rule is still at the observed `seq`.
+    RecordAlertObservations {
+        holder: String,
+        token: u64,
+        now_ms: i64,
+        observations: Vec<crate::alert::AlertObservation>,
+    },
 }
 
 /// Why meta refused a command. Decided by the state machine so that concurrent requests on
@@ -663,6 +708,8 @@ pub enum Refusal {
     TooFewNodes,
     /// A placement names an address no storage node has registered.
     UnknownNode,
+    /// Another router holds the alert evaluator lease, or the presented one lapsed.
+    LeaseHeld,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -683,6 +730,11 @@ pub enum MetaCommandResult {
     /// Deliveries leased to a webhook worker.
     Leased {
         deliveries: Vec<crate::webhook::LeasedDelivery>,
+    },
+    /// The alert evaluator lease, as [`MetaCommand::AcquireAlertLease`] left it.
+    Lease {
+        token: u64,
+        expires_at_ms: i64,
     },
 }
 
@@ -722,6 +774,13 @@ pub enum MetaQuery {
     /// that idle workers write nothing to the log.
     DueDeliveries {
         now_ms: i64,
+    },
+    /// Alert rules with their state (a `Vec<crate::alert::AlertEntry>`, oldest first): of one
+    /// project, or of every project for the evaluator. `history: false` leaves transitions out.
+    Alerts {
+        project_id: Option<ProjectId>,
+        #[serde(default)]
+        history: bool,
     },
 }
 

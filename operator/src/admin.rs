@@ -327,7 +327,12 @@ pub mod fake {
         ) -> BoxFuture<'a, Result<AlertRuleResponse, AdminError>> {
             Box::pin(async move {
                 self.record(Call::UpsertAlertRule(key.into(), req.clone()))?;
-                Ok(AlertRuleResponse { id: format!("rule-{key}") })
+                Ok(AlertRuleResponse {
+                    id: format!("rule-{key}"),
+                    state: Some("firing".into()),
+                    last_value: Some(0.25),
+                    last_transition_at: Some("2026-11-26T10:00:00.000Z".into()),
+                })
             })
         }
         fn delete_alert_rule<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Deletion, AdminError>> {
@@ -380,6 +385,8 @@ mod tests {
                 name: "errors".into(),
                 uid: "u".into(),
             },
+            for_seconds: 0,
+            webhook_id: None,
         };
         let v = serde_json::to_value(&req).unwrap();
         assert_eq!(v["metric"], "p95_latency_ms");

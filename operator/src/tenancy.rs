@@ -201,6 +201,8 @@ pub fn plan_alert_rule(rule: &AlertRule, project: Option<&Referent>) -> Result<A
         window_minutes: spec.window_minutes,
         enabled: spec.enabled,
         managed_by: managed_by(rule)?,
+        for_seconds: spec.for_seconds,
+        webhook_id: spec.notify.as_ref().map(|n| n.webhook_id.clone()),
     }))
 }
 

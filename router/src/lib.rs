@@ -15,6 +15,7 @@
 //! - [`admin`]: the operator's API, on the internal port.
 
 pub mod admin;
+pub mod alerts;
 pub mod billing;
 pub mod cluster;
 pub mod dashboard;
@@ -64,6 +65,8 @@ pub struct RouterConfig {
     pub billing: billing::BillingConfig,
     /// Where webhooks may be sent (docs/API.md, "Webhooks").
     pub webhook_targets: webhooks::guard::TargetPolicy,
+    /// How often alert rules are evaluated (by the router holding the evaluator lease).
+    pub alert_interval: Duration,
 }
 
 pub struct AppState {
@@ -97,6 +100,7 @@ pub struct RunningRouter {
     refresher: tokio::task::JoinHandle<()>,
     housekeeper: tokio::task::JoinHandle<()>,
     webhook_worker: tokio::task::JoinHandle<()>,
+    alert_evaluator: tokio::task::JoinHandle<()>,
 }
 
 impl RunningRouter {
@@ -108,6 +112,7 @@ impl RunningRouter {
         }
         self.refresher.abort();
         self.housekeeper.abort();
+        self.alert_evaluator.abort();
         self.webhook_worker.abort();
     }
 
@@ -115,6 +120,7 @@ impl RunningRouter {
     /// of the rate limits now rather than when its heartbeat expires.
     pub async fn shutdown(self) {
         self.housekeeper.abort();
+        self.alert_evaluator.abort();
         self.webhook_worker.abort();
         self.server.abort();
         self.internal.abort();
@@ -174,6 +180,7 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
     });
     let refresher = cluster.spawn_refresh(Duration::from_secs(1));
     let housekeeper = spawn_housekeeping(state.clone());
+    let alert_evaluator = alerts::spawn_evaluator(state.clone());
     let webhook_worker = webhooks::worker::spawn(state.clone());
     let internal_listener = tokio::net::TcpListener::bind(state.config.internal_listen).await?;
     let internal_addr = internal_listener.local_addr()?;
@@ -224,6 +231,7 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
         refresher,
         housekeeper,
         webhook_worker,
+        alert_evaluator,
     })
 }
 

@@ -51,6 +51,8 @@ pub(super) struct AlertRuleSpec {
     pub(super) enabled: bool,
     pub(super) now_ms: i64,
     pub(super) managed_by: ManagedBy,
+    pub(super) for_seconds: u32,
+    pub(super) webhook_id: Option<String>,
 }
 
 impl MetaState {
@@ -314,6 +316,8 @@ impl MetaState {
             updated_at_ms: spec.now_ms,
             managed_by: Some(spec.managed_by),
             key: Some(key),
+            for_seconds: spec.for_seconds,
+            webhook_id: spec.webhook_id,
         };
         self.managed.alert_rules.insert(id.clone(), rule);
         MetaCommandResult::Keyed { id }
@@ -606,6 +610,8 @@ mod tests {
             enabled: true,
             now_ms: T0,
             managed_by: managed("AlertRule", key),
+            for_seconds: 60,
+            webhook_id: None,
         }
     }
 

@@ -9,6 +9,7 @@
 //! live with the aggregate that starts them.
 
 mod accounts;
+mod alerts;
 mod billing;
 mod cohorts;
 mod managed;
@@ -34,6 +35,7 @@ use subtle::ConstantTimeEq;
 use crate::state_machine::GroupState;
 use crate::types::{Command, CommandResponse};
 use accounts::{Accounts, Joiner};
+use alerts::Alerts;
 use billing::Billing;
 use cohorts::Cohorts;
 use managed::{AlertRuleSpec, Managed, QuotaSpec};
@@ -65,6 +67,8 @@ pub struct MetaState {
     metering: Metering,
     /// Webhooks, their delivery queue and the ids of published events.
     webhooks: Webhooks,
+    /// Alert rules' states and the evaluator lease.
+    alerts: Alerts,
 }
 
 /// The answer to a [`MetaQuery`]: serialized as the bare value, which is what the router
@@ -81,6 +85,7 @@ pub enum MetaAnswer {
     Webhooks(Vec<sextant_model::webhook::WebhookInfo>),
     Deliveries(Vec<sextant_model::webhook::Delivery>),
     Count(u64),
+    Alerts(Vec<sextant_model::alert::AlertEntry>),
 }
 
 fn same_hash(a: &str, b: &str) -> bool {
@@ -184,6 +189,8 @@ impl MetaState {
                 enabled,
                 now_ms,
                 managed_by,
+                for_seconds,
+                webhook_id,
             } => self.put_managed_alert_rule(AlertRuleSpec {
                 key,
                 project_key,
@@ -197,6 +204,8 @@ impl MetaState {
                 enabled,
                 now_ms,
                 managed_by,
+                for_seconds,
+                webhook_id,
             }),
             MetaCommand::DeleteManagedAlertRule { key } => self.delete_managed_alert_rule(&key),
             MetaCommand::InviteTenantOwner { key, invite } => self.invite_tenant_owner(&key, invite),
@@ -226,6 +235,14 @@ impl MetaState {
             }
             MetaCommand::SendTestEvent { org_id, project_id, webhook_id, event_id, at_ms } => {
                 self.send_test_event(org_id, project_id, &webhook_id, &event_id, at_ms)
+            }
+            MetaCommand::CreateAlertRule { org_id, rule } => self.create_alert_rule(org_id, rule),
+            MetaCommand::DeleteAlertRule { org_id, project_id, id } => self.delete_alert_rule(org_id, project_id, &id),
+            MetaCommand::AcquireAlertLease { holder, now_ms, ttl_ms } => {
+                self.acquire_alert_lease(holder, now_ms, ttl_ms)
+            }
+            MetaCommand::RecordAlertObservations { holder, token, now_ms, observations } => {
+                self.record_alert_observations(&holder, token, now_ms, observations)
             }
         }
     }
@@ -274,6 +291,7 @@ impl MetaState {
                 MetaAnswer::Deliveries(self.webhooks.deliveries_of(*project_id, webhook_id))
             }
             MetaQuery::DueDeliveries { now_ms } => MetaAnswer::Count(self.due_deliveries(*now_ms)),
+            MetaQuery::Alerts { project_id, history } => MetaAnswer::Alerts(self.alert_entries(*project_id, *history)),
         }
     }
 }

@@ -14,6 +14,7 @@ use sextant_model::meta::{
 use sextant_model::{OrgId, ProjectId, UserId};
 
 use super::accounts::Accounts;
+use super::alerts::Alerts;
 use super::billing::Billing;
 use super::cohorts::Cohorts;
 use super::managed::Managed;
@@ -82,6 +83,8 @@ pub(super) struct MetaSnapshot {
     /// Ids of published webhook events -> when.
     #[serde(default)]
     published_events: BTreeMap<String, i64>,
+    #[serde(default)]
+    alerts: Alerts,
 }
 
 // What older snapshots kept beside the plain records, read only to be folded into them.
@@ -191,6 +194,7 @@ impl From<MetaState> for MetaSnapshot {
             cohorts,
             cluster,
             metering,
+            alerts,
         } = s;
         Self {
             webhooks: webhooks.hooks,
@@ -221,6 +225,7 @@ impl From<MetaState> for MetaSnapshot {
             cohorts: cohorts.by_id,
             cluster,
             metering,
+            alerts,
         }
     }
 }
@@ -251,6 +256,7 @@ impl From<MetaSnapshot> for MetaState {
             cluster: s.cluster,
             webhooks: Webhooks { hooks: s.webhooks, deliveries: s.webhook_deliveries, published: s.published_events },
             metering: s.metering,
+            alerts: s.alerts,
         }
     }
 }

@@ -8,8 +8,12 @@ use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 
 use super::pushed::{delete_keyed, finalizer_error, namespace, push_target, ready, referent_project, Outcome};
 use super::{instrumented, write_status, Context, Error};
+use std::time::Duration;
 use crate::tenancy::{self, Apply, FINALIZER};
 use crate::v1alpha1::{AlertRule, AlertRuleStatus};
+
+/// How often a synced rule's state is copied into its status.
+const STATE_REFRESH: Duration = Duration::from_secs(30);
 
 pub async fn reconcile_alert_rule(rule: Arc<AlertRule>, ctx: Arc<Context>) -> Result<Action, Error> {
     instrumented("alertrule", rule.clone(), ctx.clone(), async {
@@ -27,7 +31,14 @@ pub async fn reconcile_alert_rule(rule: Arc<AlertRule>, ctx: Arc<Context>) -> Re
                             let admin = push_target(&ctx, &ns, cluster.as_deref()).await?;
                             let pushed =
                                 admin.upsert_alert_rule(r.metadata.uid.as_deref().unwrap_or_default(), &req).await;
-                            Outcome::of(pushed, |created| status.rule_id = Some(created.id))
+                            // The rule's state changes without the resource changing.
+                            Outcome::of(pushed, |created| {
+                                status.rule_id = Some(created.id);
+                                status.state = created.state;
+                                status.last_value = created.last_value;
+                                status.last_transition_time = created.last_transition_at;
+                            })
+                            .resync_after(STATE_REFRESH)
                         }
                     };
                     status.conditions =
@@ -69,7 +80,7 @@ mod tests {
     async fn alert_rule_is_pushed_for_its_project_and_reports_the_rule_id() {
         let spec: crate::v1alpha1::AlertRuleSpec = serde_json::from_value(json!({
             "project": "shop", "metric": "error_rate", "comparison": ">=", "threshold": 0.05, "windowMinutes": 10,
-            "filter": {"service": "checkout"}
+            "filter": {"service": "checkout"}, "forSeconds": 120, "notify": {"webhookId": "wh1"}
         }))
         .unwrap();
         let mut rule = crate::v1alpha1::AlertRule::new("checkout-errors", spec);
@@ -85,16 +96,21 @@ mod tests {
             Step::new(Method::PATCH, &format!("{NS}/alertrules/checkout-errors/status")).expect_body(|b| {
                 assert_eq!(b["status"]["ruleId"], "rule-rule-uid");
                 assert_eq!(b["status"]["conditions"][0]["status"], "True");
+                assert_eq!(b["status"]["state"], "firing");
+                assert_eq!(b["status"]["lastValue"], 0.25);
+                assert_eq!(b["status"]["lastTransitionTime"], "2026-11-26T10:00:00.000Z");
             }),
         ];
         let mock = Mock::new();
         let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
         let object = serde_json::to_value(&rule).unwrap();
-        mock.run(steps, object, super::reconcile_alert_rule(Arc::new(rule), ctx)).await.unwrap();
+        let action = mock.run(steps, object, super::reconcile_alert_rule(Arc::new(rule), ctx)).await.unwrap();
+        assert_eq!(action, Action::requeue(super::STATE_REFRESH), "the state is refreshed without a change");
         let calls = admin.calls();
         assert!(
             matches!(&calls[1], Call::UpsertAlertRule(key, req) if key == "rule-uid" && req.project_key == "project-uid"
-                && req.window_minutes == 10 && req.name == "checkout-errors" && req.managed_by.kind == "AlertRule"),
+                && req.window_minutes == 10 && req.name == "checkout-errors" && req.managed_by.kind == "AlertRule"
+                && req.for_seconds == 120 && req.webhook_id.as_deref() == Some("wh1")),
             "{calls:?}"
         );
     }

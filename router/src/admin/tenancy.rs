@@ -491,7 +491,13 @@ async fn put_alert_rule(
         level: filter_value(&mut problems, "filter.level", f.level),
         query: filter_value(&mut problems, "filter.query", f.query),
         hostname: filter_value(&mut problems, "filter.hostname", f.hostname),
+        event: filter_value(&mut problems, "filter.event", f.event),
     };
+    problems.check(
+        "for_seconds",
+        if req.for_seconds <= sextant_model::alert::MAX_FOR_SECONDS { Ok(()) } else { Err("must be at most 86400") },
+    );
+    let webhook_id = filter_value(&mut problems, "webhook_id", req.webhook_id);
     check_managed_by(&mut problems, &req.managed_by);
     problems.into_result().map_err(ApiError::invalid_fields)?;
     let command = MetaCommand::PutManagedAlertRule {
@@ -507,8 +513,11 @@ async fn put_alert_rule(
         enabled: req.enabled,
         now_ms: app.clock.now_millis(),
         managed_by: req.managed_by,
+        for_seconds: req.for_seconds,
+        webhook_id,
     };
-    Ok(Json(json!({ "id": keyed(&app, command).await? })))
+    let id = keyed(&app, command).await?;
+    Ok(Json(json!(crate::alerts::api::managed_rule_status(&app, id).await?)))
 }
 
 async fn get_alert_rule(

@@ -309,6 +309,7 @@ impl From<Refusal> for ApiError {
             Refusal::UnknownNode => {
                 ApiError::Conflict("unknown_node", "no storage node with this address has registered with the cluster")
             }
+            Refusal::LeaseHeld => ApiError::Conflict("lease_held", "another router holds this lease"),
         }
     }
 }

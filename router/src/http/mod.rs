@@ -92,6 +92,8 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/api/v1/api-keys", get(api_keys::list).post(api_keys::create))
         .route("/api/v1/api-keys/{id}", delete(api_keys::delete))
         .route("/api/v1/usage", get(usage::get))
+        .route("/api/v1/alerts", get(crate::alerts::api::list).post(crate::alerts::api::create))
+        .route("/api/v1/alerts/{id}", get(crate::alerts::api::get).delete(crate::alerts::api::delete))
         .route("/api/webhooks", get(webhooks::list).post(webhooks::create))
         .route("/api/webhooks/{id}", delete(webhooks::delete))
         .route("/api/webhooks/{id}/deliveries", get(webhooks::deliveries))
