@@ -188,12 +188,12 @@ impl ApiError {
 }
 
 /// `{"error": {"code", "message", "details"?}}`: every error answer.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorBody<'a> {
     pub error: ErrorJson<'a>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorJson<'a> {
     /// Stable and machine-readable (docs/API.md, "Error responses").
     pub code: &'static str,
@@ -204,7 +204,7 @@ pub struct ErrorJson<'a> {
 }
 
 /// What some errors say besides their message.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum Details<'a> {
     /// Every field that failed validation.

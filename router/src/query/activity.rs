@@ -48,7 +48,7 @@ fn active_days(to: i64, period: i64, tz: &jiff::tz::TimeZone) -> Result<(Vec<i64
 }
 
 /// A bucket of `GET /api/events/timeseries`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct EventPoint {
     pub t: String,
     pub count: u64,
@@ -56,7 +56,7 @@ pub struct EventPoint {
 }
 
 /// One event name, or several.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 #[serde(untagged)]
 pub enum EventNames {
     One(String),
@@ -64,7 +64,7 @@ pub enum EventNames {
 }
 
 /// `GET /api/events/timeseries`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct EventSeries {
     /// The `event` filter: null for every event.
     pub event: Option<EventNames>,
@@ -73,8 +73,10 @@ pub struct EventSeries {
 }
 
 /// The parameters of `GET /api/events/timeseries`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct TimeseriesQuery {
+    #[param(ignore)]
     #[serde(flatten)]
     pub params: Params,
     pub interval: Option<String>,
@@ -83,6 +85,12 @@ pub struct TimeseriesQuery {
     pub cohort_id: Option<String>,
 }
 
+#[utoipa::path(
+    get, path = "/api/events/timeseries", tag = "analytics", summary = "Event counts and unique users per interval",
+    params(crate::query::params::Params, TimeseriesQuery),
+    responses((status = 200, description = "Event counts and unique users per interval.", body = crate::query::scatter::Answer<EventSeries>), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 pub async fn timeseries(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -115,7 +123,7 @@ pub async fn timeseries(
 
 /// A day of `GET /api/users/active`: users active that day, in the 7 and in the 30 days
 /// ending with it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ActivePoint {
     pub date: String,
     pub dau: u64,
@@ -124,14 +132,16 @@ pub struct ActivePoint {
 }
 
 /// `GET /api/users/active`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ActiveUsers {
     pub points: Vec<ActivePoint>,
 }
 
 /// The parameters of `GET /api/users/active`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ActiveUsersQuery {
+    #[param(ignore)]
     #[serde(flatten)]
     pub params: Params,
     pub tz: Option<String>,
@@ -140,6 +150,12 @@ pub struct ActiveUsersQuery {
     pub cohort_id: Option<String>,
 }
 
+#[utoipa::path(
+    get, path = "/api/users/active", tag = "analytics", summary = "Daily, weekly and monthly active users",
+    params(crate::query::params::Params, ActiveUsersQuery),
+    responses((status = 200, description = "Daily, weekly and monthly active users.", body = crate::query::scatter::Answer<ActiveUsers>), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 pub async fn active_users(
     State(app): State<Arc<AppState>>,
     session: Session,

@@ -23,8 +23,10 @@ const SECOND_NS: i64 = 1_000_000_000;
 const MAX_WINDOW_NS: i64 = 365 * 86_400 * SECOND_NS;
 
 /// The parameters of `GET /api/funnel`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct FunnelQuery {
+    #[param(ignore)]
     #[serde(flatten)]
     pub params: Params,
     /// The event names of the steps, comma-separated, in order.
@@ -66,7 +68,7 @@ fn step_one_range(q: &FunnelQuery, now_ns: i64) -> Result<(i64, i64), ApiError> 
 }
 
 /// A step of `GET /api/funnel`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct FunnelStep {
     pub event: String,
     /// Users who reached this step (within the window, in order).
@@ -79,7 +81,7 @@ pub struct FunnelStep {
 }
 
 /// `GET /api/funnel`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Funnel {
     pub steps: Vec<FunnelStep>,
     pub window_seconds: i64,
@@ -87,6 +89,12 @@ pub struct Funnel {
     pub to: String,
 }
 
+#[utoipa::path(
+    get, path = "/api/funnel", tag = "analytics", summary = "A conversion funnel",
+    params(crate::query::params::Params, FunnelQuery),
+    responses((status = 200, description = "A conversion funnel.", body = crate::query::scatter::Answer<Funnel>), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 pub async fn funnel(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -170,6 +178,11 @@ mod tests {
         let err = range("steps=a,b&to=1677-09-21T00:12:44Z").unwrap_err();
         assert!(matches!(err, ApiError::BadRequest("invalid_parameter", _)), "{err:?}");
         assert_eq!(range("to=1000&range=1m").unwrap(), (1_000_000_000 - 60_000_000_000, 1_000_000_000));
+        // 90 days and more are a range like any other; a count of weeks past i64 is a 400.
+        assert_eq!(range("range=90d").unwrap(), (NOW - 90 * 86_400 * SECOND_NS, NOW));
+        assert_eq!(range("range=400d").unwrap(), (NOW - 400 * 86_400 * SECOND_NS, NOW));
+        assert!(matches!(range("range=99999999999999w"), Err(ApiError::BadRequest("invalid_parameter", _))));
+        assert!(matches!(range("range=-5d"), Err(ApiError::BadRequest("invalid_parameter", _))));
     }
 
     proptest! {
@@ -178,11 +191,6 @@ mod tests {
         #[test]
         fn step_one_ranges_end_at_an_accepted_instant_or_are_a_400(
             to in prop_oneof![any::<i64>().prop_map(|v| v.to_string()), any::<f64>().prop_map(|v| v.to_string())],
-        // 90 days and more are a range like any other; a count of weeks past i64 is a 400.
-        assert_eq!(range("range=90d").unwrap(), (NOW - 90 * 86_400 * SECOND_NS, NOW));
-        assert_eq!(range("range=400d").unwrap(), (NOW - 400 * 86_400 * SECOND_NS, NOW));
-        assert!(matches!(range("range=99999999999999w"), Err(ApiError::BadRequest("invalid_parameter", _))));
-        assert!(matches!(range("range=-5d"), Err(ApiError::BadRequest("invalid_parameter", _))));
             n in any::<i64>(),
             unit in "[mhdwy]",
             window in any::<i64>(),

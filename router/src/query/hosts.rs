@@ -22,7 +22,7 @@ pub const MAX_POINTS: i64 = 10_000;
 const SECOND_NS: i64 = 1_000_000_000;
 
 /// A host in `GET /api/v1/infrastructure/hosts`: its latest sample.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct HostJson {
     pub hostname: String,
     pub last_seen: String,
@@ -37,11 +37,17 @@ pub struct HostJson {
 }
 
 /// `GET /api/v1/infrastructure/hosts`: every host, unpaged.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct HostList {
     pub items: Vec<HostJson>,
 }
 
+#[utoipa::path(
+    get, path = "/api/v1/infrastructure/hosts", tag = "observability", summary = "Hosts with their latest sample",
+    params(crate::query::params::Params),
+    responses((status = 200, description = "Hosts with their latest sample.", body = crate::query::scatter::Answer<HostList>), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 pub async fn list(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -99,7 +105,7 @@ fn mean(m: &Option<Mean>) -> Option<f64> {
 
 /// One step of `GET /api/v1/infrastructure/hosts/{hostname}/metrics`: the means of the
 /// samples in it, null where there were none.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct HostPoint {
     pub t: String,
     pub cpu_percent: Option<f64>,
@@ -111,7 +117,7 @@ pub struct HostPoint {
 }
 
 /// `GET /api/v1/infrastructure/hosts/{hostname}/metrics`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct HostSeriesJson {
     pub hostname: String,
     pub step_seconds: i64,
@@ -119,14 +125,22 @@ pub struct HostSeriesJson {
 }
 
 /// The parameters of `GET /api/v1/infrastructure/hosts/{hostname}/metrics`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct MetricsQuery {
+    #[param(ignore)]
     #[serde(flatten)]
     pub params: Params,
     /// Seconds, or a number and a unit `s`, `m`, `h`, `d` (default 60 s).
     pub step: Option<String>,
 }
 
+#[utoipa::path(
+    get, path = "/api/v1/infrastructure/hosts/{hostname}/metrics", tag = "observability", summary = "A host's metrics as a time series",
+    params(("hostname" = String, Path, description = "The host."), crate::query::params::Params, MetricsQuery),
+    responses((status = 200, description = "A host's metrics as a time series.", body = crate::query::scatter::Answer<HostSeriesJson>), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 pub async fn metrics(
     State(app): State<Arc<AppState>>,
     session: Session,

@@ -34,11 +34,13 @@ pub fn parse<T: DeserializeOwned>(raw: Option<&str>) -> Result<T, ApiError> {
 }
 
 /// The parameters every read may take; each is checked when the endpoint asks for it.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct Params {
     pub from: Option<String>,
     pub to: Option<String>,
     pub allow_partial: Option<String>,
+    #[param(ignore)]
     #[serde(flatten)]
     pub paging: Paging,
 }

@@ -91,8 +91,10 @@ fn buckets(
 }
 
 /// The parameters of `GET /api/retention`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct RetentionQuery {
+    #[param(ignore)]
     #[serde(flatten)]
     pub params: Params,
     pub start_event: Option<String>,
@@ -108,7 +110,7 @@ pub struct RetentionQuery {
 }
 
 /// Returning users of a cohort `period` periods after its own.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct RetentionValue {
     pub period: usize,
     pub count: u64,
@@ -116,7 +118,7 @@ pub struct RetentionValue {
 }
 
 /// Users who did `start_event` in one period.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct RetentionCohortJson {
     pub cohort_start: String,
     pub size: u64,
@@ -124,12 +126,18 @@ pub struct RetentionCohortJson {
 }
 
 /// `GET /api/retention`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Retention {
     pub period: &'static str,
     pub cohorts: Vec<RetentionCohortJson>,
 }
 
+#[utoipa::path(
+    get, path = "/api/retention", tag = "analytics", summary = "Retention cohorts",
+    params(crate::query::params::Params, RetentionQuery),
+    responses((status = 200, description = "Retention cohorts.", body = crate::query::scatter::Answer<Retention>), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 pub async fn retention(
     State(app): State<Arc<AppState>>,
     session: Session,

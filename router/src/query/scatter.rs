@@ -72,7 +72,7 @@ impl Gathered {
 }
 
 /// `"partial": true` and `missing_shards` in a partial answer; nothing in a complete one.
-#[derive(Debug, Default, Serialize)]
+#[derive(Debug, Default, Serialize, utoipa::ToSchema)]
 pub struct Coverage {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub partial: bool,
@@ -81,7 +81,7 @@ pub struct Coverage {
 }
 
 /// A read's answer: its body, and which shards it lacks.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Answer<T> {
     #[serde(flatten)]
     pub body: T,
