@@ -283,13 +283,13 @@ pub struct RouterSeen {
 /// The Kubernetes resource an object is managed by (docs/API.md, "Admin API", `managed_by`).
 /// Such an object is read-only through the public API (409).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ManagedBy {
     /// `sextant.dev/v1alpha1`.
     pub api_version: String,
     pub kind: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub namespace: Option<String>,
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
     pub name: String,
     pub uid: String,
 }

@@ -109,6 +109,7 @@ pub fn router(app: Arc<AppState>) -> Router {
         .merge(capture)
         .merge(api)
         .merge(probes())
+        .route("/openapi.json", get(openapi::openapi_json))
         .merge(app.billing.routes())
         // The web dashboard: `/`, `/assets/*` and its own pages, never an API path.
         .merge(crate::dashboard::routes())
@@ -128,7 +129,6 @@ pub fn internal_router(app: Arc<AppState>) -> Router {
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .layer(from_fn_with_state(app.clone(), middleware::observe))
         .with_state(app)
-        .route("/openapi.json", get(openapi::openapi_json))
 }
 
 /// What a probe answers when the router serves (`/healthz`) or is ready (`/readyz`).
