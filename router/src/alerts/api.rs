@@ -31,7 +31,7 @@ pub const MAX_ALERT_BODY: usize = 16 * 1024;
 const MAX_ID_CHARS: usize = 64;
 
 /// `POST /api/v1/alerts`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AlertRuleInput {
     pub name: String,
@@ -53,7 +53,7 @@ fn enabled() -> bool {
     true
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct TransitionJson {
     pub seq: u64,
     pub from: &'static str,
@@ -67,7 +67,7 @@ fn transition_json(t: &AlertTransition) -> TransitionJson {
 }
 
 /// A rule with its state; `history` only in `GET /api/v1/alerts/{id}`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AlertJson {
     pub id: String,
     pub name: String,
@@ -171,6 +171,12 @@ pub fn validate(input: AlertRuleInput, project_id: ProjectId, id: String, now_ms
     })
 }
 
+#[utoipa::path(
+    get, path = "/api/v1/alerts", tag = "alerts", summary = "The project's alert rules with their state",
+    params(crate::http::listing::Paging),
+    responses((status = 200, description = "Rules, oldest first, without their history.", body = Listed<AlertJson>), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 pub async fn list(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -186,6 +192,16 @@ pub async fn list(
     Ok(Json(page.apply(items)))
 }
 
+#[utoipa::path(
+    post, path = "/api/v1/alerts", tag = "alerts", summary = "Create an alert rule",
+    request_body(content = AlertRuleInput, example = json!({"name": "checkout errors", "metric": "error_rate", "filter": {"service": "checkout"}, "comparison": ">", "threshold": 0.05, "window_minutes": 5, "for_seconds": 60})),
+    responses(
+        (status = 201, description = "Created; `ok` until its first evaluation.", body = AlertJson),
+        (status = 409, description = "The project has the maximum number of rules.", body = crate::http::error::ErrorBody),
+        crate::http::openapi::AccountErrors
+    ),
+    security(("jwt" = []))
+)]
 pub async fn create(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -201,6 +217,12 @@ pub async fn create(
     Ok((StatusCode::CREATED, Json(alert_json(&entry, true))).into_response())
 }
 
+#[utoipa::path(
+    get, path = "/api/v1/alerts/{id}", tag = "alerts", summary = "An alert rule with its state and transitions",
+    params(("id" = String, Path, description = "The rule's id.")),
+    responses((status = 200, description = "The rule, with `history`: its newest transitions, oldest first.", body = AlertJson), crate::http::openapi::ReadErrors),
+    security(("jwt" = []))
+)]
 pub async fn get(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -215,6 +237,16 @@ pub async fn get(
     Ok(Json(alert_json(entry, true)))
 }
 
+#[utoipa::path(
+    delete, path = "/api/v1/alerts/{id}", tag = "alerts", summary = "Delete an alert rule",
+    params(("id" = String, Path, description = "The rule's id.")),
+    responses(
+        (status = 204, description = "Deleted."),
+        (status = 409, description = "Managed by an AlertRule resource.", body = crate::http::error::ErrorBody),
+        crate::http::openapi::AccountErrors
+    ),
+    security(("jwt" = []))
+)]
 pub async fn delete(
     State(app): State<Arc<AppState>>,
     session: Session,

@@ -73,6 +73,10 @@ pub const PROJECT_TOKEN: &str = "project_token";
         crate::query::cohorts::create,
         crate::query::cohorts::get,
         crate::query::cohorts::users,
+        crate::alerts::api::list,
+        crate::alerts::api::create,
+        crate::alerts::api::get,
+        crate::alerts::api::delete,
         openapi_json,
     ),
     components(schemas(ErrorBody, sextant_model::time::TimeInput, sextant_model::attributes::Attributes)),
@@ -84,6 +88,7 @@ pub const PROJECT_TOKEN: &str = "project_token";
         (name = "analytics", description = "Reads of the current project's product analytics (JWT)."),
         (name = "accounts", description = "Sign-up, sessions, organizations, projects, members and API keys."),
         (name = "usage", description = "Metered usage against the plan's quotas."),
+        (name = "alerts", description = "Alert rules of the current project, their state and transitions (JWT)."),
         (name = "meta", description = "This document.")
     )
 )]
