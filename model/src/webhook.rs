@@ -150,6 +150,7 @@ pub struct WebhookInfo {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum DeliveryStatus {
     Pending,
     Succeeded,

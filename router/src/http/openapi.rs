@@ -77,6 +77,12 @@ pub const PROJECT_TOKEN: &str = "project_token";
         crate::alerts::api::create,
         crate::alerts::api::get,
         crate::alerts::api::delete,
+        crate::webhooks::api::list,
+        crate::webhooks::api::create,
+        crate::webhooks::api::delete,
+        crate::webhooks::api::deliveries,
+        crate::webhooks::api::test,
+        crate::webhooks::api::rotate_secret,
         openapi_json,
     ),
     components(schemas(ErrorBody, sextant_model::time::TimeInput, sextant_model::attributes::Attributes)),
@@ -88,6 +94,7 @@ pub const PROJECT_TOKEN: &str = "project_token";
         (name = "analytics", description = "Reads of the current project's product analytics (JWT)."),
         (name = "accounts", description = "Sign-up, sessions, organizations, projects, members and API keys."),
         (name = "usage", description = "Metered usage against the plan's quotas."),
+        (name = "webhooks", description = "Signed deliveries of events to the project's endpoints (JWT)."),
         (name = "alerts", description = "Alert rules of the current project, their state and transitions (JWT)."),
         (name = "meta", description = "This document.")
     )

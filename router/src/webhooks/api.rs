@@ -1,8 +1,9 @@
 //! The webhook endpoints of the current project (docs/API.md, "Webhooks"):
 //! `GET/POST /api/webhooks`, `DELETE /api/webhooks/{id}`, `GET /api/webhooks/{id}/deliveries`,
 //! `POST /api/webhooks/{id}/test` and `POST /api/webhooks/{id}/rotate-secret`. A webhook of
-//! another project or org is the same 404 as an unknown id. The signing secret is answered
-//! once, when it is made; meta keeps it to sign with.
+//! another project or org is the same 404 as an unknown id. Creating, deleting and rotating
+//! take an owner or admin (a webhook sends the project's events out). The signing secret is
+//! answered once, when it is made; meta keeps it to sign with.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +36,7 @@ const MAX_ID_CHARS: usize = 64;
 /// How long `POST /api/webhooks/{id}/test` waits for the ping's first attempt.
 const TEST_WAIT: Duration = Duration::from_secs(15);
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WebhookInput {
     pub url: String,
@@ -45,7 +46,7 @@ pub struct WebhookInput {
     pub secret: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct WebhookJson {
     pub id: String,
     pub url: String,
@@ -71,14 +72,14 @@ impl From<&WebhookInfo> for WebhookJson {
 }
 
 /// A new webhook with its secret, shown this once.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct NewWebhook {
     #[serde(flatten)]
     pub webhook: WebhookJson,
     pub secret: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AttemptJson {
     pub attempt: u32,
     pub at: String,
@@ -101,7 +102,7 @@ impl From<&Attempt> for AttemptJson {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct DeliveryJson {
     /// The `webhook-id` header of every attempt.
     pub id: String,
@@ -125,14 +126,14 @@ impl From<&Delivery> for DeliveryJson {
     }
 }
 
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RotateInput {
     #[serde(default)]
     pub secret: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct Rotated {
     /// The new secret, shown this once.
     pub secret: String,
@@ -140,7 +141,7 @@ pub struct Rotated {
     pub previous_secret_expires_at: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct TestResult {
     pub delivery_id: String,
     pub status: DeliveryStatus,
@@ -184,6 +185,12 @@ async fn find(app: &AppState, session: &Session, id: &str) -> Result<WebhookInfo
 }
 
 /// `GET /api/webhooks`: oldest first.
+#[utoipa::path(
+    get, path = "/api/webhooks", tag = "webhooks", summary = "The current project's webhooks",
+    params(crate::http::listing::Paging),
+    responses((status = 200, description = "The webhooks, oldest first, without their secrets.", body = Listed<WebhookJson>), crate::http::openapi::AccountErrors),
+    security(("jwt" = []))
+)]
 pub async fn list(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -196,12 +203,23 @@ pub async fn list(
 }
 
 /// `POST /api/webhooks {url, events, secret?}` → 201 with the secret.
+#[utoipa::path(
+    post, path = "/api/webhooks", tag = "webhooks", summary = "Create a webhook",
+    request_body(content = WebhookInput, example = json!({"url": "https://hooks.example.com/sextant", "events": ["purchase", "system.alert_triggered"]})),
+    responses(
+        (status = 201, description = "Created; `secret` (`whsec_…`) is shown only here.", body = NewWebhook),
+        (status = 409, description = "The project has the maximum number of webhooks.", body = crate::http::error::ErrorBody),
+        crate::http::openapi::AccountErrors
+    ),
+    security(("jwt" = []))
+)]
 pub async fn create(
     State(app): State<Arc<AppState>>,
     session: Session,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    session.require_org_manager()?;
     let input: WebhookInput = crate::http::body::json(&headers, body, MAX_WEBHOOK_BODY)?;
     app.webhooks.policy.check_url(&input.url)?;
     validate_events(&input.events).map_err(|(field, reason)| field_error(field, reason))?;
@@ -230,11 +248,18 @@ pub async fn create(
 }
 
 /// `DELETE /api/webhooks/{id}` → 204; its pending deliveries are not sent.
+#[utoipa::path(
+    delete, path = "/api/webhooks/{id}", tag = "webhooks", summary = "Delete a webhook",
+    params(("id" = String, Path, description = "The webhook's id.")),
+    responses((status = 204, description = "Deleted, with its deliveries."), crate::http::openapi::AccountErrors),
+    security(("jwt" = []))
+)]
 pub async fn delete(
     State(app): State<Arc<AppState>>,
     session: Session,
     Path(id): Path<String>,
 ) -> Result<StatusCode, ApiError> {
+    session.require_org_manager()?;
     let hook = find(&app, &session, &id).await?;
     let command =
         MetaCommand::DeleteWebhook { org_id: session.user.org_id, project_id: session.project_id, id: hook.id };
@@ -243,6 +268,12 @@ pub async fn delete(
 }
 
 /// `GET /api/webhooks/{id}/deliveries`: newest first, every attempt of each.
+#[utoipa::path(
+    get, path = "/api/webhooks/{id}/deliveries", tag = "webhooks", summary = "A webhook's deliveries and their attempts",
+    params(("id" = String, Path, description = "The webhook's id."), crate::http::listing::Paging),
+    responses((status = 200, description = "Deliveries, newest first.", body = Listed<DeliveryJson>), crate::http::openapi::AccountErrors),
+    security(("jwt" = []))
+)]
 pub async fn deliveries(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -262,6 +293,16 @@ pub async fn deliveries(
 
 /// `POST /api/webhooks/{id}/test`: a signed `webhook.test` delivery, sent now through the
 /// queue (so it is recorded and retried like any other); answers its first attempt.
+#[utoipa::path(
+    post, path = "/api/webhooks/{id}/test", tag = "webhooks", summary = "Send a signed test event",
+    params(("id" = String, Path, description = "The webhook's id.")),
+    responses(
+        (status = 200, description = "The test delivery and its first attempt.", body = TestResult),
+        (status = 409, description = "The webhook is disabled.", body = crate::http::error::ErrorBody),
+        crate::http::openapi::AccountErrors
+    ),
+    security(("jwt" = []))
+)]
 pub async fn test(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -305,6 +346,13 @@ pub async fn test(
 
 /// `POST /api/webhooks/{id}/rotate-secret {secret?}`: the new secret signs from now on, the
 /// previous one too for [`ROTATION_OVERLAP_MS`].
+#[utoipa::path(
+    post, path = "/api/webhooks/{id}/rotate-secret", tag = "webhooks", summary = "Rotate a webhook's signing secret",
+    params(("id" = String, Path, description = "The webhook's id.")),
+    request_body(content = Option<RotateInput>, description = "Optional: the new secret; generated when absent."),
+    responses((status = 200, description = "The new secret, shown only here.", body = Rotated), crate::http::openapi::AccountErrors),
+    security(("jwt" = []))
+)]
 pub async fn rotate_secret(
     State(app): State<Arc<AppState>>,
     session: Session,
@@ -312,6 +360,7 @@ pub async fn rotate_secret(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Rotated>, ApiError> {
+    session.require_org_manager()?;
     let input: RotateInput = match &body {
         Ok(b) if b.is_empty() => RotateInput::default(),
         _ => crate::http::body::json(&headers, body, MAX_WEBHOOK_BODY)?,
