@@ -250,6 +250,7 @@ impl AlertMetric {
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Comparison {
     #[serde(rename = ">")]
     Greater,

@@ -306,6 +306,7 @@ pub struct PlanPrice {
 /// What an alert rule looks at; every field narrows it.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AlertFilter {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service: Option<String>,
