@@ -58,6 +58,13 @@ command -v node >/dev/null 2>&1 || fail "Node.js is needed by the browser tests 
 if [[ ! -d web/node_modules/playwright-core ]]; then
   (cd web && npm ci --no-audit --no-fund --loglevel=error) || fail "npm ci in web/ failed"
 fi
+# The posthog-js recording test (tests/posthog_js.rs): posthog-js, rrweb and playwright-core,
+# pinned in tests/browser/package-lock.json.
+# Installed again whenever the lock file changes (a copy of it marks the install).
+if ! cmp -s tests/browser/package-lock.json tests/browser/node_modules/.installed-lock.json; then
+  (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error && cp package-lock.json node_modules/.installed-lock.json) \
+    || fail "npm ci in tests/browser/ failed"
+fi
 
 # A failing test's panic message is the last thing it prints, where a CI log excerpt shows it,
 # rather than a backtrace (SEXTANT_TEST_BACKTRACE=1 brings those back).

@@ -25,7 +25,7 @@ use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 
 use crate::http::error::ApiError;
 use crate::identity::{account, api_keys, members, projects, usage};
-use crate::ingest::{analytics, observability, otlp};
+use crate::ingest::{analytics, observability, otlp, posthog};
 use crate::query::{activity, apm, cohorts, errors, funnel, hosts, logs, replays, retention, service_map, traces};
 use crate::webhooks::api as webhooks;
 use crate::AppState;
@@ -56,6 +56,15 @@ pub fn router(app: Arc<AppState>) -> Router {
     for path in ["/batch", "/batch/", "/e", "/e/", "/capture", "/capture/", "/i/v0/e", "/i/v0/e/"] {
         capture = capture.route(path, post(analytics::posthog));
     }
+    // posthog-js session recordings and the configuration it reads before recording.
+    capture = capture.route("/s", post(posthog::recordings)).route("/s/", post(posthog::recordings));
+    let mut posthog_config = Router::new().route("/array/{token}/config", get(posthog::remote_config));
+    for path in ["/flags", "/flags/", "/decide", "/decide/"] {
+        posthog_config = posthog_config.route(path, get(posthog::decide).post(posthog::decide));
+    }
+    let posthog_config = posthog_config.layer(
+        CorsLayer::new().allow_origin(Any).allow_methods([Method::GET, Method::POST, Method::OPTIONS]).allow_headers(Any),
+    );
     // Ingest handlers read their bodies themselves, within their limits and the body budget.
     let capture = capture.layer(ingest_cors);
     // Per client IP, before anything else is done for the request.
@@ -107,6 +116,7 @@ pub fn router(app: Arc<AppState>) -> Router {
     Router::new()
         .merge(ingest)
         .merge(capture)
+        .merge(posthog_config)
         .merge(api)
         .merge(probes())
         .route("/openapi.json", get(openapi::openapi_json))

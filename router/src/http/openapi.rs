@@ -40,6 +40,9 @@ pub const PROJECT_TOKEN: &str = "project_token";
         crate::ingest::analytics::batch,
         crate::ingest::analytics::replay,
         crate::ingest::analytics::posthog,
+        crate::ingest::posthog::recordings,
+        crate::ingest::posthog::remote_config,
+        crate::ingest::posthog::decide,
         crate::identity::account::signup,
         crate::identity::account::login,
         crate::identity::account::refresh,
@@ -154,15 +157,21 @@ pub const POSTHOG_ALIASES: &[&str] = &["/batch", "/e", "/e/", "/capture", "/capt
 
 struct PosthogAliases;
 
+/// The other paths of posthog-js's recordings (`/s/`) and configuration (`/flags/`).
+const POSTHOG_JS_ALIASES: &[(&str, &[&str])] = &[("/s/", &["/s"]), ("/flags/", &["/flags", "/decide", "/decide/"])];
+
 impl Modify for PosthogAliases {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
-        let Some(item) = doc.paths.paths.get("/batch/").cloned() else { return };
-        for alias in POSTHOG_ALIASES {
-            let mut item = item.clone();
-            for op in [&mut item.post].into_iter().flatten() {
-                op.operation_id = op.operation_id.as_ref().map(|id| format!("{id}_{}", alias.trim_matches('/').replace('/', "_")));
+        for (path, aliases) in [("/batch/", POSTHOG_ALIASES)].into_iter().chain(POSTHOG_JS_ALIASES.iter().copied()) {
+            let Some(item) = doc.paths.paths.get(path).cloned() else { continue };
+            for alias in aliases {
+                let mut item = item.clone();
+                for op in [&mut item.get, &mut item.post].into_iter().flatten() {
+                    let suffix = alias.trim_matches('/').replace('/', "_");
+                    op.operation_id = op.operation_id.as_ref().map(|id| format!("{id}_{suffix}"));
+                }
+                doc.paths.paths.insert((*alias).to_owned(), item);
             }
-            doc.paths.paths.insert((*alias).to_owned(), item);
         }
     }
 }

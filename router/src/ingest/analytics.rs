@@ -51,8 +51,8 @@ impl Partitioned for Replays {
     }
 }
 
-const EVENTS: &str = "events";
-const REPLAY_EVENTS: &str = "replay_events";
+pub(super) const EVENTS: &str = "events";
+pub(super) const REPLAY_EVENTS: &str = "replay_events";
 
 /// The token of an analytics request sent outside its body: `X-Analytics-Token`, or the
 /// `api_key`/`token` query parameter (PostHog SDKs).
@@ -78,7 +78,7 @@ fn admit_within_quota(app: &AppState, token: Option<String>) -> Result<ProjectId
 /// before the body is read; else the body is searched for one, keeping nothing of it, and only
 /// an admitted body is decoded in full and parsed (docs/API.md, "Connections and request
 /// bodies").
-async fn receive_admitted<T: Send + 'static>(
+pub(super) async fn receive_admitted<T: Send + 'static>(
     app: &Arc<AppState>,
     headers: &HeaderMap,
     query: Option<&str>,
@@ -133,7 +133,7 @@ async fn finish<T: Send + 'static>(
 
 /// The kinds of analytics bodies: how each is encoded and where it carries its token.
 #[derive(Clone, Copy)]
-enum Shape {
+pub(super) enum Shape {
     /// `/v1/batch`, `/v1/replay/events`: JSON, gzip by `Content-Encoding`.
     Native,
     /// PostHog capture: JSON or a `data=<base64>` form, gzip by header, query or magic bytes.
@@ -212,16 +212,20 @@ impl Shape {
 
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
 
+pub(super) fn validate_events(app: &AppState, events: Capped<EventJson, MAX_EVENTS>) -> Result<Vec<Event>, ApiError> {
+    let events = events.into_items().map_err(|got| ApiError::BatchTooLarge { max: MAX_EVENTS, got })?;
+    let now = app.clock.now_nanos();
+    sextant_model::ingest::validate_all(events, |i, e, errors| analytics::validate_event(i, e, now, errors))
+        .map_err(|errors| ApiError::invalid_objects("events", errors))
+}
+
 async fn store_events(
     app: &AppState,
     project: &ProjectId,
     events: Capped<EventJson, MAX_EVENTS>,
     body_len: usize,
 ) -> Result<usize, ApiError> {
-    let events = events.into_items().map_err(|got| ApiError::BatchTooLarge { max: MAX_EVENTS, got })?;
-    let now = app.clock.now_nanos();
-    let rows = sextant_model::ingest::validate_all(events, |i, e, errors| analytics::validate_event(i, e, now, errors))
-        .map_err(|errors| ApiError::invalid_objects("events", errors))?;
+    let rows = validate_events(app, events)?;
     let accepted = rows.len();
     if accepted > 0 {
         let hooked = crate::webhooks::subscribed_events(app, project, &rows);
@@ -331,17 +335,5 @@ pub async fn posthog(
     RawQuery(query): RawQuery,
     body: Body,
 ) -> Result<Json<PosthogAccepted>, ApiError> {
-    let result = async {
-        let shape = Shape::Posthog;
-        let (parsed, outside, len, _held) =
-            receive_admitted(&app, &headers, query.as_deref(), body, shape, MAX_EVENTS_BODY, |json, r| {
-                r.charge.add(json.len().saturating_mul(crate::http::body::PARSE_EXPANSION))?;
-                capture::posthog_body(json)
-                    .map_err(|e| ApiError::BadRequest("invalid_body", format!("invalid event: {e}")))
-            })
-            .await?;
-        store_events(&app, &outside, parsed.events, len).await
-    }
-    .await;
-    answer(&app, EVENTS, result, |accepted| PosthogAccepted { status: 1, accepted })
+    super::posthog::capture(app, headers, query, body, MAX_EVENTS_BODY).await
 }

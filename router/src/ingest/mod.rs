@@ -16,6 +16,7 @@ pub mod commit;
 pub mod observability;
 pub mod otlp;
 pub mod partition;
+pub mod posthog;
 pub mod quota;
 
 use axum::Json;
