@@ -7,7 +7,8 @@ use std::sync::OnceLock;
 
 use axum::http::{header, HeaderMap, HeaderValue};
 use bytes::Bytes;
-use sextant_model::analytics::{self, BatchBody, ReplayBody, MAX_EVENTS_BODY, MAX_REPLAY_BODY};
+use sextant_model::analytics::{self, BatchBody, ReplayBody, MAX_EVENTS_BODY, MAX_REPLAY_BODY, MAX_REPLAY_EVENTS};
+use sextant_model::capture::recording::{self, Inflated};
 use sextant_model::capture::{self, TokenPlaces};
 use sextant_model::cohort::{self, CohortInput, Definition};
 use sextant_model::ingest::{self, LogsBody, MetricsBody, SpansBody, MAX_OBSERVABILITY_BODY};
@@ -17,6 +18,11 @@ use sextant_node::segment::file::write as write_segment;
 use sextant_node::segment::token_index::TokenIndex;
 use sextant_node::segment::{Filter, Manifest, Row, Scan, Segment, SegmentMeta, Table};
 use sextant_router::http::body;
+use sextant_router::http::connection::ServerLimits;
+use sextant_router::http::error::ApiError;
+use sextant_router::ingest::otlp::http::{decode as decode_otlp, Format};
+use sextant_router::ingest::otlp::mapping::{self, Mapped};
+use sextant_router::ingest::otlp::wire::{self, Root};
 use sextant_router::query::{decode_cursor, params, traces};
 
 /// A fixed receive time (2026-01-01), so runs are reproducible.
@@ -81,7 +87,8 @@ pub fn analytics_replay(data: &[u8]) {
 /// on its first line (`?compression=gzip-js`); then `G\n` sends `Content-Encoding: gzip`. The
 /// rest is the body: JSON, gzip (also by its magic bytes) or a `data=<base64>` form. The steps
 /// are the router's (`capture::Shape::Posthog`, private): the token search over the decoded
-/// stream, then the whole text decoded, un-wrapped and parsed, and each event validated.
+/// stream, then the whole text decoded, un-wrapped and parsed, each event validated, and the
+/// recordings of `$snapshot` events expanded and validated.
 pub fn posthog_capture(data: &[u8]) {
     let (query, rest) = match data.strip_prefix(b"?") {
         Some(q) => match q.iter().position(|&b| b == b'\n') {
@@ -122,6 +129,86 @@ pub fn posthog_capture(data: &[u8]) {
     if let Ok(events) = parsed.events.into_items() {
         let _ = ingest::validate_all(events, |i, e, errors| analytics::validate_event(i, e, NOW_NS, errors));
     }
+    // `$snapshot` events: the router's `ingest::posthog::replay_events`, whose expansion of
+    // what posthog-js compressed is bounded by the replay limit.
+    let mut errors = Vec::new();
+    let found: Vec<_> = parsed.snapshots.into_iter().filter_map(|s| recording::parse(s, &mut errors)).collect();
+    if found.iter().map(|r| r.len()).sum::<usize>() > MAX_REPLAY_EVENTS {
+        return;
+    }
+    let mut left = MAX_REPLAY_BODY;
+    let mut inflate = |gz: &[u8]| match body::gunzip(gz, left, &mut |_| Ok(())) {
+        Ok(out) => {
+            left -= out.len();
+            Ok(out)
+        }
+        Err(ApiError::BadRequest(_, why)) => Err(Inflated::Invalid(why)),
+        Err(refused) => Err(Inflated::Refused(refused)),
+    };
+    for r in found {
+        if r.validate(&mut inflate, &mut errors).is_err() {
+            return;
+        }
+    }
+}
+
+/// OTLP/HTTP bodies (`POST /v1/traces`, `/v1/logs`, `/v1/metrics`; gRPC decodes the same
+/// messages): the first byte chooses the signal, the rest is the body, gzip when it starts
+/// with gzip's magic bytes. The router's steps: the decoded cost charged before decoding (a
+/// body the budget cannot hold is refused, not decoded), the message decoded, then mapped and
+/// validated item by item.
+/// Returns how many rows the body mapped to, when it decoded.
+pub fn otlp(format: Format, data: &[u8]) -> Option<usize> {
+    use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+    use opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    let (&signal, rest) = data.split_first()?;
+    let bytes = if rest.starts_with(&[0x1f, 0x8b]) {
+        body::gunzip(rest, MAX_OBSERVABILITY_BODY, &mut |_| Ok(())).ok()?
+    } else {
+        rest.to_vec()
+    };
+    match signal % 3 {
+        0 => otlp_signal::<ExportTraceServiceRequest, _>(format, &bytes, Root::Traces, |r| {
+            mapping::spans(&r.resource_spans)
+        }),
+        1 => otlp_signal::<ExportLogsServiceRequest, _>(format, &bytes, Root::Logs, |r| {
+            mapping::logs(&r.resource_logs)
+        }),
+        _ => otlp_signal::<ExportMetricsServiceRequest, _>(format, &bytes, Root::Metrics, |r| {
+            mapping::host_metrics(&r.resource_metrics)
+        }),
+    }
+}
+
+fn otlp_signal<T: prost::Message + Default + serde::de::DeserializeOwned, R>(
+    format: Format,
+    bytes: &[u8],
+    root: Root,
+    map: impl Fn(&T) -> Mapped<R>,
+) -> Option<usize> {
+    let cost = match format {
+        Format::Protobuf => wire::decoded_cost(bytes, root).ok()?,
+        Format::Json => wire::json_cost(bytes, root).ok()?,
+    };
+    if cost.saturating_add(bytes.len()) > ServerLimits::default().body_budget_bytes {
+        return None;
+    }
+    let request = decode_otlp::<T>(format, bytes).ok()?;
+    let mapped = map(&request);
+    let _ = mapped.message();
+    assert!(mapped.rows.len() <= mapping::MAX_OTLP_ITEMS, "at most {} items stored per request", mapping::MAX_OTLP_ITEMS);
+    Some(mapped.rows.len())
+}
+
+/// `POST /v1/traces`, `/v1/logs`, `/v1/metrics` in binary protobuf (and OTLP/gRPC).
+pub fn otlp_protobuf(data: &[u8]) {
+    let _ = otlp(Format::Protobuf, data);
+}
+
+/// `POST /v1/traces`, `/v1/logs`, `/v1/metrics` in OTLP/JSON.
+pub fn otlp_json(data: &[u8]) {
+    let _ = otlp(Format::Json, data);
 }
 
 /// The log search language (`q` of `/api/v1/logs/search`).

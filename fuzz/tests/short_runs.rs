@@ -33,6 +33,10 @@ const JSON: &[&str] = &[
     "\"token\":",
     "\"batch\":",
     "\"api_key\":",
+    "\"$snapshot\"",
+    "\"$session_id\":",
+    "\"$snapshot_data\":",
+    "\"cv\":\"2024-10\"",
 ];
 
 fn short(target: &str, iterations: usize, max_len: usize, f: fn(&[u8])) {
@@ -67,6 +71,45 @@ fn replay_bodies_never_panic() {
 #[test]
 fn posthog_captures_never_panic() {
     short("posthog_capture", 100_000, 4096, targets::posthog_capture);
+}
+
+#[test]
+fn otlp_protobuf_bodies_never_panic() {
+    short("otlp_protobuf", 100_000, 4096, targets::otlp_protobuf);
+}
+
+#[test]
+fn otlp_json_bodies_never_panic() {
+    let tokens = &[
+        "\"resourceSpans\":",
+        "\"resourceLogs\":",
+        "\"resourceMetrics\":",
+        "\"scopeSpans\":",
+        "\"spans\":",
+        "\"logRecords\":",
+        "\"dataPoints\":",
+        "\"traceId\":",
+        "\"spanId\":",
+        "\"startTimeUnixNano\":",
+        "\"intValue\":",
+        "\"kvlistValue\":",
+        "\"arrayValue\":",
+        "\"asDouble\":",
+        "\"system.cpu.utilization\"",
+    ];
+    run("otlp_json", &seeds_of("otlp_json"), tokens, 100_000, 4096, targets::otlp_json);
+}
+
+/// The OTLP seeds reach the mapping: each decodes and maps to stored rows.
+#[test]
+fn every_otlp_seed_decodes_to_rows() {
+    use sextant_router::ingest::otlp::http::Format;
+    for (dir, format) in [("otlp_protobuf", Format::Protobuf), ("otlp_json", Format::Json)] {
+        for (i, seed) in seeds_of(dir).iter().enumerate() {
+            let rows = targets::otlp(format, seed);
+            assert!(rows.is_some_and(|n| n > 0), "{dir} seed {i}: {rows:?}");
+        }
+    }
 }
 
 #[test]
