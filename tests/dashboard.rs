@@ -151,6 +151,14 @@ async fn dashboard_pages_work_in_a_real_browser() {
         json!({"timestamp": now - 40_000, "level": "info", "service": "frontend", "message": "checkout page rendered"}),
     ];
     post(&url, "/api/v1/ingest/logs", &[("X-API-Key", &key)], &json!({"logs": logs})).await;
+    // Enough lines for two pages of the log table.
+    for chunk in 0..3i64 {
+        let bulk: Vec<Value> = (0..500i64)
+            .map(|i| json!({"timestamp": now - 300_000 - (chunk * 500 + i) * 100, "level": "debug", "service": "worker",
+                            "message": format!("bulk job {} finished", chunk * 500 + i)}))
+            .collect();
+        post(&url, "/api/v1/ingest/logs", &[("X-API-Key", &key)], &json!({"logs": bulk})).await;
+    }
     let metrics: Vec<Value> = (0..30)
         .flat_map(|i| {
             ["web-1", "db-1"].map(|h| json!({"timestamp": now - (30 - i) * 60_000, "hostname": h,
@@ -161,16 +169,21 @@ async fn dashboard_pages_work_in_a_real_browser() {
         .collect();
     post(&url, "/api/v1/ingest/infrastructure", &[("X-API-Key", &key)], &json!({"metrics": metrics})).await;
 
-    // Twelve users: all sign up, eight activate, five of them buy.
+    // Twelve users over six days: all sign up, eight activate, five of them buy, and those of
+    // them who signed up more than a day ago buy again the next day.
+    const DAY: i64 = 86_400_000;
     let mut events = Vec::new();
     for u in 0..12i64 {
-        let t = now - 3_600_000 * (u + 2);
+        let t = now - DAY / 2 * u - 7_200_000;
         events.push(json!({"event": "signup", "distinct_id": format!("user-{u}"), "timestamp": t}));
         if u < 8 {
             events.push(json!({"event": "activate", "distinct_id": format!("user-{u}"), "timestamp": t + 600_000}));
         }
         if u < 5 {
             events.push(json!({"event": "purchase", "distinct_id": format!("user-{u}"), "timestamp": t + 1_200_000}));
+            if t + DAY < now {
+                events.push(json!({"event": "purchase", "distinct_id": format!("user-{u}"), "timestamp": t + DAY}));
+            }
         }
     }
     let event_total = events.len();
@@ -187,12 +200,13 @@ async fn dashboard_pages_work_in_a_real_browser() {
     assert_eq!(counts, [12, 8, 5]);
 
     let shots = Path::new(ROOT).join("target/dashboard-screenshots");
+    let _ = std::fs::remove_dir_all(&shots);
     std::fs::create_dir_all(&shots).unwrap();
     let expect = json!({
         "email": dev.creds["email"], "password": dev.creds["password"], "api_key": key,
         "trace_id": trace, "trace_root": "GET /checkout", "trace_spans": 4,
         "exception_message": "deadlock detected on orders",
-        "log_word": "declined", "log_matches": 2,
+        "log_word": "declined", "log_matches": 2, "bulk_word": "bulk", "bulk_lines": 1500,
         "apm_operation": "POST /charge", "error_type": "DeadlockDetected", "host": "web-1",
         "event_total": event_total, "users": 12,
         "funnel_steps": ["signup", "activate", "purchase"], "funnel_counts": counts,

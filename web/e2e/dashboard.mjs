@@ -103,6 +103,19 @@ try {
   await page.getByRole('img', { name: /Histogram/ }).waitFor();
   await shot('04-logs');
 
+  step = 'long tables';
+  // 1,500 lines: the first page (1,000) is in the table, only the rows in view are in the page.
+  await page.getByLabel('Query', { exact: true }).fill(expect.bulk_word);
+  await page.getByRole('button', { name: 'Search' }).click();
+  await until(async () => (await logs.getAttribute('aria-rowcount')) === '1001', 'a page of 1,000 lines');
+  const rendered = await logs.getByRole('row').count();
+  check(rendered < 80, `only the rows in view are rendered, not ${rendered}`);
+  await logs.getByRole('button', { name: 'Load older' }).click();
+  await until(async () => (await logs.getAttribute('aria-rowcount')) === String(expect.bulk_lines + 1), 'every line after Load older');
+  await page.getByLabel('Query', { exact: true }).fill(expect.log_word);
+  await page.getByRole('button', { name: 'Search' }).click();
+  await until(async () => (await logs.getAttribute('aria-rowcount')) === String(expect.log_matches + 1), 'back to the matches');
+
   step = 'live tail';
   await page.getByRole('button', { name: /Live tail/ }).click();
   check((await page.getByRole('button', { name: /Live tail/ }).getAttribute('aria-pressed')) === 'true', 'live tail is on');

@@ -33,7 +33,9 @@ function App() {
   if (!ready) return <p class="muted center" role="status">Loading…</p>;
   const claims = session();
   if (!claims || loc.path === '/login') {
-    return <Login invite={loc.params.get('invite')} onDone={() => navigate(href(loc.params.get('next') || '/traces', {}, false), true)} signedIn={!!claims} />;
+    // Signed out on a page of the application: back to that page (its URL) once signed in.
+    const done = () => navigate(loc.path === '/login' ? '/traces' : loc.path + location.search, true);
+    return <Login invite={loc.params.get('invite')} onDone={done} signedIn={!!claims} />;
   }
   return <Shell path={loc.path} params={loc.params} theme={theme} setTheme={setTheme} />;
 }

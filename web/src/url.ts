@@ -55,6 +55,7 @@ export function useLocation(): { path: string; params: URLSearchParams } {
 export function onLinkClick(e: MouseEvent) {
   const a = (e.target as HTMLElement).closest('a');
   if (!a || a.target || e.defaultPrevented || e.button !== 0 || e.metaKey || e.ctrlKey || e.shiftKey || e.altKey) return;
+  if (a.getAttribute('href')?.startsWith('#')) return;
   const url = new URL(a.href, location.href);
   if (url.origin !== location.origin || a.hasAttribute('download')) return;
   e.preventDefault();

@@ -3,14 +3,14 @@
 use super::Asset;
 
 /// SHA-256 of the web/ sources this build was made from.
-pub const SOURCE_HASH: &str = "690fc18327ed8f02668bb905e6b91f44e75bbe9af16eeeafa7d6fc49d1583981";
+pub const SOURCE_HASH: &str = "60e6510120d2ded0511fad7458d0b24286d13405e27a3bc276c7145f87b9c6e5";
 
 /// First path segments of the dashboard's own pages (web/src/routes.json).
 pub const CLIENT_ROUTES: &[&str] = &["login", "traces", "logs", "apm", "hosts", "errors", "service-map", "events", "funnels", "retention", "active-users", "cohorts", "replays", "settings"];
 
 pub static FILES: &[Asset] = &[
-    Asset { name: "index-DGNzOMPD.js", content_type: "text/javascript; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/index-DGNzOMPD.js") },
-    Asset { name: "index-ZrT_U8NV.css", content_type: "text/css; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/index-ZrT_U8NV.css") },
+    Asset { name: "index-BMJ1PLI_.js", content_type: "text/javascript; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/index-BMJ1PLI_.js") },
+    Asset { name: "index-CnMU6v9k.css", content_type: "text/css; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/index-CnMU6v9k.css") },
     Asset { name: "player-BwxTPBTd.js", content_type: "text/javascript; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/player-BwxTPBTd.js") },
     Asset { name: "player-D4m0shbc.css", content_type: "text/css; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/player-D4m0shbc.css") },
     Asset { name: "index.html", content_type: "text/html; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/index.html") },

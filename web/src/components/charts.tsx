@@ -24,7 +24,7 @@ export function TimeChart({ label, xs, series, height = 220, yFormat }: { label:
       legend: { show: series.length > 1 },
       cursor: { drag: { x: false, y: false } },
       scales: { x: { time: true } },
-      axes: [axis, { ...axis, size: 60, values: yFormat ? (_u, vs) => vs.map(yFormat) : undefined }],
+      axes: [axis, { ...axis, size: 72, values: yFormat ? (_u, vs) => vs.map(yFormat) : undefined }],
       series: [
         {},
         ...series.map((s) => ({
@@ -33,7 +33,6 @@ export function TimeChart({ label, xs, series, height = 220, yFormat }: { label:
           fill: s.bars ? s.color + 'aa' : s.color + '22',
           width: s.bars ? 0 : 2,
           paths: s.bars ? uPlot.paths.bars!({ size: [0.8, 40] }) : undefined,
-          points: { show: false },
           spanGaps: false,
         })),
       ],

@@ -29,8 +29,9 @@ interface Point {
   network_tx_bytes_per_sec: number | null;
 }
 
-/** A step giving about `n` points over the range, in whole seconds. */
-const stepFor = (from: number, to: number, n: number) => `${Math.max(1, Math.ceil((to - from) / 1000 / n))}s`;
+/** A step giving at most about `n` points over the range, in whole seconds; never under a
+ * minute, the usual interval of host agents, so that charts are lines rather than dots. */
+const stepFor = (from: number, to: number, n: number) => `${Math.max(60, Math.ceil((to - from) / 1000 / n))}s`;
 
 // Sparklines for the first hosts only: one request each, within the per-user rate limit.
 const SPARK_HOSTS = 20;

@@ -1,4 +1,4 @@
-import { useState } from 'preact/hooks';
+import { useEffect, useState } from 'preact/hooks';
 import { acceptInvite, ApiError, login, signup } from '../api';
 
 type Mode = 'login' | 'signup' | 'invite';
@@ -8,10 +8,10 @@ export function Login({ invite, onDone, signedIn }: { invite: string | null; onD
   const [f, setF] = useState({ email: '', password: '', name: '', org: '', invite: invite ?? '' });
   const [error, setError] = useState<string | null>(null);
   const [busy, setBusy] = useState(false);
-  if (signedIn && !invite) {
-    onDone();
-    return null;
-  }
+  useEffect(() => {
+    if (signedIn && !invite) onDone();
+  }, [signedIn]);
+  if (signedIn && !invite) return null;
   const field = (k: keyof typeof f) => ({
     value: f[k],
     onInput: (e: Event) => setF({ ...f, [k]: (e.target as HTMLInputElement).value }),

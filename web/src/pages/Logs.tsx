@@ -58,15 +58,11 @@ function histogram(lines: LogLine[], from: number, to: number) {
   const step = Math.max(1, Math.ceil((to - from) / n));
   const xs = Array.from({ length: n }, (_, i) => from + i * step);
   const counts = new Array<number>(n).fill(0);
-  const errors = new Array<number>(n).fill(0);
   for (const l of lines) {
     const i = Math.floor((Date.parse(l.timestamp) - from) / step);
-    if (i >= 0 && i < n) {
-      counts[i]++;
-      if (l.level === 'ERROR' || l.level === 'FATAL') errors[i]++;
-    }
+    if (i >= 0 && i < n) counts[i]++;
   }
-  return { xs, counts, errors };
+  return { xs, counts };
 }
 
 export function Logs({ params }: PageProps) {
@@ -124,10 +120,7 @@ export function Logs({ params }: PageProps) {
   const words = useMemo(() => searchedWords(q), [q]);
   const hist = useMemo(() => histogram(lines, r.from, live ? Date.now() : r.to), [lines, r.from, r.to]);
   const series = useMemo(
-    () => [
-      { label: 'Lines', values: hist.counts, color: '#4c9aff', bars: true },
-      { label: 'Errors', values: hist.errors, color: '#f25f5c', bars: true },
-    ],
+    () => [{ label: 'Lines', values: hist.counts, color: '#4c9aff', bars: true }],
     [hist],
   );
   return (

@@ -107,7 +107,7 @@ export function Retention({ params }: PageProps) {
                     if (future) return <td class="future" aria-label="not yet" />;
                     const a = c.size ? v.rate : 0;
                     return (
-                      <td class="num cell" style={{ background: `rgba(76, 154, 255, ${0.08 + a * 0.85})`, color: a > 0.55 ? '#fff' : undefined }} title={`${v.count} users`}>
+                      <td class="num cell" style={{ background: `rgba(76, 154, 255, ${0.08 + a * 0.85})`, color: a > 0.55 ? '#0b1220' : undefined }} title={`${v.count} users`}>
                         {c.size ? fmtPct(v.rate, 0) : '–'}
                       </td>
                     );

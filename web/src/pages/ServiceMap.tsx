@@ -39,15 +39,15 @@ function layout(nodes: Node[], edges: Edge[]) {
     const d = depth.get(n.service)!;
     cols.set(d, [...(cols.get(d) ?? []), n.service]);
   }
-  const W = 220;
-  const H = 90;
+  const W = 320;
+  const H = 96;
   const pos = new Map<string, { x: number; y: number }>();
   let rows = 1;
   for (const [d, names] of cols) {
     rows = Math.max(rows, names.length);
     names.forEach((s, i) => pos.set(s, { x: 30 + d * W, y: 30 + i * H }));
   }
-  return { pos, width: 30 + cols.size * W, height: 30 + rows * H };
+  return { pos, width: cols.size * W, height: 40 + rows * H };
 }
 
 export function ServiceMap({ params }: PageProps) {
@@ -56,8 +56,8 @@ export function ServiceMap({ params }: PageProps) {
   const nodes = res.data?.nodes ?? [];
   const edges = res.data?.edges ?? [];
   const g = useMemo(() => layout(nodes, edges), [res.data]);
-  const bw = 160;
-  const bh = 52;
+  const bw = 220;
+  const bh = 56;
   return (
     <>
       <PageHeader title="Service map" params={params} def="1h" onRefresh={res.reload} />
@@ -84,8 +84,8 @@ export function ServiceMap({ params }: PageProps) {
               return (
                 <g>
                   <path d={d} fill="none" stroke={e.error_count ? 'var(--bad)' : 'var(--muted)'} stroke-width={1 + Math.min(4, Math.log10(e.call_count + 1))} marker-end="url(#arrow)" />
-                  <text x={(x1 + x2) / 2} y={(y1 + y2) / 2 - 6} class="edge-label" text-anchor="middle">
-                    {fmtNum(e.call_count)} calls{e.error_count ? ` · ${e.error_count} err` : ''}
+                  <text x={back ? (a.x + b.x + bw) / 2 : (x1 + x2) / 2} y={back ? Math.max(a.y, b.y) + bh + 36 : (y1 + y2) / 2 - 8} class="edge-label" text-anchor="middle">
+                    {fmtNum(e.call_count)} {e.call_count === 1 ? 'call' : 'calls'}{e.error_count ? ` · ${e.error_count} failed` : ''}
                   </text>
                 </g>
               );
@@ -98,8 +98,8 @@ export function ServiceMap({ params }: PageProps) {
                   <text x={p.x + 10} y={p.y + 20} class="node-title">
                     {n.service}
                   </text>
-                  <text x={p.x + 10} y={p.y + 38} class="node-sub">
-                    {fmtNum(n.span_count)} spans · {fmtPct(n.error_rate)} · p95 {fmtDuration(n.p95_ms)}
+                  <text x={p.x + 10} y={p.y + 40} class="node-sub">
+                    {fmtNum(n.span_count)} spans · {fmtPct(n.error_rate)} errors · p95 {fmtDuration(n.p95_ms)}
                   </text>
                 </a>
               );
