@@ -90,7 +90,10 @@ pub fn spawn_evaluator(app: Arc<AppState>) -> tokio::task::JoinHandle<()> {
                 continue;
             }
             match evaluate_once(&app).await {
-                Ok(Round::Evaluated { token, rules }) => tracing::debug!(token, rules, "alert rules evaluated"),
+                Ok(Round::Evaluated { token, rules }) => {
+                    app.metrics.alert_rounds.inc();
+                    tracing::debug!(token, rules, "alert rules evaluated");
+                }
                 Ok(Round::Fenced) => tracing::warn!("alert evaluator lease lapsed during a round; results dropped"),
                 Ok(Round::NotHolder) => {}
                 Err(e) => tracing::warn!(error = %e, "alert evaluation round failed"),

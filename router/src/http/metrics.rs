@@ -44,6 +44,8 @@ pub struct RouterMetrics {
     pub live_routers: Gauge,
     /// Connections closed at accept because the connection cap was reached.
     pub refused_connections: Counter,
+    /// Alert evaluation rounds this router recorded while holding the evaluator lease.
+    pub alert_rounds: Counter,
 }
 
 impl Default for RouterMetrics {
@@ -56,6 +58,7 @@ impl Default for RouterMetrics {
             request_seconds: Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.0005, 2.0, 16))),
             live_routers: Gauge::default(),
             refused_connections: Counter::default(),
+            alert_rounds: Counter::default(),
         }
     }
 }
@@ -70,6 +73,7 @@ impl RouterMetrics {
         r.register("http_request_seconds", "HTTP request latency", self.request_seconds.clone());
         r.register("live_routers", "routers the rate limits are divided between", self.live_routers.clone());
         r.register("refused_connections", "connections closed at the connection cap", self.refused_connections.clone());
+        r.register("alert_evaluation_rounds", "alert rounds recorded under the evaluator lease", self.alert_rounds.clone());
     }
 
     pub fn accepted(&self, kind: &'static str, n: u64) {

@@ -1,0 +1,232 @@
+//! Alerts end to end (docs/API.md, "Alerts"): one storage node and two routers evaluating every
+//! second. An error-rate rule fires on generated traffic within two intervals; the router
+//! holding the evaluator lease is killed while the rule fires; the other takes over and
+//! resolves the rule when the traffic is clean, and `system.alert_triggered` is published once.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+const SECRETS: [(&str, &str); 2] = [
+    ("SEXTANT_CLUSTER_SECRET", "test-cluster-secret-0123456789abcdef"),
+    ("SEXTANT_JWT_SECRET", "test-jwt-secret-0123456789abcdef0123456789"),
+];
+const INTERVAL_SECS: u64 = 1;
+
+struct Routers {
+    _logs: LogsOnPanic,
+    _node: Proc,
+    procs: Vec<Proc>,
+    urls: Vec<String>,
+    internal: Vec<String>,
+    creds: Value,
+}
+
+impl Routers {
+    async fn start(dir: &std::path::Path) -> Routers {
+        let logs = LogsOnPanic::new(dir);
+        let grpc = format!("127.0.0.1:{}", free_port());
+        let (data, peers) = (dir.join("node1"), format!("1={grpc}"));
+        let node_args = [
+            "node",
+            "--id",
+            "1",
+            "--listen",
+            &grpc,
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--peers",
+            &peers,
+            "--shards",
+            "2",
+            "--replication-factor",
+            "1",
+        ];
+        let node = Proc::spawn(&node_args, &dir.join("node1.log"), &SECRETS[..1]);
+        let creds = dir.join("credentials.json");
+        let interval = INTERVAL_SECS.to_string();
+        let (mut procs, mut urls, mut internal) = (vec![], vec![], vec![]);
+        for i in 0..2 {
+            let listen = format!("127.0.0.1:{}", free_port());
+            let internal_listen = format!("127.0.0.1:{}", free_port());
+            let mut args = vec![
+                "router",
+                "--listen",
+                &listen,
+                "--internal-listen",
+                &internal_listen,
+                "--nodes",
+                &grpc,
+                "--alert-interval",
+                &interval,
+                "--webhook-allow-private",
+                "--webhook-allow-http",
+                "--api-rps",
+                "100000",
+            ];
+            if i == 0 {
+                args.extend(["--bootstrap-credentials", creds.to_str().unwrap()]);
+            }
+            procs.push(Proc::spawn(&args, &dir.join(format!("router{i}.log")), &SECRETS));
+            urls.push(format!("http://{listen}"));
+            internal.push(format!("http://{internal_listen}"));
+        }
+        let all = urls.clone();
+        let creds = wait_for("both routers to serve", Duration::from_secs(90), || {
+            let (all, creds) = (all.clone(), creds.clone());
+            async move {
+                for u in &all {
+                    if !ready(u).await {
+                        return None;
+                    }
+                }
+                read_credentials(&creds)
+            }
+        })
+        .await;
+        Routers { _logs: logs, _node: node, procs, urls, internal, creds }
+    }
+
+    /// Evaluation rounds router `i` recorded under the lease (its `/metrics`).
+    async fn rounds(&self, i: usize) -> Option<f64> {
+        let text = http().get(format!("{}/metrics", self.internal[i])).send().await.ok()?.text().await.ok()?;
+        text.lines().find_map(|l| l.strip_prefix("sextant_router_alert_evaluation_rounds_total ")?.trim().parse().ok())
+    }
+}
+
+fn spans(service: &str, n: usize, status: &str, tag: &str) -> Value {
+    let now = jiff::Timestamp::now().as_millisecond();
+    let spans: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({"trace_id": format!("{tag}-{i}"), "span_id": "s0", "service_name": service,
+                   "operation": "GET /pay", "timestamp": now, "duration_ms": 5.0, "status": status})
+        })
+        .collect();
+    json!({ "spans": spans })
+}
+
+async fn send(url: &str, key: &str, body: Value) {
+    let resp = post_spans(url, key, &body).await;
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap_or_default());
+}
+
+async fn post_json(url: &str, token: &str, path: &str, body: Value) -> (u16, Value) {
+    let resp = http().post(format!("{url}{path}")).bearer_auth(token).json(&body).send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+/// The rule once its state is `state`.
+async fn rule_in(url: &str, token: &str, id: &str, state: &str, timeout: Duration) -> Value {
+    wait_for(&format!("the rule to be {state}"), timeout, || async {
+        let (status, rule) = get_json(url, token, &format!("/api/v1/alerts/{id}")).await;
+        (status == 200 && rule["state"] == state).then_some(rule)
+    })
+    .await
+}
+
+fn millis(rfc3339: &Value) -> i64 {
+    rfc3339.as_str().unwrap().parse::<jiff::Timestamp>().unwrap().as_millisecond()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_error_rate_alert_fires_resolves_and_survives_the_evaluators_death_without_firing_twice() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut routers = Routers::start(dir.path()).await;
+    let key = routers.creds["api_key"].as_str().unwrap().to_owned();
+    let (email, password) = (routers.creds["email"].as_str().unwrap(), routers.creds["password"].as_str().unwrap());
+    let url = routers.urls[0].clone();
+    let token = login(&url, email, password).await;
+
+    // Deliveries are counted in meta whether or not anything listens at the URL.
+    let nobody = format!("http://127.0.0.1:{}/hook", free_port());
+    let (status, hook) = post_json(
+        &url,
+        &token,
+        "/api/webhooks",
+        json!({"url": nobody, "events": ["system.alert_triggered", "system.alert_resolved"]}),
+    )
+    .await;
+    assert_eq!(status, 201, "{hook}");
+    let (status, rule) = post_json(
+        &url,
+        &token,
+        "/api/v1/alerts",
+        json!({"name": "payments failing", "metric": "error_rate", "filter": {"service": "payments"},
+               "comparison": ">", "threshold": 0.5, "window_minutes": 1}),
+    )
+    .await;
+    assert_eq!(status, 201, "{rule}");
+    let id = rule["id"].as_str().unwrap().to_owned();
+    rule_in(&url, &token, &id, "no_data", Duration::from_secs(30)).await;
+
+    send(&url, &key, spans("payments", 20, "error", "bad")).await;
+    let acked_ms = jiff::Timestamp::now().as_millisecond();
+    let firing = rule_in(&url, &token, &id, "firing", Duration::from_secs(30)).await;
+    assert_eq!(firing["last_value"], 1.0);
+    let fired_at = millis(&firing["history"].as_array().unwrap().last().unwrap()["at"]);
+    // Two intervals, and as long again for a round's own queries and commit on a busy machine.
+    let bound = 2 * 2 * INTERVAL_SECS as i64 * 1000;
+    assert!(fired_at - acked_ms <= bound, "fired {} ms after the traffic", fired_at - acked_ms);
+
+    // Kill the router holding the lease while the rule fires.
+    // The holder is the router whose count of rounds moves; the other's stays put.
+    let seen = std::sync::Mutex::new((routers.rounds(0).await.unwrap(), routers.rounds(1).await.unwrap()));
+    let holder = wait_for("one router to hold the lease", Duration::from_secs(30), || async {
+        let now = (routers.rounds(0).await?, routers.rounds(1).await?);
+        let mut seen = seen.lock().unwrap();
+        let moved = (now.0 > seen.0, now.1 > seen.1);
+        *seen = now;
+        match moved {
+            (true, false) => Some(0),
+            (false, true) => Some(1),
+            _ => None,
+        }
+    })
+    .await;
+    routers.procs[holder].kill();
+    let killed = Instant::now();
+    let other = 1 - holder;
+    let url = routers.urls[other].clone();
+    let token = login(&url, email, password).await;
+    let before = routers.rounds(other).await.unwrap();
+    send(&url, &key, spans("payments", 100, "ok", "good")).await;
+
+    wait_for("the other router to take over", Duration::from_secs(30), || async {
+        (routers.rounds(other).await? > before).then_some(())
+    })
+    .await;
+    // The lease lasts two intervals; every router tries once per interval.
+    let took = killed.elapsed();
+    assert!(took <= Duration::from_secs(3 * INTERVAL_SECS + 3), "took over after {took:?}");
+    let ok = rule_in(&url, &token, &id, "ok", Duration::from_secs(30)).await;
+    let value = ok["last_value"].as_f64().unwrap();
+    assert!((value - 20.0 / 120.0).abs() < 1e-9, "{value}");
+
+    let transitions: Vec<(String, String)> = ok["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["from"].as_str().unwrap().to_owned(), t["to"].as_str().unwrap().to_owned()))
+        .collect();
+    let pairs: Vec<(&str, &str)> = transitions.iter().map(|(a, b)| (a.as_str(), b.as_str())).collect();
+    assert_eq!(pairs, [("ok", "no_data"), ("no_data", "firing"), ("firing", "ok")]);
+    let (status, deliveries) =
+        get_json(&url, &token, &format!("/api/webhooks/{}/deliveries", hook["id"].as_str().unwrap())).await;
+    assert_eq!(status, 200, "{deliveries}");
+    let mut events: Vec<&str> =
+        deliveries["items"].as_array().unwrap().iter().map(|d| d["event"].as_str().unwrap()).collect();
+    events.sort();
+    assert_eq!(events, ["system.alert_resolved", "system.alert_triggered"], "one event per transition");
+
+    let (status, list) = get_json(&url, &token, "/api/v1/alerts").await;
+    assert_eq!(status, 200);
+    assert_eq!(list["items"][0]["id"], id.as_str());
+    assert!(list["items"][0].get("history").is_none(), "lists leave the history out");
+    let resp = http().delete(format!("{url}/api/v1/alerts/{id}")).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(resp.status(), 204);
+    assert_eq!(get_json(&url, &token, &format!("/api/v1/alerts/{id}")).await.0, 404);
+}
