@@ -236,12 +236,6 @@ async fn store_events(
 }
 
 /// `POST /v1/batch {token?, events:[...]}`.
-pub async fn batch(
-    State(app): State<Arc<AppState>>,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-    body: Body,
-) -> Result<Json<Accepted>, ApiError> {
 #[utoipa::path(
     post,
     path = "/v1/batch",
@@ -252,6 +246,12 @@ pub async fn batch(
     responses((status = 200, description = "Every object was durably stored.", body = crate::ingest::Accepted, example = json!({"status": "ok", "accepted": 1})), crate::http::openapi::IngestErrors),
     security(("project_token" = []))
 )]
+pub async fn batch(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    body: Body,
+) -> Result<Json<Accepted>, ApiError> {
     let result = async {
         let (parsed, project, len, _held) =
             receive_admitted(&app, &headers, query.as_deref(), body, Shape::Native, MAX_EVENTS_BODY, |json, r| {
@@ -265,12 +265,6 @@ pub async fn batch(
 }
 
 /// `POST /v1/replay/events {token?, session_id, distinct_id?, window_id?, events:[...]}`.
-pub async fn replay(
-    State(app): State<Arc<AppState>>,
-    headers: HeaderMap,
-    RawQuery(query): RawQuery,
-    body: Body,
-) -> Result<Json<Accepted>, ApiError> {
 #[utoipa::path(
     post,
     path = "/v1/replay/events",
@@ -281,6 +275,12 @@ pub async fn replay(
     responses((status = 200, description = "Every object was durably stored.", body = crate::ingest::Accepted, example = json!({"status": "ok", "accepted": 1})), crate::http::openapi::IngestErrors),
     security(("project_token" = []))
 )]
+pub async fn replay(
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    RawQuery(query): RawQuery,
+    body: Body,
+) -> Result<Json<Accepted>, ApiError> {
     let result = async {
         let (parsed, project, len, _held) =
             receive_admitted(&app, &headers, query.as_deref(), body, Shape::Native, MAX_REPLAY_BODY, |json, r| {
