@@ -27,7 +27,10 @@ pub fn bad_cursor() -> ApiError {
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct Paging {
+    /// How many items (default 100).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     pub limit: Option<String>,
+    /// The `next_cursor` of the previous page.
     pub cursor: Option<String>,
 }
 

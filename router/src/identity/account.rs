@@ -335,6 +335,7 @@ struct AcceptInviteRequest {
     request_body(content = AcceptInviteRequest, example = json!({"invite_token": "…", "password": "correct horse battery", "name": "Grace"})),
     responses(
         (status = 200, description = "Joined and signed in. The access token; the refresh token is in the `sextant_refresh` cookie (`HttpOnly`, `Path=/auth`).", body = SessionAnswer<Joined>, headers(("set-cookie" = String, description = "The refresh token."))),
+        (status = 409, description = "An account with the invited email exists (`email_taken`).", body = crate::http::error::ErrorBody),
         crate::http::openapi::AuthErrors
     )
 )]

@@ -29,7 +29,8 @@ pub struct FunnelQuery {
     #[param(ignore)]
     #[serde(flatten)]
     pub params: Params,
-    /// The event names of the steps, comma-separated, in order.
+    /// The event names of the steps, comma-separated, in order (2 to 10).
+    #[param(required = true)]
     pub steps: Option<String>,
     pub window: Option<String>,
     pub window_unit: Option<String>,

@@ -37,8 +37,12 @@ pub fn parse<T: DeserializeOwned>(raw: Option<&str>) -> Result<T, ApiError> {
 #[derive(Debug, Default, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct Params {
+    /// Start of the time range: RFC 3339 or Unix epoch milliseconds.
     pub from: Option<String>,
+    /// End of the time range: RFC 3339 or Unix epoch milliseconds (default now).
     pub to: Option<String>,
+    /// `true`: answer without the shards that did not answer (marked `partial`).
+    #[param(value_type = Option<bool>)]
     pub allow_partial: Option<String>,
     #[param(ignore)]
     #[serde(flatten)]

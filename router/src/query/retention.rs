@@ -97,7 +97,9 @@ pub struct RetentionQuery {
     #[param(ignore)]
     #[serde(flatten)]
     pub params: Params,
+    #[param(required = true)]
     pub start_event: Option<String>,
+    #[param(required = true)]
     pub return_event: Option<String>,
     /// `day` (default), `week` or `month`.
     pub period: Option<String>,
