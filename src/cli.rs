@@ -115,8 +115,10 @@ pub struct ServerArgs {
     #[arg(long, default_value_t = 512)]
     pub body_budget_mib: usize,
     /// Who takes payments: `sandbox` (simulated, on a page this router serves) or `stripe`.
-    #[arg(long, value_enum, default_value_t = BillingProviderArg::Sandbox)]
-    pub billing_provider: BillingProviderArg,
+    /// Default: `sandbox` in `sextant dev`; none in `sextant router`, whose billing changes then
+    /// answer 503 `billing_not_configured` (status and history still answer).
+    #[arg(long, value_enum)]
+    pub billing_provider: Option<BillingProviderArg>,
     /// File holding the Stripe secret key (`sk_…`); required with `--billing-provider stripe`.
     #[arg(long)]
     pub stripe_secret_key_file: Option<PathBuf>,
@@ -141,18 +143,26 @@ impl ServerArgs {
         Duration::from_secs(self.alert_interval)
     }
 
-    /// The provider and its secrets, read from their files (never from flags or logs).
-    fn billing(&self) -> anyhow::Result<sextant_router::billing::BillingConfig> {
+    /// The provider (`default` when no flag names one) and its secrets, read from their
+    /// files (never from flags or logs).
+    fn billing(&self, default: Option<BillingProviderArg>) -> anyhow::Result<sextant_router::billing::BillingConfig> {
         use sextant_router::billing::{stripe::StripeConfig, BillingConfig, ProviderConfig, Secret};
-        let provider = match self.billing_provider {
-            BillingProviderArg::Sandbox => {
+        let provider = match self.billing_provider.or(default) {
+            None => {
+                anyhow::ensure!(
+                    self.stripe_secret_key_file.is_none() && self.stripe_webhook_secret_file.is_none(),
+                    "the Stripe secret files need --billing-provider stripe"
+                );
+                ProviderConfig::Disabled
+            }
+            Some(BillingProviderArg::Sandbox) => {
                 anyhow::ensure!(
                     self.stripe_secret_key_file.is_none() && self.stripe_webhook_secret_file.is_none(),
                     "the Stripe secret files need --billing-provider stripe"
                 );
                 ProviderConfig::Sandbox
             }
-            BillingProviderArg::Stripe => {
+            Some(BillingProviderArg::Stripe) => {
                 let key = self
                     .stripe_secret_key_file
                     .as_deref()
@@ -164,7 +174,7 @@ impl ServerArgs {
                 ProviderConfig::Stripe(StripeConfig::new(Secret::from_file(key)?, Secret::from_file(webhook)?))
             }
         };
-        Ok(BillingConfig { provider, public_url: None })
+        Ok(BillingConfig { provider, public_url: None, lifecycle_period: None })
     }
 
     fn limits(&self) -> anyhow::Result<sextant_router::http::connection::ServerLimits> {
@@ -438,7 +448,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             admin_token: admin_token(args.admin_token.as_deref())?,
             server: args.server.limits()?,
             clock,
-            billing: args.server.billing()?,
+            billing: args.server.billing(Some(BillingProviderArg::Sandbox))?,
             alert_interval: args.server.alert_interval(),
             // A laptop: receivers on loopback and the local network, over plain HTTP.
             webhook_targets: sextant_router::webhooks::guard::TargetPolicy::dev(),
@@ -584,7 +594,7 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
             admin_token: admin_token(args.admin_token.as_deref())?,
             server: args.server.limits()?,
             clock: Clock::system(),
-            billing: args.server.billing()?,
+            billing: args.server.billing(None)?,
             alert_interval: args.server.alert_interval(),
             webhook_targets: sextant_router::webhooks::guard::TargetPolicy {
                 allow_private: args.webhook_allow_private,

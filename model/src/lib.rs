@@ -25,6 +25,7 @@ pub mod openapi;
 pub mod query;
 pub mod row;
 pub mod sketch;
+pub mod subscription;
 pub mod text;
 pub mod time;
 pub mod usage;

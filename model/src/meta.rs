@@ -242,11 +242,17 @@ pub fn default_plans() -> Vec<Plan> {
         display_name: None,
         price: None,
     };
+    // What `POST /billing/subscribe` charges per month; free and enterprise are not bought
+    // there.
+    let priced = |mut p: Plan, cents: u64| {
+        p.price = Some(PlanPrice { amount_cents: cents, currency: "usd".into(), interval: "month".into() });
+        p
+    };
     vec![
         plan("free", Some(1), Some(1_000_000), Some(7), false),
-        plan("pro", Some(10), Some(10_000_000), Some(30), false),
-        plan("growth", Some(10), Some(50_000_000), Some(90), true),
-        plan("business", Some(100), Some(500_000_000), Some(365), true),
+        priced(plan("pro", Some(10), Some(10_000_000), Some(30), false), 2_900),
+        priced(plan("growth", Some(10), Some(50_000_000), Some(90), true), 9_900),
+        priced(plan("business", Some(100), Some(500_000_000), Some(365), true), 49_900),
         plan("enterprise", None, None, None, true),
     ]
 }
@@ -680,6 +686,58 @@ pub enum MetaCommand {
         now_ms: i64,
         observations: Vec<crate::alert::AlertObservation>,
     },
+    // ---- subscriptions (docs/API.md, "Billing"); each keyed so that a retry, a second
+    // router doing the same step, or a replayed provider event changes nothing ----
+    /// A payment page was handed to `org_id` for `plan` (idempotent on `checkout_id`).
+    StartCheckout {
+        org_id: OrgId,
+        checkout_id: String,
+        plan: String,
+        provider: String,
+        now_ms: i64,
+    },
+    /// A verified provider event; applied once per `event_id`, and a subscription event older
+    /// (by `created_ms`) than the newest applied is ignored.
+    ApplyProviderEvent {
+        event_id: String,
+        created_ms: i64,
+        provider: String,
+        change: crate::subscription::ProviderChange,
+        now_ms: i64,
+    },
+    /// The owner turned auto-renew off: the plan is kept to the end of the period.
+    CancelSubscription {
+        org_id: OrgId,
+        now_ms: i64,
+    },
+    /// The owner unlinked card `card_id`; auto-renew goes off with it.
+    RemovePaymentMethod {
+        org_id: OrgId,
+        card_id: String,
+        now_ms: i64,
+    },
+    /// The renewal charge of the period beginning `period_start_ms`; applied only while the
+    /// subscription's current period ends there (a duplicate is a no-op).
+    RecordRenewal {
+        org_id: OrgId,
+        period_start_ms: i64,
+        payment: crate::subscription::Payment,
+        now_ms: i64,
+    },
+    /// The trial ending at `ends_at_ms` is over: the org falls back to the free plan. A no-op
+    /// unless that trial is still recorded and over at `now_ms`.
+    EndTrial {
+        org_id: OrgId,
+        ends_at_ms: i64,
+        now_ms: i64,
+    },
+    /// The subscription whose period ends at `period_end_ms` is no longer in force at
+    /// `now_ms`: it ends and the org moves to the free plan. A no-op otherwise.
+    EndSubscription {
+        org_id: OrgId,
+        period_end_ms: i64,
+        now_ms: i64,
+    },
 }
 
 /// Why meta refused a command. Decided by the state machine so that concurrent requests on
@@ -783,6 +841,11 @@ pub enum MetaQuery {
         #[serde(default)]
         history: bool,
     },
+    /// The billing account of an org with its payment history (an
+    /// `Option<crate::subscription::BillingAccount>`).
+    BillingAccount {
+        org_id: OrgId,
+    },
 }
 
 /// Answer to [`MetaQuery::OrgMembers`].
@@ -831,6 +894,9 @@ pub struct MetaView {
     /// Enabled webhooks (no secrets): what the ingest path matches event names against.
     #[serde(default)]
     pub webhooks: Vec<crate::webhook::WebhookInfo>,
+    /// Billing accounts without their histories: plans in force and what the lifecycle acts on.
+    #[serde(default)]
+    pub billing: Vec<crate::subscription::BillingAccount>,
     /// Billing accounts without their histories: plans in force and what the lifecycle acts on.
     #[serde(default)]
     pub billing: Vec<crate::subscription::BillingAccount>,

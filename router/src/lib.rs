@@ -99,6 +99,8 @@ pub struct RunningRouter {
     otlp_grpc: Option<tokio::task::JoinHandle<()>>,
     refresher: tokio::task::JoinHandle<()>,
     housekeeper: tokio::task::JoinHandle<()>,
+    /// Provider events of the sandbox and the subscription lifecycle.
+    billing_lifecycle: tokio::task::JoinHandle<()>,
     webhook_worker: tokio::task::JoinHandle<()>,
     alert_evaluator: tokio::task::JoinHandle<()>,
 }
@@ -112,6 +114,7 @@ impl RunningRouter {
         }
         self.refresher.abort();
         self.housekeeper.abort();
+        self.billing_lifecycle.abort();
         self.alert_evaluator.abort();
         self.webhook_worker.abort();
     }
@@ -120,6 +123,7 @@ impl RunningRouter {
     /// of the rate limits now rather than when its heartbeat expires.
     pub async fn shutdown(self) {
         self.housekeeper.abort();
+        self.billing_lifecycle.abort();
         self.alert_evaluator.abort();
         self.webhook_worker.abort();
         self.server.abort();
@@ -180,6 +184,7 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
     });
     let refresher = cluster.spawn_refresh(Duration::from_secs(1));
     let housekeeper = spawn_housekeeping(state.clone());
+    let billing_lifecycle = billing::lifecycle::spawn(state.clone());
     let alert_evaluator = alerts::spawn_evaluator(state.clone());
     let webhook_worker = webhooks::worker::spawn(state.clone());
     let internal_listener = tokio::net::TcpListener::bind(state.config.internal_listen).await?;
@@ -230,6 +235,7 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
         otlp_grpc,
         refresher,
         housekeeper,
+        billing_lifecycle,
         webhook_worker,
         alert_evaluator,
     })

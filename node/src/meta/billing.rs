@@ -5,6 +5,8 @@
 use std::collections::BTreeMap;
 
 use sextant_model::meta::{MetaCommandResult, Plan, Quota, Refusal};
+use sextant_model::subscription::BillingAccount;
+use sextant_model::OrgId;
 
 use super::MetaState;
 use MetaCommandResult::{Done, Refused};
@@ -15,6 +17,9 @@ pub(super) struct Billing {
     pub(super) plans: BTreeMap<String, Plan>,
     /// Quotas by id.
     pub(super) quotas: BTreeMap<String, Quota>,
+    /// Subscriptions, cards and payments of the orgs that ever checked out
+    /// (`subscriptions`).
+    pub(super) accounts: BTreeMap<OrgId, BillingAccount>,
 }
 
 impl Billing {

@@ -16,6 +16,7 @@ mod managed;
 pub mod membership;
 mod routers;
 mod sessions;
+mod subscriptions;
 mod snapshot;
 mod tenancy;
 #[cfg(test)]
@@ -82,6 +83,7 @@ pub enum MetaAnswer {
     Cohorts(Vec<Cohort>),
     Cluster(ClusterView),
     Usage(Vec<sextant_model::usage::UsageRecord>),
+    BillingAccount(Option<Box<sextant_model::subscription::BillingAccount>>),
     Webhooks(Vec<sextant_model::webhook::WebhookInfo>),
     Deliveries(Vec<sextant_model::webhook::Delivery>),
     Count(u64),
@@ -218,6 +220,23 @@ impl MetaState {
             MetaCommand::ReportUsage { group, applied_index, usage } => {
                 self.metering.report(group, applied_index, usage)
             }
+            MetaCommand::StartCheckout { org_id, checkout_id, plan, provider, now_ms } => {
+                self.start_checkout(org_id, checkout_id, plan, provider, now_ms)
+            }
+            MetaCommand::ApplyProviderEvent { event_id, created_ms, provider, change, now_ms } => {
+                self.apply_provider_event(event_id, created_ms, provider, change, now_ms)
+            }
+            MetaCommand::CancelSubscription { org_id, now_ms } => self.cancel_subscription(org_id, now_ms),
+            MetaCommand::RemovePaymentMethod { org_id, card_id, now_ms } => {
+                self.remove_payment_method(org_id, &card_id, now_ms)
+            }
+            MetaCommand::RecordRenewal { org_id, period_start_ms, payment, now_ms } => {
+                self.record_renewal(org_id, period_start_ms, payment, now_ms)
+            }
+            MetaCommand::EndTrial { org_id, ends_at_ms, now_ms } => self.end_trial(org_id, ends_at_ms, now_ms),
+            MetaCommand::EndSubscription { org_id, period_end_ms, now_ms } => {
+                self.end_subscription(org_id, period_end_ms, now_ms)
+            }
             MetaCommand::PublishSystemEvent { event } => self.webhooks.publish_system(event),
             MetaCommand::CreateWebhook { webhook } => self.create_webhook(webhook),
             MetaCommand::DeleteWebhook { org_id, project_id, id } => self.delete_webhook(org_id, project_id, &id),
@@ -274,6 +293,7 @@ impl MetaState {
             alert_rules: managed.alert_rules.values().cloned().collect(),
             deleted_projects: self.tenancy.deleted_projects.keys().copied().collect(),
             usage: self.metering.recent(),
+            billing: self.billing.accounts.values().map(|a| a.summary()).collect(),
             webhooks: self.webhooks.enabled(),
         }
     }
@@ -286,6 +306,9 @@ impl MetaState {
             MetaQuery::Cohorts { project_id } => MetaAnswer::Cohorts(self.cohorts.of_project(*project_id)),
             MetaQuery::Cluster => MetaAnswer::Cluster(self.cluster.view()),
             MetaQuery::Usage { project_ids } => MetaAnswer::Usage(self.metering.records(Some(project_ids))),
+            MetaQuery::BillingAccount { org_id } => {
+                MetaAnswer::BillingAccount(self.billing.accounts.get(org_id).cloned().map(Box::new))
+            }
             MetaQuery::Webhooks { project_id } => MetaAnswer::Webhooks(self.webhooks.of_project(*project_id)),
             MetaQuery::WebhookDeliveries { project_id, webhook_id } => {
                 MetaAnswer::Deliveries(self.webhooks.deliveries_of(*project_id, webhook_id))

@@ -75,6 +75,9 @@ pub(super) struct MetaSnapshot {
     cluster: ClusterState,
     #[serde(default)]
     metering: Metering,
+    /// Billing accounts by org (subscriptions, cards, payments).
+    #[serde(default)]
+    billing_accounts: BTreeMap<OrgId, sextant_model::subscription::BillingAccount>,
     #[serde(default)]
     webhooks: BTreeMap<String, sextant_model::webhook::Webhook>,
     /// Webhook id -> delivery id -> delivery.
@@ -210,6 +213,7 @@ impl From<MetaState> for MetaSnapshot {
             removed_users: accounts.removed_users,
             plans: billing.plans,
             quotas: billing.quotas,
+            billing_accounts: billing.accounts,
             trials: tenancy.trials,
             routers: routers.last_seen,
             version,
@@ -245,7 +249,7 @@ impl From<MetaSnapshot> for MetaState {
             },
             accounts: Accounts { users: s.users, removed_users: s.removed_users, invites: s.invites },
             sessions: Sessions { families: s.sessions },
-            billing: Billing { plans: s.plans, quotas: s.quotas },
+            billing: Billing { plans: s.plans, quotas: s.quotas, accounts: s.billing_accounts },
             managed: Managed {
                 deleted_tenants: s.deleted_tenant_keys,
                 deleted_projects: s.deleted_project_keys,

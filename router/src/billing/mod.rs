@@ -16,6 +16,8 @@
 //! consumer deduplicates on [`ProviderEvent::id`] (providers deliver at least once, and out of
 //! order).
 
+pub mod api;
+pub mod lifecycle;
 pub mod sandbox;
 pub mod stripe;
 pub mod webhook;
@@ -35,8 +37,11 @@ use tokio::sync::mpsc;
 /// Which provider takes payments.
 #[derive(Clone, Debug, Default)]
 pub enum ProviderConfig {
-    /// Simulated payments on a page the router serves (the default of `sextant dev`).
+    /// None: subscribing, cancelling and unlinking cards answer 503 `billing_not_configured`;
+    /// status and history still answer, and the lifecycle still ends trials and periods.
     #[default]
+    Disabled,
+    /// Simulated payments on a page the router serves (the default of `sextant dev`).
     Sandbox,
     Stripe(stripe::StripeConfig),
 }
@@ -48,11 +53,15 @@ pub struct BillingConfig {
     /// `http://` and the address the router listens on (an unspecified address shown as
     /// `localhost`).
     pub public_url: Option<String>,
+    /// How often this router runs the subscription lifecycle (ends of trials and periods,
+    /// renewals); `None`: [`lifecycle::DEFAULT_PERIOD`].
+    pub lifecycle_period: Option<std::time::Duration>,
 }
 
 /// The configured provider, as the router holds it.
 pub struct Billing {
-    pub provider: SharedProvider,
+    /// `None` when no provider is configured.
+    pub provider: Option<SharedProvider>,
     sandbox: Option<Arc<sandbox::SandboxProvider>>,
     sandbox_events: Mutex<Option<mpsc::UnboundedReceiver<ProviderEvent>>>,
 }
@@ -61,6 +70,7 @@ impl Billing {
     /// `listening` is the public port's bound address, for the sandbox's default URL.
     pub fn new(config: &BillingConfig, listening: SocketAddr, clock: Clock) -> anyhow::Result<Self> {
         match &config.provider {
+            ProviderConfig::Disabled => Ok(Billing { provider: None, sandbox: None, sandbox_events: Mutex::new(None) }),
             ProviderConfig::Sandbox => {
                 let base = config.public_url.clone().unwrap_or_else(|| {
                     let host = if listening.ip().is_unspecified() {
@@ -74,10 +84,10 @@ impl Billing {
                 });
                 let (p, rx) = sandbox::SandboxProvider::new(base, clock);
                 let p = Arc::new(p);
-                Ok(Billing { provider: p.clone(), sandbox: Some(p), sandbox_events: Mutex::new(Some(rx)) })
+                Ok(Billing { provider: Some(p.clone()), sandbox: Some(p), sandbox_events: Mutex::new(Some(rx)) })
             }
             ProviderConfig::Stripe(c) => Ok(Billing {
-                provider: Arc::new(stripe::StripeProvider::new(c.clone(), clock)?),
+                provider: Some(Arc::new(stripe::StripeProvider::new(c.clone(), clock)?)),
                 sandbox: None,
                 sandbox_events: Mutex::new(None),
             }),
@@ -108,7 +118,7 @@ impl Billing {
 
 impl fmt::Debug for Billing {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Billing").field("provider", &self.provider.name()).finish_non_exhaustive()
+        f.debug_struct("Billing").field("provider", &self.provider.as_ref().map(|p| p.name())).finish_non_exhaustive()
     }
 }
 
@@ -193,6 +203,22 @@ pub struct CheckoutRequest {
     pub attempt_id: String,
     /// Copied onto the checkout and the subscription; comes back in events.
     pub metadata: BTreeMap<String, String>,
+}
+
+/// A renewal to charge: the period after the one paid, to the card on file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RenewalRequest {
+    pub org_id: String,
+    pub subscription_id: String,
+    pub customer_id: Option<String>,
+    /// The card meta has on file, and its expiry (month, year); `None`: no card.
+    pub card: Option<(String, u32, u32)>,
+    pub price: PlanPrice,
+    /// Unix seconds: the period charged for.
+    pub period_start: i64,
+    pub period_end: i64,
+    /// One per org and period: every router charging the same period gets the same invoice.
+    pub idempotency_key: String,
 }
 
 /// A payment page to send the customer to.
@@ -369,6 +395,13 @@ pub trait PaymentProvider: Send + Sync {
 
     /// Verifies a webhook's signature header against its raw body and reads the event.
     fn parse_webhook(&self, signature_header: Option<&str>, payload: &[u8]) -> Result<ProviderEvent, WebhookError>;
+
+    /// Charges a renewal and answers its invoice (`paid`, or unpaid when the card was
+    /// declined). Providers that renew subscriptions themselves (Stripe) answer
+    /// [`BillingError::Unsupported`]: their invoice events report the outcome instead.
+    fn charge_renewal<'a>(&'a self, _req: &'a RenewalRequest) -> BoxFuture<'a, Result<Invoice, BillingError>> {
+        Box::pin(async { Err(BillingError::Unsupported("renewals are charged by the provider itself")) })
+    }
 }
 
 pub type SharedProvider = Arc<dyn PaymentProvider>;
@@ -427,12 +460,16 @@ mod tests {
             metadata: BTreeMap::new(),
         };
         let url = |listen: &str, public: Option<&str>| {
-            let config = BillingConfig { provider: ProviderConfig::Sandbox, public_url: public.map(str::to_owned) };
+            let config = BillingConfig {
+                provider: ProviderConfig::Sandbox,
+                public_url: public.map(str::to_owned),
+                lifecycle_period: None,
+            };
             let b = Billing::new(&config, listen.parse().unwrap(), Clock::system()).unwrap();
             assert!(b.take_sandbox_events().is_some());
             assert!(b.take_sandbox_events().is_none(), "handed out once");
             let req = req.clone();
-            async move { b.provider.create_checkout(&req).await.unwrap().payment_url }
+            async move { b.provider.as_ref().unwrap().create_checkout(&req).await.unwrap().payment_url }
         };
         assert!(url("0.0.0.0:8080", None).await.starts_with("http://localhost:8080/billing/sandbox/checkout/cs_sbx_"));
         assert!(url("127.0.0.1:9", None).await.starts_with("http://127.0.0.1:9/billing/sandbox/checkout/"));

@@ -8,9 +8,13 @@
 //! go to the channel returned by [`SandboxProvider::new`], which the billing state machine
 //! consumes exactly as it consumes verified Stripe webhooks.
 //!
-//! State is per process and lost on restart: this is a development tool, not a ledger.
+//! Its own state (open checkouts, the objects it made) is per process and lost on restart;
+//! what billing needs to go on (subscription, period, card summary, payments) is in meta, and
+//! renewals ([`PaymentProvider::charge_renewal`]) are charged from what meta sends, so a
+//! restarted router keeps renewing.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{Path, State};
@@ -25,7 +29,7 @@ use tokio::sync::mpsc;
 
 use super::{
     idempotency_key, BillingError, Checkout, CheckoutRequest, EventKind, Interval, Invoice, PaymentMethod,
-    PaymentProvider, PlanPrice, ProviderEvent, Subscription, WebhookError,
+    PaymentProvider, PlanPrice, ProviderEvent, RenewalRequest, Subscription, WebhookError,
 };
 
 /// Where the sandbox's payment pages are served.
@@ -37,6 +41,8 @@ pub struct SandboxProvider {
     clock: Clock,
     events: mpsc::UnboundedSender<ProviderEvent>,
     state: Mutex<State_>,
+    /// Every renewal charge is declined, as with Stripe's declining test card.
+    decline_renewals: AtomicBool,
 }
 
 #[derive(Default)]
@@ -51,6 +57,8 @@ struct State_ {
     prices: HashMap<String, PlanPrice>,
     /// Unix seconds when a renewal of a `past_due` subscription first failed.
     past_due_since: HashMap<String, i64>,
+    /// Renewal invoices by idempotency key: a repeated charge answers the first outcome.
+    renewals: HashMap<String, Invoice>,
 }
 
 struct SandboxCheckout {
@@ -78,6 +86,7 @@ impl SandboxProvider {
             clock,
             events: tx,
             state: Mutex::new(State_::default()),
+            decline_renewals: AtomicBool::new(false),
         };
         (p, rx)
     }
@@ -88,6 +97,11 @@ impl SandboxProvider {
         if self.events.send(ev).is_err() {
             tracing::warn!("sandbox billing event dropped: no consumer");
         }
+    }
+
+    /// Makes every later renewal charge fail (or succeed again): the sandbox's declining card.
+    pub fn set_decline_renewals(&self, decline: bool) {
+        self.decline_renewals.store(decline, Ordering::SeqCst);
     }
 
     /// Where a checkout stands, for the page.
@@ -391,6 +405,49 @@ impl PaymentProvider for SandboxProvider {
                 }
             }
             Ok(pm)
+        })
+    }
+
+    /// Paid when a card is on file, unexpired at the period's start, and renewals are not set
+    /// to decline; an unpaid (`open`) invoice otherwise. The invoice id follows from the
+    /// idempotency key, so routers charging the same period report the same invoice.
+    fn charge_renewal<'a>(&'a self, req: &'a RenewalRequest) -> BoxFuture<'a, Result<Invoice, BillingError>> {
+        Box::pin(async move {
+            let mut st = self.state.lock().unwrap();
+            if let Some(done) = st.renewals.get(&req.idempotency_key) {
+                return Ok(done.clone());
+            }
+            let start_month = jiff::Timestamp::from_second(req.period_start)
+                .map(|t| {
+                    let d = t.to_zoned(jiff::tz::TimeZone::UTC);
+                    (i64::from(d.year()), i64::from(d.month()))
+                })
+                .map_err(|e| BillingError::InvalidRequest {
+                    code: "invalid_period".into(),
+                    param: None,
+                    message: e.to_string(),
+                })?;
+            let card_valid = req
+                .card
+                .as_ref()
+                .is_some_and(|(_, month, year)| (i64::from(*year), i64::from(*month)) >= start_month);
+            let paid = card_valid && !self.decline_renewals.load(Ordering::SeqCst);
+            let tail = req.idempotency_key.rsplit('-').next().unwrap_or_default();
+            let invoice = Invoice {
+                id: format!("in_sbx_r{tail}"),
+                customer_id: req.customer_id.clone(),
+                subscription_id: Some(req.subscription_id.clone()),
+                amount_paid: if paid { req.price.amount_cents } else { 0 },
+                amount_due: req.price.amount_cents,
+                currency: req.price.currency.to_ascii_lowercase(),
+                status: if paid { "paid" } else { "open" }.into(),
+                period_start: req.period_start,
+                period_end: req.period_end,
+                created: self.clock.now_secs(),
+            };
+            st.renewals.insert(req.idempotency_key.clone(), invoice.clone());
+            st.invoices.push(invoice.clone());
+            Ok(invoice)
         })
     }
 

@@ -7,6 +7,7 @@ use std::collections::{HashMap, HashSet};
 use sextant_model::meta::{
     AlertRule, Credential, Member, MetaView, Org, Plan, Project, Quota, RateLimitOverrides, ROUTER_LIVE_MS,
 };
+use sextant_model::subscription::{effective_plan, BillingAccount};
 use sextant_model::usage::UsageCounts;
 use sextant_model::{OrgId, ProjectId, UserId};
 
@@ -38,6 +39,8 @@ pub struct MetaCache {
     /// (org, month) -> the sum of [`Self::usage`] over the org's live projects, derived once
     /// per refresh so that a quota check does not walk every project.
     pub org_usage: HashMap<(OrgId, u32), UsageCounts>,
+    /// Billing accounts (subscriptions, no history), by org.
+    pub billing: HashMap<OrgId, BillingAccount>,
 }
 
 impl From<MetaView> for MetaCache {
@@ -70,11 +73,24 @@ impl From<MetaView> for MetaCache {
             trials: v.trials.into_iter().map(|t| (t.org_id, t.ends_at_ms)).collect(),
             usage,
             org_usage,
+            billing: v.billing.into_iter().map(|a| (a.org_id, a)).collect(),
         }
     }
 }
 
 impl MetaCache {
+    /// The name of the plan `org` is on at `now` ([`effective_plan`]): what usage, quotas
+    /// and plan features read.
+    pub fn plan_name(&self, org: &OrgId, now_ms: i64) -> Option<&str> {
+        let o = self.orgs.get(org)?;
+        Some(effective_plan(o, self.trials.get(org).copied(), self.billing.get(org), now_ms))
+    }
+
+    /// The catalog entry of [`Self::plan_name`].
+    pub fn plan_of(&self, org: &OrgId, now_ms: i64) -> Option<&Plan> {
+        self.plans.get(self.plan_name(org, now_ms)?)
+    }
+
     /// Routers that heartbeated within [`ROUTER_LIVE_MS`]; at least this one.
     pub fn live_routers(&self, now_ms: i64) -> usize {
         self.routers.iter().filter(|at| now_ms - **at < ROUTER_LIVE_MS).count().max(1)

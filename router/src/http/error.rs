@@ -41,6 +41,9 @@ pub enum ApiError {
     QuotaExceeded { what: &'static str, limit: u64, used: u64, resets_at: String },
     #[error("{0}")]
     Unavailable(String),
+    /// No payment provider is configured (docs/API.md, "Billing").
+    #[error("billing is not configured on this server: no payment provider is set up")]
+    BillingNotConfigured,
     /// Storage did not answer; the detail (node addresses, gRPC errors) is logged, not sent.
     #[error("storage is temporarily unavailable; retry (request id in X-Request-Id)")]
     StorageUnavailable(String),
@@ -105,6 +108,7 @@ impl ApiError {
             | ApiError::StorageUnavailable(_)
             | ApiError::Overloaded
             | ApiError::ShardsUnavailable { .. } => Code::Unavailable,
+            ApiError::BillingNotConfigured => Code::Unimplemented,
             ApiError::BodyTimeout | ApiError::ReadTimeout { .. } => Code::DeadlineExceeded,
             ApiError::QueryTooLarge { .. } | ApiError::QueryOutOfMemory { .. } => Code::OutOfRange,
             ApiError::Internal(_) => Code::Internal,
@@ -119,6 +123,8 @@ impl ApiError {
             | ApiError::StorageUnavailable(_)
             | ApiError::ShardsUnavailable { .. }
             | ApiError::Overloaded => Some(1),
+            // Until an operator configures a provider: not soon.
+            ApiError::BillingNotConfigured => Some(3600),
             _ => None,
         }
     }
@@ -158,6 +164,7 @@ impl ApiError {
                 (StatusCode::SERVICE_UNAVAILABLE, "unavailable", None)
             }
             ApiError::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", None),
+            ApiError::BillingNotConfigured => (StatusCode::SERVICE_UNAVAILABLE, "billing_not_configured", None),
             ApiError::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, "request_timeout", None),
             ApiError::ReadTimeout { secs } => {
                 (StatusCode::GATEWAY_TIMEOUT, "query_timeout", Some(Details::Timeout { timeout_seconds: *secs }))

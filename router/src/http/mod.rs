@@ -79,6 +79,7 @@ pub fn router(app: Arc<AppState>) -> Router {
     let api = Router::new()
         .route("/api/v1/traces/{trace_id}", get(traces::get_trace))
         .route("/api/v1/traces", get(traces::list))
+        .merge(crate::billing::api::routes())
         .route("/api/v1/logs/search", get(logs::search))
         .route("/api/v1/apm/endpoints", get(apm::endpoints))
         .route("/api/v1/service-map", get(service_map::get))

@@ -138,7 +138,8 @@ pub fn usage(
     let org = cache.orgs.get(&org_id).ok_or_else(|| ApiError::NotFound("no such organization".into()))?;
     let month = month_of_millis(now);
     let (total, per_project) = scoped(projects, |p| cache.usage.get(&(*p, month)).copied().unwrap_or_default());
-    let (limit_bytes, events_limit) = limits(cache, org_id, &org.plan);
+    let plan = cache.plan_name(&org_id, now).unwrap_or(&org.plan).to_owned();
+    let (limit_bytes, events_limit) = limits(cache, org_id, &plan);
     let trial_end = cache.trials.get(&org_id).copied().filter(|end| *end > now);
 
     let mut by_month: BTreeMap<u32, HashMap<String, UsageCounts>> = BTreeMap::new();
@@ -163,7 +164,7 @@ pub fn usage(
         .collect();
 
     Ok(UsageResponse {
-        plan: org.plan.clone(),
+        plan,
         in_trial: trial_end.is_some(),
         trial_days_left: trial_end.map_or(0, |end| (end - now + DAY_MS - 1) / DAY_MS),
         used_gb: gb(total.bytes),

@@ -66,8 +66,10 @@ pub enum Decision {
 /// The quota decision for `project`'s next request metered in `meter`, at `now`.
 pub fn decide(cache: &MetaCache, project: ProjectId, meter: Meter, now: i64) -> Decision {
     let Some(org_id) = cache.projects.get(&project).map(|p| p.org_id) else { return Decision::Accept };
-    let Some(org) = cache.orgs.get(&org_id) else { return Decision::Accept };
-    let limits = resolve_limits(cache.plans.get(&org.plan), &cache.quotas, org_id, Some(project));
+    if !cache.orgs.contains_key(&org_id) {
+        return Decision::Accept;
+    }
+    let limits = resolve_limits(cache.plan_of(&org_id, now), &cache.quotas, org_id, Some(project));
     let limit = match meter {
         Meter::Bytes => limits.bytes,
         Meter::Events => limits.events,

@@ -11,6 +11,7 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use sextant_model::calendar::{self, Interval};
 use sextant_model::query::{RetentionCohorts, RetentionPlan};
+use sextant_model::subscription::{has_feature, FEATURE_RETENTION};
 use sextant_model::time::{format_nanos, MIN_INSTANT_NS};
 
 use super::params::{self, invalid, Params};
@@ -26,12 +27,7 @@ const MONTH_NS: i64 = 32 * 86_400 * 1_000_000_000;
 
 fn require_feature(app: &AppState, session: &Session) -> Result<(), ApiError> {
     let cache = app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
-    let has = cache
-        .orgs
-        .get(&session.claims.org)
-        .and_then(|o| cache.plans.get(&o.plan))
-        .is_some_and(|p| p.features.iter().any(|f| f == "retention"));
-    if has {
+    if has_feature(cache.plan_of(&session.claims.org, app.clock.now_millis()), FEATURE_RETENTION) {
         Ok(())
     } else {
         Err(ApiError::Forbidden("plan_feature_unavailable", "retention analytics are not part of this plan"))
