@@ -156,6 +156,19 @@ impl Buffer {
         out
     }
 
+    /// Rows of `project` that [`scan_rows`](Self::scan_rows) would consider (by table, time
+    /// and event name, without building them), and their share of the buffer's bytes.
+    pub fn estimate(&self, scan: &super::Scan) -> (u64, u64) {
+        let source = if scan.table == Table::TraceSummaries { Table::Spans } else { scan.table };
+        let rows = self
+            .rows
+            .iter()
+            .filter(|r| r.row.table() == source && *r.project == *scan.project && scan.may_select(&r.row))
+            .count();
+        let bytes = (self.bytes as u128 * rows as u128 / self.rows.len().max(1) as u128) as u64;
+        (rows as u64, bytes)
+    }
+
     /// The live rows grouped by (table, time bucket), each group sorted in segment order,
     /// with the list of batch ids the rows' ordinals point into.
     pub fn time_buckets(&self) -> Vec<(Table, i64, Vec<RowRef<'_>>, Vec<u128>)> {

@@ -53,15 +53,16 @@ impl SegmentShard {
     }
 
     /// What [`scan`](Self::scan) would read, without reading it: the candidate row groups of
-    /// its segments by their footers ([`Segment::estimate`]), and every buffered row and byte
-    /// (the buffers are bounded and have no index).
+    /// its segments by their footers ([`Segment::estimate`]), and the buffered rows it would
+    /// select ([`Buffer::estimate`](crate::segment::Buffer::estimate)).
     pub fn estimate(&self, scan: &Scan) -> Cost {
         let published = self.published.read().unwrap();
         let buffers = std::iter::once(&self.active).chain(published.frozen.iter().map(|b| b.as_ref()));
         let mut cost = Cost::default();
         for b in buffers {
-            cost.rows += b.rows.len() as u64;
-            cost.bytes += b.bytes as u64;
+            let (rows, bytes) = b.estimate(scan);
+            cost.rows += rows;
+            cost.bytes += bytes;
         }
         for segment in &published.segments {
             let (rows, bytes) = segment.estimate(scan);

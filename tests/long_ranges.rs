@@ -1,0 +1,172 @@
+//! Reads over long ranges against `sextant dev` (docs/API.md, "Reads: time range, partial
+//! answers and limits"): every default a new user tries over a year answers, with the right
+//! number of cohorts, buckets and days; what refuses a read is its estimated cost, 422
+//! `query_too_large` with the estimate and the budget, except for the reads that stop at a
+//! full page.
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+
+const DAY_MS: i64 = 86_400_000;
+
+/// Events of 20 users every other day over the 400 days before now: a `signup` each, then
+/// `view`s and `purchase`s.
+fn a_year_of_events(now_ms: i64) -> Vec<Value> {
+    let mut out = Vec::new();
+    for u in 0..20i64 {
+        for d in (0..400i64).step_by(2) {
+            let name = match (d + u) % 10 {
+                0 => "signup",
+                1 | 2 => "purchase",
+                _ => "view",
+            };
+            let t = now_ms - (400 - d) * DAY_MS + u * 60_000;
+            out.push(json!({"event": name, "distinct_id": format!("user-{u}"), "timestamp": t,
+                "uuid": format!("u{u}-d{d}")}));
+        }
+    }
+    out
+}
+
+async fn ingest(dev: &Dev, events: &[Value]) {
+    let token = dev.creds["ingest_token"].as_str().unwrap();
+    for chunk in events.chunks(500) {
+        let resp =
+            http().post(format!("{}/v1/batch", dev.url)).json(&json!({"token": token, "events": chunk})).send().await;
+        assert_eq!(resp.unwrap().status(), 200);
+    }
+}
+
+fn len(body: &Value, key: &str) -> usize {
+    body[key].as_array().unwrap_or_else(|| panic!("no {key} in {body}")).len()
+}
+
+#[tokio::test]
+async fn every_default_over_a_year_answers_with_its_cohorts_buckets_and_days() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Dev::start(dir.path()).await;
+    let jwt = dev.token().await;
+    let now = jiff::Timestamp::now().as_millisecond();
+    let events = a_year_of_events(now);
+    ingest(&dev, &events).await;
+    let get = |path: String| {
+        let (url, jwt) = (dev.url.clone(), jwt.clone());
+        async move { get_json(&url, &jwt, &path).await }
+    };
+
+    // Retention: 8 weekly and 12 monthly cohorts by default, each followed for 8 periods
+    // (recurring: every user signed up first over a year ago).
+    for (period, cohorts) in [("week", 8), ("month", 12), ("day", 8)] {
+        let q = format!("/api/retention?start_event=signup&return_event=purchase&period={period}&type=recurring");
+        let (s, body) = get(q).await;
+        assert_eq!(s, 200, "{period}: {body}");
+        assert_eq!(len(&body, "cohorts"), cohorts, "{period}");
+        assert!(body["cohorts"].as_array().unwrap().iter().all(|c| len(c, "values") == 8));
+        assert!(body["cohorts"].as_array().unwrap().iter().any(|c| c["size"].as_u64().unwrap() > 0), "{period}");
+    }
+
+    // Weekly and monthly timeseries over the last 365 days: every bucket (the first starts at
+    // or before `from`), every event from its start counted.
+    let from = now - 365 * DAY_MS;
+    for (interval, buckets) in [("week", 53..=54), ("month", 12..=13), ("day", 365..=366)] {
+        let (s, body) = get(format!("/api/events/timeseries?interval={interval}&from={from}&to={now}")).await;
+        assert_eq!(s, 200, "{interval}: {body}");
+        assert!(buckets.contains(&len(&body, "points")), "{interval}: {} points", len(&body, "points"));
+        let first: jiff::Timestamp = body["points"][0]["t"].as_str().unwrap().parse().unwrap();
+        let first = first.as_millisecond();
+        assert!(first <= from && from - first < 31 * DAY_MS, "{interval}");
+        let want = events.iter().filter(|e| (first..now).contains(&e["timestamp"].as_i64().unwrap())).count();
+        let total: u64 = body["points"].as_array().unwrap().iter().map(|p| p["count"].as_u64().unwrap()).sum();
+        assert_eq!(total, want as u64, "{interval}");
+    }
+
+    // DAU/WAU/MAU over 366 days (and 400), one point a day the period touches: the day
+    // holding now, and the one it began in unless that was midnight.
+    for days in [366, 400] {
+        let (s, body) = get(format!("/api/users/active?period={days}d")).await;
+        assert_eq!(s, 200, "{body}");
+        assert!((days..=days + 1).contains(&len(&body, "points")), "{days}: {}", len(&body, "points"));
+        assert_eq!(body["points"].as_array().unwrap().last().unwrap()["mau"], 20);
+    }
+
+    // A 90-day funnel, and one over the whole 400 days.
+    for range in ["90d", "400d"] {
+        let (s, body) = get(format!("/api/funnel?steps=signup,view,purchase&range={range}&window=30")).await;
+        assert_eq!(s, 200, "{range}: {body}");
+        assert!(body["steps"][2]["count"].as_u64().unwrap() > 0, "{range}: {body}");
+    }
+
+    // Observability reads over 400 days answer (empty here).
+    let from = now - 400 * DAY_MS;
+    for path in ["/api/v1/logs/search", "/api/v1/traces", "/api/v1/apm/endpoints", "/api/v1/errors"] {
+        let (s, body) = get(format!("{path}?from={from}")).await;
+        assert_eq!(s, 200, "{path}: {body}");
+    }
+}
+
+#[tokio::test]
+async fn a_read_over_the_cost_budget_is_422_with_its_estimate_unless_it_stops_at_a_page() {
+    let dir = tempfile::tempdir().unwrap();
+    // A budget of 1000 rows per read.
+    let dev = Dev::start_with(dir.path(), &["--query-max-rows", "1000"], &[]).await;
+    let jwt = dev.token().await;
+    let now = jiff::Timestamp::now().as_millisecond();
+    let events = a_year_of_events(now);
+    ingest(&dev, &events).await;
+
+    let (s, body) = get_json(&dev.url, &jwt, "/api/users/active?period=400d").await;
+    assert_eq!(s, 422, "{body}");
+    assert_eq!(body["error"]["code"], "query_too_large");
+    let details = &body["error"]["details"];
+    assert!(details["estimated_rows"].as_u64().unwrap() >= events.len() as u64, "{body}");
+    assert!(details["estimated_bytes"].as_u64().unwrap() > 0, "{body}");
+    assert_eq!(details["max_rows"], 1000);
+    assert_eq!(details["max_bytes"], 8u64 << 30);
+    // A range holding fewer rows is within the budget.
+    let (s, body) = get_json(&dev.url, &jwt, &format!("/api/events/timeseries?from={}", now - 30 * DAY_MS)).await;
+    assert_eq!(s, 200, "{body}");
+
+    // 300 traces of 5 spans: 1500 spans over the budget, 300 traces within it. The trace list
+    // reads newest first and stops at a page, so its estimate does not refuse it; APM reads
+    // every span.
+    for half in ["a", "b"] {
+        let resp = post_spans(&dev.url, dev.api_key(), &spans_batch(half, 150, 5)).await;
+        assert_eq!(resp.status(), 200);
+    }
+    let (s, body) = get_json(&dev.url, &jwt, "/api/v1/traces?limit=10").await;
+    assert_eq!((s, len(&body, "items")), (200, 10), "{body}");
+    let (s, body) = get_json(&dev.url, &jwt, "/api/v1/apm/endpoints").await;
+    assert_eq!(s, 422, "{body}");
+    assert!(body["error"]["details"]["estimated_rows"].as_u64().unwrap() >= 1500, "{body}");
+}
+
+#[tokio::test]
+async fn huge_and_reversed_ranges_are_a_400_never_a_panic() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Dev::start(dir.path()).await;
+    let jwt = dev.token().await;
+    for (path, code) in [
+        ("/api/events/timeseries?from=2000&to=1000", "invalid_time_range"),
+        ("/api/events/timeseries?from=-1", "invalid_parameter"),
+        ("/api/events/timeseries?to=9223372036854775807", "invalid_parameter"),
+        ("/api/events/timeseries?interval=hour&from=0", "invalid_parameter"),
+        ("/api/users/active?period=9223372036854775807d", "invalid_parameter"),
+        ("/api/users/active?period=4000d", "invalid_parameter"),
+        ("/api/funnel?steps=a,b&range=99999999999999w", "invalid_parameter"),
+        ("/api/funnel?steps=a,b&range=-1d", "invalid_parameter"),
+        ("/api/funnel?steps=a,b&window=9223372036854775807&window_unit=week", "invalid_parameter"),
+        ("/api/retention?start_event=a&return_event=b&period=month&to=0", "invalid_parameter"),
+        ("/api/retention?start_event=a&return_event=b&periods=101", "invalid_parameter"),
+        ("/api/v1/infrastructure/hosts/h/metrics?from=0&step=1", "invalid_parameter"),
+    ] {
+        let (s, body) = get_json(&dev.url, &jwt, path).await;
+        assert_eq!((s, body["error"]["code"].as_str()), (400, Some(code)), "{path}: {body}");
+    }
+    // The whole accepted history is one read like any other.
+    let (s, body) = get_json(&dev.url, &jwt, "/api/events/timeseries?interval=month&from=0").await;
+    assert_eq!(s, 200, "{body}");
+    let (s, body) = get_json(&dev.url, &jwt, "/api/v1/logs/search?from=0").await;
+    assert_eq!(s, 200, "{body}");
+}
