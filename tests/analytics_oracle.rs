@@ -9,6 +9,9 @@
 //!   the SQL's sorted list; the `cohort_id` filter = the same queries restricted to the SQL
 //!   cohort.
 //!
+//! A second data set spans 400 days (issue 23, "Long ranges"): weekly and monthly retention,
+//! a year of weekly and monthly timeseries, 366 days of active users and 90-day funnels.
+//!
 //! chdb is installed by `scripts/test.sh`; without it this test fails with a message saying so
 //! (`SEXTANT_PYTHON` may name a python that has it).
 
@@ -500,5 +503,251 @@ async fn check_dataset(api: &Api, token: &str, work: &Path, events: Vec<Event>) 
             .map(|p| (p["count"].as_u64().unwrap(), p["unique_users"].as_u64().unwrap()))
             .collect();
         assert_eq!(ours, want, "{name}");
+    }
+}
+
+/// Unix milliseconds of midnight UTC on the first of `month` (1–12) of `year`.
+fn month_start(year: i16, month: i8) -> i64 {
+    let (year, month) = (year + i16::from((month - 1) / 12), (month - 1) % 12 + 1);
+    jiff::civil::date(year, month, 1).to_zoned(jiff::tz::TimeZone::UTC).unwrap().timestamp().as_millisecond()
+}
+
+/// 2025-08-01T00:00:00Z: the year's data spans the 400 days from here.
+fn year_origin() -> i64 {
+    month_start(2025, 8)
+}
+
+/// Users active on random days of 400: sessions of a few events on a 30-minute grid (equal
+/// times, repeated steps), so that weekly and monthly periods, 90-day funnels and a year of
+/// active users all see returns, gaps and users outside their ranges.
+fn year_dataset(seed: u64, users: u64) -> Vec<Event> {
+    let mut rng = Rng(seed);
+    let origin = year_origin();
+    let mut out = Vec::new();
+    for u in 0..users {
+        let user = format!("y{u:04}");
+        // Some users come back all year, most for a few sessions.
+        let sessions = if rng.below(5) == 0 { 20 + rng.below(40) } else { 1 + rng.below(8) };
+        let first_day = rng.below(400) as i64;
+        for _ in 0..sessions {
+            let day = (first_day + rng.below(120) as i64 * if rng.below(3) == 0 { 3 } else { 1 }) % 400;
+            let mut t = origin + day * DAY + rng.below(48) as i64 * 30 * MIN;
+            for _ in 0..1 + rng.below(5) {
+                let name = NAMES[[0, 0, 1, 1, 2, 2, 3, 4][rng.below(8) as usize]];
+                out.push((user.clone(), name, t));
+                t += [0, 30 * MIN, 2 * HOUR, DAY, 3 * DAY][rng.below(5) as usize];
+            }
+        }
+    }
+    out
+}
+
+/// `retention()` over explicit periods: `bounds[j]..bounds[j + 1]` is period j of the cohort
+/// whose period is `bounds[0]..bounds[1]`.
+fn retention_bounds_sql(start: &str, ret: &str, bounds: &[i64], first_time: bool) -> String {
+    let conds: Vec<String> = bounds
+        .windows(2)
+        .enumerate()
+        .map(|(j, w)| format!("event = '{}' AND ts >= {} AND ts < {}", if j == 0 { start } else { ret }, w[0], w[1]))
+        .collect();
+    let new_users = if first_time {
+        format!(
+            "WHERE distinct_id IN (SELECT distinct_id FROM events WHERE event = '{start}' GROUP BY distinct_id \
+             HAVING min(ts) >= {} AND min(ts) < {})",
+            bounds[0], bounds[1]
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "SELECT sumForEach(r) FROM (SELECT retention({}) AS r FROM events {new_users} GROUP BY distinct_id)",
+        conds.join(", ")
+    )
+}
+
+/// Events and distinct users per period `bounds[i]..bounds[i + 1]`, one row per period with
+/// events: (period start, count, users).
+fn buckets_sql(bounds: &[i64], filter: &str) -> String {
+    let periods: Vec<String> = bounds.windows(2).map(|w| format!("({}, {})", w[0], w[1])).collect();
+    format!(
+        "SELECT b.1, count(), uniqExact(distinct_id) FROM events ARRAY JOIN [{}] AS b \
+         WHERE ts >= b.1 AND ts < b.2 {filter} GROUP BY b.1 ORDER BY b.1",
+        periods.join(", ")
+    )
+}
+
+#[tokio::test]
+async fn a_year_of_analytics_equals_clickhouse_over_weeks_months_and_quarters() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(dir.path(), 3, 4, &[]).await;
+    let jwt = cluster.token().await;
+    let resp = http()
+        .post(format!("{}/projects", cluster.url))
+        .bearer_auth(&jwt)
+        .json(&json!({"name": "oracle-year"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 201);
+    let project: Value = resp.json().await.unwrap();
+    let api = Api { url: cluster.url.clone(), jwt: jwt.clone(), project: project["id"].as_str().unwrap().to_owned() };
+    let work = dir.path().join("oracle-year");
+    std::fs::create_dir_all(&work).unwrap();
+    let events = year_dataset(0x7EA5, 600);
+    assert!(events.len() > 10_000, "{} events", events.len());
+    let token = project["token"].as_str().unwrap();
+    for (c, chunk) in events.chunks(1000).enumerate() {
+        let batch: Vec<Value> = chunk
+            .iter()
+            .enumerate()
+            .map(
+                |(i, (u, e, t))| json!({"event": e, "distinct_id": u, "timestamp": t, "uuid": format!("year-{c}-{i}")}),
+            )
+            .collect();
+        let resp =
+            http().post(format!("{}/v1/batch", api.url)).json(&json!({"token": token, "events": batch})).send().await;
+        assert_eq!(resp.unwrap().status(), 200);
+    }
+
+    // Periods, all in UTC: 12 weekly cohorts from Monday 2025-09-01 followed for 8 weeks, 12
+    // monthly cohorts from 2025-09 followed for 4 months; 52 weeks and 12 months of events.
+    let week0 = month_start(2025, 9);
+    let weeks: Vec<i64> = (0..=60).map(|w| week0 + w * 7 * DAY).collect();
+    let months: Vec<i64> = (0..=16).map(|m| month_start(2025, 9 + m as i8)).collect();
+    let (w_cohorts, w_periods, m_cohorts, m_periods) = (12usize, 8usize, 12usize, 4usize);
+    let mut sql: BTreeMap<String, String> = BTreeMap::new();
+    for first_time in [true, false] {
+        for c in 0..w_cohorts {
+            let bounds = &weeks[c..=c + w_periods];
+            sql.insert(format!("week{}_{c}", first_time as u8), retention_bounds_sql("a", "b", bounds, first_time));
+        }
+        for c in 0..m_cohorts {
+            let bounds = &months[c..=c + m_periods];
+            sql.insert(format!("month{}_{c}", first_time as u8), retention_bounds_sql("a", "b", bounds, first_time));
+        }
+    }
+    sql.insert("weekly".into(), buckets_sql(&weeks[..=52], ""));
+    sql.insert("monthly".into(), buckets_sql(&months[..=12], ""));
+    sql.insert("monthly_c".into(), buckets_sql(&months[..=12], "AND event = 'c'"));
+    // A year of active users ending 2026-09-01: 366 days, MAU reaching 29 days before them.
+    let a_to = month_start(2026, 9);
+    let days: Vec<String> = (0..366).map(|i| (a_to - (366 - i) * DAY).to_string()).collect();
+    sql.insert(
+        "active".into(),
+        format!(
+            "SELECT d, uniqExactIf(distinct_id, ts >= d AND ts < d + {DAY}), \
+             uniqExactIf(distinct_id, ts >= d - {} AND ts < d + {DAY}), \
+             uniqExactIf(distinct_id, ts >= d - {} AND ts < d + {DAY}) \
+             FROM events ARRAY JOIN [{}] AS d WHERE ts < {a_to} GROUP BY d ORDER BY d",
+            6 * DAY,
+            29 * DAY,
+            days.join(",")
+        ),
+    );
+    // Funnels whose first step falls in the 90 days before 2026-06-01.
+    let (f_to, f_from) = (month_start(2026, 6), month_start(2026, 6) - 90 * DAY);
+    let funnels: [(&[&str], i64, &str); 2] = [
+        (&["a", "b", "c"], DAY, "window=1&window_unit=day"),
+        (&["a", "b", "c", "d"], 7 * DAY, "window=1&window_unit=week"),
+    ];
+    for (i, (steps, window, _)) in funnels.iter().enumerate() {
+        sql.insert(format!("funnel{i}"), funnel_sql(steps, *window, f_from, f_to, None));
+    }
+    let ch = clickhouse(&work, &events, &sql);
+
+    // Retention, weekly and monthly, first-time and recurring.
+    for (period, bounds, cohorts, periods) in
+        [("week", &weeks, w_cohorts, w_periods), ("month", &months, m_cohorts, m_periods)]
+    {
+        for first_time in [true, false] {
+            let kind = if first_time { "first_time" } else { "recurring" };
+            let body = api
+                .get(&format!(
+                    "/api/retention?start_event=a&return_event=b&period={period}&periods={periods}&from={}&to={}&type={kind}",
+                    bounds[0], bounds[cohorts]
+                ))
+                .await;
+            let ours: Vec<Vec<u64>> = body["cohorts"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| c["values"].as_array().unwrap().iter().map(|v| v["count"].as_u64().unwrap()).collect())
+                .collect();
+            let oracle: Vec<Vec<u64>> = (0..cohorts)
+                .map(|c| {
+                    let row =
+                        ch[&format!("{period}{}_{c}", first_time as u8)][0][0].as_array().cloned().unwrap_or_default();
+                    let mut v: Vec<u64> = row.iter().map(as_u64).collect();
+                    v.resize(periods, 0);
+                    v
+                })
+                .collect();
+            assert_eq!(ours, oracle, "{period} {kind} retention vs ClickHouse retention()");
+            assert!(oracle.iter().any(|v| v[1..].iter().any(|n| *n > 0)), "someone returns in {period} {kind}");
+        }
+    }
+
+    // Timeseries: every week and month of the year, empty ones 0.
+    for (name, interval, bounds, filter) in [
+        ("weekly", "week", &weeks[..=52], ""),
+        ("monthly", "month", &months[..=12], ""),
+        ("monthly_c", "month", &months[..=12], "&event=c"),
+    ] {
+        let mut want = vec![(0u64, 0u64); bounds.len() - 1];
+        for r in ch[name].as_array().unwrap() {
+            let i = bounds.iter().position(|b| *b == r[0].as_i64().unwrap_or_else(|| as_u64(&r[0]) as i64)).unwrap();
+            want[i] = (as_u64(&r[1]), as_u64(&r[2]));
+        }
+        assert!(want.iter().filter(|w| w.0 > 0).count() * 2 > want.len(), "{name}: most periods have events");
+        let body = api
+            .get(&format!(
+                "/api/events/timeseries?interval={interval}&from={}&to={}{filter}",
+                bounds[0],
+                bounds[bounds.len() - 1]
+            ))
+            .await;
+        let ours: Vec<(u64, u64)> = body["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["count"].as_u64().unwrap(), p["unique_users"].as_u64().unwrap()))
+            .collect();
+        assert_eq!(ours, want, "{name}");
+    }
+
+    // DAU/WAU/MAU over 366 days.
+    let body = api.get(&format!("/api/users/active?period=366d&to={a_to}")).await;
+    let ours: Vec<(u64, u64, u64)> = body["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["dau"].as_u64().unwrap(), p["wau"].as_u64().unwrap(), p["mau"].as_u64().unwrap()))
+        .collect();
+    let oracle: Vec<(u64, u64, u64)> =
+        ch["active"].as_array().unwrap().iter().map(|r| (as_u64(&r[1]), as_u64(&r[2]), as_u64(&r[3]))).collect();
+    assert_eq!(ours.len(), 366);
+    assert_eq!(ours, oracle, "a year of active users");
+    assert!(oracle.iter().all(|d| d.2 > 0), "every day of the year has monthly active users");
+
+    // 90-day funnels, ordered (= windowFunnel) and strict (= the brute force).
+    let mut by_user: HashMap<&str, Vec<(i64, &str)>> = HashMap::new();
+    for (u, e, t) in &events {
+        by_user.entry(u.as_str()).or_default().push((*t, e));
+    }
+    let steps_of = |body: &Value| -> Vec<u64> {
+        body["steps"].as_array().unwrap().iter().map(|s| s["count"].as_u64().unwrap()).collect()
+    };
+    for (i, (steps, window, params)) in funnels.iter().enumerate() {
+        let q = format!("/api/funnel?steps={}&{params}&range=90d&to={f_to}", steps.join(","));
+        let oracle = funnel_counts(&ch[&format!("funnel{i}")], steps.len());
+        assert_eq!(steps_of(&api.get(&q).await), oracle, "90-day funnel {steps:?} vs windowFunnel");
+        assert!(oracle[2] > 0, "the data reaches step 3 of {steps:?}");
+        let mut levels = vec![0u64; steps.len()];
+        for evs in by_user.values() {
+            for level in levels.iter_mut().take(strict_reference(evs, steps, *window, f_from, f_to)) {
+                *level += 1;
+            }
+        }
+        assert_eq!(steps_of(&api.get(&format!("{q}&order=strict")).await), levels, "strict 90-day funnel {steps:?}");
     }
 }
