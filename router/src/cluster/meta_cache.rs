@@ -97,15 +97,15 @@ impl MetaCache {
     }
 
     /// Rate-limit overrides that apply to `org` (and `project` of it), strongest first: the
-    /// project's quota, the org's quota, the org's plan.
-    pub fn rate_overrides(&self, org: &OrgId, project: Option<&ProjectId>) -> Vec<&RateLimitOverrides> {
+    /// project's quota, the org's quota, the plan the org is on at `now_ms`.
+    pub fn rate_overrides(&self, org: &OrgId, project: Option<&ProjectId>, now_ms: i64) -> Vec<&RateLimitOverrides> {
         let mut layers = Vec::new();
         if let Some(p) = project {
             layers.extend(self.quotas.iter().filter(|q| q.project_id.as_ref() == Some(p)).map(|q| &q.rate_limits));
         }
         layers
             .extend(self.quotas.iter().filter(|q| q.org_id == *org && q.project_id.is_none()).map(|q| &q.rate_limits));
-        if let Some(plan) = self.orgs.get(org).and_then(|o| self.plans.get(&o.plan)) {
+        if let Some(plan) = self.plan_of(org, now_ms) {
             layers.push(&plan.rate_limits);
         }
         layers
@@ -132,9 +132,9 @@ impl MetaCache {
     }
 
     /// [`Self::rate_overrides`] of the org owning `project`.
-    pub fn project_rate_overrides(&self, project: &ProjectId) -> Vec<&RateLimitOverrides> {
+    pub fn project_rate_overrides(&self, project: &ProjectId, now_ms: i64) -> Vec<&RateLimitOverrides> {
         match self.projects.get(project) {
-            Some(p) => self.rate_overrides(&p.org_id, Some(project)),
+            Some(p) => self.rate_overrides(&p.org_id, Some(project), now_ms),
             None => Vec::new(),
         }
     }

@@ -96,8 +96,9 @@ pub fn admit_credential(app: &AppState, kind: CredentialKind, presented: &str) -
     if cache.suspended(&project.org_id) {
         return Err(SUSPENDED);
     }
-    let overrides = cache.project_rate_overrides(&credential.project_id);
-    app.limits.check(class, &credential.id, &overrides, cache.live_routers(app.clock.now_millis()))?;
+    let now = app.clock.now_millis();
+    let overrides = cache.project_rate_overrides(&credential.project_id, now);
+    app.limits.check(class, &credential.id, &overrides, cache.live_routers(now))?;
     Ok(credential.project_id)
 }
 
@@ -293,8 +294,9 @@ impl FromRequestParts<Arc<AppState>> for Session {
         if user.org_id != claims.org {
             return Err(REVOKED);
         }
-        let overrides = cache.rate_overrides(&user.org_id, None);
-        app.limits.check(Class::Api, &user.id.to_string(), &overrides, cache.live_routers(app.clock.now_millis()))?;
+        let now = app.clock.now_millis();
+        let overrides = cache.rate_overrides(&user.org_id, None, now);
+        app.limits.check(Class::Api, &user.id.to_string(), &overrides, cache.live_routers(now))?;
         let org = cache.orgs.get(&claims.org).ok_or(REVOKED)?;
         if cache.suspended(&org.id) {
             return Err(SUSPENDED);

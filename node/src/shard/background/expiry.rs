@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sextant_model::meta::{MetaQuery, MetaView};
+use sextant_model::subscription::effective_plan;
 
 use crate::host::NodeHost;
 use crate::meta_client;
@@ -25,8 +26,18 @@ const DAY_NS: i64 = 86_400 * 1_000_000_000;
 pub fn policy(view: &MetaView, now_ns: i64) -> ExpiryPolicy {
     let days: HashMap<&str, u32> =
         view.plans.iter().filter_map(|p| Some((p.name.as_str(), p.retention_days?))).collect();
-    let org_days: HashMap<_, u32> =
-        view.orgs.iter().filter_map(|o| Some((o.id, *days.get(o.plan.as_str())?))).collect();
+    // The plan in force: a paid subscription's, or free once a trial or subscription ended.
+    let trials: HashMap<_, i64> = view.trials.iter().map(|t| (t.org_id, t.ends_at_ms)).collect();
+    let accounts: HashMap<_, _> = view.billing.iter().map(|a| (a.org_id, a)).collect();
+    let now_ms = now_ns.div_euclid(1_000_000);
+    let org_days: HashMap<_, u32> = view
+        .orgs
+        .iter()
+        .filter_map(|o| {
+            let plan = effective_plan(o, trials.get(&o.id).copied(), accounts.get(&o.id).copied(), now_ms);
+            Some((o.id, *days.get(plan)?))
+        })
+        .collect();
     let cutoffs = view
         .projects
         .iter()
@@ -103,6 +114,58 @@ mod tests {
         assert!(!p.cutoffs.contains_key(&b.id.to_string()), "enterprise keeps everything");
         assert!(!p.cutoffs.contains_key(&c.id.to_string()), "unknown plan keeps everything");
         assert!(p.deleted.is_empty());
+    }
+
+    #[test]
+    fn retention_follows_the_plan_in_force_not_the_orgs_base_plan() {
+        use sextant_model::meta::OrgTrial;
+        use sextant_model::subscription::{BillingAccount, Subscription, SubscriptionStatus};
+        let org = |plan: &str| Org {
+            id: OrgId::random(),
+            name: "o".into(),
+            plan: plan.into(),
+            default_project: ProjectId::random(),
+            created_at_ms: 0,
+            managed_by: None,
+            key: None,
+            owner_email: None,
+            suspended: false,
+        };
+        let project = |o: &Org| Project {
+            id: ProjectId::random(),
+            org_id: o.id,
+            name: "p".into(),
+            created_at_ms: 0,
+            managed_by: None,
+            key: None,
+        };
+        let now = 100 * DAY_NS;
+        let now_ms = now / 1_000_000;
+        let (paying, trial_over) = (org("free"), org("pro"));
+        let (a, b) = (project(&paying), project(&trial_over));
+        let mut account = BillingAccount::new(paying.id);
+        account.subscription = Some(Subscription {
+            id: "sub_1".into(),
+            plan: "growth".into(),
+            status: SubscriptionStatus::Active,
+            auto_renew: true,
+            current_period_start_ms: now_ms - 86_400_000,
+            current_period_end_ms: now_ms + 86_400_000,
+            grace_until_ms: None,
+            ended_at_ms: None,
+            provider_updated_ms: 0,
+        });
+        let view = MetaView {
+            trials: vec![OrgTrial { org_id: trial_over.id, ends_at_ms: now_ms - 1 }],
+            orgs: vec![paying, trial_over],
+            projects: vec![a.clone(), b.clone()],
+            plans: default_plans(),
+            billing: vec![account],
+            ..Default::default()
+        };
+        let p = policy(&view, now);
+        assert_eq!(p.cutoffs.get(&a.id.to_string()), Some(&(now - 90 * DAY_NS)), "growth, paid");
+        assert_eq!(p.cutoffs.get(&b.id.to_string()), Some(&(now - 7 * DAY_NS)), "free once the trial ended");
     }
 
     #[test]
