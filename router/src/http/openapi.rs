@@ -187,16 +187,16 @@ impl Modify for PosthogAliases {
 /// What each error status means, with the codes it carries.
 fn error_status(status: u16) -> (&'static str, &'static [&'static str]) {
     match status {
-        400 => ("The request is malformed or invalid.", &["invalid_json", "invalid_body", "validation_failed", "batch_too_large", "invalid_parameter", "invalid_time_range", "invalid_cursor", "invalid_limit", "invalid_query", "invalid_plan", "plan_not_purchasable", "card_declined", "invalid_signature"]),
+        400 => ("The request is malformed or invalid.", &["invalid_json", "invalid_body", "validation_failed", "batch_too_large", "invalid_parameter", "invalid_time_range", "invalid_cursor", "invalid_limit", "query_too_long", "invalid_query", "invalid_plan", "plan_not_purchasable", "card_declined", "invalid_signature"]),
         401 => ("A credential is missing, invalid or expired.", &["unauthorized"]),
         402 => ("The plan's monthly quota is used up.", &["quota_exceeded"]),
-        403 => ("Authenticated but not allowed.", &["forbidden", "owner_only", "plan_feature_unavailable", "suspended"]),
+        403 => ("Authenticated but not allowed.", &["forbidden", "owner_only", "plan_feature_unavailable", "org_suspended"]),
         404 => ("Not found, or not visible to this credential.", &["not_found"]),
         408 => ("The request body was not received in time.", &["request_timeout"]),
         409 => ("Conflicts with the current state.", &["email_taken", "name_taken", "limit_reached", "managed_by_resource", "subscription_active", "billing_event_unmatched"]),
         413 => ("The body or its number of objects is over its limit.", &["payload_too_large", "too_many_events"]),
         415 => ("The content type or encoding is not accepted.", &["unsupported_media_type"]),
-        422 => ("The query would read more rows than a shard may read for one query.", &["query_too_large"]),
+        422 => ("The query would read more, or need more memory, than one query may.", &["query_too_large"]),
         429 => ("Rate limited; retry after `Retry-After` seconds.", &["rate_limited"]),
         500 => ("Internal error (no detail is sent; the request id is in `X-Request-Id`).", &["internal"]),
         503 => ("Temporarily unavailable; retry after `Retry-After` seconds.", &["unavailable", "overloaded", "shards_unavailable", "billing_not_configured"]),
