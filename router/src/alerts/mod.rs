@@ -29,6 +29,8 @@ pub fn lease_ttl(interval: Duration) -> Duration {
 /// What one evaluation round did.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Round {
+    /// No rule is enabled: nothing was written to meta.
+    Idle,
     /// Another router holds the lease.
     NotHolder,
     /// Rules measured and recorded under the lease's `token`.
@@ -37,8 +39,17 @@ pub enum Round {
     Fenced,
 }
 
+async fn enabled_rules(app: &AppState) -> Result<Vec<AlertEntry>, ApiError> {
+    let all: Vec<AlertEntry> = app.cluster.meta_read(&MetaQuery::Alerts { project_id: None, history: false }).await?;
+    Ok(all.into_iter().filter(|e| e.rule.enabled).collect())
+}
+
 /// Evaluates every enabled rule once if this router holds (or can take) the lease.
 pub async fn evaluate_once(app: &AppState) -> Result<Round, ApiError> {
+    // Read first, so that a cluster without rules writes nothing to the meta log.
+    if enabled_rules(app).await?.is_empty() {
+        return Ok(Round::Idle);
+    }
     let ttl_ms = i64::try_from(lease_ttl(app.config.alert_interval).as_millis()).unwrap_or(i64::MAX);
     let acquire =
         MetaCommand::AcquireAlertLease { holder: app.router_id.clone(), now_ms: app.clock.now_millis(), ttl_ms };
@@ -47,9 +58,10 @@ pub async fn evaluate_once(app: &AppState) -> Result<Round, ApiError> {
         MetaCommandResult::Refused(Refusal::LeaseHeld) => return Ok(Round::NotHolder),
         other => return Err(ApiError::Internal(format!("unexpected answer to the alert lease: {other:?}"))),
     };
-    let entries: Vec<AlertEntry> = app.cluster.meta_read(&MetaQuery::Alerts { project_id: None, history: false }).await?;
+    // Read again under the lease: the sequences are those its previous holder left.
+    let entries = enabled_rules(app).await?;
     let now_ns = app.clock.now_nanos();
-    let observations: Vec<AlertObservation> = futures::stream::iter(entries.into_iter().filter(|e| e.rule.enabled))
+    let observations: Vec<AlertObservation> = futures::stream::iter(entries)
         .map(|e| async move {
             let metric = parse_metric(&e.rule.metric)?;
             match measure::measure(app, &e.rule, metric, now_ns).await {
@@ -95,7 +107,7 @@ pub fn spawn_evaluator(app: Arc<AppState>) -> tokio::task::JoinHandle<()> {
                     tracing::debug!(token, rules, "alert rules evaluated");
                 }
                 Ok(Round::Fenced) => tracing::warn!("alert evaluator lease lapsed during a round; results dropped"),
-                Ok(Round::NotHolder) => {}
+                Ok(Round::NotHolder | Round::Idle) => {}
                 Err(e) => tracing::warn!(error = %e, "alert evaluation round failed"),
             }
         }
