@@ -197,6 +197,18 @@ async fn snapshots_in_any_capture_body_become_replay_events_within_the_limits() 
     }
     replay_of(&dev, &jwt, "s-form", 1).await;
 
+    // Older posthog-js: LZ-string's base64 form in a `data=` field, `?compression=lz64`. The
+    // body is a pageview and a snapshot of session s-lz64 (two rrweb events), compressed by
+    // lz-string 1.5.0's compressToBase64 and percent-encoded.
+    let lz64 = "data=NobwRApgbhB2AuYBcYAkAHAhgc2gSwgHcwAaMAEzwGd49YBjeAfT3OTAFcBaAGwC9SYdACcA9ugjDaEKshABfMrQC2M%2BJmXp2AJgAM2gGxcAjMa6GAKsd1JdNuwC0wi8NDiIUqKrEzoqAC1FEMhFxSWlZJHAvGSo8UVgWNhQqXj4DABZBSho6RiT2bn5BLx8%2FQOZyTHVkUDB4AE8JZAyyKpqosH9hCAAzdn94eHQkAHpRrFxRwUJWeH9kYzJ%2FCDxsQcXFerxVGg0tJGMAdgBOAFYDOyurl3qmiGQAZjbqzDkwKlEOYXoHpG0lPdkACwKxNkodmp9otThdrldjPIALryZFAA%3D";
+    let path = format!("/e/?compression=lz64&api_key={token}");
+    let (status, answer) = post(&dev.url, &path, lz64.as_bytes().to_vec()).await;
+    assert_eq!((status, &answer["accepted"]), (200, &json!(1)), "{answer}");
+    let replay = replay_of(&dev, &jwt, "s-lz64", 2).await;
+    assert_eq!(replay["distinct_id"], "u-lz");
+    let (status, answer) = post(&dev.url, &path, b"data=%25%25%25".to_vec()).await;
+    assert_eq!(status, 400, "{answer}");
+
     // Limits: 500 rrweb events a request, what posthog-js compressed expands to 10 MB at most.
     let many: Vec<Value> = (0..501).map(|i| json!({"type": 3, "data": {"source": 1}, "timestamp": now + i})).collect();
     let (status, answer) = post(&dev.url, "/s/", json!([snapshot("s-many", &token, json!(many))]).to_string().into_bytes()).await;

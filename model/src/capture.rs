@@ -2,6 +2,7 @@
 //! (`{batch:[...]}`, `[...]`, one event), and where a body carries its project token, found
 //! without keeping the body.
 
+pub mod lz64;
 pub mod recording;
 
 use std::fmt;
@@ -171,6 +172,19 @@ pub fn is_form(body: &[u8]) -> bool {
 }
 
 const FORM_PREFIX: &[u8] = b"data=";
+
+/// The `data` field of a form, percent-decoded, or the body itself when it is not a form (the
+/// text an older SDK's LZ-string body holds: [`lz64`]).
+pub fn form_data(body: &[u8]) -> io::Result<Vec<u8>> {
+    match body.strip_prefix(FORM_PREFIX) {
+        None => Ok(body.to_vec()),
+        Some(field) => {
+            let mut out = Vec::with_capacity(field.len());
+            FormField { inner: field, done: false }.read_to_end(&mut out)?;
+            Ok(out)
+        }
+    }
+}
 
 /// The JSON text of a PostHog body as a stream: the body itself, or the decoded `data` field
 /// of a form (percent-encoded base64, up to the next `&`), decoded as it is read.

@@ -15,6 +15,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use sextant_model::analytics::{self, BatchBody, EventJson, ReplayBody, MAX_EVENTS, MAX_EVENTS_BODY, MAX_REPLAY_BODY};
 use sextant_model::batch::Capped;
+use sextant_model::capture::lz64::{self, Lz64Error};
 use sextant_model::capture::{self, TokenPlaces};
 use sextant_model::meta::CredentialKind;
 use sextant_model::row::{Event, ReplayEvent, RowBatch};
@@ -94,6 +95,7 @@ pub(super) async fn receive_admitted<T: Send + 'static>(
     let encoding = shape.encoding(headers, query)?;
     let received =
         crate::http::body::receive(&app.bodies, headers, body, limit, app.config.server.body_read_timeout).await?;
+    let received = if shape.lz64(query) { lz64_body(app, received, limit).await? } else { received };
     let (project, received) = match admitted {
         Some(project) => (project, received),
         None => {
@@ -143,6 +145,11 @@ pub(super) enum Shape {
 impl Shape {
     fn json_only(self) -> bool {
         matches!(self, Shape::Native)
+    }
+
+    /// Whether the body is LZ-string's base64 form (`?compression=lz64`, older posthog-js).
+    fn lz64(self, query: Option<&str>) -> bool {
+        matches!(self, Shape::Posthog) && query_string::find(query, &["compression"]).is_some_and(|v| v == "lz64")
     }
 
     fn token_places(self) -> TokenPlaces {
@@ -211,6 +218,27 @@ impl Shape {
 }
 
 const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// An LZ-string body (or its `data` field) decompressed to its JSON within `limit`, charged to
+/// the budget as it grows, before the token is looked for in it.
+async fn lz64_body(app: &AppState, received: Received, limit: usize) -> Result<Received, ApiError> {
+    app.bodies
+        .run(move || {
+            let mut received = received;
+            let text = capture::form_data(&received.raw)
+                .map_err(|e| ApiError::BadRequest("invalid_body", format!("invalid form: {e}")))?;
+            let charge = &mut received.charge;
+            let json = lz64::decompress(&text, limit, &mut |n| charge.add(n)).map_err(|e| match e {
+                Lz64Error::Invalid(why) => ApiError::BadRequest("invalid_body", format!("invalid lz64 body: {why}")),
+                Lz64Error::TooLarge => ApiError::PayloadTooLarge { limit },
+                Lz64Error::Refused(refused) => refused,
+            })?;
+            received.charge.add(json.len())?;
+            received.raw = json.into();
+            Ok(received)
+        })
+        .await?
+}
 
 pub(super) fn validate_events(app: &AppState, events: Capped<EventJson, MAX_EVENTS>) -> Result<Vec<Event>, ApiError> {
     let events = events.into_items().map_err(|got| ApiError::BatchTooLarge { max: MAX_EVENTS, got })?;
