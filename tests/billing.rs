@@ -92,13 +92,45 @@ mod stack {
     }
 
     pub const DAY: Duration = Duration::from_secs(86_400);
+    const SECRET: &str = "billing-test-cluster-secret-0123456789";
+
+    async fn start_router(node: String, clock: &ManualClock, provider: ProviderConfig) -> RunningRouter {
+        let router = sextant_router::start(
+            RouterConfig {
+                listen: "127.0.0.1:0".parse().unwrap(),
+                internal_listen: "127.0.0.1:0".parse().unwrap(),
+                otlp_grpc_listen: None,
+                nodes: vec![node],
+                cluster_secret: SECRET.into(),
+                jwt_secret: b"billing-test-jwt-secret-0123456789abcdef".to_vec(),
+                dashboard_origins: vec![],
+                secure_cookies: false,
+                rate_limits: Default::default(),
+                trusted_proxy_hops: 0,
+                admin_token: None,
+                server: Default::default(),
+                clock: clock.clock(),
+                billing: BillingConfig {
+                    provider,
+                    public_url: None,
+                    lifecycle_period: Some(Duration::from_millis(50)),
+                },
+                alert_interval: Duration::from_secs(30),
+                webhook_targets: sextant_router::webhooks::guard::TargetPolicy::dev(),
+            },
+            Default::default(),
+        )
+        .await
+        .unwrap();
+        assert!(router.wait_ready(Duration::from_secs(60)).await, "the router did not become ready");
+        router
+    }
 
     impl Stack {
         pub async fn start(provider: ProviderConfig) -> Stack {
             let dir = tempfile::tempdir().unwrap();
             let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
             let clock = ManualClock::at_millis(now_ms as i64);
-            let secret = "billing-test-cluster-secret-0123456789".to_owned();
             let node = NodeHost::start(
                 NodeConfig {
                     id: 1,
@@ -107,7 +139,7 @@ mod stack {
                     peers: BTreeMap::from([(1, "127.0.0.1:0".to_string())]),
                     shards: 1,
                     replication_factor: 1,
-                    cluster_secret: secret.clone(),
+                    cluster_secret: SECRET.into(),
                     snapshot_every: 10_000,
                     join: false,
                     clock: sextant_model::Clock::system(),
@@ -117,34 +149,7 @@ mod stack {
             )
             .await
             .unwrap();
-            let router = sextant_router::start(
-                RouterConfig {
-                    listen: "127.0.0.1:0".parse().unwrap(),
-                    internal_listen: "127.0.0.1:0".parse().unwrap(),
-                    otlp_grpc_listen: None,
-                    nodes: vec![node.addr.to_string()],
-                    cluster_secret: secret,
-                    jwt_secret: b"billing-test-jwt-secret-0123456789abcdef".to_vec(),
-                    dashboard_origins: vec![],
-                    secure_cookies: false,
-                    rate_limits: Default::default(),
-                    trusted_proxy_hops: 0,
-                    admin_token: None,
-                    server: Default::default(),
-                    clock: clock.clock(),
-                    billing: BillingConfig {
-                        provider,
-                        public_url: None,
-                        lifecycle_period: Some(Duration::from_millis(50)),
-                    },
-                    alert_interval: Duration::from_secs(30),
-                    webhook_targets: sextant_router::webhooks::guard::TargetPolicy::dev(),
-                },
-                Default::default(),
-            )
-            .await
-            .unwrap();
-            assert!(router.wait_ready(Duration::from_secs(60)).await, "the router did not become ready");
+            let router = start_router(node.addr.to_string(), &clock, provider).await;
             let url = format!("http://{}", router.addr);
             let now = clock.clock().now_millis();
             sextant_router::identity::bootstrap::bootstrap(&router.state.cluster, &url, "enterprise", now)
@@ -152,6 +157,12 @@ mod stack {
                 .unwrap();
             Stack { router, clock, url, _node: node, _dir: dir }
         }
+
+        /// Another router of the same cluster, on the same clock.
+        pub async fn another_router(&self, provider: ProviderConfig) -> RunningRouter {
+            start_router(self._node.addr.to_string(), &self.clock, provider).await
+        }
+
 
         /// A new org (on its 14-day `pro` trial) and its owner's access token.
         pub async fn signup(&self, email: &str) -> (Value, String) {
@@ -378,6 +389,51 @@ async fn renewals_charge_each_period_once_and_a_declined_renewal_downgrades_afte
     s.wait_status(&token, "the downgrade after the grace period", |b| b["plan"] == "free").await;
     let (_, history) = s.get(&token, "/billing/history").await;
     assert_eq!(history["items"].as_array().unwrap().len(), 3, "nothing more is charged");
+}
+
+#[tokio::test]
+async fn two_routers_running_the_lifecycle_charge_and_end_each_period_once() {
+    let s = Stack::start(ProviderConfig::Sandbox).await;
+    let second = s.another_router(ProviderConfig::Sandbox).await;
+    let email = "two@acme.test";
+    let (_, token) = s.signup(email).await;
+    let first = subscribe_and_pay(&s, &token, "business").await;
+
+    // Both routers see the period end and both charge it, each through its own sandbox,
+    // with the same key per org and period.
+    let mut previous = first;
+    for round in 1..=3 {
+        s.advance(DAY * 30);
+        let token = s.login(email).await;
+        let renewed = s
+            .wait_status(&token, "the renewal", |b| b["current_period_start"] == previous["current_period_end"])
+            .await;
+        // More passes of both routers' lifecycles over the same period change nothing.
+        for _ in 0..3 {
+            s.router.state.cluster.refresh_meta().await.unwrap();
+            sextant_router::billing::lifecycle::run_once(&s.router.state).await;
+            sextant_router::billing::lifecycle::run_once(&second.state).await;
+        }
+        let (_, history) = s.get(&token, "/billing/history").await;
+        let items = history["items"].as_array().unwrap();
+        assert_eq!(items.len(), round + 1, "round {round}: {history}");
+        let ids: std::collections::BTreeSet<&str> = items.iter().map(|p| p["id"].as_str().unwrap()).collect();
+        assert_eq!(ids.len(), items.len(), "no payment twice");
+        assert_eq!(items[0]["period_start"], renewed["current_period_start"]);
+        let (_, now) = s.get(&token, "/billing/status").await;
+        assert_eq!(now["current_period_end"], renewed["current_period_end"], "one period per renewal");
+        previous = renewed;
+    }
+    let token = s.login(email).await;
+
+    // Cancelled through the second router, ended once by whichever gets there first.
+    let resp = http().post(format!("http://{}/billing/cancel", second.addr)).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(resp.status(), 200);
+    s.advance(DAY * 31);
+    let token = s.login(email).await;
+    s.wait_status(&token, "the end of the canceled subscription", |b| b["plan"] == "free").await;
+    let (_, history) = s.get(&token, "/billing/history").await;
+    assert_eq!(history["items"].as_array().unwrap().len(), 4, "nothing charged after the cancel");
 }
 
 #[tokio::test]
