@@ -97,6 +97,40 @@ fn browser_tools() -> (PathBuf, PathBuf) {
     (chromium, web)
 }
 
+/// A webhook receiver on loopback that answers every request 200; its URL.
+async fn webhook_receiver() -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut conn, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                // Requests are small JSON bodies: read what arrives, then answer.
+                let mut buf = vec![0u8; 64 * 1024];
+                let mut got = Vec::new();
+                loop {
+                    match conn.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                    let text = String::from_utf8_lossy(&got);
+                    if let Some(head_end) = text.find("\r\n\r\n") {
+                        let len = text[..head_end]
+                            .lines()
+                            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0)))
+                            .unwrap_or(0);
+                        if got.len() >= head_end + 4 + len {
+                            break;
+                        }
+                    }
+                }
+                let _ = conn.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\nconnection: close\r\n\r\n").await;
+            });
+        }
+    });
+    format!("http://{addr}/hooks/sextant")
+}
+
 /// A short rrweb recording: a page whose heading changes two seconds in, and mouse moves.
 fn recording(t0: i64) -> Vec<Value> {
     let node = json!({"type": 0, "id": 1, "childNodes": [
@@ -125,8 +159,9 @@ async fn dashboard_pages_work_in_a_real_browser() {
     let (chromium, web) = browser_tools();
     let dir = tempfile::tempdir().unwrap();
     let _logs = LogsOnPanic::new(dir.path());
-    let dev = Dev::start_with(dir.path(), &["--api-rps", "100000", "--auth-rps", "1000"], &[]).await;
+    let dev = Dev::start_with(dir.path(), &["--api-rps", "100000", "--auth-rps", "1000", "--alert-interval", "1"], &[]).await;
     let url = dev.url.clone();
+    let hook_url = webhook_receiver().await;
     let key = dev.api_key().to_owned();
     let ptok = dev.creds["ingest_token"].as_str().unwrap().to_owned();
     let now = jiff::Timestamp::now().as_millisecond();
@@ -210,17 +245,23 @@ async fn dashboard_pages_work_in_a_real_browser() {
         "apm_operation": "POST /charge", "error_type": "DeadlockDetected", "host": "web-1",
         "event_total": event_total, "users": 12,
         "funnel_steps": ["signup", "activate", "purchase"], "funnel_counts": counts,
-        "replay_id": replay, "replay_first_text": "Welcome to the shop", "replay_later_text": "Order confirmed",
+        "hook_url": hook_url, "replay_id": replay, "replay_first_text": "Welcome to the shop", "replay_later_text": "Order confirmed",
     });
-    let out = Command::new("node")
-        .arg(web.join("e2e/dashboard.mjs"))
-        .current_dir(&web)
-        .env("SEXTANT_URL", &url)
-        .env("SCREENSHOT_DIR", &shots)
-        .env("CHROMIUM", &chromium)
-        .env("DASHBOARD_EXPECT", expect.to_string())
-        .output()
-        .expect("run node (Node.js 20+; scripts/test.sh checks for it)");
+    // Off the runtime's thread: the webhook receiver must keep answering meanwhile.
+    let browser = shots.clone();
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new("node")
+            .arg(web.join("e2e/dashboard.mjs"))
+            .current_dir(&web)
+            .env("SEXTANT_URL", &url)
+            .env("SCREENSHOT_DIR", &browser)
+            .env("CHROMIUM", &chromium)
+            .env("DASHBOARD_EXPECT", expect.to_string())
+            .output()
+            .expect("run node (Node.js 20+; scripts/test.sh checks for it)")
+    })
+    .await
+    .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "browser test failed (screenshots in {}):\n{stdout}\n{stderr}", shots.display());

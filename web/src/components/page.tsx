@@ -7,7 +7,15 @@ export function PageHeader({ title, params, def, onRefresh, children }: { title:
       <h1>{title}</h1>
       {children}
       <span class="grow" />
-      {params && def && <TimeRangePicker params={params} def={def} onRefresh={onRefresh} />}
+      {params && def ? (
+        <TimeRangePicker params={params} def={def} onRefresh={onRefresh} />
+      ) : (
+        onRefresh && (
+          <button type="button" onClick={onRefresh} aria-label="Refresh" title="Refresh">
+            ↻
+          </button>
+        )
+      )}
     </div>
   );
 }

@@ -12,6 +12,8 @@ import { ActiveUsers } from './ActiveUsers';
 import { Cohorts } from './Cohorts';
 import { Replays, ReplayView } from './Replays';
 import { ApiKeys, Members, Projects, Usage } from './Settings';
+import { Alerts } from './Alerts';
+import { Webhooks } from './Webhooks';
 
 export interface PageProps {
   path: string;
@@ -46,6 +48,13 @@ export const NAV: { title: string; items: NavItem[] }[] = [
       { path: '/active-users', title: 'Active users', key: 'u', page: ActiveUsers },
       { path: '/cohorts', title: 'Cohorts', key: 'c', page: Cohorts },
       { path: '/replays', title: 'Session replays', key: 'p', page: Replays },
+    ],
+  },
+  {
+    title: 'Automation',
+    items: [
+      { path: '/alerts', title: 'Alerts', key: 'x', page: Alerts },
+      { path: '/webhooks', title: 'Webhooks', key: 'w', page: Webhooks },
     ],
   },
   {
