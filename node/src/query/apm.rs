@@ -9,7 +9,7 @@ use sextant_model::row::SpanStatus;
 use sextant_model::sketch::LatencyBuckets;
 use xxhash_rust::xxh3::xxh3_64;
 
-use super::{each_batch, scan_of, Budget, Compute, Prehashed, QueryError, QueryKind, Scans};
+use super::{each_batch_holding, scan_of, Budget, Compute, Prehashed, QueryError, QueryKind, Scans};
 use crate::segment::table::{Cols, Strings};
 use crate::segment::{Filter, Table};
 use crate::shard::ScanJob;
@@ -52,17 +52,20 @@ impl Acc {
     }
 }
 
+/// Memory of an endpoint's accumulator while grouping: its names and latency buckets.
+const ENDPOINT_BYTES: u64 = 4096;
+
 pub fn run(job: ScanJob, budget: &mut Budget) -> Result<query::Endpoints, QueryError> {
     let mut endpoints = Endpoints::default();
     let mut rows = Vec::new();
-    each_batch(job, budget, |rb| {
+    each_batch_holding(job, budget, |rb| {
         let c = Cols(rb);
         endpoints.of_rows(c.strings("service"), c.strings("operation"), rb.num_rows(), &mut rows);
         let (duration, status) = (c.i64("duration_ns").values(), c.i32("status").values());
         for ((&e, &ns), &status) in rows.iter().zip(duration.iter()).zip(status.iter()) {
             endpoints.list[e as usize].2.add(ns as f64 / 1e6, status == SpanStatus::Error.code());
         }
-        Ok(())
+        Ok(endpoints.list.len() as u64 * ENDPOINT_BYTES)
     })?;
     Ok(query::Endpoints(
         endpoints.list.into_iter().map(|(service, operation, a)| ((service, operation), a.stats())).collect(),

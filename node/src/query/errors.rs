@@ -9,7 +9,7 @@ use sextant_model::query::{keep_recent, ErrorGroup, ErrorGroups, ErrorOccurrence
 use sextant_model::row::LogLevel;
 use xxhash_rust::xxh3::Xxh3;
 
-use super::{each_batch, Budget, Compute, QueryError, QueryKind, Scans};
+use super::{each_batch_holding, Budget, Compute, QueryError, QueryKind, Scans};
 use crate::segment::attribute::read_stored;
 use crate::segment::table::Cols;
 use crate::segment::{Filter, Scan, Table};
@@ -170,9 +170,13 @@ fn add(groups: &mut HashMap<String, ErrorGroup>, plan: &ErrorsPlan, o: Occurrenc
     }
 }
 
+/// Memory of an error group while grouping: its names, message and sample, and (for one
+/// group's detail) its recent occurrences.
+const GROUP_BYTES: u64 = 1024 + 2 * RECENT as u64 * 128;
+
 pub fn run(plan: &ErrorsPlan, spans: ScanJob, logs: ScanJob, budget: &mut Budget) -> Result<ErrorGroups, QueryError> {
     let mut groups = HashMap::new();
-    each_batch(spans, budget, |rb| {
+    each_batch_holding(spans, budget, |rb| {
         let c = Cols(rb);
         let (service, operation, trace, start, attrs) =
             (c.str("service"), c.str("operation"), c.str("trace_id"), c.i64("start_ns"), c.bin("attributes"));
@@ -192,9 +196,9 @@ pub fn run(plan: &ErrorsPlan, spans: ScanJob, logs: ScanJob, budget: &mut Budget
                 },
             );
         }
-        Ok(())
+        Ok(groups.len() as u64 * GROUP_BYTES)
     })?;
-    each_batch(logs, budget, |rb| {
+    each_batch_holding(logs, budget, |rb| {
         let c = Cols(rb);
         let (service, message, trace, time, attrs) =
             (c.str("service"), c.str("message"), c.str("trace_id"), c.i64("time_ns"), c.bin("attributes"));
@@ -213,7 +217,7 @@ pub fn run(plan: &ErrorsPlan, spans: ScanJob, logs: ScanJob, budget: &mut Budget
                 },
             );
         }
-        Ok(())
+        Ok(groups.len() as u64 * GROUP_BYTES)
     })?;
     for g in groups.values_mut() {
         keep_recent(&mut g.recent);

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use sextant_model::query::{ReplayEvents, ReplayEventsPlan, ReplayListPlan, ReplaySession, ReplaySessions, ShardQuery};
 use sextant_model::row::ReplayEvent;
 
-use super::{each_batch, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
+use super::{each_batch_holding, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
 use crate::segment::table::{from_record_batch, Cols};
 use crate::segment::{Filter, Row, Table};
 use crate::shard::ScanJob;
@@ -36,9 +36,12 @@ impl QueryKind for ReplayEventsPlan {
     }
 }
 
+/// Memory of a session's summary while listing: its ids twice and its counters.
+const SESSION_BYTES: u64 = 256;
+
 pub fn sessions(job: ScanJob, budget: &mut Budget) -> Result<ReplaySessions, QueryError> {
     let mut sessions: HashMap<String, ReplaySession> = HashMap::new();
-    each_batch(job, budget, |rb| {
+    each_batch_holding(job, budget, |rb| {
         let c = Cols(rb);
         let (ids, users, times, data) = (c.str("session_id"), c.str("distinct_id"), c.i64("time_ns"), c.str("data"));
         for i in 0..rb.num_rows() {
@@ -57,19 +60,22 @@ pub fn sessions(job: ScanJob, budget: &mut Budget) -> Result<ReplaySessions, Que
             s.event_count += 1;
             s.size_bytes += data.value(i).len() as u64;
         }
-        Ok(())
+        Ok(sessions.len() as u64 * SESSION_BYTES)
     })?;
     Ok(ReplaySessions(sessions.into_values().collect()))
 }
 
 pub fn events(job: ScanJob, budget: &mut Budget) -> Result<ReplayEvents, QueryError> {
     let mut events: Vec<ReplayEvent> = Vec::new();
-    each_batch(job, budget, |rb| {
+    let mut held = 0u64;
+    each_batch_holding(job, budget, |rb| {
+        let start = events.len();
         events.extend(from_record_batch(Table::ReplayEvents, rb).into_iter().filter_map(|(_, row, _)| match row {
             Row::Replay(e) => Some(e.into()),
             _ => None,
         }));
-        Ok(())
+        held += events[start..].iter().map(|e| 128 + e.data_json.len() as u64).sum::<u64>();
+        Ok(held)
     })?;
     // A stable sort: events of one request with equal timestamps keep the order they came in.
     events.sort_by_key(|e| e.unix_nanos);

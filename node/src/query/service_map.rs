@@ -11,7 +11,7 @@ use sextant_model::row::SpanStatus;
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64, Xxh3};
 
 use super::apm::Acc;
-use super::{each_batch, scan_of, Budget, Compute, Prehashed, QueryError, QueryKind, Scans};
+use super::{bytes_of, each_batch_holding, scan_of, Budget, Compute, Prehashed, QueryError, QueryKind, Scans};
 use crate::segment::table::{Cols, Strings};
 use crate::segment::{Filter, Table};
 use crate::shard::ScanJob;
@@ -130,7 +130,7 @@ pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ServiceMap, QueryError> 
         }
     };
     let mut rows = Vec::new();
-    each_batch(job, budget, |rb| {
+    each_batch_holding(job, budget, |rb| {
         let c = Cols(rb);
         let (trace, span, parent, duration, status) =
             (c.str("trace_id"), c.str("span_id"), c.str("parent_span_id"), c.i64("duration_ns"), c.i32("status"));
@@ -182,7 +182,12 @@ pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ServiceMap, QueryError> 
                 None => children.push(c),
             }
         }
-        Ok(())
+        // A hash table entry costs about twice its key and value.
+        let entry = |key: usize, n: usize| (2 * key * n) as u64;
+        Ok(bytes_of(&spans)
+            + bytes_of(&children)
+            + entry(std::mem::size_of::<(u64, Seen)>(), traces.len())
+            + entry(std::mem::size_of::<(SpanKey, u32)>(), split.len()))
     })?;
     for c in &children {
         // A parent in another run of a split trace. Otherwise the parent is outside the time

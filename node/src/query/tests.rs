@@ -1,7 +1,7 @@
 //! Plans against a real shard: rows in the buffer and in several segments.
 
 use sextant_model::query::{
-    ApmPlan, Cost, FunnelPlan, LogKey, LogSearchPlan, Partial, Plan, Refused, ServiceMapPlan, ShardQuery, ShardReply,
+    ApmPlan, FunnelPlan, LogKey, LogSearchPlan, Partial, Plan, Refused, ServiceMapPlan, ShardQuery, ShardReply,
     TraceKey, TraceListPlan,
 };
 use sextant_model::row::{LogLevel, LogRecord, RowBatch, Span, SpanStatus};
@@ -537,4 +537,25 @@ fn a_funnel_whose_users_outgrow_the_node_memory_budget_is_refused_and_gives_it_b
     let Ok(Partial::Funnel(steps)) = run(&enough) else { panic!("funnel expected") };
     assert_eq!((steps.0[0].users, steps.0[1].users), (10_000, 10_000));
     assert_eq!(enough.held(), 0, "a finished query gives its memory back");
+}
+
+#[test]
+fn grouping_plans_hold_their_tables_against_the_node_memory_budget() {
+    let sh = a_year_of_weeks();
+    let plans: Vec<Plan> = vec![
+        ApmPlan::default().into(),
+        ServiceMapPlan.into(),
+        TraceListPlan { limit: 100, ..Default::default() }.into(),
+        sextant_model::query::ErrorsPlan::default().into(),
+    ];
+    for plan in plans {
+        let name = format!("{plan:?}");
+        let tiny = MemoryPool::new(16);
+        let run =
+            |pool: &std::sync::Arc<MemoryPool>| prepare(&sh.s, year_query(plan.clone())).unwrap().run(pool.clone());
+        assert_eq!(run(&tiny).unwrap().partial.err(), Some(Refused::Memory { budget_bytes: 16 }), "{name}");
+        let enough = MemoryPool::new(1 << 30);
+        assert!(run(&enough).unwrap().partial.is_ok(), "{name}");
+        assert_eq!((tiny.held(), enough.held()), (0, 0), "{name}: memory given back");
+    }
 }
