@@ -84,7 +84,8 @@ pub fn analytics_replay(data: &[u8]) {
 }
 
 /// PostHog capture (`/batch/`, `/e/`, ...). An input starting with `?` carries the query string
-/// on its first line (`?compression=gzip-js`); then `G\n` sends `Content-Encoding: gzip`. The
+/// on its first line (`?compression=gzip-js`, `?compression=lz64`); then `G\n` sends
+/// `Content-Encoding: gzip`. The
 /// rest is the body: JSON, gzip (also by its magic bytes) or a `data=<base64>` form. The steps
 /// are the router's (`capture::Shape::Posthog`, private): the token search over the decoded
 /// stream, then the whole text decoded, un-wrapped and parsed, each event validated, and the
@@ -101,8 +102,22 @@ pub fn posthog_capture(data: &[u8]) {
         Some(r) => (true, r),
         None => (false, rest),
     };
-    let gzip = gzip_header || query.split('&').any(|p| p == "compression=gzip-js") || raw.starts_with(&[0x1f, 0x8b]);
     let limit = MAX_EVENTS_BODY;
+    // `?compression=lz64` (older posthog-js): the body becomes the JSON it decompresses to.
+    let lz64_json;
+    let raw = if query.split('&').any(|p| p == "compression=lz64") {
+        let Ok(text) = capture::form_data(raw) else { return };
+        match capture::lz64::decompress(&text, limit, &mut |_| Ok::<(), ()>(())) {
+            Ok(json) => {
+                lz64_json = json;
+                &lz64_json[..]
+            }
+            Err(_) => return,
+        }
+    } else {
+        raw
+    };
+    let gzip = gzip_header || query.split('&').any(|p| p == "compression=gzip-js") || raw.starts_with(&[0x1f, 0x8b]);
     let stream: Box<dyn Read + '_> =
         if gzip { Box::new(flate2::read::GzDecoder::new(raw).take(limit as u64)) } else { Box::new(raw) };
     let _ = capture::find_token(capture::posthog_json(stream), TokenPlaces::Posthog);
