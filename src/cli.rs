@@ -579,6 +579,11 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
 }
 
 async fn router(args: RouterArgs) -> anyhow::Result<()> {
+    let billing = args.server.billing(None)?;
+    anyhow::ensure!(
+        !matches!(billing.provider, sextant_router::billing::ProviderConfig::Stripe(_)) || !args.dashboard_origin.is_empty(),
+        "--billing-provider stripe needs a --dashboard-origin: where Stripe's payment page sends the customer back"
+    );
     let router = sextant_router::start(
         RouterConfig {
             listen: args.listen,
@@ -594,7 +599,7 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
             admin_token: admin_token(args.admin_token.as_deref())?,
             server: args.server.limits()?,
             clock: Clock::system(),
-            billing: args.server.billing(None)?,
+            billing,
             alert_interval: args.server.alert_interval(),
             webhook_targets: sextant_router::webhooks::guard::TargetPolicy {
                 allow_private: args.webhook_allow_private,

@@ -67,6 +67,27 @@ fn stripe_without_its_webhook_secret_file_refuses_to_start() {
     assert!(!text.contains("never_logged"), "{text}");
 }
 
+#[test]
+fn a_stripe_router_without_a_dashboard_origin_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("stripe.key");
+    let whsec = dir.path().join("stripe.whsec");
+    std::fs::write(&key, "sk_test_never_logged_1234").unwrap();
+    std::fs::write(&whsec, "whsec_never_logged_5678").unwrap();
+    let out = Command::new(BIN)
+        .args(["router", "--nodes", "127.0.0.1:1", "--listen", "127.0.0.1:0", "--internal-listen", "127.0.0.1:0"])
+        .args(["--otlp-grpc-listen", "127.0.0.1:0", "--cluster-secret", "s", "--jwt-secret", &"j".repeat(32)])
+        .args(["--billing-provider", "stripe", "--stripe-secret-key-file", key.to_str().unwrap()])
+        .args(["--stripe-webhook-secret-file", whsec.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("--dashboard-origin"), "{text}");
+    assert!(!text.contains("never_logged"), "{text}");
+}
+
 // ---- Subscriptions end to end: a storage node and a router in this process, on a manual
 // clock, so that periods and trials end without sleeping. ----
 
@@ -274,6 +295,8 @@ async fn sandbox_subscription_is_active_until_cancelled_then_free_at_period_end(
     assert_eq!(active["limits"]["features"], json!(["retention"]));
     assert_eq!(keys(&active["usage"]), ["events_used", "percentage", "period_end", "period_start", "used_bytes", "used_gb"]);
     let end = active["current_period_end"].as_str().unwrap().to_owned();
+    let (_, usage) = s.get(&token, "/api/v1/usage").await;
+    assert_eq!((usage["plan"].as_str(), usage["in_trial"].as_bool()), (Some("growth"), Some(false)), "paid: no trial");
     assert!(end.ends_with('Z') && end.contains('.'), "RFC 3339 with milliseconds: {end}");
 
     let (code, card) = s.get(&token, "/billing/payment-method").await;

@@ -10,6 +10,7 @@ use axum::extract::State;
 use axum::Json;
 use serde::Serialize;
 use sextant_model::meta::MetaQuery;
+use sextant_model::subscription::{status_view, SubscriptionStatus};
 use sextant_model::usage::{month_of_millis, month_start_millis, next_month, resolve_limits, UsageCounts, UsageRecord};
 use sextant_model::{OrgId, ProjectId};
 
@@ -140,7 +141,10 @@ pub fn usage(
     let (total, per_project) = scoped(projects, |p| cache.usage.get(&(*p, month)).copied().unwrap_or_default());
     let plan = cache.plan_name(&org_id, now).unwrap_or(&org.plan).to_owned();
     let (limit_bytes, events_limit) = limits(cache, org_id, &plan);
-    let trial_end = cache.trials.get(&org_id).copied().filter(|end| *end > now);
+    // A trial that a paid subscription replaced is over.
+    let trial = cache.trials.get(&org_id).copied();
+    let trial_end = trial
+        .filter(|_| status_view(org, trial, cache.billing.get(&org_id), now).status == SubscriptionStatus::Trialing);
 
     let mut by_month: BTreeMap<u32, HashMap<String, UsageCounts>> = BTreeMap::new();
     for r in past.into_iter().filter(|r| r.month < month) {
