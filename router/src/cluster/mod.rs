@@ -332,17 +332,24 @@ impl Cluster {
     }
 
     /// What a query plan would read on its group, estimated by the group's leader from segment
-    /// metadata without scanning (a read: safe to retry).
+    /// metadata without scanning (a read: safe to retry). A node of a version without
+    /// estimates (during a rolling upgrade) counts as reading nothing.
     pub async fn estimate(&self, query: ShardQuery) -> Result<Cost, ClusterError> {
         let group = query.group;
         let req = sextant_proto::QueryRequest::from(query);
         let cost = self
             .on_leader_within(group, QUERY_DEADLINE, QUERY_DEADLINE, |mut c| {
                 let req = req.clone();
-                async move { c.estimate(req).await.map(|r| r.into_inner()) }
+                async move {
+                    match c.estimate(req).await {
+                        Ok(r) => Ok(Some(r.into_inner())),
+                        Err(s) if s.code() == Code::Unimplemented => Ok(None),
+                        Err(s) => Err(s),
+                    }
+                }
             })
             .await?;
-        Ok(cost.into())
+        Ok(cost.map(Cost::from).unwrap_or_default())
     }
 
     pub async fn meta_write<R: serde::de::DeserializeOwned>(&self, command: &MetaCommand) -> Result<R, ClusterError> {
