@@ -319,10 +319,10 @@ pub struct RouterArgs {
     pub insecure_cookies: bool,
     /// Send webhooks to loopback, private and shared (CGNAT) addresses too. Link-local and
     /// metadata addresses stay refused.
-    #[arg(long)]
+    #[arg(long, env = "SEXTANT_WEBHOOK_ALLOW_PRIVATE")]
     pub webhook_allow_private: bool,
     /// Send webhooks to plain `http://` URLs too.
-    #[arg(long)]
+    #[arg(long, env = "SEXTANT_WEBHOOK_ALLOW_HTTP")]
     pub webhook_allow_http: bool,
     /// Number of proxies in front of the routers that append to X-Forwarded-For (an ingress
     /// is one); 0 when clients connect directly.

@@ -217,7 +217,7 @@ async fn call(url: &str, token: &str, method: reqwest::Method, path: &str, body:
 }
 
 async fn wait_delivery(url: &str, token: &str, hook: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
-    wait_for(what, Duration::from_secs(30), || async {
+    wait_for(what, Duration::from_secs(60), || async {
         let (code, body) = call(url, token, reqwest::Method::GET, &format!("/api/webhooks/{hook}/deliveries"), None).await;
         assert_eq!(code, 200, "{body}");
         body["items"].as_array().unwrap().iter().find(|d| f(d)).cloned()
@@ -542,6 +542,37 @@ async fn a_delivery_waiting_for_its_retry_survives_a_kill_of_every_process() {
     let dev = Dev::start(dir.path()).await;
     let token = dev.token().await;
     let d = wait_delivery(&dev.url, &token, &hook, "the retried delivery", |d| d["status"] == "succeeded").await;
+    let codes: Vec<u64> = d["attempts"].as_array().unwrap().iter().map(|a| a["status_code"].as_u64().unwrap()).collect();
+    assert_eq!(codes, [500, 200]);
+    let got = receiver.got();
+    assert_eq!(got.len(), 2);
+    assert!(got.iter().all(|r| r.id == got[0].id && verifies(&secret, r)));
+}
+
+/// In a three-node cluster, the metadata group's leader is killed while a delivery waits for
+/// its retry: a new leader holds the queue and the retry is sent and recorded.
+#[tokio::test]
+async fn a_delivery_waiting_for_its_retry_survives_a_meta_leader_change() {
+    // The receiver listens on loopback over plain HTTP: allowed for this router (its children
+    // inherit the environment; each test runs in a process of its own).
+    std::env::set_var("SEXTANT_WEBHOOK_ALLOW_PRIVATE", "true");
+    std::env::set_var("SEXTANT_WEBHOOK_ALLOW_HTTP", "true");
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start(dir.path(), 3, 2, &[]).await;
+    let token = cluster.token().await;
+    let ingest_token = cluster.creds["ingest_token"].as_str().unwrap().to_owned();
+    let (receiver, addr) = Receiver::start(vec![reply(500)]).await;
+    let (hook, secret) = create_hook(&cluster.url, &token, &format!("http://{addr}/"), &["signup"]).await;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    ingest(&cluster.url, &ingest_token, json!([{"event": "signup", "distinct_id": "u1", "timestamp": now}])).await;
+    wait_delivery(&cluster.url, &token, &hook, "the failed first attempt", |d| {
+        d["attempts"].as_array().unwrap().len() == 1 && d["status"] == "pending"
+    })
+    .await;
+    let leader = cluster.leader_of(0).await;
+    cluster.kill_node(leader);
+    let d = wait_delivery(&cluster.url, &token, &hook, "the retry after the leader change", |d| d["status"] == "succeeded")
+        .await;
     let codes: Vec<u64> = d["attempts"].as_array().unwrap().iter().map(|a| a["status_code"].as_u64().unwrap()).collect();
     assert_eq!(codes, [500, 200]);
     let got = receiver.got();
