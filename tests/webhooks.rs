@@ -417,6 +417,26 @@ async fn a_test_ping_is_signed_and_webhooks_stay_in_their_project() {
     assert_eq!(code, 404);
 }
 
+/// Events sent the PostHog way (`/batch/`, `/e/`, ...) are delivered like `/v1/batch` ones.
+#[tokio::test]
+async fn posthog_capture_events_reach_their_webhooks() {
+    let s = Stack::start(TargetPolicy::dev()).await;
+    let (receiver, addr) = Receiver::start(vec![]).await;
+    let (_, secret) = create_hook(&s.url, &s.token().await, &format!("http://{addr}/"), &["purchase"]).await;
+    let body = json!({"api_key": s.ingest_token, "batch": [
+        {"event": "purchase", "distinct_id": "u1", "properties": {"amount": 5}, "timestamp": s.now_ms()},
+        {"event": "$pageview", "distinct_id": "u1", "timestamp": s.now_ms()}
+    ]});
+    let resp = http().post(format!("{}/batch/", s.url)).json(&body).send().await.unwrap();
+    assert_eq!(resp.status(), 200, "{}", resp.text().await.unwrap());
+    let got = receiver.wait_for(1).await;
+    assert!(verifies(&secret, &got[0]));
+    let body: Value = serde_json::from_str(&got[0].body).unwrap();
+    let events = body["data"]["events"].as_array().unwrap();
+    assert_eq!((events.len(), events[0]["event"].as_str()), (1, Some("purchase")));
+    assert_eq!(events[0]["properties"]["amount"], 5);
+}
+
 /// Crossing a monthly quota publishes `system.quota_exceeded` once for the org, however many
 /// requests are refused after it.
 #[tokio::test]

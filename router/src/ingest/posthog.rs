@@ -77,7 +77,9 @@ pub(super) async fn capture(
         let replay_len = (len as u128 * replay.len() as u128 / rows.max(1) as u128) as usize;
         let accepted = events.len();
         if !events.is_empty() {
+            let hooked = crate::webhooks::subscribed_events(&app, &project, &events);
             commit(&app, partition::<Events>(&app, &project, events, len - replay_len)?).await?;
+            crate::webhooks::publish_customer_events(&app, &project, hooked).await;
         }
         if !replay.is_empty() {
             let n = replay.len();
