@@ -77,6 +77,7 @@ pub struct Coverage {
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub partial: bool,
     #[serde(skip_serializing_if = "Vec::is_empty")]
+    #[schema(value_type = Vec<u64>)]
     pub missing_shards: Vec<GroupId>,
 }
 
