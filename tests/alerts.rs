@@ -230,3 +230,67 @@ async fn an_error_rate_alert_fires_resolves_and_survives_the_evaluators_death_wi
     assert_eq!(resp.status(), 204);
     assert_eq!(get_json(&url, &token, &format!("/api/v1/alerts/{id}")).await.0, 404);
 }
+
+async fn ingest(url: &str, key: &str, path: &str, body: Value) {
+    let resp = http().post(format!("{url}{path}")).header("X-API-Key", key).json(&body).send().await.unwrap();
+    assert_eq!(resp.status(), 200, "{path}: {}", resp.text().await.unwrap_or_default());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sextant_dev_evaluates_log_host_and_latency_rules_and_holds_pending_for_its_duration() {
+    let dir = tempfile::tempdir().unwrap();
+    let _logs = LogsOnPanic::new(dir.path());
+    let dev = Dev::start_with(dir.path(), &["--alert-interval", "1"], &[]).await;
+    let (url, key, token) = (dev.url.clone(), dev.api_key().to_owned(), dev.token().await);
+    let mut ids = Vec::new();
+    for rule in [
+        json!({"name": "timeouts", "metric": "log_count", "filter": {"level": "ERROR,FATAL", "query": "timeout"},
+               "comparison": ">", "threshold": 2, "window_minutes": 5}),
+        json!({"name": "db cpu", "metric": "cpu_percent", "filter": {"hostname": "db-1"},
+               "comparison": ">=", "threshold": 90, "window_minutes": 5}),
+        json!({"name": "slow api", "metric": "p95_latency_ms", "filter": {"service": "api"},
+               "comparison": ">", "threshold": 100, "window_minutes": 5, "for_seconds": 2}),
+    ] {
+        let (status, body) = post_json(&url, &token, "/api/v1/alerts", rule).await;
+        assert_eq!(status, 201, "{body}");
+        ids.push(body["id"].as_str().unwrap().to_owned());
+    }
+    let now = jiff::Timestamp::now().as_millisecond();
+    let line = |level: &str, message: &str| json!({"timestamp": now, "level": level, "service": "api", "message": message});
+    let logs = vec![
+        line("error", "upstream timeout after 30 s"),
+        line("ERROR", "db timeout"),
+        line("fatal", "timeout, giving up"),
+        line("info", "timeout configured to 30 s"),
+        line("error", "connection refused"),
+    ];
+    ingest(&url, &key, "/api/v1/ingest/logs", json!({ "logs": logs })).await;
+    let host = |name: &str, cpu: f64| json!({"timestamp": now, "hostname": name, "cpu_percent": cpu});
+    let metrics = vec![host("db-1", 95.5), host("web-1", 99.0)];
+    ingest(&url, &key, "/api/v1/ingest/infrastructure", json!({ "metrics": metrics })).await;
+    ingest(&url, &key, "/api/v1/ingest/spans", spans_of("api", 50, 500.0)).await;
+
+    let timeouts = rule_in(&url, &token, &ids[0], "firing", Duration::from_secs(30)).await;
+    assert_eq!(timeouts["last_value"], 3.0, "ERROR and FATAL lines with the word timeout");
+    let cpu = rule_in(&url, &token, &ids[1], "firing", Duration::from_secs(30)).await;
+    assert_eq!(cpu["last_value"], 95.5, "db-1's sample, not web-1's");
+    let slow = rule_in(&url, &token, &ids[2], "firing", Duration::from_secs(30)).await;
+    let p95 = slow["last_value"].as_f64().unwrap();
+    assert!((p95 - 500.0).abs() <= 5.0, "{p95}");
+    let history = slow["history"].as_array().unwrap();
+    let to: Vec<&str> = history.iter().map(|t| t["to"].as_str().unwrap()).collect();
+    assert_eq!(&to[to.len() - 2..], ["pending", "firing"]);
+    let held = millis(&history[history.len() - 1]["at"]) - millis(&history[history.len() - 2]["at"]);
+    assert!(held >= 2_000, "fired {held} ms after the condition first held");
+}
+
+fn spans_of(service: &str, n: usize, duration_ms: f64) -> Value {
+    let now = jiff::Timestamp::now().as_millisecond();
+    let spans: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({"trace_id": format!("slow-{i}"), "span_id": "s0", "service_name": service,
+                   "operation": "GET /items", "timestamp": now, "duration_ms": duration_ms, "status": "ok"})
+        })
+        .collect();
+    json!({ "spans": spans })
+}
