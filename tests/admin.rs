@@ -334,7 +334,14 @@ async fn the_operator_client_drives_every_admin_call() {
 
     // ---- alert rules ----
     let rule = admin.upsert_alert_rule("rule-uid-1", &rule_request(0.05)).await.unwrap().id;
-    assert_eq!(admin.upsert_alert_rule("rule-uid-1", &rule_request(0.05)).await.unwrap().id, rule);
+    let again = admin.upsert_alert_rule("rule-uid-1", &rule_request(0.05)).await.unwrap();
+    assert_eq!(again.id, rule);
+    // The rule's state comes back with it: `ok` until evaluated, then `no_data` (no spans).
+    match again.state.as_deref() {
+        Some("ok") => assert_eq!(again.last_transition_at, None),
+        Some("no_data") => assert!(again.last_transition_at.is_some() && again.last_value.is_none()),
+        other => panic!("{other:?}"),
+    }
     assert_eq!(admin.upsert_alert_rule("rule-uid-1", &rule_request(0.2)).await.unwrap().id, rule);
     let (_, r) = admin_call(&admin_url, Method::GET, "alert-rules/rule-uid-1", Some(TOKEN)).await;
     assert_eq!((r["threshold"].as_f64(), r["comparison"].as_str()), (Some(0.2), Some(">")));

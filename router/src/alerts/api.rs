@@ -263,7 +263,10 @@ pub async fn delete(
 /// The admin API's answer for a managed rule: its id and state, which the operator shows in
 /// the AlertRule's status.
 pub async fn managed_rule_status(app: &AppState, id: String) -> Result<AlertRuleResponse, ApiError> {
-    let entries: Vec<AlertEntry> = app.cluster.meta_read(&MetaQuery::Alerts { project_id: None, history: true }).await?;
+    // Only the rule's project is read, when the cache already knows the rule.
+    let project_id =
+        app.cluster.meta_cache().and_then(|c| c.alert_rules.iter().find(|r| r.id == id).map(|r| r.project_id));
+    let entries: Vec<AlertEntry> = app.cluster.meta_read(&MetaQuery::Alerts { project_id, history: true }).await?;
     let status = entries.into_iter().find(|e| e.rule.id == id).map(|e| e.status).unwrap_or_default();
     Ok(AlertRuleResponse {
         id,
