@@ -184,7 +184,6 @@ mod stack {
             start_router(self._node.addr.to_string(), &self.clock, provider).await
         }
 
-
         /// A new org (on its 14-day `pro` trial) and its owner's access token.
         pub async fn signup(&self, email: &str) -> (Value, String) {
             let resp = http()
@@ -209,7 +208,13 @@ mod stack {
             (resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null))
         }
 
-        pub async fn send(&self, method: reqwest::Method, token: &str, path: &str, body: Option<Value>) -> (u16, Value) {
+        pub async fn send(
+            &self,
+            method: reqwest::Method,
+            token: &str,
+            path: &str,
+            body: Option<Value>,
+        ) -> (u16, Value) {
             let mut req = http().request(method, format!("{}{path}", self.url)).bearer_auth(token);
             if let Some(b) = body {
                 req = req.json(&b);
@@ -293,7 +298,10 @@ async fn sandbox_subscription_is_active_until_cancelled_then_free_at_period_end(
     assert_eq!(active["limits"]["monthly_events"], 50_000_000);
     assert_eq!(active["limits"]["retention_days"], 90);
     assert_eq!(active["limits"]["features"], json!(["retention"]));
-    assert_eq!(keys(&active["usage"]), ["events_used", "percentage", "period_end", "period_start", "used_bytes", "used_gb"]);
+    assert_eq!(
+        keys(&active["usage"]),
+        ["events_used", "percentage", "period_end", "period_start", "used_bytes", "used_gb"]
+    );
     let end = active["current_period_end"].as_str().unwrap().to_owned();
     let (_, usage) = s.get(&token, "/api/v1/usage").await;
     assert_eq!((usage["plan"].as_str(), usage["in_trial"].as_bool()), (Some("growth"), Some(false)), "paid: no trial");
@@ -301,7 +309,10 @@ async fn sandbox_subscription_is_active_until_cancelled_then_free_at_period_end(
 
     let (code, card) = s.get(&token, "/billing/payment-method").await;
     assert_eq!(code, 200);
-    assert_eq!(card, json!({"brand": "visa", "last4": "4242", "exp_month": 12, "exp_year": card["exp_year"], "auto_renew": true}));
+    assert_eq!(
+        card,
+        json!({"brand": "visa", "last4": "4242", "exp_month": 12, "exp_year": card["exp_year"], "auto_renew": true})
+    );
 
     let (code, history) = s.get(&token, "/billing/history").await;
     assert_eq!(code, 200);
@@ -352,7 +363,11 @@ async fn a_declined_checkout_changes_nothing_and_the_trial_ends_into_free() {
     let declined = http().post(format!("{url}/decline")).send().await.unwrap();
     assert_eq!(declined.status(), 200);
     assert!(declined.text().await.unwrap().contains("Declined"));
-    assert_eq!(http().post(format!("{url}/pay")).send().await.unwrap().status(), 409, "a declined checkout cannot be paid");
+    assert_eq!(
+        http().post(format!("{url}/pay")).send().await.unwrap().status(),
+        409,
+        "a declined checkout cannot be paid"
+    );
 
     let (_, status) = s.get(&token, "/billing/status").await;
     assert_eq!((status["plan"].as_str(), status["status"].as_str()), (Some("pro"), Some("trialing")));
@@ -428,9 +443,8 @@ async fn two_routers_running_the_lifecycle_charge_and_end_each_period_once() {
     for round in 1..=3 {
         s.advance(DAY * 30);
         let token = s.login(email).await;
-        let renewed = s
-            .wait_status(&token, "the renewal", |b| b["current_period_start"] == previous["current_period_end"])
-            .await;
+        let renewed =
+            s.wait_status(&token, "the renewal", |b| b["current_period_start"] == previous["current_period_end"]).await;
         // More passes of both routers' lifecycles over the same period change nothing.
         for _ in 0..3 {
             s.router.state.cluster.refresh_meta().await.unwrap();
@@ -567,10 +581,12 @@ mod fake_stripe {
                     record(&seen, Method::GET, format!("/v1/subscriptions/{id}"), &h);
                     Json(subscription(&id, false, now))
                 })
-                .post(move |State(seen): State<Seen>, Path(id): Path<String>, h: HeaderMap| async move {
-                    record(&seen, Method::POST, format!("/v1/subscriptions/{id}"), &h);
-                    Json(subscription(&id, true, now))
-                }),
+                .post(
+                    move |State(seen): State<Seen>, Path(id): Path<String>, h: HeaderMap| async move {
+                        record(&seen, Method::POST, format!("/v1/subscriptions/{id}"), &h);
+                        Json(subscription(&id, true, now))
+                    },
+                ),
             )
             .route(
                 "/v1/payment_methods/{id}",
@@ -621,14 +637,20 @@ async fn stripe_webhooks_are_verified_applied_once_and_in_the_order_they_happene
 
     let (code, checkout) = s.send(Method::POST, &token, "/billing/subscribe", Some(json!({"plan": "growth"}))).await;
     assert_eq!(code, 200, "{checkout}");
-    assert_eq!(checkout, json!({"payment_url": "https://checkout.stripe.test/c/cs_test_1", "checkout_id": "cs_test_1"}));
+    assert_eq!(
+        checkout,
+        json!({"payment_url": "https://checkout.stripe.test/c/cs_test_1", "checkout_id": "cs_test_1"})
+    );
 
     let deliver = |body: Value, forged: bool| {
         let url = format!("{}/billing/provider/webhook", s.url);
         let payload = body.to_string();
         let t = s.clock.clock().now_secs();
-        let header =
-            if forged { webhook::sign(&Secret::new("whsec_forged"), t, payload.as_bytes()) } else { webhook::sign(&whsec, t, payload.as_bytes()) };
+        let header = if forged {
+            webhook::sign(&Secret::new("whsec_forged"), t, payload.as_bytes())
+        } else {
+            webhook::sign(&whsec, t, payload.as_bytes())
+        };
         async move {
             let resp = http()
                 .post(url)
@@ -642,9 +664,7 @@ async fn stripe_webhooks_are_verified_applied_once_and_in_the_order_they_happene
             (code, resp.json::<Value>().await.unwrap_or(Value::Null))
         }
     };
-    let event = |id: &str, kind: &str, created: i64, object: Value| {
-        json!({"id": id, "object": "event", "type": kind, "created": created, "data": {"object": object}})
-    };
+    let event = |id: &str, kind: &str, created: i64, object: Value| json!({"id": id, "object": "event", "type": kind, "created": created, "data": {"object": object}});
     let invoice = json!({"id": "in_1", "object": "invoice", "customer": "cus_1", "subscription": "sub_1",
         "amount_paid": 9900, "amount_due": 9900, "currency": "usd", "status": "paid",
         "period_start": now_secs, "period_end": now_secs, "created": now_secs,
@@ -664,7 +684,8 @@ async fn stripe_webhooks_are_verified_applied_once_and_in_the_order_they_happene
     // Forged, or not signed at all: 400, nothing applied.
     let (code, err) = deliver(completed.clone(), true).await;
     assert_eq!((code, err["error"]["code"].as_str()), (400, Some("invalid_signature")));
-    let unsigned = http().post(format!("{}/billing/provider/webhook", s.url)).body(completed.to_string()).send().await.unwrap();
+    let unsigned =
+        http().post(format!("{}/billing/provider/webhook", s.url)).body(completed.to_string()).send().await.unwrap();
     assert_eq!(unsigned.status(), 400);
     assert_eq!(s.get(&token, "/billing/status").await.1["status"], "trialing");
 
@@ -684,7 +705,8 @@ async fn stripe_webhooks_are_verified_applied_once_and_in_the_order_they_happene
     // Cancel: Stripe is told (with an idempotency key), then a newer update and an older one.
     let (code, canceled) = s.send(Method::POST, &token, "/billing/cancel", None).await;
     assert_eq!((code, canceled["status"].as_str()), (200, Some("canceled")));
-    let cancel_call = seen.0.lock().unwrap().iter().find(|(m, p, _)| m == "POST" && p == "/v1/subscriptions/sub_1").cloned();
+    let cancel_call =
+        seen.0.lock().unwrap().iter().find(|(m, p, _)| m == "POST" && p == "/v1/subscriptions/sub_1").cloned();
     assert!(cancel_call.unwrap().2.unwrap().starts_with("sextant-cancel_at_period_end-"));
     let sub = |cancel: bool| {
         json!({"id": "sub_1", "object": "subscription", "customer": "cus_1", "status": "active",

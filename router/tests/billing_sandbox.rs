@@ -7,7 +7,9 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use sextant_model::ManualClock;
 use sextant_router::billing::sandbox::{self, SandboxProvider};
-use sextant_router::billing::{CheckoutRequest, EventKind, Interval, PaymentProvider, PlanPrice, ProviderEvent};
+use sextant_router::billing::{
+    CheckoutRequest, EventKind, Interval, PaymentProvider, PlanPrice, ProviderEvent, RenewalRequest,
+};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tower::ServiceExt;
 
@@ -174,68 +176,48 @@ fn the_sandbox_takes_no_webhooks_from_outside() {
     assert!(p.parse_webhook(Some("t=1,v1=00"), b"{}").is_err());
 }
 
-/// A paid sandbox subscription; the checkout's two events already drained.
-async fn paid_subscription(p: &Arc<SandboxProvider>, rx: &mut UnboundedReceiver<ProviderEvent>) -> String {
-    let c = p.create_checkout(&request("a1")).await.unwrap();
-    p.pay(&c.checkout_id).unwrap();
-    let EventKind::CheckoutCompleted { subscription_id: Some(sub_id), .. } = rx.try_recv().unwrap().kind else {
-        panic!()
-    };
-    let _invoice_paid = rx.try_recv().unwrap();
-    sub_id
-}
+const MONTH: i64 = 30 * 86_400;
 
-const MONTH: u64 = 30 * 86_400;
-const GRACE: i64 = 7 * 86_400;
-
-#[tokio::test]
-async fn at_period_end_a_subscription_with_a_card_is_charged_again_for_the_next_period() {
-    let (p, mut rx, clock) = sandbox();
-    let sub_id = paid_subscription(&p, &mut rx).await;
-    clock.advance(std::time::Duration::from_secs(MONTH - 1));
-    assert_eq!(p.renew_due(GRACE), 0, "nothing is due before the period ends");
-    clock.advance(std::time::Duration::from_secs(1));
-    assert_eq!(p.renew_due(GRACE), 2);
-    let EventKind::InvoicePaid(inv) = rx.try_recv().unwrap().kind else { panic!() };
-    assert_eq!((inv.amount_paid, inv.period_start, inv.period_end), (9900, NOW + 30 * 86_400, NOW + 60 * 86_400));
-    let EventKind::SubscriptionUpdated(sub) = rx.try_recv().unwrap().kind else { panic!() };
-    assert_eq!((sub.status.as_str(), sub.current_period_end), ("active", Some(NOW + 60 * 86_400)));
-    assert_eq!(p.renew_due(GRACE), 0, "renewing twice at the same time charges once");
-    assert_eq!(p.invoices(sub.customer_id.as_deref().unwrap()).await.unwrap().len(), 2);
-    assert_eq!(p.subscription(&sub_id).await.unwrap().current_period_end, Some(NOW + 60 * 86_400));
+fn renewal(key: &str, card: Option<(u32, u32)>) -> RenewalRequest {
+    RenewalRequest {
+        org_id: "org_1".into(),
+        subscription_id: "sub_sbx_1".into(),
+        customer_id: Some("cus_sbx_1".into()),
+        card: card.map(|(month, year)| ("pm_sbx_1".to_owned(), month, year)),
+        price: request("a1").price,
+        period_start: NOW + MONTH,
+        period_end: NOW + 2 * MONTH,
+        idempotency_key: key.into(),
+    }
 }
 
 #[tokio::test]
-async fn at_period_end_a_canceled_subscription_ends_without_a_charge() {
-    let (p, mut rx, clock) = sandbox();
-    let sub_id = paid_subscription(&p, &mut rx).await;
-    p.cancel_at_period_end(&sub_id, "cancel-1").await.unwrap();
-    let _updated = rx.try_recv().unwrap();
-    clock.advance(std::time::Duration::from_secs(MONTH));
-    assert_eq!(p.renew_due(GRACE), 1);
-    let EventKind::SubscriptionDeleted(sub) = rx.try_recv().unwrap().kind else { panic!() };
-    assert_eq!(sub.status, "canceled");
-    assert_eq!(p.invoices(sub.customer_id.as_deref().unwrap()).await.unwrap().len(), 1, "no second invoice");
-    clock.advance(std::time::Duration::from_secs(MONTH));
-    assert_eq!(p.renew_due(GRACE), 0);
+async fn a_renewal_is_charged_to_the_card_on_file_once_per_key() {
+    let (p, _rx, _clock) = sandbox();
+    // NOW + MONTH is in 2026-06; a card valid through that month pays.
+    let first = p.charge_renewal(&renewal("sextant-renewal-k1", Some((6, 2026)))).await.unwrap();
+    assert_eq!((first.status.as_str(), first.amount_paid, first.amount_due), ("paid", 9900, 9900));
+    assert_eq!((first.period_start, first.period_end), (NOW + MONTH, NOW + 2 * MONTH));
+    assert_eq!(first.subscription_id.as_deref(), Some("sub_sbx_1"));
+    // The same key (another router, a retry) answers the same invoice, even if declining now.
+    p.set_decline_renewals(true);
+    assert_eq!(p.charge_renewal(&renewal("sextant-renewal-k1", Some((6, 2026)))).await.unwrap(), first);
+    // Another sandbox (another router's) derives the same invoice id from the key.
+    let (other, _rx2, _c2) = sandbox();
+    assert_eq!(other.charge_renewal(&renewal("sextant-renewal-k1", Some((6, 2026)))).await.unwrap().id, first.id);
 }
 
 #[tokio::test]
-async fn without_a_card_the_renewal_fails_goes_past_due_and_ends_after_the_grace_period() {
-    let (p, mut rx, clock) = sandbox();
-    let sub_id = paid_subscription(&p, &mut rx).await;
-    let pm = p.subscription(&sub_id).await.unwrap().default_payment_method.unwrap();
-    p.detach_payment_method(&pm).await.unwrap();
-    clock.advance(std::time::Duration::from_secs(MONTH));
-    assert_eq!(p.renew_due(GRACE), 2);
-    let EventKind::InvoicePaymentFailed(inv) = rx.try_recv().unwrap().kind else { panic!() };
-    assert_eq!((inv.amount_due, inv.amount_paid, inv.status.as_str()), (9900, 0, "open"));
-    let EventKind::SubscriptionUpdated(sub) = rx.try_recv().unwrap().kind else { panic!() };
-    assert_eq!(sub.status, "past_due");
-    clock.advance(std::time::Duration::from_secs(GRACE as u64 - 1));
-    assert_eq!(p.renew_due(GRACE), 0, "still within the grace period");
-    clock.advance(std::time::Duration::from_secs(1));
-    assert_eq!(p.renew_due(GRACE), 1);
-    let EventKind::SubscriptionDeleted(sub) = rx.try_recv().unwrap().kind else { panic!() };
-    assert_eq!(sub.status, "canceled");
+async fn a_renewal_without_a_valid_card_or_set_to_decline_is_an_unpaid_invoice() {
+    let (p, _rx, _clock) = sandbox();
+    for (key, card) in [("sextant-renewal-none", None), ("sextant-renewal-expired", Some((5, 2026)))] {
+        let inv = p.charge_renewal(&renewal(key, card)).await.unwrap();
+        assert_eq!((inv.status.as_str(), inv.amount_paid, inv.amount_due), ("open", 0, 9900), "{key}");
+    }
+    p.set_decline_renewals(true);
+    let inv = p.charge_renewal(&renewal("sextant-renewal-declined", Some((12, 2030)))).await.unwrap();
+    assert_eq!(inv.status, "open");
+    p.set_decline_renewals(false);
+    let inv = p.charge_renewal(&renewal("sextant-renewal-next", Some((12, 2030)))).await.unwrap();
+    assert_eq!(inv.status, "paid");
 }

@@ -109,7 +109,12 @@ impl MetaState {
             return Done;
         }
         account.provider = provider;
-        account.checkouts.push(CheckoutRecord { id: checkout_id, plan, state: CheckoutState::Open, created_at_ms: now_ms });
+        account.checkouts.push(CheckoutRecord {
+            id: checkout_id,
+            plan,
+            state: CheckoutState::Open,
+            created_at_ms: now_ms,
+        });
         bound(&mut account.checkouts, MAX_CHECKOUTS);
         Done
     }
@@ -172,7 +177,8 @@ impl MetaState {
                 }
             }
             ProviderChange::CheckoutExpired { checkout_id, .. } => {
-                if let Some(c) = account.checkouts.iter_mut().find(|c| c.id == checkout_id && c.state == CheckoutState::Open)
+                if let Some(c) =
+                    account.checkouts.iter_mut().find(|c| c.id == checkout_id && c.state == CheckoutState::Open)
                 {
                     c.state = CheckoutState::Expired;
                 }
@@ -233,7 +239,8 @@ impl MetaState {
                 }
             }
             ProviderChange::SubscriptionDeleted { subscription_id } => {
-                if let Some(s) = account.subscription.as_mut().filter(|s| s.id == subscription_id && s.ended_at_ms.is_none())
+                if let Some(s) =
+                    account.subscription.as_mut().filter(|s| s.id == subscription_id && s.ended_at_ms.is_none())
                 {
                     s.ended_at_ms = Some(now_ms);
                     s.auto_renew = false;
@@ -249,12 +256,8 @@ impl MetaState {
     }
 
     pub(super) fn cancel_subscription(&mut self, org_id: OrgId, now_ms: i64) -> MetaCommandResult {
-        let live = self
-            .billing
-            .accounts
-            .get_mut(&org_id)
-            .and_then(|a| a.subscription.as_mut())
-            .filter(|s| s.in_force(now_ms));
+        let live =
+            self.billing.accounts.get_mut(&org_id).and_then(|a| a.subscription.as_mut()).filter(|s| s.in_force(now_ms));
         let Some(s) = live else { return Refused(Refusal::NotFound) };
         s.auto_renew = false;
         if s.status != SubscriptionStatus::PastDue {
@@ -323,9 +326,12 @@ impl MetaState {
     }
 
     pub(super) fn end_subscription(&mut self, org_id: OrgId, period_end_ms: i64, now_ms: i64) -> MetaCommandResult {
-        let over = self.billing.accounts.get_mut(&org_id).and_then(|a| a.subscription.as_mut()).filter(|s| {
-            s.ended_at_ms.is_none() && s.current_period_end_ms == period_end_ms && !s.in_force(now_ms)
-        });
+        let over = self
+            .billing
+            .accounts
+            .get_mut(&org_id)
+            .and_then(|a| a.subscription.as_mut())
+            .filter(|s| s.ended_at_ms.is_none() && s.current_period_end_ms == period_end_ms && !s.in_force(now_ms));
         let Some(s) = over else { return Done };
         s.ended_at_ms = Some(now_ms);
         s.auto_renew = false;

@@ -151,7 +151,7 @@ fn status_of(app: &AppState, cache: &MetaCache, org_id: OrgId) -> Result<StatusR
             period_start: time_json(month_start_millis(month)),
             period_end: time_json(month_start_millis(next_month(month))),
         },
-        payment_method: account.and_then(|a| card_json(a)),
+        payment_method: account.and_then(card_json),
         plan: v.plan,
     })
 }
@@ -213,7 +213,10 @@ pub async fn subscribe(
     let provider = provider(&app)?.clone();
     let org_id = session.claims.org;
     let plan = cache.plans.get(&req.plan).ok_or_else(|| {
-        ApiError::BadRequest("invalid_plan", format!("no plan named {:?} in the catalog", req.plan.chars().take(64).collect::<String>()))
+        ApiError::BadRequest(
+            "invalid_plan",
+            format!("no plan named {:?} in the catalog", req.plan.chars().take(64).collect::<String>()),
+        )
     })?;
     let price = plan.price.as_ref().filter(|p| p.amount_cents > 0).ok_or_else(|| {
         ApiError::BadRequest("plan_not_purchasable", format!("plan {} has no price to subscribe at", plan.name))

@@ -224,7 +224,9 @@ pub async fn run_once(app: &AppState) -> usize {
 
 /// The sandbox's events and the periodic lifecycle, in one task, until the router stops.
 pub fn spawn(app: Arc<AppState>) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move { tokio::join!(consume_sandbox_events(&app), periodic(&app)); })
+    tokio::spawn(async move {
+        tokio::join!(consume_sandbox_events(&app), periodic(&app));
+    })
 }
 
 async fn periodic(app: &AppState) {

@@ -101,8 +101,8 @@ impl Billing {
         self.sandbox_events.lock().unwrap().take()
     }
 
-    /// The sandbox provider, when it is the one configured: for its renewals
-    /// ([`sandbox::SandboxProvider::renew_due`]), which Stripe does on its own.
+    /// The sandbox provider, when it is the one configured: its events' consumer reads the
+    /// subscriptions it made, and tests set its renewals to decline.
     pub fn sandbox(&self) -> Option<&Arc<sandbox::SandboxProvider>> {
         self.sandbox.as_ref()
     }

@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 
 use super::{
     idempotency_key, BillingError, Checkout, CheckoutRequest, EventKind, Interval, Invoice, PaymentMethod,
-    PaymentProvider, PlanPrice, ProviderEvent, RenewalRequest, Subscription, WebhookError,
+    PaymentProvider, ProviderEvent, RenewalRequest, Subscription, WebhookError,
 };
 
 /// Where the sandbox's payment pages are served.
@@ -53,10 +53,6 @@ struct State_ {
     subscriptions: HashMap<String, Subscription>,
     invoices: Vec<Invoice>,
     payment_methods: HashMap<String, PaymentMethod>,
-    /// What each subscription charges per period, for renewals.
-    prices: HashMap<String, PlanPrice>,
-    /// Unix seconds when a renewal of a `past_due` subscription first failed.
-    past_due_since: HashMap<String, i64>,
     /// Renewal invoices by idempotency key: a repeated charge answers the first outcome.
     renewals: HashMap<String, Invoice>,
 }
@@ -177,7 +173,6 @@ impl SandboxProvider {
                 metadata,
             });
             events.push(EventKind::InvoicePaid(invoice.clone()));
-            st.prices.insert(sub.id.clone(), req.price.clone());
             st.subscriptions.insert(sub.id.clone(), sub);
             st.invoices.push(invoice);
         }
@@ -209,85 +204,6 @@ impl SandboxProvider {
         };
         self.emit(event);
         Ok(Outcome::Declined)
-    }
-
-    /// Renews what is due at the clock's time, as Stripe does on its own at each period's end:
-    /// - auto-renew off (`cancel_at_period_end`): the subscription ends
-    ///   (`customer.subscription.deleted`);
-    /// - a card attached: a paid invoice for the next period (`invoice.paid`) and the period
-    ///   moved on (`customer.subscription.updated`);
-    /// - no card (it was detached): an open invoice (`invoice.payment_failed`) and status
-    ///   `past_due` (`customer.subscription.updated`); still unpaid `grace_secs` after the first
-    ///   failure, the subscription ends (`customer.subscription.deleted`).
-    ///
-    /// Idempotent at a given time; the caller runs it periodically (the sandbox has no
-    /// scheduler of its own, so tests drive it with a manual clock). Returns the number of
-    /// events emitted.
-    pub fn renew_due(&self, grace_secs: i64) -> usize {
-        let now = self.clock.now_secs();
-        let mut events = Vec::new();
-        {
-            let mut st = self.state.lock().unwrap();
-            let st = &mut *st;
-            let mut ids: Vec<String> = st.subscriptions.keys().cloned().collect();
-            ids.sort();
-            for id in ids {
-                let sub = st.subscriptions.get_mut(&id).expect("listed above");
-                if sub.status == "canceled" || sub.current_period_end.is_none_or(|end| end > now) {
-                    continue;
-                }
-                let Some(price) = st.prices.get(&id).cloned() else { continue };
-                if sub.cancel_at_period_end {
-                    sub.status = "canceled".into();
-                    events.push(EventKind::SubscriptionDeleted(sub.clone()));
-                    continue;
-                }
-                let period_start = sub.current_period_end.unwrap_or(now);
-                let period_end = period_start + period_secs(price.interval);
-                let card = sub.default_payment_method.clone().filter(|pm| st.payment_methods.contains_key(pm));
-                let mut invoice = Invoice {
-                    id: String::new(),
-                    customer_id: sub.customer_id.clone(),
-                    subscription_id: Some(id.clone()),
-                    amount_paid: 0,
-                    amount_due: price.amount_cents,
-                    currency: price.currency.to_ascii_lowercase(),
-                    status: "open".into(),
-                    period_start,
-                    period_end,
-                    created: now,
-                };
-                if card.is_some() {
-                    invoice.id = random_id("in_sbx");
-                    invoice.amount_paid = price.amount_cents;
-                    invoice.status = "paid".into();
-                    sub.status = "active".into();
-                    sub.current_period_start = Some(period_start);
-                    sub.current_period_end = Some(period_end);
-                    st.past_due_since.remove(&id);
-                    events.push(EventKind::InvoicePaid(invoice.clone()));
-                    events.push(EventKind::SubscriptionUpdated(sub.clone()));
-                    st.invoices.push(invoice);
-                } else if let Some(&since) = st.past_due_since.get(&id) {
-                    if now - since >= grace_secs {
-                        sub.status = "canceled".into();
-                        events.push(EventKind::SubscriptionDeleted(sub.clone()));
-                    }
-                } else {
-                    invoice.id = random_id("in_sbx");
-                    sub.status = "past_due".into();
-                    st.past_due_since.insert(id.clone(), now);
-                    events.push(EventKind::InvoicePaymentFailed(invoice.clone()));
-                    events.push(EventKind::SubscriptionUpdated(sub.clone()));
-                    st.invoices.push(invoice);
-                }
-            }
-        }
-        let n = events.len();
-        for e in events {
-            self.emit(e);
-        }
-        n
     }
 
     fn not_found(what: &str) -> BillingError {
@@ -427,10 +343,8 @@ impl PaymentProvider for SandboxProvider {
                     param: None,
                     message: e.to_string(),
                 })?;
-            let card_valid = req
-                .card
-                .as_ref()
-                .is_some_and(|(_, month, year)| (i64::from(*year), i64::from(*month)) >= start_month);
+            let card_valid =
+                req.card.as_ref().is_some_and(|(_, month, year)| (i64::from(*year), i64::from(*month)) >= start_month);
             let paid = card_valid && !self.decline_renewals.load(Ordering::SeqCst);
             let tail = req.idempotency_key.rsplit('-').next().unwrap_or_default();
             let invoice = Invoice {
