@@ -99,9 +99,10 @@ fn verifies(secret: &str, r: &Received) -> bool {
     let key = STANDARD.decode(secret.strip_prefix("whsec_").expect("a whsec_ secret")).unwrap();
     let mut mac = Hmac::<Sha256>::new_from_slice(&key).unwrap();
     mac.update(format!("{}.{}.{}", r.id, r.timestamp, r.body).as_bytes());
-    r.signatures.split(' ').filter_map(|s| s.strip_prefix("v1,")).any(|sig| {
-        STANDARD.decode(sig).is_ok_and(|raw| mac.clone().verify_slice(&raw).is_ok())
-    })
+    r.signatures
+        .split(' ')
+        .filter_map(|s| s.strip_prefix("v1,"))
+        .any(|sig| STANDARD.decode(sig).is_ok_and(|raw| mac.clone().verify_slice(&raw).is_ok()))
 }
 
 // ---- A node and a router in this process, on a manual clock ----
@@ -180,7 +181,16 @@ impl Stack {
         let token = login(&url, &creds.email, &creds.password).await;
         let issued = clock.clock().now_millis();
         let ingest_token = creds.ingest_token.clone();
-        Stack { _router: router, clock, url, creds, token: Mutex::new((token, issued)), ingest_token, _node: node, _dir: dir }
+        Stack {
+            _router: router,
+            clock,
+            url,
+            creds,
+            token: Mutex::new((token, issued)),
+            ingest_token,
+            _node: node,
+            _dir: dir,
+        }
     }
 
     async fn token(&self) -> String {
@@ -218,7 +228,8 @@ async fn call(url: &str, token: &str, method: reqwest::Method, path: &str, body:
 
 async fn wait_delivery(url: &str, token: &str, hook: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
     wait_for(what, Duration::from_secs(60), || async {
-        let (code, body) = call(url, token, reqwest::Method::GET, &format!("/api/webhooks/{hook}/deliveries"), None).await;
+        let (code, body) =
+            call(url, token, reqwest::Method::GET, &format!("/api/webhooks/{hook}/deliveries"), None).await;
         assert_eq!(code, 200, "{body}");
         body["items"].as_array().unwrap().iter().find(|d| f(d)).cloned()
     })
@@ -254,7 +265,8 @@ async fn failed_deliveries_are_retried_on_schedule_and_every_attempt_is_recorded
     let s = Stack::start(TargetPolicy::dev()).await;
     let retry_after = Reply { status: 429, headers: vec![("retry-after", "3600".into())] };
     let (receiver, addr) = Receiver::start(vec![reply(500), retry_after]).await;
-    let (hook, secret) = create_hook(&s.url, &s.token().await, &format!("http://{addr}/hook"), &["signup", "purchase"]).await;
+    let (hook, secret) =
+        create_hook(&s.url, &s.token().await, &format!("http://{addr}/hook"), &["signup", "purchase"]).await;
     // The secret is shown once: the list does not have it.
     let (_, list) = s.call(reqwest::Method::GET, "/api/webhooks", None).await;
     assert_eq!(list["items"][0]["id"], hook.as_str());
@@ -269,7 +281,8 @@ async fn failed_deliveries_are_retried_on_schedule_and_every_attempt_is_recorded
     assert!(verifies(&secret, &first[0]), "{first:?}");
     let body: Value = serde_json::from_str(&first[0].body).unwrap();
     assert_eq!(body["type"], "events");
-    let names: Vec<&str> = body["data"]["events"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
+    let names: Vec<&str> =
+        body["data"]["events"].as_array().unwrap().iter().map(|e| e["event"].as_str().unwrap()).collect();
     assert_eq!(names, ["signup", "purchase"], "one delivery, only the subscribed events");
     assert_eq!(body["data"]["events"][1]["properties"]["n"], 3);
     let d = s.wait_delivery(&hook, "attempt 1 recorded", |d| d["attempts"].as_array().unwrap().len() == 1).await;
@@ -296,7 +309,8 @@ async fn failed_deliveries_are_retried_on_schedule_and_every_attempt_is_recorded
     assert_eq!(d["attempts"].as_array().unwrap().len(), 2);
     s.clock.advance(Duration::from_secs(1));
     let d = s.wait_delivery(&hook, "the delivery succeeded", |d| d["status"] == "succeeded").await;
-    let codes: Vec<u64> = d["attempts"].as_array().unwrap().iter().map(|a| a["status_code"].as_u64().unwrap()).collect();
+    let codes: Vec<u64> =
+        d["attempts"].as_array().unwrap().iter().map(|a| a["status_code"].as_u64().unwrap()).collect();
     assert_eq!(codes, [500, 429, 200]);
     assert!(d["next_attempt_at"].is_null());
     let got = receiver.got();
@@ -312,8 +326,7 @@ async fn the_last_retry_fails_the_delivery_rotation_signs_twice_and_410_disables
     let s = Stack::start(TargetPolicy::dev()).await;
     let (receiver, addr) = Receiver::start(vec![reply(503); 8]).await;
     let (hook, old) = create_hook(&s.url, &s.token().await, &format!("http://{addr}/"), &["signup"]).await;
-    let (code, rotated) =
-        s.call(reqwest::Method::POST, &format!("/api/webhooks/{hook}/rotate-secret"), None).await;
+    let (code, rotated) = s.call(reqwest::Method::POST, &format!("/api/webhooks/{hook}/rotate-secret"), None).await;
     assert_eq!(code, 200, "{rotated}");
     let new = rotated["secret"].as_str().unwrap().to_owned();
     assert_ne!(new, old);
@@ -368,7 +381,8 @@ async fn the_last_retry_fails_the_delivery_rotation_signs_twice_and_410_disables
 async fn a_test_ping_is_signed_and_webhooks_stay_in_their_project() {
     let s = Stack::start(TargetPolicy::dev()).await;
     let (receiver, addr) = Receiver::start(vec![]).await;
-    let (hook, secret) = create_hook(&s.url, &s.token().await, &format!("http://{addr}/ping"), &["system.alert_triggered"]).await;
+    let (hook, secret) =
+        create_hook(&s.url, &s.token().await, &format!("http://{addr}/ping"), &["system.alert_triggered"]).await;
     let (code, result) = s.call(reqwest::Method::POST, &format!("/api/webhooks/{hook}/test"), None).await;
     assert_eq!(code, 200, "{result}");
     assert_eq!((result["status"].as_str(), result["attempt"]["status_code"].as_u64()), (Some("succeeded"), Some(200)));
@@ -376,7 +390,10 @@ async fn a_test_ping_is_signed_and_webhooks_stay_in_their_project() {
     assert!(verifies(&secret, &got[0]));
     assert_eq!(got[0].id, result["delivery_id"].as_str().unwrap());
     let body: Value = serde_json::from_str(&got[0].body).unwrap();
-    assert_eq!((body["type"].as_str(), body["data"]["webhook_id"].as_str()), (Some("webhook.test"), Some(hook.as_str())));
+    assert_eq!(
+        (body["type"].as_str(), body["data"]["webhook_id"].as_str()),
+        (Some("webhook.test"), Some(hook.as_str()))
+    );
 
     // Another org: its own sign-up sees none of this project's webhooks.
     let resp = http()
@@ -443,7 +460,8 @@ async fn posthog_capture_events_reach_their_webhooks() {
 async fn a_crossed_quota_is_published_once_to_the_orgs_webhooks() {
     let s = Stack::start(TargetPolicy::dev()).await;
     let (receiver, addr) = Receiver::start(vec![]).await;
-    let (hook, secret) = create_hook(&s.url, &s.token().await, &format!("http://{addr}/"), &["system.quota_exceeded"]).await;
+    let (hook, secret) =
+        create_hook(&s.url, &s.token().await, &format!("http://{addr}/"), &["system.quota_exceeded"]).await;
     let cluster = &s._router.state.cluster;
     let org = cluster.meta_cache().unwrap().projects[&s.creds.project_id].org_id;
     let quota = json!({"id": "q-events", "org_id": org, "project_id": null, "rate_limits": {}, "monthly_events": 1, "hard": true});
@@ -562,7 +580,8 @@ async fn a_delivery_waiting_for_its_retry_survives_a_kill_of_every_process() {
     let dev = Dev::start(dir.path()).await;
     let token = dev.token().await;
     let d = wait_delivery(&dev.url, &token, &hook, "the retried delivery", |d| d["status"] == "succeeded").await;
-    let codes: Vec<u64> = d["attempts"].as_array().unwrap().iter().map(|a| a["status_code"].as_u64().unwrap()).collect();
+    let codes: Vec<u64> =
+        d["attempts"].as_array().unwrap().iter().map(|a| a["status_code"].as_u64().unwrap()).collect();
     assert_eq!(codes, [500, 200]);
     let got = receiver.got();
     assert_eq!(got.len(), 2);
@@ -591,9 +610,11 @@ async fn a_delivery_waiting_for_its_retry_survives_a_meta_leader_change() {
     .await;
     let leader = cluster.leader_of(0).await;
     cluster.kill_node(leader);
-    let d = wait_delivery(&cluster.url, &token, &hook, "the retry after the leader change", |d| d["status"] == "succeeded")
-        .await;
-    let codes: Vec<u64> = d["attempts"].as_array().unwrap().iter().map(|a| a["status_code"].as_u64().unwrap()).collect();
+    let d =
+        wait_delivery(&cluster.url, &token, &hook, "the retry after the leader change", |d| d["status"] == "succeeded")
+            .await;
+    let codes: Vec<u64> =
+        d["attempts"].as_array().unwrap().iter().map(|a| a["status_code"].as_u64().unwrap()).collect();
     assert_eq!(codes, [500, 200]);
     let got = receiver.got();
     assert_eq!(got.len(), 2);

@@ -34,8 +34,7 @@ pub const LEASE_MS: i64 = 60_000;
 pub const DELIVERY_TIMEOUT_MS: i64 = 10_000;
 /// Delays before each retry (A9): after the first attempt 5 s, then 5 min, ... After the last
 /// retry fails the delivery is `failed`.
-pub const RETRY_DELAYS_MS: [i64; 7] =
-    [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000];
+pub const RETRY_DELAYS_MS: [i64; 7] = [5_000, 300_000, 1_800_000, 7_200_000, 18_000_000, 36_000_000, 36_000_000];
 /// After a rotation the previous secret still signs for this long.
 pub const ROTATION_OVERLAP_MS: i64 = 24 * 3600 * 1000;
 /// Ids of published events are remembered this long, so a repeat publishes nothing.

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use sextant_model::meta::{MetaCommandResult, Refusal};
 use sextant_model::webhook::{
     delivery_id, system_event_body, Attempt, AttemptOutcome, CustomerEvent, Delivery, DeliveryStatus, Lease,
-    LeasedDelivery, SigningSecret, SystemEvent, Webhook, WebhookInfo, WebhookSecret, CUSTOMER_EVENTS, TEST_EVENT, MAX_BODY_BYTES,
-    MAX_EVENT_ID_LEN, MAX_FINISHED_PER_WEBHOOK, MAX_PENDING_PER_WEBHOOK, MAX_WEBHOOKS_PER_PROJECT,
-    PUBLISHED_ID_TTL_MS, RETRY_DELAYS_MS, ROTATION_OVERLAP_MS,
+    LeasedDelivery, SigningSecret, SystemEvent, Webhook, WebhookInfo, WebhookSecret, CUSTOMER_EVENTS, MAX_BODY_BYTES,
+    MAX_EVENT_ID_LEN, MAX_FINISHED_PER_WEBHOOK, MAX_PENDING_PER_WEBHOOK, MAX_WEBHOOKS_PER_PROJECT, PUBLISHED_ID_TTL_MS,
+    RETRY_DELAYS_MS, ROTATION_OVERLAP_MS, TEST_EVENT,
 };
 use sextant_model::{OrgId, ProjectId};
 
@@ -164,11 +164,8 @@ impl Webhooks {
             .map(|h| (h.id.clone(), h.events.clone()))
             .collect();
         for (hook, names) in targets {
-            let mine: Vec<String> = events
-                .iter()
-                .filter(|e| names.contains(&e.name))
-                .map(|e| e.body.to_string())
-                .collect();
+            let mine: Vec<String> =
+                events.iter().filter(|e| names.contains(&e.name)).map(|e| e.body.to_string()).collect();
             for (n, chunk) in chunks(mine).into_iter().enumerate() {
                 let body = format!(
                     r#"{{"type":"{CUSTOMER_EVENTS}","timestamp":"{timestamp}","data":{{"events":[{}]}}}}"#,
@@ -195,7 +192,8 @@ impl Webhooks {
             .iter()
             .flat_map(|(h, q)| q.values().map(move |d| (h, d)))
             .filter(|(_, d)| {
-                d.status == DeliveryStatus::Pending && d.lease.as_ref().is_some_and(|l| l.token == token && l.until_ms > now_ms)
+                d.status == DeliveryStatus::Pending
+                    && d.lease.as_ref().is_some_and(|l| l.token == token && l.until_ms > now_ms)
             })
             .map(|(h, d)| (h.clone(), d.id.clone()))
             .collect();
@@ -231,7 +229,13 @@ impl Webhooks {
         MetaCommandResult::Leased { deliveries: leased }
     }
 
-    pub(super) fn record(&mut self, delivery_id: &str, token: &str, attempt: Attempt, outcome: AttemptOutcome) -> MetaCommandResult {
+    pub(super) fn record(
+        &mut self,
+        delivery_id: &str,
+        token: &str,
+        attempt: Attempt,
+        outcome: AttemptOutcome,
+    ) -> MetaCommandResult {
         let Some(hook_id) = self.deliveries.iter().find(|(_, q)| q.contains_key(delivery_id)).map(|(h, _)| h.clone())
         else {
             return Refused(Refusal::NotFound);
@@ -381,14 +385,22 @@ impl MetaState {
         Done
     }
 
-    pub(super) fn lease_deliveries(&mut self, worker: String, token: String, now_ms: i64, lease_ms: i64, max: u32) -> MetaCommandResult {
+    pub(super) fn lease_deliveries(
+        &mut self,
+        worker: String,
+        token: String,
+        now_ms: i64,
+        lease_ms: i64,
+        max: u32,
+    ) -> MetaCommandResult {
         let tenancy = &self.tenancy;
         let live = |p: ProjectId| tenancy.projects.contains_key(&p) && !tenancy.deleted_projects.contains_key(&p);
         self.webhooks.lease(worker, token, now_ms, lease_ms, max, &live)
     }
 
     pub(super) fn due_deliveries(&self, now_ms: i64) -> u64 {
-        let live = |p: ProjectId| self.tenancy.projects.contains_key(&p) && !self.tenancy.deleted_projects.contains_key(&p);
+        let live =
+            |p: ProjectId| self.tenancy.projects.contains_key(&p) && !self.tenancy.deleted_projects.contains_key(&p);
         self.webhooks.due_count(now_ms, &live)
     }
 
@@ -444,7 +456,13 @@ mod tests {
     }
 
     fn lease(s: &mut MetaState, token: &str, now_ms: i64) -> Vec<LeasedDelivery> {
-        let cmd = MetaCommand::LeaseDeliveries { worker: "r".into(), token: token.into(), now_ms, lease_ms: LEASE_MS, max: 10 };
+        let cmd = MetaCommand::LeaseDeliveries {
+            worker: "r".into(),
+            token: token.into(),
+            now_ms,
+            lease_ms: LEASE_MS,
+            max: 10,
+        };
         match s.execute(cmd) {
             MetaCommandResult::Leased { deliveries } => deliveries,
             other => panic!("{other:?}"),
@@ -456,7 +474,12 @@ mod tests {
     }
 
     fn record(s: &mut MetaState, d: &LeasedDelivery, token: &str, at: Attempt, outcome: AttemptOutcome) {
-        let cmd = MetaCommand::RecordDeliveryAttempt { delivery_id: d.delivery_id.clone(), token: token.into(), attempt: at, outcome };
+        let cmd = MetaCommand::RecordDeliveryAttempt {
+            delivery_id: d.delivery_id.clone(),
+            token: token.into(),
+            attempt: at,
+            outcome,
+        };
         assert_eq!(through_the_log(&cmd), cmd);
         assert_eq!(s.execute(cmd), Done);
     }
@@ -476,7 +499,8 @@ mod tests {
         let d: Vec<Delivery> = read(&s, &MetaQuery::WebhookDeliveries { project_id: project, webhook_id: "w1".into() });
         assert_eq!(d.len(), 1, "the repeat enqueued nothing");
         assert_eq!((d[0].event.as_str(), d[0].status), (SYSTEM_ALERT_TRIGGERED, DeliveryStatus::Pending));
-        let none: Vec<Delivery> = read(&s, &MetaQuery::WebhookDeliveries { project_id: project, webhook_id: "w2".into() });
+        let none: Vec<Delivery> =
+            read(&s, &MetaQuery::WebhookDeliveries { project_id: project, webhook_id: "w2".into() });
         assert!(none.is_empty());
         let foreign: Vec<Delivery> =
             read(&s, &MetaQuery::WebhookDeliveries { project_id: ProjectId::random(), webhook_id: "w1".into() });
@@ -522,7 +546,13 @@ mod tests {
             let l = lease(&mut s, &format!("t{n}"), now);
             assert_eq!((l.len(), l[0].attempt), (1, n));
             let next = retry_delay_ms(n).map(|d| now + d);
-            record(&mut s, &l[0], &format!("t{n}"), attempt(n, now, 500), AttemptOutcome::Retry { next_attempt_at_ms: next });
+            record(
+                &mut s,
+                &l[0],
+                &format!("t{n}"),
+                attempt(n, now, 500),
+                AttemptOutcome::Retry { next_attempt_at_ms: next },
+            );
             if let Some(next) = next {
                 assert!(lease(&mut s, "early", next - 1).is_empty(), "not before it is due");
                 now = next;
@@ -557,7 +587,8 @@ mod tests {
         hook(&mut s, &owner, "w1", &["signup", "purchase"]);
         hook(&mut s, &owner, "w2", &["purchase"]);
         let project = s.tenancy.orgs[&owner.org_id].default_project;
-        let ev = |name: &str, n: u32| CustomerEvent { name: name.into(), body: serde_json::json!({"event": name, "n": n}) };
+        let ev =
+            |name: &str, n: u32| CustomerEvent { name: name.into(), body: serde_json::json!({"event": name, "n": n}) };
         let cmd = MetaCommand::PublishCustomerEvents {
             batch_id: "b1".into(),
             org_id: owner.org_id,
@@ -601,7 +632,8 @@ mod tests {
         };
         assert_eq!(s.execute(rotate(stranger, "whsec_x", T0)), Refused(Refusal::NotFound));
         assert_eq!(s.execute(rotate(owner.org_id, "whsec_b", T0)), Done);
-        let secrets = |s: &MetaState, at| s.webhooks.hooks["w1"].signing_secrets(at).into_iter().map(|s| s.0).collect::<Vec<_>>();
+        let secrets =
+            |s: &MetaState, at| s.webhooks.hooks["w1"].signing_secrets(at).into_iter().map(|s| s.0).collect::<Vec<_>>();
         assert_eq!(secrets(&s, T0 + 1), ["whsec_b", "whsec_a"]);
         assert_eq!(s.execute(rotate(owner.org_id, "whsec_c", T0 + 2)), Done);
         assert_eq!(secrets(&s, T0 + 3), ["whsec_c", "whsec_b"], "at most two");

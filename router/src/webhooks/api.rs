@@ -287,7 +287,8 @@ pub async fn deliveries(
         .meta_read(&MetaQuery::WebhookDeliveries { project_id: session.project_id, webhook_id: hook.id })
         .await?;
     // Newest first: the key counts down with time.
-    let items = list.iter().map(|d| (format!("{:020}:{}", i64::MAX - d.created_at_ms.max(0), d.id), DeliveryJson::from(d)));
+    let items =
+        list.iter().map(|d| (format!("{:020}:{}", i64::MAX - d.created_at_ms.max(0), d.id), DeliveryJson::from(d)));
     Ok(Json(page.apply(items.collect())))
 }
 

@@ -209,9 +209,17 @@ mod tests {
         for public in ["8.8.8.8", "1.1.1.1", "2606:4700:4700::1111", "100.128.0.1", "172.32.0.1"] {
             assert_eq!(class(public), AddrClass::Public, "{public}");
         }
-        for private in
-            ["127.0.0.1", "127.8.9.10", "10.1.2.3", "172.16.0.1", "192.168.1.1", "100.64.0.1", "::1", "fc00::1", "::ffff:10.0.0.1"]
-        {
+        for private in [
+            "127.0.0.1",
+            "127.8.9.10",
+            "10.1.2.3",
+            "172.16.0.1",
+            "192.168.1.1",
+            "100.64.0.1",
+            "::1",
+            "fc00::1",
+            "::ffff:10.0.0.1",
+        ] {
             assert_eq!(class(private), AddrClass::Private, "{private}");
         }
         for forbidden in [

@@ -12,12 +12,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 use sextant_model::meta::{MetaCommand, MetaCommandResult};
 use sextant_model::row::Event;
 use sextant_model::usage::{month_of_millis, Exceeded};
 use sextant_model::webhook::{CustomerEvent, SystemEvent, SYSTEM_QUOTA_EXCEEDED};
 use sextant_model::{OrgId, ProjectId};
+use sha2::{Digest, Sha256};
 
 use crate::cluster::MetaCache;
 use crate::ingest::quota::Meter;

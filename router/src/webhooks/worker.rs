@@ -107,7 +107,8 @@ pub struct Response {
 /// Sends `body` to `url` as message `id`, signed with `secrets`, through the guarded client.
 pub async fn post(app: &AppState, url: &str, id: &str, secrets: &[SigningSecret], body: &str) -> Response {
     let started = app.clock.monotonic();
-    let elapsed = |app: &AppState| u64::try_from(app.clock.monotonic().saturating_sub(started).as_millis()).unwrap_or(u64::MAX);
+    let elapsed =
+        |app: &AppState| u64::try_from(app.clock.monotonic().saturating_sub(started).as_millis()).unwrap_or(u64::MAX);
     let url = match app.webhooks.policy.check_url(url) {
         Ok(u) => u,
         Err(refused) => {
