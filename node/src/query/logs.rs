@@ -31,11 +31,17 @@ pub fn scan(req: &ShardQuery, plan: &LogSearchPlan) -> Result<Scan, QueryError> 
     }
     filter.trace_id = query.trace_id.clone();
     filter.log_query = Some(query);
+    // A page after a cursor holds lines at or before the cursor's time: later row groups
+    // are not read (paging deep into a long range reads each line about once).
+    let to_ns = match &plan.before {
+        Some(b) => req.to_unix_nanos.min(b.unix_nanos.saturating_add(1)),
+        None => req.to_unix_nanos,
+    };
     Ok(Scan {
         table: Table::Logs,
         project: req.project_id.clone(),
         from_ns: req.from_unix_nanos,
-        to_ns: req.to_unix_nanos,
+        to_ns,
         filter,
         columns: Vec::new(),
         dictionaries: Vec::new(),

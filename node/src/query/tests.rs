@@ -416,7 +416,7 @@ fn a_year_of_weeks() -> Shard {
                 unix_nanos: (at + i) * MS,
                 level: LogLevel::Info,
                 service: "api".into(),
-                message: if i == 50 { format!("needle of week {w}") } else { format!("hay {i}") },
+                message: if i == 50 { format!("needle of week {w}") } else { format!("hay {i} of week {w}") },
                 ..Default::default()
             })
             .collect();
@@ -442,12 +442,28 @@ fn year_query(plan: impl Into<Plan>) -> ShardQuery {
 #[test]
 fn log_search_over_a_year_reads_only_the_newest_weeks_for_a_page() {
     let sh = a_year_of_weeks();
-    let reply = sh.query_at(year_query(LogSearchPlan { query: "needle".into(), limit: 3, ..Default::default() }));
-    let Ok(Partial::Logs(page)) = reply.partial else { panic!("logs expected") };
-    let got: Vec<String> = page.0.iter().map(|l| l.log.message.clone()).collect();
-    assert_eq!(got, ["needle of week 52", "needle of week 51", "needle of week 50"]);
-    // The buffered week, then a segment a week: 3 of 53 weeks' lines, not the year's 5300.
-    assert!(reply.rows_scanned <= 300, "read {} lines for a page of 3", reply.rows_scanned);
+    let search = |query: &str, before: Option<LogKey>| {
+        let plan = LogSearchPlan { query: query.into(), limit: 3, before, ..Default::default() };
+        let reply = sh.query_at(year_query(plan));
+        let Ok(Partial::Logs(page)) = reply.partial else { panic!("logs expected") };
+        (page.0, reply.rows_scanned)
+    };
+    let messages = |page: &[sextant_model::query::KeyedLog]| -> Vec<String> {
+        page.iter().map(|l| l.log.message.clone()).collect()
+    };
+    // Newest first across the buffer and a year of segments.
+    let (needles, _) = search("needle", None);
+    assert_eq!(messages(&needles), ["needle of week 52", "needle of week 51", "needle of week 50"]);
+    // Every line has "week", so the rows handed to the search are the lines read: a page of
+    // 3 reads the buffered week (100 lines), not the year's 5300.
+    let (page, scanned) = search("week", None);
+    assert_eq!(messages(&page), ["hay 99 of week 52", "hay 98 of week 52", "hay 97 of week 52"]);
+    assert!(scanned <= 100, "read {scanned} lines for a page of 3");
+    // After a cursor deep in the range, only lines at or before it are read: not the buffer
+    // and the newer weeks again.
+    let (page, scanned) = search("week", Some(needles[2].key));
+    assert_eq!(messages(&page), ["hay 49 of week 50", "hay 48 of week 50", "hay 47 of week 50"]);
+    assert!(scanned <= 100, "read {scanned} lines for a page after the cursor");
 }
 
 #[test]
@@ -468,6 +484,11 @@ fn trace_list_over_a_year_reads_only_the_newest_weeks_for_a_page() {
     let before = TraceKey { start_unix_nanos: 50 * 7 * DAY_MS * MS, trace_id: "t50".into() };
     let (next, _) = ids(TraceListPlan { limit: 2, errors_only: true, before: Some(before), ..Default::default() });
     assert_eq!(next, ["t48", "t46"]);
+    // A page deep into the year reads the weeks around it, not the newer ones again.
+    let before = TraceKey { start_unix_nanos: 10 * 7 * DAY_MS * MS, trace_id: "t10".into() };
+    let (deep, scanned) = ids(TraceListPlan { limit: 2, before: Some(before), ..Default::default() });
+    assert_eq!(deep, ["t09", "t08"]);
+    assert!(scanned <= 4, "read {scanned} summaries for a page of 2 deep in the year");
     // Everything, when the page is larger than the year.
     let (all, scanned) = ids(TraceListPlan { limit: 100, ..Default::default() });
     assert_eq!((all.len(), all.last().map(String::as_str), scanned), (53, Some("t00"), 53));

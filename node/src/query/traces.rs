@@ -16,7 +16,7 @@ use crate::shard::ScanJob;
 
 impl QueryKind for TraceListPlan {
     fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
-        let (plan, job) = (self.clone(), shard.scan(scan(req)));
+        let (plan, job) = (self.clone(), shard.scan(scan(req, self)));
         Ok(Box::new(move |req, budget| Ok(run(req, &plan, job, budget)?.into())))
     }
 }
@@ -25,12 +25,18 @@ impl QueryKind for TraceListPlan {
 /// the scan widens the range by it, so a trace shorter than this is always seen whole.
 pub const TRACE_SPREAD_NS: i64 = 3600 * 1_000_000_000;
 
-pub fn scan(req: &ShardQuery) -> Scan {
+/// The summaries of traces that may start in the range (and, after a cursor, at or before
+/// the cursor's trace: later ones are on earlier pages).
+pub fn scan(req: &ShardQuery, plan: &TraceListPlan) -> Scan {
+    let to = match &plan.before {
+        Some(b) => req.to_unix_nanos.min(b.start_unix_nanos.saturating_add(1)),
+        None => req.to_unix_nanos,
+    };
     Scan {
         table: Table::TraceSummaries,
         project: req.project_id.clone(),
         from_ns: req.from_unix_nanos.saturating_sub(TRACE_SPREAD_NS),
-        to_ns: req.to_unix_nanos.saturating_add(TRACE_SPREAD_NS),
+        to_ns: to.saturating_add(TRACE_SPREAD_NS),
         filter: Filter::default(),
         columns: Vec::new(),
         dictionaries: Vec::new(),
