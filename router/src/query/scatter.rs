@@ -29,8 +29,9 @@ pub struct QueryBudget {
 }
 
 impl Default for QueryBudget {
-    /// 500 million rows and 8 GiB: about what this build reads within the default 60 s read
-    /// timeout on two cores (docs/BENCHMARKS.md).
+    /// 500 million rows and 8 GiB: at the rate of the 10M-event funnel in docs/BENCHMARKS.md
+    /// (0.4 CPU-s), about 20 CPU-seconds, well within the default 60 s read timeout on two
+    /// cores.
     fn default() -> Self {
         Self { rows: 500_000_000, bytes: 8 << 30 }
     }
