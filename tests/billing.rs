@@ -720,6 +720,21 @@ async fn stripe_webhooks_are_verified_applied_once_and_in_the_order_they_happene
     let (_, status) = s.get(&token, "/billing/status").await;
     assert_eq!((status["status"].as_str(), status["auto_renew"].as_bool()), (Some("canceled"), Some(false)));
 
+    // Unlinking the card detaches it at Stripe, once, with an idempotency key.
+    let (code, removed) = s.send(Method::DELETE, &token, "/billing/payment-method", None).await;
+    assert_eq!((code, removed["last4"].as_str()), (200, Some("4444")));
+    let detaches: Vec<_> = seen
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(m, p, _)| m == "POST" && p == "/v1/payment_methods/pm_1/detach")
+        .cloned()
+        .collect();
+    assert_eq!(detaches.len(), 1);
+    assert!(detaches[0].2.as_deref().unwrap().starts_with("sextant-detach_payment_method-"));
+    s.wait_status(&token, "the card gone", |b| b["payment_method"].is_null()).await;
+
     let mut deleted_sub = sub(true);
     deleted_sub["status"] = json!("canceled");
     let deleted = event("evt_deleted", "customer.subscription.deleted", now_secs + 30, deleted_sub);
