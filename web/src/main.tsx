@@ -58,6 +58,11 @@ function ProjectSwitcher({ params }: { params: URLSearchParams }) {
 
 function Shell({ path, params, theme, setTheme }: { path: string; params: URLSearchParams; theme: Theme; setTheme: (t: Theme) => void }) {
   setProject(params.get('project'));
+  // The payment provider sends the customer back to `/?billing=success|canceled`.
+  useEffect(() => {
+    const outcome = params.get('billing');
+    if (path === '/' && outcome) navigate(href('/settings/billing', { billing: outcome }), true);
+  }, [path]);
   const { title, render: Page } = pageFor(path);
   useEffect(() => {
     document.title = `${title} · Sextant`;

@@ -75,3 +75,7 @@ export function fmtBytes(b: number | null | undefined): string {
   }
   return `${b.toFixed(i ? 1 : 0)} ${units[i]}`;
 }
+
+/** What identifies a range for reloading: a relative one is the same range as time passes (it
+ * moves on with Refresh), so that a page does not refetch on every render. */
+export const rangeKey = (r: Range): string => r.relative ?? `${r.from}-${r.to}`;

@@ -2,7 +2,7 @@ import { get } from '../api';
 import { Status, useLoad } from '../components/data';
 import { PageHeader } from '../components/page';
 import { VirtualTable } from '../components/VirtualTable';
-import { fmtDuration, fmtNum, fmtPct, iso, resolveRange } from '../time';
+import { fmtDuration, fmtNum, fmtPct, iso, resolveRange, rangeKey } from '../time';
 import { href, navigate, setParams } from '../url';
 import type { PageProps } from '.';
 
@@ -39,7 +39,7 @@ export function Apm({ params }: PageProps) {
   const service = params.get('service') ?? '';
   const res = useLoad(
     (signal) => get<{ items: Endpoint[] }>('/api/v1/apm/endpoints', { from: iso(r.from), to: iso(r.to), sort, service }, signal),
-    [r.relative ?? r.from, r.to, sort, service],
+    [rangeKey(r), sort, service],
   );
   const items = res.data?.items ?? [];
   return (

@@ -2,7 +2,7 @@ import { get } from '../api';
 import { Status, useLoad } from '../components/data';
 import { PageHeader } from '../components/page';
 import { VirtualTable } from '../components/VirtualTable';
-import { fmtNum, fmtTime, iso, resolveRange } from '../time';
+import { fmtNum, fmtTime, iso, resolveRange, rangeKey } from '../time';
 import { href, navigate } from '../url';
 import type { PageProps } from '.';
 
@@ -22,7 +22,7 @@ export function Errors({ path, params }: PageProps) {
   const r = resolveRange(params, '24h');
   const fp = path.startsWith('/errors/') ? decodeURIComponent(path.slice('/errors/'.length)) : null;
   const q = { from: iso(r.from), to: iso(r.to) };
-  const dep = [r.relative ?? r.from, r.to];
+  const dep = [rangeKey(r)];
   const list = useLoad((signal) => (fp ? null : get<{ items: Group[] }>('/api/v1/errors', { ...q, limit: 1000 }, signal)), [fp, ...dep]);
   const one = useLoad(
     (signal) => (fp ? get<Group & { occurrences: { timestamp: string; trace_id: string | null; message: string }[] }>(`/api/v1/errors/${encodeURIComponent(fp)}`, q, signal) : null),

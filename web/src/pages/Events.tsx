@@ -4,7 +4,7 @@ import { Status, useLoad } from '../components/data';
 import { PageHeader } from '../components/page';
 import { TimeChart } from '../components/charts';
 import { CohortSelect } from '../components/CohortSelect';
-import { fmtNum, fmtTime, iso, resolveRange } from '../time';
+import { fmtNum, fmtTime, iso, resolveRange, rangeKey } from '../time';
 import { setParams } from '../url';
 import type { PageProps } from '.';
 
@@ -23,7 +23,7 @@ export function Events({ params }: PageProps) {
   const [input, setInput] = useState(event);
   const res = useLoad(
     (signal) => get<Series>('/api/events/timeseries', { event, from: iso(r.from), to: iso(r.to), interval, tz, cohort_id: cohort }, signal),
-    [event, interval, cohort, r.relative ?? r.from, r.to],
+    [event, interval, cohort, rangeKey(r)],
   );
   const pts = res.data?.points ?? [];
   const chart = useMemo(

@@ -4,7 +4,7 @@ import { Status, useLoad } from '../components/data';
 import { PageHeader } from '../components/page';
 import { Sparkline, TimeChart } from '../components/charts';
 import { VirtualTable } from '../components/VirtualTable';
-import { fmtBytes, fmtNum, fmtTime, iso, resolveRange } from '../time';
+import { fmtBytes, fmtNum, fmtTime, iso, resolveRange, rangeKey } from '../time';
 import { setParams } from '../url';
 import type { PageProps } from '.';
 
@@ -39,7 +39,7 @@ const SPARK_HOSTS = 20;
 export function Hosts({ params }: PageProps) {
   const r = resolveRange(params, '1h');
   const selected = params.get('host');
-  const dep = [r.relative ?? r.from, r.to];
+  const dep = [rangeKey(r)];
   const hosts = useLoad((signal) => get<{ items: Host[] }>('/api/v1/infrastructure/hosts', { from: iso(r.from), to: iso(r.to) }, signal), dep);
   const items = hosts.data?.items ?? [];
   const sparks = useLoad(

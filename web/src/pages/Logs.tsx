@@ -5,7 +5,7 @@ import { ErrorBox, Status, useLoad } from '../components/data';
 import { PageHeader } from '../components/page';
 import { TimeChart } from '../components/charts';
 import { VirtualTable } from '../components/VirtualTable';
-import { fmtTime, iso, resolveRange } from '../time';
+import { fmtTime, iso, resolveRange, rangeKey } from '../time';
 import { href, setParams } from '../url';
 import type { PageProps } from '.';
 
@@ -83,7 +83,7 @@ export function Logs({ params }: PageProps) {
         setNext(b.next_cursor);
         return b;
       }),
-    [q, service, levels.join(','), r.relative ?? r.from, r.relative ? '' : r.to],
+    [q, service, levels.join(','), rangeKey(r)],
   );
   // Live tail: every 2 s, the lines newer than the newest shown, on top.
   const linesRef = useRef(lines);
@@ -118,7 +118,7 @@ export function Logs({ params }: PageProps) {
     setNext(b.next_cursor);
   };
   const words = useMemo(() => searchedWords(q), [q]);
-  const hist = useMemo(() => histogram(lines, r.from, live ? Date.now() : r.to), [lines, r.from, r.to]);
+  const hist = useMemo(() => histogram(lines, r.from, live ? Date.now() : r.to), [lines, rangeKey(r)]);
   const series = useMemo(
     () => [{ label: 'Lines', values: hist.counts, color: '#4c9aff', bars: true }],
     [hist],

@@ -3,7 +3,7 @@ import { get } from '../api';
 import { ErrorBox, Status, useLoad } from '../components/data';
 import { PageHeader } from '../components/page';
 import { VirtualTable } from '../components/VirtualTable';
-import { fmtBytes, fmtDuration, fmtNum, fmtTime, iso, resolveRange } from '../time';
+import { fmtBytes, fmtDuration, fmtNum, fmtTime, iso, resolveRange, rangeKey } from '../time';
 import { href, navigate, setParams } from '../url';
 import type { PageProps } from '.';
 
@@ -22,7 +22,7 @@ export function Replays({ params }: PageProps) {
   const [input, setInput] = useState(user);
   const res = useLoad(
     (signal) => get<{ items: Session[]; next_cursor: string | null }>('/api/replays', { from: iso(r.from), to: iso(r.to), distinct_id: user, limit: 1000 }, signal),
-    [user, r.relative ?? r.from, r.to],
+    [user, rangeKey(r)],
   );
   const items = res.data?.items ?? [];
   return (

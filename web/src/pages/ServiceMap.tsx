@@ -2,7 +2,7 @@ import { useMemo } from 'preact/hooks';
 import { get } from '../api';
 import { Status, useLoad } from '../components/data';
 import { PageHeader, serviceColor } from '../components/page';
-import { fmtDuration, fmtNum, fmtPct, iso, resolveRange } from '../time';
+import { fmtDuration, fmtNum, fmtPct, iso, resolveRange, rangeKey } from '../time';
 import { href } from '../url';
 import type { PageProps } from '.';
 
@@ -52,7 +52,7 @@ function layout(nodes: Node[], edges: Edge[]) {
 
 export function ServiceMap({ params }: PageProps) {
   const r = resolveRange(params, '1h');
-  const res = useLoad((signal) => get<{ nodes: Node[]; edges: Edge[] }>('/api/v1/service-map', { from: iso(r.from), to: iso(r.to) }, signal), [r.relative ?? r.from, r.to]);
+  const res = useLoad((signal) => get<{ nodes: Node[]; edges: Edge[] }>('/api/v1/service-map', { from: iso(r.from), to: iso(r.to) }, signal), [rangeKey(r)]);
   const nodes = res.data?.nodes ?? [];
   const edges = res.data?.edges ?? [];
   const g = useMemo(() => layout(nodes, edges), [res.data]);

@@ -3,7 +3,7 @@ import { get } from '../api';
 import { Status, useLoad } from '../components/data';
 import { PageHeader, serviceColor } from '../components/page';
 import { VirtualTable } from '../components/VirtualTable';
-import { fmtDuration, fmtTime, iso, resolveRange } from '../time';
+import { fmtDuration, fmtTime, iso, resolveRange, rangeKey } from '../time';
 import { href, navigate, setParams } from '../url';
 import type { PageProps } from '.';
 
@@ -26,7 +26,7 @@ export function TraceList({ params }: PageProps) {
   const errorsOnly = params.get('status') === 'error';
   const minDur = params.get('min_duration_ms') ?? '';
   const [pages, setPages] = useState<{ items: TraceSummary[]; next: string | null }>({ items: [], next: null });
-  const key = [r.from, r.to, service, operation, errorsOnly, minDur].join('|');
+  const key = [rangeKey(r), service, operation, errorsOnly, minDur].join('|');
   const query = { from: iso(r.from), to: iso(r.to), service, operation, status: errorsOnly ? 'error' : '', min_duration_ms: minDur, limit: 200 };
   const res = useLoad(
     (signal) =>

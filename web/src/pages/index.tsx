@@ -14,6 +14,7 @@ import { Replays, ReplayView } from './Replays';
 import { ApiKeys, Members, Projects, Usage } from './Settings';
 import { Alerts } from './Alerts';
 import { Webhooks } from './Webhooks';
+import { Billing } from './Billing';
 
 export interface PageProps {
   path: string;
@@ -64,6 +65,7 @@ export const NAV: { title: string; items: NavItem[] }[] = [
       { path: '/settings/members', title: 'Members', page: Members },
       { path: '/settings/api-keys', title: 'API keys', key: 'k', page: ApiKeys },
       { path: '/settings/usage', title: 'Usage', page: Usage },
+      { path: '/settings/billing', title: 'Billing', page: Billing },
     ],
   },
 ];
