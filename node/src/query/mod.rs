@@ -3,6 +3,10 @@
 //! the router merges with the other shards' ones: top-k lists with keyset cursors, counts, sums
 //! and latency sketches. Each kind of plan is a [`QueryKind`]; its scans are started under the
 //! state lock ([`prepare`]) and read without it ([`Prepared::run`], in a blocking task).
+//! Before that, the router asks for the plan's [`estimate`]: the same preparation against an
+//! [`Estimator`], which adds up what each scan would read from segment metadata and reads
+//! nothing. While a plan runs, its rows count against the query's row budget and its growing
+//! tables against the node's [`MemoryPool`] ([`Budget`]).
 
 mod activity;
 mod apm;
