@@ -4,7 +4,7 @@
 //! and latency sketches. Each kind of plan is a [`QueryKind`]; its scans are started under the
 //! state lock ([`prepare`]) and read without it ([`Prepared::run`], in a blocking task).
 //! Before that, the router asks for the plan's [`estimate`]: the same preparation against an
-//! [`Estimator`], which adds up what each scan would read from segment metadata and reads
+//! `Estimator`, which adds up what each scan would read from segment metadata and reads
 //! nothing. While a plan runs, its rows count against the query's row budget and its growing
 //! tables against the node's [`MemoryPool`] ([`Budget`]).
 
@@ -139,7 +139,7 @@ pub fn bytes_of<T>(v: &[T]) -> u64 {
     std::mem::size_of_val(v) as u64
 }
 
-/// Where a plan's scans start: the shard itself, or an [`Estimator`] that only adds up what
+/// Where a plan's scans start: the shard itself, or an `Estimator` that only adds up what
 /// they would read.
 pub trait Scans {
     fn scan(&self, scan: Scan) -> ScanJob;
