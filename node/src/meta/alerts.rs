@@ -75,7 +75,7 @@ impl MetaState {
         now_ms: i64,
         observations: Vec<AlertObservation>,
     ) -> MetaCommandResult {
-        if !self.alerts.lease.as_ref().is_some_and(|l| l.admits(holder, token, now_ms)) {
+        if !self.alerts.lease.as_ref().is_some_and(|l| l.admits(holder, token)) {
             return Refused(Refusal::LeaseHeld);
         }
         let rules = &self.managed.alert_rules;
@@ -240,6 +240,9 @@ mod tests {
         assert_eq!(s.execute(observe("b", 2, T0 + 10_002, 1, 0.0)), Done);
         let got = &entries(&s, project)[0].status;
         assert_eq!((got.state, got.seq, got.history.len()), (AlertState::Ok, 2, 2));
+        // A round that outlasted the lease still records while nobody has taken it over.
+        assert_eq!(s.execute(observe("b", 2, T0 + 60_000, 2, 0.7)), Done);
+        assert_eq!(entries(&s, project)[0].status.state, AlertState::Firing);
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Alerts (docs/API.md, "Alerts"): the rules' endpoints (`api`), their metrics (`measure`)
 //! and the evaluator every router runs. Only the router holding the evaluator lease in meta
 //! evaluates; it renews the lease every interval, and its results are recorded only under
-//! the lease's token, so a router that lost the lease (paused, partitioned) records nothing.
+//! the lease's token, so a router whose lease was taken over (paused, partitioned) records
+//! nothing.
 
 pub mod api;
 pub mod measure;
@@ -35,7 +36,7 @@ pub enum Round {
     NotHolder,
     /// Rules measured and recorded under the lease's `token`.
     Evaluated { token: u64, rules: usize },
-    /// The lease lapsed while measuring: nothing was recorded.
+    /// Another router took the lease while this one measured: nothing was recorded.
     Fenced,
 }
 
@@ -106,7 +107,7 @@ pub fn spawn_evaluator(app: Arc<AppState>) -> tokio::task::JoinHandle<()> {
                     app.metrics.alert_rounds.inc();
                     tracing::debug!(token, rules, "alert rules evaluated");
                 }
-                Ok(Round::Fenced) => tracing::warn!("alert evaluator lease lapsed during a round; results dropped"),
+                Ok(Round::Fenced) => tracing::warn!("alert evaluator lease taken over during a round; results dropped"),
                 Ok(Round::NotHolder | Round::Idle) => {}
                 Err(e) => tracing::warn!(error = %e, "alert evaluation round failed"),
             }
