@@ -678,8 +678,9 @@ pub enum MetaCommand {
         ttl_ms: i64,
     },
     /// One evaluation round's values, recorded only while `holder` with `token` is the lease's
-    /// latest holder, expired or not (`Refused(LeaseHeld)` once another router took it). Each observation moves its rule's state
-    /// (crate::alert::AlertStatus::observe) if the rule is still at the observed `seq`.
+    /// latest holder, expired or not (`Refused(LeaseHeld)` once another router took it). Each
+    /// observation moves its rule's state (crate::alert::AlertStatus::observe) if the rule is
+    /// still at the observed `seq`.
     RecordAlertObservations {
         holder: String,
         token: u64,
@@ -845,13 +846,6 @@ pub enum MetaQuery {
     /// `Option<crate::subscription::BillingAccount>`).
     BillingAccount {
         org_id: OrgId,
-    },
-    /// Alert rules with their state (a `Vec<crate::alert::AlertEntry>`, oldest first): of one
-    /// project, or of every project for the evaluator. `history: false` leaves transitions out.
-    Alerts {
-        project_id: Option<ProjectId>,
-        #[serde(default)]
-        history: bool,
     },
 }
 
