@@ -50,6 +50,51 @@ const settles = async () => {
   check(apiRequests === before, `the page kept requesting: ${apiRequests - before} requests in 1 s`);
 };
 
+/** Text whose contrast with its background is below WCAG AA (4.5:1), in the visible page. */
+const lowContrast = () =>
+  page.evaluate(() => {
+    const rgb = (c) => (c.match(/[\d.]+/g) || []).map(Number);
+    const lum = ([r, g, b]) => {
+      const f = (v) => ((v /= 255) <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4);
+      return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b);
+    };
+    // The colour behind an element: its ancestors' backgrounds, blended from the page up.
+    const behind = (el) => {
+      const layers = [];
+      for (let e = el; e; e = e.parentElement) {
+        const c = rgb(getComputedStyle(e).backgroundColor);
+        if (c.length >= 3 && (c[3] ?? 1) > 0) layers.push(c);
+        if ((c[3] ?? 1) === 1 && c.length >= 3 && (c[3] === undefined || c[3] === 1)) break;
+      }
+      let out = [255, 255, 255];
+      for (const c of layers.reverse()) {
+        const a = c[3] ?? 1;
+        out = out.map((v, i) => v * (1 - a) + c[i] * a);
+      }
+      return out;
+    };
+    const bad = [];
+    const walker = document.createTreeWalker(document.body, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      const el = n.parentElement;
+      if (!el || !n.textContent.trim() || el.closest('svg, iframe, .sr-only, .skip, option, .rr-player')) continue;
+      const r = el.getBoundingClientRect();
+      if (!r.width || r.bottom < 0 || r.top > innerHeight) continue;
+      const st = getComputedStyle(el);
+      if (st.visibility === 'hidden' || Number(st.opacity) < 1 || el.closest('button:disabled, input::placeholder')) continue;
+      const fg = rgb(st.color);
+      const bg = behind(el);
+      const [a, b] = [lum(fg.slice(0, 3)), lum(bg)].sort((x, y) => y - x);
+      const ratio = (a + 0.05) / (b + 0.05);
+      if (ratio < 4.5) bad.push(`"${n.textContent.trim().slice(0, 30)}" ${ratio.toFixed(2)}:1`);
+    }
+    return bad;
+  });
+const contrastOk = async (where) => {
+  const bad = await lowContrast();
+  check(bad.length === 0, `text below 4.5:1 on ${where}: ${bad.slice(0, 5).join(', ')}`);
+};
+
 let step = '';
 const check = (cond, what) => {
   if (!cond) throw new Error(`${step}: ${what}`);
@@ -81,6 +126,7 @@ try {
   step = 'traces list';
   const traces = page.getByRole('table', { name: 'Traces' });
   await traces.getByRole('row').filter({ hasText: expect.trace_root }).first().waitFor();
+  await contrastOk('traces (dark)');
   await settles();
   await shot('02-traces');
 
@@ -103,6 +149,7 @@ try {
   await page.keyboard.press('ArrowDown');
   await page.keyboard.press('Enter');
   await tree.getByRole('treeitem', { selected: true, name: /^payments POST \/charge/ }).waitFor();
+  await contrastOk('waterfall (dark)');
   await shot('03-trace-waterfall');
 
   step = 'log search';
@@ -118,6 +165,7 @@ try {
   check((await marks.first().innerText()).toLowerCase() === expect.log_word, 'the highlighted word is the one searched');
   check(new URL(page.url()).searchParams.get('q') === expect.log_word, 'the query is in the URL');
   await page.getByRole('img', { name: /Histogram/ }).waitFor();
+  await contrastOk('logs (dark)');
   await settles();
   await shot('04-logs');
 
@@ -197,6 +245,7 @@ try {
     check(Number(cells[1].replace(/,/g, '')) === expect.funnel_counts[i], `step ${i + 1}: ${cells[1]} users, the API says ${expect.funnel_counts[i]}`);
   }
   check(new URL(page.url()).searchParams.get('steps') === expect.funnel_steps.join(','), 'the steps are in the URL');
+  await contrastOk('funnel (dark)');
   await shot('10-funnel');
 
   step = 'retention';
@@ -206,6 +255,7 @@ try {
   await page.getByRole('button', { name: 'Calculate' }).click();
   const ret = page.getByRole('table', { name: 'Retention' });
   await ret.getByRole('row').nth(1).waitFor();
+  await contrastOk('retention (dark)');
   await shot('11-retention');
 
   step = 'active users';
@@ -340,6 +390,7 @@ try {
     return false;
   }, 'the growth plan is active once paid');
   await page.getByRole('table', { name: 'Payments' }).getByRole('row').filter({ hasText: 'growth' }).filter({ hasText: 'paid' }).waitFor();
+  await contrastOk('billing (dark)');
   await shot('19-billing');
 
   step = 'light theme and shared URLs';
@@ -347,6 +398,7 @@ try {
   await page.goto(URL_ + `/logs?q=${encodeURIComponent(expect.log_word)}&range=24h`);
   await page.getByRole('table', { name: 'Log lines' }).locator('mark').first().waitFor();
   check((await page.getByRole('combobox', { name: 'Time range' }).inputValue()) === '24h', 'the range comes from the URL');
+  await contrastOk('logs (light)');
   await shot('20-logs-light');
 
   step = 'sign out';
