@@ -314,6 +314,7 @@ async fn the_operator_client_drives_every_admin_call() {
         tenant_key: None,
         project_key: Some(SHOP.into()),
         gb_per_month: Some(5),
+        bytes_per_month: None,
         events_per_month: Some(1000),
         ingest_requests_per_second: Some(1000),
         enforcement: Enforcement::Soft,
@@ -328,6 +329,22 @@ async fn the_operator_client_drives_every_admin_call() {
     assert_eq!(q["enforcement"], "Hard");
     let both = QuotaRequest { tenant_key: Some(TENANT.into()), ..quota.clone() };
     assert_eq!(status_of(admin.upsert_quota("quota-uid-2", &both).await.unwrap_err()).0, 400);
+    // A limit in bytes, to the byte; not both units at once.
+    let in_bytes = QuotaRequest { gb_per_month: None, bytes_per_month: Some(1_234_567), ..quota.clone() };
+    admin.upsert_quota("quota-uid-1", &in_bytes).await.unwrap();
+    let (_, q) = admin_call(&admin_url, Method::GET, "quotas/quota-uid-1", Some(TOKEN)).await;
+    assert_eq!(q["monthly_bytes"], 1_234_567);
+    let two_units = QuotaRequest { gb_per_month: Some(1), ..in_bytes.clone() };
+    let (status, body) = status_of(admin.upsert_quota("quota-uid-1", &two_units).await.unwrap_err());
+    assert!(status == 400 && body.contains("bytes_per_month"), "{body}");
+    // Usage against it and against the plan, what Quota and Plan status show.
+    let usage = admin.quota_usage("quota-uid-1").await.unwrap();
+    assert_eq!((usage.limit_bytes, usage.limit_events), (Some(1_234_567), Some(1000)));
+    assert!(usage.period_start < usage.period_end && usage.period.len() == 7, "{usage:?}");
+    let plan = admin.plan_usage("gold").await.unwrap();
+    assert_eq!((plan.organizations, plan.limit_bytes), (1, Some(20_000_000_000)));
+    assert_eq!(status_of(admin.quota_usage("no-such-quota").await.unwrap_err()).0, 404);
+    assert_eq!(admin_call(&admin_url, Method::GET, "quotas/quota-uid-1/usage", None).await.0, 401);
     assert_eq!(admin.delete_quota("quota-uid-1").await.unwrap(), Deletion::Done);
     assert_eq!(admin_call(&admin_url, Method::GET, "quotas/quota-uid-1", Some(TOKEN)).await.0, 404);
     assert_eq!(admin.delete_quota("quota-uid-1").await.unwrap(), Deletion::Done, "unknown: 204");

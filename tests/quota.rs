@@ -1,11 +1,13 @@
-//! Monthly quotas end to end (docs/API.md, "Usage"): a tenant's tiny Hard event quota, set
-//! through the admin API, lets ingest through until the usage the router sees reaches it, then
-//! refuses analytics ingest with 402 `quota_exceeded` and its details, while observability
-//! ingest (metered in bytes) goes on; turned Soft, the same quota accepts again and is counted.
+//! Monthly quotas end to end (docs/API.md, "Usage", "Quotas"): a tenant's tiny Hard event
+//! quota, set through the admin API, lets ingest through until the usage the router sees
+//! reaches it, then refuses analytics ingest with 402 `quota_exceeded` and its details, while
+//! observability ingest (metered in bytes) goes on; turned Soft, the same quota accepts again
+//! and is counted. A byte quota crossed by 16 writers through two routers is refused within
+//! the stated staleness and overshot by no more than the stated bound.
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use reqwest::Method;
@@ -140,4 +142,277 @@ async fn a_hard_event_quota_refuses_analytics_ingest_with_402_once_usage_reaches
     );
     let log = std::fs::read_to_string(dir.path().join("dev.log")).unwrap();
     assert_eq!(log.matches("soft monthly quota exceeded").count(), 1, "one warning per org and month");
+}
+
+const SECRETS: [(&str, &str); 3] = [
+    ("SEXTANT_CLUSTER_SECRET", "test-cluster-secret-0123456789abcdef"),
+    ("SEXTANT_JWT_SECRET", "test-jwt-secret-0123456789abcdef0123456789"),
+    ("SEXTANT_ADMIN_TOKEN", TOKEN),
+];
+
+/// One storage node (two shards) and two routers, each its own process.
+struct TwoRouters {
+    _node: Proc,
+    _routers: Vec<Proc>,
+    urls: Vec<String>,
+    /// Each router's `--internal-listen`: `/metrics` and `/admin/v1`.
+    internal: Vec<String>,
+}
+
+impl TwoRouters {
+    async fn start(dir: &std::path::Path) -> TwoRouters {
+        let grpc = format!("127.0.0.1:{}", free_port());
+        let (data, peers) = (dir.join("node1"), format!("1={grpc}"));
+        let node_args = [
+            "node",
+            "--id",
+            "1",
+            "--listen",
+            &grpc,
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--peers",
+            &peers,
+            "--shards",
+            "2",
+            "--replication-factor",
+            "1",
+        ];
+        let node = Proc::spawn(&node_args, &dir.join("node1.log"), &SECRETS[..1]);
+        let creds = dir.join("credentials.json");
+        let (mut routers, mut urls, mut internal) = (vec![], vec![], vec![]);
+        for i in 0..2 {
+            let listen = format!("127.0.0.1:{}", free_port());
+            let internal_listen = format!("127.0.0.1:{}", free_port());
+            let mut args = vec![
+                "router",
+                "--listen",
+                &listen,
+                "--internal-listen",
+                &internal_listen,
+                "--nodes",
+                &grpc,
+                "--ingest-rps",
+                "100000",
+                "--api-rps",
+                "100000",
+            ];
+            if i == 0 {
+                args.extend(["--bootstrap-credentials", creds.to_str().unwrap()]);
+            }
+            routers.push(Proc::spawn(&args, &dir.join(format!("router{i}.log")), &SECRETS));
+            urls.push(format!("http://{listen}"));
+            internal.push(format!("http://{internal_listen}"));
+        }
+        let all = urls.clone();
+        wait_for("both routers to serve", Duration::from_secs(90), || {
+            let (all, creds) = (all.clone(), creds.clone());
+            async move {
+                for u in &all {
+                    if !ready(u).await {
+                        return None;
+                    }
+                }
+                read_credentials(&creds)
+            }
+        })
+        .await;
+        TwoRouters { _node: node, _routers: routers, urls, internal }
+    }
+}
+
+/// What one request got.
+#[derive(Clone, Copy, Debug)]
+struct Sent {
+    router: usize,
+    started: Duration,
+    ended: Duration,
+    status: u16,
+    bytes: u64,
+}
+
+/// Ten log lines of about 400 bytes each, as the JSON body sent.
+fn logs_body(writer: usize, n: u64) -> Vec<u8> {
+    let now = jiff::Timestamp::now().as_millisecond();
+    let logs: Vec<Value> = (0..10)
+        .map(|i| {
+            json!({"timestamp": now, "level": "info", "service": "checkout",
+                   "message": format!("writer {writer} request {n} line {i} {}", "x".repeat(340))})
+        })
+        .collect();
+    serde_json::to_vec(&json!({ "logs": logs })).unwrap()
+}
+
+async fn post_logs(url: &str, key: &str, body: Vec<u8>) -> (u16, Value) {
+    let resp = http()
+        .post(format!("{url}/api/v1/ingest/logs"))
+        .header("X-API-Key", key)
+        .header("Content-Type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+fn resets_at() -> String {
+    let next_month = jiff::Timestamp::now()
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .first_of_month()
+        .unwrap()
+        .start_of_day()
+        .unwrap()
+        .checked_add(jiff::Span::new().months(1))
+        .unwrap();
+    next_month.timestamp().strftime("%Y-%m-%dT%H:%M:%S.000Z").to_string()
+}
+
+/// docs/API.md, "Quotas": how far behind what was committed a router's view of usage is at
+/// most (roll-up report every 2 s, cache refresh every 1 s, meta commit and read).
+const STALENESS: Duration = Duration::from_secs(4);
+const WRITERS: usize = 16;
+const BYTE_LIMIT: u64 = 8_000_000;
+
+#[tokio::test]
+async fn a_hard_byte_quota_crossed_through_two_routers_is_refused_in_time_and_overshot_within_the_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let _logs = LogsOnPanic::new(dir.path());
+    let cluster = TwoRouters::start(dir.path()).await;
+    let admin_url = cluster.internal[0].clone();
+    let tenant = json!({"display_name": "Acme", "plan": "enterprise", "owner_email": "ops@acme.test",
+                        "suspended": false, "managed_by": managed("Tenant", "acme", TENANT)});
+    assert_eq!(admin(&admin_url, Method::PUT, &format!("tenants/{TENANT}"), Some(tenant)).await.0, 200);
+    let project = json!({"tenant_key": TENANT, "name": "shop", "managed_by": managed("Project", "shop", PROJECT)});
+    assert_eq!(admin(&admin_url, Method::PUT, &format!("projects/{PROJECT}"), Some(project)).await.0, 200);
+    let (status, creds) = admin(&admin_url, Method::POST, &format!("projects/{PROJECT}/credentials"), None).await;
+    assert_eq!(status, 200, "{creds}");
+    let key = creds["api_key"].as_str().unwrap().to_owned();
+    let quota = |enforcement: &str| {
+        json!({"tenant_key": TENANT, "bytes_per_month": BYTE_LIMIT, "enforcement": enforcement,
+               "managed_by": managed("Quota", "acme-quota", QUOTA)})
+    };
+    let (status, body) = admin(&admin_url, Method::PUT, &format!("quotas/{QUOTA}"), Some(quota("Hard"))).await;
+    assert_eq!(status, 204, "{body}");
+    let (_, q) = admin(&admin_url, Method::GET, &format!("quotas/{QUOTA}"), None).await;
+    assert_eq!(q["monthly_bytes"], json!(BYTE_LIMIT), "a limit in bytes, to the byte");
+
+    // Both routers know the key and the quota (one request each, counted like the others).
+    let started = Instant::now();
+    let mut sent: Vec<Sent> = Vec::new();
+    for (router, url) in cluster.urls.iter().enumerate() {
+        let s = wait_for("the router to know the new key", Duration::from_secs(30), || {
+            let (url, key) = (url.clone(), key.clone());
+            async move {
+                let body = logs_body(99, router as u64);
+                let (bytes, t0) = (body.len() as u64, started.elapsed());
+                let (status, _) = post_logs(&url, &key, body).await;
+                (status == 200).then(|| Sent { router, started: t0, ended: started.elapsed(), status, bytes })
+            }
+        })
+        .await;
+        sent.push(s);
+    }
+
+    // 16 writers, 8 through each router, until each is refused.
+    let writers = (0..WRITERS).map(|w| {
+        let (url, key) = (cluster.urls[w % 2].clone(), key.clone());
+        tokio::spawn(async move {
+            let mut mine = Vec::new();
+            for n in 0.. {
+                let body = logs_body(w, n);
+                let (bytes, t0) = (body.len() as u64, started.elapsed());
+                let (status, answer) = post_logs(&url, &key, body).await;
+                mine.push(Sent { router: w % 2, started: t0, ended: started.elapsed(), status, bytes });
+                match status {
+                    200 => assert!(started.elapsed() < Duration::from_secs(120), "writer {w} never refused"),
+                    402 => return (mine, answer),
+                    s => panic!("writer {w}: unexpected {s}: {answer}"),
+                }
+            }
+            unreachable!()
+        })
+    });
+    let mut refusals = Vec::new();
+    for done in futures::future::join_all(writers).await {
+        let (mine, answer) = done.unwrap();
+        sent.extend(mine);
+        refusals.push(answer);
+    }
+    for answer in &refusals {
+        assert_eq!(answer["error"]["code"], "quota_exceeded", "{answer}");
+        let details = &answer["error"]["details"];
+        assert_eq!(
+            (details["limit"].as_u64(), details["resets_at"].as_str()),
+            (Some(BYTE_LIMIT), Some(resets_at().as_str()))
+        );
+        assert!(details["used"].as_u64().unwrap() >= BYTE_LIMIT, "{answer}");
+    }
+
+    let mut accepted: Vec<Sent> = sent.iter().copied().filter(|s| s.status == 200).collect();
+    accepted.sort_by_key(|s| s.ended);
+    let total: u64 = accepted.iter().map(|s| s.bytes).sum();
+    assert!(total >= BYTE_LIMIT, "refused at {total} bytes, before the limit of {BYTE_LIMIT} was reached");
+    // When the committed usage reached the limit.
+    let mut sum = 0;
+    let reached = accepted.iter().find(|s| {
+        sum += s.bytes;
+        sum >= BYTE_LIMIT
+    });
+    let reached = reached.unwrap().ended;
+    let last_accept = accepted.iter().map(|s| s.started).max().unwrap();
+    assert!(
+        last_accept <= reached + STALENESS,
+        "a request started {:?} after the limit was reached was still accepted",
+        last_accept - reached
+    );
+
+    // The bound: the requests of every writer in flight at the end, each whole, plus what the
+    // other router accepted within the staleness before the later router's last acceptance.
+    let last_of = |r: usize| accepted.iter().filter(|s| s.router == r).map(|s| s.started).max().unwrap_or_default();
+    let later = if last_of(0) >= last_of(1) { 0 } else { 1 };
+    let since = last_of(later).saturating_sub(STALENESS);
+    let unseen: u64 = accepted.iter().filter(|s| s.router != later && s.ended > since).map(|s| s.bytes).sum();
+    let biggest = sent.iter().map(|s| s.bytes).max().unwrap();
+    let bound = WRITERS as u64 * biggest + unseen;
+    let overshoot = total - BYTE_LIMIT;
+    let secs = reached.as_secs_f64();
+    eprintln!(
+        "byte quota {BYTE_LIMIT}: accepted {total} in {} requests ({:.0} bytes/s until the limit); overshoot {overshoot} \
+         bytes ({:.1} requests of {biggest}); bound {bound} ({unseen} from the other router); last acceptance {:?} \
+         after the limit was reached",
+        accepted.len(),
+        BYTE_LIMIT as f64 / secs,
+        overshoot as f64 / biggest as f64,
+        last_accept.saturating_sub(reached),
+    );
+    assert!(overshoot <= bound, "overshoot {overshoot} bytes, over the stated bound of {bound}");
+
+    // Usage is exactly what was accepted, from both routers.
+    for internal in &cluster.internal {
+        wait_for("the usage to count every accepted byte", Duration::from_secs(30), || {
+            let internal = internal.clone();
+            async move {
+                let (status, usage) = admin(&internal, Method::GET, &format!("quotas/{QUOTA}/usage"), None).await;
+                (status == 200 && usage["used_bytes"] == json!(total) && usage["limit_bytes"] == json!(BYTE_LIMIT))
+                    .then_some(())
+            }
+        })
+        .await;
+    }
+
+    // Soft: accepted through both routers, counted and warned of.
+    let (status, body) = admin(&admin_url, Method::PUT, &format!("quotas/{QUOTA}"), Some(quota("Soft"))).await;
+    assert_eq!(status, 204, "{body}");
+    for (r, url) in cluster.urls.iter().enumerate() {
+        wait_for("a Soft byte quota to accept", Duration::from_secs(30), || {
+            let (url, key) = (url.clone(), key.clone());
+            async move { (post_logs(&url, &key, logs_body(100, r as u64)).await.0 == 200).then_some(()) }
+        })
+        .await;
+        let accepted_over = "sextant_router_over_quota_requests_total{meter=\"bytes\",outcome=\"accepted\"}";
+        assert!(metric(&cluster.internal[r], accepted_over).await >= 1.0);
+        let log = std::fs::read_to_string(dir.path().join(format!("router{r}.log"))).unwrap();
+        assert_eq!(log.matches("soft monthly quota exceeded").count(), 1, "router {r} warns once");
+    }
 }

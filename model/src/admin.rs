@@ -86,11 +86,50 @@ pub struct PlanPrice {
 pub struct QuotaRequest {
     pub tenant_key: Option<String>,
     pub project_key: Option<String>,
+    /// Monthly byte limit in whole GB (10^9 bytes); at most one of this and `bytes_per_month`.
     pub gb_per_month: Option<u64>,
+    /// Monthly byte limit in bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_month: Option<u64>,
     pub events_per_month: Option<u64>,
     pub ingest_requests_per_second: Option<u32>,
     pub enforcement: Enforcement,
     pub managed_by: ManagedBy,
+}
+
+/// `GET /admin/v1/quotas/{key}/usage`: what the quota is measured against in the current
+/// calendar month (UTC), from the cluster's roll-up of committed usage (a few seconds behind).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct QuotaUsage {
+    /// `YYYY-MM`.
+    pub period: String,
+    pub period_start: String,
+    /// Exclusive: when the next month begins.
+    pub period_end: String,
+    /// Of the quota's project, or of its organization's live projects.
+    pub used_bytes: u64,
+    /// The quota's own byte limit; `None` where it sets none.
+    pub limit_bytes: Option<u64>,
+    pub used_events: u64,
+    pub limit_events: Option<u64>,
+}
+
+/// `GET /admin/v1/plans/{name}/usage`: the organizations on the plan this calendar month.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanUsage {
+    /// `YYYY-MM`.
+    pub period: String,
+    pub period_start: String,
+    pub period_end: String,
+    pub organizations: u64,
+    /// Organizations whose usage reached the plan's byte or event limit.
+    pub organizations_at_limit: u64,
+    /// Summed over the plan's organizations.
+    pub used_bytes: u64,
+    pub used_events: u64,
+    /// `None`: unlimited.
+    pub limit_bytes: Option<u64>,
+    pub limit_events: Option<u64>,
 }
 
 /// `PUT /admin/v1/alert-rules/{key}`: an alert rule of one project.

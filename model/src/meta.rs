@@ -901,6 +901,10 @@ pub struct MetaView {
     /// Billing accounts without their histories: plans in force and what the lifecycle acts on.
     #[serde(default)]
     pub billing: Vec<crate::subscription::BillingAccount>,
+    /// The log index each data group's counters in `usage` are at: a router takes what it
+    /// committed itself above these as not yet counted (docs/API.md, "Quotas").
+    #[serde(default)]
+    pub usage_indexes: Vec<crate::usage::ReportedIndex>,
 }
 
 /// A storage node as meta records it.

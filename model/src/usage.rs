@@ -58,6 +58,14 @@ pub struct UsageRecord {
     pub counts: UsageCounts,
 }
 
+/// How far a data group's counters in meta go: every batch the group committed at or below
+/// `applied_index` of its Raft log is counted in the roll-up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportedIndex {
+    pub group: u64,
+    pub applied_index: u64,
+}
+
 const DAY_MS: i64 = 86_400_000;
 
 /// (year, month 1..=12, day) of a day number since 1970-01-01 (proleptic Gregorian).

@@ -10,7 +10,8 @@ use futures::future::BoxFuture;
 use serde::Serialize;
 pub use sextant_model::admin::{
     AlertRuleRequest, AlertRuleResponse, ClusterNode, ClusterNodes, DrainRequest, PlacementRequest, PlanPrice,
-    PlanRequest, ProjectCredentials, ProjectRequest, ProjectResponse, QuotaRequest, TenantRequest, TenantResponse,
+    PlanRequest, PlanUsage, ProjectCredentials, ProjectRequest, ProjectResponse, QuotaRequest, QuotaUsage,
+    TenantRequest, TenantResponse,
 };
 pub use sextant_model::meta::ManagedBy;
 
@@ -49,6 +50,10 @@ pub trait ClusterAdmin: Send + Sync {
     fn delete_plan<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Deletion, AdminError>>;
     fn upsert_quota<'a>(&'a self, key: &'a str, req: &'a QuotaRequest) -> BoxFuture<'a, Result<(), AdminError>>;
     fn delete_quota<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Deletion, AdminError>>;
+    /// This month's usage against the quota's limits.
+    fn quota_usage<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<QuotaUsage, AdminError>>;
+    /// This month's usage of the organizations on the plan.
+    fn plan_usage<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<PlanUsage, AdminError>>;
     fn upsert_alert_rule<'a>(
         &'a self,
         key: &'a str,
@@ -122,6 +127,10 @@ impl HttpClusterAdmin {
         Ok(Self::send(self.request(reqwest::Method::PUT, &path).json(body)).await?.json().await?)
     }
 
+    async fn get<R: serde::de::DeserializeOwned>(&self, path: String) -> Result<R, AdminError> {
+        Ok(Self::send(self.request(reqwest::Method::GET, &path)).await?.json().await?)
+    }
+
     async fn put_no_content<B: Serialize>(&self, path: String, body: &B) -> Result<(), AdminError> {
         Self::send(self.request(reqwest::Method::PUT, &path).json(body)).await.map(drop)
     }
@@ -185,6 +194,12 @@ impl ClusterAdmin for HttpClusterAdmin {
     fn delete_quota<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Deletion, AdminError>> {
         Box::pin(async move { self.delete(format!("quotas/{}", segment(key)?)).await })
     }
+    fn quota_usage<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<QuotaUsage, AdminError>> {
+        Box::pin(async move { self.get(format!("quotas/{}/usage", segment(key)?)).await })
+    }
+    fn plan_usage<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<PlanUsage, AdminError>> {
+        Box::pin(async move { self.get(format!("plans/{}/usage", segment(name)?)).await })
+    }
     fn upsert_alert_rule<'a>(
         &'a self,
         key: &'a str,
@@ -232,6 +247,8 @@ pub mod fake {
         DeletePlan(String),
         UpsertQuota(String, QuotaRequest),
         DeleteQuota(String),
+        QuotaUsage(String),
+        PlanUsage(String),
         UpsertAlertRule(String, AlertRuleRequest),
         DeleteAlertRule(String),
         Nodes,
@@ -245,6 +262,9 @@ pub mod fake {
         pub nodes: Mutex<Vec<ClusterNode>>,
         /// When set, every call fails as an unreachable cluster would.
         pub unavailable: std::sync::atomic::AtomicBool,
+        /// What usage reads answer; `None`: 404, as a router without them.
+        pub quota_usage: Mutex<Option<QuotaUsage>>,
+        pub plan_usage: Mutex<Option<PlanUsage>>,
     }
 
     impl FakeAdmin {
@@ -319,6 +339,18 @@ pub mod fake {
         }
         fn delete_quota<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Deletion, AdminError>> {
             Box::pin(async move { self.record(Call::DeleteQuota(key.into())).map(|_| Deletion::Done) })
+        }
+        fn quota_usage<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<QuotaUsage, AdminError>> {
+            Box::pin(async move {
+                self.record(Call::QuotaUsage(key.into()))?;
+                self.quota_usage.lock().unwrap().clone().ok_or(AdminError::Status { status: 404, body: String::new() })
+            })
+        }
+        fn plan_usage<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<PlanUsage, AdminError>> {
+            Box::pin(async move {
+                self.record(Call::PlanUsage(name.into()))?;
+                self.plan_usage.lock().unwrap().clone().ok_or(AdminError::Status { status: 404, body: String::new() })
+            })
         }
         fn upsert_alert_rule<'a>(
             &'a self,
@@ -441,6 +473,13 @@ mod http_tests {
                 json!({"error": {"code": "not_found", "message": "no such endpoint"}}).to_string(),
             ),
             ("PUT", "/admin/v1/plans/pro") => (StatusCode::NO_CONTENT, String::new()),
+            ("GET", "/admin/v1/quotas/q-1/usage") => (
+                StatusCode::OK,
+                json!({"period": "2026-11", "period_start": "2026-11-01T00:00:00.000Z",
+                       "period_end": "2026-12-01T00:00:00.000Z", "used_bytes": 1500, "limit_bytes": 2000,
+                       "used_events": 3, "limit_events": null})
+                .to_string(),
+            ),
             ("GET", "/admin/v1/cluster/nodes") => (
                 StatusCode::OK,
                 json!({"nodes": [{"id": 1, "address": "obs-node-0.obs-node.t.svc:7000", "state": "Draining"}]})
@@ -502,6 +541,8 @@ mod http_tests {
             managed_by: managed(),
         };
         admin.upsert_plan("pro", &plan).await.unwrap();
+        let usage = admin.quota_usage("q-1").await.unwrap();
+        assert_eq!((usage.used_bytes, usage.limit_bytes, usage.limit_events), (1500, Some(2000), None));
 
         let seen = seen.lock().unwrap().clone();
         assert!(seen.iter().all(|(_, _, auth, _)| auth.as_deref() == Some("Bearer tok")), "{seen:?}");
@@ -516,6 +557,7 @@ mod http_tests {
                 "GET /admin/v1/cluster/nodes",
                 "POST /admin/v1/cluster/drain",
                 "PUT /admin/v1/plans/pro",
+                "GET /admin/v1/quotas/q-1/usage",
             ]
         );
         assert_eq!(seen[0].3["owner_email"], "ops@acme.test");

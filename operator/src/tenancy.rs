@@ -3,9 +3,17 @@
 
 use kube::{Resource, ResourceExt};
 
-use crate::admin::{AlertRuleRequest, ManagedBy, PlanPrice, PlanRequest, ProjectRequest, QuotaRequest, TenantRequest};
+use std::time::Duration;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+
+use crate::admin::{
+    AlertRuleRequest, ManagedBy, PlanPrice, PlanRequest, PlanUsage, ProjectRequest, QuotaRequest, QuotaUsage,
+    TenantRequest,
+};
 use crate::conditions::{self, Desired};
-use crate::v1alpha1::{AlertRule, Plan, Project, Quota, Tenant};
+use crate::v1alpha1::{AlertRule, Plan, PlanUsageStatus, Project, Quota, QuotaUsageStatus, Tenant};
 
 /// Finalizer of every resource whose cluster-side object must be removed first.
 pub const FINALIZER: &str = "sextant.dev/cleanup";
@@ -176,11 +184,66 @@ pub fn plan_quota(quota: &Quota, target: Option<&Referent>) -> Result<Apply<Quot
         tenant_key,
         project_key,
         gb_per_month: spec.gb_per_month,
+        bytes_per_month: spec.bytes_per_month,
         events_per_month: spec.events_per_month,
         ingest_requests_per_second: spec.ingest_requests_per_second,
         enforcement: spec.enforcement,
         managed_by: managed_by(quota)?,
     }))
+}
+
+/// How often the usage in Quota and Plan status is read from the clusters.
+pub const USAGE_REFRESH: Duration = Duration::from_secs(60);
+
+/// Whether usage read at `observed_at` is due to be read again at `now` (also when the clock
+/// went back).
+pub fn usage_due(observed_at: Option<&Time>, now: Timestamp) -> bool {
+    observed_at.is_none_or(|t| !(0..USAGE_REFRESH.as_secs() as i64).contains(&(now.as_second() - t.0.as_second())))
+}
+
+/// Whole percent of `limit` used (a zero limit is full).
+fn percent(used: u64, limit: u64) -> u64 {
+    if limit == 0 {
+        100
+    } else {
+        (u128::from(used) * 100 / u128::from(limit)) as u64
+    }
+}
+
+pub fn quota_usage_status(u: &QuotaUsage, now: Timestamp) -> QuotaUsageStatus {
+    let percentage = [(u.used_bytes, u.limit_bytes), (u.used_events, u.limit_events)]
+        .into_iter()
+        .filter_map(|(used, limit)| limit.map(|l| percent(used, l)))
+        .max();
+    QuotaUsageStatus {
+        period: u.period.clone(),
+        used_bytes: u.used_bytes,
+        limit_bytes: u.limit_bytes,
+        used_events: u.used_events,
+        limit_events: u.limit_events,
+        percentage,
+        observed_at: Time(now),
+    }
+}
+
+/// The answers of every cluster the plan is pushed to, summed; `None` without any.
+pub fn plan_usage_status(answers: &[PlanUsage], now: Timestamp) -> Option<PlanUsageStatus> {
+    let period = answers.iter().map(|u| &u.period).max()?.clone();
+    let mut status = PlanUsageStatus {
+        period,
+        organizations: 0,
+        organizations_at_limit: 0,
+        used_bytes: 0,
+        used_events: 0,
+        observed_at: Time(now),
+    };
+    for u in answers {
+        status.organizations += u.organizations;
+        status.organizations_at_limit += u.organizations_at_limit;
+        status.used_bytes = status.used_bytes.saturating_add(u.used_bytes);
+        status.used_events = status.used_events.saturating_add(u.used_events);
+    }
+    Some(status)
 }
 
 pub fn plan_alert_rule(rule: &AlertRule, project: Option<&Referent>) -> Result<Apply<AlertRuleRequest>, TenancyError> {
@@ -284,6 +347,76 @@ mod tests {
         let both: QuotaSpec = serde_json::from_value(json!({"project": "shop", "tenant": "acme"})).unwrap();
         let q = with_meta(Quota::new("bad", both), "q2");
         assert!(matches!(plan_quota(&q, Some(&p)).unwrap(), Apply::Wait(d) if d.reason == "InvalidTarget"));
+    }
+
+    #[test]
+    fn a_quota_in_bytes_is_pushed_to_the_byte() {
+        let spec: QuotaSpec =
+            serde_json::from_value(json!({"tenant": "acme", "bytesPerMonth": 1_500_000, "enforcement": "Hard"}))
+                .unwrap();
+        let q = with_meta(Quota::new("acme-quota", spec), "quota-uid");
+        let t = Referent { key: "tenant-uid".into(), ready: true };
+        let Apply::Push(req) = plan_quota(&q, Some(&t)).unwrap() else { panic!() };
+        assert_eq!(
+            (req.bytes_per_month, req.gb_per_month, req.tenant_key.as_deref()),
+            (Some(1_500_000), None, Some("tenant-uid"))
+        );
+    }
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(second).unwrap()
+    }
+
+    #[test]
+    fn usage_is_read_again_a_minute_after_the_last_read() {
+        let read = Time(at(1_795_000_000));
+        assert!(usage_due(None, at(1_795_000_000)), "never read");
+        assert!(!usage_due(Some(&read), at(1_795_000_059)));
+        assert!(usage_due(Some(&read), at(1_795_000_060)));
+        assert!(usage_due(Some(&read), at(1_794_999_000)), "the clock went back");
+    }
+
+    #[test]
+    fn quota_usage_shows_the_most_used_of_its_own_limits_in_whole_percent() {
+        let u = QuotaUsage {
+            period: "2026-11".into(),
+            period_start: "2026-11-01T00:00:00.000Z".into(),
+            period_end: "2026-12-01T00:00:00.000Z".into(),
+            used_bytes: 1_999,
+            limit_bytes: Some(2_000),
+            used_events: 10,
+            limit_events: Some(1_000),
+        };
+        let s = quota_usage_status(&u, at(1_795_000_000));
+        assert_eq!(
+            (s.period.as_str(), s.used_bytes, s.limit_bytes, s.percentage),
+            ("2026-11", 1_999, Some(2_000), Some(99))
+        );
+        assert_eq!(s.observed_at, Time(at(1_795_000_000)));
+        let over = QuotaUsage { used_events: 3_000, ..u.clone() };
+        assert_eq!(quota_usage_status(&over, at(0)).percentage, Some(300), "over the limit: past 100");
+        let none = QuotaUsage { limit_bytes: None, limit_events: None, ..u.clone() };
+        assert_eq!(quota_usage_status(&none, at(0)).percentage, None, "no limit of its own");
+        let zero = QuotaUsage { limit_bytes: Some(0), used_bytes: 0, limit_events: None, ..u };
+        assert_eq!(quota_usage_status(&zero, at(0)).percentage, Some(100), "a zero limit is full");
+    }
+
+    #[test]
+    fn plan_usage_sums_the_clusters() {
+        let u = |orgs, at_limit, bytes| PlanUsage {
+            period: "2026-11".into(),
+            period_start: String::new(),
+            period_end: String::new(),
+            organizations: orgs,
+            organizations_at_limit: at_limit,
+            used_bytes: bytes,
+            used_events: 1,
+            limit_bytes: Some(10),
+            limit_events: None,
+        };
+        let s = plan_usage_status(&[u(3, 1, 100), u(2, 0, 5)], at(7)).unwrap();
+        assert_eq!((s.organizations, s.organizations_at_limit, s.used_bytes, s.used_events), (5, 1, 105, 2));
+        assert_eq!(plan_usage_status(&[], at(7)), None);
     }
 
     #[test]

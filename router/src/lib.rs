@@ -84,6 +84,8 @@ pub struct AppState {
     pub billing: billing::Billing,
     /// Orgs already warned this month of a soft quota crossed.
     pub soft_quota_warnings: ingest::quota::SoftWarnings,
+    /// What this router accepted that its cached usage does not count yet.
+    pub quota_pending: Arc<ingest::quota::Pending>,
     /// Webhook delivery: the guarded HTTP client and what was published.
     pub webhooks: webhooks::Webhooks,
 }
@@ -180,6 +182,7 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
         metrics,
         registry,
         soft_quota_warnings: Default::default(),
+        quota_pending: Default::default(),
         webhooks,
     });
     let refresher = cluster.spawn_refresh(Duration::from_secs(1));

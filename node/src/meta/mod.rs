@@ -293,6 +293,7 @@ impl MetaState {
             alert_rules: managed.alert_rules.values().cloned().collect(),
             deleted_projects: self.tenancy.deleted_projects.keys().copied().collect(),
             usage: self.metering.recent(),
+            usage_indexes: self.metering.indexes(),
             billing: self.billing.accounts.values().map(|a| a.summary()).collect(),
             webhooks: self.webhooks.enabled(),
         }

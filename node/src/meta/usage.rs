@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 use sextant_model::meta::MetaCommandResult;
-use sextant_model::usage::{UsageCounts, UsageRecord};
+use sextant_model::usage::{ReportedIndex, UsageCounts, UsageRecord};
 
 /// One data group's counters as last reported.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -54,6 +54,11 @@ impl Metering {
         sum.into_iter().map(|((p, m), counts)| UsageRecord { project_id: p.to_owned(), month: m, counts }).collect()
     }
 
+    /// The log index each group's counters are at.
+    pub(super) fn indexes(&self) -> Vec<ReportedIndex> {
+        self.groups.iter().map(|(g, u)| ReportedIndex { group: *g, applied_index: u.applied_index }).collect()
+    }
+
     /// The two newest months any group reported, for every project: what routers cache.
     pub(super) fn recent(&self) -> Vec<UsageRecord> {
         let newest = self.groups.values().flat_map(|g| g.projects.values().flat_map(|m| m.keys())).max().copied();
@@ -69,7 +74,7 @@ impl Metering {
 mod tests {
     use crate::meta::testing::*;
     use sextant_model::meta::MetaQuery;
-    use sextant_model::usage::{UsageCounts, UsageRecord};
+    use sextant_model::usage::{ReportedIndex, UsageCounts, UsageRecord};
 
     fn rec(project: &str, month: u32, bytes: u64, spans: u64) -> UsageRecord {
         UsageRecord { project_id: project.into(), month, counts: UsageCounts { bytes, spans, ..Default::default() } }
@@ -97,6 +102,9 @@ mod tests {
         // An abort can lower a group's counters: the later index wins, even when smaller.
         s.execute(report(1, 21, vec![rec("p", 202611, 250, 2)]));
         assert_eq!(usage(&s, &["p", "q"]), [rec("p", 202611, 290, 6), rec("q", 202611, 5, 5)]);
+        // Routers learn how far each group's counters go.
+        let at = |group, applied_index| ReportedIndex { group, applied_index };
+        assert_eq!(s.view().usage_indexes, [at(1, 21), at(2, 7)]);
     }
 
     #[test]

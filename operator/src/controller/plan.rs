@@ -12,7 +12,7 @@ use super::{instrumented, write_status, Context, Error};
 use crate::admin::Deletion;
 use crate::conditions::{self, Desired};
 use crate::tenancy::{self, FINALIZER};
-use crate::v1alpha1::{CommonStatus, Plan, SextantCluster};
+use crate::v1alpha1::{Plan, PlanStatus, SextantCluster};
 
 pub async fn reconcile_plan(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action, Error> {
     instrumented("plan", plan.clone(), ctx.clone(), async {
@@ -24,16 +24,29 @@ pub async fn reconcile_plan(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action
                 Finalizer::Apply(p) => {
                     let req = tenancy::plan_plan(&p)?;
                     let previous = p.status.clone().unwrap_or_default();
+                    let mut usage = previous.usage.clone();
+                    let now = (ctx.clock)();
+                    let read_usage = tenancy::usage_due(usage.as_ref().map(|u| &u.observed_at), now);
                     let mut failure = None;
                     let d = if live.is_empty() {
                         Desired::new(conditions::READY, false, "NoCluster", "no SextantCluster to push the plan to")
                     } else {
                         let mut pushed = Ok(());
+                        let mut answers = Vec::new();
                         for cluster in &live {
-                            pushed = ctx.admin_of(cluster).await?.upsert_plan(&p.name_any(), &req).await;
+                            let admin = ctx.admin_of(cluster).await?;
+                            pushed = admin.upsert_plan(&p.name_any(), &req).await;
                             if pushed.is_err() {
                                 break;
                             }
+                            if read_usage {
+                                answers.push(admin.plan_usage(&p.name_any()).await);
+                            }
+                        }
+                        // All clusters or none: a partial sum would read as a drop.
+                        match answers.into_iter().collect::<Result<Vec<_>, _>>() {
+                            Ok(answers) => usage = tenancy::plan_usage_status(&answers, now).or(usage),
+                            Err(e) => tracing::warn!(plan = %p.name_any(), error = %e, "reading its usage"),
                         }
                         match pushed {
                             Ok(()) => Desired::new(
@@ -49,15 +62,16 @@ pub async fn reconcile_plan(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action
                             }
                         }
                     };
-                    let status = CommonStatus {
+                    let status = PlanStatus {
                         observed_generation: p.metadata.generation,
-                        conditions: ready((ctx.clock)(), &previous.conditions, p.metadata.generation, d),
+                        conditions: ready(now, &previous.conditions, p.metadata.generation, d),
+                        usage,
                     };
                     write_status(&api, &p, p.status.as_ref(), &status).await?;
                     if let Some(e) = failure {
                         return Err(e.into());
                     }
-                    Ok(Action::requeue(if live.is_empty() { RETRY } else { RESYNC }))
+                    Ok(Action::requeue(if live.is_empty() { RETRY } else { tenancy::USAGE_REFRESH.min(RESYNC) }))
                 }
                 Finalizer::Cleanup(p) => {
                     for cluster in &live {

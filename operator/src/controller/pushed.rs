@@ -80,11 +80,12 @@ pub(super) struct Outcome {
     pub ready: Desired,
     action: Action,
     failure: Option<AdminError>,
+    pushed: bool,
 }
 
 impl Outcome {
     pub(super) fn wait(d: Desired) -> Self {
-        Outcome { ready: d, action: Action::requeue(RETRY), failure: None }
+        Outcome { ready: d, action: Action::requeue(RETRY), failure: None, pushed: false }
     }
 
     /// `on_pushed` records what the cluster answered into the status.
@@ -92,10 +93,25 @@ impl Outcome {
         match pushed {
             Ok(answer) => {
                 on_pushed(answer);
-                Outcome { ready: synced(), action: Action::requeue(RESYNC), failure: None }
+                Outcome { ready: synced(), action: Action::requeue(RESYNC), failure: None, pushed: true }
             }
-            Err(e) => Outcome { ready: push_failed(&e), action: Action::await_change(), failure: Some(e) },
+            Err(e) => {
+                Outcome { ready: push_failed(&e), action: Action::await_change(), failure: Some(e), pushed: false }
+            }
         }
+    }
+
+    /// Whether the cluster took the push.
+    pub(super) fn pushed(&self) -> bool {
+        self.pushed
+    }
+
+    /// Once pushed, looks again after `every` (when that is sooner than the resync).
+    pub(super) fn again_after(mut self, every: Duration) -> Self {
+        if self.pushed {
+            self.action = Action::requeue(every.min(RESYNC));
+        }
+        self
     }
 
     /// Looks again after `d` rather than the usual resync, if the push succeeded.

@@ -5,6 +5,7 @@
 
 pub mod cluster;
 pub mod tenancy;
+pub mod usage;
 
 use std::sync::Arc;
 
@@ -22,7 +23,7 @@ pub const MAX_ADMIN_BODY: usize = 64 * 1024;
 
 /// Routes under `/admin/v1`.
 pub fn router() -> Router<Arc<AppState>> {
-    Router::new().merge(tenancy::routes()).merge(cluster::routes())
+    Router::new().merge(tenancy::routes()).merge(usage::routes()).merge(cluster::routes())
 }
 
 /// The admin token as the router keeps it: only its SHA-256, so a memory dump or a debug print

@@ -54,7 +54,7 @@ const GB: u64 = 1_000_000_000;
 
 /// A path key: what Kubernetes names and UIDs are made of, nothing that could mean anything
 /// else. Checked after the admin token, so strangers learn nothing from it.
-fn key(raw: &str) -> Result<String, ApiError> {
+pub(super) fn key(raw: &str) -> Result<String, ApiError> {
     let ok = !raw.is_empty()
         && raw.len() <= MAX_KEY
         && raw.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
@@ -89,7 +89,7 @@ fn check_managed_by(problems: &mut Problems, m: &ManagedBy) {
     }
 }
 
-fn cache(app: &AppState) -> Result<Arc<crate::cluster::MetaCache>, ApiError> {
+pub(super) fn cache(app: &AppState) -> Result<Arc<crate::cluster::MetaCache>, ApiError> {
     app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))
 }
 
@@ -409,9 +409,13 @@ async fn put_quota(
     if req.tenant_key.is_some() == req.project_key.is_some() {
         problems.check::<()>("tenant_key", Err("exactly one of tenant_key and project_key must be set"));
     }
-    let monthly_bytes = match req.gb_per_month {
-        Some(gb) => problems.check("gb_per_month", gb.checked_mul(GB).ok_or("too large")).map(Some),
-        None => Some(None),
+    let monthly_bytes = match (req.gb_per_month, req.bytes_per_month) {
+        (Some(_), Some(_)) => {
+            problems.check::<()>("bytes_per_month", Err("at most one of gb_per_month and bytes_per_month"));
+            None
+        }
+        (Some(gb), None) => problems.check("gb_per_month", gb.checked_mul(GB).ok_or("too large")).map(Some),
+        (None, bytes) => Some(bytes),
     };
     if req.ingest_requests_per_second == Some(0) {
         problems.check::<()>("ingest_requests_per_second", Err("must be at least 1"));

@@ -41,6 +41,8 @@ pub struct MetaCache {
     pub org_usage: HashMap<(OrgId, u32), UsageCounts>,
     /// Billing accounts (subscriptions, no history), by org.
     pub billing: HashMap<OrgId, BillingAccount>,
+    /// Data group -> the log index its counters in [`Self::usage`] are at.
+    pub usage_indexes: HashMap<u64, u64>,
 }
 
 impl From<MetaView> for MetaCache {
@@ -74,6 +76,7 @@ impl From<MetaView> for MetaCache {
             usage,
             org_usage,
             billing: v.billing.into_iter().map(|a| (a.org_id, a)).collect(),
+            usage_indexes: v.usage_indexes.into_iter().map(|r| (r.group, r.applied_index)).collect(),
         }
     }
 }

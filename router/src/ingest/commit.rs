@@ -14,20 +14,34 @@ use crate::AppState;
 /// told to drop theirs, so a failed request stores nothing. The replication runs as a task of
 /// its own: a client that disconnects does not stop it halfway, with some shards holding the
 /// batch and no abort sent.
+/// Quotas count the request from the start of its replication until the usage roll-up does
+/// (`quota::Pending`).
 pub(crate) async fn commit(app: &AppState, batches: HashMap<GroupId, RowBatch>) -> Result<(), ApiError> {
     let cluster = app.cluster.clone();
-    tokio::spawn(replicate(cluster, batches))
-        .await
-        .map_err(|e| ApiError::Internal(format!("batch replication failed: {e}")))?
+    let reservation = app.quota_pending.reserve(&batches);
+    tokio::spawn(async move {
+        let indexes = replicate(cluster, batches).await?;
+        reservation.committed(&indexes);
+        Ok(())
+    })
+    .await
+    .map_err(|e| ApiError::Internal(format!("batch replication failed: {e}")))?
 }
 
-async fn replicate(cluster: Arc<Cluster>, batches: HashMap<GroupId, RowBatch>) -> Result<(), ApiError> {
+/// The log index each group committed its sub-batch at.
+async fn replicate(
+    cluster: Arc<Cluster>,
+    batches: HashMap<GroupId, RowBatch>,
+) -> Result<Vec<(GroupId, u64)>, ApiError> {
     let batch_id: u128 = rand::random();
     let groups: Vec<GroupId> = batches.keys().copied().collect();
     let writes = batches.into_iter().map(|(group, batch)| cluster.write(group, batch_id, Write::Batch(batch)));
     let results = futures::future::join_all(writes).await;
-    let Some(err) = results.into_iter().find_map(Result::err) else {
-        return Ok(());
+    let written: Result<Vec<_>, _> =
+        results.into_iter().zip(&groups).map(|(r, g)| r.map(|w| (*g, w.log_index))).collect();
+    let err = match written {
+        Ok(indexes) => return Ok(indexes),
+        Err(e) => e,
     };
     let aborts = groups.iter().map(|g| cluster.write(*g, batch_id, Write::Abort));
     for (group, r) in groups.iter().zip(futures::future::join_all(aborts).await) {
