@@ -130,6 +130,7 @@ impl Webhook {
             enabled: self.enabled,
             created_at_ms: self.created_at_ms,
             disabled_reason: self.disabled_reason.clone(),
+            dropped: self.dropped,
         }
     }
 }
@@ -145,6 +146,9 @@ pub struct WebhookInfo {
     pub created_at_ms: i64,
     #[serde(default)]
     pub disabled_reason: Option<String>,
+    /// Deliveries not enqueued because its queue was full.
+    #[serde(default)]
+    pub dropped: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

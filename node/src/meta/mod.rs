@@ -271,7 +271,7 @@ impl MetaState {
         self.sessions.prune(now_ms);
         self.accounts.prune(now_ms);
         self.routers.prune(now_ms);
-        self.webhooks.prune(now_ms);
+        self.prune_webhooks(now_ms);
     }
 
     /// Everything a router caches.

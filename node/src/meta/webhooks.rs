@@ -69,8 +69,13 @@ impl Webhooks {
         self.due(now_ms, live).count() as u64
     }
 
-    pub(super) fn prune(&mut self, now_ms: i64) {
+    fn prune(&mut self, now_ms: i64, live: &dyn Fn(ProjectId) -> bool) {
         self.published.retain(|_, at| now_ms.saturating_sub(*at) < PUBLISHED_ID_TTL_MS);
+        let gone: Vec<String> = self.hooks.values().filter(|h| !live(h.project_id)).map(|h| h.id.clone()).collect();
+        for id in gone {
+            self.hooks.remove(&id);
+            self.deliveries.remove(&id);
+        }
     }
 
     /// Adds a delivery of `body` to `hook`, due at once, unless it already exists or the queue
@@ -398,6 +403,13 @@ impl MetaState {
         self.webhooks.lease(worker, token, now_ms, lease_ms, max, &live)
     }
 
+    /// Forgets published ids past their time, and the webhooks of deleted projects.
+    pub(super) fn prune_webhooks(&mut self, now_ms: i64) {
+        let tenancy = &self.tenancy;
+        let live = |p: ProjectId| tenancy.projects.contains_key(&p) && !tenancy.deleted_projects.contains_key(&p);
+        self.webhooks.prune(now_ms, &live);
+    }
+
     pub(super) fn due_deliveries(&self, now_ms: i64) -> u64 {
         let live =
             |p: ProjectId| self.tenancy.projects.contains_key(&p) && !self.tenancy.deleted_projects.contains_key(&p);
@@ -678,6 +690,34 @@ mod tests {
         let l = lease(&mut s, "t", T0);
         let body: serde_json::Value = serde_json::from_str(&l[0].body).unwrap();
         assert_eq!((body["type"].as_str(), body["data"]["webhook_id"].as_str()), (Some(TEST_EVENT), Some("w1")));
+    }
+
+    #[test]
+    fn published_ids_expire_and_webhooks_of_deleted_projects_go() {
+        let (mut s, owner) = state_with_user();
+        let w = hook(&mut s, &owner, "w1", &[SYSTEM_ALERT_TRIGGERED]);
+        s.execute(MetaCommand::PublishSystemEvent { event: alert(&owner, "e1") });
+        s.execute(MetaCommand::RouterHeartbeat { router_id: "r".into(), at_ms: T0 + PUBLISHED_ID_TTL_MS - 1 });
+        assert!(s.webhooks.published.contains_key("e1"));
+        s.execute(MetaCommand::RouterHeartbeat { router_id: "r".into(), at_ms: T0 + PUBLISHED_ID_TTL_MS });
+        assert!(!s.webhooks.published.contains_key("e1"), "its time is over");
+        assert!(s.webhooks.hooks.contains_key("w1"));
+        s.tenancy.deleted_projects.insert(w.project_id, T0);
+        assert_eq!(read::<u64>(&s, &MetaQuery::DueDeliveries { now_ms: T0 }), 0, "nothing is sent for it");
+        s.execute(MetaCommand::RouterHeartbeat { router_id: "r".into(), at_ms: T0 + PUBLISHED_ID_TTL_MS + 1 });
+        assert!(!s.webhooks.hooks.contains_key("w1") && !s.webhooks.deliveries.contains_key("w1"));
+    }
+
+    #[test]
+    fn a_full_queue_drops_new_deliveries_and_counts_them() {
+        let (mut s, owner) = state_with_user();
+        let w = hook(&mut s, &owner, "w1", &[SYSTEM_ALERT_TRIGGERED]);
+        for i in 0..=MAX_PENDING_PER_WEBHOOK {
+            s.execute(MetaCommand::PublishSystemEvent { event: alert(&owner, &format!("e{i}")) });
+        }
+        assert_eq!(s.webhooks.deliveries["w1"].len(), MAX_PENDING_PER_WEBHOOK);
+        let hooks: Vec<WebhookInfo> = read(&s, &MetaQuery::Webhooks { project_id: w.project_id });
+        assert_eq!(hooks[0].dropped, 1);
     }
 
     #[test]

@@ -56,6 +56,8 @@ pub struct WebhookJson {
     /// Why it was disabled (`gone`: the endpoint answered 410).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub disabled_reason: Option<String>,
+    /// Deliveries not queued because 500 were already pending.
+    pub dropped_deliveries: u64,
 }
 
 impl From<&WebhookInfo> for WebhookJson {
@@ -67,6 +69,7 @@ impl From<&WebhookInfo> for WebhookJson {
             enabled: w.enabled,
             created_at: time_json(w.created_at_ms),
             disabled_reason: w.disabled_reason.clone(),
+            dropped_deliveries: w.dropped,
         }
     }
 }
