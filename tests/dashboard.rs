@@ -222,6 +222,7 @@ async fn dashboard_pages_work_in_a_real_browser() {
         }
     }
     let event_total = events.len();
+    let purchases = events.iter().filter(|e| e["event"] == "purchase").count();
     post(&url, "/v1/batch", &[], &json!({"token": ptok, "events": events})).await;
     let replay = "session-7f3a";
     post(&url, "/v1/replay/events", &[],
@@ -243,7 +244,7 @@ async fn dashboard_pages_work_in_a_real_browser() {
         "exception_message": "deadlock detected on orders",
         "log_word": "declined", "log_matches": 2, "bulk_word": "bulk", "bulk_lines": 1500,
         "apm_operation": "POST /charge", "error_type": "DeadlockDetected", "host": "web-1",
-        "event_total": event_total, "users": 12,
+        "event_total": event_total, "purchases": purchases, "users": 12,
         "funnel_steps": ["signup", "activate", "purchase"], "funnel_counts": counts,
         "hook_url": hook_url, "replay_id": replay, "replay_first_text": "Welcome to the shop", "replay_later_text": "Order confirmed",
     });

@@ -229,6 +229,18 @@ try {
   await nav('Events');
   await page.getByRole('img', { name: /Events per/ }).waitFor();
   await page.getByText(`${expect.event_total} events in`).waitFor();
+  await page.getByLabel('Events (comma-separated; empty: all)').fill('signup, purchase');
+  await page.getByRole('checkbox', { name: 'Break down by event' }).check();
+  await page.getByRole('button', { name: 'Show' }).click();
+  await page.getByText('Table', { exact: true }).click();
+  const buckets = page.getByRole('table', { name: 'Events per bucket' });
+  await buckets.getByRole('columnheader', { name: 'purchase' }).waitFor();
+  const sums = [0, 0];
+  for (const row of await buckets.getByRole('row').all()) {
+    const cells = await row.getByRole('cell').allInnerTexts();
+    if (cells.length === 5) [3, 4].forEach((c, i) => (sums[i] += Number(cells[c].replace(/,/g, ''))));
+  }
+  check(sums[0] === expect.funnel_counts[0] && sums[1] === expect.purchases, `signup and purchase per bucket add up: ${sums}`);
   await shot('09-events');
 
   step = 'funnel';

@@ -3,14 +3,14 @@
 use super::Asset;
 
 /// SHA-256 of the web/ sources this build was made from.
-pub const SOURCE_HASH: &str = "b86499340b138afc31531917a8825fee46a67ba890bcb27bc6f1c16906429c3d";
+pub const SOURCE_HASH: &str = "53d1f757eb75c7a7c3c35781be6039e62c4462af1678cd354112768acc086c92";
 
 /// First path segments of the dashboard's own pages (web/src/routes.json).
 pub const CLIENT_ROUTES: &[&str] = &["login", "traces", "logs", "apm", "hosts", "errors", "service-map", "events", "funnels", "retention", "active-users", "cohorts", "replays", "alerts", "webhooks", "settings"];
 
 pub static FILES: &[Asset] = &[
     Asset { name: "index-BDyiwQg0.css", content_type: "text/css; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/index-BDyiwQg0.css") },
-    Asset { name: "index-D4dYDUn6.js", content_type: "text/javascript; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/index-D4dYDUn6.js") },
+    Asset { name: "index-BXVicJkr.js", content_type: "text/javascript; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/index-BXVicJkr.js") },
     Asset { name: "player-BwxTPBTd.js", content_type: "text/javascript; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/player-BwxTPBTd.js") },
     Asset { name: "player-D4m0shbc.css", content_type: "text/css; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/player-D4m0shbc.css") },
     Asset { name: "index.html", content_type: "text/html; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/index.html") },

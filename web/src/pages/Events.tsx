@@ -8,6 +8,8 @@ import { fmtNum, fmtTime, iso, resolveRange, rangeKey } from '../time';
 import { setParams } from '../url';
 import type { PageProps } from '.';
 
+const PALETTE = ['#4c9aff', '#2ec27e', '#f5a623', '#c678dd', '#f25f5c', '#56b6c2', '#e5c07b', '#98c379', '#d19a66', '#61afef'];
+
 interface Series {
   event: string | string[] | null;
   interval: string;
@@ -21,20 +23,33 @@ export function Events({ params }: PageProps) {
   const cohort = params.get('cohort_id') ?? '';
   const tz = Intl.DateTimeFormat().resolvedOptions().timeZone || 'UTC';
   const [input, setInput] = useState(event);
-  const res = useLoad(
-    (signal) => get<Series>('/api/events/timeseries', { event, from: iso(r.from), to: iso(r.to), interval, tz, cohort_id: cohort }, signal),
-    [event, interval, cohort, rangeKey(r)],
+  const names = event.split(',').map((e) => e.trim()).filter(Boolean);
+  const breakdown = params.get('breakdown') === 'event' && names.length > 1;
+  const query = { from: iso(r.from), to: iso(r.to), interval, tz, cohort_id: cohort };
+  const res = useLoad((signal) => get<Series>('/api/events/timeseries', { ...query, event }, signal), [event, interval, cohort, rangeKey(r)]);
+  // The API counts a list of events together; a breakdown asks once per event.
+  const parts = useLoad(
+    async (signal) => {
+      if (!breakdown) return null;
+      const out: Series[] = [];
+      for (const name of names.slice(0, 10)) out.push(await get<Series>('/api/events/timeseries', { ...query, event: name }, signal));
+      return out;
+    },
+    [breakdown, event, interval, cohort, rangeKey(r)],
   );
   const pts = res.data?.points ?? [];
   const chart = useMemo(
     () => ({
       xs: pts.map((p) => Date.parse(p.t)),
-      series: [
-        { label: 'Events', values: pts.map((p) => p.count), color: '#4c9aff' },
-        { label: 'Unique users', values: pts.map((p) => p.unique_users), color: '#2ec27e' },
-      ],
+      series:
+        breakdown && parts.data
+          ? parts.data.map((sr, i) => ({ label: names[i], values: sr.points.map((p) => p.count), color: PALETTE[i % PALETTE.length] }))
+          : [
+              { label: 'Events', values: pts.map((p) => p.count), color: '#4c9aff' },
+              { label: 'Unique users', values: pts.map((p) => p.unique_users), color: '#2ec27e' },
+            ],
     }),
-    [res.data],
+    [res.data, parts.data],
   );
   const total = pts.reduce((a, p) => a + p.count, 0);
   return (
@@ -61,11 +76,20 @@ export function Events({ params }: PageProps) {
           </select>
         </label>
         <CohortSelect value={cohort} />
+        <label class="check">
+          <input
+            type="checkbox"
+            checked={params.get('breakdown') === 'event'}
+            onChange={(e) => setParams({ breakdown: (e.target as HTMLInputElement).checked ? 'event' : undefined })}
+          />
+          Break down by event
+        </label>
         <button type="submit" class="primary">
           Show
         </button>
       </form>
       <Status r={res} />
+      {breakdown && <Status r={parts} />}
       {res.data && (
         <>
           <p class="summary">
@@ -80,14 +104,16 @@ export function Events({ params }: PageProps) {
                   <th>Bucket start</th>
                   <th class="num">Events</th>
                   <th class="num">Unique users</th>
+                  {breakdown && parts.data && names.slice(0, 10).map((n) => <th class="num">{n}</th>)}
                 </tr>
               </thead>
               <tbody>
-                {pts.map((p) => (
+                {pts.map((p, i) => (
                   <tr>
                     <td>{fmtTime(p.t)}</td>
                     <td class="num">{fmtNum(p.count)}</td>
                     <td class="num">{fmtNum(p.unique_users)}</td>
+                    {breakdown && parts.data && parts.data.map((sr) => <td class="num">{fmtNum(sr.points[i]?.count)}</td>)}
                   </tr>
                 ))}
               </tbody>
