@@ -461,6 +461,37 @@ mod tests {
         assert!(pending.0.lock().unwrap().committed.is_empty(), "November's entries are dropped");
     }
 
+    /// At 00:00 UTC on the 1st, by the router's clock and the same cached view: the refused
+    /// org is accepted again, the usage endpoint starts the month at zero and keeps November in
+    /// its history, and what this router accepted in November does not count in December.
+    #[test]
+    fn at_midnight_utc_on_the_first_the_refusal_lifts_usage_restarts_and_history_keeps_the_month() {
+        let (c, org, a, b) = cache("free", vec![org_quota(Some(100), None, true)], (50, 0));
+        let pending = Arc::new(Pending::default());
+        pending.reserve(&[(1, batch(a, 10))].into()).committed(&[(1, 7)]);
+        let clock = ManualClock::at_millis(END_OF_NOV);
+        let now = || clock.clock().now_millis();
+        assert_eq!(used(&c, &pending, a), Some(110));
+        let projects = [(a, "web".to_owned()), (b, "api".to_owned())];
+        let november: Vec<UsageRecord> = [a, b]
+            .iter()
+            .map(|p| UsageRecord {
+                project_id: p.to_string(),
+                month: 202611,
+                counts: UsageCounts { bytes: 50, ..Default::default() },
+            })
+            .collect();
+        let before = crate::identity::usage::usage(&c, org, &projects, now(), november.clone()).unwrap();
+        assert_eq!((before.counts.bytes, before.history.len()), (100, 0));
+
+        clock.advance(std::time::Duration::from_millis(1));
+        assert_eq!(decide(&c, &pending, a, Meter::Bytes, now()), Decision::Accept);
+        let after = crate::identity::usage::usage(&c, org, &projects, now(), november).unwrap();
+        assert_eq!((after.counts, after.period_start.as_str()), (UsageCounts::default(), "2026-12-01T00:00:00.000Z"));
+        let history: Vec<(&str, u64)> = after.history.iter().map(|h| (h.month.as_str(), h.counts.bytes)).collect();
+        assert_eq!(history, [("2026-11", 100)]);
+    }
+
     #[test]
     fn a_project_quota_counts_only_that_projects_pending_bytes() {
         let (mut c, _, a, b) = cache("enterprise", vec![], (0, 0));
