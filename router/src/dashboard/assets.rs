@@ -3,7 +3,7 @@
 use super::Asset;
 
 /// SHA-256 of the web/ sources this build was made from.
-pub const SOURCE_HASH: &str = "53d1f757eb75c7a7c3c35781be6039e62c4462af1678cd354112768acc086c92";
+pub const SOURCE_HASH: &str = "f4bd2a5866632d6356bfe17f0da8634a135ea9f58fd92bd5a463478a7c61768b";
 
 /// First path segments of the dashboard's own pages (web/src/routes.json).
 pub const CLIENT_ROUTES: &[&str] = &["login", "traces", "logs", "apm", "hosts", "errors", "service-map", "events", "funnels", "retention", "active-users", "cohorts", "replays", "alerts", "webhooks", "settings"];

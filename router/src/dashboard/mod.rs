@@ -92,19 +92,8 @@ async fn asset(Path(file): Path<String>, headers: HeaderMap) -> Response {
 
 /// The file, gzip-compressed when the client takes gzip and that is smaller.
 fn body(i: usize, a: &'static Asset, headers: &HeaderMap) -> Response {
-    let accepts_gzip = headers
-        .get_all(header::ACCEPT_ENCODING)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .any(|e| {
-            let mut parts = e.split(';');
-            let coding = parts.next().unwrap_or("").trim();
-            let refused = parts.any(|p| matches!(p.trim(), "q=0" | "q=0.0" | "q=0.00" | "q=0.000"));
-            coding.eq_ignore_ascii_case("gzip") && !refused
-        });
     let mut resp = match gzipped(i, a) {
-        Some(gz) if accepts_gzip => {
+        Some(gz) if accepts_gzip(headers) => {
             let mut r = (StatusCode::OK, gz).into_response();
             r.headers_mut().insert(header::CONTENT_ENCODING, HeaderValue::from_static("gzip"));
             r
@@ -116,6 +105,23 @@ fn body(i: usize, a: &'static Asset, headers: &HeaderMap) -> Response {
     h.insert(header::VARY, HeaderValue::from_static("Accept-Encoding"));
     h.insert(header::X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
     resp
+}
+
+/// Whether `Accept-Encoding` lists gzip (or `*`) without refusing it with `q=0`.
+fn accepts_gzip(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT_ENCODING)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .any(|e| {
+            let mut parts = e.split(';');
+            let coding = parts.next().unwrap_or("").trim();
+            let refused = parts.any(|p| {
+                p.trim().strip_prefix("q=").and_then(|q| q.trim().parse::<f32>().ok()).is_some_and(|q| q <= 0.0)
+            });
+            (coding.eq_ignore_ascii_case("gzip") || coding == "*") && !refused
+        })
 }
 
 /// The gzip form of file `i`, made once; `None` when it would not be smaller.
@@ -203,6 +209,23 @@ mod tests {
             assert!(hash.len() >= 8, "{} has no content hash in its name", a.name);
             assert!(!a.content_type.starts_with("application/octet-stream"), "{}", a.name);
         }
+    }
+
+    #[test]
+    fn gzip_is_sent_only_to_clients_that_take_it() {
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::ACCEPT_ENCODING, v.parse().unwrap());
+            accepts_gzip(&h)
+        };
+        assert!(with("gzip"));
+        assert!(with("br, GZIP;q=0.8"));
+        assert!(with("*"));
+        assert!(!with("gzip;q=0"));
+        assert!(!with("gzip; q=0.000, br"));
+        assert!(!with("identity"));
+        assert!(!with("x-gzip-ish"));
+        assert!(!accepts_gzip(&HeaderMap::new()));
     }
 
     #[test]
