@@ -38,7 +38,7 @@ pub async fn reconcile_alert_rule(rule: Arc<AlertRule>, ctx: Arc<Context>) -> Re
                                 status.last_value = created.last_value;
                                 status.last_transition_time = created.last_transition_at;
                             })
-                            .resync_after(STATE_REFRESH)
+                            .again_after(STATE_REFRESH)
                         }
                     };
                     status.conditions =

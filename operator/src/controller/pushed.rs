@@ -114,14 +114,6 @@ impl Outcome {
         self
     }
 
-    /// Looks again after `d` rather than the usual resync, if the push succeeded.
-    pub(super) fn resync_after(mut self, d: Duration) -> Self {
-        if self.failure.is_none() {
-            self.action = Action::requeue(d);
-        }
-        self
-    }
-
     /// After the status is written: the next action, or the push error.
     pub(super) fn finish(self) -> Result<Action, Error> {
         match self.failure {
