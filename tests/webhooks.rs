@@ -154,7 +154,13 @@ impl Stack {
                 jwt_secret: b"webhook-test-jwt-secret-0123456789abcdef".to_vec(),
                 dashboard_origins: vec![],
                 secure_cookies: false,
-                rate_limits: Default::default(),
+                // The tests poll the API; the limits are tested elsewhere.
+                rate_limits: sextant_router::identity::rate_limit::RateLimitConfig {
+                    ingest_rps: 100_000,
+                    analytics_rps: 100_000,
+                    api_rps: 100_000,
+                    auth_rps: 1_000,
+                },
                 trusted_proxy_hops: 0,
                 admin_token: None,
                 server: Default::default(),
@@ -556,6 +562,9 @@ async fn a_router_refuses_private_targets_and_does_not_follow_redirects() {
     assert!(target.got().is_empty(), "the redirect was not followed");
 }
 
+/// The tests poll the API faster than its default limit allows.
+const DEV_FLAGS: &[&str] = &["--api-rps", "100000"];
+
 /// `sextant dev` killed (SIGKILL: node and router at once) while a delivery waits for its
 /// retry: after the restart the delivery is sent again with the same `webhook-id` and
 /// succeeds; nothing is lost.
@@ -564,7 +573,7 @@ async fn a_delivery_waiting_for_its_retry_survives_a_kill_of_every_process() {
     let dir = tempfile::tempdir().unwrap();
     let _logs = LogsOnPanic::new(dir.path());
     let (receiver, addr) = Receiver::start(vec![reply(500)]).await;
-    let mut dev = Dev::start(dir.path()).await;
+    let mut dev = Dev::start_with(dir.path(), DEV_FLAGS, &[]).await;
     let token = dev.token().await;
     let ingest_token = dev.creds["ingest_token"].as_str().unwrap().to_owned();
     let (hook, secret) = create_hook(&dev.url, &token, &format!("http://{addr}/"), &["signup"]).await;
@@ -577,7 +586,7 @@ async fn a_delivery_waiting_for_its_retry_survives_a_kill_of_every_process() {
     })
     .await;
     dev.proc.kill();
-    let dev = Dev::start(dir.path()).await;
+    let dev = Dev::start_with(dir.path(), DEV_FLAGS, &[]).await;
     let token = dev.token().await;
     let d = wait_delivery(&dev.url, &token, &hook, "the retried delivery", |d| d["status"] == "succeeded").await;
     let codes: Vec<u64> =
