@@ -256,7 +256,8 @@ async fn sextant_dev_evaluates_log_host_and_latency_rules_and_holds_pending_for_
         ids.push(body["id"].as_str().unwrap().to_owned());
     }
     let now = jiff::Timestamp::now().as_millisecond();
-    let line = |level: &str, message: &str| json!({"timestamp": now, "level": level, "service": "api", "message": message});
+    let line =
+        |level: &str, message: &str| json!({"timestamp": now, "level": level, "service": "api", "message": message});
     let logs = vec![
         line("error", "upstream timeout after 30 s"),
         line("ERROR", "db timeout"),

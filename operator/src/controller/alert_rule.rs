@@ -1,6 +1,7 @@
 //! AlertRule → an alert rule of a project in the cluster.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::api::Api;
 use kube::runtime::controller::Action;
@@ -8,7 +9,6 @@ use kube::runtime::finalizer::{finalizer, Event as Finalizer};
 
 use super::pushed::{delete_keyed, finalizer_error, namespace, push_target, ready, referent_project, Outcome};
 use super::{instrumented, write_status, Context, Error};
-use std::time::Duration;
 use crate::tenancy::{self, Apply, FINALIZER};
 use crate::v1alpha1::{AlertRule, AlertRuleStatus};
 

@@ -23,7 +23,7 @@ use sextant_model::admin::{
 };
 use sextant_model::identity::{normalize_email, normalize_name, Problems};
 use sextant_model::meta::{
-    AlertFilter, CredentialKind, Invite, ManagedBy, MetaCommand, MetaCommandResult, Org, Plan, PlanPrice, Project,
+    CredentialKind, Invite, ManagedBy, MetaCommand, MetaCommandResult, Org, Plan, PlanPrice, Project,
     RateLimitOverrides,
 };
 use sextant_model::meta::{Role, INVITE_TTL_MS};
@@ -48,8 +48,6 @@ pub fn routes() -> Router<Arc<AppState>> {
 
 /// Longest key: a Kubernetes name (UIDs are 36 characters).
 const MAX_KEY: usize = 253;
-/// Longest free-text alert filter value.
-const MAX_FILTER_CHARS: usize = 1000;
 const GB: u64 = 1_000_000_000;
 
 /// A path key: what Kubernetes names and UIDs are made of, nothing that could mean anything
@@ -464,13 +462,6 @@ async fn delete_quota(
 
 // ---- alert rules ----
 
-fn filter_value(problems: &mut Problems, field: &str, v: Option<String>) -> Option<String> {
-    let v = v?;
-    let ok = v.chars().count() <= MAX_FILTER_CHARS && !v.chars().any(char::is_control);
-    problems.check(field, if ok { Ok(()) } else { Err("must be at most 1000 characters, without control characters") });
-    Some(v)
-}
-
 async fn put_alert_rule(
     _: Admin,
     State(app): State<Arc<AppState>>,
@@ -488,20 +479,12 @@ async fn put_alert_rule(
         "window_minutes",
         if (1..=1440).contains(&req.window_minutes) { Ok(()) } else { Err("must be between 1 and 1440") },
     );
-    let f = req.filter;
-    let filter = AlertFilter {
-        service: filter_value(&mut problems, "filter.service", f.service),
-        operation: filter_value(&mut problems, "filter.operation", f.operation),
-        level: filter_value(&mut problems, "filter.level", f.level),
-        query: filter_value(&mut problems, "filter.query", f.query),
-        hostname: filter_value(&mut problems, "filter.hostname", f.hostname),
-        event: filter_value(&mut problems, "filter.event", f.event),
-    };
+    let filter = crate::alerts::api::checked_filter(&mut problems, req.filter);
     problems.check(
         "for_seconds",
         if req.for_seconds <= sextant_model::alert::MAX_FOR_SECONDS { Ok(()) } else { Err("must be at most 86400") },
     );
-    let webhook_id = filter_value(&mut problems, "webhook_id", req.webhook_id);
+    let webhook_id = crate::alerts::api::filter_value(&mut problems, "webhook_id", req.webhook_id);
     check_managed_by(&mut problems, &req.managed_by);
     problems.into_result().map_err(ApiError::invalid_fields)?;
     let command = MetaCommand::PutManagedAlertRule {

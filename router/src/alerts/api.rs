@@ -114,11 +114,35 @@ async fn project_alerts(app: &AppState, project: ProjectId, history: bool) -> Re
     Ok(app.cluster.meta_read(&MetaQuery::Alerts { project_id: Some(project), history }).await?)
 }
 
-fn filter_value(problems: &mut Problems, field: &str, v: Option<String>) -> Option<String> {
+/// A filter value, trimmed (empty: no filter); more than [`MAX_FILTER_CHARS`] or a control
+/// character is a problem.
+pub fn filter_value(problems: &mut Problems, field: &str, v: Option<String>) -> Option<String> {
     let v = v.map(|v| v.trim().to_owned()).filter(|v| !v.is_empty())?;
     let ok = v.chars().count() <= MAX_FILTER_CHARS && !v.chars().any(char::is_control);
     problems.check(field, if ok { Ok(()) } else { Err("must be at most 1000 characters, without control characters") });
     Some(v)
+}
+
+/// `f` with its values checked: bounded, levels that exist, a log search that parses. Rules of
+/// the API and of AlertRule resources alike.
+pub fn checked_filter(problems: &mut Problems, f: AlertFilter) -> AlertFilter {
+    let filter = AlertFilter {
+        service: filter_value(problems, "filter.service", f.service),
+        operation: filter_value(problems, "filter.operation", f.operation),
+        level: filter_value(problems, "filter.level", f.level),
+        query: filter_value(problems, "filter.query", f.query),
+        hostname: filter_value(problems, "filter.hostname", f.hostname),
+        event: filter_value(problems, "filter.event", f.event),
+    };
+    if let Some(levels) = &filter.level {
+        let ok = levels.split(',').map(str::trim).all(|l| parse_level(l).is_some());
+        problems
+            .check("filter.level", if ok { Ok(()) } else { Err("must list TRACE, DEBUG, INFO, WARN, ERROR or FATAL") });
+    }
+    if let Some(q) = &filter.query {
+        problems.check("filter.query", LogQuery::parse(q).map(|_| ()).map_err(|_| "is not a valid log search"));
+    }
+    filter
 }
 
 /// The rule `input` describes, or every problem with it.
@@ -134,22 +158,7 @@ pub fn validate(input: AlertRuleInput, project_id: ProjectId, id: String, now_ms
         "for_seconds",
         if input.for_seconds <= MAX_FOR_SECONDS { Ok(()) } else { Err("must be from 0 to 86400") },
     );
-    let f = input.filter;
-    let filter = AlertFilter {
-        service: filter_value(&mut problems, "filter.service", f.service),
-        operation: filter_value(&mut problems, "filter.operation", f.operation),
-        level: filter_value(&mut problems, "filter.level", f.level),
-        query: filter_value(&mut problems, "filter.query", f.query),
-        hostname: filter_value(&mut problems, "filter.hostname", f.hostname),
-        event: filter_value(&mut problems, "filter.event", f.event),
-    };
-    if let Some(levels) = &filter.level {
-        let ok = levels.split(',').map(str::trim).all(|l| parse_level(l).is_some());
-        problems.check("filter.level", if ok { Ok(()) } else { Err("must list TRACE, DEBUG, INFO, WARN, ERROR or FATAL") });
-    }
-    if let Some(q) = &filter.query {
-        problems.check("filter.query", LogQuery::parse(q).map(|_| ()).map_err(|_| "is not a valid log search"));
-    }
+    let filter = checked_filter(&mut problems, input.filter);
     let webhook_id = filter_value(&mut problems, "webhook_id", input.webhook_id);
     problems.into_result().map_err(ApiError::invalid_fields)?;
     Ok(AlertRule {

@@ -7,7 +7,7 @@ use sextant_model::alert::MAX_LOG_COUNT_PER_SHARD;
 use sextant_model::ingest::parse_level;
 use sextant_model::meta::AlertRule;
 use sextant_model::query::{
-    ApmPlan, EventBuckets, EventBucketsPlan, Endpoints, HostsPlan, LatestHosts, LogList, LogSearchPlan, Merge, Stats,
+    ApmPlan, Endpoints, EventBuckets, EventBucketsPlan, HostsPlan, LatestHosts, LogList, LogSearchPlan, Merge, Stats,
 };
 use sextant_model::row::HostMetric;
 
@@ -21,7 +21,12 @@ const MINUTE_NS: i64 = 60 * 1_000_000_000;
 /// The rule's value over the `window_minutes` ending at `now_ns`; `None` when the metric has
 /// no value there (a rate or percentile without spans, no host samples). A shard that does not
 /// answer fails the measurement: a partial value could resolve or fire a rule wrongly.
-pub async fn measure(app: &AppState, rule: &AlertRule, metric: AlertMetric, now_ns: i64) -> Result<Option<f64>, ApiError> {
+pub async fn measure(
+    app: &AppState,
+    rule: &AlertRule,
+    metric: AlertMetric,
+    now_ns: i64,
+) -> Result<Option<f64>, ApiError> {
     let window_ns = i64::from(rule.window_minutes).saturating_mul(MINUTE_NS);
     let range = (now_ns.saturating_sub(window_ns), now_ns);
     let f = &rule.filter;
