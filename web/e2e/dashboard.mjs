@@ -166,6 +166,8 @@ try {
   check((await marks.first().innerText()).toLowerCase() === expect.log_word, 'the highlighted word is the one searched');
   check(new URL(page.url()).searchParams.get('q') === expect.log_word, 'the query is in the URL');
   await page.getByRole('img', { name: /Histogram/ }).waitFor();
+  await logs.getByRole('row').filter({ hasText: 'retrying' }).click();
+  await page.getByRole('region', { name: 'Log line details' }).getByText('attempt').waitFor();
   await contrastOk('logs (dark)');
   await settles();
   await shot('04-logs');

@@ -33,6 +33,8 @@ export function TimeChart({ label, xs, series, height = 220, yFormat }: { label:
           fill: s.bars ? s.color + 'aa' : s.color + '22',
           width: s.bars ? 0 : 2,
           paths: s.bars ? uPlot.paths.bars!({ size: [0.8, 40] }) : undefined,
+          // Lines show their points only where they are sparse (uPlot's default); bars never.
+          points: s.bars ? { show: false } : undefined,
           spanGaps: false,
         })),
       ],

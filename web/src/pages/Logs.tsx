@@ -118,6 +118,7 @@ export function Logs({ params }: PageProps) {
     setNext(b.next_cursor);
   };
   const words = useMemo(() => searchedWords(q), [q]);
+  const [open, setOpen] = useState<LogLine | null>(null);
   const hist = useMemo(() => histogram(lines, r.from, live ? Date.now() : r.to), [lines, rangeKey(r)]);
   const series = useMemo(
     () => [{ label: 'Lines', values: hist.counts, color: '#4c9aff', bars: true }],
@@ -183,7 +184,8 @@ export function Logs({ params }: PageProps) {
           label="Log lines"
           rows={lines}
           rowHeight={26}
-          rowClass={(l) => 'lvl-' + l.level}
+          onOpen={setOpen}
+          rowClass={(l) => 'lvl-' + l.level + (l === open ? ' sel' : '')}
           columns={[
             { label: 'Time', width: '190px', cell: (l) => <span class="muted">{fmtTime(l.timestamp, true)}</span> },
             { label: 'Level', width: '64px', cell: (l) => <span class="level">{l.level}</span> },
@@ -197,7 +199,7 @@ export function Logs({ params }: PageProps) {
           ]}
           footer={
             <span>
-              {lines.length} lines, newest first{' '}
+              {lines.length} lines, newest first; Enter or a click shows a line's details{' '}
               {next && (
                 <button type="button" onClick={more}>
                   Load older
@@ -206,6 +208,43 @@ export function Logs({ params }: PageProps) {
             </span>
           }
         />
+      )}
+      {open && (
+        <section class="panel static" aria-label="Log line details">
+          <div class="row">
+            <h2>Log line</h2>
+            <span class="grow" />
+            <button type="button" onClick={() => setOpen(null)}>
+              Close
+            </button>
+          </div>
+          <dl class="kv">
+            <dt>Time</dt>
+            <dd>{fmtTime(open.timestamp, true)}</dd>
+            <dt>Level</dt>
+            <dd>{open.level}</dd>
+            <dt>Service</dt>
+            <dd>{open.service}</dd>
+            <dt>Message</dt>
+            <dd class="mono pre">{highlight(open.message, words)}</dd>
+            {open.trace_id && (
+              <>
+                <dt>Trace</dt>
+                <dd>
+                  <a class="mono" href={href(`/traces/${encodeURIComponent(open.trace_id)}`, { span: open.span_id ?? undefined })}>
+                    {open.trace_id}
+                  </a>
+                </dd>
+              </>
+            )}
+            {Object.entries(open.attributes ?? {}).map(([k, v]) => (
+              <>
+                <dt class="mono">{k}</dt>
+                <dd class="mono pre">{typeof v === 'string' ? v : JSON.stringify(v)}</dd>
+              </>
+            ))}
+          </dl>
+        </section>
       )}
     </>
   );
