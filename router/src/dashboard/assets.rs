@@ -3,14 +3,14 @@
 use super::Asset;
 
 /// SHA-256 of the web/ sources this build was made from.
-pub const SOURCE_HASH: &str = "0fb1195770ea3b413da562bc76460278b73f4dad992cff5940969a0a7c95c32c";
+pub const SOURCE_HASH: &str = "2dff162ba112042ed776bc698062f62d2266ee129b88b849232628749e89f199";
 
 /// First path segments of the dashboard's own pages (web/src/routes.json).
 pub const CLIENT_ROUTES: &[&str] = &["login", "traces", "logs", "apm", "hosts", "errors", "service-map", "events", "funnels", "retention", "active-users", "cohorts", "replays", "alerts", "webhooks", "settings"];
 
 pub static FILES: &[Asset] = &[
     Asset { name: "index-BeHtCQ4I.css", content_type: "text/css; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/index-BeHtCQ4I.css") },
-    Asset { name: "index-Ca_klxt7.js", content_type: "text/javascript; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/index-Ca_klxt7.js") },
+    Asset { name: "index-CpxvXEM2.js", content_type: "text/javascript; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/index-CpxvXEM2.js") },
     Asset { name: "player-BwxTPBTd.js", content_type: "text/javascript; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/player-BwxTPBTd.js") },
     Asset { name: "player-D4m0shbc.css", content_type: "text/css; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/player-D4m0shbc.css") },
     Asset { name: "index.html", content_type: "text/html; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/index.html") },

@@ -71,7 +71,7 @@ export function Apm({ params }: PageProps) {
             { label: 'Service', width: '140px', cell: (e) => <b>{e.service}</b> },
             { label: 'Operation', width: 'minmax(160px, 2fr)', cell: (e) => e.operation },
             { label: 'Requests', width: '90px', align: 'right', cell: (e) => fmtNum(e.count) },
-            { label: 'Req/s', width: '70px', align: 'right', cell: (e) => fmtNum(e.rps, 2) },
+            { label: 'Req/s', width: '70px', align: 'right', cell: (e) => (e.rps > 0 && e.rps < 0.01 ? e.rps.toPrecision(2) : fmtNum(e.rps, 2)) },
             { label: 'Error rate', width: '90px', align: 'right', cell: (e) => <span class={e.error_rate > 0 ? 'bad' : ''}>{fmtPct(e.error_rate)}</span> },
             { label: 'Avg', width: '80px', align: 'right', cell: (e) => fmtDuration(e.avg_ms) },
             { label: 'p50', width: '80px', align: 'right', cell: (e) => fmtDuration(e.p50_ms) },
