@@ -130,6 +130,17 @@ impl TargetPolicy {
         }
     }
 
+    /// The addresses of `host` a connection may use: the permitted ones of `found`, so a name
+    /// that also resolves to a refused address (a rebinding trick with several records) is
+    /// only ever connected to its permitted ones.
+    pub fn permitted(&self, host: &str, found: Vec<SocketAddr>) -> Result<Vec<SocketAddr>, Refused> {
+        let permitted: Vec<SocketAddr> = found.into_iter().filter(|a| self.permits(a.ip()).is_ok()).collect();
+        if permitted.is_empty() {
+            return Err(Refused::NoPermittedAddress(host.to_owned()));
+        }
+        Ok(permitted)
+    }
+
     /// Checks what can be checked without resolving: scheme, length, credentials, literal
     /// addresses and `localhost` names.
     pub fn check_url(&self, raw: &str) -> Result<Url, Refused> {
@@ -171,10 +182,7 @@ impl Resolve for GuardedResolver {
         Box::pin(async move {
             let host = name.as_str().to_owned();
             let found: Vec<SocketAddr> = tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
-            let permitted: Vec<SocketAddr> = found.into_iter().filter(|a| policy.permits(a.ip()).is_ok()).collect();
-            if permitted.is_empty() {
-                return Err(Box::new(Refused::NoPermittedAddress(host)) as Box<dyn std::error::Error + Send + Sync>);
-            }
+            let permitted = policy.permitted(&host, found)?;
             Ok(Box::new(permitted.into_iter()) as Addrs)
         })
     }
@@ -264,6 +272,23 @@ mod tests {
         assert!(dev.check_url("http://127.0.0.1:9000/hook").is_ok());
         assert!(dev.check_url("http://localhost:9000/hook").is_ok());
         assert!(matches!(dev.check_url("http://169.254.169.254/"), Err(Refused::Forbidden(_))), "never metadata");
+    }
+
+    #[test]
+    fn only_the_permitted_addresses_of_a_name_are_connected_to() {
+        let addrs = |list: &[&str]| list.iter().map(|a| a.parse::<SocketAddr>().unwrap()).collect::<Vec<_>>();
+        let strict = TargetPolicy::default();
+        let mixed = addrs(&["127.0.0.1:443", "93.184.216.34:443", "[fd00:ec2::254]:443", "10.0.0.1:443"]);
+        assert_eq!(strict.permitted("rebind.test", mixed.clone()), Ok(addrs(&["93.184.216.34:443"])));
+        assert_eq!(
+            strict.permitted("rebind.test", addrs(&["127.0.0.1:443", "169.254.169.254:80"])),
+            Err(Refused::NoPermittedAddress("rebind.test".into()))
+        );
+        let dev = TargetPolicy::dev();
+        assert_eq!(
+            dev.permitted("rebind.test", mixed),
+            Ok(addrs(&["127.0.0.1:443", "93.184.216.34:443", "10.0.0.1:443"]))
+        );
     }
 
     #[tokio::test]
