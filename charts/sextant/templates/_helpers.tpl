@@ -24,10 +24,19 @@ app.kubernetes.io/component: operator
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "sextant.fullname" .) .Values.serviceAccount.name -}}
 {{- else -}}
-{{- default "default" .Values.serviceAccount.name -}}
+{{- if or (not .Values.serviceAccount.name) (eq .Values.serviceAccount.name "default") -}}
+{{- fail "serviceAccount.create=false needs serviceAccount.name (not \"default\"): the operator's ClusterRole must not go to the namespace's default ServiceAccount" -}}
+{{- end -}}
+{{- .Values.serviceAccount.name -}}
 {{- end -}}
 {{- end -}}
 
 {{- define "sextant.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{- /* Never empty: an empty namespaceSelector would admit every namespace. */ -}}
+{{- define "sextant.metricsNamespaceSelector" -}}
+{{- $default := dict "matchLabels" (dict "kubernetes.io/metadata.name" "monitoring") -}}
+{{- toYaml (default $default .Values.networkPolicy.metricsNamespaceSelector) -}}
 {{- end -}}

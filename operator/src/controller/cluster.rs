@@ -1,5 +1,5 @@
-//! `SextantCluster` → Secret, ConfigMap, Services, node StatefulSet, router Deployment, PDB,
-//! and the scaling steps of docs/ARCHITECTURE.md, "Membership, placement and drains".
+//! `SextantCluster` → Secret, ConfigMap, ServiceAccounts, Services, node StatefulSet, router
+//! Deployment, PDB, NetworkPolicies, and the scaling steps of docs/ARCHITECTURE.md, "Membership, placement and drains".
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
 
@@ -124,9 +125,12 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
         .as_ref()
         .and_then(|s| s.status.as_ref())
         .is_some_and(|st| st.update_revision.is_some() && st.update_revision != st.current_revision);
-    for object in topology::owned_objects(&cluster, plan.statefulset_replicas, plan.peer_nodes)? {
+    let operator_namespace = client.default_namespace();
+    for object in topology::owned_objects(&cluster, plan.statefulset_replicas, plan.peer_nodes, operator_namespace)? {
         match object {
             Owned::ConfigMap(o) => drop(apply(client, &names.namespace, &o).await?),
+            Owned::ServiceAccount(o) => drop(apply(client, &names.namespace, &o).await?),
+            Owned::NetworkPolicy(o) => drop(apply(client, &names.namespace, &o).await?),
             Owned::Service(o) => drop(apply(client, &names.namespace, &o).await?),
             Owned::StatefulSet(o) => drop(apply(client, &names.namespace, &o).await?),
             Owned::Deployment(o) => {
@@ -136,6 +140,17 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
                 rolling_out |= st.updated_replicas.unwrap_or(0) < st.replicas.unwrap_or(0);
             }
             Owned::PodDisruptionBudget(o) => drop(apply(client, &names.namespace, &o).await?),
+        }
+    }
+    if !cluster.spec.network_policy.enabled {
+        // Turned off after being on: remove what an earlier reconcile applied.
+        let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), &names.namespace);
+        for name in [names.nodes(), names.routers()] {
+            match policies.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.is_not_found() => {}
+                Err(e) => return Err(e.into()),
+            }
         }
     }
 
@@ -311,6 +326,8 @@ mod tests {
         let ns = "/namespaces/telemetry";
         vec![
             Step::apply(&format!("/api/v1{ns}/configmaps/obs-config")),
+            Step::apply(&format!("/api/v1{ns}/serviceaccounts/obs-node")),
+            Step::apply(&format!("/api/v1{ns}/serviceaccounts/obs-router")),
             Step::apply(&format!("/api/v1{ns}/services/obs-node")),
             Step::apply(&format!("/apis/apps/v1{ns}/statefulsets/obs-node")),
             Step::apply(&format!("/apis/apps/v1{ns}/deployments/obs-router")).reply(
@@ -321,8 +338,14 @@ mod tests {
             Step::apply(&format!("/api/v1{ns}/services/obs-router")),
             Step::apply(&format!("/api/v1{ns}/services/obs-router-internal")),
             Step::apply(&format!("/apis/policy/v1{ns}/poddisruptionbudgets/obs-node")),
+            Step::apply(&format!("/apis/networking.k8s.io/v1{ns}/networkpolicies/obs-node")),
+            Step::apply(&format!("/apis/networking.k8s.io/v1{ns}/networkpolicies/obs-router")),
         ]
     }
+
+    /// Positions of the StatefulSet and the router Deployment in [`applies`].
+    const STS_AT: usize = 4;
+    const ROUTERS_AT: usize = 5;
 
     const SECRET: &str = "/api/v1/namespaces/telemetry/secrets/obs-internal";
     const STS: &str = "/apis/apps/v1/namespaces/telemetry/statefulsets/obs-node";
@@ -390,7 +413,7 @@ mod tests {
         let c = cluster(3, 3);
         let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).not_found()];
         let mut objs = applies(0);
-        objs[2] = Step::apply(STS).expect_body(|b| {
+        objs[STS_AT] = Step::apply(STS).expect_body(|b| {
             assert_eq!(b["spec"]["replicas"], 3);
             assert_eq!(b["metadata"]["ownerReferences"][0]["name"], "obs");
         });
@@ -401,6 +424,31 @@ mod tests {
         steps.push(Step::new(Method::PATCH, STATUS));
         let mock = Mock::new();
         let ctx = mock.ctx.clone();
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn disabling_the_network_policy_deletes_the_applied_policies() {
+        let mut c = cluster(3, 3);
+        settled(&mut c, 3);
+        c.spec.network_policy.enabled = false;
+        let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, sts_json(3, 3))];
+        let mut objs = applies(2);
+        // Neither NetworkPolicy (the last two) is applied.
+        objs.truncate(objs.len() - 2);
+        steps.extend(objs);
+        let ns = "/apis/networking.k8s.io/v1/namespaces/telemetry/networkpolicies";
+        steps.push(
+            Step::new(Method::DELETE, &format!("{ns}/obs-node"))
+                .reply(200, json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "code": 200})),
+        );
+        // Already gone (deleted by hand): not an error.
+        steps.push(Step::new(Method::DELETE, &format!("{ns}/obs-router")).not_found());
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        *admin.nodes.lock().unwrap() = active_nodes(3);
         mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
             .await
             .unwrap();
@@ -432,11 +480,11 @@ mod tests {
         c.metadata.generation = Some(2);
         let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, sts_json(3, 3))];
         let mut objs = applies(2);
-        objs[2] = Step::apply(STS).expect_body(|b| {
+        objs[STS_AT] = Step::apply(STS).expect_body(|b| {
             assert_eq!(b["spec"]["template"]["spec"]["containers"][0]["image"], "ghcr.io/sextant-dev/sextant:0.2.0");
             assert_eq!(b["spec"]["replicas"], 3);
         });
-        objs[3] = Step::apply("/apis/apps/v1/namespaces/telemetry/deployments/obs-router")
+        objs[ROUTERS_AT] = Step::apply("/apis/apps/v1/namespaces/telemetry/deployments/obs-router")
             .expect_body(|b| assert_eq!(b["spec"]["replicas"], 4))
             .reply(
                 200,
@@ -492,7 +540,7 @@ mod tests {
         c.metadata.generation = Some(2);
         let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, sts_json(3, 3))];
         let mut objs = applies(2);
-        objs[2] = Step::apply(STS).expect_body(|b| assert_eq!(b["spec"]["replicas"], 5));
+        objs[STS_AT] = Step::apply(STS).expect_body(|b| assert_eq!(b["spec"]["replicas"], 5));
         steps.extend(objs);
         steps.push(Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["reason"], "ScalingStarted")));
         steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
@@ -518,7 +566,7 @@ mod tests {
         c.metadata.generation = Some(2);
         let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, sts_json(3, 3))];
         let mut objs = applies(2);
-        objs[2] = Step::apply(STS).expect_body(|b| assert_eq!(b["spec"]["replicas"], 3));
+        objs[STS_AT] = Step::apply(STS).expect_body(|b| assert_eq!(b["spec"]["replicas"], 3));
         steps.extend(objs);
         steps.push(Step::new(Method::POST, EVENTS).expect_body(|b| {
             assert_eq!(b["reason"], "ScaleInBlocked");
@@ -600,7 +648,7 @@ mod tests {
         c.metadata.generation = Some(2);
         let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).not_found()];
         let mut objs = applies(0);
-        objs[2] = Step::apply(STS).expect_body(|b| assert_eq!(b["spec"]["replicas"], 3));
+        objs[STS_AT] = Step::apply(STS).expect_body(|b| assert_eq!(b["spec"]["replicas"], 3));
         steps.extend(objs);
         steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
             assert!(b["status"].get("scaling").is_none(), "{b}");

@@ -14,7 +14,8 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
-use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -256,6 +257,8 @@ pub async fn run_all(ctx: Arc<Context>) {
             Api::<PodDisruptionBudget>::all(client.clone()),
             cfg().labels("app.kubernetes.io/managed-by=sextant-operator"),
         )
+        .owns(Api::<ServiceAccount>::all(client.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
+        .owns(Api::<NetworkPolicy>::all(client.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
         .shutdown_on_signal()
         .run(cluster::reconcile, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
@@ -355,7 +358,7 @@ mod tests {
         let deadline = tokio::time::sleep(Duration::from_secs(3));
         tokio::pin!(deadline);
         // Until every controller has listed and started watching its kinds.
-        while seen.iter().filter(|(_, verb, _)| verb == "watch").count() < 11 {
+        while seen.iter().filter(|(_, verb, _)| verb == "watch").count() < 13 {
             let (request, send) = tokio::select! {
                 _ = &mut deadline => break,
                 next = handle.next_request() => match next { Some(r) => r, None => break },
@@ -395,6 +398,8 @@ mod tests {
             ("services", true),
             ("configmaps", true),
             ("poddisruptionbudgets", true),
+            ("serviceaccounts", true),
+            ("networkpolicies", true),
         ]
         .into_iter()
         .map(|(r, l)| (r.to_owned(), l))

@@ -1,8 +1,11 @@
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::ResourceRequirements;
+use k8s_openapi::api::core::v1::{
+    Affinity, ConfigMapVolumeSource, EmptyDirVolumeSource, EnvVar, LocalObjectReference, ResourceRequirements,
+    SecretVolumeSource, Toleration, TopologySpreadConstraint,
+};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -39,6 +42,12 @@ pub struct SextantClusterSpec {
     /// Container image of `sextant` used by nodes and routers.
     #[serde(default = "default_image")]
     pub image: String,
+    /// Pull policy of the node and router containers; absent: Kubernetes' default for the tag.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<PullPolicy>,
+    /// Secrets for pulling `image`, given to node and router pods.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<LocalObjectReference>,
     #[serde(default)]
     pub routers: RouterSpec,
     pub storage: StorageSpec,
@@ -48,6 +57,88 @@ pub struct SextantClusterSpec {
     pub tls: Option<TlsSpec>,
     #[serde(default)]
     pub cluster_operation: ClusterOperation,
+    #[serde(default)]
+    pub network_policy: NetworkPolicySpec,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum PullPolicy {
+    Always,
+    IfNotPresent,
+    Never,
+}
+
+impl PullPolicy {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PullPolicy::Always => "Always",
+            PullPolicy::IfNotPresent => "IfNotPresent",
+            PullPolicy::Never => "Never",
+        }
+    }
+}
+
+/// Scheduling and additions for the pods of nodes or routers.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PodTemplate {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    /// Absent: spread over zones and over hosts (maxSkew 1, ScheduleAnyway each). `[]`: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tolerations: Vec<Toleration>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub node_selector: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priority_class_name: Option<String>,
+    /// Added after the operator's own variables, whose names (`SEXTANT_*`) are refused here.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub env: Vec<EnvVar>,
+    /// Mounted into the container; `data` and `tmp` and the paths `/data` and `/tmp` are taken.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 32))]
+    pub volumes: Vec<ExtraVolume>,
+}
+
+/// A volume and where it is mounted. Exactly one of `secret`, `configMap`, `emptyDir`: the
+/// volume types Pod Security "restricted" allows that need no cluster-specific driver.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ExtraVolume {
+    pub name: String,
+    pub mount_path: String,
+    #[serde(default)]
+    pub read_only: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret: Option<SecretVolumeSource>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ConfigMapVolumeSource>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub empty_dir: Option<EmptyDirVolumeSource>,
+}
+
+/// NetworkPolicies for node and router pods (docs/KUBERNETES.md, "Network policy").
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicySpec {
+    #[serde(default = "default_true")]
+    pub enabled: bool,
+    /// Namespaces whose pods may scrape metrics; absent or empty: the namespace named `monitoring`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metrics_namespace_selector: Option<LabelSelector>,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+impl Default for NetworkPolicySpec {
+    fn default() -> Self {
+        Self { enabled: true, metrics_namespace_selector: None }
+    }
 }
 
 pub fn default_image() -> String {
@@ -62,8 +153,11 @@ pub struct RouterSpec {
     pub replicas: i32,
     #[serde(default)]
     pub service: RouterServiceSpec,
+    /// Absent: requests of 200m CPU and 256Mi memory, a 1Gi memory limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    #[serde(default)]
+    pub pod: PodTemplate,
 }
 
 fn default_router_replicas() -> i32 {
@@ -72,7 +166,12 @@ fn default_router_replicas() -> i32 {
 
 impl Default for RouterSpec {
     fn default() -> Self {
-        Self { replicas: default_router_replicas(), service: RouterServiceSpec::default(), resources: None }
+        Self {
+            replicas: default_router_replicas(),
+            service: RouterServiceSpec::default(),
+            resources: None,
+            pod: PodTemplate::default(),
+        }
     }
 }
 
@@ -154,8 +253,11 @@ pub struct StorageSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(validation = Rule::new("self == oldSelf").message("storageClassName is immutable"))]
     pub storage_class_name: Option<String>,
+    /// Absent: requests of 500m CPU and 1Gi memory, a 4Gi memory limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
+    #[serde(default)]
+    pub pod: PodTemplate,
 }
 
 fn default_shards() -> i32 {

@@ -3,6 +3,8 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod pod_security;
+
 use serde_json::{json, Value};
 use sextant_operator::manifests::custom_resource_definitions;
 
