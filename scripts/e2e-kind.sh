@@ -35,10 +35,14 @@ kind get clusters | grep -qx "$NAME" || kind create cluster --name "$NAME" --wai
 kind load docker-image "$IMAGE" --name "$NAME"
 
 step "install"
+# Small requests: the default ones (500m CPU per node) would leave a 5-node scale-out Pending on
+# a laptop-sized kind node.
 helm --kube-context "kind-$NAME" upgrade --install sextant charts/sextant -n "$NS" --create-namespace --wait \
   --set image.repository=sextant --set image.tag=e2e --set image.pullPolicy=Never \
   --set operator.replicas=2 --set cluster.enabled=true --set cluster.name=obs \
-  --set cluster.storage.volumeSize=1Gi
+  --set cluster.storage.volumeSize=1Gi \
+  --set cluster.storage.resources.requests.cpu=100m --set cluster.storage.resources.requests.memory=128Mi \
+  --set cluster.routers.resources.requests.cpu=50m --set cluster.routers.resources.requests.memory=64Mi
 k wait sextantcluster/obs --for=condition=Available --timeout=10m
 k get secret obs-internal >/dev/null
 

@@ -307,22 +307,56 @@ pub fn default_spread(selector: BTreeMap<String, String>) -> Vec<TopologySpreadC
         .collect()
 }
 
+/// The two kinds of pods of a cluster.
+#[derive(Clone, Copy)]
+enum Component {
+    Node,
+    Router,
+}
+
+impl Component {
+    /// Its `app.kubernetes.io/component` label.
+    fn label(self) -> &'static str {
+        match self {
+            Component::Node => "node",
+            Component::Router => "router",
+        }
+    }
+    /// Where its settings are in the spec.
+    fn field(self) -> &'static str {
+        match self {
+            Component::Node => "storage",
+            Component::Router => "routers",
+        }
+    }
+    fn template(self, spec: &SextantClusterSpec) -> &PodTemplate {
+        match self {
+            Component::Node => &spec.storage.pod,
+            Component::Router => &spec.routers.pod,
+        }
+    }
+    fn account(self, names: &Names) -> String {
+        match self {
+            Component::Node => names.nodes(),
+            Component::Router => names.routers(),
+        }
+    }
+}
+
 /// The pod spec of one component: its container (already carrying the operator's env and
 /// mounts), hardened, with the cluster's image settings and the component's [`PodTemplate`]
 /// applied. User env and volumes come after the operator's; clashes are refused rather than
 /// resolved, so nothing the operator relies on can be overridden by accident.
-#[allow(clippy::too_many_arguments)]
 fn pod_spec(
-    component: &'static str,
+    names: &Names,
     spec: &SextantClusterSpec,
-    template: &PodTemplate,
+    component: Component,
     mut container: Container,
     mut volumes: Vec<Volume>,
     pod_security: PodSecurityContext,
-    service_account: String,
-    selector: BTreeMap<String, String>,
 ) -> Result<PodSpec, TopologyError> {
-    let refuse = |message: String| TopologyError::PodTemplate { component, message };
+    let template = component.template(spec);
+    let refuse = |message: String| TopologyError::PodTemplate { component: component.field(), message };
     let env = container.env.get_or_insert_with(Vec::new);
     let mut env_names: std::collections::BTreeSet<String> = env.iter().map(|e| e.name.clone()).collect();
     for var in &template.env {
@@ -370,14 +404,17 @@ fn pod_spec(
     container.image_pull_policy = spec.image_pull_policy.map(|p| p.as_str().to_owned());
     container.security_context = Some(restricted_container_security());
     Ok(PodSpec {
-        service_account_name: Some(service_account),
+        service_account_name: Some(component.account(names)),
         // Neither nodes nor routers talk to the Kubernetes API.
         automount_service_account_token: Some(false),
         security_context: Some(pod_security),
         image_pull_secrets: (!spec.image_pull_secrets.is_empty()).then(|| spec.image_pull_secrets.clone()),
         affinity: template.affinity.clone(),
         topology_spread_constraints: Some(
-            template.topology_spread_constraints.clone().unwrap_or_else(|| default_spread(selector)),
+            template
+                .topology_spread_constraints
+                .clone()
+                .unwrap_or_else(|| default_spread(selector(names, component.label()))),
         )
         .filter(|c| !c.is_empty()),
         tolerations: (!template.tolerations.is_empty()).then(|| template.tolerations.clone()),
@@ -597,15 +634,13 @@ pub fn owned_objects(
         ..Container::default()
     };
     let mut node_pod = pod_spec(
-        "storage",
+        &names,
         spec,
-        &storage.pod,
+        Component::Node,
         node_container,
         vec![tmp.clone()],
         // fsGroup makes the fresh volume writable by the image's user.
         restricted_pod_security(Some(SEXTANT_UID)),
-        names.nodes(),
-        selector(&names, "node"),
     )?;
     node_pod.termination_grace_period_seconds = Some(60);
     let claim = PersistentVolumeClaim {
@@ -680,16 +715,8 @@ pub fn owned_objects(
         resources: Some(spec.routers.resources.clone().unwrap_or_else(default_router_resources)),
         ..Container::default()
     };
-    let router_pod = pod_spec(
-        "routers",
-        spec,
-        &spec.routers.pod,
-        router_container,
-        vec![tmp],
-        restricted_pod_security(None),
-        names.routers(),
-        selector(&names, "router"),
-    )?;
+    let router_pod =
+        pod_spec(&names, spec, Component::Router, router_container, vec![tmp], restricted_pod_security(None))?;
     let deployment = Deployment {
         metadata: metadata(&names, names.routers(), "router", &owner),
         spec: Some(DeploymentSpec {
