@@ -739,6 +739,11 @@ pub enum MetaCommand {
         period_end_ms: i64,
         now_ms: i64,
     },
+    /// The evaluator lease's holder is stopping: the lease expires now, so another router takes
+    /// it at its next round rather than when it would have run out. Only `holder` releases it.
+    ReleaseAlertLease {
+        holder: String,
+    },
 }
 
 /// Why meta refused a command. Decided by the state machine so that concurrent requests on

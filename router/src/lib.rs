@@ -133,6 +133,12 @@ impl RunningRouter {
         if let Some(otlp) = &self.otlp_grpc {
             otlp.abort();
         }
+        // The evaluator is stopped above: no round of this router follows the release.
+        match tokio::time::timeout(Duration::from_secs(3), alerts::release(&self.state)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "could not release the alert evaluator lease"),
+            Err(_) => tracing::warn!("releasing the alert evaluator lease timed out"),
+        }
         let leave = MetaCommand::RouterLeft { router_id: self.state.router_id.clone() };
         match tokio::time::timeout(Duration::from_secs(3), self.state.cluster.meta_write::<MetaCommandResult>(&leave))
             .await

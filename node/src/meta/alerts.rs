@@ -68,6 +68,14 @@ impl MetaState {
         MetaCommandResult::Lease { token, expires_at_ms }
     }
 
+    /// Ends `holder`'s lease now; its token stays, so the next holder gets a new one.
+    pub(super) fn release_alert_lease(&mut self, holder: &str) -> MetaCommandResult {
+        if let Some(l) = self.alerts.lease.as_mut().filter(|l| l.holder == holder) {
+            l.expires_at_ms = i64::MIN;
+        }
+        Done
+    }
+
     pub(super) fn record_alert_observations(
         &mut self,
         holder: &str,
@@ -219,6 +227,12 @@ mod tests {
         assert_eq!(lease_of(s.execute(lease("a", T0 + 5_000))), (1, T0 + 15_000), "renewed");
         assert_eq!(lease_of(s.execute(lease("b", T0 + 15_000))), (2, T0 + 25_000), "taken over");
         assert_eq!(s.execute(lease("a", T0 + 16_000)), Refused(Refusal::LeaseHeld));
+        // Released by another router: nothing changes; by its holder: free at once.
+        s.execute(MetaCommand::ReleaseAlertLease { holder: "a".into() });
+        assert_eq!(s.execute(lease("a", T0 + 16_001)), Refused(Refusal::LeaseHeld));
+        let release = MetaCommand::ReleaseAlertLease { holder: "b".into() };
+        assert_eq!(s.execute(through_the_log(&release)), Done);
+        assert_eq!(lease_of(s.execute(lease("a", T0 + 16_002))), (3, T0 + 26_002));
     }
 
     #[test]

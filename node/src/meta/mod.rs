@@ -263,6 +263,7 @@ impl MetaState {
             MetaCommand::RecordAlertObservations { holder, token, now_ms, observations } => {
                 self.record_alert_observations(&holder, token, now_ms, observations)
             }
+            MetaCommand::ReleaseAlertLease { holder } => self.release_alert_lease(&holder),
         }
     }
 

@@ -92,6 +92,14 @@ pub async fn evaluate_once(app: &AppState) -> Result<Round, ApiError> {
     }
 }
 
+/// Gives the lease up if this router holds it (a router shutting down), so another takes it at
+/// its next round.
+pub async fn release(app: &AppState) -> Result<(), ApiError> {
+    let command = MetaCommand::ReleaseAlertLease { holder: app.router_id.clone() };
+    app.cluster.meta_write::<MetaCommandResult>(&command).await?;
+    Ok(())
+}
+
 /// Runs [`evaluate_once`] every `alert_interval`.
 pub fn spawn_evaluator(app: Arc<AppState>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
