@@ -9,6 +9,8 @@ use std::process::Command;
 
 use common::pod_security::{pod_templates, restricted_violations};
 use serde_json::Value;
+use sextant_operator::topology::{owned_objects, Owned};
+use sextant_operator::v1alpha1::SextantCluster;
 
 #[test]
 fn chart_lints_renders_valid_objects_and_refuses_bad_values() {
@@ -39,6 +41,9 @@ fn chart_lints_renders_valid_objects_and_refuses_bad_values() {
             let kind = doc["kind"].as_str().expect("kind").to_owned();
             let errs = common::errors(&kind, &doc);
             assert!(errs.is_empty(), "{} renders an invalid {kind}:\n{}", path.display(), errs.join("\n"));
+            if kind == "SextantCluster" {
+                check_cluster_pods(&path, &doc);
+            }
             kinds.push(kind);
         }
     }
@@ -48,6 +53,41 @@ fn chart_lints_renders_valid_objects_and_refuses_bad_values() {
     // Defaults: five plans; non-default: one plan and a cluster; no-leader-election: a cluster.
     assert_eq!(kinds.iter().filter(|k| *k == "Plan").count(), 6, "{kinds:?}");
     assert_eq!(kinds.iter().filter(|k| *k == "SextantCluster").count(), 2, "{kinds:?}");
+}
+
+/// The pods the operator builds from a SextantCluster the chart rendered: restricted, with the
+/// chart's pull settings (what the non-default values set reaches the pods).
+fn check_cluster_pods(path: &std::path::Path, doc: &Value) {
+    let file = path.file_name().unwrap().to_string_lossy().into_owned();
+    let mut cluster: SextantCluster = serde_json::from_value(doc.clone()).unwrap();
+    cluster.metadata.uid = Some("9b2e6f9e-0000-4000-8000-000000000001".into());
+    let objects = owned_objects(&cluster, 3, 3, "telemetry").unwrap();
+    let mut pods = vec![];
+    for o in &objects {
+        let value = match o {
+            Owned::StatefulSet(x) => serde_json::to_value(x).unwrap(),
+            Owned::Deployment(x) => serde_json::to_value(x).unwrap(),
+            _ => continue,
+        };
+        pods.extend(pod_templates(&value));
+    }
+    assert_eq!(pods.len(), 2, "{file}");
+    let nondefault = file == "nondefault-values.yaml";
+    for (at, pod, annotations) in &pods {
+        let violations = restricted_violations(pod, annotations);
+        assert!(violations.is_empty(), "{file}: {at}:\n{}", violations.join("\n"));
+        let policy = if nondefault { "Always" } else { "IfNotPresent" };
+        assert_eq!(pod["containers"][0]["imagePullPolicy"], policy, "{file}: {at}");
+        let secrets = if nondefault { serde_json::json!([{"name": "registry"}]) } else { Value::Null };
+        assert_eq!(pod["imagePullSecrets"], secrets, "{file}: {at}");
+    }
+    if nondefault {
+        let node = &pods.iter().find(|(at, _, _)| at.starts_with("StatefulSet")).unwrap().1;
+        assert_eq!(node["priorityClassName"], "sextant-storage");
+        assert_eq!(node["tolerations"][0]["value"], "sextant-storage");
+        let policies = objects.iter().filter(|o| matches!(o, Owned::NetworkPolicy(_))).count();
+        assert_eq!(policies, 2, "{file}");
+    }
 }
 
 /// Per values file: every pod meets Pod Security "restricted", the operator's ClusterRole goes
