@@ -617,6 +617,30 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_refused_pod_template_applies_nothing_and_says_why() {
+        let mut c = cluster(3, 3);
+        settled(&mut c, 3);
+        c.spec.storage.pod.env =
+            vec![k8s_openapi::api::core::v1::EnvVar { name: "SEXTANT_PEERS".into(), ..Default::default() }];
+        let c = std::sync::Arc::new(c);
+        let steps = vec![
+            Step::get(SECRET).reply(200, secret_json()),
+            Step::get(STS).reply(200, sts_json(3, 3)),
+            // No apply at all: the Warning Event names the field.
+            Step::new(Method::POST, EVENTS).expect_body(|b| {
+                assert_eq!(b["reason"], "ReconcileFailed");
+                let note = b["note"].as_str().unwrap();
+                assert!(note.contains("storage.pod") && note.contains("SEXTANT_PEERS"), "{note}");
+            }),
+        ];
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        *admin.nodes.lock().unwrap() = active_nodes(3);
+        let err = mock.run(steps, serde_json::to_value(c.as_ref()).unwrap(), super::reconcile(c.clone(), ctx)).await;
+        assert!(matches!(err, Err(super::Error::Topology(_))), "{err:?}");
+    }
+
+    #[tokio::test]
     async fn api_error_fails_the_reconcile_and_backs_off() {
         let c = std::sync::Arc::new(cluster(3, 3));
         let steps = vec![
