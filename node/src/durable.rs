@@ -42,3 +42,18 @@ pub fn write_file_atomic(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<Fil
     sync_dir(dir)?;
     Ok(FileEntry { name: name.to_owned(), len: bytes.len() as u64, xxh3: xxh3_64(bytes) })
 }
+
+/// Bytes `path` and everything under it occupy on disk (allocated blocks, so sparse files
+/// count what they hold); 0 if it does not exist. Files vanishing meanwhile are skipped.
+pub fn disk_usage(path: &Path) -> u64 {
+    let Ok(meta) = std::fs::symlink_metadata(path) else { return 0 };
+    #[cfg(unix)]
+    let own = std::os::unix::fs::MetadataExt::blocks(&meta).saturating_mul(512);
+    #[cfg(not(unix))]
+    let own = meta.len();
+    if !meta.is_dir() {
+        return own;
+    }
+    let Ok(dir) = std::fs::read_dir(path) else { return own };
+    dir.flatten().map(|e| disk_usage(&e.path())).fold(own, u64::saturating_add)
+}

@@ -10,7 +10,7 @@
 use std::fmt::Debug;
 use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -29,10 +29,49 @@ pub struct LogDb {
     entries: Keyspace,
     state: Keyspace,
     sync: mpsc::Sender<SyncJob>,
+    /// Wakes the `log-reclaim` thread after a purge.
+    reclaim: Option<mpsc::Sender<()>>,
+    reclaimer: Option<std::thread::JoinHandle<()>>,
+    dir: PathBuf,
+}
+
+impl Drop for LogDb {
+    /// Stops the `log-reclaim` thread, which holds the database open, before it closes.
+    fn drop(&mut self) {
+        self.reclaim.take();
+        if let Some(t) = self.reclaimer.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Pause between two passes of the `log-reclaim` thread.
+const RECLAIM_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Gives back the disk space of purged entries: flushes both memtables (a journal file is
+/// deleted only once every keyspace flushed what it holds), then merges the entry tables so
+/// that purged keys are dropped and blob files holding only purged entries are deleted; blob
+/// files at least half purged are rewritten. Crash-safe: fjall swaps tables and blob files in
+/// through its own manifest, and the purge mark was synced before the entries were removed.
+fn reclaim_space(entries: &Keyspace, state: &Keyspace) -> fjall::Result<()> {
+    entries.rotate_memtable_and_wait()?;
+    state.rotate_memtable_and_wait()?;
+    entries.major_compact()?;
+    // A dropped blob file is deleted with the last table version naming it, and fjall lets
+    // old versions go when a memtable rotates: rotate one more, after a write naming no key
+    // of the log (a tombstone of a key never written, shorter than every state key).
+    state.remove(*b"reclaim")?;
+    state.rotate_memtable_and_wait()?;
+    Ok(())
 }
 
 impl LogDb {
     pub fn open(dir: &Path, metrics: Arc<NodeMetrics>) -> anyhow::Result<Arc<Self>> {
+        Self::open_with(dir, metrics, true)
+    }
+
+    /// `auto_reclaim: false` leaves reclaiming to explicit [`LogDb::reclaim`] calls (tests).
+    pub fn open_with(dir: &Path, metrics: Arc<NodeMetrics>, auto_reclaim: bool) -> anyhow::Result<Arc<Self>> {
         // Entries are protobuf sub-batches that segments compress once they are flushed; LZ4 in
         // the journal as well was 3% of the node's CPU during ingest.
         // fjall creates its files under the process umask (0077 in `sextant node` and `dev`).
@@ -44,11 +83,38 @@ impl LogDb {
         // a blob file is deleted whole once all its entries are purged. Inline, compactions
         // rewrote every entry; this is 9-13% more spans ingested per second (docs/BENCHMARKS.md).
         // A keyspace keeps the options it was created with.
+        // Every blob file half purged is rewritten by the next `reclaim` (fjall's default, a
+        // quarter of the oldest such files per compaction, let purged entries pile up).
         let entries = db.keyspace("raft_log", || {
-            KeyspaceCreateOptions::default()
-                .with_kv_separation(Some(KvSeparationOptions::default().compression(CompressionType::None)))
+            KeyspaceCreateOptions::default().with_kv_separation(Some(
+                KvSeparationOptions::default()
+                    .compression(CompressionType::None)
+                    .staleness_threshold(0.5)
+                    .age_cutoff(1.0),
+            ))
         })?;
         let state = db.keyspace("raft_state", KeyspaceCreateOptions::default)?;
+        let (reclaim, purges) = mpsc::channel::<()>();
+        let reclaim = auto_reclaim.then_some(reclaim);
+        let (gc_entries, gc_state) = (entries.clone(), state.clone());
+        let reclaimer = std::thread::Builder::new().name("log-reclaim".into()).spawn(move || {
+            let mut last: Option<std::time::Instant> = None;
+            while purges.recv().is_ok() {
+                // At most one pass per interval; purges arriving meanwhile share the next one.
+                if let Some(until) = last.map(|t| t + RECLAIM_INTERVAL) {
+                    while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+                        if let Err(mpsc::RecvTimeoutError::Disconnected) = purges.recv_timeout(left) {
+                            return;
+                        }
+                    }
+                }
+                while purges.try_recv().is_ok() {}
+                if let Err(e) = reclaim_space(&gc_entries, &gc_state) {
+                    tracing::warn!(error = %e, "could not reclaim the disk space of the purged Raft log");
+                }
+                last = Some(std::time::Instant::now());
+            }
+        })?;
         let (sync, jobs) = mpsc::channel::<SyncJob>();
         let syncer = db.clone();
         std::thread::Builder::new().name("log-sync".into()).spawn(move || {
@@ -63,7 +129,7 @@ impl LogDb {
                 }
             }
         })?;
-        Ok(Arc::new(Self { db, entries, state, sync }))
+        Ok(Arc::new(Self { db, entries, state, sync, reclaim, reclaimer: Some(reclaimer), dir: dir.to_owned() }))
     }
 
     pub fn group(self: &Arc<Self>, group: GroupId) -> GroupLog {
@@ -83,6 +149,16 @@ impl LogDb {
         }
         batch.commit().map_err(io_err)?;
         self.sync_now()
+    }
+
+    /// Reclaims the space of purged entries now (the `log-reclaim` thread does it after purges).
+    pub fn reclaim(&self) -> Result<(), StorageError> {
+        reclaim_space(&self.entries, &self.state).map_err(io_err)
+    }
+
+    /// Bytes the log database occupies on disk (allocated blocks: journals are sparse files).
+    pub fn disk_bytes(&self) -> u64 {
+        crate::durable::disk_usage(&self.dir)
     }
 
     /// Waits until everything written so far is on disk.
@@ -249,7 +325,11 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
         // ignored, never a gap that the log state would not admit.
         self.write_state("purged", crate::persist::encode_log_id(&log_id))?;
         self.db.sync_now()?;
-        self.remove_range(..=log_id.index)
+        self.remove_range(..=log_id.index)?;
+        if let Some(reclaim) = &self.db.reclaim {
+            let _ = reclaim.send(());
+        }
+        Ok(())
     }
 }
 
@@ -306,5 +386,51 @@ mod tests {
         db.state.insert(state_key(5, "vote"), [3u8; 12]).unwrap();
         let err = log.read_vote().await.unwrap_err().to_string();
         assert!(err.contains("unsupported Raft vote format"), "{err}");
+    }
+
+    /// After purges the log occupies about what is left unpurged: the blob files at most twice
+    /// the live entries (a blob file is rewritten once half purged) plus 1 MiB of tables and
+    /// fjall's small files, and the journal what was written since it last rotated (fjall
+    /// rotates it past 64 MB; sealed journals go once flushed).
+    #[tokio::test]
+    async fn purged_entries_give_their_disk_space_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = LogDb::open_with(dir.path(), Arc::new(NodeMetrics::default()), false).unwrap();
+        let id = |i| LogId::new(CommittedLeaderId::new(1, 1), i);
+        let payload = vec![7u8; 64 << 10];
+        let (groups, per_round, keep) = (4u64, 64u64, 4u64);
+        let journals = |d: &Path| -> u64 {
+            std::fs::read_dir(d)
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_name().to_string_lossy().ends_with(".jnl"))
+                .map(|e| crate::durable::disk_usage(&e.path()))
+                .sum()
+        };
+        // 16 MiB per round, 96 MiB in all; without `reclaim` the log kept 50 to 150 MB here.
+        for round in 0..6u64 {
+            for g in 1..=groups {
+                let mut bt = db.db.batch();
+                for i in 1..=per_round {
+                    bt.insert(&db.entries, entry_key(g, round * per_round + i), payload.clone());
+                }
+                bt.commit().unwrap();
+                db.sync_now().unwrap();
+                db.group(g).save_committed(Some(id((round + 1) * per_round))).await.unwrap();
+            }
+            for g in 1..=groups {
+                db.group(g).purge(id((round + 1) * per_round - keep)).await.unwrap();
+            }
+            db.reclaim().unwrap();
+            let live = groups * keep * payload.len() as u64;
+            let (on_disk, journal) = (db.disk_bytes(), journals(dir.path()));
+            assert!(journal <= 64 << 20, "round {round}: {journal} bytes of journal");
+            assert!(
+                on_disk - journal <= 2 * live + (1 << 20),
+                "round {round}: {on_disk} bytes on disk, {journal} of them journal, for {live} live"
+            );
+        }
+        let left: Vec<_> = db.entries.range(entry_key(1, 0)..entry_key(2, 0)).map(|kv| kv.key().unwrap()).collect();
+        assert_eq!(left.len() as u64, keep, "the unpurged tail of group 1 is still there");
     }
 }
