@@ -71,6 +71,13 @@ pub struct DevArgs {
     /// MiB the queries running at once may hold in their per-user and per-group tables.
     #[arg(long, default_value_t = DEFAULT_QUERY_MEMORY_MIB)]
     pub query_memory_mib: u64,
+    /// Writes are refused (503 `disk_full`, reads go on) while the data directory's filesystem
+    /// is more than this percent used, or has less than --disk-min-free-mib available.
+    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub disk_high_water: u8,
+    /// MiB that must stay available on the data directory's filesystem for writes to be taken.
+    #[arg(long, default_value_t = 1024)]
+    pub disk_min_free_mib: u64,
     /// Enables the admin API (`/admin/v1`) for this bearer token (≥ 32 characters).
     #[arg(long, env = "SEXTANT_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
@@ -282,6 +289,13 @@ pub struct NodeArgs {
     /// tables (a query past it is 422 `query_too_large`).
     #[arg(long, default_value_t = DEFAULT_QUERY_MEMORY_MIB)]
     pub query_memory_mib: u64,
+    /// Writes are refused (503 `disk_full`, reads go on) while the data directory's filesystem
+    /// is more than this percent used, or has less than --disk-min-free-mib available.
+    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub disk_high_water: u8,
+    /// MiB that must stay available on the data directory's filesystem for writes to be taken.
+    #[arg(long, default_value_t = 1024)]
+    pub disk_min_free_mib: u64,
     /// Join the running cluster reached through --peers (which must list this node too): start
     /// without replicas and get them once the admin API's placement includes this node.
     #[arg(long)]
@@ -332,6 +346,17 @@ pub struct RouterArgs {
     /// (≥ 32 characters).
     #[arg(long, env = "SEXTANT_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
+    /// PEM certificate chain (server certificate first): serve --listen and --otlp-grpc-listen
+    /// over TLS (1.2 and 1.3). The internal port stays plain HTTP.
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Seconds between checks of the TLS files; a changed certificate is served from the next
+    /// connection on.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub tls_reload_seconds: u64,
     #[command(flatten)]
     pub limits: RateLimitArgs,
     #[command(flatten)]
@@ -430,6 +455,10 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         metrics,
     )
     .await?;
+    node.host.disk.set_high_water(sextant_node::disk::HighWater {
+        max_used_percent: args.disk_high_water,
+        min_free_bytes: args.disk_min_free_mib.saturating_mul(1 << 20),
+    });
     let router = sextant_router::start(
         RouterConfig {
             listen: args.listen,
@@ -450,6 +479,8 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             clock,
             billing: args.server.billing(Some(BillingProviderArg::Sandbox))?,
             alert_interval: args.server.alert_interval(),
+            // Dev mode serves plain HTTP (see `sextant router --tls-cert`).
+            tls: None,
             // A laptop: receivers on loopback and the local network, over plain HTTP.
             webhook_targets: sextant_router::webhooks::guard::TargetPolicy::dev(),
         },
@@ -568,6 +599,10 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
         metrics,
     )
     .await?;
+    node.host.disk.set_high_water(sextant_node::disk::HighWater {
+        max_used_percent: args.disk_high_water,
+        min_free_bytes: args.disk_min_free_mib.saturating_mul(1 << 20),
+    });
     if let Some(http) = args.http_listen {
         let state = Arc::new(sextant_node::http::NodeHttp { host: node.host.clone(), registry: Arc::new(registry) });
         let listener = tokio::net::TcpListener::bind(http).await?;
@@ -601,6 +636,14 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
             clock: Clock::system(),
             billing,
             alert_interval: args.server.alert_interval(),
+            tls: match (args.tls_cert, args.tls_key) {
+                (Some(cert), Some(key)) => Some(sextant_router::http::tls::TlsFiles {
+                    cert,
+                    key,
+                    reload_every: Duration::from_secs(args.tls_reload_seconds),
+                }),
+                _ => None,
+            },
             webhook_targets: sextant_router::webhooks::guard::TargetPolicy {
                 allow_private: args.webhook_allow_private,
                 allow_http: args.webhook_allow_http,
@@ -613,7 +656,8 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
         while !router.wait_ready(Duration::from_secs(5)).await {
             tracing::info!("waiting for the storage cluster before bootstrapping");
         }
-        let url = format!("http://{}", router.addr);
+        let scheme = if router.state.config.tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{}", router.addr);
         let fresh = bootstrap(&router.state.cluster, &url, "enterprise", router.state.clock.now_millis()).await?;
         if let Some(creds) = fresh {
             write_credentials(&path, &creds)?;

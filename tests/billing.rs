@@ -137,6 +137,7 @@ mod stack {
                     lifecycle_period: Some(Duration::from_millis(50)),
                 },
                 alert_interval: Duration::from_secs(30),
+                tls: None,
                 webhook_targets: sextant_router::webhooks::guard::TargetPolicy::dev(),
             },
             Default::default(),

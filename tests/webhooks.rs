@@ -167,6 +167,7 @@ impl Stack {
                 clock: clock.clock(),
                 billing: Default::default(),
                 alert_interval: Duration::from_secs(30),
+                tls: None,
                 webhook_targets,
             },
             Default::default(),

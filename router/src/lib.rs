@@ -67,6 +67,8 @@ pub struct RouterConfig {
     pub webhook_targets: webhooks::guard::TargetPolicy,
     /// How often alert rules are evaluated (by the router holding the evaluator lease).
     pub alert_interval: Duration,
+    /// TLS on `listen` and `otlp_grpc_listen` (the internal port stays plain); `None`: plain.
+    pub tls: Option<http::tls::TlsFiles>,
 }
 
 pub struct AppState {
@@ -84,10 +86,10 @@ pub struct AppState {
     pub billing: billing::Billing,
     /// Orgs already warned this month of a soft quota crossed.
     pub soft_quota_warnings: ingest::quota::SoftWarnings,
-    /// What this router accepted that its cached usage does not count yet.
-    pub quota_pending: Arc<ingest::quota::Pending>,
     /// Webhook delivery: the guarded HTTP client and what was published.
     pub webhooks: webhooks::Webhooks,
+    /// What this router accepted that its cached usage does not count yet.
+    pub quota_pending: Arc<ingest::quota::Pending>,
 }
 
 pub struct RunningRouter {
@@ -99,16 +101,21 @@ pub struct RunningRouter {
     server: tokio::task::JoinHandle<()>,
     internal: tokio::task::JoinHandle<()>,
     otlp_grpc: Option<tokio::task::JoinHandle<()>>,
+    /// Reads the TLS files again when they change.
+    tls_reload: Option<tokio::task::JoinHandle<()>>,
     refresher: tokio::task::JoinHandle<()>,
     housekeeper: tokio::task::JoinHandle<()>,
+    webhook_worker: tokio::task::JoinHandle<()>,
     /// Provider events of the sandbox and the subscription lifecycle.
     billing_lifecycle: tokio::task::JoinHandle<()>,
-    webhook_worker: tokio::task::JoinHandle<()>,
     alert_evaluator: tokio::task::JoinHandle<()>,
 }
 
 impl RunningRouter {
     pub fn abort(self) {
+        if let Some(reload) = &self.tls_reload {
+            reload.abort();
+        }
         self.server.abort();
         self.internal.abort();
         if let Some(otlp) = &self.otlp_grpc {
@@ -116,22 +123,25 @@ impl RunningRouter {
         }
         self.refresher.abort();
         self.housekeeper.abort();
+        self.webhook_worker.abort();
         self.billing_lifecycle.abort();
         self.alert_evaluator.abort();
-        self.webhook_worker.abort();
     }
 
     /// Stops serving and tells meta this router is gone, so the others take over its share
     /// of the rate limits now rather than when its heartbeat expires.
     pub async fn shutdown(self) {
         self.housekeeper.abort();
+        self.webhook_worker.abort();
         self.billing_lifecycle.abort();
         self.alert_evaluator.abort();
-        self.webhook_worker.abort();
         self.server.abort();
         self.internal.abort();
         if let Some(otlp) = &self.otlp_grpc {
             otlp.abort();
+        }
+        if let Some(reload) = &self.tls_reload {
+            reload.abort();
         }
         // The evaluator is stopped above: no round of this router follows the release.
         match tokio::time::timeout(Duration::from_secs(3), alerts::release(&self.state)).await {
@@ -167,6 +177,8 @@ impl RunningRouter {
 /// shares one registry with the node).
 pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Result<RunningRouter> {
     anyhow::ensure!(config.jwt_secret.len() >= 32, "the JWT signing key must have at least 32 bytes");
+    // Bad certificate files stop the start here, before anything is bound.
+    let tls = config.tls.clone().map(http::tls::Tls::load).transpose()?;
     let cluster = Cluster::new(config.nodes.clone(), &config.cluster_secret).map_err(anyhow::Error::msg)?;
     let metrics = http::metrics::RouterMetrics::default();
     metrics.register(&mut registry);
@@ -188,14 +200,14 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
         metrics,
         registry,
         soft_quota_warnings: Default::default(),
-        quota_pending: Default::default(),
         webhooks,
+        quota_pending: Default::default(),
     });
     let refresher = cluster.spawn_refresh(Duration::from_secs(1));
     let housekeeper = spawn_housekeeping(state.clone());
+    let webhook_worker = webhooks::worker::spawn(state.clone());
     let billing_lifecycle = billing::lifecycle::spawn(state.clone());
     let alert_evaluator = alerts::spawn_evaluator(state.clone());
-    let webhook_worker = webhooks::worker::spawn(state.clone());
     let internal_listener = tokio::net::TcpListener::bind(state.config.internal_listen).await?;
     let internal_addr = internal_listener.local_addr()?;
     let refused = state.metrics.refused_connections.clone();
@@ -203,6 +215,7 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
         listener,
         http::router(state.clone()),
         state.config.server.clone(),
+        tls.as_ref().map(|t| t.acceptor.clone()),
         move || {
             refused.inc();
         },
@@ -212,6 +225,7 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
         internal_listener,
         http::internal_router(state.clone()),
         state.config.server.clone(),
+        None,
         move || {
             refused.inc();
         },
@@ -225,6 +239,7 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
                 listener,
                 ingest::otlp::grpc::router(state.clone()),
                 state.config.server.clone(),
+                tls.as_ref().map(|t| t.acceptor.clone()),
                 move || {
                     refused.inc();
                 },
@@ -233,7 +248,8 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
         }
         None => (None, None),
     };
-    tracing::info!(%addr, %internal_addr, ?otlp_grpc_addr, "router listening");
+    let tls_reload = tls.as_ref().map(http::tls::Tls::spawn_reload);
+    tracing::info!(%addr, %internal_addr, ?otlp_grpc_addr, tls = tls.is_some(), "router listening");
     Ok(RunningRouter {
         addr,
         internal_addr,
@@ -242,10 +258,11 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
         server,
         internal,
         otlp_grpc,
+        tls_reload,
         refresher,
         housekeeper,
-        billing_lifecycle,
         webhook_worker,
+        billing_lifecycle,
         alert_evaluator,
     })
 }

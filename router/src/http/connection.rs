@@ -15,7 +15,7 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::time::Instant;
 use tower::ServiceExt;
@@ -55,12 +55,13 @@ impl Default for ServerLimits {
     }
 }
 
-/// Serves `app` on `listener` until the task is dropped. `refused` counts connections closed
-/// because the cap was reached.
+/// Serves `app` on `listener` until the task is dropped, over TLS when `tls` is given.
+/// `refused` counts connections closed because the cap was reached.
 pub async fn serve(
     listener: TcpListener,
     app: axum::Router,
     limits: ServerLimits,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     refused: impl Fn() + Send + 'static,
 ) {
     let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
@@ -86,14 +87,26 @@ pub async fn serve(
         }
         let app = app.clone();
         let limits = limits.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
-            serve_connection(stream, peer, app, &limits).await;
+            match tls {
+                None => serve_connection(stream, peer, app, &limits).await,
+                // The handshake is part of the header: it must end within the header timeout.
+                Some(tls) => match tokio::time::timeout(limits.header_read_timeout, tls.accept(stream)).await {
+                    Ok(Ok(stream)) => serve_connection(stream, peer, app, &limits).await,
+                    Ok(Err(e)) => tracing::debug!(error = %e, %peer, "TLS handshake failed"),
+                    Err(_) => tracing::debug!(%peer, "TLS handshake not finished in time; closing"),
+                },
+            }
             drop(slot);
         });
     }
 }
 
-async fn serve_connection(stream: TcpStream, peer: SocketAddr, app: axum::Router, limits: &ServerLimits) {
+async fn serve_connection<S>(stream: S, peer: SocketAddr, app: axum::Router, limits: &ServerLimits)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
     let activity = Arc::new(Activity::new());
     let io = TokioIo::new(Tracked { inner: stream, activity: activity.clone() });
     let service_activity = activity.clone();
@@ -220,12 +233,12 @@ impl Drop for RequestGuard {
 }
 
 /// A stream that tells its [`Activity`] when bytes arrive.
-struct Tracked {
-    inner: TcpStream,
+struct Tracked<S> {
+    inner: S,
     activity: Arc<Activity>,
 }
 
-impl AsyncRead for Tracked {
+impl<S: AsyncRead + Unpin> AsyncRead for Tracked<S> {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
         let before = buf.filled().len();
         let result = Pin::new(&mut self.inner).poll_read(cx, buf);
@@ -236,7 +249,7 @@ impl AsyncRead for Tracked {
     }
 }
 
-impl AsyncWrite for Tracked {
+impl<S: AsyncWrite + Unpin> AsyncWrite for Tracked<S> {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
         Pin::new(&mut self.inner).poll_write(cx, buf)
     }
@@ -262,6 +275,7 @@ impl AsyncWrite for Tracked {
 mod tests {
     use super::*;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::TcpStream;
 
     async fn start(limits: ServerLimits) -> (SocketAddr, Arc<AtomicUsize>, tokio::task::JoinHandle<()>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -269,7 +283,7 @@ mod tests {
         let app = axum::Router::new().route("/", axum::routing::get(|| async { "ok" }));
         let refused = Arc::new(AtomicUsize::new(0));
         let count = refused.clone();
-        let task = tokio::spawn(serve(listener, app, limits, move || {
+        let task = tokio::spawn(serve(listener, app, limits, None, move || {
             count.fetch_add(1, Ordering::Relaxed);
         }));
         (addr, refused, task)

@@ -11,6 +11,7 @@ pub mod metrics;
 pub mod middleware;
 pub mod openapi;
 pub mod query_string;
+pub mod tls;
 
 use std::sync::Arc;
 

@@ -401,6 +401,7 @@ mod tests {
             clock: sextant_model::Clock::system(),
             billing: Default::default(),
             alert_interval: Duration::from_secs(3600),
+            tls: None,
             webhook_targets: Default::default(),
         };
         let running = crate::start(config, Default::default()).await.unwrap();
