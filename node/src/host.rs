@@ -54,7 +54,8 @@ pub const DEFAULT_QUERY_MEMORY_BYTES: u64 = 4 << 30;
 /// Written once the static initial placement is done; from then on a start opens exactly the
 /// replicas that exist on disk (placement may have moved some away, or brought new ones).
 const BOOTSTRAPPED: &str = "bootstrapped";
-const GROUPS_DIR: &str = "groups";
+pub(crate) const GROUPS_DIR: &str = "groups";
+pub(crate) const RAFT_LOG_DIR: &str = "raft-log";
 const DROPPED_SUFFIX: &str = ".dropped";
 
 /// A ticker for a background loop: the first tick at once, later ones `period` apart, and a
@@ -117,6 +118,8 @@ pub struct NodeHost {
     pub registered: std::sync::atomic::AtomicBool,
     /// What queries hold in memory on this node, against `config.query_memory_bytes`.
     pub query_memory: Arc<crate::query::MemoryPool>,
+    /// Refuses new writes while the data directory's disk is above its high-water mark.
+    pub disk: Arc<crate::disk::DiskGuard>,
 }
 
 /// A started node; dropping it does not stop it, call [`RunningNode::shutdown`].
@@ -169,12 +172,14 @@ impl NodeHost {
             }
         }
         crate::durable::create_private_dir(&config.data_dir)?;
-        let log_db = LogDb::open(&config.data_dir.join("raft-log"), metrics.clone())?;
+        let log_db = LogDb::open(&config.data_dir.join(RAFT_LOG_DIR), metrics.clone())?;
         let channels = Arc::new(Channels::new(&config.cluster_secret).map_err(anyhow::Error::msg)?);
         let addresses: AddressBook = Arc::new(std::sync::RwLock::new(config.peers.clone()));
         let node_ids: Vec<NodeId> = config.peers.keys().copied().collect();
         let bootstrapped = config.data_dir.join(BOOTSTRAPPED).exists();
+        let disk = crate::disk::DiskGuard::new(Box::new(crate::disk::Statvfs(config.data_dir.clone())), Default::default());
         let host = Arc::new(NodeHost {
+            disk,
             query_memory: crate::query::MemoryPool::new(config.query_memory_bytes),
             config,
             metrics,
@@ -280,6 +285,7 @@ impl NodeHost {
             crate::shard::background::expiry::spawn(host.clone()),
             crate::shard::background::usage::spawn(host.clone()),
             crate::placement::spawn(host.clone()),
+            crate::disk::spawn(host.clone()),
         ];
         Ok(RunningNode { host, addr, server, background })
     }

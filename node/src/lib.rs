@@ -2,6 +2,7 @@
 //! group, sharing one durable log (with group commit) and one gRPC server.
 
 pub mod archive;
+pub mod disk;
 pub mod durable;
 pub mod failpoint;
 pub mod host;

@@ -16,6 +16,11 @@ pub struct TableLabel {
     pub table: &'static str,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct DiskLabel {
+    pub component: &'static str,
+}
+
 pub struct NodeMetrics {
     pub log_fsyncs: Counter,
     /// How many appends (of any groups) each fsync made durable.
@@ -33,6 +38,12 @@ pub struct NodeMetrics {
     pub compactions: Counter,
     /// Log entries appended but not yet applied, per group.
     pub apply_lag: Family<GroupLabel, Gauge>,
+    /// Bytes on disk per component (`raft_log`, `segments`, `meta`), allocated blocks.
+    pub disk_bytes: Family<DiskLabel, Gauge>,
+    /// Bytes still available on the data directory's filesystem.
+    pub disk_available_bytes: Gauge,
+    /// 1 while the disk is above its high-water mark and writes are refused.
+    pub disk_writes_refused: Gauge,
 }
 
 impl Default for NodeMetrics {
@@ -51,6 +62,9 @@ impl Default for NodeMetrics {
             compaction_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             compactions: Counter::default(),
             apply_lag: Family::default(),
+            disk_bytes: Family::default(),
+            disk_available_bytes: Gauge::default(),
+            disk_writes_refused: Gauge::default(),
         }
     }
 }
@@ -79,5 +93,16 @@ impl NodeMetrics {
         r.register("compaction_seconds", "time to merge small segments", self.compaction_seconds.clone());
         r.register("compactions", "segment merges done", self.compactions.clone());
         r.register("apply_lag_entries", "log entries appended but not yet applied, per group", self.apply_lag.clone());
+        r.register("disk_bytes", "bytes on disk per component of this node", self.disk_bytes.clone());
+        r.register(
+            "disk_available_bytes",
+            "bytes available on the filesystem of the data directory",
+            self.disk_available_bytes.clone(),
+        );
+        r.register(
+            "disk_writes_refused",
+            "1 while the disk is above its high-water mark and new writes are refused",
+            self.disk_writes_refused.clone(),
+        );
     }
 }

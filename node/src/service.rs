@@ -159,7 +159,11 @@ impl Storage for StorageService {
         let batch_id =
             u128::from_le_bytes(req.batch_id.as_slice().try_into().map_err(|_| bad("batch_id must have 16 bytes"))?);
         let command = match req.op {
-            Some(write_request::Op::Batch(payload)) => Command::Ingest { batch_id, payload: payload.to_vec() },
+            Some(write_request::Op::Batch(payload)) => {
+                // Aborts still pass: they free what a refused sibling write would have kept.
+                self.host.disk.admit().map_err(|e| Status::resource_exhausted(e.to_string()))?;
+                Command::Ingest { batch_id, payload: payload.to_vec() }
+            }
             Some(write_request::Op::Abort(_)) => Command::Abort { batch_id },
             None => return Err(bad("write without an operation")),
         };

@@ -106,14 +106,15 @@ impl CompactionJob {
             id
         };
         let mut written = Vec::new();
-        if !refs.is_empty() {
-            written = write_segment(&self.dir, first_id, table, hour, &refs, &batches)?;
-            sync_dir(&self.dir)?;
-        }
-        let opened = written
-            .iter()
-            .map(|m| Segment::open(&self.dir, m.clone()).map(Arc::new))
-            .collect::<io::Result<Vec<_>>>()?;
+        let opened = (|| {
+            if !refs.is_empty() {
+                written = write_segment(&self.dir, first_id, table, hour, &refs, &batches)?;
+                sync_dir(&self.dir)?;
+            }
+            written.iter().map(|m| Segment::open(&self.dir, m.clone()).map(Arc::new)).collect::<io::Result<Vec<_>>>()
+        })();
+        // A failed merge (a full disk) leaves no partial output behind; the next pass retries.
+        let opened = opened.inspect_err(|_| super::flush::remove_unlisted(&self.dir, first_id..first_id + 2))?;
 
         failpoint::hit(failpoint::COMPACTION_BEFORE_MANIFEST);
         let mut p = self.persisted.lock().unwrap();
@@ -132,7 +133,7 @@ impl CompactionJob {
             manifest.segments.iter().filter(|s| gone.contains(&s.id)).map(|s| s.file.name.clone()).collect();
         manifest.segments.retain(|s| !gone.contains(&s.id));
         manifest.segments.extend(written.iter().cloned());
-        let entry = manifest.store(&self.dir)?;
+        let entry = manifest.store(&self.dir).inspect_err(|_| super::flush::remove_unlisted(&self.dir, first_id..first_id + 2))?;
         {
             let mut pubd = self.published.write().unwrap();
             pubd.segments.retain(|s| !gone.contains(&s.meta.id));

@@ -79,36 +79,108 @@ struct Applied {
     usage: Usage,
 }
 
-/// Writes a frozen buffer as segments and a new manifest; then publishes both.
+/// Whether `e` says the filesystem (or the user's quota on it) is full.
+pub(super) fn is_out_of_space(e: &io::Error) -> bool {
+    #[cfg(unix)]
+    if matches!(e.raw_os_error(), Some(libc::ENOSPC | libc::EDQUOT)) {
+        return true;
+    }
+    // Parquet and zstd wrap the I/O error into their own, keeping only its message.
+    e.kind() == io::ErrorKind::StorageFull || e.to_string().contains("No space left on device")
+}
+
+/// Deletes the files of segments `ids` that a failed flush or compaction wrote (or began to
+/// write); no manifest names them.
+pub(super) fn remove_unlisted(dir: &Path, ids: std::ops::Range<u64>) {
+    for id in ids {
+        let _ = std::fs::remove_file(dir.join(segment_file::file_name(id)));
+    }
+}
+
+/// Pauses between attempts of a flush that found the disk full, doubling up to the last.
+const OUT_OF_SPACE_PAUSES: [Duration; 5] = [
+    Duration::from_millis(100),
+    Duration::from_millis(400),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+    Duration::from_secs(5),
+];
+
+/// Writes a frozen buffer as segments and a new manifest; then publishes both. A full disk
+/// does not fail the checkpoint (which would stop the group's Raft): the attempt's segments
+/// are deleted and it is tried again until space returns. Meanwhile the disk guard refuses
+/// new writes and reads go on from the frozen buffer.
 fn flush(
     dir: &Path,
     frozen: &Arc<Buffer>,
     meta: SnapshotMeta,
-    Applied { dedup, tombstones, usage }: Applied,
+    mut applied: Applied,
+    published: &RwLock<Published>,
+    persisted: &Mutex<Persisted>,
+) -> io::Result<()> {
+    let mut pauses = OUT_OF_SPACE_PAUSES.iter().chain(std::iter::repeat(&OUT_OF_SPACE_PAUSES[4]));
+    loop {
+        match try_flush(dir, frozen, meta.clone(), &mut applied, published, persisted) {
+            Err(e) if is_out_of_space(&e) => {
+                let pause = pauses.next().copied().unwrap_or(Duration::from_secs(5));
+                tracing::warn!(dir = %dir.display(), error = %e, ?pause, "flush found the disk full; retrying");
+                std::thread::sleep(pause);
+            }
+            done => return done,
+        }
+    }
+}
+
+fn try_flush(
+    dir: &Path,
+    frozen: &Arc<Buffer>,
+    meta: SnapshotMeta,
+    applied: &mut Applied,
     published: &RwLock<Published>,
     persisted: &Mutex<Persisted>,
 ) -> io::Result<()> {
     let mut p = persisted.lock().unwrap();
     let mut manifest = p.manifest.clone();
+    let first = manifest.next_segment;
     let mut written = Vec::new();
-    for (table, hour, rows, batches) in frozen.time_buckets() {
-        written.extend(write_segment(dir, manifest.next_segment, table, hour, &rows, &batches)?);
-        manifest.next_segment += 2;
-    }
-    if !written.is_empty() {
-        sync_dir(dir)?;
-    }
-    let mut opened = Vec::with_capacity(written.len());
-    for meta in &written {
-        opened.push(Arc::new(Segment::open(dir, meta.clone())?));
+    let mut opened = Vec::new();
+    let attempt = (|| {
+        for (table, hour, rows, batches) in frozen.time_buckets() {
+            failpoint::fail(failpoint::FLUSH_OUT_OF_SPACE)?;
+            written.extend(write_segment(dir, manifest.next_segment, table, hour, &rows, &batches)?);
+            manifest.next_segment += 2;
+        }
+        if !written.is_empty() {
+            sync_dir(dir)?;
+        }
+        for meta in &written {
+            opened.push(Arc::new(Segment::open(dir, meta.clone())?));
+        }
+        Ok(())
+    })();
+    if let Err(e) = attempt {
+        // Segment ids are reserved only by a stored manifest: the next attempt reuses them.
+        remove_unlisted(dir, first..manifest.next_segment + 2);
+        return Err(e);
     }
     failpoint::hit(failpoint::FLUSH_BEFORE_MANIFEST);
     manifest.segments.extend(written);
     manifest.checkpoint = Some(meta);
-    manifest.dedup = dedup;
-    manifest.tombstones = tombstones;
-    manifest.usage = usage;
-    let entry = manifest.store(dir)?;
+    manifest.dedup = std::mem::take(&mut applied.dedup);
+    manifest.tombstones = std::mem::take(&mut applied.tombstones);
+    manifest.usage = std::mem::take(&mut applied.usage);
+    let entry = match manifest.store(dir) {
+        Ok(entry) => entry,
+        Err(e) => {
+            // The previous manifest stands; give the next attempt its state back.
+            applied.dedup = std::mem::take(&mut manifest.dedup);
+            applied.tombstones = std::mem::take(&mut manifest.tombstones);
+            applied.usage = std::mem::take(&mut manifest.usage);
+            drop(p);
+            remove_unlisted(dir, first..manifest.next_segment);
+            return Err(e);
+        }
+    };
     failpoint::hit(failpoint::FLUSH_AFTER_MANIFEST);
     let mut pubd = published.write().unwrap();
     pubd.frozen.retain(|b| !Arc::ptr_eq(b, frozen));
@@ -141,6 +213,33 @@ mod tests {
         let s = SegmentShard::open(dir.path()).unwrap();
         assert!(!stray.exists());
         assert_eq!(ids(&s, "p", "t"), ["a"]);
+    }
+
+    /// A full disk delays a flush, never fails it: the failed attempts leave no segment
+    /// behind and the retry lands every row (nextest runs each test in its own process, so
+    /// the armed failure is this test's).
+    #[test]
+    fn a_flush_that_finds_the_disk_full_retries_and_leaves_no_partial_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        ingest(&mut s, 1, 1, batch("p", vec![span("t", "a", 1)]));
+        checkpoint(&mut s, 1);
+        let files = |d: &Path| {
+            let mut v: Vec<_> = std::fs::read_dir(d).unwrap().map(|e| e.unwrap().file_name()).collect();
+            v.sort();
+            v
+        };
+        let before = files(dir.path());
+        ingest(&mut s, 2, 2, batch("p", vec![span("t", "b", 2)]));
+        failpoint::fail_next(failpoint::FLUSH_OUT_OF_SPACE, 2);
+        checkpoint(&mut s, 2);
+        assert!(failpoint::fail(failpoint::FLUSH_OUT_OF_SPACE).is_ok(), "both armed failures were hit");
+        assert_eq!(ids(&s, "p", "t"), ["a", "b"]);
+        let after = files(dir.path());
+        assert_eq!(after.len(), before.len() + 2, "a spans and a summaries segment, no strays: {before:?} -> {after:?}");
+        drop(s);
+        let s = SegmentShard::open(dir.path()).unwrap();
+        assert_eq!(ids(&s, "p", "t"), ["a", "b"]);
     }
 
     #[test]

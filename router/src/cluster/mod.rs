@@ -31,6 +31,9 @@ pub enum ClusterError {
     Unavailable(String),
     #[error("{0}")]
     Internal(String),
+    /// The shard leader's disk is above its high-water mark; retry later.
+    #[error("{0}")]
+    DiskFull(String),
 }
 
 /// One shard's part of an ingest request, replicated under the request's batch id.
@@ -264,6 +267,9 @@ impl Cluster {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(status)) => match status.code() {
                     Code::FailedPrecondition if self.learn_leader(group, &status) => continue,
+                    Code::ResourceExhausted => {
+                        return Err(ClusterError::DiskFull(format!("group {group}: {}", status.message())));
+                    }
                     Code::InvalidArgument | Code::Unauthenticated | Code::Aborted => {
                         return Err(ClusterError::Internal(format!("group {group}: {}", status.message())));
                     }

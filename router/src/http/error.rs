@@ -50,6 +50,9 @@ pub enum ApiError {
     /// The router holds as many request bytes as its budget allows.
     #[error("the server is busy receiving other requests; retry shortly")]
     Overloaded,
+    /// A storage node's disk is above its high-water mark: writes are refused, reads go on.
+    #[error("storage is out of disk space for new writes; retry later")]
+    DiskFull(String),
     /// The client stopped sending its body.
     #[error("the request body was not received in time")]
     BodyTimeout,
@@ -107,6 +110,7 @@ impl ApiError {
             ApiError::Unavailable(_)
             | ApiError::StorageUnavailable(_)
             | ApiError::Overloaded
+            | ApiError::DiskFull(_)
             | ApiError::ShardsUnavailable { .. } => Code::Unavailable,
             ApiError::BillingNotConfigured => Code::Unimplemented,
             ApiError::BodyTimeout | ApiError::ReadTimeout { .. } => Code::DeadlineExceeded,
@@ -123,6 +127,8 @@ impl ApiError {
             | ApiError::StorageUnavailable(_)
             | ApiError::ShardsUnavailable { .. }
             | ApiError::Overloaded => Some(1),
+            // The node probes its disk every second; space comes back with flushes and expiry.
+            ApiError::DiskFull(_) => Some(DISK_FULL_RETRY_SECS),
             // Until an operator configures a provider: not soon.
             ApiError::BillingNotConfigured => Some(3600),
             _ => None,
@@ -164,6 +170,11 @@ impl ApiError {
                 (StatusCode::SERVICE_UNAVAILABLE, "unavailable", None)
             }
             ApiError::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", None),
+            ApiError::DiskFull(_) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "disk_full",
+                Some(Details::RetryAfter { retry_after_seconds: DISK_FULL_RETRY_SECS }),
+            ),
             ApiError::BillingNotConfigured => (StatusCode::SERVICE_UNAVAILABLE, "billing_not_configured", None),
             ApiError::BodyTimeout => (StatusCode::REQUEST_TIMEOUT, "request_timeout", None),
             ApiError::ReadTimeout { secs } => {
@@ -266,11 +277,15 @@ fn too_large(estimate: Option<&sextant_model::query::Cost>, budget: &crate::quer
     )
 }
 
+/// `Retry-After` of a write refused for disk space.
+const DISK_FULL_RETRY_SECS: u64 = 5;
+
 impl From<ClusterError> for ApiError {
     fn from(e: ClusterError) -> Self {
         match e {
             ClusterError::Unavailable(m) => ApiError::StorageUnavailable(m),
             ClusterError::Internal(m) => ApiError::Internal(m),
+            ClusterError::DiskFull(m) => ApiError::DiskFull(m),
         }
     }
 }
@@ -328,6 +343,7 @@ impl IntoResponse for ApiError {
         match &self {
             ApiError::Internal(detail) => tracing::error!(error = %detail, "internal error"),
             ApiError::StorageUnavailable(detail) => tracing::warn!(error = %detail, "storage unavailable"),
+            ApiError::DiskFull(detail) => tracing::warn!(error = %detail, "write refused for disk space"),
             _ => {}
         }
         let body = ErrorBody { error: ErrorJson { code, message: self.to_string(), details } };
@@ -362,6 +378,20 @@ mod tests {
         for leaked in ["10.1.2.3", "tcp connect", "node 2", "leader"] {
             assert!(!body.contains(leaked), "the body {body} carries {leaked:?}");
         }
+    }
+
+    #[tokio::test]
+    async fn a_node_out_of_disk_answers_503_disk_full_with_retry_after() {
+        let detail = "group 3: disk_full: the node's disk is above its high-water mark (12 bytes free); retry later";
+        let resp = ApiError::from(ClusterError::DiskFull(detail.into())).into_response();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers().get(header::RETRY_AFTER).unwrap(), "5");
+        let body = body_text(resp).await;
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["error"]["code"], "disk_full");
+        assert_eq!(v["error"]["details"], serde_json::json!({"retry_after_seconds": 5}));
+        assert!(!body.contains("group 3"), "{body}");
+        assert_eq!(ApiError::DiskFull(detail.into()).grpc_code(), tonic::Code::Unavailable);
     }
 
     #[tokio::test]

@@ -1,0 +1,239 @@
+//! Disk admission: a node refuses new writes while the filesystem of its data directory is
+//! above a high-water mark, before it is full, so that flushes, compactions and the Raft log
+//! still find room; reads go on. The free space is probed on a short interval.
+
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use crate::host::NodeHost;
+use crate::metrics::DiskLabel;
+use crate::types::META_GROUP;
+
+/// Space of a filesystem, in bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Space {
+    /// Bytes an unprivileged writer may still use (`f_bavail`).
+    pub available: u64,
+    pub total: u64,
+}
+
+/// Reports the space of the data directory's filesystem; tests inject their own.
+pub trait FreeSpace: Send + Sync {
+    fn space(&self) -> io::Result<Space>;
+}
+
+/// `statvfs(2)` of a path.
+pub struct Statvfs(pub PathBuf);
+
+impl FreeSpace for Statvfs {
+    fn space(&self) -> io::Result<Space> {
+        statvfs(&self.0)
+    }
+}
+
+#[cfg(unix)]
+fn statvfs(path: &Path) -> io::Result<Space> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    let mut s = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c` is a NUL-terminated path and `s` is written by statvfs before it is read.
+    if unsafe { libc::statvfs(c.as_ptr(), s.as_mut_ptr()) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: statvfs returned 0, so it filled `s`.
+    let s = unsafe { s.assume_init() };
+    let unit = s.f_frsize as u64;
+    Ok(Space {
+        available: (s.f_bavail as u64).saturating_mul(unit),
+        total: (s.f_blocks as u64).saturating_mul(unit),
+    })
+}
+
+#[cfg(not(unix))]
+fn statvfs(_: &Path) -> io::Result<Space> {
+    Err(io::Error::new(io::ErrorKind::Unsupported, "free space is probed on Unix only"))
+}
+
+/// When writes are refused: used space over `max_used_percent` of the filesystem, or less
+/// than `min_free_bytes` available, whichever comes first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HighWater {
+    pub max_used_percent: u8,
+    pub min_free_bytes: u64,
+}
+
+impl Default for HighWater {
+    /// 90 % used or under 1 GiB free: room for a full shard buffer (96 MiB) per shard to flush
+    /// and for the segments a compaction writes before it deletes its inputs.
+    fn default() -> Self {
+        Self { max_used_percent: 90, min_free_bytes: 1 << 30 }
+    }
+}
+
+impl HighWater {
+    pub fn is_above(&self, s: Space) -> bool {
+        let used = s.total.saturating_sub(s.available);
+        let over_percent = s.total > 0 && u128::from(used) * 100 > u128::from(s.total) * u128::from(self.max_used_percent);
+        over_percent || s.available < self.min_free_bytes
+    }
+}
+
+/// The admission state: updated by [`DiskGuard::probe`], read by every write.
+pub struct DiskGuard {
+    source: RwLock<Box<dyn FreeSpace>>,
+    high_water: RwLock<HighWater>,
+    full: AtomicBool,
+    available: AtomicU64,
+}
+
+/// A write refused because the disk is above its high-water mark.
+#[derive(Debug, thiserror::Error)]
+#[error("disk_full: the node's disk is above its high-water mark ({available} bytes free); retry later")]
+pub struct DiskFull {
+    pub available: u64,
+}
+
+impl DiskGuard {
+    pub fn new(source: Box<dyn FreeSpace>, high_water: HighWater) -> Arc<Self> {
+        Arc::new(Self {
+            source: RwLock::new(source),
+            high_water: RwLock::new(high_water),
+            full: AtomicBool::new(false),
+            available: AtomicU64::new(u64::MAX),
+        })
+    }
+
+    /// Sets the mark (`--disk-high-water`, `--disk-min-free`); effective at the next probe.
+    pub fn set_high_water(&self, high_water: HighWater) {
+        *self.high_water.write().unwrap() = high_water;
+    }
+
+    /// Replaces what reports the free space (tests report a fake one).
+    pub fn set_source(&self, source: Box<dyn FreeSpace>) {
+        *self.source.write().unwrap() = source;
+    }
+
+    /// Reads the free space and updates the state; a failed probe keeps the last state.
+    pub fn probe(&self) -> io::Result<Space> {
+        let space = self.source.read().unwrap().space()?;
+        let full = self.high_water.read().unwrap().is_above(space);
+        self.available.store(space.available, Ordering::Relaxed);
+        if self.full.swap(full, Ordering::Relaxed) != full {
+            if full {
+                tracing::warn!(available = space.available, total = space.total, "disk above its high-water mark: refusing writes");
+            } else {
+                tracing::info!(available = space.available, "disk below its high-water mark again: accepting writes");
+            }
+        }
+        Ok(space)
+    }
+
+    /// Whether a new write may be accepted.
+    pub fn admit(&self) -> Result<(), DiskFull> {
+        if self.full.load(Ordering::Relaxed) {
+            return Err(DiskFull { available: self.available.load(Ordering::Relaxed) });
+        }
+        Ok(())
+    }
+}
+
+/// How often the free space is probed and the disk use per component measured.
+pub const PROBE_EVERY: Duration = Duration::from_secs(1);
+
+/// Probes the free space of the node's data directory and publishes the bytes each component
+/// occupies: `raft_log`, `segments` (the data shards' directories) and `meta`.
+pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut tick = crate::host::periodic(PROBE_EVERY);
+        loop {
+            tick.tick().await;
+            let h = host.clone();
+            let done = tokio::task::spawn_blocking(move || {
+                if let Err(e) = h.disk.probe() {
+                    tracing::warn!(error = %e, "could not read the free space of the data directory");
+                }
+                let (log, segments, meta) = component_bytes(&h.config.data_dir);
+                let m = &h.metrics;
+                m.disk_bytes.get_or_create(&DiskLabel { component: "raft_log" }).set(gauge(log));
+                m.disk_bytes.get_or_create(&DiskLabel { component: "segments" }).set(gauge(segments));
+                m.disk_bytes.get_or_create(&DiskLabel { component: "meta" }).set(gauge(meta));
+                m.disk_available_bytes.set(gauge(h.disk.available.load(Ordering::Relaxed)));
+                m.disk_writes_refused.set(i64::from(h.disk.full.load(Ordering::Relaxed)));
+            })
+            .await;
+            if let Err(e) = done {
+                tracing::warn!(error = %e, "the disk probe failed");
+            }
+        }
+    })
+}
+
+fn gauge(bytes: u64) -> i64 {
+    i64::try_from(bytes).unwrap_or(i64::MAX)
+}
+
+/// Bytes on disk of the Raft log, the data shards and the meta group under `data_dir`.
+pub fn component_bytes(data_dir: &Path) -> (u64, u64, u64) {
+    let log = crate::durable::disk_usage(&data_dir.join(crate::host::RAFT_LOG_DIR));
+    let (mut segments, mut meta) = (0u64, 0u64);
+    if let Ok(dir) = std::fs::read_dir(data_dir.join(crate::host::GROUPS_DIR)) {
+        for entry in dir.flatten() {
+            let bytes = crate::durable::disk_usage(&entry.path());
+            if entry.file_name().to_str() == Some(&META_GROUP.to_string()) {
+                meta = meta.saturating_add(bytes);
+            } else {
+                segments = segments.saturating_add(bytes);
+            }
+        }
+    }
+    (log, segments, meta)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    struct Fake(Arc<Mutex<Space>>);
+    impl FreeSpace for Fake {
+        fn space(&self) -> io::Result<Space> {
+            Ok(*self.0.lock().unwrap())
+        }
+    }
+
+    #[test]
+    fn writes_are_refused_above_the_high_water_mark_and_admitted_again_below_it() {
+        let space = Arc::new(Mutex::new(Space { available: 50 << 30, total: 100 << 30 }));
+        let guard = DiskGuard::new(Box::new(Fake(space.clone())), HighWater::default());
+        guard.probe().unwrap();
+        assert!(guard.admit().is_ok());
+        *space.lock().unwrap() = Space { available: 9 << 30, total: 100 << 30 };
+        guard.probe().unwrap();
+        let err = guard.admit().unwrap_err();
+        assert_eq!(err.available, 9 << 30);
+        assert!(err.to_string().starts_with("disk_full"));
+        *space.lock().unwrap() = Space { available: 11 << 30, total: 100 << 30 };
+        guard.probe().unwrap();
+        assert!(guard.admit().is_ok());
+    }
+
+    #[test]
+    fn a_small_disk_is_full_below_its_minimum_free_bytes() {
+        let hw = HighWater::default();
+        assert!(hw.is_above(Space { available: (1 << 30) - 1, total: 2 << 30 }));
+        assert!(!hw.is_above(Space { available: 1 << 30, total: 10 << 30 }));
+        let percent_only = HighWater { max_used_percent: 95, min_free_bytes: 0 };
+        assert!(!percent_only.is_above(Space { available: 5, total: 100 }));
+        assert!(percent_only.is_above(Space { available: 4, total: 100 }));
+    }
+
+    #[test]
+    fn the_data_directory_filesystem_is_probed() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Statvfs(dir.path().to_owned()).space().unwrap();
+        assert!(s.total > 0 && s.available <= s.total, "{s:?}");
+    }
+}
