@@ -71,6 +71,13 @@ pub struct DevArgs {
     /// MiB the queries running at once may hold in their per-user and per-group tables.
     #[arg(long, default_value_t = DEFAULT_QUERY_MEMORY_MIB)]
     pub query_memory_mib: u64,
+    /// Writes are refused (503 `disk_full`, reads go on) while the data directory's filesystem
+    /// is more than this percent used, or has less than --disk-min-free-mib available.
+    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub disk_high_water: u8,
+    /// MiB that must stay available on the data directory's filesystem for writes to be taken.
+    #[arg(long, default_value_t = 1024)]
+    pub disk_min_free_mib: u64,
     /// Enables the admin API (`/admin/v1`) for this bearer token (≥ 32 characters).
     #[arg(long, env = "SEXTANT_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
@@ -282,6 +289,13 @@ pub struct NodeArgs {
     /// tables (a query past it is 422 `query_too_large`).
     #[arg(long, default_value_t = DEFAULT_QUERY_MEMORY_MIB)]
     pub query_memory_mib: u64,
+    /// Writes are refused (503 `disk_full`, reads go on) while the data directory's filesystem
+    /// is more than this percent used, or has less than --disk-min-free-mib available.
+    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub disk_high_water: u8,
+    /// MiB that must stay available on the data directory's filesystem for writes to be taken.
+    #[arg(long, default_value_t = 1024)]
+    pub disk_min_free_mib: u64,
     /// Join the running cluster reached through --peers (which must list this node too): start
     /// without replicas and get them once the admin API's placement includes this node.
     #[arg(long)]
@@ -441,6 +455,10 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         metrics,
     )
     .await?;
+    node.host.disk.set_high_water(sextant_node::disk::HighWater {
+        max_used_percent: args.disk_high_water,
+        min_free_bytes: args.disk_min_free_mib.saturating_mul(1 << 20),
+    });
     let router = sextant_router::start(
         RouterConfig {
             listen: args.listen,
@@ -581,6 +599,10 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
         metrics,
     )
     .await?;
+    node.host.disk.set_high_water(sextant_node::disk::HighWater {
+        max_used_percent: args.disk_high_water,
+        min_free_bytes: args.disk_min_free_mib.saturating_mul(1 << 20),
+    });
     if let Some(http) = args.http_listen {
         let state = Arc::new(sextant_node::http::NodeHttp { host: node.host.clone(), registry: Arc::new(registry) });
         let listener = tokio::net::TcpListener::bind(http).await?;
