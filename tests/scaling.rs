@@ -123,6 +123,11 @@ impl Scaled {
             "3".into(),
             "--snapshot-every".into(),
             self.snapshot_every.to_string(),
+            // These tests are about membership, not about the shared test machine's free space.
+            "--disk-high-water".into(),
+            "100".into(),
+            "--disk-min-free-mib".into(),
+            "0".into(),
         ];
         if join {
             args.push("--join".into());
@@ -629,4 +634,103 @@ async fn replicas_installed_from_snapshots_answer_byte_for_byte_the_same() {
             String::from_utf8_lossy(&after)
         );
     }
+}
+
+impl Scaled {
+    async fn readyz(&self, i: usize) -> Option<(u16, Value)> {
+        let url = format!("http://127.0.0.1:{}/readyz", self.ports[i].1);
+        let resp = http().get(url).timeout(Duration::from_secs(2)).send().await.ok()?;
+        let status = resp.status().as_u16();
+        Some((status, resp.json().await.ok()?))
+    }
+
+    async fn identity(&self, i: usize) -> Option<Value> {
+        let resp = http()
+            .get(format!("{}/admin/v1/cluster/identities", self.internal_url))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .ok()?;
+        let body: Value = resp.json().await.ok()?;
+        body["nodes"].as_array()?.iter().find(|n| n["id"] == i as u64 + 1).cloned()
+    }
+}
+
+/// Raft amnesia: node 3 loses its data directory and restarts under its old id. It serves no
+/// Raft RPC (with one other node down, the cluster cannot commit: its vote would have been the
+/// missing one), says it needs replacement, and the writes acknowledged meanwhile stay. The
+/// admin replacement removes the old incarnation from every group and adds the new one back by
+/// snapshot; it then votes again (a write commits with node 1 stopped) and holds every trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_restarted_on_a_wiped_disk_does_not_vote_until_replaced() -> Result<(), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Scaled::start(dir.path(), 3, 2, 16).await;
+    let key = c.api_key();
+    let mut acked = Vec::new();
+    for b in 0..40 {
+        acked.extend(post_batch(&c.url, &key, &format!("pre-b{b}")).await.expect("ingest before the wipe"));
+    }
+    let (victim, other) = (2, 1);
+    wait_for("node 3 to be confirmed", Duration::from_secs(60), || async {
+        c.identity(victim).await.filter(|n| n["incarnation"] != "0000000000000000")
+    })
+    .await;
+    let old = c.identity(victim).await.unwrap()["incarnation"].clone();
+    c.kill(victim);
+    std::fs::remove_dir_all(dir.path().join("node3")).unwrap();
+    for b in 0..5 {
+        acked.extend(post_acked(&c.url, &key, &format!("gone-b{b}")).await);
+    }
+
+    c.spawn_node(victim);
+    let (status, ready) = wait_for("node 3 to report that it needs replacement", Duration::from_secs(60), || async {
+        c.readyz(victim).await.filter(|(_, r)| r["status"] == "needs replacement")
+    })
+    .await;
+    assert_eq!(status, 503, "{ready}");
+    let new = c.status(victim).await.unwrap()["incarnation"].clone();
+    assert_ne!(new, old);
+    let id = c.identity(victim).await.unwrap();
+    assert_eq!((&id["incarnation"], &id["needs_replacement"]), (&old, &new), "{id}");
+    assert_eq!(c.hosted(victim).await.unwrap(), BTreeSet::new(), "an amnesiac node hosts nothing");
+
+    // Node 2 down: 1 of 3 voters remain unless node 3 votes. It must not.
+    c.kill(other);
+    let refused = tokio::time::timeout(Duration::from_secs(20), post_batch(&c.url, &key, "no-quorum")).await;
+    assert!(!matches!(refused, Ok(Ok(_))), "a write committed without a quorum of real voters");
+    c.spawn_node(other);
+    wait_for("node 2 to be ready", Duration::from_secs(60), || async {
+        c.readyz(other).await.filter(|(s, _)| *s == 200)
+    })
+    .await;
+    for b in 0..5 {
+        acked.extend(post_acked(&c.url, &key, &format!("back-b{b}")).await);
+    }
+
+    let (status, body) = c.admin_post("replace", json!({"id": 1})).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("not_replaceable")), "{body}");
+    let (status, body) = c.admin_post("replace", json!({"id": victim + 1})).await;
+    assert_eq!(status, 202, "{body}");
+    wait_for("the replacement to finish", MOVE_TIMEOUT, || async {
+        c.identity(victim).await.filter(|n| n["incarnation"] == new && n["replacing"].is_null())
+    })
+    .await;
+    c.wait_state(victim, "Active").await;
+    wait_for("node 3 to be ready", MOVE_TIMEOUT, || async { c.readyz(victim).await.filter(|(s, _)| *s == 200) }).await;
+    wait_for("node 3 to vote in every group", MOVE_TIMEOUT, || async {
+        let s = c.status(victim).await?;
+        let groups = s["groups"].as_array()?;
+        let voting = groups.iter().filter(|g| g["voters"].as_array().is_some_and(|v| v.contains(&json!(3)))).count();
+        (voting == 3).then_some(())
+    })
+    .await;
+    assert!(c.metric(victim, "sextant_node_snapshots_installed_total").await >= 1.0, "no snapshot was installed");
+
+    // Node 3 is a voter again: with node 1 stopped, writes commit on nodes 2 and 3.
+    c.kill(0);
+    for b in 0..5 {
+        acked.extend(post_acked(&c.url, &key, &format!("replaced-b{b}")).await);
+    }
+    let token = c.token().await;
+    check_all_readable(&c.url, &token, &acked).await
 }

@@ -196,6 +196,37 @@ pub struct DrainRequest {
     pub address: String,
 }
 
+/// `POST /admin/v1/cluster/replace` and `POST /admin/v1/cluster/remove`: one node, by id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NodeIdRequest {
+    pub id: u64,
+}
+
+/// `GET /admin/v1/cluster/identities`: which incarnation holds each node id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeIdentities {
+    pub nodes: Vec<NodeIdentity>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeIdentity {
+    pub id: u64,
+    /// 16 hex digits; all zeros for an id registered before incarnations existed.
+    pub incarnation: String,
+    /// The incarnation of a node that restarted on an empty data directory under this id: it
+    /// does not vote until replaced.
+    pub needs_replacement: Option<String>,
+    pub replacing: Option<NodeReplacementStatus>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeReplacementStatus {
+    pub incarnation: String,
+    /// Groups whose leader has not yet removed the old incarnation.
+    pub groups_left: Vec<u64>,
+}
+
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]

@@ -567,6 +567,11 @@ pub enum MetaCommand {
         address: String,
         member: bool,
         replication_factor: u32,
+        /// The node's incarnation (docs/RELIABILITY.md, "Replacing a node"): recorded for an
+        /// unknown id; for a known id with another incarnation, recorded as a restart on an empty
+        /// data directory that waits to be replaced. 0: a node of a release before incarnations.
+        #[serde(default)]
+        incarnation: u64,
     },
     /// The complete member set, by address (the operator's placement request): listed nodes
     /// become members, the others are drained; replicas are placed and rebalanced.
@@ -744,6 +749,16 @@ pub enum MetaCommand {
     ReleaseAlertLease {
         holder: String,
     },
+    /// Replaces a node that restarted on an empty data directory (docs/RELIABILITY.md,
+    /// "Replacing a node"): every group's leader removes the old incarnation, then adds the new
+    /// one back as a learner and promotes it once caught up.
+    ReplaceNode {
+        id: u64,
+    },
+    /// Moves every replica off a node given by id (a dead node that cannot drain itself).
+    RemoveNode {
+        id: u64,
+    },
 }
 
 /// Why meta refused a command. Decided by the state machine so that concurrent requests on
@@ -775,6 +790,8 @@ pub enum Refusal {
     UnknownNode,
     /// Another router holds the alert evaluator lease, or the presented one lapsed.
     LeaseHeld,
+    /// A replacement names a node that has not restarted on an empty data directory.
+    NotReplaceable,
 }
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -939,6 +956,24 @@ pub enum NodeState {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ClusterNodeView {
     pub id: u64,
+    /// The incarnation meta accepts for this id (0: registered before incarnations existed).
+    #[serde(default)]
+    pub incarnation: u64,
+    /// A node that started on an empty data directory under this id announced this
+    /// incarnation: it does not take part in Raft until it is replaced.
+    #[serde(default)]
+    pub needs_replacement: Option<u64>,
+    /// A replacement in progress.
+    #[serde(default)]
+    pub replacing: Option<NodeReplacement>,
+}
+
+/// A node id being handed to a new incarnation.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct NodeReplacement {
+    pub incarnation: u64,
+    /// Groups whose leader has not yet removed the old incarnation from the membership.
+    pub groups: Vec<u64>,
     pub address: String,
     pub role: NodeRole,
     pub state: NodeState,

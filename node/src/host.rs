@@ -14,6 +14,7 @@ use sextant_proto::ClusterInfoRequest;
 use tokio::net::TcpListener;
 use tonic::service::interceptor::InterceptedService;
 
+use crate::identity::{Identity, Standing};
 use crate::log_store::LogDb;
 use crate::meta::MetaState;
 use crate::metrics::NodeMetrics;
@@ -120,6 +121,12 @@ pub struct NodeHost {
     pub query_memory: Arc<crate::query::MemoryPool>,
     /// Refuses new writes while the data directory's disk is above its high-water mark.
     pub disk: Arc<crate::disk::DiskGuard>,
+    /// This data directory's incarnation and whether it may serve Raft under `config.id`.
+    pub identity: Identity,
+    /// Other nodes' incarnations as meta records them, refreshed by `crate::placement`.
+    pub peer_incarnations: crate::identity::PeerIncarnations,
+    /// The static initial placement waits until meta confirms this fresh directory's identity.
+    static_placement_deferred: std::sync::atomic::AtomicBool,
 }
 
 /// A started node; dropping it does not stop it, call [`RunningNode::shutdown`].
@@ -177,9 +184,14 @@ impl NodeHost {
         let addresses: AddressBook = Arc::new(std::sync::RwLock::new(config.peers.clone()));
         let node_ids: Vec<NodeId> = config.peers.keys().copied().collect();
         let bootstrapped = config.data_dir.join(BOOTSTRAPPED).exists();
+        let had_data = bootstrapped || std::fs::read_dir(config.data_dir.join(GROUPS_DIR)).is_ok_and(|mut d| d.next().is_some());
+        let identity = Identity::open(&config.data_dir, had_data)?;
         let disk = crate::disk::DiskGuard::new(Box::new(crate::disk::Statvfs(config.data_dir.clone())), Default::default());
         let host = Arc::new(NodeHost {
             disk,
+            identity,
+            peer_incarnations: Default::default(),
+            static_placement_deferred: Default::default(),
             query_memory: crate::query::MemoryPool::new(config.query_memory_bytes),
             config,
             metrics,
@@ -209,32 +221,23 @@ impl NodeHost {
             host.host_group(group).await?;
         }
 
-        // A node on an empty directory takes its replicas from the static placement over
-        // `peers` (the initial member set), except for groups a peer already runs: there it
-        // follows the membership that peer reports. So a scale-out pod started with a longer
-        // peer list never forms a second copy of a running group, and a member starting after
-        // the others still initializes the groups only it would initialize.
         let mut to_initialize = Vec::new();
-        if !bootstrapped && !config.join {
-            let running = running_groups(&host).await;
-            // Peers run groups and none counts this node among its voters: a node added to a
-            // running cluster, which forms nothing and waits for placement.
-            let newcomer = !running.is_empty() && !running.values().any(|v| v.contains(&config.id));
-            for group in (0..=config.shards as GroupId).filter(|_| !newcomer) {
-                let replicas = placement(group, &node_ids, config.replication_factor);
-                let host_it = match running.get(&group) {
-                    Some(members) => members.contains(&config.id),
-                    None => replicas.contains(&config.id),
-                };
-                if !host_it {
-                    continue;
-                }
-                let raft = host.host_group(group).await?;
-                if !running.contains_key(&group) && replicas[0] == config.id {
-                    let members: BTreeMap<NodeId, BasicNode> =
-                        replicas.iter().map(|id| (*id, BasicNode::new(config.peers[id].clone()))).collect();
-                    to_initialize.push((raft, members));
-                }
+        let mut deferred = false;
+        if !bootstrapped {
+            let running = if config.join { BTreeMap::new() } else { running_groups(&host).await };
+            if host.identity.fresh && (config.join || !running.is_empty()) {
+                // An empty directory in a running cluster: its id may have voted with a lost
+                // disk. No Raft until meta confirms the id (`crate::placement` does).
+                host.identity.set(Standing::Unverified);
+                deferred = !config.join;
+                host.static_placement_deferred.store(deferred, std::sync::atomic::Ordering::Relaxed);
+                tracing::info!(
+                    node = config.id,
+                    incarnation = %crate::identity::hex(host.identity.incarnation),
+                    "empty data directory in a running cluster: waiting for meta to confirm this node id"
+                );
+            } else if !config.join {
+                to_initialize = host.static_replicas(&running, &node_ids).await?;
             }
         }
 
@@ -266,14 +269,8 @@ impl NodeHost {
             }
         });
 
-        for (raft, members) in to_initialize {
-            if !raft.is_initialized().await? {
-                if let Err(e) = raft.initialize(members).await {
-                    tracing::warn!(error = %e, "initializing group");
-                }
-            }
-        }
-        if !bootstrapped {
+        initialize(to_initialize).await?;
+        if !bootstrapped && !deferred {
             // From now on this directory belongs to a formed cluster: a restart never applies
             // the static placement again, even if no peer answers at that moment.
             crate::durable::write_file_atomic(&host.config.data_dir, BOOTSTRAPPED, b"part of a cluster\n")?;
@@ -288,6 +285,78 @@ impl NodeHost {
             crate::disk::spawn(host.clone()),
         ];
         Ok(RunningNode { host, addr, server, background })
+    }
+
+    /// The replicas a node on an empty directory takes from the static placement over `peers`
+    /// (the initial member set), except for groups a peer already runs: there it follows the
+    /// membership that peer reports. So a scale-out pod started with a longer peer list never
+    /// forms a second copy of a running group, and a member starting after the others still
+    /// initializes the groups only it would initialize. Returns the groups to initialize.
+    async fn static_replicas(
+        &self,
+        running: &BTreeMap<GroupId, Vec<NodeId>>,
+        node_ids: &[NodeId],
+    ) -> anyhow::Result<Vec<(Raft, BTreeMap<NodeId, BasicNode>)>> {
+        let config = &self.config;
+        let mut to_initialize = Vec::new();
+        // Peers run groups and none counts this node among its voters: a node added to a
+        // running cluster, which forms nothing and waits for placement.
+        let newcomer = !running.is_empty() && !running.values().any(|v| v.contains(&config.id));
+        for group in (0..=config.shards as GroupId).filter(|_| !newcomer) {
+            let replicas = placement(group, node_ids, config.replication_factor);
+            let host_it = match running.get(&group) {
+                Some(members) => members.contains(&config.id),
+                None => replicas.contains(&config.id),
+            };
+            if !host_it {
+                continue;
+            }
+            let raft = self.host_group(group).await?;
+            if !running.contains_key(&group) && replicas[0] == config.id {
+                let members: BTreeMap<NodeId, BasicNode> =
+                    replicas.iter().map(|id| (*id, BasicNode::new(config.peers[id].clone()))).collect();
+                to_initialize.push((raft, members));
+            }
+        }
+        Ok(to_initialize)
+    }
+
+    /// Sets the standing meta's view gives this incarnation, logging changes. A fresh directory
+    /// that meta confirms as a new id (a static member starting late) takes its static
+    /// placement now; one that was replaced gets its replicas from the leaders.
+    pub(crate) async fn confirm_identity(&self, view: &sextant_model::meta::ClusterView) -> anyhow::Result<()> {
+        let me = self.config.id;
+        let incarnation = self.identity.incarnation;
+        let standing = Standing::from_view(view, me, incarnation);
+        let before = self.identity.standing();
+        if !self.identity.set(standing.clone()) {
+            return Ok(());
+        }
+        let mine = crate::identity::hex(incarnation);
+        match &standing {
+            Standing::NeedsReplacement { known } => tracing::error!(
+                node = me,
+                incarnation = %mine,
+                known = %crate::identity::hex(*known),
+                "this node restarted on an empty data directory under an id the cluster knows: it does not \
+                 vote and needs replacement (POST /admin/v1/cluster/replace, docs/RELIABILITY.md)"
+            ),
+            Standing::Replacing { groups } => {
+                tracing::warn!(node = me, incarnation = %mine, waiting = groups.len(), "being replaced")
+            }
+            Standing::Verified => tracing::info!(node = me, incarnation = %mine, "node id confirmed by meta"),
+            Standing::Unverified => {}
+        }
+        let ordering = std::sync::atomic::Ordering::Relaxed;
+        if standing == Standing::Verified && self.static_placement_deferred.swap(false, ordering) {
+            if before == Standing::Unverified {
+                let node_ids: Vec<NodeId> = self.config.peers.keys().copied().collect();
+                let running = running_groups(self).await;
+                initialize(self.static_replicas(&running, &node_ids).await?).await?;
+            }
+            crate::durable::write_file_atomic(&self.config.data_dir, BOOTSTRAPPED, b"part of a cluster\n")?;
+        }
+        Ok(())
     }
 
     pub fn raft(&self, group: GroupId) -> Option<Raft> {
@@ -336,7 +405,10 @@ impl NodeHost {
             return Ok(raft);
         }
         let dir = self.group_dir(group);
-        let network = Network::new(group, self.channels.clone(), self.addresses.clone());
+        let sender = crate::identity::sender_header(self.config.id, self.identity.incarnation)
+            .parse()
+            .expect("digits, a slash and hex digits are valid metadata");
+        let network = Network::new(group, self.channels.clone(), self.addresses.clone(), sender);
         let start = async {
             if group == META_GROUP {
                 let state = Whole::open(&dir, MetaState::default())?;
@@ -383,9 +455,11 @@ impl NodeHost {
         Ok(())
     }
 
-    /// True when meta knows this node and every hosted group has a known leader.
+    /// True when meta knows this node under its incarnation and every hosted group has a known
+    /// leader.
     pub fn ready(&self) -> bool {
         self.registered.load(std::sync::atomic::Ordering::Relaxed)
+            && self.identity.standing() == Standing::Verified
             && self.rafts().iter().all(|(_, r)| r.metrics().borrow().current_leader.is_some())
     }
 
@@ -400,6 +474,17 @@ impl NodeHost {
         }
         false
     }
+}
+
+async fn initialize(groups: Vec<(Raft, BTreeMap<NodeId, BasicNode>)>) -> anyhow::Result<()> {
+    for (raft, members) in groups {
+        if !raft.is_initialized().await? {
+            if let Err(e) = raft.initialize(members).await {
+                tracing::warn!(error = %e, "initializing group");
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Groups some reachable peer hosts with an initialized membership, and that membership's

@@ -11,6 +11,7 @@ use prometheus_client::registry::Registry;
 use serde_json::json;
 
 use crate::host::NodeHost;
+use crate::identity::Standing;
 
 pub struct NodeHttp {
     pub host: Arc<NodeHost>,
@@ -29,6 +30,8 @@ pub fn router(state: Arc<NodeHttp>) -> Router {
 async fn readyz(State(s): State<Arc<NodeHttp>>) -> impl IntoResponse {
     if s.host.ready() {
         (StatusCode::OK, Json(json!({"status": "ready"})))
+    } else if let Some(standing) = identity(&s.host) {
+        (StatusCode::SERVICE_UNAVAILABLE, Json(standing))
     } else {
         (StatusCode::SERVICE_UNAVAILABLE, Json(json!({"status": "waiting for registration and group leaders"})))
     }
@@ -54,7 +57,27 @@ async fn status(State(s): State<Arc<NodeHttp>>) -> impl IntoResponse {
             })
         })
         .collect();
-    Json(json!({"node_id": s.host.config.id, "groups": groups}))
+    let incarnation = crate::identity::hex(s.host.identity.incarnation);
+    let identity = identity(&s.host).unwrap_or_else(|| json!({"status": "confirmed"}));
+    Json(json!({"node_id": s.host.config.id, "incarnation": incarnation, "identity": identity, "groups": groups}))
+}
+
+/// Why this incarnation does not take part in Raft under its id, if it does not.
+fn identity(host: &NodeHost) -> Option<serde_json::Value> {
+    let id = host.config.id;
+    Some(match host.identity.standing() {
+        Standing::Verified => return None,
+        Standing::Unverified => json!({"status": "waiting for meta to confirm this node id"}),
+        Standing::NeedsReplacement { known } => json!({
+            "status": "needs replacement",
+            "detail": format!(
+                "restarted on an empty data directory under node id {id}, which the cluster knows as incarnation \
+                 {}; replace it with POST /admin/v1/cluster/replace {{\"id\": {id}}}",
+                crate::identity::hex(known)
+            ),
+        }),
+        Standing::Replacing { groups } => json!({"status": "being replaced", "groups_left": groups}),
+    })
 }
 
 async fn metrics(State(s): State<Arc<NodeHttp>>) -> impl IntoResponse {

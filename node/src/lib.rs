@@ -7,6 +7,7 @@ pub mod durable;
 pub mod failpoint;
 pub mod host;
 pub mod http;
+pub mod identity;
 pub mod log_store;
 pub mod meta;
 pub mod meta_client;

@@ -14,6 +14,7 @@ use openraft::raft::{
 use openraft::BasicNode;
 use sextant_proto::client::Channels;
 use sextant_proto::RaftRequest;
+use tonic::metadata::{Ascii, MetadataValue};
 
 use crate::persist;
 use crate::types::{GroupId, NodeId, TypeConfig};
@@ -27,11 +28,13 @@ pub struct Network {
     group: GroupId,
     channels: Arc<Channels>,
     addresses: AddressBook,
+    /// This node's id and incarnation ([`crate::identity::SENDER_HEADER`]).
+    sender: MetadataValue<Ascii>,
 }
 
 impl Network {
-    pub fn new(group: GroupId, channels: Arc<Channels>, addresses: AddressBook) -> Self {
-        Self { group, channels, addresses }
+    pub fn new(group: GroupId, channels: Arc<Channels>, addresses: AddressBook, sender: MetadataValue<Ascii>) -> Self {
+        Self { group, channels, addresses, sender }
     }
 }
 
@@ -40,7 +43,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> Connection {
         let addr = self.addresses.read().unwrap().get(&target).cloned().unwrap_or_else(|| node.addr.clone());
-        Connection { group: self.group, target, addr, channels: self.channels.clone() }
+        Connection { group: self.group, target, addr, channels: self.channels.clone(), sender: self.sender.clone() }
     }
 }
 
@@ -49,6 +52,7 @@ pub struct Connection {
     target: NodeId,
     addr: String,
     channels: Arc<Channels>,
+    sender: MetadataValue<Ascii>,
 }
 
 #[derive(Clone, Copy)]
@@ -71,7 +75,8 @@ impl Connection {
     {
         let body = body.map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let mut client = self.channels.raft(&self.addr).map_err(|e| RPCError::Unreachable(Unreachable::new(&e)))?;
-        let request = RaftRequest { group: self.group, body: body.into() };
+        let mut request = tonic::Request::new(RaftRequest { group: self.group, body: body.into() });
+        request.metadata_mut().insert(crate::identity::SENDER_HEADER, self.sender.clone());
         let fut = async {
             match rpc {
                 Rpc::Append => client.append_entries(request).await,

@@ -74,6 +74,10 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
                 }
             };
             learn_addresses(&host, &view);
+            host.peer_incarnations.update(&view);
+            if let Err(e) = host.confirm_identity(&view).await {
+                tracing::warn!(error = %e, "taking the static placement");
+            }
             for (group, raft) in host.rafts() {
                 if raft.metrics().borrow().state != ServerState::Leader {
                     continue;
@@ -96,6 +100,7 @@ async fn register(host: &NodeHost) -> Result<(), PlacementError> {
         address: c.peers[&c.id].clone(),
         member: !c.join,
         replication_factor: c.replication_factor as u32,
+        incarnation: host.identity.incarnation,
     };
     meta_client::command(host, &command).await?;
     tracing::info!(node = c.id, join = c.join, "registered with meta");
@@ -142,9 +147,28 @@ async fn step(host: &NodeHost, group: GroupId, raft: &Raft, view: &ClusterView) 
     }
     let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
     let learners: BTreeSet<NodeId> = membership.learner_ids().collect();
+    // Ids handed to a new incarnation whose old one this group must drop first.
+    let replaced: BTreeSet<NodeId> = view
+        .nodes
+        .iter()
+        .filter(|n| n.replacing.as_ref().is_some_and(|r| r.groups.contains(&group)))
+        .map(|n| n.id)
+        .collect();
     let reported = view.replicas.get(&group);
-    if reported.is_none_or(|r| r.iter().copied().collect::<BTreeSet<_>>() != voters) {
+    let replaced_gone = replaced.iter().any(|n| !voters.contains(n) && !learners.contains(n));
+    if replaced_gone || reported.is_none_or(|r| r.iter().copied().collect::<BTreeSet<_>>() != voters) {
         report(host, group, &voters, config_index).await?;
+    }
+    if let Some(&old) = replaced.iter().find(|n| **n != me && (voters.contains(n) || learners.contains(n))) {
+        let next: BTreeSet<NodeId> = voters.iter().copied().filter(|v| *v != old).collect();
+        tracing::info!(group, node = old, "removing a replaced incarnation");
+        let change = if voters.contains(&old) {
+            ChangeMembers::ReplaceAllVoters(next.clone())
+        } else {
+            ChangeMembers::RemoveNodes(BTreeSet::from([old]))
+        };
+        let resp = raft.change_membership(change, false).await.map_err(|e| err(e.to_string()))?;
+        return report(host, group, &next, resp.log_id.index).await;
     }
     let Some(desired) = view.desired.get(&group) else { return Ok(()) };
     let desired: BTreeSet<NodeId> = desired.iter().copied().collect();

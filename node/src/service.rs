@@ -17,6 +17,7 @@ use subtle::ConstantTimeEq;
 use tonic::{Request, Response, Status};
 
 use crate::host::{Group, NodeHost};
+use crate::identity::RaftCall;
 use crate::persist;
 use crate::types::{Command, CommandResponse, GroupId, NodeId, Raft};
 
@@ -54,6 +55,22 @@ impl RaftService {
         self.host.raft(group).ok_or_else(|| Status::not_found(format!("group {group} is not hosted here")))
     }
 
+    /// Refuses Raft traffic this incarnation may not take part in, or that an incarnation the
+    /// cluster does not know under its id sent (`crate::identity`).
+    fn admit<T>(&self, req: &Request<T>, call: RaftCall, group: GroupId) -> Result<(), Status> {
+        let sender = req.metadata().get(crate::identity::SENDER_HEADER).map(|v| v.to_str().unwrap_or("?"));
+        self.host.peer_incarnations.admits(sender, call).map_err(Status::failed_precondition)?;
+        if self.host.identity.admits(call, group) {
+            return Ok(());
+        }
+        Err(Status::failed_precondition(format!(
+            "node {} (incarnation {}) is not confirmed under this id: {:?}",
+            self.host.config.id,
+            crate::identity::hex(self.host.identity.incarnation),
+            self.host.identity.standing()
+        )))
+    }
+
     /// The replica a leader replicates to, started empty when this node has none: that is how
     /// a node added as a learner gets its replica (the log or a snapshot follows).
     async fn replica(&self, group: GroupId) -> Result<Raft, Status> {
@@ -71,18 +88,21 @@ fn reply(body: Vec<u8>) -> Result<Response<RaftReply>, Status> {
 #[tonic::async_trait]
 impl RaftRpc for RaftService {
     async fn append_entries(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        self.admit(&req, RaftCall::Append, req.get_ref().group)?;
         let req = req.into_inner();
         let rpc = persist::decode_append_request(&req.body).map_err(bad)?;
         reply(persist::encode_append_response(&self.replica(req.group).await?.append_entries(rpc).await))
     }
 
     async fn vote(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        self.admit(&req, RaftCall::Vote, req.get_ref().group)?;
         let req = req.into_inner();
         let rpc = persist::decode_vote_request(&req.body).map_err(bad)?;
         reply(persist::encode_vote_response(&self.raft(req.group)?.vote(rpc).await))
     }
 
     async fn install_snapshot(&self, req: Request<RaftRequest>) -> Result<Response<RaftReply>, Status> {
+        self.admit(&req, RaftCall::Snapshot, req.get_ref().group)?;
         let req = req.into_inner();
         let rpc = persist::decode_snapshot_request(&req.body).map_err(bad)?;
         reply(persist::encode_snapshot_response(&self.replica(req.group).await?.install_snapshot(rpc).await))

@@ -11,7 +11,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
-use sextant_model::meta::{ClusterNodeView, ClusterView, MetaCommandResult, NodeRole, NodeState, Refusal};
+use sextant_model::meta::{
+    ClusterNodeView, ClusterView, MetaCommandResult, NodeReplacement, NodeRole, NodeState, Refusal,
+};
 
 type NodeId = u64;
 type GroupId = u64;
@@ -20,6 +22,22 @@ type GroupId = u64;
 pub struct NodeRecord {
     pub address: String,
     pub role: NodeRole,
+    /// The incarnation this id belongs to; 0 until a node that has one registers.
+    #[serde(default)]
+    pub incarnation: u64,
+    /// Another incarnation registered under this id: a restart on an empty data directory.
+    #[serde(default)]
+    pub needs_replacement: Option<u64>,
+    #[serde(default)]
+    pub replacing: Option<Replacing>,
+}
+
+/// The replacement of an id by a new incarnation: groups whose leader has not yet reported a
+/// membership without the id.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Replacing {
+    pub incarnation: u64,
+    pub groups: BTreeSet<GroupId>,
 }
 
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -44,21 +62,74 @@ impl ClusterState {
         address: String,
         member: bool,
         replication_factor: u32,
+        incarnation: u64,
     ) -> MetaCommandResult {
         if self.replication_factor == 0 {
             self.replication_factor = replication_factor.max(1);
         }
+        let holds = self.desired.values().chain(self.replicas.values().map(|(v, _)| v)).any(|r| r.contains(&id));
         match self.nodes.get_mut(&id) {
-            Some(n) => n.address = address,
+            Some(n) => {
+                n.address = address;
+                // An id that holds no replica has nothing to forget: a new incarnation takes it.
+                if n.incarnation == 0 || !holds {
+                    n.incarnation = incarnation;
+                    n.needs_replacement = None;
+                } else if incarnation == n.incarnation {
+                    // The old incarnation is back (its disk was not lost after all).
+                    n.needs_replacement = None;
+                } else if incarnation != 0
+                    && incarnation != n.incarnation
+                    && n.replacing.as_ref().is_none_or(|r| r.incarnation != incarnation)
+                {
+                    n.needs_replacement = Some(incarnation);
+                }
+            }
             None => {
                 let role = if member { NodeRole::Member } else { NodeRole::Joining };
-                self.nodes.insert(id, NodeRecord { address, role });
+                let record = NodeRecord { address, role, incarnation, needs_replacement: None, replacing: None };
+                self.nodes.insert(id, record);
                 if member {
                     self.rebalance(false);
                 }
             }
         }
         Done
+    }
+
+    /// Starts handing `id` to the incarnation that announced itself under it: each group that
+    /// has the id as a replica must first report a membership without it.
+    pub fn replace(&mut self, id: NodeId) -> MetaCommandResult {
+        let Some(n) = self.nodes.get(&id) else { return Refused(Refusal::UnknownNode) };
+        let Some(incarnation) = n.needs_replacement else {
+            // Repeating an accepted request changes nothing.
+            return if n.replacing.is_some() { Done } else { Refused(Refusal::NotReplaceable) };
+        };
+        // Placed there too: a move to the id that its leader has not reported yet.
+        let groups: BTreeSet<GroupId> = self
+            .replicas
+            .iter()
+            .filter(|(_, (voters, _))| voters.contains(&id))
+            .map(|(g, _)| *g)
+            .chain(self.desired.iter().filter(|(_, r)| r.contains(&id)).map(|(g, _)| *g))
+            .collect();
+        let n = self.nodes.get_mut(&id).expect("looked up above");
+        n.needs_replacement = None;
+        if groups.is_empty() {
+            n.incarnation = incarnation;
+            n.replacing = None;
+        } else {
+            n.replacing = Some(Replacing { incarnation, groups });
+        }
+        Done
+    }
+
+    /// Moves every replica off a node given by id, for a node that is gone.
+    pub fn remove(&mut self, id: NodeId) -> MetaCommandResult {
+        let Some(address) = self.nodes.get(&id).map(|n| n.address.clone()) else {
+            return Refused(Refusal::UnknownNode);
+        };
+        self.drain(&address)
     }
 
     fn id_of(&self, address: &str) -> Option<NodeId> {
@@ -112,6 +183,19 @@ impl ClusterState {
             return Done;
         }
         self.replicas.insert(group, (voters.clone(), log_index));
+        // A replaced id left this group's membership: the new incarnation may come back, and
+        // once it has left every group, the id is the new incarnation's.
+        for (id, n) in self.nodes.iter_mut() {
+            if let Some(r) = n.replacing.as_mut() {
+                if r.groups.contains(&group) && !voters.contains(id) {
+                    r.groups.remove(&group);
+                }
+                if r.groups.is_empty() {
+                    n.incarnation = r.incarnation;
+                    n.replacing = None;
+                }
+            }
+        }
         // A group seen for the first time stays where it is (the static initial placement)
         // until the member set changes.
         if let std::collections::btree_map::Entry::Vacant(e) = self.desired.entry(group) {
@@ -217,7 +301,18 @@ impl ClusterState {
                     NodeRole::Draining if in_desired || in_replicas => NodeState::Draining,
                     NodeRole::Draining => NodeState::Drained,
                 };
-                ClusterNodeView { id: *id, address: n.address.clone(), role: n.role, state }
+                ClusterNodeView {
+                    id: *id,
+                    address: n.address.clone(),
+                    role: n.role,
+                    state,
+                    incarnation: n.incarnation,
+                    needs_replacement: n.needs_replacement,
+                    replacing: n.replacing.as_ref().map(|r| NodeReplacement {
+                        incarnation: r.incarnation,
+                        groups: r.groups.iter().copied().collect(),
+                    }),
+                }
             })
             .collect();
         ClusterView {
@@ -236,7 +331,7 @@ mod tests {
     fn cluster(nodes: u64, groups: u64) -> ClusterState {
         let mut c = ClusterState::default();
         for id in 1..=nodes {
-            c.register(id, format!("n{id}"), true, 3);
+            c.register(id, format!("n{id}"), true, 3, id);
         }
         for g in 0..groups {
             c.report(g, vec![1, 2, 3], 1);
@@ -256,8 +351,8 @@ mod tests {
     fn initial_placement_is_adopted_and_new_members_get_a_fair_share() {
         let mut c = cluster(3, 5);
         assert!(c.desired.values().all(|r| r == &vec![1, 2, 3]));
-        c.register(4, "n4".into(), false, 3);
-        c.register(5, "n5".into(), false, 3);
+        c.register(4, "n4".into(), false, 3, 0);
+        c.register(5, "n5".into(), false, 3, 0);
         assert!(c.desired.values().all(|r| r == &vec![1, 2, 3]), "joining nodes hold nothing");
         let all: Vec<String> = (1..=5).map(|i| format!("n{i}")).collect();
         assert_eq!(c.set_members(&all), Done);
@@ -277,7 +372,7 @@ mod tests {
     #[test]
     fn drains_move_everything_and_refuse_below_the_replication_factor() {
         let mut c = cluster(3, 4);
-        c.register(4, "n4".into(), false, 3);
+        c.register(4, "n4".into(), false, 3, 0);
         c.set_members(&["n1".into(), "n2".into(), "n3".into(), "n4".into()]);
         for (g, r) in c.desired.clone() {
             c.report(g, r, 2);
@@ -301,15 +396,15 @@ mod tests {
     fn static_members_that_register_late_keep_their_replicas() {
         let mut c = ClusterState::default();
         for id in 1..=3 {
-            c.register(id, format!("n{id}"), true, 3);
+            c.register(id, format!("n{id}"), true, 3, id);
         }
         // A static 5-node cluster: groups are on nodes 4 and 5 too, which register last.
         c.report(0, vec![1, 2, 3], 1);
         c.report(1, vec![2, 3, 4], 1);
         c.report(2, vec![3, 4, 5], 1);
         assert_eq!(c.desired[&2], vec![3, 4, 5]);
-        c.register(4, "n4".into(), true, 3);
-        c.register(5, "n5".into(), true, 3);
+        c.register(4, "n4".into(), true, 3, 0);
+        c.register(5, "n5".into(), true, 3, 0);
         assert_eq!(c.desired[&1], vec![2, 3, 4]);
         assert_eq!(c.desired[&2], vec![3, 4, 5]);
     }
@@ -344,7 +439,7 @@ mod tests {
             for op in ops {
                 let before = c.desired.clone();
                 let result = match &op {
-                    Op::Join(id) => c.register(*id, format!("n{id}"), false, 3),
+                    Op::Join(id) => c.register(*id, format!("n{id}"), false, 3, *id),
                     Op::Place(ids) => {
                         let addrs: Vec<String> = ids.iter().map(|i| format!("n{i}")).collect();
                         c.set_members(&addrs)
@@ -383,10 +478,66 @@ mod tests {
     }
 
     #[test]
+    fn an_empty_restart_under_a_known_id_waits_for_replacement() {
+        let mut c = cluster(3, 2);
+        assert_eq!(c.nodes[&3].incarnation, 3);
+        c.register(3, "n3".into(), true, 3, 3);
+        assert_eq!(c.nodes[&3].needs_replacement, None, "a restart with its data");
+        c.register(3, "n3".into(), true, 3, 33);
+        assert_eq!(c.nodes[&3].incarnation, 3, "the old incarnation keeps the id");
+        assert_eq!(c.nodes[&3].needs_replacement, Some(33));
+        assert_eq!(c.view().nodes[2].needs_replacement, Some(33));
+        assert_eq!(c.replace(1), Refused(Refusal::NotReplaceable), "nothing announced under id 1");
+        assert_eq!(c.replace(9), Refused(Refusal::UnknownNode));
+        c.register(3, "n3".into(), true, 3, 3);
+        assert_eq!(c.nodes[&3].needs_replacement, None, "the old incarnation came back with its disk");
+        assert_eq!(c.replace(3), Refused(Refusal::NotReplaceable));
+    }
+
+    #[test]
+    fn a_replacement_completes_once_every_group_dropped_the_old_incarnation() {
+        let mut c = cluster(3, 2);
+        c.register(3, "n3".into(), true, 3, 33);
+        assert_eq!(c.replace(3), Done);
+        assert_eq!(c.replace(3), Done, "a repeated request changes nothing");
+        let r = c.view().nodes[2].replacing.clone().unwrap();
+        assert_eq!((r.incarnation, r.groups), (33, vec![0, 1]));
+        assert_eq!(c.desired[&0], vec![1, 2, 3], "the id keeps its place: the new incarnation comes back");
+        // A report still listing the old voter clears nothing; a newer one without it does.
+        c.report(0, vec![1, 2, 3], 2);
+        c.report(0, vec![1, 2], 3);
+        assert_eq!(c.view().nodes[2].replacing.as_ref().unwrap().groups, vec![1]);
+        // The new incarnation registering again while being replaced is not a second amnesia.
+        c.register(3, "n3".into(), true, 3, 33);
+        assert_eq!(c.nodes[&3].needs_replacement, None);
+        c.report(1, vec![1, 2], 3);
+        let n = &c.view().nodes[2];
+        assert_eq!((n.incarnation, n.replacing.clone(), n.needs_replacement), (33, None, None));
+    }
+
+    #[test]
+    fn an_id_without_replicas_takes_a_new_incarnation_at_once() {
+        let mut c = cluster(4, 2);
+        c.drain("n4");
+        c.register(4, "n4".into(), true, 3, 44);
+        assert_eq!((c.nodes[&4].incarnation, c.nodes[&4].needs_replacement), (44, None));
+    }
+
+    #[test]
+    fn a_dead_node_is_removed_by_id() {
+        let mut c = cluster(4, 4);
+        c.set_members(&["n1".into(), "n2".into(), "n3".into(), "n4".into()]);
+        assert_eq!(c.remove(4), Done);
+        assert!(c.desired.values().all(|r| !r.contains(&4)));
+        assert_eq!(c.remove(3), Refused(Refusal::TooFewNodes));
+        assert_eq!(c.remove(7), Refused(Refusal::UnknownNode));
+    }
+
+    #[test]
     fn a_restart_does_not_undo_a_drain() {
         let mut c = cluster(4, 2);
         c.drain("n4");
-        c.register(4, "n4-new-address".into(), true, 3);
+        c.register(4, "n4-new-address".into(), true, 3, 0);
         assert_eq!(c.nodes[&4].role, NodeRole::Draining);
         assert_eq!(c.nodes[&4].address, "n4-new-address");
     }

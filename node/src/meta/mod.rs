@@ -211,9 +211,11 @@ impl MetaState {
             }),
             MetaCommand::DeleteManagedAlertRule { key } => self.delete_managed_alert_rule(&key),
             MetaCommand::InviteTenantOwner { key, invite } => self.invite_tenant_owner(&key, invite),
-            MetaCommand::RegisterNode { id, address, member, replication_factor } => {
-                self.cluster.register(id, address, member, replication_factor)
+            MetaCommand::RegisterNode { id, address, member, replication_factor, incarnation } => {
+                self.cluster.register(id, address, member, replication_factor, incarnation)
             }
+            MetaCommand::ReplaceNode { id } => self.cluster.replace(id),
+            MetaCommand::RemoveNode { id } => self.cluster.remove(id),
             MetaCommand::SetMembers { addresses } => self.cluster.set_members(&addresses),
             MetaCommand::DrainNode { address } => self.cluster.drain(&address),
             MetaCommand::ReportReplicas { group, voters, log_index } => self.cluster.report(group, voters, log_index),

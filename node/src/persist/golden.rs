@@ -205,6 +205,14 @@ fn a_state_snapshot_written_by_format_1_still_reads() {
     assert_eq!(state, b"{\"state\":true}");
 }
 
+const INCARNATION: u64 = 0x5e77_a47c_0ffe_e001;
+
+#[test]
+fn an_incarnation_written_by_format_1_still_reads() {
+    assert_eq!(super::decode_incarnation(&read("incarnation-v1")).unwrap(), INCARNATION);
+    assert_eq!(super::encode_incarnation(INCARNATION), read("incarnation-v1"), "the encoding is stable");
+}
+
 /// A blob written before format 1 (bincode, no header) is refused by name, never misread.
 #[test]
 fn data_written_before_format_1_is_refused() {
@@ -253,4 +261,5 @@ fn write_format_1_fixtures() {
     let digest = xxh3_64(&state);
     state.extend_from_slice(&digest.to_le_bytes());
     std::fs::write(dir.join("state-v1.bin"), state).unwrap();
+    std::fs::write(dir.join("incarnation-v1"), super::encode_incarnation(INCARNATION)).unwrap();
 }

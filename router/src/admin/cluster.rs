@@ -5,6 +5,10 @@
 //! group's leader moves its replicas (`node/src/placement.rs`), and progress shows in the node
 //! states of `GET /cluster/nodes` (`Active` once a member holds what is placed on it, `Drained`
 //! once a draining node holds nothing). Repeating a request changes nothing.
+//!
+//! Node identity (docs/RELIABILITY.md, "Replacing a node"): `GET /cluster/identities` shows
+//! which incarnation holds each id and which restarted on an empty disk; `replace` hands such
+//! an id to its new incarnation, `remove` drains a dead node by id.
 
 use std::sync::Arc;
 
@@ -14,7 +18,10 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use sextant_model::admin::{ClusterNode, ClusterNodes, DrainRequest, PlacementRequest};
+use sextant_model::admin::{
+    ClusterNode, ClusterNodes, DrainRequest, NodeIdRequest, NodeIdentities, NodeIdentity, NodeReplacementStatus,
+    PlacementRequest,
+};
 use sextant_model::meta::{ClusterView, MetaCommand, MetaCommandResult, MetaQuery};
 
 use super::{Admin, MAX_ADMIN_BODY};
@@ -26,6 +33,50 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/cluster/nodes", get(nodes))
         .route("/cluster/placement", post(placement))
         .route("/cluster/drain", post(drain))
+        .route("/cluster/identities", get(identities))
+        .route("/cluster/replace", post(replace))
+        .route("/cluster/remove", post(remove))
+}
+
+fn hex(incarnation: u64) -> String {
+    format!("{incarnation:016x}")
+}
+
+async fn identities(_: Admin, State(app): State<Arc<AppState>>) -> Result<Json<NodeIdentities>, ApiError> {
+    let view: ClusterView = app.cluster.meta_read(&MetaQuery::Cluster).await?;
+    let nodes = view
+        .nodes
+        .into_iter()
+        .map(|n| NodeIdentity {
+            id: n.id,
+            incarnation: hex(n.incarnation),
+            needs_replacement: n.needs_replacement.map(hex),
+            replacing: n
+                .replacing
+                .map(|r| NodeReplacementStatus { incarnation: hex(r.incarnation), groups_left: r.groups }),
+        })
+        .collect();
+    Ok(Json(NodeIdentities { nodes }))
+}
+
+async fn replace(
+    _: Admin,
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, ApiError> {
+    let req: NodeIdRequest = crate::http::body::json(&headers, body, MAX_ADMIN_BODY)?;
+    accepted(app.cluster.meta_write(&MetaCommand::ReplaceNode { id: req.id }).await?)
+}
+
+async fn remove(
+    _: Admin,
+    State(app): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<StatusCode, ApiError> {
+    let req: NodeIdRequest = crate::http::body::json(&headers, body, MAX_ADMIN_BODY)?;
+    accepted(app.cluster.meta_write(&MetaCommand::RemoveNode { id: req.id }).await?)
 }
 
 async fn nodes(_: Admin, State(app): State<Arc<AppState>>) -> Result<Json<ClusterNodes>, ApiError> {

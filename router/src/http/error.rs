@@ -332,6 +332,10 @@ impl From<Refusal> for ApiError {
                 ApiError::Conflict("unknown_node", "no storage node with this address has registered with the cluster")
             }
             Refusal::LeaseHeld => ApiError::Conflict("lease_held", "another router holds this lease"),
+            Refusal::NotReplaceable => ApiError::Conflict(
+                "not_replaceable",
+                "the node has not restarted on an empty data directory under its id; nothing to replace",
+            ),
         }
     }
 }
