@@ -7,6 +7,7 @@ pub mod controller;
 pub mod leader;
 pub mod manifests;
 pub mod metrics;
+pub mod replacement;
 pub mod scaling;
 pub mod tenancy;
 pub mod topology;
