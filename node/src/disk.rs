@@ -17,7 +17,8 @@ use crate::types::META_GROUP;
 pub struct Space {
     /// Bytes an unprivileged writer may still use (`f_bavail`).
     pub available: u64,
-    pub total: u64,
+    /// Bytes in use (`f_blocks - f_bfree`): blocks reserved for root are neither.
+    pub used: u64,
 }
 
 /// Reports the space of the data directory's filesystem; tests inject their own.
@@ -48,7 +49,7 @@ fn statvfs(path: &Path) -> io::Result<Space> {
     let unit = s.f_frsize as u64;
     Ok(Space {
         available: (s.f_bavail as u64).saturating_mul(unit),
-        total: (s.f_blocks as u64).saturating_mul(unit),
+        used: (s.f_blocks as u64).saturating_sub(s.f_bfree as u64).saturating_mul(unit),
     })
 }
 
@@ -57,8 +58,8 @@ fn statvfs(_: &Path) -> io::Result<Space> {
     Err(io::Error::new(io::ErrorKind::Unsupported, "free space is probed on Unix only"))
 }
 
-/// When writes are refused: used space over `max_used_percent` of the filesystem, or less
-/// than `min_free_bytes` available, whichever comes first.
+/// When writes are refused: used space over `max_used_percent` of what is used and available
+/// (`df`'s Use%), or less than `min_free_bytes` available, whichever comes first.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct HighWater {
     pub max_used_percent: u8,
@@ -75,8 +76,8 @@ impl Default for HighWater {
 
 impl HighWater {
     pub fn is_above(&self, s: Space) -> bool {
-        let used = s.total.saturating_sub(s.available);
-        let over_percent = s.total > 0 && u128::from(used) * 100 > u128::from(s.total) * u128::from(self.max_used_percent);
+        let usable = u128::from(s.used) + u128::from(s.available);
+        let over_percent = usable > 0 && u128::from(s.used) * 100 > usable * u128::from(self.max_used_percent);
         over_percent || s.available < self.min_free_bytes
     }
 }
@@ -123,7 +124,7 @@ impl DiskGuard {
         self.available.store(space.available, Ordering::Relaxed);
         if self.full.swap(full, Ordering::Relaxed) != full {
             if full {
-                tracing::warn!(available = space.available, total = space.total, "disk above its high-water mark: refusing writes");
+                tracing::warn!(available = space.available, used = space.used, "disk above its high-water mark: refusing writes");
             } else {
                 tracing::info!(available = space.available, "disk below its high-water mark again: accepting writes");
             }
@@ -206,16 +207,16 @@ mod tests {
 
     #[test]
     fn writes_are_refused_above_the_high_water_mark_and_admitted_again_below_it() {
-        let space = Arc::new(Mutex::new(Space { available: 50 << 30, total: 100 << 30 }));
+        let space = Arc::new(Mutex::new(Space { available: 50 << 30, used: 50 << 30 }));
         let guard = DiskGuard::new(Box::new(Fake(space.clone())), HighWater::default());
         guard.probe().unwrap();
         assert!(guard.admit().is_ok());
-        *space.lock().unwrap() = Space { available: 9 << 30, total: 100 << 30 };
+        *space.lock().unwrap() = Space { available: 9 << 30, used: 91 << 30 };
         guard.probe().unwrap();
         let err = guard.admit().unwrap_err();
         assert_eq!(err.available, 9 << 30);
         assert!(err.to_string().starts_with("disk_full"));
-        *space.lock().unwrap() = Space { available: 11 << 30, total: 100 << 30 };
+        *space.lock().unwrap() = Space { available: 11 << 30, used: 89 << 30 };
         guard.probe().unwrap();
         assert!(guard.admit().is_ok());
     }
@@ -223,17 +224,19 @@ mod tests {
     #[test]
     fn a_small_disk_is_full_below_its_minimum_free_bytes() {
         let hw = HighWater::default();
-        assert!(hw.is_above(Space { available: (1 << 30) - 1, total: 2 << 30 }));
-        assert!(!hw.is_above(Space { available: 1 << 30, total: 10 << 30 }));
+        assert!(hw.is_above(Space { available: (1 << 30) - 1, used: 1 << 30 }));
+        assert!(!hw.is_above(Space { available: 1 << 30, used: 9 << 30 }));
         let percent_only = HighWater { max_used_percent: 95, min_free_bytes: 0 };
-        assert!(!percent_only.is_above(Space { available: 5, total: 100 }));
-        assert!(percent_only.is_above(Space { available: 4, total: 100 }));
+        assert!(!percent_only.is_above(Space { available: 5, used: 95 }));
+        assert!(percent_only.is_above(Space { available: 4, used: 96 }));
+        // As `df` counts: blocks reserved for root are neither used nor available.
+        assert!(!HighWater::default().is_above(Space { available: 20 << 30, used: 72 << 30 }));
     }
 
     #[test]
     fn the_data_directory_filesystem_is_probed() {
         let dir = tempfile::tempdir().unwrap();
         let s = Statvfs(dir.path().to_owned()).space().unwrap();
-        assert!(s.total > 0 && s.available <= s.total, "{s:?}");
+        assert!(s.used > 0, "{s:?}");
     }
 }
