@@ -9,8 +9,8 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMap, ConfigMapKeySelector, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
     EnvVarSource, HTTPGetAction, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, Secret, SecretKeySelector, SecurityContext, Service,
-    ServiceAccount, ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
+    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, Secret, SecretKeySelector, SecretVolumeSource,
+    SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
     VolumeResourceRequirements,
 };
 use k8s_openapi::api::networking::v1::{
@@ -34,6 +34,8 @@ pub const ROUTER_HTTP_PORT: i32 = 8080;
 pub const ROUTER_INTERNAL_PORT: i32 = 9090;
 /// The router's `--otlp-grpc-listen`: OTLP/gRPC (docs/API.md, "OTLP").
 pub const ROUTER_OTLP_GRPC_PORT: i32 = 4317;
+/// Where `spec.tls`'s Secret is mounted in router pods (`tls.crt`, `tls.key`).
+pub const ROUTER_TLS_DIR: &str = "/etc/sextant/tls";
 
 /// Keys of the cluster's internal Secret.
 pub const JWT_SIGNING_KEY: &str = "jwt-signing-key";
@@ -99,12 +101,13 @@ impl Names {
         let pod = host.strip_suffix(&format!(".{}.{}.svc", self.nodes(), self.namespace)).unwrap_or(host);
         pod.strip_prefix(&format!("{}-node-", self.cluster))?.parse().ok()
     }
-    pub fn router_url(&self, http_port: i32) -> String {
-        format!("http://{}.{}.svc:{http_port}", self.routers(), self.namespace)
+    /// The public API; `https` when the routers serve TLS (`spec.tls`).
+    pub fn router_url(&self, http_port: i32, tls: bool) -> String {
+        format!("{}://{}.{}.svc:{http_port}", scheme(tls), self.routers(), self.namespace)
     }
-    /// Where OTLP/gRPC exporters send (plain text).
-    pub fn router_otlp_grpc_url(&self, otlp_grpc_port: i32) -> String {
-        format!("http://{}.{}.svc:{otlp_grpc_port}", self.routers(), self.namespace)
+    /// Where OTLP/gRPC exporters send, over TLS with `spec.tls`.
+    pub fn router_otlp_grpc_url(&self, otlp_grpc_port: i32, tls: bool) -> String {
+        format!("{}://{}.{}.svc:{otlp_grpc_port}", scheme(tls), self.routers(), self.namespace)
     }
     /// Where the operator reaches the admin API (and Prometheus the routers' metrics).
     pub fn router_internal_url(&self) -> String {
@@ -223,11 +226,20 @@ fn service_port(name: &str, port: i32, target: IntOrString) -> ServicePort {
 }
 
 /// An HTTP probe of `path` on the container port named `http`.
-fn http_probe(path: &str, period_seconds: i32, failure_threshold: Option<i32>) -> Probe {
+fn scheme(tls: bool) -> &'static str {
+    if tls {
+        "https"
+    } else {
+        "http"
+    }
+}
+
+/// A plain-HTTP probe on the named container port.
+fn http_probe(port: &str, path: &str, period_seconds: i32, failure_threshold: Option<i32>) -> Probe {
     Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_owned()),
-            port: IntOrString::String("http".into()),
+            port: IntOrString::String(port.into()),
             ..HTTPGetAction::default()
         }),
         period_seconds: Some(period_seconds),
@@ -369,7 +381,8 @@ fn pod_spec(
         env.push(var.clone());
     }
     let mounts = container.volume_mounts.get_or_insert_with(Vec::new);
-    let mut volume_names: std::collections::BTreeSet<String> = RESERVED_VOLUMES.map(str::to_owned).into();
+    let mut volume_names: std::collections::BTreeSet<String> =
+        RESERVED_VOLUMES.iter().map(|v| v.to_string()).chain(volumes.iter().map(|v| v.name.clone())).collect();
     for extra in &template.volumes {
         if !volume_names.insert(extra.name.clone()) {
             return Err(refuse(format!("volume name {} is taken", extra.name)));
@@ -624,8 +637,8 @@ pub fn owned_objects(
             value_env("SEXTANT_LOG_FORMAT", "json"),
         ]),
         ports: Some(vec![container_port("grpc", NODE_GRPC_PORT), container_port("http", NODE_HTTP_PORT)]),
-        readiness_probe: Some(http_probe("/readyz", 5, None)),
-        liveness_probe: Some(http_probe("/healthz", 10, Some(6))),
+        readiness_probe: Some(http_probe("http", "/readyz", 5, None)),
+        liveness_probe: Some(http_probe("http", "/healthz", 10, Some(6))),
         volume_mounts: Some(vec![
             VolumeMount { name: "data".into(), mount_path: "/data".into(), ..VolumeMount::default() },
             tmp_mount.clone(),
@@ -690,33 +703,63 @@ pub fn owned_objects(
         secret_env("SEXTANT_ADMIN_TOKEN", &names, ADMIN_TOKEN),
         value_env("SEXTANT_LOG_FORMAT", "json"),
     ];
+    let mut router_args: Vec<String> = vec![
+        "router".into(),
+        "--listen".into(),
+        format!("0.0.0.0:{ROUTER_HTTP_PORT}"),
+        "--internal-listen".into(),
+        format!("0.0.0.0:{ROUTER_INTERNAL_PORT}"),
+        "--otlp-grpc-listen".into(),
+        format!("0.0.0.0:{ROUTER_OTLP_GRPC_PORT}"),
+        "--nodes".into(),
+        "$(SEXTANT_NODES)".into(),
+    ];
+    let mut router_volumes = vec![tmp];
+    let mut router_mounts = vec![tmp_mount];
+    // The kubelet updates a mounted Secret in place; the router reloads the files.
+    if let Some(tls) = &spec.tls {
+        if tls.secret_name.is_empty() {
+            return Err(TopologyError::Invalid("tls.secretName is empty"));
+        }
+        router_args.extend([
+            "--tls-cert".into(),
+            format!("{ROUTER_TLS_DIR}/tls.crt"),
+            "--tls-key".into(),
+            format!("{ROUTER_TLS_DIR}/tls.key"),
+        ]);
+        router_volumes.push(Volume {
+            name: "tls".into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(tls.secret_name.clone()),
+                ..SecretVolumeSource::default()
+            }),
+            ..Volume::default()
+        });
+        router_mounts.push(VolumeMount {
+            name: "tls".into(),
+            mount_path: ROUTER_TLS_DIR.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+    }
     let router_container = Container {
         name: "router".into(),
-        args: Some(vec![
-            "router".into(),
-            "--listen".into(),
-            format!("0.0.0.0:{ROUTER_HTTP_PORT}"),
-            "--internal-listen".into(),
-            format!("0.0.0.0:{ROUTER_INTERNAL_PORT}"),
-            "--otlp-grpc-listen".into(),
-            format!("0.0.0.0:{ROUTER_OTLP_GRPC_PORT}"),
-            "--nodes".into(),
-            "$(SEXTANT_NODES)".into(),
-        ]),
+        args: Some(router_args),
         env: Some(router_env),
         ports: Some(vec![
             container_port("http", ROUTER_HTTP_PORT),
             container_port("internal", ROUTER_INTERNAL_PORT),
             container_port("otlp-grpc", ROUTER_OTLP_GRPC_PORT),
         ]),
-        readiness_probe: Some(http_probe("/readyz", 5, None)),
-        liveness_probe: Some(http_probe("/healthz", 10, None)),
-        volume_mounts: Some(vec![tmp_mount]),
+        // On the internal port: plain HTTP whether or not the public one serves TLS.
+        readiness_probe: Some(http_probe("internal", "/readyz", 5, None)),
+        liveness_probe: Some(http_probe("internal", "/healthz", 10, None)),
+        volume_mounts: Some(router_mounts),
         resources: Some(spec.routers.resources.clone().unwrap_or_else(default_router_resources)),
         ..Container::default()
     };
     let router_pod =
-        pod_spec(&names, spec, Component::Router, router_container, vec![tmp], restricted_pod_security(None))?;
+        pod_spec(&names, spec, Component::Router, router_container, router_volumes, restricted_pod_security(None))?;
     let deployment = Deployment {
         metadata: metadata(&names, names.routers(), "router", &owner),
         spec: Some(DeploymentSpec {
@@ -927,6 +970,41 @@ pub(crate) mod tests {
         let container_ports: Vec<(Option<String>, i32)> =
             router.ports.unwrap().into_iter().map(|p| (p.name, p.container_port)).collect();
         assert!(container_ports.contains(&(Some("otlp-grpc".into()), 4317)), "{container_ports:?}");
+    }
+
+    #[test]
+    fn spec_tls_mounts_the_secret_and_passes_the_tls_flags() {
+        let mut c = cluster(3, 3);
+        let plain = router_container(&owned_objects(&c, 3, 3, OPERATOR_NS).unwrap());
+        assert!(!plain.args.unwrap().iter().any(|a| a.starts_with("--tls")));
+        c.spec.tls = Some(crate::v1alpha1::TlsSpec { secret_name: "obs-tls".into() });
+        let objects = owned_objects(&c, 3, 3, OPERATOR_NS).unwrap();
+        let router = router_container(&objects);
+        let args = router.args.clone().unwrap();
+        let flag = |name: &str| args[args.iter().position(|a| a == name).expect(name) + 1].clone();
+        assert_eq!(flag("--tls-cert"), "/etc/sextant/tls/tls.crt");
+        assert_eq!(flag("--tls-key"), "/etc/sextant/tls/tls.key");
+        let mount = router.volume_mounts.as_ref().unwrap().iter().find(|m| m.name == "tls").expect("tls mount");
+        assert_eq!((mount.mount_path.as_str(), mount.read_only), (ROUTER_TLS_DIR, Some(true)));
+        let d = objects.iter().find_map(|o| if let Owned::Deployment(d) = o { Some(d) } else { None }).unwrap();
+        let pod = d.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+        let volume = pod.volumes.as_ref().unwrap().iter().find(|v| v.name == "tls").expect("tls volume");
+        assert_eq!(volume.secret.as_ref().unwrap().secret_name.as_deref(), Some("obs-tls"));
+        // Probes stay plain HTTP, on the internal port.
+        for probe in [router.readiness_probe.unwrap(), router.liveness_probe.unwrap()] {
+            let get = probe.http_get.unwrap();
+            assert_eq!(get.port, IntOrString::String("internal".into()));
+            assert_eq!(get.scheme, None);
+        }
+        // A user volume cannot take the name.
+        c.spec.routers.pod.volumes = serde_json::from_value(json!([
+            {"name": "tls", "mountPath": "/etc/other", "secret": {"secretName": "x"}}
+        ]))
+        .unwrap();
+        assert!(matches!(owned_objects(&c, 3, 3, OPERATOR_NS), Err(TopologyError::PodTemplate { .. })));
+        c.spec.routers.pod.volumes.clear();
+        c.spec.tls = Some(crate::v1alpha1::TlsSpec { secret_name: String::new() });
+        assert!(matches!(owned_objects(&c, 3, 3, OPERATOR_NS), Err(TopologyError::Invalid(_))));
     }
 
     #[test]
@@ -1334,7 +1412,8 @@ pub(crate) mod tests {
                         prop_assert!(max >= 1 && (rf < 3 || max < (rf + 1) / 2 + 1 && max <= (rf - 1) / 2));
                     }
                 }
-                prop_assert_eq!(names.router_url(http), format!("http://obs-router.telemetry.svc:{http}"));
+                prop_assert_eq!(names.router_url(http, false), format!("http://obs-router.telemetry.svc:{http}"));
+                prop_assert_eq!(names.router_url(http, true), format!("https://obs-router.telemetry.svc:{http}"));
                 // Only the internal Service reaches the internal port, whatever the public ports.
                 for o in &objects {
                     if let Owned::Service(svc) = o {

@@ -297,7 +297,7 @@ fn cluster_status(
         nodes,
         scaling: plan.operation.clone(),
         secret_name: Some(names.secret()),
-        router_url: Some(names.router_url(cluster.spec.routers.service.http_port)),
+        router_url: Some(names.router_url(cluster.spec.routers.service.http_port, cluster.spec.tls.is_some())),
     }
 }
 

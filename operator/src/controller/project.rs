@@ -124,15 +124,16 @@ fn credentials_secret(
 ) -> Result<Secret, Error> {
     let names = Names::of(cluster)?;
     let svc = &cluster.spec.routers.service;
+    let tls = cluster.spec.tls.is_some();
     let owner = project.controller_owner_ref(&()).ok_or_else(|| Error::Waiting("project without uid".into()))?;
     let data = [
         ("project-id", credentials.project_id),
         ("ingest-token", credentials.ingest_token),
         ("api-key", credentials.api_key),
-        ("endpoint", names.router_url(svc.http_port)),
+        ("endpoint", names.router_url(svc.http_port, tls)),
         // OTLP exporters: gRPC, and HTTP (the exporter appends /v1/traces and the others).
-        ("otlp-grpc-endpoint", names.router_otlp_grpc_url(svc.otlp_grpc_port)),
-        ("otlp-http-endpoint", names.router_url(svc.http_port)),
+        ("otlp-grpc-endpoint", names.router_otlp_grpc_url(svc.otlp_grpc_port, tls)),
+        ("otlp-http-endpoint", names.router_url(svc.http_port, tls)),
     ];
     Ok(Secret {
         metadata: ObjectMeta {

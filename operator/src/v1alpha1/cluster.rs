@@ -51,8 +51,8 @@ pub struct SextantClusterSpec {
     #[serde(default)]
     pub routers: RouterSpec,
     pub storage: StorageSpec,
-    /// Not implemented yet and ignored: routers serve plain HTTP. Accepted so that existing
-    /// manifests stay valid.
+    /// TLS on the routers' public ports (HTTP and OTLP/gRPC): the Secret is mounted into router
+    /// pods and reloaded when it changes. The internal port stays plain HTTP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
     #[serde(default)]
@@ -273,7 +273,8 @@ fn default_volume_size() -> Quantity {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TlsSpec {
-    /// A `kubernetes.io/tls` Secret (not used yet).
+    /// A `kubernetes.io/tls` Secret in the cluster's namespace (keys `tls.crt`, `tls.key`),
+    /// e.g. one cert-manager renews.
     pub secret_name: String,
 }
 
