@@ -184,9 +184,11 @@ impl NodeHost {
         let addresses: AddressBook = Arc::new(std::sync::RwLock::new(config.peers.clone()));
         let node_ids: Vec<NodeId> = config.peers.keys().copied().collect();
         let bootstrapped = config.data_dir.join(BOOTSTRAPPED).exists();
-        let had_data = bootstrapped || std::fs::read_dir(config.data_dir.join(GROUPS_DIR)).is_ok_and(|mut d| d.next().is_some());
+        let had_data =
+            bootstrapped || std::fs::read_dir(config.data_dir.join(GROUPS_DIR)).is_ok_and(|mut d| d.next().is_some());
         let identity = Identity::open(&config.data_dir, had_data)?;
-        let disk = crate::disk::DiskGuard::new(Box::new(crate::disk::Statvfs(config.data_dir.clone())), Default::default());
+        let disk =
+            crate::disk::DiskGuard::new(Box::new(crate::disk::Statvfs(config.data_dir.clone())), Default::default());
         let host = Arc::new(NodeHost {
             disk,
             identity,

@@ -156,7 +156,8 @@ impl PeerIncarnations {
         let Some(value) = header else { return Ok(()) };
         let (id, incarnation) = parse_sender(value).ok_or_else(|| format!("malformed {SENDER_HEADER}"))?;
         let Some(k) = self.0.read().unwrap().get(&id).copied() else { return Ok(()) };
-        if k.accepted == 0 || k.accepted == incarnation || (k.replacing == Some(incarnation) && call != RaftCall::Vote) {
+        if k.accepted == 0 || k.accepted == incarnation || (k.replacing == Some(incarnation) && call != RaftCall::Vote)
+        {
             return Ok(());
         }
         Err(format!("node {id} incarnation {} is not the one the cluster knows under that id", hex(incarnation)))

@@ -102,8 +102,12 @@ mod tests {
     }
 
     fn identities() -> impl Strategy<Value = Vec<IdentityState>> {
-        proptest::collection::btree_map(1u64..12, (any::<bool>(), prop_oneof![4 => Just(false), 1 => Just(true)]), 0..10)
-            .prop_map(|m| m.into_iter().map(|(id, (n, r))| node(id, n && !r, r)).collect())
+        proptest::collection::btree_map(
+            1u64..12,
+            (any::<bool>(), prop_oneof![4 => Just(false), 1 => Just(true)]),
+            0..10,
+        )
+        .prop_map(|m| m.into_iter().map(|(id, (n, r))| node(id, n && !r, r)).collect())
     }
 
     proptest! {
