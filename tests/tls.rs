@@ -163,7 +163,10 @@ fn span_request(service: &str) -> ExportTraceServiceRequest {
 }
 
 /// An OTLP/gRPC client whose connections are TLS, trusting only `ca`, ALPN `h2`.
-async fn grpc_over_tls(addr: SocketAddr, ca: &CertificateDer<'static>) -> TraceServiceClient<tonic::transport::Channel> {
+async fn grpc_over_tls(
+    addr: SocketAddr,
+    ca: &CertificateDer<'static>,
+) -> TraceServiceClient<tonic::transport::Channel> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add(ca.clone()).unwrap();
     let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))

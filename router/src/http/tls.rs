@@ -167,7 +167,9 @@ impl Tls {
                     Ok((back, outcome)) => {
                         match &outcome {
                             Reload::Unchanged => {}
-                            Reload::Reloaded => tracing::info!(cert = %back.files.cert.display(), "TLS certificate reloaded"),
+                            Reload::Reloaded => {
+                                tracing::info!(cert = %back.files.cert.display(), "TLS certificate reloaded")
+                            }
                             Reload::Rejected(e) => {
                                 tracing::warn!(error = %e, "changed TLS files not loaded; serving the previous certificate")
                             }
@@ -255,11 +257,8 @@ mod tests {
     }
 
     fn write(dir: &Path, pki: &Pki) -> TlsFiles {
-        let files = TlsFiles {
-            cert: dir.join("tls.crt"),
-            key: dir.join("tls.key"),
-            reload_every: Duration::from_millis(20),
-        };
+        let files =
+            TlsFiles { cert: dir.join("tls.crt"), key: dir.join("tls.key"), reload_every: Duration::from_millis(20) };
         // Replaced by rename, as the kubelet swaps a Secret's files.
         for (path, pem) in [(&files.cert, &pki.cert_pem), (&files.key, &pki.key_pem)] {
             let tmp = path.with_extension("tmp");
