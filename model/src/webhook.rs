@@ -55,6 +55,10 @@ pub struct SystemEvent {
     pub project_id: Option<ProjectId>,
     pub occurred_at_ms: i64,
     pub payload: serde_json::Value,
+    /// The one webhook to deliver to (an alert rule's target), whatever it subscribes to;
+    /// `None`: every webhook subscribed to `name`.
+    #[serde(default)]
+    pub webhook_id: Option<String>,
 }
 
 /// A customer analytics event, as a webhook delivery carries it.

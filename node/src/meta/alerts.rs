@@ -35,6 +35,12 @@ impl MetaState {
             // A retried command: the first one stays.
             return Done;
         }
+        let target_in_project =
+            |w: &String| self.webhooks.hooks.get(w).is_some_and(|h| h.project_id == rule.project_id);
+        if rule.webhook_id.as_ref().is_some_and(|w| !target_in_project(w)) {
+            // The router checked; the webhook was deleted since.
+            return Refused(Refusal::NotFound);
+        }
         let siblings = self.managed.alert_rules.values().filter(|r| r.project_id == rule.project_id).count();
         if siblings >= MAX_RULES_PER_PROJECT {
             return Refused(Refusal::LimitReached);
@@ -130,6 +136,7 @@ impl MetaState {
             project_id: Some(rule.project_id),
             occurred_at_ms: t.at_ms,
             payload,
+            webhook_id: rule.webhook_id.clone(),
         };
         self.webhooks.publish_system(event);
     }
@@ -283,6 +290,59 @@ mod tests {
         let mut events: Vec<&str> = deliveries.iter().map(|d| d.event.as_str()).collect();
         events.sort();
         assert_eq!(events, ["system.alert_resolved", "system.alert_triggered"]);
+    }
+
+    fn create_hook(s: &mut MetaState, org_id: OrgId, project: ProjectId, id: &str, events: &[&str]) {
+        let hook: sextant_model::webhook::Webhook = serde_json::from_value(serde_json::json!({
+            "id": id, "org_id": org_id, "project_id": project, "url": "https://hooks.test/x",
+            "events": events, "enabled": true, "created_at_ms": T0,
+            "secrets": [{"secret": "whsec_a", "expires_at_ms": null}], "disabled_reason": null, "dropped": 0,
+        }))
+        .unwrap();
+        assert_eq!(s.execute(MetaCommand::CreateWebhook { webhook: hook }), Done);
+    }
+
+    #[test]
+    fn a_rule_can_only_target_a_webhook_of_its_own_project() {
+        let (mut s, owner) = state_with_user();
+        let (mut theirs, stranger) = state_with_user();
+        let project = s.tenancy.orgs[&owner.org_id].default_project;
+        // Their webhook "wf" exists in `theirs`; copy it into `s` as another project's.
+        let their_project = theirs.tenancy.orgs[&stranger.org_id].default_project;
+        create_hook(&mut theirs, stranger.org_id, their_project, "wf", &["system.alert_triggered"]);
+        s.webhooks.hooks.insert("wf".into(), theirs.webhooks.hooks["wf"].clone());
+        create_hook(&mut s, owner.org_id, project, "w1", &[]);
+        let create = |id: &str, target: &str| MetaCommand::CreateAlertRule {
+            org_id: owner.org_id,
+            rule: AlertRule { webhook_id: Some(target.into()), ..rule(id, project) },
+        };
+        assert_eq!(s.execute(create("r1", "missing")), Refused(Refusal::NotFound));
+        assert_eq!(s.execute(create("r2", "wf")), Refused(Refusal::NotFound));
+        assert_eq!(s.execute(through_the_log(&create("r3", "w1"))), Done);
+        let ids: Vec<String> = entries(&s, project).into_iter().map(|e| e.rule.id).collect();
+        assert_eq!(ids, ["r3"]);
+    }
+
+    #[test]
+    fn a_rule_with_a_target_notifies_that_webhook_alone() {
+        use sextant_model::webhook::Delivery;
+        let (mut s, owner) = state_with_user();
+        let project = s.tenancy.orgs[&owner.org_id].default_project;
+        create_hook(&mut s, owner.org_id, project, "w1", &["system.alert_triggered", "system.alert_resolved"]);
+        create_hook(&mut s, owner.org_id, project, "pager", &[]);
+        let r1 = AlertRule { webhook_id: Some("pager".into()), ..rule("r1", project) };
+        assert_eq!(s.execute(MetaCommand::CreateAlertRule { org_id: owner.org_id, rule: r1 }), Done);
+        s.execute(lease("a", T0));
+        s.execute(observe("a", 1, T0 + 1, 0, 0.5));
+        s.execute(observe("a", 1, T0 + 2, 1, 0.0));
+        let events = |id: &str| -> Vec<String> {
+            let q = MetaQuery::WebhookDeliveries { project_id: project, webhook_id: id.into() };
+            let mut e: Vec<String> = read::<Vec<Delivery>>(&s, &q).into_iter().map(|d| d.event).collect();
+            e.sort();
+            e
+        };
+        assert_eq!(events("pager"), ["system.alert_resolved", "system.alert_triggered"]);
+        assert!(events("w1").is_empty(), "a subscriber of the project gets no targeted alert");
     }
 
     #[test]

@@ -137,7 +137,11 @@ impl Webhooks {
             .hooks
             .values()
             .filter(|h| h.org_id == event.org_id && event.project_id.is_none_or(|p| p == h.project_id))
-            .filter(|h| h.subscribes(&event.name))
+            .filter(|h| match &event.webhook_id {
+                // A targeted event goes to its webhook alone, subscribed to it or not.
+                Some(target) => h.enabled && &h.id == target,
+                None => h.subscribes(&event.name),
+            })
             .map(|h| h.id.clone())
             .collect();
         for hook in targets {
@@ -464,6 +468,7 @@ mod tests {
             project_id: None,
             occurred_at_ms: T0,
             payload: serde_json::json!({"rule": "r1"}),
+            webhook_id: None,
         }
     }
 
@@ -523,6 +528,78 @@ mod tests {
         assert_eq!(body["type"], SYSTEM_ALERT_TRIGGERED);
         assert_eq!(body["data"]["rule"], "r1");
         assert_eq!(leased[0].delivery_id, delivery_id("alert:r1:1", "w1"));
+    }
+
+    /// A webhook subscribed to `system.alert_triggered` in a project of another org, in `s`.
+    fn foreign_hook(s: &mut MetaState, id: &str) -> Webhook {
+        put_tenant(s, "t2", "Other", "pro", false);
+        put_project(s, "p2", "t2", "other");
+        let p = s.tenancy.projects.values().find(|p| p.key.as_deref() == Some("p2")).unwrap().clone();
+        let w = Webhook {
+            id: id.into(),
+            org_id: p.org_id,
+            project_id: p.id,
+            url: "https://hooks.test/y".into(),
+            events: vec![SYSTEM_ALERT_TRIGGERED.into()],
+            enabled: true,
+            created_at_ms: T0,
+            secrets: vec![WebhookSecret { secret: SigningSecret("whsec_b".into()), expires_at_ms: None }],
+            disabled_reason: None,
+            dropped: 0,
+        };
+        assert_eq!(s.execute(MetaCommand::CreateWebhook { webhook: w.clone() }), Done);
+        w
+    }
+
+    fn delivered(s: &MetaState, w: &Webhook) -> Vec<String> {
+        let q = MetaQuery::WebhookDeliveries { project_id: w.project_id, webhook_id: w.id.clone() };
+        read::<Vec<Delivery>>(s, &q).into_iter().map(|d| d.event).collect()
+    }
+
+    #[test]
+    fn a_targeted_system_event_reaches_its_webhook_alone_whatever_it_subscribes_to() {
+        let (mut s, owner) = state_with_user();
+        let subscribed = hook(&mut s, &owner, "w1", &[SYSTEM_ALERT_TRIGGERED]);
+        let target = hook(&mut s, &owner, "w2", &["signup"]);
+        let event = SystemEvent { webhook_id: Some("w2".into()), ..alert(&owner, "alert:r1:1") };
+        let cmd = MetaCommand::PublishSystemEvent { event };
+        assert_eq!(through_the_log(&cmd), cmd);
+        assert_eq!(s.execute(cmd), Done);
+        assert_eq!(delivered(&s, &target), [SYSTEM_ALERT_TRIGGERED]);
+        assert!(delivered(&s, &subscribed).is_empty(), "subscribers get only untargeted events");
+        // Without a target, as before: every subscriber.
+        s.execute(MetaCommand::PublishSystemEvent { event: alert(&owner, "alert:r1:2") });
+        assert_eq!(delivered(&s, &subscribed), [SYSTEM_ALERT_TRIGGERED]);
+        assert_eq!(delivered(&s, &target).len(), 1);
+    }
+
+    #[test]
+    fn a_targeted_event_never_reaches_another_projects_or_a_disabled_or_deleted_webhook() {
+        let (mut s, owner) = state_with_user();
+        let subscribed = hook(&mut s, &owner, "w1", &[SYSTEM_ALERT_TRIGGERED]);
+        let disabled = hook(&mut s, &owner, "w2", &[SYSTEM_ALERT_TRIGGERED]);
+        s.webhooks.hooks.get_mut("w2").unwrap().enabled = false;
+        let foreign = foreign_hook(&mut s, "wf");
+        for (n, target) in ["wf", "w2", "deleted"].into_iter().enumerate() {
+            let event = SystemEvent { webhook_id: Some(target.into()), ..alert(&owner, &format!("e{n}")) };
+            assert_eq!(s.execute(MetaCommand::PublishSystemEvent { event }), Done);
+        }
+        for w in [&subscribed, &disabled, &foreign] {
+            assert!(delivered(&s, w).is_empty(), "{} received a delivery", w.id);
+        }
+        // The other org's own events still reach it.
+        let theirs = SystemEvent { org_id: foreign.org_id, webhook_id: Some("wf".into()), ..alert(&owner, "e9") };
+        s.execute(MetaCommand::PublishSystemEvent { event: theirs });
+        assert_eq!(delivered(&s, &foreign), [SYSTEM_ALERT_TRIGGERED]);
+    }
+
+    #[test]
+    fn a_system_event_logged_before_targets_existed_reads_as_untargeted() {
+        let (_, owner) = state_with_user();
+        let mut json = serde_json::to_value(alert(&owner, "e1")).unwrap();
+        json.as_object_mut().unwrap().remove("webhook_id");
+        let old: SystemEvent = serde_json::from_value(json).unwrap();
+        assert_eq!(old, alert(&owner, "e1"));
     }
 
     #[test]

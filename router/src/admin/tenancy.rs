@@ -487,6 +487,9 @@ async fn put_alert_rule(
     let webhook_id = crate::alerts::api::filter_value(&mut problems, "webhook_id", req.webhook_id);
     check_managed_by(&mut problems, &req.managed_by);
     problems.into_result().map_err(ApiError::invalid_fields)?;
+    if let Some(project) = cache(&app)?.managed_project(project_key.as_deref().unwrap_or_default()) {
+        crate::alerts::api::check_target(&app, project.id, webhook_id.as_deref()).await?;
+    }
     let command = MetaCommand::PutManagedAlertRule {
         key,
         project_key: project_key.unwrap_or_default(),

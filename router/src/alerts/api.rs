@@ -17,6 +17,7 @@ use sextant_model::identity::{normalize_name, Problems};
 use sextant_model::ingest::parse_level;
 use sextant_model::meta::{AlertFilter, AlertRule, ManagedBy, MetaCommand, MetaQuery};
 use sextant_model::text::LogQuery;
+use sextant_model::webhook::WebhookInfo;
 use sextant_model::ProjectId;
 
 use crate::http::error::{expect_done, ApiError};
@@ -206,6 +207,7 @@ pub async fn list(
     request_body(content = AlertRuleInput, example = json!({"name": "checkout errors", "metric": "error_rate", "filter": {"service": "checkout"}, "comparison": ">", "threshold": 0.05, "window_minutes": 5, "for_seconds": 60})),
     responses(
         (status = 201, description = "Created; `ok` until its first evaluation.", body = AlertJson),
+        (status = 400, description = "Invalid fields, or `unknown_webhook`: `webhook_id` names no webhook of the project.", body = crate::http::error::ErrorBody),
         (status = 409, description = "The project has the maximum number of rules.", body = crate::http::error::ErrorBody),
         crate::http::openapi::AccountErrors
     ),
@@ -220,6 +222,7 @@ pub async fn create(
     let input: AlertRuleInput = crate::http::body::json(&headers, body, MAX_ALERT_BODY)?;
     let id = uuid::Uuid::new_v4().simple().to_string();
     let rule = validate(input, session.project_id, id, app.clock.now_millis())?;
+    check_target(&app, session.project_id, rule.webhook_id.as_deref()).await?;
     let command = MetaCommand::CreateAlertRule { org_id: session.user.org_id, rule: rule.clone() };
     expect_done(app.cluster.meta_change(&command).await?, "a new alert rule")?;
     let entry = AlertEntry { rule, status: Default::default() };
@@ -267,6 +270,16 @@ pub async fn delete(
     let command = MetaCommand::DeleteAlertRule { org_id: session.user.org_id, project_id: session.project_id, id };
     expect_done(app.cluster.meta_change(&command).await?, "deleting an alert rule")?;
     Ok(StatusCode::NO_CONTENT)
+}
+
+/// 400 `unknown_webhook` unless `webhook_id` names a webhook of `project_id`.
+pub async fn check_target(app: &AppState, project_id: ProjectId, webhook_id: Option<&str>) -> Result<(), ApiError> {
+    let Some(id) = webhook_id else { return Ok(()) };
+    let hooks: Vec<WebhookInfo> = app.cluster.meta_read(&MetaQuery::Webhooks { project_id }).await?;
+    if hooks.iter().any(|h| h.id == id) {
+        return Ok(());
+    }
+    Err(ApiError::BadRequest("unknown_webhook", format!("webhook_id {id} names no webhook of this project")))
 }
 
 /// The admin API's answer for a managed rule: its id and state, which the operator shows in

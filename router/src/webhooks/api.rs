@@ -15,6 +15,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
+use sextant_model::alert::AlertEntry;
 use sextant_model::ingest::FieldError;
 use sextant_model::meta::{MetaCommand, MetaQuery};
 use sextant_model::webhook::{
@@ -254,7 +255,11 @@ pub async fn create(
 #[utoipa::path(
     delete, path = "/api/webhooks/{id}", tag = "webhooks", summary = "Delete a webhook",
     params(("id" = String, Path, description = "The webhook's id.")),
-    responses((status = 204, description = "Deleted, with its deliveries."), crate::http::openapi::AccountErrors),
+    responses(
+        (status = 204, description = "Deleted, with its deliveries."),
+        (status = 409, description = "`webhook_in_use`: alert rules notify it.", body = crate::http::error::ErrorBody),
+        crate::http::openapi::AccountErrors
+    ),
     security(("jwt" = []))
 )]
 pub async fn delete(
@@ -264,6 +269,14 @@ pub async fn delete(
 ) -> Result<StatusCode, ApiError> {
     session.require_org_manager()?;
     let hook = find(&app, &session, &id).await?;
+    let rules: Vec<AlertEntry> =
+        app.cluster.meta_read(&MetaQuery::Alerts { project_id: Some(session.project_id), history: false }).await?;
+    if rules.iter().any(|e| e.rule.webhook_id.as_deref() == Some(hook.id.as_str())) {
+        return Err(ApiError::Conflict(
+            "webhook_in_use",
+            "alert rules notify this webhook; point them elsewhere or delete them first",
+        ));
+    }
     let command =
         MetaCommand::DeleteWebhook { org_id: session.user.org_id, project_id: session.project_id, id: hook.id };
     expect_done(app.cluster.meta_change(&command).await?, "deleting a webhook")?;

@@ -129,6 +129,7 @@ pub fn quota_crossed(app: &AppState, cache: &MetaCache, project: ProjectId, mete
             "used": exceeded.used,
             "hard": exceeded.hard,
         }),
+        webhook_id: None,
     };
     let cluster = app.cluster.clone();
     let published = app.webhooks.quota_published.clone();
