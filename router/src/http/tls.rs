@@ -315,6 +315,18 @@ mod tests {
         let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
         let stream = client(&ours.ca, &[b"h2", b"http/1.1"]).connect(name, tcp).await.unwrap();
         assert_eq!(stream.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+        // TLS 1.2 is still accepted (rustls has nothing older).
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(ours.ca.clone()).unwrap();
+        let tls12 = rustls::ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS12])
+            .unwrap()
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let tcp = TcpStream::connect(addr).await.unwrap();
+        let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+        let stream = tokio_rustls::TlsConnector::from(Arc::new(tls12)).connect(name, tcp).await.unwrap();
+        assert_eq!(stream.get_ref().1.protocol_version(), Some(rustls::ProtocolVersion::TLSv1_2));
     }
 
     #[tokio::test]
