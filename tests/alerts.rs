@@ -242,10 +242,23 @@ async fn sextant_dev_evaluates_log_host_and_latency_rules_and_holds_pending_for_
     let _logs = LogsOnPanic::new(dir.path());
     let dev = Dev::start_with(dir.path(), &["--alert-interval", "1"], &[]).await;
     let (url, key, token) = (dev.url.clone(), dev.api_key().to_owned(), dev.token().await);
+    // "pager" is the timeouts rule's target; "all" subscribes to every alert of the project.
+    let nobody = format!("http://127.0.0.1:{}/hook", free_port());
+    let mut hooks = Vec::new();
+    for events in [json!(["signup"]), json!(["system.alert_triggered"])] {
+        let (status, hook) = post_json(&url, &token, "/api/webhooks", json!({"url": nobody, "events": events})).await;
+        assert_eq!(status, 201, "{hook}");
+        hooks.push(hook["id"].as_str().unwrap().to_owned());
+    }
+    let (pager, all) = (hooks[0].clone(), hooks[1].clone());
+    let unknown = json!({"name": "x", "metric": "log_count", "comparison": ">", "threshold": 1,
+                         "window_minutes": 5, "webhook_id": "not-a-webhook"});
+    let (status, body) = post_json(&url, &token, "/api/v1/alerts", unknown).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (400, Some("unknown_webhook")), "{body}");
     let mut ids = Vec::new();
     for rule in [
         json!({"name": "timeouts", "metric": "log_count", "filter": {"level": "ERROR,FATAL", "query": "timeout"},
-               "comparison": ">", "threshold": 2, "window_minutes": 5}),
+               "comparison": ">", "threshold": 2, "window_minutes": 5, "webhook_id": pager}),
         json!({"name": "db cpu", "metric": "cpu_percent", "filter": {"hostname": "db-1"},
                "comparison": ">=", "threshold": 90, "window_minutes": 5}),
         json!({"name": "slow api", "metric": "p95_latency_ms", "filter": {"service": "api"},
@@ -283,6 +296,24 @@ async fn sextant_dev_evaluates_log_host_and_latency_rules_and_holds_pending_for_
     assert_eq!(&to[to.len() - 2..], ["pending", "firing"]);
     let held = millis(&history[history.len() - 1]["at"]) - millis(&history[history.len() - 2]["at"]);
     assert!(held >= 2_000, "fired {held} ms after the condition first held");
+
+    let triggered = |hook: &str| {
+        let (url, token, path) = (&url, &token, format!("/api/webhooks/{hook}/deliveries"));
+        async move {
+            let (status, d) = get_json(url, token, &path).await;
+            assert_eq!(status, 200, "{d}");
+            d["items"].as_array().unwrap().iter().filter(|d| d["event"] == "system.alert_triggered").count()
+        }
+    };
+    assert_eq!(triggered(&pager).await, 1, "the timeouts rule's alert, whatever pager subscribes to");
+    assert_eq!(triggered(&all).await, 2, "the two untargeted rules' alerts only");
+    let delete_hook = || http().delete(format!("{url}/api/webhooks/{pager}")).bearer_auth(&token).send();
+    let resp = delete_hook().await.unwrap();
+    assert_eq!(resp.status(), 409);
+    assert_eq!(resp.json::<Value>().await.unwrap()["error"]["code"], "webhook_in_use");
+    let resp = http().delete(format!("{url}/api/v1/alerts/{}", ids[0])).bearer_auth(&token).send().await.unwrap();
+    assert_eq!(resp.status(), 204);
+    assert_eq!(delete_hook().await.unwrap().status(), 204);
 }
 
 fn spans_of(service: &str, n: usize, duration_ms: f64) -> Value {
