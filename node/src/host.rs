@@ -125,8 +125,19 @@ pub struct NodeHost {
     pub identity: Identity,
     /// Other nodes' incarnations as meta records them, refreshed by `crate::placement`.
     pub peer_incarnations: crate::identity::PeerIncarnations,
-    /// The static initial placement waits until meta confirms this fresh directory's identity.
-    static_placement_deferred: std::sync::atomic::AtomicBool,
+    /// What waits until meta confirms this fresh directory's identity.
+    deferred: std::sync::Mutex<Deferred>,
+}
+
+/// Start-up work of a fresh directory in a running cluster, done once meta confirms its id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Deferred {
+    Nothing,
+    /// The static initial placement, then the `bootstrapped` marker (a static member starting
+    /// late).
+    StaticPlacement,
+    /// Only the marker: a replaced node gets its replicas from the leaders.
+    Marker,
 }
 
 /// A started node; dropping it does not stop it, call [`RunningNode::shutdown`].
@@ -193,7 +204,7 @@ impl NodeHost {
             disk,
             identity,
             peer_incarnations: Default::default(),
-            static_placement_deferred: Default::default(),
+            deferred: std::sync::Mutex::new(Deferred::Nothing),
             query_memory: crate::query::MemoryPool::new(config.query_memory_bytes),
             config,
             metrics,
@@ -232,7 +243,7 @@ impl NodeHost {
                 // disk. No Raft until meta confirms the id (`crate::placement` does).
                 host.identity.set(Standing::Unverified);
                 deferred = !config.join;
-                host.static_placement_deferred.store(deferred, std::sync::atomic::Ordering::Relaxed);
+                *host.deferred.lock().unwrap() = if deferred { Deferred::StaticPlacement } else { Deferred::Nothing };
                 tracing::info!(
                     node = config.id,
                     incarnation = %crate::identity::hex(host.identity.incarnation),
@@ -327,15 +338,34 @@ impl NodeHost {
     /// that meta confirms as a new id (a static member starting late) takes its static
     /// placement now; one that was replaced gets its replicas from the leaders.
     pub(crate) async fn confirm_identity(&self, view: &sextant_model::meta::ClusterView) -> anyhow::Result<()> {
-        let me = self.config.id;
-        let incarnation = self.identity.incarnation;
-        let standing = Standing::from_view(view, me, incarnation);
-        let before = self.identity.standing();
-        if !self.identity.set(standing.clone()) {
-            return Ok(());
+        let standing = Standing::from_view(view, self.config.id, self.identity.incarnation);
+        if self.identity.set(standing.clone()) {
+            self.log_standing(&standing);
         }
-        let mine = crate::identity::hex(incarnation);
-        match &standing {
+        let pending = *self.deferred.lock().unwrap();
+        match standing {
+            Standing::NeedsReplacement { .. } | Standing::Replacing { .. } if pending == Deferred::StaticPlacement => {
+                *self.deferred.lock().unwrap() = Deferred::Marker;
+            }
+            Standing::Verified if pending != Deferred::Nothing => {
+                // Retried at the next view if this fails: hosting and initializing are idempotent.
+                if pending == Deferred::StaticPlacement {
+                    let node_ids: Vec<NodeId> = self.config.peers.keys().copied().collect();
+                    let running = running_groups(self).await;
+                    initialize(self.static_replicas(&running, &node_ids).await?).await?;
+                }
+                crate::durable::write_file_atomic(&self.config.data_dir, BOOTSTRAPPED, b"part of a cluster\n")?;
+                *self.deferred.lock().unwrap() = Deferred::Nothing;
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn log_standing(&self, standing: &Standing) {
+        let me = self.config.id;
+        let mine = crate::identity::hex(self.identity.incarnation);
+        match standing {
             Standing::NeedsReplacement { known } => tracing::error!(
                 node = me,
                 incarnation = %mine,
@@ -349,16 +379,6 @@ impl NodeHost {
             Standing::Verified => tracing::info!(node = me, incarnation = %mine, "node id confirmed by meta"),
             Standing::Unverified => {}
         }
-        let ordering = std::sync::atomic::Ordering::Relaxed;
-        if standing == Standing::Verified && self.static_placement_deferred.swap(false, ordering) {
-            if before == Standing::Unverified {
-                let node_ids: Vec<NodeId> = self.config.peers.keys().copied().collect();
-                let running = running_groups(self).await;
-                initialize(self.static_replicas(&running, &node_ids).await?).await?;
-            }
-            crate::durable::write_file_atomic(&self.config.data_dir, BOOTSTRAPPED, b"part of a cluster\n")?;
-        }
-        Ok(())
     }
 
     pub fn raft(&self, group: GroupId) -> Option<Raft> {
