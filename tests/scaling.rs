@@ -709,6 +709,10 @@ async fn a_node_restarted_on_a_wiped_disk_does_not_vote_until_replaced() -> Resu
 
     let (status, body) = c.admin_post("replace", json!({"id": 1})).await;
     assert_eq!((status, body["error"]["code"].as_str()), (409, Some("not_replaceable")), "{body}");
+    let (status, body) = c.admin_post("remove", json!({"id": 99})).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("unknown_node")), "{body}");
+    let (status, body) = c.admin_post("remove", json!({"id": victim + 1})).await;
+    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("too_few_nodes")), "{body}");
     let (status, body) = c.admin_post("replace", json!({"id": victim + 1})).await;
     assert_eq!(status, 202, "{body}");
     wait_for("the replacement to finish", MOVE_TIMEOUT, || async {
