@@ -237,10 +237,13 @@ impl NodeHost {
         let mut to_initialize = Vec::new();
         let mut deferred = false;
         if !bootstrapped {
-            let running = if config.join { BTreeMap::new() } else { running_groups(&host).await };
-            if host.identity.fresh && (config.join || !running.is_empty()) {
-                // An empty directory in a running cluster: its id may have voted with a lost
-                // disk. No Raft until meta confirms the id (`crate::placement` does).
+            let (running, active) = if config.join { Default::default() } else { running_groups(&host).await };
+            // Peers run groups with this id among the voters that have had a leader: the id
+            // may have voted with a lost disk. Groups that never had one (a cluster forming
+            // while this node starts) need its vote and it cannot have given any.
+            let used = active.iter().any(|g| running.get(g).is_some_and(|v| v.contains(&config.id)));
+            if host.identity.fresh && (config.join || used) {
+                // No Raft until meta confirms the id (`crate::placement` does).
                 host.identity.set(Standing::Unverified);
                 deferred = !config.join;
                 *host.deferred.lock().unwrap() = if deferred { Deferred::StaticPlacement } else { Deferred::Nothing };
@@ -351,7 +354,7 @@ impl NodeHost {
                 // Retried at the next view if this fails: hosting and initializing are idempotent.
                 if pending == Deferred::StaticPlacement {
                     let node_ids: Vec<NodeId> = self.config.peers.keys().copied().collect();
-                    let running = running_groups(self).await;
+                    let (running, _) = running_groups(self).await;
                     initialize(self.static_replicas(&running, &node_ids).await?).await?;
                 }
                 crate::durable::write_file_atomic(&self.config.data_dir, BOOTSTRAPPED, b"part of a cluster\n")?;
@@ -510,8 +513,8 @@ async fn initialize(groups: Vec<(Raft, BTreeMap<NodeId, BasicNode>)>) -> anyhow:
 }
 
 /// Groups some reachable peer hosts with an initialized membership, and that membership's
-/// voters.
-async fn running_groups(host: &NodeHost) -> BTreeMap<GroupId, Vec<NodeId>> {
+/// voters; and those of them that have had a leader (a known one, or applied entries).
+async fn running_groups(host: &NodeHost) -> (BTreeMap<GroupId, Vec<NodeId>>, std::collections::BTreeSet<GroupId>) {
     let peers: Vec<String> =
         host.config.peers.iter().filter(|(id, _)| **id != host.config.id).map(|(_, a)| a.clone()).collect();
     let probes = peers.iter().map(|addr| async move {
@@ -524,12 +527,16 @@ async fn running_groups(host: &NodeHost) -> BTreeMap<GroupId, Vec<NodeId>> {
         }
     });
     let mut running = BTreeMap::new();
+    let mut active = std::collections::BTreeSet::new();
     for g in futures::future::join_all(probes).await.into_iter().flatten() {
         if !g.voters.is_empty() {
+            if g.leader != 0 || g.applied > 0 {
+                active.insert(g.group);
+            }
             running.insert(g.group, g.voters);
         }
     }
-    running
+    (running, active)
 }
 
 async fn start_group<S: GroupStore>(
