@@ -19,9 +19,9 @@ pub mod identity;
 pub mod ids;
 pub mod ingest;
 pub mod meta;
-pub mod partition;
 #[cfg(feature = "openapi")]
 pub mod openapi;
+pub mod partition;
 pub mod query;
 pub mod row;
 pub mod sketch;

@@ -651,15 +651,6 @@ pub enum MetaCommand {
         attempt: crate::webhook::Attempt,
         outcome: crate::webhook::AttemptOutcome,
     },
-    /// Enqueues a `webhook.test` delivery (message id from `event_id`) to a webhook of a
-    /// project of `org_id`.
-    SendTestEvent {
-        org_id: OrgId,
-        project_id: ProjectId,
-        webhook_id: String,
-        event_id: String,
-        at_ms: i64,
-    },
     // ---- alerts (docs/API.md, "Alerts") ----
     /// Adds an alert rule to a project of `org_id` (at most
     /// [`crate::alert::MAX_RULES_PER_PROJECT`]); a retried command keeps the first.
@@ -743,6 +734,15 @@ pub enum MetaCommand {
         org_id: OrgId,
         period_end_ms: i64,
         now_ms: i64,
+    },
+    /// Enqueues a `webhook.test` delivery (message id from `event_id`) to a webhook of a
+    /// project of `org_id`.
+    SendTestEvent {
+        org_id: OrgId,
+        project_id: ProjectId,
+        webhook_id: String,
+        event_id: String,
+        at_ms: i64,
     },
     /// The evaluator lease's holder is stopping: the lease expires now, so another router takes
     /// it at its next round rather than when it would have run out. Only `holder` releases it.
@@ -920,9 +920,6 @@ pub struct MetaView {
     /// Billing accounts without their histories: plans in force and what the lifecycle acts on.
     #[serde(default)]
     pub billing: Vec<crate::subscription::BillingAccount>,
-    /// Billing accounts without their histories: plans in force and what the lifecycle acts on.
-    #[serde(default)]
-    pub billing: Vec<crate::subscription::BillingAccount>,
     /// The log index each data group's counters in `usage` are at: a router takes what it
     /// committed itself above these as not yet counted (docs/API.md, "Quotas").
     #[serde(default)]
@@ -956,6 +953,9 @@ pub enum NodeState {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ClusterNodeView {
     pub id: u64,
+    pub address: String,
+    pub role: NodeRole,
+    pub state: NodeState,
     /// The incarnation meta accepts for this id (0: registered before incarnations existed).
     #[serde(default)]
     pub incarnation: u64,
@@ -974,9 +974,6 @@ pub struct NodeReplacement {
     pub incarnation: u64,
     /// Groups whose leader has not yet removed the old incarnation from the membership.
     pub groups: Vec<u64>,
-    pub address: String,
-    pub role: NodeRole,
-    pub state: NodeState,
 }
 
 /// Answer to [`MetaQuery::Cluster`].
