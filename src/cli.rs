@@ -616,7 +616,8 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
 async fn router(args: RouterArgs) -> anyhow::Result<()> {
     let billing = args.server.billing(None)?;
     anyhow::ensure!(
-        !matches!(billing.provider, sextant_router::billing::ProviderConfig::Stripe(_)) || !args.dashboard_origin.is_empty(),
+        !matches!(billing.provider, sextant_router::billing::ProviderConfig::Stripe(_))
+            || !args.dashboard_origin.is_empty(),
         "--billing-provider stripe needs a --dashboard-origin: where Stripe's payment page sends the customer back"
     );
     let router = sextant_router::start(

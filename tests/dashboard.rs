@@ -117,7 +117,11 @@ async fn webhook_receiver() -> String {
                     if let Some(head_end) = text.find("\r\n\r\n") {
                         let len = text[..head_end]
                             .lines()
-                            .find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length:").map(|v| v.trim().parse::<usize>().unwrap_or(0)))
+                            .find_map(|l| {
+                                l.to_ascii_lowercase()
+                                    .strip_prefix("content-length:")
+                                    .map(|v| v.trim().parse::<usize>().unwrap_or(0))
+                            })
                             .unwrap_or(0);
                         if got.len() >= head_end + 4 + len {
                             break;
@@ -159,7 +163,8 @@ async fn dashboard_pages_work_in_a_real_browser() {
     let (chromium, web) = browser_tools();
     let dir = tempfile::tempdir().unwrap();
     let _logs = LogsOnPanic::new(dir.path());
-    let dev = Dev::start_with(dir.path(), &["--api-rps", "100000", "--auth-rps", "1000", "--alert-interval", "1"], &[]).await;
+    let dev =
+        Dev::start_with(dir.path(), &["--api-rps", "100000", "--auth-rps", "1000", "--alert-interval", "1"], &[]).await;
     let url = dev.url.clone();
     let hook_url = webhook_receiver().await;
     let key = dev.api_key().to_owned();
@@ -176,8 +181,16 @@ async fn dashboard_pages_work_in_a_real_browser() {
         span("a1", None, "frontend", "GET /checkout", 0, 180.0, "ok", json!({"http.method": "GET"})),
         span("b1", Some("a1"), "payments", "POST /charge", 20, 120.0, "ok", json!({})),
         span("c1", Some("b1"), "postgres", "SELECT orders", 30, 15.0, "ok", json!({"db.system": "postgresql"})),
-        span("c2", Some("b1"), "postgres", "UPDATE orders", 60, 70.0, "error",
-             json!({"exception.type": "DeadlockDetected", "exception.message": "deadlock detected on orders"})),
+        span(
+            "c2",
+            Some("b1"),
+            "postgres",
+            "UPDATE orders",
+            60,
+            70.0,
+            "error",
+            json!({"exception.type": "DeadlockDetected", "exception.message": "deadlock detected on orders"}),
+        ),
     ];
     post(&url, "/api/v1/ingest/spans", &[("X-API-Key", &key)], &json!({"spans": spans})).await;
     let logs = vec![
@@ -189,8 +202,10 @@ async fn dashboard_pages_work_in_a_real_browser() {
     // Enough lines for two pages of the log table.
     for chunk in 0..3i64 {
         let bulk: Vec<Value> = (0..500i64)
-            .map(|i| json!({"timestamp": now - 300_000 - (chunk * 500 + i) * 100, "level": "debug", "service": "worker",
-                            "message": format!("bulk job {} finished", chunk * 500 + i)}))
+            .map(|i| {
+                json!({"timestamp": now - 300_000 - (chunk * 500 + i) * 100, "level": "debug", "service": "worker",
+                            "message": format!("bulk job {} finished", chunk * 500 + i)})
+            })
             .collect();
         post(&url, "/api/v1/ingest/logs", &[("X-API-Key", &key)], &json!({"logs": bulk})).await;
     }
@@ -225,12 +240,22 @@ async fn dashboard_pages_work_in_a_real_browser() {
     let purchases = events.iter().filter(|e| e["event"] == "purchase").count();
     post(&url, "/v1/batch", &[], &json!({"token": ptok, "events": events})).await;
     let replay = "session-7f3a";
-    post(&url, "/v1/replay/events", &[],
-         &json!({"token": ptok, "session_id": replay, "distinct_id": "user-0", "events": recording(now - 120_000)})).await;
+    post(
+        &url,
+        "/v1/replay/events",
+        &[],
+        &json!({"token": ptok, "session_id": replay, "distinct_id": "user-0", "events": recording(now - 120_000)}),
+    )
+    .await;
 
     // The counts the browser must show are the API's.
     let jwt = dev.token().await;
-    let (s, funnel) = get_json(&url, &jwt, "/api/funnel?steps=signup,activate,purchase&window=14&window_unit=day&range=30d&order=ordered").await;
+    let (s, funnel) = get_json(
+        &url,
+        &jwt,
+        "/api/funnel?steps=signup,activate,purchase&window=14&window_unit=day&range=30d&order=ordered",
+    )
+    .await;
     assert_eq!(s, 200, "{funnel}");
     let counts: Vec<u64> = funnel["steps"].as_array().unwrap().iter().map(|s| s["count"].as_u64().unwrap()).collect();
     assert_eq!(counts, [12, 8, 5]);

@@ -58,8 +58,16 @@ async fn a_full_disk_refuses_writes_with_503_keeps_reads_and_takes_writes_again_
     let dir = fs.0.join("data");
     std::fs::create_dir(&dir).unwrap();
     let flags = [
-        "--shards", "1", "--disk-high-water", "60", "--disk-min-free-mib", "0",
-        "--ingest-rps", "100000", "--api-rps", "100000",
+        "--shards",
+        "1",
+        "--disk-high-water",
+        "60",
+        "--disk-min-free-mib",
+        "0",
+        "--ingest-rps",
+        "100000",
+        "--api-rps",
+        "100000",
     ];
     let dev = Dev::start_with(&dir, &flags, &[]).await;
     let token = dev.token().await;
@@ -69,17 +77,18 @@ async fn a_full_disk_refuses_writes_with_503_keeps_reads_and_takes_writes_again_
     let ballast = fs.0.join("ballast");
     std::fs::write(&ballast, vec![1u8; 70 << 20]).unwrap();
     let attempts = std::sync::atomic::AtomicU32::new(0);
-    let (refused, prefix): (Value, String) = wait_for("writes refused for disk space", Duration::from_secs(20), || async {
-        // Batches sent before the next probe (every second) are still taken.
-        let prefix = format!("during{}", attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-        let resp = post(&dev, &prefix).await;
-        if resp.status() != 503 {
-            return None;
-        }
-        assert_eq!(resp.headers().get("retry-after").unwrap(), "5");
-        Some((resp.json::<Value>().await.unwrap(), prefix))
-    })
-    .await;
+    let (refused, prefix): (Value, String) =
+        wait_for("writes refused for disk space", Duration::from_secs(20), || async {
+            // Batches sent before the next probe (every second) are still taken.
+            let prefix = format!("during{}", attempts.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+            let resp = post(&dev, &prefix).await;
+            if resp.status() != 503 {
+                return None;
+            }
+            assert_eq!(resp.headers().get("retry-after").unwrap(), "5");
+            Some((resp.json::<Value>().await.unwrap(), prefix))
+        })
+        .await;
     assert_eq!(refused["error"]["code"], "disk_full", "{refused}");
     assert_eq!(refused["error"]["details"]["retry_after_seconds"], 5);
     assert!(get_trace(&dev.url, &token, "before-t0").await.is_some(), "reads go on while writes are refused");

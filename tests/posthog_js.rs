@@ -116,7 +116,8 @@ fn snapshot(session: &str, token: &str, events: Value) -> Value {
 }
 
 async fn post(url: &str, path: &str, body: Vec<u8>) -> (u16, Value) {
-    let resp = http().post(format!("{url}{path}")).header("content-type", "text/plain").body(body).send().await.unwrap();
+    let resp =
+        http().post(format!("{url}{path}")).header("content-type", "text/plain").body(body).send().await.unwrap();
     let status = resp.status().as_u16();
     (status, resp.json().await.unwrap_or(Value::Null))
 }
@@ -137,7 +138,8 @@ async fn posthog_configuration_turns_recording_on_for_a_known_token_only() {
     let dev = Dev::start(dir.path()).await;
     let token = dev.creds["ingest_token"].as_str().unwrap();
 
-    let resp = http().get(format!("{}/array/{token}/config", dev.url)).header("origin", "http://page").send().await.unwrap();
+    let resp =
+        http().get(format!("{}/array/{token}/config", dev.url)).header("origin", "http://page").send().await.unwrap();
     assert_eq!(resp.status(), 200);
     assert_eq!(resp.headers()["access-control-allow-origin"], "*");
     let config: Value = resp.json().await.unwrap();
@@ -157,7 +159,16 @@ async fn posthog_configuration_turns_recording_on_for_a_known_token_only() {
 
     for (status, what) in [
         (http().get(format!("{}/array/sxp_nope/config", dev.url)).send().await.unwrap().status(), "config"),
-        (http().post(format!("{}/flags/?v=2", dev.url)).body(r#"{"token":"sxp_nope"}"#).send().await.unwrap().status(), "flags"),
+        (
+            http()
+                .post(format!("{}/flags/?v=2", dev.url))
+                .body(r#"{"token":"sxp_nope"}"#)
+                .send()
+                .await
+                .unwrap()
+                .status(),
+            "flags",
+        ),
         (http().get(format!("{}/decide/", dev.url)).send().await.unwrap().status(), "decide without a token"),
     ] {
         assert_eq!(status, 401, "{what}");
@@ -190,7 +201,8 @@ async fn snapshots_in_any_capture_body_become_replay_events_within_the_limits() 
     assert_eq!(replay["events"][1]["window_id"], "w1");
 
     // /e/ with a base64 form; the SDK's own retry stores nothing twice.
-    let one = snapshot("s-form", &token, json!([{"type": 3, "data": {"source": 2, "type": 2, "id": 1}, "timestamp": now}]));
+    let one =
+        snapshot("s-form", &token, json!([{"type": 3, "data": {"source": 2, "type": 2, "id": 1}, "timestamp": now}]));
     let form = format!("data={}", base64::engine::general_purpose::STANDARD.encode(one.to_string()));
     for _ in 0..2 {
         assert_eq!(post(&dev.url, "/e/?compression=base64", form.clone().into_bytes()).await.0, 200);
@@ -211,16 +223,26 @@ async fn snapshots_in_any_capture_body_become_replay_events_within_the_limits() 
 
     // Limits: 500 rrweb events a request, what posthog-js compressed expands to 10 MB at most.
     let many: Vec<Value> = (0..501).map(|i| json!({"type": 3, "data": {"source": 1}, "timestamp": now + i})).collect();
-    let (status, answer) = post(&dev.url, "/s/", json!([snapshot("s-many", &token, json!(many))]).to_string().into_bytes()).await;
+    let (status, answer) =
+        post(&dev.url, "/s/", json!([snapshot("s-many", &token, json!(many))]).to_string().into_bytes()).await;
     assert_eq!(status, 413, "{answer}");
     let bomb = json!({"text": "x".repeat(11 * 1024 * 1024)});
-    let body = json!([snapshot("s-bomb", &token, json!([{"type": 2, "cv": "2024-10", "data": latin1_gzip(&bomb), "timestamp": now}]))]);
+    let body = json!([snapshot(
+        "s-bomb",
+        &token,
+        json!([{"type": 2, "cv": "2024-10", "data": latin1_gzip(&bomb), "timestamp": now}])
+    )]);
     let (status, answer) = post(&dev.url, "/s/", gzip(body.to_string().as_bytes())).await;
     assert_eq!(status, 413, "{answer}");
     let (status, answer) = post(&dev.url, "/s/", vec![b' '; 10 * 1024 * 1024 + 1]).await;
     assert_eq!(status, 413, "{answer}");
     // A snapshot without its session is refused, with the field named.
-    let (status, answer) = post(&dev.url, "/s/", json!([{"event": "$snapshot", "properties": {"token": token, "$snapshot_data": []}}]).to_string().into_bytes()).await;
+    let (status, answer) = post(
+        &dev.url,
+        "/s/",
+        json!([{"event": "$snapshot", "properties": {"token": token, "$snapshot_data": []}}]).to_string().into_bytes(),
+    )
+    .await;
     assert_eq!(status, 400, "{answer}");
     assert!(answer.to_string().contains("properties.$session_id"), "{answer}");
     for session in ["s-many", "s-bomb"] {

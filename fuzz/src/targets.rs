@@ -187,9 +187,9 @@ pub fn otlp(format: Format, data: &[u8]) -> Option<usize> {
         0 => otlp_signal::<ExportTraceServiceRequest, _>(format, &bytes, Root::Traces, |r| {
             mapping::spans(&r.resource_spans)
         }),
-        1 => otlp_signal::<ExportLogsServiceRequest, _>(format, &bytes, Root::Logs, |r| {
-            mapping::logs(&r.resource_logs)
-        }),
+        1 => {
+            otlp_signal::<ExportLogsServiceRequest, _>(format, &bytes, Root::Logs, |r| mapping::logs(&r.resource_logs))
+        }
         _ => otlp_signal::<ExportMetricsServiceRequest, _>(format, &bytes, Root::Metrics, |r| {
             mapping::host_metrics(&r.resource_metrics)
         }),
@@ -212,7 +212,11 @@ fn otlp_signal<T: prost::Message + Default + serde::de::DeserializeOwned, R>(
     let request = decode_otlp::<T>(format, bytes).ok()?;
     let mapped = map(&request);
     let _ = mapped.message();
-    assert!(mapped.rows.len() <= mapping::MAX_OTLP_ITEMS, "at most {} items stored per request", mapping::MAX_OTLP_ITEMS);
+    assert!(
+        mapped.rows.len() <= mapping::MAX_OTLP_ITEMS,
+        "at most {} items stored per request",
+        mapping::MAX_OTLP_ITEMS
+    );
     Some(mapped.rows.len())
 }
 

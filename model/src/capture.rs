@@ -77,7 +77,13 @@ fn properties_token(properties: &Option<Box<RawValue>>) -> Option<String> {
 
 impl From<PosthogEvent> for EventJson {
     fn from(e: PosthogEvent) -> Self {
-        EventJson { event: e.event, distinct_id: e.distinct_id, timestamp: e.timestamp, properties: e.properties, uuid: e.uuid }
+        EventJson {
+            event: e.event,
+            distinct_id: e.distinct_id,
+            timestamp: e.timestamp,
+            properties: e.properties,
+            uuid: e.uuid,
+        }
     }
 }
 

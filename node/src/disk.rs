@@ -124,7 +124,11 @@ impl DiskGuard {
         self.available.store(space.available, Ordering::Relaxed);
         if self.full.swap(full, Ordering::Relaxed) != full {
             if full {
-                tracing::warn!(available = space.available, used = space.used, "disk above its high-water mark: refusing writes");
+                tracing::warn!(
+                    available = space.available,
+                    used = space.used,
+                    "disk above its high-water mark: refusing writes"
+                );
             } else {
                 tracing::info!(available = space.available, "disk below its high-water mark again: accepting writes");
             }

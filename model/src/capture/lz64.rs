@@ -188,12 +188,16 @@ mod tests {
 
     // Outputs of LZString.compressToBase64 (lz-string 1.5.0, the version posthog-js bundled).
     const HELLO: &str = "BYUwNmD2AEDukCcwBNqgjeTlA===";
-    const EVENT: &str = "N4IgpgbmB2AuIC4QBIAOBDA5pAlmA7iADQioBOA9qmGbHgM6KiwUDWMiI9AHqgPrdiIACY56daAGNYfHMM4BXAIwgAvqqA==";
+    const EVENT: &str =
+        "N4IgpgbmB2AuIC4QBIAOBDA5pAlmA7iADQioBOA9qmGbHgM6KiwUDWMiI9AHqgPrdiIACY56daAGNYfHMM4BXAIwgAvqqA==";
 
     #[test]
     fn lz_string_base64_decompresses_to_what_was_compressed() {
         assert_eq!(run(HELLO, 100).unwrap(), "hello world hello world");
-        assert_eq!(run(EVENT, 1000).unwrap(), r#"{"event":"$pageview","properties":{"token":"sxp_x","distinct_id":"u1"}}"#);
+        assert_eq!(
+            run(EVENT, 1000).unwrap(),
+            r#"{"event":"$pageview","properties":{"token":"sxp_x","distinct_id":"u1"}}"#
+        );
         assert_eq!(run("JeXg3AB7AEA/B2D3BjA9gEwKZA==", 100).unwrap(), "é😀 ünïcode");
         // A run: each code names a longer entry (the dictionary's own last one).
         assert_eq!(run("IY18ZXTt/DFOS1b0c17Pd/wYUcSaWeRZVdTbXTEA", 1000).unwrap(), "a".repeat(1000));

@@ -168,7 +168,9 @@ impl Recording {
             match expand(e, inflate) {
                 Ok(e) => events.push(e),
                 Err(Inflated::Refused(e)) => return Err(e),
-                Err(Inflated::Invalid(reason)) => fail(errors, index, &format!("properties.$snapshot_data[{i}]"), reason),
+                Err(Inflated::Invalid(reason)) => {
+                    fail(errors, index, &format!("properties.$snapshot_data[{i}]"), reason)
+                }
             }
         }
         if errors.len() > before {
@@ -319,7 +321,9 @@ mod tests {
         });
         let rows = recorded(props, 1 << 20).unwrap().unwrap();
         assert_eq!(rows.len(), 3);
-        assert!(rows.iter().all(|r| (r.session_id.as_str(), r.window_id.as_str(), r.distinct_id.as_str()) == ("s1", "w1", "u1")));
+        assert!(rows
+            .iter()
+            .all(|r| (r.session_id.as_str(), r.window_id.as_str(), r.distinct_id.as_str()) == ("s1", "w1", "u1")));
         let data = |i: usize| serde_json::from_str::<Value>(&rows[i].data_json).unwrap();
         assert_eq!(data(1), full);
         assert_eq!(data(2), json!({"source": 0, "adds": adds, "texts": [], "attributes": [], "removes": []}));
@@ -331,29 +335,46 @@ mod tests {
         let one = json!({"$session_id": 7, "$snapshot_data": {"type": 4, "data": {}, "timestamp": 5}});
         let rows = recorded(one, 100).unwrap().unwrap();
         assert_eq!((rows.len(), rows[0].session_id.as_str()), (1, "7"));
-        let items = json!({"$session_id": "s", "$snapshot_items": [{"type": 3, "data": {"source": 1}, "timestamp": 5}]});
+        let items =
+            json!({"$session_id": "s", "$snapshot_items": [{"type": 3, "data": {"source": 1}, "timestamp": 5}]});
         assert_eq!(recorded(items, 100).unwrap().unwrap().len(), 1);
     }
 
     #[test]
     fn what_is_wrong_is_named_by_the_field_sent() {
         let fields = |props: Value| -> Vec<String> {
-            recorded(props, 1 << 20).unwrap().unwrap_err().into_iter().map(|e| {
-                assert_eq!(e.index, 3);
-                e.field
-            }).collect()
+            recorded(props, 1 << 20)
+                .unwrap()
+                .unwrap_err()
+                .into_iter()
+                .map(|e| {
+                    assert_eq!(e.index, 3);
+                    e.field
+                })
+                .collect()
         };
         assert_eq!(fields(json!({"$snapshot_data": []})), ["properties.$session_id"]);
         assert_eq!(fields(json!({"$session_id": "s"})), ["properties.$snapshot_data"]);
         assert_eq!(fields(json!({"$session_id": ["s"], "$snapshot_data": []})), ["properties.$session_id"]);
         assert_eq!(fields(json!({"$session_id": "s", "$snapshot_data": [{"type": 2}]})), ["properties.$snapshot_data"]);
-        let bad = |e: Value| fields(json!({"$session_id": "s", "$snapshot_data": [{"type": 4, "data": {}, "timestamp": 1}, e]}));
+        let bad = |e: Value| {
+            fields(json!({"$session_id": "s", "$snapshot_data": [{"type": 4, "data": {}, "timestamp": 1}, e]}))
+        };
         assert_eq!(bad(json!({"type": 99, "data": {}, "timestamp": 1})), ["properties.$snapshot_data[1].type"]);
-        assert_eq!(bad(json!({"type": 2, "cv": "2024-10", "data": "not gzip", "timestamp": 1})), ["properties.$snapshot_data[1]"]);
-        assert_eq!(bad(json!({"type": 2, "cv": "2024-10", "data": "\u{263a}", "timestamp": 1})), ["properties.$snapshot_data[1]"]);
+        assert_eq!(
+            bad(json!({"type": 2, "cv": "2024-10", "data": "not gzip", "timestamp": 1})),
+            ["properties.$snapshot_data[1]"]
+        );
+        assert_eq!(
+            bad(json!({"type": 2, "cv": "2024-10", "data": "\u{263a}", "timestamp": 1})),
+            ["properties.$snapshot_data[1]"]
+        );
         assert_eq!(bad(json!({"type": 2, "cv": "1999", "data": {}, "timestamp": 1})), ["properties.$snapshot_data[1]"]);
         let not_json = gzip(b"{nope").into_iter().map(char::from).collect::<String>();
-        assert_eq!(bad(json!({"type": 2, "cv": "2024-10", "data": not_json, "timestamp": 1})), ["properties.$snapshot_data[1]"]);
+        assert_eq!(
+            bad(json!({"type": 2, "cv": "2024-10", "data": not_json, "timestamp": 1})),
+            ["properties.$snapshot_data[1]"]
+        );
         assert_eq!(fields(json!({"$session_id": "s".repeat(201), "$snapshot_data": []})), ["properties.$session_id"]);
     }
 
@@ -367,7 +388,8 @@ mod tests {
 
     #[test]
     fn events_past_the_cap_are_counted_not_kept() {
-        let events: Vec<Value> = (0..MAX_REPLAY_EVENTS + 3).map(|i| json!({"type": 3, "data": {}, "timestamp": i})).collect();
+        let events: Vec<Value> =
+            (0..MAX_REPLAY_EVENTS + 3).map(|i| json!({"type": 3, "data": {}, "timestamp": i})).collect();
         let mut errors = Vec::new();
         let r = parse(snapshot(0, json!({"$session_id": "s", "$snapshot_data": events})), &mut errors).unwrap();
         assert_eq!(r.len(), MAX_REPLAY_EVENTS + 3);

@@ -16,8 +16,8 @@ mod managed;
 pub mod membership;
 mod routers;
 mod sessions;
-mod subscriptions;
 mod snapshot;
+mod subscriptions;
 mod tenancy;
 #[cfg(test)]
 mod testing;

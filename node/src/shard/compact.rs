@@ -133,7 +133,9 @@ impl CompactionJob {
             manifest.segments.iter().filter(|s| gone.contains(&s.id)).map(|s| s.file.name.clone()).collect();
         manifest.segments.retain(|s| !gone.contains(&s.id));
         manifest.segments.extend(written.iter().cloned());
-        let entry = manifest.store(&self.dir).inspect_err(|_| super::flush::remove_unlisted(&self.dir, first_id..first_id + 2))?;
+        let entry = manifest
+            .store(&self.dir)
+            .inspect_err(|_| super::flush::remove_unlisted(&self.dir, first_id..first_id + 2))?;
         {
             let mut pubd = self.published.write().unwrap();
             pubd.segments.retain(|s| !gone.contains(&s.meta.id));

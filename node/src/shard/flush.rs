@@ -236,7 +236,11 @@ mod tests {
         assert!(failpoint::fail(failpoint::FLUSH_OUT_OF_SPACE).is_ok(), "both armed failures were hit");
         assert_eq!(ids(&s, "p", "t"), ["a", "b"]);
         let after = files(dir.path());
-        assert_eq!(after.len(), before.len() + 2, "a spans and a summaries segment, no strays: {before:?} -> {after:?}");
+        assert_eq!(
+            after.len(),
+            before.len() + 2,
+            "a spans and a summaries segment, no strays: {before:?} -> {after:?}"
+        );
         drop(s);
         let s = SegmentShard::open(dir.path()).unwrap();
         assert_eq!(ids(&s, "p", "t"), ["a", "b"]);

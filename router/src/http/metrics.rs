@@ -73,7 +73,11 @@ impl RouterMetrics {
         r.register("http_request_seconds", "HTTP request latency", self.request_seconds.clone());
         r.register("live_routers", "routers the rate limits are divided between", self.live_routers.clone());
         r.register("refused_connections", "connections closed at the connection cap", self.refused_connections.clone());
-        r.register("alert_evaluation_rounds", "alert rounds recorded under the evaluator lease", self.alert_rounds.clone());
+        r.register(
+            "alert_evaluation_rounds",
+            "alert rounds recorded under the evaluator lease",
+            self.alert_rounds.clone(),
+        );
     }
 
     pub fn accepted(&self, kind: &'static str, n: u64) {

@@ -64,7 +64,10 @@ pub fn router(app: Arc<AppState>) -> Router {
         posthog_config = posthog_config.route(path, get(posthog::decide).post(posthog::decide));
     }
     let posthog_config = posthog_config.layer(
-        CorsLayer::new().allow_origin(Any).allow_methods([Method::GET, Method::POST, Method::OPTIONS]).allow_headers(Any),
+        CorsLayer::new()
+            .allow_origin(Any)
+            .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+            .allow_headers(Any),
     );
     // Ingest handlers read their bodies themselves, within their limits and the body budget.
     let capture = capture.layer(ingest_cors);

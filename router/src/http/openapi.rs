@@ -145,7 +145,9 @@ impl Modify for SecuritySchemes {
                 HttpBuilder::new()
                     .scheme(HttpAuthScheme::Bearer)
                     .bearer_format("sxk_…")
-                    .description(Some("An API key (`sxk_…`) as `Authorization: Bearer sxk_…` (OpenTelemetry exporters)."))
+                    .description(Some(
+                        "An API key (`sxk_…`) as `Authorization: Bearer sxk_…` (OpenTelemetry exporters).",
+                    ))
                     .build(),
             ),
         );
@@ -187,19 +189,53 @@ impl Modify for PosthogAliases {
 /// What each error status means, with the codes it carries.
 fn error_status(status: u16) -> (&'static str, &'static [&'static str]) {
     match status {
-        400 => ("The request is malformed or invalid.", &["invalid_json", "invalid_body", "validation_failed", "batch_too_large", "invalid_parameter", "invalid_time_range", "invalid_cursor", "invalid_limit", "query_too_long", "invalid_query", "invalid_plan", "plan_not_purchasable", "card_declined", "invalid_signature"]),
+        400 => (
+            "The request is malformed or invalid.",
+            &[
+                "invalid_json",
+                "invalid_body",
+                "validation_failed",
+                "batch_too_large",
+                "invalid_parameter",
+                "invalid_time_range",
+                "invalid_cursor",
+                "invalid_limit",
+                "query_too_long",
+                "invalid_query",
+                "invalid_plan",
+                "plan_not_purchasable",
+                "card_declined",
+                "invalid_signature",
+            ],
+        ),
         401 => ("A credential is missing, invalid or expired.", &["unauthorized"]),
         402 => ("The plan's monthly quota is used up.", &["quota_exceeded"]),
-        403 => ("Authenticated but not allowed.", &["forbidden", "owner_only", "plan_feature_unavailable", "org_suspended"]),
+        403 => (
+            "Authenticated but not allowed.",
+            &["forbidden", "owner_only", "plan_feature_unavailable", "org_suspended"],
+        ),
         404 => ("Not found, or not visible to this credential.", &["not_found"]),
         408 => ("The request body was not received in time.", &["request_timeout"]),
-        409 => ("Conflicts with the current state.", &["email_taken", "name_taken", "limit_reached", "managed_by_resource", "subscription_active", "billing_event_unmatched"]),
+        409 => (
+            "Conflicts with the current state.",
+            &[
+                "email_taken",
+                "name_taken",
+                "limit_reached",
+                "managed_by_resource",
+                "subscription_active",
+                "billing_event_unmatched",
+            ],
+        ),
         413 => ("The body or its number of objects is over its limit.", &["payload_too_large", "too_many_events"]),
         415 => ("The content type or encoding is not accepted.", &["unsupported_media_type"]),
         422 => ("The query would read more, or need more memory, than one query may.", &["query_too_large"]),
         429 => ("Rate limited; retry after `Retry-After` seconds.", &["rate_limited"]),
         500 => ("Internal error (no detail is sent; the request id is in `X-Request-Id`).", &["internal"]),
-        503 => ("Temporarily unavailable; retry after `Retry-After` seconds.", &["unavailable", "overloaded", "shards_unavailable", "billing_not_configured"]),
+        503 => (
+            "Temporarily unavailable; retry after `Retry-After` seconds.",
+            &["unavailable", "overloaded", "shards_unavailable", "billing_not_configured"],
+        ),
         504 => ("The query did not finish within the request timeout.", &["query_timeout"]),
         _ => unreachable!("no error status {status}"),
     }
@@ -368,7 +404,10 @@ mod tests {
                 }
             }
         }
-        assert!(paths.contains("/healthz") && paths.contains("/openapi.json"), "axum's Debug format changed: {paths:?}");
+        assert!(
+            paths.contains("/healthz") && paths.contains("/openapi.json"),
+            "axum's Debug format changed: {paths:?}"
+        );
         paths
     }
 
@@ -417,7 +456,11 @@ mod tests {
             .unwrap()
             .iter()
             .flat_map(|(path, item)| {
-                item.as_object().unwrap().keys().filter(|k| k.as_str() != "parameters").map(move |m| (m.clone(), shape(path)))
+                item.as_object()
+                    .unwrap()
+                    .keys()
+                    .filter(|k| k.as_str() != "parameters")
+                    .map(move |m| (m.clone(), shape(path)))
             })
             .collect();
         let (running, router) = served_router().await;
@@ -452,7 +495,10 @@ mod tests {
         let error = &doc["components"]["schemas"]["ErrorBody"];
         assert!(error["properties"]["error"].is_object(), "{error}");
         let spans = &doc["paths"]["/api/v1/ingest/spans"]["post"];
-        assert_eq!(spans["responses"]["429"]["content"]["application/json"]["schema"]["$ref"], "#/components/schemas/ErrorBody");
+        assert_eq!(
+            spans["responses"]["429"]["content"]["application/json"]["schema"]["$ref"],
+            "#/components/schemas/ErrorBody"
+        );
         assert!(spans["responses"]["429"]["headers"]["Retry-After"].is_object());
         assert!(spans["requestBody"]["content"]["application/json"]["example"].is_object());
     }
