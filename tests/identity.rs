@@ -938,24 +938,7 @@ impl TwoRouters {
     }
 
     fn spawn_node(dir: &Path, grpc: &str) -> Proc {
-        let data = dir.join("node1");
-        let peers = format!("1={grpc}");
-        let args = [
-            "node",
-            "--id",
-            "1",
-            "--listen",
-            grpc,
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--peers",
-            &peers,
-            "--shards",
-            "2",
-            "--replication-factor",
-            "1",
-        ];
-        Proc::spawn(&args, &dir.join("node1.log"), &SECRETS[..1])
+        spawn_lone_node(dir, grpc, &SECRETS[..1])
     }
 
     /// Starts both routers (the first bootstraps a new cluster) and waits until both serve
@@ -963,33 +946,11 @@ impl TwoRouters {
     async fn start_routers(&mut self, router_args: &[&str]) {
         let creds_path = self.dir.join("credentials.json");
         self.routers.clear();
-        self.urls.clear();
-        self.internal_urls.clear();
-        for i in 0..2 {
-            let listen = format!("127.0.0.1:{}", free_port());
-            let internal = format!("127.0.0.1:{}", free_port());
-            let mut args = vec!["router", "--listen", &listen, "--internal-listen", &internal, "--nodes", &self.grpc];
-            args.extend_from_slice(router_args);
-            if i == 0 {
-                args.extend(["--bootstrap-credentials", creds_path.to_str().unwrap()]);
-            }
-            self.routers.push(Proc::spawn(&args, &self.dir.join(format!("router{i}.log")), &SECRETS));
-            self.urls.push(format!("http://{listen}"));
-            self.internal_urls.push(format!("http://{internal}"));
-        }
-        let urls = self.urls.clone();
-        self.creds = wait_for("the cluster to serve", Duration::from_secs(90), || {
-            let (urls, creds_path) = (urls.clone(), creds_path.clone());
-            async move {
-                for u in &urls {
-                    if !ready(u).await {
-                        return None;
-                    }
-                }
-                read_credentials(&creds_path)
-            }
-        })
-        .await;
+        let started = spawn_routers(&self.dir, &self.grpc, 2, router_args, &creds_path, &SECRETS);
+        self.routers = started.procs;
+        self.urls = started.urls;
+        self.internal_urls = started.internal;
+        self.creds = wait_routers_serve(&self.urls, &creds_path).await;
         // A router may have loaded meta before the bootstrap: a signed-in request makes each
         // load it (an unknown user reloads once), so the bootstrap's API key is known to both.
         let (email, password) = (self.creds["email"].as_str().unwrap(), self.creds["password"].as_str().unwrap());

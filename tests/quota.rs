@@ -162,61 +162,11 @@ struct TwoRouters {
 impl TwoRouters {
     async fn start(dir: &std::path::Path) -> TwoRouters {
         let grpc = format!("127.0.0.1:{}", free_port());
-        let (data, peers) = (dir.join("node1"), format!("1={grpc}"));
-        let node_args = [
-            "node",
-            "--id",
-            "1",
-            "--listen",
-            &grpc,
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--peers",
-            &peers,
-            "--shards",
-            "2",
-            "--replication-factor",
-            "1",
-        ];
-        let node = Proc::spawn(&node_args, &dir.join("node1.log"), &SECRETS[..1]);
+        let node = spawn_lone_node(dir, &grpc, &SECRETS[..1]);
         let creds = dir.join("credentials.json");
-        let (mut routers, mut urls, mut internal) = (vec![], vec![], vec![]);
-        for i in 0..2 {
-            let listen = format!("127.0.0.1:{}", free_port());
-            let internal_listen = format!("127.0.0.1:{}", free_port());
-            let mut args = vec![
-                "router",
-                "--listen",
-                &listen,
-                "--internal-listen",
-                &internal_listen,
-                "--nodes",
-                &grpc,
-                "--ingest-rps",
-                "100000",
-                "--api-rps",
-                "100000",
-            ];
-            if i == 0 {
-                args.extend(["--bootstrap-credentials", creds.to_str().unwrap()]);
-            }
-            routers.push(Proc::spawn(&args, &dir.join(format!("router{i}.log")), &SECRETS));
-            urls.push(format!("http://{listen}"));
-            internal.push(format!("http://{internal_listen}"));
-        }
-        let all = urls.clone();
-        wait_for("both routers to serve", Duration::from_secs(90), || {
-            let (all, creds) = (all.clone(), creds.clone());
-            async move {
-                for u in &all {
-                    if !ready(u).await {
-                        return None;
-                    }
-                }
-                read_credentials(&creds)
-            }
-        })
-        .await;
+        let extra = ["--ingest-rps", "100000", "--api-rps", "100000"];
+        let RouterProcs { procs: routers, urls, internal } = spawn_routers(dir, &grpc, 2, &extra, &creds, &SECRETS);
+        wait_routers_serve(&urls, &creds).await;
         TwoRouters { _node: node, _routers: routers, urls, internal }
     }
 }

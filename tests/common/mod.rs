@@ -118,6 +118,81 @@ async fn ready_with_credentials(url: &str, dir: &Path, proc: &mut Proc, timeout:
     None
 }
 
+/// Storage node 1 alone on `grpc` (two shards, replication factor 1), its data in
+/// `dir/node1` and its log in `dir/node1.log`.
+pub fn spawn_lone_node(dir: &Path, grpc: &str, envs: &[(&str, &str)]) -> Proc {
+    let data = dir.join("node1");
+    let peers = format!("1={grpc}");
+    let args = [
+        "node",
+        "--id",
+        "1",
+        "--listen",
+        grpc,
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--peers",
+        &peers,
+        "--shards",
+        "2",
+        "--replication-factor",
+        "1",
+    ];
+    Proc::spawn(&args, &dir.join("node1.log"), envs)
+}
+
+/// Routers started by [`spawn_routers`], with each one's public and `--internal-listen` URL.
+pub struct RouterProcs {
+    pub procs: Vec<Proc>,
+    pub urls: Vec<String>,
+    pub internal: Vec<String>,
+}
+
+/// Spawns `count` routers in front of `nodes`, each on fresh ports and with `extra_args`; the
+/// first bootstraps a new cluster and writes its credentials to `creds`. Router `i` logs to
+/// `dir/router{i}.log`.
+pub fn spawn_routers(
+    dir: &Path,
+    nodes: &str,
+    count: usize,
+    extra_args: &[&str],
+    creds: &Path,
+    envs: &[(&str, &str)],
+) -> RouterProcs {
+    let mut routers = RouterProcs { procs: vec![], urls: vec![], internal: vec![] };
+    for i in 0..count {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let internal = format!("127.0.0.1:{}", free_port());
+        let mut args = vec!["router", "--listen", &listen, "--internal-listen", &internal, "--nodes", nodes];
+        args.extend_from_slice(extra_args);
+        if i == 0 {
+            args.extend(["--bootstrap-credentials", creds.to_str().unwrap()]);
+        }
+        routers.procs.push(Proc::spawn(&args, &dir.join(format!("router{i}.log")), envs));
+        routers.urls.push(format!("http://{listen}"));
+        routers.internal.push(format!("http://{internal}"));
+    }
+    routers
+}
+
+/// The bootstrap credentials at `creds` once every router in `urls` is ready.
+pub async fn wait_routers_serve(urls: &[String], creds: &Path) -> Value {
+    let urls = urls.to_vec();
+    let creds = creds.to_owned();
+    wait_for("every router to serve", Duration::from_secs(90), || {
+        let (urls, creds) = (urls.clone(), creds.clone());
+        async move {
+            for u in &urls {
+                if !ready(u).await {
+                    return None;
+                }
+            }
+            read_credentials(&creds)
+        }
+    })
+    .await
+}
+
 /// Held by a test's cluster: when the test panics, prints what its processes logged as
 /// warnings and errors, then the panic message again, last, where the end of a CI log shows it.
 pub struct LogsOnPanic(PathBuf);
