@@ -92,17 +92,14 @@ fn a_stripe_router_without_a_dashboard_origin_refuses_to_start() {
 // clock, so that periods and trials end without sleeping. ----
 
 mod stack {
-    use std::collections::BTreeMap;
-    use std::sync::Arc;
     use std::time::Duration;
 
     use serde_json::{json, Value};
     use sextant_model::ManualClock;
-    use sextant_node::{host::NodeConfig, host::NodeHost, NodeMetrics};
     use sextant_router::billing::{BillingConfig, ProviderConfig};
     use sextant_router::{RouterConfig, RunningRouter};
 
-    use super::common::{http, wait_for};
+    use super::common::{http, manual_clock_at_now, start_in_process_node, wait_for};
 
     pub struct Stack {
         pub router: RunningRouter,
@@ -151,26 +148,8 @@ mod stack {
     impl Stack {
         pub async fn start(provider: ProviderConfig) -> Stack {
             let dir = tempfile::tempdir().unwrap();
-            let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
-            let clock = ManualClock::at_millis(now_ms as i64);
-            let node = NodeHost::start(
-                NodeConfig {
-                    id: 1,
-                    listen: "127.0.0.1:0".parse().unwrap(),
-                    data_dir: dir.path().join("node"),
-                    peers: BTreeMap::from([(1, "127.0.0.1:0".to_string())]),
-                    shards: 1,
-                    replication_factor: 1,
-                    cluster_secret: SECRET.into(),
-                    snapshot_every: 10_000,
-                    join: false,
-                    clock: sextant_model::Clock::system(),
-                    query_memory_bytes: sextant_node::host::DEFAULT_QUERY_MEMORY_BYTES,
-                },
-                Arc::new(NodeMetrics::default()),
-            )
-            .await
-            .unwrap();
+            let clock = manual_clock_at_now();
+            let node = start_in_process_node(dir.path(), SECRET, 10_000).await;
             let router = start_router(node.addr.to_string(), &clock, provider).await;
             let url = format!("http://{}", router.addr);
             let now = clock.clock().now_millis();

@@ -4,7 +4,7 @@
 
 mod common;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -19,7 +19,6 @@ use common::*;
 use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
 use sextant_model::ManualClock;
-use sextant_node::{host::NodeConfig, host::NodeHost, NodeMetrics};
 use sextant_router::webhooks::guard::TargetPolicy;
 use sextant_router::{RouterConfig, RunningRouter};
 use sha2::Sha256;
@@ -123,27 +122,9 @@ struct Stack {
 impl Stack {
     async fn start(webhook_targets: TargetPolicy) -> Stack {
         let dir = tempfile::tempdir().unwrap();
-        let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
-        let clock = ManualClock::at_millis(now_ms as i64);
+        let clock = manual_clock_at_now();
         let secret = "webhook-test-cluster-secret-0123456789".to_owned();
-        let node = NodeHost::start(
-            NodeConfig {
-                id: 1,
-                listen: "127.0.0.1:0".parse().unwrap(),
-                data_dir: dir.path().join("node"),
-                peers: BTreeMap::from([(1, "127.0.0.1:0".to_string())]),
-                shards: 1,
-                replication_factor: 1,
-                cluster_secret: secret.clone(),
-                snapshot_every: 1000,
-                join: false,
-                clock: sextant_model::Clock::system(),
-                query_memory_bytes: sextant_node::host::DEFAULT_QUERY_MEMORY_BYTES,
-            },
-            Arc::new(NodeMetrics::default()),
-        )
-        .await
-        .unwrap();
+        let node = start_in_process_node(dir.path(), &secret, 1000).await;
         let router = sextant_router::start(
             RouterConfig {
                 listen: "127.0.0.1:0".parse().unwrap(),

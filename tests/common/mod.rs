@@ -193,6 +193,39 @@ pub async fn wait_routers_serve(urls: &[String], creds: &Path) -> Value {
     .await
 }
 
+/// A manual clock set to the wall-clock time now.
+pub fn manual_clock_at_now() -> sextant_model::ManualClock {
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    sextant_model::ManualClock::at_millis(now_ms as i64)
+}
+
+/// A storage node alone in this process (one shard, replication factor 1) on an ephemeral
+/// port, its data in `dir/node`.
+pub async fn start_in_process_node(
+    dir: &Path,
+    cluster_secret: &str,
+    snapshot_every: u64,
+) -> sextant_node::host::RunningNode {
+    sextant_node::host::NodeHost::start(
+        sextant_node::host::NodeConfig {
+            id: 1,
+            listen: "127.0.0.1:0".parse().unwrap(),
+            data_dir: dir.join("node"),
+            peers: std::collections::BTreeMap::from([(1, "127.0.0.1:0".to_string())]),
+            shards: 1,
+            replication_factor: 1,
+            cluster_secret: cluster_secret.to_owned(),
+            snapshot_every,
+            join: false,
+            clock: sextant_model::Clock::system(),
+            query_memory_bytes: sextant_node::host::DEFAULT_QUERY_MEMORY_BYTES,
+        },
+        std::sync::Arc::new(sextant_node::NodeMetrics::default()),
+    )
+    .await
+    .unwrap()
+}
+
 /// Held by a test's cluster: when the test panics, prints what its processes logged as
 /// warnings and errors, then the panic message again, last, where the end of a CI log shows it.
 pub struct LogsOnPanic(PathBuf);
