@@ -79,9 +79,8 @@ mod tests {
     use sextant_model::meta::{default_plans, Org, Project};
     use sextant_model::{OrgId, ProjectId};
 
-    #[test]
-    fn each_project_keeps_what_its_org_plan_says_and_unknowns_keep_everything() {
-        let org = |plan: &str| Org {
+    fn org(plan: &str) -> Org {
+        Org {
             id: OrgId::random(),
             name: "o".into(),
             plan: plan.into(),
@@ -91,16 +90,23 @@ mod tests {
             key: None,
             owner_email: None,
             suspended: false,
-        };
-        let (free, enterprise, odd) = (org("free"), org("enterprise"), org("no-such-plan"));
-        let project = |o: &Org| Project {
+        }
+    }
+
+    fn project(o: &Org) -> Project {
+        Project {
             id: ProjectId::random(),
             org_id: o.id,
             name: "p".into(),
             created_at_ms: 0,
             managed_by: None,
             key: None,
-        };
+        }
+    }
+
+    #[test]
+    fn each_project_keeps_what_its_org_plan_says_and_unknowns_keep_everything() {
+        let (free, enterprise, odd) = (org("free"), org("enterprise"), org("no-such-plan"));
         let (a, b, c) = (project(&free), project(&enterprise), project(&odd));
         let view = MetaView {
             orgs: vec![free, enterprise, odd],
@@ -120,25 +126,6 @@ mod tests {
     fn retention_follows_the_plan_in_force_not_the_orgs_base_plan() {
         use sextant_model::meta::OrgTrial;
         use sextant_model::subscription::{BillingAccount, Subscription, SubscriptionStatus};
-        let org = |plan: &str| Org {
-            id: OrgId::random(),
-            name: "o".into(),
-            plan: plan.into(),
-            default_project: ProjectId::random(),
-            created_at_ms: 0,
-            managed_by: None,
-            key: None,
-            owner_email: None,
-            suspended: false,
-        };
-        let project = |o: &Org| Project {
-            id: ProjectId::random(),
-            org_id: o.id,
-            name: "p".into(),
-            created_at_ms: 0,
-            managed_by: None,
-            key: None,
-        };
         let now = 100 * DAY_NS;
         let now_ms = now / 1_000_000;
         let (paying, trial_over) = (org("free"), org("pro"));
