@@ -43,6 +43,11 @@ impl Tenancy {
         }
     }
 
+    /// Whether project `id` exists and is not deleted.
+    pub(super) fn project_live(&self, id: ProjectId) -> bool {
+        self.projects.contains_key(&id) && !self.deleted_projects.contains_key(&id)
+    }
+
     pub(super) fn project_of_org(&self, id: ProjectId, org_id: OrgId) -> bool {
         self.projects.get(&id).is_some_and(|p| p.org_id == org_id)
     }

@@ -403,20 +403,19 @@ impl MetaState {
         max: u32,
     ) -> MetaCommandResult {
         let tenancy = &self.tenancy;
-        let live = |p: ProjectId| tenancy.projects.contains_key(&p) && !tenancy.deleted_projects.contains_key(&p);
+        let live = |p: ProjectId| tenancy.project_live(p);
         self.webhooks.lease(worker, token, now_ms, lease_ms, max, &live)
     }
 
     /// Forgets published ids past their time, and the webhooks of deleted projects.
     pub(super) fn prune_webhooks(&mut self, now_ms: i64) {
         let tenancy = &self.tenancy;
-        let live = |p: ProjectId| tenancy.projects.contains_key(&p) && !tenancy.deleted_projects.contains_key(&p);
+        let live = |p: ProjectId| tenancy.project_live(p);
         self.webhooks.prune(now_ms, &live);
     }
 
     pub(super) fn due_deliveries(&self, now_ms: i64) -> u64 {
-        let live =
-            |p: ProjectId| self.tenancy.projects.contains_key(&p) && !self.tenancy.deleted_projects.contains_key(&p);
+        let live = |p: ProjectId| self.tenancy.project_live(p);
         self.webhooks.due_count(now_ms, &live)
     }
 
