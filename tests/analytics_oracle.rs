@@ -195,6 +195,35 @@ fn funnel_counts(rows: &Value, steps: usize) -> Vec<u64> {
     (1..=steps).map(|k| at_level[k..].iter().sum()).collect()
 }
 
+/// Each cohort's counts per period from our `/api/retention` answer.
+fn retention_counts(body: &Value) -> Vec<Vec<u64>> {
+    body["cohorts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["values"].as_array().unwrap().iter().map(|v| v["count"].as_u64().unwrap()).collect())
+        .collect()
+}
+
+/// ClickHouse's retention() rows for `cohorts` cohorts, queried as `{prefix}{first_time}_{c}`,
+/// each padded to `periods`.
+fn oracle_retention(
+    ch: &HashMap<String, Value>,
+    prefix: &str,
+    first_time: bool,
+    cohorts: usize,
+    periods: usize,
+) -> Vec<Vec<u64>> {
+    (0..cohorts)
+        .map(|c| {
+            let row = ch[&format!("{prefix}{}_{c}", first_time as u8)][0][0].as_array().cloned().unwrap_or_default();
+            let mut v: Vec<u64> = row.iter().map(as_u64).collect();
+            v.resize(periods, 0);
+            v
+        })
+        .collect()
+}
+
 fn retention_sql(start: &str, ret: &str, cohort_start: i64, periods: usize, first_time: bool) -> String {
     let conds: Vec<String> = (0..periods as i64)
         .map(|j| {
@@ -449,21 +478,8 @@ async fn check_dataset(api: &Api, token: &str, work: &Path, events: Vec<Event>) 
                 r_from + r_cohorts as i64 * DAY
             ))
             .await;
-        let ours: Vec<Vec<u64>> = body["cohorts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c["values"].as_array().unwrap().iter().map(|v| v["count"].as_u64().unwrap()).collect())
-            .collect();
-        let oracle: Vec<Vec<u64>> = (0..r_cohorts)
-            .map(|c| {
-                let row =
-                    ch[&format!("retention{}_{c}", first_time as u8)][0][0].as_array().cloned().unwrap_or_default();
-                let mut v: Vec<u64> = row.iter().map(as_u64).collect();
-                v.resize(r_periods, 0);
-                v
-            })
-            .collect();
+        let ours = retention_counts(&body);
+        let oracle = oracle_retention(&ch, "retention", first_time, r_cohorts, r_periods);
         assert_eq!(ours, oracle, "{kind} retention vs ClickHouse retention()");
         let sizes: Vec<u64> = body["cohorts"].as_array().unwrap().iter().map(|c| c["size"].as_u64().unwrap()).collect();
         assert_eq!(sizes, oracle.iter().map(|v| v[0]).collect::<Vec<_>>());
@@ -667,21 +683,8 @@ async fn a_year_of_analytics_equals_clickhouse_over_weeks_months_and_quarters() 
                     bounds[0], bounds[cohorts]
                 ))
                 .await;
-            let ours: Vec<Vec<u64>> = body["cohorts"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|c| c["values"].as_array().unwrap().iter().map(|v| v["count"].as_u64().unwrap()).collect())
-                .collect();
-            let oracle: Vec<Vec<u64>> = (0..cohorts)
-                .map(|c| {
-                    let row =
-                        ch[&format!("{period}{}_{c}", first_time as u8)][0][0].as_array().cloned().unwrap_or_default();
-                    let mut v: Vec<u64> = row.iter().map(as_u64).collect();
-                    v.resize(periods, 0);
-                    v
-                })
-                .collect();
+            let ours = retention_counts(&body);
+            let oracle = oracle_retention(&ch, period, first_time, cohorts, periods);
             assert_eq!(ours, oracle, "{period} {kind} retention vs ClickHouse retention()");
             assert!(oracle.iter().any(|v| v[1..].iter().any(|n| *n > 0)), "someone returns in {period} {kind}");
         }

@@ -110,16 +110,7 @@ async fn a_hard_event_quota_refuses_analytics_ingest_with_402_once_usage_reaches
     let (status, body) = capture(&url, &ingest_token).await;
     assert_eq!(status, 402, "{body}");
     assert_eq!(body["error"]["code"], "quota_exceeded");
-    let next_month = jiff::Timestamp::now()
-        .to_zoned(jiff::tz::TimeZone::UTC)
-        .first_of_month()
-        .unwrap()
-        .start_of_day()
-        .unwrap()
-        .checked_add(jiff::Span::new().months(1))
-        .unwrap();
-    let resets_at = next_month.timestamp().strftime("%Y-%m-%dT%H:%M:%S.000Z").to_string();
-    assert_eq!(body["error"]["details"], json!({"limit": LIMIT, "used": 6, "resets_at": resets_at}));
+    assert_eq!(body["error"]["details"], json!({"limit": LIMIT, "used": 6, "resets_at": resets_at()}));
     // Observability is metered in bytes, far from the free plan's gigabyte.
     assert_eq!(post_spans(&url, &api_key, &spans_batch("q", 1, 2)).await.status(), 200);
     assert_eq!(
