@@ -71,13 +71,8 @@ pub struct DevArgs {
     /// MiB the queries running at once may hold in their per-user and per-group tables.
     #[arg(long, default_value_t = DEFAULT_QUERY_MEMORY_MIB)]
     pub query_memory_mib: u64,
-    /// Writes are refused (503 `disk_full`, reads go on) while the data directory's filesystem
-    /// is more than this percent used, or has less than --disk-min-free-mib available.
-    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u8).range(1..=100))]
-    pub disk_high_water: u8,
-    /// MiB that must stay available on the data directory's filesystem for writes to be taken.
-    #[arg(long, default_value_t = 1024)]
-    pub disk_min_free_mib: u64,
+    #[command(flatten)]
+    pub disk: DiskArgs,
     /// Enables the admin API (`/admin/v1`) for this bearer token (≥ 32 characters).
     #[arg(long, env = "SEXTANT_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
@@ -219,6 +214,27 @@ impl ServerArgs {
     }
 }
 
+/// When a node stops taking writes for disk space.
+#[derive(clap::Args)]
+pub struct DiskArgs {
+    /// Writes are refused (503 `disk_full`, reads go on) while the data directory's filesystem
+    /// is more than this percent used, or has less than --disk-min-free-mib available.
+    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub disk_high_water: u8,
+    /// MiB that must stay available on the data directory's filesystem for writes to be taken.
+    #[arg(long, default_value_t = 1024)]
+    pub disk_min_free_mib: u64,
+}
+
+impl DiskArgs {
+    pub fn high_water(&self) -> sextant_node::disk::HighWater {
+        sextant_node::disk::HighWater {
+            max_used_percent: self.disk_high_water,
+            min_free_bytes: self.disk_min_free_mib.saturating_mul(1 << 20),
+        }
+    }
+}
+
 /// Cluster-wide request rates (docs/API.md, "Rate limits"); each router enforces its share. Plans
 /// may override the first three.
 #[derive(clap::Args)]
@@ -289,13 +305,8 @@ pub struct NodeArgs {
     /// tables (a query past it is 422 `query_too_large`).
     #[arg(long, default_value_t = DEFAULT_QUERY_MEMORY_MIB)]
     pub query_memory_mib: u64,
-    /// Writes are refused (503 `disk_full`, reads go on) while the data directory's filesystem
-    /// is more than this percent used, or has less than --disk-min-free-mib available.
-    #[arg(long, default_value_t = 90, value_parser = clap::value_parser!(u8).range(1..=100))]
-    pub disk_high_water: u8,
-    /// MiB that must stay available on the data directory's filesystem for writes to be taken.
-    #[arg(long, default_value_t = 1024)]
-    pub disk_min_free_mib: u64,
+    #[command(flatten)]
+    pub disk: DiskArgs,
     /// Join the running cluster reached through --peers (which must list this node too): start
     /// without replicas and get them once the admin API's placement includes this node.
     #[arg(long)]
@@ -455,10 +466,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         metrics,
     )
     .await?;
-    node.host.disk.set_high_water(sextant_node::disk::HighWater {
-        max_used_percent: args.disk_high_water,
-        min_free_bytes: args.disk_min_free_mib.saturating_mul(1 << 20),
-    });
+    node.host.disk.set_high_water(args.disk.high_water());
     let router = sextant_router::start(
         RouterConfig {
             listen: args.listen,
@@ -599,10 +607,7 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
         metrics,
     )
     .await?;
-    node.host.disk.set_high_water(sextant_node::disk::HighWater {
-        max_used_percent: args.disk_high_water,
-        min_free_bytes: args.disk_min_free_mib.saturating_mul(1 << 20),
-    });
+    node.host.disk.set_high_water(args.disk.high_water());
     if let Some(http) = args.http_listen {
         let state = Arc::new(sextant_node::http::NodeHttp { host: node.host.clone(), registry: Arc::new(registry) });
         let listener = tokio::net::TcpListener::bind(http).await?;
