@@ -186,6 +186,37 @@ fn funnel_sql(steps: &[&str], window: i64, from: i64, to: i64, cohort: Option<&s
     )
 }
 
+/// Each user's (time, event) pairs.
+fn events_by_user(events: &[Event]) -> HashMap<&str, Vec<(i64, &'static str)>> {
+    let mut by_user: HashMap<&str, Vec<(i64, &'static str)>> = HashMap::new();
+    for (u, e, t) in events {
+        by_user.entry(u.as_str()).or_default().push((*t, *e));
+    }
+    by_user
+}
+
+/// Users reaching each step of a strict funnel, by the brute force.
+fn strict_levels(
+    by_user: &HashMap<&str, Vec<(i64, &'static str)>>,
+    steps: &[&str],
+    window: i64,
+    from: i64,
+    to: i64,
+) -> Vec<u64> {
+    let mut levels = vec![0u64; steps.len()];
+    for evs in by_user.values() {
+        for level in levels.iter_mut().take(strict_reference(evs, steps, window, from, to)) {
+            *level += 1;
+        }
+    }
+    levels
+}
+
+/// Each step's count from our `/api/funnel` answer.
+fn steps_of(body: &Value) -> Vec<u64> {
+    body["steps"].as_array().unwrap().iter().map(|s| s["count"].as_u64().unwrap()).collect()
+}
+
 /// Users reaching each step, from ClickHouse's (level, users) rows.
 fn funnel_counts(rows: &Value, steps: usize) -> Vec<u64> {
     let mut at_level = vec![0u64; steps + 1];
@@ -404,25 +435,14 @@ async fn check_dataset(api: &Api, token: &str, work: &Path, events: Vec<Event>) 
     let ch = clickhouse(work, &events, &sql);
 
     // Funnels: ordered = windowFunnel, strict = the brute force.
-    let mut by_user: HashMap<&str, Vec<(i64, &str)>> = HashMap::new();
-    for (u, e, t) in &events {
-        by_user.entry(u.as_str()).or_default().push((*t, e));
-    }
-    let steps_of = |body: &Value| -> Vec<u64> {
-        body["steps"].as_array().unwrap().iter().map(|s| s["count"].as_u64().unwrap()).collect()
-    };
+    let by_user = events_by_user(&events);
     for (i, (steps, window, params)) in funnels.iter().enumerate() {
         let q = format!("/api/funnel?steps={}&{params}&range=14d&to={f_to}", steps.join(","));
         let ours = steps_of(&api.get(&q).await);
         let oracle = funnel_counts(&ch[&format!("funnel{i}")], steps.len());
         assert_eq!(ours, oracle, "ordered funnel {steps:?} vs windowFunnel");
         assert!(oracle[1] > 0, "the data reaches step 2 of {steps:?}");
-        let mut levels = vec![0u64; steps.len()];
-        for evs in by_user.values() {
-            for level in levels.iter_mut().take(strict_reference(evs, steps, *window, f_from, f_to)) {
-                *level += 1;
-            }
-        }
+        let levels = strict_levels(&by_user, steps, *window, f_from, f_to);
         let strict = steps_of(&api.get(&format!("{q}&order=strict")).await);
         assert_eq!(strict, levels, "strict funnel {steps:?} vs brute force");
         assert_ne!(strict, ours, "the data tells strict from ordered for {steps:?}");
@@ -733,24 +753,13 @@ async fn a_year_of_analytics_equals_clickhouse_over_weeks_months_and_quarters() 
     assert!(oracle.iter().all(|d| d.2 > 0), "every day of the year has monthly active users");
 
     // 90-day funnels, ordered (= windowFunnel) and strict (= the brute force).
-    let mut by_user: HashMap<&str, Vec<(i64, &str)>> = HashMap::new();
-    for (u, e, t) in &events {
-        by_user.entry(u.as_str()).or_default().push((*t, e));
-    }
-    let steps_of = |body: &Value| -> Vec<u64> {
-        body["steps"].as_array().unwrap().iter().map(|s| s["count"].as_u64().unwrap()).collect()
-    };
+    let by_user = events_by_user(&events);
     for (i, (steps, window, params)) in funnels.iter().enumerate() {
         let q = format!("/api/funnel?steps={}&{params}&range=90d&to={f_to}", steps.join(","));
         let oracle = funnel_counts(&ch[&format!("funnel{i}")], steps.len());
         assert_eq!(steps_of(&api.get(&q).await), oracle, "90-day funnel {steps:?} vs windowFunnel");
         assert!(oracle[2] > 0, "the data reaches step 3 of {steps:?}");
-        let mut levels = vec![0u64; steps.len()];
-        for evs in by_user.values() {
-            for level in levels.iter_mut().take(strict_reference(evs, steps, *window, f_from, f_to)) {
-                *level += 1;
-            }
-        }
+        let levels = strict_levels(&by_user, steps, *window, f_from, f_to);
         assert_eq!(steps_of(&api.get(&format!("{q}&order=strict")).await), levels, "strict 90-day funnel {steps:?}");
     }
 }
