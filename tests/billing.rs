@@ -99,7 +99,9 @@ mod stack {
     use sextant_router::billing::{BillingConfig, ProviderConfig};
     use sextant_router::{RouterConfig, RunningRouter};
 
-    use super::common::{http, manual_clock_at_now, start_in_process_node, wait_for};
+    use super::common::{
+        http, in_process_router_config, manual_clock_at_now, start_in_process_node, start_in_process_router, wait_for,
+    };
 
     pub struct Stack {
         pub router: RunningRouter,
@@ -113,36 +115,12 @@ mod stack {
     const SECRET: &str = "billing-test-cluster-secret-0123456789";
 
     async fn start_router(node: String, clock: &ManualClock, provider: ProviderConfig) -> RunningRouter {
-        let router = sextant_router::start(
-            RouterConfig {
-                listen: "127.0.0.1:0".parse().unwrap(),
-                internal_listen: "127.0.0.1:0".parse().unwrap(),
-                otlp_grpc_listen: None,
-                nodes: vec![node],
-                cluster_secret: SECRET.into(),
-                jwt_secret: b"billing-test-jwt-secret-0123456789abcdef".to_vec(),
-                dashboard_origins: vec![],
-                secure_cookies: false,
-                rate_limits: Default::default(),
-                trusted_proxy_hops: 0,
-                admin_token: None,
-                server: Default::default(),
-                clock: clock.clock(),
-                billing: BillingConfig {
-                    provider,
-                    public_url: None,
-                    lifecycle_period: Some(Duration::from_millis(50)),
-                },
-                alert_interval: Duration::from_secs(30),
-                tls: None,
-                webhook_targets: sextant_router::webhooks::guard::TargetPolicy::dev(),
-            },
-            Default::default(),
-        )
+        let jwt = b"billing-test-jwt-secret-0123456789abcdef";
+        start_in_process_router(RouterConfig {
+            billing: BillingConfig { provider, public_url: None, lifecycle_period: Some(Duration::from_millis(50)) },
+            ..in_process_router_config(node, SECRET, jwt, clock.clock())
+        })
         .await
-        .unwrap();
-        assert!(router.wait_ready(Duration::from_secs(60)).await, "the router did not become ready");
-        router
     }
 
     impl Stack {

@@ -125,37 +125,19 @@ impl Stack {
         let clock = manual_clock_at_now();
         let secret = "webhook-test-cluster-secret-0123456789".to_owned();
         let node = start_in_process_node(dir.path(), &secret, 1000).await;
-        let router = sextant_router::start(
-            RouterConfig {
-                listen: "127.0.0.1:0".parse().unwrap(),
-                internal_listen: "127.0.0.1:0".parse().unwrap(),
-                otlp_grpc_listen: None,
-                nodes: vec![node.addr.to_string()],
-                cluster_secret: secret,
-                jwt_secret: b"webhook-test-jwt-secret-0123456789abcdef".to_vec(),
-                dashboard_origins: vec![],
-                secure_cookies: false,
-                // The tests poll the API; the limits are tested elsewhere.
-                rate_limits: sextant_router::identity::rate_limit::RateLimitConfig {
-                    ingest_rps: 100_000,
-                    analytics_rps: 100_000,
-                    api_rps: 100_000,
-                    auth_rps: 1_000,
-                },
-                trusted_proxy_hops: 0,
-                admin_token: None,
-                server: Default::default(),
-                clock: clock.clock(),
-                billing: Default::default(),
-                alert_interval: Duration::from_secs(30),
-                tls: None,
-                webhook_targets,
+        let jwt = b"webhook-test-jwt-secret-0123456789abcdef";
+        let router = start_in_process_router(RouterConfig {
+            // The tests poll the API; the limits are tested elsewhere.
+            rate_limits: sextant_router::identity::rate_limit::RateLimitConfig {
+                ingest_rps: 100_000,
+                analytics_rps: 100_000,
+                api_rps: 100_000,
+                auth_rps: 1_000,
             },
-            Default::default(),
-        )
-        .await
-        .unwrap();
-        assert!(router.wait_ready(Duration::from_secs(60)).await, "the router did not become ready");
+            webhook_targets,
+            ..in_process_router_config(node.addr.to_string(), &secret, jwt, clock.clock())
+        })
+        .await;
         let url = format!("http://{}", router.addr);
         let creds = sextant_router::identity::bootstrap::bootstrap(
             &router.state.cluster,

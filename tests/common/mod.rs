@@ -226,6 +226,42 @@ pub async fn start_in_process_node(
     .unwrap()
 }
 
+/// The configuration of a router in this process in front of `node`: ephemeral ports, no TLS,
+/// default limits and billing, webhooks to any target; a test overrides what it needs.
+pub fn in_process_router_config(
+    node: String,
+    cluster_secret: &str,
+    jwt_secret: &[u8],
+    clock: sextant_model::Clock,
+) -> sextant_router::RouterConfig {
+    sextant_router::RouterConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        internal_listen: "127.0.0.1:0".parse().unwrap(),
+        otlp_grpc_listen: None,
+        nodes: vec![node],
+        cluster_secret: cluster_secret.to_owned(),
+        jwt_secret: jwt_secret.to_vec(),
+        dashboard_origins: vec![],
+        secure_cookies: false,
+        rate_limits: Default::default(),
+        trusted_proxy_hops: 0,
+        admin_token: None,
+        server: Default::default(),
+        clock,
+        billing: Default::default(),
+        alert_interval: Duration::from_secs(30),
+        tls: None,
+        webhook_targets: sextant_router::webhooks::guard::TargetPolicy::dev(),
+    }
+}
+
+/// Starts a router in this process and waits until it is ready.
+pub async fn start_in_process_router(config: sextant_router::RouterConfig) -> sextant_router::RunningRouter {
+    let router = sextant_router::start(config, Default::default()).await.unwrap();
+    assert!(router.wait_ready(Duration::from_secs(60)).await, "the router did not become ready");
+    router
+}
+
 /// Held by a test's cluster: when the test panics, prints what its processes logged as
 /// warnings and errors, then the panic message again, last, where the end of a CI log shows it.
 pub struct LogsOnPanic(PathBuf);
