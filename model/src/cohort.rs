@@ -17,8 +17,9 @@ use crate::ProjectId;
 pub const MAX_CONDITIONS: usize = 20;
 pub const MAX_NAME_CHARS: usize = 200;
 pub const MAX_EVENT_CHARS: usize = 200;
-/// Longest condition range: a year and a day, like the active-users period.
-pub const MAX_RANGE_NS: i64 = 366 * 86_400 * 1_000_000_000;
+/// Longest condition range: ten years, like the active-users period; the query cost budget
+/// is what bounds the work (docs/API.md, "Limits").
+pub const MAX_RANGE_NS: i64 = 3660 * 86_400 * 1_000_000_000;
 pub const MAX_COUNT: u64 = 1_000_000_000;
 pub const MAX_COHORTS_PER_PROJECT: usize = 100;
 const DEFAULT_RANGE: &str = "30d";
@@ -153,7 +154,7 @@ impl Definition {
             return Err(format!("a cohort has 1 to {MAX_CONDITIONS} conditions"));
         }
         if self.conditions.iter().any(|c| c.event.is_empty() || c.range_ns <= 0 || c.range_ns > MAX_RANGE_NS) {
-            return Err("a condition needs an event and a range of at most 366 days".into());
+            return Err("a condition needs an event and a range of at most 3660 days".into());
         }
         Ok(self)
     }
@@ -250,7 +251,7 @@ pub fn validate(input: &CohortInput) -> Result<(String, Definition), Vec<FieldEr
         }
         let range = c.range.clone().unwrap_or_else(|| DEFAULT_RANGE.to_owned());
         let range_ns = parse_range(&range).filter(|r| *r <= MAX_RANGE_NS).unwrap_or_else(|| {
-            problems.push(problem(field("range"), "must be an integer and a unit m, h, d or w, at most 366 days"));
+            problems.push(problem(field("range"), "must be an integer and a unit m, h, d or w, at most 3660 days"));
             0
         });
         conditions.push(Condition { kind, event: c.event.clone(), op, count, range, range_ns });
@@ -334,6 +335,14 @@ mod tests {
                 "conditions.conditions[0].range",
             ]
         );
+        let range = |r: &str| {
+            validate(&input(json!({"name": "n", "conditions": {"conditions": [
+                {"type": "did", "event": "e", "range": r},
+            ]}})))
+        };
+        assert_eq!(range("400d").unwrap().1.longest_range_ns(), 400 * 86_400 * 1_000_000_000, "a year is not a cap");
+        assert_eq!(range("522w").unwrap().1.longest_range_ns(), 522 * 7 * 86_400 * 1_000_000_000);
+        assert_eq!(range("3661d").unwrap_err()[0].field, "conditions.conditions[0].range");
         let none = validate(&input(json!({"name": "n", "conditions": {"conditions": []}}))).unwrap_err();
         assert_eq!(none[0].field, "conditions.conditions");
         assert!(Definition { logic: Logic::And, conditions: vec![] }.check().is_err());
