@@ -247,13 +247,18 @@ impl NodeHost {
                 host.identity.set(Standing::Unverified);
                 deferred = !config.join;
                 *host.deferred.lock().unwrap() = if deferred { Deferred::StaticPlacement } else { Deferred::Nothing };
+                if deferred {
+                    // Groups no peer runs yet are forming with this start: this directory cannot
+                    // have voted in them, and they may need it (meta among them) to form at all.
+                    to_initialize = host.static_replicas(&running, &node_ids, true).await?;
+                }
                 tracing::info!(
                     node = config.id,
                     incarnation = %crate::identity::hex(host.identity.incarnation),
                     "empty data directory in a running cluster: waiting for meta to confirm this node id"
                 );
             } else if !config.join {
-                to_initialize = host.static_replicas(&running, &node_ids).await?;
+                to_initialize = host.static_replicas(&running, &node_ids, false).await?;
             }
         }
 
@@ -312,6 +317,7 @@ impl NodeHost {
         &self,
         running: &BTreeMap<GroupId, Vec<NodeId>>,
         node_ids: &[NodeId],
+        only_forming: bool,
     ) -> anyhow::Result<Vec<(Raft, BTreeMap<NodeId, BasicNode>)>> {
         let config = &self.config;
         let mut to_initialize = Vec::new();
@@ -324,8 +330,11 @@ impl NodeHost {
                 Some(members) => members.contains(&config.id),
                 None => replicas.contains(&config.id),
             };
-            if !host_it {
+            if !host_it || (only_forming && running.contains_key(&group)) {
                 continue;
+            }
+            if only_forming {
+                self.identity.admit_forming(group);
             }
             let raft = self.host_group(group).await?;
             if !running.contains_key(&group) && replicas[0] == config.id {
@@ -355,7 +364,7 @@ impl NodeHost {
                 if pending == Deferred::StaticPlacement {
                     let node_ids: Vec<NodeId> = self.config.peers.keys().copied().collect();
                     let (running, _) = running_groups(self).await;
-                    initialize(self.static_replicas(&running, &node_ids).await?).await?;
+                    initialize(self.static_replicas(&running, &node_ids, false).await?).await?;
                 }
                 crate::durable::write_file_atomic(&self.config.data_dir, BOOTSTRAPPED, b"part of a cluster\n")?;
                 *self.deferred.lock().unwrap() = Deferred::Nothing;

@@ -71,6 +71,9 @@ pub struct Identity {
     /// The data directory was empty at this start.
     pub fresh: bool,
     standing: RwLock<Standing>,
+    /// Groups no peer ran when this fresh directory started unverified: a cluster forming, whose
+    /// votes this directory cannot have given. They are served while the id waits for meta.
+    forming: RwLock<BTreeSet<GroupId>>,
 }
 
 impl Identity {
@@ -94,7 +97,12 @@ impl Identity {
             }
             Err(e) => return Err(anyhow::anyhow!("reading {}: {e}", path.display())),
         };
-        Ok(Identity { incarnation, fresh: !had_data, standing: RwLock::new(Standing::Verified) })
+        Ok(Identity {
+            incarnation,
+            fresh: !had_data,
+            standing: RwLock::new(Standing::Verified),
+            forming: RwLock::new(BTreeSet::new()),
+        })
     }
 
     pub fn standing(&self) -> Standing {
@@ -110,7 +118,14 @@ impl Identity {
     }
 
     pub fn admits(&self, call: RaftCall, group: GroupId) -> bool {
-        self.standing.read().unwrap().admits(call, group)
+        let standing = self.standing.read().unwrap();
+        standing.admits(call, group)
+            || (*standing == Standing::Unverified && self.forming.read().unwrap().contains(&group))
+    }
+
+    /// Serves `group` while unverified: no peer ran it when this directory started.
+    pub fn admit_forming(&self, group: GroupId) {
+        self.forming.write().unwrap().insert(group);
     }
 }
 
@@ -196,6 +211,18 @@ mod tests {
         }
         assert_eq!(Standing::from_view(&view(7, None), 4, 9), Standing::Unverified, "not registered yet");
         assert!(!Standing::Unverified.admits(RaftCall::Append, 0));
+    }
+
+    #[test]
+    fn an_unverified_directory_serves_only_the_groups_forming_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = Identity::open(dir.path(), false).unwrap();
+        id.set(Standing::Unverified);
+        id.admit_forming(0);
+        assert!(id.admits(RaftCall::Vote, 0) && id.admits(RaftCall::Append, 0), "meta forms with it");
+        assert!(!id.admits(RaftCall::Vote, 1), "a group peers already ran");
+        id.set(Standing::NeedsReplacement { known: 7 });
+        assert!(!id.admits(RaftCall::Append, 0), "a replaced id serves nothing");
     }
 
     #[test]
