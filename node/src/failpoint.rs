@@ -5,6 +5,7 @@
 use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
+use std::time::Duration;
 
 /// After a flush wrote and fsynced its segments, before the manifest names them.
 pub const FLUSH_BEFORE_MANIFEST: &str = "flush-before-manifest";
@@ -46,4 +47,43 @@ pub fn fail(name: &str) -> io::Result<()> {
         return Err(io::Error::from_raw_os_error(libc::ENOSPC));
     }
     Ok(())
+}
+
+/// A slow disk under the Raft log, for failover and nemesis tests: with
+/// `SEXTANT_FAILPOINT_FSYNC_DELAY_MS=<n>` in a node's (or `sextant dev`'s) environment, the
+/// `log-sync` thread sleeps n milliseconds before each fsync of the shared Raft log (one per
+/// group-commit batch, votes and truncations included), so every group on that node sees its
+/// log writes take n ms longer. Set it on one process to make that node the slow replica, e.g.
+/// `SEXTANT_FAILPOINT_FSYNC_DELAY_MS=200 sextant node ...`. Unset or 0: no delay. Read once,
+/// when the log opens; a value that is not a whole number of milliseconds stops the node.
+pub const FSYNC_DELAY_ENV: &str = "SEXTANT_FAILPOINT_FSYNC_DELAY_MS";
+
+/// The delay [`FSYNC_DELAY_ENV`] asks for, if any.
+pub fn fsync_delay() -> io::Result<Option<Duration>> {
+    parse_fsync_delay(std::env::var_os(FSYNC_DELAY_ENV).as_deref())
+}
+
+fn parse_fsync_delay(value: Option<&std::ffi::OsStr>) -> io::Result<Option<Duration>> {
+    let Some(value) = value else { return Ok(None) };
+    match value.to_str().and_then(|v| v.trim().parse::<u64>().ok()) {
+        Some(0) => Ok(None),
+        Some(ms) => Ok(Some(Duration::from_millis(ms))),
+        None => Err(io::Error::other(format!("{FSYNC_DELAY_ENV}={value:?}: expected milliseconds"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fsync_delay_is_whole_milliseconds_or_nothing() {
+        let parse = |v: &str| parse_fsync_delay(Some(std::ffi::OsStr::new(v)));
+        assert_eq!(parse_fsync_delay(None).unwrap(), None);
+        assert_eq!(parse("0").unwrap(), None);
+        assert_eq!(parse(" 200 ").unwrap(), Some(Duration::from_millis(200)));
+        for bad in ["", "200ms", "-5", "1.5"] {
+            assert!(parse(bad).is_err(), "{bad:?}");
+        }
+    }
 }

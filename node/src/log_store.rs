@@ -117,9 +117,16 @@ impl LogDb {
         })?;
         let (sync, jobs) = mpsc::channel::<SyncJob>();
         let syncer = db.clone();
+        let slow_disk = crate::failpoint::fsync_delay()?;
+        if let Some(delay) = slow_disk {
+            tracing::warn!(?delay, "failpoint: every Raft log fsync is delayed");
+        }
         std::thread::Builder::new().name("log-sync".into()).spawn(move || {
             while let Ok(first) = jobs.recv() {
                 let mut batch = vec![first];
+                if let Some(delay) = slow_disk {
+                    std::thread::sleep(delay);
+                }
                 batch.extend(jobs.try_iter());
                 let result = syncer.persist(PersistMode::SyncData);
                 metrics.log_fsyncs.inc();
