@@ -121,6 +121,8 @@ pub struct NodeHost {
     pub query_memory: Arc<crate::query::MemoryPool>,
     /// Refuses new writes while the data directory's disk is above its high-water mark.
     pub disk: Arc<crate::disk::DiskGuard>,
+    /// Bounds the writes each shard has in flight and unflushed (`crate::admission`).
+    pub writes: crate::admission::WriteAdmission,
     /// This data directory's incarnation and whether it may serve Raft under `config.id`.
     pub identity: Identity,
     /// Other nodes' incarnations as meta records them, refreshed by `crate::placement`.
@@ -202,6 +204,7 @@ impl NodeHost {
             crate::disk::DiskGuard::new(Box::new(crate::disk::Statvfs(config.data_dir.clone())), Default::default());
         let host = Arc::new(NodeHost {
             disk,
+            writes: Default::default(),
             identity,
             peer_incarnations: Default::default(),
             deferred: std::sync::Mutex::new(Deferred::Nothing),

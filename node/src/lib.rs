@@ -1,6 +1,7 @@
 //! A Sextant storage node: replicas of the meta group and of data shards, each an openraft
 //! group, sharing one durable log (with group commit) and one gRPC server.
 
+pub mod admission;
 pub mod archive;
 pub mod disk;
 pub mod durable;

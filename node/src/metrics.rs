@@ -17,6 +17,11 @@ pub struct TableLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
+pub struct ShedLabel {
+    pub reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
 pub struct DiskLabel {
     pub component: &'static str,
 }
@@ -44,6 +49,8 @@ pub struct NodeMetrics {
     pub disk_available_bytes: Gauge,
     /// 1 while the disk is above its high-water mark and writes are refused.
     pub disk_writes_refused: Gauge,
+    /// Batches refused because a shard's write queue was full (`crate::admission`), by reason.
+    pub writes_shed: Family<ShedLabel, Counter>,
 }
 
 impl Default for NodeMetrics {
@@ -65,6 +72,7 @@ impl Default for NodeMetrics {
             disk_bytes: Family::default(),
             disk_available_bytes: Gauge::default(),
             disk_writes_refused: Gauge::default(),
+            writes_shed: Family::default(),
         }
     }
 }
@@ -103,6 +111,11 @@ impl NodeMetrics {
             "disk_writes_refused",
             "1 while the disk is above its high-water mark and new writes are refused",
             self.disk_writes_refused.clone(),
+        );
+        r.register(
+            "writes_shed",
+            "batches refused because a shard had too many writes in flight or unflushed, by reason",
+            self.writes_shed.clone(),
         );
     }
 }

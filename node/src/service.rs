@@ -11,7 +11,7 @@ use sextant_proto::raft_server::Raft as RaftRpc;
 use sextant_proto::storage_server::Storage;
 use sextant_proto::{
     write_request, ClusterInfoReply, ClusterInfoRequest, GetTraceReply, GetTraceRequest, GroupInfo, MetaReply,
-    MetaRequest, NodeAddr, RaftReply, RaftRequest, WriteReply, WriteRequest, CLUSTER_SECRET_HEADER, LEADER_HEADER,
+    MetaRequest, NodeAddr, RaftReply, RaftRequest, WriteReply, WriteRequest, CLUSTER_SECRET_HEADER, LEADER_HEADER, OVERLOADED_HEADER,
 };
 use subtle::ConstantTimeEq;
 use tonic::{Request, Response, Status};
@@ -159,6 +159,23 @@ impl StorageService {
         }
     }
 
+    /// Holds a place in `group`'s bounded write queue, or refuses with `RESOURCE_EXHAUSTED`
+    /// marked as overload (the router answers 503 `overloaded`, not `disk_full`).
+    fn admit(
+        &self,
+        group: GroupId,
+        shard: &Group<crate::shard::SegmentShard>,
+        bytes: usize,
+    ) -> Result<crate::admission::Admitted, Status> {
+        let unflushed = shard.state.read().unwrap().state.unflushed_bytes();
+        self.host.writes.admit(group, bytes as u64, unflushed).map_err(|e| {
+            self.host.metrics.writes_shed.get_or_create(&crate::metrics::ShedLabel { reason: e.reason() }).inc();
+            let mut status = Status::resource_exhausted(e.to_string());
+            status.metadata_mut().insert(OVERLOADED_HEADER, tonic::metadata::MetadataValue::from_static("1"));
+            status
+        })
+    }
+
     /// Linearizable read barrier: fails over to the leader like a write does.
     async fn read_barrier(&self, raft: &Raft) -> Result<(), Status> {
         match raft.ensure_linearizable().await {
@@ -186,6 +203,10 @@ impl Storage for StorageService {
             }
             Some(write_request::Op::Abort(_)) => Command::Abort { batch_id },
             None => return Err(bad("write without an operation")),
+        };
+        let _admitted = match &command {
+            Command::Ingest { payload, .. } => Some(self.admit(req.group, &shard, payload.len())?),
+            _ => None,
         };
         let (log_index, response) = self.propose(&shard.raft, command).await?;
         match response {

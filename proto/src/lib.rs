@@ -16,6 +16,9 @@ pub mod persist {
 pub const CLUSTER_SECRET_HEADER: &str = "x-sextant-cluster-secret";
 /// Metadata key on a `FailedPrecondition` status naming the current leader as `id@addr`.
 pub const LEADER_HEADER: &str = "x-sextant-leader";
+/// Metadata key on a `ResourceExhausted` status saying the shard's write queue is full (retry
+/// shortly), not its disk.
+pub const OVERLOADED_HEADER: &str = "x-sextant-overloaded";
 
 pub mod client;
 pub mod convert;

@@ -159,6 +159,13 @@ impl SegmentShard {
         (self.applied_index, self.usage.records())
     }
 
+    /// Bytes of rows applied and not yet in segments: the active buffer and the frozen ones
+    /// being flushed, as estimated for flush-by-size.
+    pub fn unflushed_bytes(&self) -> u64 {
+        let frozen: usize = self.published.read().unwrap().frozen.iter().map(|b| b.bytes).sum();
+        (self.active.bytes + frozen) as u64
+    }
+
     pub fn segment_count(&self) -> usize {
         self.published.read().unwrap().segments.len()
     }
