@@ -311,6 +311,28 @@ pub struct NodeArgs {
     /// without replicas and get them once the admin API's placement includes this node.
     #[arg(long)]
     pub join: bool,
+    /// This node's failure zone (e.g. `eu-west-1a`); replicas of a group go to distinct zones
+    /// while there are enough of them.
+    #[arg(long, env = "SEXTANT_ZONE", conflicts_with = "zone_file")]
+    pub zone: Option<String>,
+    /// A file holding this node's zone, read again every half second (on Kubernetes the
+    /// operator's downward-API file); missing or empty: no zone yet.
+    #[arg(long, env = "SEXTANT_ZONE_FILE")]
+    pub zone_file: Option<PathBuf>,
+}
+
+impl NodeArgs {
+    fn zone_source(&self) -> anyhow::Result<sextant_node::zone::ZoneSource> {
+        use sextant_node::zone::ZoneSource;
+        Ok(match (&self.zone, &self.zone_file) {
+            (Some(zone), _) => match sextant_model::zone::parse_zone(zone).context("--zone")? {
+                Some(zone) => ZoneSource::Fixed(zone),
+                None => ZoneSource::None,
+            },
+            (None, Some(path)) => ZoneSource::File(path.clone()),
+            (None, None) => ZoneSource::None,
+        })
+    }
 }
 
 #[derive(clap::Args)]
@@ -462,6 +484,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             join: false,
             clock: clock.clone(),
             query_memory_bytes: args.query_memory_mib.saturating_mul(1 << 20),
+            zone: Default::default(),
         },
         metrics,
     )
@@ -587,6 +610,7 @@ fn parse_peers(peers: &[String]) -> anyhow::Result<BTreeMap<u64, String>> {
 }
 
 async fn node(args: NodeArgs) -> anyhow::Result<()> {
+    let zone = args.zone_source()?;
     let mut registry = Registry::default();
     let metrics = Arc::new(NodeMetrics::default());
     metrics.register(&mut registry);
@@ -603,6 +627,7 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
             join: args.join,
             clock: Clock::system(),
             query_memory_bytes: args.query_memory_mib.saturating_mul(1 << 20),
+            zone,
         },
         metrics,
     )

@@ -179,6 +179,31 @@ pub struct ClusterNode {
     /// `NAME-node-N.NAME-node.NAMESPACE.svc:7000`.
     pub address: String,
     pub state: MembershipState,
+    /// The node's failure zone, absent when it reported none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
+}
+
+/// `GET /admin/v1/cluster/groups`: where each Raft group's replicas are, and in which zones.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterGroups {
+    /// Distinct zones among the member nodes; nodes without a zone count as one.
+    pub zones: u32,
+    pub groups: Vec<ClusterGroup>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterGroup {
+    pub group: u64,
+    /// The voters of the group's last committed membership, as its leader reported them.
+    pub replicas: Vec<u64>,
+    /// Where placement wants them.
+    pub desired: Vec<u64>,
+    /// The zone of each of `replicas`, in the same order (`null`: the node has none).
+    pub zones: Vec<Option<String>>,
+    /// False while the replicas break the zone rule: two in one zone although there are
+    /// enough zones for one each (or, with fewer zones, a zone with more than its share).
+    pub zone_spread: bool,
 }
 
 /// `POST /admin/v1/cluster/placement`: the complete member set, by node address; meta places

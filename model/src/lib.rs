@@ -30,6 +30,7 @@ pub mod text;
 pub mod time;
 pub mod usage;
 pub mod webhook;
+pub mod zone;
 
 pub use clock::{Clock, ManualClock};
 pub use ids::{OrgId, ProjectId, TraceId, UserId};

@@ -572,6 +572,10 @@ pub enum MetaCommand {
         /// data directory that waits to be replaced. 0: a node of a release before incarnations.
         #[serde(default)]
         incarnation: u64,
+        /// The node's failure zone (`crate::zone`), `None` when it has none. A node registers
+        /// again when its zone changes; replicas are then spread over zones.
+        #[serde(default)]
+        zone: Option<String>,
     },
     /// The complete member set, by address (the operator's placement request): listed nodes
     /// become members, the others are drained; replicas are placed and rebalanced.
@@ -966,6 +970,9 @@ pub struct ClusterNodeView {
     /// A replacement in progress.
     #[serde(default)]
     pub replacing: Option<NodeReplacement>,
+    /// The zone the node registered with (`None`: none, counted as one "unknown" zone).
+    #[serde(default)]
+    pub zone: Option<String>,
 }
 
 /// A node id being handed to a new incarnation.
@@ -985,6 +992,12 @@ pub struct ClusterView {
     pub desired: std::collections::BTreeMap<u64, Vec<u64>>,
     /// Group -> the voters of its last committed membership, as its leader reported them.
     pub replicas: std::collections::BTreeMap<u64, Vec<u64>>,
+    /// Distinct zones among the members (nodes without a zone count as one).
+    #[serde(default)]
+    pub zones: u32,
+    /// Groups whose reported replicas break the zone rule (docs/ARCHITECTURE.md, "Zones").
+    #[serde(default)]
+    pub misplaced: Vec<u64>,
 }
 
 impl ClusterView {

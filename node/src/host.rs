@@ -47,6 +47,9 @@ pub struct NodeConfig {
     /// Bytes the queries running on this node may hold at once in their per-user and
     /// per-group tables ([`crate::query::MemoryPool`]).
     pub query_memory_bytes: u64,
+    /// Where this node's failure zone comes from; registered with meta, which spreads each
+    /// group's replicas over zones.
+    pub zone: crate::zone::ZoneSource,
 }
 
 /// The default of [`NodeConfig::query_memory_bytes`]: 4 GiB.

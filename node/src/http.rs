@@ -59,7 +59,10 @@ async fn status(State(s): State<Arc<NodeHttp>>) -> impl IntoResponse {
         .collect();
     let incarnation = crate::identity::hex(s.host.identity.incarnation);
     let identity = identity(&s.host).unwrap_or_else(|| json!({"status": "confirmed"}));
-    Json(json!({"node_id": s.host.config.id, "incarnation": incarnation, "identity": identity, "groups": groups}))
+    let zone = s.host.config.zone.read().ok().flatten();
+    Json(
+        json!({"node_id": s.host.config.id, "incarnation": incarnation, "identity": identity, "zone": zone, "groups": groups}),
+    )
 }
 
 /// Why this incarnation does not take part in Raft under its id, if it does not.

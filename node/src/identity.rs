@@ -198,6 +198,7 @@ mod tests {
             incarnation,
             needs_replacement: None,
             replacing,
+            zone: None,
         };
         ClusterView { nodes: vec![node], ..Default::default() }
     }

@@ -22,6 +22,7 @@ pub mod service;
 pub mod shard;
 pub mod state_machine;
 pub mod types;
+pub mod zone;
 
 pub use host::{NodeConfig, NodeHost, RunningNode};
 pub use metrics::NodeMetrics;

@@ -55,11 +55,28 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
         // rounds agree, so a view read just before a placement change cannot remove a replica
         // that is being added back.
         let mut leaving: HashSet<GroupId> = HashSet::new();
+        // The zone meta has for this node; a new one (a zone file that changed) registers again.
+        let mut registered_zone: Option<Option<String>> = None;
+        let mut zone = None;
+        let mut zone_error = None;
         loop {
             tick.tick().await;
-            if !host.registered.load(Ordering::Relaxed) {
-                match register(&host).await {
-                    Ok(()) => host.registered.store(true, Ordering::Relaxed),
+            // A bad zone file keeps the last good zone, and is logged once per new problem.
+            match host.config.zone.read() {
+                Ok(z) => (zone, zone_error) = (z, None),
+                Err(e) => {
+                    if zone_error.as_ref() != Some(&e.to_string()) {
+                        tracing::warn!(error = %e, "reading this node's zone");
+                    }
+                    zone_error = Some(e.to_string());
+                }
+            }
+            if !host.registered.load(Ordering::Relaxed) || registered_zone.as_ref() != Some(&zone) {
+                match register(&host, zone.clone()).await {
+                    Ok(()) => {
+                        host.registered.store(true, Ordering::Relaxed);
+                        registered_zone = Some(zone.clone());
+                    }
                     Err(e) => {
                         tracing::debug!(error = %e, "registering with meta");
                         continue;
@@ -93,7 +110,7 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
     })
 }
 
-async fn register(host: &NodeHost) -> Result<(), PlacementError> {
+async fn register(host: &NodeHost, zone: Option<String>) -> Result<(), PlacementError> {
     let c = &host.config;
     let command = MetaCommand::RegisterNode {
         id: c.id,
@@ -101,9 +118,10 @@ async fn register(host: &NodeHost) -> Result<(), PlacementError> {
         member: !c.join,
         replication_factor: c.replication_factor as u32,
         incarnation: host.identity.incarnation,
+        zone: zone.clone(),
     };
     meta_client::command(host, &command).await?;
-    tracing::info!(node = c.id, join = c.join, "registered with meta");
+    tracing::info!(node = c.id, join = c.join, zone = zone.as_deref().unwrap_or(""), "registered with meta");
     Ok(())
 }
 

@@ -30,6 +30,9 @@ pub struct NodeRecord {
     pub needs_replacement: Option<u64>,
     #[serde(default)]
     pub replacing: Option<Replacing>,
+    /// The zone the node last registered with; `None` counts as the one "unknown" zone.
+    #[serde(default)]
+    pub zone: Option<String>,
 }
 
 /// The replacement of an id by a new incarnation: groups whose leader has not yet reported a
@@ -63,7 +66,10 @@ impl ClusterState {
         member: bool,
         replication_factor: u32,
         incarnation: u64,
+        zone: Option<String>,
     ) -> MetaCommandResult {
+        // Nodes check their zone; meta bounds what it stores whatever the sender.
+        let zone = zone.filter(|z| sextant_model::zone::parse_zone(z).ok().flatten().as_deref() == Some(z.as_str()));
         if self.replication_factor == 0 {
             self.replication_factor = replication_factor.max(1);
         }
@@ -71,6 +77,7 @@ impl ClusterState {
         match self.nodes.get_mut(&id) {
             Some(n) => {
                 n.address = address;
+                n.zone = zone;
                 // An id that holds no replica has nothing to forget: a new incarnation takes it.
                 if n.incarnation == 0 || !holds {
                     n.incarnation = incarnation;
@@ -87,13 +94,15 @@ impl ClusterState {
             }
             None => {
                 let role = if member { NodeRole::Member } else { NodeRole::Joining };
-                let record = NodeRecord { address, role, incarnation, needs_replacement: None, replacing: None };
+                let record = NodeRecord { address, role, incarnation, needs_replacement: None, replacing: None, zone };
                 self.nodes.insert(id, record);
                 if member {
                     self.rebalance(false);
                 }
             }
         }
+        // A zone learned or changed may leave groups misplaced.
+        self.settle();
         Done
     }
 
@@ -202,7 +211,45 @@ impl ClusterState {
             e.insert(voters);
             self.rebalance(false);
         }
+        self.settle();
         Done
+    }
+
+    fn members(&self) -> Vec<NodeId> {
+        self.nodes.iter().filter(|(_, n)| n.role == NodeRole::Member).map(|(id, _)| *id).collect()
+    }
+
+    fn zones(&self) -> BTreeMap<NodeId, Option<String>> {
+        self.nodes.iter().map(|(id, n)| (*id, n.zone.clone())).collect()
+    }
+
+    /// Moves one misplaced group (two replicas in one zone while another zone has room) into
+    /// the zone rule, and only once every group holds exactly what is placed on it: zones
+    /// learned after the static initial placement, or changed, are repaired one group at a
+    /// time, like a drain, never by moving every group at once.
+    fn settle(&mut self) {
+        let members = self.members();
+        let rf = self.rf();
+        if members.len() < rf || self.desired.values().flatten().any(|n| !self.nodes.contains_key(n)) {
+            return;
+        }
+        let converged = self.desired.iter().all(|(g, want)| {
+            self.replicas
+                .get(g)
+                .is_some_and(|(have, _)| have.iter().collect::<BTreeSet<_>>() == want.iter().collect::<BTreeSet<_>>())
+        });
+        if !converged {
+            return;
+        }
+        let zones = self.zones();
+        let spread = super::spread::Spread::new(&members, &zones, rf);
+        let mut loads = spread.loads(&self.desired);
+        let misplaced = self.desired.iter().find(|(_, r)| !spread.fits(r)).map(|(g, r)| (*g, r.clone()));
+        if let Some((g, mut r)) = misplaced {
+            if spread.repair(&mut r, &mut loads) {
+                self.desired.insert(g, r);
+            }
+        }
     }
 
     /// Recomputes `desired` with as few moves as possible: replicas on nodes that are no longer
@@ -213,21 +260,16 @@ impl ClusterState {
     /// Loads are evened out only when the member set changes (`balance`): the static initial
     /// placement is left as it is.
     fn rebalance(&mut self, balance: bool) {
-        let members: Vec<NodeId> =
-            self.nodes.iter().filter(|(_, n)| n.role == NodeRole::Member).map(|(id, _)| *id).collect();
+        let members = self.members();
         let rf = self.rf();
         if members.len() < rf {
             return;
         }
-        let load = |desired: &BTreeMap<GroupId, Vec<NodeId>>| {
-            let mut load: BTreeMap<NodeId, usize> = members.iter().map(|m| (*m, 0)).collect();
-            for r in desired.values().flatten() {
-                if let Some(l) = load.get_mut(r) {
-                    *l += 1;
-                }
-            }
-            load
-        };
+        let zones = self.zones();
+        let spread = super::spread::Spread::new(&members, &zones, rf);
+        // Zones are repaired and loads evened out only once every node holding replicas has
+        // registered: without their zones and loads, replicas about to be moved anyway would move.
+        let all_known = self.desired.values().flatten().all(|n| self.nodes.contains_key(n));
         let groups: Vec<GroupId> = self.desired.keys().copied().collect();
         for g in &groups {
             // A node meta has not heard from yet (a static member still starting) keeps its
@@ -237,50 +279,21 @@ impl ClusterState {
                 .copied()
                 .filter(|n| members.contains(n) || !self.nodes.contains_key(n))
                 .collect();
-            while keep.len() < rf {
-                let loads = load(&self.desired);
-                let Some(next) = members.iter().filter(|m| !keep.contains(m)).min_by_key(|m| (loads[m], **m)).copied()
-                else {
-                    break;
-                };
-                keep.push(next);
-                // Count the new replica before choosing the next one.
-                self.desired.insert(*g, keep.clone());
+            let mut loads = spread.loads(&self.desired);
+            // This group's current replicas are counted as they will be.
+            for n in self.desired[g].iter().filter(|n| !keep.contains(n)) {
+                if let Some(l) = loads.get_mut(n) {
+                    *l = l.saturating_sub(1);
+                }
             }
-            while keep.len() > rf {
-                let loads = load(&self.desired);
-                let Some(most) = keep.iter().copied().max_by_key(|m| (loads[m], *m)) else { break };
-                keep.retain(|n| *n != most);
-                self.desired.insert(*g, keep.clone());
+            spread.resize(&mut keep, &mut loads);
+            if balance && all_known {
+                spread.repair(&mut keep, &mut loads);
             }
-            keep.sort_unstable();
             self.desired.insert(*g, keep);
         }
-        // Balancing waits until every node holding replicas has registered: loads counted
-        // without them would move replicas that are about to be balanced anyway.
-        if !balance || self.desired.values().flatten().any(|n| !self.nodes.contains_key(n)) {
-            return;
-        }
-        // Bounded: every move lowers the spread of loads.
-        for _ in 0..groups.len() * members.len() {
-            let loads = load(&self.desired);
-            let Some((&max_node, &max)) = loads.iter().max_by_key(|(id, l)| (**l, std::cmp::Reverse(**id))) else {
-                break;
-            };
-            let Some((&min_node, &min)) = loads.iter().min_by_key(|(id, l)| (**l, **id)) else { break };
-            if max <= min + 1 {
-                break;
-            }
-            let Some(g) = groups.iter().find(|g| {
-                let r = &self.desired[g];
-                r.contains(&max_node) && !r.contains(&min_node)
-            }) else {
-                break;
-            };
-            let r = self.desired.get_mut(g).unwrap();
-            r.retain(|n| *n != max_node);
-            r.push(min_node);
-            r.sort_unstable();
+        if balance && all_known {
+            spread.balance(&mut self.desired);
         }
     }
 
@@ -312,14 +325,20 @@ impl ClusterState {
                         incarnation: r.incarnation,
                         groups: r.groups.iter().copied().collect(),
                     }),
+                    zone: n.zone.clone(),
                 }
             })
             .collect();
+        let members = self.members();
+        let zones = self.zones();
+        let spread = super::spread::Spread::new(&members, &zones, self.rf());
         ClusterView {
             replication_factor: self.replication_factor,
             nodes,
             desired: self.desired.clone(),
             replicas: self.replicas.iter().map(|(g, (v, _))| (*g, v.clone())).collect(),
+            zones: spread.zone_count() as u32,
+            misplaced: self.replicas.iter().filter(|(_, (v, _))| !spread.fits(v)).map(|(g, _)| *g).collect(),
         }
     }
 }
@@ -331,7 +350,7 @@ mod tests {
     fn cluster(nodes: u64, groups: u64) -> ClusterState {
         let mut c = ClusterState::default();
         for id in 1..=nodes {
-            c.register(id, format!("n{id}"), true, 3, id);
+            c.register(id, format!("n{id}"), true, 3, id, None);
         }
         for g in 0..groups {
             c.report(g, vec![1, 2, 3], 1);
@@ -351,8 +370,8 @@ mod tests {
     fn initial_placement_is_adopted_and_new_members_get_a_fair_share() {
         let mut c = cluster(3, 5);
         assert!(c.desired.values().all(|r| r == &vec![1, 2, 3]));
-        c.register(4, "n4".into(), false, 3, 0);
-        c.register(5, "n5".into(), false, 3, 0);
+        c.register(4, "n4".into(), false, 3, 0, None);
+        c.register(5, "n5".into(), false, 3, 0, None);
         assert!(c.desired.values().all(|r| r == &vec![1, 2, 3]), "joining nodes hold nothing");
         let all: Vec<String> = (1..=5).map(|i| format!("n{i}")).collect();
         assert_eq!(c.set_members(&all), Done);
@@ -372,7 +391,7 @@ mod tests {
     #[test]
     fn drains_move_everything_and_refuse_below_the_replication_factor() {
         let mut c = cluster(3, 4);
-        c.register(4, "n4".into(), false, 3, 0);
+        c.register(4, "n4".into(), false, 3, 0, None);
         c.set_members(&["n1".into(), "n2".into(), "n3".into(), "n4".into()]);
         for (g, r) in c.desired.clone() {
             c.report(g, r, 2);
@@ -396,22 +415,23 @@ mod tests {
     fn static_members_that_register_late_keep_their_replicas() {
         let mut c = ClusterState::default();
         for id in 1..=3 {
-            c.register(id, format!("n{id}"), true, 3, id);
+            c.register(id, format!("n{id}"), true, 3, id, None);
         }
         // A static 5-node cluster: groups are on nodes 4 and 5 too, which register last.
         c.report(0, vec![1, 2, 3], 1);
         c.report(1, vec![2, 3, 4], 1);
         c.report(2, vec![3, 4, 5], 1);
         assert_eq!(c.desired[&2], vec![3, 4, 5]);
-        c.register(4, "n4".into(), true, 3, 0);
-        c.register(5, "n5".into(), true, 3, 0);
+        c.register(4, "n4".into(), true, 3, 0, None);
+        c.register(5, "n5".into(), true, 3, 0, None);
         assert_eq!(c.desired[&1], vec![2, 3, 4]);
         assert_eq!(c.desired[&2], vec![3, 4, 5]);
     }
 
     #[derive(Debug, Clone)]
     enum Op {
-        Join(u64),
+        /// A node registers (again), with one of three zones or none.
+        Join(u64, Option<u8>),
         Place(Vec<u64>),
         Drain(u64),
         /// Every group's leader reports the desired voters as done.
@@ -421,7 +441,7 @@ mod tests {
     fn op() -> impl proptest::strategy::Strategy<Value = Op> {
         use proptest::prelude::*;
         prop_oneof![
-            (1u64..9).prop_map(Op::Join),
+            (1u64..9, proptest::option::of(0u8..3)).prop_map(|(id, z)| Op::Join(id, z)),
             proptest::collection::vec(1u64..9, 0..8).prop_map(Op::Place),
             (1u64..9).prop_map(Op::Drain),
             Just(Op::Converge),
@@ -429,9 +449,10 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Whatever sequence of joins, placements, drains and completed moves: every group is
-        /// placed on exactly `rf` distinct members (or registered-never nodes), refusals change
-        /// nothing, and after an accepted placement loads differ by at most one.
+        /// Whatever sequence of joins (with zones), placements, drains and completed moves:
+        /// every group is placed on exactly `rf` distinct members (or registered-never nodes),
+        /// refusals change nothing, an accepted placement keeps the zone rule, and without
+        /// zones loads then differ by at most one.
         #[test]
         fn placement_keeps_every_group_on_rf_members(ops in proptest::collection::vec(op(), 1..40)) {
             let mut c = cluster(3, 6);
@@ -439,7 +460,10 @@ mod tests {
             for op in ops {
                 let before = c.desired.clone();
                 let result = match &op {
-                    Op::Join(id) => c.register(*id, format!("n{id}"), false, 3, *id),
+                    Op::Join(id, z) => {
+                        let zone = z.map(|z| format!("zone-{z}"));
+                        c.register(*id, format!("n{id}"), false, 3, *id, zone)
+                    }
                     Op::Place(ids) => {
                         let addrs: Vec<String> = ids.iter().map(|i| format!("n{i}")).collect();
                         c.set_members(&addrs)
@@ -466,6 +490,15 @@ mod tests {
                     proptest::prop_assert!(r.iter().all(|n| members.contains(n)), "group {} on non-members {:?}", g, r);
                 }
                 if matches!(op, Op::Place(_)) && result == Done {
+                    let ids: Vec<NodeId> = members.iter().copied().collect();
+                    let zones = c.zones();
+                    let spread = super::super::spread::Spread::new(&ids, &zones, 3);
+                    for (g, r) in &c.desired {
+                        proptest::prop_assert!(spread.fits(r), "group {} on {:?} breaks the zone rule", g, r);
+                    }
+                }
+                let zoneless = members.iter().all(|m| c.nodes[m].zone.is_none());
+                if matches!(op, Op::Place(_)) && result == Done && zoneless {
                     let l = loads(&c);
                     let (min, max) = members.iter().fold((usize::MAX, 0), |(lo, hi), m| {
                         let n = l.get(m).copied().unwrap_or(0);
@@ -481,15 +514,15 @@ mod tests {
     fn an_empty_restart_under_a_known_id_waits_for_replacement() {
         let mut c = cluster(3, 2);
         assert_eq!(c.nodes[&3].incarnation, 3);
-        c.register(3, "n3".into(), true, 3, 3);
+        c.register(3, "n3".into(), true, 3, 3, None);
         assert_eq!(c.nodes[&3].needs_replacement, None, "a restart with its data");
-        c.register(3, "n3".into(), true, 3, 33);
+        c.register(3, "n3".into(), true, 3, 33, None);
         assert_eq!(c.nodes[&3].incarnation, 3, "the old incarnation keeps the id");
         assert_eq!(c.nodes[&3].needs_replacement, Some(33));
         assert_eq!(c.view().nodes[2].needs_replacement, Some(33));
         assert_eq!(c.replace(1), Refused(Refusal::NotReplaceable), "nothing announced under id 1");
         assert_eq!(c.replace(9), Refused(Refusal::UnknownNode));
-        c.register(3, "n3".into(), true, 3, 3);
+        c.register(3, "n3".into(), true, 3, 3, None);
         assert_eq!(c.nodes[&3].needs_replacement, None, "the old incarnation came back with its disk");
         assert_eq!(c.replace(3), Refused(Refusal::NotReplaceable));
     }
@@ -497,7 +530,7 @@ mod tests {
     #[test]
     fn a_replacement_completes_once_every_group_dropped_the_old_incarnation() {
         let mut c = cluster(3, 2);
-        c.register(3, "n3".into(), true, 3, 33);
+        c.register(3, "n3".into(), true, 3, 33, None);
         assert_eq!(c.replace(3), Done);
         assert_eq!(c.replace(3), Done, "a repeated request changes nothing");
         let r = c.view().nodes[2].replacing.clone().unwrap();
@@ -508,7 +541,7 @@ mod tests {
         c.report(0, vec![1, 2], 3);
         assert_eq!(c.view().nodes[2].replacing.as_ref().unwrap().groups, vec![1]);
         // The new incarnation registering again while being replaced is not a second amnesia.
-        c.register(3, "n3".into(), true, 3, 33);
+        c.register(3, "n3".into(), true, 3, 33, None);
         assert_eq!(c.nodes[&3].needs_replacement, None);
         c.report(1, vec![1, 2], 3);
         let n = &c.view().nodes[2];
@@ -519,7 +552,7 @@ mod tests {
     fn an_id_without_replicas_takes_a_new_incarnation_at_once() {
         let mut c = cluster(4, 2);
         c.drain("n4");
-        c.register(4, "n4".into(), true, 3, 44);
+        c.register(4, "n4".into(), true, 3, 44, None);
         assert_eq!((c.nodes[&4].incarnation, c.nodes[&4].needs_replacement), (44, None));
     }
 
@@ -533,11 +566,118 @@ mod tests {
         assert_eq!(c.remove(7), Refused(Refusal::UnknownNode));
     }
 
+    fn zoned(zones: &[&str], groups: u64) -> ClusterState {
+        let mut c = ClusterState::default();
+        for (i, z) in zones.iter().enumerate() {
+            let id = i as u64 + 1;
+            c.register(id, format!("n{id}"), true, 3, id, Some(z.to_string()));
+        }
+        // The static initial placement: consecutive ids.
+        let n = zones.len() as u64;
+        for g in 0..groups {
+            c.report(g, (0..3).map(|k| (g + k) % n + 1).collect(), 1);
+        }
+        c
+    }
+
+    fn zones_of(c: &ClusterState, group: &[NodeId]) -> BTreeSet<Option<String>> {
+        group.iter().map(|n| c.nodes[n].zone.clone()).collect()
+    }
+
+    fn converge(c: &mut ClusterState, index: u64) {
+        for (g, r) in c.desired.clone() {
+            c.report(g, r, index);
+        }
+    }
+
+    #[test]
+    fn registration_records_the_zone_and_a_new_zone_replaces_it() {
+        let mut c = cluster(3, 1);
+        assert_eq!(c.view().nodes[0].zone, None);
+        c.register(1, "n1".into(), true, 3, 1, Some("eu-1a".into()));
+        assert_eq!(c.view().nodes[0].zone.as_deref(), Some("eu-1a"));
+        c.register(1, "n1".into(), true, 3, 1, Some("eu-1b".into()));
+        assert_eq!(c.view().nodes[0].zone.as_deref(), Some("eu-1b"));
+        c.register(1, "n1".into(), true, 3, 1, None);
+        assert_eq!(c.view().nodes[0].zone, None, "a zone that went away is gone");
+        c.register(1, "n1".into(), true, 3, 1, Some("bad/zone".into()));
+        assert_eq!(c.view().nodes[0].zone, None, "meta stores no name a node would refuse");
+        c.register(1, "n1".into(), true, 3, 1, Some("x".repeat(64)));
+        assert_eq!(c.view().nodes[0].zone, None);
+    }
+
+    #[test]
+    fn misplaced_groups_are_repaired_one_at_a_time_once_moves_finish() {
+        // Zones a a b b c c: the static placement puts groups 0 and 1 on two nodes of one zone.
+        let mut c = zoned(&["a", "a", "b", "b", "c", "c"], 6);
+        let v = c.view();
+        assert_eq!(v.zones, 3);
+        assert!(!v.misplaced.is_empty());
+        let mut index = 2;
+        for _ in 0..12 {
+            let moving: Vec<GroupId> =
+                c.desired.iter().filter(|(g, r)| c.replicas[g].0 != **r).map(|(g, _)| *g).collect();
+            assert!(moving.len() <= 1, "groups {moving:?} move at once");
+            if moving.is_empty() && c.view().misplaced.is_empty() {
+                break;
+            }
+            // A registration (or any report) while a move runs starts no other one.
+            c.register(1, "n1".into(), true, 3, 1, Some("a".into()));
+            index += 1;
+            converge(&mut c, index);
+        }
+        let v = c.view();
+        assert!(v.misplaced.is_empty(), "{:?}", c.desired);
+        for (g, r) in &c.desired {
+            assert_eq!(zones_of(&c, r).len(), 3, "group {g} on {r:?}");
+        }
+    }
+
+    #[test]
+    fn zones_learned_late_move_nothing_while_a_scale_out_is_running() {
+        let mut c = cluster(3, 3);
+        c.register(4, "n4".into(), false, 3, 4, None);
+        c.set_members(&["n1".into(), "n2".into(), "n3".into(), "n4".into()]);
+        let placed = c.desired.clone();
+        for (id, z) in [(1, "a"), (2, "a"), (3, "b"), (4, "c")] {
+            c.register(id, format!("n{id}"), true, 3, id, Some(z.into()));
+        }
+        assert_eq!(c.desired, placed, "the scale-out's moves have not finished");
+        converge(&mut c, 2);
+        let misplaced = placed.values().filter(|r| zones_of(&c, r).len() < 3).count();
+        let moving: Vec<&Vec<NodeId>> =
+            c.desired.iter().filter(|(g, r)| c.replicas[g].0 != **r).map(|(_, r)| r).collect();
+        assert!(misplaced >= 1, "{placed:?}");
+        assert_eq!(moving.len(), 1, "then one group at a time");
+        assert!(moving.iter().all(|r| zones_of(&c, r).len() == 3));
+    }
+
+    #[test]
+    fn member_changes_place_over_zones_at_once() {
+        let mut c = zoned(&["a", "a", "b", "b", "c", "c"], 6);
+        for (id, z) in [(7, "a"), (8, "b"), (9, "c")] {
+            c.register(id, format!("n{id}"), false, 3, id, Some(z.into()));
+        }
+        let all: Vec<String> = (1..=9).map(|i| format!("n{i}")).collect();
+        assert_eq!(c.set_members(&all), Done);
+        for (g, r) in &c.desired {
+            assert_eq!(zones_of(&c, r).len(), 3, "group {g} on {r:?}");
+        }
+        // Drains and removals too: what is left still spans every zone.
+        converge(&mut c, 2);
+        assert_eq!(c.remove(9), Done);
+        assert_eq!(c.drain("n8"), Done);
+        for (g, r) in &c.desired {
+            assert_eq!(zones_of(&c, r).len(), 3, "group {g} on {r:?}");
+            assert!(!r.contains(&8) && !r.contains(&9));
+        }
+    }
+
     #[test]
     fn a_restart_does_not_undo_a_drain() {
         let mut c = cluster(4, 2);
         c.drain("n4");
-        c.register(4, "n4-new-address".into(), true, 3, 0);
+        c.register(4, "n4-new-address".into(), true, 3, 0, None);
         assert_eq!(c.nodes[&4].role, NodeRole::Draining);
         assert_eq!(c.nodes[&4].address, "n4-new-address");
     }

@@ -17,6 +17,7 @@ pub mod membership;
 mod routers;
 mod sessions;
 mod snapshot;
+mod spread;
 mod subscriptions;
 mod tenancy;
 #[cfg(test)]
@@ -211,8 +212,8 @@ impl MetaState {
             }),
             MetaCommand::DeleteManagedAlertRule { key } => self.delete_managed_alert_rule(&key),
             MetaCommand::InviteTenantOwner { key, invite } => self.invite_tenant_owner(&key, invite),
-            MetaCommand::RegisterNode { id, address, member, replication_factor, incarnation } => {
-                self.cluster.register(id, address, member, replication_factor, incarnation)
+            MetaCommand::RegisterNode { id, address, member, replication_factor, incarnation, zone } => {
+                self.cluster.register(id, address, member, replication_factor, incarnation, zone)
             }
             MetaCommand::ReplaceNode { id } => self.cluster.replace(id),
             MetaCommand::RemoveNode { id } => self.cluster.remove(id),

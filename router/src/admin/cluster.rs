@@ -19,8 +19,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use sextant_model::admin::{
-    ClusterNode, ClusterNodes, DrainRequest, NodeIdRequest, NodeIdentities, NodeIdentity, NodeReplacementStatus,
-    PlacementRequest,
+    ClusterGroup, ClusterGroups, ClusterNode, ClusterNodes, DrainRequest, NodeIdRequest, NodeIdentities, NodeIdentity,
+    NodeReplacementStatus, PlacementRequest,
 };
 use sextant_model::meta::{ClusterView, MetaCommand, MetaCommandResult, MetaQuery};
 
@@ -31,6 +31,7 @@ use crate::AppState;
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/cluster/nodes", get(nodes))
+        .route("/cluster/groups", get(groups))
         .route("/cluster/placement", post(placement))
         .route("/cluster/drain", post(drain))
         .route("/cluster/identities", get(identities))
@@ -81,9 +82,31 @@ async fn remove(
 
 async fn nodes(_: Admin, State(app): State<Arc<AppState>>) -> Result<Json<ClusterNodes>, ApiError> {
     let view: ClusterView = app.cluster.meta_read(&MetaQuery::Cluster).await?;
-    let nodes =
-        view.nodes.into_iter().map(|n| ClusterNode { id: n.id, address: n.address, state: n.state.into() }).collect();
+    let nodes = view
+        .nodes
+        .into_iter()
+        .map(|n| ClusterNode { id: n.id, address: n.address, state: n.state.into(), zone: n.zone })
+        .collect();
     Ok(Json(ClusterNodes { nodes }))
+}
+
+/// Each group's replicas, where placement wants them, and their zones (docs/ARCHITECTURE.md,
+/// "Zones").
+async fn groups(_: Admin, State(app): State<Arc<AppState>>) -> Result<Json<ClusterGroups>, ApiError> {
+    let view: ClusterView = app.cluster.meta_read(&MetaQuery::Cluster).await?;
+    let zone_of = |id: &u64| view.nodes.iter().find(|n| n.id == *id).and_then(|n| n.zone.clone());
+    let groups = view
+        .replicas
+        .iter()
+        .map(|(group, replicas)| ClusterGroup {
+            group: *group,
+            replicas: replicas.clone(),
+            desired: view.desired.get(group).cloned().unwrap_or_default(),
+            zones: replicas.iter().map(zone_of).collect(),
+            zone_spread: !view.misplaced.contains(group),
+        })
+        .collect();
+    Ok(Json(ClusterGroups { zones: view.zones, groups }))
 }
 
 async fn placement(
