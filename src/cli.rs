@@ -298,6 +298,8 @@ pub struct NodeArgs {
     /// Shared secret of internal traffic (node <-> node, router -> node).
     #[arg(long, env = "SEXTANT_CLUSTER_SECRET", hide_env_values = true)]
     pub cluster_secret: String,
+    #[command(flatten)]
+    pub internal_tls: InternalTlsArgs,
     /// A data shard snapshots its state and truncates its Raft log every this many entries.
     #[arg(long, default_value_t = DEFAULT_SNAPSHOT_EVERY)]
     pub snapshot_every: u64,
@@ -335,6 +337,45 @@ impl NodeArgs {
     }
 }
 
+/// Mutual TLS on internal gRPC (router -> node, node <-> node): every side presents a
+/// certificate of the cluster CA and verifies its peers' against it.
+#[derive(clap::Args)]
+pub struct InternalTlsArgs {
+    /// Directory holding `tls.crt`, `tls.key` and `ca.crt` (a mounted Kubernetes TLS Secret):
+    /// the same as the three file flags.
+    #[arg(long, conflicts_with_all = ["internal_tls_cert", "internal_tls_key", "internal_tls_ca"])]
+    pub internal_tls_dir: Option<PathBuf>,
+    /// PEM certificate chain this process presents on internal gRPC, signed by the cluster CA;
+    /// with it, plain-text and unverified peers are refused.
+    #[arg(long, requires_all = ["internal_tls_key", "internal_tls_ca"])]
+    pub internal_tls_cert: Option<PathBuf>,
+    /// PEM private key of --internal-tls-cert.
+    #[arg(long, requires_all = ["internal_tls_cert", "internal_tls_ca"])]
+    pub internal_tls_key: Option<PathBuf>,
+    /// PEM certificate(s) of the cluster CA that peers' certificates must chain to.
+    #[arg(long, requires_all = ["internal_tls_cert", "internal_tls_key"])]
+    pub internal_tls_ca: Option<PathBuf>,
+    /// Seconds between checks of the internal TLS files; changed ones are used from the next
+    /// connection on.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub internal_tls_reload_seconds: u64,
+}
+
+impl InternalTlsArgs {
+    fn files(&self) -> Option<sextant_proto::internal_tls::InternalTlsFiles> {
+        let every = Duration::from_secs(self.internal_tls_reload_seconds);
+        if let Some(dir) = &self.internal_tls_dir {
+            return Some(sextant_proto::internal_tls::InternalTlsFiles::in_dir(dir, every));
+        }
+        Some(sextant_proto::internal_tls::InternalTlsFiles {
+            cert: self.internal_tls_cert.clone()?,
+            key: self.internal_tls_key.clone()?,
+            ca: self.internal_tls_ca.clone()?,
+            reload_every: every,
+        })
+    }
+}
+
 #[derive(clap::Args)]
 pub struct RouterArgs {
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -351,6 +392,8 @@ pub struct RouterArgs {
     pub nodes: Vec<String>,
     #[arg(long, env = "SEXTANT_CLUSTER_SECRET", hide_env_values = true)]
     pub cluster_secret: String,
+    #[command(flatten)]
+    pub internal_tls: InternalTlsArgs,
     /// Signing key of access tokens (≥ 32 bytes), identical on every router.
     #[arg(long, env = "SEXTANT_JWT_SECRET", hide_env_values = true)]
     pub jwt_secret: String,
@@ -485,6 +528,8 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             clock: clock.clone(),
             query_memory_bytes: args.query_memory_mib.saturating_mul(1 << 20),
             zone: Default::default(),
+            // One process: internal traffic stays on loopback.
+            internal_tls: None,
         },
         metrics,
     )
@@ -512,6 +557,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             alert_interval: args.server.alert_interval(),
             // Dev mode serves plain HTTP (see `sextant router --tls-cert`).
             tls: None,
+            internal_tls: None,
             // A laptop: receivers on loopback and the local network, over plain HTTP.
             webhook_targets: sextant_router::webhooks::guard::TargetPolicy::dev(),
         },
@@ -628,6 +674,7 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
             clock: Clock::system(),
             query_memory_bytes: args.query_memory_mib.saturating_mul(1 << 20),
             zone,
+            internal_tls: args.internal_tls.files(),
         },
         metrics,
     )
@@ -667,6 +714,7 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
             clock: Clock::system(),
             billing,
             alert_interval: args.server.alert_interval(),
+            internal_tls: args.internal_tls.files(),
             tls: match (args.tls_cert, args.tls_key) {
                 (Some(cert), Some(key)) => Some(sextant_router::http::tls::TlsFiles {
                     cert,

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use openraft::{BasicNode, Config, SnapshotPolicy};
 use sextant_proto::client::{Channels, MAX_MESSAGE_BYTES};
+use sextant_proto::internal_tls::InternalTls;
 use sextant_proto::raft_server::RaftServer;
 use sextant_proto::storage_server::StorageServer;
 use sextant_proto::ClusterInfoRequest;
@@ -50,6 +51,8 @@ pub struct NodeConfig {
     /// Where this node's failure zone comes from; registered with meta, which spreads each
     /// group's replicas over zones.
     pub zone: crate::zone::ZoneSource,
+    /// Mutual TLS on the gRPC server and on every call to peers; `None`: plain HTTP/2.
+    pub internal_tls: Option<sextant_proto::internal_tls::InternalTlsFiles>,
 }
 
 /// The default of [`NodeConfig::query_memory_bytes`]: 4 GiB.
@@ -186,6 +189,8 @@ impl NodeHost {
         anyhow::ensure!(config.id > 0, "node ids start at 1");
         anyhow::ensure!(config.peers.contains_key(&config.id), "node {} is not in the peer list", config.id);
         sextant_proto::client::check_cluster_secret(&config.cluster_secret).map_err(anyhow::Error::msg)?;
+        // Bad certificate files stop the start here, before anything is bound.
+        let tls = config.internal_tls.as_ref().map(InternalTls::load).transpose()?;
         let listener = TcpListener::bind(config.listen).await?;
         let addr = listener.local_addr()?;
         // A node started on port 0 (embedded mode) is reached at the port it actually got.
@@ -196,7 +201,8 @@ impl NodeHost {
         }
         crate::durable::create_private_dir(&config.data_dir)?;
         let log_db = LogDb::open(&config.data_dir.join(RAFT_LOG_DIR), metrics.clone())?;
-        let channels = Arc::new(Channels::new(&config.cluster_secret).map_err(anyhow::Error::msg)?);
+        let channels =
+            Arc::new(Channels::new(&config.cluster_secret).map_err(anyhow::Error::msg)?.with_tls(tls.clone()));
         let addresses: AddressBook = Arc::new(std::sync::RwLock::new(config.peers.clone()));
         let node_ids: Vec<NodeId> = config.peers.keys().copied().collect();
         let bootstrapped = config.data_dir.join(BOOTSTRAPPED).exists();
@@ -281,16 +287,25 @@ impl NodeHost {
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             check,
         );
+        let tls_reload = tls.as_ref().map(InternalTls::spawn_reload);
         let server = tokio::spawn(async move {
-            // The builder's `tcp_nodelay` only applies to listeners tonic binds itself: on
-            // these accepted sockets Nagle's algorithm would hold a reply's last small frame
-            // until the peer's delayed ACK (~40 ms on every RPC).
-            let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-            let result = tonic::transport::Server::builder()
-                .add_service(raft_svc)
-                .add_service(storage_svc)
-                .serve_with_incoming(incoming)
-                .await;
+            let builder = tonic::transport::Server::builder().add_service(raft_svc).add_service(storage_svc);
+            let result = match tls {
+                Some(tls) => {
+                    let (incoming, accept) = tls.incoming(listener);
+                    tokio::select! {
+                        r = builder.serve_with_incoming(incoming) => r,
+                        () = accept => Ok(()),
+                    }
+                }
+                None => {
+                    // The builder's `tcp_nodelay` only applies to listeners tonic binds itself:
+                    // on these accepted sockets Nagle's algorithm would hold a reply's last
+                    // small frame until the peer's delayed ACK (~40 ms on every RPC).
+                    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+                    builder.serve_with_incoming(incoming).await
+                }
+            };
             if let Err(e) = result {
                 tracing::error!(error = %e, "gRPC server stopped");
             }
@@ -303,7 +318,7 @@ impl NodeHost {
             crate::durable::write_file_atomic(&host.config.data_dir, BOOTSTRAPPED, b"part of a cluster\n")?;
         }
         tracing::info!(node = host.config.id, %addr, groups = host.rafts().len(), "storage node started");
-        let background = vec![
+        let mut background = vec![
             crate::shard::background::flusher::spawn(host.clone()),
             crate::shard::background::compactor::spawn(host.clone()),
             crate::shard::background::expiry::spawn(host.clone()),
@@ -311,6 +326,7 @@ impl NodeHost {
             crate::placement::spawn(host.clone()),
             crate::disk::spawn(host.clone()),
         ];
+        background.extend(tls_reload);
         Ok(RunningNode { host, addr, server, background })
     }
 

@@ -1,5 +1,6 @@
-//! Client side of internal gRPC: one lazily connected channel per peer address, and the
-//! interceptor that attaches the cluster secret to every call.
+//! Client side of internal gRPC: one lazily connected channel per peer address (over mutual
+//! TLS when configured, `crate::internal_tls`), and the interceptor that attaches the cluster
+//! secret to every call.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -10,6 +11,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Request, Status};
 
+use crate::internal_tls::InternalTls;
 use crate::raft_client::RaftClient;
 use crate::storage_client::StorageClient;
 use crate::CLUSTER_SECRET_HEADER;
@@ -33,6 +35,8 @@ pub type Authed = InterceptedService<Channel, SecretInterceptor>;
 pub struct Channels {
     secret: SecretInterceptor,
     channels: Mutex<HashMap<String, Channel>>,
+    /// Mutual TLS to every peer; `None`: plain HTTP/2.
+    tls: Option<InternalTls>,
 }
 
 /// Fewest bytes a cluster secret may have, as for the JWT key and the admin token.
@@ -58,7 +62,13 @@ impl Channels {
     pub fn new(cluster_secret: &str) -> Result<Self, String> {
         check_cluster_secret(cluster_secret)?;
         let value = cluster_secret.parse().map_err(|_| "the cluster secret must be visible ASCII".to_string())?;
-        Ok(Self { secret: SecretInterceptor(value), channels: Mutex::new(HashMap::new()) })
+        Ok(Self { secret: SecretInterceptor(value), channels: Mutex::new(HashMap::new()), tls: None })
+    }
+
+    /// Dials every peer over mutual TLS with `tls` (or plain HTTP/2 with `None`).
+    pub fn with_tls(mut self, tls: Option<InternalTls>) -> Self {
+        self.tls = tls;
+        self
     }
 
     fn channel(&self, addr: &str) -> Result<Channel, Status> {
@@ -67,13 +77,16 @@ impl Channels {
             return Ok(c.clone());
         }
         let uri = if addr.starts_with("http") { addr.to_owned() } else { format!("http://{addr}") };
-        let channel = Endpoint::from_shared(uri)
+        let endpoint = Endpoint::from_shared(uri)
             .map_err(|e| Status::invalid_argument(format!("bad peer address {addr}: {e}")))?
             .connect_timeout(Duration::from_secs(2))
             .tcp_nodelay(true)
             .http2_keep_alive_interval(Duration::from_secs(10))
-            .keep_alive_timeout(Duration::from_secs(5))
-            .connect_lazy();
+            .keep_alive_timeout(Duration::from_secs(5));
+        let channel = match &self.tls {
+            Some(tls) => endpoint.connect_with_connector_lazy(tls.connector()),
+            None => endpoint.connect_lazy(),
+        };
         map.insert(addr.to_owned(), channel.clone());
         Ok(channel)
     }

@@ -22,3 +22,5 @@ pub const OVERLOADED_HEADER: &str = "x-sextant-overloaded";
 
 pub mod client;
 pub mod convert;
+pub mod internal_tls;
+pub mod tls;

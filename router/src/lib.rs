@@ -69,6 +69,8 @@ pub struct RouterConfig {
     pub alert_interval: Duration,
     /// TLS on `listen` and `otlp_grpc_listen` (the internal port stays plain); `None`: plain.
     pub tls: Option<http::tls::TlsFiles>,
+    /// Mutual TLS on calls to storage nodes; `None`: plain HTTP/2.
+    pub internal_tls: Option<sextant_proto::internal_tls::InternalTlsFiles>,
 }
 
 pub struct AppState {
@@ -103,6 +105,8 @@ pub struct RunningRouter {
     otlp_grpc: Option<tokio::task::JoinHandle<()>>,
     /// Reads the TLS files again when they change.
     tls_reload: Option<tokio::task::JoinHandle<()>>,
+    /// Reads the internal TLS files again when they change.
+    internal_tls_reload: Option<tokio::task::JoinHandle<()>>,
     refresher: tokio::task::JoinHandle<()>,
     housekeeper: tokio::task::JoinHandle<()>,
     webhook_worker: tokio::task::JoinHandle<()>,
@@ -113,7 +117,7 @@ pub struct RunningRouter {
 
 impl RunningRouter {
     pub fn abort(self) {
-        if let Some(reload) = &self.tls_reload {
+        for reload in [&self.tls_reload, &self.internal_tls_reload].into_iter().flatten() {
             reload.abort();
         }
         self.server.abort();
@@ -158,6 +162,9 @@ impl RunningRouter {
             Err(_) => tracing::warn!("leaving the router set timed out"),
         }
         self.refresher.abort();
+        if let Some(reload) = &self.internal_tls_reload {
+            reload.abort();
+        }
     }
 
     /// Waits until the router serves: topology known, meta loaded, every group led.
@@ -179,7 +186,9 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
     anyhow::ensure!(config.jwt_secret.len() >= 32, "the JWT signing key must have at least 32 bytes");
     // Bad certificate files stop the start here, before anything is bound.
     let tls = config.tls.clone().map(http::tls::Tls::load).transpose()?;
-    let cluster = Cluster::new(config.nodes.clone(), &config.cluster_secret).map_err(anyhow::Error::msg)?;
+    let internal_tls = config.internal_tls.as_ref().map(sextant_proto::internal_tls::InternalTls::load).transpose()?;
+    let cluster =
+        Cluster::new(config.nodes.clone(), &config.cluster_secret, internal_tls.clone()).map_err(anyhow::Error::msg)?;
     let metrics = http::metrics::RouterMetrics::default();
     metrics.register(&mut registry);
     let parsers = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -249,6 +258,7 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
         None => (None, None),
     };
     let tls_reload = tls.as_ref().map(http::tls::Tls::spawn_reload);
+    let internal_tls_reload = internal_tls.as_ref().map(sextant_proto::internal_tls::InternalTls::spawn_reload);
     tracing::info!(%addr, %internal_addr, ?otlp_grpc_addr, tls = tls.is_some(), "router listening");
     Ok(RunningRouter {
         addr,
@@ -259,6 +269,7 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
         internal,
         otlp_grpc,
         tls_reload,
+        internal_tls_reload,
         refresher,
         housekeeper,
         webhook_worker,

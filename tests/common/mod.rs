@@ -220,6 +220,7 @@ pub async fn start_in_process_node(
             clock: sextant_model::Clock::system(),
             query_memory_bytes: sextant_node::host::DEFAULT_QUERY_MEMORY_BYTES,
             zone: Default::default(),
+            internal_tls: None,
         },
         std::sync::Arc::new(sextant_node::NodeMetrics::default()),
     )
@@ -252,6 +253,7 @@ pub fn in_process_router_config(
         billing: Default::default(),
         alert_interval: Duration::from_secs(30),
         tls: None,
+        internal_tls: None,
         webhook_targets: sextant_router::webhooks::guard::TargetPolicy::dev(),
     }
 }

@@ -78,9 +78,14 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const QUERY_DEADLINE: Duration = Duration::from_secs(15);
 
 impl Cluster {
-    pub fn new(seeds: Vec<String>, cluster_secret: &str) -> Result<Arc<Self>, String> {
+    /// `tls`: mutual TLS on every call to a node (`None`: plain HTTP/2).
+    pub fn new(
+        seeds: Vec<String>,
+        cluster_secret: &str,
+        tls: Option<sextant_proto::internal_tls::InternalTls>,
+    ) -> Result<Arc<Self>, String> {
         Ok(Arc::new(Self {
-            channels: Channels::new(cluster_secret)?,
+            channels: Channels::new(cluster_secret)?.with_tls(tls),
             seeds,
             topology: RwLock::new(Topology::default()),
             meta: RwLock::new(None),

@@ -441,6 +441,7 @@ mod tests {
             billing: Default::default(),
             alert_interval: Duration::from_secs(3600),
             tls: None,
+            internal_tls: None,
             webhook_targets: Default::default(),
         };
         let running = crate::start(config, Default::default()).await.unwrap();

@@ -1,22 +1,18 @@
 //! TLS on the router's public ports (`--tls-cert`, `--tls-key`): a PEM certificate chain and
 //! key, read again whenever the files change so that a renewed certificate (a Kubernetes
-//! Secret updated by cert-manager, say) is served without a restart. TLS 1.2 and 1.3 only;
-//! ALPN offers `h2` and `http/1.1`.
+//! Secret updated by cert-manager, say) is served without a restart (`sextant_proto::tls`,
+//! shared with internal gRPC's mutual TLS). TLS 1.2 and 1.3 only; ALPN offers `h2` and
+//! `http/1.1`.
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use rustls::ServerConfig;
-use sha2::{Digest, Sha256};
-
-/// Certificate files larger than this are refused (a chain is a few KiB).
-const MAX_PEM_BYTES: u64 = 1 << 20;
+use sextant_proto::tls::{certified_key, provider, Reloading};
+pub use sextant_proto::tls::{Reload, TlsError};
 
 /// Where the certificate and its key are, and how often they are checked for a change.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,94 +24,13 @@ pub struct TlsFiles {
     pub reload_every: Duration,
 }
 
-#[derive(Debug, thiserror::Error)]
-pub enum TlsError {
-    #[error("TLS file {path}: {source}")]
-    Read { path: PathBuf, source: std::io::Error },
-    #[error("TLS file {path} is larger than {MAX_PEM_BYTES} bytes")]
-    TooLarge { path: PathBuf },
-    #[error("TLS certificate {path}: no PEM certificate in it")]
-    NoCertificate { path: PathBuf },
-    #[error("TLS certificate {path}: {detail}")]
-    BadCertificate { path: PathBuf, detail: String },
-    #[error("TLS key {path}: no PEM private key in it")]
-    NoKey { path: PathBuf },
-    #[error("TLS key {path}: {detail}")]
-    BadKey { path: PathBuf, detail: String },
-    #[error("TLS key {key} does not belong to certificate {cert}")]
-    Mismatch { cert: PathBuf, key: PathBuf },
-}
-
-fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
-}
-
-fn read_bounded(path: &Path) -> Result<Vec<u8>, TlsError> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|source| TlsError::Read { path: path.into(), source })?;
-    let mut out = Vec::new();
-    file.take(MAX_PEM_BYTES + 1)
-        .read_to_end(&mut out)
-        .map_err(|source| TlsError::Read { path: path.into(), source })?;
-    if out.len() as u64 > MAX_PEM_BYTES {
-        return Err(TlsError::TooLarge { path: path.into() });
-    }
-    Ok(out)
-}
-
-/// The two files' bytes and a digest of both, to notice a change.
-struct Snapshot {
-    cert: Vec<u8>,
-    key: Vec<u8>,
-    digest: [u8; 32],
-}
-
-impl Snapshot {
-    fn read(files: &TlsFiles) -> Result<Self, TlsError> {
-        let cert = read_bounded(&files.cert)?;
-        let key = read_bounded(&files.key)?;
-        let mut hasher = Sha256::new();
-        hasher.update((cert.len() as u64).to_le_bytes());
-        hasher.update(&cert);
-        hasher.update(&key);
-        Ok(Self { cert, key, digest: hasher.finalize().into() })
-    }
-
-    fn certified_key(&self, files: &TlsFiles) -> Result<CertifiedKey, TlsError> {
-        let chain = CertificateDer::pem_slice_iter(&self.cert)
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| TlsError::BadCertificate { path: files.cert.clone(), detail: e.to_string() })?;
-        if chain.is_empty() {
-            return Err(TlsError::NoCertificate { path: files.cert.clone() });
-        }
-        let key = PrivateKeyDer::from_pem_slice(&self.key).map_err(|e| match e {
-            rustls::pki_types::pem::Error::NoItemsFound => TlsError::NoKey { path: files.key.clone() },
-            e => TlsError::BadKey { path: files.key.clone(), detail: e.to_string() },
-        })?;
-        let signer = provider()
-            .key_provider
-            .load_private_key(key)
-            .map_err(|e| TlsError::BadKey { path: files.key.clone(), detail: e.to_string() })?;
-        let certified = CertifiedKey::new(chain, signer);
-        match certified.keys_match() {
-            Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => Ok(certified),
-            Err(rustls::Error::InconsistentKeys(_)) => {
-                Err(TlsError::Mismatch { cert: files.cert.clone(), key: files.key.clone() })
-            }
-            Err(e) => Err(TlsError::BadCertificate { path: files.cert.clone(), detail: e.to_string() }),
-        }
-    }
-}
-
 /// The certificate being served; replaced whole when the files change.
 #[derive(Debug)]
-pub struct ReloadingCert {
-    current: RwLock<Arc<CertifiedKey>>,
-}
+pub struct ReloadingCert(Reloading<CertifiedKey>);
 
 impl ResolvesServerCert for ReloadingCert {
     fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
-        Some(self.current.read().unwrap_or_else(|p| p.into_inner()).clone())
+        Some(self.0.current())
     }
 }
 
@@ -124,109 +39,34 @@ impl ResolvesServerCert for ReloadingCert {
 pub struct Tls {
     pub acceptor: tokio_rustls::TlsAcceptor,
     files: TlsFiles,
-    resolver: Arc<ReloadingCert>,
-    digest: [u8; 32],
+    certs: Reloading<CertifiedKey>,
 }
 
 impl Tls {
     /// Reads the files now: a missing, malformed or mismatched file is an error at startup.
     pub fn load(files: TlsFiles) -> Result<Self, TlsError> {
-        let snapshot = Snapshot::read(&files)?;
-        let key = snapshot.certified_key(&files)?;
-        let resolver = Arc::new(ReloadingCert { current: RwLock::new(Arc::new(key)) });
+        let certs = Reloading::load(vec![files.cert.clone(), files.key.clone()], |pems| {
+            let [cert, key] = pems else { unreachable!("two files are read") };
+            certified_key(cert, key)
+        })?;
         let mut config = ServerConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
             .expect("ring supports TLS 1.2 and 1.3")
             .with_no_client_auth()
-            .with_cert_resolver(resolver.clone());
+            .with_cert_resolver(Arc::new(ReloadingCert(certs.clone())));
         config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-        Ok(Self {
-            acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)),
-            files,
-            resolver,
-            digest: snapshot.digest,
-        })
+        Ok(Self { acceptor: tokio_rustls::TlsAcceptor::from(Arc::new(config)), files, certs })
     }
 
     /// Checks the files every `reload_every` and serves their certificate from the next
     /// handshake on once it loads.
     pub fn spawn_reload(&self) -> tokio::task::JoinHandle<()> {
-        let mut reloader = self.reloader();
-        tokio::spawn(async move {
-            let mut tick = tokio::time::interval(reloader.files.reload_every.max(Duration::from_millis(10)));
-            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            tick.tick().await;
-            loop {
-                tick.tick().await;
-                match tokio::task::spawn_blocking(move || {
-                    let outcome = reloader.check();
-                    (reloader, outcome)
-                })
-                .await
-                {
-                    Ok((back, outcome)) => {
-                        match &outcome {
-                            Reload::Unchanged => {}
-                            Reload::Reloaded => {
-                                tracing::info!(cert = %back.files.cert.display(), "TLS certificate reloaded")
-                            }
-                            Reload::Rejected(e) => {
-                                tracing::warn!(error = %e, "changed TLS files not loaded; serving the previous certificate")
-                            }
-                            Reload::Unreadable(e) => tracing::debug!(error = %e, "TLS files not readable"),
-                        }
-                        reloader = back;
-                    }
-                    Err(e) => {
-                        tracing::warn!(error = %e, "TLS reload task failed");
-                        return;
-                    }
-                }
-            }
-        })
+        self.certs.spawn_reload(self.files.reload_every, "TLS certificate")
     }
 
-    fn reloader(&self) -> Reloader {
-        Reloader { files: self.files.clone(), resolver: self.resolver.clone(), seen: self.digest }
-    }
-}
-
-/// What one look at the files found.
-#[derive(Debug)]
-enum Reload {
-    Unchanged,
-    Reloaded,
-    /// Changed but not loadable (a key written before its certificate, a broken file): logged
-    /// once, the previous certificate stays until the files change again.
-    Rejected(TlsError),
-    /// Missing for a moment while the files are replaced: tried again next time.
-    Unreadable(TlsError),
-}
-
-struct Reloader {
-    files: TlsFiles,
-    resolver: Arc<ReloadingCert>,
-    /// Digest of the files last looked at, loaded or not.
-    seen: [u8; 32],
-}
-
-impl Reloader {
-    fn check(&mut self) -> Reload {
-        let snapshot = match Snapshot::read(&self.files) {
-            Ok(s) => s,
-            Err(e) => return Reload::Unreadable(e),
-        };
-        if snapshot.digest == self.seen {
-            return Reload::Unchanged;
-        }
-        self.seen = snapshot.digest;
-        match snapshot.certified_key(&self.files) {
-            Ok(key) => {
-                *self.resolver.current.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(key);
-                Reload::Reloaded
-            }
-            Err(e) => Reload::Rejected(e),
-        }
+    #[cfg(test)]
+    fn reloader(&self) -> &Reloading<CertifiedKey> {
+        &self.certs
     }
 }
 
@@ -235,7 +75,9 @@ mod tests {
     use super::*;
     use crate::http::connection::{serve, ServerLimits};
     use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    use rustls::pki_types::CertificateDer;
     use std::net::SocketAddr;
+    use std::path::Path;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::{TcpListener, TcpStream};
 
@@ -365,7 +207,7 @@ mod tests {
         let first = pki("first");
         let files = write(dir.path(), &first);
         let tls = Tls::load(files.clone()).unwrap();
-        let mut reloader = tls.reloader();
+        let reloader = tls.reloader();
         let addr = start(&tls).await;
         assert!(matches!(reloader.check(), Reload::Unchanged));
         // The key of another certificate: refused once, the first certificate stays.
