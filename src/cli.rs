@@ -73,6 +73,8 @@ pub struct DevArgs {
     pub query_memory_mib: u64,
     #[command(flatten)]
     pub disk: DiskArgs,
+    #[command(flatten)]
+    pub writes: WriteQueueArgs,
     /// Enables the admin API (`/admin/v1`) for this bearer token (≥ 32 characters).
     #[arg(long, env = "SEXTANT_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
@@ -116,6 +118,17 @@ pub struct ServerArgs {
     /// beyond it get 503 with `Retry-After`.
     #[arg(long, default_value_t = 512)]
     pub body_budget_mib: usize,
+    /// MiB of ingest (JSON) one project may have being committed through a router at once;
+    /// its requests beyond it get 429 with `Retry-After` while other projects' go on.
+    #[arg(long, default_value_t = 64)]
+    pub tenant_inflight_mib: u64,
+    /// Reads (`GET` of the API) a router runs at once.
+    #[arg(long, default_value_t = 64)]
+    pub max_concurrent_reads: usize,
+    /// Reads that may wait (at most 2 s) for one of those places; more get 503 `overloaded`
+    /// with `Retry-After` at once.
+    #[arg(long, default_value_t = 256)]
+    pub read_queue: usize,
     /// Who takes payments: `sandbox` (simulated, on a page this router serves) or `stripe`.
     /// Default: `sandbox` in `sextant dev`; none in `sextant router`, whose billing changes then
     /// answer 503 `billing_not_configured` (status and history still answer).
@@ -189,6 +202,8 @@ impl ServerArgs {
             ("--body-budget-mib", self.body_budget_mib as u64),
             ("--query-max-rows", self.query_max_rows),
             ("--query-max-mib", self.query_max_mib),
+            ("--tenant-inflight-mib", self.tenant_inflight_mib),
+            ("--max-concurrent-reads", self.max_concurrent_reads as u64),
         ] {
             anyhow::ensure!(v >= 1, "{name} must be at least 1");
         }
@@ -203,6 +218,12 @@ impl ServerArgs {
             idle_timeout: Duration::from_secs(self.idle_timeout),
             read_timeout: Duration::from_secs(self.read_timeout),
             body_budget_bytes,
+            tenant_inflight_bytes: self
+                .tenant_inflight_mib
+                .checked_mul(1 << 20)
+                .ok_or_else(|| anyhow::anyhow!("--tenant-inflight-mib is too large"))?,
+            max_concurrent_reads: self.max_concurrent_reads,
+            read_queue: self.read_queue,
             query_budget: sextant_router::query::scatter::QueryBudget {
                 rows: self.query_max_rows,
                 bytes: self
@@ -232,6 +253,39 @@ impl DiskArgs {
             max_used_percent: self.disk_high_water,
             min_free_bytes: self.disk_min_free_mib.saturating_mul(1 << 20),
         }
+    }
+}
+
+/// How much a node lets each shard have in flight between its gRPC writes and Raft's apply,
+/// and applied but not flushed (docs/API.md, "Overload"); past it, writes get 503
+/// `overloaded` with `Retry-After`.
+#[derive(clap::Args)]
+pub struct WriteQueueArgs {
+    /// Batches a shard leader has proposed and not yet applied.
+    #[arg(long, default_value_t = 512)]
+    pub max_pending_writes: u32,
+    /// MiB of those batches (encoded rows).
+    #[arg(long, default_value_t = 32)]
+    pub max_pending_write_mib: u64,
+    /// MiB of rows a shard holds applied and not yet written to segments.
+    #[arg(long, default_value_t = 384)]
+    pub max_unflushed_mib: u64,
+}
+
+impl WriteQueueArgs {
+    pub fn limits(&self) -> anyhow::Result<sextant_node::admission::WriteLimits> {
+        for (name, v) in [
+            ("--max-pending-writes", u64::from(self.max_pending_writes)),
+            ("--max-pending-write-mib", self.max_pending_write_mib),
+            ("--max-unflushed-mib", self.max_unflushed_mib),
+        ] {
+            anyhow::ensure!(v >= 1, "{name} must be at least 1");
+        }
+        Ok(sextant_node::admission::WriteLimits {
+            max_pending_writes: self.max_pending_writes,
+            max_pending_bytes: self.max_pending_write_mib.saturating_mul(1 << 20),
+            max_unflushed_bytes: self.max_unflushed_mib.saturating_mul(1 << 20),
+        })
     }
 }
 
@@ -309,6 +363,8 @@ pub struct NodeArgs {
     pub query_memory_mib: u64,
     #[command(flatten)]
     pub disk: DiskArgs,
+    #[command(flatten)]
+    pub writes: WriteQueueArgs,
     /// Join the running cluster reached through --peers (which must list this node too): start
     /// without replicas and get them once the admin API's placement includes this node.
     #[arg(long)]
@@ -535,6 +591,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     )
     .await?;
     node.host.disk.set_high_water(args.disk.high_water());
+    node.host.writes.set_limits(args.writes.limits()?);
     let router = sextant_router::start(
         RouterConfig {
             listen: args.listen,
@@ -680,6 +737,7 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
     )
     .await?;
     node.host.disk.set_high_water(args.disk.high_water());
+    node.host.writes.set_limits(args.writes.limits()?);
     if let Some(http) = args.http_listen {
         let state = Arc::new(sextant_node::http::NodeHttp { host: node.host.clone(), registry: Arc::new(registry) });
         let listener = tokio::net::TcpListener::bind(http).await?;

@@ -29,9 +29,17 @@ pub struct LoadgenArgs {
     /// Objects per request.
     #[arg(long, default_value_t = 1000)]
     pub batch: usize,
-    /// Requests in flight.
+    /// Requests in flight (closed loop); with --rate, the most in flight at once (connections).
     #[arg(long, default_value_t = 8)]
     pub concurrency: usize,
+    /// Open loop: send this many requests per second whatever the answers' latency, with at
+    /// most --concurrency in flight (a send due while all are busy is counted as not sent),
+    /// and report admitted latency and what was refused (see docs/RELIABILITY.md, "Overload").
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Seconds a request may take before it counts as timed out (unanswered).
+    #[arg(long, default_value_t = 60)]
+    pub timeout: u64,
     /// Seconds to run.
     #[arg(long, default_value_t = 20)]
     pub seconds: u64,
@@ -304,6 +312,144 @@ fn ceiling(kind: &str, templates: &Arc<Vec<Template>>, batch: usize) -> f64 {
     handles.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
 }
 
+/// What an open-loop run saw.
+#[derive(Default)]
+struct OpenLoop {
+    admitted: u64,
+    objects: u64,
+    bytes: u64,
+    /// Refusals by status: 429, 503 and others.
+    status_429: u64,
+    status_503: u64,
+    other_status: u64,
+    /// 429 and 503 answers without a `Retry-After` header (the contract says every one has it).
+    missing_retry_after: u64,
+    timed_out: u64,
+    failed: u64,
+    /// Refused answers' latency, to show that refusals are fast.
+    refused_hist: Option<Histogram<u64>>,
+    hist: Option<Histogram<u64>>,
+}
+
+async fn open_loop(
+    args: &LoadgenArgs,
+    rate: f64,
+    client: reqwest::Client,
+    url: String,
+    key: String,
+    templates: Arc<Vec<Template>>,
+) -> anyhow::Result<()> {
+    anyhow::ensure!(rate > 0.0 && rate.is_finite(), "--rate must be positive");
+    let stats = Arc::new(std::sync::Mutex::new(OpenLoop {
+        hist: Some(Histogram::new(3)?),
+        refused_hist: Some(Histogram::new(3)?),
+        ..Default::default()
+    }));
+    let slots = Arc::new(tokio::sync::Semaphore::new(args.concurrency.max(1)));
+    let seq = Arc::new(AtomicU64::new(rand::random::<u32>() as u64));
+    let started = Instant::now();
+    let run = Duration::from_secs(args.seconds);
+    let (mut due_sent, mut not_sent) = (0u64, 0u64);
+    let mut tick = tokio::time::interval(Duration::from_millis(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let mut tasks = tokio::task::JoinSet::new();
+    let batch = args.batch as u64;
+    let events_kind = args.kind == "events";
+    let timeout = Duration::from_secs(args.timeout);
+    while started.elapsed() < run {
+        tick.tick().await;
+        let due = (started.elapsed().as_secs_f64() * rate) as u64;
+        while due_sent < due {
+            due_sent += 1;
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                not_sent += 1;
+                continue;
+            };
+            let (client, url, key, stats) = (client.clone(), url.clone(), key.clone(), stats.clone());
+            let n = seq.fetch_add(1, Ordering::Relaxed);
+            let body = templates[n as usize % templates.len()].render(n);
+            tasks.spawn(async move {
+                let len = body.len() as u64;
+                let t = Instant::now();
+                let resp = client
+                    .post(&url)
+                    .header(if events_kind { "X-Analytics-Token" } else { "X-API-Key" }, &key)
+                    .header("Content-Type", "application/json")
+                    .timeout(timeout)
+                    .body(body)
+                    .send()
+                    .await;
+                let elapsed = t.elapsed().as_micros() as u64;
+                let (status, retry_after) = match &resp {
+                    Ok(r) => (Some(r.status().as_u16()), r.headers().contains_key("retry-after")),
+                    Err(_) => (None, false),
+                };
+                let timed_out = resp.as_ref().err().is_some_and(|e| e.is_timeout());
+                // The body is read so that the connection is reused.
+                if let Ok(r) = resp {
+                    let _ = r.bytes().await;
+                }
+                let mut s = stats.lock().unwrap();
+                match status {
+                    Some(c) if (200..300).contains(&c) => {
+                        s.admitted += 1;
+                        s.objects += batch;
+                        s.bytes += len;
+                        s.hist.as_mut().unwrap().record(elapsed).ok();
+                    }
+                    Some(c) => {
+                        match c {
+                            429 => s.status_429 += 1,
+                            503 => s.status_503 += 1,
+                            _ => s.other_status += 1,
+                        }
+                        if (c == 429 || c == 503) && !retry_after {
+                            s.missing_retry_after += 1;
+                        }
+                        s.refused_hist.as_mut().unwrap().record(elapsed).ok();
+                    }
+                    None if timed_out => s.timed_out += 1,
+                    None => s.failed += 1,
+                }
+                drop(slot);
+            });
+        }
+        while tasks.try_join_next().is_some() {}
+    }
+    while tasks.join_next().await.is_some() {}
+    let secs = started.elapsed().as_secs_f64();
+    let s = stats.lock().unwrap();
+    let (h, rh) = (s.hist.as_ref().unwrap(), s.refused_hist.as_ref().unwrap());
+    let sent = due_sent - not_sent;
+    let refused = s.status_429 + s.status_503;
+    let ms = |h: &Histogram<u64>, q: f64| if h.is_empty() { 0.0 } else { h.value_at_quantile(q) as f64 / 1e3 };
+    let result = json!({
+        "kind": args.kind, "batch": args.batch, "max_in_flight": args.concurrency, "seconds": secs,
+        "offered_per_sec": rate, "sent": sent, "not_sent_client_busy": not_sent,
+        "admitted": s.admitted, "admitted_per_sec": s.admitted as f64 / secs,
+        "objects_per_sec": s.objects as f64 / secs, "mb_per_sec": s.bytes as f64 / secs / 1e6,
+        "admitted_p50_ms": ms(h, 0.5), "admitted_p99_ms": ms(h, 0.99), "admitted_max_ms": h.max() as f64 / 1e3,
+        "refused_429": s.status_429, "refused_503": s.status_503,
+        "rejection_rate": if sent > 0 { refused as f64 / sent as f64 } else { 0.0 },
+        "refused_p99_ms": ms(rh, 0.99), "missing_retry_after": s.missing_retry_after,
+        "other_status": s.other_status, "timed_out": s.timed_out, "failed": s.failed,
+    });
+    if args.json {
+        println!("{result}");
+    } else {
+        println!(
+            "{} x{} offered {:.0}/s for {:.1}s (at most {} in flight): sent {}, admitted {} ({:.0}/s, {:.0} objects/s), \
+             p50 {:.1} ms, p99 {:.1} ms; refused 429: {}, 503: {} (rate {:.1}%, p99 {:.1} ms, {} without Retry-After); \
+             other {}, timed out {}, failed {}, not sent {}",
+            args.kind, args.batch, rate, secs, args.concurrency, sent, s.admitted, s.admitted as f64 / secs,
+            s.objects as f64 / secs, ms(h, 0.5), ms(h, 0.99), s.status_429, s.status_503,
+            result["rejection_rate"].as_f64().unwrap_or(0.0) * 100.0, ms(rh, 0.99), s.missing_retry_after,
+            s.other_status, s.timed_out, s.failed, not_sent
+        );
+    }
+    Ok(())
+}
+
 pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
     let api_key = match (&args.api_key, &args.credentials) {
         (Some(k), _) => k.clone(),
@@ -316,9 +462,12 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
         (None, None) => anyhow::bail!("pass --api-key or --credentials"),
     };
     let templates = Arc::new(templates(&args.kind, args.batch, args.pool.max(1), 42)?);
-    let ceiling = if args.no_ceiling { None } else { Some(ceiling(&args.kind, &templates, args.batch)) };
     let client = reqwest::Client::builder().pool_max_idle_per_host(args.concurrency).build()?;
     let url = format!("{}{}", args.url.trim_end_matches('/'), endpoint(&args.kind));
+    if let Some(rate) = args.rate {
+        return open_loop(&args, rate, client, url, api_key, templates).await;
+    }
+    let ceiling = if args.no_ceiling { None } else { Some(ceiling(&args.kind, &templates, args.batch)) };
     let seq = Arc::new(AtomicU64::new(rand::random::<u32>() as u64));
     let deadline = Instant::now() + Duration::from_secs(args.seconds);
     let started = Instant::now();

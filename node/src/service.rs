@@ -11,7 +11,8 @@ use sextant_proto::raft_server::Raft as RaftRpc;
 use sextant_proto::storage_server::Storage;
 use sextant_proto::{
     write_request, ClusterInfoReply, ClusterInfoRequest, GetTraceReply, GetTraceRequest, GroupInfo, MetaReply,
-    MetaRequest, NodeAddr, RaftReply, RaftRequest, WriteReply, WriteRequest, CLUSTER_SECRET_HEADER, LEADER_HEADER, OVERLOADED_HEADER,
+    MetaRequest, NodeAddr, RaftReply, RaftRequest, WriteReply, WriteRequest, CLUSTER_SECRET_HEADER, LEADER_HEADER,
+    OVERLOADED_HEADER,
 };
 use subtle::ConstantTimeEq;
 use tonic::{Request, Response, Status};

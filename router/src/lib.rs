@@ -92,6 +92,10 @@ pub struct AppState {
     pub webhooks: webhooks::Webhooks,
     /// What this router accepted that its cached usage does not count yet.
     pub quota_pending: Arc<ingest::quota::Pending>,
+    /// Each project's ingest bytes being committed, within its share.
+    pub ingest_shares: ingest::admission::TenantShares,
+    /// Reads running and waiting at once (`http::overload`).
+    pub reads: http::overload::ReadSlots,
 }
 
 pub struct RunningRouter {
@@ -197,6 +201,7 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
     let addr = listener.local_addr()?;
     let billing = billing::Billing::new(&config.billing, addr, config.clock.clone())?;
     let webhooks = webhooks::Webhooks::new(config.webhook_targets);
+    let state_limits = config.server.clone();
     let state = Arc::new(AppState {
         billing,
         bodies: http::body::Budget::new(config.server.body_budget_bytes, parsers),
@@ -211,6 +216,8 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
         soft_quota_warnings: Default::default(),
         webhooks,
         quota_pending: Default::default(),
+        ingest_shares: ingest::admission::TenantShares::new(state_limits.tenant_inflight_bytes),
+        reads: http::overload::ReadSlots::new(state_limits.max_concurrent_reads, state_limits.read_queue),
     });
     let refresher = cluster.spawn_refresh(Duration::from_secs(1));
     let housekeeper = spawn_housekeeping(state.clone());

@@ -16,7 +16,7 @@ use sextant_model::ProjectId;
 use sextant_proto::client::{Authed, Channels};
 use sextant_proto::convert::persist_row::encode_ingest;
 use sextant_proto::storage_client::StorageClient;
-use sextant_proto::{write_request, ClusterInfoRequest, MetaRequest, WriteRequest, LEADER_HEADER};
+use sextant_proto::{write_request, ClusterInfoRequest, MetaRequest, WriteRequest, LEADER_HEADER, OVERLOADED_HEADER};
 use tokio::time::Instant;
 use tonic::{Code, Status};
 
@@ -34,6 +34,9 @@ pub enum ClusterError {
     /// The shard leader's disk is above its high-water mark; retry later.
     #[error("{0}")]
     DiskFull(String),
+    /// The shard leader's write queue is full (`sextant_node::admission`); retry shortly.
+    #[error("{0}")]
+    Overloaded(String),
 }
 
 /// One shard's part of an ingest request, replicated under the request's batch id.
@@ -272,6 +275,10 @@ impl Cluster {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(status)) => match status.code() {
                     Code::FailedPrecondition if self.learn_leader(group, &status) => continue,
+                    // Not retried here: the shard sheds load, and the client backs off.
+                    Code::ResourceExhausted if status.metadata().contains_key(OVERLOADED_HEADER) => {
+                        return Err(ClusterError::Overloaded(format!("group {group}: {}", status.message())));
+                    }
                     Code::ResourceExhausted => {
                         return Err(ClusterError::DiskFull(format!("group {group}: {}", status.message())));
                     }

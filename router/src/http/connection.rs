@@ -39,6 +39,13 @@ pub struct ServerLimits {
     /// What one read may cost, estimated before it scans (docs/API.md, "Reads: time range,
     /// partial answers and limits").
     pub query_budget: crate::query::scatter::QueryBudget,
+    /// JSON bytes one project may have being committed through this router at once (429
+    /// past it; docs/API.md, "Overload").
+    pub tenant_inflight_bytes: u64,
+    /// Reads (`GET` of the API) running at once on this router.
+    pub max_concurrent_reads: usize,
+    /// Reads waiting for one of those places; more are 503 `overloaded` at once.
+    pub read_queue: usize,
 }
 
 impl Default for ServerLimits {
@@ -51,6 +58,9 @@ impl Default for ServerLimits {
             read_timeout: Duration::from_secs(60),
             body_budget_bytes: 512 << 20,
             query_budget: Default::default(),
+            tenant_inflight_bytes: 64 << 20,
+            max_concurrent_reads: 64,
+            read_queue: 256,
         }
     }
 }

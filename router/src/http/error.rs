@@ -50,6 +50,12 @@ pub enum ApiError {
     /// The router holds as many request bytes as its budget allows.
     #[error("the server is busy receiving other requests; retry shortly")]
     Overloaded,
+    /// The router runs and queues as many reads as it may (docs/API.md, "Overload").
+    #[error("the server is running as many reads as it can; retry shortly")]
+    ReadsOverloaded,
+    /// A shard leader's write queue is full (docs/API.md, "Overload"); the detail is logged.
+    #[error("storage is busy with other writes; retry shortly")]
+    StorageOverloaded(String),
     /// A storage node's disk is above its high-water mark: writes are refused, reads go on.
     #[error("storage is out of disk space for new writes; retry later")]
     DiskFull(String),
@@ -110,6 +116,8 @@ impl ApiError {
             ApiError::Unavailable(_)
             | ApiError::StorageUnavailable(_)
             | ApiError::Overloaded
+            | ApiError::StorageOverloaded(_)
+            | ApiError::ReadsOverloaded
             | ApiError::DiskFull(_)
             | ApiError::ShardsUnavailable { .. } => Code::Unavailable,
             ApiError::BillingNotConfigured => Code::Unimplemented,
@@ -126,7 +134,9 @@ impl ApiError {
             ApiError::Unavailable(_)
             | ApiError::StorageUnavailable(_)
             | ApiError::ShardsUnavailable { .. }
-            | ApiError::Overloaded => Some(1),
+            | ApiError::Overloaded
+            | ApiError::StorageOverloaded(_)
+            | ApiError::ReadsOverloaded => Some(1),
             // The node probes its disk every second; space comes back with flushes and expiry.
             ApiError::DiskFull(_) => Some(DISK_FULL_RETRY_SECS),
             // Until an operator configures a provider: not soon.
@@ -169,7 +179,9 @@ impl ApiError {
             ApiError::Unavailable(_) | ApiError::StorageUnavailable(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "unavailable", None)
             }
-            ApiError::Overloaded => (StatusCode::SERVICE_UNAVAILABLE, "overloaded", None),
+            ApiError::Overloaded | ApiError::StorageOverloaded(_) | ApiError::ReadsOverloaded => {
+                (StatusCode::SERVICE_UNAVAILABLE, "overloaded", None)
+            }
             ApiError::DiskFull(_) => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "disk_full",
@@ -286,6 +298,7 @@ impl From<ClusterError> for ApiError {
             ClusterError::Unavailable(m) => ApiError::StorageUnavailable(m),
             ClusterError::Internal(m) => ApiError::Internal(m),
             ClusterError::DiskFull(m) => ApiError::DiskFull(m),
+            ClusterError::Overloaded(m) => ApiError::StorageOverloaded(m),
         }
     }
 }
@@ -348,6 +361,7 @@ impl IntoResponse for ApiError {
             ApiError::Internal(detail) => tracing::error!(error = %detail, "internal error"),
             ApiError::StorageUnavailable(detail) => tracing::warn!(error = %detail, "storage unavailable"),
             ApiError::DiskFull(detail) => tracing::warn!(error = %detail, "write refused for disk space"),
+            ApiError::StorageOverloaded(detail) => tracing::debug!(error = %detail, "write shed by storage"),
             _ => {}
         }
         let body = ErrorBody { error: ErrorJson { code, message: self.to_string(), details } };
@@ -396,6 +410,24 @@ mod tests {
         assert_eq!(v["error"]["details"], serde_json::json!({"retry_after_seconds": 5}));
         assert!(!body.contains("group 3"), "{body}");
         assert_eq!(ApiError::DiskFull(detail.into()).grpc_code(), tonic::Code::Unavailable);
+    }
+
+    #[tokio::test]
+    async fn a_full_shard_write_queue_answers_503_overloaded_with_retry_after_not_disk_full() {
+        let detail = "group 3: overloaded: shard 3 has 512 writes in flight (limit 512); retry shortly";
+        let e = ApiError::from(ClusterError::Overloaded(detail.into()));
+        assert_eq!(e.grpc_code(), tonic::Code::Unavailable);
+        let resp = e.into_response();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers().get(header::RETRY_AFTER).unwrap(), "1");
+        let body = body_text(resp).await;
+        let v: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(v["error"]["code"], "overloaded");
+        assert!(!body.contains("group 3"), "{body}");
+        let resp = ApiError::ReadsOverloaded.into_response();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers().get(header::RETRY_AFTER).unwrap(), "1");
+        assert_eq!(serde_json::from_str::<Value>(&body_text(resp).await).unwrap()["error"]["code"], "overloaded");
     }
 
     #[tokio::test]

@@ -19,11 +19,16 @@ use crate::AppState;
 const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// Reads end within the configured time (504 `query_timeout`); their shard requests are
-/// dropped with them.
+/// dropped with them. At most so many run at once, and a bounded number wait for a place
+/// (503 `overloaded` past them, `overload`).
 pub(crate) async fn read_deadline(State(app): State<Arc<AppState>>, req: Request, next: Next) -> Response {
     if req.method() != Method::GET {
         return next.run(req).await;
     }
+    let _slot = match app.reads.enter(crate::http::overload::READ_QUEUE_WAIT).await {
+        Ok(slot) => slot,
+        Err(e) => return e.into_response(),
+    };
     let limit = app.config.server.read_timeout;
     match tokio::time::timeout(limit, next.run(req)).await {
         Ok(resp) => resp,

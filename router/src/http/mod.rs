@@ -10,6 +10,7 @@ pub mod listing;
 pub mod metrics;
 pub mod middleware;
 pub mod openapi;
+pub mod overload;
 pub mod query_string;
 pub mod tls;
 

@@ -10,7 +10,9 @@
 //! - [`partition`]: rows to shards through the partition table.
 //! - [`quota`]: monthly quotas, checked right after authentication.
 //! - [`commit`]: all-or-nothing replication of a request's sub-batches.
+//! - [`admission`]: each project's share of the ingest in flight (per-tenant fairness).
 
+pub mod admission;
 pub mod analytics;
 pub mod commit;
 pub mod observability;

@@ -113,7 +113,7 @@ where
             Ok(Ok(answer)) => answers.push((group, answer)),
             Ok(Err(ClusterError::Internal(m))) => return Err(ApiError::Internal(m)),
             // Reads are not refused for disk space; counted as missing should a node say so.
-            Ok(Err(ClusterError::Unavailable(m) | ClusterError::DiskFull(m))) => {
+            Ok(Err(ClusterError::Unavailable(m) | ClusterError::DiskFull(m) | ClusterError::Overloaded(m))) => {
                 tracing::warn!(group, error = %m, "shard missing from a query");
                 missing.push(group);
             }
