@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -400,6 +400,76 @@ async fn a_static_member_starting_late_still_forms_its_groups() -> Result<(), St
         c.wait_state(i, "Active").await;
         assert_eq!(c.hosted(i).await.unwrap(), BTreeSet::from([0, 1, 2]), "node {}", i + 1);
     }
+    Ok(())
+}
+
+/// The first replica of meta (and of shard 5) starts last, on an empty disk, after its peers
+/// elected leaders in every group they can form, two of them with it as a voter: it is deferred
+/// until meta confirms its id, yet only it can initialize meta. It forms meta and shard 5 while
+/// it waits, the cluster bootstraps, and it then takes its static placement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_whose_meta_initializer_starts_last_still_bootstraps() -> Result<(), String> {
+    const NODES: usize = 5;
+    const SHARDS: u64 = 5;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Scaled::start_some(dir.path(), NODES, 0, SHARDS as u32, 16);
+    let ids: Vec<u64> = (1..=NODES as u64).collect();
+    let first = |group: u64| sextant_node::host::placement(group, &ids, 3)[0];
+    let late = first(0);
+    let late_i = late as usize - 1;
+    let without_late: BTreeSet<u64> = (1..=SHARDS).filter(|g| first(*g) != late).collect();
+    assert_eq!(without_late, BTreeSet::from([1, 2, 3, 4]), "placement changed: pick the groups again");
+    for i in (0..NODES).filter(|i| *i != late_i) {
+        c.spawn_node(i);
+    }
+
+    let started: Vec<usize> = (0..NODES).filter(|i| *i != late_i).collect();
+    let led = wait_for("the other nodes to elect leaders", Duration::from_secs(90), || async {
+        let mut led = BTreeMap::new();
+        for &i in &started {
+            for g in c.status(i).await?["groups"].as_array()? {
+                if g["state"] == "Leader" {
+                    let voters: BTreeSet<u64> = g["voters"].as_array()?.iter().filter_map(Value::as_u64).collect();
+                    led.insert(g["group"].as_u64()?, voters);
+                }
+            }
+        }
+        led.keys().copied().collect::<BTreeSet<u64>>().is_superset(&without_late).then_some(led)
+    })
+    .await;
+    assert!(!led.contains_key(&0), "meta formed without its initializer: {led:?}");
+    assert!(led.values().any(|v| v.contains(&late)), "no running group counts node {late}: {led:?}");
+
+    c.spawn_node(late_i);
+    c.wait_bootstrapped().await;
+    let log = std::fs::read_to_string(dir.path().join(format!("node{late}.log"))).unwrap_or_default();
+    assert!(
+        log.contains("waiting for meta to confirm this node id"),
+        "node {late} was not deferred: the test lost its point"
+    );
+
+    let all: BTreeSet<u64> = (0..=SHARDS).collect();
+    wait_for("meta and every shard to have a leader", Duration::from_secs(60), || async {
+        let mut leaders = BTreeSet::new();
+        for i in 0..NODES {
+            let s = c.status(i).await?;
+            let led = s["groups"].as_array()?.iter().filter(|g| g["state"] == "Leader");
+            leaders.extend(led.filter_map(|g| g["group"].as_u64()));
+        }
+        (leaders == all).then_some(())
+    })
+    .await;
+    let key = c.api_key();
+    let acked = post_acked(&c.url, &key, "late-meta").await;
+    let token = c.token().await;
+    check_all_readable(&c.url, &token, &acked).await?;
+    c.wait_state(late_i, "Active").await;
+    let placed: BTreeSet<u64> =
+        (0..=SHARDS).filter(|g| sextant_node::host::placement(*g, &ids, 3).contains(&late)).collect();
+    wait_for("the late node to host its static placement", Duration::from_secs(60), || async {
+        c.hosted(late_i).await.filter(|h| *h == placed)
+    })
+    .await;
     Ok(())
 }
 
