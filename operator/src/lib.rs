@@ -4,6 +4,7 @@
 pub mod admin;
 pub mod conditions;
 pub mod controller;
+pub mod crd_install;
 pub mod leader;
 pub mod manifests;
 pub mod metrics;
@@ -11,7 +12,9 @@ pub mod replacement;
 pub mod scaling;
 pub mod tenancy;
 pub mod topology;
+pub mod uninstall;
 pub mod v1alpha1;
+pub mod volumes;
 
 pub use manifests::crds_yaml;
 
@@ -38,6 +41,12 @@ pub struct OperatorArgs {
     /// Reconcile without a Lease; only for a single replica.
     #[arg(long)]
     pub no_leader_election: bool,
+    /// Apply this operator's CRDs at startup where missing, older or different (needs get,
+    /// create and patch on its customresourcedefinitions).
+    #[arg(long, env = "SEXTANT_MANAGE_CRDS")]
+    pub manage_crds: bool,
+    #[command(flatten)]
+    pub uninstall: uninstall::UninstallArgs,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -48,6 +57,8 @@ pub enum RunError {
     Admin(#[from] admin::AdminError),
     #[error(transparent)]
     Leader(#[from] leader::LeaderError),
+    #[error(transparent)]
+    Crds(#[from] crd_install::InstallError),
     #[error("metrics listener on {0}: {1}")]
     Listen(SocketAddr, std::io::Error),
 }
@@ -55,6 +66,14 @@ pub enum RunError {
 /// Runs the operator until a shutdown signal (or the loss of leadership).
 pub async fn run(args: OperatorArgs) -> Result<(), RunError> {
     let client = kube::Client::try_default().await?;
+    if args.uninstall.uninstall {
+        uninstall::run(&client, &args.uninstall, std::time::Duration::from_secs(2)).await?;
+        return Ok(());
+    }
+    if args.manage_crds {
+        // Before any controller watches them; every replica may do it (the same apply twice).
+        crd_install::ensure(&client).await?;
+    }
     let metrics = Arc::new(metrics::Metrics::default());
     let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| RunError::Listen(args.listen, e))?;
     let served = metrics.clone();

@@ -1,13 +1,50 @@
 //! The CustomResourceDefinitions as YAML, for `sextant crds`, `crds/` and the Helm chart.
+//!
+//! Versions: each API version is a module of its own types (`v1alpha1`). A new version (say
+//! `v1beta1`) is added as another module, its CRD merged with the existing ones in [`versioned`]
+//! with [`STORAGE_VERSION`] still the one written to etcd; objects of both versions then need a
+//! conversion webhook (docs/KUBERNETES.md, "Versions").
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::core::crd::merge_crds;
 use kube::CustomResourceExt;
+use sha2::{Digest, Sha256};
 
 use crate::v1alpha1::{AlertRule, Plan, Project, Quota, SextantCluster, Tenant};
 
+/// The version stored in etcd; every served version converts to and from it.
+pub const STORAGE_VERSION: &str = "v1alpha1";
+/// The operator version that generated a CRD (decides `--manage-crds` upgrades).
+pub const OPERATOR_VERSION_ANNOTATION: &str = "sextant.dev/operator-version";
+/// SHA-256 of the CRD's `spec`: same version, other content is applied too.
+pub const CRD_HASH_ANNOTATION: &str = "sextant.dev/crd-hash";
+
 /// Every CRD of the operator, in a stable order.
 pub fn custom_resource_definitions() -> Vec<CustomResourceDefinition> {
-    vec![SextantCluster::crd(), Tenant::crd(), Project::crd(), Plan::crd(), Quota::crd(), AlertRule::crd()]
+    [
+        versioned(vec![SextantCluster::crd()]),
+        versioned(vec![Tenant::crd()]),
+        versioned(vec![Project::crd()]),
+        versioned(vec![Plan::crd()]),
+        versioned(vec![Quota::crd()]),
+        versioned(vec![AlertRule::crd()]),
+    ]
+    .into_iter()
+    .map(annotated)
+    .collect()
+}
+
+/// One CRD from the single-version CRDs of a kind, [`STORAGE_VERSION`] stored.
+fn versioned(versions: Vec<CustomResourceDefinition>) -> CustomResourceDefinition {
+    merge_crds(versions, STORAGE_VERSION).expect("every kind has the storage version")
+}
+
+fn annotated(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    let spec = serde_json::to_vec(&crd.spec).expect("a CRD spec serializes");
+    let annotations = crd.metadata.annotations.get_or_insert_with(Default::default);
+    annotations.insert(OPERATOR_VERSION_ANNOTATION.into(), env!("CARGO_PKG_VERSION").into());
+    annotations.insert(CRD_HASH_ANNOTATION.into(), hex::encode(Sha256::digest(&spec)));
+    crd
 }
 
 /// All CRDs as one multi-document YAML stream (what `crds/sextant.dev.yaml` holds).
@@ -18,4 +55,30 @@ pub fn crds_yaml() -> Result<String, serde_saphyr::SerializeError> {
         out.push_str(&serde_saphyr::to_string(&crd)?);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_crd_serves_and_stores_only_the_storage_version_without_conversion() {
+        for crd in custom_resource_definitions() {
+            let stored: Vec<&str> = crd.spec.versions.iter().filter(|v| v.storage).map(|v| v.name.as_str()).collect();
+            assert_eq!(stored, [STORAGE_VERSION], "{}", crd.spec.names.kind);
+            assert!(crd.spec.versions.iter().all(|v| v.served));
+            // One version: no conversion webhook is declared (none exists yet).
+            assert!(crd.spec.conversion.is_none(), "{}", crd.spec.names.kind);
+        }
+    }
+
+    #[test]
+    fn the_hash_annotation_follows_the_spec() {
+        let a = custom_resource_definitions();
+        let b = custom_resource_definitions();
+        assert_eq!(a, b, "generation is deterministic");
+        let hashes: std::collections::BTreeSet<_> =
+            a.iter().map(|c| c.metadata.annotations.as_ref().unwrap()[CRD_HASH_ANNOTATION].clone()).collect();
+        assert_eq!(hashes.len(), a.len(), "one hash per CRD");
+    }
 }

@@ -109,16 +109,24 @@ fn check_builtin_renderings(dir: &std::path::Path) {
                 assert!(violations.is_empty(), "{file}: {at} breaks \"restricted\":\n{}", violations.join("\n"));
             }
         }
-        assert_eq!(pods, 1, "{file}: the operator's Deployment is the chart's one pod template");
+        // The operator's Deployment, and the uninstall hook's Job unless turned off.
+        let uninstall_hook = file != "no-leader-election-values.yaml";
+        assert_eq!(pods, 1 + usize::from(uninstall_hook), "{file}: pod templates");
         let of_kind = |kind: &'static str| docs.iter().filter(move |d| d["kind"] == kind);
-        let operator_account = of_kind("Deployment").next().unwrap()["spec"]["template"]["spec"]["serviceAccountName"]
-            .as_str()
-            .unwrap()
-            .to_owned();
+        let account_of = |kind: &'static str| {
+            of_kind(kind).next().map(|d| d["spec"]["template"]["spec"]["serviceAccountName"].as_str().unwrap().to_owned())
+        };
+        let operator_account = account_of("Deployment").unwrap();
         assert_ne!(operator_account, "default", "{file}");
+        let hook_account = account_of("Job");
+        assert_eq!(hook_account.is_some(), uninstall_hook, "{file}");
         for binding in of_kind("ClusterRoleBinding").chain(of_kind("RoleBinding")) {
+            // Each binding goes to one account of ours: the hook's rights only to the hook's Job.
+            let hook = binding["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete";
+            let account = if hook { hook_account.clone().unwrap() } else { operator_account.clone() };
+            assert_ne!(account, "default", "{file}");
             for subject in binding["subjects"].as_array().unwrap() {
-                assert_eq!(subject["name"].as_str(), Some(operator_account.as_str()), "{file}: {binding}");
+                assert_eq!(subject["name"].as_str(), Some(account.as_str()), "{file}: {binding}");
             }
         }
         let policies = of_kind("NetworkPolicy").count();

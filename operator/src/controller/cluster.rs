@@ -11,7 +11,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
 
-use super::{apply, instrumented, write_status, Context, Error};
+use super::{apply, instrumented, volume_expansion, write_status, Context, Error};
 use crate::admin::{DrainRequest, PlacementRequest};
 use crate::conditions::{self, Desired};
 use crate::scaling::{self, Notice, Observed, ScalingAction, ScalingPlan, StatefulSetState};
@@ -77,6 +77,9 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
         current: s.status.as_ref().map_or(0, |x| x.replicas),
         ready: s.status.as_ref().and_then(|x| x.ready_replicas).unwrap_or(0),
     });
+    // Volume expansion and claim-template drift (controller/volume_expansion.rs).
+    let storage_volumes =
+        volume_expansion::prepare(&ctx, &cluster, &names, sts.as_ref(), previous.scaling.is_some()).await?;
 
     // Membership is asked only of a cluster that can answer; an unreachable admin API leaves
     // it unknown, which stops scaling steps but nothing else.
@@ -132,7 +135,11 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
             Owned::ServiceAccount(o) => drop(apply(client, &names.namespace, &o).await?),
             Owned::NetworkPolicy(o) => drop(apply(client, &names.namespace, &o).await?),
             Owned::Service(o) => drop(apply(client, &names.namespace, &o).await?),
-            Owned::StatefulSet(o) => drop(apply(client, &names.namespace, &o).await?),
+            Owned::StatefulSet(o) => {
+                if let Some(o) = storage_volumes.statefulset(o) {
+                    drop(apply(client, &names.namespace, &o).await?);
+                }
+            }
             Owned::Deployment(o) => {
                 let applied = apply(client, &names.namespace, &o).await?;
                 let st = applied.status.unwrap_or_default();
@@ -191,11 +198,12 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
 
     let ready_nodes = sts_state.map_or(0, |s| s.ready);
     let readiness = Readiness { nodes: ready_nodes, routers: ready_routers, rolling_out };
-    let status = cluster_status(&cluster, &names, &previous, &plan, readiness, membership.as_ref(), now);
+    let mut status = cluster_status(&cluster, &names, &previous, &plan, readiness, membership.as_ref(), now);
+    storage_volumes.merge_into(&previous.conditions, &mut status, generation, now);
     write_status(&api, &cluster, cluster.status.as_ref(), &status).await?;
 
     // Scaling steps wait on pods and on meta: look again soon rather than only on changes.
-    Ok(if status.scaling.is_some() {
+    Ok(if status.scaling.is_some() || storage_volumes.in_progress() {
         Action::requeue(Duration::from_secs(10))
     } else {
         Action::requeue(Duration::from_secs(300))

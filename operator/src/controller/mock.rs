@@ -70,6 +70,8 @@ pub struct Mock {
     pub ctx: Arc<Context>,
     pub admin: Arc<FakeAdmin>,
     handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
+    /// The chart template whose ClusterRole must allow every request.
+    rbac: &'static str,
 }
 
 impl Mock {
@@ -90,7 +92,13 @@ impl Mock {
             format!("secret-{n}")
         });
         ctx.clock = Arc::new(fixed_now);
-        Self { ctx: Arc::new(ctx), admin, handle }
+        Self { ctx: Arc::new(ctx), admin, handle, rbac: "rbac.yaml" }
+    }
+
+    /// Checks requests against the ClusterRole of another template (e.g. `uninstall.yaml`).
+    pub fn with_rbac(mut self, template: &'static str) -> Self {
+        self.rbac = template;
+        self
     }
 
     /// Runs `reconcile` against the script. `object` answers requests whose reply is not
@@ -99,7 +107,7 @@ impl Mock {
         let failure = Arc::new(Mutex::new(None::<String>));
         let served = Arc::new(Mutex::new(0usize));
         let expected: Vec<String> = steps.iter().map(Step::describe).collect();
-        let server = tokio::spawn(serve(self.handle, steps, object, failure.clone(), served.clone()));
+        let server = tokio::spawn(serve(self.handle, self.rbac, steps, object, failure.clone(), served.clone()));
         let out = tokio::time::timeout(Duration::from_secs(20), reconcile).await;
         server.abort();
         if let Some(f) = failure.lock().unwrap().take() {
@@ -119,6 +127,7 @@ impl Mock {
 
 async fn serve(
     mut handle: tower_test::mock::Handle<Request<Body>, Response<Body>>,
+    rbac: &'static str,
     steps: Vec<Step>,
     object: Value,
     failure: Arc<Mutex<Option<String>>>,
@@ -134,7 +143,7 @@ async fn serve(
             return fail(format!("request {i}: expected `{}`, got `{got}`", step.describe()));
         }
         let query = request.uri().query().unwrap_or_default().to_owned();
-        if let Err(e) = super::rbac_check::check(request.method().as_str(), request.uri().path(), &query) {
+        if let Err(e) = super::rbac_check::check_role(rbac, request.method().as_str(), request.uri().path(), &query) {
             return fail(format!("request {i}: {e}"));
         }
         if step.apply {

@@ -7,6 +7,7 @@ mod project;
 mod pushed;
 mod quota;
 mod tenant;
+mod volume_expansion;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -2,7 +2,8 @@
 //! request the controllers make. The mock API server checks each request against it, so a
 //! scenario fails when the code starts using a verb or resource the chart does not grant.
 
-use std::sync::OnceLock;
+use std::collections::HashMap;
+use std::sync::{Mutex, OnceLock};
 
 use serde_json::Value;
 
@@ -13,25 +14,28 @@ struct Rule {
     verbs: Vec<String>,
 }
 
-fn rules() -> &'static [Rule] {
-    static RULES: OnceLock<Vec<Rule>> = OnceLock::new();
-    RULES.get_or_init(|| {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/sextant/templates/rbac.yaml");
-        let text = std::fs::read_to_string(path).expect("the chart's rbac.yaml");
-        // The ClusterRole is the first document; its rules carry no templating.
+/// The first ClusterRole of a chart template (`rbac.yaml`: the operator's; `uninstall.yaml`: the
+/// uninstall hook's). Its rules carry no templating; lines with `{{` are dropped.
+fn rules(file: &'static str) -> &'static [Rule] {
+    static RULES: OnceLock<Mutex<HashMap<&'static str, &'static [Rule]>>> = OnceLock::new();
+    let mut cache = RULES.get_or_init(Mutex::default).lock().unwrap_or_else(|e| e.into_inner());
+    cache.entry(file).or_insert_with(|| {
+        let path = format!("{}/../charts/sextant/templates/{file}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"));
         let first = text.split("\n---").next().unwrap_or_default();
         let plain: String = first.lines().filter(|l| !l.contains("{{")).map(|l| format!("{l}\n")).collect();
         let role: Value = serde_saphyr::from_str(&plain).expect("the ClusterRole parses");
-        assert_eq!(role["kind"], "ClusterRole");
+        assert_eq!(role["kind"], "ClusterRole", "{path}");
         let list = |v: &Value| -> Vec<String> {
             v.as_array().into_iter().flatten().filter_map(|s| s.as_str().map(str::to_owned)).collect()
         };
-        role["rules"]
+        let rules: Vec<Rule> = role["rules"]
             .as_array()
             .expect("rules")
             .iter()
             .map(|r| Rule { groups: list(&r["apiGroups"]), resources: list(&r["resources"]), verbs: list(&r["verbs"]) })
-            .collect()
+            .collect();
+        Vec::leak(rules)
     })
 }
 
@@ -67,15 +71,20 @@ pub fn operation(method: &str, path: &str, query: &str) -> Option<(String, Strin
 }
 
 pub fn check(method: &str, path: &str, query: &str) -> Result<(), String> {
+    check_role("rbac.yaml", method, path, query)
+}
+
+/// [`check`] against the first ClusterRole of another chart template.
+pub fn check_role(file: &'static str, method: &str, path: &str, query: &str) -> Result<(), String> {
     let (group, resource, verb) =
         operation(method, path, query).ok_or_else(|| format!("unrecognised request {method} {path}"))?;
     let allowed =
-        rules().iter().any(|r| r.groups.contains(&group) && r.resources.contains(&resource) && r.verbs.contains(&verb));
+        rules(file).iter().any(|r| r.groups.contains(&group) && r.resources.contains(&resource) && r.verbs.contains(&verb));
     if allowed {
         Ok(())
     } else {
         Err(format!(
-            "the chart's ClusterRole does not allow `{verb}` on `{resource}` in group `{group}` ({method} {path})"
+            "the ClusterRole of {file} does not allow `{verb}` on `{resource}` in group `{group}` ({method} {path})"
         ))
     }
 }
@@ -109,7 +118,8 @@ mod tests {
         // Secrets are created once and never rewritten or listed.
         assert!(check("PATCH", "/api/v1/namespaces/t/secrets/x", "").is_err());
         assert!(check("GET", "/api/v1/secrets", "").is_err());
-        assert!(check("DELETE", "/apis/apps/v1/namespaces/t/statefulsets/x", "").is_err());
+        assert!(check("DELETE", "/apis/apps/v1/namespaces/t/deployments/x", "").is_err());
+        assert!(check("PATCH", "/apis/storage.k8s.io/v1/storageclasses/x", "").is_err());
         assert!(check("GET", "/api/v1/pods", "").is_err());
     }
 }

@@ -229,8 +229,14 @@ impl ServiceType {
     }
 }
 
+// Rules on the parent, not on the optional field: a field's own `self == oldSelf` is not
+// evaluated when the field is added or removed, so it would let `storageClassName` appear later.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new(STORAGE_CLASS_FIXED).message("storageClassName is immutable (it cannot be added or removed either)"),
+    validation = Rule::new(VOLUME_SIZE_GROWS).message("volumeSize cannot shrink"),
+)]
 pub struct StorageSpec {
     /// Number of storage nodes. Editing it scales the cluster safely (scale subresource).
     #[schemars(range(min = 1, max = 1000))]
@@ -245,13 +251,12 @@ pub struct StorageSpec {
     #[schemars(range(min = 1, max = 7))]
     #[x_kube(validation = Rule::new("self == oldSelf").message("replicationFactor is immutable"))]
     pub replication_factor: i32,
-    /// Size of each node's persistent volume. Fixed: a StatefulSet's volume claim template
-    /// cannot change (grow volumes through their PVCs where the storage class allows it).
+    /// Size of each node's persistent volume. It can grow, never shrink: the operator expands
+    /// every volume when the StorageClass allows it (`VolumeExpansion` condition).
     #[serde(default = "default_volume_size")]
-    #[x_kube(validation = Rule::new("self == oldSelf").message("volumeSize is immutable"))]
     pub volume_size: Quantity,
+    /// Fixed at creation, including whether it is set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self == oldSelf").message("storageClassName is immutable"))]
     pub storage_class_name: Option<String>,
     /// Absent: requests of 500m CPU and 1Gi memory, a 4Gi memory limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -259,6 +264,13 @@ pub struct StorageSpec {
     #[serde(default)]
     pub pod: PodTemplate,
 }
+
+/// Transition rule of `spec.storage`: `storageClassName` keeps its presence and its value.
+pub const STORAGE_CLASS_FIXED: &str = "has(self.storageClassName) == has(oldSelf.storageClassName) && \
+     (!has(self.storageClassName) || self.storageClassName == oldSelf.storageClassName)";
+/// Transition rule of `spec.storage`: `volumeSize` (int or string) never decreases.
+pub const VOLUME_SIZE_GROWS: &str =
+    "quantity(string(self.volumeSize)).compareTo(quantity(string(oldSelf.volumeSize))) >= 0";
 
 fn default_shards() -> i32 {
     4

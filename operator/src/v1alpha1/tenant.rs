@@ -21,6 +21,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(TENANT_CLUSTER_FIXED).message("cluster is immutable (it cannot be added or removed either)"))]
 pub struct TenantSpec {
     #[schemars(length(min = 1, max = 200))]
     pub display_name: String,
@@ -34,10 +35,15 @@ pub struct TenantSpec {
     #[serde(default)]
     pub suspended: bool,
     /// `SextantCluster` in this namespace; may be omitted when the namespace has exactly one.
+    /// Fixed at creation, including whether it is set (a rule on `spec`, as a field's own
+    /// `self == oldSelf` does not run when the field is added or removed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[x_kube(validation = Rule::new("self == oldSelf").message("cluster is immutable"))]
     pub cluster: Option<String>,
 }
+
+/// Transition rule of a Tenant's `spec`: `cluster` keeps its presence and its value.
+pub const TENANT_CLUSTER_FIXED: &str =
+    "has(self.cluster) == has(oldSelf.cluster) && (!has(self.cluster) || self.cluster == oldSelf.cluster)";
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
