@@ -14,6 +14,7 @@ pub mod tenancy;
 pub mod topology;
 pub mod uninstall;
 pub mod v1alpha1;
+pub mod zones;
 pub mod volumes;
 
 pub use manifests::crds_yaml;

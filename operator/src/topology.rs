@@ -7,10 +7,11 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, StatefulSet, StatefulSetPersistentVolumeClaimRetentionPolicy, StatefulSetSpec,
 };
 use k8s_openapi::api::core::v1::{
-    Capabilities, ConfigMap, ConfigMapKeySelector, Container, ContainerPort, EmptyDirVolumeSource, EnvVar,
-    EnvVarSource, HTTPGetAction, PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext, PodSpec,
-    PodTemplateSpec, Probe, ResourceRequirements, SeccompProfile, Secret, SecretKeySelector, SecretVolumeSource,
-    SecurityContext, Service, ServiceAccount, ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
+    Capabilities, ConfigMap, ConfigMapKeySelector, Container, ContainerPort, DownwardAPIVolumeFile,
+    DownwardAPIVolumeSource, EmptyDirVolumeSource, EnvVar, EnvVarSource, HTTPGetAction, ObjectFieldSelector,
+    PersistentVolumeClaim, PersistentVolumeClaimSpec, PodSecurityContext, PodSpec, PodTemplateSpec, Probe,
+    ResourceRequirements, SeccompProfile, Secret, SecretKeySelector, SecretVolumeSource, SecurityContext, Service,
+    ServiceAccount, ServicePort, ServiceSpec, TopologySpreadConstraint, Volume, VolumeMount,
     VolumeResourceRequirements,
 };
 use k8s_openapi::api::networking::v1::{
@@ -301,8 +302,37 @@ fn restricted_container_security() -> SecurityContext {
 }
 
 /// Volume and mount names and paths the operator's own containers use.
-const RESERVED_VOLUMES: [&str; 2] = ["data", "tmp"];
-const RESERVED_PATHS: [&str; 2] = ["/data", "/tmp"];
+const RESERVED_VOLUMES: [&str; 3] = ["data", "tmp", ZONE_VOLUME];
+const RESERVED_PATHS: [&str; 3] = ["/data", "/tmp", ZONE_DIR];
+
+/// The node's zone reaches it as a downward-API file of the pod's zone annotation, which the
+/// operator sets after the pod is scheduled (`crate::zones`); the kubelet updates the file.
+const ZONE_VOLUME: &str = "sextant-zone";
+const ZONE_DIR: &str = "/etc/sextant/zone";
+
+fn zone_volume() -> (Volume, VolumeMount) {
+    let field = format!("metadata.annotations['{}']", crate::zones::ZONE_ANNOTATION);
+    (
+        Volume {
+            name: ZONE_VOLUME.into(),
+            downward_api: Some(DownwardAPIVolumeSource {
+                items: Some(vec![DownwardAPIVolumeFile {
+                    path: "zone".into(),
+                    field_ref: Some(ObjectFieldSelector { field_path: field, ..ObjectFieldSelector::default() }),
+                    ..DownwardAPIVolumeFile::default()
+                }]),
+                ..DownwardAPIVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+        VolumeMount {
+            name: ZONE_VOLUME.into(),
+            mount_path: ZONE_DIR.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        },
+    )
+}
 
 /// Spread pods of one component over zones, then over hosts. ScheduleAnyway: a cluster with one
 /// zone or fewer hosts than pods still schedules them.
@@ -626,6 +656,7 @@ pub fn owned_objects(
         --peers \"$SEXTANT_PEERS\" --shards \"$SEXTANT_SHARDS\" \
         --replication-factor \"$SEXTANT_REPLICATION_FACTOR\"";
     let (tmp, tmp_mount) = tmp_volume();
+    let (zone, zone_mount) = zone_volume();
     let node_container = Container {
         name: "node".into(),
         command: Some(vec!["/bin/sh".into(), "-c".into(), node_script.into()]),
@@ -635,6 +666,7 @@ pub fn owned_objects(
             config_env("SEXTANT_REPLICATION_FACTOR", &names, "replication-factor"),
             secret_env("SEXTANT_CLUSTER_SECRET", &names, CLUSTER_SECRET),
             value_env("SEXTANT_LOG_FORMAT", "json"),
+            value_env("SEXTANT_ZONE_FILE", &format!("{ZONE_DIR}/zone")),
         ]),
         ports: Some(vec![container_port("grpc", NODE_GRPC_PORT), container_port("http", NODE_HTTP_PORT)]),
         readiness_probe: Some(http_probe("http", "/readyz", 5, None)),
@@ -642,6 +674,7 @@ pub fn owned_objects(
         volume_mounts: Some(vec![
             VolumeMount { name: "data".into(), mount_path: "/data".into(), ..VolumeMount::default() },
             tmp_mount.clone(),
+            zone_mount,
         ]),
         resources: Some(storage.resources.clone().unwrap_or_else(default_node_resources)),
         ..Container::default()
@@ -651,7 +684,7 @@ pub fn owned_objects(
         spec,
         Component::Node,
         node_container,
-        vec![tmp.clone()],
+        vec![tmp.clone(), zone],
         // fsGroup makes the fresh volume writable by the image's user.
         restricted_pod_security(Some(SEXTANT_UID)),
     )?;
@@ -1234,6 +1267,28 @@ pub(crate) mod tests {
             assert!(tmp.is_some(), "a writable /tmp under a read-only root");
         }
         assert_eq!(node.security_context.as_ref().unwrap().fs_group, Some(10001));
+    }
+
+    #[test]
+    fn node_pods_read_their_zone_from_a_downward_api_file_of_the_zone_annotation() {
+        let objects = owned_objects(&cluster(3, 3), 3, 3, OPERATOR_NS).unwrap();
+        let (node, router) = pods(&objects);
+        let volume = node.volumes.as_ref().unwrap().iter().find(|v| v.name == ZONE_VOLUME).unwrap();
+        let item = &volume.downward_api.as_ref().unwrap().items.as_ref().unwrap()[0];
+        assert_eq!(item.field_ref.as_ref().unwrap().field_path, "metadata.annotations['sextant.dev/zone']");
+        let container = &node.containers[0];
+        let mount = container.volume_mounts.as_ref().unwrap().iter().find(|m| m.name == ZONE_VOLUME).unwrap();
+        assert_eq!((mount.mount_path.as_str(), mount.read_only), (ZONE_DIR, Some(true)));
+        let env = container.env.as_ref().unwrap().iter().find(|e| e.name == "SEXTANT_ZONE_FILE").unwrap();
+        assert_eq!(env.value.as_deref(), Some("/etc/sextant/zone/zone"));
+        assert!(router.volumes.as_ref().unwrap().iter().all(|v| v.name != ZONE_VOLUME), "routers have no zone");
+        for patch in [
+            json!({"storage": {"pod": {"volumes": [{"name": "sextant-zone", "mountPath": "/x", "emptyDir": {}}]}}}),
+            json!({"storage": {"pod": {"volumes": [{"name": "x", "mountPath": "/etc/sextant/zone/x", "emptyDir": {}}]}}}),
+        ] {
+            let result = owned_objects(&with_spec(patch.clone()), 3, 3, OPERATOR_NS);
+            assert!(matches!(result, Err(TopologyError::PodTemplate { .. })), "{patch} was accepted");
+        }
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod project;
 mod pushed;
 mod quota;
 mod tenant;
+mod zones;
 mod volume_expansion;
 
 use std::collections::HashMap;
@@ -308,7 +309,14 @@ pub async fn run_all(ctx: Arc<Context>) {
         .shutdown_on_signal()
         .run(alert_rule::reconcile_alert_rule, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
-    futures::join!(clusters, tenants, projects, plans, quotas, rules);
+    // Node pods' zones, from their Kubernetes nodes: a separate loop, so a cluster's
+    // reconcile never waits on pods being scheduled.
+    let zones = Controller::new(Api::<SextantCluster>::all(client.clone()), cfg())
+        .owns(Api::<StatefulSet>::all(client.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
+        .shutdown_on_signal()
+        .run(zones::reconcile, error_policy, ctx.clone())
+        .for_each(|_| futures::future::ready(()));
+    futures::join!(clusters, tenants, projects, plans, quotas, rules, zones);
 }
 
 /// Objects in `cache` in the namespace of `changed` that refer to it.
