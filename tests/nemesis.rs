@@ -1,0 +1,112 @@
+//! Faults under load (issue 26): storage nodes, each in a network namespace of its own, and two
+//! routers under sustained mixed ingest (spans, logs, analytics events) while a nemesis kills
+//! nodes with SIGKILL, pauses them with SIGSTOP, partitions them from their peers and fills a
+//! node's disk. Every batch is recorded as acknowledged, failed or unknown; afterwards every
+//! acknowledged object must be readable exactly once, every other batch whole or not at all,
+//! and reads must not change across the final heal. Needs root (namespaces, tmpfs).
+//!
+//! The short run is part of the normal suite; the long ones run on demand (docs/RELIABILITY.md,
+//! "Faults: the nemesis harness"):
+//! `SEXTANT_NEMESIS_SECS=300 cargo nextest run --test nemesis --run-ignored only --no-capture`
+
+mod common;
+#[path = "common/nemesis.rs"]
+mod harness;
+
+use std::time::Duration;
+
+use harness::*;
+
+fn seed() -> u64 {
+    let seed = std::env::var("SEXTANT_NEMESIS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    });
+    eprintln!("nemesis seed {seed} (SEXTANT_NEMESIS_SEED={seed} replays the same choices)");
+    seed
+}
+
+/// Runs the plan under ingest, then checks the data: what every test of this file does.
+async fn survive(nodes: usize, shards: u32, writers: usize, mut plan: Plan) {
+    use rand::{Rng, SeedableRng};
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = NemesisCluster::start(dir.path(), nodes, shards).await;
+    let w = Writers::start(&c, writers, Duration::from_millis(100));
+    w.progress(20, "ingest to start").await;
+    let mut rng = rand::rngs::StdRng::seed_from_u64(plan.seed ^ 0x5eed);
+    for (fault, _) in plan.script.iter_mut() {
+        let node = rng.gen_range(0..nodes);
+        match fault {
+            Fault::Kill(v) | Fault::Pause(v) | Fault::Partition(v) if v.is_empty() => v.push(node),
+            _ => {}
+        }
+    }
+    let records = run_nemesis(&mut c, &w, &plan).await;
+    w.progress(10, "ingest after the last fault").await;
+    let writes = w.stop().await;
+
+    // With writes stopped and one node cut off, then after the heal: the same answers through
+    // both routers.
+    let trace = writes
+        .iter()
+        .find(|w| w.kind == Kind::Spans && w.outcome == Outcome::Acked)
+        .map(|w| format!("{}-t0", w.id))
+        .expect("a batch of spans was acknowledged");
+    let cut = Fault::Partition(vec![rng.gen_range(0..nodes)]);
+    eprintln!("final reads with {cut:?}");
+    c.inject(&cut).await;
+    let before = [c.snapshot_reads(0, &trace).await, c.snapshot_reads(1, &trace).await];
+    c.heal(&cut).await;
+    c.wait_all_ready().await;
+    c.wait_converged().await;
+    let after = [c.snapshot_reads(0, &trace).await, c.snapshot_reads(1, &trace).await];
+    let replicas = c.compare_replicas().await;
+    eprintln!("every replica answers the same: shards and their nodes {replicas:?}");
+    let verdict = c.verify(&writes, 1).await;
+    report(&records, &verdict);
+
+    assert_eq!(before[0], before[1], "the two routers answer differently while a node is cut off");
+    assert_eq!(after[0], after[1], "the two routers answer differently after the heal");
+    assert_eq!(before[0], after[0], "reads changed across the final heal");
+    assert!(verdict.acked > 0, "nothing was acknowledged");
+    assert_eq!(verdict.lost, 0, "acknowledged objects lost: {:#?}", verdict.problems);
+    assert_eq!(verdict.duplicated, 0, "batches stored twice: {:#?}", verdict.problems);
+    assert!(verdict.torn.is_empty(), "unacknowledged batches stored in part: {:#?}", verdict.torn);
+    assert!(verdict.problems.is_empty(), "{:#?}", verdict.problems);
+    let unexpected: Vec<_> = verdict.statuses.keys().filter(|s| ![429, 503, 504].contains(*s)).collect();
+    assert!(unexpected.is_empty(), "answers other than 200, 429, 503 and 504 under faults: {:?}", verdict.statuses);
+}
+
+/// The normal suite's run: one kill -9 and restart, one SIGSTOP, one partition of a node, 5 s
+/// each, on three nodes under ingest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_nodes_under_a_kill_a_pause_and_a_partition_lose_nothing() {
+    let hold = Duration::from_secs(5);
+    let plan = Plan {
+        seed: seed(),
+        script: vec![(Fault::Kill(vec![]), hold), (Fault::Pause(vec![]), hold), (Fault::Partition(vec![]), hold)],
+        duration: Duration::ZERO,
+        two_at_once: false,
+    };
+    survive(3, 2, 4, plan).await;
+}
+
+fn long_duration() -> Duration {
+    let secs = std::env::var("SEXTANT_NEMESIS_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(300);
+    Duration::from_secs(secs)
+}
+
+/// Random faults for SEXTANT_NEMESIS_SECS (default 300) on three nodes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "minutes long: SEXTANT_NEMESIS_SECS=300 cargo nextest run --test nemesis --run-ignored only"]
+async fn three_nodes_under_random_faults_for_minutes_lose_nothing() {
+    let plan = Plan { seed: seed(), script: vec![], duration: long_duration(), two_at_once: false };
+    survive(3, 2, 4, plan).await;
+}
+
+/// Random faults on five nodes, two nodes at a time in half of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+#[ignore = "minutes long: SEXTANT_NEMESIS_SECS=300 cargo nextest run --test nemesis --run-ignored only"]
+async fn five_nodes_under_random_faults_two_at_a_time_lose_nothing() {
+    let plan = Plan { seed: seed(), script: vec![], duration: long_duration(), two_at_once: true };
+    survive(5, 4, 4, plan).await;
+}
