@@ -131,5 +131,50 @@ fn check_builtin_renderings(dir: &std::path::Path) {
         }
         let policies = of_kind("NetworkPolicy").count();
         assert_eq!(policies, usize::from(file != "no-leader-election-values.yaml"), "{file}");
+        check_lifecycle(&file, &docs, file != "no-leader-election-values.yaml");
     }
+}
+
+/// The operator's and the uninstall hook's arguments are ones `sextant operator` accepts, and
+/// `operator.manageCrds` brings both the flag and the right to apply exactly our CRDs.
+fn check_lifecycle(file: &str, docs: &[Value], manage_crds: bool) {
+    use clap::Args;
+    use sextant_operator::manifests::custom_resource_definitions;
+
+    let parse = |args: &Value| {
+        let args: Vec<String> = args.as_array().unwrap().iter().map(|a| a.as_str().unwrap().to_owned()).collect();
+        let command = sextant_operator::OperatorArgs::augment_args(clap::Command::new("operator"));
+        assert_eq!(args[0], "operator", "{file}");
+        command.try_get_matches_from(&args).unwrap_or_else(|e| panic!("{file}: {args:?}: {e}"))
+    };
+    let of_kind = |kind: &'static str| docs.iter().filter(move |d| d["kind"] == kind);
+    let deployment = of_kind("Deployment").next().unwrap();
+    let operator = parse(&deployment["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert_eq!(operator.get_flag("manage_crds"), manage_crds, "{file}");
+    if let Some(job) = of_kind("Job").next() {
+        let hook = parse(&job["spec"]["template"]["spec"]["containers"][0]["args"]);
+        assert!(hook.get_flag("uninstall"), "{file}");
+        assert_eq!(job["metadata"]["annotations"]["helm.sh/hook"], "pre-delete", "{file}");
+        let deadline = job["spec"]["activeDeadlineSeconds"].as_u64().expect("a bounded Job");
+        let wait = *hook.get_one::<u64>("uninstall_timeout_seconds").unwrap();
+        assert!(deadline > wait, "{file}: the Job outlives its wait");
+    }
+    let role = of_kind("ClusterRole").find(|r| r["metadata"]["name"].as_str().unwrap().ends_with("-operator")).unwrap();
+    let crd_rules: Vec<&Value> = role["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["resources"].as_array().unwrap().iter().any(|x| x == "customresourcedefinitions"))
+        .collect();
+    if !manage_crds {
+        assert!(crd_rules.is_empty(), "{file}: {crd_rules:?}");
+        return;
+    }
+    assert_eq!(crd_rules.len(), 1, "{file}");
+    let mut names: Vec<String> =
+        crd_rules[0]["resourceNames"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_owned()).collect();
+    let mut ours: Vec<String> = custom_resource_definitions().into_iter().map(|c| c.metadata.name.unwrap()).collect();
+    names.sort();
+    ours.sort();
+    assert_eq!(names, ours, "{file}: the operator may apply its own CRDs and no others");
 }
