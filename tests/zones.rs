@@ -195,6 +195,9 @@ async fn every_group_ends_up_spanning_three_zones_and_follows_a_zone_change() {
     c.wait_zones(&zones).await;
     c.wait_spread(&zones).await;
 
+    let anonymous = http().get(format!("{}/admin/v1/cluster/groups", c.internal_url)).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401, "the admin token guards the group view");
+
     // Every acknowledged span is still there after the moves.
     for t in 0..20 {
         let trace = c.wait_trace(&token, &format!("before-zones-t{t}")).await;

@@ -171,9 +171,13 @@ fn raft_config(group: GroupId, snapshot_every: u64) -> anyhow::Result<Arc<Config
     let snapshot_every = if group == META_GROUP { 1000 } else { snapshot_every.max(1) };
     let config = Config {
         cluster_name: format!("sextant-group-{group}"),
-        heartbeat_interval: 250,
-        election_timeout_min: 1500,
-        election_timeout_max: 3000,
+        // Failover within 3 s (docs/RELIABILITY.md, "Failover"): a follower stands for election
+        // after hearing nothing for the leader lease (openraft: election_timeout_max) plus its
+        // own timeout, 1.1 to 1.4 s, checked every 1.5 heartbeat intervals. The heartbeat
+        // interval is also openraft's deadline of each AppendEntries, so not shorter.
+        heartbeat_interval: 200,
+        election_timeout_min: 400,
+        election_timeout_max: 700,
         // Bounded appends: each entry is a whole sub-batch.
         max_payload_entries: 64,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(snapshot_every),

@@ -311,6 +311,7 @@ impl Storage for StorageService {
                     voters: m.membership_config.membership().voter_ids().collect(),
                     leader: m.current_leader.unwrap_or(0),
                     applied: m.last_applied.map_or(0, |l| l.index),
+                    term: m.current_term,
                 }
             })
             .collect();

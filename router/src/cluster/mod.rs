@@ -3,6 +3,8 @@
 //! partition table).
 
 pub mod meta_cache;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -59,6 +61,8 @@ struct Topology {
     nodes: HashMap<NodeId, String>,
     voters: HashMap<GroupId, Vec<NodeId>>,
     leaders: HashMap<GroupId, NodeId>,
+    /// The Raft term each of `leaders` was reported at (0: learned from a redirect).
+    terms: HashMap<GroupId, u64>,
     shard_count: u32,
 }
 
@@ -69,11 +73,26 @@ pub struct Cluster {
     seeds: Vec<String>,
     topology: RwLock<Topology>,
     meta: RwLock<Option<Arc<MetaCache>>>,
+    /// When each group's replicas were last asked for a new leader ([`Cluster::leader_moved`]).
+    probes: std::sync::Mutex<HashMap<GroupId, Instant>>,
     /// How long a call keeps looking for a leader before answering 503.
     pub deadline: Duration,
 }
 
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
+/// A call unanswered this long starts asking the group's other replicas whether another one
+/// leads it now: a frozen leader (a long pause, SIGSTOP) keeps its connections open and answers
+/// nothing, and a slow but live leader must not be given up on for it. Well above a commit's
+/// usual latency, so a healthy cluster is not probed (docs/RELIABILITY.md, "Failover").
+const SUSPECT_AFTER: Duration = Duration::from_millis(250);
+/// Then a group's other replicas are asked at most this often, however many calls wait on it.
+const PROBE_INTERVAL: Duration = Duration::from_millis(200);
+/// Deadline of one node's `ClusterInfo` in a probe or a topology refresh: a frozen node must
+/// not hold up the answers of the others for long.
+const INFO_TIMEOUT: Duration = Duration::from_millis(500);
+/// Longest pause between two attempts: a dead leader refuses connections at once, and a new
+/// one is elected within about a second (`sextant_node::host`'s Raft timeouts).
+const MAX_BACKOFF: Duration = Duration::from_millis(250);
 /// Deadline of one shard's part of a query, and of each attempt at it: a scan of millions of
 /// rows may take seconds on a busy node, and cutting it off only to start it again from
 /// scratch (while the first one still runs) would never finish under load. The router's
@@ -92,6 +111,7 @@ impl Cluster {
             seeds,
             topology: RwLock::new(Topology::default()),
             meta: RwLock::new(None),
+            probes: Default::default(),
             deadline: Duration::from_secs(10),
         }))
     }
@@ -105,7 +125,7 @@ impl Cluster {
         addrs.dedup();
         let replies = futures::future::join_all(addrs.iter().map(|addr| async move {
             let mut client = self.channels.storage(addr).ok()?;
-            match tokio::time::timeout(Duration::from_secs(2), client.cluster_info(ClusterInfoRequest {})).await {
+            match tokio::time::timeout(INFO_TIMEOUT, client.cluster_info(ClusterInfoRequest {})).await {
                 Ok(Ok(r)) => Some(r.into_inner()),
                 _ => {
                     self.channels.forget(addr);
@@ -128,8 +148,10 @@ impl Cluster {
             }
             for g in reply.groups {
                 topo.voters.insert(g.group, g.voters);
-                if g.leader != 0 && (g.leader == reply.node_id || !fresh_leaders.contains_key(&g.group)) {
-                    fresh_leaders.insert(g.group, g.leader);
+                // The newest term wins; in one term, the leader's own word over a follower's.
+                let claim = (g.term, g.leader == reply.node_id);
+                if g.leader != 0 && fresh_leaders.get(&g.group).is_none_or(|(_, best)| *best < claim) {
+                    fresh_leaders.insert(g.group, (g.leader, claim));
                 }
             }
         }
@@ -137,7 +159,8 @@ impl Cluster {
             return Err(ClusterError::Unavailable("no storage node answered".into()));
         }
         topo.nodes = nodes;
-        topo.leaders = fresh_leaders;
+        topo.terms = fresh_leaders.iter().map(|(g, (_, (term, _)))| (*g, *term)).collect();
+        topo.leaders = fresh_leaders.into_iter().map(|(g, (leader, _))| (g, leader)).collect();
         Ok(())
     }
 
@@ -200,6 +223,75 @@ impl Cluster {
         })
     }
 
+    /// Asks `group`'s replicas other than `suspect` (the node a call waits on) who leads it, at
+    /// most once per [`PROBE_INTERVAL`] per group, and records a replica that says it leads the
+    /// group in a term at least as new as the known leader's. True when the known leader is
+    /// another node than `suspect`, by this probe or anything learned meanwhile.
+    async fn leader_moved(&self, group: GroupId, suspect: NodeId) -> bool {
+        let moved = || self.topology.read().unwrap().leaders.get(&group).is_some_and(|l| *l != suspect);
+        if moved() {
+            return true;
+        }
+        {
+            let mut probes = self.probes.lock().unwrap();
+            let now = Instant::now();
+            if probes.get(&group).is_some_and(|last| now < *last + PROBE_INTERVAL) {
+                return false;
+            }
+            probes.insert(group, now);
+        }
+        let others: Vec<String> = {
+            let topo = self.topology.read().unwrap();
+            let voters = topo.voters.get(&group).map(Vec::as_slice).unwrap_or_default();
+            voters.iter().filter(|id| **id != suspect).filter_map(|id| topo.nodes.get(id).cloned()).collect()
+        };
+        let replies = futures::future::join_all(others.iter().map(|addr| async move {
+            let mut client = self.channels.storage(addr).ok()?;
+            let reply = tokio::time::timeout(INFO_TIMEOUT, client.cluster_info(ClusterInfoRequest {})).await;
+            reply.ok()?.ok().map(|r| r.into_inner())
+        }))
+        .await;
+        let claim = replies
+            .into_iter()
+            .flatten()
+            .flat_map(|r| {
+                let me = r.node_id;
+                r.groups.into_iter().filter(move |g| g.group == group && g.leader == me).map(|g| (g.term, g.leader))
+            })
+            .max();
+        if let Some((term, leader)) = claim {
+            let mut topo = self.topology.write().unwrap();
+            if topo.terms.get(&group).is_none_or(|known| *known <= term) {
+                topo.leaders.insert(group, leader);
+                topo.terms.insert(group, term);
+            }
+        }
+        moved()
+    }
+
+    /// Runs one attempt `call` on node `target`: its answer, or why it was given up: `limit`
+    /// passed or, once it has waited [`SUSPECT_AFTER`], another replica took over the group (the
+    /// caller retries there; the abandoned call, if it lands, is a duplicate the batch id absorbs).
+    async fn attempt<T>(
+        &self,
+        group: GroupId,
+        target: NodeId,
+        limit: Duration,
+        call: impl Future<Output = Result<T, Status>>,
+    ) -> Result<Result<T, Status>, &'static str> {
+        let moved = async {
+            tokio::time::sleep(SUSPECT_AFTER).await;
+            while !self.leader_moved(group, target).await {
+                tokio::time::sleep(PROBE_INTERVAL).await;
+            }
+        };
+        tokio::select! {
+            reply = call => Ok(reply),
+            _ = moved => Err("another replica leads the group now"),
+            _ = tokio::time::sleep(limit) => Err("timed out"),
+        }
+    }
+
     fn target(&self, group: GroupId, attempt: usize) -> Option<(NodeId, String)> {
         let topo = self.topology.read().unwrap();
         let id = match topo.leaders.get(&group) {
@@ -224,6 +316,7 @@ impl Cluster {
         };
         let mut topo = self.topology.write().unwrap();
         topo.leaders.insert(group, id);
+        topo.terms.insert(group, 0);
         if !addr.is_empty() {
             topo.nodes.insert(id, addr);
         }
@@ -231,7 +324,9 @@ impl Cluster {
     }
 
     fn forget_leader(&self, group: GroupId) {
-        self.topology.write().unwrap().leaders.remove(&group);
+        let mut topo = self.topology.write().unwrap();
+        topo.leaders.remove(&group);
+        topo.terms.remove(&group);
     }
 
     /// Calls `op` on the leader of `group`, following redirects and retrying through leader
@@ -263,15 +358,15 @@ impl Cluster {
             if Instant::now() >= deadline {
                 break;
             }
-            let Some((_, addr)) = self.target(group, attempt) else {
+            let Some((target, addr)) = self.target(group, attempt) else {
                 let _ = self.refresh_topology().await;
                 tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(Duration::from_millis(500));
+                backoff = (backoff * 2).min(MAX_BACKOFF);
                 continue;
             };
             let client = self.channels.storage(&addr).map_err(|e| ClusterError::Internal(e.to_string()))?;
             let remaining = deadline.saturating_duration_since(Instant::now()).min(attempt_timeout);
-            match tokio::time::timeout(remaining, op(client)).await {
+            match self.attempt(group, target, remaining, op(client)).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(status)) => match status.code() {
                     Code::FailedPrecondition if self.learn_leader(group, &status) => continue,
@@ -292,11 +387,15 @@ impl Cluster {
                         }
                     }
                 },
-                Err(_) => last_error = format!("group {group} at {addr}: timed out"),
+                Err(why) if self.topology.read().unwrap().leaders.get(&group).is_some_and(|l| *l != target) => {
+                    last_error = format!("group {group} at {addr}: {why}");
+                    continue;
+                }
+                Err(why) => last_error = format!("group {group} at {addr}: {why}"),
             }
             self.forget_leader(group);
             tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_millis(500));
+            backoff = (backoff * 2).min(MAX_BACKOFF);
             if attempt % 4 == 3 {
                 let _ = self.refresh_topology().await;
             }
