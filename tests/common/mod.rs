@@ -506,6 +506,11 @@ impl Cluster {
     }
 
     pub fn start_node(&mut self, i: usize) {
+        self.start_node_with_env(i, &[]);
+    }
+
+    /// [`Cluster::start_node`] with extra environment (a failpoint, say).
+    pub fn start_node_with_env(&mut self, i: usize, envs: &[(&str, &str)]) {
         let peers = self
             .node_ports
             .iter()
@@ -537,11 +542,9 @@ impl Cluster {
         .collect();
         args.extend(self.node_args.iter().cloned());
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let proc = Proc::spawn(
-            &args,
-            &self.dir.join(format!("node{}.log", Self::node_id(i))),
-            &[("SEXTANT_CLUSTER_SECRET", &self.secret)],
-        );
+        let mut env = vec![("SEXTANT_CLUSTER_SECRET", self.secret.as_str())];
+        env.extend_from_slice(envs);
+        let proc = Proc::spawn(&args, &self.dir.join(format!("node{}.log", Self::node_id(i))), &env);
         self.nodes[i] = Some(proc);
     }
 

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use sextant_proto::storage_server::{Storage, StorageServer};
 use sextant_proto::{
-    ClusterInfoReply, ClusterInfoRequest, GetTraceReply, GetTraceRequest, GroupInfo, MetaReply, MetaRequest,
-    QueryCost, QueryReply, QueryRequest, WriteReply, WriteRequest,
+    ClusterInfoReply, ClusterInfoRequest, GetTraceReply, GetTraceRequest, GroupInfo, MetaReply, MetaRequest, QueryCost,
+    QueryReply, QueryRequest, WriteReply, WriteRequest,
 };
 use tonic::{Request, Response};
 
