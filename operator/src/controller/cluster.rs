@@ -707,4 +707,97 @@ mod tests {
         assert_eq!(action, kube::runtime::controller::Action::await_change());
         assert!(admin.calls().is_empty());
     }
+
+    fn with_claim_template(size: &str) -> serde_json::Value {
+        let mut sts = sts_json(3, 3);
+        sts["spec"]["volumeClaimTemplates"] =
+            json!([{"metadata": {"name": "data"}, "spec": {"resources": {"requests": {"storage": size}}}}]);
+        sts
+    }
+
+    fn data_pvc(n: i32, requested: &str) -> serde_json::Value {
+        json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": format!("data-obs-node-{n}")},
+               "spec": {"storageClassName": "standard", "resources": {"requests": {"storage": requested}}},
+               "status": {"capacity": {"storage": "10Gi"}}})
+    }
+
+    const PVCS: &str = "/api/v1/namespaces/telemetry/persistentvolumeclaims";
+
+    #[tokio::test]
+    async fn a_grown_volume_size_recreates_the_statefulset_instead_of_applying_it() {
+        let mut c = cluster(3, 3);
+        settled(&mut c, 3);
+        c.spec.storage.volume_size = k8s_openapi::apimachinery::pkg::api::resource::Quantity("20Gi".into());
+        c.metadata.generation = Some(2);
+        let mut steps =
+            vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, with_claim_template("10Gi"))];
+        for n in 0..3 {
+            steps.push(Step::get(&format!("{PVCS}/data-obs-node-{n}")).reply(200, data_pvc(n, "10Gi")));
+        }
+        // The default class Kubernetes wrote into the PVCs decides.
+        steps.push(Step::get("/apis/storage.k8s.io/v1/storageclasses/standard").reply(
+            200,
+            json!({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "standard"},
+                   "provisioner": "csi.example.com", "allowVolumeExpansion": true}),
+        ));
+        for n in 0..3 {
+            steps.push(Step::new(Method::PATCH, &format!("{PVCS}/data-obs-node-{n}")).reply(200, data_pvc(n, "20Gi")));
+        }
+        steps.push(Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["reason"], "VolumeExpansionStarted")));
+        steps.push(
+            Step::new(Method::DELETE, STS)
+                .expect_body(|b| assert_eq!(b["propagationPolicy"], "Orphan"))
+                .reply(200, sts_json(3, 3)),
+        );
+        steps.push(Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["reason"], "StatefulSetRecreated")));
+        // Everything else is applied; the StatefulSet is not (it is being recreated).
+        let mut objs = applies(2);
+        objs.remove(STS_AT);
+        steps.extend(objs);
+        steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
+            let c = b["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "VolumeExpansion").unwrap();
+            assert_eq!((c["status"].as_str(), c["reason"].as_str()), (Some("True"), Some("Expanding")), "{c}");
+            assert!(c["message"].as_str().unwrap().starts_with("0/3 volumes at 20Gi"), "{c}");
+        }));
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        *admin.nodes.lock().unwrap() = active_nodes(3);
+        let action = mock
+            .run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
+        assert_eq!(action, kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(10)));
+    }
+
+    #[tokio::test]
+    async fn a_volume_size_the_statefulset_cannot_take_is_reported_not_applied() {
+        let mut c = cluster(3, 3);
+        settled(&mut c, 3);
+        c.spec.storage.volume_size = k8s_openapi::apimachinery::pkg::api::resource::Quantity("5Gi".into());
+        c.metadata.generation = Some(2);
+        let mut steps =
+            vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, with_claim_template("10Gi"))];
+        for n in 0..3 {
+            steps.push(Step::get(&format!("{PVCS}/data-obs-node-{n}")).reply(200, data_pvc(n, "10Gi")));
+        }
+        steps.push(Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["reason"], "ShrinkRefused")));
+        let mut objs = applies(2);
+        // Applied with the live claim template, which the API server accepts.
+        objs[STS_AT] = Step::apply(STS).expect_body(|b| {
+            assert_eq!(b["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"], "10Gi");
+        });
+        steps.extend(objs);
+        steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
+            let c = b["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "VolumeExpansion").unwrap();
+            assert_eq!((c["status"].as_str(), c["reason"].as_str()), (Some("False"), Some("ShrinkRefused")), "{c}");
+        }));
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        *admin.nodes.lock().unwrap() = active_nodes(3);
+        let action = mock
+            .run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
+        assert_eq!(action, kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(300)));
+    }
 }
