@@ -9,9 +9,9 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde::Serialize;
 pub use sextant_model::admin::{
-    AlertRuleRequest, AlertRuleResponse, ClusterNode, ClusterNodes, DrainRequest, PlacementRequest, PlanPrice,
-    PlanRequest, PlanUsage, ProjectCredentials, ProjectRequest, ProjectResponse, QuotaRequest, QuotaUsage,
-    TenantRequest, TenantResponse,
+    AlertRuleRequest, AlertRuleResponse, ClusterNode, ClusterNodes, DrainRequest, NodeIdRequest, NodeIdentities,
+    NodeIdentity, NodeReplacementStatus, PlacementRequest, PlanPrice, PlanRequest, PlanUsage, ProjectCredentials,
+    ProjectRequest, ProjectResponse, QuotaRequest, QuotaUsage, TenantRequest, TenantResponse,
 };
 pub use sextant_model::meta::ManagedBy;
 
@@ -63,6 +63,13 @@ pub trait ClusterAdmin: Send + Sync {
     fn nodes(&self) -> BoxFuture<'_, Result<ClusterNodes, AdminError>>;
     fn place_replicas<'a>(&'a self, req: &'a PlacementRequest) -> BoxFuture<'a, Result<(), AdminError>>;
     fn drain<'a>(&'a self, req: &'a DrainRequest) -> BoxFuture<'a, Result<(), AdminError>>;
+    /// Which incarnation holds each node id, and which ids wait for or undergo replacement.
+    fn identities(&self) -> BoxFuture<'_, Result<NodeIdentities, AdminError>>;
+    /// Hands a node id to the incarnation that restarted under it on an empty disk; repeating an
+    /// accepted request changes nothing (`409 not_replaceable` once it is done).
+    fn replace_node(&self, id: u64) -> BoxFuture<'_, Result<(), AdminError>>;
+    /// Moves every replica off a node given by id; repeating it changes nothing.
+    fn remove_node(&self, id: u64) -> BoxFuture<'_, Result<(), AdminError>>;
 }
 
 /// Where a cluster's admin API is and the token that opens it.
@@ -225,6 +232,21 @@ impl ClusterAdmin for HttpClusterAdmin {
             async move { Self::send(self.request(reqwest::Method::POST, "cluster/drain").json(req)).await.map(drop) },
         )
     }
+    fn identities(&self) -> BoxFuture<'_, Result<NodeIdentities, AdminError>> {
+        Box::pin(async move { self.get("cluster/identities".into()).await })
+    }
+    fn replace_node(&self, id: u64) -> BoxFuture<'_, Result<(), AdminError>> {
+        Box::pin(async move {
+            let req = NodeIdRequest { id };
+            Self::send(self.request(reqwest::Method::POST, "cluster/replace").json(&req)).await.map(drop)
+        })
+    }
+    fn remove_node(&self, id: u64) -> BoxFuture<'_, Result<(), AdminError>> {
+        Box::pin(async move {
+            let req = NodeIdRequest { id };
+            Self::send(self.request(reqwest::Method::POST, "cluster/remove").json(&req)).await.map(drop)
+        })
+    }
 }
 
 #[cfg(test)]
@@ -254,12 +276,16 @@ pub mod fake {
         Nodes,
         PlaceReplicas(Vec<String>),
         Drain(String),
+        Identities,
+        ReplaceNode(u64),
+        RemoveNode(u64),
     }
 
     #[derive(Default)]
     pub struct FakeAdmin {
         pub calls: Mutex<Vec<Call>>,
         pub nodes: Mutex<Vec<ClusterNode>>,
+        pub identities: Mutex<Vec<NodeIdentity>>,
         /// When set, every call fails as an unreachable cluster would.
         pub unavailable: std::sync::atomic::AtomicBool,
         /// What usage reads answer; `None`: 404, as a router without them.
@@ -382,6 +408,18 @@ pub mod fake {
         fn drain<'a>(&'a self, req: &'a DrainRequest) -> BoxFuture<'a, Result<(), AdminError>> {
             Box::pin(async move { self.record(Call::Drain(req.address.clone())) })
         }
+        fn identities(&self) -> BoxFuture<'_, Result<NodeIdentities, AdminError>> {
+            Box::pin(async move {
+                self.record(Call::Identities)?;
+                Ok(NodeIdentities { nodes: self.identities.lock().unwrap().clone() })
+            })
+        }
+        fn replace_node(&self, id: u64) -> BoxFuture<'_, Result<(), AdminError>> {
+            Box::pin(async move { self.record(Call::ReplaceNode(id)) })
+        }
+        fn remove_node(&self, id: u64) -> BoxFuture<'_, Result<(), AdminError>> {
+            Box::pin(async move { self.record(Call::RemoveNode(id)) })
+        }
     }
 }
 
@@ -486,6 +524,13 @@ mod http_tests {
                     .to_string(),
             ),
             ("POST", "/admin/v1/cluster/drain") => (StatusCode::ACCEPTED, String::new()),
+            ("GET", "/admin/v1/cluster/identities") => (
+                StatusCode::OK,
+                json!({"nodes": [{"id": 3, "incarnation": "00000000000000aa", "needs_replacement": "00000000000000bb",
+                                  "replacing": null}]})
+                .to_string(),
+            ),
+            ("POST", "/admin/v1/cluster/replace" | "/admin/v1/cluster/remove") => (StatusCode::ACCEPTED, String::new()),
             _ => (
                 StatusCode::CONFLICT,
                 json!({"error": {"code": "managed", "message": "managed by a resource"}}).to_string(),
@@ -531,6 +576,10 @@ mod http_tests {
         let nodes = admin.nodes().await.unwrap();
         assert_eq!(nodes.nodes[0].state, MembershipState::Draining);
         admin.drain(&DrainRequest { address: "obs-node-0.obs-node.t.svc:7000".into() }).await.unwrap();
+        let ids = admin.identities().await.unwrap();
+        assert_eq!(ids.nodes[0].needs_replacement.as_deref(), Some("00000000000000bb"));
+        admin.replace_node(3).await.unwrap();
+        admin.remove_node(3).await.unwrap();
         let plan = PlanRequest {
             display_name: None,
             gb_per_month: Some(10),
@@ -556,14 +605,18 @@ mod http_tests {
                 "DELETE /admin/v1/projects/gone",
                 "GET /admin/v1/cluster/nodes",
                 "POST /admin/v1/cluster/drain",
+                "GET /admin/v1/cluster/identities",
+                "POST /admin/v1/cluster/replace",
+                "POST /admin/v1/cluster/remove",
                 "PUT /admin/v1/plans/pro",
                 "GET /admin/v1/quotas/q-1/usage",
             ]
         );
         assert_eq!(seen[0].3["owner_email"], "ops@acme.test");
         assert_eq!(seen[0].3["managed_by"]["uid"], "u-1");
-        assert_eq!(seen[6].3["gb_per_month"], 10);
-        assert_eq!(seen[6].3["events_per_month"], Value::Null, "unlimited is an explicit null");
+        assert_eq!(seen[7].3, json!({"id": 3}));
+        assert_eq!(seen[9].3["gb_per_month"], 10);
+        assert_eq!(seen[9].3["events_per_month"], Value::Null, "unlimited is an explicit null");
     }
 
     #[tokio::test]
