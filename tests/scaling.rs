@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 use common::*;
 use futures::StreamExt;
 use serde_json::{json, Value};
+use sextant_operator::admin::{AdminConnector, AdminEndpoint, AdminError, HttpConnector};
+use sextant_operator::replacement::{self, IdentityState, Policy, ReplacementDecision};
 
 const SECRET: &str = "test-cluster-secret-0123456789abcdef";
 const JWT: &str = "test-jwt-secret-0123456789abcdef0123456789";
@@ -729,8 +731,10 @@ impl Scaled {
 /// Raft amnesia: node 3 loses its data directory and restarts under its old id. It serves no
 /// Raft RPC (with one other node down, the cluster cannot commit: its vote would have been the
 /// missing one), says it needs replacement, and the writes acknowledged meanwhile stay. The
-/// admin replacement removes the old incarnation from every group and adds the new one back by
-/// snapshot; it then votes again (a write commits with node 1 stopped) and holds every trace.
+/// replacement, decided by the operator's planner and sent through its `HttpClusterAdmin` as the
+/// operator's reconcile does, removes the old incarnation from every group and adds the new one
+/// back by snapshot; it then votes again (a write commits with node 1 stopped) and holds every
+/// trace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_node_restarted_on_a_wiped_disk_does_not_vote_until_replaced() -> Result<(), String> {
     let dir = tempfile::tempdir().unwrap();
@@ -783,12 +787,25 @@ async fn a_node_restarted_on_a_wiped_disk_does_not_vote_until_replaced() -> Resu
     assert_eq!((status, body["error"]["code"].as_str()), (409, Some("unknown_node")), "{body}");
     let (status, body) = c.admin_post("remove", json!({"id": victim + 1})).await;
     assert_eq!((status, body["error"]["code"].as_str()), (409, Some("too_few_nodes")), "{body}");
-    let (status, body) = c.admin_post("replace", json!({"id": victim + 1})).await;
-    assert_eq!(status, 202, "{body}");
+    let admin = HttpConnector::new()
+        .unwrap()
+        .connect(AdminEndpoint { url: c.internal_url.clone(), token: ADMIN_TOKEN.into() });
+    let plan = || async {
+        let ids = admin.identities().await.unwrap();
+        let states: Vec<IdentityState> = ids.nodes.iter().map(IdentityState::from).collect();
+        replacement::plan(Some(&states), 3, false, &Policy { automatic: true, ..Policy::default() })
+    };
+    assert_eq!(plan().await, ReplacementDecision::Replace { id: victim as u64 + 1 });
+    admin.replace_node(victim as u64 + 1).await.unwrap();
+    // An operator that crashed before recording anything sends it again: nothing changes.
+    admin.replace_node(victim as u64 + 1).await.unwrap();
     wait_for("the replacement to finish", MOVE_TIMEOUT, || async {
         c.identity(victim).await.filter(|n| n["incarnation"] == new && n["replacing"].is_null())
     })
     .await;
+    assert_eq!(plan().await, ReplacementDecision::Idle);
+    let done = admin.replace_node(victim as u64 + 1).await.unwrap_err();
+    assert!(matches!(&done, AdminError::Status { status: 409, body } if body.contains("not_replaceable")), "{done}");
     c.wait_state(victim, "Active").await;
     wait_for("node 3 to be ready", MOVE_TIMEOUT, || async { c.readyz(victim).await.filter(|(s, _)| *s == 200) }).await;
     wait_for("node 3 to vote in every group", MOVE_TIMEOUT, || async {

@@ -9,6 +9,8 @@ pub const AVAILABLE: &str = "Available";
 pub const PROGRESSING: &str = "Progressing";
 pub const DEGRADED: &str = "Degraded";
 pub const BLOCKED: &str = "Blocked";
+pub const SCALING: &str = "Scaling";
+pub const NODE_REPLACEMENT: &str = "NodeReplacement";
 
 /// A condition as the planner decides it; [`merge`] turns it into a `Condition` with the right
 /// transition time.

@@ -6,18 +6,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::Action;
 
 use super::{apply, instrumented, volume_expansion, write_status, Context, Error};
-use crate::admin::{DrainRequest, PlacementRequest};
+use crate::admin::{AdminError, DrainRequest, NodeIdentities, PlacementRequest};
 use crate::conditions::{self, Desired};
-use crate::scaling::{self, Notice, Observed, ScalingAction, ScalingPlan, StatefulSetState};
+use crate::replacement::{self, IdentityState, Policy, Removal, RemovalCandidate, ReplacementDecision};
+use crate::scaling::{self, Notice, Observed, ScalingAction, ScalingPlan, StatefulSetState, Timing};
 use crate::topology::{self, Names, Owned};
 use crate::v1alpha1::{
-    ClusterPhase, MembershipState, NodeMembership, ScalingStep, SextantCluster, SextantClusterStatus,
+    ClusterPhase, MembershipState, NodeMembership, NodeReplacementProgress, ReplacementPhase, ScalingStep,
+    SextantCluster, SextantClusterStatus,
 };
 
 pub async fn reconcile(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -84,12 +86,17 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
     // Membership is asked only of a cluster that can answer; an unreachable admin API leaves
     // it unknown, which stops scaling steps but nothing else.
     let admin = ctx.connect(&cluster, &secret)?;
+    let mut ids = BTreeMap::new();
     let membership = if sts_state.is_some_and(|s| s.ready > 0) {
         match admin.nodes().await {
             Ok(list) => Some(
                 list.nodes
                     .iter()
-                    .filter_map(|n| Some((names.ordinal_of(&n.address)?, n.state)))
+                    .filter_map(|n| {
+                        let ordinal = names.ordinal_of(&n.address)?;
+                        ids.insert(ordinal, n.id);
+                        Some((ordinal, n.state))
+                    })
                     .collect::<BTreeMap<i32, MembershipState>>(),
             ),
             Err(e) => {
@@ -99,6 +106,14 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
         }
     } else {
         None
+    };
+    let identities = match membership {
+        Some(_) => admin
+            .identities()
+            .await
+            .inspect_err(|e| tracing::warn!(cluster = %names.cluster, error = %e, "node identities unknown"))
+            .ok(),
+        None => None,
     };
 
     let mut volumes = std::collections::BTreeSet::new();
@@ -111,16 +126,69 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
         }
     }
 
-    let observed = Observed { statefulset: sts_state, membership: membership.clone(), volumes };
+    let spec = &cluster.spec.storage;
+    let timing = Timing {
+        now,
+        scale_out_timeout: Duration::from_secs(u64::try_from(spec.scale_out_timeout_seconds).unwrap_or(0)),
+    };
+    // Past the timeout, say which new pods are not ready and why.
+    let mut not_ready = BTreeMap::new();
+    if let Some(op) = previous.scaling.as_ref().filter(|op| op.step == ScalingStep::GrowStatefulSet && !op.cancelled) {
+        if scaling::past_timeout(op, timing) {
+            let pods: Api<Pod> = Api::namespaced(client.clone(), &names.namespace);
+            for ordinal in op.from..op.to {
+                let name = names.pod(ordinal);
+                match pods.get_opt(&name).await? {
+                    Some(pod) if pod_ready(&pod) => {}
+                    Some(pod) => drop(not_ready.insert(ordinal, format!("{name} {}", why_not_ready(&pod)))),
+                    None => drop(not_ready.insert(ordinal, format!("{name} does not exist"))),
+                }
+            }
+        }
+    }
+    let failed = &spec.failed_nodes;
+    let excluded: std::collections::BTreeSet<i32> = failed.remove.iter().copied().collect();
+    let observed =
+        Observed { statefulset: sts_state, membership: membership.clone(), volumes, not_ready, excluded: excluded.clone() };
     // 0 is never a recorded size (nodes >= 1): it is a status written before any node existed,
     // e.g. while paused, and must not turn the first start into a scale-out from zero.
     let recorded = cluster.status.as_ref().map(|s| s.storage_nodes).filter(|n| *n > 0);
-    let spec = &cluster.spec.storage;
+
+    // Nodes that restarted on an empty volume (docs/RELIABILITY.md, "Replacing a node").
+    let states: Option<Vec<IdentityState>> = identities.as_ref().map(|i| i.nodes.iter().map(IdentityState::from).collect());
+    let policy = Policy {
+        automatic: failed.automatic_replacement,
+        approved: failed.replace.iter().filter_map(|o| ids.get(o).copied()).collect(),
+    };
+    let rf = u32::try_from(spec.replication_factor).unwrap_or(1);
+    let replacement = replacement::plan(states.as_deref(), rf, previous.scaling.is_some(), &policy);
+    let replacing = states.iter().flatten().any(|n| n.replacing) || matches!(replacement, ReplacementDecision::Replace { .. });
+    // No scaling starts while an id changes hands; one in progress goes on.
+    let target = match recorded {
+        Some(size) if replacing && previous.scaling.is_none() => size,
+        _ => spec.nodes,
+    };
     let plan = if cluster.spec.cluster_operation.stopped {
         scaling::hold(spec.nodes, recorded, previous.scaling.as_ref(), &observed)
     } else {
-        scaling::plan(spec.nodes, spec.replication_factor, recorded, previous.scaling.as_ref(), &observed)
+        scaling::plan(target, spec.replication_factor, recorded, previous.scaling.as_ref(), &observed, timing)
     };
+
+    // Dead nodes listed for removal; a pod is looked at only while its node may be removed.
+    let mut candidates = vec![];
+    if let Some(m) = membership.as_ref() {
+        let pods: Api<Pod> = Api::namespaced(client.clone(), &names.namespace);
+        for &ordinal in &excluded {
+            let state = m.get(&ordinal).copied();
+            let pod_ready = match state {
+                Some(MembershipState::Draining | MembershipState::Drained) | None => None,
+                Some(_) => Some(pods.get_opt(&names.pod(ordinal)).await?.is_some_and(|p| pod_ready(&p))),
+            };
+            candidates.push(RemovalCandidate { ordinal, id: ids.get(&ordinal).copied(), state, pod_ready });
+        }
+    }
+    let busy = previous.scaling.is_some() || plan.operation.is_some() || replacing;
+    let removals = membership.as_ref().map(|m| replacement::plan_removals(&candidates, m, rf, busy)).unwrap_or_default();
 
     let mut ready_routers = 0;
     // A new revision being rolled out (image or resources changed) is progress too.
@@ -164,7 +232,7 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
     for action in &plan.actions {
         match *action {
             ScalingAction::PlaceReplicas { nodes } => {
-                let nodes = (0..nodes).map(|i| names.node_address(i)).collect();
+                let nodes = (0..nodes).filter(|i| !excluded.contains(i)).map(|i| names.node_address(i)).collect();
                 admin.place_replicas(&PlacementRequest { nodes }).await?;
             }
             ScalingAction::Drain { ordinal } => {
@@ -180,7 +248,28 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
         }
     }
 
+    if let ReplacementDecision::Replace { id } = replacement {
+        idempotent(admin.replace_node(id).await, "not_replaceable")?;
+        let pod = ordinal_of_id(&ids, id).map(|o| names.pod(o)).unwrap_or_else(|| format!("node {id}"));
+        ctx.event(cluster.as_ref(), false, "NodeReplacementStarted", format!("replacing {pod} (node id {id}), which restarted on an empty volume")).await;
+    }
+    for removal in &removals {
+        if let Removal::Remove { ordinal, id } = *removal {
+            admin.remove_node(id).await?;
+            ctx.event(cluster.as_ref(), false, "NodeRemovalStarted", format!("moving every replica off {} (node id {id})", names.pod(ordinal))).await;
+        }
+    }
+    let report = failed_nodes_report(&names, &replacement, identities.as_ref(), &ids, &removals);
+    let was_replacement_blocked = previous
+        .conditions
+        .iter()
+        .any(|c| c.type_ == conditions::NODE_REPLACEMENT && c.reason == "DataLost");
+    if let (ReplacementDecision::Blocked { reason }, false) = (&replacement, was_replacement_blocked) {
+        ctx.event(cluster.as_ref(), true, "NodeReplacementBlocked", reason.clone()).await;
+    }
+
     let was_blocked = conditions::is_true(&previous.conditions, conditions::BLOCKED);
+    let was_timed_out = previous.conditions.iter().any(|c| c.type_ == conditions::SCALING && c.reason == "ScaleOutTimedOut");
     for notice in &plan.notices {
         let (warning, reason, note) = match notice {
             Notice::Started { from, to } => {
@@ -192,22 +281,130 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
                 (false, "NodeRemoved", format!("node {ordinal} drained, removed and its volume deleted"))
             }
             Notice::Completed { nodes } => (false, "ScalingCompleted", format!("storage has {nodes} nodes")),
+            Notice::TimedOut { message } if !was_timed_out => (true, "ScaleOutTimedOut", message.clone()),
+            Notice::TimedOut { .. } => continue,
+            Notice::Cancelled { from, to } => (
+                false,
+                "ScaleOutCancelled",
+                format!("removing the nodes added by the scale-out {from} → {to}, back to {from}"),
+            ),
         };
         ctx.event(cluster.as_ref(), warning, reason, note).await;
     }
 
     let ready_nodes = sts_state.map_or(0, |s| s.ready);
     let readiness = Readiness { nodes: ready_nodes, routers: ready_routers, rolling_out };
-    let mut status = cluster_status(&cluster, &names, &previous, &plan, readiness, membership.as_ref(), now);
+    let mut status = cluster_status(&cluster, &names, &previous, &plan, readiness, membership.as_ref(), &report, now);
     storage_volumes.merge_into(&previous.conditions, &mut status, generation, now);
     write_status(&api, &cluster, cluster.status.as_ref(), &status).await?;
 
-    // Scaling steps wait on pods and on meta: look again soon rather than only on changes.
-    Ok(if status.scaling.is_some() || storage_volumes.in_progress() {
+    // Scaling steps and replacements wait on pods and on meta: look again soon rather than only
+    // on changes.
+    Ok(if status.scaling.is_some() || report.active || storage_volumes.in_progress() {
         Action::requeue(Duration::from_secs(10))
     } else {
         Action::requeue(Duration::from_secs(300))
     })
+}
+
+fn ordinal_of_id(ids: &BTreeMap<i32, u64>, id: u64) -> Option<i32> {
+    ids.iter().find(|(_, i)| **i == id).map(|(o, _)| *o)
+}
+
+/// A repeated call that meta answers with `409 code` (its work is already done) succeeded.
+fn idempotent(result: Result<(), AdminError>, code: &str) -> Result<(), Error> {
+    match result {
+        Err(AdminError::Status { status: 409, body }) if body.contains(code) => {
+            tracing::info!(%body, "already done");
+            Ok(())
+        }
+        other => Ok(other?),
+    }
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions.is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+/// `is Pending: 0/3 nodes are available: …`, bounded.
+fn why_not_ready(pod: &Pod) -> String {
+    let status = pod.status.clone().unwrap_or_default();
+    let phase = status.phase.unwrap_or_else(|| "Pending".into());
+    let detail = status
+        .conditions
+        .unwrap_or_default()
+        .into_iter()
+        .find(|c| c.status == "False" && c.message.is_some())
+        .and_then(|c| c.message);
+    let text = match detail {
+        Some(d) => format!("is {phase}: {d}"),
+        None => format!("is {phase}, not ready"),
+    };
+    text.chars().take(200).collect()
+}
+
+/// Replacements and removals, for status.
+struct FailedNodesReport {
+    progress: BTreeMap<i32, NodeReplacementProgress>,
+    condition: Desired,
+    /// Something runs or waits: reconcile again soon.
+    active: bool,
+}
+
+fn failed_nodes_report(
+    names: &Names,
+    decision: &ReplacementDecision,
+    identities: Option<&NodeIdentities>,
+    ids: &BTreeMap<i32, u64>,
+    removals: &[Removal],
+) -> FailedNodesReport {
+    let mut progress = BTreeMap::new();
+    for n in identities.map(|i| i.nodes.as_slice()).unwrap_or_default() {
+        let Some(ordinal) = ordinal_of_id(ids, n.id) else { continue };
+        let entry = match (&n.needs_replacement, &n.replacing) {
+            (_, Some(r)) => NodeReplacementProgress { phase: ReplacementPhase::Replacing, groups_left: r.groups_left.clone() },
+            (Some(_), None) => NodeReplacementProgress { phase: ReplacementPhase::NeedsReplacement, groups_left: vec![] },
+            (None, None) => continue,
+        };
+        progress.insert(ordinal, entry);
+    }
+    let pod = |id: u64| ordinal_of_id(ids, id).map(|o| names.pod(o)).unwrap_or_else(|| format!("node id {id}"));
+    let mut reasons: Vec<(&str, String)> = vec![];
+    match decision {
+        ReplacementDecision::Blocked { reason } => reasons.push(("DataLost", reason.clone())),
+        ReplacementDecision::Replace { id } => reasons.push(("Replacing", format!("replacing {}", pod(*id)))),
+        ReplacementDecision::Wait { reason } if !progress.is_empty() => reasons.push(("Waiting", reason.clone())),
+        ReplacementDecision::NotApproved { ids } => reasons.push((
+            "AwaitingApproval",
+            format!(
+                "{} restarted on an empty volume and does not vote; automaticReplacement is off: list its ordinal                  in spec.storage.failedNodes.replace",
+                ids.iter().map(|i| pod(*i)).collect::<Vec<_>>().join(", ")
+            ),
+        )),
+        ReplacementDecision::Wait { .. } | ReplacementDecision::Idle => {}
+    }
+    for r in removals {
+        match r {
+            Removal::Remove { ordinal, .. } | Removal::InProgress { ordinal } => {
+                reasons.push(("Removing", format!("moving every replica off {}", names.pod(*ordinal))))
+            }
+            Removal::Refused { reason, .. } => reasons.push(("RemovalRefused", reason.clone())),
+            Removal::Wait { ordinal, reason } => reasons.push(("Removing", format!("{}: {reason}", names.pod(*ordinal)))),
+            Removal::Done { .. } => {}
+        }
+    }
+    let active = !reasons.is_empty();
+    let condition = match reasons.first() {
+        Some((reason, _)) => Desired::new(
+            conditions::NODE_REPLACEMENT,
+            true,
+            *reason,
+            reasons.iter().map(|(_, m)| m.as_str()).collect::<Vec<_>>().join("; "),
+        ),
+        None => Desired::new(conditions::NODE_REPLACEMENT, false, "NoneNeeded", ""),
+    };
+    FailedNodesReport { progress, condition, active }
 }
 
 /// What the workloads report.
@@ -224,6 +421,7 @@ fn cluster_status(
     plan: &ScalingPlan,
     readiness: Readiness,
     membership: Option<&BTreeMap<i32, MembershipState>>,
+    report: &FailedNodesReport,
     now: k8s_openapi::jiff::Timestamp,
 ) -> SextantClusterStatus {
     let Readiness { nodes: ready_nodes, routers: ready_routers, rolling_out } = readiness;
@@ -279,6 +477,23 @@ fn cluster_status(
         Some(message) => Desired::new(conditions::BLOCKED, true, "ScaleInRefused", message.clone()),
         None => Desired::new(conditions::BLOCKED, false, "NotBlocked", ""),
     });
+    desired.push(match (&plan.timed_out, &plan.operation) {
+        (Some(t), _) => Desired::new(conditions::SCALING, false, "ScaleOutTimedOut", t.message.clone()),
+        (None, Some(op)) if op.cancelled => Desired::new(
+            conditions::SCALING,
+            true,
+            "CancellingScaleOut",
+            format!("removing added nodes back to {}: {:?} node {}", op.to, op.step, op.node.unwrap_or(op.to)),
+        ),
+        (None, Some(op)) => Desired::new(
+            conditions::SCALING,
+            true,
+            if op.to > op.from { "ScalingOut" } else { "ScalingIn" },
+            format!("{} → {} nodes: {:?}", op.from, op.to, op.step),
+        ),
+        (None, None) => Desired::new(conditions::SCALING, false, "Idle", ""),
+    });
+    desired.push(report.condition.clone());
     let phase = if stopped {
         ClusterPhase::Stopped
     } else if plan.blocked.is_some() {
@@ -291,7 +506,15 @@ fn cluster_status(
         ClusterPhase::Pending
     };
     let nodes = match membership {
-        Some(m) => m.iter().map(|(o, s)| NodeMembership { ordinal: *o, pod: names.pod(*o), state: *s }).collect(),
+        Some(m) => m
+            .iter()
+            .map(|(o, s)| NodeMembership {
+                ordinal: *o,
+                pod: names.pod(*o),
+                state: *s,
+                replacement: report.progress.get(o).cloned(),
+            })
+            .collect(),
         None => previous.nodes.clone(),
     };
     SextantClusterStatus {
@@ -314,6 +537,7 @@ mod tests {
     use super::super::mock::*;
     use crate::admin::fake::Call;
     use crate::admin::ClusterNode;
+    use crate::replacement::ReplacementDecision;
     use crate::topology::tests::cluster;
     use crate::v1alpha1::{ScalingOperation, SextantClusterStatus};
     use http::Method;
@@ -362,8 +586,10 @@ mod tests {
 
     fn settled(c: &mut crate::v1alpha1::SextantCluster, nodes: i32) {
         // The status a previous reconcile wrote for a healthy cluster of `nodes`.
-        let plan = crate::scaling::plan(nodes, 3, Some(nodes), None, &Default::default());
+        let timing = crate::scaling::Timing { now: fixed_now(), scale_out_timeout: std::time::Duration::from_secs(600) };
+        let plan = crate::scaling::plan(nodes, 3, Some(nodes), None, &Default::default(), timing);
         let names = crate::topology::Names::of(c).unwrap();
+        let report = super::failed_nodes_report(&names, &ReplacementDecision::Idle, None, &Default::default(), &[]);
         let membership = (0..nodes).map(|i| (i, crate::v1alpha1::MembershipState::Active)).collect();
         c.status = Some(super::cluster_status(
             c,
@@ -372,16 +598,16 @@ mod tests {
             &plan,
             super::Readiness { nodes, routers: 2, rolling_out: false },
             Some(&membership),
+            &report,
             fixed_now(),
         ));
     }
 
     fn active_nodes(n: i32) -> Vec<ClusterNode> {
         (0..n)
-            .map(|i| ClusterNode {
-                id: i as u64 + 1,
-                address: format!("obs-node-{i}.obs-node.telemetry.svc:7000"),
-                state: crate::v1alpha1::MembershipState::Active,
+            .map(|i| {
+                let address = format!("obs-node-{i}.obs-node.telemetry.svc:7000");
+                serde_json::from_value(json!({"id": i + 1, "address": address, "state": "Active"})).unwrap()
             })
             .collect()
     }
@@ -552,7 +778,10 @@ mod tests {
         steps.extend(objs);
         steps.push(Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["reason"], "ScalingStarted")));
         steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
-            assert_eq!(b["status"]["scaling"], json!({"from": 3, "to": 5, "step": "GrowStatefulSet"}));
+            assert_eq!(
+                b["status"]["scaling"],
+                json!({"from": 3, "to": 5, "step": "GrowStatefulSet", "startedAt": "2026-11-18T11:06:40Z"})
+            );
             assert_eq!(b["status"]["phase"], "Scaling");
             assert_eq!(b["status"]["storageNodes"], 3);
         }));
@@ -604,7 +833,14 @@ mod tests {
         settled(&mut c, 4);
         let status = c.status.as_mut().unwrap();
         status.scaling =
-            Some(ScalingOperation { from: 4, to: 3, step: crate::v1alpha1::ScalingStep::Shrink, node: Some(3) });
+            Some(ScalingOperation {
+                from: 4,
+                to: 3,
+                step: crate::v1alpha1::ScalingStep::Shrink,
+                node: Some(3),
+                started_at: None,
+                cancelled: false,
+            });
         let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, sts_json(3, 3))];
         steps.extend(applies(2));
         steps.push(
@@ -706,6 +942,295 @@ mod tests {
             .unwrap();
         assert_eq!(action, kube::runtime::controller::Action::await_change());
         assert!(admin.calls().is_empty());
+    }
+
+    fn identity(id: u64, needs_replacement: bool, replacing: Option<Vec<u64>>) -> crate::admin::NodeIdentity {
+        serde_json::from_value(json!({
+            "id": id,
+            "incarnation": format!("{id:016x}"),
+            "needs_replacement": needs_replacement.then(|| "00000000000000ff"),
+            "replacing": replacing.map(|g| json!({"incarnation": "00000000000000ff", "groups_left": g})),
+        }))
+        .unwrap()
+    }
+
+    fn condition(b: &serde_json::Value, type_: &str) -> serde_json::Value {
+        b["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == type_).cloned().unwrap_or_default()
+    }
+
+    /// A settled cluster of three whose node 3 (`obs-node-2`) restarted on an empty volume.
+    fn wiped_third(admin: &crate::admin::fake::FakeAdmin) {
+        *admin.nodes.lock().unwrap() = active_nodes(3);
+        *admin.identities.lock().unwrap() = vec![identity(1, false, None), identity(2, false, None), identity(3, true, None)];
+    }
+
+    fn ready_steps() -> Vec<Step> {
+        let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, sts_json(3, 3))];
+        steps.extend(applies(2));
+        steps
+    }
+
+    fn pod_json(ordinal: i32, ready: bool, phase: &str, message: Option<&str>) -> serde_json::Value {
+        let mut conditions = vec![json!({"type": "Ready", "status": if ready { "True" } else { "False" }})];
+        if let Some(m) = message {
+            conditions.push(json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": m}));
+        }
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("obs-node-{ordinal}"), "namespace": "telemetry"},
+               "status": {"phase": phase, "conditions": conditions}})
+    }
+
+    fn pod_path(ordinal: i32) -> String {
+        format!("/api/v1/namespaces/telemetry/pods/obs-node-{ordinal}")
+    }
+
+    #[tokio::test]
+    async fn a_node_on_an_empty_volume_is_replaced_automatically() {
+        let mut c = cluster(3, 3);
+        settled(&mut c, 3);
+        let mut steps = ready_steps();
+        steps.push(Step::new(Method::POST, EVENTS).expect_body(|b| {
+            assert_eq!(b["reason"], "NodeReplacementStarted");
+            assert!(b["note"].as_str().unwrap().contains("obs-node-2"), "{b}");
+        }));
+        steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
+            let r = condition(b, "NodeReplacement");
+            assert_eq!((r["status"].as_str(), r["reason"].as_str()), (Some("True"), Some("Replacing")), "{r}");
+            assert_eq!(b["status"]["nodes"][2]["replacement"], json!({"phase": "NeedsReplacement"}));
+            assert!(b["status"]["nodes"][1].get("replacement").is_none());
+        }));
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        wiped_third(&admin);
+        let action = mock
+            .run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
+        assert_eq!(admin.calls().iter().filter(|c| matches!(c, Call::ReplaceNode(3))).count(), 1);
+        assert_eq!(action, kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(10)));
+    }
+
+    #[tokio::test]
+    async fn with_automatic_replacement_off_only_a_listed_node_is_replaced() {
+        let mut c = cluster(3, 3);
+        settled(&mut c, 3);
+        c.spec.storage.failed_nodes.automatic_replacement = false;
+        let mut steps = ready_steps();
+        steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
+            let r = condition(b, "NodeReplacement");
+            assert_eq!(r["reason"], "AwaitingApproval", "{r}");
+            assert!(r["message"].as_str().unwrap().contains("obs-node-2"), "{r}");
+        }));
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        wiped_third(&admin);
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
+        assert!(!admin.calls().iter().any(|c| matches!(c, Call::ReplaceNode(_))), "{:?}", admin.calls());
+
+        // Listed by ordinal: replaced.
+        c.spec.storage.failed_nodes.replace = vec![2];
+        let mut steps = ready_steps();
+        steps.push(Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["reason"], "NodeReplacementStarted")));
+        steps.push(Step::new(Method::PATCH, STATUS));
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        wiped_third(&admin);
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
+        assert!(admin.calls().contains(&Call::ReplaceNode(3)));
+    }
+
+    #[tokio::test]
+    async fn a_replacement_in_progress_is_not_sent_again_and_holds_a_scale_out() {
+        let mut c = cluster(3, 3);
+        settled(&mut c, 3);
+        c.spec.storage.nodes = 5;
+        let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, sts_json(3, 3))];
+        let mut objs = applies(2);
+        objs[STS_AT] = Step::apply(STS).expect_body(|b| assert_eq!(b["spec"]["replicas"], 3));
+        steps.extend(objs);
+        steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
+            assert_eq!(
+                b["status"]["nodes"][2]["replacement"],
+                json!({"phase": "Replacing", "groupsLeft": [1, 4]})
+            );
+            assert_eq!(condition(b, "NodeReplacement")["reason"], "Waiting");
+            assert!(b["status"].get("scaling").is_none(), "no scale-out while an id changes hands");
+        }));
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        *admin.nodes.lock().unwrap() = active_nodes(3);
+        *admin.identities.lock().unwrap() =
+            vec![identity(1, false, None), identity(2, false, None), identity(3, false, Some(vec![1, 4]))];
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
+        assert!(!admin.calls().iter().any(|c| matches!(c, Call::ReplaceNode(_) | Call::PlaceReplicas(_))));
+    }
+
+    #[tokio::test]
+    async fn losing_more_nodes_than_a_group_survives_blocks_replacement_with_a_warning() {
+        let mut c = cluster(3, 3);
+        settled(&mut c, 3);
+        let mut steps = ready_steps();
+        steps.push(Step::new(Method::POST, EVENTS).expect_body(|b| {
+            assert_eq!((b["reason"].as_str(), b["type"].as_str()), (Some("NodeReplacementBlocked"), Some("Warning")));
+        }));
+        steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
+            let r = condition(b, "NodeReplacement");
+            assert_eq!(r["reason"], "DataLost");
+            assert!(r["message"].as_str().unwrap().contains("restore from a backup"), "{r}");
+        }));
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        *admin.nodes.lock().unwrap() = active_nodes(3);
+        *admin.identities.lock().unwrap() = vec![identity(1, false, None), identity(2, true, None), identity(3, true, None)];
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
+        assert!(!admin.calls().iter().any(|c| matches!(c, Call::ReplaceNode(_))));
+    }
+
+    #[tokio::test]
+    async fn a_listed_node_is_removed_by_id_only_while_its_pod_is_not_ready() {
+        let mut c = cluster(4, 3);
+        settled(&mut c, 4);
+        c.spec.storage.failed_nodes.remove = vec![3];
+        let sts = sts_json(4, 3);
+        let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, sts.clone())];
+        steps.push(Step::get(&pod_path(3)).reply(200, pod_json(3, false, "Running", None)));
+        steps.extend(applies(2));
+        steps.push(Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["reason"], "NodeRemovalStarted")));
+        steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
+            assert_eq!(condition(b, "NodeReplacement")["reason"], "Removing");
+        }));
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        *admin.nodes.lock().unwrap() = active_nodes(4);
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
+        assert!(admin.calls().contains(&Call::RemoveNode(4)));
+
+        // A ready pod is a healthy node: refused, nothing sent.
+        let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, sts)];
+        steps.push(Step::get(&pod_path(3)).reply(200, pod_json(3, true, "Running", None)));
+        steps.extend(applies(2));
+        steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
+            let r = condition(b, "NodeReplacement");
+            assert_eq!(r["reason"], "RemovalRefused");
+            assert!(r["message"].as_str().unwrap().contains("healthy"), "{r}");
+        }));
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        *admin.nodes.lock().unwrap() = active_nodes(4);
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
+        assert!(!admin.calls().iter().any(|c| matches!(c, Call::RemoveNode(_))));
+    }
+
+    fn growing(c: &mut crate::v1alpha1::SextantCluster, started_seconds_ago: i64) {
+        let started = fixed_now().checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(started_seconds_ago)).unwrap();
+        c.status.as_mut().unwrap().scaling = Some(ScalingOperation {
+            from: 3,
+            to: 5,
+            step: crate::v1alpha1::ScalingStep::GrowStatefulSet,
+            node: None,
+            started_at: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(started)),
+            cancelled: false,
+        });
+    }
+
+    #[tokio::test]
+    async fn a_scale_out_past_its_timeout_says_which_pod_is_pending() {
+        let mut c = cluster(5, 3);
+        settled(&mut c, 3);
+        growing(&mut c, 601);
+        let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, sts_json(5, 4))];
+        steps.push(Step::get(&pod_path(3)).reply(200, pod_json(3, true, "Running", None)));
+        steps.push(Step::get(&pod_path(4)).reply(
+            200,
+            pod_json(4, false, "Pending", Some("0/3 nodes are available: 3 Insufficient cpu.")),
+        ));
+        let mut objs = applies(2);
+        objs[STS_AT] = Step::apply(STS).expect_body(|b| assert_eq!(b["spec"]["replicas"], 5));
+        steps.extend(objs);
+        steps.push(Step::new(Method::POST, EVENTS).expect_body(|b| {
+            assert_eq!((b["reason"].as_str(), b["type"].as_str()), (Some("ScaleOutTimedOut"), Some("Warning")));
+        }));
+        steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
+            let s = condition(b, "Scaling");
+            assert_eq!((s["status"].as_str(), s["reason"].as_str()), (Some("False"), Some("ScaleOutTimedOut")), "{s}");
+            let m = s["message"].as_str().unwrap();
+            assert!(m.contains("obs-node-4 is Pending: 0/3 nodes are available") && !m.contains("obs-node-3"), "{m}");
+            assert!(m.contains("back to 3"), "{m}");
+            assert_eq!(b["status"]["scaling"]["step"], "GrowStatefulSet", "it keeps waiting");
+        }));
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        *admin.nodes.lock().unwrap() = active_nodes(4);
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
+    }
+
+    #[tokio::test]
+    async fn setting_nodes_back_cancels_a_scale_out_and_removes_what_it_added() {
+        let mut c = cluster(3, 3);
+        settled(&mut c, 3);
+        growing(&mut c, 60);
+        c.metadata.generation = Some(3);
+        let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, sts_json(5, 4))];
+        let mut objs = applies(2);
+        objs[STS_AT] = Step::apply(STS).expect_body(|b| assert_eq!(b["spec"]["replicas"], 5));
+        steps.extend(objs);
+        steps.push(Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["reason"], "ScaleOutCancelled")));
+        steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
+            assert_eq!(
+                b["status"]["scaling"],
+                json!({"from": 5, "to": 3, "step": "Drain", "node": 4, "cancelled": true, "startedAt": "2026-11-18T11:06:40Z"})
+            );
+            assert_eq!(condition(b, "Scaling")["reason"], "CancellingScaleOut");
+            assert_eq!(b["status"]["storageNodes"], 3);
+        }));
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        // obs-node-3 registered, obs-node-4 never did.
+        let mut nodes = active_nodes(3);
+        nodes.push(serde_json::from_value(json!({"id": 4, "address": "obs-node-3.obs-node.telemetry.svc:7000", "state": "Joining"})).unwrap());
+        *admin.nodes.lock().unwrap() = nodes;
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
+        assert!(!admin.calls().iter().any(|c| matches!(c, Call::Drain(_) | Call::PlaceReplicas(_))), "{:?}", admin.calls());
+
+        // Next reconcile: obs-node-4 never registered, so it goes without a drain.
+        let mut c2 = c.clone();
+        c2.status.as_mut().unwrap().scaling = Some(ScalingOperation {
+            from: 5,
+            to: 3,
+            step: crate::v1alpha1::ScalingStep::Drain,
+            node: Some(4),
+            started_at: None,
+            cancelled: true,
+        });
+        let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, sts_json(5, 4))];
+        let mut objs = applies(2);
+        objs[STS_AT] = Step::apply(STS).expect_body(|b| assert_eq!(b["spec"]["replicas"], 4));
+        steps.extend(objs);
+        steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| assert_eq!(b["status"]["scaling"]["step"], "Shrink")));
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        let mut nodes = active_nodes(3);
+        nodes.push(serde_json::from_value(json!({"id": 4, "address": "obs-node-3.obs-node.telemetry.svc:7000", "state": "Joining"})).unwrap());
+        *admin.nodes.lock().unwrap() = nodes;
+        mock.run(steps, serde_json::to_value(&c2).unwrap(), super::reconcile(std::sync::Arc::new(c2.clone()), ctx))
+            .await
+            .unwrap();
+        assert!(!admin.calls().iter().any(|c| matches!(c, Call::Drain(_))));
     }
 
     fn with_claim_template(size: &str) -> serde_json::Value {

@@ -5,7 +5,7 @@ use k8s_openapi::api::core::v1::{
     SecretVolumeSource, Toleration, TopologySpreadConstraint,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, LabelSelector, Time};
 use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -263,6 +263,45 @@ pub struct StorageSpec {
     pub resources: Option<ResourceRequirements>,
     #[serde(default)]
     pub pod: PodTemplate,
+    /// How long a scale-out waits for its new pods to be ready before it reports
+    /// `Scaling=False` (reason `ScaleOutTimedOut`). It keeps waiting after that; setting `nodes`
+    /// back to the size before cancels it.
+    #[serde(default = "default_scale_out_timeout_seconds")]
+    #[schemars(range(min = 1, max = 604800))]
+    pub scale_out_timeout_seconds: i32,
+    /// Nodes that lost their data or died (docs/KUBERNETES.md, "Replace or remove a node").
+    #[serde(default)]
+    pub failed_nodes: FailedNodes,
+}
+
+fn default_scale_out_timeout_seconds() -> i32 {
+    600
+}
+
+/// Replacing nodes that restarted on an empty volume, removing dead ones. Both lists hold pod
+/// ordinals (`NAME-node-N`); they are declarative: an entry whose work is done stays harmless.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailedNodes {
+    /// Replace every node that restarted on an empty volume under its old id, one at a time.
+    /// `false`: only those listed in `replace`.
+    #[serde(default = "default_true")]
+    pub automatic_replacement: bool,
+    /// Nodes to replace once they report an empty volume (with `automaticReplacement: false`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub replace: Vec<i32>,
+    /// Nodes to take out of every group (their replicas move to the others) while their pod is
+    /// not ready. A listed node gets no replicas from a scale-out while it stays listed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub remove: Vec<i32>,
+}
+
+impl Default for FailedNodes {
+    fn default() -> Self {
+        Self { automatic_replacement: true, replace: vec![], remove: vec![] }
+    }
 }
 
 /// Transition rule of `spec.storage`: `storageClassName` keeps its presence and its value.
@@ -350,6 +389,27 @@ pub struct NodeMembership {
     pub ordinal: i32,
     pub pod: String,
     pub state: MembershipState,
+    /// Set while the node's id waits for or undergoes replacement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replacement: Option<NodeReplacementProgress>,
+}
+
+/// A node that restarted on an empty volume, as the cluster reports it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeReplacementProgress {
+    pub phase: ReplacementPhase,
+    /// Groups whose leader has not yet removed the old incarnation (`Replacing`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub groups_left: Vec<u64>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum ReplacementPhase {
+    /// Does not vote; waits for the operator (or `failedNodes.replace`) to replace it.
+    NeedsReplacement,
+    /// Each group removes the old incarnation, then adds the node back by snapshot.
+    Replacing,
 }
 
 /// One in-flight change of `spec.storage.nodes`. Scale-in moves one node at a time.
@@ -362,6 +422,12 @@ pub struct ScalingOperation {
     /// Ordinal of the node being removed (scale-in steps only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node: Option<i32>,
+    /// When the operation started (the scale-out timeout counts from here).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Time>,
+    /// A scale-out being undone: `from` is the grown size, `to` the size before it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cancelled: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
