@@ -154,9 +154,8 @@ impl<'a> Spread<'a> {
         let mut sources = targets.clone();
         sources.sort_unstable_by_key(|(l, n)| (std::cmp::Reverse(*l), *n));
         for (to_load, to) in &targets {
-            for (from_load, from) in sources.iter().take_while(|(l, _)| *l >= to_load + 2) {
+            for (_, from) in sources.iter().take_while(|(l, _)| *l >= to_load + 2) {
                 if let Some((g, _)) = desired.iter().find(|(_, r)| self.move_fits(r, *from, *to)) {
-                    let _ = from_load;
                     return Some((*g, *from, *to));
                 }
             }
