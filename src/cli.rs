@@ -399,7 +399,11 @@ impl NodeArgs {
 pub struct InternalTlsArgs {
     /// Directory holding `tls.crt`, `tls.key` and `ca.crt` (a mounted Kubernetes TLS Secret):
     /// the same as the three file flags.
-    #[arg(long, conflicts_with_all = ["internal_tls_cert", "internal_tls_key", "internal_tls_ca"])]
+    #[arg(
+        long,
+        env = "SEXTANT_INTERNAL_TLS_DIR",
+        conflicts_with_all = ["internal_tls_cert", "internal_tls_key", "internal_tls_ca"]
+    )]
     pub internal_tls_dir: Option<PathBuf>,
     /// PEM certificate chain this process presents on internal gRPC, signed by the cluster CA;
     /// with it, plain-text and unverified peers are refused.

@@ -5,6 +5,7 @@ pub mod admin;
 pub mod conditions;
 pub mod controller;
 pub mod crd_install;
+pub mod internal_tls;
 pub mod leader;
 pub mod manifests;
 pub mod metrics;

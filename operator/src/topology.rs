@@ -23,6 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, 
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
+use crate::internal_tls::Leaf;
 use crate::v1alpha1::{PodTemplate, SextantCluster, SextantClusterSpec};
 
 /// Raft and storage gRPC port of a node.
@@ -52,6 +53,8 @@ pub enum TopologyError {
     Invalid(&'static str),
     #[error("the SextantCluster's {component}.pod: {message}")]
     PodTemplate { component: &'static str, message: String },
+    #[error("issuing the internal TLS certificates: {0}")]
+    InternalTls(String),
 }
 
 /// Names of everything derived from one cluster, in one place so the planner, the controller
@@ -84,6 +87,10 @@ impl Names {
     }
     pub fn secret(&self) -> String {
         format!("{}-internal", self.cluster)
+    }
+    /// The internal TLS CA (`crate::internal_tls`); component certificates are `Leaf::secret`.
+    pub fn internal_ca(&self) -> String {
+        format!("{}-internal-ca", self.cluster)
     }
     pub fn pod(&self, ordinal: i32) -> String {
         format!("{}-node-{ordinal}", self.cluster)
@@ -689,6 +696,9 @@ pub fn owned_objects(
         restricted_pod_security(Some(SEXTANT_UID)),
     )?;
     node_pod.termination_grace_period_seconds = Some(60);
+    if spec.internal_tls.enabled {
+        crate::internal_tls::mount(&mut node_pod, Leaf::Node.secret(&names), Component::Node.field())?;
+    }
     let claim = PersistentVolumeClaim {
         metadata: ObjectMeta {
             name: Some("data".into()),
@@ -791,8 +801,11 @@ pub fn owned_objects(
         resources: Some(spec.routers.resources.clone().unwrap_or_else(default_router_resources)),
         ..Container::default()
     };
-    let router_pod =
+    let mut router_pod =
         pod_spec(&names, spec, Component::Router, router_container, router_volumes, restricted_pod_security(None))?;
+    if spec.internal_tls.enabled {
+        crate::internal_tls::mount(&mut router_pod, Leaf::Router.secret(&names), Component::Router.field())?;
+    }
     let deployment = Deployment {
         metadata: metadata(&names, names.routers(), "router", &owner),
         spec: Some(DeploymentSpec {

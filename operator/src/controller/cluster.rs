@@ -71,6 +71,10 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
             }
         }
     };
+    // Before the pods that mount them.
+    if cluster.spec.internal_tls.enabled {
+        super::internal_tls::ensure(&ctx, &cluster, &names).await?;
+    }
 
     let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &names.namespace);
     let sts = statefulsets.get_opt(&names.nodes()).await?;

@@ -2,6 +2,7 @@
 
 mod alert_rule;
 pub mod cluster;
+mod internal_tls;
 mod plan;
 mod project;
 mod pushed;

@@ -55,6 +55,9 @@ pub struct SextantClusterSpec {
     /// pods and reloaded when it changes. The internal port stays plain HTTP.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<TlsSpec>,
+    /// Mutual TLS between routers and nodes and among nodes (internal gRPC).
+    #[serde(default)]
+    pub internal_tls: InternalTlsSpec,
     #[serde(default)]
     pub cluster_operation: ClusterOperation,
     #[serde(default)]
@@ -327,6 +330,18 @@ pub struct TlsSpec {
     /// A `kubernetes.io/tls` Secret in the cluster's namespace (keys `tls.crt`, `tls.key`),
     /// e.g. one cert-manager renews.
     pub secret_name: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct InternalTlsSpec {
+    /// The operator issues a cluster CA (Secret `NAME-internal-ca`, never mounted) and a
+    /// certificate for nodes (`NAME-node-tls`) and one for routers (`NAME-router-tls`), renews
+    /// them before they expire, and nodes and routers refuse internal peers without one.
+    /// Nodes with and without it cannot talk: on a running cluster, delete all node pods at
+    /// once after switching it (docs/KUBERNETES.md, "TLS").
+    #[serde(default)]
+    pub enabled: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
