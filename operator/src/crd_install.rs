@@ -16,7 +16,9 @@ use crate::manifests::{custom_resource_definitions, CRD_HASH_ANNOTATION, OPERATO
 pub enum Decision {
     Create,
     /// Apply over what is there (`from`: the version recorded on it, if any).
-    Upgrade { from: Option<String> },
+    Upgrade {
+        from: Option<String>,
+    },
     /// Leave it: why.
     Keep(&'static str),
 }
@@ -81,7 +83,9 @@ pub async fn ensure(client: &Client) -> Result<Vec<(String, Decision)>, InstallE
         match &decision {
             Decision::Keep(why) => tracing::info!(crd = %name, "CRD kept: {why}"),
             Decision::Create | Decision::Upgrade { .. } => {
-                api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&crd)).await.map_err(wrap)?;
+                api.patch(&name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&crd))
+                    .await
+                    .map_err(wrap)?;
                 tracing::info!(crd = %name, ?decision, "CRD applied");
             }
         }
@@ -135,7 +139,10 @@ mod tests {
             decide(Some(&with(crd.clone(), Some("0.0.1"), Some(&hash))), &crd),
             Decision::Upgrade { from: Some("0.0.1".into()) }
         );
-        assert_eq!(decide(Some(&with(crd.clone(), Some("999.0.0"), Some("x"))), &crd), Decision::Keep("written by a newer operator"));
+        assert_eq!(
+            decide(Some(&with(crd.clone(), Some("999.0.0"), Some("x"))), &crd),
+            Decision::Keep("written by a newer operator")
+        );
         // Same version, other content (a development build, or edited by hand).
         assert_eq!(
             decide(Some(&with(crd.clone(), Some(&version), Some("other"))), &crd),

@@ -182,8 +182,10 @@ mod tests {
         ];
         let mock = Mock::new().with_rbac("uninstall.yaml");
         let client = mock.ctx.client.clone();
-        let out =
-            mock.run(steps, json!({}), async move { run(&client, &args(false, 60), Duration::ZERO).await }).await.unwrap();
+        let out = mock
+            .run(steps, json!({}), async move { run(&client, &args(false, 60), Duration::ZERO).await })
+            .await
+            .unwrap();
         assert_eq!(out, vec![Outcome { kind: "Plan".into(), deleted: 2, released: vec![] }]);
     }
 
@@ -220,8 +222,10 @@ mod tests {
         );
         let mock = Mock::new().with_rbac("uninstall.yaml");
         let client = mock.ctx.client.clone();
-        let out =
-            mock.run(steps, json!({}), async move { run(&client, &args(true, 0), Duration::ZERO).await }).await.unwrap();
+        let out = mock
+            .run(steps, json!({}), async move { run(&client, &args(true, 0), Duration::ZERO).await })
+            .await
+            .unwrap();
         let released: Vec<(String, Vec<String>)> = out.into_iter().map(|o| (o.kind, o.released)).collect();
         assert_eq!(
             released,

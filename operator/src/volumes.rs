@@ -24,7 +24,13 @@ pub struct ClaimTemplate {
 
 impl ClaimTemplate {
     pub fn of(sts: &StatefulSet) -> Option<Self> {
-        let claim = sts.spec.as_ref()?.volume_claim_templates.as_ref()?.iter().find(|c| c.metadata.name.as_deref() == Some("data"))?;
+        let claim = sts
+            .spec
+            .as_ref()?
+            .volume_claim_templates
+            .as_ref()?
+            .iter()
+            .find(|c| c.metadata.name.as_deref() == Some("data"))?;
         let spec = claim.spec.as_ref()?;
         let size = spec.resources.as_ref()?.requests.as_ref()?.get("storage")?.0.clone();
         Some(Self { size, class: spec.storage_class_name.clone() })
@@ -54,11 +60,18 @@ impl Volume {
             .and_then(|r| r.get("storage"))
             .and_then(|q| bytes(&q.0));
         let status = pvc.status.as_ref();
-        let capacity = status.and_then(|s| s.capacity.as_ref()).and_then(|c| c.get("storage")).and_then(|q| bytes(&q.0));
+        let capacity =
+            status.and_then(|s| s.capacity.as_ref()).and_then(|c| c.get("storage")).and_then(|q| bytes(&q.0));
         let file_system_resize_pending = status
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|cs| cs.iter().any(|c| c.type_ == "FileSystemResizePending" && c.status == "True"));
-        Self { ordinal, requested, capacity, class: spec.and_then(|s| s.storage_class_name.clone()), file_system_resize_pending }
+        Self {
+            ordinal,
+            requested,
+            capacity,
+            class: spec.and_then(|s| s.storage_class_name.clone()),
+            file_system_resize_pending,
+        }
     }
 }
 
@@ -399,8 +412,14 @@ mod tests {
         let l = live("20Gi");
         let volumes = [volume(0, "20Gi", "20Gi"), volume(1, "20Gi", "10Gi")];
         assert!(needs_volumes("20Gi", Some(&l), true));
-        let inputs =
-            Inputs { size: "20Gi", class: Some("gp3"), live: Some(&l), volumes: &volumes, expanding: true, ..Inputs::default() };
+        let inputs = Inputs {
+            size: "20Gi",
+            class: Some("gp3"),
+            live: Some(&l),
+            volumes: &volumes,
+            expanding: true,
+            ..Inputs::default()
+        };
         let c = plan(&inputs).expansion.unwrap();
         assert_eq!((c.status, c.message.as_str()), (true, "1/2 volumes at 20Gi"));
         let mut volumes = volumes.to_vec();
@@ -427,6 +446,15 @@ mod tests {
         }))
         .unwrap();
         let v = Volume::of(2, &pvc);
-        assert_eq!(v, Volume { ordinal: 2, requested: bytes("20Gi"), capacity: bytes("10Gi"), class: Some("gp3".into()), file_system_resize_pending: true });
+        assert_eq!(
+            v,
+            Volume {
+                ordinal: 2,
+                requested: bytes("20Gi"),
+                capacity: bytes("10Gi"),
+                class: Some("gp3".into()),
+                file_system_resize_pending: true
+            }
+        );
     }
 }

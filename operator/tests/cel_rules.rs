@@ -81,9 +81,11 @@ fn volume_size_may_grow_but_not_shrink() {
 #[test]
 fn shards_and_replication_factor_stay_fixed() {
     let base = cluster(json!({"nodes": 3, "shards": 4, "replicationFactor": 3}));
-    let errs = refused("SextantCluster", &cluster(json!({"nodes": 3, "shards": 8, "replicationFactor": 3})), Some(&base));
+    let errs =
+        refused("SextantCluster", &cluster(json!({"nodes": 3, "shards": 8, "replicationFactor": 3})), Some(&base));
     assert!(errs.iter().any(|e| e.contains("shards is immutable")), "{errs:?}");
-    let errs = refused("SextantCluster", &cluster(json!({"nodes": 3, "shards": 4, "replicationFactor": 5})), Some(&base));
+    let errs =
+        refused("SextantCluster", &cluster(json!({"nodes": 3, "shards": 4, "replicationFactor": 5})), Some(&base));
     assert!(errs.iter().any(|e| e.contains("replicationFactor is immutable")), "{errs:?}");
 }
 

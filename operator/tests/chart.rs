@@ -114,7 +114,9 @@ fn check_builtin_renderings(dir: &std::path::Path) {
         assert_eq!(pods, 1 + usize::from(uninstall_hook), "{file}: pod templates");
         let of_kind = |kind: &'static str| docs.iter().filter(move |d| d["kind"] == kind);
         let account_of = |kind: &'static str| {
-            of_kind(kind).next().map(|d| d["spec"]["template"]["spec"]["serviceAccountName"].as_str().unwrap().to_owned())
+            of_kind(kind)
+                .next()
+                .map(|d| d["spec"]["template"]["spec"]["serviceAccountName"].as_str().unwrap().to_owned())
         };
         let operator_account = account_of("Deployment").unwrap();
         assert_ne!(operator_account, "default", "{file}");

@@ -78,8 +78,9 @@ pub fn check(method: &str, path: &str, query: &str) -> Result<(), String> {
 pub fn check_role(file: &'static str, method: &str, path: &str, query: &str) -> Result<(), String> {
     let (group, resource, verb) =
         operation(method, path, query).ok_or_else(|| format!("unrecognised request {method} {path}"))?;
-    let allowed =
-        rules(file).iter().any(|r| r.groups.contains(&group) && r.resources.contains(&resource) && r.verbs.contains(&verb));
+    let allowed = rules(file)
+        .iter()
+        .any(|r| r.groups.contains(&group) && r.resources.contains(&resource) && r.verbs.contains(&verb));
     if allowed {
         Ok(())
     } else {

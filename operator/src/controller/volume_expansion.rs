@@ -15,7 +15,9 @@ use super::{Context, Error};
 use crate::conditions::{self, Desired};
 use crate::topology::Names;
 use crate::v1alpha1::{SextantCluster, SextantClusterStatus};
-use crate::volumes::{self, ClaimTemplate, Expansion, Inputs, Volume, VolumePlan, STORAGE_SPEC_DRIFT, VOLUME_EXPANSION};
+use crate::volumes::{
+    self, ClaimTemplate, Expansion, Inputs, Volume, VolumePlan, STORAGE_SPEC_DRIFT, VOLUME_EXPANSION,
+};
 
 /// What [`prepare`] decided, used by the rest of the reconcile.
 #[derive(Debug, Default)]
@@ -65,7 +67,8 @@ impl Prepared {
         for (type_, desired) in [(VOLUME_EXPANSION, &self.plan.expansion), (STORAGE_SPEC_DRIFT, &self.plan.drift)] {
             match desired {
                 // A drift condition that was never True is not worth showing.
-                Some(d) if d.type_ == STORAGE_SPEC_DRIFT && !d.status && !previous.iter().any(|c| c.type_ == type_) => {}
+                Some(d) if d.type_ == STORAGE_SPEC_DRIFT && !d.status && !previous.iter().any(|c| c.type_ == type_) => {
+                }
                 Some(d) => conditions::merge(&mut status.conditions, d.clone(), generation, now),
                 None => {
                     if let Some(c) = previous.iter().find(|c| c.type_ == type_) {
@@ -337,7 +340,8 @@ mod tests {
     async fn another_storage_class_keeps_the_live_one_and_reports_drift() {
         let mut c = obs("10Gi");
         c.spec.storage.storage_class_name = Some("io2".into());
-        let steps = vec![Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["reason"], "StorageClassChanged"))];
+        let steps =
+            vec![Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["reason"], "StorageClassChanged"))];
         let p = run(steps, &c, Some(sts("10Gi", 3)), false).await;
         let applied = p.statefulset(sts("10Gi", 3)).unwrap();
         assert_eq!(ClaimTemplate::of(&applied).unwrap().class.as_deref(), Some("gp3"));
