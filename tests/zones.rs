@@ -211,3 +211,31 @@ impl Zoned {
         wait_for(&format!("trace {trace}"), Duration::from_secs(30), || get_trace(&self.url, token, trace)).await
     }
 }
+
+#[tokio::test]
+async fn a_node_refuses_a_malformed_zone_or_two_zone_sources() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let grpc = format!("127.0.0.1:{}", free_port());
+    let peers = format!("1={grpc}");
+    let data = dir.join("node1");
+    let zone_file = dir.join("zone");
+    let base = ["node", "--id", "1", "--listen", &grpc, "--data-dir", data.to_str().unwrap(), "--peers", &peers];
+    for (extra, expected) in [
+        (vec!["--zone", "eu/west"], "a zone name has only"),
+        (vec!["--zone", "a", "--zone-file", zone_file.to_str().unwrap()], "cannot be used with"),
+    ] {
+        let args: Vec<&str> = base.iter().copied().chain(extra.iter().copied()).collect();
+        let log = dir.join("node.log");
+        std::fs::write(&log, "").unwrap();
+        let mut node = Proc::spawn(&args, &log, &[("SEXTANT_CLUSTER_SECRET", SECRET)]);
+        wait_for("the node to exit", Duration::from_secs(30), || {
+            let exited = node.exited();
+            async move { exited.then_some(()) }
+        })
+        .await;
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert!(text.contains(expected), "{extra:?}: {text}");
+        assert!(!data.join("incarnation").exists(), "{extra:?} started on the data directory");
+    }
+}
