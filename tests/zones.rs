@@ -33,7 +33,9 @@ impl Zoned {
         dir.join(format!("zone{}", i + 1))
     }
 
-    async fn start(dir: &Path, n: usize) -> Zoned {
+    /// Nodes whose `flags` entry is `Some(zone)` get `--zone zone`, the others `--zone-file`.
+    async fn start(dir: &Path, flags: &[Option<&str>]) -> Zoned {
+        let n = flags.len();
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
         let peers = ports.iter().enumerate().map(|(j, (g, _))| format!("{}=127.0.0.1:{g}", j + 1));
         let peers = peers.collect::<Vec<_>>().join(",");
@@ -42,6 +44,10 @@ impl Zoned {
                 let (grpc, http) = ports[i];
                 let data = dir.join(format!("node{}", i + 1));
                 let zone_file = Self::zone_file(dir, i);
+                let zone = match flags[i] {
+                    Some(z) => ["--zone", z],
+                    None => ["--zone-file", zone_file.to_str().unwrap()],
+                };
                 let args = [
                     "node",
                     "--id",
@@ -58,8 +64,8 @@ impl Zoned {
                     &SHARDS.to_string(),
                     "--replication-factor",
                     "3",
-                    "--zone-file",
-                    zone_file.to_str().unwrap(),
+                    zone[0],
+                    zone[1],
                     // About placement, not about the shared test machine's free space.
                     "--disk-high-water",
                     "100",
@@ -173,11 +179,13 @@ async fn every_group_ends_up_spanning_three_zones_and_follows_a_zone_change() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let mut zones = vec!["a", "a", "b", "b", "c", "c"];
-    // Node 6's zone appears after it started (on Kubernetes: the operator's annotation).
-    for (i, z) in zones.iter().enumerate().take(5) {
+    // Nodes 1 to 3 have `--zone`, 4 to 6 a zone file; node 6's zone appears after it started
+    // (on Kubernetes: the operator's annotation).
+    let flags: Vec<Option<&str>> = zones.iter().enumerate().map(|(i, z)| (i < 3).then_some(*z)).collect();
+    for (i, z) in zones.iter().enumerate().take(5).skip(3) {
         std::fs::write(Zoned::zone_file(dir, i), z).unwrap();
     }
-    let c = Zoned::start(dir, zones.len()).await;
+    let c = Zoned::start(dir, &flags).await;
     let key = c.creds["api_key"].as_str().unwrap().to_owned();
     let token = login(&c.url, c.creds["email"].as_str().unwrap(), c.creds["password"].as_str().unwrap()).await;
     let resp = post_spans(&c.url, &key, &spans_batch("before-zones", 20, 3)).await;
