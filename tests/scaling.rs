@@ -787,9 +787,8 @@ async fn a_node_restarted_on_a_wiped_disk_does_not_vote_until_replaced() -> Resu
     assert_eq!((status, body["error"]["code"].as_str()), (409, Some("unknown_node")), "{body}");
     let (status, body) = c.admin_post("remove", json!({"id": victim + 1})).await;
     assert_eq!((status, body["error"]["code"].as_str()), (409, Some("too_few_nodes")), "{body}");
-    let admin = HttpConnector::new()
-        .unwrap()
-        .connect(AdminEndpoint { url: c.internal_url.clone(), token: ADMIN_TOKEN.into() });
+    let admin =
+        HttpConnector::new().unwrap().connect(AdminEndpoint { url: c.internal_url.clone(), token: ADMIN_TOKEN.into() });
     let plan = || async {
         let ids = admin.identities().await.unwrap();
         let states: Vec<IdentityState> = ids.nodes.iter().map(IdentityState::from).collect();

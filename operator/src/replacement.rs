@@ -169,6 +169,23 @@ pub fn plan_removals(
     out
 }
 
+/// Nodes below `size` that were taken out (drained) and are no longer listed for removal:
+/// the members to place replicas on again. A scale-in's or a cancelled scale-out's drained
+/// nodes are at or above `size`, so only a removal leaves one here.
+pub fn to_restore(
+    membership: &std::collections::BTreeMap<i32, MembershipState>,
+    size: i32,
+    listed: &BTreeSet<i32>,
+) -> Vec<i32> {
+    membership
+        .iter()
+        .filter(|(o, s)| {
+            **o < size && !listed.contains(o) && matches!(s, MembershipState::Draining | MembershipState::Drained)
+        })
+        .map(|(o, _)| *o)
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -195,9 +212,15 @@ mod tests {
     #[test]
     fn losses_a_group_cannot_survive_block_replacement() {
         let two = [node(1, false, false), node(2, true, false), node(3, true, false)];
-        let ReplacementDecision::Blocked { reason } = plan(Some(&two), 3, false, &auto()) else { panic!("not blocked") };
+        let ReplacementDecision::Blocked { reason } = plan(Some(&two), 3, false, &auto()) else {
+            panic!("not blocked")
+        };
         assert!(reason.contains("nodes 2, 3 lost their data"), "{reason}");
-        assert_eq!(plan(Some(&two), 5, false, &auto()), ReplacementDecision::Replace { id: 2 }, "five replicas survive two");
+        assert_eq!(
+            plan(Some(&two), 5, false, &auto()),
+            ReplacementDecision::Replace { id: 2 },
+            "five replicas survive two"
+        );
         let single = [node(1, true, false)];
         assert!(matches!(plan(Some(&single), 1, false, &auto()), ReplacementDecision::Blocked { .. }));
     }
@@ -329,6 +352,14 @@ mod tests {
     }
 
     #[test]
+    fn only_an_unlisted_drained_node_below_the_size_is_restored() {
+        use MembershipState::*;
+        let membership = [(0, Active), (1, Drained), (2, Draining), (3, Joining), (4, Drained)].into_iter().collect();
+        assert_eq!(to_restore(&membership, 4, &BTreeSet::from([2])), vec![1]);
+        assert_eq!(to_restore(&membership, 4, &BTreeSet::new()), vec![1, 2]);
+    }
+
+    #[test]
     fn nodes_waiting_without_approval_are_reported_not_replaced() {
         let nodes = [node(1, false, false), node(2, true, false), node(3, false, false)];
         let manual = Policy { automatic: false, approved: BTreeSet::new() };
@@ -340,7 +371,8 @@ mod tests {
     #[test]
     fn a_dead_node_is_removed_once_and_a_ready_one_never() {
         let membership = (0..4).map(|o| (o, MembershipState::Active)).collect();
-        let dead = RemovalCandidate { ordinal: 3, id: Some(4), state: Some(MembershipState::Active), pod_ready: Some(false) };
+        let dead =
+            RemovalCandidate { ordinal: 3, id: Some(4), state: Some(MembershipState::Active), pod_ready: Some(false) };
         assert_eq!(plan_removals(&[dead], &membership, 3, false), vec![Removal::Remove { ordinal: 3, id: 4 }]);
         let draining = RemovalCandidate { state: Some(MembershipState::Draining), ..dead };
         assert_eq!(plan_removals(&[draining], &membership, 3, false), vec![Removal::InProgress { ordinal: 3 }]);

@@ -67,14 +67,28 @@ pub enum ScalingAction {
 /// Why a plan emits an Event.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Notice {
-    Started { from: i32, to: i32 },
-    Blocked { message: String },
-    NodeRemoved { ordinal: i32 },
-    Completed { nodes: i32 },
+    Started {
+        from: i32,
+        to: i32,
+    },
+    Blocked {
+        message: String,
+    },
+    NodeRemoved {
+        ordinal: i32,
+    },
+    Completed {
+        nodes: i32,
+    },
     /// A scale-out's new pods were not ready within the timeout.
-    TimedOut { message: String },
+    TimedOut {
+        message: String,
+    },
     /// A scale-out from `from` to `to` is being undone.
-    Cancelled { from: i32, to: i32 },
+    Cancelled {
+        from: i32,
+        to: i32,
+    },
 }
 
 /// A scale-out whose new pods are not ready after the timeout.
@@ -232,8 +246,7 @@ pub fn plan(
             p.statefulset_replicas = node + 1;
             // An added node that never registered holds nothing (only a cancelled scale-out
             // removes nodes that may not have); an unknown membership proves nothing.
-            let never_registered =
-                op.cancelled && observed.membership.as_ref().is_some_and(|m| !m.contains_key(&node));
+            let never_registered = op.cancelled && observed.membership.as_ref().is_some_and(|m| !m.contains_key(&node));
             if never_registered || membership(node) == Some(MembershipState::Drained) {
                 // Shrink in the same step: applying node + 1 again after a lost status write
                 // would bring the drained pod back for nothing.
@@ -613,7 +626,10 @@ mod tests {
         let p = plan(3, 3, Some(3), Some(&op), &w.observe(), at(60));
         assert_eq!(p.actions, vec![ScalingAction::PlaceReplicas { nodes: 3 }, ScalingAction::Drain { ordinal: 4 }]);
         let cancel = p.operation.unwrap();
-        assert_eq!((cancel.from, cancel.to, cancel.step, cancel.node, cancel.cancelled), (5, 3, ScalingStep::Drain, Some(4), true));
+        assert_eq!(
+            (cancel.from, cancel.to, cancel.step, cancel.node, cancel.cancelled),
+            (5, 3, ScalingStep::Drain, Some(4), true)
+        );
         assert_eq!((p.statefulset_replicas, p.member_nodes), (5, 3));
         assert_eq!(p.notices, vec![Notice::Cancelled { from: 3, to: 5 }]);
     }

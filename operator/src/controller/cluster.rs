@@ -152,21 +152,28 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
     }
     let failed = &spec.failed_nodes;
     let excluded: std::collections::BTreeSet<i32> = failed.remove.iter().copied().collect();
-    let observed =
-        Observed { statefulset: sts_state, membership: membership.clone(), volumes, not_ready, excluded: excluded.clone() };
+    let observed = Observed {
+        statefulset: sts_state,
+        membership: membership.clone(),
+        volumes,
+        not_ready,
+        excluded: excluded.clone(),
+    };
     // 0 is never a recorded size (nodes >= 1): it is a status written before any node existed,
     // e.g. while paused, and must not turn the first start into a scale-out from zero.
     let recorded = cluster.status.as_ref().map(|s| s.storage_nodes).filter(|n| *n > 0);
 
     // Nodes that restarted on an empty volume (docs/RELIABILITY.md, "Replacing a node").
-    let states: Option<Vec<IdentityState>> = identities.as_ref().map(|i| i.nodes.iter().map(IdentityState::from).collect());
+    let states: Option<Vec<IdentityState>> =
+        identities.as_ref().map(|i| i.nodes.iter().map(IdentityState::from).collect());
     let policy = Policy {
         automatic: failed.automatic_replacement,
         approved: failed.replace.iter().filter_map(|o| ids.get(o).copied()).collect(),
     };
     let rf = u32::try_from(spec.replication_factor).unwrap_or(1);
     let replacement = replacement::plan(states.as_deref(), rf, previous.scaling.is_some(), &policy);
-    let replacing = states.iter().flatten().any(|n| n.replacing) || matches!(replacement, ReplacementDecision::Replace { .. });
+    let replacing =
+        states.iter().flatten().any(|n| n.replacing) || matches!(replacement, ReplacementDecision::Replace { .. });
     // No scaling starts while an id changes hands; one in progress goes on.
     let target = match recorded {
         Some(size) if replacing && previous.scaling.is_none() => size,
@@ -192,7 +199,8 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
         }
     }
     let busy = previous.scaling.is_some() || plan.operation.is_some() || replacing;
-    let removals = membership.as_ref().map(|m| replacement::plan_removals(&candidates, m, rf, busy)).unwrap_or_default();
+    let removals =
+        membership.as_ref().map(|m| replacement::plan_removals(&candidates, m, rf, busy)).unwrap_or_default();
 
     let mut ready_routers = 0;
     // A new revision being rolled out (image or resources changed) is progress too.
@@ -255,25 +263,56 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
     if let ReplacementDecision::Replace { id } = replacement {
         idempotent(admin.replace_node(id).await, "not_replaceable")?;
         let pod = ordinal_of_id(&ids, id).map(|o| names.pod(o)).unwrap_or_else(|| format!("node {id}"));
-        ctx.event(cluster.as_ref(), false, "NodeReplacementStarted", format!("replacing {pod} (node id {id}), which restarted on an empty volume")).await;
+        ctx.event(
+            cluster.as_ref(),
+            false,
+            "NodeReplacementStarted",
+            format!("replacing {pod} (node id {id}), which restarted on an empty volume"),
+        )
+        .await;
     }
     for removal in &removals {
         if let Removal::Remove { ordinal, id } = *removal {
             admin.remove_node(id).await?;
-            ctx.event(cluster.as_ref(), false, "NodeRemovalStarted", format!("moving every replica off {} (node id {id})", names.pod(ordinal))).await;
+            ctx.event(
+                cluster.as_ref(),
+                false,
+                "NodeRemovalStarted",
+                format!("moving every replica off {} (node id {id})", names.pod(ordinal)),
+            )
+            .await;
         }
     }
-    let report = failed_nodes_report(&names, &replacement, identities.as_ref(), &ids, &removals);
-    let was_replacement_blocked = previous
-        .conditions
-        .iter()
-        .any(|c| c.type_ == conditions::NODE_REPLACEMENT && c.reason == "DataLost");
+    // Taken off the remove list: a member again once every node pod is ready and nothing else
+    // runs (placement is idempotent).
+    let restore =
+        membership.as_ref().map(|m| replacement::to_restore(m, plan.member_nodes, &excluded)).unwrap_or_default();
+    let all_ready = sts_state.is_some_and(|s| s.ready >= s.replicas && s.replicas == plan.statefulset_replicas);
+    let restoring =
+        !restore.is_empty() && all_ready && !busy && removals.iter().all(|r| matches!(r, Removal::Done { .. }));
+    if restoring {
+        let nodes = (0..plan.member_nodes).filter(|i| !excluded.contains(i)).map(|i| names.node_address(i)).collect();
+        admin.place_replicas(&PlacementRequest { nodes }).await?;
+    }
+    let mut report = failed_nodes_report(&names, &replacement, identities.as_ref(), &ids, &removals);
+    if !restore.is_empty() {
+        let pods = restore.iter().map(|o| names.pod(*o)).collect::<Vec<_>>().join(", ");
+        let message = if restoring {
+            format!("placing replicas on {pods} again")
+        } else {
+            format!("{pods} left the remove list; replicas return once every node pod is ready and nothing else runs")
+        };
+        report.add("Restoring", message);
+    }
+    let was_replacement_blocked =
+        previous.conditions.iter().any(|c| c.type_ == conditions::NODE_REPLACEMENT && c.reason == "DataLost");
     if let (ReplacementDecision::Blocked { reason }, false) = (&replacement, was_replacement_blocked) {
         ctx.event(cluster.as_ref(), true, "NodeReplacementBlocked", reason.clone()).await;
     }
 
     let was_blocked = conditions::is_true(&previous.conditions, conditions::BLOCKED);
-    let was_timed_out = previous.conditions.iter().any(|c| c.type_ == conditions::SCALING && c.reason == "ScaleOutTimedOut");
+    let was_timed_out =
+        previous.conditions.iter().any(|c| c.type_ == conditions::SCALING && c.reason == "ScaleOutTimedOut");
     for notice in &plan.notices {
         let (warning, reason, note) = match notice {
             Notice::Started { from, to } => {
@@ -356,6 +395,18 @@ struct FailedNodesReport {
     active: bool,
 }
 
+impl FailedNodesReport {
+    /// One more thing in progress, after those already reported.
+    fn add(&mut self, reason: &str, message: String) {
+        if self.active {
+            self.condition.message = format!("{}; {message}", self.condition.message);
+        } else {
+            self.condition = Desired::new(conditions::NODE_REPLACEMENT, true, reason, message);
+        }
+        self.active = true;
+    }
+}
+
 fn failed_nodes_report(
     names: &Names,
     decision: &ReplacementDecision,
@@ -367,8 +418,12 @@ fn failed_nodes_report(
     for n in identities.map(|i| i.nodes.as_slice()).unwrap_or_default() {
         let Some(ordinal) = ordinal_of_id(ids, n.id) else { continue };
         let entry = match (&n.needs_replacement, &n.replacing) {
-            (_, Some(r)) => NodeReplacementProgress { phase: ReplacementPhase::Replacing, groups_left: r.groups_left.clone() },
-            (Some(_), None) => NodeReplacementProgress { phase: ReplacementPhase::NeedsReplacement, groups_left: vec![] },
+            (_, Some(r)) => {
+                NodeReplacementProgress { phase: ReplacementPhase::Replacing, groups_left: r.groups_left.clone() }
+            }
+            (Some(_), None) => {
+                NodeReplacementProgress { phase: ReplacementPhase::NeedsReplacement, groups_left: vec![] }
+            }
             (None, None) => continue,
         };
         progress.insert(ordinal, entry);
@@ -394,7 +449,9 @@ fn failed_nodes_report(
                 reasons.push(("Removing", format!("moving every replica off {}", names.pod(*ordinal))))
             }
             Removal::Refused { reason, .. } => reasons.push(("RemovalRefused", reason.clone())),
-            Removal::Wait { ordinal, reason } => reasons.push(("Removing", format!("{}: {reason}", names.pod(*ordinal)))),
+            Removal::Wait { ordinal, reason } => {
+                reasons.push(("Removing", format!("{}: {reason}", names.pod(*ordinal))))
+            }
             Removal::Done { .. } => {}
         }
     }
@@ -590,7 +647,8 @@ mod tests {
 
     fn settled(c: &mut crate::v1alpha1::SextantCluster, nodes: i32) {
         // The status a previous reconcile wrote for a healthy cluster of `nodes`.
-        let timing = crate::scaling::Timing { now: fixed_now(), scale_out_timeout: std::time::Duration::from_secs(600) };
+        let timing =
+            crate::scaling::Timing { now: fixed_now(), scale_out_timeout: std::time::Duration::from_secs(600) };
         let plan = crate::scaling::plan(nodes, 3, Some(nodes), None, &Default::default(), timing);
         let names = crate::topology::Names::of(c).unwrap();
         let report = super::failed_nodes_report(&names, &ReplacementDecision::Idle, None, &Default::default(), &[]);
@@ -836,15 +894,14 @@ mod tests {
         let mut c = cluster(3, 3);
         settled(&mut c, 4);
         let status = c.status.as_mut().unwrap();
-        status.scaling =
-            Some(ScalingOperation {
-                from: 4,
-                to: 3,
-                step: crate::v1alpha1::ScalingStep::Shrink,
-                node: Some(3),
-                started_at: None,
-                cancelled: false,
-            });
+        status.scaling = Some(ScalingOperation {
+            from: 4,
+            to: 3,
+            step: crate::v1alpha1::ScalingStep::Shrink,
+            node: Some(3),
+            started_at: None,
+            cancelled: false,
+        });
         let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, sts_json(3, 3))];
         steps.extend(applies(2));
         steps.push(
@@ -965,7 +1022,8 @@ mod tests {
     /// A settled cluster of three whose node 3 (`obs-node-2`) restarted on an empty volume.
     fn wiped_third(admin: &crate::admin::fake::FakeAdmin) {
         *admin.nodes.lock().unwrap() = active_nodes(3);
-        *admin.identities.lock().unwrap() = vec![identity(1, false, None), identity(2, false, None), identity(3, true, None)];
+        *admin.identities.lock().unwrap() =
+            vec![identity(1, false, None), identity(2, false, None), identity(3, true, None)];
     }
 
     fn ready_steps() -> Vec<Step> {
@@ -977,7 +1035,8 @@ mod tests {
     fn pod_json(ordinal: i32, ready: bool, phase: &str, message: Option<&str>) -> serde_json::Value {
         let mut conditions = vec![json!({"type": "Ready", "status": if ready { "True" } else { "False" }})];
         if let Some(m) = message {
-            conditions.push(json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": m}));
+            conditions
+                .push(json!({"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": m}));
         }
         json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": format!("obs-node-{ordinal}"), "namespace": "telemetry"},
                "status": {"phase": phase, "conditions": conditions}})
@@ -1056,10 +1115,7 @@ mod tests {
         objs[STS_AT] = Step::apply(STS).expect_body(|b| assert_eq!(b["spec"]["replicas"], 3));
         steps.extend(objs);
         steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
-            assert_eq!(
-                b["status"]["nodes"][2]["replacement"],
-                json!({"phase": "Replacing", "groupsLeft": [1, 4]})
-            );
+            assert_eq!(b["status"]["nodes"][2]["replacement"], json!({"phase": "Replacing", "groupsLeft": [1, 4]}));
             assert_eq!(condition(b, "NodeReplacement")["reason"], "Waiting");
             assert!(b["status"].get("scaling").is_none(), "no scale-out while an id changes hands");
         }));
@@ -1090,7 +1146,8 @@ mod tests {
         let mock = Mock::new();
         let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
         *admin.nodes.lock().unwrap() = active_nodes(3);
-        *admin.identities.lock().unwrap() = vec![identity(1, false, None), identity(2, true, None), identity(3, true, None)];
+        *admin.identities.lock().unwrap() =
+            vec![identity(1, false, None), identity(2, true, None), identity(3, true, None)];
         mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
             .await
             .unwrap();
@@ -1136,8 +1193,65 @@ mod tests {
         assert!(!admin.calls().iter().any(|c| matches!(c, Call::RemoveNode(_))));
     }
 
+    #[tokio::test]
+    async fn a_node_taken_off_the_remove_list_gets_replicas_again_once_all_pods_are_ready() {
+        let mut c = cluster(4, 3);
+        settled(&mut c, 4);
+        let drained_third = || {
+            let mut nodes = active_nodes(4);
+            nodes[2] = serde_json::from_value(
+                json!({"id": 3, "address": "obs-node-2.obs-node.telemetry.svc:7000", "state": "Drained"}),
+            )
+            .unwrap();
+            nodes
+        };
+        // A pod not ready yet: it waits.
+        let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, sts_json(4, 3))];
+        steps.extend(applies(2));
+        steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
+            let r = condition(b, "NodeReplacement");
+            assert_eq!(r["reason"], "Restoring");
+            assert!(r["message"].as_str().unwrap().contains("once every node pod is ready"), "{r}");
+        }));
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        *admin.nodes.lock().unwrap() = drained_third();
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
+        assert!(!admin.calls().iter().any(|c| matches!(c, Call::PlaceReplicas(_))));
+
+        let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, sts_json(4, 4))];
+        steps.extend(applies(2));
+        steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
+            assert_eq!(condition(b, "NodeReplacement")["message"], "placing replicas on obs-node-2 again");
+        }));
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        *admin.nodes.lock().unwrap() = drained_third();
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
+        let all: Vec<String> = (0..4).map(|i| format!("obs-node-{i}.obs-node.telemetry.svc:7000")).collect();
+        assert!(admin.calls().contains(&Call::PlaceReplicas(all)), "{:?}", admin.calls());
+
+        // Still listed: it stays out.
+        c.spec.storage.failed_nodes.remove = vec![2];
+        let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, sts_json(4, 4))];
+        steps.extend(applies(2));
+        steps.push(Step::new(Method::PATCH, STATUS));
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        *admin.nodes.lock().unwrap() = drained_third();
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
+        assert!(!admin.calls().iter().any(|c| matches!(c, Call::PlaceReplicas(_) | Call::RemoveNode(_))));
+    }
+
     fn growing(c: &mut crate::v1alpha1::SextantCluster, started_seconds_ago: i64) {
-        let started = fixed_now().checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(started_seconds_ago)).unwrap();
+        let started =
+            fixed_now().checked_sub(k8s_openapi::jiff::SignedDuration::from_secs(started_seconds_ago)).unwrap();
         c.status.as_mut().unwrap().scaling = Some(ScalingOperation {
             from: 3,
             to: 5,
@@ -1155,10 +1269,10 @@ mod tests {
         growing(&mut c, 601);
         let mut steps = vec![Step::get(SECRET).reply(200, secret_json()), Step::get(STS).reply(200, sts_json(5, 4))];
         steps.push(Step::get(&pod_path(3)).reply(200, pod_json(3, true, "Running", None)));
-        steps.push(Step::get(&pod_path(4)).reply(
-            200,
-            pod_json(4, false, "Pending", Some("0/3 nodes are available: 3 Insufficient cpu.")),
-        ));
+        steps.push(
+            Step::get(&pod_path(4))
+                .reply(200, pod_json(4, false, "Pending", Some("0/3 nodes are available: 3 Insufficient cpu."))),
+        );
         let mut objs = applies(2);
         objs[STS_AT] = Step::apply(STS).expect_body(|b| assert_eq!(b["spec"]["replicas"], 5));
         steps.extend(objs);
@@ -1204,12 +1318,21 @@ mod tests {
         let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
         // obs-node-3 registered, obs-node-4 never did.
         let mut nodes = active_nodes(3);
-        nodes.push(serde_json::from_value(json!({"id": 4, "address": "obs-node-3.obs-node.telemetry.svc:7000", "state": "Joining"})).unwrap());
+        nodes.push(
+            serde_json::from_value(
+                json!({"id": 4, "address": "obs-node-3.obs-node.telemetry.svc:7000", "state": "Joining"}),
+            )
+            .unwrap(),
+        );
         *admin.nodes.lock().unwrap() = nodes;
         mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
             .await
             .unwrap();
-        assert!(!admin.calls().iter().any(|c| matches!(c, Call::Drain(_) | Call::PlaceReplicas(_))), "{:?}", admin.calls());
+        assert!(
+            !admin.calls().iter().any(|c| matches!(c, Call::Drain(_) | Call::PlaceReplicas(_))),
+            "{:?}",
+            admin.calls()
+        );
 
         // Next reconcile: obs-node-4 never registered, so it goes without a drain.
         let mut c2 = c.clone();
@@ -1225,11 +1348,18 @@ mod tests {
         let mut objs = applies(2);
         objs[STS_AT] = Step::apply(STS).expect_body(|b| assert_eq!(b["spec"]["replicas"], 4));
         steps.extend(objs);
-        steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| assert_eq!(b["status"]["scaling"]["step"], "Shrink")));
+        steps.push(
+            Step::new(Method::PATCH, STATUS).expect_body(|b| assert_eq!(b["status"]["scaling"]["step"], "Shrink")),
+        );
         let mock = Mock::new();
         let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
         let mut nodes = active_nodes(3);
-        nodes.push(serde_json::from_value(json!({"id": 4, "address": "obs-node-3.obs-node.telemetry.svc:7000", "state": "Joining"})).unwrap());
+        nodes.push(
+            serde_json::from_value(
+                json!({"id": 4, "address": "obs-node-3.obs-node.telemetry.svc:7000", "state": "Joining"}),
+            )
+            .unwrap(),
+        );
         *admin.nodes.lock().unwrap() = nodes;
         mock.run(steps, serde_json::to_value(&c2).unwrap(), super::reconcile(std::sync::Arc::new(c2.clone()), ctx))
             .await

@@ -295,7 +295,7 @@ pub struct FailedNodes {
     #[schemars(length(max = 64))]
     pub replace: Vec<i32>,
     /// Nodes to take out of every group (their replicas move to the others) while their pod is
-    /// not ready. A listed node gets no replicas from a scale-out while it stays listed.
+    /// not ready. A listed node gets no replicas; taken off the list, it gets them again.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 64))]
     pub remove: Vec<i32>,
