@@ -25,10 +25,32 @@ fn seed() -> u64 {
     seed
 }
 
+enum Dir {
+    Temp(tempfile::TempDir),
+    Kept(std::path::PathBuf),
+}
+
+impl Dir {
+    fn path(&self) -> &std::path::Path {
+        match self {
+            Dir::Temp(d) => d.path(),
+            Dir::Kept(p) => p,
+        }
+    }
+}
+
 /// Runs the plan under ingest, then checks the data: what every test of this file does.
 async fn survive(nodes: usize, shards: u32, writers: usize, mut plan: Plan) {
     use rand::{Rng, SeedableRng};
     let dir = tempfile::tempdir().unwrap();
+    // SEXTANT_NEMESIS_KEEP=1: the processes' logs and data stay for a look, pass or fail.
+    let dir = if std::env::var_os("SEXTANT_NEMESIS_KEEP").is_some() {
+        let kept = dir.keep();
+        eprintln!("logs and data kept in {}", kept.display());
+        Dir::Kept(kept)
+    } else {
+        Dir::Temp(dir)
+    };
     let mut c = NemesisCluster::start(dir.path(), nodes, shards).await;
     let w = Writers::start(&c, writers, Duration::from_millis(100));
     w.progress(20, "ingest to start").await;

@@ -570,6 +570,11 @@ impl Writers {
         Writers { ledger, stop, tasks }
     }
 
+    /// Time since the first batch was sent.
+    pub fn elapsed(&self) -> Duration {
+        self.ledger.lock().unwrap().writes.iter().map(|w| w.sent).min().map_or(Duration::ZERO, |t| t.elapsed())
+    }
+
     pub fn acked(&self) -> usize {
         self.ledger.lock().unwrap().writes.iter().filter(|w| w.outcome == Outcome::Acked).count()
     }
@@ -706,7 +711,12 @@ pub async fn run_nemesis(c: &mut NemesisCluster, writers: &Writers, plan: &Plan)
             }
             None => break,
         };
-        eprintln!("nemesis: {} for {:.1} s", fault.describe(), hold.as_secs_f64());
+        eprintln!(
+            "nemesis: at {:.1} s, {} for {:.1} s",
+            writers.elapsed().as_secs_f64(),
+            fault.describe(),
+            hold.as_secs_f64()
+        );
         let start = Instant::now();
         c.inject(&fault).await;
         tokio::time::sleep(hold).await;
@@ -850,6 +860,7 @@ impl NemesisCluster {
             .map(|e| e["count"].as_u64().unwrap())
             .sum();
 
+        let origin = writes.iter().map(|w| w.sent).min().unwrap_or_else(Instant::now);
         let mut seen_traces = BTreeSet::new();
         let mut seen_lines = BTreeSet::new();
         let mut stored_spans = 0u64;
@@ -909,7 +920,8 @@ impl NemesisCluster {
                     if let Outcome::Failed(s) = other {
                         v.failed += 1;
                         *v.statuses.entry(s).or_default() += 1;
-                        v.samples.entry(s).or_insert_with(|| format!("{:?}: {}", w.kind, w.detail));
+                        let at = (w.sent - origin).as_secs_f64();
+                        v.samples.entry(s).or_insert_with(|| format!("{:?} sent at {at:.1} s: {}", w.kind, w.detail));
                     } else {
                         v.unknown += 1;
                     }
