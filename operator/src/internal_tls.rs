@@ -226,6 +226,34 @@ pub fn renewal_reason(
     (dns != want).then_some("names changed")
 }
 
+/// The cert-manager `Certificate` that fills a component's Secret instead of the operator
+/// (`spec.internalTls.certManager`): the same names, usages, lifetime and renewal margin as
+/// the operator's own certificates, and a new key at every renewal.
+pub fn certificate(
+    cluster: &SextantCluster,
+    leaf: Leaf,
+    issuer: &crate::v1alpha1::IssuerRef,
+) -> Result<kube::api::DynamicObject, TopologyError> {
+    let names = Names::of(cluster)?;
+    let hours = |d: SignedDuration| format!("{}h", d.as_secs() / 3600);
+    let object = serde_json::json!({
+        "apiVersion": "cert-manager.io/v1",
+        "kind": "Certificate",
+        "metadata": metadata(cluster, &names, leaf.secret(&names), leaf.component())?,
+        "spec": {
+            "secretName": leaf.secret(&names),
+            "commonName": format!("{}.{}", leaf.secret(&names), names.namespace),
+            "dnsNames": leaf.dns_names(&names),
+            "duration": hours(LEAF_VALIDITY),
+            "renewBefore": hours(RENEW_BEFORE),
+            "usages": ["digital signature", "server auth", "client auth"],
+            "privateKey": {"algorithm": "ECDSA", "size": 256, "rotationPolicy": "Always"},
+            "issuerRef": {"name": issuer.name, "kind": issuer.kind, "group": issuer.group},
+        },
+    });
+    serde_json::from_value(object).map_err(issue_error)
+}
+
 /// Mounts `secret` into the pod's container at [`INTERNAL_TLS_DIR`] and points the process at
 /// it. A user volume of the same name or path is refused.
 pub fn mount(pod: &mut PodSpec, secret: String, component: &'static str) -> Result<(), TopologyError> {
@@ -359,6 +387,32 @@ mod tests {
         };
         assert_eq!(renewal_reason(Some(&stored), &ca, &names, Leaf::Node, now()), None);
         assert_eq!(Ca::from_secret(&ca_secret(&c, &ca).unwrap()), Some(ca));
+    }
+
+    #[test]
+    fn a_cert_manager_certificate_fills_the_same_secret_with_the_same_names() {
+        let c = cluster(3, 3);
+        let names = Names::of(&c).unwrap();
+        let issuer = crate::v1alpha1::IssuerRef {
+            name: "internal-ca".into(),
+            kind: "ClusterIssuer".into(),
+            group: "cert-manager.io".into(),
+        };
+        let cert = serde_json::to_value(certificate(&c, Leaf::Node, &issuer).unwrap()).unwrap();
+        assert_eq!(cert["apiVersion"], "cert-manager.io/v1");
+        assert_eq!(cert["kind"], "Certificate");
+        assert_eq!(cert["metadata"]["name"], "obs-node-tls");
+        assert_eq!(cert["metadata"]["ownerReferences"][0]["kind"], "SextantCluster");
+        assert_eq!(cert["spec"]["secretName"], "obs-node-tls");
+        assert_eq!(cert["spec"]["dnsNames"], serde_json::json!(Leaf::Node.dns_names(&names)));
+        assert!(cert["spec"]["dnsNames"].as_array().unwrap().contains(&"*.obs-node.telemetry.svc".into()));
+        assert_eq!(cert["spec"]["duration"], "2160h");
+        assert_eq!(cert["spec"]["renewBefore"], "720h");
+        assert_eq!(cert["spec"]["usages"], serde_json::json!(["digital signature", "server auth", "client auth"]));
+        assert_eq!(
+            cert["spec"]["issuerRef"],
+            serde_json::json!({"name": "internal-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"})
+        );
     }
 
     #[test]

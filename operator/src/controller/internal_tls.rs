@@ -3,7 +3,7 @@
 //! they near expiry. The CA Secret is created once and never rewritten.
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
 
 use super::{Context, Error};
 use crate::internal_tls::{ca_secret, leaf_secret, renewal_reason, Ca, Leaf, CA_KEY};
@@ -11,6 +11,9 @@ use crate::topology::Names;
 use crate::v1alpha1::SextantCluster;
 
 pub async fn ensure(ctx: &Context, cluster: &SextantCluster, names: &Names) -> Result<(), Error> {
+    if let Some(cm) = &cluster.spec.internal_tls.cert_manager {
+        return certificates(ctx, cluster, names, &cm.issuer_ref).await;
+    }
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &names.namespace);
     let now = (ctx.clock)();
     let ca = match secrets.get_opt(&names.internal_ca()).await? {
@@ -54,6 +57,33 @@ pub async fn ensure(ctx: &Context, cluster: &SextantCluster, names: &Names) -> R
     }
     if !issued.is_empty() {
         ctx.event(cluster, false, "InternalCertificatesIssued", format!("issued {}", issued.join(", "))).await;
+    }
+    Ok(())
+}
+
+/// `spec.internalTls.certManager`: applies a cert-manager Certificate per component, which
+/// cert-manager fills into the Secret the pods mount and renews. No CA Secret of ours.
+async fn certificates(
+    ctx: &Context,
+    cluster: &SextantCluster,
+    names: &Names,
+    issuer: &crate::v1alpha1::IssuerRef,
+) -> Result<(), Error> {
+    let resource = ApiResource::from_gvk(&GroupVersionKind::gvk("cert-manager.io", "v1", "Certificate"));
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &names.namespace, &resource);
+    for leaf in Leaf::ALL {
+        let certificate = crate::internal_tls::certificate(cluster, leaf, issuer)?;
+        let params = PatchParams::apply(super::FIELD_MANAGER).force();
+        match api.patch(&leaf.secret(names), &params, &Patch::Apply(&certificate)).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                return Err(Error::Waiting(
+                    "spec.internalTls.certManager is set but cert-manager's Certificate resource is not installed"
+                        .into(),
+                ))
+            }
+            Err(e) => return Err(e.into()),
+        }
     }
     Ok(())
 }
@@ -138,6 +168,42 @@ mod tests {
         let mock = Mock::new();
         let ctx = mock.ctx.clone();
         mock.run(steps, serde_json::to_value(&c).unwrap(), super::ensure(&ctx, &c, &names)).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn with_cert_manager_the_operator_applies_certificates_and_issues_nothing_itself() {
+        let mut c = enabled();
+        c.spec.internal_tls.cert_manager =
+            Some(serde_json::from_value(serde_json::json!({"issuerRef": {"name": "ca"}})).unwrap());
+        let names = Names::of(&c).unwrap();
+        let path = |name: &str| format!("/apis/cert-manager.io/v1/namespaces/telemetry/certificates/{name}");
+        let steps = vec![
+            Step::apply(&path("obs-node-tls")).expect_body(|b| {
+                assert_eq!(b["spec"]["secretName"], "obs-node-tls");
+                assert_eq!(
+                    b["spec"]["issuerRef"],
+                    serde_json::json!({"name": "ca", "kind": "Issuer", "group": "cert-manager.io"})
+                );
+            }),
+            Step::apply(&path("obs-router-tls")).expect_body(|b| assert_eq!(b["spec"]["secretName"], "obs-router-tls")),
+        ];
+        let mock = Mock::new();
+        let ctx = mock.ctx.clone();
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::ensure(&ctx, &c, &names)).await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn without_cert_manager_installed_the_reconcile_waits_and_says_why() {
+        let mut c = enabled();
+        c.spec.internal_tls.cert_manager =
+            Some(serde_json::from_value(serde_json::json!({"issuerRef": {"name": "ca"}})).unwrap());
+        let names = Names::of(&c).unwrap();
+        let steps =
+            vec![Step::apply("/apis/cert-manager.io/v1/namespaces/telemetry/certificates/obs-node-tls").not_found()];
+        let mock = Mock::new();
+        let ctx = mock.ctx.clone();
+        let e = mock.run(steps, serde_json::to_value(&c).unwrap(), super::ensure(&ctx, &c, &names)).await.unwrap_err();
+        assert!(matches!(&e, super::Error::Waiting(m) if m.contains("cert-manager")), "{e}");
     }
 
     #[tokio::test]

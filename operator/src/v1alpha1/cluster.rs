@@ -336,12 +336,44 @@ pub struct TlsSpec {
 #[serde(rename_all = "camelCase")]
 pub struct InternalTlsSpec {
     /// The operator issues a cluster CA (Secret `NAME-internal-ca`, never mounted) and a
-    /// certificate for nodes (`NAME-node-tls`) and one for routers (`NAME-router-tls`), renews
-    /// them before they expire, and nodes and routers refuse internal peers without one.
+    /// certificate for nodes (`NAME-node-tls`) and one for routers (`NAME-router-tls`), or has
+    /// cert-manager issue them (`certManager`), renews them before they expire, and nodes and
+    /// routers refuse internal peers without one.
     /// Nodes with and without it cannot talk: on a running cluster, delete all node pods at
     /// once after switching it (docs/KUBERNETES.md, "TLS").
     #[serde(default)]
     pub enabled: bool,
+    /// Have cert-manager issue the two certificates (Certificate resources the operator applies)
+    /// instead of the operator. The issuer must put its CA in the Secrets' `ca.crt` (a CA or
+    /// Vault issuer, not ACME).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cert_manager: Option<CertManagerSpec>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CertManagerSpec {
+    pub issuer_ref: IssuerRef,
+}
+
+/// A cert-manager issuer, as a Certificate's `spec.issuerRef`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IssuerRef {
+    pub name: String,
+    /// `Issuer` (in the cluster's namespace) or `ClusterIssuer`, or an external issuer's kind.
+    #[serde(default = "default_issuer_kind")]
+    pub kind: String,
+    #[serde(default = "default_issuer_group")]
+    pub group: String,
+}
+
+fn default_issuer_kind() -> String {
+    "Issuer".into()
+}
+
+fn default_issuer_group() -> String {
+    "cert-manager.io".into()
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
