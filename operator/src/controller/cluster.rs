@@ -337,7 +337,8 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
 
     let ready_nodes = sts_state.map_or(0, |s| s.ready);
     let readiness = Readiness { nodes: ready_nodes, routers: ready_routers, rolling_out };
-    let mut status = cluster_status(&cluster, &names, &previous, &plan, readiness, membership.as_ref(), &report, now);
+    let reported = Reported { membership: membership.as_ref(), failed: &report };
+    let mut status = cluster_status(&cluster, &names, &previous, &plan, readiness, reported, now);
     storage_volumes.merge_into(&previous.conditions, &mut status, generation, now);
     write_status(&api, &cluster, cluster.status.as_ref(), &status).await?;
 
@@ -475,17 +476,23 @@ struct Readiness {
     rolling_out: bool,
 }
 
+/// What the cluster reports about its nodes.
+struct Reported<'a> {
+    membership: Option<&'a BTreeMap<i32, MembershipState>>,
+    failed: &'a FailedNodesReport,
+}
+
 fn cluster_status(
     cluster: &SextantCluster,
     names: &Names,
     previous: &SextantClusterStatus,
     plan: &ScalingPlan,
     readiness: Readiness,
-    membership: Option<&BTreeMap<i32, MembershipState>>,
-    report: &FailedNodesReport,
+    reported: Reported<'_>,
     now: k8s_openapi::jiff::Timestamp,
 ) -> SextantClusterStatus {
     let Readiness { nodes: ready_nodes, routers: ready_routers, rolling_out } = readiness;
+    let Reported { membership, failed: report } = reported;
     let stopped = cluster.spec.cluster_operation.stopped;
     let members = plan.member_nodes;
     let available = !stopped && ready_routers > 0 && ready_nodes > members / 2;
@@ -659,8 +666,7 @@ mod tests {
             &SextantClusterStatus::default(),
             &plan,
             super::Readiness { nodes, routers: 2, rolling_out: false },
-            Some(&membership),
-            &report,
+            super::Reported { membership: Some(&membership), failed: &report },
             fixed_now(),
         ));
     }
@@ -1009,7 +1015,7 @@ mod tests {
         serde_json::from_value(json!({
             "id": id,
             "incarnation": format!("{id:016x}"),
-            "needs_replacement": needs_replacement.then(|| "00000000000000ff"),
+            "needs_replacement": needs_replacement.then_some("00000000000000ff"),
             "replacing": replacing.map(|g| json!({"incarnation": "00000000000000ff", "groups_left": g})),
         }))
         .unwrap()
