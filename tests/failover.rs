@@ -28,7 +28,7 @@ const FAULT: Duration = Duration::from_secs(6);
 /// or dies.
 const BOUND: Duration = Duration::from_secs(3);
 /// What a busy 2-core machine adds to it (docs/RELIABILITY.md, "Failover": the gaps measured
-/// were 1.3 to 1.7 s with the machine loaded by other builds).
+/// were 1.3 to 1.9 s with the machine loaded by other builds).
 const MARGIN: Duration = Duration::from_millis(500);
 
 /// One batch a writer sent.
