@@ -20,9 +20,12 @@ const REPAIR_TIMEOUT: Duration = Duration::from_secs(240);
 
 struct Zoned {
     _logs: LogsOnPanic,
+    dir: PathBuf,
+    /// `Some(zone)`: the node runs with `--zone zone`; `None`: with its zone file.
+    flags: Vec<Option<String>>,
     ports: Vec<(u16, u16)>,
-    _nodes: Vec<Proc>,
-    _router: Proc,
+    nodes: Vec<Option<Proc>>,
+    router: Proc,
     url: String,
     internal_url: String,
     creds: Value,
@@ -33,49 +36,9 @@ impl Zoned {
         dir.join(format!("zone{}", i + 1))
     }
 
-    /// Nodes whose `flags` entry is `Some(zone)` get `--zone zone`, the others `--zone-file`.
     async fn start(dir: &Path, flags: &[Option<&str>]) -> Zoned {
         let n = flags.len();
         let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
-        let peers = ports.iter().enumerate().map(|(j, (g, _))| format!("{}=127.0.0.1:{g}", j + 1));
-        let peers = peers.collect::<Vec<_>>().join(",");
-        let nodes = (0..n)
-            .map(|i| {
-                let (grpc, http) = ports[i];
-                let data = dir.join(format!("node{}", i + 1));
-                let zone_file = Self::zone_file(dir, i);
-                let zone = match flags[i] {
-                    Some(z) => ["--zone", z],
-                    None => ["--zone-file", zone_file.to_str().unwrap()],
-                };
-                let args = [
-                    "node",
-                    "--id",
-                    &(i + 1).to_string(),
-                    "--listen",
-                    &format!("127.0.0.1:{grpc}"),
-                    "--http-listen",
-                    &format!("127.0.0.1:{http}"),
-                    "--data-dir",
-                    data.to_str().unwrap(),
-                    "--peers",
-                    &peers,
-                    "--shards",
-                    &SHARDS.to_string(),
-                    "--replication-factor",
-                    "3",
-                    zone[0],
-                    zone[1],
-                    // About placement, not about the shared test machine's free space.
-                    "--disk-high-water",
-                    "100",
-                    "--disk-min-free-mib",
-                    "0",
-                ];
-                let log = dir.join(format!("node{}.log", i + 1));
-                Proc::spawn(&args, &log, &[("SEXTANT_CLUSTER_SECRET", SECRET)])
-            })
-            .collect();
         let (listen, internal) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
         let seeds = ports.iter().map(|(g, _)| format!("127.0.0.1:{g}")).collect::<Vec<_>>().join(",");
         let creds_path = dir.join("credentials.json");
@@ -92,17 +55,68 @@ impl Zoned {
         ];
         let env =
             [("SEXTANT_CLUSTER_SECRET", SECRET), ("SEXTANT_JWT_SECRET", JWT), ("SEXTANT_ADMIN_TOKEN", ADMIN_TOKEN)];
-        let mut router = Proc::spawn(&args, &dir.join("router.log"), &env);
+        let router = Proc::spawn(&args, &dir.join("router.log"), &env);
         let url = format!("http://{listen}");
-        let creds = wait_bootstrap(&url, dir, &mut router).await;
-        Zoned {
+        let mut c = Zoned {
             _logs: LogsOnPanic::new(dir),
+            dir: dir.to_owned(),
+            flags: flags.iter().map(|f| f.map(str::to_owned)).collect(),
             ports,
-            _nodes: nodes,
-            _router: router,
+            nodes: (0..n).map(|_| None).collect(),
+            router,
             url,
             internal_url: format!("http://{internal}"),
-            creds,
+            creds: Value::Null,
+        };
+        for i in 0..n {
+            c.spawn_node(i);
+        }
+        let url = c.url.clone();
+        c.creds = wait_bootstrap(&url, dir, &mut c.router).await;
+        c
+    }
+
+    fn spawn_node(&mut self, i: usize) {
+        let peers = self.ports.iter().enumerate().map(|(j, (g, _))| format!("{}=127.0.0.1:{g}", j + 1));
+        let peers = peers.collect::<Vec<_>>().join(",");
+        let (grpc, http) = self.ports[i];
+        let data = self.dir.join(format!("node{}", i + 1));
+        let zone_file = Self::zone_file(&self.dir, i);
+        let zone = match &self.flags[i] {
+            Some(z) => ["--zone", z.as_str()],
+            None => ["--zone-file", zone_file.to_str().unwrap()],
+        };
+        let args = [
+            "node",
+            "--id",
+            &(i + 1).to_string(),
+            "--listen",
+            &format!("127.0.0.1:{grpc}"),
+            "--http-listen",
+            &format!("127.0.0.1:{http}"),
+            "--data-dir",
+            data.to_str().unwrap(),
+            "--peers",
+            &peers,
+            "--shards",
+            &SHARDS.to_string(),
+            "--replication-factor",
+            "3",
+            zone[0],
+            zone[1],
+            // About placement, not about the shared test machine's free space.
+            "--disk-high-water",
+            "100",
+            "--disk-min-free-mib",
+            "0",
+        ];
+        let log = self.dir.join(format!("node{}.log", i + 1));
+        self.nodes[i] = Some(Proc::spawn(&args, &log, &[("SEXTANT_CLUSTER_SECRET", SECRET)]));
+    }
+
+    fn kill_node(&mut self, i: usize) {
+        if let Some(mut p) = self.nodes[i].take() {
+            p.kill();
         }
     }
 
@@ -185,7 +199,7 @@ async fn every_group_ends_up_spanning_three_zones_and_follows_a_zone_change() {
     for (i, z) in zones.iter().enumerate().take(5).skip(3) {
         std::fs::write(Zoned::zone_file(dir, i), z).unwrap();
     }
-    let c = Zoned::start(dir, &flags).await;
+    let mut c = Zoned::start(dir, &flags).await;
     let key = c.creds["api_key"].as_str().unwrap().to_owned();
     let token = login(&c.url, c.creds["email"].as_str().unwrap(), c.creds["password"].as_str().unwrap()).await;
     let resp = post_spans(&c.url, &key, &spans_batch("before-zones", 20, 3)).await;
@@ -205,6 +219,19 @@ async fn every_group_ends_up_spanning_three_zones_and_follows_a_zone_change() {
 
     let anonymous = http().get(format!("{}/admin/v1/cluster/groups", c.internal_url)).send().await.unwrap();
     assert_eq!(anonymous.status(), 401, "the admin token guards the group view");
+
+    // A restart whose zone file is empty (a new pod before its annotation arrives) keeps the
+    // zone meta has instead of clearing it.
+    c.kill_node(4);
+    std::fs::write(Zoned::zone_file(dir, 4), "").unwrap();
+    c.spawn_node(4);
+    wait_for("node 5 to register again", REPAIR_TIMEOUT, || async {
+        let ready = http().get(format!("http://127.0.0.1:{}/readyz", c.ports[4].1)).send().await.ok()?;
+        (ready.status() == 200).then_some(())
+    })
+    .await;
+    c.wait_zones(&zones).await;
+    assert_eq!(c.node_status(4).await.unwrap()["zone"], Value::Null, "the node itself read no zone");
 
     // Every acknowledged span is still there after the moves.
     for t in 0..20 {

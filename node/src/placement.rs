@@ -61,15 +61,33 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
         let mut zone_error = None;
         loop {
             tick.tick().await;
-            // A bad zone file keeps the last good zone, and is logged once per new problem.
-            match host.config.zone.read() {
-                Ok(z) => (zone, zone_error) = (z, None),
+            let read = match host.config.zone.read() {
+                Ok(None) if host.config.zone.is_file() => None,
+                Ok(z) => {
+                    zone_error = None;
+                    Some(z)
+                }
                 Err(e) => {
+                    // Logged once per new problem.
                     if zone_error.as_ref() != Some(&e.to_string()) {
                         tracing::warn!(error = %e, "reading this node's zone");
                     }
                     zone_error = Some(e.to_string());
+                    None
                 }
+            };
+            match read {
+                Some(z) => zone = z,
+                // An empty zone file (a pod whose annotation has not arrived yet) or a bad one
+                // clears nothing: at the first registration, meta's record for this id stands.
+                None if registered_zone.is_none() => match cluster_view(&host).await {
+                    Ok(v) => zone = v.nodes.iter().find(|n| n.id == host.config.id).and_then(|n| n.zone.clone()),
+                    Err(e) => {
+                        tracing::debug!(error = %e, "reading this node's zone in meta");
+                        continue;
+                    }
+                },
+                None => {}
             }
             if !host.registered.load(Ordering::Relaxed) || registered_zone.as_ref() != Some(&zone) {
                 match register(&host, zone.clone()).await {

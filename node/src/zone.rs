@@ -29,7 +29,12 @@ pub enum ZoneReadError {
 }
 
 impl ZoneSource {
-    /// The zone now. A missing file is no zone (the annotation is not set yet).
+    /// A file can be empty because its content is not there yet (a new pod's annotation).
+    pub fn is_file(&self) -> bool {
+        matches!(self, ZoneSource::File(_))
+    }
+
+    /// The zone now; `None` from an empty or missing file means "not known yet".
     pub fn read(&self) -> Result<Option<String>, ZoneReadError> {
         match self {
             ZoneSource::None => Ok(None),
