@@ -286,6 +286,8 @@ pub mod fake {
         pub calls: Mutex<Vec<Call>>,
         pub nodes: Mutex<Vec<ClusterNode>>,
         pub identities: Mutex<Vec<NodeIdentity>>,
+        /// When set, only `identities` fails (503).
+        pub identities_unavailable: std::sync::atomic::AtomicBool,
         /// When set, every call fails as an unreachable cluster would.
         pub unavailable: std::sync::atomic::AtomicBool,
         /// What usage reads answer; `None`: 404, as a router without them.
@@ -411,6 +413,9 @@ pub mod fake {
         fn identities(&self) -> BoxFuture<'_, Result<NodeIdentities, AdminError>> {
             Box::pin(async move {
                 self.record(Call::Identities)?;
+                if self.identities_unavailable.load(std::sync::atomic::Ordering::SeqCst) {
+                    return Err(AdminError::Status { status: 503, body: "no meta leader".into() });
+                }
                 Ok(NodeIdentities { nodes: self.identities.lock().unwrap().clone() })
             })
         }

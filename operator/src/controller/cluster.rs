@@ -295,6 +295,9 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
         admin.place_replicas(&PlacementRequest { nodes }).await?;
     }
     let mut report = failed_nodes_report(&names, &replacement, identities.as_ref(), &ids, &removals);
+    if identities.is_none() {
+        report.keep(&previous);
+    }
     if !restore.is_empty() {
         let pods = restore.iter().map(|o| names.pod(*o)).collect::<Vec<_>>().join(", ");
         let message = if restoring {
@@ -397,6 +400,18 @@ struct FailedNodesReport {
 }
 
 impl FailedNodesReport {
+    /// Identities were not read this time: what was reported last still holds, unless
+    /// something else is reported now.
+    fn keep(&mut self, previous: &SextantClusterStatus) {
+        self.progress = previous.nodes.iter().filter_map(|n| Some((n.ordinal, n.replacement.clone()?))).collect();
+        let last = previous.conditions.iter().find(|c| c.type_ == conditions::NODE_REPLACEMENT);
+        if let (Some(c), false) = (last, self.active) {
+            let status = c.status == "True";
+            self.condition = Desired::new(conditions::NODE_REPLACEMENT, status, c.reason.clone(), c.message.clone());
+            self.active = status;
+        }
+    }
+
     /// One more thing in progress, after those already reported.
     fn add(&mut self, reason: &str, message: String) {
         if self.active {
@@ -607,7 +622,7 @@ mod tests {
     use crate::admin::ClusterNode;
     use crate::replacement::ReplacementDecision;
     use crate::topology::tests::cluster;
-    use crate::v1alpha1::{ScalingOperation, SextantClusterStatus};
+    use crate::v1alpha1::{ReplacementPhase, ScalingOperation, SextantClusterStatus};
     use http::Method;
     use serde_json::json;
 
@@ -1253,6 +1268,46 @@ mod tests {
             .await
             .unwrap();
         assert!(!admin.calls().iter().any(|c| matches!(c, Call::PlaceReplicas(_) | Call::RemoveNode(_))));
+    }
+
+    #[tokio::test]
+    async fn identities_that_cannot_be_read_keep_the_last_replacement_report() {
+        let mut c = cluster(3, 3);
+        settled(&mut c, 3);
+        let written = std::sync::Arc::new(std::sync::Mutex::new(None));
+        let keep = written.clone();
+        let mut steps = ready_steps();
+        steps.push(Step::new(Method::POST, EVENTS));
+        steps.push(Step::new(Method::PATCH, STATUS).expect_body(move |b| *keep.lock().unwrap() = Some(b.clone())));
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        wiped_third(&admin);
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
+        let status = written.lock().unwrap().clone().unwrap()["status"].clone();
+        c.status = Some(serde_json::from_value(status).unwrap());
+
+        assert_eq!(
+            c.status.as_ref().unwrap().nodes[2].replacement.as_ref().unwrap().phase,
+            ReplacementPhase::NeedsReplacement
+        );
+
+        // The next reconcile reads membership but not identities: no status write (nothing
+        // changed), nothing sent.
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        wiped_third(&admin);
+        admin.identities_unavailable.store(true, std::sync::atomic::Ordering::SeqCst);
+        mock.run(
+            ready_steps(),
+            serde_json::to_value(&c).unwrap(),
+            super::reconcile(std::sync::Arc::new(c.clone()), ctx),
+        )
+        .await
+        .unwrap();
+        assert!(admin.calls().contains(&Call::Identities));
+        assert!(!admin.calls().iter().any(|c| matches!(c, Call::ReplaceNode(_))));
     }
 
     fn growing(c: &mut crate::v1alpha1::SextantCluster, started_seconds_ago: i64) {
