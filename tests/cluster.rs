@@ -115,7 +115,7 @@ async fn acknowledged_spans_survive_follower_and_leader_kills() {
         .map(|trace| {
             let url = url.clone();
             let token = token.clone();
-            async move { (get_trace(&url, &token, &trace).await, trace) }
+            async move { (get_trace_when_served(&url, &token, &trace).await, trace) }
         })
         .buffer_unordered(16);
     futures::pin_mut!(reads);

@@ -288,7 +288,7 @@ async fn post_acked(url: &str, key: &str, prefix: &str) -> Vec<String> {
 async fn check_all_readable(url: &str, token: &str, acked: &[String]) -> Result<(), String> {
     let expected: BTreeSet<String> = (0..SPANS_PER_TRACE).map(|s| format!("s{s}")).collect();
     let reads = futures::stream::iter(acked.iter().cloned())
-        .map(|trace| async move { (get_trace(url, token, &trace).await, trace) })
+        .map(|trace| async move { (get_trace_when_served(url, token, &trace).await, trace) })
         .buffer_unordered(16);
     futures::pin_mut!(reads);
     let (mut missing, mut wrong) = (Vec::new(), Vec::new());

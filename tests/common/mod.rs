@@ -427,6 +427,21 @@ pub async fn get_trace(url: &str, token: &str, trace: &str) -> Option<Value> {
     }
 }
 
+/// [`get_trace`] that retries 503 ("retry later") for up to a minute, as a client does: on a
+/// starved machine a leader's read barrier can miss its quorum for a moment.
+pub async fn get_trace_when_served(url: &str, token: &str, trace: &str) -> Option<Value> {
+    wait_for(&format!("trace {trace} to be served"), Duration::from_secs(60), || async {
+        let resp = http().get(format!("{url}/api/v1/traces/{trace}")).bearer_auth(token).send().await.unwrap();
+        match resp.status().as_u16() {
+            200 => Some(Some(resp.json().await.unwrap())),
+            404 => Some(None),
+            503 => None,
+            s => panic!("GET trace {trace}: unexpected status {s}: {}", resp.text().await.unwrap_or_default()),
+        }
+    })
+    .await
+}
+
 /// A real cluster: `n` storage nodes (each its own process, ports and data directory) and one
 /// router that bootstraps the first org, project and credentials.
 pub struct Cluster {
