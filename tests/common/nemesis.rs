@@ -434,21 +434,35 @@ impl NemesisCluster {
 
     /// Every node answers `/readyz` 200 and sees a leader for every group.
     pub async fn wait_all_ready(&self) {
-        wait_for("every node to be ready with every group led", Duration::from_secs(120), || async {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let mut why = None;
             for i in 0..self.nodes.len() {
-                let ok =
+                let ready =
                     http().get(format!("{}/readyz", self.node_url(i))).timeout(Duration::from_secs(2)).send().await;
-                if !matches!(ok, Ok(r) if r.status() == 200) {
-                    return None;
-                }
-                let status = self.status(i).await?;
-                if status["groups"].as_array()?.iter().any(|g| g["leader"].is_null()) {
-                    return None;
-                }
+                let unled = self.status(i).await.map(|s| {
+                    let groups = s["groups"].as_array().cloned().unwrap_or_default();
+                    groups.iter().filter(|g| g["leader"].is_null()).map(|g| g["group"].clone()).collect::<Vec<_>>()
+                });
+                why = match (ready, unled) {
+                    (Ok(r), Some(unled)) if r.status() == 200 && unled.is_empty() => continue,
+                    (Ok(r), Some(unled)) => {
+                        let status = r.status();
+                        Some(format!(
+                            "node {}: /readyz {status} {}, groups without a leader {unled:?}",
+                            i + 1,
+                            r.text().await.unwrap_or_default()
+                        ))
+                    }
+                    (Err(e), _) => Some(format!("node {}: /readyz {e}", i + 1)),
+                    (_, None) => Some(format!("node {}: no /status", i + 1)),
+                };
+                break;
             }
-            Some(())
-        })
-        .await
+            let Some(why) = why else { return };
+            assert!(Instant::now() < deadline, "a node stayed unready for 120 s: {why}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     /// Each group's last applied index on node `i`.
