@@ -270,6 +270,10 @@ pub struct WriteQueueArgs {
     /// MiB of rows a shard holds applied and not yet written to segments.
     #[arg(long, default_value_t = 384)]
     pub max_unflushed_mib: u64,
+    /// Milliseconds a shard's recent writes may take from proposal to apply (a moving
+    /// average); while they take longer, only a few more are taken at once.
+    #[arg(long, default_value_t = 500)]
+    pub max_write_delay_ms: u64,
 }
 
 impl WriteQueueArgs {
@@ -278,6 +282,7 @@ impl WriteQueueArgs {
             ("--max-pending-writes", u64::from(self.max_pending_writes)),
             ("--max-pending-write-mib", self.max_pending_write_mib),
             ("--max-unflushed-mib", self.max_unflushed_mib),
+            ("--max-write-delay-ms", self.max_write_delay_ms),
         ] {
             anyhow::ensure!(v >= 1, "{name} must be at least 1");
         }
@@ -285,6 +290,7 @@ impl WriteQueueArgs {
             max_pending_writes: self.max_pending_writes,
             max_pending_bytes: self.max_pending_write_mib.saturating_mul(1 << 20),
             max_unflushed_bytes: self.max_unflushed_mib.saturating_mul(1 << 20),
+            max_queue_delay: Duration::from_millis(self.max_write_delay_ms),
         })
     }
 }

@@ -385,6 +385,7 @@ async fn open_loop(
                     Err(_) => (None, false),
                 };
                 let timed_out = resp.as_ref().err().is_some_and(|e| e.is_timeout());
+                let resp_error = resp.as_ref().err().map(|e| format!("{e:?}"));
                 // The body is read so that the connection is reused.
                 if let Ok(r) = resp {
                     let _ = r.bytes().await;
@@ -409,7 +410,12 @@ async fn open_loop(
                         s.refused_hist.as_mut().unwrap().record(elapsed).ok();
                     }
                     None if timed_out => s.timed_out += 1,
-                    None => s.failed += 1,
+                    None => {
+                        s.failed += 1;
+                        if s.failed <= 3 {
+                            eprintln!("request failed: {:?}", resp_error);
+                        }
+                    }
                 }
                 drop(slot);
             });

@@ -1,12 +1,15 @@
 //! Write admission: the queue between a node's gRPC writes and its shards' Raft is bounded.
 //! A shard leader takes a batch only while the batches it has proposed and not yet applied
-//! stay under a count and a byte bound, and while the rows it has applied and not yet
-//! flushed stay under a byte bound; past either it refuses at once (`RESOURCE_EXHAUSTED`
-//! with [`sextant_proto::OVERLOADED_HEADER`], the router's 503 `overloaded`) instead of
-//! queueing in memory until the client gives up.
+//! stay under a count and a byte bound (memory), while its recent writes took less than a
+//! target from proposal to apply (latency: the queue is as long as the shard can serve in
+//! that time, whatever the machine), and while the rows it has applied and not yet flushed
+//! stay under a byte bound; past any it refuses at once (`RESOURCE_EXHAUSTED` with
+//! [`sextant_proto::OVERLOADED_HEADER`], the router's 503 `overloaded`) instead of queueing
+//! in memory until the client gives up.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use crate::types::GroupId;
 
@@ -20,14 +23,26 @@ pub struct WriteLimits {
     /// Rows applied and not yet written to segments (active and frozen buffers, as estimated
     /// for flush-by-size).
     pub max_unflushed_bytes: u64,
+    /// Target time from proposal to apply: while recent writes (a moving average) took
+    /// longer, only [`MIN_PENDING`] batches are admitted at once.
+    pub max_queue_delay: Duration,
 }
+
+/// Batches always admitted whatever the recent latency (within the count and byte bounds), so
+/// that the average keeps being measured and a shard is never refused while nearly idle.
+pub const MIN_PENDING: u32 = 4;
 
 impl Default for WriteLimits {
     /// 32 MiB of entries is about a second of a shard's apply rate (docs/BENCHMARKS.md,
     /// "Overload"); 384 MiB unflushed is four flush-sized buffers: one being written, one
     /// filling, room for a slow disk.
     fn default() -> Self {
-        Self { max_pending_writes: 512, max_pending_bytes: 32 << 20, max_unflushed_bytes: 384 << 20 }
+        Self {
+            max_pending_writes: 512,
+            max_pending_bytes: 32 << 20,
+            max_unflushed_bytes: 384 << 20,
+            max_queue_delay: Duration::from_millis(500),
+        }
     }
 }
 
@@ -40,6 +55,8 @@ pub enum Overloaded {
     Bytes { group: GroupId, pending: u64, limit: u64 },
     #[error("overloaded: shard {group} holds {unflushed} bytes not yet flushed (limit {limit}); retry shortly")]
     Unflushed { group: GroupId, unflushed: u64, limit: u64 },
+    #[error("overloaded: shard {group} takes {delay:?} to apply a write (target {target:?}); retry shortly")]
+    Delay { group: GroupId, delay: Duration, target: Duration },
 }
 
 impl Overloaded {
@@ -49,6 +66,7 @@ impl Overloaded {
             Overloaded::Writes { .. } => "pending_writes",
             Overloaded::Bytes { .. } => "pending_bytes",
             Overloaded::Unflushed { .. } => "unflushed_bytes",
+            Overloaded::Delay { .. } => "queue_delay",
         }
     }
 }
@@ -57,21 +75,31 @@ impl Overloaded {
 pub struct Pending {
     pub writes: u32,
     pub bytes: u64,
+    /// Moving average of the time from admission to apply of the shard's recent writes.
+    pub delay: Duration,
 }
+
+type Shards = Arc<Mutex<HashMap<GroupId, Pending>>>;
 
 #[derive(Default)]
 pub struct WriteAdmission {
     limits: RwLock<WriteLimits>,
-    pending: Arc<Mutex<HashMap<GroupId, Pending>>>,
+    pending: Shards,
 }
 
-/// A batch admitted to a shard: counted as pending until dropped (applied, refused or failed).
+/// A batch admitted to a shard: counted as pending until dropped (applied, refused or failed);
+/// its time until then goes into the shard's moving average.
 #[must_use]
 pub struct Admitted {
     group: GroupId,
     bytes: u64,
-    pending: Arc<Mutex<HashMap<GroupId, Pending>>>,
+    since: Instant,
+    done: bool,
+    pending: Shards,
 }
+
+/// Weight of the newest write in the moving average of a shard's write delay.
+const DELAY_WEIGHT: f64 = 0.2;
 
 impl WriteAdmission {
     pub fn new(limits: WriteLimits) -> Self {
@@ -104,9 +132,12 @@ impl WriteAdmission {
         if p.writes > 0 && p.bytes.saturating_add(bytes) > limits.max_pending_bytes {
             return Err(Overloaded::Bytes { group, pending: p.bytes, limit: limits.max_pending_bytes });
         }
+        if p.writes >= MIN_PENDING && p.delay > limits.max_queue_delay {
+            return Err(Overloaded::Delay { group, delay: p.delay, target: limits.max_queue_delay });
+        }
         p.writes += 1;
         p.bytes = p.bytes.saturating_add(bytes);
-        Ok(Admitted { group, bytes, pending: self.pending.clone() })
+        Ok(Admitted { group, bytes, since: Instant::now(), done: false, pending: self.pending.clone() })
     }
 
     /// What `group` has in flight now.
@@ -115,16 +146,30 @@ impl WriteAdmission {
     }
 }
 
-impl Drop for Admitted {
-    fn drop(&mut self) {
+impl Admitted {
+    /// Ends the write, which took `took`.
+    fn finish(&mut self, took: Duration) {
+        if std::mem::replace(&mut self.done, true) {
+            return;
+        }
         let mut all = self.pending.lock().unwrap();
         if let Some(p) = all.get_mut(&self.group) {
             p.writes = p.writes.saturating_sub(1);
             p.bytes = p.bytes.saturating_sub(self.bytes);
-            if p.writes == 0 {
-                all.remove(&self.group);
-            }
+            p.delay = p.delay.mul_f64(1.0 - DELAY_WEIGHT) + took.mul_f64(DELAY_WEIGHT);
         }
+    }
+
+    #[cfg(test)]
+    fn finished_after(mut self, took: Duration) {
+        self.finish(took);
+    }
+}
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        let took = self.since.elapsed();
+        self.finish(took);
     }
 }
 
@@ -137,6 +182,7 @@ mod tests {
             max_pending_writes: writes,
             max_pending_bytes: bytes,
             max_unflushed_bytes: unflushed,
+            max_queue_delay: Duration::from_secs(3600),
         })
     }
 
@@ -149,7 +195,7 @@ mod tests {
         let _other_shard = a.admit(2, 10, 0).expect("bounds are per shard");
         drop(first);
         let _third = a.admit(1, 10, 0).expect("one applied, one more admitted");
-        assert_eq!(a.pending(1), Pending { writes: 2, bytes: 20 });
+        assert_eq!((a.pending(1).writes, a.pending(1).bytes), (2, 20));
     }
 
     #[test]
@@ -168,8 +214,32 @@ mod tests {
     fn a_shard_with_too_much_unflushed_refuses_writes() {
         let a = limits(100, 1 << 20, 1000);
         assert!(matches!(a.admit(1, 1, 1001), Err(Overloaded::Unflushed { unflushed: 1001, limit: 1000, .. })));
-        assert_eq!(a.pending(1), Pending::default(), "a refusal holds nothing");
+        assert_eq!(a.pending(1).writes, 0, "a refusal holds nothing");
         let _ok = a.admit(1, 1, 1000).unwrap();
+    }
+
+    #[test]
+    fn a_shard_whose_writes_take_longer_than_the_target_admits_only_a_few_until_they_are_fast_again() {
+        let a = WriteAdmission::new(WriteLimits { max_queue_delay: Duration::from_millis(500), ..Default::default() });
+        // Slow writes raise the average past the target.
+        for _ in 0..20 {
+            a.admit(1, 10, 0).unwrap().finished_after(Duration::from_secs(2));
+        }
+        assert!(a.pending(1).delay > Duration::from_millis(500));
+        let held: Vec<_> = (0..MIN_PENDING).map(|_| a.admit(1, 10, 0).expect("a few always pass")).collect();
+        match a.admit(1, 10, 0) {
+            Err(e @ Overloaded::Delay { .. }) => assert_eq!(e.reason(), "queue_delay"),
+            other => panic!("expected a refusal for delay, got {:?}", other.err()),
+        }
+        let _other = a.admit(2, 10, 0).expect("another shard is not slow");
+        // Fast writes bring the average back under the target.
+        for w in held {
+            w.finished_after(Duration::from_millis(1));
+        }
+        while a.pending(1).delay > Duration::from_millis(500) {
+            a.admit(1, 10, 0).unwrap().finished_after(Duration::from_millis(1));
+        }
+        let _more: Vec<_> = (0..2 * MIN_PENDING).map(|_| a.admit(1, 10, 0).expect("fast again")).collect();
     }
 
     #[test]
@@ -178,7 +248,7 @@ mod tests {
         let held: Vec<_> = (0..10).map(|i| a.admit(i % 3, 100, 0).unwrap()).collect();
         drop(held);
         for g in 0..3 {
-            assert_eq!(a.pending(g), Pending::default());
+            assert_eq!((a.pending(g).writes, a.pending(g).bytes), (0, 0));
         }
         a.set_limits(WriteLimits { max_pending_writes: 1, ..a.limits() });
         let _one = a.admit(0, 1, 0).unwrap();

@@ -98,6 +98,9 @@ fn read_within(
 /// Plain bodies up to this size are parsed on the async worker (well under a millisecond).
 const INLINE_PARSE_BYTES: usize = 64 * 1024;
 
+/// Longest wait of a received body for a parser slot (docs/API.md, "Overload").
+pub const PARSE_QUEUE_WAIT: Duration = Duration::from_secs(1);
+
 /// Decoded output grows, and is charged, in steps of this size.
 const DECODE_STEP: usize = 64 * 1024;
 
@@ -148,7 +151,7 @@ impl Budget {
         if encoding == Encoding::Identity && received.raw.len() <= INLINE_PARSE_BYTES {
             return work(received);
         }
-        let _slot = self.parsers.clone().acquire_owned().await.map_err(|_| ApiError::Overloaded)?;
+        let _slot = self.parser_slot().await?;
         tokio::task::spawn_blocking(move || work(received))
             .await
             .map_err(|e| ApiError::Internal(format!("body worker failed: {e}")))?
@@ -156,9 +159,18 @@ impl Budget {
 }
 
 impl Budget {
+    /// A parser slot, or 503 `overloaded` when none frees up within [`PARSE_QUEUE_WAIT`]: the
+    /// bodies ahead are more than the router parses in that time.
+    async fn parser_slot(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        match tokio::time::timeout(PARSE_QUEUE_WAIT, self.parsers.clone().acquire_owned()).await {
+            Ok(Ok(slot)) => Ok(slot),
+            _ => Err(ApiError::Overloaded),
+        }
+    }
+
     /// Runs `work` on the blocking pool, one parser slot at a time, as [`Budget::parse`] does.
     pub async fn run<T: Send + 'static>(&self, work: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
-        let _slot = self.parsers.clone().acquire_owned().await.map_err(|_| ApiError::Overloaded)?;
+        let _slot = self.parser_slot().await?;
         tokio::task::spawn_blocking(work).await.map_err(|e| ApiError::Internal(format!("body worker failed: {e}")))
     }
 }
