@@ -10,6 +10,7 @@ use sextant_model::row::{Encoded, RowBatch};
 use sextant_proto::convert::persist_row::{decode_ingest, DecodeError};
 
 use super::table::{Row, RowRef, Table};
+use super::token_index::line_terms;
 
 pub struct BufferedRow {
     pub project: Arc<str>,
@@ -22,6 +23,12 @@ pub struct Buffer {
     /// Hash of (project, trace id) -> positions of its spans in `rows`; readers check the ids
     /// of the rows it points to (a hash shared by two traces only costs a comparison).
     traces: FxHashMap<u64, Vec<u32>>,
+    /// Hash of (project, index term) -> positions of the log lines holding the term, the
+    /// terms [`line_terms`] gives segments' token indexes; hash of (project, event name) ->
+    /// positions of its events. Rising positions; a shared hash only costs reading a row that
+    /// the scan's mask then rejects.
+    terms: FxHashMap<u64, Vec<u32>>,
+    events: FxHashMap<u64, Vec<u32>>,
     batches: HashSet<u128>,
     /// Projects with rows here.
     projects: HashSet<Arc<str>>,
@@ -38,6 +45,8 @@ impl Default for Buffer {
         Self {
             rows: Vec::new(),
             traces: FxHashMap::default(),
+            terms: FxHashMap::default(),
+            events: FxHashMap::default(),
             batches: HashSet::new(),
             projects: HashSet::new(),
             aborted: HashSet::new(),
@@ -68,6 +77,8 @@ impl Buffer {
         }
         let project: Arc<str> = Arc::from(batch.project_id.as_str());
         let before = self.rows.len();
+        let mut index_bytes = 0;
+        let mut line = Vec::new();
         let rows = batch
             .spans
             .into_iter()
@@ -77,8 +88,20 @@ impl Buffer {
             .chain(batch.events.into_iter().map(Row::Event))
             .chain(batch.replay_events.into_iter().map(Row::Replay));
         for row in rows {
-            if let Row::Span(s) = &row {
-                self.traces.entry(trace_key(&project, &s.trace_id)).or_default().push(self.rows.len() as u32);
+            let position = self.rows.len() as u32;
+            match &row {
+                Row::Span(s) => self.traces.entry(trace_key(&project, &s.trace_id)).or_default().push(position),
+                Row::Log(l) => {
+                    line.clear();
+                    line_terms(l, &mut line);
+                    line.sort_unstable();
+                    line.dedup();
+                    for &term in &line {
+                        index_bytes += post(&mut self.terms, term_key(&project, term), position);
+                    }
+                }
+                Row::Event(e) => index_bytes += post(&mut self.events, trace_key(&project, &e.event), position),
+                _ => {}
             }
             self.rows.push(BufferedRow { project: project.clone(), row, batch_id });
         }
@@ -88,7 +111,7 @@ impl Buffer {
         }
         // Rows take roughly three times their protobuf size: the entry they were decoded
         // from (attributes are slices of it), a 32-byte handle per attribute, their strings.
-        self.bytes += encoded_len * 3;
+        self.bytes += encoded_len * 3 + index_bytes;
         (self.rows.len() - before) as u64
     }
 
@@ -121,10 +144,23 @@ impl Buffer {
     /// The live rows of `project` in `table` (trace summaries: derived from its spans), as
     /// record batches ready for [`Scan::apply`](super::Scan::apply).
     pub fn scan_rows(&self, scan: &super::Scan, hidden: &dyn Fn(u128) -> bool) -> Vec<arrow_array::RecordBatch> {
+        self.scan_from(self.candidates(scan), scan, hidden)
+    }
+
+    /// [`scan_rows`](Self::scan_rows) reading every row, not the index's candidates.
+    #[cfg(test)]
+    pub fn scan_rows_unindexed(&self, scan: &super::Scan, hidden: &dyn Fn(u128) -> bool) -> Vec<arrow_array::RecordBatch> {
+        self.scan_from(Box::new(self.rows.iter()), scan, hidden)
+    }
+
+    fn scan_from<'a>(
+        &'a self,
+        rows: Box<dyn Iterator<Item = &'a BufferedRow> + 'a>,
+        scan: &super::Scan,
+        hidden: &dyn Fn(u128) -> bool,
+    ) -> Vec<arrow_array::RecordBatch> {
         let source = if scan.table == Table::TraceSummaries { Table::Spans } else { scan.table };
-        let mut live: Vec<&BufferedRow> = self
-            .rows
-            .iter()
+        let mut live: Vec<&BufferedRow> = rows
             .filter(|r| {
                 r.row.table() == source
                     && *r.project == *scan.project
@@ -167,6 +203,43 @@ impl Buffer {
             .count();
         let bytes = (self.bytes as u128 * rows as u128 / self.rows.len().max(1) as u128) as u64;
         (rows as u64, bytes)
+    }
+
+    /// The rows a scan has to look at, in buffer order: for a log search with index terms,
+    /// the lines holding all of them; for events of given names, those events; otherwise all.
+    fn candidates<'a>(&'a self, scan: &super::Scan) -> Box<dyn Iterator<Item = &'a BufferedRow> + 'a> {
+        let positions = match scan.table {
+            Table::Logs => {
+                let terms = scan.required_terms();
+                if terms.is_empty() {
+                    None
+                } else {
+                    let lists: Vec<&[u32]> = terms
+                        .iter()
+                        .map(|&t| self.terms.get(&term_key(&scan.project, t)).map_or(&[][..], Vec::as_slice))
+                        .collect();
+                    Some(intersect(lists))
+                }
+            }
+            Table::Events if !scan.filter.events.is_empty() => {
+                let mut all: Vec<u32> = scan
+                    .filter
+                    .events
+                    .iter()
+                    .filter_map(|e| self.events.get(&trace_key(&scan.project, e)))
+                    .flatten()
+                    .copied()
+                    .collect();
+                all.sort_unstable();
+                all.dedup();
+                Some(all)
+            }
+            _ => None,
+        };
+        match positions {
+            Some(p) => Box::new(p.into_iter().map(|i| &self.rows[i as usize])),
+            None => Box::new(self.rows.iter()),
+        }
     }
 
     /// The live rows grouped by (table, time bucket), each group sorted in segment order,
@@ -213,6 +286,35 @@ pub fn decode_batch(payload: Vec<u8>) -> Result<RowBatch<Encoded>, DecodeError> 
     Ok(batch)
 }
 
+/// Appends `position` to `key`'s list; returns the bytes that took (a new key's entry and
+/// list, or one position at the list's grown capacity).
+fn post(index: &mut FxHashMap<u64, Vec<u32>>, key: u64, position: u32) -> usize {
+    match index.entry(key) {
+        std::collections::hash_map::Entry::Occupied(mut e) => {
+            e.get_mut().push(position);
+            8
+        }
+        std::collections::hash_map::Entry::Vacant(e) => {
+            e.insert(vec![position]);
+            64
+        }
+    }
+}
+
+/// The positions in every one of `lists` (each rising), shortest list first.
+fn intersect(mut lists: Vec<&[u32]>) -> Vec<u32> {
+    lists.sort_by_key(|l| l.len());
+    let Some((first, rest)) = lists.split_first() else { return Vec::new() };
+    first.iter().copied().filter(|p| rest.iter().all(|l| l.binary_search(p).is_ok())).collect()
+}
+
+fn term_key(project: &str, term: u32) -> u64 {
+    use std::hash::{BuildHasher, Hash, Hasher};
+    let mut h = rustc_hash::FxBuildHasher.build_hasher();
+    (project, term).hash(&mut h);
+    h.finish()
+}
+
 fn trace_key(project: &str, trace_id: &str) -> u64 {
     use std::hash::{BuildHasher, Hash, Hasher};
     let mut h = rustc_hash::FxBuildHasher.build_hasher();
@@ -224,4 +326,132 @@ fn trace_key(project: &str, trace_id: &str) -> u64 {
 pub fn bucket_start(table: Table, ns: i64) -> i64 {
     let width = table.bucket_seconds();
     ns.div_euclid(1_000_000_000).div_euclid(width) * width
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::segment::{Filter, Scan};
+    use proptest::prelude::*;
+    use sextant_model::row::{Attribute, Event, LogLevel, LogRecord, Value};
+    use sextant_model::text::LogQuery;
+    use sextant_proto::convert::persist_row::encode_ingest;
+
+    /// Words with case, punctuation, underscores, digits and non-ASCII letters, so index and
+    /// scan must tokenize alike.
+    const WORDS: [&str; 12] =
+        ["Payment", "payment", "PAYMENT,", "declined!", "order_id=42", "zoë", "ZOË", "reset", "by", "peer", "42", "a-b"];
+    const EVENTS: [&str; 3] = ["buy", "Buy", "view"];
+    const PROJECTS: [&str; 2] = ["p", "q"];
+
+    /// Pushes `batch`; returns its encoded size.
+    fn push(buffer: &mut Buffer, id: u128, batch: RowBatch) -> usize {
+        let payload = encode_ingest(batch);
+        let len = payload.len();
+        buffer.push(id, decode_batch(payload).unwrap(), len, Duration::ZERO);
+        len
+    }
+
+    fn scan(table: Table, project: &str, filter: Filter) -> Scan {
+        Scan { table, project: project.into(), from_ns: 0, to_ns: i64::MAX, filter, columns: vec![], dictionaries: vec![] }
+    }
+
+    fn rows_of(table: Table, batches: Vec<arrow_array::RecordBatch>) -> Vec<Row> {
+        batches.iter().flat_map(|rb| super::super::table::from_record_batch(table, rb)).map(|(_, r, _)| r).collect()
+    }
+
+    fn log_line(words: &[usize], attribute: Option<usize>, t: i64) -> LogRecord {
+        LogRecord {
+            unix_nanos: t,
+            level: LogLevel::from_code(9),
+            service: "api".into(),
+            message: words.iter().map(|&w| WORDS[w % WORDS.len()]).collect::<Vec<_>>().join(" "),
+            attributes: attribute
+                .map(|a| Attribute { key: "user".into(), value: Some(Value::String(WORDS[a % WORDS.len()].into())) })
+                .into_iter()
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// A query of up to three terms from WORDS: plain, quoted (a phrase of two), excluded, or
+    /// an attribute filter.
+    fn query(terms: &[(usize, usize, u8)]) -> String {
+        let w = |i: usize| WORDS[i % WORDS.len()];
+        let parts: Vec<String> = terms
+            .iter()
+            .map(|&(a, b, kind)| match kind % 4 {
+                0 => w(a).to_owned(),
+                1 => format!("\"{} {}\"", w(a), w(b)),
+                2 => format!("-{}", w(a)),
+                _ => format!("user:{}", w(a).replace('"', "")),
+            })
+            .collect();
+        parts.join(" ")
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// The index only narrows which rows the scan reads: the answers are those of reading
+        /// every buffered row, for log searches and event-name filters, in any project.
+        #[test]
+        fn indexed_buffer_scans_equal_full_scans(
+            lines in prop::collection::vec((0usize..2, prop::collection::vec(0usize..12, 0..6), prop::option::of(0usize..12)), 0..60),
+            events in prop::collection::vec((0usize..2, 0usize..3), 0..30),
+            queries in prop::collection::vec(prop::collection::vec((0usize..12, 0usize..12, 0u8..4), 1..4), 1..8),
+            names in prop::collection::vec(0usize..4, 0..3),
+        ) {
+            let mut buffer = Buffer::default();
+            for (i, (project, words, attribute)) in lines.iter().enumerate() {
+                let logs = vec![log_line(words, *attribute, i as i64)];
+                push(&mut buffer, i as u128, RowBatch { project_id: PROJECTS[*project].into(), logs, ..Default::default() });
+            }
+            for (i, (project, name)) in events.iter().enumerate() {
+                let events = vec![Event { uuid: format!("e{i}"), event: EVENTS[*name].into(), unix_nanos: i as i64, ..Default::default() }];
+                push(&mut buffer, 1000 + i as u128, RowBatch { project_id: PROJECTS[*project].into(), events, ..Default::default() });
+            }
+            let none = |_: u128| false;
+            for project in PROJECTS {
+                for terms in &queries {
+                    let q = query(terms);
+                    let filter = Filter { log_query: Some(LogQuery::parse(&q).unwrap()), ..Default::default() };
+                    let s = scan(Table::Logs, project, filter);
+                    prop_assert_eq!(rows_of(Table::Logs, buffer.scan_rows(&s, &none)), rows_of(Table::Logs, buffer.scan_rows_unindexed(&s, &none)), "query {}", q);
+                }
+                // Index 3: a name no event has.
+                let wanted: Vec<String> = names.iter().map(|&n| EVENTS.get(n).copied().unwrap_or("none").to_owned()).collect();
+                let s = scan(Table::Events, project, Filter { events: wanted, ..Default::default() });
+                prop_assert_eq!(rows_of(Table::Events, buffer.scan_rows(&s, &none)), rows_of(Table::Events, buffer.scan_rows_unindexed(&s, &none)));
+            }
+        }
+    }
+
+    #[test]
+    fn a_rare_term_reads_only_the_lines_holding_it() {
+        let mut buffer = Buffer::default();
+        let mut logs: Vec<LogRecord> = (0..1000).map(|i| log_line(&[7, 8, 9], None, i)).collect();
+        logs[500].message = "Found the NEEDLE, finally".into();
+        push(&mut buffer, 1, RowBatch { project_id: "p".into(), logs, ..Default::default() });
+        let s = scan(Table::Logs, "p", Filter { log_query: Some(LogQuery::parse("needle").unwrap()), ..Default::default() });
+        assert_eq!(buffer.candidates(&s).count(), 1);
+        let found = rows_of(Table::Logs, buffer.scan_rows(&s, &|_| false));
+        assert!(matches!(&found[..], [Row::Log(l)] if l.unix_nanos == 500));
+        let absent = scan(Table::Logs, "p", Filter { log_query: Some(LogQuery::parse("needle missing").unwrap()), ..Default::default() });
+        assert_eq!(buffer.candidates(&absent).count(), 0);
+        let other = scan(Table::Logs, "q", Filter { log_query: Some(LogQuery::parse("needle").unwrap()), ..Default::default() });
+        assert_eq!(buffer.candidates(&other).count(), 0, "postings are per project");
+    }
+
+    #[test]
+    fn the_index_counts_in_the_buffer_size() {
+        let line = |words: &[usize]| RowBatch { project_id: "p".into(), logs: vec![log_line(words, None, 1)], ..Default::default() };
+        let mut buffer = Buffer::default();
+        // Five distinct terms: five new postings lists.
+        let first = push(&mut buffer, 1, line(&[7, 8, 9, 10, 5]));
+        assert_eq!(buffer.bytes, first * 3 + 5 * 64);
+        // The same terms again: one position more in each list.
+        let second = push(&mut buffer, 2, line(&[7, 8, 9, 10, 5, 5]));
+        assert_eq!(buffer.bytes, (first + second) * 3 + 5 * 64 + 5 * 8);
+    }
 }
