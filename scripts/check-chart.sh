@@ -73,7 +73,8 @@ with open(builtin, "w") as b, open(ours, "w") as o:
 PY
 }
 
-for values in "" "$CHART/ci/nondefault-values.yaml" "$CHART/ci/no-leader-election-values.yaml"; do
+for values in "" "$CHART/ci/nondefault-values.yaml" "$CHART/ci/no-leader-election-values.yaml" \
+  "$CHART/ci/watch-namespaces-values.yaml"; do
   args=(); label=defaults
   if [[ -n "$values" ]]; then args=(-f "$values"); label="$values"; fi
   "$HELM" lint --strict --quiet "$CHART" "${args[@]}" >"$work/lint.log" 2>&1 \

@@ -47,6 +47,10 @@ pub struct OperatorArgs {
     /// create and patch on its customresourcedefinitions).
     #[arg(long, env = "SEXTANT_MANAGE_CRDS")]
     pub manage_crds: bool,
+    /// Namespace mode: watch and manage only these namespaces (repeat the flag or separate
+    /// with commas); the chart then grants Roles in them. Unset: every namespace.
+    #[arg(long = "watch-namespace", env = "SEXTANT_WATCH_NAMESPACES", value_delimiter = ',')]
+    pub watch_namespaces: Vec<String>,
     #[command(flatten)]
     pub uninstall: uninstall::UninstallArgs,
 }
@@ -91,14 +95,16 @@ pub async fn run(args: OperatorArgs) -> Result<(), RunError> {
         rand::RngCore::fill_bytes(&mut rand::thread_rng(), &mut suffix);
         format!("sextant-operator-{}", hex::encode(suffix))
     });
-    let ctx = Arc::new(controller::Context::new(
+    let mut ctx = controller::Context::new(
         client.clone(),
         Arc::new(admin::HttpConnector::new()?),
         metrics.clone(),
         Reporter { controller: "sextant-operator".into(), instance: Some(identity.clone()) },
-    ));
+    );
+    ctx.watch_namespaces = args.watch_namespaces.iter().filter(|ns| !ns.is_empty()).cloned().collect();
+    let ctx = Arc::new(ctx);
     metrics.healthy.store(true, Ordering::Relaxed);
-    tracing::info!(listen = %args.listen, "sextant operator started");
+    tracing::info!(listen = %args.listen, watch_namespaces = ?ctx.watch_namespaces, "sextant operator started");
     if args.no_leader_election {
         controller::run_all(ctx).await;
         return Ok(());

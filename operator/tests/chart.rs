@@ -33,7 +33,7 @@ fn chart_lints_renders_valid_objects_and_refuses_bad_values() {
     let mut kinds = Vec::new();
     let mut files: Vec<_> = std::fs::read_dir(&rendered).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
-    assert_eq!(files.len(), 3, "one rendering per values file: {files:?}");
+    assert_eq!(files.len(), 4, "one rendering per values file: {files:?}");
     for path in files {
         let text = std::fs::read_to_string(&path).unwrap();
         let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

@@ -87,6 +87,8 @@ pub struct Context {
     /// Generates secret material (random in production, predictable in tests).
     pub secrets: SecretSource,
     pub clock: Clock,
+    /// Namespaces watched in namespace mode (`--watch-namespace`); empty: every namespace.
+    pub watch_namespaces: Vec<String>,
     failures: Mutex<HashMap<String, u32>>,
 }
 
@@ -99,6 +101,7 @@ impl Context {
             metrics,
             secrets: Arc::new(random_secret),
             clock: Arc::new(Timestamp::now),
+            watch_namespaces: Vec::new(),
             failures: Mutex::default(),
         }
     }
@@ -157,6 +160,14 @@ impl Context {
                 "{n} SextantClusters in namespace {namespace}: set spec.cluster on the Tenant"
             ))),
         }
+    }
+
+    /// One `Api` per watched namespace, or one for all namespaces outside namespace mode.
+    pub fn scoped_apis<K>(&self) -> Vec<Api<K>>
+    where
+        K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+    {
+        scopes(&self.watch_namespaces).into_iter().map(|ns| scoped(&self.client, ns)).collect()
     }
 
     fn backoff(&self, key: String) -> Duration {
@@ -247,27 +258,60 @@ where
     Ok(())
 }
 
-/// Runs every controller until the stream ends (shutdown signal or leadership loss).
+/// Runs every controller until the stream ends (shutdown signal or leadership loss): once for
+/// all namespaces, or in namespace mode once per watched namespace. Plans are cluster-scoped and
+/// watched once either way.
 pub async fn run_all(ctx: Arc<Context>) {
+    let scoped_controllers: Vec<_> =
+        scopes(&ctx.watch_namespaces).into_iter().map(|ns| run_in(ctx.clone(), ns)).collect();
+    let plans = Controller::new(Api::<Plan>::all(ctx.client.clone()), watcher::Config::default())
+        .shutdown_on_signal()
+        .run(plan::reconcile_plan, error_policy, ctx.clone())
+        .for_each(|_| futures::future::ready(()));
+    futures::join!(futures::future::join_all(scoped_controllers), plans);
+}
+
+/// `[None]` (all namespaces) or each watched namespace.
+fn scopes(namespaces: &[String]) -> Vec<Option<String>> {
+    if namespaces.is_empty() {
+        vec![None]
+    } else {
+        namespaces.iter().cloned().map(Some).collect()
+    }
+}
+
+/// `Api::all`, or `Api::namespaced` in one watched namespace.
+fn scoped<K>(client: &Client, namespace: Option<String>) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
+{
+    match namespace {
+        Some(ns) => Api::namespaced(client.clone(), &ns),
+        None => Api::all(client.clone()),
+    }
+}
+
+/// The controllers of namespaced kinds, in `namespace` or in all of them.
+async fn run_in(ctx: Arc<Context>, namespace: Option<String>) {
     let client = ctx.client.clone();
     let cfg = watcher::Config::default;
-    let clusters = Controller::new(Api::<SextantCluster>::all(client.clone()), cfg())
-        .owns(Api::<StatefulSet>::all(client.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
-        .owns(Api::<Deployment>::all(client.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
-        .owns(Api::<Service>::all(client.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
-        .owns(Api::<ConfigMap>::all(client.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
+    let clusters = Controller::new(scoped::<SextantCluster>(&client, namespace.clone()), cfg())
+        .owns(scoped::<StatefulSet>(&client, namespace.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
+        .owns(scoped::<Deployment>(&client, namespace.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
+        .owns(scoped::<Service>(&client, namespace.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
+        .owns(scoped::<ConfigMap>(&client, namespace.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
         .owns(
-            Api::<PodDisruptionBudget>::all(client.clone()),
+            scoped::<PodDisruptionBudget>(&client, namespace.clone()),
             cfg().labels("app.kubernetes.io/managed-by=sextant-operator"),
         )
-        .owns(Api::<ServiceAccount>::all(client.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
-        .owns(Api::<NetworkPolicy>::all(client.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
+        .owns(scoped::<ServiceAccount>(&client, namespace.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
+        .owns(scoped::<NetworkPolicy>(&client, namespace.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
         .shutdown_on_signal()
         .run(cluster::reconcile, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
     // A tenant being deleted waits for its projects: wake it when one goes.
-    let tenants = Controller::new(Api::<Tenant>::all(client.clone()), cfg())
-        .watches(Api::<Project>::all(client.clone()), cfg(), |p| {
+    let tenants = Controller::new(scoped::<Tenant>(&client, namespace.clone()), cfg())
+        .watches(scoped::<Project>(&client, namespace.clone()), cfg(), |p| {
             let ns = p.namespace()?;
             Some(ObjectRef::<Tenant>::new(&p.spec.tenant).within(&ns))
         })
@@ -276,35 +320,31 @@ pub async fn run_all(ctx: Arc<Context>) {
         .for_each(|_| futures::future::ready(()));
     // Dependents wake as soon as what they wait for changes (a Tenant becoming Ready, …),
     // found through each controller's own cache.
-    let projects = Controller::new(Api::<Project>::all(client.clone()), cfg());
+    let projects = Controller::new(scoped::<Project>(&client, namespace.clone()), cfg());
     let cached = projects.store();
     let projects = projects
-        .watches(Api::<Tenant>::all(client.clone()), cfg(), move |t| {
+        .watches(scoped::<Tenant>(&client, namespace.clone()), cfg(), move |t| {
             dependents(&cached, &t, |p: &Project| p.spec.tenant == t.name_any())
         })
         .shutdown_on_signal()
         .run(project::reconcile_project, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
-    let plans = Controller::new(Api::<Plan>::all(client.clone()), cfg())
-        .shutdown_on_signal()
-        .run(plan::reconcile_plan, error_policy, ctx.clone())
-        .for_each(|_| futures::future::ready(()));
-    let quotas = Controller::new(Api::<Quota>::all(client.clone()), cfg());
+    let quotas = Controller::new(scoped::<Quota>(&client, namespace.clone()), cfg());
     let (by_tenant, by_project) = (quotas.store(), quotas.store());
     let quotas = quotas
-        .watches(Api::<Tenant>::all(client.clone()), cfg(), move |t| {
+        .watches(scoped::<Tenant>(&client, namespace.clone()), cfg(), move |t| {
             dependents(&by_tenant, &t, |q: &Quota| q.spec.tenant.as_deref() == Some(&t.name_any()))
         })
-        .watches(Api::<Project>::all(client.clone()), cfg(), move |p| {
+        .watches(scoped::<Project>(&client, namespace.clone()), cfg(), move |p| {
             dependents(&by_project, &p, |q: &Quota| q.spec.project.as_deref() == Some(&p.name_any()))
         })
         .shutdown_on_signal()
         .run(quota::reconcile_quota, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
-    let rules = Controller::new(Api::<AlertRule>::all(client.clone()), cfg());
+    let rules = Controller::new(scoped::<AlertRule>(&client, namespace.clone()), cfg());
     let cached = rules.store();
     let rules = rules
-        .watches(Api::<Project>::all(client.clone()), cfg(), move |p| {
+        .watches(scoped::<Project>(&client, namespace.clone()), cfg(), move |p| {
             dependents(&cached, &p, |r: &AlertRule| r.spec.project == p.name_any())
         })
         .shutdown_on_signal()
@@ -312,12 +352,12 @@ pub async fn run_all(ctx: Arc<Context>) {
         .for_each(|_| futures::future::ready(()));
     // Node pods' zones, from their Kubernetes nodes: a separate loop, so a cluster's
     // reconcile never waits on pods being scheduled.
-    let zones = Controller::new(Api::<SextantCluster>::all(client.clone()), cfg())
-        .owns(Api::<StatefulSet>::all(client.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
+    let zones = Controller::new(scoped::<SextantCluster>(&client, namespace.clone()), cfg())
+        .owns(scoped::<StatefulSet>(&client, namespace.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
         .shutdown_on_signal()
         .run(zones::reconcile, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
-    futures::join!(clusters, tenants, projects, plans, quotas, rules, zones);
+    futures::join!(clusters, tenants, projects, quotas, rules, zones);
 }
 
 /// Objects in `cache` in the namespace of `changed` that refer to it.
@@ -415,6 +455,68 @@ mod tests {
         .map(|(r, l)| (r.to_owned(), l))
         .collect();
         assert_eq!(watched, expected);
+    }
+
+    /// In namespace mode every request is confined to the watched namespaces, except those on
+    /// cluster-scoped Plans.
+    #[tokio::test]
+    async fn namespace_mode_requests_only_the_watched_namespaces() {
+        use std::collections::BTreeSet;
+
+        use http::{Request, Response};
+        use kube::client::Body;
+
+        use crate::admin::fake::{FakeAdmin, FakeConnector};
+
+        let (service, mut handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let mut ctx = Context::new(
+            Client::new(service, "default"),
+            Arc::new(FakeConnector(Arc::new(FakeAdmin::default()))),
+            Arc::new(Metrics::default()),
+            Reporter { controller: "sextant-operator".into(), instance: None },
+        );
+        ctx.watch_namespaces = vec!["shop".into(), "blog".into()];
+        let controllers = tokio::spawn(run_all(Arc::new(ctx)));
+        let mut watched = BTreeSet::new();
+        let mut outside = vec![];
+        let mut held = vec![];
+        let deadline = tokio::time::sleep(Duration::from_secs(3));
+        tokio::pin!(deadline);
+        // 12 namespaced watches in each of the two namespaces, and the Plans'.
+        while watched.len() < 2 * 12 + 1 {
+            let (request, send) = tokio::select! {
+                _ = &mut deadline => break,
+                next = handle.next_request() => match next { Some(r) => r, None => break },
+            };
+            let path = request.uri().path().to_owned();
+            let query = request.uri().query().unwrap_or_default().to_owned();
+            let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+            let namespace = match segments.as_slice() {
+                ["api", "v1", "namespaces", ns, _, ..] | ["apis", _, _, "namespaces", ns, _, ..] => Some(ns.to_string()),
+                _ => None,
+            };
+            let plans = path == "/apis/sextant.dev/v1alpha1/plans";
+            match &namespace {
+                Some(ns) if ns == "shop" || ns == "blog" => {}
+                _ if plans => {}
+                _ => outside.push(path.clone()),
+            }
+            if query.contains("watch=true") {
+                watched.insert((namespace, segments.last().copied().unwrap_or_default().to_owned()));
+                held.push(send);
+            } else {
+                let empty = serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": "1"}, "items": []});
+                send.send_response(Response::new(Body::from(serde_json::to_vec(&empty).unwrap())));
+            }
+        }
+        controllers.abort();
+        assert!(outside.is_empty(), "requests outside the watched namespaces: {outside:?}");
+        for ns in ["shop", "blog"] {
+            for kind in ["sextantclusters", "tenants", "projects", "quotas", "alertrules", "statefulsets", "services"] {
+                assert!(watched.contains(&(Some(ns.to_owned()), kind.to_owned())), "{kind} not watched in {ns}: {watched:?}");
+            }
+        }
+        assert!(watched.contains(&(None, "plans".to_owned())), "{watched:?}");
     }
 
     #[test]

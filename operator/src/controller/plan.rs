@@ -18,7 +18,10 @@ pub async fn reconcile_plan(plan: Arc<Plan>, ctx: Arc<Context>) -> Result<Action
     instrumented("plan", plan.clone(), ctx.clone(), async {
         let api: Api<Plan> = Api::all(ctx.client.clone());
         finalizer(&api, FINALIZER, plan.clone(), |event| async {
-            let clusters = Api::<SextantCluster>::all(ctx.client.clone()).list(&ListParams::default()).await?.items;
+            let mut clusters = Vec::new();
+            for api in ctx.scoped_apis::<SextantCluster>() {
+                clusters.extend(api.list(&ListParams::default()).await?.items);
+            }
             let live: Vec<_> = clusters.into_iter().filter(|c| c.metadata.deletion_timestamp.is_none()).collect();
             match event {
                 Finalizer::Apply(p) => {
