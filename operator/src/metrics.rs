@@ -16,10 +16,43 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
+use crate::v1alpha1::{ClusterPhase, ScalingStep, SextantClusterStatus};
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ControllerLabel {
     controller: &'static str,
 }
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabel {
+    controller: &'static str,
+    reason: &'static str,
+}
+
+/// One series per cluster and value of a state (`phase`, `step`, node count `kind`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClusterLabel {
+    namespace: String,
+    cluster: String,
+    state: &'static str,
+}
+
+const PHASES: [ClusterPhase; 6] = [
+    ClusterPhase::Pending,
+    ClusterPhase::Running,
+    ClusterPhase::Scaling,
+    ClusterPhase::Blocked,
+    ClusterPhase::Stopped,
+    ClusterPhase::Paused,
+];
+const STEPS: [Option<ScalingStep>; 6] = [
+    None,
+    Some(ScalingStep::GrowStatefulSet),
+    Some(ScalingStep::PlaceReplicas),
+    Some(ScalingStep::Drain),
+    Some(ScalingStep::Shrink),
+    Some(ScalingStep::DeleteVolume),
+];
 
 type HistogramFamily = Family<ControllerLabel, Histogram, fn() -> Histogram>;
 
@@ -27,6 +60,10 @@ pub struct Metrics {
     reconciles: Family<ControllerLabel, Counter>,
     failures: Family<ControllerLabel, Counter>,
     duration: HistogramFamily,
+    errors: Family<ErrorLabel, Counter>,
+    phase: Family<ClusterLabel, Gauge>,
+    step: Family<ClusterLabel, Gauge>,
+    nodes: Family<ClusterLabel, Gauge>,
     leader: Gauge,
     registry: Registry,
     /// Set once the Kubernetes client works; `/healthz` answers 503 before.
@@ -39,13 +76,44 @@ impl Default for Metrics {
         let failures = Family::<ControllerLabel, Counter>::default();
         let duration: HistogramFamily =
             Family::new_with_constructor(|| Histogram::new(exponential_buckets(0.005, 2.0, 14)));
+        let errors = Family::<ErrorLabel, Counter>::default();
+        let phase = Family::<ClusterLabel, Gauge>::default();
+        let step = Family::<ClusterLabel, Gauge>::default();
+        let nodes = Family::<ClusterLabel, Gauge>::default();
         let leader = Gauge::default();
         let mut registry = Registry::with_prefix("sextant_operator");
         registry.register("reconciliations", "Reconciles run, by controller", reconciles.clone());
         registry.register("reconcile_failures", "Reconciles that failed (waiting excluded)", failures.clone());
         registry.register("reconcile_duration_seconds", "Reconcile duration", duration.clone());
+        registry.register("reconcile_errors", "Reconciles that failed, by controller and reason", errors.clone());
+        registry.register(
+            "cluster_phase",
+            "1 for the phase a SextantCluster is in (state), 0 for the others",
+            phase.clone(),
+        );
+        registry.register(
+            "cluster_scaling_step",
+            "1 for the scaling step a SextantCluster is at (state; None when not scaling)",
+            step.clone(),
+        );
+        registry.register(
+            "cluster_nodes",
+            "Storage nodes of a SextantCluster: state desired (spec), current (StatefulSet) or ready",
+            nodes.clone(),
+        );
         registry.register("leader", "1 while this replica holds the leader Lease", leader.clone());
-        Self { reconciles, failures, duration, leader, registry, healthy: AtomicBool::new(false) }
+        Self {
+            reconciles,
+            failures,
+            duration,
+            errors,
+            phase,
+            step,
+            nodes,
+            leader,
+            registry,
+            healthy: AtomicBool::new(false),
+        }
     }
 }
 
@@ -60,6 +128,40 @@ impl Metrics {
         }
     }
 
+    /// A failed reconcile's cause; `reason` is one of a small fixed set (`Error::reason`).
+    pub fn observe_error(&self, controller: &'static str, reason: &'static str) {
+        self.errors.get_or_create(&ErrorLabel { controller, reason }).inc();
+    }
+
+    /// The cluster's phase, scaling step and node counts as its status now says.
+    pub fn observe_cluster(&self, namespace: &str, cluster: &str, desired_nodes: i32, status: &SextantClusterStatus) {
+        let label = |state| ClusterLabel { namespace: namespace.to_owned(), cluster: cluster.to_owned(), state };
+        for p in PHASES {
+            self.phase.get_or_create(&label(phase_name(p))).set(i64::from(status.phase == Some(p)));
+        }
+        let step = status.scaling.as_ref().map(|s| s.step);
+        for s in STEPS {
+            self.step.get_or_create(&label(step_name(s))).set(i64::from(step == s));
+        }
+        self.nodes.get_or_create(&label("desired")).set(i64::from(desired_nodes));
+        self.nodes.get_or_create(&label("current")).set(i64::from(status.storage_nodes));
+        self.nodes.get_or_create(&label("ready")).set(i64::from(status.ready_nodes));
+    }
+
+    /// Drops a deleted cluster's series.
+    pub fn forget_cluster(&self, namespace: &str, cluster: &str) {
+        let label = |state| ClusterLabel { namespace: namespace.to_owned(), cluster: cluster.to_owned(), state };
+        for p in PHASES {
+            self.phase.remove(&label(phase_name(p)));
+        }
+        for s in STEPS {
+            self.step.remove(&label(step_name(s)));
+        }
+        for n in ["desired", "current", "ready"] {
+            self.nodes.remove(&label(n));
+        }
+    }
+
     pub fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
     }
@@ -69,6 +171,28 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+fn phase_name(phase: ClusterPhase) -> &'static str {
+    match phase {
+        ClusterPhase::Pending => "Pending",
+        ClusterPhase::Running => "Running",
+        ClusterPhase::Scaling => "Scaling",
+        ClusterPhase::Blocked => "Blocked",
+        ClusterPhase::Stopped => "Stopped",
+        ClusterPhase::Paused => "Paused",
+    }
+}
+
+fn step_name(step: Option<ScalingStep>) -> &'static str {
+    match step {
+        None => "None",
+        Some(ScalingStep::GrowStatefulSet) => "GrowStatefulSet",
+        Some(ScalingStep::PlaceReplicas) => "PlaceReplicas",
+        Some(ScalingStep::Drain) => "Drain",
+        Some(ScalingStep::Shrink) => "Shrink",
+        Some(ScalingStep::DeleteVolume) => "DeleteVolume",
     }
 }
 
@@ -114,6 +238,56 @@ mod tests {
         assert!(text.contains("sextant_operator_reconciliations_total{controller=\"project\"} 3"), "{text}");
         assert!(text.contains("sextant_operator_reconcile_failures_total{controller=\"project\"} 1"), "{text}");
         assert!(text.contains("sextant_operator_leader 1"), "{text}");
+    }
+
+    #[test]
+    fn a_cluster_reports_one_phase_one_step_and_its_node_counts_until_deleted() {
+        use crate::v1alpha1::ScalingOperation;
+        let m = Metrics::default();
+        let status = SextantClusterStatus {
+            phase: Some(ClusterPhase::Scaling),
+            storage_nodes: 5,
+            ready_nodes: 4,
+            scaling: Some(ScalingOperation {
+                from: 3,
+                to: 5,
+                step: ScalingStep::GrowStatefulSet,
+                node: None,
+                started_at: None,
+                cancelled: false,
+            }),
+            ..SextantClusterStatus::default()
+        };
+        m.observe_cluster("obs", "c1", 5, &status);
+        m.observe_error("sextantcluster", "admin_unreachable");
+        let text = m.encode();
+        let series = |name: &str| text.lines().filter(|l| l.starts_with(name)).map(str::to_owned).collect::<Vec<_>>();
+        let phases = series("sextant_operator_cluster_phase{");
+        assert_eq!(phases.len(), PHASES.len(), "{text}");
+        assert_eq!(phases.iter().filter(|l| l.ends_with(" 1")).count(), 1, "{text}");
+        assert!(
+            text.contains(r#"sextant_operator_cluster_phase{namespace="obs",cluster="c1",state="Scaling"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"sextant_operator_cluster_scaling_step{namespace="obs",cluster="c1",state="GrowStatefulSet"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(text.contains(r#"sextant_operator_cluster_scaling_step{namespace="obs",cluster="c1",state="None"} 0"#));
+        assert!(text.contains(r#"sextant_operator_cluster_nodes{namespace="obs",cluster="c1",state="ready"} 4"#));
+        assert!(text.contains(
+            r#"sextant_operator_reconcile_errors_total{controller="sextantcluster",reason="admin_unreachable"} 1"#
+        ));
+
+        m.observe_cluster("obs", "c1", 5, &SextantClusterStatus { phase: Some(ClusterPhase::Running), ..status });
+        let text = m.encode();
+        assert!(text.contains(r#"sextant_operator_cluster_phase{namespace="obs",cluster="c1",state="Scaling"} 0"#));
+        assert!(text.contains(r#"sextant_operator_cluster_phase{namespace="obs",cluster="c1",state="Running"} 1"#));
+
+        m.forget_cluster("obs", "c1");
+        assert!(!m.encode().contains("cluster=\"c1\""), "a deleted cluster leaves no series");
     }
 
     #[tokio::test]

@@ -49,6 +49,7 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
         );
         status.phase = Some(ClusterPhase::Paused);
         status.observed_generation = generation;
+        ctx.metrics.observe_cluster(&names.namespace, &names.cluster, cluster.spec.storage.nodes, &status);
         write_status(&api, &cluster, cluster.status.as_ref(), &status).await?;
         return Ok(Action::await_change());
     }
@@ -343,6 +344,7 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
     let reported = Reported { membership: membership.as_ref(), failed: &report };
     let mut status = cluster_status(&cluster, &names, &previous, &plan, readiness, reported, now);
     storage_volumes.merge_into(&previous.conditions, &mut status, generation, now);
+    ctx.metrics.observe_cluster(&names.namespace, &names.cluster, cluster.spec.storage.nodes, &status);
     write_status(&api, &cluster, cluster.status.as_ref(), &status).await?;
 
     // Scaling steps and replacements wait on pods and on meta: look again soon rather than only
@@ -1475,7 +1477,8 @@ mod tests {
         objs.remove(STS_AT);
         steps.extend(objs);
         steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
-            let c = b["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "VolumeExpansion").unwrap();
+            let c =
+                b["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "VolumeExpansion").unwrap();
             assert_eq!((c["status"].as_str(), c["reason"].as_str()), (Some("True"), Some("Expanding")), "{c}");
             assert!(c["message"].as_str().unwrap().starts_with("0/3 volumes at 20Gi"), "{c}");
         }));
@@ -1508,7 +1511,8 @@ mod tests {
         });
         steps.extend(objs);
         steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
-            let c = b["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "VolumeExpansion").unwrap();
+            let c =
+                b["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "VolumeExpansion").unwrap();
             assert_eq!((c["status"].as_str(), c["reason"].as_str()), (Some("False"), Some("ShrinkRefused")), "{c}");
         }));
         let mock = Mock::new();

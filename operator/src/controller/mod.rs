@@ -8,8 +8,8 @@ mod project;
 mod pushed;
 mod quota;
 mod tenant;
-mod zones;
 mod volume_expansion;
+mod zones;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -62,6 +62,34 @@ pub enum Error {
 }
 
 impl Error {
+    /// A short label for metrics (`sextant_operator_reconcile_errors_total`).
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Error::Kube(kube::Error::Api(e)) => match e.code {
+                403 => "kube_forbidden",
+                404 => "kube_not_found",
+                409 => "kube_conflict",
+                422 => "kube_invalid",
+                429 => "kube_throttled",
+                _ => "kube_api",
+            },
+            Error::Kube(_) => "kube_transport",
+            Error::Admin(AdminError::Transport(_)) => "admin_unreachable",
+            Error::Admin(AdminError::Status { .. }) => "admin_refused",
+            Error::Topology(_) => "invalid_spec",
+            Error::Tenancy(_) => "tenancy",
+            Error::Finalizer(f) => match f.as_ref() {
+                kube::runtime::finalizer::Error::ApplyFailed(e) | kube::runtime::finalizer::Error::CleanupFailed(e) => {
+                    e.reason()
+                }
+                _ => "finalizer",
+            },
+            Error::Encode(_) => "encode",
+            Error::Waiting(_) => "waiting",
+            Error::BadSecret(..) => "bad_secret",
+        }
+    }
+
     fn is_waiting(&self) -> bool {
         match self {
             Error::Waiting(_) => true,
@@ -212,6 +240,11 @@ where
     let started = std::time::Instant::now();
     let result = run.await;
     ctx.metrics.observe(controller, started.elapsed(), result.as_ref().err().map(|e| !e.is_waiting()));
+    if let Err(e) = &result {
+        if !e.is_waiting() {
+            ctx.metrics.observe_error(controller, e.reason());
+        }
+    }
     match &result {
         Ok(_) => ctx.succeeded(&object_key(obj.as_ref())),
         Err(e) if e.is_waiting() => {}
@@ -296,19 +329,46 @@ async fn run_in(ctx: Arc<Context>, namespace: Option<String>) {
     let client = ctx.client.clone();
     let cfg = watcher::Config::default;
     let clusters = Controller::new(scoped::<SextantCluster>(&client, namespace.clone()), cfg())
-        .owns(scoped::<StatefulSet>(&client, namespace.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
-        .owns(scoped::<Deployment>(&client, namespace.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
-        .owns(scoped::<Service>(&client, namespace.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
-        .owns(scoped::<ConfigMap>(&client, namespace.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
+        .owns(
+            scoped::<StatefulSet>(&client, namespace.clone()),
+            cfg().labels("app.kubernetes.io/managed-by=sextant-operator"),
+        )
+        .owns(
+            scoped::<Deployment>(&client, namespace.clone()),
+            cfg().labels("app.kubernetes.io/managed-by=sextant-operator"),
+        )
+        .owns(
+            scoped::<Service>(&client, namespace.clone()),
+            cfg().labels("app.kubernetes.io/managed-by=sextant-operator"),
+        )
+        .owns(
+            scoped::<ConfigMap>(&client, namespace.clone()),
+            cfg().labels("app.kubernetes.io/managed-by=sextant-operator"),
+        )
         .owns(
             scoped::<PodDisruptionBudget>(&client, namespace.clone()),
             cfg().labels("app.kubernetes.io/managed-by=sextant-operator"),
         )
-        .owns(scoped::<ServiceAccount>(&client, namespace.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
-        .owns(scoped::<NetworkPolicy>(&client, namespace.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
+        .owns(
+            scoped::<ServiceAccount>(&client, namespace.clone()),
+            cfg().labels("app.kubernetes.io/managed-by=sextant-operator"),
+        )
+        .owns(
+            scoped::<NetworkPolicy>(&client, namespace.clone()),
+            cfg().labels("app.kubernetes.io/managed-by=sextant-operator"),
+        )
         .shutdown_on_signal()
         .run(cluster::reconcile, error_policy, ctx.clone())
-        .for_each(|_| futures::future::ready(()));
+        .for_each({
+            let metrics = ctx.metrics.clone();
+            move |result| {
+                // A deleted cluster is reported as not found once its watch event arrives.
+                if let Err(kube::runtime::controller::Error::ObjectNotFound(gone)) = result {
+                    metrics.forget_cluster(gone.namespace.as_deref().unwrap_or_default(), &gone.name);
+                }
+                futures::future::ready(())
+            }
+        });
     // A tenant being deleted waits for its projects: wake it when one goes.
     let tenants = Controller::new(scoped::<Tenant>(&client, namespace.clone()), cfg())
         .watches(scoped::<Project>(&client, namespace.clone()), cfg(), |p| {
@@ -353,7 +413,10 @@ async fn run_in(ctx: Arc<Context>, namespace: Option<String>) {
     // Node pods' zones, from their Kubernetes nodes: a separate loop, so a cluster's
     // reconcile never waits on pods being scheduled.
     let zones = Controller::new(scoped::<SextantCluster>(&client, namespace.clone()), cfg())
-        .owns(scoped::<StatefulSet>(&client, namespace.clone()), cfg().labels("app.kubernetes.io/managed-by=sextant-operator"))
+        .owns(
+            scoped::<StatefulSet>(&client, namespace.clone()),
+            cfg().labels("app.kubernetes.io/managed-by=sextant-operator"),
+        )
         .shutdown_on_signal()
         .run(zones::reconcile, error_policy, ctx.clone())
         .for_each(|_| futures::future::ready(()));
@@ -492,7 +555,9 @@ mod tests {
             let query = request.uri().query().unwrap_or_default().to_owned();
             let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
             let namespace = match segments.as_slice() {
-                ["api", "v1", "namespaces", ns, _, ..] | ["apis", _, _, "namespaces", ns, _, ..] => Some(ns.to_string()),
+                ["api", "v1", "namespaces", ns, _, ..] | ["apis", _, _, "namespaces", ns, _, ..] => {
+                    Some(ns.to_string())
+                }
                 _ => None,
             };
             let plans = path == "/apis/sextant.dev/v1alpha1/plans";
@@ -513,7 +578,10 @@ mod tests {
         assert!(outside.is_empty(), "requests outside the watched namespaces: {outside:?}");
         for ns in ["shop", "blog"] {
             for kind in ["sextantclusters", "tenants", "projects", "quotas", "alertrules", "statefulsets", "services"] {
-                assert!(watched.contains(&(Some(ns.to_owned()), kind.to_owned())), "{kind} not watched in {ns}: {watched:?}");
+                assert!(
+                    watched.contains(&(Some(ns.to_owned()), kind.to_owned())),
+                    "{kind} not watched in {ns}: {watched:?}"
+                );
             }
         }
         assert!(watched.contains(&(None, "plans".to_owned())), "{watched:?}");
