@@ -15,8 +15,8 @@ pub mod tenancy;
 pub mod topology;
 pub mod uninstall;
 pub mod v1alpha1;
-pub mod zones;
 pub mod volumes;
+pub mod zones;
 
 pub use manifests::crds_yaml;
 

@@ -149,7 +149,11 @@ impl Buffer {
 
     /// [`scan_rows`](Self::scan_rows) reading every row, not the index's candidates.
     #[cfg(test)]
-    pub fn scan_rows_unindexed(&self, scan: &super::Scan, hidden: &dyn Fn(u128) -> bool) -> Vec<arrow_array::RecordBatch> {
+    pub fn scan_rows_unindexed(
+        &self,
+        scan: &super::Scan,
+        hidden: &dyn Fn(u128) -> bool,
+    ) -> Vec<arrow_array::RecordBatch> {
         self.scan_from(Box::new(self.rows.iter()), scan, hidden)
     }
 
@@ -339,8 +343,20 @@ mod tests {
 
     /// Words with case, punctuation, underscores, digits and non-ASCII letters, so index and
     /// scan must tokenize alike.
-    const WORDS: [&str; 12] =
-        ["Payment", "payment", "PAYMENT,", "declined!", "order_id=42", "zoë", "ZOË", "reset", "by", "peer", "42", "a-b"];
+    const WORDS: [&str; 12] = [
+        "Payment",
+        "payment",
+        "PAYMENT,",
+        "declined!",
+        "order_id=42",
+        "zoë",
+        "ZOË",
+        "reset",
+        "by",
+        "peer",
+        "42",
+        "a-b",
+    ];
     const EVENTS: [&str; 3] = ["buy", "Buy", "view"];
     const PROJECTS: [&str; 2] = ["p", "q"];
 
@@ -353,7 +369,15 @@ mod tests {
     }
 
     fn scan(table: Table, project: &str, filter: Filter) -> Scan {
-        Scan { table, project: project.into(), from_ns: 0, to_ns: i64::MAX, filter, columns: vec![], dictionaries: vec![] }
+        Scan {
+            table,
+            project: project.into(),
+            from_ns: 0,
+            to_ns: i64::MAX,
+            filter,
+            columns: vec![],
+            dictionaries: vec![],
+        }
     }
 
     fn rows_of(table: Table, batches: Vec<arrow_array::RecordBatch>) -> Vec<Row> {
@@ -433,19 +457,35 @@ mod tests {
         let mut logs: Vec<LogRecord> = (0..1000).map(|i| log_line(&[7, 8, 9], None, i)).collect();
         logs[500].message = "Found the NEEDLE, finally".into();
         push(&mut buffer, 1, RowBatch { project_id: "p".into(), logs, ..Default::default() });
-        let s = scan(Table::Logs, "p", Filter { log_query: Some(LogQuery::parse("needle").unwrap()), ..Default::default() });
+        let s = scan(
+            Table::Logs,
+            "p",
+            Filter { log_query: Some(LogQuery::parse("needle").unwrap()), ..Default::default() },
+        );
         assert_eq!(buffer.candidates(&s).count(), 1);
         let found = rows_of(Table::Logs, buffer.scan_rows(&s, &|_| false));
         assert!(matches!(&found[..], [Row::Log(l)] if l.unix_nanos == 500));
-        let absent = scan(Table::Logs, "p", Filter { log_query: Some(LogQuery::parse("needle missing").unwrap()), ..Default::default() });
+        let absent = scan(
+            Table::Logs,
+            "p",
+            Filter { log_query: Some(LogQuery::parse("needle missing").unwrap()), ..Default::default() },
+        );
         assert_eq!(buffer.candidates(&absent).count(), 0);
-        let other = scan(Table::Logs, "q", Filter { log_query: Some(LogQuery::parse("needle").unwrap()), ..Default::default() });
+        let other = scan(
+            Table::Logs,
+            "q",
+            Filter { log_query: Some(LogQuery::parse("needle").unwrap()), ..Default::default() },
+        );
         assert_eq!(buffer.candidates(&other).count(), 0, "postings are per project");
     }
 
     #[test]
     fn the_index_counts_in_the_buffer_size() {
-        let line = |words: &[usize]| RowBatch { project_id: "p".into(), logs: vec![log_line(words, None, 1)], ..Default::default() };
+        let line = |words: &[usize]| RowBatch {
+            project_id: "p".into(),
+            logs: vec![log_line(words, None, 1)],
+            ..Default::default()
+        };
         let mut buffer = Buffer::default();
         // Five distinct terms: five new postings lists.
         let first = push(&mut buffer, 1, line(&[7, 8, 9, 10, 5]));
