@@ -50,9 +50,10 @@ fn chart_lints_renders_valid_objects_and_refuses_bad_values() {
     std::fs::remove_dir_all(&rendered).ok();
     check_builtin_renderings(&builtin);
     std::fs::remove_dir_all(&builtin).ok();
-    // Defaults: five plans; non-default: one plan and a cluster; no-leader-election: a cluster.
-    assert_eq!(kinds.iter().filter(|k| *k == "Plan").count(), 6, "{kinds:?}");
-    assert_eq!(kinds.iter().filter(|k| *k == "SextantCluster").count(), 2, "{kinds:?}");
+    // Defaults: five plans; non-default: one plan and a cluster; no-leader-election: a cluster;
+    // watch-namespaces: five plans and a cluster.
+    assert_eq!(kinds.iter().filter(|k| *k == "Plan").count(), 11, "{kinds:?}");
+    assert_eq!(kinds.iter().filter(|k| *k == "SextantCluster").count(), 3, "{kinds:?}");
 }
 
 /// The pods the operator builds from a SextantCluster the chart rendered: restricted, with the
@@ -95,7 +96,7 @@ fn check_cluster_pods(path: &std::path::Path, doc: &Value) {
 fn check_builtin_renderings(dir: &std::path::Path) {
     let mut files: Vec<_> = std::fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
     files.sort();
-    assert_eq!(files.len(), 3, "{files:?}");
+    assert_eq!(files.len(), 4, "{files:?}");
     for path in files {
         let text = std::fs::read_to_string(&path).unwrap();
         let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -130,6 +131,14 @@ fn check_builtin_renderings(dir: &std::path::Path) {
             for subject in binding["subjects"].as_array().unwrap() {
                 assert_eq!(subject["name"].as_str(), Some(account.as_str()), "{file}: {binding}");
             }
+        }
+        if file == "watch-namespaces-values.yaml" {
+            // Namespace mode: the namespaced rights in a Role per namespace, none cluster-wide.
+            let roles: Vec<_> = of_kind("Role").filter(|r| r["metadata"]["name"] == "sextant-operator").collect();
+            let namespaces: Vec<_> = roles.iter().map(|r| r["metadata"]["namespace"].as_str().unwrap()).collect();
+            assert_eq!(namespaces, ["telemetry", "tenants-a"], "{file}");
+            let cluster_role = of_kind("ClusterRole").find(|r| r["metadata"]["name"] == "sextant-operator").unwrap();
+            assert!(!cluster_role["rules"].to_string().contains("sextantclusters\""), "{file}: {cluster_role}");
         }
         let policies = of_kind("NetworkPolicy").count();
         assert_eq!(policies, usize::from(file != "no-leader-election-values.yaml"), "{file}");
