@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every test of the workspace: unit, property and end-to-end tests (which start real `sextant`
 # processes on loopback ports). Installs what the tests need first. Extra arguments go to
-# cargo nextest (e.g. `scripts/test.sh --profile ci`, `scripts/test.sh -E 'binary(cluster)'`).
+# cargo nextest (e.g. `scripts/test.sh --profile ci`, `scripts/test.sh -E 'test(/^cluster::/)'`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

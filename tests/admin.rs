@@ -4,13 +4,12 @@
 //! work and the replaced ones stop, managed objects are read-only (409), suspension, and a
 //! deleted project's data gone from queries and from disk while another project's stays.
 
-mod common;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use reqwest::{Method, StatusCode};
 use serde_json::{json, Value};
 use sextant_operator::admin::{

@@ -3,11 +3,10 @@
 //! holding the evaluator lease is killed while the rule fires; the other takes over and
 //! resolves the rule when the traffic is clean, and `system.alert_triggered` is published once.
 
-mod common;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 const SECRETS: [(&str, &str); 2] = [

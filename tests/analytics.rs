@@ -3,11 +3,10 @@
 //! Stored rows are counted through the node's `applied_rows` metric (the analytics read API
 //! comes with its own tests).
 
-mod common;
 
 use std::io::Write;
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 /// From `/metrics` at `url`, the internal address.

@@ -3,9 +3,8 @@
 //! `sextant dev` with four shards, with uuids, without uuids but with timestamps, and a replay
 //! batch.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 const USERS: usize = 10;

@@ -15,12 +15,11 @@
 //! chdb is installed by `scripts/test.sh`; without it this test fails with a message saying so
 //! (`SEXTANT_PYTHON` may name a python that has it).
 
-mod common;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 const MIN: i64 = 60_000;

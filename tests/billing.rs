@@ -1,11 +1,10 @@
 //! The payment provider as `sextant dev` configures it: the sandbox's pages are served by
 //! default; Stripe replaces them, needs both secret files, and never prints them.
 
-mod common;
 
 use std::process::{Command, Stdio};
 
-use common::*;
+use crate::common::*;
 
 #[tokio::test]
 async fn dev_serves_the_sandbox_payment_pages_by_default() {
@@ -99,7 +98,7 @@ mod stack {
     use sextant_router::billing::{BillingConfig, ProviderConfig};
     use sextant_router::{RouterConfig, RunningRouter};
 
-    use super::common::{
+    use crate::common::{
         http, in_process_router_config, manual_clock_at_now, start_in_process_node, start_in_process_router, wait_for,
     };
 
@@ -158,7 +157,7 @@ mod stack {
 
         /// A fresh access token (the clock may have moved past the old one's expiry).
         pub async fn login(&self, email: &str) -> String {
-            super::common::login(&self.url, email, "correct horse battery").await
+            crate::common::login(&self.url, email, "correct horse battery").await
         }
 
         pub async fn get(&self, token: &str, path: &str) -> (u16, Value) {

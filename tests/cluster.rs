@@ -3,14 +3,13 @@
 //! acknowledged span is readable exactly once. Shards snapshot every few entries, so the
 //! restarted follower has to catch up by installing a snapshot streamed from the leader.
 
-mod common;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use futures::StreamExt;
 use serde_json::Value;
 

@@ -2,9 +2,8 @@
 //! project, sizes and member pages merged across shards, `cohort_id` filtering timeseries, funnels
 //! and active users, and every refusal (bad fields, body size, foreign ids).
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 const HOUR: i64 = 3_600_000;

@@ -2,12 +2,11 @@
 //! aborts (like kill -9) in the middle of a flush or a compaction while clients ingest; after a
 //! restart every acknowledged span is there exactly once.
 
-mod common;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 const TRACES: usize = 5;

@@ -4,12 +4,11 @@
 //! data ingested through the API (web/e2e/dashboard.mjs). Screenshots land in
 //! `target/dashboard-screenshots/`.
 
-mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::{get_json, http, Dev, LogsOnPanic};
+use crate::common::{get_json, http, Dev, LogsOnPanic};
 use serde_json::{json, Value};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");

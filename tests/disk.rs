@@ -2,13 +2,12 @@
 //! size-limited tmpfs refuses writes with 503 `disk_full` once the disk passes its high-water
 //! mark, keeps answering reads, and takes writes again when space returns.
 
-mod common;
 
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 /// A tmpfs mounted for one test, unmounted (lazily, should a process still hold it) on drop.

@@ -4,14 +4,13 @@
 //! is readable afterwards, also those acknowledged while the frozen leader woke up. A follower
 //! whose Raft log fsyncs take 200 ms does not slow acknowledgements down.
 
-mod common;
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use futures::StreamExt;
 use serde_json::Value;
 

@@ -2,12 +2,11 @@
 //! expand to millions of empty events, with and without a credential; half-sent headers;
 //! bodies past the router's byte budget. The process must stay small and keep answering.
 
-mod common;
 
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 fn gzip(data: &[u8]) -> Vec<u8> {

@@ -4,14 +4,13 @@
 //! certificate another CA signed, even with the right cluster secret; a node's certificate
 //! replaced on disk is served to new connections without a restart.
 
-mod common;
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, SanType,
 };

@@ -4,9 +4,8 @@
 //! `query_too_large` with the estimate and the budget, except for the reads that stop at a
 //! full page.
 
-mod common;
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 const DAY_MS: i64 = 86_400_000;

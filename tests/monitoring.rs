@@ -1,12 +1,11 @@
 //! The chart's Grafana dashboard and Prometheus alerts query metrics that exist: every
 //! `sextant_*` name they use is served by `sextant dev` (node and router) or the operator.
 
-mod common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
 
-use common::{http, Dev};
+use crate::common::{http, Dev};
 
 /// Names a scrape can carry for each `# TYPE` line: counters as `_total`, histograms' series.
 fn exposed_names(exposition: &str) -> BTreeSet<String> {

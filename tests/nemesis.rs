@@ -7,15 +7,12 @@
 //!
 //! The short run is part of the normal suite; the long ones run on demand (docs/RELIABILITY.md,
 //! "Faults: the nemesis harness"):
-//! `SEXTANT_NEMESIS_SECS=300 cargo nextest run --test nemesis --run-ignored only --no-capture`
+//! `SEXTANT_NEMESIS_SECS=300 cargo nextest run --test e2e nemesis:: --run-ignored only --no-capture`
 
-mod common;
-#[path = "common/nemesis.rs"]
-mod harness;
 
 use std::time::Duration;
 
-use harness::*;
+use crate::common::nemesis::*;
 
 fn seed() -> u64 {
     let seed = std::env::var("SEXTANT_NEMESIS_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
@@ -120,7 +117,7 @@ fn long_duration() -> Duration {
 
 /// Random faults for SEXTANT_NEMESIS_SECS (default 300) on three nodes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "minutes long: SEXTANT_NEMESIS_SECS=300 cargo nextest run --test nemesis --run-ignored only"]
+#[ignore = "minutes long: SEXTANT_NEMESIS_SECS=300 cargo nextest run --test e2e nemesis:: --run-ignored only"]
 async fn three_nodes_under_random_faults_for_minutes_lose_nothing() {
     let plan = Plan { seed: seed(), script: vec![], duration: long_duration(), two_at_once: false };
     survive(3, 2, 4, plan).await;
@@ -128,7 +125,7 @@ async fn three_nodes_under_random_faults_for_minutes_lose_nothing() {
 
 /// Random faults on five nodes, two nodes at a time in half of them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "minutes long: SEXTANT_NEMESIS_SECS=300 cargo nextest run --test nemesis --run-ignored only"]
+#[ignore = "minutes long: SEXTANT_NEMESIS_SECS=300 cargo nextest run --test e2e nemesis:: --run-ignored only"]
 async fn five_nodes_under_random_faults_two_at_a_time_lose_nothing() {
     let plan = Plan { seed: seed(), script: vec![], duration: long_duration(), two_at_once: true };
     survive(5, 4, 4, plan).await;

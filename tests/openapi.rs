@@ -4,11 +4,10 @@
 //! with the credentials each operation's security scheme names, and fails on any 5xx and on
 //! any response its document does not describe (status, schema).
 
-mod common;
 
 use std::time::Instant;
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 /// Examples per operation and phase: about 50 operations, bounded for CI (see docs/API.md).

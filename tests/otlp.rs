@@ -3,13 +3,12 @@
 //! `SEXTANT_PYTHON` may name a python that has them), read back through the JSON API; and the
 //! edges a client meets: credentials before the body, size limits, partial success, encodings.
 
-mod common;
 
 use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
 use opentelemetry_proto::tonic::common::v1::{any_value, AnyValue, KeyValue};

@@ -3,11 +3,10 @@
 //! acknowledged write is readable, every refused one stored nothing, admitted latency and
 //! memory stay bounded (docs/RELIABILITY.md, "Overload").
 
-mod common;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 /// What one request got: its status, `Retry-After`, error code and latency.

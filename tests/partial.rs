@@ -7,12 +7,11 @@
 //! shards hold and says which shards are missing. Restarting the nodes brings complete answers
 //! back.
 
-mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 use sextant_model::partition::{default_table, partition_of};
 use sextant_model::ProjectId;

@@ -5,7 +5,6 @@
 //! the npm packages). Then the edges a client meets: the configuration it asks for, recordings
 //! inside other capture batches and forms, and the limits.
 
-mod common;
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -13,7 +12,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use base64::Engine;
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 fn browser_dir() -> PathBuf {

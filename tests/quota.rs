@@ -5,11 +5,10 @@
 //! and is counted. A byte quota crossed by 16 writers through two routers is refused within
 //! the stated staleness and overshot by no more than the stated bound.
 
-mod common;
 
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use reqwest::Method;
 use serde_json::{json, Value};
 

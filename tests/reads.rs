@@ -2,11 +2,10 @@
 //! with known answers, checked exactly (percentiles within 1% of the exact value), cursor
 //! pagination over several pages, tenant isolation and bad parameters.
 
-mod common;
 
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 async fn start_dev(dir: &Path) -> Dev {

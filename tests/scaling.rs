@@ -3,7 +3,6 @@
 //! (learner, snapshot install, promotion), drains move every replica off a node before it is
 //! stopped, and no acknowledged span is lost or duplicated on the way.
 
-mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -11,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use futures::StreamExt;
 use serde_json::{json, Value};
 use sextant_operator::admin::{AdminConnector, AdminEndpoint, AdminError, HttpConnector};

@@ -1,11 +1,10 @@
 //! The embedded default (`sextant dev`): a round trip through the public API, restarts, and
 //! every kind of bad input refused with the contract's error and nothing stored.
 
-mod common;
 
 use std::io::Write;
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 #[tokio::test]

@@ -1,13 +1,12 @@
 //! What a process refuses or keeps private from its first moment: short cluster secrets, gRPC
 //! calls without the secret, data files readable by other users, browser origins nobody listed.
 
-mod common;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use sextant_proto::storage_client::StorageClient;
 use sextant_proto::MetaRequest;
 

@@ -3,10 +3,9 @@
 //! duration that would overflow, never a 500, a panic or an answer over all history; ingest
 //! refuses epoch milliseconds past 2262 naming the field.
 
-mod common;
 
 use base64::Engine;
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 /// Read endpoints and the instant parameters each takes.

@@ -2,14 +2,13 @@
 //! verified against a CA made in the test (rcgen); the internal port stays plain HTTP; a
 //! replaced certificate is served without a restart; bad files stop the start.
 
-mod common;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_client::TraceServiceClient;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::resource::v1::Resource;

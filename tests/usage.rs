@@ -3,11 +3,10 @@
 //! with unflushed data and unreported counters: the Raft log replay counts nothing twice and
 //! loses nothing.
 
-mod common;
 
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::{json, Value};
 
 /// What the test got 200 for: JSON bytes of the bodies and the objects per kind.

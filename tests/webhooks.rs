@@ -2,7 +2,6 @@
 //! request with the Standard Webhooks algorithm, written here from the specification; the
 //! retry schedule is driven by a manual clock, and restarts kill the real process.
 
-mod common;
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
@@ -15,7 +14,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use common::*;
+use crate::common::*;
 use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
 use sextant_model::ManualClock;

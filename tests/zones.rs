@@ -3,13 +3,12 @@
 //! one zone. Meta moves them, one group at a time, until every group spans the three zones; a
 //! zone that changes in a node's zone file is registered again and repaired the same way.
 
-mod common;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use common::*;
+use crate::common::*;
 use serde_json::Value;
 
 const SECRET: &str = "test-cluster-secret-0123456789abcdef";

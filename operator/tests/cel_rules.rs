@@ -2,7 +2,7 @@
 //! the API server does on an update: a rule on a field runs only where the field is present,
 //! and a transition rule (`oldSelf`) only where it is present in both objects.
 
-mod common;
+use crate::common;
 
 use serde_json::{json, Value};
 use sextant_operator::manifests::custom_resource_definitions;

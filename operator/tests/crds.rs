@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-mod common;
+use crate::common;
 
-use common::{errors, repo};
+use crate::common::{errors, repo};
 use serde_json::{json, Value};
 use sextant_operator::manifests::{crds_yaml, custom_resource_definitions};
 

@@ -1,9 +1,9 @@
 //! Every pod the operator builds meets Pod Security "restricted", whatever the cluster's spec
 //! sets (the checker is `common::pod_security`; the chart's own pods are checked in `chart.rs`).
 
-mod common;
+use crate::common;
 
-use common::pod_security::{pod_templates, restricted_violations};
+use crate::common::pod_security::{pod_templates, restricted_violations};
 use serde_json::{json, Value};
 use sextant_operator::topology::{owned_objects, Owned};
 use sextant_operator::v1alpha1::SextantCluster;

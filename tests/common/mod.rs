@@ -2,6 +2,8 @@
 //! its own temporary directory, killed when the test ends.
 #![allow(dead_code)]
 
+pub mod nemesis;
+
 use std::future::Future;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
