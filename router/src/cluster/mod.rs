@@ -75,6 +75,9 @@ pub struct Cluster {
     meta: RwLock<Option<Arc<MetaCache>>>,
     /// When each group's replicas were last asked for a new leader ([`Cluster::leader_moved`]).
     probes: std::sync::Mutex<HashMap<GroupId, Instant>>,
+    /// When a credential this router did not know last made it reload the meta view
+    /// ([`Cluster::reload_meta_for_unknown`]); held while that reload runs.
+    unknown_reloads: tokio::sync::Mutex<Option<Instant>>,
     /// How long a call keeps looking for a leader before answering 503.
     pub deadline: Duration,
 }
@@ -87,6 +90,9 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(5);
 const SUSPECT_AFTER: Duration = Duration::from_millis(250);
 /// Then a group's other replicas are asked at most this often, however many calls wait on it.
 const PROBE_INTERVAL: Duration = Duration::from_millis(200);
+/// A credential this router does not know reloads the meta view at most this often, however
+/// many requests present unknown ones.
+const UNKNOWN_RELOAD_INTERVAL: Duration = Duration::from_millis(200);
 /// Deadline of one node's `ClusterInfo` in a probe or a topology refresh: a frozen node must
 /// not hold up the answers of the others for long.
 const INFO_TIMEOUT: Duration = Duration::from_millis(500);
@@ -112,6 +118,7 @@ impl Cluster {
             topology: RwLock::new(Topology::default()),
             meta: RwLock::new(None),
             probes: Default::default(),
+            unknown_reloads: Default::default(),
             deadline: Duration::from_secs(10),
         }))
     }
@@ -184,6 +191,23 @@ impl Cluster {
             *cache = Some(Arc::new(view.into()));
         }
         Ok(())
+    }
+
+    /// Reloads the meta view for a credential missing from the one seen at `seen_version`: one
+    /// made through another router less than a refresh period ago. Requests that miss at once
+    /// share one reload, and reloads start at most once per [`UNKNOWN_RELOAD_INTERVAL`], so
+    /// made-up credentials cannot make this router hammer the meta group.
+    pub async fn reload_meta_for_unknown(&self, seen_version: u64) -> Result<(), ClusterError> {
+        let mut last = self.unknown_reloads.lock().await;
+        if self.meta_cache().is_some_and(|c| c.version > seen_version) {
+            return Ok(());
+        }
+        let now = Instant::now();
+        if last.is_some_and(|t| now < t + UNKNOWN_RELOAD_INTERVAL) {
+            return Ok(());
+        }
+        *last = Some(now);
+        self.refresh_meta().await
     }
 
     /// Proposes a meta command and reloads this router's cache when it changed something, so

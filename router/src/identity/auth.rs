@@ -63,14 +63,24 @@ pub fn new_credential(kind: CredentialKind, project_id: ProjectId, name: &str, n
     (token, record)
 }
 
-/// The credential presented, if valid. Unknown ids and wrong secrets take the same path and
-/// the same time.
-pub fn verify_credential(app: &AppState, kind: CredentialKind, presented: &str) -> Result<Credential, ApiError> {
+/// The credential presented, if valid. An id this router does not know reloads the meta view
+/// first (rate-limited): the credential may have been made through another router moments ago.
+/// Unknown ids and wrong secrets then take the same comparison.
+pub async fn verify_credential(
+    app: &AppState,
+    kind: CredentialKind,
+    presented: &str,
+) -> Result<Credential, ApiError> {
     const INVALID: ApiError = ApiError::Unauthorized("invalid credential");
     let rest = presented.strip_prefix(prefix(kind)).ok_or(INVALID)?;
     let (id, secret) = rest.split_once('_').ok_or(INVALID)?;
-    let cache =
-        app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("credentials are not loaded yet".into()))?;
+    let loaded =
+        || app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("credentials are not loaded yet".into()));
+    let mut cache = loaded()?;
+    if !cache.credentials.contains_key(id) {
+        app.cluster.reload_meta_for_unknown(cache.version).await?;
+        cache = loaded()?;
+    }
     let record = cache.credentials.get(id).filter(|c| c.kind == kind && !c.revoked);
     let expected = record.map(|c| c.secret_sha256.as_bytes()).unwrap_or(&[0u8; 64]);
     let matches: bool = sha256_hex(secret).as_bytes().ct_eq(expected).into();
@@ -84,8 +94,8 @@ pub fn verify_credential(app: &AppState, kind: CredentialKind, presented: &str) 
 pub const SUSPENDED: ApiError = ApiError::Forbidden("org_suspended", "the organization is suspended");
 
 /// A credential's bearer, admitted by its rate limit: the project it writes to.
-pub fn admit_credential(app: &AppState, kind: CredentialKind, presented: &str) -> Result<ProjectId, ApiError> {
-    let credential = verify_credential(app, kind, presented)?;
+pub async fn admit_credential(app: &AppState, kind: CredentialKind, presented: &str) -> Result<ProjectId, ApiError> {
+    let credential = verify_credential(app, kind, presented).await?;
     let cache =
         app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("credentials are not loaded yet".into()))?;
     let class = match kind {
@@ -103,7 +113,11 @@ pub fn admit_credential(app: &AppState, kind: CredentialKind, presented: &str) -
 }
 
 /// API key of an observability ingest request: `X-API-Key`, `Authorization: Bearer` or `api_key`.
-pub fn api_key_project(app: &AppState, headers: &HeaderMap, query: Option<&str>) -> Result<ProjectId, ApiError> {
+pub async fn api_key_project(
+    app: &AppState,
+    headers: &HeaderMap,
+    query: Option<&str>,
+) -> Result<ProjectId, ApiError> {
     let from_header = headers.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let from_bearer = || {
         headers
@@ -115,7 +129,7 @@ pub fn api_key_project(app: &AppState, headers: &HeaderMap, query: Option<&str>)
     };
     let from_query = || query_string::find(query, &["api_key"]);
     let key = from_header.or_else(from_bearer).or_else(from_query).ok_or(ApiError::Unauthorized("missing API key"))?;
-    admit_credential(app, CredentialKind::ApiKey, key.trim())
+    admit_credential(app, CredentialKind::ApiKey, key.trim()).await
 }
 
 // ------------------------------------------------------------------------------ passwords

@@ -63,14 +63,14 @@ fn token_outside_body(headers: &HeaderMap, query: Option<&str>) -> Option<String
     from_header.or_else(from_query).filter(|t| !t.trim().is_empty())
 }
 
-fn admit(app: &AppState, token: Option<String>) -> Result<ProjectId, ApiError> {
+async fn admit(app: &AppState, token: Option<String>) -> Result<ProjectId, ApiError> {
     let token = token.ok_or(ApiError::Unauthorized("missing project token"))?;
-    admit_credential(app, CredentialKind::IngestToken, token.trim())
+    admit_credential(app, CredentialKind::IngestToken, token.trim()).await
 }
 
 /// The project of `token`, if it is within its monthly event quota.
-fn admit_within_quota(app: &AppState, token: Option<String>) -> Result<ProjectId, ApiError> {
-    let project = admit(app, token)?;
+async fn admit_within_quota(app: &AppState, token: Option<String>) -> Result<ProjectId, ApiError> {
+    let project = admit(app, token).await?;
     super::quota::check(app, project, super::quota::Meter::Events)?;
     Ok(project)
 }
@@ -88,7 +88,10 @@ pub(super) async fn receive_admitted<T: Send + 'static>(
     limit: usize,
     parse: impl FnOnce(&[u8], &mut Received) -> Result<T, ApiError> + Send + 'static,
 ) -> Result<(T, ProjectId, usize, Charge), ApiError> {
-    let admitted = token_outside_body(headers, query).map(|token| admit_within_quota(app, Some(token))).transpose()?;
+    let admitted = match token_outside_body(headers, query) {
+        Some(token) => Some(admit_within_quota(app, Some(token)).await?),
+        None => None,
+    };
     if shape.json_only() {
         crate::http::body::require_json(headers)?;
     }
@@ -107,7 +110,7 @@ pub(super) async fn receive_admitted<T: Send + 'static>(
                     Ok((token, received))
                 })
                 .await?;
-            (admit_within_quota(app, token)?, received)
+            (admit_within_quota(app, token).await?, received)
         }
     };
     finish(app, received, encoding, shape, limit, project, parse).await

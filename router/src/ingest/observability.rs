@@ -162,7 +162,7 @@ async fn handle<K: Kind + 'static>(
 ) -> Result<Json<Accepted>, ApiError> {
     let result = async {
         // The credential first: an unauthenticated body is never read.
-        let project = api_key_project(&app, &headers, query.as_deref())?;
+        let project = api_key_project(&app, &headers, query.as_deref()).await?;
         super::quota::check(&app, project, super::quota::Meter::Bytes)?;
         crate::http::body::require_json(&headers)?;
         let encoding = crate::http::body::encoding(&headers)?;

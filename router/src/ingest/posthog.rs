@@ -211,7 +211,7 @@ pub async fn remote_config(
     State(app): State<Arc<AppState>>,
     Path(token): Path<String>,
 ) -> Result<Json<RemoteConfig>, ApiError> {
-    admit_credential(&app, CredentialKind::IngestToken, token.trim())?;
+    admit_credential(&app, CredentialKind::IngestToken, token.trim()).await?;
     Ok(Json(RemoteConfig::new()))
 }
 

@@ -80,7 +80,7 @@ const PREFIX: usize = 5;
 /// the size limit and the body budget, and what decoding it will take is charged before tonic
 /// decodes it ([`wire::decoded_cost`]).
 async fn authenticate(State(app): State<Arc<AppState>>, request: HttpRequest, next: Next) -> HttpResponse {
-    let admitted = api_key_project(&app, request.headers(), None).and_then(|project| {
+    let admitted = api_key_project(&app, request.headers(), None).await.and_then(|project| {
         crate::ingest::quota::check(&app, project, crate::ingest::quota::Meter::Bytes).map(|()| project)
     });
     let project = match admitted {

@@ -130,7 +130,7 @@ async fn handle<S: Signal>(State(app): State<Arc<AppState>>, headers: HeaderMap,
     let unsupported = requested.err();
     let result = async {
         // The credential first: an unauthenticated body is never read.
-        let project = api_key_project(&app, &headers, None)?;
+        let project = api_key_project(&app, &headers, None).await?;
         crate::ingest::quota::check(&app, project, crate::ingest::quota::Meter::Bytes)?;
         if let Some(e) = unsupported {
             return Err(e);
