@@ -98,7 +98,7 @@ async fn survive(nodes: usize, shards: u32, writers: usize, mut plan: Plan) {
 /// The normal suite's run: one kill -9 and restart, one SIGSTOP, one partition of a node, 5 s
 /// each, on three nodes under ingest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "open bug: under faults a router sometimes answers 401 to a valid API key (docs/RELIABILITY.md)"]
+#[ignore = "on request until it passes again after the 401 fix (docs/RELIABILITY.md, nemesis)"]
 async fn three_nodes_under_a_kill_a_pause_and_a_partition_lose_nothing() {
     let hold = Duration::from_secs(5);
     let plan = Plan {
