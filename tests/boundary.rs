@@ -43,9 +43,12 @@ fn is_ident(c: char) -> bool {
     c.is_alphanumeric() || c == '_'
 }
 
-/// Whether a path after `sextant_proto::` stays inside the `convert` module.
+/// Whether a path after `sextant_proto::` stays inside a module that names no wire type:
+/// `convert`, or the TLS setup of the public (`tls`) and internal (`internal_tls`) ports.
 fn into_convert(path: &str) -> bool {
-    path.strip_prefix("convert").is_some_and(|rest| !rest.starts_with(is_ident))
+    ["convert", "tls", "internal_tls"]
+        .iter()
+        .any(|module| path.strip_prefix(module).is_some_and(|rest| !rest.starts_with(is_ident)))
 }
 
 /// Lines of `source` naming something of crate `krate` other than what `allowed` accepts
@@ -189,6 +192,8 @@ fn the_check_flags_wire_types_and_passes_conversions() {
     assert!(flagged("use sextant_proto as pb;"));
     assert!(flagged("use sextant_proto::*;"));
     assert!(!flagged("use sextant_proto::convert::persist_row::encode_ingest;"));
+    assert!(!flagged("use sextant_proto::tls::{certified_key, Reloading};"));
+    assert!(flagged("use sextant_proto::tlsx::Thing;"));
     assert!(!flagged("use sextant_proto::convert::persist_row::{self as persist, DecodeError};"));
     assert!(!flagged("use sextant_proto::{convert::row, convert::query};"));
     assert!(!flagged("use sextant_proto::{convert::persist_row::{encode, decode}, convert::row};"));
