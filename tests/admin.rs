@@ -4,7 +4,6 @@
 //! work and the replaced ones stop, managed objects are read-only (409), suspension, and a
 //! deleted project's data gone from queries and from disk while another project's stays.
 
-
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::Duration;

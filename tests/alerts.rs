@@ -3,7 +3,6 @@
 //! holding the evaluator lease is killed while the rule fires; the other takes over and
 //! resolves the rule when the traffic is clean, and `system.alert_triggered` is published once.
 
-
 use std::time::{Duration, Instant};
 
 use crate::common::*;

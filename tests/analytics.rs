@@ -3,7 +3,6 @@
 //! Stored rows are counted through the node's `applied_rows` metric (the analytics read API
 //! comes with its own tests).
 
-
 use std::io::Write;
 
 use crate::common::*;

@@ -3,7 +3,6 @@
 //! `sextant dev` with four shards, with uuids, without uuids but with timestamps, and a replay
 //! batch.
 
-
 use crate::common::*;
 use serde_json::{json, Value};
 

@@ -15,7 +15,6 @@
 //! chdb is installed by `scripts/test.sh`; without it this test fails with a message saying so
 //! (`SEXTANT_PYTHON` may name a python that has it).
 
-
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 

@@ -1,7 +1,6 @@
 //! The payment provider as `sextant dev` configures it: the sandbox's pages are served by
 //! default; Stripe replaces them, needs both secret files, and never prints them.
 
-
 use std::process::{Command, Stdio};
 
 use crate::common::*;

@@ -3,7 +3,6 @@
 //! acknowledged span is readable exactly once. Shards snapshot every few entries, so the
 //! restarted follower has to catch up by installing a snapshot streamed from the leader.
 
-
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

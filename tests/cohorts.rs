@@ -2,7 +2,6 @@
 //! project, sizes and member pages merged across shards, `cohort_id` filtering timeseries, funnels
 //! and active users, and every refusal (bad fields, body size, foreign ids).
 
-
 use crate::common::*;
 use serde_json::{json, Value};
 

@@ -2,7 +2,6 @@
 //! aborts (like kill -9) in the middle of a flush or a compaction while clients ingest; after a
 //! restart every acknowledged span is there exactly once.
 
-
 use std::collections::BTreeSet;
 use std::time::Duration;
 

@@ -4,7 +4,6 @@
 //! data ingested through the API (web/e2e/dashboard.mjs). Screenshots land in
 //! `target/dashboard-screenshots/`.
 
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -2,7 +2,6 @@
 //! size-limited tmpfs refuses writes with 503 `disk_full` once the disk passes its high-water
 //! mark, keeps answering reads, and takes writes again when space returns.
 
-
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;

@@ -4,7 +4,6 @@
 //! is readable afterwards, also those acknowledged while the frozen leader woke up. A follower
 //! whose Raft log fsyncs take 200 ms does not slow acknowledgements down.
 
-
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};

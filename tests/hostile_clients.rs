@@ -2,7 +2,6 @@
 //! expand to millions of empty events, with and without a credential; half-sent headers;
 //! bodies past the router's byte budget. The process must stay small and keep answering.
 
-
 use std::io::Write;
 use std::time::{Duration, Instant};
 

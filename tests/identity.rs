@@ -3,12 +3,11 @@
 //! endpoint, tenant isolation, rate limits shared between routers, propagation of changes
 //! between routers, restarts, and bad input.
 
-
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use base64::Engine;
 use crate::common::*;
+use base64::Engine;
 use reqwest::{Method, Response};
 use serde_json::{json, Value};
 

@@ -4,7 +4,6 @@
 //! certificate another CA signed, even with the right cluster secret; a node's certificate
 //! replaced on disk is served to new connections without a restart.
 
-
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

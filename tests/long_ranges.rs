@@ -4,7 +4,6 @@
 //! `query_too_large` with the estimate and the budget, except for the reads that stop at a
 //! full page.
 
-
 use crate::common::*;
 use serde_json::{json, Value};
 

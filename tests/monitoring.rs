@@ -1,7 +1,6 @@
 //! The chart's Grafana dashboard and Prometheus alerts query metrics that exist: every
 //! `sextant_*` name they use is served by `sextant dev` (node and router) or the operator.
 
-
 use std::collections::BTreeSet;
 use std::path::Path;
 

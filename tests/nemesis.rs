@@ -9,7 +9,6 @@
 //! "Faults: the nemesis harness"):
 //! `SEXTANT_NEMESIS_SECS=300 cargo nextest run --test e2e nemesis:: --run-ignored only --no-capture`
 
-
 use std::time::Duration;
 
 use crate::common::nemesis::*;

@@ -4,7 +4,6 @@
 //! with the credentials each operation's security scheme names, and fails on any 5xx and on
 //! any response its document does not describe (status, schema).
 
-
 use std::time::Instant;
 
 use crate::common::*;

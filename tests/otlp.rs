@@ -3,7 +3,6 @@
 //! `SEXTANT_PYTHON` may name a python that has them), read back through the JSON API; and the
 //! edges a client meets: credentials before the body, size limits, partial success, encodings.
 
-
 use std::io::Write;
 use std::path::Path;
 use std::time::Duration;

@@ -3,7 +3,6 @@
 //! acknowledged write is readable, every refused one stored nothing, admitted latency and
 //! memory stay bounded (docs/RELIABILITY.md, "Overload").
 
-
 use std::time::{Duration, Instant};
 
 use crate::common::*;

@@ -7,7 +7,6 @@
 //! shards hold and says which shards are missing. Restarting the nodes brings complete answers
 //! back.
 
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 

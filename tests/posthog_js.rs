@@ -5,14 +5,13 @@
 //! the npm packages). Then the edges a client meets: the configuration it asks for, recordings
 //! inside other capture batches and forms, and the limits.
 
-
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use base64::Engine;
 use crate::common::*;
+use base64::Engine;
 use serde_json::{json, Value};
 
 fn browser_dir() -> PathBuf {

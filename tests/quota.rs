@@ -5,7 +5,6 @@
 //! and is counted. A byte quota crossed by 16 writers through two routers is refused within
 //! the stated staleness and overshot by no more than the stated bound.
 
-
 use std::time::{Duration, Instant};
 
 use crate::common::*;

@@ -2,7 +2,6 @@
 //! with known answers, checked exactly (percentiles within 1% of the exact value), cursor
 //! pagination over several pages, tenant isolation and bad parameters.
 
-
 use std::path::Path;
 
 use crate::common::*;

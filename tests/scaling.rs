@@ -3,7 +3,6 @@
 //! (learner, snapshot install, promotion), drains move every replica off a node before it is
 //! stopped, and no acknowledged span is lost or duplicated on the way.
 
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};

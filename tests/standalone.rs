@@ -1,7 +1,6 @@
 //! The embedded default (`sextant dev`): a round trip through the public API, restarts, and
 //! every kind of bad input refused with the contract's error and nothing stored.
 
-
 use std::io::Write;
 
 use crate::common::*;

@@ -1,7 +1,6 @@
 //! What a process refuses or keeps private from its first moment: short cluster secrets, gRPC
 //! calls without the secret, data files readable by other users, browser origins nobody listed.
 
-
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;

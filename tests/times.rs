@@ -3,9 +3,8 @@
 //! duration that would overflow, never a 500, a panic or an answer over all history; ingest
 //! refuses epoch milliseconds past 2262 naming the field.
 
-
-use base64::Engine;
 use crate::common::*;
+use base64::Engine;
 use serde_json::{json, Value};
 
 /// Read endpoints and the instant parameters each takes.

@@ -2,7 +2,6 @@
 //! verified against a CA made in the test (rcgen); the internal port stays plain HTTP; a
 //! replaced certificate is served without a restart; bad files stop the start.
 
-
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

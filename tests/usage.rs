@@ -3,7 +3,6 @@
 //! with unflushed data and unreported counters: the Raft log replay counts nothing twice and
 //! loses nothing.
 
-
 use std::time::Duration;
 
 use crate::common::*;

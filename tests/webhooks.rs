@@ -2,19 +2,18 @@
 //! request with the Standard Webhooks algorithm, written here from the specification; the
 //! retry schedule is driven by a manual clock, and restarts kill the real process.
 
-
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::common::*;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine;
-use crate::common::*;
 use hmac::{Hmac, Mac};
 use serde_json::{json, Value};
 use sextant_model::ManualClock;

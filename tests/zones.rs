@@ -3,7 +3,6 @@
 //! one zone. Meta moves them, one group at a time, until every group spans the three zones; a
 //! zone that changes in a node's zone file is registered again and repaired the same way.
 
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::time::Duration;

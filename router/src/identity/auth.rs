@@ -66,11 +66,7 @@ pub fn new_credential(kind: CredentialKind, project_id: ProjectId, name: &str, n
 /// The credential presented, if valid. An id this router does not know reloads the meta view
 /// first (rate-limited): the credential may have been made through another router moments ago.
 /// Unknown ids and wrong secrets then take the same comparison.
-pub async fn verify_credential(
-    app: &AppState,
-    kind: CredentialKind,
-    presented: &str,
-) -> Result<Credential, ApiError> {
+pub async fn verify_credential(app: &AppState, kind: CredentialKind, presented: &str) -> Result<Credential, ApiError> {
     const INVALID: ApiError = ApiError::Unauthorized("invalid credential");
     let rest = presented.strip_prefix(prefix(kind)).ok_or(INVALID)?;
     let (id, secret) = rest.split_once('_').ok_or(INVALID)?;
@@ -113,11 +109,7 @@ pub async fn admit_credential(app: &AppState, kind: CredentialKind, presented: &
 }
 
 /// API key of an observability ingest request: `X-API-Key`, `Authorization: Bearer` or `api_key`.
-pub async fn api_key_project(
-    app: &AppState,
-    headers: &HeaderMap,
-    query: Option<&str>,
-) -> Result<ProjectId, ApiError> {
+pub async fn api_key_project(app: &AppState, headers: &HeaderMap, query: Option<&str>) -> Result<ProjectId, ApiError> {
     let from_header = headers.get("x-api-key").and_then(|v| v.to_str().ok()).map(str::to_owned);
     let from_bearer = || {
         headers
