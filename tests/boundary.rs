@@ -45,7 +45,7 @@ fn is_ident(c: char) -> bool {
 
 /// Whether a path after `sextant_proto::` stays inside a module that names no wire type:
 /// `convert`, or the TLS setup of the public (`tls`) and internal (`internal_tls`) ports.
-fn into_convert(path: &str) -> bool {
+fn names_no_wire_type(path: &str) -> bool {
     ["convert", "tls", "internal_tls"]
         .iter()
         .any(|module| path.strip_prefix(module).is_some_and(|rest| !rest.starts_with(is_ident)))
@@ -130,7 +130,7 @@ fn wire_types_are_named_only_in_the_edge_modules() {
         if PROTO_EDGES.iter().any(|(edge, _)| file.starts_with(edge)) {
             continue;
         }
-        for (line, text) in violations(&source, "sextant_proto", into_convert) {
+        for (line, text) in violations(&source, "sextant_proto", names_no_wire_type) {
             found.push((file.clone(), line, text));
         }
     }
@@ -183,7 +183,7 @@ fn model_does_not_depend_on_proto() {
 
 #[test]
 fn the_check_flags_wire_types_and_passes_conversions() {
-    let flagged = |source: &str| !violations(source, "sextant_proto", into_convert).is_empty();
+    let flagged = |source: &str| !violations(source, "sextant_proto", names_no_wire_type).is_empty();
     assert!(flagged("use sextant_proto::MetaRequest;"));
     assert!(flagged("pub fn f(op: sextant_proto::write_request::Op) {}"));
     assert!(flagged("use sextant_proto::{convert::row, WriteReply};"));
