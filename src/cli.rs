@@ -118,8 +118,9 @@ pub struct ServerArgs {
     /// beyond it get 503 with `Retry-After`.
     #[arg(long, default_value_t = 512)]
     pub body_budget_mib: usize,
-    /// MiB of ingest (JSON) one project may have being committed through a router at once;
-    /// its requests beyond it get 429 with `Retry-After` while other projects' go on.
+    /// MiB of ingest bodies (as received) one project may have being parsed or committed
+    /// through a router at once; its requests beyond it get 429 with `Retry-After` while other
+    /// projects' go on.
     #[arg(long, default_value_t = 64)]
     pub tenant_inflight_mib: u64,
     /// Reads (`GET` of the API) a router runs at once.

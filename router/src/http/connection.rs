@@ -39,8 +39,8 @@ pub struct ServerLimits {
     /// What one read may cost, estimated before it scans (docs/API.md, "Reads: time range,
     /// partial answers and limits").
     pub query_budget: crate::query::scatter::QueryBudget,
-    /// JSON bytes one project may have being committed through this router at once (429
-    /// past it; docs/API.md, "Overload").
+    /// Body bytes (as received) one project may have being parsed or committed through this
+    /// router at once (429 past it; docs/API.md, "Overload").
     pub tenant_inflight_bytes: u64,
     /// Reads (`GET` of the API) running at once on this router.
     pub max_concurrent_reads: usize,

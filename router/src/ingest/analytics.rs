@@ -21,6 +21,7 @@ use sextant_model::meta::CredentialKind;
 use sextant_model::row::{Event, ReplayEvent, RowBatch};
 use sextant_model::ProjectId;
 
+use super::admission::Share;
 use super::commit::commit;
 use super::partition::{partition, Partitioned};
 use super::{answer, Accepted};
@@ -75,6 +76,18 @@ async fn admit_within_quota(app: &AppState, token: Option<String>) -> Result<Pro
     Ok(project)
 }
 
+/// An analytics body, parsed, and what it holds until it is stored.
+pub(super) struct Admitted<T> {
+    pub parsed: T,
+    pub project: ProjectId,
+    /// Bytes of the decoded JSON.
+    pub json_len: usize,
+    /// The project's share of this router's ingest, passed to `commit`.
+    pub share: Share,
+    /// The body's bytes against the router's budget.
+    _charge: Charge,
+}
+
 /// The body of an analytics request and its project. A token outside the body is admitted
 /// before the body is read; else the body is searched for one, keeping nothing of it, and only
 /// an admitted body is decoded in full and parsed (docs/API.md, "Connections and request
@@ -87,7 +100,7 @@ pub(super) async fn receive_admitted<T: Send + 'static>(
     shape: Shape,
     limit: usize,
     parse: impl FnOnce(&[u8], &mut Received) -> Result<T, ApiError> + Send + 'static,
-) -> Result<(T, ProjectId, usize, Charge), ApiError> {
+) -> Result<Admitted<T>, ApiError> {
     let admitted = match token_outside_body(headers, query) {
         Some(token) => Some(admit_within_quota(app, Some(token)).await?),
         None => None,
@@ -113,7 +126,9 @@ pub(super) async fn receive_admitted<T: Send + 'static>(
             (admit_within_quota(app, token).await?, received)
         }
     };
-    finish(app, received, encoding, shape, limit, project, parse).await
+    let share = app.ingest_shares.enter(&project, received.raw.len() as u64)?;
+    let (parsed, json_len, charge) = finish(app, received, encoding, shape, limit, parse).await?;
+    Ok(Admitted { parsed, project, json_len, share, _charge: charge })
 }
 
 async fn finish<T: Send + 'static>(
@@ -122,18 +137,15 @@ async fn finish<T: Send + 'static>(
     encoding: Encoding,
     shape: Shape,
     limit: usize,
-    project: ProjectId,
     parse: impl FnOnce(&[u8], &mut Received) -> Result<T, ApiError> + Send + 'static,
-) -> Result<(T, ProjectId, usize, Charge), ApiError> {
-    let (parsed, len, charge) = app
-        .bodies
+) -> Result<(T, usize, Charge), ApiError> {
+    app.bodies
         .parse(received, encoding, move |mut received| {
             let json = shape.decode(&mut received, encoding, limit)?;
             let parsed = parse(&json, &mut received)?;
             Ok((parsed, json.len(), received.charge))
         })
-        .await?;
-    Ok((parsed, project, len, charge))
+        .await
 }
 
 /// The kinds of analytics bodies: how each is encoded and where it carries its token.
@@ -250,17 +262,14 @@ pub(super) fn validate_events(app: &AppState, events: Capped<EventJson, MAX_EVEN
         .map_err(|errors| ApiError::invalid_objects("events", errors))
 }
 
-async fn store_events(
-    app: &AppState,
-    project: &ProjectId,
-    events: Capped<EventJson, MAX_EVENTS>,
-    body_len: usize,
-) -> Result<usize, ApiError> {
-    let rows = validate_events(app, events)?;
+async fn store_events(app: &AppState, admitted: Admitted<BatchBody>) -> Result<usize, ApiError> {
+    let Admitted { parsed, project, json_len, share, .. } = admitted;
+    let project = &project;
+    let rows = validate_events(app, parsed.events)?;
     let accepted = rows.len();
     if accepted > 0 {
         let hooked = crate::webhooks::subscribed_events(app, project, &rows);
-        commit(app, partition::<Events>(app, project, rows, body_len)?).await?;
+        commit(app, &share, partition::<Events>(app, project, rows, json_len)?).await?;
         crate::webhooks::publish_customer_events(app, project, hooked).await;
     }
     Ok(accepted)
@@ -284,12 +293,12 @@ pub async fn batch(
     body: Body,
 ) -> Result<Json<Accepted>, ApiError> {
     let result = async {
-        let (parsed, project, len, _held) =
+        let admitted =
             receive_admitted(&app, &headers, query.as_deref(), body, Shape::Native, MAX_EVENTS_BODY, |json, r| {
                 r.parse::<BatchBody>(json)
             })
             .await?;
-        store_events(&app, &project, parsed.events, len).await
+        store_events(&app, admitted).await
     }
     .await;
     answer(&app, EVENTS, result, |accepted| Accepted { status: "ok", accepted })
@@ -313,7 +322,7 @@ pub async fn replay(
     body: Body,
 ) -> Result<Json<Accepted>, ApiError> {
     let result = async {
-        let (parsed, project, len, _held) =
+        let Admitted { parsed, project, json_len, share, .. } =
             receive_admitted(&app, &headers, query.as_deref(), body, Shape::Native, MAX_REPLAY_BODY, |json, r| {
                 r.parse::<ReplayBody>(json)
             })
@@ -328,7 +337,7 @@ pub async fn replay(
         }
         let accepted = rows.len();
         if accepted > 0 {
-            commit(&app, partition::<Replays>(&app, &project, rows, len)?).await?;
+            commit(&app, &share, partition::<Replays>(&app, &project, rows, json_len)?).await?;
         }
         Ok(accepted)
     }

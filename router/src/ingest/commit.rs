@@ -8,6 +8,7 @@ use sextant_model::row::RowBatch;
 
 use crate::cluster::{Cluster, GroupId, Write};
 use crate::http::error::ApiError;
+use crate::ingest::admission::Share;
 use crate::AppState;
 
 /// Replicates every sub-batch under one batch id. If any shard cannot commit, the others are
@@ -15,14 +16,16 @@ use crate::AppState;
 /// its own: a client that disconnects does not stop it halfway, with some shards holding the
 /// batch and no abort sent.
 /// Quotas count the request from the start of its replication until the usage roll-up does
-/// (`quota::Pending`). The project's bytes count against its share of this router's ingest
-/// (`admission`) until the replication ends.
-pub(crate) async fn commit(app: &AppState, batches: HashMap<GroupId, RowBatch>) -> Result<(), ApiError> {
-    let Some(project) = batches.values().next().map(|b| b.project_id.clone()) else {
+/// (`quota::Pending`). The caller holds the request's `Share` of the project's ingest
+/// (`admission`), taken before its body was parsed, until this returns.
+pub(crate) async fn commit(
+    app: &AppState,
+    _share: &Share,
+    batches: HashMap<GroupId, RowBatch>,
+) -> Result<(), ApiError> {
+    if batches.is_empty() {
         return Ok(());
-    };
-    let bytes = batches.values().map(|b| b.json_bytes).sum();
-    let _share = app.ingest_shares.enter(&project, bytes)?;
+    }
     let cluster = app.cluster.clone();
     let reservation = app.quota_pending.reserve(&batches);
     tokio::spawn(async move {

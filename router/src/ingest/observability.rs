@@ -168,6 +168,7 @@ async fn handle<K: Kind + 'static>(
         let encoding = crate::http::body::encoding(&headers)?;
         let timeout = app.config.server.body_read_timeout;
         let received = crate::http::body::receive(&app.bodies, &headers, body, MAX_OBSERVABILITY_BODY, timeout).await?;
+        let share = app.ingest_shares.enter(&project, received.raw.len() as u64)?;
         let (rows, json_len, _held) = app
             .bodies
             .parse(received, encoding, move |mut received| {
@@ -182,7 +183,7 @@ async fn handle<K: Kind + 'static>(
             .await?;
         let accepted = rows.len();
         let batches = partition::<K>(&app, &project, rows, json_len)?;
-        commit(&app, batches).await?;
+        commit(&app, &share, batches).await?;
         Ok(accepted)
     }
     .await;

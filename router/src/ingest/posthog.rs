@@ -18,7 +18,7 @@ use sextant_model::capture::{self, SnapshotJson};
 use sextant_model::meta::CredentialKind;
 use sextant_model::row::ReplayEvent;
 
-use super::analytics::{receive_admitted, validate_events, Events, PosthogAccepted, Replays, Shape};
+use super::analytics::{receive_admitted, validate_events, Admitted, Events, PosthogAccepted, Replays, Shape};
 use super::analytics::{EVENTS, REPLAY_EVENTS};
 use super::answer;
 use super::commit::commit;
@@ -62,7 +62,7 @@ pub(super) async fn capture(
 ) -> Result<Json<PosthogAccepted>, ApiError> {
     let mut replayed = 0;
     let result = async {
-        let ((events, replay), project, len, _held) =
+        let Admitted { parsed: (events, replay), project, json_len: len, share, .. } =
             receive_admitted(&app, &headers, query.as_deref(), body, Shape::Posthog, limit, |json, r| {
                 r.charge.add(json.len().saturating_mul(body::PARSE_EXPANSION))?;
                 let parsed = capture::posthog_body(json)
@@ -78,12 +78,12 @@ pub(super) async fn capture(
         let accepted = events.len();
         if !events.is_empty() {
             let hooked = crate::webhooks::subscribed_events(&app, &project, &events);
-            commit(&app, partition::<Events>(&app, &project, events, len - replay_len)?).await?;
+            commit(&app, &share, partition::<Events>(&app, &project, events, len - replay_len)?).await?;
             crate::webhooks::publish_customer_events(&app, &project, hooked).await;
         }
         if !replay.is_empty() {
             let n = replay.len();
-            commit(&app, partition::<Replays>(&app, &project, replay, replay_len)?).await?;
+            commit(&app, &share, partition::<Replays>(&app, &project, replay, replay_len)?).await?;
             replayed = n;
         }
         Ok(accepted)

@@ -31,6 +31,7 @@ use super::{export, LogRecords, Metrics, Signal, Traces};
 use crate::http::body::{self, Charge};
 use crate::http::error::ApiError;
 use crate::identity::auth::api_key_project;
+use crate::ingest::admission::Share;
 use crate::AppState;
 
 /// The OTLP/gRPC services behind their authentication, to serve on a listener of their own.
@@ -61,11 +62,12 @@ pub fn router(app: Arc<AppState>) -> axum::Router {
     .layer(from_fn_with_state(app, authenticate))
 }
 
-/// Who called, and the body bytes the call holds (given back when the last clone is dropped,
-/// at the end of the call).
+/// Who called, the body bytes the call holds and its project's share of ingest (given back
+/// when the last clone is dropped, at the end of the call).
 #[derive(Clone)]
 struct Caller {
     project: ProjectId,
+    share: Arc<Share>,
     _held: Arc<Charge>,
 }
 
@@ -105,11 +107,18 @@ async fn authenticate(State(app): State<Arc<AppState>>, request: HttpRequest, ne
         Err(ApiError::PayloadTooLarge { .. }) => return too_large().into_http::<Body>(),
         Err(e) => return status(&e).into_http::<Body>(),
     };
+    let share = match app.ingest_shares.enter(&project, received.raw.len() as u64) {
+        Ok(share) => share,
+        Err(e) => {
+            app.metrics.rejected("otlp_grpc", &e);
+            return status(&e).into_http::<Body>();
+        }
+    };
     let (raw, mut charge) = (received.raw, received.charge);
     if let Err(refused) = charge_decoding(&raw, root, gzip, &mut charge) {
         return refused.into_http::<Body>();
     }
-    parts.extensions.insert(Caller { project, _held: Arc::new(charge) });
+    parts.extensions.insert(Caller { project, share: Arc::new(share), _held: Arc::new(charge) });
     next.run(HttpRequest::from_parts(parts, Body::from(raw))).await
 }
 
@@ -180,7 +189,7 @@ impl Collector {
             } else {
                 self.app.bodies.run(move || S::map(&message)).await?
             };
-            export::<S>(&self.app, &caller.project, mapped, len).await
+            export::<S>(&self.app, &caller.project, &caller.share, mapped, len).await
         }
         .await;
         drop(caller);

@@ -138,6 +138,7 @@ async fn handle<S: Signal>(State(app): State<Arc<AppState>>, headers: HeaderMap,
         let encoding = body::encoding(&headers)?;
         let timeout = app.config.server.body_read_timeout;
         let received = body::receive(&app.bodies, &headers, body, MAX_OBSERVABILITY_BODY, timeout).await?;
+        let share = app.ingest_shares.enter(&project, received.raw.len() as u64)?;
         let (mapped, len, _held) = app
             .bodies
             .parse(received, encoding, move |mut received| {
@@ -154,7 +155,7 @@ async fn handle<S: Signal>(State(app): State<Arc<AppState>>, headers: HeaderMap,
                 Ok((S::map(&request), bytes.len(), received.charge))
             })
             .await?;
-        export::<S>(&app, &project, mapped, len).await
+        export::<S>(&app, &project, &share, mapped, len).await
     }
     .await;
     match result {

@@ -20,6 +20,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
 };
 use sextant_model::ProjectId;
 
+use super::admission::Share;
 use super::commit::commit;
 use super::observability::{HostMetrics, Logs, Spans};
 use super::partition::{partition, Partitioned};
@@ -102,6 +103,7 @@ impl Signal for Metrics {
 pub(crate) async fn export<S: Signal>(
     app: &AppState,
     project: &ProjectId,
+    share: &Share,
     mapped: Mapped<S::Row>,
     body_bytes: usize,
 ) -> Result<S::Response, ApiError> {
@@ -111,7 +113,7 @@ pub(crate) async fn export<S: Signal>(
     let stored = async {
         if accepted > 0 {
             let batches = partition::<S::Kind>(app, project, mapped.rows, body_bytes)?;
-            commit(app, batches).await?;
+            commit(app, share, batches).await?;
         }
         Ok(())
     }
