@@ -131,7 +131,13 @@ async fn compressed_bombs_without_a_credential_cost_little_and_health_stays_fast
     let bombs = bombs(None, None);
     assert!(bombs.iter().all(|b| b.body.len() < 64 << 10), "small on the wire");
     let (statuses, slowest, growth) = attack(&dev, &bombs, 1).await;
-    assert!(statuses.iter().all(|s| *s == 401), "{statuses:?}");
+    // The token search reads each decompressed body once on the parsers; a body that waits
+    // for one past the parser queue's second is turned away as the router's overload.
+    assert!(
+        statuses.iter().all(|s| matches!(s, 401 | 503)),
+        "only 401, or 503 while the parsers are busy: {statuses:?}"
+    );
+    assert!(statuses.contains(&401), "some bombs were searched and refused: {statuses:?}");
     assert!(growth < UNAUTHENTICATED_GROWTH, "peak RSS grew {} MB", growth >> 20);
     assert!(slowest < Duration::from_millis(100), "/healthz took {slowest:?}");
     eprintln!("unauthenticated: peak RSS +{} MB, slowest /healthz {slowest:?}", growth >> 20);
