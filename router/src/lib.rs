@@ -33,6 +33,8 @@ use prometheus_client::registry::Registry;
 use sextant_model::meta::{default_plans, MetaCommand, MetaCommandResult};
 use sextant_model::Clock;
 
+use crate::http::error::ApiError;
+
 pub use cluster::Cluster;
 
 #[derive(Clone, Debug)]
@@ -92,10 +94,17 @@ pub struct AppState {
     pub webhooks: webhooks::Webhooks,
     /// What this router accepted that its cached usage does not count yet.
     pub quota_pending: Arc<ingest::quota::Pending>,
-    /// Each project's ingest bytes being committed, within its share.
+    /// Each project's ingest bytes being parsed or committed, within its share.
     pub ingest_shares: ingest::admission::TenantShares,
     /// Reads running and waiting at once (`http::overload`).
     pub reads: http::overload::ReadSlots,
+}
+
+impl AppState {
+    /// This router's view of meta, or 503 `unavailable` before it first loaded.
+    pub fn meta(&self) -> Result<Arc<cluster::MetaCache>, ApiError> {
+        self.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))
+    }
 }
 
 pub struct RunningRouter {

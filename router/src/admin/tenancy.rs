@@ -87,10 +87,6 @@ fn check_managed_by(problems: &mut Problems, m: &ManagedBy) {
     }
 }
 
-pub(super) fn cache(app: &AppState) -> Result<Arc<crate::cluster::MetaCache>, ApiError> {
-    app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))
-}
-
 /// Runs a meta command whose success is `Done`.
 async fn change(app: &AppState, command: MetaCommand) -> Result<(), ApiError> {
     crate::http::error::expect_done(app.cluster.meta_change(&command).await?, "an admin change")
@@ -120,11 +116,11 @@ async fn put_tenant(
 ) -> Result<Json<Value>, ApiError> {
     let key = key(&raw)?;
     let req: TenantRequest = crate::http::body::json(&headers, raw_body, MAX_ADMIN_BODY)?;
-    let mut cache = cache(&app)?;
+    let mut cache = app.meta()?;
     if !cache.plans.contains_key(&req.plan) {
         // Pushed through another router less than a refresh period ago, perhaps.
         app.cluster.refresh_meta().await?;
-        cache = self::cache(&app)?;
+        cache = self::app.meta()?;
     }
     let mut problems = Problems::default();
     let name = problems.check("display_name", normalize_name(&req.display_name));
@@ -161,7 +157,7 @@ async fn get_tenant(
     Path(raw): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let key = key(&raw)?;
-    let cache = cache(&app)?;
+    let cache = app.meta()?;
     let org = cache.tenant(&key).ok_or(ApiError::NotFound("no such tenant".into()))?;
     let projects: Vec<String> = {
         let mut p: Vec<String> =
@@ -254,7 +250,7 @@ async fn get_project(
     Path(raw): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let key = key(&raw)?;
-    let cache = cache(&app)?;
+    let cache = app.meta()?;
     let project = cache.managed_project(&key).ok_or(ApiError::NotFound("no such project".into()))?;
     let credentials: Vec<Value> = {
         let mut c: Vec<_> = cache
@@ -281,11 +277,11 @@ async fn issue_credentials(
     Path(raw): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let key = key(&raw)?;
-    let mut cache = cache(&app)?;
+    let mut cache = app.meta()?;
     if cache.managed_project(&key).is_none() {
         // Created through another router less than a refresh period ago.
         app.cluster.refresh_meta().await?;
-        cache = self::cache(&app)?;
+        cache = self::app.meta()?;
     }
     let project_id = cache.managed_project(&key).map(|p| p.id).ok_or(ApiError::NotFound("no such project".into()))?;
     let now = app.clock.now_millis();
@@ -365,7 +361,7 @@ async fn get_plan(
     Path(raw): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let name = key(&raw)?;
-    let cache = cache(&app)?;
+    let cache = app.meta()?;
     let plan = cache.plans.get(&name).ok_or(ApiError::NotFound("no such plan".into()))?;
     Ok(Json(json!({
         "name": plan.name,
@@ -441,7 +437,7 @@ async fn get_quota(
     Path(raw): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let key = key(&raw)?;
-    let cache = cache(&app)?;
+    let cache = app.meta()?;
     let q = cache.managed_quota(&key).ok_or(ApiError::NotFound("no such quota".into()))?;
     Ok(Json(json!({
         "org_id": q.org_id, "project_id": q.project_id, "monthly_bytes": q.monthly_bytes,
@@ -487,7 +483,7 @@ async fn put_alert_rule(
     let webhook_id = crate::alerts::api::filter_value(&mut problems, "webhook_id", req.webhook_id);
     check_managed_by(&mut problems, &req.managed_by);
     problems.into_result().map_err(ApiError::invalid_fields)?;
-    if let Some(project) = cache(&app)?.managed_project(project_key.as_deref().unwrap_or_default()) {
+    if let Some(project) = app.meta()?.managed_project(project_key.as_deref().unwrap_or_default()) {
         crate::alerts::api::check_target(&app, project.id, webhook_id.as_deref()).await?;
     }
     let command = MetaCommand::PutManagedAlertRule {
@@ -516,7 +512,7 @@ async fn get_alert_rule(
     Path(raw): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let key = key(&raw)?;
-    let cache = cache(&app)?;
+    let cache = app.meta()?;
     let r = cache
         .alert_rules
         .iter()

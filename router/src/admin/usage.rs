@@ -28,7 +28,7 @@ async fn quota(
     Path(raw): Path<String>,
 ) -> Result<Json<QuotaUsage>, ApiError> {
     let key = key(&raw)?;
-    let cache = cache(&app)?;
+    let cache = app.meta()?;
     let q = cache.managed_quota(&key).ok_or(ApiError::NotFound("no such quota".into()))?;
     Ok(Json(quota_usage(&cache, q, app.clock.now_millis())))
 }
@@ -39,7 +39,7 @@ async fn plan(
     Path(raw): Path<String>,
 ) -> Result<Json<PlanUsage>, ApiError> {
     let name = key(&raw)?;
-    let cache = cache(&app)?;
+    let cache = app.meta()?;
     let plan = cache.plans.get(&name).ok_or(ApiError::NotFound("no such plan".into()))?;
     Ok(Json(plan_usage(&cache, plan, app.clock.now_millis())))
 }

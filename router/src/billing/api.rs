@@ -49,10 +49,6 @@ pub fn routes() -> Router<Arc<AppState>> {
         )
 }
 
-fn loaded(app: &AppState) -> Result<Arc<MetaCache>, ApiError> {
-    app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))
-}
-
 fn provider(app: &AppState) -> Result<&SharedProvider, ApiError> {
     app.billing.provider.as_ref().ok_or(ApiError::BillingNotConfigured)
 }
@@ -174,7 +170,7 @@ fn card_json(a: &BillingAccount) -> Option<CardJson> {
     security(("jwt" = []))
 )]
 pub async fn status(State(app): State<Arc<AppState>>, session: Session) -> Result<Json<StatusResponse>, ApiError> {
-    let cache = loaded(&app)?;
+    let cache = app.meta()?;
     Ok(Json(status_of(&app, &cache, session.claims.org)?))
 }
 
@@ -208,7 +204,7 @@ pub async fn subscribe(
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<SubscribeResponse>, ApiError> {
     let req: SubscribeRequest = crate::http::body::json(&headers, body, MAX_SUBSCRIBE_BODY)?;
-    let cache = loaded(&app)?;
+    let cache = app.meta()?;
     require_owner_of_unmanaged(&session, &cache)?;
     let provider = provider(&app)?.clone();
     let org_id = session.claims.org;
@@ -291,7 +287,7 @@ fn billing_error(e: &BillingError) -> ApiError {
     security(("jwt" = []))
 )]
 pub async fn cancel(State(app): State<Arc<AppState>>, session: Session) -> Result<Json<StatusResponse>, ApiError> {
-    let cache = loaded(&app)?;
+    let cache = app.meta()?;
     require_owner_of_unmanaged(&session, &cache)?;
     let provider = provider(&app)?.clone();
     let org_id = session.claims.org;
@@ -314,7 +310,7 @@ pub async fn cancel(State(app): State<Arc<AppState>>, session: Session) -> Resul
         let command = MetaCommand::CancelSubscription { org_id, now_ms: now };
         expect_done(app.cluster.meta_change(&command).await?, "cancel subscription")?;
     }
-    Ok(Json(status_of(&app, &*loaded(&app)?, org_id)?))
+    Ok(Json(status_of(&app, &*app.meta()?, org_id)?))
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -378,7 +374,7 @@ pub async fn history(
     security(("jwt" = []))
 )]
 pub async fn payment_method(State(app): State<Arc<AppState>>, session: Session) -> Result<Json<CardJson>, ApiError> {
-    let cache = loaded(&app)?;
+    let cache = app.meta()?;
     cache
         .billing
         .get(&session.claims.org)
@@ -402,7 +398,7 @@ pub async fn delete_payment_method(
     State(app): State<Arc<AppState>>,
     session: Session,
 ) -> Result<Json<CardJson>, ApiError> {
-    let cache = loaded(&app)?;
+    let cache = app.meta()?;
     require_owner_of_unmanaged(&session, &cache)?;
     let provider = provider(&app)?.clone();
     let org_id = session.claims.org;

@@ -69,7 +69,7 @@ pub async fn list(
     RawQuery(query): RawQuery,
 ) -> Result<Json<Listed<ListedKey>>, ApiError> {
     let page = Page::from_query(query.as_deref())?;
-    let cache = app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
+    let cache = app.meta()?;
     let mut items: Vec<(String, ListedKey)> = cache
         .credentials
         .values()

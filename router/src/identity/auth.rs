@@ -22,6 +22,7 @@ use tokio::sync::Semaphore;
 use crate::http::error::ApiError;
 use crate::http::query_string;
 use crate::identity::rate_limit::Class;
+use crate::cluster::MetaCache;
 use crate::AppState;
 
 pub const ISSUER: &str = "sextant";
@@ -63,25 +64,28 @@ pub fn new_credential(kind: CredentialKind, project_id: ProjectId, name: &str, n
     (token, record)
 }
 
-/// The credential presented, if valid. An id this router does not know reloads the meta view
-/// first (rate-limited): the credential may have been made through another router moments ago.
-/// Unknown ids and wrong secrets then take the same comparison.
-pub async fn verify_credential(app: &AppState, kind: CredentialKind, presented: &str) -> Result<Credential, ApiError> {
+/// The credential presented, if valid, and the meta view it was found in. An id this router
+/// does not know reloads the meta view first (rate-limited): the credential may have been made
+/// through another router moments ago. Unknown ids and wrong secrets then take the same
+/// comparison.
+async fn verify_credential(
+    app: &AppState,
+    kind: CredentialKind,
+    presented: &str,
+) -> Result<(Credential, Arc<MetaCache>), ApiError> {
     const INVALID: ApiError = ApiError::Unauthorized("invalid credential");
     let rest = presented.strip_prefix(prefix(kind)).ok_or(INVALID)?;
     let (id, secret) = rest.split_once('_').ok_or(INVALID)?;
-    let loaded =
-        || app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("credentials are not loaded yet".into()));
-    let mut cache = loaded()?;
+    let mut cache = app.meta()?;
     if !cache.credentials.contains_key(id) {
         app.cluster.reload_meta_for_unknown(cache.version).await?;
-        cache = loaded()?;
+        cache = app.meta()?;
     }
     let record = cache.credentials.get(id).filter(|c| c.kind == kind && !c.revoked);
     let expected = record.map(|c| c.secret_sha256.as_bytes()).unwrap_or(&[0u8; 64]);
     let matches: bool = sha256_hex(secret).as_bytes().ct_eq(expected).into();
     match record {
-        Some(c) if matches => Ok(c.clone()),
+        Some(c) if matches => Ok((c.clone(), cache.clone())),
         _ => Err(INVALID),
     }
 }
@@ -91,9 +95,7 @@ pub const SUSPENDED: ApiError = ApiError::Forbidden("org_suspended", "the organi
 
 /// A credential's bearer, admitted by its rate limit: the project it writes to.
 pub async fn admit_credential(app: &AppState, kind: CredentialKind, presented: &str) -> Result<ProjectId, ApiError> {
-    let credential = verify_credential(app, kind, presented).await?;
-    let cache =
-        app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("credentials are not loaded yet".into()))?;
+    let (credential, cache) = verify_credential(app, kind, presented).await?;
     let class = match kind {
         CredentialKind::ApiKey => Class::Ingest,
         CredentialKind::IngestToken => Class::Analytics,
@@ -284,9 +286,7 @@ impl FromRequestParts<Arc<AppState>> for Session {
         let token = bearer(&parts.headers).ok_or(ApiError::Unauthorized("missing bearer token"))?;
         let claims = app.jwt.verify(token)?;
         const REVOKED: ApiError = ApiError::Unauthorized("the session has ended; sign in again");
-        let loaded =
-            || app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()));
-        let mut cache = loaded()?;
+        let mut cache = app.meta()?;
         if cache.revoked_sessions.contains(&claims.sid) || cache.removed_users.contains(&claims.sub) {
             return Err(REVOKED);
         }
@@ -294,7 +294,7 @@ impl FromRequestParts<Arc<AppState>> for Session {
             // Signed up or joined through another router less than a refresh period ago: only
             // a token we signed gets here, so this cannot be used to make us reload at will.
             app.cluster.refresh_meta().await?;
-            cache = loaded()?;
+            cache = app.meta()?;
         }
         let user = cache.members.get(&claims.sub).cloned().ok_or(REVOKED)?;
         if user.org_id != claims.org {

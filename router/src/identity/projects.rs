@@ -56,7 +56,7 @@ pub async fn list(
     RawQuery(query): RawQuery,
 ) -> Result<Json<Listed<ListedProject>>, ApiError> {
     let page = Page::from_query(query.as_deref())?;
-    let cache = app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
+    let cache = app.meta()?;
     let default = cache.orgs.get(&session.user.org_id).map(|o| o.default_project);
     let mut items: Vec<(String, ListedProject)> = cache
         .projects

@@ -120,12 +120,11 @@ fn org_projects(cache: &MetaCache, org_id: OrgId) -> Vec<(ProjectId, String)> {
     security(("jwt" = []))
 )]
 pub async fn get(State(app): State<Arc<AppState>>, session: Session) -> Result<Json<UsageResponse>, ApiError> {
-    let loaded = || app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()));
-    let org_id = session.claims.org;
-    let projects = org_projects(&*loaded()?, org_id);
+        let org_id = session.claims.org;
+    let projects = org_projects(&*app.meta()?, org_id);
     let ids = projects.iter().map(|(id, _)| id.to_string()).collect();
     let past: Vec<UsageRecord> = app.cluster.meta_read(&MetaQuery::Usage { project_ids: ids }).await?;
-    Ok(Json(usage(&*loaded()?, org_id, &projects, app.clock.now_millis(), past)?))
+    Ok(Json(usage(&*app.meta()?, org_id, &projects, app.clock.now_millis(), past)?))
 }
 
 /// The usage of `org_id` at `now`: this month from `cache`, earlier months from `past`.

@@ -26,7 +26,7 @@ pub(crate) fn partition<K: Partitioned>(
     rows: Vec<K::Row>,
     body_bytes: usize,
 ) -> Result<HashMap<GroupId, RowBatch>, ApiError> {
-    let cache = app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
+    let cache = app.meta()?;
     let table = &cache.partition_groups;
     if table.is_empty() {
         return Err(ApiError::Unavailable("the cluster is not bootstrapped yet".into()));

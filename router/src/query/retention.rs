@@ -26,7 +26,7 @@ const MAX_PERIODS: u32 = 100;
 const MONTH_NS: i64 = 32 * 86_400 * 1_000_000_000;
 
 fn require_feature(app: &AppState, session: &Session) -> Result<(), ApiError> {
-    let cache = app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
+    let cache = app.meta()?;
     if has_feature(cache.plan_of(&session.claims.org, app.clock.now_millis()), FEATURE_RETENTION) {
         Ok(())
     } else {

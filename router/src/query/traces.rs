@@ -87,7 +87,7 @@ pub async fn get_trace(
     Path(trace_id): Path<String>,
 ) -> Result<Json<Trace>, ApiError> {
     let trace_id = TraceId::parse(&trace_id).map_err(|_| ApiError::NotFound("trace not found".into()))?;
-    let cache = app.cluster.meta_cache().ok_or_else(|| ApiError::Unavailable("metadata is not loaded yet".into()))?;
+    let cache = app.meta()?;
     let group = group_of(&cache.partition_groups, &session.project_id, trace_id.as_str().as_bytes())
         .ok_or_else(|| ApiError::Unavailable("no partition table".into()))?;
     let mut spans = app.cluster.get_trace(group, &session.project_id, trace_id.as_str()).await?;
