@@ -101,7 +101,34 @@ pub async fn wait_bootstrap(url: &str, dir: &Path, router: &mut Proc) -> Value {
         return creds;
     }
     let how = if router.exited() { "the router exited" } else { "timed out" };
-    panic!("the cluster did not bootstrap ({how}); warnings and errors logged:\n{}", log_problems(dir));
+    let readyz = match http().get(format!("{url}/readyz")).send().await {
+        Ok(r) => format!("{} {}", r.status(), r.text().await.unwrap_or_default()),
+        Err(e) => e.to_string(),
+    };
+    panic!(
+        "the cluster did not bootstrap ({how}); /readyz: {readyz}\nwarnings and errors logged:\n{}\nthe routers' last lines:\n{}",
+        log_problems(dir),
+        router_log_tails(dir, 12)
+    );
+}
+
+/// The last `n` lines of each router's log in `dir`.
+fn router_log_tails(dir: &Path, n: usize) -> String {
+    let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+        .unwrap_or_default();
+    logs.retain(|p| p.file_name().is_some_and(|f| f.to_string_lossy().starts_with("router")) && p.extension().is_some_and(|x| x == "log"));
+    logs.sort();
+    let mut out = String::new();
+    for log in logs {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        for line in &lines[lines.len().saturating_sub(n)..] {
+            let line: String = line.chars().take(300).collect();
+            out.push_str(&format!("{}: {line}\n", log.file_name().unwrap().to_string_lossy()));
+        }
+    }
+    out
 }
 
 /// The credentials in `dir` once the server at `url` (process `proc`) is ready and has written
