@@ -66,7 +66,26 @@ if ! cmp -s tests/browser/package-lock.json tests/browser/node_modules/.installe
     || fail "npm ci in tests/browser/ failed"
 fi
 
+# jemalloc: Debian's static library (libjemalloc-dev) rather than jemalloc built from source,
+# which was the largest unit of a clean test build (docs/BENCHMARKS.md, "Test build time").
+# Where the package cannot be installed, jemalloc is built as in a release build.
+FEATURES=()
+JEMALLOC_PIC=/usr/lib/x86_64-linux-gnu/libjemalloc_pic.a
+if [[ "$(uname -m)" == x86_64 && -z "${SEXTANT_BUILD_JEMALLOC:-}" ]]; then
+  if [[ ! -f $JEMALLOC_PIC ]] && command -v apt-get >/dev/null 2>&1; then
+    SUDO=$([[ $(id -u) -eq 0 ]] && echo "" || echo sudo)
+    echo "test.sh: installing Debian's libjemalloc-dev for the test build" >&2
+    { $SUDO apt-get install -y -qq libjemalloc-dev >/dev/null 2>&1 \
+      || { $SUDO apt-get update -qq && $SUDO apt-get install -y -qq libjemalloc-dev >/dev/null; }; } \
+      || echo "test.sh: no libjemalloc-dev; building jemalloc from source" >&2
+  fi
+  if [[ -f $JEMALLOC_PIC ]]; then
+    export JEMALLOC_OVERRIDE=$JEMALLOC_PIC
+    FEATURES=(--features sextant/system-jemalloc)
+  fi
+fi
+
 # A failing test's panic message is the last thing it prints, where a CI log excerpt shows it,
 # rather than a backtrace (SEXTANT_TEST_BACKTRACE=1 brings those back).
 export RUST_BACKTRACE="${SEXTANT_TEST_BACKTRACE:-0}"
-exec cargo nextest run --workspace "$@"
+exec cargo nextest run --workspace "${FEATURES[@]}" "$@"
