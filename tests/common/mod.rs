@@ -114,10 +114,12 @@ pub async fn wait_bootstrap(url: &str, dir: &Path, router: &mut Proc) -> Value {
 
 /// The last `n` lines of each router's log in `dir`.
 fn router_log_tails(dir: &Path, n: usize) -> String {
-    let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
-        .unwrap_or_default();
-    logs.retain(|p| p.file_name().is_some_and(|f| f.to_string_lossy().starts_with("router")) && p.extension().is_some_and(|x| x == "log"));
+    let mut logs: Vec<PathBuf> =
+        std::fs::read_dir(dir).map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
+    logs.retain(|p| {
+        p.file_name().is_some_and(|f| f.to_string_lossy().starts_with("router"))
+            && p.extension().is_some_and(|x| x == "log")
+    });
     logs.sort();
     let mut out = String::new();
     for log in logs {

@@ -19,10 +19,10 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::sync::Semaphore;
 
+use crate::cluster::MetaCache;
 use crate::http::error::ApiError;
 use crate::http::query_string;
 use crate::identity::rate_limit::Class;
-use crate::cluster::MetaCache;
 use crate::AppState;
 
 pub const ISSUER: &str = "sextant";

@@ -120,7 +120,7 @@ fn org_projects(cache: &MetaCache, org_id: OrgId) -> Vec<(ProjectId, String)> {
     security(("jwt" = []))
 )]
 pub async fn get(State(app): State<Arc<AppState>>, session: Session) -> Result<Json<UsageResponse>, ApiError> {
-        let org_id = session.claims.org;
+    let org_id = session.claims.org;
     let projects = org_projects(&*app.meta()?, org_id);
     let ids = projects.iter().map(|(id, _)| id.to_string()).collect();
     let past: Vec<UsageRecord> = app.cluster.meta_read(&MetaQuery::Usage { project_ids: ids }).await?;
