@@ -120,7 +120,7 @@ async fn put_tenant(
     if !cache.plans.contains_key(&req.plan) {
         // Pushed through another router less than a refresh period ago, perhaps.
         app.cluster.refresh_meta().await?;
-        cache = self::app.meta()?;
+        cache = app.meta()?;
     }
     let mut problems = Problems::default();
     let name = problems.check("display_name", normalize_name(&req.display_name));
@@ -281,7 +281,7 @@ async fn issue_credentials(
     if cache.managed_project(&key).is_none() {
         // Created through another router less than a refresh period ago.
         app.cluster.refresh_meta().await?;
-        cache = self::app.meta()?;
+        cache = app.meta()?;
     }
     let project_id = cache.managed_project(&key).map(|p| p.id).ok_or(ApiError::NotFound("no such project".into()))?;
     let now = app.clock.now_millis();

@@ -11,7 +11,7 @@ use sextant_model::admin::{PlanUsage, QuotaUsage};
 use sextant_model::meta::{Plan, Quota};
 use sextant_model::usage::{month_of_millis, month_start_millis, next_month, UsageCounts};
 
-use super::tenancy::{cache, key};
+use super::tenancy::key;
 use super::Admin;
 use crate::cluster::MetaCache;
 use crate::http::error::ApiError;
