@@ -84,8 +84,8 @@ pub(super) struct Admitted<T> {
     pub json_len: usize,
     /// The project's share of this router's ingest, passed to `commit`.
     pub share: Share,
-    /// The body's bytes against the router's budget.
-    _charge: Charge,
+    /// The body's bytes against the router's budget: held until the request is stored.
+    pub charge: Charge,
 }
 
 /// The body of an analytics request and its project. A token outside the body is admitted
@@ -128,7 +128,7 @@ pub(super) async fn receive_admitted<T: Send + 'static>(
     };
     let share = app.ingest_shares.enter(&project, received.raw.len() as u64)?;
     let (parsed, json_len, charge) = finish(app, received, encoding, shape, limit, parse).await?;
-    Ok(Admitted { parsed, project, json_len, share, _charge: charge })
+    Ok(Admitted { parsed, project, json_len, share, charge })
 }
 
 async fn finish<T: Send + 'static>(
@@ -263,7 +263,7 @@ pub(super) fn validate_events(app: &AppState, events: Capped<EventJson, MAX_EVEN
 }
 
 async fn store_events(app: &AppState, admitted: Admitted<BatchBody>) -> Result<usize, ApiError> {
-    let Admitted { parsed, project, json_len, share, .. } = admitted;
+    let Admitted { parsed, project, json_len, share, charge: _held } = admitted;
     let project = &project;
     let rows = validate_events(app, parsed.events)?;
     let accepted = rows.len();
@@ -322,7 +322,7 @@ pub async fn replay(
     body: Body,
 ) -> Result<Json<Accepted>, ApiError> {
     let result = async {
-        let Admitted { parsed, project, json_len, share, .. } =
+        let Admitted { parsed, project, json_len, share, charge: _held } =
             receive_admitted(&app, &headers, query.as_deref(), body, Shape::Native, MAX_REPLAY_BODY, |json, r| {
                 r.parse::<ReplayBody>(json)
             })

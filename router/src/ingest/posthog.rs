@@ -62,7 +62,7 @@ pub(super) async fn capture(
 ) -> Result<Json<PosthogAccepted>, ApiError> {
     let mut replayed = 0;
     let result = async {
-        let Admitted { parsed: (events, replay), project, json_len: len, share, .. } =
+        let Admitted { parsed: (events, replay), project, json_len: len, share, charge: _held } =
             receive_admitted(&app, &headers, query.as_deref(), body, Shape::Posthog, limit, |json, r| {
                 r.charge.add(json.len().saturating_mul(body::PARSE_EXPANSION))?;
                 let parsed = capture::posthog_body(json)
