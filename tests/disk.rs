@@ -2,58 +2,26 @@
 //! size-limited tmpfs refuses writes with 503 `disk_full` once the disk passes its high-water
 //! mark, keeps answering reads, and takes writes again when space returns.
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
+use crate::common::nemesis::Tmpfs;
 use crate::common::*;
 use serde_json::Value;
-
-/// A tmpfs mounted for one test, unmounted (lazily, should a process still hold it) on drop.
-struct Tmpfs(PathBuf, tempfile::TempDir);
-
-impl Tmpfs {
-    /// None when this process may not mount (not root).
-    fn mount(size_mib: u64) -> Option<Tmpfs> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            return None;
-        }
-        let holder = tempfile::tempdir().unwrap();
-        let at = holder.path().join("fs");
-        std::fs::create_dir(&at).unwrap();
-        let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size_mib}m"), "tmpfs", at.to_str().unwrap()])
-            .status()
-            .unwrap()
-            .success();
-        assert!(ok, "mounting a tmpfs at {} failed", at.display());
-        Some(Tmpfs(at, holder))
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").args(["-l", self.0.to_str().unwrap()]).status();
-    }
-}
 
 async fn post(dev: &Dev, prefix: &str) -> reqwest::Response {
     post_spans(&dev.url, dev.api_key(), &spans_batch(prefix, 2, 2)).await
 }
 
-async fn metric(dev: &Dev, line_start: &str) -> Option<f64> {
-    let text = http().get(format!("{}/metrics", dev.internal_url)).send().await.ok()?.text().await.ok()?;
-    text.lines().find(|l| l.starts_with(line_start))?.rsplit(' ').next()?.parse().ok()
-}
-
 #[tokio::test]
 async fn a_full_disk_refuses_writes_with_503_keeps_reads_and_takes_writes_again_when_space_returns() {
-    let Some(fs) = Tmpfs::mount(96) else {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
         eprintln!("skipped: mounting a tmpfs needs root");
         return;
-    };
-    let dir = fs.0.join("data");
+    }
+    let holder = tempfile::tempdir().unwrap();
+    let fs = Tmpfs::mount(&holder.path().join("fs"), 96);
+    let dir = fs.at.join("data");
     std::fs::create_dir(&dir).unwrap();
     let flags = [
         "--shards",
@@ -72,7 +40,7 @@ async fn a_full_disk_refuses_writes_with_503_keeps_reads_and_takes_writes_again_
     assert_eq!(post(&dev, "before").await.status(), 200);
 
     // 70 of 96 MiB: over the 60 % mark.
-    let ballast = fs.0.join("ballast");
+    let ballast = fs.at.join("ballast");
     std::fs::write(&ballast, vec![1u8; 70 << 20]).unwrap();
     let attempts = std::sync::atomic::AtomicU32::new(0);
     let (refused, prefix): (Value, String) =
@@ -90,8 +58,8 @@ async fn a_full_disk_refuses_writes_with_503_keeps_reads_and_takes_writes_again_
     assert_eq!(refused["error"]["code"], "disk_full", "{refused}");
     assert_eq!(refused["error"]["details"]["retry_after_seconds"], 5);
     assert!(get_trace(&dev.url, &token, "before-t0").await.is_some(), "reads go on while writes are refused");
-    assert_eq!(metric(&dev, "sextant_node_disk_writes_refused ").await, Some(1.0));
-    let log = metric(&dev, "sextant_node_disk_bytes{component=\"raft_log\"}").await.unwrap();
+    assert_eq!(metric(&dev.internal_url, "sextant_node_disk_writes_refused").await, Some(1.0));
+    let log = metric(&dev.internal_url, "sextant_node_disk_bytes{component=\"raft_log\"}").await.unwrap();
     assert!(log > 0.0, "the Raft log's disk use is reported");
 
     std::fs::remove_file(&ballast).unwrap();

@@ -644,7 +644,7 @@ async fn rate_limits_refuse_bursts_and_hold_the_configured_rate() {
     // Drain the burst, 16 requests at a time so that the requests outpace the refill however
     // long each takes: the first refusal is a 429 in the error shape with Retry-After.
     let mut admitted = 0;
-    let refused = 'drain: loop {
+    let refused = loop {
         let wave = futures::future::join_all((0..16).map(|_| ingest(key.clone()))).await;
         let mut refused = None;
         for resp in wave {
@@ -655,7 +655,7 @@ async fn rate_limits_refuse_bursts_and_hold_the_configured_rate() {
             }
         }
         if let Some(resp) = refused {
-            break 'drain resp;
+            break resp;
         }
         assert!(admitted <= 10 * RATE, "no 429 after {admitted} requests");
     };
@@ -895,18 +895,6 @@ async fn bad_input_is_refused_clearly_and_stores_nothing() {
 /// proves the refused request stored nothing.
 fn valid_example_address(email: &str) -> bool {
     email.ends_with("@example.com") && email.is_ascii() && !email.starts_with('@')
-}
-
-/// A counter or gauge from a process's Prometheus `/metrics` (a router's internal URL), summed
-/// over labels.
-async fn metric(url: &str, name: &str) -> Option<f64> {
-    let text = http().get(format!("{url}/metrics")).send().await.ok()?.text().await.ok()?;
-    let values: Vec<f64> = text
-        .lines()
-        .filter(|l| l.split([' ', '{']).next() == Some(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
-        .collect();
-    (!values.is_empty()).then(|| values.iter().sum())
 }
 
 /// One storage node and two routers, each its own process.

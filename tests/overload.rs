@@ -81,7 +81,7 @@ async fn writes_past_a_shards_queue_get_503_with_retry_after_and_every_acknowled
         assert_eq!(a.code.as_deref(), Some("overloaded"), "{prefix}");
         assert_eq!(a.retry_after.as_deref(), Some("1"), "{prefix}: 503 carries Retry-After");
     }
-    let shed = metric(&dev, "sextant_node_writes_shed_total{reason=\"pending_writes\"}").await;
+    let shed = metric(&dev.internal_url, "sextant_node_writes_shed_total{reason=\"pending_writes\"}").await;
     assert!(shed.is_some_and(|n| n >= 1.0), "the node counts what it shed: {shed:?}");
 
     let token = dev.token().await;
@@ -222,7 +222,3 @@ async fn reads_past_the_routers_places_and_queue_get_503_with_retry_after() {
     }
 }
 
-async fn metric(dev: &Dev, line_start: &str) -> Option<f64> {
-    let text = http().get(format!("{}/metrics", dev.internal_url)).send().await.ok()?.text().await.ok()?;
-    text.lines().find(|l| l.starts_with(line_start))?.rsplit(' ').next()?.parse().ok()
-}

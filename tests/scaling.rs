@@ -237,13 +237,7 @@ impl Scaled {
     }
 
     async fn metric(&self, i: usize, name: &str) -> f64 {
-        let url = format!("http://127.0.0.1:{}/metrics", self.ports[i].1);
-        let Ok(resp) = http().get(url).send().await else { return 0.0 };
-        let text = resp.text().await.unwrap_or_default();
-        text.lines()
-            .filter(|l| l.split([' ', '{']).next() == Some(name))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
+        metric(&format!("http://127.0.0.1:{}", self.ports[i].1), name).await.unwrap_or(0.0)
     }
 
     fn api_key(&self) -> String {

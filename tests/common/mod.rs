@@ -108,29 +108,8 @@ pub async fn wait_bootstrap(url: &str, dir: &Path, router: &mut Proc) -> Value {
     panic!(
         "the cluster did not bootstrap ({how}); /readyz: {readyz}\nwarnings and errors logged:\n{}\nthe routers' last lines:\n{}",
         log_problems(dir),
-        router_log_tails(dir, 12)
+        log_lines(dir, |name| name.starts_with("router"), |_| true, 12)
     );
-}
-
-/// The last `n` lines of each router's log in `dir`.
-fn router_log_tails(dir: &Path, n: usize) -> String {
-    let mut logs: Vec<PathBuf> =
-        std::fs::read_dir(dir).map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect()).unwrap_or_default();
-    logs.retain(|p| {
-        p.file_name().is_some_and(|f| f.to_string_lossy().starts_with("router"))
-            && p.extension().is_some_and(|x| x == "log")
-    });
-    logs.sort();
-    let mut out = String::new();
-    for log in logs {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        for line in &lines[lines.len().saturating_sub(n)..] {
-            let line: String = line.chars().take(300).collect();
-            out.push_str(&format!("{}: {line}\n", log.file_name().unwrap().to_string_lossy()));
-        }
-    }
-    out
 }
 
 /// The credentials in `dir` once the server at `url` (process `proc`) is ready and has written
@@ -329,18 +308,24 @@ impl Drop for LogsOnPanic {
 
 /// The last WARN/ERROR lines of every `*.log` in `dir`, a few per file.
 pub fn log_problems(dir: &Path) -> String {
-    let mut out = String::new();
+    log_lines(dir, |_| true, |l| l.contains("WARN") || l.contains("ERROR") || l.contains("Error"), 4)
+}
+
+/// The last `n` lines that `keep` selects of each log in `dir` whose file name `name` accepts,
+/// each cut to 300 characters and prefixed with its file's name.
+fn log_lines(dir: &Path, name: impl Fn(&str) -> bool, keep: impl Fn(&str) -> bool, n: usize) -> String {
     let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|d| {
             d.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "log")).collect()
         })
         .unwrap_or_default();
+    logs.retain(|p| p.file_name().is_some_and(|f| name(&f.to_string_lossy())));
     logs.sort();
+    let mut out = String::new();
     for log in logs {
         let text = std::fs::read_to_string(&log).unwrap_or_default();
-        let bad: Vec<&str> =
-            text.lines().filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("Error")).collect();
-        for line in &bad[bad.len().saturating_sub(4)..] {
+        let kept: Vec<&str> = text.lines().filter(|l| keep(l)).collect();
+        for line in &kept[kept.len().saturating_sub(n)..] {
             let line: String = line.chars().take(300).collect();
             out.push_str(&format!("{}: {line}\n", log.file_name().unwrap().to_string_lossy()));
         }
@@ -608,16 +593,9 @@ impl Cluster {
         resp.json().await.ok()
     }
 
-    /// A counter or gauge from node `i`'s Prometheus metrics (summed over labels).
-    pub async fn metric(&self, i: usize, name: &str) -> Option<f64> {
-        let url = format!("http://127.0.0.1:{}/metrics", self.node_ports[i].1);
-        let text = http().get(url).send().await.ok()?.text().await.ok()?;
-        let values: Vec<f64> = text
-            .lines()
-            .filter(|l| l.split([' ', '{']).next() == Some(name))
-            .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
-            .collect();
-        (!values.is_empty()).then(|| values.iter().sum())
+    /// A counter or gauge from node `i`'s Prometheus metrics ([`metric`]).
+    pub async fn metric(&self, i: usize, series: &str) -> Option<f64> {
+        metric(&format!("http://127.0.0.1:{}", self.node_ports[i].1), series).await
     }
 
     /// `group`'s state as node `i` sees it.
@@ -674,4 +652,17 @@ impl Cluster {
         })
         .await
     }
+}
+
+/// A value of the Prometheus `/metrics` page under `base` (a router's internal URL, a node's
+/// HTTP URL): the sum of the series named `series`, or, when it names labels
+/// (`name{label="v"`), of the series whose line starts with it. `None` when there is none.
+pub async fn metric(base: &str, series: &str) -> Option<f64> {
+    let text = http().get(format!("{base}/metrics")).send().await.ok()?.text().await.ok()?;
+    let values: Vec<f64> = text
+        .lines()
+        .filter(|l| if series.contains('{') { l.starts_with(series) } else { l.split([' ', '{']).next() == Some(series) })
+        .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .collect();
+    (!values.is_empty()).then(|| values.iter().sum())
 }
