@@ -61,6 +61,7 @@ async fn survive(nodes: usize, shards: u32, writers: usize, mut plan: Plan) {
     let records = run_nemesis(&mut c, &w, &plan).await;
     w.progress(10, "ingest after the last fault").await;
     let writes = w.stop().await;
+    c.wait_commits_settled().await;
 
     // With writes stopped and one node cut off, then after the heal: the same answers through
     // both routers.
@@ -97,7 +98,6 @@ async fn survive(nodes: usize, shards: u32, writers: usize, mut plan: Plan) {
 /// The normal suite's run: one kill -9 and restart, one SIGSTOP, one partition of a node, 5 s
 /// each, on three nodes under ingest.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "on request until it passes again after the 401 fix (docs/RELIABILITY.md, nemesis)"]
 async fn three_nodes_under_a_kill_a_pause_and_a_partition_lose_nothing() {
     let hold = Duration::from_secs(5);
     let plan = Plan {

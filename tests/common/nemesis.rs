@@ -494,6 +494,20 @@ impl NemesisCluster {
         .await
     }
 
+    /// Waits until no router replicates or aborts a batch: a batch whose writer gave up is
+    /// carried to the end, and must not change what is read after this.
+    pub async fn wait_commits_settled(&self) {
+        wait_for("the routers to finish every batch", Duration::from_secs(60), || async {
+            for url in &self.routers.internal {
+                if metric(url, "sextant_router_commits_in_flight").await? != 0.0 {
+                    return None;
+                }
+            }
+            Some(())
+        })
+        .await
+    }
+
     pub async fn inject(&mut self, fault: &Fault) {
         match fault {
             Fault::Kill(v) => {
@@ -562,8 +576,11 @@ impl Writers {
                 let url = c.routers.urls[w % c.routers.urls.len()].clone();
                 let (key, token) = (c.api_key(), c.ingest_token());
                 let (ledger, stop) = (ledger.clone(), stop.clone());
+                // The second half give up after 1 s, less than a failover takes: their batches
+                // left unknown, possibly stored later, must be found whole or not at all.
+                let patience = if w >= count / 2 { Duration::from_secs(1) } else { Duration::from_secs(15) };
                 tokio::spawn(async move {
-                    let client = reqwest::Client::builder().timeout(Duration::from_secs(15)).build().unwrap();
+                    let client = reqwest::Client::builder().timeout(patience).build().unwrap();
                     let mut tick = tokio::time::interval(pace);
                     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                     for n in 0usize.. {

@@ -46,6 +46,9 @@ pub struct RouterMetrics {
     pub refused_connections: Counter,
     /// Alert evaluation rounds this router recorded while holding the evaluator lease.
     pub alert_rounds: Counter,
+    /// Ingest requests whose sub-batches are being replicated or aborted, including those
+    /// whose client gave up: replication goes on to the end (`ingest::commit`).
+    pub commits_in_flight: Gauge,
 }
 
 impl Default for RouterMetrics {
@@ -59,6 +62,7 @@ impl Default for RouterMetrics {
             live_routers: Gauge::default(),
             refused_connections: Counter::default(),
             alert_rounds: Counter::default(),
+            commits_in_flight: Gauge::default(),
         }
     }
 }
@@ -77,6 +81,11 @@ impl RouterMetrics {
             "alert_evaluation_rounds",
             "alert rounds recorded under the evaluator lease",
             self.alert_rounds.clone(),
+        );
+        r.register(
+            "commits_in_flight",
+            "ingest requests being replicated or aborted, also those whose client gave up",
+            self.commits_in_flight.clone(),
         );
     }
 

@@ -28,8 +28,12 @@ pub(crate) async fn commit(
     }
     let cluster = app.cluster.clone();
     let reservation = app.quota_pending.reserve(&batches);
+    let in_flight = app.metrics.commits_in_flight.clone();
+    in_flight.inc();
     tokio::spawn(async move {
-        let indexes = replicate(cluster, batches).await?;
+        let replicated = replicate(cluster, batches).await;
+        in_flight.dec();
+        let indexes = replicated?;
         reservation.committed(&indexes);
         Ok(())
     })
