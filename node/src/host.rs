@@ -350,6 +350,13 @@ impl NodeHost {
         // Peers run groups and none counts this node among its voters: a node added to a
         // running cluster, which forms nothing and waits for placement.
         let newcomer = !running.is_empty() && !running.values().any(|v| v.contains(&config.id));
+        if newcomer {
+            tracing::info!(
+                node = config.id,
+                running = ?running.keys().collect::<Vec<_>>(),
+                "peers run groups without this node: forming nothing, waiting for placement"
+            );
+        }
         for group in (0..=config.shards as GroupId).filter(|_| !newcomer) {
             let replicas = placement(group, node_ids, config.replication_factor);
             let host_it = match running.get(&group) {

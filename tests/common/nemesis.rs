@@ -482,16 +482,28 @@ impl NemesisCluster {
                 *t = (*t).max(idx);
             }
         }
-        wait_for("every replica to apply the same log", Duration::from_secs(120), || async {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            // (node, group, applied) of every replica still behind the target.
+            let mut behind = vec![];
             for i in 0..self.nodes.len() {
-                let applied = self.applied(i).await?;
-                if target.iter().any(|(g, t)| applied.get(g).copied().unwrap_or(0) < *t) {
-                    return None;
+                match self.applied(i).await {
+                    Some(applied) => behind.extend(
+                        applied.iter().filter(|(g, a)| target.get(g).is_some_and(|t| *a < t)).map(|(g, a)| (i + 1, *g, *a)),
+                    ),
+                    None => behind.push((i + 1, u64::MAX, 0)),
                 }
             }
-            Some(())
-        })
-        .await
+            if behind.is_empty() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for every replica to apply the same log: target (group, index) {target:?}, \
+                 behind (node, group, applied; group MAX: no status) {behind:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Waits until no router replicates or aborts a batch: a batch whose writer gave up is
@@ -1081,11 +1093,18 @@ impl NemesisCluster {
     /// event count and the APM counts. Returns the shards compared, with their replicas.
     pub async fn compare_replicas(&self) -> Vec<(u64, Vec<u64>)> {
         use sextant_proto::query_request::Plan;
-        let status = wait_for("a node's status", Duration::from_secs(30), || self.status(0)).await;
+        // Every data shard, as the nodes hosting it see its voters (five nodes host four shards
+        // three times: no node has them all).
+        let mut shards: BTreeMap<u64, Vec<u64>> = BTreeMap::new();
+        for i in 0..self.nodes.len() {
+            let status = wait_for("a node's status", Duration::from_secs(30), || self.status(i)).await;
+            for g in status["groups"].as_array().unwrap().iter().filter(|g| g["group"].as_u64().unwrap() != 0) {
+                let voters = g["voters"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+                shards.entry(g["group"].as_u64().unwrap()).or_insert(voters);
+            }
+        }
         let mut compared = Vec::new();
-        for g in status["groups"].as_array().unwrap().iter().filter(|g| g["group"].as_u64().unwrap() != 0) {
-            let group = g["group"].as_u64().unwrap();
-            let voters: Vec<u64> = g["voters"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+        for (group, voters) in shards {
             let plans = [
                 (
                     "log search",
