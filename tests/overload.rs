@@ -221,4 +221,3 @@ async fn reads_past_the_routers_places_and_queue_get_503_with_retry_after() {
         assert!(a.took < Duration::from_secs(2), "refused at once, not after waiting: {:?}", a.took);
     }
 }
-

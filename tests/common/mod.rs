@@ -661,7 +661,9 @@ pub async fn metric(base: &str, series: &str) -> Option<f64> {
     let text = http().get(format!("{base}/metrics")).send().await.ok()?.text().await.ok()?;
     let values: Vec<f64> = text
         .lines()
-        .filter(|l| if series.contains('{') { l.starts_with(series) } else { l.split([' ', '{']).next() == Some(series) })
+        .filter(
+            |l| if series.contains('{') { l.starts_with(series) } else { l.split([' ', '{']).next() == Some(series) },
+        )
         .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
         .collect();
     (!values.is_empty()).then(|| values.iter().sum())

@@ -489,7 +489,10 @@ impl NemesisCluster {
             for i in 0..self.nodes.len() {
                 match self.applied(i).await {
                     Some(applied) => behind.extend(
-                        applied.iter().filter(|(g, a)| target.get(g).is_some_and(|t| *a < t)).map(|(g, a)| (i + 1, *g, *a)),
+                        applied
+                            .iter()
+                            .filter(|(g, a)| target.get(g).is_some_and(|t| *a < t))
+                            .map(|(g, a)| (i + 1, *g, *a)),
                     ),
                     None => behind.push((i + 1, u64::MAX, 0)),
                 }
