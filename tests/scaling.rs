@@ -397,6 +397,46 @@ async fn a_static_member_starting_late_still_forms_its_groups() -> Result<(), St
     Ok(())
 }
 
+/// Node 5 of 5 starts after nodes 1 and 2 formed groups, none of which counts it, and before
+/// nodes 3 and 4: it is still an initial member (its peers' record says so, not the groups it
+/// happens to see) and forms group 4, which only it initializes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_late_member_that_sees_only_groups_without_it_still_forms_its_own() -> Result<(), String> {
+    const SHARDS: u64 = 5;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Scaled::start_some(dir.path(), 5, 2, SHARDS as u32, 16);
+    wait_for("nodes 1 and 2 to elect a leader of meta", Duration::from_secs(60), || async {
+        let s = c.status(0).await?;
+        s["groups"].as_array()?.iter().any(|g| g["group"] == 0 && g["leader"].as_u64().is_some()).then_some(())
+    })
+    .await;
+    c.spawn_node(4);
+    wait_for("node 5 to start", Duration::from_secs(60), || c.status(4)).await;
+    let log = std::fs::read_to_string(dir.path().join("node5.log")).unwrap_or_default();
+    assert!(!log.contains("not an initial member"), "node 5 took itself for an added node:\n{log}");
+    c.spawn_node(2);
+    c.spawn_node(3);
+    c.wait_bootstrapped().await;
+
+    let all: BTreeSet<u64> = (0..=SHARDS).collect();
+    wait_for("meta and every shard to have a leader", Duration::from_secs(60), || async {
+        let mut leaders = BTreeSet::new();
+        for i in 0..5 {
+            let s = c.status(i).await?;
+            let led = s["groups"].as_array()?.iter().filter(|g| g["state"] == "Leader");
+            leaders.extend(led.filter_map(|g| g["group"].as_u64()));
+        }
+        (leaders == all).then_some(())
+    })
+    .await;
+    let key = c.api_key();
+    let acked = post_acked(&c.url, &key, "late-five").await;
+    let token = c.token().await;
+    check_all_readable(&c.url, &token, &acked).await?;
+    assert_eq!(c.hosted(4).await.unwrap(), BTreeSet::from([2, 3, 4]));
+    Ok(())
+}
+
 /// The first replica of meta (and of shard 5) starts last, on an empty disk, after its peers
 /// elected leaders in every group they can form, two of them with it as a voter: it is deferred
 /// until meta confirms its id, yet only it can initialize meta. It forms meta and shard 5 while

@@ -58,9 +58,6 @@ pub struct NodeConfig {
 /// The default of [`NodeConfig::query_memory_bytes`]: 4 GiB.
 pub const DEFAULT_QUERY_MEMORY_BYTES: u64 = 4 << 30;
 
-/// Written once the static initial placement is done; from then on a start opens exactly the
-/// replicas that exist on disk (placement may have moved some away, or brought new ones).
-const BOOTSTRAPPED: &str = "bootstrapped";
 pub(crate) const GROUPS_DIR: &str = "groups";
 pub(crate) const RAFT_LOG_DIR: &str = "raft-log";
 const DROPPED_SUFFIX: &str = ".dropped";
@@ -135,6 +132,9 @@ pub struct NodeHost {
     pub peer_incarnations: crate::identity::PeerIncarnations,
     /// What waits until meta confirms this fresh directory's identity.
     deferred: std::sync::Mutex<Deferred>,
+    /// The cluster's initial member set as this node knows it (`crate::bootstrap`); empty:
+    /// not known.
+    initial_members: std::sync::RwLock<Vec<NodeId>>,
 }
 
 /// Start-up work of a fresh directory in a running cluster, done once meta confirms its id.
@@ -209,7 +209,10 @@ impl NodeHost {
             Arc::new(Channels::new(&config.cluster_secret).map_err(anyhow::Error::msg)?.with_tls(tls.clone()));
         let addresses: AddressBook = Arc::new(std::sync::RwLock::new(config.peers.clone()));
         let node_ids: Vec<NodeId> = config.peers.keys().copied().collect();
-        let bootstrapped = config.data_dir.join(BOOTSTRAPPED).exists();
+        // Once bootstrapped, a start opens exactly the replicas that exist on disk (placement
+        // may have moved some away, or brought new ones).
+        let recorded = crate::bootstrap::read(&config.data_dir)?;
+        let bootstrapped = recorded.is_some();
         let had_data =
             bootstrapped || std::fs::read_dir(config.data_dir.join(GROUPS_DIR)).is_ok_and(|mut d| d.next().is_some());
         let identity = Identity::open(&config.data_dir, had_data)?;
@@ -230,6 +233,7 @@ impl NodeHost {
             log_db,
             lifecycle: tokio::sync::Mutex::new(()),
             registered: Default::default(),
+            initial_members: std::sync::RwLock::new(recorded.unwrap_or_default()),
         });
         let config = &host.config;
 
@@ -253,11 +257,11 @@ impl NodeHost {
         let mut to_initialize = Vec::new();
         let mut deferred = false;
         if !bootstrapped {
-            let (running, active) = if config.join { Default::default() } else { running_groups(&host).await };
+            let probe = if config.join { Default::default() } else { probe_peers(&host).await };
             // Peers run groups with this id among the voters that have had a leader: the id
             // may have voted with a lost disk. Groups that never had one (a cluster forming
             // while this node starts) need its vote and it cannot have given any.
-            let used = active.iter().any(|g| running.get(g).is_some_and(|v| v.contains(&config.id)));
+            let used = probe.active.iter().any(|g| probe.running.get(g).is_some_and(|v| v.contains(&config.id)));
             if host.identity.fresh && (config.join || used) {
                 // No Raft until meta confirms the id (`crate::placement` does).
                 host.identity.set(Standing::Unverified);
@@ -266,7 +270,7 @@ impl NodeHost {
                 if deferred {
                     // Groups no peer runs yet are forming with this start: this directory cannot
                     // have voted in them, and they may need it (meta among them) to form at all.
-                    to_initialize = host.static_replicas(&running, &node_ids, true).await?;
+                    to_initialize = host.static_replicas(&probe, &node_ids, true).await?;
                 }
                 tracing::info!(
                     node = config.id,
@@ -274,7 +278,7 @@ impl NodeHost {
                     "empty data directory in a running cluster: waiting for meta to confirm this node id"
                 );
             } else if !config.join {
-                to_initialize = host.static_replicas(&running, &node_ids, false).await?;
+                to_initialize = host.static_replicas(&probe, &node_ids, false).await?;
             }
         }
 
@@ -317,9 +321,7 @@ impl NodeHost {
 
         initialize(to_initialize).await?;
         if !bootstrapped && !deferred {
-            // From now on this directory belongs to a formed cluster: a restart never applies
-            // the static placement again, even if no peer answers at that moment.
-            crate::durable::write_file_atomic(&host.config.data_dir, BOOTSTRAPPED, b"part of a cluster\n")?;
+            crate::bootstrap::record(&host.config.data_dir, &host.initial_members())?;
         }
         tracing::info!(node = host.config.id, %addr, groups = host.rafts().len(), "storage node started");
         let mut background = vec![
@@ -334,49 +336,56 @@ impl NodeHost {
         Ok(RunningNode { host, addr, server, background })
     }
 
-    /// The replicas a node on an empty directory takes from the static placement over `peers`
-    /// (the initial member set), except for groups a peer already runs: there it follows the
-    /// membership that peer reports. So a scale-out pod started with a longer peer list never
-    /// forms a second copy of a running group, and a member starting after the others still
-    /// initializes the groups only it would initialize. Returns the groups to initialize.
+    /// The replicas a node on an empty directory takes from the static placement over the
+    /// initial member set (`crate::bootstrap`), except for groups a peer already runs: there it
+    /// follows the membership that peer reports. A node added to a running cluster takes
+    /// none. Returns the groups to initialize.
     async fn static_replicas(
         &self,
-        running: &BTreeMap<GroupId, Vec<NodeId>>,
+        probe: &crate::bootstrap::Probe,
         node_ids: &[NodeId],
         only_forming: bool,
     ) -> anyhow::Result<Vec<(Raft, BTreeMap<NodeId, BasicNode>)>> {
         let config = &self.config;
-        let mut to_initialize = Vec::new();
-        // Peers run groups and none counts this node among its voters: a node added to a
-        // running cluster, which forms nothing and waits for placement.
-        let newcomer = !running.is_empty() && !running.values().any(|v| v.contains(&config.id));
-        if newcomer {
+        let role = crate::bootstrap::role(config.id, node_ids, probe);
+        *self.initial_members.write().unwrap() = role.members().to_vec();
+        let crate::bootstrap::Role::Initial { members } = role else {
             tracing::info!(
                 node = config.id,
-                running = ?running.keys().collect::<Vec<_>>(),
-                "peers run groups without this node: forming nothing, waiting for placement"
+                initial = ?role.members(),
+                running = ?probe.running.keys().collect::<Vec<_>>(),
+                "not an initial member of the running cluster: forming nothing, waiting for placement"
             );
-        }
-        for group in (0..=config.shards as GroupId).filter(|_| !newcomer) {
-            let replicas = placement(group, node_ids, config.replication_factor);
-            let host_it = match running.get(&group) {
-                Some(members) => members.contains(&config.id),
-                None => replicas.contains(&config.id),
-            };
-            if !host_it || (only_forming && running.contains_key(&group)) {
+            return Ok(Vec::new());
+        };
+        let mut to_initialize = Vec::new();
+        for group in 0..=config.shards as GroupId {
+            let replicas = placement(group, &members, config.replication_factor);
+            let running = probe.running.get(&group);
+            let host_it = running.map_or(replicas.contains(&config.id), |voters| voters.contains(&config.id));
+            if !host_it || (only_forming && running.is_some()) {
                 continue;
             }
             if only_forming {
                 self.identity.admit_forming(group);
             }
             let raft = self.host_group(group).await?;
-            if !running.contains_key(&group) && replicas[0] == config.id {
-                let members: BTreeMap<NodeId, BasicNode> =
-                    replicas.iter().map(|id| (*id, BasicNode::new(config.peers[id].clone()))).collect();
-                to_initialize.push((raft, members));
+            if running.is_none() && replicas[0] == config.id {
+                let mut voters = BTreeMap::new();
+                for id in &replicas {
+                    let address = self.addresses.read().unwrap().get(id).cloned();
+                    let address = address.ok_or_else(|| anyhow::anyhow!("initial member {id} is not in --peers"))?;
+                    voters.insert(*id, BasicNode::new(address));
+                }
+                to_initialize.push((raft, voters));
             }
         }
         Ok(to_initialize)
+    }
+
+    /// The cluster's initial member set as this node knows it; empty: not known.
+    pub fn initial_members(&self) -> Vec<NodeId> {
+        self.initial_members.read().unwrap().clone()
     }
 
     /// Sets the standing meta's view gives this incarnation, logging changes. A fresh directory
@@ -396,10 +405,10 @@ impl NodeHost {
                 // Retried at the next view if this fails: hosting and initializing are idempotent.
                 if pending == Deferred::StaticPlacement {
                     let node_ids: Vec<NodeId> = self.config.peers.keys().copied().collect();
-                    let (running, _) = running_groups(self).await;
-                    initialize(self.static_replicas(&running, &node_ids, false).await?).await?;
+                    let probe = probe_peers(self).await;
+                    initialize(self.static_replicas(&probe, &node_ids, false).await?).await?;
                 }
-                crate::durable::write_file_atomic(&self.config.data_dir, BOOTSTRAPPED, b"part of a cluster\n")?;
+                crate::bootstrap::record(&self.config.data_dir, &self.initial_members())?;
                 *self.deferred.lock().unwrap() = Deferred::Nothing;
             }
             _ => {}
@@ -554,31 +563,29 @@ async fn initialize(groups: Vec<(Raft, BTreeMap<NodeId, BasicNode>)>) -> anyhow:
     Ok(())
 }
 
-/// Groups some reachable peer hosts with an initialized membership, and that membership's
-/// voters; and those of them that have had a leader (a known one, or applied entries).
-async fn running_groups(host: &NodeHost) -> (BTreeMap<GroupId, Vec<NodeId>>, std::collections::BTreeSet<GroupId>) {
+/// What the reachable peers report: the groups they host and the initial member set.
+async fn probe_peers(host: &NodeHost) -> crate::bootstrap::Probe {
     let peers: Vec<String> =
         host.config.peers.iter().filter(|(id, _)| **id != host.config.id).map(|(_, a)| a.clone()).collect();
     let probes = peers.iter().map(|addr| async move {
-        let Ok(mut client) = host.channels.storage(addr) else { return Vec::new() };
+        let mut client = host.channels.storage(addr).ok()?;
         let info = tokio::time::timeout(Duration::from_secs(2), client.cluster_info(ClusterInfoRequest {})).await;
         host.channels.forget(addr);
-        match info {
-            Ok(Ok(r)) => r.into_inner().groups,
-            _ => Vec::new(),
-        }
+        Some(info.ok()?.ok()?.into_inner())
     });
-    let mut running = BTreeMap::new();
-    let mut active = std::collections::BTreeSet::new();
-    for g in futures::future::join_all(probes).await.into_iter().flatten() {
-        if !g.voters.is_empty() {
+    let mut probe = crate::bootstrap::Probe::default();
+    for info in futures::future::join_all(probes).await.into_iter().flatten() {
+        if !info.initial_members.is_empty() {
+            probe.initial.push(info.initial_members);
+        }
+        for g in info.groups.into_iter().filter(|g| !g.voters.is_empty()) {
             if g.leader != 0 || g.applied > 0 {
-                active.insert(g.group);
+                probe.active.insert(g.group);
             }
-            running.insert(g.group, g.voters);
+            probe.running.insert(g.group, g.voters);
         }
     }
-    (running, active)
+    probe
 }
 
 async fn start_group<S: GroupStore>(

@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod archive;
+mod bootstrap;
 pub mod disk;
 pub mod durable;
 pub mod failpoint;

@@ -328,6 +328,7 @@ impl Storage for StorageService {
             shard_count: self.host.config.shards,
             groups,
             nodes,
+            initial_members: self.host.initial_members(),
         }))
     }
 }

@@ -213,6 +213,16 @@ fn an_incarnation_written_by_format_1_still_reads() {
     assert_eq!(super::encode_incarnation(INCARNATION), read("incarnation-v1"), "the encoding is stable");
 }
 
+#[test]
+fn a_bootstrap_record_written_by_format_1_still_reads() {
+    assert_eq!(super::decode_bootstrap(&read("bootstrapped-v1")).unwrap(), vec![1, 2, 3, 4, 5]);
+    assert_eq!(super::encode_bootstrap(&[1, 2, 3, 4, 5]), read("bootstrapped-v1"), "the encoding is stable");
+    // Written before the record: bootstrapped, members not known.
+    assert_eq!(super::decode_bootstrap(b"part of a cluster\n").unwrap(), Vec::<u64>::new());
+    let err = super::decode_bootstrap(b"part of a clusteR\n").unwrap_err().to_string();
+    assert!(err.contains("unsupported bootstrap record format"), "{err}");
+}
+
 /// A blob written before format 1 (bincode, no header) is refused by name, never misread.
 #[test]
 fn data_written_before_format_1_is_refused() {
@@ -262,4 +272,5 @@ fn write_format_1_fixtures() {
     state.extend_from_slice(&digest.to_le_bytes());
     std::fs::write(dir.join("state-v1.bin"), state).unwrap();
     std::fs::write(dir.join("incarnation-v1"), super::encode_incarnation(INCARNATION)).unwrap();
+    std::fs::write(dir.join("bootstrapped-v1"), super::encode_bootstrap(&[1, 2, 3, 4, 5])).unwrap();
 }

@@ -19,7 +19,7 @@ pub(crate) use entry::{
     decode_entry, decode_log_id, decode_snapshot_meta, decode_vote, encode_entry, encode_log_id, encode_snapshot_meta,
     encode_vote,
 };
-pub(crate) use identity::{decode_incarnation, encode_incarnation};
+pub(crate) use identity::{decode_bootstrap, decode_incarnation, encode_bootstrap, encode_incarnation};
 pub(crate) use manifest::{decode_manifest, encode_manifest};
 pub(crate) use raft_rpc::{
     decode_append_request, decode_append_response, decode_snapshot_request, decode_snapshot_response,
@@ -43,6 +43,7 @@ pub(crate) const VOTE: Format = Format { magic: *b"SXVO", version: 1, what: "Raf
 pub(crate) const MANIFEST: Format = Format { magic: *b"SXMF", version: 1, what: "segment manifest" };
 pub(crate) const STATE_FILE: Format = Format { magic: *b"SXST", version: 1, what: "state snapshot" };
 pub(crate) const INCARNATION: Format = Format { magic: *b"SXIN", version: 1, what: "node incarnation" };
+pub(crate) const BOOTSTRAP: Format = Format { magic: *b"SXBS", version: 1, what: "bootstrap record" };
 
 pub(crate) const HEADER_LEN: usize = 5;
 

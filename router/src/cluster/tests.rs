@@ -40,7 +40,13 @@ impl Storage for Fake {
             return std::future::pending().await;
         }
         let group = GroupInfo { group: 1, voters: vec![1, 2, 3], leader: self.leader, applied: 0, term: self.term };
-        Ok(Response::new(ClusterInfoReply { node_id: self.id, shard_count: 1, groups: vec![group], nodes: vec![] }))
+        Ok(Response::new(ClusterInfoReply {
+            node_id: self.id,
+            shard_count: 1,
+            groups: vec![group],
+            nodes: vec![],
+            initial_members: vec![],
+        }))
     }
 
     async fn get_trace(&self, _: Request<GetTraceRequest>) -> Result<Response<GetTraceReply>, Status> {
