@@ -32,6 +32,8 @@ pub struct NodeMetrics {
     pub log_fsync_batch: Histogram,
     pub applied_rows: Family<GroupLabel, Counter>,
     pub duplicate_batches: Counter,
+    /// Storage calls relayed to a group's leader for a router that could not reach it.
+    pub relayed_calls: Counter,
     pub commit_seconds: Histogram,
     pub snapshots_built: Counter,
     pub snapshots_installed: Counter,
@@ -60,6 +62,7 @@ impl Default for NodeMetrics {
             log_fsync_batch: Histogram::new(exponential_buckets(1.0, 2.0, 10)),
             applied_rows: Family::default(),
             duplicate_batches: Counter::default(),
+            relayed_calls: Counter::default(),
             commit_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             snapshots_built: Counter::default(),
             snapshots_installed: Counter::default(),
@@ -88,6 +91,11 @@ impl NodeMetrics {
         );
         r.register("applied_rows", "rows applied to shard state machines", self.applied_rows.clone());
         r.register("duplicate_batches", "retried batches recognised and applied once", self.duplicate_batches.clone());
+        r.register(
+            "relayed_calls",
+            "storage calls relayed to the leader for a router that could not reach it",
+            self.relayed_calls.clone(),
+        );
         r.register("raft_commit_seconds", "time from proposal to apply of client writes", self.commit_seconds.clone());
         r.register("snapshots_built", "state machine snapshots written", self.snapshots_built.clone());
         r.register(

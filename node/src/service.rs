@@ -7,12 +7,14 @@ use std::time::Instant;
 use openraft::error::{ClientWriteError, ForwardToLeader, RaftError};
 use openraft::BasicNode;
 use sextant_model::meta::{MetaCommand, MetaQuery};
+use sextant_proto::client::Authed;
 use sextant_proto::raft_server::Raft as RaftRpc;
+use sextant_proto::storage_client::StorageClient;
 use sextant_proto::storage_server::Storage;
 use sextant_proto::{
     write_request, ClusterInfoReply, ClusterInfoRequest, GetTraceReply, GetTraceRequest, GroupInfo, MetaReply,
     MetaRequest, NodeAddr, RaftReply, RaftRequest, WriteReply, WriteRequest, CLUSTER_SECRET_HEADER, LEADER_HEADER,
-    OVERLOADED_HEADER,
+    OVERLOADED_HEADER, RELAY_HEADER,
 };
 use subtle::ConstantTimeEq;
 use tonic::{Request, Response, Status};
@@ -182,6 +184,28 @@ impl StorageService {
         })
     }
 
+    /// The leader of `group`, when a router asked this replica to relay the call (it cannot
+    /// reach the leader itself) and another node leads: the call goes there, one hop, and the
+    /// leader's answer (a redirect included) goes back as it is.
+    fn relay<T>(&self, req: &Request<T>, group: GroupId) -> Result<Option<StorageClient<Authed>>, Status> {
+        if !req.metadata().contains_key(RELAY_HEADER) {
+            return Ok(None);
+        }
+        let raft =
+            self.host.raft(group).ok_or_else(|| Status::not_found(format!("group {group} is not hosted here")))?;
+        let leader = raft.metrics().borrow().current_leader;
+        match leader {
+            Some(id) if id == self.host.config.id => Ok(None),
+            Some(id) => {
+                let addr = self.host.addresses.read().unwrap().get(&id).cloned();
+                let addr = addr.ok_or_else(|| Status::unavailable(format!("no address for leader node {id}")))?;
+                self.host.metrics.relayed_calls.inc();
+                Ok(Some(self.host.channels.storage(&addr)?))
+            }
+            None => Err(Status::unavailable("no leader elected yet")),
+        }
+    }
+
     /// Linearizable read barrier: fails over to the leader like a write does.
     async fn read_barrier(&self, raft: &Raft) -> Result<(), Status> {
         match raft.ensure_linearizable().await {
@@ -197,6 +221,9 @@ impl StorageService {
 #[tonic::async_trait]
 impl Storage for StorageService {
     async fn write(&self, req: Request<WriteRequest>) -> Result<Response<WriteReply>, Status> {
+        if let Some(mut leader) = self.relay(&req, req.get_ref().group)? {
+            return leader.write(req.into_inner()).await;
+        }
         let req = req.into_inner();
         let shard = self.shard(req.group)?;
         let batch_id =
@@ -235,6 +262,9 @@ impl Storage for StorageService {
     }
 
     async fn get_trace(&self, req: Request<GetTraceRequest>) -> Result<Response<GetTraceReply>, Status> {
+        if let Some(mut leader) = self.relay(&req, req.get_ref().group)? {
+            return leader.get_trace(req.into_inner()).await;
+        }
         let req = req.into_inner();
         let shard = self.shard(req.group)?;
         self.read_barrier(&shard.raft).await?;
@@ -251,6 +281,11 @@ impl Storage for StorageService {
         req: Request<sextant_proto::QueryRequest>,
     ) -> Result<Response<sextant_proto::QueryReply>, Status> {
         let replica_read = req.metadata().contains_key(REPLICA_READ_HEADER);
+        if !replica_read {
+            if let Some(mut leader) = self.relay(&req, req.get_ref().group)? {
+                return leader.query(req.into_inner()).await;
+            }
+        }
         let req = sextant_model::query::ShardQuery::try_from(req.into_inner()).map_err(bad)?;
         let shard = self.shard(req.group)?;
         // Reads go to the leader, so an acknowledged write is visible to the next query.
@@ -273,6 +308,9 @@ impl Storage for StorageService {
         &self,
         req: Request<sextant_proto::QueryRequest>,
     ) -> Result<Response<sextant_proto::QueryCost>, Status> {
+        if let Some(mut leader) = self.relay(&req, req.get_ref().group)? {
+            return leader.estimate(req.into_inner()).await;
+        }
         let req = sextant_model::query::ShardQuery::try_from(req.into_inner()).map_err(bad)?;
         let shard = self.shard(req.group)?;
         // No read barrier: an estimate reads metadata, and a row or two applied since does
@@ -282,6 +320,9 @@ impl Storage for StorageService {
     }
 
     async fn meta_write(&self, req: Request<MetaRequest>) -> Result<Response<MetaReply>, Status> {
+        if let Some(mut leader) = self.relay(&req, crate::types::META_GROUP)? {
+            return leader.meta_write(req.into_inner()).await;
+        }
         let command: MetaCommand = serde_json::from_slice(&req.into_inner().json).map_err(bad)?;
         let meta = self.meta()?;
         match self.propose(&meta.raft, Command::Meta(command)).await? {
@@ -292,6 +333,9 @@ impl Storage for StorageService {
     }
 
     async fn meta_read(&self, req: Request<MetaRequest>) -> Result<Response<MetaReply>, Status> {
+        if let Some(mut leader) = self.relay(&req, crate::types::META_GROUP)? {
+            return leader.meta_read(req.into_inner()).await;
+        }
         let query: MetaQuery = serde_json::from_slice(&req.into_inner().json).map_err(bad)?;
         let meta = self.meta()?;
         self.read_barrier(&meta.raft).await?;

@@ -14,17 +14,24 @@ use tonic::{Request, Status};
 use crate::internal_tls::InternalTls;
 use crate::raft_client::RaftClient;
 use crate::storage_client::StorageClient;
-use crate::CLUSTER_SECRET_HEADER;
+use crate::{CLUSTER_SECRET_HEADER, RELAY_HEADER};
 
 /// Largest internal message: a Raft append of many sub-batches or a snapshot chunk.
 pub const MAX_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 
 #[derive(Clone)]
-pub struct SecretInterceptor(AsciiMetadataValue);
+pub struct SecretInterceptor {
+    secret: AsciiMetadataValue,
+    /// Asks the called replica to relay the call to its group's leader (`RELAY_HEADER`).
+    relay: bool,
+}
 
 impl tonic::service::Interceptor for SecretInterceptor {
     fn call(&mut self, mut req: Request<()>) -> Result<Request<()>, Status> {
-        req.metadata_mut().insert(CLUSTER_SECRET_HEADER, self.0.clone());
+        req.metadata_mut().insert(CLUSTER_SECRET_HEADER, self.secret.clone());
+        if self.relay {
+            req.metadata_mut().insert(RELAY_HEADER, AsciiMetadataValue::from_static("1"));
+        }
         Ok(req)
     }
 }
@@ -61,8 +68,8 @@ pub fn check_cluster_secret(secret: &str) -> Result<(), String> {
 impl Channels {
     pub fn new(cluster_secret: &str) -> Result<Self, String> {
         check_cluster_secret(cluster_secret)?;
-        let value = cluster_secret.parse().map_err(|_| "the cluster secret must be visible ASCII".to_string())?;
-        Ok(Self { secret: SecretInterceptor(value), channels: Mutex::new(HashMap::new()), tls: None })
+        let secret = cluster_secret.parse().map_err(|_| "the cluster secret must be visible ASCII".to_string())?;
+        Ok(Self { secret: SecretInterceptor { secret, relay: false }, channels: Mutex::new(HashMap::new()), tls: None })
     }
 
     /// Dials every peer over mutual TLS with `tls` (or plain HTTP/2 with `None`).
@@ -103,7 +110,17 @@ impl Channels {
     }
 
     pub fn storage(&self, addr: &str) -> Result<StorageClient<Authed>, Status> {
-        Ok(StorageClient::with_interceptor(self.channel(addr)?, self.secret.clone())
+        self.storage_with(addr, false)
+    }
+
+    /// Storage calls to the replica at `addr` that it relays to its group's leader.
+    pub fn storage_relayed(&self, addr: &str) -> Result<StorageClient<Authed>, Status> {
+        self.storage_with(addr, true)
+    }
+
+    fn storage_with(&self, addr: &str, relay: bool) -> Result<StorageClient<Authed>, Status> {
+        let interceptor = SecretInterceptor { relay, ..self.secret.clone() };
+        Ok(StorageClient::with_interceptor(self.channel(addr)?, interceptor)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES))
     }

@@ -19,6 +19,10 @@ pub const LEADER_HEADER: &str = "x-sextant-leader";
 /// Metadata key on a `ResourceExhausted` status saying the shard's write queue is full (retry
 /// shortly), not its disk.
 pub const OVERLOADED_HEADER: &str = "x-sextant-overloaded";
+/// Metadata key of a storage call a router sends to a replica that is not the leader because it
+/// cannot reach the leader itself: the replica relays it to the leader, one hop
+/// (docs/RELIABILITY.md, "Failover").
+pub const RELAY_HEADER: &str = "x-sextant-relay";
 
 pub mod client;
 pub mod convert;

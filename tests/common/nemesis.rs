@@ -56,6 +56,7 @@ fn pid_alive(pid: &str) -> bool {
 /// by a veth pair to a bridge in the test's namespace (`sxb<tag>`, at `<subnet>.254`), where
 /// the routers and the test run. A partition is a pair of blackhole routes in the two nodes'
 /// namespaces: packets between them vanish, as on a cut link; the routers still reach both.
+/// A node cut from the routers has a blackhole route to the bridge: it still reaches its peers.
 pub struct Net {
     /// This process's id and a count of the clusters it made (names must not collide when
     /// `cargo test` runs two tests in one process).
@@ -63,6 +64,7 @@ pub struct Net {
     subnet: String,
     nodes: usize,
     cuts: BTreeSet<(usize, usize)>,
+    isolated: BTreeSet<usize>,
 }
 
 impl Net {
@@ -77,8 +79,13 @@ impl Net {
         Self::remove_stale();
         static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let tag = std::process::id() as u64 * 10 + MADE.fetch_add(1, Ordering::Relaxed) % 10;
-        let net =
-            Net { tag, subnet: format!("10.{}.{}", 200 + (tag / 256) % 50, tag % 256), nodes, cuts: BTreeSet::new() };
+        let net = Net {
+            tag,
+            subnet: format!("10.{}.{}", 200 + (tag / 256) % 50, tag % 256),
+            nodes,
+            cuts: BTreeSet::new(),
+            isolated: BTreeSet::new(),
+        };
         let bridge = net.bridge();
         ip_ok(&["link", "add", &bridge, "type", "bridge"]);
         ip_ok(&["addr", "add", &format!("{}.254/24", net.subnet), "dev", &bridge]);
@@ -141,11 +148,20 @@ impl Net {
         }
     }
 
+    /// Drops every packet between node `i` and the routers (and the test), not its peers.
+    pub fn isolate(&mut self, i: usize) {
+        ip_ok(&["-n", &self.ns(i), "route", "add", "blackhole", &format!("{}.254/32", self.subnet)]);
+        self.isolated.insert(i);
+    }
+
     pub fn heal(&mut self) {
         for (a, b) in std::mem::take(&mut self.cuts) {
             for (from, to) in [(a, b), (b, a)] {
                 ip_ok(&["-n", &self.ns(from), "route", "del", "blackhole", &format!("{}/32", self.ip(to))]);
             }
+        }
+        for i in std::mem::take(&mut self.isolated) {
+            ip_ok(&["-n", &self.ns(i), "route", "del", "blackhole", &format!("{}.254/32", self.subnet)]);
         }
     }
 }
@@ -244,6 +260,8 @@ pub enum Fault {
     Pause(Vec<usize>),
     /// These nodes cut from all the others (the routers still reach everyone).
     Partition(Vec<usize>),
+    /// These nodes cut from the routers (they still reach their peers).
+    Isolate(Vec<usize>),
     /// [`DISK_NODE`]'s filesystem filled past its high-water mark, then freed.
     DiskFull,
     /// Restarted with every fsync of its Raft log delayed (`SEXTANT_FAILPOINT_FSYNC_DELAY_MS`),
@@ -257,6 +275,7 @@ impl Fault {
             Fault::Kill(_) => "kill -9",
             Fault::Pause(_) => "SIGSTOP",
             Fault::Partition(_) => "partition",
+            Fault::Isolate(_) => "cut from the routers",
             Fault::DiskFull => "disk full",
             Fault::SlowFsync(_) => "slow fsync",
         }
@@ -265,7 +284,9 @@ impl Fault {
     fn describe(&self) -> String {
         let ids = |v: &[usize]| v.iter().map(|i| (i + 1).to_string()).collect::<Vec<_>>().join("+");
         match self {
-            Fault::Kill(v) | Fault::Pause(v) | Fault::Partition(v) => format!("{} node {}", self.kind(), ids(v)),
+            Fault::Kill(v) | Fault::Pause(v) | Fault::Partition(v) | Fault::Isolate(v) => {
+                format!("{} node {}", self.kind(), ids(v))
+            }
             Fault::DiskFull => format!("disk full node {}", DISK_NODE + 1),
             Fault::SlowFsync(i) => format!("slow fsync node {}", i + 1),
         }
@@ -413,7 +434,7 @@ impl NemesisCluster {
         self.nodes[i] = Some(NodeProc::spawn(&self.net.ns(i), &args, &log, envs));
     }
 
-    fn node_url(&self, i: usize) -> String {
+    pub fn node_url(&self, i: usize) -> String {
         format!("http://{}:{HTTP_PORT}", self.net.ip(i))
     }
 
@@ -537,6 +558,11 @@ impl NemesisCluster {
                 }
             }
             Fault::Partition(v) => self.net.partition(v),
+            Fault::Isolate(v) => {
+                for &i in v {
+                    self.net.isolate(i);
+                }
+            }
             Fault::DiskFull => {
                 // Past the high-water mark, with room left for what followers must still append.
                 let (total, used) = self.disk.usage();
@@ -564,7 +590,7 @@ impl NemesisCluster {
                     self.paused.remove(&i);
                 }
             }
-            Fault::Partition(_) => self.net.heal(),
+            Fault::Partition(_) | Fault::Isolate(_) => self.net.heal(),
             Fault::DiskFull => std::fs::remove_file(self.disk.at.join("ballast")).unwrap(),
             Fault::SlowFsync(i) => {
                 drop(self.nodes[*i].take());
@@ -746,11 +772,12 @@ pub async fn run_nemesis(c: &mut NemesisCluster, writers: &Writers, plan: &Plan)
                     nodes.swap(k, j);
                 }
                 nodes.truncate(width);
-                let fault = match rng.gen_range(0..5) {
+                let fault = match rng.gen_range(0..6) {
                     0 => Fault::Kill(nodes),
                     1 => Fault::Pause(nodes),
                     2 => Fault::Partition(nodes),
-                    3 => Fault::DiskFull,
+                    3 => Fault::Isolate(nodes),
+                    4 => Fault::DiskFull,
                     _ => Fault::SlowFsync(nodes[0]),
                 };
                 (fault, Duration::from_millis(rng.gen_range(2_000..10_000)))

@@ -63,7 +63,45 @@ struct Topology {
     leaders: HashMap<GroupId, NodeId>,
     /// The Raft term each of `leaders` was reported at (0: learned from a redirect).
     terms: HashMap<GroupId, u64>,
+    /// Nodes that did not answer this router while their peers did, until when calls for the
+    /// groups they lead go through another replica ([`Cluster::suspect`]).
+    unreachable: HashMap<NodeId, Instant>,
     shard_count: u32,
+}
+
+/// Where one attempt of a call goes.
+struct Target {
+    /// The group's leader as far as this router knows (or a voter to ask, with none known).
+    leader: NodeId,
+    /// The address called: the leader's, or the relaying replica's.
+    addr: String,
+    /// Sent to another replica, which relays it to `leader` (`RELAY_HEADER`).
+    relayed: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Suspicion {
+    Moved,
+    Unreachable,
+    Waiting,
+}
+
+/// Why an attempt was given up before its answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Abandoned {
+    Moved,
+    Unreachable,
+    TimedOut,
+}
+
+impl std::fmt::Display for Abandoned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Abandoned::Moved => "another replica leads the group now",
+            Abandoned::Unreachable => "out of this router's reach while its peers answer",
+            Abandoned::TimedOut => "timed out",
+        })
+    }
 }
 
 pub use meta_cache::MetaCache;
@@ -73,7 +111,7 @@ pub struct Cluster {
     seeds: Vec<String>,
     topology: RwLock<Topology>,
     meta: RwLock<Option<Arc<MetaCache>>>,
-    /// When each group's replicas were last asked for a new leader ([`Cluster::leader_moved`]).
+    /// When each group's replicas were last asked for a new leader ([`Cluster::suspect`]).
     probes: std::sync::Mutex<HashMap<GroupId, Instant>>,
     /// When a credential this router did not know last made it reload the meta view
     /// ([`Cluster::reload_meta_for_unknown`]); held while that reload runs.
@@ -96,6 +134,9 @@ const UNKNOWN_RELOAD_INTERVAL: Duration = Duration::from_millis(200);
 /// Deadline of one node's `ClusterInfo` in a probe or a topology refresh: a frozen node must
 /// not hold up the answers of the others for long.
 const INFO_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long a node that did not answer this router, while its peers did, is called through
+/// another replica before it is tried directly again.
+const UNREACHABLE_FOR: Duration = Duration::from_secs(5);
 /// Longest pause between two attempts: a dead leader refuses connections at once, and a new
 /// one is elected within about a second (`sextant_node::host`'s Raft timeouts).
 const MAX_BACKOFF: Duration = Duration::from_millis(250);
@@ -247,34 +288,49 @@ impl Cluster {
         })
     }
 
-    /// Asks `group`'s replicas other than `suspect` (the node a call waits on) who leads it, at
-    /// most once per [`PROBE_INTERVAL`] per group, and records a replica that says it leads the
-    /// group in a term at least as new as the known leader's. True when the known leader is
-    /// another node than `suspect`, by this probe or anything learned meanwhile.
-    async fn leader_moved(&self, group: GroupId, suspect: NodeId) -> bool {
-        let moved = || self.topology.read().unwrap().leaders.get(&group).is_some_and(|l| *l != suspect);
-        if moved() {
-            return true;
+    /// Asks `group`'s replicas who leads it, at most once per [`PROBE_INTERVAL`] per group, and
+    /// records a replica that says it leads the group in a term at least as new as the known
+    /// leader's. `suspect` is the node a call waits on: another node leads now
+    /// ([`Suspicion::Moved`]), or it does not answer this router while other replicas do
+    /// ([`Suspicion::Unreachable`]: a partition between this router and that node, or a frozen
+    /// node), or neither yet.
+    async fn suspect(&self, group: GroupId, suspect: NodeId) -> Suspicion {
+        let verdict = || {
+            let topo = self.topology.read().unwrap();
+            if topo.leaders.get(&group).is_some_and(|l| *l != suspect) {
+                Suspicion::Moved
+            } else if topo.unreachable.get(&suspect).is_some_and(|until| Instant::now() < *until) {
+                Suspicion::Unreachable
+            } else {
+                Suspicion::Waiting
+            }
+        };
+        if verdict() == Suspicion::Moved {
+            return Suspicion::Moved;
         }
         {
             let mut probes = self.probes.lock().unwrap();
             let now = Instant::now();
             if probes.get(&group).is_some_and(|last| now < *last + PROBE_INTERVAL) {
-                return false;
+                return verdict();
             }
             probes.insert(group, now);
         }
-        let others: Vec<String> = {
+        let (own, others): (Option<String>, Vec<String>) = {
             let topo = self.topology.read().unwrap();
             let voters = topo.voters.get(&group).map(Vec::as_slice).unwrap_or_default();
-            voters.iter().filter(|id| **id != suspect).filter_map(|id| topo.nodes.get(id).cloned()).collect()
+            let others = voters.iter().filter(|id| **id != suspect).filter_map(|id| topo.nodes.get(id).cloned());
+            (topo.nodes.get(&suspect).cloned(), others.collect())
         };
-        let replies = futures::future::join_all(others.iter().map(|addr| async move {
-            let mut client = self.channels.storage(addr).ok()?;
+        let info = |addr: String| async move {
+            let mut client = self.channels.storage(&addr).ok()?;
             let reply = tokio::time::timeout(INFO_TIMEOUT, client.cluster_info(ClusterInfoRequest {})).await;
             reply.ok()?.ok().map(|r| r.into_inner())
-        }))
-        .await;
+        };
+        let (own, replies) =
+            futures::future::join(async { info(own?).await }, futures::future::join_all(others.into_iter().map(info)))
+                .await;
+        let others_answer = replies.iter().any(Option::is_some);
         let claim = replies
             .into_iter()
             .flatten()
@@ -283,49 +339,78 @@ impl Cluster {
                 r.groups.into_iter().filter(move |g| g.group == group && g.leader == me).map(|g| (g.term, g.leader))
             })
             .max();
+        let mut topo = self.topology.write().unwrap();
         if let Some((term, leader)) = claim {
-            let mut topo = self.topology.write().unwrap();
             if topo.terms.get(&group).is_none_or(|known| *known <= term) {
                 topo.leaders.insert(group, leader);
                 topo.terms.insert(group, term);
             }
         }
-        moved()
+        match own {
+            Some(_) => {
+                topo.unreachable.remove(&suspect);
+            }
+            None if others_answer => {
+                topo.unreachable.insert(suspect, Instant::now() + UNREACHABLE_FOR);
+            }
+            None => {}
+        }
+        drop(topo);
+        verdict()
     }
 
-    /// Runs one attempt `call` on node `target`: its answer, or why it was given up: `limit`
-    /// passed or, once it has waited [`SUSPECT_AFTER`], another replica took over the group (the
-    /// caller retries there; the abandoned call, if it lands, is a duplicate the batch id absorbs).
+    /// Runs one attempt `call` on `target`: its answer, or why it was given up: `limit` passed,
+    /// or, once it has waited [`SUSPECT_AFTER`], another replica took over the group or the
+    /// leader proved out of this router's reach (the caller retries there, or through another
+    /// replica; the abandoned call, if it lands, is a duplicate the batch id absorbs).
     async fn attempt<T>(
         &self,
         group: GroupId,
-        target: NodeId,
+        target: &Target,
         limit: Duration,
         call: impl Future<Output = Result<T, Status>>,
-    ) -> Result<Result<T, Status>, &'static str> {
-        let moved = async {
+    ) -> Result<Result<T, Status>, Abandoned> {
+        let suspicion = async {
             tokio::time::sleep(SUSPECT_AFTER).await;
-            while !self.leader_moved(group, target).await {
-                tokio::time::sleep(PROBE_INTERVAL).await;
+            loop {
+                match self.suspect(group, target.leader).await {
+                    Suspicion::Moved => return Abandoned::Moved,
+                    Suspicion::Unreachable if !target.relayed => return Abandoned::Unreachable,
+                    _ => tokio::time::sleep(PROBE_INTERVAL).await,
+                }
             }
         };
         tokio::select! {
             reply = call => Ok(reply),
-            _ = moved => Err("another replica leads the group now"),
-            _ = tokio::time::sleep(limit) => Err("timed out"),
+            why = suspicion => Err(why),
+            _ = tokio::time::sleep(limit) => Err(Abandoned::TimedOut),
         }
     }
 
-    fn target(&self, group: GroupId, attempt: usize) -> Option<(NodeId, String)> {
+    /// Where the next attempt at `group` goes: its known leader, or through another replica
+    /// when the leader is out of this router's reach; with no known leader, the voters in turn.
+    fn target(&self, group: GroupId, attempt: usize) -> Option<Target> {
         let topo = self.topology.read().unwrap();
-        let id = match topo.leaders.get(&group) {
+        let voters = topo.voters.get(&group).map(Vec::as_slice).unwrap_or_default();
+        let reachable = |id: &NodeId| topo.unreachable.get(id).is_none_or(|until| Instant::now() >= *until);
+        let leader = match topo.leaders.get(&group) {
             Some(id) => *id,
             None => {
-                let voters = topo.voters.get(&group)?;
-                *voters.get(attempt % voters.len().max(1))?
+                let mut pool: Vec<&NodeId> = voters.iter().filter(|id| reachable(id)).collect();
+                if pool.is_empty() {
+                    pool = voters.iter().collect();
+                }
+                **pool.get(attempt % pool.len().max(1))?
             }
         };
-        topo.nodes.get(&id).map(|addr| (id, addr.clone()))
+        if topo.leaders.contains_key(&group) && !reachable(&leader) {
+            let relays: Vec<&NodeId> = voters.iter().filter(|id| **id != leader && reachable(id)).collect();
+            if let Some(relay) = relays.get(attempt % relays.len().max(1)) {
+                let addr = topo.nodes.get(relay)?.clone();
+                return Some(Target { leader, addr, relayed: true });
+            }
+        }
+        topo.nodes.get(&leader).map(|addr| Target { leader, addr: addr.clone(), relayed: false })
     }
 
     fn learn_leader(&self, group: GroupId, status: &Status) -> bool {
@@ -382,15 +467,17 @@ impl Cluster {
             if Instant::now() >= deadline {
                 break;
             }
-            let Some((target, addr)) = self.target(group, attempt) else {
+            let Some(target) = self.target(group, attempt) else {
                 let _ = self.refresh_topology().await;
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(MAX_BACKOFF);
                 continue;
             };
-            let client = self.channels.storage(&addr).map_err(|e| ClusterError::Internal(e.to_string()))?;
+            let addr = &target.addr;
+            let client = if target.relayed { self.channels.storage_relayed(addr) } else { self.channels.storage(addr) };
+            let client = client.map_err(|e| ClusterError::Internal(e.to_string()))?;
             let remaining = deadline.saturating_duration_since(Instant::now()).min(attempt_timeout);
-            match self.attempt(group, target, remaining, op(client)).await {
+            match self.attempt(group, &target, remaining, op(client)).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(status)) => match status.code() {
                     Code::FailedPrecondition if self.learn_leader(group, &status) => continue,
@@ -411,7 +498,11 @@ impl Cluster {
                         }
                     }
                 },
-                Err(why) if self.topology.read().unwrap().leaders.get(&group).is_some_and(|l| *l != target) => {
+                Err(why @ Abandoned::Unreachable) => {
+                    last_error = format!("group {group} at {addr}: {why}");
+                    continue;
+                }
+                Err(why) if self.topology.read().unwrap().leaders.get(&group).is_some_and(|l| *l != target.leader) => {
                     last_error = format!("group {group} at {addr}: {why}");
                     continue;
                 }
