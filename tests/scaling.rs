@@ -169,6 +169,27 @@ impl Scaled {
         }
     }
 
+    /// Waits until meta and shards 1..=`shards` each have a leader.
+    async fn wait_every_group_led(&self, shards: u64) {
+        let all: BTreeSet<u64> = (0..=shards).collect();
+        wait_for("meta and every shard to have a leader", Duration::from_secs(60), || async {
+            let mut leaders = BTreeSet::new();
+            for i in 0..self.nodes.len() {
+                let s = self.status(i).await?;
+                let led = s["groups"].as_array()?.iter().filter(|g| g["state"] == "Leader");
+                leaders.extend(led.filter_map(|g| g["group"].as_u64()));
+            }
+            (leaders == all).then_some(())
+        })
+        .await;
+    }
+
+    /// Writes a batch of spans and reads every one of them back.
+    async fn ingest_and_read_back(&self, prefix: &str) -> Result<(), String> {
+        let acked = post_acked(&self.url, &self.api_key(), prefix).await;
+        check_all_readable(&self.url, &self.token().await, &acked).await
+    }
+
     async fn admin_nodes(&self) -> Option<Vec<Value>> {
         let resp = http()
             .get(format!("{}/admin/v1/cluster/nodes", self.internal_url))
@@ -418,21 +439,8 @@ async fn a_late_member_that_sees_only_groups_without_it_still_forms_its_own() ->
     c.spawn_node(3);
     c.wait_bootstrapped().await;
 
-    let all: BTreeSet<u64> = (0..=SHARDS).collect();
-    wait_for("meta and every shard to have a leader", Duration::from_secs(60), || async {
-        let mut leaders = BTreeSet::new();
-        for i in 0..5 {
-            let s = c.status(i).await?;
-            let led = s["groups"].as_array()?.iter().filter(|g| g["state"] == "Leader");
-            leaders.extend(led.filter_map(|g| g["group"].as_u64()));
-        }
-        (leaders == all).then_some(())
-    })
-    .await;
-    let key = c.api_key();
-    let acked = post_acked(&c.url, &key, "late-five").await;
-    let token = c.token().await;
-    check_all_readable(&c.url, &token, &acked).await?;
+    c.wait_every_group_led(SHARDS).await;
+    c.ingest_and_read_back("late-five").await?;
     assert_eq!(c.hosted(4).await.unwrap(), BTreeSet::from([2, 3, 4]));
     Ok(())
 }
@@ -482,21 +490,8 @@ async fn a_cluster_whose_meta_initializer_starts_last_still_bootstraps() -> Resu
         "node {late} was not deferred: the test lost its point"
     );
 
-    let all: BTreeSet<u64> = (0..=SHARDS).collect();
-    wait_for("meta and every shard to have a leader", Duration::from_secs(60), || async {
-        let mut leaders = BTreeSet::new();
-        for i in 0..NODES {
-            let s = c.status(i).await?;
-            let led = s["groups"].as_array()?.iter().filter(|g| g["state"] == "Leader");
-            leaders.extend(led.filter_map(|g| g["group"].as_u64()));
-        }
-        (leaders == all).then_some(())
-    })
-    .await;
-    let key = c.api_key();
-    let acked = post_acked(&c.url, &key, "late-meta").await;
-    let token = c.token().await;
-    check_all_readable(&c.url, &token, &acked).await?;
+    c.wait_every_group_led(SHARDS).await;
+    c.ingest_and_read_back("late-meta").await?;
     c.wait_state(late_i, "Active").await;
     let placed: BTreeSet<u64> =
         (0..=SHARDS).filter(|g| sextant_node::host::placement(*g, &ids, 3).contains(&late)).collect();
