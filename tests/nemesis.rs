@@ -1,9 +1,9 @@
 //! Faults under load (issue 26): storage nodes, each in a network namespace of its own, and two
 //! routers under sustained mixed ingest (spans, logs, analytics events) while a nemesis kills
 //! nodes with SIGKILL, pauses them with SIGSTOP, partitions them from their peers or from the
-//! routers and fills a node's disk. Every batch is recorded as acknowledged, failed or unknown; afterwards every
-//! acknowledged object must be readable exactly once, every other batch whole or not at all,
-//! and reads must not change across the final heal. Needs root (namespaces, tmpfs).
+//! routers and fills a node's disk. Every batch is recorded as acknowledged, failed or unknown;
+//! afterwards every acknowledged object must be readable exactly once, every other batch whole
+//! or not at all, and reads must not change across the final heal. Needs root (namespaces, tmpfs).
 //!
 //! The short run is part of the normal suite; the long ones run on demand (docs/RELIABILITY.md,
 //! "Faults: the nemesis harness"):
@@ -33,6 +33,13 @@ impl Dir {
             Dir::Kept(p) => p,
         }
     }
+}
+
+/// Nothing acknowledged lost, nothing stored twice, no unacknowledged batch stored in part.
+fn assert_intact(verdict: &Verdict) {
+    assert_eq!(verdict.lost, 0, "acknowledged objects lost: {:#?}", verdict.problems);
+    assert_eq!(verdict.duplicated, 0, "batches stored twice: {:#?}", verdict.problems);
+    assert!(verdict.torn.is_empty(), "unacknowledged batches stored in part: {:#?}", verdict.torn);
 }
 
 /// Runs the plan under ingest, then checks the data: what every test of this file does.
@@ -87,9 +94,7 @@ async fn survive(nodes: usize, shards: u32, writers: usize, mut plan: Plan) {
     assert_eq!(after[0], after[1], "the two routers answer differently after the heal");
     assert_eq!(before[0], after[0], "reads changed across the final heal");
     assert!(verdict.acked > 0, "nothing was acknowledged");
-    assert_eq!(verdict.lost, 0, "acknowledged objects lost: {:#?}", verdict.problems);
-    assert_eq!(verdict.duplicated, 0, "batches stored twice: {:#?}", verdict.problems);
-    assert!(verdict.torn.is_empty(), "unacknowledged batches stored in part: {:#?}", verdict.torn);
+    assert_intact(&verdict);
     assert!(verdict.problems.is_empty(), "{:#?}", verdict.problems);
     let unexpected: Vec<_> = verdict.statuses.keys().filter(|s| ![429, 503, 504].contains(*s)).collect();
     assert!(unexpected.is_empty(), "answers other than 200, 429, 503 and 504 under faults: {:?}", verdict.statuses);
@@ -155,9 +160,7 @@ async fn a_leader_cut_off_from_the_routers_is_reached_through_its_peers() {
     assert!(gap < Duration::from_secs(3), "no acknowledgement for {gap:?} while node {leader} was cut off");
     assert!(relayed > 0.0, "no call was relayed by node {leader}'s peers");
     assert_eq!(still, Some(leader), "the peers elected another leader: the cut was not between routers and node");
-    assert_eq!(verdict.lost, 0, "acknowledged objects lost: {:#?}", verdict.problems);
-    assert_eq!(verdict.duplicated, 0, "batches stored twice: {:#?}", verdict.problems);
-    assert!(verdict.torn.is_empty(), "unacknowledged batches stored in part: {:#?}", verdict.torn);
+    assert_intact(&verdict);
 }
 
 fn long_duration() -> Duration {
