@@ -445,6 +445,74 @@ async fn a_late_member_that_sees_only_groups_without_it_still_forms_its_own() ->
     Ok(())
 }
 
+/// A scale-in drained node 5 of 5; a scale-out then reuses its ordinal on an empty volume,
+/// without `--join`, while the only peer it reaches does not host group 4, which the static
+/// placement has node 5 initialize. The peer reports the id as drained: node 5 forms nothing
+/// (before, it formed a second group 4), and takes replicas once placed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_drained_member_back_on_an_empty_volume_forms_no_group() -> Result<(), String> {
+    const SHARDS: u64 = 5;
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Scaled::start(dir.path(), 5, SHARDS as u32, 16).await;
+    c.wait_every_group_led(SHARDS).await;
+    let key = c.api_key();
+    let acked = post_acked(&c.url, &key, "before-drain").await;
+    let (five, ids) = (4, [1, 2, 3, 4, 5]);
+    let own = (0..=SHARDS).find(|g| sextant_node::host::placement(*g, &ids, 3)[0] == 5).unwrap();
+
+    c.wait_state(five, "Active").await;
+    c.drain(five).await;
+    c.wait_state(five, "Drained").await;
+    wait_for("node 5 to delete its replicas", MOVE_TIMEOUT, || async { c.hosted(five).await.filter(|h| h.is_empty()) })
+        .await;
+    let holders = wait_for(&format!("group {own} to have its voters off node 5"), MOVE_TIMEOUT, || async {
+        for i in 0..4 {
+            let s = c.status(i).await?;
+            let Some(g) = s["groups"].as_array()?.iter().find(|g| g["group"] == own && g["state"] == "Leader") else {
+                continue;
+            };
+            let voters = g["voters"].as_array()?.iter().filter_map(|v| Some(v.as_u64()? as usize - 1));
+            let voters: Vec<usize> = voters.collect();
+            return (voters.len() == 3 && !voters.contains(&five)).then_some(voters);
+        }
+        None
+    })
+    .await;
+    let keeper = (0..4).find(|i| !holders.contains(i)).unwrap();
+    wait_for("the keeper to know node 5 as drained", Duration::from_secs(60), || async {
+        let s = c.status(keeper).await?;
+        s["retired_members"].as_array()?.contains(&json!(5)).then_some(())
+    })
+    .await;
+
+    c.kill(five);
+    std::fs::remove_dir_all(dir.path().join("node5")).unwrap();
+    for i in &holders {
+        c.kill(*i);
+    }
+    c.spawn_node(five);
+    wait_for("node 5 to start", Duration::from_secs(60), || c.status(five)).await;
+    assert_eq!(c.hosted(five).await.unwrap(), BTreeSet::new(), "node 5 formed a group it no longer owns");
+    let log = std::fs::read_to_string(dir.path().join("node5.log")).unwrap_or_default();
+    assert!(log.contains("not an initial member"), "{log}");
+
+    for i in holders {
+        c.spawn_node(i);
+    }
+    c.wait_every_group_led(SHARDS).await;
+    let token = c.token().await;
+    check_all_readable(&c.url, &token, &acked).await?;
+    // As the operator does: placement once the pod is ready, meta knowing its new incarnation.
+    wait_for("node 5 to be ready", Duration::from_secs(60), || async {
+        c.readyz(five).await.filter(|(s, _)| *s == 200)
+    })
+    .await;
+    c.place(&[0, 1, 2, 3, 4]).await;
+    c.wait_state(five, "Active").await;
+    assert!(c.hosted(five).await.is_some_and(|h| !h.is_empty()), "node 5 got no replica back");
+    c.ingest_and_read_back("placed-again").await
+}
+
 /// The first replica of meta (and of shard 5) starts last, on an empty disk, after its peers
 /// elected leaders in every group they can form, two of them with it as a voter: it is deferred
 /// until meta confirms its id, yet only it can initialize meta. It forms meta and shard 5 while

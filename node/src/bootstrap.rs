@@ -23,6 +23,8 @@ pub(crate) struct Probe {
     pub active: BTreeSet<GroupId>,
     /// The initial member sets peers recorded (empty ones left out).
     pub initial: Vec<Vec<NodeId>>,
+    /// Ids meta lists as drained or draining, as peers last read them.
+    pub retired: BTreeSet<NodeId>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,7 +44,12 @@ impl Role {
 }
 
 /// The part node `me`, started with `--peers` ids `peers`, takes given what its peers report.
+/// An initial member's id that was drained (a scale-in, then a scale-out reusing the ordinal)
+/// comes back as an added node: the static placement is no longer its own.
 pub(crate) fn role(me: NodeId, peers: &[NodeId], probe: &Probe) -> Role {
+    if probe.retired.contains(&me) {
+        return Role::Added { members: probe.initial.first().cloned().unwrap_or_default() };
+    }
     if let Some(members) = probe.initial.first() {
         if probe.initial.iter().any(|m| m != members) {
             tracing::warn!(sets = ?probe.initial, "peers recorded different initial member sets: using the first");
@@ -195,11 +202,26 @@ mod tests {
     fn a_late_member_that_sees_only_groups_without_it_is_still_an_initial_member() {
         let members: Vec<NodeId> = (1..=5).collect();
         let running = BTreeMap::from([(0, vec![1, 2, 3]), (1, vec![2, 3, 4])]);
-        let probe = Probe { running, active: BTreeSet::from([0]), initial: vec![members.clone()] };
+        let probe = Probe { running, active: BTreeSet::from([0]), initial: vec![members.clone()], ..Probe::default() };
         assert_eq!(role(5, &members, &probe), Role::Initial { members: members.clone() });
         // A scale-out pod sees the same and is told apart by the record.
         let longer: Vec<NodeId> = (1..=6).collect();
         assert_eq!(role(6, &longer, &probe), Role::Added { members });
+    }
+
+    /// A scale-in drained node 5, a scale-out reuses its ordinal on an empty volume while the
+    /// groups it would initialize by the static placement live on peers it cannot reach: it
+    /// forms none of them, because the peers it reaches say its id was drained.
+    #[test]
+    fn a_drained_initial_member_starting_empty_is_an_added_node() {
+        let members: Vec<NodeId> = (1..=5).collect();
+        let running = BTreeMap::from([(0, vec![1, 2, 4]), (1, vec![2, 3, 4])]);
+        let retired = BTreeSet::from([5]);
+        let probe = Probe { running, initial: vec![members.clone()], retired, ..Probe::default() };
+        assert_eq!(role(5, &members, &probe), Role::Added { members: members.clone() });
+        assert_eq!(role(4, &members, &probe), Role::Initial { members: members.clone() });
+        let before_the_record = Probe { initial: vec![], ..probe };
+        assert_eq!(role(5, &members, &before_the_record), Role::Added { members: vec![] });
     }
 
     #[test]

@@ -60,9 +60,15 @@ async fn status(State(s): State<Arc<NodeHttp>>) -> impl IntoResponse {
     let incarnation = crate::identity::hex(s.host.identity.incarnation);
     let identity = identity(&s.host).unwrap_or_else(|| json!({"status": "confirmed"}));
     let zone = s.host.config.zone.read().ok().flatten();
-    Json(
-        json!({"node_id": s.host.config.id, "incarnation": incarnation, "identity": identity, "zone": zone, "groups": groups}),
-    )
+    Json(json!({
+        "node_id": s.host.config.id,
+        "incarnation": incarnation,
+        "identity": identity,
+        "zone": zone,
+        "initial_members": s.host.initial_members(),
+        "retired_members": s.host.peer_incarnations.retired(),
+        "groups": groups,
+    }))
 }
 
 /// Why this incarnation does not take part in Raft under its id, if it does not.

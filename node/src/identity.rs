@@ -12,7 +12,7 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::RwLock;
 
-use sextant_model::meta::ClusterView;
+use sextant_model::meta::{ClusterView, NodeRole};
 
 use crate::types::{GroupId, NodeId};
 
@@ -148,10 +148,12 @@ fn parse_sender(value: &str) -> Option<(NodeId, u64)> {
 struct Known {
     accepted: u64,
     replacing: Option<u64>,
+    /// Draining or drained: holds, or will hold, no replica.
+    retired: bool,
 }
 
-/// The incarnations meta records for other nodes, so that Raft RPCs sent by an incarnation the
-/// cluster does not know under that id are refused by the receiver too.
+/// The incarnations meta records for the nodes, so that Raft RPCs sent by an incarnation the
+/// cluster does not know under that id are refused by the receiver too, and the drained ids.
 #[derive(Debug, Default)]
 pub struct PeerIncarnations(RwLock<std::collections::BTreeMap<NodeId, Known>>);
 
@@ -160,9 +162,21 @@ impl PeerIncarnations {
         let known = view
             .nodes
             .iter()
-            .map(|n| (n.id, Known { accepted: n.incarnation, replacing: n.replacing.as_ref().map(|r| r.incarnation) }))
+            .map(|n| {
+                let known = Known {
+                    accepted: n.incarnation,
+                    replacing: n.replacing.as_ref().map(|r| r.incarnation),
+                    retired: n.role == NodeRole::Draining,
+                };
+                (n.id, known)
+            })
             .collect();
         *self.0.write().unwrap() = known;
+    }
+
+    /// Ids meta lists as draining or drained (`crate::bootstrap`: not initial members any more).
+    pub fn retired(&self) -> Vec<NodeId> {
+        self.0.read().unwrap().iter().filter(|(_, k)| k.retired).map(|(id, _)| *id).collect()
     }
 
     /// Whether a `call` carrying sender header `header` is taken. Senders of releases without the

@@ -45,7 +45,7 @@ impl Storage for Fake {
             shard_count: 1,
             groups: vec![group],
             nodes: vec![],
-            initial_members: vec![],
+            ..Default::default()
         }))
     }
 
