@@ -246,6 +246,10 @@ pub struct DiskArgs {
     /// MiB that must stay available on the data directory's filesystem for writes to be taken.
     #[arg(long, default_value_t = 1024)]
     pub disk_min_free_mib: u64,
+    /// MiB kept in a file (`reserve`) for the node's own restart after its disk filled up
+    /// (default: 1 % of the filesystem, at most 1024; 0: none).
+    #[arg(long, env = "SEXTANT_DISK_RESERVE_MIB")]
+    pub disk_reserve_mib: Option<u64>,
 }
 
 impl DiskArgs {
@@ -254,6 +258,12 @@ impl DiskArgs {
             max_used_percent: self.disk_high_water,
             min_free_bytes: self.disk_min_free_mib.saturating_mul(1 << 20),
         }
+    }
+
+    /// Applies these flags to a started node.
+    pub fn apply(&self, host: &sextant_node::host::NodeHost) {
+        host.disk.set_high_water(self.high_water());
+        host.reserve.set_size(self.disk_reserve_mib.map(|m| m.saturating_mul(1 << 20)));
     }
 }
 
@@ -511,7 +521,13 @@ pub fn init_logging(format: &str) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
     // Colours only on a terminal: log files and collectors get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    // A log line that cannot be written (its file on a full disk) is dropped: reporting that
+    // on stderr too would panic the task that logged.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi)
+        .log_internal_errors(false);
     if format == "json" {
         builder.json().init();
     } else {
@@ -601,7 +617,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         metrics,
     )
     .await?;
-    node.host.disk.set_high_water(args.disk.high_water());
+    args.disk.apply(&node.host);
     node.host.writes.set_limits(args.writes.limits()?);
     let router = sextant_router::start(
         RouterConfig {
@@ -644,11 +660,29 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         None => std::fs::read(&creds_path).ok().and_then(|b| serde_json::from_slice::<Credentials>(&b).ok()),
     };
     print_banner(&url, router.internal_addr, router.otlp_grpc_addr, creds.as_ref(), &creds_path);
-    shutdown_signal().await?;
+    until_stopped(&node).await?;
     tracing::info!("shutting down");
     router.shutdown().await;
     node.shutdown().await;
     Ok(())
+}
+
+/// Exit status of a process whose storage node stopped on an error: a supervisor restarts it.
+const EXIT_STORAGE_STOPPED: i32 = 75;
+
+/// Returns on Ctrl-C or SIGTERM; exits the process with [`EXIT_STORAGE_STOPPED`] if a Raft
+/// group of `node` stops on an error (docs/RELIABILITY.md, "Disk").
+async fn until_stopped(node: &sextant_node::host::RunningNode) -> anyhow::Result<()> {
+    tokio::select! {
+        r = shutdown_signal() => r,
+        reason = node.failed() => {
+            tracing::error!(
+                %reason,
+                "storage stopped on an error: exiting so that a restart recovers it (what was acknowledged is on disk)"
+            );
+            std::process::exit(EXIT_STORAGE_STOPPED);
+        }
+    }
 }
 
 /// Ctrl-C, or SIGTERM (how Kubernetes stops a pod).
@@ -747,14 +781,14 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
         metrics,
     )
     .await?;
-    node.host.disk.set_high_water(args.disk.high_water());
+    args.disk.apply(&node.host);
     node.host.writes.set_limits(args.writes.limits()?);
     if let Some(http) = args.http_listen {
         let state = Arc::new(sextant_node::http::NodeHttp { host: node.host.clone(), registry: Arc::new(registry) });
         let listener = tokio::net::TcpListener::bind(http).await?;
         tokio::spawn(async move { axum::serve(listener, sextant_node::http::router(state)).await });
     }
-    tokio::signal::ctrl_c().await?;
+    until_stopped(&node).await?;
     node.shutdown().await;
     Ok(())
 }

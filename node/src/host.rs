@@ -114,7 +114,7 @@ pub struct NodeHost {
     pub channels: Arc<Channels>,
     /// The replicas hosted now: placement adds and removes them while the node runs.
     groups: std::sync::RwLock<Groups>,
-    log_db: Arc<LogDb>,
+    pub(crate) log_db: Arc<LogDb>,
     /// Serializes creating and removing replicas, so a Raft message arriving for a group being
     /// removed waits and then starts from an empty replica.
     lifecycle: tokio::sync::Mutex<()>,
@@ -124,6 +124,8 @@ pub struct NodeHost {
     pub query_memory: Arc<crate::query::MemoryPool>,
     /// Refuses new writes while the data directory's disk is above its high-water mark.
     pub disk: Arc<crate::disk::DiskGuard>,
+    /// Room kept on that disk for this node's own restart.
+    pub reserve: crate::disk::Reserve,
     /// Bounds the writes each shard has in flight and unflushed (`crate::admission`).
     pub writes: crate::admission::WriteAdmission,
     /// This data directory's incarnation and whether it may serve Raft under `config.id`.
@@ -157,6 +159,28 @@ pub struct RunningNode {
 }
 
 impl RunningNode {
+    /// Resolves once a group's Raft stopped on an error it does not recover from (a write its
+    /// disk had no room for, a panic), with what stopped it, after releasing the disk reserve
+    /// (`crate::disk::Reserve`). Such a group stays stopped until the process restarts: its
+    /// caller exits, and the supervisor (kubelet, systemd) starts it again.
+    pub async fn failed(&self) -> String {
+        let mut tick = periodic(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            let stopped = self.host.rafts().into_iter().find_map(|(group, raft)| {
+                let state = raft.metrics().borrow().running_state.clone();
+                match state {
+                    Err(openraft::error::Fatal::Stopped) | Ok(()) => None,
+                    Err(e) => Some(format!("group {group}: {e}")),
+                }
+            });
+            if let Some(reason) = stopped {
+                self.host.reserve.release();
+                return reason;
+            }
+        }
+    }
+
     pub async fn shutdown(self) {
         for (_, raft) in self.host.rafts() {
             let _ = raft.shutdown().await;
@@ -220,6 +244,7 @@ impl NodeHost {
             crate::disk::DiskGuard::new(Box::new(crate::disk::Statvfs(config.data_dir.clone())), Default::default());
         let host = Arc::new(NodeHost {
             disk,
+            reserve: crate::disk::Reserve::new(&config.data_dir),
             writes: Default::default(),
             identity,
             peer_incarnations: Default::default(),
@@ -578,6 +603,7 @@ async fn probe_peers(host: &NodeHost) -> crate::bootstrap::Probe {
         if !info.initial_members.is_empty() {
             probe.initial.push(info.initial_members);
         }
+        probe.retired.extend(info.retired_members);
         for g in info.groups.into_iter().filter(|g| !g.voters.is_empty()) {
             if g.leader != 0 || g.applied > 0 {
                 probe.active.insert(g.group);

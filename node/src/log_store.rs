@@ -33,6 +33,8 @@ pub struct LogDb {
     reclaim: Option<mpsc::Sender<()>>,
     reclaimer: Option<std::thread::JoinHandle<()>>,
     dir: PathBuf,
+    /// Bytes of entries appended since the database was opened (disk admission reads it).
+    written: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for LogDb {
@@ -136,7 +138,21 @@ impl LogDb {
                 }
             }
         })?;
-        Ok(Arc::new(Self { db, entries, state, sync, reclaim, reclaimer: Some(reclaimer), dir: dir.to_owned() }))
+        Ok(Arc::new(Self {
+            db,
+            entries,
+            state,
+            sync,
+            reclaim,
+            reclaimer: Some(reclaimer),
+            dir: dir.to_owned(),
+            written: Default::default(),
+        }))
+    }
+
+    /// Bytes of entries appended since the database was opened.
+    pub fn written(&self) -> u64 {
+        self.written.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn group(self: &Arc<Self>, group: GroupId) -> GroupLog {
@@ -314,11 +330,14 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
         I::IntoIter: OptionalSend,
     {
         let mut batch = self.db.db.batch();
+        let mut written = 0u64;
         for entry in entries {
             let bytes = crate::persist::encode_entry(&entry).map_err(io_err)?;
+            written = written.saturating_add(bytes.len() as u64);
             batch.insert(&self.db.entries, entry_key(self.group, entry.log_id.index), bytes);
         }
         batch.commit().map_err(io_err)?;
+        self.db.written.fetch_add(written, std::sync::atomic::Ordering::Relaxed);
         self.db.sync.send(Box::new(move |r| callback.log_io_completed(r))).map_err(io_err)
     }
 

@@ -231,7 +231,10 @@ impl Storage for StorageService {
         let command = match req.op {
             Some(write_request::Op::Batch(payload)) => {
                 // Aborts still pass: they free what a refused sibling write would have kept.
-                self.host.disk.admit().map_err(|e| Status::resource_exhausted(e.to_string()))?;
+                self.host
+                    .disk
+                    .admit(self.host.log_db.written())
+                    .map_err(|e| Status::resource_exhausted(e.to_string()))?;
                 Command::Ingest { batch_id, payload: payload.to_vec() }
             }
             Some(write_request::Op::Abort(_)) => Command::Abort { batch_id },
@@ -373,6 +376,7 @@ impl Storage for StorageService {
             groups,
             nodes,
             initial_members: self.host.initial_members(),
+            retired_members: self.host.peer_incarnations.retired(),
         }))
     }
 }

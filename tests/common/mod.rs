@@ -29,6 +29,8 @@ impl Proc {
             // Many processes run at once: OTLP/gRPC on a port of their own (a test that uses it
             // passes --otlp-grpc-listen).
             .env("SEXTANT_OTLP_GRPC_LISTEN", "127.0.0.1:0")
+            // Many nodes on one disk: none reserves room for its restart unless a test asks.
+            .env("SEXTANT_DISK_RESERVE_MIB", "0")
             .stdin(Stdio::null())
             .stdout(out.try_clone().unwrap())
             .stderr(out)
@@ -47,7 +49,12 @@ impl Proc {
     }
 
     pub fn exited(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(Some(_)))
+        self.exit_status().is_some()
+    }
+
+    /// How the process ended, once it has.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
     }
 }
 
