@@ -671,11 +671,12 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
 const EXIT_STORAGE_STOPPED: i32 = 75;
 
 /// Returns on Ctrl-C or SIGTERM; exits the process with [`EXIT_STORAGE_STOPPED`] if a Raft
-/// group of `node` stops on an error (docs/RELIABILITY.md, "Disk").
+/// group of `node` stopped on an error that starting it again in-process does not mend
+/// (`RunningNode::supervise`; docs/RELIABILITY.md, "Disk").
 async fn until_stopped(node: &sextant_node::host::RunningNode) -> anyhow::Result<()> {
     tokio::select! {
         r = shutdown_signal() => r,
-        reason = node.failed() => {
+        reason = node.supervise() => {
             tracing::error!(
                 %reason,
                 "storage stopped on an error: exiting so that a restart recovers it (what was acknowledged is on disk)"

@@ -87,3 +87,27 @@ async fn kill_during_compaction_before_the_manifest_loses_nothing() {
 async fn kill_during_compaction_after_the_manifest_loses_nothing() {
     crash_and_recover("compaction-after-manifest", 3).await;
 }
+
+/// A shard whose Raft stops on an error (an apply that fails once, by failpoint; openraft stops
+/// a group for good on any storage error) is started again in the same process: the client's
+/// batch is acknowledged once it retries, stored once, and the process keeps running.
+#[tokio::test]
+async fn a_group_stopped_by_an_error_is_started_again_in_the_same_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut dev = Dev::start_with(dir.path(), &["--shards", "1"], &[("SEXTANT_FAILPOINT_ONCE", "apply-ingest")]).await;
+    let body = spans_batch("first", 2, SPANS);
+    wait_for("the first batch to be acknowledged", Duration::from_secs(30), || async {
+        let resp = http().post(format!("{}/api/v1/ingest/spans", dev.url)).header("X-API-Key", dev.api_key());
+        let status = resp.json(&body).timeout(Duration::from_secs(15)).send().await.ok()?.status();
+        (status == 200).then_some(())
+    })
+    .await;
+    assert!(!dev.proc.exited(), "the process exited");
+    assert_eq!(metric(&dev.internal_url, "sextant_node_group_restarts_total").await, Some(1.0));
+    assert_eq!(post_spans(&dev.url, dev.api_key(), &spans_batch("second", 2, SPANS)).await.status(), 200);
+    let token = dev.token().await;
+    for trace in ["first-t0", "first-t1", "second-t0"] {
+        let got = get_trace(&dev.url, &token, trace).await.unwrap_or_else(|| panic!("{trace} lost"));
+        assert_eq!(got["spans"].as_array().map(Vec::len), Some(SPANS), "{trace}: {got}");
+    }
+}

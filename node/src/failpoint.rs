@@ -24,6 +24,19 @@ pub fn hit(name: &str) {
     }
 }
 
+/// A shard's apply of an ingest batch fails with a storage error, which stops its Raft (see
+/// [`once`]).
+pub const APPLY_INGEST: &str = "apply-ingest";
+
+/// True the first time this process reaches `name` with `SEXTANT_FAILPOINT_ONCE=<name>` in its
+/// environment; false otherwise and ever after.
+pub fn once(name: &str) -> bool {
+    static ARMED: OnceLock<Option<String>> = OnceLock::new();
+    static DONE: AtomicBool = AtomicBool::new(false);
+    ARMED.get_or_init(|| std::env::var("SEXTANT_FAILPOINT_ONCE").ok()).as_deref() == Some(name)
+        && !DONE.swap(true, Ordering::AcqRel)
+}
+
 /// Before a flush writes each segment: fails as a full disk would (see [`fail_next`]).
 pub const FLUSH_OUT_OF_SPACE: &str = "flush-out-of-space";
 

@@ -158,25 +158,45 @@ pub struct RunningNode {
     background: Vec<tokio::task::JoinHandle<()>>,
 }
 
+/// A group that stops again this soon after being started again stops the process.
+const RESTART_WINDOW: Duration = Duration::from_secs(60);
+
 impl RunningNode {
-    /// Resolves once a group's Raft stopped on an error it does not recover from (a write its
-    /// disk had no room for, a panic), with what stopped it, after releasing the disk reserve
-    /// (`crate::disk::Reserve`). Such a group stays stopped until the process restarts: its
-    /// caller exits, and the supervisor (kubelet, systemd) starts it again.
-    pub async fn failed(&self) -> String {
+    /// Starts again, in this process, a group whose Raft stopped on an error: openraft stops a
+    /// group for good on a storage error, and on a race of its own (a snapshot sent on a
+    /// replication stream that a higher vote had just ended). Resolves, after releasing the disk
+    /// reserve (`crate::disk::Reserve`), with what stopped a group when that is not enough: the
+    /// Raft log refuses writes (fjall after a failed flush, as on a disk full to the last
+    /// byte), or the same group stopped again within [`RESTART_WINDOW`]. Its caller exits, and
+    /// the supervisor (kubelet, systemd) starts the process again.
+    pub async fn supervise(&self) -> String {
+        let mut restarted: BTreeMap<GroupId, tokio::time::Instant> = BTreeMap::new();
         let mut tick = periodic(Duration::from_secs(1));
         loop {
             tick.tick().await;
-            let stopped = self.host.rafts().into_iter().find_map(|(group, raft)| {
-                let state = raft.metrics().borrow().running_state.clone();
-                match state {
+            let stopped: Vec<(GroupId, String)> = self
+                .host
+                .rafts()
+                .into_iter()
+                .filter_map(|(group, raft)| match raft.metrics().borrow().running_state.clone() {
                     Err(openraft::error::Fatal::Stopped) | Ok(()) => None,
-                    Err(e) => Some(format!("group {group}: {e}")),
+                    Err(e) => Some((group, e.to_string())),
+                })
+                .collect();
+            for (group, reason) in stopped {
+                let again = restarted.get(&group).is_some_and(|at| at.elapsed() < RESTART_WINDOW);
+                let reason = format!("group {group}: {reason}");
+                if again || !self.host.log_db.writable() {
+                    self.host.reserve.release();
+                    return reason;
                 }
-            });
-            if let Some(reason) = stopped {
-                self.host.reserve.release();
-                return reason;
+                tracing::error!(group, %reason, "a Raft group stopped on an error: starting it again");
+                self.host.metrics.group_restarts.inc();
+                if let Err(e) = self.host.restart_group(group).await {
+                    self.host.reserve.release();
+                    return format!("{reason}; starting it again: {e}");
+                }
+                restarted.insert(group, tokio::time::Instant::now());
             }
         }
     }
@@ -530,20 +550,35 @@ impl NodeHost {
         Ok(raft)
     }
 
+    /// Takes `group`'s replica out of the hosted ones (the caller holds `lifecycle`).
+    fn unhost(&self, group: GroupId) -> Option<Raft> {
+        let mut groups = self.groups.write().unwrap();
+        if group == META_GROUP {
+            groups.meta.take().map(|g| g.raft)
+        } else {
+            groups.shards.remove(&group).map(|g| g.raft)
+        }
+    }
+
+    /// Starts `group`'s replica again from what is on disk, as a process restart would for this
+    /// group alone (`RunningNode::supervise`).
+    async fn restart_group(&self, group: GroupId) -> Result<Raft, HostError> {
+        {
+            let _lifecycle = self.lifecycle.lock().await;
+            if let Some(raft) = self.unhost(group) {
+                // It has stopped already: this only waits for its tasks.
+                let _ = raft.shutdown().await;
+            }
+        }
+        self.host_group(group).await
+    }
+
     /// Stops and deletes this node's replica of `group`, after its removal from the group's
     /// membership is committed. The directory is renamed first, so a crash half-way is finished
     /// at the next start instead of reopening a replica with a forgotten log.
     pub async fn drop_group(&self, group: GroupId) -> Result<(), HostError> {
         let _lifecycle = self.lifecycle.lock().await;
-        let raft = {
-            let mut groups = self.groups.write().unwrap();
-            if group == META_GROUP {
-                groups.meta.take().map(|g| g.raft)
-            } else {
-                groups.shards.remove(&group).map(|g| g.raft)
-            }
-        };
-        let Some(raft) = raft else { return Ok(()) };
+        let Some(raft) = self.unhost(group) else { return Ok(()) };
         let err = |e: anyhow::Error| HostError::Drop { group, source: e };
         raft.shutdown().await.map_err(|e| err(anyhow::anyhow!("{e}")))?;
         let dir = self.group_dir(group);

@@ -150,6 +150,12 @@ impl LogDb {
         }))
     }
 
+    /// Whether the database still takes a synced write: after a failed flush fjall refuses
+    /// every write, and only reopening it (a process restart) recovers.
+    pub fn writable(&self) -> bool {
+        self.state.remove(*b"writable").is_ok() && self.db.persist(PersistMode::SyncData).is_ok()
+    }
+
     /// Bytes of entries appended since the database was opened.
     pub fn written(&self) -> u64 {
         self.written.load(std::sync::atomic::Ordering::Relaxed)

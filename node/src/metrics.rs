@@ -34,6 +34,8 @@ pub struct NodeMetrics {
     pub duplicate_batches: Counter,
     /// Storage calls relayed to a group's leader for a router that could not reach it.
     pub relayed_calls: Counter,
+    /// Groups started again in-process after their Raft stopped on an error.
+    pub group_restarts: Counter,
     pub commit_seconds: Histogram,
     pub snapshots_built: Counter,
     pub snapshots_installed: Counter,
@@ -63,6 +65,7 @@ impl Default for NodeMetrics {
             applied_rows: Family::default(),
             duplicate_batches: Counter::default(),
             relayed_calls: Counter::default(),
+            group_restarts: Counter::default(),
             commit_seconds: Histogram::new(exponential_buckets(0.0005, 2.0, 14)),
             snapshots_built: Counter::default(),
             snapshots_installed: Counter::default(),
@@ -95,6 +98,11 @@ impl NodeMetrics {
             "relayed_calls",
             "storage calls relayed to the leader for a router that could not reach it",
             self.relayed_calls.clone(),
+        );
+        r.register(
+            "group_restarts",
+            "Raft groups started again on this node after they stopped on an error",
+            self.group_restarts.clone(),
         );
         r.register("raft_commit_seconds", "time from proposal to apply of client writes", self.commit_seconds.clone());
         r.register("snapshots_built", "state machine snapshots written", self.snapshots_built.clone());

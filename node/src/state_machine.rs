@@ -157,6 +157,11 @@ impl<S: GroupStore> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
         let mut a = self.shared.write().unwrap();
         let mut out = Vec::new();
         for entry in entries {
+            if matches!(entry.payload, EntryPayload::Normal(Command::Ingest { .. }))
+                && crate::failpoint::once(crate::failpoint::APPLY_INGEST)
+            {
+                return Err(io_err("failpoint: applying an ingest batch failed"));
+            }
             a.last_applied = Some(entry.log_id);
             out.push(match entry.payload {
                 EntryPayload::Blank => CommandResponse::Aborted,
