@@ -68,16 +68,28 @@ impl Drop for Proc {
 /// range (`ip_local_port_range`, from 32768 by default): a port the kernel hands out for
 /// `:0` is also what it picks for outgoing connections, so between this probe and the child's
 /// bind any of the test's many connections could take it, and the child would fail to start.
-/// Each test runs in its own process; the pid spreads processes over the range.
+/// Each test runs in its own process; the pid spreads processes over the range, and a lock
+/// on a file per port, held until the process ends, keeps two test processes from both
+/// finding a port free before either's child has bound it.
 pub fn free_port() -> u16 {
+    use std::os::unix::io::AsRawFd;
     use std::sync::atomic::{AtomicU32, Ordering};
     const FIRST: u32 = 10_000;
     const COUNT: u32 = 22_000;
     static NEXT: AtomicU32 = AtomicU32::new(0);
+    static HELD: std::sync::Mutex<Vec<std::fs::File>> = std::sync::Mutex::new(Vec::new());
+    let locks = std::env::temp_dir().join("sextant-test-ports");
+    std::fs::create_dir_all(&locks).unwrap();
     let start = std::process::id().wrapping_mul(7_919);
     for _ in 0..COUNT {
         let port = FIRST + start.wrapping_add(NEXT.fetch_add(1, Ordering::Relaxed).wrapping_mul(104_729)) % COUNT;
+        let lock = std::fs::File::create(locks.join(port.to_string())).unwrap();
+        // SAFETY: flock on a descriptor this function owns.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            continue;
+        }
         if TcpListener::bind(("127.0.0.1", port as u16)).is_ok() {
+            HELD.lock().unwrap().push(lock);
             return port as u16;
         }
     }
