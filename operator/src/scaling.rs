@@ -7,8 +7,8 @@
 //! is idempotent, so a crash between any two steps (losing the status write) repeats at most
 //! the last step.
 //!
-//! A scale-out waits for its new pods at most `scale_out_timeout`, then reports it
-//! ([`ScalingPlan::timed_out`]) and keeps waiting; a target below its size cancels it: the
+//! A scale-out waits for its new pods, then for replicas placed on them, at most
+//! `scale_out_timeout` in all, then reports it ([`ScalingPlan::timed_out`]) and keeps waiting; a target below its size cancels it: the
 //! added nodes are drained (those that registered) and removed from the highest ordinal down,
 //! back to the size before, as a scale-in that may also take nodes that never registered.
 
@@ -234,12 +234,30 @@ pub fn plan(
         (ScalingStep::PlaceReplicas, _) => {
             p.statefulset_replicas = op.to;
             p.peer_nodes = op.to;
-            if (0..op.to).all(|i| observed.excluded.contains(&i) || membership(i) == Some(MembershipState::Active)) {
+            let waiting: Vec<String> = (0..op.to)
+                .filter(|i| !observed.excluded.contains(i) && membership(*i) != Some(MembershipState::Active))
+                .map(|i| format!("node {i} {}", membership(i).map_or("unknown".into(), |s| format!("{s:?}"))))
+                .collect();
+            if waiting.is_empty() {
                 p.member_nodes = op.to;
                 p.operation = None;
                 p.notices.push(Notice::Completed { nodes: op.to });
             } else {
                 p.actions.push(ScalingAction::PlaceReplicas { nodes: op.to });
+                if past_timeout(op, timing) {
+                    let waited_seconds =
+                        op.started_at.as_ref().map_or(0, |Time(t)| timing.now.duration_since(*t).as_secs());
+                    let message = format!(
+                        "scale-out {} → {} nodes: replicas not placed after {waited_seconds}s ({}); set \
+                         spec.storage.nodes back to {} to cancel",
+                        op.from,
+                        op.to,
+                        waiting.join(", "),
+                        op.from
+                    );
+                    p.notices.push(Notice::TimedOut { message: message.clone() });
+                    p.timed_out = Some(TimedOut { waited_seconds, pods: BTreeMap::new(), message });
+                }
             }
         }
         (ScalingStep::Drain, Some(node)) => {
@@ -605,6 +623,26 @@ mod tests {
         let late = plan(5, 3, Some(3), Some(&op), &w.observe(), at(900));
         assert_eq!(late.operation.unwrap().step, ScalingStep::PlaceReplicas);
         assert!(late.timed_out.is_none());
+    }
+
+    /// Pods ready, but a move that never completes (a snapshot that keeps failing): the
+    /// placement step times out too, naming the nodes not active, and keeps placing.
+    #[test]
+    fn a_placement_that_does_not_finish_times_out_naming_the_nodes() {
+        let mut w = World::running(5);
+        w.membership.insert(3, MembershipState::Active);
+        w.membership.insert(4, MembershipState::Joining);
+        let op = growing(3, 5, ScalingStep::PlaceReplicas, 0);
+        let before = plan(5, 3, Some(3), Some(&op), &w.observe(), at(599));
+        assert_eq!((before.timed_out, before.actions), (None, vec![ScalingAction::PlaceReplicas { nodes: 5 }]));
+        let p = plan(5, 3, Some(3), Some(&op), &w.observe(), at(600));
+        assert_eq!(p.timed_out.as_ref().map(|t| t.waited_seconds), Some(600));
+        assert_eq!((p.operation.as_ref(), p.actions), (Some(&op), vec![ScalingAction::PlaceReplicas { nodes: 5 }]));
+        let [Notice::TimedOut { message }] = p.notices.as_slice() else { panic!("{:?}", p.notices) };
+        assert!(message.contains("node 4 Joining") && !message.contains("node 3") && message.contains("back to 3"));
+        w.membership.insert(4, MembershipState::Active);
+        let done = plan(5, 3, Some(3), Some(&op), &w.observe(), at(700));
+        assert_eq!((done.operation, done.timed_out, done.member_nodes), (None, None, 5));
     }
 
     #[test]
