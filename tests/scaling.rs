@@ -884,6 +884,9 @@ async fn a_node_restarted_on_a_wiped_disk_does_not_vote_until_replaced() -> Resu
     assert_eq!((status, body["error"]["code"].as_str()), (409, Some("too_few_nodes")), "{body}");
     let admin =
         HttpConnector::new().unwrap().connect(AdminEndpoint { url: c.internal_url.clone(), token: ADMIN_TOKEN.into() });
+    // What the operator reads for `status.zones`: meta and both shards, no zones here.
+    let groups = admin.groups().await.unwrap();
+    assert_eq!((groups.zones, groups.groups.len()), (1, 3), "{groups:?}");
     let plan = || async {
         let ids = admin.identities().await.unwrap();
         let states: Vec<IdentityState> = ids.nodes.iter().map(IdentityState::from).collect();

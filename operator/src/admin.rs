@@ -9,9 +9,10 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde::Serialize;
 pub use sextant_model::admin::{
-    AlertRuleRequest, AlertRuleResponse, ClusterNode, ClusterNodes, DrainRequest, NodeIdRequest, NodeIdentities,
-    NodeIdentity, NodeReplacementStatus, PlacementRequest, PlanPrice, PlanRequest, PlanUsage, ProjectCredentials,
-    ProjectRequest, ProjectResponse, QuotaRequest, QuotaUsage, TenantRequest, TenantResponse,
+    AlertRuleRequest, AlertRuleResponse, ClusterGroup, ClusterGroups, ClusterNode, ClusterNodes, DrainRequest,
+    NodeIdRequest, NodeIdentities, NodeIdentity, NodeReplacementStatus, PlacementRequest, PlanPrice, PlanRequest,
+    PlanUsage, ProjectCredentials, ProjectRequest, ProjectResponse, QuotaRequest, QuotaUsage, TenantRequest,
+    TenantResponse,
 };
 pub use sextant_model::meta::ManagedBy;
 
@@ -61,6 +62,8 @@ pub trait ClusterAdmin: Send + Sync {
     ) -> BoxFuture<'a, Result<AlertRuleResponse, AdminError>>;
     fn delete_alert_rule<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Deletion, AdminError>>;
     fn nodes(&self) -> BoxFuture<'_, Result<ClusterNodes, AdminError>>;
+    /// Each group's replicas and their zones.
+    fn groups(&self) -> BoxFuture<'_, Result<ClusterGroups, AdminError>>;
     fn place_replicas<'a>(&'a self, req: &'a PlacementRequest) -> BoxFuture<'a, Result<(), AdminError>>;
     fn drain<'a>(&'a self, req: &'a DrainRequest) -> BoxFuture<'a, Result<(), AdminError>>;
     /// Which incarnation holds each node id, and which ids wait for or undergo replacement.
@@ -222,6 +225,9 @@ impl ClusterAdmin for HttpClusterAdmin {
             async move { Ok(Self::send(self.request(reqwest::Method::GET, "cluster/nodes")).await?.json().await?) },
         )
     }
+    fn groups(&self) -> BoxFuture<'_, Result<ClusterGroups, AdminError>> {
+        Box::pin(async move { self.get("cluster/groups".into()).await })
+    }
     fn place_replicas<'a>(&'a self, req: &'a PlacementRequest) -> BoxFuture<'a, Result<(), AdminError>> {
         Box::pin(async move {
             Self::send(self.request(reqwest::Method::POST, "cluster/placement").json(req)).await.map(drop)
@@ -274,6 +280,7 @@ pub mod fake {
         UpsertAlertRule(String, AlertRuleRequest),
         DeleteAlertRule(String),
         Nodes,
+        Groups,
         PlaceReplicas(Vec<String>),
         Drain(String),
         Identities,
@@ -285,6 +292,8 @@ pub mod fake {
     pub struct FakeAdmin {
         pub calls: Mutex<Vec<Call>>,
         pub nodes: Mutex<Vec<ClusterNode>>,
+        /// What `groups` answers; `None`: 404, as a router without it.
+        pub groups: Mutex<Option<ClusterGroups>>,
         pub identities: Mutex<Vec<NodeIdentity>>,
         /// When set, only `identities` fails (503).
         pub identities_unavailable: std::sync::atomic::AtomicBool,
@@ -402,6 +411,13 @@ pub mod fake {
             Box::pin(async move {
                 self.record(Call::Nodes)?;
                 Ok(ClusterNodes { nodes: self.nodes.lock().unwrap().clone() })
+            })
+        }
+        fn groups(&self) -> BoxFuture<'_, Result<ClusterGroups, AdminError>> {
+            Box::pin(async move {
+                self.record(Call::Groups)?;
+                let groups = self.groups.lock().unwrap().clone();
+                groups.ok_or_else(|| AdminError::Status { status: 404, body: "no such endpoint".into() })
             })
         }
         fn place_replicas<'a>(&'a self, req: &'a PlacementRequest) -> BoxFuture<'a, Result<(), AdminError>> {

@@ -19,7 +19,7 @@ use crate::scaling::{self, Notice, Observed, ScalingAction, ScalingPlan, Statefu
 use crate::topology::{self, Names, Owned};
 use crate::v1alpha1::{
     ClusterPhase, MembershipState, NodeMembership, NodeReplacementProgress, ReplacementPhase, ScalingStep,
-    SextantCluster, SextantClusterStatus,
+    SextantCluster, SextantClusterStatus, ZoneSpread,
 };
 
 pub async fn reconcile(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -92,6 +92,7 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
     // it unknown, which stops scaling steps but nothing else.
     let admin = ctx.connect(&cluster, &secret)?;
     let mut ids = BTreeMap::new();
+    let mut zones = BTreeMap::new();
     let membership = if sts_state.is_some_and(|s| s.ready > 0) {
         match admin.nodes().await {
             Ok(list) => Some(
@@ -100,6 +101,7 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
                     .filter_map(|n| {
                         let ordinal = names.ordinal_of(&n.address)?;
                         ids.insert(ordinal, n.id);
+                        zones.insert(ordinal, n.zone.clone());
                         Some((ordinal, n.state))
                     })
                     .collect::<BTreeMap<i32, MembershipState>>(),
@@ -117,6 +119,14 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
             .identities()
             .await
             .inspect_err(|e| tracing::warn!(cluster = %names.cluster, error = %e, "node identities unknown"))
+            .ok(),
+        None => None,
+    };
+    let spread = match membership {
+        Some(_) => admin
+            .groups()
+            .await
+            .inspect_err(|e| tracing::warn!(cluster = %names.cluster, error = %e, "zone spread unknown"))
             .ok(),
         None => None,
     };
@@ -341,7 +351,8 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
 
     let ready_nodes = sts_state.map_or(0, |s| s.ready);
     let readiness = Readiness { nodes: ready_nodes, routers: ready_routers, rolling_out };
-    let reported = Reported { membership: membership.as_ref(), failed: &report };
+    let reported =
+        Reported { membership: membership.as_ref(), zones: &zones, spread: spread.as_ref(), failed: &report };
     let mut status = cluster_status(&cluster, &names, &previous, &plan, readiness, reported, now);
     storage_volumes.merge_into(&previous.conditions, &mut status, generation, now);
     ctx.metrics.observe_cluster(&names.namespace, &names.cluster, cluster.spec.storage.nodes, &status);
@@ -496,6 +507,9 @@ struct Readiness {
 /// What the cluster reports about its nodes.
 struct Reported<'a> {
     membership: Option<&'a BTreeMap<i32, MembershipState>>,
+    /// Each node's zone by ordinal, as it registered.
+    zones: &'a BTreeMap<i32, Option<String>>,
+    spread: Option<&'a crate::admin::ClusterGroups>,
     failed: &'a FailedNodesReport,
 }
 
@@ -509,7 +523,7 @@ fn cluster_status(
     now: k8s_openapi::jiff::Timestamp,
 ) -> SextantClusterStatus {
     let Readiness { nodes: ready_nodes, routers: ready_routers, rolling_out } = readiness;
-    let Reported { membership, failed: report } = reported;
+    let Reported { membership, zones, spread, failed: report } = reported;
     let stopped = cluster.spec.cluster_operation.stopped;
     let members = plan.member_nodes;
     let available = !stopped && ready_routers > 0 && ready_nodes > members / 2;
@@ -597,10 +611,18 @@ fn cluster_status(
                 ordinal: *o,
                 pod: names.pod(*o),
                 state: *s,
+                zone: zones.get(o).cloned().flatten(),
                 replacement: report.progress.get(o).cloned(),
             })
             .collect(),
         None => previous.nodes.clone(),
+    };
+    let zones = match spread {
+        Some(g) => Some(ZoneSpread {
+            count: g.zones,
+            misplaced_groups: g.groups.iter().filter(|g| !g.zone_spread).map(|g| g.group).collect(),
+        }),
+        None => previous.zones.clone(),
     };
     SextantClusterStatus {
         observed_generation: cluster.metadata.generation,
@@ -611,6 +633,7 @@ fn cluster_status(
         ready_routers,
         selector: Some(topology::node_selector_string(names)),
         nodes,
+        zones,
         scaling: plan.operation.clone(),
         secret_name: Some(names.secret()),
         router_url: Some(names.router_url(cluster.spec.routers.service.http_port, cluster.spec.tls.is_some())),
@@ -683,7 +706,12 @@ mod tests {
             &SextantClusterStatus::default(),
             &plan,
             super::Readiness { nodes, routers: 2, rolling_out: false },
-            super::Reported { membership: Some(&membership), failed: &report },
+            super::Reported {
+                membership: Some(&membership),
+                zones: &Default::default(),
+                spread: None,
+                failed: &report,
+            },
             fixed_now(),
         ));
     }
@@ -1310,6 +1338,39 @@ mod tests {
         .unwrap();
         assert!(admin.calls().contains(&Call::Identities));
         assert!(!admin.calls().iter().any(|c| matches!(c, Call::ReplaceNode(_))));
+    }
+
+    /// The zone each node registered with and the groups whose replicas break the zone rule
+    /// reach the status.
+    #[tokio::test]
+    async fn zones_and_misplaced_groups_are_reported_in_the_status() {
+        let mut c = cluster(3, 3);
+        settled(&mut c, 3);
+        let mut steps = ready_steps();
+        steps.push(Step::new(Method::PATCH, STATUS).expect_body(|b| {
+            assert_eq!(b["status"]["zones"], json!({"count": 2, "misplacedGroups": [2]}));
+            assert_eq!(b["status"]["nodes"][0]["zone"], "eu-west-1a");
+            assert!(b["status"]["nodes"][2].get("zone").is_none(), "{b}");
+        }));
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        let mut nodes = active_nodes(3);
+        nodes[0].zone = Some("eu-west-1a".into());
+        nodes[1].zone = Some("eu-west-1b".into());
+        *admin.nodes.lock().unwrap() = nodes;
+        let group = |group: u64, zone_spread: bool| crate::admin::ClusterGroup {
+            group,
+            replicas: vec![1, 2, 3],
+            desired: vec![1, 2, 3],
+            zones: vec![Some("eu-west-1a".into()), Some("eu-west-1b".into()), None],
+            zone_spread,
+        };
+        *admin.groups.lock().unwrap() =
+            Some(crate::admin::ClusterGroups { zones: 2, groups: vec![group(1, true), group(2, false)] });
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
+        assert!(admin.calls().contains(&Call::Groups));
     }
 
     fn growing(c: &mut crate::v1alpha1::SextantCluster, started_seconds_ago: i64) {

@@ -409,6 +409,10 @@ pub struct SextantClusterStatus {
     /// Membership of each storage node as reported by the cluster.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeMembership>,
+    /// How the storage nodes and the groups' replicas spread over failure zones, as the
+    /// cluster reports it (docs/KUBERNETES.md, "Zones").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zones: Option<ZoneSpread>,
     /// A scaling operation in progress; every step is recorded here so a restart resumes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scaling: Option<ScalingOperation>,
@@ -418,6 +422,17 @@ pub struct SextantClusterStatus {
     /// In-cluster URL of the router's HTTP API.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub router_url: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ZoneSpread {
+    /// Distinct zones among the member nodes (nodes without a zone count as one).
+    pub count: u32,
+    /// Groups whose replicas break the zone rule: two in one zone although there are enough
+    /// zones for one each (with fewer zones, a zone with more than its share).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub misplaced_groups: Vec<u64>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
@@ -436,6 +451,9 @@ pub struct NodeMembership {
     pub ordinal: i32,
     pub pod: String,
     pub state: MembershipState,
+    /// The failure zone the node registered with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub zone: Option<String>,
     /// Set while the node's id waits for or undergoes replacement.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replacement: Option<NodeReplacementProgress>,
