@@ -4,12 +4,27 @@
 //! last byte stops the node, which a restart recovers on its reserve.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::common::nemesis::Tmpfs;
 use crate::common::*;
 use serde_json::Value;
+
+/// A data directory on a tmpfs of `mib` MiB (unmounted before its holder is deleted), or
+/// `None` where mounting one is not allowed (not root): the test is then skipped.
+fn small_disk(mib: u64) -> Option<(tempfile::TempDir, Tmpfs, PathBuf)> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return None;
+    }
+    let holder = tempfile::tempdir().unwrap();
+    let fs = Tmpfs::mount(&holder.path().join("fs"), mib);
+    let dir = fs.at.join("data");
+    std::fs::create_dir(&dir).unwrap();
+    Some((holder, fs, dir))
+}
 
 async fn post(dev: &Dev, prefix: &str) -> reqwest::Response {
     post_spans(&dev.url, dev.api_key(), &spans_batch(prefix, 2, 2)).await
@@ -17,15 +32,7 @@ async fn post(dev: &Dev, prefix: &str) -> reqwest::Response {
 
 #[tokio::test]
 async fn a_full_disk_refuses_writes_with_503_keeps_reads_and_takes_writes_again_when_space_returns() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: mounting a tmpfs needs root");
-        return;
-    }
-    let holder = tempfile::tempdir().unwrap();
-    let fs = Tmpfs::mount(&holder.path().join("fs"), 96);
-    let dir = fs.at.join("data");
-    std::fs::create_dir(&dir).unwrap();
+    let Some((_holder, fs, dir)) = small_disk(96) else { return };
     let flags = [
         "--shards",
         "1",
@@ -100,15 +107,7 @@ async fn try_post(dev: &Dev, prefix: &str) -> Option<u16> {
 /// acknowledged batch is there.
 #[tokio::test]
 async fn a_disk_full_to_the_last_byte_stops_the_node_and_a_restart_recovers_on_its_reserve() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: mounting a tmpfs needs root");
-        return;
-    }
-    let holder = tempfile::tempdir().unwrap();
-    let fs = Tmpfs::mount(&holder.path().join("fs"), 64);
-    let dir = fs.at.join("data");
-    std::fs::create_dir(&dir).unwrap();
+    let Some((_holder, fs, dir)) = small_disk(64) else { return };
     let flags = |mark| {
         ["--shards", "1", "--disk-high-water", mark, "--disk-min-free-mib", "0", "--disk-reserve-mib", "4"]
             .into_iter()
