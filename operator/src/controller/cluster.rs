@@ -114,21 +114,12 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
     } else {
         None
     };
-    let identities = match membership {
-        Some(_) => admin
-            .identities()
-            .await
-            .inspect_err(|e| tracing::warn!(cluster = %names.cluster, error = %e, "node identities unknown"))
-            .ok(),
-        None => None,
-    };
-    let spread = match membership {
-        Some(_) => admin
-            .groups()
-            .await
-            .inspect_err(|e| tracing::warn!(cluster = %names.cluster, error = %e, "zone spread unknown"))
-            .ok(),
-        None => None,
+    let (identities, spread) = match membership {
+        Some(_) => (
+            answer(&names, "node identities unknown", admin.identities()).await,
+            answer(&names, "zone spread unknown", admin.groups()).await,
+        ),
+        None => (None, None),
     };
 
     let mut volumes = std::collections::BTreeSet::new();
@@ -365,6 +356,15 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
     } else {
         Action::requeue(Duration::from_secs(300))
     })
+}
+
+/// What the admin API answers, or `None`, logged as `unknown`, when it does not.
+async fn answer<T>(
+    names: &Names,
+    unknown: &str,
+    call: impl std::future::Future<Output = Result<T, AdminError>>,
+) -> Option<T> {
+    call.await.inspect_err(|e| tracing::warn!(cluster = %names.cluster, error = %e, "{unknown}")).ok()
 }
 
 fn ordinal_of_id(ids: &BTreeMap<i32, u64>, id: u64) -> Option<i32> {
