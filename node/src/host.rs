@@ -673,7 +673,7 @@ async fn start_group<S: GroupStore>(
         }),
     );
     let state = sm.shared();
-    let log = log_db.group(group).bounded_by(sm.checkpointed());
-    let raft = Raft::new(config.id, raft_config(group, config.snapshot_every)?, network, log, sm).await?;
+    let raft =
+        Raft::new(config.id, raft_config(group, config.snapshot_every)?, network, log_db.group(group), sm).await?;
     Ok(Group { raft, state })
 }

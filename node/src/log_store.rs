@@ -162,7 +162,7 @@ impl LogDb {
     }
 
     pub fn group(self: &Arc<Self>, group: GroupId) -> GroupLog {
-        GroupLog { group, db: self.clone(), checkpoint: None }
+        GroupLog { group, db: self.clone() }
     }
 
     /// Forgets everything of `group`: entries, vote, committed and purged marks, durably. Used
@@ -220,29 +220,9 @@ fn state_key(group: GroupId, name: &str) -> Vec<u8> {
 pub struct GroupLog {
     group: GroupId,
     db: Arc<LogDb>,
-    /// The group's durable checkpoint, when the log is bounded by one (see [`GroupLog::bounded_by`]).
-    checkpoint: Option<Arc<crate::state_machine::Checkpointed>>,
 }
 
 impl GroupLog {
-    /// Never purges past, nor records a committed mark beyond, `checkpoint`, the last entry the
-    /// group's state machine has made durable. openraft 0.9 purges the log up to a leader's
-    /// snapshot as soon as it hands the install to the state machine, not once it is done: a
-    /// kill in between left a replica whose log was purged past its checkpoint (or whose
-    /// committed mark asked to re-apply entries it never had), which could not start again.
-    pub fn bounded_by(mut self, checkpoint: Arc<crate::state_machine::Checkpointed>) -> Self {
-        self.checkpoint = Some(checkpoint);
-        self
-    }
-
-    /// `id` lowered to the durable checkpoint; `None` when nothing is durable yet.
-    fn within_checkpoint(&self, id: LogId) -> Option<LogId> {
-        match &self.checkpoint {
-            None => Some(id),
-            Some(c) => c.get().map(|durable| if durable.index < id.index { durable } else { id }),
-        }
-    }
-
     fn read_state<T>(
         &self,
         name: &str,
@@ -340,7 +320,7 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         // Made durable by the next synced append; losing it only delays re-application.
-        match committed.and_then(|id| self.within_checkpoint(id)) {
+        match committed {
             Some(id) => self.write_state("committed", crate::persist::encode_log_id(&id)),
             None => self.db.state.remove(state_key(self.group, "committed")).map_err(io_err),
         }
@@ -373,8 +353,6 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        // Entries past the durable checkpoint stay until a later purge.
-        let Some(log_id) = self.within_checkpoint(log_id) else { return Ok(()) };
         // Record the purge point first: a crash in between leaves entries that are simply
         // ignored, never a gap that the log state would not admit.
         self.write_state("purged", crate::persist::encode_log_id(&log_id))?;
@@ -423,41 +401,6 @@ mod tests {
         assert_eq!(state.last_purged_log_id.unwrap().index, 3);
         assert_eq!(state.last_log_id.unwrap().index, 7);
         assert_eq!(b.read_vote().await.unwrap(), Some(Vote::new(3, 2)));
-    }
-
-    /// openraft purges up to a leader's snapshot (and may record a committed mark past the
-    /// log) while the state machine still installs it: the log keeps everything past the
-    /// durable checkpoint, so a replica killed then starts again and re-applies from it.
-    #[tokio::test]
-    async fn the_log_is_never_purged_or_committed_past_the_durable_checkpoint() {
-        let dir = tempfile::tempdir().unwrap();
-        let db = LogDb::open(dir.path(), Arc::new(NodeMetrics::default())).unwrap();
-        let checkpoint = Arc::new(crate::state_machine::Checkpointed::default());
-        let mut log = db.group(1).bounded_by(checkpoint.clone());
-        let mut bt = db.db.batch();
-        for i in 1..=10 {
-            bt.insert(&db.entries, entry_key(1, i), crate::persist::encode_entry(&entry(i)).unwrap());
-        }
-        bt.commit().unwrap();
-        let id = |i| LogId::new(CommittedLeaderId::new(1, 1), i);
-        // Nothing durable yet: no purge, no committed mark.
-        log.purge(id(8)).await.unwrap();
-        log.save_committed(Some(id(9))).await.unwrap();
-        assert_eq!(log.try_get_log_entries(..).await.unwrap().len(), 10);
-        assert_eq!(log.read_committed().await.unwrap(), None);
-        // A checkpoint at 4: the purge and the mark stop there.
-        checkpoint.set(Some(id(4)));
-        log.purge(id(8)).await.unwrap();
-        log.save_committed(Some(id(9))).await.unwrap();
-        let left: Vec<u64> = log.try_get_log_entries(..).await.unwrap().iter().map(|e| e.log_id.index).collect();
-        assert_eq!(left, (5..=10).collect::<Vec<_>>());
-        assert_eq!(log.read_committed().await.unwrap(), Some(id(4)));
-        assert_eq!(log.get_log_state().await.unwrap().last_purged_log_id, Some(id(4)));
-        // The install done (checkpoint at 8): the next purge catches up.
-        checkpoint.set(Some(id(8)));
-        log.purge(id(8)).await.unwrap();
-        let left: Vec<u64> = log.try_get_log_entries(..).await.unwrap().iter().map(|e| e.log_id.index).collect();
-        assert_eq!(left, vec![9, 10]);
     }
 
     /// A log written by a release before format 1 stops the group at startup with an error

@@ -72,23 +72,7 @@ pub enum SnapshotEvent {
     Installed,
 }
 
-/// The last log id a group's state machine has made durable (its latest checkpoint, built or
-/// installed); the group's log is bounded by it (`GroupLog::bounded_by`).
-#[derive(Debug, Default)]
-pub struct Checkpointed(std::sync::Mutex<Option<LogId>>);
-
-impl Checkpointed {
-    pub fn get(&self) -> Option<LogId> {
-        *self.0.lock().unwrap()
-    }
-
-    pub(crate) fn set(&self, id: Option<LogId>) {
-        *self.0.lock().unwrap() = id;
-    }
-}
-
 pub struct GroupStateMachine<S: GroupStore> {
-    checkpointed: Arc<Checkpointed>,
     shared: SharedState<S>,
     dir: PathBuf,
     /// Serialises checkpoints and installs.
@@ -107,10 +91,7 @@ impl<S: GroupStore> GroupStateMachine<S> {
             Some((meta, _)) => (meta.last_log_id, meta.last_membership),
             None => (None, Membership::default()),
         };
-        let checkpointed = Arc::new(Checkpointed::default());
-        checkpointed.set(last_applied);
         Self {
-            checkpointed,
             shared: Arc::new(RwLock::new(Applied { last_applied, membership, state })),
             dir: dir.to_owned(),
             checkpoint_lock: Arc::new(tokio::sync::Mutex::new(())),
@@ -121,10 +102,6 @@ impl<S: GroupStore> GroupStateMachine<S> {
 
     pub fn shared(&self) -> SharedState<S> {
         self.shared.clone()
-    }
-
-    pub fn checkpointed(&self) -> Arc<Checkpointed> {
-        self.checkpointed.clone()
     }
 }
 
@@ -138,7 +115,6 @@ async fn snapshot_of<S: GroupStore>(shared: &SharedState<S>) -> Result<Option<Sn
 }
 
 pub struct SnapshotBuilder<S: GroupStore> {
-    checkpointed: Arc<Checkpointed>,
     job: Option<CheckpointJob>,
     shared: SharedState<S>,
     lock: Arc<tokio::sync::Mutex<()>>,
@@ -161,10 +137,7 @@ impl<S: GroupStore> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<S> {
             built.map_err(|e| io_err(format!("writing a checkpoint: {e}")))?;
             (self.on_snapshot)(SnapshotEvent::Built(started.elapsed()));
         }
-        let snapshot =
-            snapshot_of(&self.shared).await?.ok_or_else(|| io_err("checkpoint vanished after it was written"))?;
-        self.checkpointed.set(snapshot.meta.last_log_id);
-        Ok(snapshot)
+        snapshot_of(&self.shared).await?.ok_or_else(|| io_err("checkpoint vanished after it was written"))
     }
 }
 
@@ -217,7 +190,6 @@ impl<S: GroupStore> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
         };
         let job = a.state.begin_checkpoint(meta);
         SnapshotBuilder {
-            checkpointed: self.checkpointed.clone(),
             job: Some(job),
             shared: self.shared.clone(),
             lock: self.checkpoint_lock.clone(),
@@ -251,7 +223,6 @@ impl<S: GroupStore> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
         let mut file = file.into_std().await;
         let (shared, dir, meta) = (self.shared.clone(), self.dir.clone(), meta.clone());
         let installs = self.installs.clone();
-        let installed = meta.last_log_id;
         tokio::task::spawn_blocking(move || -> io::Result<()> {
             use std::io::Seek;
             file.seek(io::SeekFrom::Start(0))?;
@@ -273,7 +244,6 @@ impl<S: GroupStore> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
         .await
         .map_err(io_err)?
         .map_err(|e| io_err(format!("installing a snapshot: {e}")))?;
-        self.checkpointed.set(installed);
         (self.on_snapshot)(SnapshotEvent::Installed);
         Ok(())
     }
