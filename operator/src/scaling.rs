@@ -8,9 +8,10 @@
 //! the last step.
 //!
 //! A scale-out waits for its new pods, then for replicas placed on them, at most
-//! `scale_out_timeout` in all, then reports it ([`ScalingPlan::timed_out`]) and keeps waiting; a target below its size cancels it: the
-//! added nodes are drained (those that registered) and removed from the highest ordinal down,
-//! back to the size before, as a scale-in that may also take nodes that never registered.
+//! `scale_out_timeout` in all, then reports it ([`ScalingPlan::timed_out`]) and keeps
+//! waiting; a target below its size cancels it: the added nodes are drained (those that
+//! registered) and removed from the highest ordinal down, back to the size before, as a
+//! scale-in that may also take nodes that never registered.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -218,13 +219,15 @@ pub fn plan(
             if observed.statefulset.is_some_and(|s| s.replicas == op.to && s.ready >= op.to) {
                 p.operation = Some(ScalingOperation { step: ScalingStep::PlaceReplicas, ..op.clone() });
                 p.actions.push(ScalingAction::PlaceReplicas { nodes: op.to });
-            } else if let Some(Time(since)) = op.started_at {
-                let waited = timing.now.duration_since(since);
+            } else if op.started_at.is_some() {
                 if past_timeout(op, timing) {
-                    let (waited_seconds, pods) = (waited.as_secs(), observed.not_ready.clone());
-                    let message = timed_out_message(op, waited_seconds, &pods);
-                    p.notices.push(Notice::TimedOut { message: message.clone() });
-                    p.timed_out = Some(TimedOut { waited_seconds, pods, message });
+                    let pods = observed.not_ready.clone();
+                    let listed = if pods.is_empty() {
+                        format!("{} new pods", op.to - op.from)
+                    } else {
+                        pods.values().cloned().collect::<Vec<_>>().join("; ")
+                    };
+                    p.time_out(op, timing, pods, |waited| format!(" not ready after {waited}s: {listed}"));
                 }
             } else {
                 // Recorded by an operator without timeouts: the timeout counts from now.
@@ -245,18 +248,10 @@ pub fn plan(
             } else {
                 p.actions.push(ScalingAction::PlaceReplicas { nodes: op.to });
                 if past_timeout(op, timing) {
-                    let waited_seconds =
-                        op.started_at.as_ref().map_or(0, |Time(t)| timing.now.duration_since(*t).as_secs());
-                    let message = format!(
-                        "scale-out {} → {} nodes: replicas not placed after {waited_seconds}s ({}); set \
-                         spec.storage.nodes back to {} to cancel",
-                        op.from,
-                        op.to,
-                        waiting.join(", "),
-                        op.from
-                    );
-                    p.notices.push(Notice::TimedOut { message: message.clone() });
-                    p.timed_out = Some(TimedOut { waited_seconds, pods: BTreeMap::new(), message });
+                    let waiting = waiting.join(", ");
+                    p.time_out(op, timing, BTreeMap::new(), |waited| {
+                        format!(": replicas not placed after {waited}s ({waiting})")
+                    });
                 }
             }
         }
@@ -322,16 +317,27 @@ pub fn past_timeout(op: &ScalingOperation, timing: Timing) -> bool {
     op.started_at.as_ref().is_some_and(|Time(since)| timing.now.duration_since(*since) >= limit)
 }
 
-fn timed_out_message(op: &ScalingOperation, waited_seconds: i64, pods: &BTreeMap<i32, String>) -> String {
-    let pods = if pods.is_empty() {
-        format!("{} new pods", op.to - op.from)
-    } else {
-        pods.values().cloned().collect::<Vec<_>>().join("; ")
-    };
-    format!(
-        "scale-out {} → {} nodes not ready after {waited_seconds}s: {pods}; set spec.storage.nodes back to {} to cancel",
-        op.from, op.to, op.from
-    )
+impl ScalingPlan {
+    /// Reports a scale-out past its timeout (the Event and the `Scaling` condition); `what`
+    /// says, from the seconds waited, what it still waits for.
+    fn time_out(
+        &mut self,
+        op: &ScalingOperation,
+        timing: Timing,
+        pods: BTreeMap<i32, String>,
+        what: impl FnOnce(i64) -> String,
+    ) {
+        let waited_seconds = op.started_at.as_ref().map_or(0, |Time(t)| timing.now.duration_since(*t).as_secs());
+        let message = format!(
+            "scale-out {} → {} nodes{}; set spec.storage.nodes back to {} to cancel",
+            op.from,
+            op.to,
+            what(waited_seconds),
+            op.from
+        );
+        self.notices.push(Notice::TimedOut { message: message.clone() });
+        self.timed_out = Some(TimedOut { waited_seconds, pods, message });
+    }
 }
 
 /// While the cluster is stopped nothing moves: the operation in progress waits.
