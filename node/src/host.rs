@@ -186,7 +186,12 @@ impl RunningNode {
             for (group, reason) in stopped {
                 let again = restarted.get(&group).is_some_and(|at| at.elapsed() < RESTART_WINDOW);
                 let reason = format!("group {group}: {reason}");
-                if again || !self.host.log_db.writable() {
+                let give_up = again || {
+                    // A synced write: off the runtime's threads.
+                    let log = self.host.log_db.clone();
+                    !tokio::task::spawn_blocking(move || log.writable()).await.unwrap_or(false)
+                };
+                if give_up {
                     self.host.reserve.release();
                     return reason;
                 }
