@@ -72,6 +72,9 @@ def main():
             except Exception:
                 pass
             time.sleep(0.1)
+        else:
+            tail = open(os.path.join(work, "dev.log")).read()[-3000:]
+            sys.exit(f"sextant dev did not become ready:\n{tail}")
         samples, sent = [], {"bytes": 0.0}
         start = time.time()
 
