@@ -144,3 +144,52 @@ async fn acknowledged_spans_survive_follower_and_leader_kills() {
         assert_eq!(found["spans"].as_array().unwrap().len(), SPANS_PER_TRACE, "trace {trace}");
     }
 }
+
+/// A follower killed (by failpoint) while it installs a leader's snapshot, after receiving it
+/// and before its state holds it, starts again, catches up and keeps every acknowledged span.
+/// openraft purged its log up to the snapshot before the install was durable, and it could not
+/// start again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_killed_while_installing_a_snapshot_starts_again_and_catches_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start(dir.path(), 3, 1, &["--snapshot-every", "16"]).await;
+    let key = cluster.creds["api_key"].as_str().unwrap().to_owned();
+    let mut acked = Vec::new();
+    let mut ingest = async |cluster: &Cluster, from: usize, batches: usize| {
+        for b in from..from + batches {
+            let prefix = format!("b{b}");
+            let body = spans_batch(&prefix, 2, SPANS_PER_TRACE);
+            wait_for("a batch acknowledged", Duration::from_secs(60), || async {
+                (post_spans(&cluster.url, &key, &body).await.status() == 200).then_some(())
+            })
+            .await;
+            acked.extend([format!("{prefix}-t0"), format!("{prefix}-t1")]);
+        }
+    };
+    ingest(&cluster, 0, 10).await;
+    let leader = cluster.leader_of(1).await;
+    let follower = (0..3).find(|&i| i != leader).unwrap();
+    cluster.kill_node(follower);
+    ingest(&cluster, 10, 60).await;
+
+    cluster.start_node_with_env(follower, &[("SEXTANT_FAILPOINT", "install-before-state")]);
+    let mut node = cluster.nodes[follower].take().unwrap();
+    wait_for("the follower to reach the failpoint while installing", Duration::from_secs(120), || {
+        std::future::ready(node.exited().then_some(()))
+    })
+    .await;
+    cluster.start_node(follower);
+    ingest(&cluster, 70, 10).await;
+    cluster.wait_converged().await;
+    let installed = cluster.metric(follower, "sextant_node_snapshots_installed_total").await.unwrap_or(0.0);
+    assert!(installed >= 1.0, "the follower caught up without installing a snapshot");
+
+    // With one other node down, the restarted follower is half the quorum that serves reads.
+    cluster.kill_node((0..3).find(|&i| i != follower).unwrap());
+    let token = cluster.token().await;
+    for trace in &acked {
+        let found = get_trace_when_served(&cluster.url, &token, trace).await;
+        let found = found.unwrap_or_else(|| panic!("acknowledged trace {trace} is missing"));
+        assert_eq!(found["spans"].as_array().unwrap().len(), SPANS_PER_TRACE, "trace {trace}");
+    }
+}

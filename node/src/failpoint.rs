@@ -13,6 +13,8 @@ pub const FLUSH_BEFORE_MANIFEST: &str = "flush-before-manifest";
 pub const FLUSH_AFTER_MANIFEST: &str = "flush-after-manifest";
 /// After a compaction wrote its output, before the manifest swaps it in.
 pub const COMPACTION_BEFORE_MANIFEST: &str = "compaction-before-manifest";
+/// After a leader's snapshot was received and unpacked, before it replaces the group's state.
+pub const INSTALL_BEFORE_STATE: &str = "install-before-state";
 /// After a compaction's manifest, before its inputs are deleted.
 pub const COMPACTION_AFTER_MANIFEST: &str = "compaction-after-manifest";
 

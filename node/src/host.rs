@@ -678,7 +678,7 @@ async fn start_group<S: GroupStore>(
         }),
     );
     let state = sm.shared();
-    let raft =
-        Raft::new(config.id, raft_config(group, config.snapshot_every)?, network, log_db.group(group), sm).await?;
+    let log = log_db.group(group).purged_within(sm.durable());
+    let raft = Raft::new(config.id, raft_config(group, config.snapshot_every)?, network, log, sm).await?;
     Ok(Group { raft, state })
 }

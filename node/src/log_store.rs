@@ -19,6 +19,7 @@ use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
 use openraft::{OptionalSend, RaftLogReader};
 
 use crate::metrics::NodeMetrics;
+use crate::state_machine::Durable;
 use crate::types::{io_err, Entry, GroupId, LogId, StorageError, TypeConfig, Vote};
 
 type SyncJob = Box<dyn FnOnce(io::Result<()>) + Send>;
@@ -162,7 +163,7 @@ impl LogDb {
     }
 
     pub fn group(self: &Arc<Self>, group: GroupId) -> GroupLog {
-        GroupLog { group, db: self.clone() }
+        GroupLog { group, db: self.clone(), durable: None }
     }
 
     /// Forgets everything of `group`: entries, vote, committed and purged marks, durably. Used
@@ -220,9 +221,29 @@ fn state_key(group: GroupId, name: &str) -> Vec<u8> {
 pub struct GroupLog {
     group: GroupId,
     db: Arc<LogDb>,
+    durable: Option<tokio::sync::watch::Receiver<Durable>>,
 }
 
 impl GroupLog {
+    /// Purges only what the group's state holds durably. openraft 0.9 purges up to a leader's
+    /// snapshot as soon as it hands the install to the state machine; a kill before the
+    /// install was durable left a log purged past the state, which could not start again. The
+    /// purge now waits for the install, and so does every later write of this Raft core.
+    pub fn purged_within(mut self, durable: tokio::sync::watch::Receiver<Durable>) -> Self {
+        self.durable = Some(durable);
+        self
+    }
+
+    async fn wait_durable(&self, upto: &LogId) -> Result<(), StorageError> {
+        let Some(mut durable) = self.durable.clone() else { return Ok(()) };
+        let reached = durable.wait_for(|d| d.covers(upto) || d.install_failed).await.map_err(io_err)?;
+        if reached.covers(upto) {
+            Ok(())
+        } else {
+            Err(io_err(format!("the snapshot install that would cover the purge up to {upto} failed")))
+        }
+    }
+
     fn read_state<T>(
         &self,
         name: &str,
@@ -353,6 +374,7 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
+        self.wait_durable(&log_id).await?;
         // Record the purge point first: a crash in between leaves entries that are simply
         // ignored, never a gap that the log state would not admit.
         self.write_state("purged", crate::persist::encode_log_id(&log_id))?;
@@ -424,6 +446,45 @@ mod tests {
     /// the live entries (a blob file is rewritten once half purged) plus 1 MiB of tables and
     /// fjall's small files, and the journal what was written since it last rotated (fjall
     /// rotates it past 64 MB; sealed journals go once flushed).
+    /// The purge up to a leader's snapshot waits until the install made it durable; a failed
+    /// install fails the purge (stopping the group) instead of leaving it waiting.
+    #[tokio::test]
+    async fn a_purge_waits_for_the_state_to_hold_what_it_removes() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = LogDb::open(dir.path(), Arc::new(NodeMetrics::default())).unwrap();
+        let id = |i| LogId::new(CommittedLeaderId::new(1, 1), i);
+        let durable = tokio::sync::watch::Sender::new(Durable { upto: Some(id(4)), install_failed: false });
+        let mut log = db.group(1).purged_within(durable.subscribe());
+        let mut bt = db.db.batch();
+        for i in 1..=10 {
+            bt.insert(&db.entries, entry_key(1, i), crate::persist::encode_entry(&entry(i)).unwrap());
+        }
+        bt.commit().unwrap();
+        let left = |log: &GroupLog| {
+            let mut log = log.clone();
+            async move { log.try_get_log_entries(..).await.unwrap().iter().map(|e| e.log_id.index).collect::<Vec<_>>() }
+        };
+        log.purge(id(3)).await.unwrap();
+        assert_eq!(left(&log).await, (4..=10).collect::<Vec<_>>());
+
+        let mut waiting = log.clone();
+        let purge = tokio::spawn(async move { waiting.purge(id(8)).await });
+        for _ in 0..3 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!purge.is_finished());
+        assert_eq!(left(&log).await, (4..=10).collect::<Vec<_>>(), "purged before the install was durable");
+        durable.send_modify(|d| d.upto = Some(id(8)));
+        purge.await.unwrap().unwrap();
+        assert_eq!(left(&log).await, vec![9, 10]);
+
+        let mut waiting = log.clone();
+        let purge = tokio::spawn(async move { waiting.purge(id(9)).await });
+        durable.send_modify(|d| d.install_failed = true);
+        assert!(purge.await.unwrap().is_err());
+        assert_eq!(left(&log).await, vec![9, 10]);
+    }
+
     #[tokio::test]
     async fn purged_entries_give_their_disk_space_back() {
         let dir = tempfile::tempdir().unwrap();

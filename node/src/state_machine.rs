@@ -72,7 +72,33 @@ pub enum SnapshotEvent {
     Installed,
 }
 
+/// How far a group's state is durable: the last log id of its latest checkpoint, built or
+/// installed. The group's log never purges past it ([`crate::log_store::GroupLog::purged_within`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Durable {
+    pub upto: Option<LogId>,
+    /// An install of a leader's snapshot failed: what waits for it will never see it.
+    pub install_failed: bool,
+}
+
+impl Durable {
+    pub fn covers(&self, id: &LogId) -> bool {
+        self.upto.is_some_and(|upto| upto.index >= id.index)
+    }
+}
+
+fn advance(durable: &tokio::sync::watch::Sender<Durable>, upto: Option<LogId>) {
+    durable.send_if_modified(|d| {
+        let newer = upto.map(|u| u.index) > d.upto.map(|u| u.index);
+        if newer {
+            d.upto = upto;
+        }
+        newer
+    });
+}
+
 pub struct GroupStateMachine<S: GroupStore> {
+    durable: Arc<tokio::sync::watch::Sender<Durable>>,
     shared: SharedState<S>,
     dir: PathBuf,
     /// Serialises checkpoints and installs.
@@ -92,6 +118,7 @@ impl<S: GroupStore> GroupStateMachine<S> {
             None => (None, Membership::default()),
         };
         Self {
+            durable: Arc::new(tokio::sync::watch::Sender::new(Durable { upto: last_applied, install_failed: false })),
             shared: Arc::new(RwLock::new(Applied { last_applied, membership, state })),
             dir: dir.to_owned(),
             checkpoint_lock: Arc::new(tokio::sync::Mutex::new(())),
@@ -102,6 +129,10 @@ impl<S: GroupStore> GroupStateMachine<S> {
 
     pub fn shared(&self) -> SharedState<S> {
         self.shared.clone()
+    }
+
+    pub fn durable(&self) -> tokio::sync::watch::Receiver<Durable> {
+        self.durable.subscribe()
     }
 }
 
@@ -115,6 +146,7 @@ async fn snapshot_of<S: GroupStore>(shared: &SharedState<S>) -> Result<Option<Sn
 }
 
 pub struct SnapshotBuilder<S: GroupStore> {
+    durable: Arc<tokio::sync::watch::Sender<Durable>>,
     job: Option<CheckpointJob>,
     shared: SharedState<S>,
     lock: Arc<tokio::sync::Mutex<()>>,
@@ -137,7 +169,10 @@ impl<S: GroupStore> RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder<S> {
             built.map_err(|e| io_err(format!("writing a checkpoint: {e}")))?;
             (self.on_snapshot)(SnapshotEvent::Built(started.elapsed()));
         }
-        snapshot_of(&self.shared).await?.ok_or_else(|| io_err("checkpoint vanished after it was written"))
+        let snapshot =
+            snapshot_of(&self.shared).await?.ok_or_else(|| io_err("checkpoint vanished after it was written"))?;
+        advance(&self.durable, snapshot.meta.last_log_id);
+        Ok(snapshot)
     }
 }
 
@@ -190,6 +225,7 @@ impl<S: GroupStore> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
         };
         let job = a.state.begin_checkpoint(meta);
         SnapshotBuilder {
+            durable: self.durable.clone(),
             job: Some(job),
             shared: self.shared.clone(),
             lock: self.checkpoint_lock.clone(),
@@ -223,7 +259,8 @@ impl<S: GroupStore> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
         let mut file = file.into_std().await;
         let (shared, dir, meta) = (self.shared.clone(), self.dir.clone(), meta.clone());
         let installs = self.installs.clone();
-        tokio::task::spawn_blocking(move || -> io::Result<()> {
+        let upto = meta.last_log_id;
+        let installed = tokio::task::spawn_blocking(move || -> io::Result<()> {
             use std::io::Seek;
             file.seek(io::SeekFrom::Start(0))?;
             let staging = dir.join("snapshot.staging");
@@ -231,6 +268,7 @@ impl<S: GroupStore> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
             if archived.last_log_id != meta.last_log_id {
                 return Err(io::Error::new(io::ErrorKind::InvalidData, "snapshot meta mismatch"));
             }
+            crate::failpoint::hit(crate::failpoint::INSTALL_BEFORE_STATE);
             let mut a = shared.write().unwrap();
             a.state.install(&meta, &staging, &files)?;
             installs.fetch_add(1, Ordering::AcqRel);
@@ -242,8 +280,15 @@ impl<S: GroupStore> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
             Ok(())
         })
         .await
-        .map_err(io_err)?
-        .map_err(|e| io_err(format!("installing a snapshot: {e}")))?;
+        .map_err(io_err)
+        .and_then(|r| r.map_err(|e| io_err(format!("installing a snapshot: {e}"))));
+        match installed {
+            Ok(()) => advance(&self.durable, upto),
+            Err(e) => {
+                self.durable.send_modify(|d| d.install_failed = true);
+                return Err(e);
+            }
+        }
         (self.on_snapshot)(SnapshotEvent::Installed);
         Ok(())
     }
