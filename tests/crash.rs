@@ -93,8 +93,19 @@ async fn kill_during_compaction_after_the_manifest_loses_nothing() {
 /// batch is acknowledged once it retries, stored once, and the process keeps running.
 #[tokio::test]
 async fn a_group_stopped_by_an_error_is_started_again_in_the_same_process() {
+    a_stopped_group_is_started_again("apply-ingest").await;
+}
+
+/// The same when the shard's Raft core panics (by failpoint, appending to its log): the core
+/// reports no error then, only its metrics end.
+#[tokio::test]
+async fn a_group_whose_raft_core_panicked_is_started_again_in_the_same_process() {
+    a_stopped_group_is_started_again("append-ingest-panics").await;
+}
+
+async fn a_stopped_group_is_started_again(failpoint: &str) {
     let dir = tempfile::tempdir().unwrap();
-    let mut dev = Dev::start_with(dir.path(), &["--shards", "1"], &[("SEXTANT_FAILPOINT_ONCE", "apply-ingest")]).await;
+    let mut dev = Dev::start_with(dir.path(), &["--shards", "1"], &[("SEXTANT_FAILPOINT_ONCE", failpoint)]).await;
     let body = spans_batch("first", 2, SPANS);
     wait_for("the first batch to be acknowledged", Duration::from_secs(30), || async {
         let resp = http().post(format!("{}/api/v1/ingest/spans", dev.url)).header("X-API-Key", dev.api_key());

@@ -29,6 +29,9 @@ pub fn hit(name: &str) {
 /// A shard's apply of an ingest batch fails with a storage error, which stops its Raft (see
 /// [`once`]).
 pub const APPLY_INGEST: &str = "apply-ingest";
+/// Appending an ingest batch to a shard's Raft log panics, as a bug in the Raft core would:
+/// the core's task ends without reporting an error (see [`once`]).
+pub const APPEND_INGEST_PANICS: &str = "append-ingest-panics";
 
 /// True the first time this process reaches `name` with `SEXTANT_FAILPOINT_ONCE=<name>` in its
 /// environment; false otherwise and ever after.

@@ -178,9 +178,16 @@ impl RunningNode {
                 .host
                 .rafts()
                 .into_iter()
-                .filter_map(|(group, raft)| match raft.metrics().borrow().running_state.clone() {
-                    Err(openraft::error::Fatal::Stopped) | Ok(()) => None,
-                    Err(e) => Some((group, e.to_string())),
+                .filter_map(|(group, raft)| {
+                    let metrics = raft.metrics();
+                    let state = metrics.borrow().running_state.clone();
+                    match state {
+                        Err(openraft::error::Fatal::Stopped) => None,
+                        // A core that panicked reports nothing: its metrics' sender is gone.
+                        Ok(()) if metrics.has_changed().is_err() => Some((group, "its Raft core panicked".into())),
+                        Ok(()) => None,
+                        Err(e) => Some((group, e.to_string())),
+                    }
                 })
                 .collect();
             for (group, reason) in stopped {

@@ -359,6 +359,11 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
         let mut batch = self.db.db.batch();
         let mut written = 0u64;
         for entry in entries {
+            if matches!(entry.payload, openraft::EntryPayload::Normal(crate::types::Command::Ingest { .. }))
+                && crate::failpoint::once(crate::failpoint::APPEND_INGEST_PANICS)
+            {
+                panic!("failpoint: appending an ingest batch panicked");
+            }
             let bytes = crate::persist::encode_entry(&entry).map_err(io_err)?;
             written = written.saturating_add(bytes.len() as u64);
             batch.insert(&self.db.entries, entry_key(self.group, entry.log_id.index), bytes);
