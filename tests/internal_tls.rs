@@ -1,8 +1,9 @@
 //! Mutual TLS on internal gRPC (`--internal-tls-dir`): three node processes and a router, each
 //! with its own certificate of a CA made in the test (rcgen), ingest and read; a node's gRPC
 //! port refuses plain-text clients, clients without a certificate and clients whose
-//! certificate another CA signed, even with the right cluster secret; a node's certificate
-//! replaced on disk is served to new connections without a restart.
+//! certificate another CA signed, even with the right cluster secret; a router's certificate
+//! cannot call a node's Raft, and one of the CA that names no role cannot call anything; a
+//! node's certificate replaced on disk is served to new connections without a restart.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::{Path, PathBuf};
@@ -14,9 +15,10 @@ use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair, SanType,
 };
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use sextant_model::peer::PeerRole;
 use sextant_proto::client::Channels;
 use sextant_proto::internal_tls::{InternalTls, InternalTlsFiles};
-use sextant_proto::ClusterInfoRequest;
+use sextant_proto::{ClusterInfoRequest, RaftRequest};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 const SECRET: &str = "internal-tls-cluster-secret-0123456789";
@@ -38,14 +40,16 @@ impl Ca {
         self.issuer.pem()
     }
 
-    /// A leaf for `localhost` and 127.0.0.1, usable as server and as client: (cert, key) PEM.
-    fn leaf(&self, name: &str) -> (String, String) {
+    /// A leaf for `localhost` and 127.0.0.1, usable as server and as client, naming `role`:
+    /// (cert, key) PEM.
+    fn leaf(&self, name: &str, role: Option<PeerRole>) -> (String, String) {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.distinguished_name.push(DnType::CommonName, name);
         params.subject_alt_names = vec![
             SanType::DnsName("localhost".try_into().unwrap()),
             SanType::IpAddress(IpAddr::V4(Ipv4Addr::LOCALHOST)),
         ];
+        params.subject_alt_names.extend(role.map(|r| SanType::URI(r.uri().try_into().unwrap())));
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
         let key = KeyPair::generate().unwrap();
         let cert = params.signed_by(&key, &self.issuer).unwrap();
@@ -72,6 +76,18 @@ async fn cluster_info(addr: &str, tls: Option<InternalTls>) -> Result<u64, tonic
     match tokio::time::timeout(Duration::from_secs(10), client.cluster_info(ClusterInfoRequest {})).await {
         Ok(reply) => Ok(reply?.into_inner().node_id),
         Err(_) => Err(tonic::Status::deadline_exceeded("no answer in 10 s")),
+    }
+}
+
+/// An empty Raft vote request dialled with `tls`: past the interceptors, the service refuses it
+/// as malformed.
+async fn raft_vote(addr: &str, tls: InternalTls) -> tonic::Status {
+    let channels = Channels::new(SECRET).unwrap().with_tls(Some(tls));
+    let mut client = channels.raft(addr).unwrap();
+    let vote = client.vote(RaftRequest { group: 999_999, body: Vec::new().into() });
+    match tokio::time::timeout(Duration::from_secs(10), vote).await {
+        Ok(reply) => reply.expect_err("a vote for an unknown group was answered"),
+        Err(_) => tonic::Status::deadline_exceeded("no answer in 10 s"),
     }
 }
 
@@ -133,7 +149,7 @@ async fn a_mutual_tls_cluster_serves_refuses_strangers_and_takes_a_renewed_certi
     let mut nodes = Vec::new();
     for (i, (grpc, http)) in ports.iter().enumerate() {
         let id = (i + 1).to_string();
-        let leaf = ca.leaf(&format!("node {id}"));
+        let leaf = ca.leaf(&format!("node {id}"), Some(PeerRole::Node));
         let tls_dir = install(&dir.join(format!("node{id}-tls")), &leaf, &ca_pem);
         node_leaves.push(leaf);
         let data = dir.join(format!("node{id}"));
@@ -160,7 +176,7 @@ async fn a_mutual_tls_cluster_serves_refuses_strangers_and_takes_a_renewed_certi
         ];
         nodes.push(Proc::spawn(&args, &dir.join(format!("node{id}.log")), &[("SEXTANT_CLUSTER_SECRET", SECRET)]));
     }
-    let router_leaf = ca.leaf("router");
+    let router_leaf = ca.leaf("router", Some(PeerRole::Router));
     let router_tls = install(&dir.join("router-tls"), &router_leaf, &ca_pem);
     let creds_path = dir.join("credentials.json");
     let routers = spawn_routers(
@@ -191,8 +207,19 @@ async fn a_mutual_tls_cluster_serves_refuses_strangers_and_takes_a_renewed_certi
 
     // A client of the cluster CA with the secret is served: the control for what follows.
     let with = |dir: &Path| InternalTls::load(&InternalTlsFiles::in_dir(dir, Duration::from_secs(1))).unwrap();
-    let member = with(&install(&dir.join("member-tls"), &ca.leaf("member"), &ca_pem));
+    let member = with(&install(&dir.join("member-tls"), &ca.leaf("member", Some(PeerRole::Router)), &ca_pem));
     assert_eq!(cluster_info(&addrs[0], Some(member.clone())).await.unwrap(), 1);
+
+    // Raft is for nodes: a router's certificate is refused, a node's gets through to the service.
+    assert_eq!(raft_vote(&addrs[0], member.clone()).await.code(), tonic::Code::PermissionDenied);
+    let peer = with(&install(&dir.join("peer-tls"), &ca.leaf("peer", Some(PeerRole::Node)), &ca_pem));
+    let past = raft_vote(&addrs[0], peer).await;
+    assert!(![tonic::Code::PermissionDenied, tonic::Code::Unauthenticated].contains(&past.code()), "{past:?}");
+
+    // A certificate of the cluster CA that names no role (another workload's): refused.
+    let roleless = with(&install(&dir.join("roleless-tls"), &ca.leaf("other workload", None), &ca_pem));
+    let refused = cluster_info(&addrs[0], Some(roleless)).await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
 
     // Plain text, with the right cluster secret: refused.
     let plain = cluster_info(&addrs[0], None).await;
@@ -201,7 +228,7 @@ async fn a_mutual_tls_cluster_serves_refuses_strangers_and_takes_a_renewed_certi
     // A certificate another CA signed, trusting the right CA (so the node, not the client,
     // decides): refused.
     let rogue = Ca::new("another CA");
-    let stranger = with(&install(&dir.join("stranger-tls"), &rogue.leaf("stranger"), &ca_pem));
+    let stranger = with(&install(&dir.join("stranger-tls"), &rogue.leaf("stranger", Some(PeerRole::Router)), &ca_pem));
     let refused = cluster_info(&addrs[0], Some(stranger)).await;
     assert!(refused.is_err(), "a client of another CA was served: {refused:?}");
 
@@ -212,7 +239,7 @@ async fn a_mutual_tls_cluster_serves_refuses_strangers_and_takes_a_renewed_certi
 
     // Node 1's certificate renewed on disk: new connections get the new one, no restart.
     let before = served_certificate(&addrs[0], &ca_pem, &router_leaf).await;
-    let renewed = ca.leaf("node 1 renewed");
+    let renewed = ca.leaf("node 1 renewed", Some(PeerRole::Node));
     install(&dir.join("node1-tls"), &renewed, &ca_pem);
     let renewed_der = {
         use rustls::pki_types::pem::PemObject;
@@ -245,9 +272,9 @@ async fn a_node_with_unreadable_internal_tls_files_does_not_start() {
     let dir = tempfile::tempdir().unwrap();
     let dir = dir.path();
     let ca = Ca::new("ca");
-    let tls_dir = install(&dir.join("tls"), &ca.leaf("node"), &ca.pem());
+    let tls_dir = install(&dir.join("tls"), &ca.leaf("node", Some(PeerRole::Node)), &ca.pem());
     // The key of another certificate.
-    std::fs::write(tls_dir.join("tls.key"), ca.leaf("other").1).unwrap();
+    std::fs::write(tls_dir.join("tls.key"), ca.leaf("other", Some(PeerRole::Node)).1).unwrap();
     let grpc = format!("127.0.0.1:{}", free_port());
     let data = dir.join("node1");
     let args = [

@@ -22,6 +22,7 @@ pub mod meta;
 #[cfg(feature = "openapi")]
 pub mod openapi;
 pub mod partition;
+pub mod peer;
 pub mod query;
 pub mod row;
 pub mod sketch;

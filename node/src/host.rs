@@ -24,6 +24,7 @@ use crate::service::{secret_check, RaftService, StorageService};
 use crate::shard::SegmentShard;
 use crate::state_machine::{GroupStateMachine, GroupStore, SharedState, SnapshotEvent, Whole};
 use crate::types::{GroupId, NodeId, Raft, META_GROUP};
+use sextant_model::peer::PeerRole;
 
 #[derive(Clone, Debug)]
 pub struct NodeConfig {
@@ -339,18 +340,18 @@ impl NodeHost {
             }
         }
 
-        let check = secret_check(&host.config.cluster_secret);
+        let secret = &host.config.cluster_secret;
         let raft_svc = InterceptedService::new(
             RaftServer::new(RaftService::new(host.clone()))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            check.clone(),
+            secret_check(secret, &[PeerRole::Node]),
         );
         let storage_svc = InterceptedService::new(
             StorageServer::new(StorageService::new(host.clone()))
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
-            check,
+            secret_check(secret, &PeerRole::ALL),
         );
         let tls_reload = tls.as_ref().map(InternalTls::spawn_reload);
         let server = tokio::spawn(async move {

@@ -1,5 +1,5 @@
 //! gRPC services of a node: Raft transport (node <-> node) and the storage API (router -> node).
-//! Both require the cluster secret.
+//! Both require the cluster secret and, over mutual TLS, a certificate of a role they admit.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -7,6 +7,7 @@ use std::time::Instant;
 use openraft::error::{ClientWriteError, ForwardToLeader, RaftError};
 use openraft::BasicNode;
 use sextant_model::meta::{MetaCommand, MetaQuery};
+use sextant_model::peer::PeerRole;
 use sextant_proto::client::Authed;
 use sextant_proto::raft_server::Raft as RaftRpc;
 use sextant_proto::storage_client::StorageClient;
@@ -31,11 +32,16 @@ pub const REPLICA_READ_HEADER: &str = "x-sextant-replica-read";
 
 /// Server-side interceptor: constant-time comparison of the cluster secret. A request without
 /// the header is refused, and so is every request when the expected secret is too short (the
-/// node refuses to start with one; this holds whoever builds the server).
-pub fn secret_check(secret: &str) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
+/// node refuses to start with one; this holds whoever builds the server). Over mutual TLS the
+/// client's certificate must name one of `roles` as well.
+pub fn secret_check(
+    secret: &str,
+    roles: &'static [PeerRole],
+) -> impl FnMut(Request<()>) -> Result<Request<()>, Status> + Clone {
     let expected = secret.as_bytes().to_vec();
     let usable = sextant_proto::client::check_cluster_secret(secret).is_ok();
     move |req: Request<()>| {
+        sextant_proto::internal_tls::check_role(req.extensions(), roles)?;
         let refused = || Status::unauthenticated("missing or wrong cluster secret");
         let given = req.metadata().get(CLUSTER_SECRET_HEADER).ok_or_else(refused)?;
         if usable && bool::from(given.as_bytes().ct_eq(&expected)) {
@@ -395,14 +401,14 @@ mod tests {
 
     #[test]
     fn requests_without_the_secret_header_are_refused() {
-        let mut check = secret_check(SECRET);
+        let mut check = secret_check(SECRET, &PeerRole::ALL);
         let status = check(Request::new(())).unwrap_err();
         assert_eq!(status.code(), tonic::Code::Unauthenticated);
     }
 
     #[test]
     fn only_the_exact_secret_is_accepted() {
-        let mut check = secret_check(SECRET);
+        let mut check = secret_check(SECRET, &PeerRole::ALL);
         assert!(check(with_header(SECRET)).is_ok());
         for wrong in ["", "test-cluster-secret-0123456789abcde", "test-cluster-secret-0123456789abcdefX"] {
             assert_eq!(check(with_header(wrong)).unwrap_err().code(), tonic::Code::Unauthenticated, "{wrong:?}");
@@ -411,7 +417,7 @@ mod tests {
 
     #[test]
     fn an_empty_expected_secret_refuses_everything() {
-        let mut check = secret_check("");
+        let mut check = secret_check("", &PeerRole::ALL);
         assert!(check(Request::new(())).is_err(), "no header");
         assert!(check(with_header("")).is_err(), "an empty header");
     }

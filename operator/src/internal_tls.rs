@@ -11,7 +11,10 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Resource;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    SanType,
 };
+
+use sextant_model::peer::PeerRole;
 
 use crate::topology::{labels, Names, TopologyError};
 use crate::v1alpha1::SextantCluster;
@@ -83,6 +86,14 @@ impl Leaf {
             Leaf::Router => "router",
         }
     }
+
+    /// The role its URI name gives it: what nodes let it call.
+    pub fn role(self) -> PeerRole {
+        match self {
+            Leaf::Node => PeerRole::Node,
+            Leaf::Router => PeerRole::Router,
+        }
+    }
 }
 
 /// The cluster CA, as PEM.
@@ -127,6 +138,7 @@ impl Ca {
         let ca_key = KeyPair::from_pem(&self.key_pem).map_err(issue_error)?;
         let issuer = Issuer::from_ca_cert_pem(&self.cert_pem, ca_key).map_err(issue_error)?;
         let mut params = CertificateParams::new(leaf.dns_names(names)).map_err(issue_error)?;
+        params.subject_alt_names.push(SanType::URI(leaf.role().uri().try_into().map_err(issue_error)?));
         params.distinguished_name.push(DnType::CommonName, format!("{}.{}", leaf.secret(names), names.namespace));
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
@@ -208,22 +220,24 @@ pub fn renewal_reason(
     if expires.saturating_sub(now.as_second()) < RENEW_BEFORE.as_secs() {
         return Some("expiring");
     }
-    let mut dns: Vec<String> = match x509.subject_alternative_name() {
+    let mut named: Vec<String> = match x509.subject_alternative_name() {
         Ok(Some(san)) => san
             .value
             .general_names
             .iter()
             .filter_map(|n| match n {
                 x509_parser::extensions::GeneralName::DNSName(d) => Some(d.to_string()),
+                x509_parser::extensions::GeneralName::URI(u) => Some(u.to_string()),
                 _ => None,
             })
             .collect(),
         _ => vec![],
     };
     let mut want = leaf.dns_names(names);
-    dns.sort();
+    want.push(leaf.role().uri().to_owned());
+    named.sort();
     want.sort();
-    (dns != want).then_some("names changed")
+    (named != want).then_some("names changed")
 }
 
 /// The cert-manager `Certificate` that fills a component's Secret instead of the operator
@@ -244,6 +258,7 @@ pub fn certificate(
             "secretName": leaf.secret(&names),
             "commonName": format!("{}.{}", leaf.secret(&names), names.namespace),
             "dnsNames": leaf.dns_names(&names),
+            "uris": [leaf.role().uri()],
             "duration": hours(LEAF_VALIDITY),
             "renewBefore": hours(RENEW_BEFORE),
             "usages": ["digital signature", "server auth", "client auth"],
@@ -346,6 +361,22 @@ mod tests {
         }
         verify_client(&ca, &node, now()).unwrap();
         verify_client(&ca, &router, now()).unwrap();
+        // Each names its role, which is what nodes admit it to.
+        for (cert, role) in [(&node, "spiffe://sextant/node"), (&router, "spiffe://sextant/router")] {
+            let (_, pem) = x509_parser::pem::parse_x509_pem(cert.as_bytes()).unwrap();
+            let x509 = pem.parse_x509().unwrap();
+            let san = x509.subject_alternative_name().unwrap().unwrap();
+            let uris: Vec<String> = san
+                .value
+                .general_names
+                .iter()
+                .filter_map(|n| match n {
+                    x509_parser::extensions::GeneralName::URI(u) => Some(u.to_string()),
+                    _ => None,
+                })
+                .collect();
+            assert_eq!(uris, vec![role.to_owned()]);
+        }
         // Not for other names, not after 90 days, not under another CA.
         assert!(verify_server(&ca, &node, "obs-node-0.obs-node.other.svc", now()).is_err());
         assert!(verify_server(&ca, &router, "obs-node-0.obs-node.telemetry.svc", now()).is_err());
@@ -405,6 +436,7 @@ mod tests {
         assert_eq!(cert["metadata"]["ownerReferences"][0]["kind"], "SextantCluster");
         assert_eq!(cert["spec"]["secretName"], "obs-node-tls");
         assert_eq!(cert["spec"]["dnsNames"], serde_json::json!(Leaf::Node.dns_names(&names)));
+        assert_eq!(cert["spec"]["uris"], serde_json::json!(["spiffe://sextant/node"]));
         assert!(cert["spec"]["dnsNames"].as_array().unwrap().contains(&"*.obs-node.telemetry.svc".into()));
         assert_eq!(cert["spec"]["duration"], "2160h");
         assert_eq!(cert["spec"]["renewBefore"], "720h");

@@ -1,6 +1,7 @@
 //! Mutual TLS on internal gRPC (router -> node, node <-> node): every side presents a
 //! certificate the cluster CA signed and verifies the peer's against that CA; a client also
-//! checks that the node's certificate names the host it dialled. TLS 1.3 only, ALPN `h2`.
+//! checks that the node's certificate names the host it dialled, and a server what the
+//! client's certificate lets it call ([`PeerRole`], [`check_role`]). TLS 1.3 only, ALPN `h2`.
 //! The certificate, key and CA are read again when they change ([`crate::tls::Reloading`]):
 //! new connections use the new ones, open ones keep theirs. The cluster secret is still
 //! required on every call.
@@ -18,6 +19,7 @@ use rustls::pki_types::ServerName;
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{ClientConfig, ServerConfig, SignatureScheme};
+use sextant_model::peer::PeerRole;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::{TcpListener, TcpStream};
 use tonic::codegen::http::Uri;
@@ -161,7 +163,8 @@ impl InternalTls {
                     let _permit = permit;
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                         Ok(Ok(stream)) => {
-                            let _ = tx.send(Ok(ServerConn(stream))).await;
+                            let peer = InternalPeer { tcp: stream.get_ref().0.connect_info(), role: role_of(&stream) };
+                            let _ = tx.send(Ok(ServerConn { stream, peer })).await;
                         }
                         Ok(Err(e)) => tracing::info!(%peer, error = %e, "internal TLS handshake refused"),
                         Err(_) => tracing::info!(%peer, "internal TLS handshake timed out"),
@@ -178,34 +181,68 @@ impl InternalTls {
     }
 }
 
+/// Who is at the other end of a connection past its handshake; each request carries it in its
+/// extensions.
+#[derive(Clone, Debug)]
+pub struct InternalPeer {
+    pub tcp: TcpConnectInfo,
+    /// The role the client's certificate names, if any.
+    pub role: Option<PeerRole>,
+}
+
+fn role_of(stream: &tokio_rustls::server::TlsStream<TcpStream>) -> Option<PeerRole> {
+    let der = stream.get_ref().1.peer_certificates()?.first()?;
+    let (_, cert) = x509_parser::parse_x509_certificate(der).ok()?;
+    let san = cert.subject_alternative_name().ok()??;
+    san.value.general_names.iter().find_map(|name| match name {
+        x509_parser::extensions::GeneralName::URI(uri) => PeerRole::from_uri(uri),
+        _ => None,
+    })
+}
+
+/// Refuses a call made over mutual TLS by a client whose certificate names none of `allowed`
+/// (a router calling Raft, or a certificate of another workload the same CA signed). Plain-text
+/// connections (internal TLS off) carry no peer and pass: the cluster secret guards them.
+pub fn check_role(extensions: &tonic::Extensions, allowed: &[PeerRole]) -> Result<(), tonic::Status> {
+    match extensions.get::<InternalPeer>() {
+        Some(peer) if !peer.role.is_some_and(|r| allowed.contains(&r)) => Err(tonic::Status::permission_denied(
+            format!("the client certificate's role ({:?}) may not call this service", peer.role),
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// A server-side connection past its TLS handshake.
-pub struct ServerConn(tokio_rustls::server::TlsStream<TcpStream>);
+pub struct ServerConn {
+    stream: tokio_rustls::server::TlsStream<TcpStream>,
+    peer: InternalPeer,
+}
 
 impl Connected for ServerConn {
-    type ConnectInfo = TcpConnectInfo;
+    type ConnectInfo = InternalPeer;
 
-    fn connect_info(&self) -> TcpConnectInfo {
-        self.0.get_ref().0.connect_info()
+    fn connect_info(&self) -> InternalPeer {
+        self.peer.clone()
     }
 }
 
 impl AsyncRead for ServerConn {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_read(cx, buf)
+        Pin::new(&mut self.stream).poll_read(cx, buf)
     }
 }
 
 impl AsyncWrite for ServerConn {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write(cx, buf)
+        Pin::new(&mut self.stream).poll_write(cx, buf)
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_flush(cx)
+        Pin::new(&mut self.stream).poll_flush(cx)
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.0).poll_shutdown(cx)
+        Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 
     fn poll_write_vectored(
@@ -213,11 +250,11 @@ impl AsyncWrite for ServerConn {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.0).poll_write_vectored(cx, bufs)
+        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.0.is_write_vectored()
+        self.stream.is_write_vectored()
     }
 }
 
