@@ -4,6 +4,10 @@
 //! with `tls.crt`, `tls.key` and `ca.crt`), issued again well before they expire. Both serve
 //! as server and client certificates. The node certificate names every node through the
 //! headless Service (`*.NAME-node.NAMESPACE.svc`), which is how nodes and routers dial them.
+//!
+//! The CA is replaced a year before it expires, or when asked, in steps that never leave two
+//! pods without a CA in common ([`Authority`]): the new CA is trusted everywhere first, then
+//! signs the certificates, then the old one is dropped.
 
 use k8s_openapi::api::core::v1::{EnvVar, PodSpec, Secret, SecretVolumeSource, Volume, VolumeMount};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -31,8 +35,22 @@ pub const TLS_KEY: &str = "tls.key";
 pub const CA_CRT: &str = "ca.crt";
 pub const CA_KEY: &str = "ca.key";
 
-/// The CA is not renewed by the operator (docs/KUBERNETES.md, "TLS").
 const CA_VALIDITY: SignedDuration = SignedDuration::from_hours(24 * 3650);
+/// A CA with less than this left is replaced ([`Authority::step`]).
+pub const CA_RENEW_BEFORE: SignedDuration = SignedDuration::from_hours(24 * 365);
+/// How long each step of a CA rotation gives every pod to see the Secrets it changed: the
+/// kubelet refreshes mounted Secrets within about two minutes, processes reread them every 5 s.
+pub const TRUST_PROPAGATION: SignedDuration = SignedDuration::from_mins(10);
+/// Keys of the CA Secret during a rotation.
+const NEXT_CRT: &str = "next.crt";
+const NEXT_KEY: &str = "next.key";
+const PREVIOUS_CRT: &str = "previous.crt";
+/// CA Secret annotation: when the rotation's current step began.
+const STEP_SINCE: &str = "sextant.dev/ca-step-since";
+/// CA Secret annotation: the last value of [`ROTATE_ANNOTATION`] acted on.
+const ROTATED_FOR: &str = "sextant.dev/ca-rotated-for";
+/// A `SextantCluster` annotation: a new value starts a rotation of the internal CA.
+pub const ROTATE_ANNOTATION: &str = "sextant.dev/rotate-internal-ca";
 const LEAF_VALIDITY: SignedDuration = SignedDuration::from_hours(24 * 90);
 /// A certificate with less than this left is issued again.
 pub const RENEW_BEFORE: SignedDuration = SignedDuration::from_hours(24 * 30);
@@ -103,7 +121,7 @@ pub struct Ca {
     pub key_pem: String,
 }
 
-fn value(secret: &Secret, key: &str) -> Option<String> {
+pub(crate) fn value(secret: &Secret, key: &str) -> Option<String> {
     secret
         .data
         .as_ref()
@@ -129,8 +147,14 @@ impl Ca {
         Ok(Ca { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
     }
 
-    pub fn from_secret(secret: &Secret) -> Option<Ca> {
-        Some(Ca { cert_pem: value(secret, CA_CRT)?, key_pem: value(secret, CA_KEY)? })
+    fn from_keys(secret: &Secret, crt: &str, key: &str) -> Option<Ca> {
+        Some(Ca { cert_pem: value(secret, crt)?, key_pem: value(secret, key)? })
+    }
+
+    /// When the CA certificate expires; `None` when it cannot be read.
+    fn expires(&self) -> Option<Timestamp> {
+        let (_, pem) = x509_parser::pem::parse_x509_pem(self.cert_pem.as_bytes()).ok()?;
+        Timestamp::from_second(pem.parse_x509().ok()?.validity().not_after.timestamp()).ok()
     }
 
     /// A fresh key and a certificate for it: `(tls.crt, tls.key)`.
@@ -151,6 +175,141 @@ impl Ca {
     }
 }
 
+/// The CA state of a cluster, kept in its CA Secret. Each step of a rotation lasts at least
+/// [`TRUST_PROPAGATION`] after the component Secrets last changed, so that every pod has them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Authority {
+    /// One CA signs and is trusted.
+    Steady { ca: Ca },
+    /// A new CA is trusted beside the signing one, which still signs.
+    Introducing { ca: Ca, next: Ca, since: Timestamp },
+    /// The new CA signs; the old one (`previous`, a certificate) is still trusted.
+    Retiring { ca: Ca, previous: String, since: Timestamp },
+}
+
+/// A change of the CA Secret, and why (for the event).
+pub struct Step {
+    pub authority: Authority,
+    pub why: String,
+}
+
+impl Authority {
+    /// Reads the CA Secret; `Err` names a key that is missing or empty.
+    pub fn from_secret(secret: &Secret) -> Result<Authority, &'static str> {
+        let ca = Ca::from_keys(secret, CA_CRT, CA_KEY).ok_or(CA_KEY)?;
+        let since = || {
+            let at = secret.metadata.annotations.as_ref().and_then(|a| a.get(STEP_SINCE));
+            at.and_then(|t| t.parse::<Timestamp>().ok()).ok_or(STEP_SINCE)
+        };
+        if value(secret, NEXT_CRT).is_some() {
+            let next = Ca::from_keys(secret, NEXT_CRT, NEXT_KEY).ok_or(NEXT_KEY)?;
+            return Ok(Authority::Introducing { ca, next, since: since()? });
+        }
+        if let Some(previous) = value(secret, PREVIOUS_CRT) {
+            return Ok(Authority::Retiring { ca, previous, since: since()? });
+        }
+        Ok(Authority::Steady { ca })
+    }
+
+    /// The CA that signs component certificates now.
+    pub fn signing(&self) -> &Ca {
+        match self {
+            Authority::Steady { ca } | Authority::Introducing { ca, .. } | Authority::Retiring { ca, .. } => ca,
+        }
+    }
+
+    /// `ca.crt` of the component Secrets: every CA a peer's certificate may chain to.
+    pub fn trust_bundle(&self) -> String {
+        let pems = match self {
+            Authority::Steady { ca } => vec![ca.cert_pem.as_str()],
+            Authority::Introducing { ca, next, .. } => vec![ca.cert_pem.as_str(), next.cert_pem.as_str()],
+            Authority::Retiring { ca, previous, .. } => vec![ca.cert_pem.as_str(), previous.as_str()],
+        };
+        pems.iter().map(|p| format!("{}\n", p.trim_end())).collect()
+    }
+
+    /// The same step, begun again at `now`: the component Secrets changed during it.
+    pub fn restarted(self, now: Timestamp) -> Authority {
+        match self {
+            Authority::Introducing { ca, next, .. } => Authority::Introducing { ca, next, since: now },
+            Authority::Retiring { ca, previous, .. } => Authority::Retiring { ca, previous, since: now },
+            steady => steady,
+        }
+    }
+
+    /// The next step of a rotation due at `now`, if any. A rotation starts when the CA has less
+    /// than [`CA_RENEW_BEFORE`] left, or when `requested`.
+    pub fn step(&self, names: &Names, now: Timestamp, requested: bool) -> Result<Option<Step>, TopologyError> {
+        let settled = |since: &Timestamp| now >= *since + TRUST_PROPAGATION;
+        Ok(match self {
+            Authority::Steady { ca } => {
+                let expires = ca.expires();
+                let due = expires.is_none_or(|at| at < now + CA_RENEW_BEFORE);
+                (due || requested)
+                    .then_some(())
+                    .map(|()| {
+                        let why = match expires {
+                            _ if requested && !due => "a rotation was requested".to_owned(),
+                            Some(at) => format!("the internal CA expires at {at}"),
+                            None => "the internal CA certificate is unreadable".to_owned(),
+                        };
+                        Ca::issue(names, now).map(|next| Step {
+                            authority: Authority::Introducing { ca: ca.clone(), next, since: now },
+                            why: format!("{why}: a new CA is trusted beside it"),
+                        })
+                    })
+                    .transpose()?
+            }
+            Authority::Introducing { ca, next, since } if settled(since) => Some(Step {
+                authority: Authority::Retiring { ca: next.clone(), previous: ca.cert_pem.clone(), since: now },
+                why: "every pod trusts the new CA: it signs the certificates now".into(),
+            }),
+            Authority::Retiring { ca, since, .. } if settled(since) => Some(Step {
+                authority: Authority::Steady { ca: ca.clone() },
+                why: "every pod has a certificate of the new CA: the old one is no longer trusted".into(),
+            }),
+            Authority::Introducing { .. } | Authority::Retiring { .. } => None,
+        })
+    }
+}
+
+/// `NAME-internal-ca`: the CA certificate and its key, and during a rotation the other CA and
+/// when the step began. `rotated_for` is the rotation request last acted on.
+pub fn ca_secret(
+    cluster: &SextantCluster,
+    authority: &Authority,
+    rotated_for: Option<&str>,
+) -> Result<Secret, TopologyError> {
+    let names = Names::of(cluster)?;
+    let mut metadata = metadata(cluster, &names, names.internal_ca(), "internal-ca")?;
+    let ca = authority.signing();
+    let mut data: std::collections::BTreeMap<String, String> =
+        [(CA_CRT.to_owned(), ca.cert_pem.clone()), (CA_KEY.to_owned(), ca.key_pem.clone())].into();
+    let mut annotations = std::collections::BTreeMap::new();
+    match authority {
+        Authority::Steady { .. } => {}
+        Authority::Introducing { next, since, .. } => {
+            data.insert(NEXT_CRT.into(), next.cert_pem.clone());
+            data.insert(NEXT_KEY.into(), next.key_pem.clone());
+            annotations.insert(STEP_SINCE.to_owned(), since.to_string());
+        }
+        Authority::Retiring { previous, since, .. } => {
+            data.insert(PREVIOUS_CRT.into(), previous.clone());
+            annotations.insert(STEP_SINCE.to_owned(), since.to_string());
+        }
+    }
+    if let Some(request) = rotated_for {
+        annotations.insert(ROTATED_FOR.to_owned(), request.to_owned());
+    }
+    metadata.annotations = (!annotations.is_empty()).then_some(annotations);
+    Ok(Secret { metadata, type_: Some("Opaque".into()), string_data: Some(data), ..Secret::default() })
+}
+
+/// The rotation request the CA Secret says was acted on last.
+pub fn rotated_for(secret: &Secret) -> Option<&str> {
+    secret.metadata.annotations.as_ref()?.get(ROTATED_FOR).map(String::as_str)
+}
+
 fn metadata(
     cluster: &SextantCluster,
     names: &Names,
@@ -168,57 +327,74 @@ fn metadata(
     })
 }
 
-/// `NAME-internal-ca`: the CA certificate and its key.
-pub fn ca_secret(cluster: &SextantCluster, ca: &Ca) -> Result<Secret, TopologyError> {
-    let names = Names::of(cluster)?;
-    Ok(Secret {
-        metadata: metadata(cluster, &names, names.internal_ca(), "internal-ca")?,
-        type_: Some("Opaque".into()),
-        string_data: Some([(CA_CRT.to_owned(), ca.cert_pem.clone()), (CA_KEY.to_owned(), ca.key_pem.clone())].into()),
-        ..Secret::default()
-    })
-}
-
-/// A component's Secret: its certificate and key, and the CA certificate to verify peers with.
+/// A component's Secret: its certificate and key, and the CAs to verify peers with.
 pub fn leaf_secret(
     cluster: &SextantCluster,
     leaf: Leaf,
     (cert, key): (String, String),
-    ca: &Ca,
+    trust: String,
 ) -> Result<Secret, TopologyError> {
     let names = Names::of(cluster)?;
     Ok(Secret {
         metadata: metadata(cluster, &names, leaf.secret(&names), leaf.component())?,
         type_: Some("kubernetes.io/tls".into()),
-        string_data: Some(
-            [(TLS_CRT.to_owned(), cert), (TLS_KEY.to_owned(), key), (CA_CRT.to_owned(), ca.cert_pem.clone())].into(),
-        ),
+        string_data: Some([(TLS_CRT.to_owned(), cert), (TLS_KEY.to_owned(), key), (CA_CRT.to_owned(), trust)].into()),
         ..Secret::default()
     })
 }
 
-/// Why a component's Secret must be issued (again); `None` when it is current.
-pub fn renewal_reason(
+/// What a component's Secret needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LeafAction {
+    /// A new certificate, for this reason.
+    Issue(&'static str),
+    /// The same certificate and key with the CAs trusted now.
+    Trust,
+    Keep,
+}
+
+/// The key identifier of `pem`'s own key (a CA's subject key identifier) or of its issuer's
+/// (a certificate's authority key identifier).
+fn key_id(x509: &x509_parser::certificate::X509Certificate<'_>, own: bool) -> Option<Vec<u8>> {
+    use x509_parser::extensions::ParsedExtension;
+    x509.extensions().iter().find_map(|e| match e.parsed_extension() {
+        ParsedExtension::SubjectKeyIdentifier(id) if own => Some(id.0.to_vec()),
+        ParsedExtension::AuthorityKeyIdentifier(aki) if !own => aki.key_identifier.as_ref().map(|id| id.0.to_vec()),
+        _ => None,
+    })
+}
+
+fn ca_key_id(ca: &Ca) -> Option<Vec<u8>> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(ca.cert_pem.as_bytes()).ok()?;
+    key_id(&pem.parse_x509().ok()?, true)
+}
+
+/// Whether a component's Secret must be issued again, or only trust other CAs, under
+/// `authority` at `now`.
+pub fn leaf_action(
     existing: Option<&Secret>,
-    ca: &Ca,
+    authority: &Authority,
     names: &Names,
     leaf: Leaf,
     now: Timestamp,
-) -> Option<&'static str> {
-    let Some(secret) = existing else { return Some("missing") };
-    let (Some(cert), Some(_key), Some(ca_cert)) =
+) -> LeafAction {
+    let Some(secret) = existing else { return LeafAction::Issue("missing") };
+    let (Some(cert), Some(_key), Some(trusted)) =
         (value(secret, TLS_CRT), value(secret, TLS_KEY), value(secret, CA_CRT))
     else {
-        return Some("incomplete");
+        return LeafAction::Issue("incomplete");
     };
-    if ca_cert.trim() != ca.cert_pem.trim() {
-        return Some("not of the cluster CA");
+    let Ok((_, pem)) = x509_parser::pem::parse_x509_pem(cert.as_bytes()) else {
+        return LeafAction::Issue("unreadable");
+    };
+    let Ok(x509) = pem.parse_x509() else { return LeafAction::Issue("unreadable") };
+    let signer = ca_key_id(authority.signing());
+    if signer.is_none() || key_id(&x509, false) != signer {
+        return LeafAction::Issue("not of the cluster CA");
     }
-    let Ok((_, pem)) = x509_parser::pem::parse_x509_pem(cert.as_bytes()) else { return Some("unreadable") };
-    let Ok(x509) = pem.parse_x509() else { return Some("unreadable") };
     let expires = x509.validity().not_after.timestamp();
     if expires.saturating_sub(now.as_second()) < RENEW_BEFORE.as_secs() {
-        return Some("expiring");
+        return LeafAction::Issue("expiring");
     }
     let mut named: Vec<String> = match x509.subject_alternative_name() {
         Ok(Some(san)) => san
@@ -237,7 +413,13 @@ pub fn renewal_reason(
     want.push(leaf.role().uri().to_owned());
     named.sort();
     want.sort();
-    (named != want).then_some("names changed")
+    if named != want {
+        return LeafAction::Issue("names changed");
+    }
+    if trusted.trim() != authority.trust_bundle().trim() {
+        return LeafAction::Trust;
+    }
+    LeafAction::Keep
 }
 
 /// The cert-manager `Certificate` that fills a component's Secret instead of the operator
@@ -385,23 +567,34 @@ mod tests {
         assert!(verify_client(&other, &router, now()).is_err());
     }
 
+    fn steady(ca: &Ca) -> Authority {
+        Authority::Steady { ca: ca.clone() }
+    }
+
     #[test]
     fn a_secret_is_renewed_when_missing_expiring_of_another_ca_or_misnamed() {
         let c = cluster(3, 3);
         let names = Names::of(&c).unwrap();
         let ca = Ca::issue(&names, now()).unwrap();
-        let secret = leaf_secret(&c, Leaf::Node, ca.leaf(&names, Leaf::Node, now()).unwrap(), &ca).unwrap();
-        assert_eq!(renewal_reason(None, &ca, &names, Leaf::Node, now()), Some("missing"));
-        assert_eq!(renewal_reason(Some(&secret), &ca, &names, Leaf::Node, now()), None);
+        let authority = steady(&ca);
+        let pair = ca.leaf(&names, Leaf::Node, now()).unwrap();
+        let secret = leaf_secret(&c, Leaf::Node, pair, authority.trust_bundle()).unwrap();
+        let action = |s: Option<&Secret>, a: &Authority, leaf, at| leaf_action(s, a, &names, leaf, at);
+        assert_eq!(action(None, &authority, Leaf::Node, now()), LeafAction::Issue("missing"));
+        assert_eq!(action(Some(&secret), &authority, Leaf::Node, now()), LeafAction::Keep);
         let day = SignedDuration::from_hours(24);
-        assert_eq!(renewal_reason(Some(&secret), &ca, &names, Leaf::Node, now() + day * 59), None);
-        assert_eq!(renewal_reason(Some(&secret), &ca, &names, Leaf::Node, now() + day * 61), Some("expiring"));
-        let other = Ca::issue(&names, now()).unwrap();
-        assert_eq!(renewal_reason(Some(&secret), &other, &names, Leaf::Node, now()), Some("not of the cluster CA"));
-        assert_eq!(renewal_reason(Some(&secret), &ca, &names, Leaf::Router, now()), Some("names changed"));
+        assert_eq!(action(Some(&secret), &authority, Leaf::Node, now() + day * 59), LeafAction::Keep);
+        assert_eq!(action(Some(&secret), &authority, Leaf::Node, now() + day * 61), LeafAction::Issue("expiring"));
+        let other = steady(&Ca::issue(&names, now()).unwrap());
+        assert_eq!(action(Some(&secret), &other, Leaf::Node, now()), LeafAction::Issue("not of the cluster CA"));
+        assert_eq!(action(Some(&secret), &authority, Leaf::Router, now()), LeafAction::Issue("names changed"));
         let mut broken = secret.clone();
         broken.string_data.as_mut().unwrap().remove(TLS_KEY);
-        assert_eq!(renewal_reason(Some(&broken), &ca, &names, Leaf::Node, now()), Some("incomplete"));
+        assert_eq!(action(Some(&broken), &authority, Leaf::Node, now()), LeafAction::Issue("incomplete"));
+        // Signed by the CA that signs, but trusting other CAs than it should: only the trust.
+        let introducing =
+            Authority::Introducing { ca: ca.clone(), next: Ca::issue(&names, now()).unwrap(), since: now() };
+        assert_eq!(action(Some(&secret), &introducing, Leaf::Node, now()), LeafAction::Trust);
         // As the API server returns it: base64 `data`, no `stringData`.
         let stored = Secret {
             data: Some(
@@ -416,8 +609,131 @@ mod tests {
             string_data: None,
             ..secret.clone()
         };
-        assert_eq!(renewal_reason(Some(&stored), &ca, &names, Leaf::Node, now()), None);
-        assert_eq!(Ca::from_secret(&ca_secret(&c, &ca).unwrap()), Some(ca));
+        assert_eq!(action(Some(&stored), &authority, Leaf::Node, now()), LeafAction::Keep);
+    }
+
+    /// Every state of a rotation reads back from the Secret it is written to.
+    #[test]
+    fn the_ca_secret_holds_each_step_of_a_rotation() {
+        let c = cluster(3, 3);
+        let names = Names::of(&c).unwrap();
+        let (old, new) = (Ca::issue(&names, now()).unwrap(), Ca::issue(&names, now()).unwrap());
+        for authority in [
+            steady(&old),
+            Authority::Introducing { ca: old.clone(), next: new.clone(), since: now() },
+            Authority::Retiring { ca: new.clone(), previous: old.cert_pem.clone(), since: now() },
+        ] {
+            let secret = ca_secret(&c, &authority, Some("r1")).unwrap();
+            assert_eq!(Authority::from_secret(&secret), Ok(authority.clone()));
+            assert_eq!(rotated_for(&secret), Some("r1"));
+        }
+        let mut broken = ca_secret(&c, &steady(&old), None).unwrap();
+        broken.string_data.as_mut().unwrap().remove(CA_KEY);
+        assert_eq!(Authority::from_secret(&broken), Err(CA_KEY));
+    }
+
+    /// The certificate in `secret` and the CAs it trusts.
+    fn contents(secret: &Secret) -> (String, Vec<Ca>) {
+        let trusted = value(secret, CA_CRT).unwrap();
+        let cas = trusted
+            .split_inclusive("-----END CERTIFICATE-----")
+            .filter(|p| p.contains("BEGIN"))
+            .map(|p| Ca { cert_pem: p.trim().to_owned(), key_pem: String::new() })
+            .collect();
+        (value(secret, TLS_CRT).unwrap(), cas)
+    }
+
+    fn trusts(cas: &[Ca], cert: &str, at: Timestamp) -> bool {
+        cas.iter().any(|ca| verify_client(ca, cert, at).is_ok())
+    }
+
+    /// A CA near its end is replaced by reconciles every `every`, and at no moment can two pods
+    /// fail to verify each other: any two versions of the component Secrets that pods may hold at
+    /// once (one replaced less than [`TRUST_PROPAGATION`] before the other was written) trust
+    /// each other's certificates. At the end one new CA signs and is trusted.
+    #[test]
+    fn a_ca_rotation_never_leaves_two_pods_without_a_ca_in_common() {
+        let c = cluster(3, 3);
+        let names = Names::of(&c).unwrap();
+        // Issued 9.5 years ago: half a year left.
+        let start = now();
+        let issued = start - SignedDuration::from_hours(24 * 3468);
+        let old = Ca::issue(&names, issued).unwrap();
+        for every in [1, 5, 7, 16].map(SignedDuration::from_mins) {
+            let mut authority = steady(&old);
+            let leaves_issued = start - SignedDuration::from_hours(24 * 10);
+            let mut secrets: Vec<Option<Secret>> = Leaf::ALL
+                .iter()
+                .map(|&leaf| {
+                    let pair = old.leaf(&names, leaf, leaves_issued).unwrap();
+                    Some(leaf_secret(&c, leaf, pair, authority.trust_bundle()).unwrap())
+                })
+                .collect();
+            // Every version of every component Secret: (written at, replaced at, contents).
+            let mut versions: Vec<(Timestamp, Option<Timestamp>, (String, Vec<Ca>))> =
+                secrets.iter().map(|s| (leaves_issued, None, contents(s.as_ref().unwrap()))).collect();
+            let mut open: Vec<usize> = vec![0, 1];
+            let mut at = start;
+            for _ in 0..(180 / every.as_mins()) {
+                if let Some(step) = authority.step(&names, at, false).unwrap() {
+                    authority = step.authority;
+                }
+                let mut changed = false;
+                for (i, &leaf) in Leaf::ALL.iter().enumerate() {
+                    let existing = secrets[i].clone();
+                    let pair = match leaf_action(existing.as_ref(), &authority, &names, leaf, at) {
+                        LeafAction::Keep => continue,
+                        LeafAction::Issue(_) => authority.signing().leaf(&names, leaf, at).unwrap(),
+                        LeafAction::Trust => {
+                            let e = existing.as_ref().unwrap();
+                            (value(e, TLS_CRT).unwrap(), value(e, TLS_KEY).unwrap())
+                        }
+                    };
+                    let fresh = leaf_secret(&c, leaf, pair, authority.trust_bundle()).unwrap();
+                    versions[open[i]].1 = Some(at);
+                    versions.push((at, None, contents(&fresh)));
+                    open[i] = versions.len() - 1;
+                    secrets[i] = Some(fresh);
+                    changed = true;
+                }
+                if changed {
+                    authority = authority.restarted(at);
+                }
+                at += every;
+            }
+            for (written_a, replaced_a, (cert_a, cas_a)) in &versions {
+                for (written_b, _, (cert_b, cas_b)) in &versions {
+                    let coexist =
+                        written_b >= written_a && replaced_a.is_none_or(|r| *written_b < r + TRUST_PROPAGATION);
+                    if coexist {
+                        assert!(trusts(cas_b, cert_a, *written_b), "every {every}: a newer pod refuses an older one");
+                        assert!(trusts(cas_a, cert_b, *written_b), "every {every}: an older pod refuses a newer one");
+                    }
+                }
+            }
+            let Authority::Steady { ca } = &authority else { panic!("every {every}: still rotating: {authority:?}") };
+            assert_ne!(ca, &old, "every {every}: the CA was not replaced");
+            assert!(ca.expires().unwrap() > at + SignedDuration::from_hours(24 * 3000));
+            for secret in secrets.iter().flatten() {
+                let (cert, cas) = contents(secret);
+                assert_eq!(cas.len(), 1, "every {every}: the old CA is still trusted");
+                assert!(trusts(&cas, &cert, at));
+            }
+        }
+    }
+
+    /// A requested rotation starts whatever the CA's age; a young CA is otherwise left alone.
+    #[test]
+    fn a_young_ca_rotates_only_when_asked() {
+        let c = cluster(3, 3);
+        let names = Names::of(&c).unwrap();
+        let authority = steady(&Ca::issue(&names, now()).unwrap());
+        assert!(authority.step(&names, now(), false).unwrap().is_none());
+        let step = authority.step(&names, now(), true).unwrap().expect("a rotation");
+        assert!(matches!(step.authority, Authority::Introducing { .. }));
+        assert!(step.why.contains("requested"), "{}", step.why);
+        // Each step waits for the last.
+        assert!(step.authority.step(&names, now() + SignedDuration::from_mins(9), false).unwrap().is_none());
     }
 
     #[test]
@@ -452,10 +768,11 @@ mod tests {
         let c = cluster(3, 3);
         let names = Names::of(&c).unwrap();
         let ca = Ca::issue(&names, now()).unwrap();
-        let ca_s = ca_secret(&c, &ca).unwrap();
+        let ca_s = ca_secret(&c, &steady(&ca), None).unwrap();
         assert_eq!(ca_s.metadata.name.as_deref(), Some("obs-internal-ca"));
         assert_eq!(ca_s.metadata.owner_references.as_ref().unwrap()[0].kind, "SextantCluster");
-        let node = leaf_secret(&c, Leaf::Node, ca.leaf(&names, Leaf::Node, now()).unwrap(), &ca).unwrap();
+        let node =
+            leaf_secret(&c, Leaf::Node, ca.leaf(&names, Leaf::Node, now()).unwrap(), ca.cert_pem.clone()).unwrap();
         assert_eq!(node.metadata.name.as_deref(), Some("obs-node-tls"));
         assert_eq!(node.type_.as_deref(), Some("kubernetes.io/tls"));
         let keys: Vec<&String> = node.string_data.as_ref().unwrap().keys().collect();

@@ -1,14 +1,40 @@
 //! `spec.internalTls`: the cluster CA and the node and router certificates in their Secrets
-//! (`crate::internal_tls`), created before the pods that mount them and issued again when
-//! they near expiry. The CA Secret is created once and never rewritten.
+//! (`crate::internal_tls`), created before the pods that mount them, issued again when they
+//! near expiry, and the CA rotated step by step ([`Authority::step`]) a year before it expires
+//! or when the cluster's `sextant.dev/rotate-internal-ca` annotation changes.
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
+use kube::ResourceExt;
 
 use super::{Context, Error};
-use crate::internal_tls::{ca_secret, leaf_secret, renewal_reason, Ca, Leaf, CA_KEY};
+use crate::internal_tls::{
+    ca_secret, leaf_action, leaf_secret, rotated_for, Authority, Ca, Leaf, LeafAction, ROTATE_ANNOTATION, TLS_CRT,
+    TLS_KEY,
+};
 use crate::topology::Names;
 use crate::v1alpha1::SextantCluster;
+
+fn concurrently(name: &str) -> Error {
+    Error::Waiting(format!("{name} was created concurrently"))
+}
+
+/// Creates `secret`, or replaces it if unchanged since it was read at `version` (409
+/// otherwise: the next reconcile looks again). Returns the new version.
+async fn write(secrets: &Api<Secret>, mut secret: Secret, version: Option<String>) -> Result<Option<String>, Error> {
+    let name = secret.name_any();
+    let written = match version {
+        None => secrets.create(&PostParams::default(), &secret).await.map_err(|e| match e {
+            kube::Error::Api(s) if s.is_already_exists() => concurrently(&name),
+            e => e.into(),
+        })?,
+        Some(version) => {
+            secret.metadata.resource_version = Some(version);
+            secrets.replace(&name, &PostParams::default(), &secret).await?
+        }
+    };
+    Ok(written.metadata.resource_version)
+}
 
 pub async fn ensure(ctx: &Context, cluster: &SextantCluster, names: &Names) -> Result<(), Error> {
     if let Some(cm) = &cluster.spec.internal_tls.cert_manager {
@@ -16,47 +42,54 @@ pub async fn ensure(ctx: &Context, cluster: &SextantCluster, names: &Names) -> R
     }
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &names.namespace);
     let now = (ctx.clock)();
-    let ca = match secrets.get_opt(&names.internal_ca()).await? {
-        Some(s) => Ca::from_secret(&s).ok_or_else(|| Error::BadSecret(names.internal_ca(), CA_KEY))?,
+    let ca_name = names.internal_ca();
+    let requested = cluster.annotations().get(ROTATE_ANNOTATION).cloned();
+    let (mut authority, mut handled, mut version) = match secrets.get_opt(&ca_name).await? {
+        Some(s) => {
+            let authority = Authority::from_secret(&s).map_err(|key| Error::BadSecret(ca_name.clone(), key))?;
+            (authority, rotated_for(&s).map(str::to_owned), s.metadata.resource_version)
+        }
         None => {
-            let ca = Ca::issue(names, now)?;
-            match secrets.create(&PostParams::default(), &ca_secret(cluster, &ca)?).await {
-                Ok(_) => {
-                    ctx.event(cluster, false, "InternalCaCreated", format!("generated {}", names.internal_ca())).await
-                }
-                Err(kube::Error::Api(s)) if s.is_already_exists() => {
-                    return Err(Error::Waiting(format!("{} was created concurrently", names.internal_ca())))
-                }
-                Err(e) => return Err(e.into()),
-            }
-            ca
+            // A new CA answers a rotation request already on the cluster.
+            let authority = Authority::Steady { ca: Ca::issue(names, now)? };
+            let version = write(&secrets, ca_secret(cluster, &authority, requested.as_deref())?, None).await?;
+            ctx.event(cluster, false, "InternalCaCreated", format!("generated {ca_name}")).await;
+            (authority, requested.clone(), version)
         }
     };
-    let mut issued = Vec::new();
+    let request_pending = requested.is_some() && requested != handled;
+    if let Some(step) = authority.step(names, now, request_pending)? {
+        if matches!(authority, Authority::Steady { .. }) {
+            handled = requested.clone();
+        }
+        version = write(&secrets, ca_secret(cluster, &step.authority, handled.as_deref())?, version).await?;
+        ctx.event(cluster, false, "InternalCaRotation", step.why).await;
+        authority = step.authority;
+    }
+
+    let mut changed = Vec::new();
     for leaf in Leaf::ALL {
         let name = leaf.secret(names);
         let existing = secrets.get_opt(&name).await?;
-        let Some(reason) = renewal_reason(existing.as_ref(), &ca, names, leaf, now) else { continue };
-        let mut fresh = leaf_secret(cluster, leaf, ca.leaf(names, leaf, now)?, &ca)?;
-        match existing {
-            None => match secrets.create(&PostParams::default(), &fresh).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.is_already_exists() => {
-                    return Err(Error::Waiting(format!("{name} was created concurrently")))
-                }
-                Err(e) => return Err(e.into()),
-            },
-            Some(old) => {
-                // Replaced whole, only if unchanged since read (409 otherwise: the next
-                // reconcile looks again).
-                fresh.metadata.resource_version = old.metadata.resource_version;
-                secrets.replace(&name, &PostParams::default(), &fresh).await?;
+        let (pair, why) = match leaf_action(existing.as_ref(), &authority, names, leaf, now) {
+            LeafAction::Keep => continue,
+            LeafAction::Issue(reason) => (authority.signing().leaf(names, leaf, now)?, reason),
+            LeafAction::Trust => {
+                let kept = |key| existing.as_ref().and_then(|s| crate::internal_tls::value(s, key)).unwrap_or_default();
+                ((kept(TLS_CRT), kept(TLS_KEY)), "CAs trusted changed")
             }
-        }
-        issued.push(format!("{name} ({reason})"));
+        };
+        let fresh = leaf_secret(cluster, leaf, pair, authority.trust_bundle())?;
+        write(&secrets, fresh, existing.and_then(|s| s.metadata.resource_version)).await?;
+        changed.push(format!("{name} ({why})"));
     }
-    if !issued.is_empty() {
-        ctx.event(cluster, false, "InternalCertificatesIssued", format!("issued {}", issued.join(", "))).await;
+    if !changed.is_empty() {
+        ctx.event(cluster, false, "InternalCertificatesIssued", format!("updated {}", changed.join(", "))).await;
+        if !matches!(authority, Authority::Steady { .. }) {
+            // The step's wait counts from the last change pods must see.
+            let restarted = authority.restarted(now);
+            write(&secrets, ca_secret(cluster, &restarted, handled.as_deref())?, version).await?;
+        }
     }
     Ok(())
 }
@@ -91,7 +124,7 @@ async fn certificates(
 #[cfg(test)]
 mod tests {
     use super::super::mock::*;
-    use crate::internal_tls::{ca_secret, leaf_secret, Ca, Leaf};
+    use crate::internal_tls::{ca_secret, leaf_secret, Authority, Ca, Leaf};
     use crate::topology::tests::cluster;
     use crate::topology::Names;
     use http::Method;
@@ -134,7 +167,7 @@ mod tests {
             Step::new(Method::POST, SECRETS).expect_body(|b| assert_eq!(b["metadata"]["name"], "obs-router-tls")),
             Step::new(Method::POST, EVENTS).expect_body(|b| {
                 assert_eq!(b["reason"], "InternalCertificatesIssued");
-                assert_eq!(b["note"], "issued obs-node-tls (missing), obs-router-tls (missing)");
+                assert_eq!(b["note"], "updated obs-node-tls (missing), obs-router-tls (missing)");
             }),
         ];
         let mock = Mock::new();
@@ -147,15 +180,18 @@ mod tests {
         let c = enabled();
         let names = Names::of(&c).unwrap();
         let ca = Ca::issue(&names, fixed_now()).unwrap();
-        let current = leaf_secret(&c, Leaf::Node, ca.leaf(&names, Leaf::Node, fixed_now()).unwrap(), &ca).unwrap();
+        let trust = || ca.cert_pem.clone();
+        let current = leaf_secret(&c, Leaf::Node, ca.leaf(&names, Leaf::Node, fixed_now()).unwrap(), trust()).unwrap();
         let old = fixed_now() - SignedDuration::from_hours(24 * 70);
-        let mut expiring = leaf_secret(&c, Leaf::Router, ca.leaf(&names, Leaf::Router, old).unwrap(), &ca).unwrap();
+        let mut expiring = leaf_secret(&c, Leaf::Router, ca.leaf(&names, Leaf::Router, old).unwrap(), trust()).unwrap();
         expiring.metadata.resource_version = Some("41".into());
         let old_cert = expiring.string_data.as_ref().unwrap()["tls.crt"].clone();
         let ca_pem = ca.cert_pem.clone();
         let steps = vec![
-            Step::get(&format!("{SECRETS}/obs-internal-ca"))
-                .reply(200, serde_json::to_value(ca_secret(&c, &ca).unwrap()).unwrap()),
+            Step::get(&format!("{SECRETS}/obs-internal-ca")).reply(
+                200,
+                serde_json::to_value(ca_secret(&c, &Authority::Steady { ca: ca.clone() }, None).unwrap()).unwrap(),
+            ),
             Step::get(&format!("{SECRETS}/obs-node-tls")).reply(200, serde_json::to_value(&current).unwrap()),
             Step::get(&format!("{SECRETS}/obs-router-tls")).reply(200, serde_json::to_value(&expiring).unwrap()),
             Step::new(Method::PUT, &format!("{SECRETS}/obs-router-tls")).expect_body(move |b| {
@@ -163,7 +199,109 @@ mod tests {
                 assert_ne!(certificate_of(b), old_cert);
                 assert_eq!(b["stringData"]["ca.crt"], ca_pem.as_str());
             }),
-            Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["note"], "issued obs-router-tls (expiring)")),
+            Step::new(Method::POST, EVENTS).expect_body(|b| assert_eq!(b["note"], "updated obs-router-tls (expiring)")),
+        ];
+        let mock = Mock::new();
+        let ctx = mock.ctx.clone();
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::ensure(&ctx, &c, &names)).await.unwrap();
+    }
+
+    fn bundle_len(b: &Value) -> usize {
+        b["stringData"]["ca.crt"].as_str().expect("ca.crt").matches("BEGIN CERTIFICATE").count()
+    }
+
+    /// A CA with half a year left: a new CA is made and trusted beside it in both component
+    /// Secrets, whose certificates stay as they are, and the step's wait starts then.
+    #[tokio::test]
+    async fn a_ca_near_its_end_is_first_trusted_beside_a_new_one() {
+        let c = enabled();
+        let names = Names::of(&c).unwrap();
+        let ca = Ca::issue(&names, fixed_now() - SignedDuration::from_hours(24 * 3468)).unwrap();
+        let mut ca_s = ca_secret(&c, &Authority::Steady { ca: ca.clone() }, None).unwrap();
+        ca_s.metadata.resource_version = Some("7".into());
+        let leaf = |l: Leaf| {
+            let old = fixed_now() - SignedDuration::from_hours(24 * 10);
+            let mut s = leaf_secret(&c, l, ca.leaf(&names, l, old).unwrap(), ca.cert_pem.clone()).unwrap();
+            s.metadata.resource_version = Some("9".into());
+            s
+        };
+        let (node, router) = (leaf(Leaf::Node), leaf(Leaf::Router));
+        let node_cert = certificate_of(&serde_json::to_value(&node).unwrap());
+        let since = fixed_now().to_string();
+        let steps = vec![
+            Step::get(&format!("{SECRETS}/obs-internal-ca")).reply(200, serde_json::to_value(&ca_s).unwrap()),
+            Step::new(Method::PUT, &format!("{SECRETS}/obs-internal-ca")).expect_body(|b| {
+                assert_eq!(b["metadata"]["resourceVersion"], "7");
+                assert!(b["stringData"]["next.crt"].as_str().unwrap().contains("BEGIN CERTIFICATE"));
+                assert!(b["stringData"]["next.key"].as_str().unwrap().contains("PRIVATE KEY"));
+            }),
+            Step::new(Method::POST, EVENTS).expect_body(|b| {
+                assert_eq!(b["reason"], "InternalCaRotation");
+                assert!(b["note"].as_str().unwrap().contains("a new CA is trusted beside it"), "{b}");
+            }),
+            Step::get(&format!("{SECRETS}/obs-node-tls")).reply(200, serde_json::to_value(&node).unwrap()),
+            Step::new(Method::PUT, &format!("{SECRETS}/obs-node-tls")).expect_body(move |b| {
+                assert_eq!(certificate_of(b), node_cert, "the certificate is kept");
+                assert_eq!(bundle_len(b), 2);
+            }),
+            Step::get(&format!("{SECRETS}/obs-router-tls")).reply(200, serde_json::to_value(&router).unwrap()),
+            Step::new(Method::PUT, &format!("{SECRETS}/obs-router-tls")).expect_body(|b| assert_eq!(bundle_len(b), 2)),
+            Step::new(Method::POST, EVENTS).expect_body(|b| {
+                assert_eq!(
+                    b["note"],
+                    "updated obs-node-tls (CAs trusted changed), obs-router-tls (CAs trusted changed)"
+                );
+            }),
+            Step::new(Method::PUT, &format!("{SECRETS}/obs-internal-ca")).expect_body(move |b| {
+                assert_eq!(b["metadata"]["annotations"]["sextant.dev/ca-step-since"], since.as_str());
+            }),
+        ];
+        let mock = Mock::new();
+        let ctx = mock.ctx.clone();
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::ensure(&ctx, &c, &names)).await.unwrap();
+    }
+
+    /// A new value of the cluster's `sextant.dev/rotate-internal-ca` starts a rotation of a
+    /// young CA, once: the CA Secret records the value it acted on.
+    #[tokio::test]
+    async fn a_rotation_is_started_by_a_new_annotation_value_once() {
+        let mut c = enabled();
+        c.metadata.annotations = Some([("sextant.dev/rotate-internal-ca".to_owned(), "2026-11-27".to_owned())].into());
+        let names = Names::of(&c).unwrap();
+        let ca = Ca::issue(&names, fixed_now()).unwrap();
+        let leaf = |l: Leaf| {
+            let mut s = leaf_secret(&c, l, ca.leaf(&names, l, fixed_now()).unwrap(), ca.cert_pem.clone()).unwrap();
+            s.metadata.resource_version = Some("5".into());
+            s
+        };
+        let (node, router) = (leaf(Leaf::Node), leaf(Leaf::Router));
+        // Already acted on: nothing to do.
+        let handled = ca_secret(&c, &Authority::Steady { ca: ca.clone() }, Some("2026-11-27")).unwrap();
+        let steps = vec![
+            Step::get(&format!("{SECRETS}/obs-internal-ca")).reply(200, serde_json::to_value(&handled).unwrap()),
+            Step::get(&format!("{SECRETS}/obs-node-tls")).reply(200, serde_json::to_value(&node).unwrap()),
+            Step::get(&format!("{SECRETS}/obs-router-tls")).reply(200, serde_json::to_value(&router).unwrap()),
+        ];
+        let mock = Mock::new();
+        let ctx = mock.ctx.clone();
+        mock.run(steps, serde_json::to_value(&c).unwrap(), super::ensure(&ctx, &c, &names)).await.unwrap();
+        // A value not acted on yet: the rotation starts and records it.
+        let mut before = ca_secret(&c, &Authority::Steady { ca: ca.clone() }, Some("2026-01-01")).unwrap();
+        before.metadata.resource_version = Some("3".into());
+        let steps = vec![
+            Step::get(&format!("{SECRETS}/obs-internal-ca")).reply(200, serde_json::to_value(&before).unwrap()),
+            Step::new(Method::PUT, &format!("{SECRETS}/obs-internal-ca")).expect_body(|b| {
+                assert_eq!(b["metadata"]["annotations"]["sextant.dev/ca-rotated-for"], "2026-11-27");
+                assert!(b["stringData"]["next.crt"].is_string());
+            }),
+            Step::new(Method::POST, EVENTS)
+                .expect_body(|b| assert!(b["note"].as_str().unwrap().starts_with("a rotation was requested"), "{b}")),
+            Step::get(&format!("{SECRETS}/obs-node-tls")).reply(200, serde_json::to_value(&node).unwrap()),
+            Step::new(Method::PUT, &format!("{SECRETS}/obs-node-tls")),
+            Step::get(&format!("{SECRETS}/obs-router-tls")).reply(200, serde_json::to_value(&router).unwrap()),
+            Step::new(Method::PUT, &format!("{SECRETS}/obs-router-tls")),
+            Step::new(Method::POST, EVENTS),
+            Step::new(Method::PUT, &format!("{SECRETS}/obs-internal-ca")),
         ];
         let mock = Mock::new();
         let ctx = mock.ctx.clone();
@@ -210,7 +348,8 @@ mod tests {
     async fn a_ca_secret_without_its_key_stops_the_reconcile() {
         let c = enabled();
         let names = Names::of(&c).unwrap();
-        let mut broken = ca_secret(&c, &Ca::issue(&names, fixed_now()).unwrap()).unwrap();
+        let mut broken =
+            ca_secret(&c, &Authority::Steady { ca: Ca::issue(&names, fixed_now()).unwrap() }, None).unwrap();
         broken.string_data.as_mut().unwrap().remove("ca.key");
         let steps =
             vec![Step::get(&format!("{SECRETS}/obs-internal-ca")).reply(200, serde_json::to_value(&broken).unwrap())];
