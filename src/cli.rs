@@ -436,19 +436,26 @@ pub struct InternalTlsArgs {
     /// connection on.
     #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub internal_tls_reload_seconds: u64,
+    /// `require`: serve and dial mutual TLS only. While a running cluster switches to it, in
+    /// three rolling restarts: `accept` (serve TLS and plain text, dial plain text), then
+    /// `dial` (serve both, dial TLS), then `require`.
+    #[arg(long, env = "SEXTANT_INTERNAL_TLS_MODE", default_value = "require")]
+    pub internal_tls_mode: sextant_proto::internal_tls::TlsMode,
 }
 
 impl InternalTlsArgs {
     fn files(&self) -> Option<sextant_proto::internal_tls::InternalTlsFiles> {
         let every = Duration::from_secs(self.internal_tls_reload_seconds);
         if let Some(dir) = &self.internal_tls_dir {
-            return Some(sextant_proto::internal_tls::InternalTlsFiles::in_dir(dir, every));
+            let files = sextant_proto::internal_tls::InternalTlsFiles::in_dir(dir, every);
+            return Some(sextant_proto::internal_tls::InternalTlsFiles { mode: self.internal_tls_mode, ..files });
         }
         Some(sextant_proto::internal_tls::InternalTlsFiles {
             cert: self.internal_tls_cert.clone()?,
             key: self.internal_tls_key.clone()?,
             ca: self.internal_tls_ca.clone()?,
             reload_every: every,
+            mode: self.internal_tls_mode,
         })
     }
 }

@@ -299,3 +299,122 @@ async fn a_node_with_unreadable_internal_tls_files_does_not_start() {
     let log = std::fs::read_to_string(dir.join("node1.log")).unwrap();
     assert!(log.contains("does not belong to certificate"), "{log}");
 }
+
+/// `sextant node` `i` of a three-node cluster on `ports`, with `extra` flags.
+fn spawn_node(dir: &Path, ports: &[(u16, u16)], i: usize, extra: &[&str]) -> Proc {
+    let peers =
+        ports.iter().enumerate().map(|(j, (grpc, _))| format!("{}=127.0.0.1:{grpc}", j + 1)).collect::<Vec<_>>();
+    let (grpc, http) = ports[i];
+    let (id, listen, http_listen) = ((i + 1).to_string(), format!("127.0.0.1:{grpc}"), format!("127.0.0.1:{http}"));
+    let data = dir.join(format!("node{id}"));
+    let mut args = vec!["node", "--id", &id, "--listen", &listen, "--http-listen", &http_listen];
+    let peers = peers.join(",");
+    args.extend(["--data-dir", data.to_str().unwrap(), "--peers", &peers, "--shards", "2"]);
+    args.extend(["--replication-factor", "3"]);
+    args.extend_from_slice(extra);
+    Proc::spawn(&args, &dir.join(format!("node{id}.log")), &[("SEXTANT_CLUSTER_SECRET", SECRET)])
+}
+
+/// A running plain-text cluster switches to mutual TLS as the operator rolls it: every node
+/// restarted in `accept`, then in `dial` (and the router moved to a TLS one), then in
+/// `require`, one at a time under steady ingest. Every acknowledged batch is read back, and at
+/// the end the nodes refuse plain text.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_running_cluster_switches_to_mutual_tls_one_restart_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path();
+    let _logs = LogsOnPanic::new(dir);
+    let ca = Ca::new("sextant switch CA");
+    let ca_pem = ca.pem();
+    let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+    let addrs: Vec<String> = ports.iter().map(|(grpc, _)| format!("127.0.0.1:{grpc}")).collect();
+    let mut nodes: Vec<Proc> = (0..3).map(|i| spawn_node(dir, &ports, i, &[])).collect();
+    let creds_path = dir.join("credentials.json");
+    let envs = [("SEXTANT_CLUSTER_SECRET", SECRET), ("SEXTANT_JWT_SECRET", JWT)];
+    let limits = ["--api-rps", "100000", "--ingest-rps", "100000"];
+    let mut routers = spawn_routers(dir, &addrs.join(","), 1, &limits, &creds_path, &envs);
+    let creds = wait_routers_serve(&routers.urls, &creds_path).await;
+    let key = creds["api_key"].as_str().unwrap().to_owned();
+
+    let url = Arc::new(std::sync::RwLock::new(routers.urls[0].clone()));
+    let acked = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (url, acked, stop, key) = (url.clone(), acked.clone(), stop.clone(), key.clone());
+        tokio::spawn(async move {
+            for n in 0.. {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let prefix = format!("b{n}");
+                let target = url.read().unwrap().clone();
+                let resp = http()
+                    .post(format!("{target}/api/v1/ingest/spans"))
+                    .header("X-API-Key", &key)
+                    .json(&spans_batch(&prefix, 2, 2))
+                    .send()
+                    .await;
+                if resp.is_ok_and(|r| r.status() == 200) {
+                    acked.lock().unwrap().extend([format!("{prefix}-t0"), format!("{prefix}-t1")]);
+                }
+            }
+        })
+    };
+    let progress = |what: &'static str| {
+        let acked = acked.clone();
+        let base = acked.lock().unwrap().len();
+        wait_for(what, Duration::from_secs(60), move || {
+            let n = acked.lock().unwrap().len();
+            async move { (n >= base + 10).then_some(()) }
+        })
+    };
+    progress("ingest to start").await;
+
+    let tls_dir = |name: &str, role| install(&dir.join(name), &ca.leaf(name, Some(role)), &ca_pem);
+    for mode in ["accept", "dial", "require"] {
+        for i in 0..3 {
+            nodes[i].kill();
+            let tls = tls_dir(&format!("node{}-tls", i + 1), PeerRole::Node);
+            let flags = ["--internal-tls-dir", tls.to_str().unwrap(), "--internal-tls-mode", mode];
+            nodes[i] = spawn_node(dir, &ports, i, &flags);
+            let http_url = format!("http://127.0.0.1:{}", ports[i].1);
+            wait_for("the restarted node to be ready", Duration::from_secs(60), || {
+                let http_url = http_url.clone();
+                async move { ready(&http_url).await.then_some(()) }
+            })
+            .await;
+            progress("ingest after a node restarted").await;
+        }
+        if mode == "dial" {
+            // The router dials mutual TLS before any node requires it.
+            let tls = tls_dir("router-tls", PeerRole::Router);
+            let mut flags = vec!["--internal-tls-dir", tls.to_str().unwrap(), "--internal-tls-mode", "dial"];
+            flags.extend(limits);
+            let next = spawn_routers(dir, &addrs.join(","), 1, &flags, &dir.join("unused.json"), &envs);
+            wait_routers_serve(&next.urls, &creds_path).await;
+            *url.write().unwrap() = next.urls[0].clone();
+            routers.procs[0].kill();
+            routers = next;
+            progress("ingest through the TLS router").await;
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    writer.await.unwrap();
+
+    // Plain text is refused now; the router's certificate is served.
+    assert!(cluster_info(&addrs[0], None).await.is_err(), "a plain-text client was served after the switch");
+    let member =
+        InternalTls::load(&InternalTlsFiles::in_dir(&tls_dir("member-tls", PeerRole::Router), Duration::from_secs(1)));
+    assert_eq!(cluster_info(&addrs[0], Some(member.unwrap())).await.unwrap(), 1);
+
+    let url = routers.urls[0].clone();
+    let token = login(&url, creds["email"].as_str().unwrap(), creds["password"].as_str().unwrap()).await;
+    let acked = acked.lock().unwrap().clone();
+    assert!(acked.len() >= 160, "only {} traces acknowledged", acked.len());
+    for trace in &acked {
+        let found = get_trace_when_served(&url, &token, trace).await;
+        let found = found.unwrap_or_else(|| panic!("acknowledged trace {trace} is missing"));
+        assert_eq!(found["spans"].as_array().map(Vec::len), Some(2), "{trace}: {found}");
+    }
+    assert!(nodes.iter_mut().all(|n| !n.exited()), "a node died");
+}

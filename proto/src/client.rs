@@ -72,9 +72,10 @@ impl Channels {
         Ok(Self { secret: SecretInterceptor { secret, relay: false }, channels: Mutex::new(HashMap::new()), tls: None })
     }
 
-    /// Dials every peer over mutual TLS with `tls` (or plain HTTP/2 with `None`).
+    /// Dials every peer over mutual TLS with `tls`, or plain HTTP/2 with `None` or while its
+    /// mode still dials plain text.
     pub fn with_tls(mut self, tls: Option<InternalTls>) -> Self {
-        self.tls = tls;
+        self.tls = tls.filter(|t| t.mode().dials_tls());
         self
     }
 

@@ -31,9 +31,53 @@ use crate::tls::{certified_key, provider, roots, Pem, Reloading, TlsError};
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Handshakes in progress at once on one server; more connections wait to be accepted.
 const MAX_HANDSHAKES: usize = 256;
+/// The first byte of a TLS handshake record (a ClientHello); plain HTTP/2 starts with `P`.
+const TLS_HANDSHAKE_RECORD: u8 = 22;
+
+/// How far a process has gone to mutual TLS. A running cluster switches in three rolling
+/// restarts, so that every pair of processes always shares a way to talk: all to `accept`,
+/// then all to `dial`, then all to `require` (and back the same way to turn it off).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum TlsMode {
+    /// Serves mutual TLS and plain text; dials plain text.
+    Accept,
+    /// Serves mutual TLS and plain text; dials mutual TLS.
+    Dial,
+    /// Serves and dials mutual TLS only.
+    #[default]
+    Require,
+}
+
+impl TlsMode {
+    pub const ALL: [TlsMode; 3] = [TlsMode::Accept, TlsMode::Dial, TlsMode::Require];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TlsMode::Accept => "accept",
+            TlsMode::Dial => "dial",
+            TlsMode::Require => "require",
+        }
+    }
+
+    fn serves_plain(self) -> bool {
+        self != TlsMode::Require
+    }
+
+    pub fn dials_tls(self) -> bool {
+        self != TlsMode::Accept
+    }
+}
+
+impl std::str::FromStr for TlsMode {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        Self::ALL.into_iter().find(|m| m.as_str() == s).ok_or_else(|| format!("{s:?} is not accept, dial or require"))
+    }
+}
 
 /// The files of one component's identity, as a `kubernetes.io/tls` Secret with a `ca.crt`
-/// holds them.
+/// holds them, and how far the process has gone to mutual TLS.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct InternalTlsFiles {
     /// PEM: this component's certificate first, then any intermediates.
@@ -43,12 +87,14 @@ pub struct InternalTlsFiles {
     /// PEM: the CA certificate(s) peers' certificates must chain to.
     pub ca: PathBuf,
     pub reload_every: Duration,
+    pub mode: TlsMode,
 }
 
 impl InternalTlsFiles {
     /// `tls.crt`, `tls.key` and `ca.crt` in `dir`.
     pub fn in_dir(dir: &Path, reload_every: Duration) -> Self {
-        Self { cert: dir.join("tls.crt"), key: dir.join("tls.key"), ca: dir.join("ca.crt"), reload_every }
+        let (cert, key, ca) = (dir.join("tls.crt"), dir.join("tls.key"), dir.join("ca.crt"));
+        Self { cert, key, ca, reload_every, mode: TlsMode::Require }
     }
 }
 
@@ -104,6 +150,7 @@ fn build(pems: &[Pem]) -> Result<Configs, TlsError> {
 pub struct InternalTls {
     configs: Reloading<Configs>,
     reload_every: Duration,
+    mode: TlsMode,
 }
 
 impl std::fmt::Debug for InternalTls {
@@ -116,7 +163,11 @@ impl InternalTls {
     /// Reads the files now: a missing, malformed or mismatched file is an error at startup.
     pub fn load(files: &InternalTlsFiles) -> Result<Self, TlsError> {
         let paths = vec![files.cert.clone(), files.key.clone(), files.ca.clone()];
-        Ok(Self { configs: Reloading::load(paths, build)?, reload_every: files.reload_every })
+        Ok(Self { configs: Reloading::load(paths, build)?, reload_every: files.reload_every, mode: files.mode })
+    }
+
+    pub fn mode(&self) -> TlsMode {
+        self.mode
     }
 
     /// Checks the files every `reload_every` (see [`Reloading::spawn_reload`]).
@@ -131,8 +182,9 @@ impl InternalTls {
 
     /// Connections to `listener` that completed a mutual-TLS handshake, for
     /// `Server::serve_with_incoming`, and the accept loop that feeds them (to be polled as
-    /// long as the server runs). A peer that is not TLS, or whose certificate the CA did not
-    /// sign, is disconnected during the handshake and never reaches the server.
+    /// long as the server runs). A peer whose certificate the CA did not sign is disconnected
+    /// during the handshake and never reaches the server; so is a peer that is not TLS, unless
+    /// the mode still serves plain text (told apart by the first byte: a TLS record's is 22).
     pub fn incoming(
         &self,
         listener: TcpListener,
@@ -140,6 +192,7 @@ impl InternalTls {
         let (tx, rx) = tokio::sync::mpsc::channel(64);
         let configs = self.configs.clone();
         let handshakes = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+        let mode = self.mode;
         let accept = async move {
             loop {
                 let Ok(permit) = handshakes.clone().acquire_owned().await else { return };
@@ -161,9 +214,23 @@ impl InternalTls {
                 let tx = tx.clone();
                 tokio::spawn(async move {
                     let _permit = permit;
+                    if mode.serves_plain() {
+                        let mut first = [0u8; 1];
+                        match tokio::time::timeout(HANDSHAKE_TIMEOUT, tcp.peek(&mut first)).await {
+                            Ok(Ok(1)) if first[0] != TLS_HANDSHAKE_RECORD => {
+                                let peer = InternalPeer { tcp: tcp.connect_info(), tls: false, role: None };
+                                let _ = tx.send(Ok(ServerConn { stream: Stream::Plain(tcp), peer })).await;
+                                return;
+                            }
+                            Ok(Ok(1)) => {}
+                            _ => return,
+                        }
+                    }
                     match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
                         Ok(Ok(stream)) => {
-                            let peer = InternalPeer { tcp: stream.get_ref().0.connect_info(), role: role_of(&stream) };
+                            let (tcp, role) = (stream.get_ref().0.connect_info(), role_of(&stream));
+                            let peer = InternalPeer { tcp, tls: true, role };
+                            let stream = Stream::Tls(Box::new(stream));
                             let _ = tx.send(Ok(ServerConn { stream, peer })).await;
                         }
                         Ok(Err(e)) => tracing::info!(%peer, error = %e, "internal TLS handshake refused"),
@@ -186,6 +253,8 @@ impl InternalTls {
 #[derive(Clone, Debug)]
 pub struct InternalPeer {
     pub tcp: TcpConnectInfo,
+    /// False for plain text, served while the mode allows it.
+    pub tls: bool,
     /// The role the client's certificate names, if any.
     pub role: Option<PeerRole>,
 }
@@ -202,20 +271,28 @@ fn role_of(stream: &tokio_rustls::server::TlsStream<TcpStream>) -> Option<PeerRo
 
 /// Refuses a call made over mutual TLS by a client whose certificate names none of `allowed`
 /// (a router calling Raft, or a certificate of another workload the same CA signed). Plain-text
-/// connections (internal TLS off) carry no peer and pass: the cluster secret guards them.
+/// connections (internal TLS off, or not yet required) pass: the cluster secret guards them.
 pub fn check_role(extensions: &tonic::Extensions, allowed: &[PeerRole]) -> Result<(), tonic::Status> {
     match extensions.get::<InternalPeer>() {
-        Some(peer) if !peer.role.is_some_and(|r| allowed.contains(&r)) => Err(tonic::Status::permission_denied(
-            format!("the client certificate's role ({:?}) may not call this service", peer.role),
-        )),
+        Some(peer) if peer.tls && !peer.role.is_some_and(|r| allowed.contains(&r)) => {
+            Err(tonic::Status::permission_denied(format!(
+                "the client certificate's role ({:?}) may not call this service",
+                peer.role
+            )))
+        }
         _ => Ok(()),
     }
 }
 
-/// A server-side connection past its TLS handshake.
+/// A server-side connection past its TLS handshake, or a plain one the mode still serves.
 pub struct ServerConn {
-    stream: tokio_rustls::server::TlsStream<TcpStream>,
+    stream: Stream,
     peer: InternalPeer,
+}
+
+enum Stream {
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>),
+    Plain(TcpStream),
 }
 
 impl Connected for ServerConn {
@@ -226,23 +303,38 @@ impl Connected for ServerConn {
     }
 }
 
+macro_rules! on_stream {
+    ($self:ident, $s:ident => $e:expr) => {
+        match &mut $self.stream {
+            Stream::Tls($s) => {
+                let $s = Pin::new(&mut **$s);
+                $e
+            }
+            Stream::Plain($s) => {
+                let $s = Pin::new($s);
+                $e
+            }
+        }
+    };
+}
+
 impl AsyncRead for ServerConn {
     fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
+        on_stream!(self, s => s.poll_read(cx, buf))
     }
 }
 
 impl AsyncWrite for ServerConn {
     fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
+        on_stream!(self, s => s.poll_write(cx, buf))
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
+        on_stream!(self, s => s.poll_flush(cx))
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
+        on_stream!(self, s => s.poll_shutdown(cx))
     }
 
     fn poll_write_vectored(
@@ -250,11 +342,14 @@ impl AsyncWrite for ServerConn {
         cx: &mut Context<'_>,
         bufs: &[std::io::IoSlice<'_>],
     ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
+        on_stream!(self, s => s.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
+        match &self.stream {
+            Stream::Tls(s) => s.is_write_vectored(),
+            Stream::Plain(s) => s.is_write_vectored(),
+        }
     }
 }
 
@@ -388,6 +483,36 @@ mod tests {
         // Trusting another CA: the client refuses the server.
         let misled = InternalTls::load(&ca.issue(&dir.path().join("misled"), &rogue)).unwrap();
         assert!(call(&addr, Some(misled)).await.is_err(), "a server of another CA was trusted");
+    }
+
+    /// While a cluster switches, a server in `accept` or `dial` serves plain text and mutual
+    /// TLS on one port (a stranger's certificate is still refused); a client dials TLS only
+    /// from `dial` on.
+    #[tokio::test]
+    async fn the_switch_modes_serve_both_and_dial_as_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = Ca::new("cluster");
+        let rogue = Ca::new("rogue");
+        for mode in [TlsMode::Accept, TlsMode::Dial] {
+            let server = InternalTls::load(&InternalTlsFiles { mode, ..ca.issue(&dir.path().join("s"), &ca) }).unwrap();
+            let addr = serve(&server).await;
+            assert_eq!(call(&addr, None).await.unwrap(), 7, "{mode:?}: plain text");
+            let member = InternalTls::load(&ca.issue(&dir.path().join("m"), &ca)).unwrap();
+            assert_eq!(call(&addr, Some(member)).await.unwrap(), 7, "{mode:?}: mutual TLS");
+            let stranger = InternalTls::load(&rogue.issue(&dir.path().join("x"), &ca)).unwrap();
+            assert!(call(&addr, Some(stranger)).await.is_err(), "{mode:?}: a client of another CA was served");
+        }
+        // A client in `accept` dials plain text: a server that requires TLS refuses it.
+        let server = InternalTls::load(&ca.issue(&dir.path().join("r"), &ca)).unwrap();
+        let addr = serve(&server).await;
+        let accepting =
+            InternalTls::load(&InternalTlsFiles { mode: TlsMode::Accept, ..ca.issue(&dir.path().join("a"), &ca) })
+                .unwrap();
+        assert!(call(&addr, Some(accepting)).await.is_err(), "an accept-mode client dialled TLS");
+        let dialling =
+            InternalTls::load(&InternalTlsFiles { mode: TlsMode::Dial, ..ca.issue(&dir.path().join("d"), &ca) })
+                .unwrap();
+        assert_eq!(call(&addr, Some(dialling)).await.unwrap(), 7);
     }
 
     #[tokio::test]
