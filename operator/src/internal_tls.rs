@@ -21,13 +21,14 @@ use rcgen::{
 use sextant_model::peer::PeerRole;
 
 use crate::topology::{labels, Names, TopologyError};
-use crate::v1alpha1::SextantCluster;
+use crate::v1alpha1::{InternalTlsMode, SextantCluster};
 
 /// Where the component's Secret is mounted; `sextant node` and `sextant router` find it through
 /// `SEXTANT_INTERNAL_TLS_DIR`.
 pub const INTERNAL_TLS_DIR: &str = "/etc/sextant/internal-tls";
 const VOLUME: &str = "internal-tls";
 const DIR_ENV: &str = "SEXTANT_INTERNAL_TLS_DIR";
+const MODE_ENV: &str = "SEXTANT_INTERNAL_TLS_MODE";
 
 /// Keys of the Secrets.
 pub const TLS_CRT: &str = "tls.crt";
@@ -451,9 +452,39 @@ pub fn certificate(
     serde_json::from_value(object).map_err(issue_error)
 }
 
+/// The mode to render pods with: `rendered` (what they run now) while a rollout is not
+/// `settled`, otherwise one step toward what `enabled` asks. Each step is a rolling restart, and
+/// every pair of pods of two neighbouring steps can talk (docs/API.md, "Internal gRPC"). A
+/// cluster without pods yet (`running` false), or one never recorded, starts at the target.
+pub fn next_mode(enabled: bool, rendered: Option<InternalTlsMode>, running: bool, settled: bool) -> InternalTlsMode {
+    use InternalTlsMode::*;
+    const LADDER: [InternalTlsMode; 4] = [Off, Accept, Dial, Require];
+    let target = if enabled { Require } else { Off };
+    let Some(rendered) = rendered.filter(|_| running) else { return target };
+    if rendered == target || !settled {
+        return rendered;
+    }
+    let at = |m| LADDER.iter().position(|&l| l == m).expect("on the ladder");
+    let (from, to) = (at(rendered), at(target));
+    LADDER[if to > from { from + 1 } else { from - 1 }]
+}
+
+fn mode_flag(mode: InternalTlsMode) -> &'static str {
+    match mode {
+        InternalTlsMode::Off | InternalTlsMode::Require => "require",
+        InternalTlsMode::Accept => "accept",
+        InternalTlsMode::Dial => "dial",
+    }
+}
+
 /// Mounts `secret` into the pod's container at [`INTERNAL_TLS_DIR`] and points the process at
-/// it. A user volume of the same name or path is refused.
-pub fn mount(pod: &mut PodSpec, secret: String, component: &'static str) -> Result<(), TopologyError> {
+/// it in `mode` (not `Off`). A user volume of the same name or path is refused.
+pub fn mount(
+    pod: &mut PodSpec,
+    secret: String,
+    component: &'static str,
+    mode: InternalTlsMode,
+) -> Result<(), TopologyError> {
     let refuse = |message: String| TopologyError::PodTemplate { component, message };
     let volumes = pod.volumes.get_or_insert_with(Vec::new);
     if volumes.iter().any(|v| v.name == VOLUME) {
@@ -477,11 +508,9 @@ pub fn mount(pod: &mut PodSpec, secret: String, component: &'static str) -> Resu
         read_only: Some(true),
         ..VolumeMount::default()
     });
-    container.env.get_or_insert_with(Vec::new).push(EnvVar {
-        name: DIR_ENV.into(),
-        value: Some(INTERNAL_TLS_DIR.into()),
-        ..EnvVar::default()
-    });
+    let env = container.env.get_or_insert_with(Vec::new);
+    env.push(EnvVar { name: DIR_ENV.into(), value: Some(INTERNAL_TLS_DIR.into()), ..EnvVar::default() });
+    env.push(EnvVar { name: MODE_ENV.into(), value: Some(mode_flag(mode).into()), ..EnvVar::default() });
     Ok(())
 }
 
@@ -719,6 +748,48 @@ mod tests {
                 assert_eq!(cas.len(), 1, "every {every}: the old CA is still trusted");
                 assert!(trusts(&cas, &cert, at));
             }
+        }
+    }
+
+    /// What each mode serves and dials, as `sextant node --internal-tls-mode` does (and plain
+    /// text only when off): (serves plain, serves TLS, dials TLS).
+    fn wire(mode: InternalTlsMode) -> (bool, bool, bool) {
+        match mode {
+            InternalTlsMode::Off => (true, false, false),
+            InternalTlsMode::Accept => (true, true, false),
+            InternalTlsMode::Dial => (true, true, true),
+            InternalTlsMode::Require => (false, true, true),
+        }
+    }
+
+    fn talks(client: InternalTlsMode, server: InternalTlsMode) -> bool {
+        let (plain, tls, _) = wire(server);
+        if wire(client).2 {
+            tls
+        } else {
+            plain
+        }
+    }
+
+    proptest::proptest! {
+        /// From any recorded mode, switching on or off: the mode holds while pods roll, moves one
+        /// step per settled rollout, reaches the target in at most three, and pods of any two
+        /// modes that can run at once (one step apart) talk both ways.
+        #[test]
+        fn internal_tls_switches_one_compatible_step_per_rollout(enabled: bool, start in 0usize..4, running: bool) {
+            use InternalTlsMode::*;
+            let start = [Off, Accept, Dial, Require][start];
+            let target = if enabled { Require } else { Off };
+            proptest::prop_assert_eq!(next_mode(enabled, Some(start), running, false), if running { start } else { target });
+            let mut mode = next_mode(enabled, Some(start), running, true);
+            let mut previous = if running { start } else { mode };
+            for _ in 0..3 {
+                proptest::prop_assert!(talks(mode, previous) && talks(previous, mode), "{:?} and {:?}", previous, mode);
+                previous = mode;
+                mode = next_mode(enabled, Some(mode), true, true);
+            }
+            proptest::prop_assert_eq!(mode, target);
+            proptest::prop_assert_eq!(next_mode(enabled, None, true, true), target);
         }
     }
 

@@ -24,7 +24,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::{Resource, ResourceExt};
 
 use crate::internal_tls::Leaf;
-use crate::v1alpha1::{PodTemplate, SextantCluster, SextantClusterSpec};
+use crate::v1alpha1::{InternalTlsMode, PodTemplate, SextantCluster, SextantClusterSpec};
 
 /// Raft and storage gRPC port of a node.
 pub const NODE_GRPC_PORT: i32 = 7000;
@@ -620,6 +620,18 @@ pub fn owned_objects(
     member_nodes: i32,
     operator_namespace: &str,
 ) -> Result<Vec<Owned>, TopologyError> {
+    let tls = crate::internal_tls::next_mode(cluster.spec.internal_tls.enabled, None, false, true);
+    owned_objects_in(cluster, node_replicas, member_nodes, operator_namespace, tls)
+}
+
+/// [`owned_objects`] with pods running internal gRPC in `tls` (a step of a switch).
+pub fn owned_objects_in(
+    cluster: &SextantCluster,
+    node_replicas: i32,
+    member_nodes: i32,
+    operator_namespace: &str,
+    tls: InternalTlsMode,
+) -> Result<Vec<Owned>, TopologyError> {
     let names = Names::of(cluster)?;
     let owner = owner(cluster)?;
     let spec = &cluster.spec;
@@ -696,8 +708,8 @@ pub fn owned_objects(
         restricted_pod_security(Some(SEXTANT_UID)),
     )?;
     node_pod.termination_grace_period_seconds = Some(60);
-    if spec.internal_tls.enabled {
-        crate::internal_tls::mount(&mut node_pod, Leaf::Node.secret(&names), Component::Node.field())?;
+    if tls != InternalTlsMode::Off {
+        crate::internal_tls::mount(&mut node_pod, Leaf::Node.secret(&names), Component::Node.field(), tls)?;
     }
     let claim = PersistentVolumeClaim {
         metadata: ObjectMeta {
@@ -803,8 +815,8 @@ pub fn owned_objects(
     };
     let mut router_pod =
         pod_spec(&names, spec, Component::Router, router_container, router_volumes, restricted_pod_security(None))?;
-    if spec.internal_tls.enabled {
-        crate::internal_tls::mount(&mut router_pod, Leaf::Router.secret(&names), Component::Router.field())?;
+    if tls != InternalTlsMode::Off {
+        crate::internal_tls::mount(&mut router_pod, Leaf::Router.secret(&names), Component::Router.field(), tls)?;
     }
     let deployment = Deployment {
         metadata: metadata(&names, names.routers(), "router", &owner),

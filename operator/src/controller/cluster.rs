@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apps::v1::StatefulSet;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, Secret};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::api::{Api, DeleteParams, PostParams};
@@ -18,8 +18,8 @@ use crate::replacement::{self, IdentityState, Policy, Removal, RemovalCandidate,
 use crate::scaling::{self, Notice, Observed, ScalingAction, ScalingPlan, StatefulSetState, Timing};
 use crate::topology::{self, Names, Owned};
 use crate::v1alpha1::{
-    ClusterPhase, MembershipState, NodeMembership, NodeReplacementProgress, ReplacementPhase, ScalingStep,
-    SextantCluster, SextantClusterStatus, ZoneSpread,
+    ClusterPhase, InternalTlsMode, MembershipState, NodeMembership, NodeReplacementProgress, ReplacementPhase,
+    ScalingStep, SextantCluster, SextantClusterStatus, ZoneSpread,
 };
 
 pub async fn reconcile(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -72,13 +72,34 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
             }
         }
     };
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &names.namespace);
+    let sts = statefulsets.get_opt(&names.nodes()).await?;
+    // Internal TLS switches one rolling restart at a time (docs/KUBERNETES.md, "TLS"); the
+    // routers' rollout is read only then.
+    let tls_target = crate::internal_tls::next_mode(cluster.spec.internal_tls.enabled, None, false, true);
+    let switching = previous.internal_tls_mode.is_some_and(|m| m != tls_target);
+    let rolled_out = switching
+        && sts.as_ref().is_some_and(statefulset_rolled_out)
+        && Api::<Deployment>::namespaced(client.clone(), &names.namespace)
+            .get_opt(&names.routers())
+            .await?
+            .as_ref()
+            .is_some_and(deployment_rolled_out);
+    let tls_mode = crate::internal_tls::next_mode(
+        cluster.spec.internal_tls.enabled,
+        previous.internal_tls_mode,
+        sts.is_some(),
+        rolled_out,
+    );
+    if previous.internal_tls_mode.is_some_and(|m| m != tls_mode) {
+        let note = format!("node and router pods roll to internal TLS mode {}", serde_json::json!(tls_mode));
+        ctx.event(cluster.as_ref(), false, "InternalTlsSwitching", note.replace('"', "")).await;
+    }
     // Before the pods that mount them.
-    if cluster.spec.internal_tls.enabled {
+    if tls_mode != InternalTlsMode::Off {
         super::internal_tls::ensure(&ctx, &cluster, &names).await?;
     }
 
-    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), &names.namespace);
-    let sts = statefulsets.get_opt(&names.nodes()).await?;
     let sts_state = sts.as_ref().map(|s| StatefulSetState {
         replicas: s.spec.as_ref().and_then(|x| x.replicas).unwrap_or(1),
         current: s.status.as_ref().map_or(0, |x| x.replicas),
@@ -211,7 +232,9 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
         .and_then(|s| s.status.as_ref())
         .is_some_and(|st| st.update_revision.is_some() && st.update_revision != st.current_revision);
     let operator_namespace = client.default_namespace();
-    for object in topology::owned_objects(&cluster, plan.statefulset_replicas, plan.peer_nodes, operator_namespace)? {
+    let objects =
+        topology::owned_objects_in(&cluster, plan.statefulset_replicas, plan.peer_nodes, operator_namespace, tls_mode)?;
+    for object in objects {
         match object {
             Owned::ConfigMap(o) => drop(apply(client, &names.namespace, &o).await?),
             Owned::ServiceAccount(o) => drop(apply(client, &names.namespace, &o).await?),
@@ -346,12 +369,14 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
         Reported { membership: membership.as_ref(), zones: &zones, spread: spread.as_ref(), failed: &report };
     let mut status = cluster_status(&cluster, &names, &previous, &plan, readiness, reported, now);
     storage_volumes.merge_into(&previous.conditions, &mut status, generation, now);
+    status.internal_tls_mode = Some(tls_mode);
+    let switching = tls_mode != tls_target;
     ctx.metrics.observe_cluster(&names.namespace, &names.cluster, cluster.spec.storage.nodes, &status);
     write_status(&api, &cluster, cluster.status.as_ref(), &status).await?;
 
     // Scaling steps and replacements wait on pods and on meta: look again soon rather than only
     // on changes.
-    Ok(if status.scaling.is_some() || report.active || storage_volumes.in_progress() {
+    Ok(if status.scaling.is_some() || report.active || storage_volumes.in_progress() || switching {
         Action::requeue(Duration::from_secs(10))
     } else {
         Action::requeue(Duration::from_secs(300))
@@ -635,6 +660,7 @@ fn cluster_status(
         nodes,
         zones,
         scaling: plan.operation.clone(),
+        internal_tls_mode: previous.internal_tls_mode,
         secret_name: Some(names.secret()),
         router_url: Some(names.router_url(cluster.spec.routers.service.http_port, cluster.spec.tls.is_some())),
     }
@@ -714,6 +740,7 @@ mod tests {
             },
             fixed_now(),
         ));
+        c.status.as_mut().unwrap().internal_tls_mode = Some(crate::v1alpha1::InternalTlsMode::Off);
     }
 
     fn active_nodes(n: i32) -> Vec<ClusterNode> {
@@ -850,6 +877,75 @@ mod tests {
         mock.run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
             .await
             .unwrap();
+    }
+
+    fn env_of(b: &serde_json::Value, name: &str) -> Option<String> {
+        let env = b["spec"]["template"]["spec"]["containers"][0]["env"].as_array()?;
+        env.iter().find(|e| e["name"] == name).and_then(|e| e["value"].as_str()).map(str::to_owned)
+    }
+
+    /// `spec.internalTls.enabled` turned on for a running, rolled-out cluster: the pods go to
+    /// `accept` first (serve both, dial plain text), not straight to `require`, which would cut
+    /// the restarted pods off from the others; the certificates exist before the pods mount them.
+    #[tokio::test]
+    async fn turning_internal_tls_on_rolls_the_pods_to_accept_first() {
+        let mut c = cluster(3, 3);
+        settled(&mut c, 3);
+        c.spec.internal_tls.enabled = true;
+        c.metadata.generation = Some(2);
+        let routers = c.spec.routers.replicas;
+        let sts = json!({"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": "obs-node", "namespace": "telemetry", "generation": 4},
+            "spec": {"replicas": 3, "serviceName": "obs-node", "selector": {}, "template": {}},
+            "status": {"replicas": 3, "readyReplicas": 3, "updatedReplicas": 3, "observedGeneration": 4,
+                       "currentRevision": "r4", "updateRevision": "r4"}});
+        let deployment = json!({"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": "obs-router", "namespace": "telemetry", "generation": 2},
+            "spec": {"replicas": routers, "selector": {}, "template": {}},
+            "status": {"replicas": routers, "updatedReplicas": routers, "availableReplicas": routers,
+                       "readyReplicas": routers, "observedGeneration": 2}});
+        let secrets = "/api/v1/namespaces/telemetry/secrets";
+        let mut steps = vec![
+            Step::get(SECRET).reply(200, secret_json()),
+            Step::get(STS).reply(200, sts),
+            Step::get("/apis/apps/v1/namespaces/telemetry/deployments/obs-router").reply(200, deployment),
+            Step::new(Method::POST, EVENTS).expect_body(|b| {
+                assert_eq!(b["reason"], "InternalTlsSwitching");
+                assert_eq!(b["note"], "node and router pods roll to internal TLS mode accept");
+            }),
+            Step::get(&format!("{secrets}/obs-internal-ca")).not_found(),
+            Step::new(Method::POST, secrets),
+            Step::new(Method::POST, EVENTS),
+            Step::get(&format!("{secrets}/obs-node-tls")).not_found(),
+            Step::new(Method::POST, secrets),
+            Step::get(&format!("{secrets}/obs-router-tls")).not_found(),
+            Step::new(Method::POST, secrets),
+            Step::new(Method::POST, EVENTS),
+        ];
+        let mut objs = applies(2);
+        objs[STS_AT] = Step::apply(STS).expect_body(|b| {
+            assert_eq!(env_of(b, "SEXTANT_INTERNAL_TLS_MODE").as_deref(), Some("accept"));
+            assert_eq!(env_of(b, "SEXTANT_INTERNAL_TLS_DIR").as_deref(), Some("/etc/sextant/internal-tls"));
+        });
+        objs[ROUTERS_AT] = Step::apply("/apis/apps/v1/namespaces/telemetry/deployments/obs-router")
+            .expect_body(|b| assert_eq!(env_of(b, "SEXTANT_INTERNAL_TLS_MODE").as_deref(), Some("accept")))
+            .reply(
+                200,
+                json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "obs-router"},
+                               "status": {"readyReplicas": 2}}),
+            );
+        steps.extend(objs);
+        steps.push(
+            Step::new(Method::PATCH, STATUS).expect_body(|b| assert_eq!(b["status"]["internalTlsMode"], "accept")),
+        );
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        *admin.nodes.lock().unwrap() = active_nodes(3);
+        let action = mock
+            .run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
+            .await
+            .unwrap();
+        assert_eq!(action, kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(10)));
     }
 
     #[tokio::test]
@@ -1585,4 +1681,27 @@ mod tests {
             .unwrap();
         assert_eq!(action, kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(300)));
     }
+}
+
+/// Every node pod runs the StatefulSet's latest template and is ready.
+fn statefulset_rolled_out(s: &StatefulSet) -> bool {
+    let replicas = s.spec.as_ref().and_then(|x| x.replicas).unwrap_or(1);
+    s.status.as_ref().is_some_and(|st| {
+        st.observed_generation >= s.metadata.generation
+            && st.update_revision.is_some()
+            && st.current_revision == st.update_revision
+            && st.updated_replicas == Some(replicas)
+            && st.ready_replicas == Some(replicas)
+    })
+}
+
+/// Every router pod runs the Deployment's latest template and is available.
+fn deployment_rolled_out(d: &Deployment) -> bool {
+    let replicas = d.spec.as_ref().and_then(|x| x.replicas).unwrap_or(1);
+    d.status.as_ref().is_some_and(|st| {
+        st.observed_generation >= d.metadata.generation
+            && st.updated_replicas == Some(replicas)
+            && st.available_replicas == Some(replicas)
+            && st.replicas == Some(replicas)
+    })
 }

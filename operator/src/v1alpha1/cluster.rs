@@ -338,9 +338,8 @@ pub struct InternalTlsSpec {
     /// The operator issues a cluster CA (Secret `NAME-internal-ca`, never mounted) and a
     /// certificate for nodes (`NAME-node-tls`) and one for routers (`NAME-router-tls`), or has
     /// cert-manager issue them (`certManager`), renews them before they expire, and nodes and
-    /// routers refuse internal peers without one.
-    /// Nodes with and without it cannot talk: on a running cluster, delete all node pods at
-    /// once after switching it (docs/KUBERNETES.md, "TLS").
+    /// routers refuse internal peers without one. Switched on a running cluster, the pods go
+    /// there in three rolling restarts (`status.internalTlsMode`, docs/KUBERNETES.md, "TLS").
     #[serde(default)]
     pub enabled: bool,
     /// Have cert-manager issue the two certificates (Certificate resources the operator applies)
@@ -348,6 +347,21 @@ pub struct InternalTlsSpec {
     /// Vault issuer, not ACME).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cert_manager: Option<CertManagerSpec>,
+}
+
+/// The internal gRPC mode pods are rendered with (`sextant node --internal-tls-mode`, or no
+/// mutual TLS at all).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum InternalTlsMode {
+    /// Plain text only.
+    Off,
+    /// Serve mutual TLS and plain text, dial plain text.
+    Accept,
+    /// Serve both, dial mutual TLS.
+    Dial,
+    /// Mutual TLS only.
+    Require,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
@@ -416,6 +430,10 @@ pub struct SextantClusterStatus {
     /// A scaling operation in progress; every step is recorded here so a restart resumes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scaling: Option<ScalingOperation>,
+    /// How node and router pods run internal gRPC now; it moves toward `spec.internalTls` one
+    /// rolling restart at a time (`off`, `accept`, `dial`, `require`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub internal_tls_mode: Option<InternalTlsMode>,
     /// Secret with the JWT signing key, cluster secret and admin token.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_name: Option<String>,
