@@ -144,37 +144,13 @@ async fn a_mutual_tls_cluster_serves_refuses_strangers_and_takes_a_renewed_certi
 
     let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
     let addrs: Vec<String> = ports.iter().map(|(grpc, _)| format!("127.0.0.1:{grpc}")).collect();
-    let peers = addrs.iter().enumerate().map(|(i, a)| format!("{}={a}", i + 1)).collect::<Vec<_>>().join(",");
-    let mut node_leaves = Vec::new();
     let mut nodes = Vec::new();
-    for (i, (grpc, http)) in ports.iter().enumerate() {
-        let id = (i + 1).to_string();
+    for i in 0..3 {
+        let id = i + 1;
         let leaf = ca.leaf(&format!("node {id}"), Some(PeerRole::Node));
         let tls_dir = install(&dir.join(format!("node{id}-tls")), &leaf, &ca_pem);
-        node_leaves.push(leaf);
-        let data = dir.join(format!("node{id}"));
-        let args = [
-            "node",
-            "--id",
-            &id,
-            "--listen",
-            &format!("127.0.0.1:{grpc}"),
-            "--http-listen",
-            &format!("127.0.0.1:{http}"),
-            "--data-dir",
-            data.to_str().unwrap(),
-            "--peers",
-            &peers,
-            "--shards",
-            "2",
-            "--replication-factor",
-            "3",
-            "--internal-tls-dir",
-            tls_dir.to_str().unwrap(),
-            "--internal-tls-reload-seconds",
-            "1",
-        ];
-        nodes.push(Proc::spawn(&args, &dir.join(format!("node{id}.log")), &[("SEXTANT_CLUSTER_SECRET", SECRET)]));
+        let flags = ["--internal-tls-dir", tls_dir.to_str().unwrap(), "--internal-tls-reload-seconds", "1"];
+        nodes.push(spawn_node(dir, &ports, i, &flags));
     }
     let router_leaf = ca.leaf("router", Some(PeerRole::Router));
     let router_tls = install(&dir.join("router-tls"), &router_leaf, &ca_pem);

@@ -154,7 +154,7 @@ pub fn plan_removals(
             (Some(_), _) if staying < replication_factor as usize => Removal::Refused {
                 ordinal,
                 reason: format!(
-                    "removing node {ordinal} would leave {staying} active nodes, fewer than replicationFactor                      {replication_factor}"
+                    "removing node {ordinal} would leave {staying} active nodes, fewer than replicationFactor {replication_factor}"
                 ),
             },
             (Some(_), _) if busy || running => {

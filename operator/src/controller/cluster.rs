@@ -675,6 +675,7 @@ mod tests {
     use crate::topology::tests::cluster;
     use crate::v1alpha1::{ReplacementPhase, ScalingOperation, SextantClusterStatus};
     use http::Method;
+    use kube::runtime::controller::Action;
     use serde_json::json;
 
     fn secret_json() -> serde_json::Value {
@@ -741,6 +742,15 @@ mod tests {
             fixed_now(),
         ));
         c.status.as_mut().unwrap().internal_tls_mode = Some(crate::v1alpha1::InternalTlsMode::Off);
+    }
+
+    /// Runs a reconcile of `c` against `steps`, with three active nodes behind the admin API.
+    async fn reconcile_three_active(steps: Vec<Step>, c: &crate::v1alpha1::SextantCluster) -> Action {
+        let mock = Mock::new();
+        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
+        *admin.nodes.lock().unwrap() = active_nodes(3);
+        let reconcile = super::reconcile(std::sync::Arc::new(c.clone()), ctx);
+        mock.run(steps, serde_json::to_value(c).unwrap(), reconcile).await.unwrap()
     }
 
     fn active_nodes(n: i32) -> Vec<ClusterNode> {
@@ -938,14 +948,7 @@ mod tests {
         steps.push(
             Step::new(Method::PATCH, STATUS).expect_body(|b| assert_eq!(b["status"]["internalTlsMode"], "accept")),
         );
-        let mock = Mock::new();
-        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
-        *admin.nodes.lock().unwrap() = active_nodes(3);
-        let action = mock
-            .run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
-            .await
-            .unwrap();
-        assert_eq!(action, kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(10)));
+        assert_eq!(reconcile_three_active(steps, &c).await, Action::requeue(std::time::Duration::from_secs(10)));
     }
 
     #[tokio::test]
@@ -994,14 +997,7 @@ mod tests {
             assert_eq!(b["status"]["phase"], "Scaling");
             assert_eq!(b["status"]["storageNodes"], 3);
         }));
-        let mock = Mock::new();
-        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
-        *admin.nodes.lock().unwrap() = active_nodes(3);
-        let action = mock
-            .run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
-            .await
-            .unwrap();
-        assert_eq!(action, kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(10)));
+        assert_eq!(reconcile_three_active(steps, &c).await, Action::requeue(std::time::Duration::from_secs(10)));
     }
 
     #[tokio::test]
@@ -1639,14 +1635,7 @@ mod tests {
             assert_eq!((c["status"].as_str(), c["reason"].as_str()), (Some("True"), Some("Expanding")), "{c}");
             assert!(c["message"].as_str().unwrap().starts_with("0/3 volumes at 20Gi"), "{c}");
         }));
-        let mock = Mock::new();
-        let (ctx, admin) = (mock.ctx.clone(), mock.admin.clone());
-        *admin.nodes.lock().unwrap() = active_nodes(3);
-        let action = mock
-            .run(steps, serde_json::to_value(&c).unwrap(), super::reconcile(std::sync::Arc::new(c.clone()), ctx))
-            .await
-            .unwrap();
-        assert_eq!(action, kube::runtime::controller::Action::requeue(std::time::Duration::from_secs(10)));
+        assert_eq!(reconcile_three_active(steps, &c).await, Action::requeue(std::time::Duration::from_secs(10)));
     }
 
     #[tokio::test]
