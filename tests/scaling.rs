@@ -389,6 +389,59 @@ async fn a_joined_node_gets_replicas_by_snapshot_and_a_drain_empties_it() -> Res
     Ok(())
 }
 
+/// A node that died for good is removed by id (`POST /admin/v1/cluster/remove`, what
+/// `spec.storage.failedNodes.remove` makes the operator send): while it stays down, every
+/// replica it held moves to the other nodes, it ends `Drained`, and losing one more node then
+/// leaves every group its majority. No acknowledged write is lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_node_removed_by_id_hands_its_replicas_to_the_others() -> Result<(), String> {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = Scaled::start(dir.path(), 4, 2, 16).await;
+    c.wait_every_group_led(2).await;
+    let key = c.api_key();
+    let mut acked = Vec::new();
+    for b in 0..20 {
+        acked.extend(post_acked(&c.url, &key, &format!("before-b{b}")).await);
+    }
+    let dead = 3;
+    let held = c.hosted(dead).await.unwrap();
+    assert!(!held.is_empty(), "node 4 holds no replica: the test lost its point");
+    c.kill(dead);
+    for b in 0..10 {
+        acked.extend(post_acked(&c.url, &key, &format!("down-b{b}")).await);
+    }
+
+    let (status, body) = c.admin_post("remove", json!({"id": dead as u64 + 1})).await;
+    assert_eq!(status, 202, "removal refused: {body}");
+    c.wait_state(dead, "Drained").await;
+    // Every group: three voters, all among the live nodes, each of them hosting it.
+    wait_for("every group to have three live voters", MOVE_TIMEOUT, || async {
+        for group in 0..=2u64 {
+            let mut hosts = 0;
+            for i in (0..4).filter(|&i| i != dead) {
+                let s = c.status(i).await?;
+                let g = s["groups"].as_array()?.iter().find(|g| g["group"] == group).cloned();
+                let Some(g) = g else { continue };
+                let voters: Vec<u64> = g["voters"].as_array()?.iter().filter_map(Value::as_u64).collect();
+                if voters.len() != 3 || voters.contains(&(dead as u64 + 1)) {
+                    return None;
+                }
+                hosts += 1;
+            }
+            (hosts == 3).then_some(())?;
+        }
+        Some(())
+    })
+    .await;
+
+    // One more node lost: every group keeps two of its three voters.
+    c.kill(0);
+    for b in 0..10 {
+        acked.extend(post_acked(&c.url, &key, &format!("after-b{b}")).await);
+    }
+    check_all_readable(&c.url, &c.token().await, &acked).await
+}
+
 /// A static member that starts after the others formed the groups they can form still forms
 /// the ones only it initializes (it is the first replica of group 2 of 0..=2), while joining the
 /// others, whose membership its peers report.
