@@ -186,9 +186,15 @@ impl Buffer {
         } else {
             live.iter().map(|r| RowRef { project: &r.project, row: &r.row, batch: 0 }).collect()
         };
+        // Only what the scan returns or filters on is built: the rest would be copied for nothing.
+        let columns = scan.read_columns(false, false);
         let mut out = Vec::new();
         for chunk in refs.chunks(8192) {
-            let rb = super::table::to_record_batch(scan.table, chunk).expect("rows match their table's schema");
+            let rb = match &columns {
+                Some(columns) => super::table::to_projected_batch(scan.table, chunk, columns),
+                None => super::table::to_record_batch(scan.table, chunk),
+            };
+            let rb = rb.expect("rows match their table's schema");
             if let Some(kept) = scan.apply(&rb, &|_| false).expect("filtering a batch of its own schema") {
                 out.push(kept);
             }

@@ -232,9 +232,11 @@ pub struct RowRef<'a> {
     pub batch: u32,
 }
 
-/// Appends one column per schema field; `push` fills them row by row in schema order.
+/// Appends one column per kept schema field; `push` fills them row by row in schema order.
 struct Columns {
     builders: Vec<Col>,
+    /// Per schema field: whether it is built (a projection skips copying the others).
+    keep: Vec<bool>,
 }
 
 enum Col {
@@ -261,11 +263,13 @@ enum V<'a> {
 }
 
 impl Columns {
-    fn new(schema: &Schema, n: usize) -> Self {
+    fn new(schema: &Schema, n: usize, keep: Vec<bool>) -> Self {
         let builders = schema
             .fields()
             .iter()
-            .map(|f| match f.data_type() {
+            .zip(&keep)
+            .filter(|(_, k)| **k)
+            .map(|(f, _)| match f.data_type() {
                 DataType::Utf8 => Col::Str(StringBuilder::with_capacity(n, n * 16)),
                 DataType::Int64 => Col::I64(Int64Builder::with_capacity(n)),
                 DataType::Int32 => Col::I32(Int32Builder::with_capacity(n)),
@@ -277,12 +281,13 @@ impl Columns {
                 other => unreachable!("no table has a {other} column"),
             })
             .collect();
-        Columns { builders }
+        Columns { builders, keep }
     }
 
     fn push(&mut self, values: &[V<'_>]) {
-        debug_assert_eq!(values.len(), self.builders.len());
-        for (b, v) in self.builders.iter_mut().zip(values) {
+        debug_assert_eq!(values.len(), self.keep.len());
+        let kept = values.iter().zip(&self.keep).filter(|(_, k)| **k).map(|(v, _)| v);
+        for (b, v) in self.builders.iter_mut().zip(kept) {
             match (b, v) {
                 (Col::Str(b), V::S(s)) => b.append_value(s),
                 (Col::I64(b), V::I(x)) => b.append_value(*x),
@@ -326,14 +331,31 @@ pub fn to_record_batch(table: Table, rows: &[RowRef<'_>]) -> Result<RecordBatch,
     to_segment_batch(table, rows, &Layout::default())
 }
 
-/// The record batch of `rows` (one row group) as a segment of `layout` stores it.
-pub fn to_segment_batch(
+/// [`to_record_batch`] with only the named columns of the table's schema (in its order), the
+/// others not built: how a scan of buffered rows reads only what it needs.
+pub fn to_projected_batch(
     table: Table,
     rows: &[RowRef<'_>],
-    layout: &Layout,
+    columns: &[String],
 ) -> Result<RecordBatch, arrow_schema::ArrowError> {
     let schema = table.schema();
-    let mut cols = Columns::new(&schema, rows.len());
+    let keep: Vec<bool> = schema.fields().iter().map(|f| columns.iter().any(|c| c == f.name())).collect();
+    let fields: Vec<_> = schema.fields().iter().zip(&keep).filter(|(_, k)| **k).map(|(f, _)| f.clone()).collect();
+    let arrays = build_columns(table, rows, &Layout::default(), keep).0;
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
+}
+
+/// The columns of `rows` that `keep` names (per schema field), the attribute columns `layout`
+/// splits out, and the parent references it stores.
+fn build_columns<'l>(
+    table: Table,
+    rows: &[RowRef<'_>],
+    layout: &'l Layout,
+    keep: Vec<bool>,
+) -> (Vec<ArrayRef>, super::attribute_columns::Split<'l>, Vec<i32>) {
+    let schema = table.schema();
+    let attributes = schema.index_of("attributes").is_ok_and(|i| keep[i]);
+    let mut cols = Columns::new(&schema, rows.len(), keep);
     let mut split = super::attribute_columns::Split::new(&layout.attribute_keys, rows.len());
     let parent_refs = if layout.parent_refs { super::layout::parent_refs(rows) } else { Vec::new() };
     for (i, r) in rows.iter().enumerate() {
@@ -349,7 +371,7 @@ pub fn to_segment_batch(
                 V::S(&s.operation),
                 V::I(layout.stored_duration(s.duration_nanos)),
                 V::I4(s.status.code()),
-                V::B(split.push(&s.attributes)),
+                V::B(if attributes { split.push(&s.attributes) } else { &[] }),
                 b,
             ]),
             Row::TraceSummary(t) => cols.push(&[
@@ -372,7 +394,7 @@ pub fn to_segment_batch(
                 V::S(&l.message),
                 V::S(&l.trace_id),
                 V::S(&l.span_id),
-                V::B(split.push(&l.attributes)),
+                V::B(if attributes { split.push(&l.attributes) } else { &[] }),
                 b,
             ]),
             Row::HostMetric(m) => cols.push(&[
@@ -385,7 +407,7 @@ pub fn to_segment_batch(
                 V::F(m.disk_used_percent),
                 V::F(m.network_rx_bytes_per_sec),
                 V::F(m.network_tx_bytes_per_sec),
-                V::B(split.push(&m.attributes)),
+                V::B(if attributes { split.push(&m.attributes) } else { &[] }),
                 b,
             ]),
             Row::Event(e) => cols.push(&[
@@ -411,7 +433,17 @@ pub fn to_segment_batch(
         }
         debug_assert_eq!(r.row.table(), table, "row of another table");
     }
-    let mut arrays = cols.finish();
+    (cols.finish(), split, parent_refs)
+}
+
+/// The record batch of `rows` (one row group) as a segment of `layout` stores it.
+pub fn to_segment_batch(
+    table: Table,
+    rows: &[RowRef<'_>],
+    layout: &Layout,
+) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    let schema = table.schema();
+    let (mut arrays, split, parent_refs) = build_columns(table, rows, layout, vec![true; schema.fields().len()]);
     if layout.hex_ids {
         for &(name, width) in super::layout::hex_id_columns(table) {
             let i = schema.index_of(name)?;
@@ -419,6 +451,7 @@ pub fn to_segment_batch(
             arrays[i] = Arc::new(super::hex_ids::encode_column(ids, width));
         }
     }
+
     if *layout == Layout::default() {
         return RecordBatch::try_new(schema, arrays);
     }
@@ -695,6 +728,29 @@ mod tests {
             let rb = to_record_batch(table, &[RowRef { project: "p", row: &row, batch: 4 }]).unwrap();
             assert_eq!(rb.schema(), table.schema());
             assert_eq!(from_record_batch(table, &rb), vec![("p".to_owned(), row.clone(), 4)], "{}", table.name());
+        }
+    }
+
+    /// A projected batch is the whole batch's projection, for every subset of columns of one
+    /// to three (named in any order), of every table.
+    #[test]
+    fn a_projected_batch_equals_the_projection_of_the_whole_one() {
+        for row in every_table_row() {
+            let table = row.table();
+            let rows = [RowRef { project: "p", row: &row, batch: 4 }];
+            let whole = to_record_batch(table, &rows).unwrap();
+            let names: Vec<String> = table.schema().fields().iter().map(|f| f.name().clone()).collect();
+            for a in 0..names.len() {
+                for b in a..names.len() {
+                    for c in b..names.len() {
+                        let picked = vec![names[c].clone(), names[a].clone(), names[b].clone()];
+                        let mut indices = vec![a, b, c];
+                        indices.dedup();
+                        let projected = to_projected_batch(table, &rows, &picked).unwrap();
+                        assert_eq!(projected, whole.project(&indices).unwrap(), "{} {picked:?}", table.name());
+                    }
+                }
+            }
         }
     }
 }
