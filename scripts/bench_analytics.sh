@@ -3,7 +3,7 @@
 # 1. `/v1/batch` ingest with 1000-event batches on a standalone `sextant dev` (loadgen);
 # 2. a fresh `sextant dev` (4 shards) and ClickHouse (chdb) loaded with the same EVENTS events
 #    of USERS users over 30 days, then funnels (3 and 5 steps), 8-week retention, 90-day
-#    DAU/WAU/MAU and a two-condition cohort timed on both (scripts/bench_analytics.py).
+#    DAU/WAU/MAU, a daily timeseries and a two-condition cohort timed on both (scripts/bench_analytics.py).
 #   scripts/bench_analytics.sh [EVENTS] [USERS] [INGEST_SECONDS]
 set -euo pipefail
 cd "$(dirname "$0")/.."

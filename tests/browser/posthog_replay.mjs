@@ -54,15 +54,32 @@ async function serve(routes) {
   return { server, url: `http://127.0.0.1:${server.address().port}` };
 }
 
+/**
+ * Chromium with a fresh profile. Debian's Chromium now and then dies with SIGSEGV while it
+ * starts in a container (before any page exists); such a launch is tried again, twice at most.
+ */
+async function launch() {
+  for (let attempt = 1; ; attempt++) {
+    const profile = mkdtempSync(join(tmpdir(), 'sextant-chromium-'));
+    try {
+      const context = await chromium.launchPersistentContext(profile, {
+        executablePath: CHROMIUM,
+        headless: true,
+        args: FLAGS,
+        timeout: STEP_MS,
+      });
+      return { context, profile };
+    } catch (e) {
+      rmSync(profile, { recursive: true, force: true });
+      if (attempt === 3 || !String(e).includes('has been closed')) throw e;
+      console.error(`Chromium died while starting (attempt ${attempt}); starting it again`);
+    }
+  }
+}
+
 /** Chromium with a fresh profile, removed when `work` is done. */
 async function withBrowser(work) {
-  const profile = mkdtempSync(join(tmpdir(), 'sextant-chromium-'));
-  const context = await chromium.launchPersistentContext(profile, {
-    executablePath: CHROMIUM,
-    headless: true,
-    args: FLAGS,
-    timeout: STEP_MS,
-  });
+  const { context, profile } = await launch();
   try {
     return await work(context);
   } finally {

@@ -16,17 +16,31 @@ const shots = env('SCREENSHOT_DIR');
 const expect = JSON.parse(env('DASHBOARD_EXPECT'));
 const TIMEOUT = 15_000;
 
-const profile = mkdtempSync(join(tmpdir(), 'sextant-chromium-'));
-const context = await chromium.launchPersistentContext(profile, {
-  executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
-  headless: true,
-  args: [
-    '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
-    '--disable-background-networking', '--disable-component-update', '--disable-sync',
-  ],
-  viewport: { width: 1440, height: 900 },
-  colorScheme: 'dark',
-});
+// Debian's Chromium now and then dies with SIGSEGV while it starts in a container (before any
+// page exists): such a launch is tried again, twice at most.
+async function launch() {
+  for (let attempt = 1; ; attempt++) {
+    const profile = mkdtempSync(join(tmpdir(), 'sextant-chromium-'));
+    try {
+      const context = await chromium.launchPersistentContext(profile, {
+        executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+        headless: true,
+        args: [
+          '--headless', '--no-sandbox', '--disable-gpu', '--disable-quic', '--no-first-run',
+          '--disable-background-networking', '--disable-component-update', '--disable-sync',
+        ],
+        viewport: { width: 1440, height: 900 },
+        colorScheme: 'dark',
+      });
+      return { context, profile };
+    } catch (e) {
+      rmSync(profile, { recursive: true, force: true });
+      if (attempt === 3 || !String(e).includes('has been closed')) throw e;
+      console.error(`Chromium died while starting (attempt ${attempt}); starting it again`);
+    }
+  }
+}
+const { context, profile } = await launch();
 context.setDefaultTimeout(TIMEOUT);
 const page = await context.newPage();
 const problems = [];
