@@ -239,6 +239,10 @@ compare("DAU/WAU/MAU, 90 days", lambda: api("GET", q), active_sql,
         lambda b: [[p["dau"], p["wau"], p["mau"]] for p in b["points"] if p["mau"] > 0],
         lambda rows: [[int(r[1]), int(r[2]), int(r[3])] for r in rows])
 
+def iso(ms):
+    return time.strftime("%Y-%m-%dT%H:%M:%S.000Z", time.gmtime(ms / 1000))
+
+
 # Events over time: pageviews per day over the 30 days, with distinct users per day.
 day_sql = (
     f"SELECT toUnixTimestamp(toStartOfDay(toDateTime(intDiv(ts, 1000), 'UTC'))) * 1000 AS t, count(), uniqExact(distinct_id) "
@@ -247,7 +251,7 @@ day_sql = (
 q = f"/api/events/timeseries?event=pageview&interval=day&from={T_END - SPAN}&to={T_END}"
 compare("timeseries: pageviews and users per day, 30 days", lambda: api("GET", q), day_sql,
         lambda b: [[p["t"], p["count"], p["unique_users"]] for p in b["points"]],
-        lambda rows: [[int(r[0]), int(r[1]), int(r[2])] for r in rows])
+        lambda rows: [[iso(int(r[0])), int(r[1]), int(r[2])] for r in rows])
 
 # A cohort with two conditions, sized at T_END.
 try:
