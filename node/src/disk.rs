@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use crate::host::NodeHost;
-use crate::metrics::DiskLabel;
+use crate::metrics::ComponentLabel;
 use crate::types::META_GROUP;
 
 /// Space of a filesystem, in bytes.
@@ -258,7 +258,8 @@ fn allocate(_: &Path, _: u64) -> io::Result<()> {
 pub const PROBE_EVERY: Duration = Duration::from_secs(1);
 
 /// Probes the free space of the node's data directory and publishes the bytes each component
-/// occupies: `raft_log`, `segments` (the data shards' directories) and `meta`.
+/// occupies: `raft_log`, `segments` (the data shards' directories) and `meta`; and the heap
+/// bytes the data shards hold (`sextant_node_memory_bytes`).
 pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut tick = crate::host::periodic(PROBE_EVERY);
@@ -276,10 +277,23 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
                 }
                 let (log, segments, meta) = component_bytes(&h.config.data_dir);
                 let m = &h.metrics;
-                m.disk_bytes.get_or_create(&DiskLabel { component: "raft_log" }).set(gauge(log));
-                m.disk_bytes.get_or_create(&DiskLabel { component: "segments" }).set(gauge(segments));
-                m.disk_bytes.get_or_create(&DiskLabel { component: "meta" }).set(gauge(meta));
+                m.disk_bytes.get_or_create(&ComponentLabel { component: "raft_log" }).set(gauge(log));
+                m.disk_bytes.get_or_create(&ComponentLabel { component: "segments" }).set(gauge(segments));
+                m.disk_bytes.get_or_create(&ComponentLabel { component: "meta" }).set(gauge(meta));
                 m.disk_available_bytes.set(gauge(h.disk.available.load(Ordering::Relaxed)));
+                let memory = h.shards().into_iter().fold(crate::shard::ShardMemory::default(), |sum, (_, g)| {
+                    let one = g.state.read().unwrap().state.memory();
+                    crate::shard::ShardMemory {
+                        buffers: sum.buffers + one.buffers,
+                        uuids: sum.uuids + one.uuids,
+                        segments: sum.segments + one.segments,
+                    }
+                });
+                m.memory_bytes.get_or_create(&ComponentLabel { component: "buffers" }).set(gauge(memory.buffers));
+                m.memory_bytes.get_or_create(&ComponentLabel { component: "uuid_sets" }).set(gauge(memory.uuids));
+                m.memory_bytes
+                    .get_or_create(&ComponentLabel { component: "segment_metadata" })
+                    .set(gauge(memory.segments));
                 m.disk_writes_refused.set(i64::from(h.disk.full.load(Ordering::Relaxed)));
             })
             .await;

@@ -22,7 +22,7 @@ pub struct ShedLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelSet)]
-pub struct DiskLabel {
+pub struct ComponentLabel {
     pub component: &'static str,
 }
 
@@ -48,7 +48,9 @@ pub struct NodeMetrics {
     /// Log entries appended but not yet applied, per group.
     pub apply_lag: Family<GroupLabel, Gauge>,
     /// Bytes on disk per component (`raft_log`, `segments`, `meta`), allocated blocks.
-    pub disk_bytes: Family<DiskLabel, Gauge>,
+    /// Heap bytes of the data shards per component (`buffers`, `uuid_sets`, `segment_metadata`).
+    pub memory_bytes: Family<ComponentLabel, Gauge>,
+    pub disk_bytes: Family<ComponentLabel, Gauge>,
     /// Bytes still available on the data directory's filesystem.
     pub disk_available_bytes: Gauge,
     /// 1 while the disk is above its high-water mark and writes are refused.
@@ -76,6 +78,7 @@ impl Default for NodeMetrics {
             compactions: Counter::default(),
             apply_lag: Family::default(),
             disk_bytes: Family::default(),
+            memory_bytes: Family::default(),
             disk_available_bytes: Gauge::default(),
             disk_writes_refused: Gauge::default(),
             writes_shed: Family::default(),
@@ -118,6 +121,11 @@ impl NodeMetrics {
         r.register("compactions", "segment merges done", self.compactions.clone());
         r.register("apply_lag_entries", "log entries appended but not yet applied, per group", self.apply_lag.clone());
         r.register("disk_bytes", "bytes on disk per component of this node", self.disk_bytes.clone());
+        r.register(
+            "memory_bytes",
+            "heap bytes the data shards hold per component: buffers (as estimated for flushing), uuid sets, open segments' metadata",
+            self.memory_bytes.clone(),
+        );
         r.register(
             "disk_available_bytes",
             "bytes available on the filesystem of the data directory",

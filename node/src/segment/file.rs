@@ -376,6 +376,16 @@ pub struct Segment {
 }
 
 impl Segment {
+    /// Heap bytes it keeps while open: the parsed footer, batch ids, bloom filters and token
+    /// index (the file itself is mapped, not counted).
+    pub fn heap_bytes(&self) -> usize {
+        let blooms: usize = self.trace_blooms.iter().flatten().map(|b| b.num_blocks() * 32).sum();
+        self.reader.metadata().memory_size()
+            + self.batches.capacity() * 16
+            + blooms
+            + self.tokens.as_ref().map_or(0, TokenIndex::heap_bytes)
+    }
+
     pub fn open(dir: &Path, meta: SegmentMeta) -> io::Result<Segment> {
         let path = dir.join(&meta.file.name);
         let file = std::fs::File::open(&path)?;

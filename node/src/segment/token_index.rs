@@ -51,6 +51,14 @@ pub struct Group {
     values: Vec<u32>,
 }
 
+impl TokenIndex {
+    /// Heap bytes of its term lists.
+    pub fn heap_bytes(&self) -> usize {
+        self.groups.iter().map(|g| g.values.capacity() * 4).sum::<usize>()
+            + self.groups.capacity() * std::mem::size_of::<Group>()
+    }
+}
+
 impl Group {
     fn reduce(&self, term: u32) -> u32 {
         ((u64::from(term) * self.range) >> 32) as u32

@@ -106,6 +106,22 @@ mod tests {
     use sextant_model::row::{Attribute, Value};
     use sextant_proto::convert::persist_row::{encode_attribute, encode_ingest_encoded};
 
+    /// What `/metrics` reports as the shards' memory: the buffer until a flush, then the open
+    /// segments' metadata; the uuid set all along, growing with the events stored.
+    #[test]
+    fn a_shard_accounts_for_its_buffers_uuid_set_and_segment_metadata() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        assert_eq!(s.memory(), super::super::ShardMemory::default());
+        let events = (0..2000).map(|i| ev(&format!("uuid-{i}"), &format!("user-{}", i % 7), i * 1_000_000)).collect();
+        ingest(&mut s, 1, 1, analytics("p", events, vec![]));
+        let before = s.memory();
+        assert!(before.buffers > 0 && before.uuids >= 2000 * 8 && before.segments == 0, "{before:?}");
+        checkpoint(&mut s, 1);
+        let after = s.memory();
+        assert!(after.buffers == 0 && after.uuids == before.uuids && after.segments > 0, "{after:?}");
+    }
+
     #[test]
     fn rows_survive_flush_and_reopen_and_retries_apply_once() {
         let dir = tempfile::tempdir().unwrap();

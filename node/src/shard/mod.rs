@@ -169,6 +169,21 @@ impl SegmentShard {
     pub fn segment_count(&self) -> usize {
         self.published.read().unwrap().segments.len()
     }
+
+    /// Heap bytes held for what it applied: its buffers (as estimated for flush-by-size), its
+    /// uuid set, and what its open segments keep in memory.
+    pub fn memory(&self) -> ShardMemory {
+        let segments = self.published.read().unwrap().segments.iter().map(|s| s.heap_bytes() as u64).sum();
+        ShardMemory { buffers: self.unflushed_bytes(), uuids: self.uuids.heap_bytes() as u64, segments }
+    }
+}
+
+/// See [`SegmentShard::memory`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ShardMemory {
+    pub buffers: u64,
+    pub uuids: u64,
+    pub segments: u64,
 }
 
 /// The Raft side of a shard, each step in its own file: apply (`apply.rs`), checkpoint =
