@@ -735,6 +735,17 @@ async fn a_paid_subscription_survives_a_kill_and_restart_of_dev() {
         async move { Some(status(u, t).await).filter(|s| s["status"] == "active" && s["plan"] == "business") }
     })
     .await;
+    // The sandbox delivers the payment as its own event after the subscription's: both must be
+    // stored before the kill (the in-memory sandbox does not deliver them again afterwards).
+    wait_for("the payment in the history", std::time::Duration::from_secs(20), || {
+        let (u, t) = (dev.url.clone(), token.clone());
+        async move {
+            let resp = http().get(format!("{u}/billing/history")).bearer_auth(t).send().await.ok()?;
+            let history: Value = resp.json().await.ok()?;
+            (history["items"].as_array()?.len() == 1).then_some(())
+        }
+    })
+    .await;
 
     dev.proc.kill();
     let dev = Dev::start(dir.path()).await;
