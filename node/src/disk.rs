@@ -281,14 +281,8 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
                 m.disk_bytes.get_or_create(&ComponentLabel { component: "segments" }).set(gauge(segments));
                 m.disk_bytes.get_or_create(&ComponentLabel { component: "meta" }).set(gauge(meta));
                 m.disk_available_bytes.set(gauge(h.disk.available.load(Ordering::Relaxed)));
-                let memory = h.shards().into_iter().fold(crate::shard::ShardMemory::default(), |sum, (_, g)| {
-                    let one = g.state.read().unwrap().state.memory();
-                    crate::shard::ShardMemory {
-                        buffers: sum.buffers + one.buffers,
-                        uuids: sum.uuids + one.uuids,
-                        segments: sum.segments + one.segments,
-                    }
-                });
+                let memory: crate::shard::ShardMemory =
+                    h.shards().into_iter().map(|(_, g)| g.state.read().unwrap().state.memory()).sum();
                 m.memory_bytes.get_or_create(&ComponentLabel { component: "buffers" }).set(gauge(memory.buffers));
                 m.memory_bytes.get_or_create(&ComponentLabel { component: "uuid_sets" }).set(gauge(memory.uuids));
                 m.memory_bytes

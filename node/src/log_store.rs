@@ -447,10 +447,6 @@ mod tests {
         assert!(err.contains("unsupported Raft vote format"), "{err}");
     }
 
-    /// After purges the log occupies about what is left unpurged: the blob files at most twice
-    /// the live entries (a blob file is rewritten once half purged) plus 1 MiB of tables and
-    /// fjall's small files, and the journal what was written since it last rotated (fjall
-    /// rotates it past 64 MB; sealed journals go once flushed).
     /// The purge up to a leader's snapshot waits until the install made it durable; a failed
     /// install fails the purge (stopping the group) instead of leaving it waiting.
     #[tokio::test]
@@ -490,6 +486,10 @@ mod tests {
         assert_eq!(left(&log).await, vec![9, 10]);
     }
 
+    /// After purges the log occupies about what is left unpurged: the blob files at most twice
+    /// the live entries (a blob file is rewritten once half purged) plus 1 MiB of tables and
+    /// fjall's small files, and the journal what was written since it last rotated (fjall
+    /// rotates it past 64 MB; sealed journals go once flushed).
     #[tokio::test]
     async fn purged_entries_give_their_disk_space_back() {
         let dir = tempfile::tempdir().unwrap();

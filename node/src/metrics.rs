@@ -48,9 +48,9 @@ pub struct NodeMetrics {
     /// Log entries appended but not yet applied, per group.
     pub apply_lag: Family<GroupLabel, Gauge>,
     /// Bytes on disk per component (`raft_log`, `segments`, `meta`), allocated blocks.
+    pub disk_bytes: Family<ComponentLabel, Gauge>,
     /// Heap bytes of the data shards per component (`buffers`, `uuid_sets`, `segment_metadata`).
     pub memory_bytes: Family<ComponentLabel, Gauge>,
-    pub disk_bytes: Family<ComponentLabel, Gauge>,
     /// Bytes still available on the data directory's filesystem.
     pub disk_available_bytes: Gauge,
     /// 1 while the disk is above its high-water mark and writes are refused.

@@ -451,7 +451,6 @@ pub fn to_segment_batch(
             arrays[i] = Arc::new(super::hex_ids::encode_column(ids, width));
         }
     }
-
     if *layout == Layout::default() {
         return RecordBatch::try_new(schema, arrays);
     }

@@ -186,6 +186,16 @@ pub struct ShardMemory {
     pub segments: u64,
 }
 
+impl std::iter::Sum for ShardMemory {
+    fn sum<I: Iterator<Item = ShardMemory>>(shards: I) -> ShardMemory {
+        shards.fold(ShardMemory::default(), |a, b| ShardMemory {
+            buffers: a.buffers + b.buffers,
+            uuids: a.uuids + b.uuids,
+            segments: a.segments + b.segments,
+        })
+    }
+}
+
 /// The Raft side of a shard, each step in its own file: apply (`apply.rs`), checkpoint =
 /// flush (`flush.rs`), snapshot send and install (`install.rs`).
 impl GroupStore for SegmentShard {
