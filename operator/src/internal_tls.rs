@@ -154,8 +154,7 @@ impl Ca {
 
     /// When the CA certificate expires; `None` when it cannot be read.
     fn expires(&self) -> Option<Timestamp> {
-        let (_, pem) = x509_parser::pem::parse_x509_pem(self.cert_pem.as_bytes()).ok()?;
-        Timestamp::from_second(pem.parse_x509().ok()?.validity().not_after.timestamp()).ok()
+        read_certificate(&self.cert_pem, |x509| Timestamp::from_second(x509.validity().not_after.timestamp()).ok())?
     }
 
     /// A fresh key and a certificate for it: `(tls.crt, tls.key)`.
@@ -246,20 +245,18 @@ impl Authority {
             Authority::Steady { ca } => {
                 let expires = ca.expires();
                 let due = expires.is_none_or(|at| at < now + CA_RENEW_BEFORE);
-                (due || requested)
-                    .then_some(())
-                    .map(|()| {
-                        let why = match expires {
-                            _ if requested && !due => "a rotation was requested".to_owned(),
-                            Some(at) => format!("the internal CA expires at {at}"),
-                            None => "the internal CA certificate is unreadable".to_owned(),
-                        };
-                        Ca::issue(names, now).map(|next| Step {
-                            authority: Authority::Introducing { ca: ca.clone(), next, since: now },
-                            why: format!("{why}: a new CA is trusted beside it"),
-                        })
-                    })
-                    .transpose()?
+                if !due && !requested {
+                    return Ok(None);
+                }
+                let why = match expires {
+                    _ if !due => "a rotation was requested".to_owned(),
+                    Some(at) => format!("the internal CA expires at {at}"),
+                    None => "the internal CA certificate is unreadable".to_owned(),
+                };
+                Some(Step {
+                    authority: Authority::Introducing { ca: ca.clone(), next: Ca::issue(names, now)?, since: now },
+                    why: format!("{why}: a new CA is trusted beside it"),
+                })
             }
             Authority::Introducing { ca, next, since } if settled(since) => Some(Step {
                 authority: Authority::Retiring { ca: next.clone(), previous: ca.cert_pem.clone(), since: now },
@@ -365,9 +362,10 @@ fn key_id(x509: &x509_parser::certificate::X509Certificate<'_>, own: bool) -> Op
     })
 }
 
-fn ca_key_id(ca: &Ca) -> Option<Vec<u8>> {
-    let (_, pem) = x509_parser::pem::parse_x509_pem(ca.cert_pem.as_bytes()).ok()?;
-    key_id(&pem.parse_x509().ok()?, true)
+/// `f` of the certificate in `pem`; `None` when it cannot be read.
+fn read_certificate<T>(pem: &str, f: impl FnOnce(&x509_parser::certificate::X509Certificate<'_>) -> T) -> Option<T> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem.as_bytes()).ok()?;
+    Some(f(&pem.parse_x509().ok()?))
 }
 
 /// Whether a component's Secret must be issued again, or only trust other CAs, under
@@ -385,42 +383,41 @@ pub fn leaf_action(
     else {
         return LeafAction::Issue("incomplete");
     };
-    let Ok((_, pem)) = x509_parser::pem::parse_x509_pem(cert.as_bytes()) else {
-        return LeafAction::Issue("unreadable");
-    };
-    let Ok(x509) = pem.parse_x509() else { return LeafAction::Issue("unreadable") };
-    let signer = ca_key_id(authority.signing());
-    if signer.is_none() || key_id(&x509, false) != signer {
-        return LeafAction::Issue("not of the cluster CA");
-    }
-    let expires = x509.validity().not_after.timestamp();
-    if expires.saturating_sub(now.as_second()) < RENEW_BEFORE.as_secs() {
-        return LeafAction::Issue("expiring");
-    }
-    let mut named: Vec<String> = match x509.subject_alternative_name() {
-        Ok(Some(san)) => san
-            .value
-            .general_names
-            .iter()
-            .filter_map(|n| match n {
-                x509_parser::extensions::GeneralName::DNSName(d) => Some(d.to_string()),
-                x509_parser::extensions::GeneralName::URI(u) => Some(u.to_string()),
-                _ => None,
-            })
-            .collect(),
-        _ => vec![],
-    };
-    let mut want = leaf.dns_names(names);
-    want.push(leaf.role().uri().to_owned());
-    named.sort();
-    want.sort();
-    if named != want {
-        return LeafAction::Issue("names changed");
-    }
-    if trusted.trim() != authority.trust_bundle().trim() {
-        return LeafAction::Trust;
-    }
-    LeafAction::Keep
+    let signer = read_certificate(&authority.signing().cert_pem, |ca| key_id(ca, true)).flatten();
+    let action = read_certificate(&cert, |x509| {
+        if signer.is_none() || key_id(x509, false) != signer {
+            return LeafAction::Issue("not of the cluster CA");
+        }
+        let expires = x509.validity().not_after.timestamp();
+        if expires.saturating_sub(now.as_second()) < RENEW_BEFORE.as_secs() {
+            return LeafAction::Issue("expiring");
+        }
+        let mut named: Vec<String> = match x509.subject_alternative_name() {
+            Ok(Some(san)) => san
+                .value
+                .general_names
+                .iter()
+                .filter_map(|n| match n {
+                    x509_parser::extensions::GeneralName::DNSName(d) => Some(d.to_string()),
+                    x509_parser::extensions::GeneralName::URI(u) => Some(u.to_string()),
+                    _ => None,
+                })
+                .collect(),
+            _ => vec![],
+        };
+        let mut want = leaf.dns_names(names);
+        want.push(leaf.role().uri().to_owned());
+        named.sort();
+        want.sort();
+        if named != want {
+            return LeafAction::Issue("names changed");
+        }
+        if trusted.trim() != authority.trust_bundle().trim() {
+            return LeafAction::Trust;
+        }
+        LeafAction::Keep
+    });
+    action.unwrap_or(LeafAction::Issue("unreadable"))
 }
 
 /// The cert-manager `Certificate` that fills a component's Secret instead of the operator
@@ -452,6 +449,15 @@ pub fn certificate(
     serde_json::from_value(object).map_err(issue_error)
 }
 
+/// The mode pods end at: `require` with `spec.internalTls.enabled`, `off` without.
+pub fn target_mode(enabled: bool) -> InternalTlsMode {
+    if enabled {
+        InternalTlsMode::Require
+    } else {
+        InternalTlsMode::Off
+    }
+}
+
 /// The mode to render pods with: `rendered` (what they run now) while a rollout is not
 /// `settled`, otherwise one step toward what `enabled` asks. Each step is a rolling restart, and
 /// every pair of pods of two neighbouring steps can talk (docs/API.md, "Internal gRPC"). A
@@ -459,7 +465,7 @@ pub fn certificate(
 pub fn next_mode(enabled: bool, rendered: Option<InternalTlsMode>, running: bool, settled: bool) -> InternalTlsMode {
     use InternalTlsMode::*;
     const LADDER: [InternalTlsMode; 4] = [Off, Accept, Dial, Require];
-    let target = if enabled { Require } else { Off };
+    let target = target_mode(enabled);
     let Some(rendered) = rendered.filter(|_| running) else { return target };
     if rendered == target || !settled {
         return rendered;

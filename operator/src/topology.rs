@@ -620,7 +620,7 @@ pub fn owned_objects(
     member_nodes: i32,
     operator_namespace: &str,
 ) -> Result<Vec<Owned>, TopologyError> {
-    let tls = crate::internal_tls::next_mode(cluster.spec.internal_tls.enabled, None, false, true);
+    let tls = crate::internal_tls::target_mode(cluster.spec.internal_tls.enabled);
     owned_objects_in(cluster, node_replicas, member_nodes, operator_namespace, tls)
 }
 

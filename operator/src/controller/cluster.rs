@@ -76,9 +76,8 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
     let sts = statefulsets.get_opt(&names.nodes()).await?;
     // Internal TLS switches one rolling restart at a time (docs/KUBERNETES.md, "TLS"); the
     // routers' rollout is read only then.
-    let tls_target = crate::internal_tls::next_mode(cluster.spec.internal_tls.enabled, None, false, true);
-    let switching = previous.internal_tls_mode.is_some_and(|m| m != tls_target);
-    let rolled_out = switching
+    let tls_target = crate::internal_tls::target_mode(cluster.spec.internal_tls.enabled);
+    let rolled_out = previous.internal_tls_mode.is_some_and(|m| m != tls_target)
         && sts.as_ref().is_some_and(statefulset_rolled_out)
         && Api::<Deployment>::namespaced(client.clone(), &names.namespace)
             .get_opt(&names.routers())
@@ -92,8 +91,8 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
         rolled_out,
     );
     if previous.internal_tls_mode.is_some_and(|m| m != tls_mode) {
-        let note = format!("node and router pods roll to internal TLS mode {}", serde_json::json!(tls_mode));
-        ctx.event(cluster.as_ref(), false, "InternalTlsSwitching", note.replace('"', "")).await;
+        let note = format!("node and router pods roll to internal TLS mode {tls_mode}");
+        ctx.event(cluster.as_ref(), false, "InternalTlsSwitching", note).await;
     }
     // Before the pods that mount them.
     if tls_mode != InternalTlsMode::Off {
@@ -370,13 +369,13 @@ async fn reconcile_inner(cluster: Arc<SextantCluster>, ctx: Arc<Context>) -> Res
     let mut status = cluster_status(&cluster, &names, &previous, &plan, readiness, reported, now);
     storage_volumes.merge_into(&previous.conditions, &mut status, generation, now);
     status.internal_tls_mode = Some(tls_mode);
-    let switching = tls_mode != tls_target;
+    let switching_tls = tls_mode != tls_target;
     ctx.metrics.observe_cluster(&names.namespace, &names.cluster, cluster.spec.storage.nodes, &status);
     write_status(&api, &cluster, cluster.status.as_ref(), &status).await?;
 
     // Scaling steps and replacements wait on pods and on meta: look again soon rather than only
     // on changes.
-    Ok(if status.scaling.is_some() || report.active || storage_volumes.in_progress() || switching {
+    Ok(if status.scaling.is_some() || report.active || storage_volumes.in_progress() || switching_tls {
         Action::requeue(Duration::from_secs(10))
     } else {
         Action::requeue(Duration::from_secs(300))

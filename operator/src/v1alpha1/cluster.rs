@@ -364,6 +364,18 @@ pub enum InternalTlsMode {
     Require,
 }
 
+impl std::fmt::Display for InternalTlsMode {
+    /// As in the status: `off`, `accept`, `dial`, `require`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            InternalTlsMode::Off => "off",
+            InternalTlsMode::Accept => "accept",
+            InternalTlsMode::Dial => "dial",
+            InternalTlsMode::Require => "require",
+        })
+    }
+}
+
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct CertManagerSpec {
