@@ -122,7 +122,7 @@ pub struct Ca {
     pub key_pem: String,
 }
 
-pub(crate) fn value(secret: &Secret, key: &str) -> Option<String> {
+fn value(secret: &Secret, key: &str) -> Option<String> {
     secret
         .data
         .as_ref()
@@ -420,6 +420,28 @@ pub fn leaf_action(
     action.unwrap_or(LeafAction::Issue("unreadable"))
 }
 
+/// The component Secret `authority` wants at `now` in place of `existing`, and why; `None`
+/// when `existing` is current. A certificate that is still good keeps its key and only gets
+/// the CAs trusted now.
+pub fn renewed_leaf_secret(
+    cluster: &SextantCluster,
+    existing: Option<&Secret>,
+    authority: &Authority,
+    leaf: Leaf,
+    now: Timestamp,
+) -> Result<Option<(Secret, &'static str)>, TopologyError> {
+    let names = Names::of(cluster)?;
+    let (pair, why) = match leaf_action(existing, authority, &names, leaf, now) {
+        LeafAction::Keep => return Ok(None),
+        LeafAction::Issue(reason) => (authority.signing().leaf(&names, leaf, now)?, reason),
+        LeafAction::Trust => {
+            let kept = |key| existing.and_then(|s| value(s, key)).unwrap_or_default();
+            ((kept(TLS_CRT), kept(TLS_KEY)), "CAs trusted changed")
+        }
+    };
+    Ok(Some((leaf_secret(cluster, leaf, pair, authority.trust_bundle())?, why)))
+}
+
 /// The cert-manager `Certificate` that fills a component's Secret instead of the operator
 /// (`spec.internalTls.certManager`): the same names, usages, lifetime and renewal margin as
 /// the operator's own certificates, and a new key at every renewal.
@@ -715,16 +737,10 @@ mod tests {
                 }
                 let mut changed = false;
                 for (i, &leaf) in Leaf::ALL.iter().enumerate() {
-                    let existing = secrets[i].clone();
-                    let pair = match leaf_action(existing.as_ref(), &authority, &names, leaf, at) {
-                        LeafAction::Keep => continue,
-                        LeafAction::Issue(_) => authority.signing().leaf(&names, leaf, at).unwrap(),
-                        LeafAction::Trust => {
-                            let e = existing.as_ref().unwrap();
-                            (value(e, TLS_CRT).unwrap(), value(e, TLS_KEY).unwrap())
-                        }
+                    let Some((fresh, _)) = renewed_leaf_secret(&c, secrets[i].as_ref(), &authority, leaf, at).unwrap()
+                    else {
+                        continue;
                     };
-                    let fresh = leaf_secret(&c, leaf, pair, authority.trust_bundle()).unwrap();
                     versions[open[i]].1 = Some(at);
                     versions.push((at, None, contents(&fresh)));
                     open[i] = versions.len() - 1;

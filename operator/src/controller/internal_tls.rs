@@ -8,10 +8,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchP
 use kube::ResourceExt;
 
 use super::{Context, Error};
-use crate::internal_tls::{
-    ca_secret, leaf_action, leaf_secret, rotated_for, Authority, Ca, Leaf, LeafAction, ROTATE_ANNOTATION, TLS_CRT,
-    TLS_KEY,
-};
+use crate::internal_tls::{ca_secret, renewed_leaf_secret, rotated_for, Authority, Ca, Leaf, ROTATE_ANNOTATION};
 use crate::topology::Names;
 use crate::v1alpha1::SextantCluster;
 
@@ -71,15 +68,9 @@ pub async fn ensure(ctx: &Context, cluster: &SextantCluster, names: &Names) -> R
     for leaf in Leaf::ALL {
         let name = leaf.secret(names);
         let existing = secrets.get_opt(&name).await?;
-        let (pair, why) = match leaf_action(existing.as_ref(), &authority, names, leaf, now) {
-            LeafAction::Keep => continue,
-            LeafAction::Issue(reason) => (authority.signing().leaf(names, leaf, now)?, reason),
-            LeafAction::Trust => {
-                let kept = |key| existing.as_ref().and_then(|s| crate::internal_tls::value(s, key)).unwrap_or_default();
-                ((kept(TLS_CRT), kept(TLS_KEY)), "CAs trusted changed")
-            }
+        let Some((fresh, why)) = renewed_leaf_secret(cluster, existing.as_ref(), &authority, leaf, now)? else {
+            continue;
         };
-        let fresh = leaf_secret(cluster, leaf, pair, authority.trust_bundle())?;
         write(&secrets, fresh, existing.and_then(|s| s.metadata.resource_version)).await?;
         changed.push(format!("{name} ({why})"));
     }
