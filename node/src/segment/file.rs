@@ -373,17 +373,15 @@ pub struct Segment {
     pub batches: Arc<Vec<u128>>,
     trace_blooms: Vec<Option<Sbbf>>,
     tokens: Option<TokenIndex>,
+    /// See [`Segment::heap_bytes`]: the segment never changes once open, so counted then.
+    heap_bytes: usize,
 }
 
 impl Segment {
     /// Heap bytes it keeps while open: the parsed footer, batch ids, bloom filters and token
     /// index (the file itself is mapped, not counted).
     pub fn heap_bytes(&self) -> usize {
-        let blooms: usize = self.trace_blooms.iter().flatten().map(|b| b.num_blocks() * 32).sum();
-        self.reader.metadata().memory_size()
-            + self.batches.capacity() * 16
-            + blooms
-            + self.tokens.as_ref().map_or(0, TokenIndex::heap_bytes)
+        self.heap_bytes
     }
 
     pub fn open(dir: &Path, meta: SegmentMeta) -> io::Result<Segment> {
@@ -422,7 +420,7 @@ impl Segment {
             (None, Some(text)) => Some(TokenIndex::decode_legacy(&text).ok_or_else(unreadable)?),
             (None, None) => None,
         };
-        let batches = footer(BATCHES_KEY)
+        let batches: Vec<u128> = footer(BATCHES_KEY)
             .as_deref()
             .map(|v| v.split(',').filter(|s| !s.is_empty()).filter_map(|h| u128::from_str_radix(h, 16).ok()).collect())
             .unwrap_or_default();
@@ -438,7 +436,11 @@ impl Segment {
                 trace_blooms.push(bloom);
             }
         }
-        Ok(Segment { meta, file, reader, batches: Arc::new(batches), trace_blooms, tokens })
+        let heap_bytes = reader.metadata().memory_size()
+            + batches.capacity() * 16
+            + trace_blooms.iter().flatten().map(|b| b.num_blocks() * 32).sum::<usize>()
+            + tokens.as_ref().map_or(0, TokenIndex::heap_bytes);
+        Ok(Segment { meta, file, reader, batches: Arc::new(batches), trace_blooms, tokens, heap_bytes })
     }
 
     /// Row groups whose statistics and bloom filter allow `(project, trace_id)`.
