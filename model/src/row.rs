@@ -134,6 +134,16 @@ pub struct TraceSummary {
     pub services: Vec<String>,
 }
 
+/// One endpoint's spans over one minute, added up when the spans are written (a rollup): APM
+/// over long ranges reads these instead of every span.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SpanRollup {
+    pub service: String,
+    pub operation: String,
+    pub minute_unix_nanos: i64,
+    pub totals: crate::query::SpanTotals,
+}
+
 /// The rows of one ingest request that land on one shard: exactly one Raft entry.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RowBatch<A = Vec<Attribute>> {

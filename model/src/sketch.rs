@@ -213,6 +213,46 @@ impl LatencyBuckets {
         (key - self.offset) as usize
     }
 
+    /// Adds what `other` counted: the same as having counted its values here, so merged
+    /// buckets make the same sketch as one scan over all the values.
+    pub fn merge(&mut self, other: &LatencyBuckets) {
+        self.zeros += other.zeros;
+        self.min = self.min.min(other.min);
+        self.max = self.max.max(other.max);
+        for (key, n) in other.nonzero() {
+            self.add_count(key, n);
+        }
+    }
+
+    fn add_count(&mut self, key: i32, n: u64) {
+        let i = self.index(key);
+        let total = u64::from(self.counts[i]) + n;
+        self.counts[i] = total as u32;
+        for _ in 0..total >> 32 {
+            self.overflows.push(key);
+        }
+    }
+
+    /// The non-empty buckets as (key, count), keys increasing.
+    fn nonzero(&self) -> impl Iterator<Item = (i32, u64)> + '_ {
+        let offset = self.offset;
+        self.wide_counts().into_iter().enumerate().filter(|(_, c)| *c > 0).map(move |(i, c)| (offset + i as i32, c))
+    }
+
+    /// What was counted, in a form to store.
+    pub fn counts(&self) -> BucketCounts {
+        BucketCounts { zeros: self.zeros, min: self.min, max: self.max, buckets: self.nonzero().collect() }
+    }
+
+    /// Buckets holding `counts` (as [`counts`](Self::counts) gave them).
+    pub fn from_counts(counts: &BucketCounts) -> Self {
+        let mut out = LatencyBuckets { zeros: counts.zeros, min: counts.min, max: counts.max, ..Default::default() };
+        for &(key, n) in &counts.buckets {
+            out.add_count(key, n);
+        }
+        out
+    }
+
     /// The sketch of the values counted. Each bucket goes in as one value of that bucket with
     /// its count: the bucket's representative value, kept within [min, max] (a non-empty
     /// bucket holding the minimum or maximum contains that clamp too, so the key is the
@@ -248,6 +288,22 @@ impl LatencyBuckets {
         }
         sketch
     }
+}
+
+impl PartialEq for LatencyBuckets {
+    fn eq(&self, other: &Self) -> bool {
+        self.counts() == other.counts()
+    }
+}
+
+/// The content of [`LatencyBuckets`]: values at or under the sketch's minimum, the exact
+/// extremes (infinities when empty) and the count of every non-empty bucket, keys increasing.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BucketCounts {
+    pub zeros: u64,
+    pub min: f64,
+    pub max: f64,
+    pub buckets: Vec<(i32, u64)>,
 }
 
 /// Mantissa bits that select a cell of [`KeyTable`]: a cell spans a ratio of at most
@@ -413,6 +469,24 @@ mod tests {
                 assert!((a - b).abs() <= b * RELATIVE_ACCURACY, "sum {a} vs {b}");
             }
         }
+    }
+
+    #[test]
+    fn merged_buckets_make_the_sketch_of_one_scan_over_all_values() {
+        let values = skewed_values(30_000, 11);
+        let mut whole = LatencyBuckets::default();
+        let mut parts = vec![LatencyBuckets::default(); 7];
+        for (i, &v) in values.iter().enumerate() {
+            whole.add(v);
+            parts[(i * 31 + i / 5) % 7].add(v);
+        }
+        parts.push(LatencyBuckets::default());
+        let mut merged = LatencyBuckets::default();
+        for p in &parts {
+            merged.merge(&LatencyBuckets::from_counts(&p.counts()));
+        }
+        assert_eq!(merged, whole);
+        assert_eq!(merged.to_sketch().encode(), whole.to_sketch().encode());
     }
 
     #[test]

@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use super::Merge;
-use crate::sketch::LatencySketch;
+use crate::sketch::{LatencyBuckets, LatencySketch};
 
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ApmPlan {
@@ -19,7 +19,7 @@ pub struct ServiceMapPlan;
 pub struct Stats {
     pub count: u64,
     pub errors: u64,
-    /// Zero for services and edges (the service map does not report means).
+    /// Sum of the durations (the service map does not report means).
     pub sum_ms: f64,
     pub sketch: LatencySketch,
 }
@@ -39,6 +39,46 @@ impl Stats {
             0.0
         } else {
             self.errors as f64 / self.count as f64
+        }
+    }
+}
+
+/// Spans added up for one endpoint (or service, or edge): by a scan, or read back from rollups
+/// of the same spans. Merging is exact (integer sums, bucket counts), so rollups answer what
+/// the scan would.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SpanTotals {
+    pub count: u64,
+    pub errors: u64,
+    /// Sum of the durations, nanoseconds.
+    pub duration_sum_ns: i128,
+    /// Durations in milliseconds; made into the reply's sketch once, at the end.
+    pub latency: LatencyBuckets,
+}
+
+impl SpanTotals {
+    #[inline]
+    pub fn add(&mut self, duration_ns: i64, error: bool) {
+        self.count += 1;
+        self.errors += u64::from(error);
+        self.duration_sum_ns += i128::from(duration_ns);
+        self.latency.add(duration_ns as f64 / 1e6);
+    }
+
+    pub fn merge(&mut self, other: &SpanTotals) {
+        self.count += other.count;
+        self.errors += other.errors;
+        self.duration_sum_ns += other.duration_sum_ns;
+        self.latency.merge(&other.latency);
+    }
+
+    /// The statistics to answer, the buckets made into a sketch.
+    pub fn stats(&self) -> Stats {
+        Stats {
+            count: self.count,
+            errors: self.errors,
+            sum_ms: self.duration_sum_ns as f64 / 1e6,
+            sketch: self.latency.to_sketch(),
         }
     }
 }

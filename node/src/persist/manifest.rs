@@ -16,6 +16,7 @@ fn table_to_pb(t: Table) -> pb::Table {
     match t {
         Table::Spans => pb::Table::Spans,
         Table::TraceSummaries => pb::Table::TraceSummaries,
+        Table::SpanRollups => pb::Table::SpanRollups,
         Table::Logs => pb::Table::Logs,
         Table::HostMetrics => pb::Table::HostMetrics,
         Table::Events => pb::Table::Events,
@@ -27,6 +28,7 @@ fn table_from_pb(t: i32) -> io::Result<Table> {
     Ok(match pb::Table::try_from(t).map_err(|_| invalid(format!("unknown segment table {t} in the manifest")))? {
         pb::Table::Spans => Table::Spans,
         pb::Table::TraceSummaries => Table::TraceSummaries,
+        pb::Table::SpanRollups => Table::SpanRollups,
         pb::Table::Logs => Table::Logs,
         pb::Table::HostMetrics => Table::HostMetrics,
         pb::Table::Events => Table::Events,

@@ -1,74 +1,84 @@
-//! APM endpoints: per (service, operation) counts, error counts, total and a latency sketch.
+//! APM endpoints: per (service, operation) counts, error counts, total and a latency sketch,
+//! from span rollups for the whole minutes of the range and from spans for the rest.
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
 use arrow_array::Array;
-use sextant_model::query::{self, ApmPlan, ShardQuery, Stats};
+use sextant_model::query::{self, ApmPlan, ShardQuery, SpanTotals};
 use sextant_model::row::SpanStatus;
-use sextant_model::sketch::LatencyBuckets;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::{each_batch_holding, scan_of, Budget, Compute, Prehashed, QueryError, QueryKind, Scans};
+use crate::segment::rollup::{decode_durations, minute_at_or_after, minute_of};
 use crate::segment::table::{Cols, Strings};
-use crate::segment::{Filter, Table};
+use crate::segment::{Filter, Scan, Table};
 use crate::shard::ScanJob;
 
 impl QueryKind for ApmPlan {
     fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
-        let job = shard.scan(scan_of(
-            req,
-            Table::Spans,
-            Filter { services: self.services.clone(), ..Default::default() },
-            &["service", "operation", "duration_ns", "status"],
-            &["service", "operation"],
-        ));
-        Ok(Box::new(move |_, budget| Ok(run(job, budget)?.into())))
+        let filter = Filter { services: self.services.clone(), ..Default::default() };
+        let (from, to) = (req.from_unix_nanos, req.to_unix_nanos);
+        // Whole minutes from the rollups; the parts of a minute at either end from spans.
+        let (first, last) = (minute_at_or_after(from).unwrap_or(i64::MAX), minute_of(to));
+        let spans = |from_ns: i64, to_ns: i64| Scan {
+            from_ns,
+            to_ns,
+            ..scan_of(req, Table::Spans, filter.clone(), &SPAN_COLUMNS, &["service", "operation"])
+        };
+        let mut jobs = Vec::new();
+        if first < last {
+            let rollups = Scan {
+                from_ns: first,
+                to_ns: last,
+                ..scan_of(req, Table::SpanRollups, filter.clone(), &ROLLUP_COLUMNS, &["service", "operation"])
+            };
+            jobs.push(shard.scan(rollups));
+            for (a, b) in [(from, first), (last, to)] {
+                if a < b {
+                    jobs.push(shard.scan(spans(a, b)));
+                }
+            }
+        } else {
+            jobs.push(shard.scan(spans(from, to)));
+        }
+        Ok(Box::new(move |_, budget| Ok(run(jobs, budget)?.into())))
     }
 }
 
-/// Statistics of one endpoint (or service, or edge of the service map) on this shard.
-#[derive(Default)]
-pub struct Acc {
-    pub count: u64,
-    pub errors: u64,
-    pub sum_ms: f64,
-    /// Made into the reply's sketch once, at the end of the scan.
-    pub latency: LatencyBuckets,
-}
-
-impl Acc {
-    #[inline]
-    pub fn add(&mut self, ms: f64, error: bool) {
-        self.count += 1;
-        self.errors += u64::from(error);
-        self.sum_ms += ms;
-        self.latency.add(ms);
-    }
-
-    /// The statistics to answer, the buckets made into a sketch.
-    pub fn stats(&self) -> Stats {
-        Stats { count: self.count, errors: self.errors, sum_ms: self.sum_ms, sketch: self.latency.to_sketch() }
-    }
-}
+const SPAN_COLUMNS: [&str; 4] = ["service", "operation", "duration_ns", "status"];
+const ROLLUP_COLUMNS: [&str; 5] = ["service", "operation", "count", "errors", "durations"];
 
 /// Memory of an endpoint's accumulator while grouping: its names and latency buckets.
 const ENDPOINT_BYTES: u64 = 4096;
 
-pub fn run(job: ScanJob, budget: &mut Budget) -> Result<query::Endpoints, QueryError> {
+/// Endpoint totals over `jobs`: scans of spans and of span rollups.
+pub fn run(jobs: Vec<ScanJob>, budget: &mut Budget) -> Result<query::Endpoints, QueryError> {
     let mut endpoints = Endpoints::default();
     let mut rows = Vec::new();
-    each_batch_holding(job, budget, |rb| {
-        let c = Cols(rb);
-        endpoints.of_rows(c.strings("service"), c.strings("operation"), rb.num_rows(), &mut rows);
-        let (duration, status) = (c.i64("duration_ns").values(), c.i32("status").values());
-        for ((&e, &ns), &status) in rows.iter().zip(duration.iter()).zip(status.iter()) {
-            endpoints.list[e as usize].2.add(ns as f64 / 1e6, status == SpanStatus::Error.code());
-        }
-        Ok(endpoints.list.len() as u64 * ENDPOINT_BYTES)
-    })?;
+    for job in jobs {
+        each_batch_holding(job, budget, |rb| {
+            let c = Cols(rb);
+            endpoints.of_rows(c.strings("service"), c.strings("operation"), rb.num_rows(), &mut rows);
+            if rb.column_by_name("durations").is_some() {
+                let (count, errors, durations) = (c.u64("count"), c.u64("errors"), c.bin("durations"));
+                for (i, &e) in rows.iter().enumerate() {
+                    let (duration_sum_ns, latency) = decode_durations(durations.value(i))?;
+                    let totals =
+                        SpanTotals { count: count.value(i), errors: errors.value(i), duration_sum_ns, latency };
+                    endpoints.list[e as usize].2.merge(&totals);
+                }
+            } else {
+                let (duration, status) = (c.i64("duration_ns").values(), c.i32("status").values());
+                for ((&e, &ns), &status) in rows.iter().zip(duration.iter()).zip(status.iter()) {
+                    endpoints.list[e as usize].2.add(ns, status == SpanStatus::Error.code());
+                }
+            }
+            Ok(endpoints.list.len() as u64 * ENDPOINT_BYTES)
+        })?;
+    }
     Ok(query::Endpoints(
-        endpoints.list.into_iter().map(|(service, operation, a)| ((service, operation), a.stats())).collect(),
+        endpoints.list.into_iter().map(|(service, operation, t)| ((service, operation), t.stats())).collect(),
     ))
 }
 
@@ -82,7 +92,7 @@ const MAX_KEY_PAIRS: usize = 1 << 16;
 #[derive(Default)]
 struct Endpoints {
     slots: HashMap<u64, Vec<u32>, BuildHasherDefault<Prehashed>>,
-    list: Vec<(String, String, Acc)>,
+    list: Vec<(String, String, SpanTotals)>,
     /// Per batch of dictionaries: the endpoint of each (service key, operation key) pair,
     /// `u32::MAX` until a row has it.
     pairs: Vec<u32>,
@@ -124,7 +134,7 @@ impl Endpoints {
         match ids.iter().copied().find(|&i| list[i as usize].0 == service && list[i as usize].1 == operation) {
             Some(i) => i,
             None => {
-                list.push((service.to_owned(), operation.to_owned(), Acc::default()));
+                list.push((service.to_owned(), operation.to_owned(), SpanTotals::default()));
                 ids.push(list.len() as u32 - 1);
                 list.len() as u32 - 1
             }

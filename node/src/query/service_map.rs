@@ -10,11 +10,11 @@ use sextant_model::query::{ServiceMap, ServiceMapPlan, ShardQuery};
 use sextant_model::row::SpanStatus;
 use xxhash_rust::xxh3::{xxh3_128, xxh3_64, Xxh3};
 
-use super::apm::Acc;
 use super::{bytes_of, each_batch_holding, scan_of, Budget, Compute, Prehashed, QueryError, QueryKind, Scans};
 use crate::segment::table::{Cols, Strings};
 use crate::segment::{Filter, Table};
 use crate::shard::ScanJob;
+use sextant_model::query::SpanTotals;
 
 impl QueryKind for ServiceMapPlan {
     fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
@@ -58,7 +58,7 @@ type SpanKeys = HashMap<SpanKey, u32, BuildHasherDefault<Prehashed>>;
 struct Child {
     parent: SpanKey,
     service: u32,
-    ms: f64,
+    duration_ns: i64,
     error: bool,
 }
 
@@ -122,11 +122,11 @@ pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ServiceMap, QueryError> 
     // The spans of the current batch: most parents are found in this small table.
     let mut in_batch = SpanKeys::default();
     let (mut batch_children, mut children) = (Vec::new(), Vec::new());
-    let mut nodes: Vec<Acc> = Vec::new();
-    let mut edges: HashMap<(u32, u32), Acc> = HashMap::new();
+    let mut nodes: Vec<SpanTotals> = Vec::new();
+    let mut edges: HashMap<(u32, u32), SpanTotals> = HashMap::new();
     let mut add_edge = |source: u32, c: &Child| {
         if source != c.service {
-            edges.entry((source, c.service)).or_default().add(c.ms, c.error);
+            edges.entry((source, c.service)).or_default().add(c.duration_ns, c.error);
         }
     };
     let mut rows = Vec::new();
@@ -135,7 +135,7 @@ pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ServiceMap, QueryError> 
         let (trace, span, parent, duration, status) =
             (c.str("trace_id"), c.str("span_id"), c.str("parent_span_id"), c.i64("duration_ns"), c.i32("status"));
         services.of_rows(c.strings("service"), rb.num_rows(), &mut rows);
-        nodes.resize_with(services.names.len(), Acc::default);
+        nodes.resize_with(services.names.len(), SpanTotals::default);
         in_batch.clear();
         let mut start = 0;
         while start < rows.len() {
@@ -164,11 +164,11 @@ pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ServiceMap, QueryError> 
                 if !is_split {
                     spans.push((key, s));
                 }
-                let ms = duration.value(i) as f64 / 1e6;
+                let duration_ns = duration.value(i);
                 let error = status.value(i) == SpanStatus::Error.code();
-                nodes[s as usize].add(ms, error);
+                nodes[s as usize].add(duration_ns, error);
                 if !parent.value(i).is_empty() {
-                    batch_children.push(Child { parent: span_key(t, parent.value(i)), service: s, ms, error });
+                    batch_children.push(Child { parent: span_key(t, parent.value(i)), service: s, duration_ns, error });
                 }
             }
             if !is_split {

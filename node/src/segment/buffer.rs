@@ -141,7 +141,7 @@ impl Buffer {
             .collect()
     }
 
-    /// The live rows of `project` in `table` (trace summaries: derived from its spans), as
+    /// The live rows of `project` in `table` (summaries and rollups: derived from its spans), as
     /// record batches ready for [`Scan::apply`](super::Scan::apply).
     pub fn scan_rows(&self, scan: &super::Scan, hidden: &dyn Fn(u128) -> bool) -> Vec<arrow_array::RecordBatch> {
         self.scan_from(self.candidates(scan), scan, hidden)
@@ -163,7 +163,7 @@ impl Buffer {
         scan: &super::Scan,
         hidden: &dyn Fn(u128) -> bool,
     ) -> Vec<arrow_array::RecordBatch> {
-        let source = if scan.table == Table::TraceSummaries { Table::Spans } else { scan.table };
+        let source = if scan.table.is_derived() { Table::Spans } else { scan.table };
         let mut live: Vec<&BufferedRow> = rows
             .filter(|r| {
                 r.row.table() == source
@@ -177,35 +177,26 @@ impl Buffer {
             return Vec::new();
         }
         let rows: Vec<Row>;
-        let refs: Vec<RowRef<'_>> = if scan.table == Table::TraceSummaries {
+        let refs: Vec<RowRef<'_>> = if scan.table.is_derived() {
             live.sort_by(|a, b| a.row.sort_key().cmp(&b.row.sort_key()));
             let spans: Vec<RowRef<'_>> =
                 live.iter().map(|r| RowRef { project: &r.project, row: &r.row, batch: 0 }).collect();
-            rows = super::summary::summary_rows(&spans).into_iter().map(|(_, r)| r).collect();
+            let derived = match scan.table {
+                Table::TraceSummaries => super::summary::summary_rows(&spans),
+                _ => super::rollup::rollup_rows(&spans),
+            };
+            rows = derived.into_iter().map(|(_, r)| r).collect();
             rows.iter().map(|row| RowRef { project: &scan.project, row, batch: 0 }).collect()
         } else {
             live.iter().map(|r| RowRef { project: &r.project, row: &r.row, batch: 0 }).collect()
         };
-        // Only what the scan returns or filters on is built: the rest would be copied for nothing.
-        let columns = scan.read_columns(false, false);
-        let mut out = Vec::new();
-        for chunk in refs.chunks(8192) {
-            let rb = match &columns {
-                Some(columns) => super::table::to_projected_batch(scan.table, chunk, columns),
-                None => super::table::to_record_batch(scan.table, chunk),
-            };
-            let rb = rb.expect("rows match their table's schema");
-            if let Some(kept) = scan.apply(&rb, &|_| false).expect("filtering a batch of its own schema") {
-                out.push(kept);
-            }
-        }
-        out
+        scan.select(&refs)
     }
 
     /// Rows of `project` that [`scan_rows`](Self::scan_rows) would consider (by table, time
     /// and event name, without building them), and their share of the buffer's bytes.
     pub fn estimate(&self, scan: &super::Scan) -> (u64, u64) {
-        let source = if scan.table == Table::TraceSummaries { Table::Spans } else { scan.table };
+        let source = if scan.table.is_derived() { Table::Spans } else { scan.table };
         let rows = self
             .rows
             .iter()

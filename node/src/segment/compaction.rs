@@ -45,7 +45,7 @@ impl ExpiryPolicy {
 /// What to do next to a shard's segments, if anything.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Plan {
-    /// Delete these segments (and their summaries) without reading them: all expired.
+    /// Delete these segments (and those derived from them) without reading them: all expired.
     Drop(Vec<SegmentMeta>),
     /// Rewrite these segments into one, without expired, hidden or repeated rows.
     Rewrite(Vec<SegmentMeta>),
@@ -53,7 +53,7 @@ pub enum Plan {
 
 /// Expiry first (whole drops, then partial rewrites of one segment), then merges.
 pub fn next(segments: &[SegmentMeta], policy: &ExpiryPolicy, now_s: i64) -> Option<Plan> {
-    let data = || segments.iter().filter(|s| s.table != Table::TraceSummaries);
+    let data = || segments.iter().filter(|s| !s.table.is_derived());
     let dropped: Vec<SegmentMeta> = data().filter(|s| policy.expires_whole(s)).cloned().collect();
     if !dropped.is_empty() {
         return Some(Plan::Drop(dropped));
@@ -65,11 +65,11 @@ pub fn next(segments: &[SegmentMeta], policy: &ExpiryPolicy, now_s: i64) -> Opti
 }
 
 /// The spans (or other) segments to merge next, at most one group: the oldest time bucket
-/// with enough small segments. Trace summaries are never picked themselves: they are
-/// rewritten with their spans segments.
+/// with enough small segments. Derived segments (trace summaries, rollups) are never picked
+/// themselves: they are rewritten with their spans segments.
 pub fn plan(segments: &[SegmentMeta], now_s: i64) -> Option<Vec<SegmentMeta>> {
     let mut buckets: BTreeMap<(i64, Table), Vec<&SegmentMeta>> = BTreeMap::new();
-    for s in segments.iter().filter(|s| s.table != Table::TraceSummaries && s.rows < SMALL_SEGMENT_ROWS) {
+    for s in segments.iter().filter(|s| !s.table.is_derived() && s.rows < SMALL_SEGMENT_ROWS) {
         buckets.entry((s.hour, s.table)).or_default().push(s);
     }
     for ((start, table), mut small) in buckets {

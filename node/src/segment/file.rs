@@ -59,7 +59,8 @@ pub struct SegmentMeta {
     pub min_ns: i64,
     pub max_ns: i64,
     pub file: FileEntry,
-    /// For a trace-summaries segment: the spans segment it summarizes (replaced with it).
+    /// For a segment derived from spans (summaries, rollups): the spans segment it derives
+    /// from (replaced with it).
     pub summarizes: Option<u64>,
     /// The projects with rows here, sorted: retention drops a segment without reading it
     /// when every one of them has expired.

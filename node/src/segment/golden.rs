@@ -6,7 +6,10 @@
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use sextant_model::row::{Attribute, Encoded, Event, LogLevel, ReplayEvent, SpanStatus, TraceSummary, Value};
+use sextant_model::query::SpanTotals;
+use sextant_model::row::{
+    Attribute, Encoded, Event, LogLevel, ReplayEvent, SpanRollup, SpanStatus, TraceSummary, Value,
+};
 use sextant_proto::convert::persist_row::encode_attribute;
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -214,6 +217,29 @@ fn replays() -> Vec<Row> {
         .collect()
 }
 
+fn span_rollups() -> Vec<Row> {
+    let durations: [&[(i64, bool)]; 4] = [
+        &[(1_500_000, false), (2_000_000, true), (0, false)],
+        &[(250_000_000, false)],
+        &[(7, false), (40_000_000_000, true), (i64::MAX, false)],
+        &[],
+    ];
+    (0..12u32)
+        .map(|i| {
+            let mut totals = SpanTotals::default();
+            for &(ns, error) in durations[i as usize % 4] {
+                totals.add(ns, error);
+            }
+            Row::SpanRollup(SpanRollup {
+                service: format!("svc-{}", i % 3),
+                operation: format!("GET /{}", i % 2),
+                minute_unix_nanos: (HOUR + 60 * i64::from(i / 3)) * 1_000_000_000,
+                totals,
+            })
+        })
+        .collect()
+}
+
 /// A fixture segment: its table, time bucket, and rows (with their projects) in segment order.
 type FixtureSegment = (Table, i64, Vec<(&'static str, Row)>);
 
@@ -231,6 +257,7 @@ fn fixture_rows() -> Vec<FixtureSegment> {
         (Table::HostMetrics, HOUR, with_projects(host_metrics(), 12)),
         (Table::Events, DAY, with_projects(events(), 15)),
         (Table::ReplayEvents, DAY, with_projects(replays(), 10)),
+        (Table::SpanRollups, HOUR, with_projects(span_rollups(), 8)),
     ]
 }
 
@@ -246,7 +273,7 @@ fn write_format_1_segment_fixtures() {
         let refs: Vec<RowRef<'_>> =
             rows.iter().enumerate().map(|(i, (project, row))| RowRef { project, row, batch: (i % 2) as u32 }).collect();
         let mut meta = file::write(&dir, id as u64 + 1, table, hour, &refs, &BATCHES).unwrap();
-        if table == Table::TraceSummaries {
+        if table.is_derived() {
             meta.summarizes = Some(1);
         }
         manifest.segments.push(meta);
@@ -265,7 +292,7 @@ fn segments_written_by_format_1_still_read() {
     for (meta, (table, hour, rows)) in manifest.segments.iter().zip(expected) {
         let name = table.name();
         assert_eq!((meta.table, meta.hour, meta.rows), (table, hour, rows.len() as u64), "{name}");
-        assert_eq!(meta.summarizes, (table == Table::TraceSummaries).then_some(1), "{name}");
+        assert_eq!(meta.summarizes, table.is_derived().then_some(1), "{name}");
         let mut projects: Vec<String> = rows.iter().map(|(p, _)| (*p).to_owned()).collect();
         projects.dedup();
         assert_eq!(meta.projects, projects, "{name}");

@@ -12,7 +12,7 @@ use sextant_model::text::{tokens, LogQuery};
 
 use super::attribute::{read_stored, Attribute};
 use super::layout::stored_value;
-use super::table::{Cols, Row, Strings, Table};
+use super::table::{Cols, Row, RowRef, Strings, Table};
 use super::token_index::{term_hash, TokenIndex};
 
 /// Row predicates of a scan. Empty lists and `None`s do not filter.
@@ -96,6 +96,7 @@ impl Scan {
         match table {
             Table::Spans => &["project", "start_ns", "service", "trace_id", "operation"],
             Table::TraceSummaries => &["project", "start_ns", "trace_id"],
+            Table::SpanRollups => &["project", "minute_ns", "service"],
             Table::Logs => &["project", "time_ns", "service", "level"],
             Table::HostMetrics => &["project", "time_ns", "hostname"],
             Table::Events => &["project", "time_ns", "event", "distinct_id"],
@@ -142,6 +143,7 @@ impl Scan {
                 any("service", &f.services) && one("trace_id", &f.trace_id) && one("operation", &f.operation)
             }
             Table::TraceSummaries => one("trace_id", &f.trace_id),
+            Table::SpanRollups => any("service", &f.services),
             Table::Logs => any("service", &f.services) && one("trace_id", &f.trace_id),
             Table::HostMetrics => one("hostname", &f.hostname),
             Table::Events => any("event", &f.events) && one("distinct_id", &f.distinct_id),
@@ -210,6 +212,7 @@ impl Scan {
                 need(f.errors_only, "error_count");
                 need(f.min_duration_ns.is_some(), "end_ns");
             }
+            Table::SpanRollups => need(!f.services.is_empty(), "service"),
             Table::Logs => {
                 need(!f.services.is_empty(), "service");
                 need(!f.levels.is_empty(), "level");
@@ -232,12 +235,14 @@ impl Scan {
 
     /// A cheap first selection of buffered rows, before they are turned into columns (all of
     /// them, every query): the time range and, for events, the event names. [`mask`](Self::mask)
-    /// still decides. Not for trace summaries, which are derived from all of a trace's spans.
+    /// still decides. Not for trace summaries, which are derived from all of a trace's spans;
+    /// for rollups, by the minute of the span (a rollup holds the spans of its minute).
     pub fn may_select(&self, row: &Row) -> bool {
-        if self.table == Table::TraceSummaries {
-            return true;
-        }
-        let t = row.time_ns();
+        let t = match self.table {
+            Table::TraceSummaries => return true,
+            Table::SpanRollups => super::rollup::minute_of(row.time_ns()),
+            _ => row.time_ns(),
+        };
         t >= self.from_ns
             && t < self.to_ns
             && match row {
@@ -334,6 +339,10 @@ impl Scan {
                         })
                 })
             }
+            Table::SpanRollups => {
+                let services = among("service", &f.services);
+                rows(&common, |i| one_of(&services, i))
+            }
             Table::HostMetrics => {
                 let hostname = is("hostname", &f.hostname);
                 rows(&common, |i| equal(&hostname, i))
@@ -350,6 +359,25 @@ impl Scan {
             }
         };
         BooleanArray::new(own, None)
+    }
+
+    /// The matching rows among `rows` (of the scan's table), as record batches of the
+    /// requested columns.
+    pub fn select(&self, rows: &[RowRef<'_>]) -> Vec<RecordBatch> {
+        // Only what the scan returns or filters on is built: the rest would be copied for nothing.
+        let columns = self.read_columns(false, false);
+        let mut out = Vec::new();
+        for chunk in rows.chunks(8192) {
+            let rb = match &columns {
+                Some(columns) => super::table::to_projected_batch(self.table, chunk, columns),
+                None => super::table::to_record_batch(self.table, chunk),
+            };
+            let rb = rb.expect("rows match their table's schema");
+            if let Some(kept) = self.apply(&rb, &|_| false).expect("filtering a batch of its own schema") {
+                out.push(kept);
+            }
+        }
+        out
     }
 
     /// Keeps the matching rows of `rb` and the requested columns.

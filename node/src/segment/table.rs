@@ -17,16 +17,19 @@ use arrow_array::{
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use sextant_model::row::{
-    Encoded, Event, HostMetric, LogLevel, LogRecord, ReplayEvent, Span, SpanStatus, TraceSummary,
+    Encoded, Event, HostMetric, LogLevel, LogRecord, ReplayEvent, Span, SpanRollup, SpanStatus, TraceSummary,
 };
 
 use super::attribute;
+use sextant_model::query::SpanTotals;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Table {
     Spans,
     /// Derived from spans at flush and compaction; one summary segment per spans segment.
     TraceSummaries,
+    /// Derived from spans at flush and compaction; one rollup segment per spans segment.
+    SpanRollups,
     Logs,
     HostMetrics,
     Events,
@@ -44,13 +47,26 @@ fn opt(n: &str, t: DataType) -> Field {
 }
 
 impl Table {
-    pub const ALL: [Table; 6] =
-        [Table::Spans, Table::TraceSummaries, Table::Logs, Table::HostMetrics, Table::Events, Table::ReplayEvents];
+    pub const ALL: [Table; 7] = [
+        Table::Spans,
+        Table::TraceSummaries,
+        Table::SpanRollups,
+        Table::Logs,
+        Table::HostMetrics,
+        Table::Events,
+        Table::ReplayEvents,
+    ];
+
+    /// Tables whose rows are derived from another's when it is written (from spans).
+    pub fn is_derived(self) -> bool {
+        matches!(self, Table::TraceSummaries | Table::SpanRollups)
+    }
 
     pub fn name(self) -> &'static str {
         match self {
             Table::Spans => "spans",
             Table::TraceSummaries => "trace_summaries",
+            Table::SpanRollups => "span_rollups",
             Table::Logs => "logs",
             Table::HostMetrics => "host_metrics",
             Table::Events => "events",
@@ -62,6 +78,7 @@ impl Table {
     pub fn time_column(self) -> &'static str {
         match self {
             Table::Spans | Table::TraceSummaries => "start_ns",
+            Table::SpanRollups => "minute_ns",
             _ => "time_ns",
         }
     }
@@ -89,6 +106,14 @@ impl Table {
                 Field::new("span_count", DataType::UInt32, false),
                 Field::new("error_count", DataType::UInt32, false),
                 Field::new("services", DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), false),
+            ],
+            Table::SpanRollups => vec![
+                utf8("service"),
+                utf8("operation"),
+                int64("minute_ns"),
+                Field::new("count", DataType::UInt64, false),
+                Field::new("errors", DataType::UInt64, false),
+                Field::new("durations", DataType::Binary, false),
             ],
             Table::Logs => vec![
                 int64("time_ns"),
@@ -144,6 +169,7 @@ impl Table {
             // and lets trace ids compress to almost nothing.
             Table::Spans | Table::TraceSummaries => &["project", "trace_id", "start_ns"],
             Table::Logs => &["project", "time_ns"],
+            Table::SpanRollups => &["project", "minute_ns"],
             Table::HostMetrics => &["project", "hostname", "time_ns"],
             // All events of a user together: funnels and retention read one user at a time.
             Table::Events => &["project", "distinct_id", "time_ns"],
@@ -162,6 +188,7 @@ pub type HostMetricRow = HostMetric<Encoded>;
 pub enum Row {
     Span(SpanRow),
     TraceSummary(TraceSummary),
+    SpanRollup(SpanRollup),
     Log(LogRow),
     HostMetric(HostMetricRow),
     Event(Event),
@@ -173,6 +200,7 @@ impl Row {
         match self {
             Row::Span(_) => Table::Spans,
             Row::TraceSummary(_) => Table::TraceSummaries,
+            Row::SpanRollup(_) => Table::SpanRollups,
             Row::Log(_) => Table::Logs,
             Row::HostMetric(_) => Table::HostMetrics,
             Row::Event(_) => Table::Events,
@@ -184,6 +212,7 @@ impl Row {
         match self {
             Row::Span(s) => s.start_unix_nanos,
             Row::TraceSummary(s) => s.start_unix_nanos,
+            Row::SpanRollup(r) => r.minute_unix_nanos,
             Row::Log(l) => l.unix_nanos,
             Row::HostMetric(m) => m.unix_nanos,
             Row::Event(e) => e.unix_nanos,
@@ -196,6 +225,7 @@ impl Row {
         match self {
             Row::Span(s) => (&s.trace_id, s.start_unix_nanos),
             Row::TraceSummary(s) => (&s.trace_id, s.start_unix_nanos),
+            Row::SpanRollup(r) => ("", r.minute_unix_nanos),
             Row::Log(l) => ("", l.unix_nanos),
             Row::HostMetric(m) => (&m.hostname, m.unix_nanos),
             Row::Event(e) => (&e.distinct_id, e.unix_nanos),
@@ -384,6 +414,16 @@ fn build_columns<'l>(
                 V::U4(t.span_count),
                 V::U4(t.error_count),
                 V::L(&t.services),
+                b,
+            ]),
+            Row::SpanRollup(r) => cols.push(&[
+                p,
+                V::S(&r.service),
+                V::S(&r.operation),
+                V::I(r.minute_unix_nanos),
+                V::U(Some(r.totals.count)),
+                V::U(Some(r.totals.errors)),
+                V::B(&super::rollup::encode_durations(&r.totals)),
                 b,
             ]),
             Row::Log(l) => cols.push(&[
@@ -609,6 +649,21 @@ pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u3
                     error_count: c.u32("error_count").value(i),
                     services: string_list(c.list("services"), i),
                 }),
+                Table::SpanRollups => {
+                    let (duration_sum_ns, latency) = super::rollup::decode_durations(c.bin("durations").value(i))
+                        .expect("rollups of a readable segment decode");
+                    Row::SpanRollup(SpanRollup {
+                        service: s("service", i),
+                        operation: s("operation", i),
+                        minute_unix_nanos: c.i64("minute_ns").value(i),
+                        totals: SpanTotals {
+                            count: c.u64("count").value(i),
+                            errors: c.u64("errors").value(i),
+                            duration_sum_ns,
+                            latency,
+                        },
+                    })
+                }
                 Table::Logs => Row::Log(LogRow {
                     unix_nanos: c.i64("time_ns").value(i),
                     level: LogLevel::from_code(c.i32("level").value(i)),

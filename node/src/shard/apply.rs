@@ -131,8 +131,8 @@ mod tests {
         assert_eq!(ingest(&mut s, 2, 1, b1), CommandResponse::Ingested { duplicate: true, rows: 0 });
         assert_eq!(ids(&s, "p", "t1"), ["b", "a"]);
         checkpoint(&mut s, 2);
-        // Two hour buckets: two spans segments, each with its trace summaries segment.
-        assert_eq!(s.segment_count(), 4);
+        // Two hour buckets: two spans segments, each with its summaries and rollups segments.
+        assert_eq!(s.segment_count(), 6);
         assert_eq!(ids(&s, "p", "t1"), ["b", "a"]);
         assert!(ids(&s, "other", "t1").is_empty());
 

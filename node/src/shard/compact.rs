@@ -7,13 +7,13 @@ use std::io;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
 
-use super::flush::write_segment;
+use super::flush::{write_segment, IDS_PER_SEGMENT};
 use super::{Persisted, Published, SegmentShard};
 use crate::durable::sync_dir;
 use crate::failpoint;
 use crate::segment::compaction::{self, merge_rows, ExpiryPolicy};
 use crate::segment::table::RowRef;
-use crate::segment::{Segment, Table};
+use crate::segment::Segment;
 
 impl SegmentShard {
     /// Replaces the expiry policy the compactor applies from now on.
@@ -33,8 +33,7 @@ impl SegmentShard {
             compaction::Plan::Rewrite(segments) => (segments, false),
         };
         let ids: HashSet<u64> = picked.iter().map(|s| s.id).collect();
-        let summaries =
-            metas.iter().filter(|s| s.summarizes.is_some_and(|id| ids.contains(&id))).map(|s| s.id).collect();
+        let derived = metas.iter().filter(|s| s.summarizes.is_some_and(|id| ids.contains(&id))).map(|s| s.id).collect();
         let inputs: Vec<Arc<Segment>> =
             published.segments.iter().filter(|s| ids.contains(&s.meta.id)).cloned().collect();
         (inputs.len() == ids.len()).then(|| CompactionJob {
@@ -42,7 +41,7 @@ impl SegmentShard {
             drop_only,
             expiry: self.expiry.clone(),
             inputs,
-            summaries,
+            derived,
             published: self.published.clone(),
             persisted: self.persisted.clone(),
         })
@@ -57,8 +56,8 @@ pub struct CompactionJob {
     drop_only: bool,
     expiry: Arc<ExpiryPolicy>,
     inputs: Vec<Arc<Segment>>,
-    /// Trace-summary segments of spans inputs: replaced along with them.
-    summaries: Vec<u64>,
+    /// Segments derived from spans inputs (summaries, rollups): replaced along with them.
+    derived: Vec<u64>,
     published: Arc<RwLock<Published>>,
     persisted: Arc<Mutex<Persisted>>,
 }
@@ -102,7 +101,7 @@ impl CompactionJob {
             // Reserve ids; the next manifest written (by a flush or by us) records them.
             let mut p = self.persisted.lock().unwrap();
             let id = p.manifest.next_segment;
-            p.manifest.next_segment += 2;
+            p.manifest.next_segment += IDS_PER_SEGMENT;
             id
         };
         let mut written = Vec::new();
@@ -114,12 +113,13 @@ impl CompactionJob {
             written.iter().map(|m| Segment::open(&self.dir, m.clone()).map(Arc::new)).collect::<io::Result<Vec<_>>>()
         })();
         // A failed merge (a full disk) leaves no partial output behind; the next pass retries.
-        let opened = opened.inspect_err(|_| super::flush::remove_unlisted(&self.dir, first_id..first_id + 2))?;
+        let opened =
+            opened.inspect_err(|_| super::flush::remove_unlisted(&self.dir, first_id..first_id + IDS_PER_SEGMENT))?;
 
         failpoint::hit(failpoint::COMPACTION_BEFORE_MANIFEST);
         let mut p = self.persisted.lock().unwrap();
         let mut gone: HashSet<u64> = self.inputs.iter().map(|s| s.meta.id).collect();
-        gone.extend(&self.summaries);
+        gone.extend(&self.derived);
         let present = p.manifest.segments.iter().filter(|s| gone.contains(&s.id)).count();
         if present != gone.len() {
             drop(p);
@@ -135,7 +135,7 @@ impl CompactionJob {
         manifest.segments.extend(written.iter().cloned());
         let entry = manifest
             .store(&self.dir)
-            .inspect_err(|_| super::flush::remove_unlisted(&self.dir, first_id..first_id + 2))?;
+            .inspect_err(|_| super::flush::remove_unlisted(&self.dir, first_id..first_id + IDS_PER_SEGMENT))?;
         {
             let mut pubd = self.published.write().unwrap();
             pubd.segments.retain(|s| !gone.contains(&s.meta.id));
@@ -150,7 +150,7 @@ impl CompactionJob {
         }
         Ok(CompactionOutcome::Merged {
             inputs: self.inputs.len(),
-            outputs: written.iter().filter(|m| m.table != Table::TraceSummaries).count(),
+            outputs: written.iter().filter(|m| !m.table.is_derived()).count(),
             rows_in,
             rows_out: refs.len() as u64,
         })
@@ -161,7 +161,7 @@ impl CompactionJob {
 mod tests {
     use super::super::testing::*;
     use super::*;
-    use crate::segment::Row;
+    use crate::segment::{Row, Table};
     use crate::state_machine::GroupStore;
     use crate::types::Command;
 
@@ -180,12 +180,12 @@ mod tests {
         s.apply(4, Command::Abort { batch_id: 3 });
         // Compaction drops an aborted batch once its tombstone is in the manifest.
         checkpoint(&mut s, 4);
-        assert_eq!(s.segment_count(), 6);
+        assert_eq!(s.segment_count(), 9);
         assert!(s.compaction(0).is_none(), "the hour is not over and only three segments exist");
 
         let job = s.compaction(i64::MAX).expect("three small segments of a past hour");
         assert_eq!(job.run().unwrap(), CompactionOutcome::Merged { inputs: 3, outputs: 1, rows_in: 5, rows_out: 3 });
-        assert_eq!(s.segment_count(), 2, "one spans segment and its summaries");
+        assert_eq!(s.segment_count(), 3, "one spans segment, its summaries and rollups");
         let spans = scan_all(&s, Table::Spans, "p", Filter::default());
         assert_eq!(spans.len(), 3);
         let summaries = scan_all(&s, Table::TraceSummaries, "p", Filter::default());
@@ -197,11 +197,20 @@ mod tests {
             })
             .collect();
         assert_eq!(counts, [("t1".to_owned(), 2), ("t2".to_owned(), 1)]);
+        // The rollups are made again from the kept spans.
+        let rolled_up: u64 = scan_all(&s, Table::SpanRollups, "p", Filter::default())
+            .iter()
+            .map(|r| match r {
+                Row::SpanRollup(r) => r.totals.count,
+                _ => unreachable!(),
+            })
+            .sum();
+        assert_eq!(rolled_up, 3);
         // Only the manifest's files remain, and they reopen to the same rows.
         let files = std::fs::read_dir(dir.path())
             .unwrap()
             .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("seg-"));
-        assert_eq!(files.count(), 2);
+        assert_eq!(files.count(), 3);
         drop(s);
         let s = SegmentShard::open(dir.path()).unwrap();
         assert_eq!(scan_all(&s, Table::Spans, "p", Filter::default()), spans);

@@ -11,6 +11,7 @@ use super::{Persisted, Published, SegmentShard, Usage};
 use crate::durable::sync_dir;
 use crate::failpoint;
 use crate::segment::file as segment_file;
+use crate::segment::rollup::rollup_rows;
 use crate::segment::summary::summary_rows;
 use crate::segment::table::RowRef;
 use crate::segment::{Buffer, Dedup, Segment, Table};
@@ -51,8 +52,12 @@ impl SegmentShard {
     }
 }
 
+/// Segment ids a written segment may use: its own and those of its derived segments.
+pub(super) const IDS_PER_SEGMENT: u64 = 3;
+
 /// Writes `rows` of one table and hour as segment `id`; a spans segment gets its trace
-/// summaries as segment `id + 1`. Callers reserve two ids either way.
+/// summaries as segment `id + 1` and its rollups as `id + 2`. Callers reserve
+/// [`IDS_PER_SEGMENT`] ids either way.
 pub(super) fn write_segment(
     dir: &Path,
     id: u64,
@@ -63,11 +68,14 @@ pub(super) fn write_segment(
 ) -> io::Result<Vec<crate::segment::SegmentMeta>> {
     let mut written = vec![segment_file::write(dir, id, table, hour, rows, batches)?];
     if table == Table::Spans {
-        let summaries = summary_rows(rows);
-        let refs: Vec<RowRef<'_>> = summaries.iter().map(|(p, row)| RowRef { project: p, row, batch: 0 }).collect();
-        let mut meta = segment_file::write(dir, id + 1, Table::TraceSummaries, hour, &refs, &[])?;
-        meta.summarizes = Some(id);
-        written.push(meta);
+        for (offset, derived, rows) in
+            [(1, Table::TraceSummaries, summary_rows(rows)), (2, Table::SpanRollups, rollup_rows(rows))]
+        {
+            let refs: Vec<RowRef<'_>> = rows.iter().map(|(p, row)| RowRef { project: p, row, batch: 0 }).collect();
+            let mut meta = segment_file::write(dir, id + offset, derived, hour, &refs, &[])?;
+            meta.summarizes = Some(id);
+            written.push(meta);
+        }
     }
     Ok(written)
 }
@@ -148,7 +156,7 @@ fn try_flush(
         for (table, hour, rows, batches) in frozen.time_buckets() {
             failpoint::fail(failpoint::FLUSH_OUT_OF_SPACE)?;
             written.extend(write_segment(dir, manifest.next_segment, table, hour, &rows, &batches)?);
-            manifest.next_segment += 2;
+            manifest.next_segment += IDS_PER_SEGMENT;
         }
         if !written.is_empty() {
             sync_dir(dir)?;
@@ -160,7 +168,7 @@ fn try_flush(
     })();
     if let Err(e) = attempt {
         // Segment ids are reserved only by a stored manifest: the next attempt reuses them.
-        remove_unlisted(dir, first..manifest.next_segment + 2);
+        remove_unlisted(dir, first..manifest.next_segment + IDS_PER_SEGMENT);
         return Err(e);
     }
     failpoint::hit(failpoint::FLUSH_BEFORE_MANIFEST);
@@ -238,8 +246,8 @@ mod tests {
         let after = files(dir.path());
         assert_eq!(
             after.len(),
-            before.len() + 2,
-            "a spans and a summaries segment, no strays: {before:?} -> {after:?}"
+            before.len() + 3,
+            "a spans, a summaries and a rollups segment, no strays: {before:?} -> {after:?}"
         );
         drop(s);
         let s = SegmentShard::open(dir.path()).unwrap();

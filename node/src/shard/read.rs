@@ -1,7 +1,7 @@
 //! Reads: a scan or trace lookup selects the buffered rows under the state lock and keeps
 //! the segment list; [`ScanJob`] and [`TraceLookup`] then read the segments without it.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io;
 use std::sync::Arc;
 
@@ -10,6 +10,8 @@ use sextant_model::query::Cost;
 use sextant_model::row::Span;
 
 use super::SegmentShard;
+use crate::segment::rollup::{minute_at_or_after, rollup_batches, SPAN_COLUMNS};
+use crate::segment::table::RowRef;
 use crate::segment::{Row, Scan, Segment, Table};
 
 impl SegmentShard {
@@ -42,14 +44,9 @@ impl SegmentShard {
         for frozen in &published.frozen {
             buffered.extend(frozen.scan_rows(&scan, &hidden));
         }
-        let segments = published
-            .segments
-            .iter()
-            .filter(|s| scan.wants_segment(s.meta.table, s.meta.min_ns, s.meta.max_ns))
-            .cloned()
-            .collect();
+        let (segments, derive) = sources(&published.segments, &scan, &tombstones);
         drop(published);
-        ScanJob { scan, buffered, segments, tombstones }
+        ScanJob { scan, buffered, segments, derive, tombstones }
     }
 
     /// What [`scan`](Self::scan) would read, without reading it: the candidate row groups of
@@ -64,13 +61,59 @@ impl SegmentShard {
             cost.rows += rows;
             cost.bytes += bytes;
         }
-        for segment in &published.segments {
-            let (rows, bytes) = segment.estimate(scan);
+        let (segments, derive) = sources(&published.segments, scan, &self.tombstones);
+        let derive = derive.map(|(spans_scan, segments)| segments.into_iter().map(move |s| (spans_scan.clone(), s)));
+        let estimates = segments
+            .iter()
+            .map(|s| s.estimate(scan))
+            .chain(derive.into_iter().flatten().map(|(spans_scan, s)| s.estimate(&spans_scan)));
+        for (rows, bytes) in estimates {
             cost.rows += rows;
             cost.bytes += bytes;
         }
         cost
     }
+}
+
+/// The segments a scan reads, and for a scan of span rollups the spans segments it rolls up
+/// as it reads them (with the scan of spans to do so): those written without rollups, and
+/// those holding a batch aborted after they were written (their stored rollups would still
+/// count it).
+fn sources(
+    segments: &[Arc<Segment>],
+    scan: &Scan,
+    tombstones: &BTreeSet<u128>,
+) -> (Vec<Arc<Segment>>, Option<(Scan, Vec<Arc<Segment>>)>) {
+    if scan.table != Table::SpanRollups {
+        let wanted = segments.iter().filter(|s| scan.wants_segment(s.meta.table, s.meta.min_ns, s.meta.max_ns));
+        return (wanted.cloned().collect(), None);
+    }
+    // A rollup of minute m holds the spans starting in [m, m + 1 minute).
+    let spans_scan = Scan {
+        table: Table::Spans,
+        from_ns: minute_at_or_after(scan.from_ns).unwrap_or(i64::MAX),
+        to_ns: minute_at_or_after(scan.to_ns).unwrap_or(i64::MAX),
+        columns: SPAN_COLUMNS.iter().map(|c| c.to_string()).collect(),
+        dictionaries: vec!["service", "operation"],
+        ..scan.clone()
+    };
+    let rollups: HashMap<u64, &Arc<Segment>> = segments
+        .iter()
+        .filter(|s| s.meta.table == Table::SpanRollups)
+        .filter_map(|s| Some((s.meta.summarizes?, s)))
+        .collect();
+    let (mut stored, mut derive) = (Vec::new(), Vec::new());
+    for spans in segments.iter().filter(|s| spans_scan.wants_segment(s.meta.table, s.meta.min_ns, s.meta.max_ns)) {
+        match rollups.get(&spans.meta.id) {
+            Some(r) if !spans.batches.iter().any(|b| tombstones.contains(b)) => {
+                if scan.wants_segment(r.meta.table, r.meta.min_ns, r.meta.max_ns) {
+                    stored.push((*r).clone());
+                }
+            }
+            _ => derive.push(spans.clone()),
+        }
+    }
+    (stored, Some((spans_scan, derive)))
 }
 
 /// The part of a trace lookup that reads segments.
@@ -115,42 +158,64 @@ pub struct ScanJob {
     scan: Scan,
     buffered: Vec<RecordBatch>,
     segments: Vec<Arc<Segment>>,
+    /// Spans segments rolled up as they are read (see [`sources`]).
+    derive: Option<(Scan, Vec<Arc<Segment>>)>,
     tombstones: BTreeSet<u128>,
 }
 
 impl ScanJob {
     /// A scan that reads nothing (what an estimate hands the plan instead of a real one).
     pub fn empty(scan: Scan) -> Self {
-        ScanJob { scan, buffered: Vec::new(), segments: Vec::new(), tombstones: BTreeSet::new() }
+        ScanJob { scan, buffered: Vec::new(), segments: Vec::new(), derive: None, tombstones: BTreeSet::new() }
     }
 
     /// The matching rows: buffered ones first, then segment by segment (no global order).
     pub fn run(self) -> io::Result<Vec<RecordBatch>> {
-        let mut out = self.buffered;
-        let hidden = |b: u128| self.tombstones.contains(&b);
-        for segment in &self.segments {
-            out.extend(segment.scan(&self.scan, &hidden)?);
-        }
+        let mut out = Vec::new();
+        self.run_each(|rb| {
+            out.push(rb);
+            Ok::<_, io::Error>(())
+        })?;
         Ok(out)
+    }
+
+    /// The rollups of one spans segment the scan rolls up as it reads it.
+    fn rolled_up(&self, spans_scan: &Scan, segment: &Segment) -> io::Result<Vec<RecordBatch>> {
+        let hidden = |b: u128| self.tombstones.contains(&b);
+        let rows = rollup_batches(&self.scan.project, &segment.scan(spans_scan, &hidden)?);
+        let refs: Vec<RowRef<'_>> = rows.iter().map(|(p, row)| RowRef { project: p, row, batch: 0 }).collect();
+        Ok(self.scan.select(&refs))
     }
 
     /// At most how many rows the scan hands out (its segments may hold other projects' and
     /// other times' rows too): for sizing a reader's tables once instead of growing them.
     pub fn max_rows(&self) -> u64 {
         let buffered: usize = self.buffered.iter().map(|rb| rb.num_rows()).sum();
-        buffered as u64 + self.segments.iter().map(|s| s.meta.rows).sum::<u64>()
+        let derived = self.derive.iter().flat_map(|(_, segments)| segments);
+        buffered as u64 + self.segments.iter().chain(derived).map(|s| s.meta.rows).sum::<u64>()
     }
 
     /// Like [`run`](Self::run), handing each batch to `f` as soon as it is read, so a query
     /// over its row budget stops early instead of holding every batch.
-    pub fn run_each<E: From<io::Error>>(self, mut f: impl FnMut(RecordBatch) -> Result<(), E>) -> Result<(), E> {
-        let hidden = |b: u128| self.tombstones.contains(&b);
-        for rb in self.buffered {
+    pub fn run_each<E: From<io::Error>>(mut self, mut f: impl FnMut(RecordBatch) -> Result<(), E>) -> Result<(), E> {
+        for rb in std::mem::take(&mut self.buffered) {
             f(rb)?;
         }
+        let hidden = |b: u128| self.tombstones.contains(&b);
         for segment in &self.segments {
             for rb in segment.scan(&self.scan, &hidden)? {
                 f(rb)?;
+            }
+        }
+        self.each_rolled_up(f)
+    }
+
+    fn each_rolled_up<E: From<io::Error>>(&self, mut f: impl FnMut(RecordBatch) -> Result<(), E>) -> Result<(), E> {
+        if let Some((spans_scan, segments)) = &self.derive {
+            for segment in segments {
+                for rb in self.rolled_up(spans_scan, segment)? {
+                    f(rb)?;
+                }
             }
         }
         Ok(())
@@ -162,14 +227,14 @@ impl ScanJob {
     /// the scan (the caller already has a page of rows newer than `t`, and every row group left
     /// ends at or before `t`).
     pub fn run_newest_first<E: From<io::Error>>(
-        self,
+        mut self,
         mut enough: impl FnMut(i64) -> bool,
         mut f: impl FnMut(RecordBatch) -> Result<(), E>,
     ) -> Result<(), E> {
-        let hidden = |b: u128| self.tombstones.contains(&b);
-        for rb in self.buffered {
+        for rb in std::mem::take(&mut self.buffered) {
             f(rb)?;
         }
+        let hidden = |b: u128| self.tombstones.contains(&b);
         let mut groups: Vec<(i64, usize, usize)> = Vec::new();
         for (s, segment) in self.segments.iter().enumerate() {
             groups.extend(segment.row_groups_by_time(&self.scan).into_iter().map(|(rg, max)| (max, s, rg)));
@@ -183,7 +248,7 @@ impl ScanJob {
                 f(rb)?;
             }
         }
-        Ok(())
+        self.each_rolled_up(f)
     }
 }
 
