@@ -28,23 +28,6 @@ const DAY: i64 = 24 * HOUR;
 const F: i64 = 1_788_220_800_000;
 const NAMES: [&str; 5] = ["a", "b", "c", "d", "x"];
 
-/// splitmix64: a seeded, dependency-free generator.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 type Event = (String, &'static str, i64);
 
 /// Users with bursts of events on a 30-minute grid: many equal timestamps, gaps of exactly
@@ -74,27 +57,8 @@ fn dataset(seed: u64, users: u64) -> Vec<Event> {
 
 /// Runs SQL over the events in chdb: `{name: rows}`.
 fn clickhouse(dir: &Path, events: &[Event], queries: &BTreeMap<String, String>) -> HashMap<String, Value> {
-    let data = dir.join("events.ndjson");
-    let lines: Vec<String> =
-        events.iter().map(|(u, e, t)| json!({"distinct_id": u, "event": e, "ts": t}).to_string()).collect();
-    std::fs::write(&data, lines.join("\n")).unwrap();
-    let qfile = dir.join("queries.json");
-    std::fs::write(&qfile, serde_json::to_vec(queries).unwrap()).unwrap();
-    let python = std::env::var("SEXTANT_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chdb_oracle.py");
-    let out = std::process::Command::new(&python)
-        .arg(&script)
-        .arg(&data)
-        .arg(&qfile)
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}; scripts/test.sh installs what the tests need"));
-    assert!(
-        out.status.success(),
-        "the ClickHouse oracle failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let rows: Vec<Value> = events.iter().map(|(u, e, t)| json!({"distinct_id": u, "event": e, "ts": t})).collect();
+    clickhouse_over(dir, None, &rows, queries)
 }
 
 fn as_u64(v: &Value) -> u64 {

@@ -1,9 +1,13 @@
 #!/usr/bin/env python3
-"""ClickHouse (chdb) as the oracle of the analytics tests (tests/analytics_oracle.rs).
+"""ClickHouse (chdb) as the oracle of the analytics and APM tests (tests/analytics_oracle.rs,
+tests/long_ranges.rs).
 
-Usage: tests/chdb_oracle.py EVENTS.ndjson QUERIES.json
-  EVENTS.ndjson: one {"distinct_id", "event", "ts"} per line, ts in unix milliseconds.
-  QUERIES.json:  {"name": "SQL over the table `events`", ...}
+Usage: tests/chdb_oracle.py ROWS.ndjson QUERIES.json [TABLE.json]
+  ROWS.ndjson:  one JSON object per line, one key per column of the table.
+  QUERIES.json: {"name": "SQL over the table", ...}
+  TABLE.json:   {"name", "columns": [[name, ClickHouse type], ...], "order": "(key, ...)"};
+                by default `events (distinct_id String, event String, ts UInt64)` (ts in unix
+                milliseconds) ordered by (distinct_id, ts).
 Prints {"name": [[row values...], ...], ...} on stdout.
 
 Exits 3 with a message when chdb is missing: scripts/test.sh installs it (pip install chdb).
@@ -22,16 +26,22 @@ except ImportError:
     )
     sys.exit(3)
 
-events, queries = sys.argv[1], sys.argv[2]
+rows, queries = sys.argv[1], sys.argv[2]
+# The natural ClickHouse layout for per-user analytics: sorted by user and time.
+table = {
+    "name": "events",
+    "columns": [["distinct_id", "String"], ["event", "String"], ["ts", "UInt64"]],
+    "order": "(distinct_id, ts)",
+}
+if len(sys.argv) > 3:
+    table = json.load(open(sys.argv[3]))
 work = tempfile.mkdtemp(prefix="sextant-oracle-")
 try:
     s = session.Session(work)
-    # The natural ClickHouse layout for per-user analytics: sorted by user and time.
-    s.query(
-        "CREATE TABLE events (distinct_id String, event String, ts UInt64) "
-        "ENGINE = MergeTree ORDER BY (distinct_id, ts)"
-    )
-    s.query(f"INSERT INTO events SELECT distinct_id, event, ts FROM file('{events}', 'JSONEachRow')")
+    columns = ", ".join(f"{n} {t}" for n, t in table["columns"])
+    names = ", ".join(n for n, _ in table["columns"])
+    s.query(f"CREATE TABLE {table['name']} ({columns}) ENGINE = MergeTree ORDER BY {table['order']}")
+    s.query(f"INSERT INTO {table['name']} SELECT {names} FROM file('{rows}', 'JSONEachRow')")
     out = {}
     for name, sql in json.load(open(queries)).items():
         text = str(s.query(sql, "JSONCompact")).strip()

@@ -168,3 +168,82 @@ async fn huge_and_reversed_ranges_are_a_400_never_a_panic() {
     let (s, body) = get_json(&dev.url, &jwt, "/api/v1/logs/search?from=0").await;
     assert_eq!(s, 200, "{body}");
 }
+
+/// APM over 60 days equals ClickHouse over the same spans: the whole minutes come from the
+/// rollups written beside each flushed segment (a flush every few requests), the partial
+/// minutes at both ends and the buffered spans from the spans themselves (issue 23, "Rollups
+/// where they pay").
+#[tokio::test]
+async fn apm_over_sixty_days_from_rollups_equals_clickhouse_on_the_same_spans() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Dev::start_with(dir.path(), &["--snapshot-every", "2"], &[]).await;
+    let jwt = dev.token().await;
+    let now = jiff::Timestamp::now().as_millisecond();
+    let (from, to) = (now - 60 * DAY_MS + 17_123, now - 10_000);
+    let mut rng = Rng(23);
+    let mut spans = Vec::new();
+    let mut rows = Vec::new();
+    for i in 0..4000u64 {
+        // Mostly anywhere in the range and just outside it; some in the partial minutes at
+        // both ends.
+        let t = match i % 10 {
+            0 => from + rng.below(60_000) as i64 - 20_000,
+            1 => to - rng.below(60_000) as i64 + 5_000,
+            _ => from - DAY_MS + rng.below(62 * DAY_MS as u64) as i64,
+        };
+        let service = ["web", "api", "db"][rng.below(3) as usize];
+        let operation = format!("{service} op{}", rng.below(3));
+        // Microseconds over five decades, and some zeros.
+        let us = if i % 97 == 0 { 0 } else { 10f64.powf(1.0 + rng.below(5000) as f64 / 1000.0) as u64 };
+        let error = rng.below(10) == 0;
+        spans.push(json!({"trace_id": format!("tr{}", i / 4), "span_id": format!("s{i}"), "service_name": service,
+            "operation": operation, "timestamp": t, "duration_ms": us as f64 / 1000.0,
+            "status": if error { "error" } else { "ok" }}));
+        if (from..to).contains(&t) {
+            rows.push(json!({"service": service, "operation": operation, "duration_ns": us * 1000, "error": error}));
+        }
+    }
+    for chunk in spans.chunks(200) {
+        let resp = post_spans(&dev.url, dev.api_key(), &json!({ "spans": chunk })).await;
+        assert_eq!(resp.status(), 200);
+    }
+    let (s, body) = get_json(&dev.url, &jwt, &format!("/api/v1/apm/endpoints?from={from}&to={to}")).await;
+    assert_eq!(s, 200, "{body}");
+
+    let table = json!({"name": "spans", "order": "(service, operation)", "columns": [
+        ["service", "String"], ["operation", "String"], ["duration_ns", "UInt64"], ["error", "Bool"]]});
+    let rank =
+        |q: f64| format!("arrayElement(arraySort(groupArray(duration_ns)), toUInt64(floor({q} * (count() - 1))) + 1)");
+    let sql = format!(
+        "SELECT service, operation, count(), countIf(error), sum(duration_ns), max(duration_ns), {}, {}, {}, {} \
+         FROM spans GROUP BY service, operation ORDER BY service, operation",
+        rank(0.5),
+        rank(0.9),
+        rank(0.95),
+        rank(0.99)
+    );
+    let queries = std::collections::BTreeMap::from([("apm".to_owned(), sql)]);
+    let oracle = clickhouse_over(dir.path(), Some(&table), &rows, &queries);
+    let expected = oracle["apm"].as_array().unwrap();
+    let mut items = body["items"].as_array().unwrap().clone();
+    items.sort_by_key(|e| (e["service"].as_str().unwrap().to_owned(), e["operation"].as_str().unwrap().to_owned()));
+    assert_eq!(items.len(), expected.len(), "{body}");
+    let num = |v: &Value| v.as_f64().or_else(|| v.as_str().and_then(|s| s.parse().ok())).unwrap();
+    for (got, want) in items.iter().zip(expected) {
+        let key = format!("{}/{}", got["service"], got["operation"]);
+        assert_eq!((&got["service"], &got["operation"]), (&want[0], &want[1]), "{key}");
+        let count = num(&want[2]);
+        assert_eq!((num(&got["count"]), num(&got["error_count"])), (count, num(&want[3])), "{key}");
+        let avg_ms = num(&want[4]) / count / 1e6;
+        assert!(
+            (num(&got["avg_ms"]) - avg_ms).abs() <= 0.0005 + avg_ms * 1e-12,
+            "{key} avg {} vs {avg_ms}",
+            got["avg_ms"]
+        );
+        assert_eq!(num(&got["max_ms"]), (num(&want[5]) / 1e3).round() / 1e3, "{key} max");
+        for (field, w) in [("p50_ms", &want[6]), ("p90_ms", &want[7]), ("p95_ms", &want[8]), ("p99_ms", &want[9])] {
+            let (g, w) = (num(&got[field]), num(w) / 1e6);
+            assert!((g - w).abs() <= w * 0.01 + 0.0005, "{key} {field}: {g} vs {w}");
+        }
+    }
+}

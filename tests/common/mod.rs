@@ -687,3 +687,54 @@ pub async fn metric(base: &str, series: &str) -> Option<f64> {
         .collect();
     (!values.is_empty()).then(|| values.iter().sum())
 }
+
+/// Runs SQL in chdb (`tests/chdb_oracle.py`) over `rows` loaded into `table` (its
+/// `TABLE.json`; `None`: the analytics events table): `{name: rows}`.
+pub fn clickhouse_over(
+    dir: &Path,
+    table: Option<&Value>,
+    rows: &[Value],
+    queries: &std::collections::BTreeMap<String, String>,
+) -> std::collections::HashMap<String, Value> {
+    let data = dir.join("rows.ndjson");
+    let lines: Vec<String> = rows.iter().map(Value::to_string).collect();
+    std::fs::write(&data, lines.join("\n")).unwrap();
+    let qfile = dir.join("queries.json");
+    std::fs::write(&qfile, serde_json::to_vec(queries).unwrap()).unwrap();
+    let python = std::env::var("SEXTANT_PYTHON").unwrap_or_else(|_| "python3".into());
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chdb_oracle.py");
+    let mut cmd = std::process::Command::new(&python);
+    cmd.arg(&script).arg(&data).arg(&qfile);
+    if let Some(table) = table {
+        let tfile = dir.join("table.json");
+        std::fs::write(&tfile, table.to_string()).unwrap();
+        cmd.arg(tfile);
+    }
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {python}: {e}; scripts/test.sh installs what the tests need"));
+    assert!(
+        out.status.success(),
+        "the ClickHouse oracle failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// splitmix64: a seeded, dependency-free generator for test data.
+pub struct Rng(pub u64);
+
+impl Rng {
+    pub fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
