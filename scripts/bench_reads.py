@@ -12,6 +12,7 @@
    ClickHouse in process (query to result formatted as CSV). The answers are compared.
 
 Usage: scripts/bench_reads.py --objects N [--runs R] [--work DIR] [--bin target/release/sextant]
+                              [--spread-hours H] [--only NAME]
 With --work DIR the generated files, Sextant's data directory and the ClickHouse database are
 kept there and reused by the next run (only the sextant process is restarted), so a changed
 query path can be re-measured on the same data.
@@ -58,9 +59,32 @@ def generate(args, kind, path):
         check=True, capture_output=True, text=True).stdout
     info = json.loads(out)
     info["generated_at_ms"] = int(t * 1000)
+    if kind == "spans" and args.spread_hours:
+        spread(path, args.spread_hours)
+        info["spread_hours"] = args.spread_hours
     json.dump(info, open(path + ".done", "w"))
     log(f"generated {info['objects']} {kind} in {time.time() - t:.0f}s")
     return info
+
+
+def spread(path, hours):
+    """Moves each trace back by up to `hours` (by a hash of its id, its spans together): the
+    generator writes the last minute's traffic, a long-range read wants it spread out."""
+    import calendar
+    import zlib
+    span_ns = int(hours * 3600e9)
+    tmp = path + ".tmp"
+    with open(path) as src, open(tmp, "w") as dst:
+        for line in src:
+            o = json.loads(line)
+            m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z$", o["timestamp"])
+            ns = calendar.timegm(time.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S")) * 10**9
+            ns += int((m.group(2) or "0").ljust(9, "0")[:9])
+            ns -= zlib.crc32(o["trace_id"].encode()) * 2654435761 % span_ns
+            secs, frac = divmod(ns, 10**9)
+            o["timestamp"] = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs)) + f".{frac:09d}Z"
+            dst.write(json.dumps(o, separators=(",", ":")) + "\n")
+    os.replace(tmp, path)
 
 
 # ---------------------------------------------------------------- sextant
@@ -389,6 +413,8 @@ def main():
     ap.add_argument("--work", default=None)
     ap.add_argument("--bin", default="target/release/sextant")
     ap.add_argument("--only", default="", help="only the queries whose name contains this")
+    ap.add_argument("--spread-hours", type=float, default=0,
+                    help="spread the spans' traces over this many hours before the run (long-range reads)")
     ap.add_argument("--sextant-only", action="store_true",
                     help="time only Sextant (e.g. another build on the data of an earlier run)")
     args = ap.parse_args()
@@ -400,7 +426,7 @@ def main():
     spans_path, logs_path = os.path.join(args.work, "spans.ndjson"), os.path.join(args.work, "logs.ndjson")
     gs = generate(args, "spans", spans_path)
     gl = generate(args, "logs", logs_path)
-    f_ms = min(gs["generated_at_ms"], gl["generated_at_ms"]) - 5 * 60_000
+    f_ms = min(gs["generated_at_ms"], gl["generated_at_ms"]) - int(gs.get("spread_hours", 0) * 3_600_000) - 5 * 60_000
 
     sx = Sextant(args)
     try:

@@ -144,6 +144,15 @@ pub struct SpanRollup {
     pub totals: crate::query::SpanTotals,
 }
 
+/// Events of one name over one hour, counted when the events are written (a rollup): event
+/// counts over long ranges read these instead of every event.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EventRollup {
+    pub event: String,
+    pub hour_unix_nanos: i64,
+    pub count: u64,
+}
+
 /// The rows of one ingest request that land on one shard: exactly one Raft entry.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct RowBatch<A = Vec<Attribute>> {

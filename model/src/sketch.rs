@@ -216,12 +216,23 @@ impl LatencyBuckets {
     /// Adds what `other` counted: the same as having counted its values here, so merged
     /// buckets make the same sketch as one scan over all the values.
     pub fn merge(&mut self, other: &LatencyBuckets) {
-        self.zeros += other.zeros;
-        self.min = self.min.min(other.min);
-        self.max = self.max.max(other.max);
+        self.add_extremes(other.zeros, other.min, other.max);
         for (key, n) in other.nonzero() {
             self.add_count(key, n);
         }
+    }
+
+    /// Adds `n` values of the bucket with key `key` (as [`counts`](Self::counts) lists them).
+    pub fn add_bucket(&mut self, key: i32, n: u64) {
+        self.add_count(key, n);
+    }
+
+    /// Adds `zeros` values at or under the minimum and widens the extremes to `min` and `max`
+    /// (what [`counts`](Self::counts) lists besides the buckets).
+    pub fn add_extremes(&mut self, zeros: u64, min: f64, max: f64) {
+        self.zeros += zeros;
+        self.min = self.min.min(min);
+        self.max = self.max.max(max);
     }
 
     fn add_count(&mut self, key: i32, n: u64) {
@@ -246,7 +257,8 @@ impl LatencyBuckets {
 
     /// Buckets holding `counts` (as [`counts`](Self::counts) gave them).
     pub fn from_counts(counts: &BucketCounts) -> Self {
-        let mut out = LatencyBuckets { zeros: counts.zeros, min: counts.min, max: counts.max, ..Default::default() };
+        let mut out = LatencyBuckets::default();
+        out.add_extremes(counts.zeros, counts.min, counts.max);
         for &(key, n) in &counts.buckets {
             out.add_count(key, n);
         }

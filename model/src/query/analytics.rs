@@ -22,6 +22,8 @@ pub struct EventBucketsPlan {
     pub events: Vec<String>,
     pub bucket_starts: Vec<i64>,
     pub cohort: Option<CohortFilter>,
+    /// Only counts (unique users are left 0): what hourly event rollups can answer.
+    pub counts_only: bool,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -9,15 +9,20 @@ use sextant_model::query::{
 
 use super::cohort::Members;
 use super::users::{Admitted, ByUser, Users};
-use super::{bytes_of, each_batch_holding, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
+use super::{bytes_of, each_batch, each_batch_holding, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
+use crate::segment::rollup::{hour_of, HOUR_NS};
 use crate::segment::table::Cols;
-use crate::segment::{Filter, Table, EVENT_DICTIONARIES};
+use crate::segment::{Filter, Scan, Table, EVENT_DICTIONARIES};
 use crate::shard::ScanJob;
 
 impl QueryKind for EventBucketsPlan {
     fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
-        let cohort = Members::of(self.cohort.as_ref())?;
         check_starts(&self.bucket_starts)?;
+        let hourly = self.bucket_starts.iter().all(|s| s.rem_euclid(HOUR_NS) == 0);
+        if self.counts_only && self.cohort.is_none() && hourly {
+            return Ok(counts_from_rollups(self, req, shard));
+        }
+        let cohort = Members::of(self.cohort.as_ref())?;
         let members = Members::start(cohort, req, shard);
         let job = shard.scan(scan_of(
             req,
@@ -32,6 +37,54 @@ impl QueryKind for EventBucketsPlan {
             Ok(buckets(&starts, members.as_ref(), job, budget)?.into())
         }))
     }
+}
+
+/// Counts only, every bucket a whole number of hours: the whole hours of the range from event
+/// rollups, the partial hour at its end from events.
+fn counts_from_rollups(plan: &EventBucketsPlan, req: &ShardQuery, shard: &dyn Scans) -> Compute {
+    let filter = Filter { events: plan.events.clone(), ..Default::default() };
+    let (first, to) = (plan.bucket_starts[0], req.to_unix_nanos);
+    let last = hour_of(to).max(first);
+    let mut jobs = Vec::new();
+    if first < last {
+        let rollups = Scan {
+            from_ns: first,
+            to_ns: last,
+            ..scan_of(req, Table::EventRollups, filter.clone(), &["hour_ns", "count"], &[])
+        };
+        jobs.push(shard.scan(rollups));
+    }
+    if last < to {
+        jobs.push(shard.scan(Scan {
+            from_ns: last,
+            to_ns: to,
+            ..scan_of(req, Table::Events, filter, &["time_ns"], &[])
+        }));
+    }
+    let starts = plan.bucket_starts.clone();
+    Box::new(move |_, budget| {
+        let mut counts = vec![0u64; starts.len()];
+        for job in jobs {
+            each_batch(job, budget, |rb| {
+                let c = Cols(rb);
+                if rb.column_by_name("count").is_some() {
+                    for (&h, &n) in c.i64("hour_ns").values().iter().zip(c.u64("count").values().iter()) {
+                        if let Some(b) = bucket_of(&starts, h) {
+                            counts[b] += n;
+                        }
+                    }
+                } else {
+                    for &t in c.i64("time_ns").values().iter() {
+                        if let Some(b) = bucket_of(&starts, t) {
+                            counts[b] += 1;
+                        }
+                    }
+                }
+                Ok(())
+            })?;
+        }
+        Ok(EventBuckets(counts.into_iter().map(|count| EventBucket { count, unique_users: 0 }).collect()).into())
+    })
 }
 
 impl QueryKind for ActiveUsersPlan {

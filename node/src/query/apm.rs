@@ -10,7 +10,7 @@ use sextant_model::row::SpanStatus;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::{each_batch_holding, scan_of, Budget, Compute, Prehashed, QueryError, QueryKind, Scans};
-use crate::segment::rollup::{decode_durations, minute_at_or_after, minute_of};
+use crate::segment::rollup::{add_durations, minute_at_or_after, minute_of};
 use crate::segment::table::{Cols, Strings};
 use crate::segment::{Filter, Scan, Table};
 use crate::shard::ScanJob;
@@ -63,10 +63,10 @@ pub fn run(jobs: Vec<ScanJob>, budget: &mut Budget) -> Result<query::Endpoints, 
             if rb.column_by_name("durations").is_some() {
                 let (count, errors, durations) = (c.u64("count"), c.u64("errors"), c.bin("durations"));
                 for (i, &e) in rows.iter().enumerate() {
-                    let (duration_sum_ns, latency) = decode_durations(durations.value(i))?;
-                    let totals =
-                        SpanTotals { count: count.value(i), errors: errors.value(i), duration_sum_ns, latency };
-                    endpoints.list[e as usize].2.merge(&totals);
+                    let totals = &mut endpoints.list[e as usize].2;
+                    add_durations(durations.value(i), totals)?;
+                    totals.count += count.value(i);
+                    totals.errors += errors.value(i);
                 }
             } else {
                 let (duration, status) = (c.i64("duration_ns").values(), c.i32("status").values());

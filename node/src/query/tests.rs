@@ -1,10 +1,10 @@
 //! Plans against a real shard: rows in the buffer and in several segments.
 
 use sextant_model::query::{
-    ApmPlan, FunnelPlan, LogKey, LogSearchPlan, Partial, Plan, Refused, ServiceMapPlan, ShardQuery, ShardReply,
-    SpanTotals, TraceKey, TraceListPlan,
+    ApmPlan, EventBucketsPlan, FunnelPlan, LogKey, LogSearchPlan, Partial, Plan, Refused, ServiceMapPlan, ShardQuery,
+    ShardReply, SpanTotals, TraceKey, TraceListPlan,
 };
-use sextant_model::row::{LogLevel, LogRecord, RowBatch, Span, SpanStatus};
+use sextant_model::row::{Event, LogLevel, LogRecord, RowBatch, Span, SpanStatus};
 use sextant_model::sketch::LatencySketch;
 // Rows are written as the Raft log carries them.
 use sextant_proto::convert::persist_row::encode_ingest;
@@ -427,6 +427,79 @@ fn apm_from_rollups_equals_adding_up_every_span_of_the_range() {
             // Ten whole minutes: a row per endpoint and minute of the stored rollups, the
             // spans of the others.
             assert!(reply.rows_scanned < all.len() as u64 / 2, "read {} rows", reply.rows_scanned);
+        }
+    }
+}
+
+/// Events every 7 minutes from `first_ms`, names cycling.
+fn events_over_days(n: usize, first_ms: i64, tag: &str) -> Vec<Event> {
+    (0..n)
+        .map(|i| Event {
+            uuid: format!("{tag}-{i}"),
+            event: ["view", "signup", "buy"][i % 3].into(),
+            distinct_id: format!("u{}", i % 17),
+            unix_nanos: (first_ms + i as i64 * 7 * 60_000 + (i as i64 % 5) * 1000) * MS,
+            properties_json: "{}".into(),
+        })
+        .collect()
+}
+
+/// Event counts from hourly rollups (stored, rolled up on read for a segment without them or
+/// with a batch aborted after it was written, and buffered) equal the counts of the plan that
+/// reads every event, for every bucket; buckets not on whole hours are read from events.
+#[test]
+fn event_counts_from_rollups_equal_counting_every_event() {
+    let mut sh = Shard::new();
+    let dir = sh._dir.path().to_owned();
+    let batch = |events: Vec<Event>| RowBatch { project_id: "p".into(), events, ..Default::default() };
+    let mut ingest = |sh: &mut Shard, events: Vec<Event>| {
+        sh.index += 1;
+        sh.s.apply(sh.index, Command::Ingest { batch_id: sh.index as u128, payload: encode_ingest(batch(events)) });
+    };
+    ingest(&mut sh, events_over_days(700, 0, "a"));
+    sh.flush();
+    ingest(&mut sh, events_over_days(300, 5 * 60_000, "o"));
+    sh.flush();
+    let (mut manifest, _) = crate::segment::Manifest::load(&dir).unwrap().unwrap();
+    let newest = manifest.segments.iter().filter(|m| m.table == Table::Events).map(|m| m.id).max();
+    manifest.segments.retain(|m| !(m.table == Table::EventRollups && m.summarizes == newest));
+    manifest.store(&dir).unwrap();
+    sh.s = SegmentShard::open(&dir).unwrap();
+    ingest(&mut sh, events_over_days(200, 11 * 60_000, "x"));
+    sh.flush();
+    sh.s.apply(sh.index + 1, Command::Abort { batch_id: sh.index as u128 });
+    sh.index += 1;
+    ingest(&mut sh, events_over_days(300, 7 * 60_000, "b"));
+
+    const HOUR_MS: i64 = 3_600_000;
+    let hourly: Vec<i64> = (0..100).map(|h| h * HOUR_MS * MS).collect();
+    let daily: Vec<i64> = (0..5).map(|d| d * 24 * HOUR_MS * MS).collect();
+    let shifted: Vec<i64> = (0..5).map(|d| (d * 24 * HOUR_MS + 30 * 60_000) * MS).collect();
+    for (starts, to_ms, events) in [
+        (daily.clone(), 4 * 24 * HOUR_MS + 10 * 60_000 + 123, vec![]),
+        (hourly, 99 * HOUR_MS + 1, vec!["buy".to_owned()]),
+        (shifted, 5 * 24 * HOUR_MS, vec![]),
+        (daily, 2 * HOUR_MS + 5, vec!["view".to_owned(), "signup".to_owned()]),
+    ] {
+        let counts = |counts_only: bool| {
+            let plan =
+                EventBucketsPlan { events: events.clone(), bucket_starts: starts.clone(), cohort: None, counts_only };
+            let reply = sh.query_at(ShardQuery {
+                group: 1,
+                project_id: "p".into(),
+                from_unix_nanos: starts[0],
+                to_unix_nanos: to_ms * MS,
+                max_rows: 1_000_000,
+                plan: plan.into(),
+            });
+            let Ok(Partial::EventBuckets(b)) = reply.partial else { panic!("buckets expected") };
+            (b.0.iter().map(|b| b.count).collect::<Vec<_>>(), reply.rows_scanned)
+        };
+        let ((rolled_up, read), (scanned, all)) = (counts(true), counts(false));
+        assert_eq!(rolled_up, scanned, "{events:?} to {to_ms}");
+        assert!(scanned.iter().sum::<u64>() > 0);
+        if to_ms > 24 * HOUR_MS && starts[0] == 0 {
+            assert!(read < all, "rollups read {read} rows, events {all}");
         }
     }
 }

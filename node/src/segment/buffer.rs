@@ -163,7 +163,7 @@ impl Buffer {
         scan: &super::Scan,
         hidden: &dyn Fn(u128) -> bool,
     ) -> Vec<arrow_array::RecordBatch> {
-        let source = if scan.table.is_derived() { Table::Spans } else { scan.table };
+        let source = scan.table.source();
         let mut live: Vec<&BufferedRow> = rows
             .filter(|r| {
                 r.row.table() == source
@@ -179,11 +179,11 @@ impl Buffer {
         let rows: Vec<Row>;
         let refs: Vec<RowRef<'_>> = if scan.table.is_derived() {
             live.sort_by(|a, b| a.row.sort_key().cmp(&b.row.sort_key()));
-            let spans: Vec<RowRef<'_>> =
+            let sources: Vec<RowRef<'_>> =
                 live.iter().map(|r| RowRef { project: &r.project, row: &r.row, batch: 0 }).collect();
             let derived = match scan.table {
-                Table::TraceSummaries => super::summary::summary_rows(&spans),
-                _ => super::rollup::rollup_rows(&spans),
+                Table::TraceSummaries => super::summary::summary_rows(&sources),
+                _ => super::rollup::rollup_rows(scan.table, &sources),
             };
             rows = derived.into_iter().map(|(_, r)| r).collect();
             rows.iter().map(|row| RowRef { project: &scan.project, row, batch: 0 }).collect()
@@ -196,7 +196,7 @@ impl Buffer {
     /// Rows of `project` that [`scan_rows`](Self::scan_rows) would consider (by table, time
     /// and event name, without building them), and their share of the buffer's bytes.
     pub fn estimate(&self, scan: &super::Scan) -> (u64, u64) {
-        let source = if scan.table.is_derived() { Table::Spans } else { scan.table };
+        let source = scan.table.source();
         let rows = self
             .rows
             .iter()

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use sextant_model::query::SpanTotals;
 use sextant_model::row::{
-    Attribute, Encoded, Event, LogLevel, ReplayEvent, SpanRollup, SpanStatus, TraceSummary, Value,
+    Attribute, Encoded, Event, EventRollup, LogLevel, ReplayEvent, SpanRollup, SpanStatus, TraceSummary, Value,
 };
 use sextant_proto::convert::persist_row::encode_attribute;
 use xxhash_rust::xxh3::xxh3_64;
@@ -240,6 +240,18 @@ fn span_rollups() -> Vec<Row> {
         .collect()
 }
 
+fn event_rollups() -> Vec<Row> {
+    (0..9u64)
+        .map(|i| {
+            Row::EventRollup(EventRollup {
+                event: ["$pageview", "signup", "purchäse"][i as usize % 3].into(),
+                hour_unix_nanos: (DAY + 3600 * (i as i64 / 2)) * 1_000_000_000,
+                count: [1, 7, 1 << 40][i as usize % 3],
+            })
+        })
+        .collect()
+}
+
 /// A fixture segment: its table, time bucket, and rows (with their projects) in segment order.
 type FixtureSegment = (Table, i64, Vec<(&'static str, Row)>);
 
@@ -258,6 +270,7 @@ fn fixture_rows() -> Vec<FixtureSegment> {
         (Table::Events, DAY, with_projects(events(), 15)),
         (Table::ReplayEvents, DAY, with_projects(replays(), 10)),
         (Table::SpanRollups, HOUR, with_projects(span_rollups(), 8)),
+        (Table::EventRollups, DAY, with_projects(event_rollups(), 6)),
     ]
 }
 

@@ -1,34 +1,56 @@
-//! Span rollups: per (project, service, operation, minute), the totals of the spans starting in
-//! that minute, written beside every spans segment (like its trace summaries, and replaced
-//! with it) so that APM over a long range reads a row per endpoint and minute instead of every
-//! span. Totals merge exactly, so a rollup answers what a scan of its spans would.
+//! Rollups, written beside every spans or events segment (like trace summaries, and replaced
+//! with it) so that reads over long ranges read a row per key and time bucket instead of every
+//! row. Span rollups: per (project, service, operation, minute), the totals of the spans
+//! starting in that minute; event rollups: per (project, event name, hour), the events. Both
+//! add up exactly, so a rollup answers what a scan of its rows would.
 
-use std::collections::BTreeMap;
 use std::io;
 
 use arrow_array::RecordBatch;
 use prost::encoding::{decode_varint, encode_varint};
+use rustc_hash::FxHashMap;
 use sextant_model::query::SpanTotals;
-use sextant_model::row::{SpanRollup, SpanStatus};
-use sextant_model::sketch::{BucketCounts, LatencyBuckets};
+use sextant_model::row::{EventRollup, SpanRollup, SpanStatus};
+use sextant_model::sketch::LatencyBuckets;
 
-use super::table::{Cols, Row, RowRef};
+use super::table::{Cols, Row, RowRef, Table};
 
 pub const MINUTE_NS: i64 = 60_000_000_000;
+pub const HOUR_NS: i64 = 60 * MINUTE_NS;
 
-/// The start of the minute holding `t`.
-pub fn minute_of(t: i64) -> i64 {
-    t.div_euclid(MINUTE_NS).saturating_mul(MINUTE_NS)
+/// The start of the `width`-long bucket (from the epoch) holding `t`.
+fn bucket_of(t: i64, width: i64) -> i64 {
+    t.div_euclid(width).saturating_mul(width)
 }
 
-/// The first minute start at or after `t`, if there is one.
-pub fn minute_at_or_after(t: i64) -> Option<i64> {
-    let m = minute_of(t);
+pub fn minute_of(t: i64) -> i64 {
+    bucket_of(t, MINUTE_NS)
+}
+
+pub fn hour_of(t: i64) -> i64 {
+    bucket_of(t, HOUR_NS)
+}
+
+/// The bucket width of a rollup table.
+pub fn width(table: Table) -> i64 {
+    match table {
+        Table::EventRollups => HOUR_NS,
+        _ => MINUTE_NS,
+    }
+}
+
+/// The first start of a `width`-long bucket at or after `t`, if there is one.
+pub fn bucket_at_or_after(t: i64, width: i64) -> Option<i64> {
+    let m = bucket_of(t, width);
     if m >= t {
         Some(m)
     } else {
-        m.checked_add(MINUTE_NS)
+        m.checked_add(width)
     }
+}
+
+pub fn minute_at_or_after(t: i64) -> Option<i64> {
+    bucket_at_or_after(t, MINUTE_NS)
 }
 
 /// What a rollup needs of one span.
@@ -43,14 +65,16 @@ pub struct SpanFacts<'a> {
 }
 
 /// The rollups of `spans`, sorted by project, minute, service and operation.
-pub fn rollup<'a>(spans: impl IntoIterator<Item = SpanFacts<'a>>) -> Vec<(String, SpanRollup)> {
-    let mut groups: BTreeMap<(&str, i64, &str, &str), SpanTotals> = BTreeMap::new();
+pub fn span_rollups<'a>(spans: impl IntoIterator<Item = SpanFacts<'a>>) -> Vec<(String, SpanRollup)> {
+    let mut groups: FxHashMap<(&str, i64, &str, &str), SpanTotals> = FxHashMap::default();
     for s in spans {
         groups
             .entry((s.project, minute_of(s.start_ns), s.service, s.operation))
             .or_default()
             .add(s.duration_ns, s.error);
     }
+    let mut groups: Vec<_> = groups.into_iter().collect();
+    groups.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     groups
         .into_iter()
         .map(|((project, minute, service, operation), totals)| {
@@ -65,8 +89,32 @@ pub fn rollup<'a>(spans: impl IntoIterator<Item = SpanFacts<'a>>) -> Vec<(String
         .collect()
 }
 
-/// Rollup rows of the spans among `rows` (buffered, or a segment's being written).
-pub fn rollup_rows(rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
+/// The rollups of events given as (project, name, time), sorted by project, hour and name.
+pub fn event_rollups<'a>(events: impl IntoIterator<Item = (&'a str, &'a str, i64)>) -> Vec<(String, EventRollup)> {
+    let mut groups: FxHashMap<(&str, i64, &str), u64> = FxHashMap::default();
+    for (project, event, t) in events {
+        *groups.entry((project, hour_of(t), event)).or_default() += 1;
+    }
+    let mut groups: Vec<_> = groups.into_iter().collect();
+    groups.sort_unstable();
+    groups
+        .into_iter()
+        .map(|((project, hour, event), count)| {
+            (project.to_owned(), EventRollup { event: event.to_owned(), hour_unix_nanos: hour, count })
+        })
+        .collect()
+}
+
+/// Rows of rollup table `table` of its source rows among `rows` (buffered, or a segment's
+/// being written).
+pub fn rollup_rows(table: Table, rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
+    if table == Table::EventRollups {
+        let events = rows.iter().filter_map(|r| match r.row {
+            Row::Event(e) => Some((r.project, e.event.as_str(), e.unix_nanos)),
+            _ => None,
+        });
+        return event_rollups(events).into_iter().map(|(p, r)| (p, Row::EventRollup(r))).collect();
+    }
     let spans = rows.iter().filter_map(|r| match r.row {
         Row::Span(s) => Some(SpanFacts {
             project: r.project,
@@ -78,14 +126,30 @@ pub fn rollup_rows(rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
         }),
         _ => None,
     });
-    rollup(spans).into_iter().map(|(p, r)| (p, Row::SpanRollup(r))).collect()
+    span_rollups(spans).into_iter().map(|(p, r)| (p, Row::SpanRollup(r))).collect()
 }
 
-/// The columns a scan of spans returns for [`rollup_batches`].
-pub const SPAN_COLUMNS: [&str; 5] = ["service", "operation", "start_ns", "duration_ns", "status"];
+/// The columns a scan of the source table returns for [`rollup_batches`], and those it reads
+/// as dictionaries.
+pub fn source_columns(table: Table) -> (&'static [&'static str], Vec<&'static str>) {
+    match table {
+        Table::EventRollups => (&["event", "time_ns"], vec!["event"]),
+        _ => (&["service", "operation", "start_ns", "duration_ns", "status"], vec!["service", "operation"]),
+    }
+}
 
-/// Rollup rows of spans of `project` read by a scan returning [`SPAN_COLUMNS`].
-pub fn rollup_batches(project: &str, batches: &[RecordBatch]) -> Vec<(String, Row)> {
+/// Rows of rollup table `table` of the rows of `project` read by a scan of its source table
+/// returning [`source_columns`].
+pub fn rollup_batches(table: Table, project: &str, batches: &[RecordBatch]) -> Vec<(String, Row)> {
+    if table == Table::EventRollups {
+        let mut events = Vec::new();
+        for rb in batches {
+            let c = Cols(rb);
+            let (names, times) = (c.strings("event"), c.i64("time_ns"));
+            events.extend((0..rb.num_rows()).map(|i| (project, names.value(i), times.value(i))));
+        }
+        return event_rollups(events).into_iter().map(|(p, r)| (p, Row::EventRollup(r))).collect();
+    }
     let mut facts = Vec::new();
     for rb in batches {
         let c = Cols(rb);
@@ -100,7 +164,7 @@ pub fn rollup_batches(project: &str, batches: &[RecordBatch]) -> Vec<(String, Ro
             error: status.value(i) == SpanStatus::Error.code(),
         }));
     }
-    rollup(facts).into_iter().map(|(p, r)| (p, Row::SpanRollup(r))).collect()
+    span_rollups(facts).into_iter().map(|(p, r)| (p, Row::SpanRollup(r))).collect()
 }
 
 /// Version of the stored form of a rollup's durations.
@@ -130,9 +194,18 @@ pub fn encode_durations(t: &SpanTotals) -> Vec<u8> {
 }
 
 /// Reads back [`encode_durations`]: the sum and the latency buckets of the totals.
-pub fn decode_durations(mut bytes: &[u8]) -> io::Result<(i128, LatencyBuckets)> {
+pub fn decode_durations(bytes: &[u8]) -> io::Result<(i128, LatencyBuckets)> {
+    let mut t = SpanTotals::default();
+    add_durations(bytes, &mut t)?;
+    Ok((t.duration_sum_ns, t.latency))
+}
+
+/// Adds the durations stored as [`encode_durations`] to `into` (its sum and latency buckets;
+/// not its count and errors, stored beside them), without building them apart first: a long
+/// APM range adds up a row per endpoint and minute.
+pub fn add_durations(mut bytes: &[u8], into: &mut SpanTotals) -> io::Result<()> {
     let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, format!("span rollup: {what}"));
-    let mut take = |n: usize| -> io::Result<&[u8]> {
+    let mut fixed = |n: usize| -> io::Result<&[u8]> {
         if bytes.len() < n {
             return Err(bad("truncated"));
         }
@@ -140,33 +213,39 @@ pub fn decode_durations(mut bytes: &[u8]) -> io::Result<(i128, LatencyBuckets)> 
         bytes = rest;
         Ok(head)
     };
-    if take(1)?[0] != DURATIONS_V1 {
+    if fixed(1)?[0] != DURATIONS_V1 {
         return Err(bad("unknown version"));
     }
-    let sum = i128::from_le_bytes(take(16)?.try_into().expect("16 bytes"));
+    let sum = i128::from_le_bytes(fixed(16)?.try_into().expect("16 bytes"));
     let mut rest = bytes;
-    let zeros = decode_varint(&mut rest).map_err(|_| bad("bad varint"))?;
+    let varint = |rest: &mut &[u8]| decode_varint(rest).map_err(|_| bad("bad varint"));
+    let zeros = varint(&mut rest)?;
     let f64_at = |b: &[u8], at: usize| b.get(at..at + 8).map(|s| f64::from_le_bytes(s.try_into().expect("8 bytes")));
-    let (min, max) =
-        (f64_at(rest, 0).ok_or_else(|| bad("truncated"))?, f64_at(rest, 8).ok_or_else(|| bad("truncated"))?);
+    let (min, max) = match (f64_at(rest, 0), f64_at(rest, 8)) {
+        (Some(min), Some(max)) => (min, max),
+        _ => return Err(bad("truncated")),
+    };
     rest = &rest[16..];
-    let n = decode_varint(&mut rest).map_err(|_| bad("bad varint"))?;
-    let mut buckets = Vec::with_capacity(n.min(4096) as usize);
-    let mut key = 0i64;
+    let n = varint(&mut rest)?;
+    // A row that does not decode fails the query: what it added meanwhile is never answered.
+    into.duration_sum_ns += sum;
+    into.latency.add_extremes(zeros, min, max);
+    let (mut key, mut previous) = (0i64, None);
     for _ in 0..n {
-        let z = decode_varint(&mut rest).map_err(|_| bad("bad varint"))?;
-        let count = decode_varint(&mut rest).map_err(|_| bad("bad varint"))?;
+        let z = varint(&mut rest)?;
+        let count = varint(&mut rest)?;
         key += ((z >> 1) as i64) ^ -((z & 1) as i64);
         let k = i32::try_from(key).map_err(|_| bad("bucket key out of range"))?;
-        if buckets.last().is_some_and(|&(last, _)| last >= k) {
+        if previous.is_some_and(|p| p >= k) {
             return Err(bad("bucket keys not increasing"));
         }
-        buckets.push((k, count));
+        previous = Some(k);
+        into.latency.add_bucket(k, count);
     }
     if !rest.is_empty() {
         return Err(bad("trailing bytes"));
     }
-    Ok((sum, LatencyBuckets::from_counts(&BucketCounts { zeros, min, max, buckets })))
+    Ok(())
 }
 
 #[cfg(test)]

@@ -97,6 +97,7 @@ impl Scan {
             Table::Spans => &["project", "start_ns", "service", "trace_id", "operation"],
             Table::TraceSummaries => &["project", "start_ns", "trace_id"],
             Table::SpanRollups => &["project", "minute_ns", "service"],
+            Table::EventRollups => &["project", "hour_ns", "event"],
             Table::Logs => &["project", "time_ns", "service", "level"],
             Table::HostMetrics => &["project", "time_ns", "hostname"],
             Table::Events => &["project", "time_ns", "event", "distinct_id"],
@@ -144,6 +145,7 @@ impl Scan {
             }
             Table::TraceSummaries => one("trace_id", &f.trace_id),
             Table::SpanRollups => any("service", &f.services),
+            Table::EventRollups => any("event", &f.events),
             Table::Logs => any("service", &f.services) && one("trace_id", &f.trace_id),
             Table::HostMetrics => one("hostname", &f.hostname),
             Table::Events => any("event", &f.events) && one("distinct_id", &f.distinct_id),
@@ -213,6 +215,7 @@ impl Scan {
                 need(f.min_duration_ns.is_some(), "end_ns");
             }
             Table::SpanRollups => need(!f.services.is_empty(), "service"),
+            Table::EventRollups => need(!f.events.is_empty(), "event"),
             Table::Logs => {
                 need(!f.services.is_empty(), "service");
                 need(!f.levels.is_empty(), "level");
@@ -241,6 +244,7 @@ impl Scan {
         let t = match self.table {
             Table::TraceSummaries => return true,
             Table::SpanRollups => super::rollup::minute_of(row.time_ns()),
+            Table::EventRollups => super::rollup::hour_of(row.time_ns()),
             _ => row.time_ns(),
         };
         t >= self.from_ns
@@ -342,6 +346,10 @@ impl Scan {
             Table::SpanRollups => {
                 let services = among("service", &f.services);
                 rows(&common, |i| one_of(&services, i))
+            }
+            Table::EventRollups => {
+                let events = among("event", &f.events);
+                rows(&common, |i| one_of(&events, i))
             }
             Table::HostMetrics => {
                 let hostname = is("hostname", &f.hostname);

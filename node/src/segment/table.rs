@@ -17,7 +17,8 @@ use arrow_array::{
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use sextant_model::row::{
-    Encoded, Event, HostMetric, LogLevel, LogRecord, ReplayEvent, Span, SpanRollup, SpanStatus, TraceSummary,
+    Encoded, Event, EventRollup, HostMetric, LogLevel, LogRecord, ReplayEvent, Span, SpanRollup, SpanStatus,
+    TraceSummary,
 };
 
 use super::attribute;
@@ -33,6 +34,8 @@ pub enum Table {
     Logs,
     HostMetrics,
     Events,
+    /// Derived from events at flush and compaction; one rollup segment per events segment.
+    EventRollups,
     ReplayEvents,
 }
 
@@ -47,19 +50,29 @@ fn opt(n: &str, t: DataType) -> Field {
 }
 
 impl Table {
-    pub const ALL: [Table; 7] = [
+    pub const ALL: [Table; 8] = [
         Table::Spans,
         Table::TraceSummaries,
         Table::SpanRollups,
         Table::Logs,
         Table::HostMetrics,
         Table::Events,
+        Table::EventRollups,
         Table::ReplayEvents,
     ];
 
-    /// Tables whose rows are derived from another's when it is written (from spans).
+    /// Tables whose rows are derived from another's when it is written.
     pub fn is_derived(self) -> bool {
-        matches!(self, Table::TraceSummaries | Table::SpanRollups)
+        self.source() != self
+    }
+
+    /// The table a derived table's rows come from (itself for the others).
+    pub fn source(self) -> Table {
+        match self {
+            Table::TraceSummaries | Table::SpanRollups => Table::Spans,
+            Table::EventRollups => Table::Events,
+            other => other,
+        }
     }
 
     pub fn name(self) -> &'static str {
@@ -70,6 +83,7 @@ impl Table {
             Table::Logs => "logs",
             Table::HostMetrics => "host_metrics",
             Table::Events => "events",
+            Table::EventRollups => "event_rollups",
             Table::ReplayEvents => "replay_events",
         }
     }
@@ -79,6 +93,7 @@ impl Table {
         match self {
             Table::Spans | Table::TraceSummaries => "start_ns",
             Table::SpanRollups => "minute_ns",
+            Table::EventRollups => "hour_ns",
             _ => "time_ns",
         }
     }
@@ -138,6 +153,9 @@ impl Table {
             Table::Events => {
                 vec![utf8("distinct_id"), int64("time_ns"), utf8("event"), utf8("uuid"), utf8("properties")]
             }
+            Table::EventRollups => {
+                vec![utf8("event"), int64("hour_ns"), Field::new("count", DataType::UInt64, false)]
+            }
             Table::ReplayEvents => vec![
                 utf8("session_id"),
                 int64("time_ns"),
@@ -170,6 +188,7 @@ impl Table {
             Table::Spans | Table::TraceSummaries => &["project", "trace_id", "start_ns"],
             Table::Logs => &["project", "time_ns"],
             Table::SpanRollups => &["project", "minute_ns"],
+            Table::EventRollups => &["project", "hour_ns"],
             Table::HostMetrics => &["project", "hostname", "time_ns"],
             // All events of a user together: funnels and retention read one user at a time.
             Table::Events => &["project", "distinct_id", "time_ns"],
@@ -192,6 +211,7 @@ pub enum Row {
     Log(LogRow),
     HostMetric(HostMetricRow),
     Event(Event),
+    EventRollup(EventRollup),
     Replay(ReplayEvent),
 }
 
@@ -204,6 +224,7 @@ impl Row {
             Row::Log(_) => Table::Logs,
             Row::HostMetric(_) => Table::HostMetrics,
             Row::Event(_) => Table::Events,
+            Row::EventRollup(_) => Table::EventRollups,
             Row::Replay(_) => Table::ReplayEvents,
         }
     }
@@ -216,6 +237,7 @@ impl Row {
             Row::Log(l) => l.unix_nanos,
             Row::HostMetric(m) => m.unix_nanos,
             Row::Event(e) => e.unix_nanos,
+            Row::EventRollup(r) => r.hour_unix_nanos,
             Row::Replay(r) => r.unix_nanos,
         }
     }
@@ -229,6 +251,7 @@ impl Row {
             Row::Log(l) => ("", l.unix_nanos),
             Row::HostMetric(m) => (&m.hostname, m.unix_nanos),
             Row::Event(e) => (&e.distinct_id, e.unix_nanos),
+            Row::EventRollup(r) => ("", r.hour_unix_nanos),
             Row::Replay(r) => (&r.session_id, r.unix_nanos),
         }
     }
@@ -459,6 +482,7 @@ fn build_columns<'l>(
                 V::S(&e.properties_json),
                 b,
             ]),
+            Row::EventRollup(r) => cols.push(&[p, V::S(&r.event), V::I(r.hour_unix_nanos), V::U(Some(r.count)), b]),
             Row::Replay(r) => cols.push(&[
                 p,
                 V::S(&r.session_id),
@@ -690,6 +714,11 @@ pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u3
                     distinct_id: s("distinct_id", i),
                     unix_nanos: c.i64("time_ns").value(i),
                     properties_json: s("properties", i),
+                }),
+                Table::EventRollups => Row::EventRollup(EventRollup {
+                    event: s("event", i),
+                    hour_unix_nanos: c.i64("hour_ns").value(i),
+                    count: c.u64("count").value(i),
                 }),
                 Table::ReplayEvents => Row::Replay(ReplayEvent {
                     session_id: s("session_id", i),

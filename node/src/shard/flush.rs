@@ -56,8 +56,8 @@ impl SegmentShard {
 pub(super) const IDS_PER_SEGMENT: u64 = 3;
 
 /// Writes `rows` of one table and hour as segment `id`; a spans segment gets its trace
-/// summaries as segment `id + 1` and its rollups as `id + 2`. Callers reserve
-/// [`IDS_PER_SEGMENT`] ids either way.
+/// summaries as segment `id + 1` and its rollups as `id + 2`, an events segment its rollups
+/// as `id + 1`. Callers reserve [`IDS_PER_SEGMENT`] ids either way.
 pub(super) fn write_segment(
     dir: &Path,
     id: u64,
@@ -67,15 +67,19 @@ pub(super) fn write_segment(
     batches: &[u128],
 ) -> io::Result<Vec<crate::segment::SegmentMeta>> {
     let mut written = vec![segment_file::write(dir, id, table, hour, rows, batches)?];
-    if table == Table::Spans {
-        for (offset, derived, rows) in
-            [(1, Table::TraceSummaries, summary_rows(rows)), (2, Table::SpanRollups, rollup_rows(rows))]
-        {
-            let refs: Vec<RowRef<'_>> = rows.iter().map(|(p, row)| RowRef { project: p, row, batch: 0 }).collect();
-            let mut meta = segment_file::write(dir, id + offset, derived, hour, &refs, &[])?;
-            meta.summarizes = Some(id);
-            written.push(meta);
-        }
+    let derived = match table {
+        Table::Spans => vec![
+            (1, Table::TraceSummaries, summary_rows(rows)),
+            (2, Table::SpanRollups, rollup_rows(Table::SpanRollups, rows)),
+        ],
+        Table::Events => vec![(1, Table::EventRollups, rollup_rows(Table::EventRollups, rows))],
+        _ => Vec::new(),
+    };
+    for (offset, derived, rows) in derived {
+        let refs: Vec<RowRef<'_>> = rows.iter().map(|(p, row)| RowRef { project: p, row, batch: 0 }).collect();
+        let mut meta = segment_file::write(dir, id + offset, derived, hour, &refs, &[])?;
+        meta.summarizes = Some(id);
+        written.push(meta);
     }
     Ok(written)
 }

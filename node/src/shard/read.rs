@@ -10,7 +10,7 @@ use sextant_model::query::Cost;
 use sextant_model::row::Span;
 
 use super::SegmentShard;
-use crate::segment::rollup::{minute_at_or_after, rollup_batches, SPAN_COLUMNS};
+use crate::segment::rollup::{self, bucket_at_or_after, rollup_batches};
 use crate::segment::table::RowRef;
 use crate::segment::{Row, Scan, Segment, Table};
 
@@ -75,8 +75,8 @@ impl SegmentShard {
     }
 }
 
-/// The segments a scan reads, and for a scan of span rollups the spans segments it rolls up
-/// as it reads them (with the scan of spans to do so): those written without rollups, and
+/// The segments a scan reads, and for a scan of rollups the source segments it rolls up as it
+/// reads them (with the scan of their rows to do so): those written without rollups, and
 /// those holding a batch aborted after they were written (their stored rollups would still
 /// count it).
 fn sources(
@@ -84,36 +84,35 @@ fn sources(
     scan: &Scan,
     tombstones: &BTreeSet<u128>,
 ) -> (Vec<Arc<Segment>>, Option<(Scan, Vec<Arc<Segment>>)>) {
-    if scan.table != Table::SpanRollups {
+    if !matches!(scan.table, Table::SpanRollups | Table::EventRollups) {
         let wanted = segments.iter().filter(|s| scan.wants_segment(s.meta.table, s.meta.min_ns, s.meta.max_ns));
         return (wanted.cloned().collect(), None);
     }
-    // A rollup of minute m holds the spans starting in [m, m + 1 minute).
-    let spans_scan = Scan {
-        table: Table::Spans,
-        from_ns: minute_at_or_after(scan.from_ns).unwrap_or(i64::MAX),
-        to_ns: minute_at_or_after(scan.to_ns).unwrap_or(i64::MAX),
-        columns: SPAN_COLUMNS.iter().map(|c| c.to_string()).collect(),
-        dictionaries: vec!["service", "operation"],
+    // A rollup of bucket b holds the rows of [b, b + width).
+    let width = rollup::width(scan.table);
+    let (columns, dictionaries) = rollup::source_columns(scan.table);
+    let source_scan = Scan {
+        table: scan.table.source(),
+        from_ns: bucket_at_or_after(scan.from_ns, width).unwrap_or(i64::MAX),
+        to_ns: bucket_at_or_after(scan.to_ns, width).unwrap_or(i64::MAX),
+        columns: columns.iter().map(|c| c.to_string()).collect(),
+        dictionaries,
         ..scan.clone()
     };
-    let rollups: HashMap<u64, &Arc<Segment>> = segments
-        .iter()
-        .filter(|s| s.meta.table == Table::SpanRollups)
-        .filter_map(|s| Some((s.meta.summarizes?, s)))
-        .collect();
+    let rollups: HashMap<u64, &Arc<Segment>> =
+        segments.iter().filter(|s| s.meta.table == scan.table).filter_map(|s| Some((s.meta.summarizes?, s))).collect();
     let (mut stored, mut derive) = (Vec::new(), Vec::new());
-    for spans in segments.iter().filter(|s| spans_scan.wants_segment(s.meta.table, s.meta.min_ns, s.meta.max_ns)) {
-        match rollups.get(&spans.meta.id) {
-            Some(r) if !spans.batches.iter().any(|b| tombstones.contains(b)) => {
+    for source in segments.iter().filter(|s| source_scan.wants_segment(s.meta.table, s.meta.min_ns, s.meta.max_ns)) {
+        match rollups.get(&source.meta.id) {
+            Some(r) if !source.batches.iter().any(|b| tombstones.contains(b)) => {
                 if scan.wants_segment(r.meta.table, r.meta.min_ns, r.meta.max_ns) {
                     stored.push((*r).clone());
                 }
             }
-            _ => derive.push(spans.clone()),
+            _ => derive.push(source.clone()),
         }
     }
-    (stored, Some((spans_scan, derive)))
+    (stored, Some((source_scan, derive)))
 }
 
 /// The part of a trace lookup that reads segments.
@@ -179,10 +178,10 @@ impl ScanJob {
         Ok(out)
     }
 
-    /// The rollups of one spans segment the scan rolls up as it reads it.
-    fn rolled_up(&self, spans_scan: &Scan, segment: &Segment) -> io::Result<Vec<RecordBatch>> {
+    /// The rollups of one source segment the scan rolls up as it reads it.
+    fn rolled_up(&self, source_scan: &Scan, segment: &Segment) -> io::Result<Vec<RecordBatch>> {
         let hidden = |b: u128| self.tombstones.contains(&b);
-        let rows = rollup_batches(&self.scan.project, &segment.scan(spans_scan, &hidden)?);
+        let rows = rollup_batches(self.scan.table, &self.scan.project, &segment.scan(source_scan, &hidden)?);
         let refs: Vec<RowRef<'_>> = rows.iter().map(|(p, row)| RowRef { project: p, row, batch: 0 }).collect();
         Ok(self.scan.select(&refs))
     }
@@ -211,9 +210,9 @@ impl ScanJob {
     }
 
     fn each_rolled_up<E: From<io::Error>>(&self, mut f: impl FnMut(RecordBatch) -> Result<(), E>) -> Result<(), E> {
-        if let Some((spans_scan, segments)) = &self.derive {
+        if let Some((source_scan, segments)) = &self.derive {
             for segment in segments {
-                for rb in self.rolled_up(spans_scan, segment)? {
+                for rb in self.rolled_up(source_scan, segment)? {
                     f(rb)?;
                 }
             }

@@ -85,8 +85,13 @@ impl From<Plan> for query_request::Plan {
             Plan::ReplayEvents(ReplayEventsPlan { session_id }) => {
                 W::ReplayEvents(crate::ReplayEventsPlan { session_id })
             }
-            Plan::EventBuckets(EventBucketsPlan { events, bucket_starts, cohort }) => {
-                W::EventBuckets(crate::EventBucketsPlan { events, bucket_starts, cohort: cohort_to_wire(cohort) })
+            Plan::EventBuckets(EventBucketsPlan { events, bucket_starts, cohort, counts_only }) => {
+                W::EventBuckets(crate::EventBucketsPlan {
+                    events,
+                    bucket_starts,
+                    cohort: cohort_to_wire(cohort),
+                    counts_only,
+                })
             }
             Plan::ActiveUsers(ActiveUsersPlan { day_starts, first_reported, cohort }) => {
                 W::ActiveUsers(crate::ActiveUsersPlan { day_starts, first_reported, cohort: cohort_to_wire(cohort) })
@@ -156,8 +161,13 @@ impl TryFrom<query_request::Plan> for Plan {
             W::ReplayEvents(crate::ReplayEventsPlan { session_id }) => {
                 Plan::ReplayEvents(ReplayEventsPlan { session_id })
             }
-            W::EventBuckets(crate::EventBucketsPlan { events, bucket_starts, cohort }) => {
-                Plan::EventBuckets(EventBucketsPlan { events, bucket_starts, cohort: optional_cohort(cohort)? })
+            W::EventBuckets(crate::EventBucketsPlan { events, bucket_starts, cohort, counts_only }) => {
+                Plan::EventBuckets(EventBucketsPlan {
+                    events,
+                    bucket_starts,
+                    cohort: optional_cohort(cohort)?,
+                    counts_only,
+                })
             }
             W::ActiveUsers(crate::ActiveUsersPlan { day_starts, first_reported, cohort }) => {
                 Plan::ActiveUsers(ActiveUsersPlan { day_starts, first_reported, cohort: optional_cohort(cohort)? })

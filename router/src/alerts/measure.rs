@@ -73,7 +73,12 @@ pub async fn measure(
             host_value(metric, matching)
         }
         AlertMetric::EventCount => {
-            let plan = EventBucketsPlan { events: one(&f.event), bucket_starts: vec![range.0], cohort: None };
+            let plan = EventBucketsPlan {
+                events: one(&f.event),
+                bucket_starts: vec![range.0],
+                cohort: None,
+                counts_only: true,
+            };
             let mut gathered = scatter(app, project, range, false, plan).await?;
             Some(gathered.fold::<EventBuckets>().fit(1)[0].count as f64)
         }

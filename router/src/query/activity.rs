@@ -52,7 +52,8 @@ fn active_days(to: i64, period: i64, tz: &jiff::tz::TimeZone) -> Result<(Vec<i64
 pub struct EventPoint {
     pub t: String,
     pub count: u64,
-    pub unique_users: u64,
+    /// Null with `math=total`.
+    pub unique_users: Option<u64>,
 }
 
 /// One event name, or several.
@@ -83,6 +84,8 @@ pub struct TimeseriesQuery {
     pub tz: Option<String>,
     pub event: Option<String>,
     pub cohort_id: Option<String>,
+    /// `total`: counts only (read from hourly rollups); default: counts and unique users.
+    pub math: Option<String>,
 }
 
 #[utoipa::path(
@@ -103,15 +106,24 @@ pub async fn timeseries(
     let tz = zone(q.tz.as_deref())?;
     let (from, to) = params.range_or(30 * DAY_NS, app.clock.now_nanos())?;
     let events = list_of("event", q.event.as_deref())?;
+    let counts_only = match q.math.as_deref() {
+        None | Some("") => false,
+        Some("total") => true,
+        Some(_) => return Err(invalid("math", "must be total, or absent for counts and unique users")),
+    };
     let starts = calendar::bucket_starts(from, to, interval, &tz).map_err(|e| calendar_error("interval", e))?;
     let cohort = crate::query::cohorts::filter(&app, &session, q.cohort_id.as_deref(), to).await?;
-    let plan = EventBucketsPlan { events: events.clone(), bucket_starts: starts.clone(), cohort };
+    let plan = EventBucketsPlan { events: events.clone(), bucket_starts: starts.clone(), cohort, counts_only };
     let mut gathered = scatter(&app, &session.project_id, (starts[0], to), params.allow_partial()?, plan).await?;
     let sums = gathered.fold::<EventBuckets>().fit(starts.len());
     let points = starts
         .iter()
         .zip(&sums)
-        .map(|(t, b)| EventPoint { t: format_nanos(*t), count: b.count, unique_users: b.unique_users })
+        .map(|(t, b)| EventPoint {
+            t: format_nanos(*t),
+            count: b.count,
+            unique_users: (!counts_only).then_some(b.unique_users),
+        })
         .collect();
     let event = match <[String; 1]>::try_from(events) {
         Ok([one]) => Some(EventNames::One(one)),
