@@ -10,7 +10,8 @@
 //!   cohort.
 //!
 //! A second data set spans 400 days (issue 23, "Long ranges"): weekly and monthly retention,
-//! a year of weekly and monthly timeseries, 366 days of active users and 90-day funnels.
+//! a year of weekly and monthly timeseries (also counts only, from hourly rollups), 366 days
+//! of active users and 90-day funnels.
 //!
 //! chdb is installed by `scripts/test.sh`; without it this test fails with a message saying so
 //! (`SEXTANT_PYTHON` may name a python that has it).
@@ -577,7 +578,8 @@ fn buckets_sql(bounds: &[i64], filter: &str) -> String {
 #[tokio::test]
 async fn a_year_of_analytics_equals_clickhouse_over_weeks_months_and_quarters() {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = Cluster::start(dir.path(), 3, 4, &[]).await;
+    // Frequent flushes: most events are read from segments and their rollups.
+    let cluster = Cluster::start(dir.path(), 3, 4, &["--snapshot-every", "4"]).await;
     let jwt = cluster.token().await;
     let resp = http()
         .post(format!("{}/projects", cluster.url))
@@ -698,6 +700,22 @@ async fn a_year_of_analytics_equals_clickhouse_over_weeks_months_and_quarters() 
             .map(|p| (p["count"].as_u64().unwrap(), p["unique_users"].as_u64().unwrap()))
             .collect();
         assert_eq!(ours, want, "{name}");
+        // Counts only: from the hourly rollups of the flushed segments, the same counts.
+        let body = api
+            .get(&format!(
+                "/api/events/timeseries?interval={interval}&from={}&to={}{filter}&math=total",
+                bounds[0],
+                bounds[bounds.len() - 1]
+            ))
+            .await;
+        let counts: Vec<(u64, Value)> = body["points"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| (p["count"].as_u64().unwrap(), p["unique_users"].clone()))
+            .collect();
+        let want_counts: Vec<(u64, Value)> = want.iter().map(|w| (w.0, Value::Null)).collect();
+        assert_eq!(counts, want_counts, "{name}, math=total");
     }
 
     // DAU/WAU/MAU over 366 days.

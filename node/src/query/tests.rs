@@ -376,7 +376,7 @@ fn apm_from_rollups_equals_adding_up_every_span_of_the_range() {
     let (a, old, aborted, buffered) = (
         spread(600, 0, 700, "a"),
         spread(300, 20_000, 1300, "o"),
-        spread(50, 1000, 7000, "x"),
+        spread(300, 1000, 500, "x"),
         spread(200, 5, 2100, "b"),
     );
     sh.ingest("p", a.clone(), vec![]);
@@ -431,14 +431,14 @@ fn apm_from_rollups_equals_adding_up_every_span_of_the_range() {
     }
 }
 
-/// Events every 7 minutes from `first_ms`, names cycling.
+/// Events every 40 seconds from `first_ms`, names cycling.
 fn events_over_days(n: usize, first_ms: i64, tag: &str) -> Vec<Event> {
     (0..n)
         .map(|i| Event {
             uuid: format!("{tag}-{i}"),
             event: ["view", "signup", "buy"][i % 3].into(),
             distinct_id: format!("u{}", i % 17),
-            unix_nanos: (first_ms + i as i64 * 7 * 60_000 + (i as i64 % 5) * 1000) * MS,
+            unix_nanos: (first_ms + i as i64 * 40_000 + (i as i64 % 5) * 1000) * MS,
             properties_json: "{}".into(),
         })
         .collect()

@@ -141,7 +141,7 @@ impl Buffer {
             .collect()
     }
 
-    /// The live rows of `project` in `table` (summaries and rollups: derived from its spans), as
+    /// The live rows of `project` in `table` (trace summaries: derived from its spans), as
     /// record batches ready for [`Scan::apply`](super::Scan::apply).
     pub fn scan_rows(&self, scan: &super::Scan, hidden: &dyn Fn(u128) -> bool) -> Vec<arrow_array::RecordBatch> {
         self.scan_from(self.candidates(scan), scan, hidden)
@@ -181,11 +181,8 @@ impl Buffer {
             live.sort_by(|a, b| a.row.sort_key().cmp(&b.row.sort_key()));
             let sources: Vec<RowRef<'_>> =
                 live.iter().map(|r| RowRef { project: &r.project, row: &r.row, batch: 0 }).collect();
-            let derived = match scan.table {
-                Table::TraceSummaries => super::summary::summary_rows(&sources),
-                _ => super::rollup::rollup_rows(scan.table, &sources),
-            };
-            rows = derived.into_iter().map(|(_, r)| r).collect();
+            debug_assert_eq!(scan.table, Table::TraceSummaries, "rollup scans read buffered source rows");
+            rows = super::summary::summary_rows(&sources).into_iter().map(|(_, r)| r).collect();
             rows.iter().map(|row| RowRef { project: &scan.project, row, batch: 0 }).collect()
         } else {
             live.iter().map(|r| RowRef { project: &r.project, row: &r.row, batch: 0 }).collect()

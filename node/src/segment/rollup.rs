@@ -6,14 +6,13 @@
 
 use std::io;
 
-use arrow_array::RecordBatch;
 use prost::encoding::{decode_varint, encode_varint};
 use rustc_hash::FxHashMap;
 use sextant_model::query::SpanTotals;
 use sextant_model::row::{EventRollup, SpanRollup, SpanStatus};
 use sextant_model::sketch::LatencyBuckets;
 
-use super::table::{Cols, Row, RowRef, Table};
+use super::table::{Row, RowRef, Table};
 
 pub const MINUTE_NS: i64 = 60_000_000_000;
 pub const HOUR_NS: i64 = 60 * MINUTE_NS;
@@ -129,8 +128,8 @@ pub fn rollup_rows(table: Table, rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
     span_rollups(spans).into_iter().map(|(p, r)| (p, Row::SpanRollup(r))).collect()
 }
 
-/// The columns a scan of the source table returns for [`rollup_batches`], and those it reads
-/// as dictionaries.
+/// The columns a rollup table's consumers read from its source rows, and those read as
+/// dictionaries.
 pub fn source_columns(table: Table) -> (&'static [&'static str], Vec<&'static str>) {
     match table {
         Table::EventRollups => (&["event", "time_ns"], vec!["event"]),
@@ -138,34 +137,9 @@ pub fn source_columns(table: Table) -> (&'static [&'static str], Vec<&'static st
     }
 }
 
-/// Rows of rollup table `table` of the rows of `project` read by a scan of its source table
-/// returning [`source_columns`].
-pub fn rollup_batches(table: Table, project: &str, batches: &[RecordBatch]) -> Vec<(String, Row)> {
-    if table == Table::EventRollups {
-        let mut events = Vec::new();
-        for rb in batches {
-            let c = Cols(rb);
-            let (names, times) = (c.strings("event"), c.i64("time_ns"));
-            events.extend((0..rb.num_rows()).map(|i| (project, names.value(i), times.value(i))));
-        }
-        return event_rollups(events).into_iter().map(|(p, r)| (p, Row::EventRollup(r))).collect();
-    }
-    let mut facts = Vec::new();
-    for rb in batches {
-        let c = Cols(rb);
-        let (service, operation) = (c.strings("service"), c.strings("operation"));
-        let (start, duration, status) = (c.i64("start_ns"), c.i64("duration_ns"), c.i32("status"));
-        facts.extend((0..rb.num_rows()).map(|i| SpanFacts {
-            project,
-            service: service.value(i),
-            operation: operation.value(i),
-            start_ns: start.value(i),
-            duration_ns: duration.value(i),
-            error: status.value(i) == SpanStatus::Error.code(),
-        }));
-    }
-    span_rollups(facts).into_iter().map(|(p, r)| (p, Row::SpanRollup(r))).collect()
-}
+/// Fewest source rows per stored rollup row for reading the rollup to pay: a span rollup row
+/// (its durations decoded and added) costs about six spans (docs/BENCHMARKS.md, "Rollups").
+pub const MIN_ROWS_PER_ROLLUP: u64 = 8;
 
 /// Version of the stored form of a rollup's durations.
 const DURATIONS_V1: u8 = 1;

@@ -83,6 +83,25 @@ impl Scan {
             .map_or_else(Vec::new, |q| q.required_terms().iter().map(|t| term_hash(t)).collect())
     }
 
+    /// For a scan of a rollup table: the scan of the source rows it rolls up. A rollup of
+    /// bucket `b` holds the rows of `[b, b + width)`, so the source range is rounded up to
+    /// bucket starts at both ends.
+    pub fn rollup_source(&self) -> Option<Scan> {
+        if !matches!(self.table, Table::SpanRollups | Table::EventRollups) {
+            return None;
+        }
+        let width = super::rollup::width(self.table);
+        let (columns, dictionaries) = super::rollup::source_columns(self.table);
+        Some(Scan {
+            table: self.table.source(),
+            from_ns: super::rollup::bucket_at_or_after(self.from_ns, width).unwrap_or(i64::MAX),
+            to_ns: super::rollup::bucket_at_or_after(self.to_ns, width).unwrap_or(i64::MAX),
+            columns: columns.iter().map(|c| c.to_string()).collect(),
+            dictionaries,
+            ..self.clone()
+        })
+    }
+
     /// Whether a segment covering `[min_ns, max_ns]` of `table` can hold matching rows.
     pub fn wants_segment(&self, table: Table, min_ns: i64, max_ns: i64) -> bool {
         table == self.table && max_ns >= self.from_ns && min_ns < self.to_ns
@@ -238,15 +257,12 @@ impl Scan {
 
     /// A cheap first selection of buffered rows, before they are turned into columns (all of
     /// them, every query): the time range and, for events, the event names. [`mask`](Self::mask)
-    /// still decides. Not for trace summaries, which are derived from all of a trace's spans;
-    /// for rollups, by the minute of the span (a rollup holds the spans of its minute).
+    /// still decides. Not for trace summaries, which are derived from all of a trace's spans.
     pub fn may_select(&self, row: &Row) -> bool {
-        let t = match self.table {
-            Table::TraceSummaries => return true,
-            Table::SpanRollups => super::rollup::minute_of(row.time_ns()),
-            Table::EventRollups => super::rollup::hour_of(row.time_ns()),
-            _ => row.time_ns(),
-        };
+        if self.table == Table::TraceSummaries {
+            return true;
+        }
+        let t = row.time_ns();
         t >= self.from_ns
             && t < self.to_ns
             && match row {

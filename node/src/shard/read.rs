@@ -10,8 +10,7 @@ use sextant_model::query::Cost;
 use sextant_model::row::Span;
 
 use super::SegmentShard;
-use crate::segment::rollup::{self, bucket_at_or_after, rollup_batches};
-use crate::segment::table::RowRef;
+use crate::segment::rollup::MIN_ROWS_PER_ROLLUP;
 use crate::segment::{Row, Scan, Segment, Table};
 
 impl SegmentShard {
@@ -39,14 +38,16 @@ impl SegmentShard {
     pub fn scan(&self, scan: Scan) -> ScanJob {
         let tombstones = self.tombstones.clone();
         let hidden = |b: u128| tombstones.contains(&b);
-        let mut buffered = self.active.scan_rows(&scan, &hidden);
+        // Buffered rows are never rolled up: a rollup scan reads their source rows.
+        let buffered_scan = scan.rollup_source().unwrap_or_else(|| scan.clone());
+        let mut buffered = self.active.scan_rows(&buffered_scan, &hidden);
         let published = self.published.read().unwrap();
         for frozen in &published.frozen {
-            buffered.extend(frozen.scan_rows(&scan, &hidden));
+            buffered.extend(frozen.scan_rows(&buffered_scan, &hidden));
         }
-        let (segments, derive) = sources(&published.segments, &scan, &tombstones);
+        let (segments, unrolled) = sources(&published.segments, &scan, &tombstones);
         drop(published);
-        ScanJob { scan, buffered, segments, derive, tombstones }
+        ScanJob { scan, buffered, segments, unrolled, tombstones }
     }
 
     /// What [`scan`](Self::scan) would read, without reading it: the candidate row groups of
@@ -55,18 +56,18 @@ impl SegmentShard {
     pub fn estimate(&self, scan: &Scan) -> Cost {
         let published = self.published.read().unwrap();
         let buffers = std::iter::once(&self.active).chain(published.frozen.iter().map(|b| b.as_ref()));
+        let buffered_scan = scan.rollup_source().unwrap_or_else(|| scan.clone());
         let mut cost = Cost::default();
         for b in buffers {
-            let (rows, bytes) = b.estimate(scan);
+            let (rows, bytes) = b.estimate(&buffered_scan);
             cost.rows += rows;
             cost.bytes += bytes;
         }
-        let (segments, derive) = sources(&published.segments, scan, &self.tombstones);
-        let derive = derive.map(|(spans_scan, segments)| segments.into_iter().map(move |s| (spans_scan.clone(), s)));
-        let estimates = segments
-            .iter()
-            .map(|s| s.estimate(scan))
-            .chain(derive.into_iter().flatten().map(|(spans_scan, s)| s.estimate(&spans_scan)));
+        let (segments, unrolled) = sources(&published.segments, scan, &self.tombstones);
+        let unrolled =
+            unrolled.iter().flat_map(|(source_scan, segments)| segments.iter().map(move |s| (source_scan, s)));
+        let estimates =
+            segments.iter().map(|s| s.estimate(scan)).chain(unrolled.map(|(source_scan, s)| s.estimate(source_scan)));
         for (rows, bytes) in estimates {
             cost.rows += rows;
             cost.bytes += bytes;
@@ -75,44 +76,37 @@ impl SegmentShard {
     }
 }
 
-/// The segments a scan reads, and for a scan of rollups the source segments it rolls up as it
-/// reads them (with the scan of their rows to do so): those written without rollups, and
-/// those holding a batch aborted after they were written (their stored rollups would still
-/// count it).
+/// The segments a scan reads. A scan of rollups reads each source segment's stored rollups
+/// where they pay, and the source segment's rows instead (with its
+/// [`rollup_source`](Scan::rollup_source) scan) where it has none (written by an earlier
+/// release), holds a batch aborted after it was written (its stored rollups would still count
+/// it) or has too few rows per rollup row for the rollup to be cheaper.
 fn sources(
     segments: &[Arc<Segment>],
     scan: &Scan,
     tombstones: &BTreeSet<u128>,
 ) -> (Vec<Arc<Segment>>, Option<(Scan, Vec<Arc<Segment>>)>) {
-    if !matches!(scan.table, Table::SpanRollups | Table::EventRollups) {
+    let Some(source_scan) = scan.rollup_source() else {
         let wanted = segments.iter().filter(|s| scan.wants_segment(s.meta.table, s.meta.min_ns, s.meta.max_ns));
         return (wanted.cloned().collect(), None);
-    }
-    // A rollup of bucket b holds the rows of [b, b + width).
-    let width = rollup::width(scan.table);
-    let (columns, dictionaries) = rollup::source_columns(scan.table);
-    let source_scan = Scan {
-        table: scan.table.source(),
-        from_ns: bucket_at_or_after(scan.from_ns, width).unwrap_or(i64::MAX),
-        to_ns: bucket_at_or_after(scan.to_ns, width).unwrap_or(i64::MAX),
-        columns: columns.iter().map(|c| c.to_string()).collect(),
-        dictionaries,
-        ..scan.clone()
     };
     let rollups: HashMap<u64, &Arc<Segment>> =
         segments.iter().filter(|s| s.meta.table == scan.table).filter_map(|s| Some((s.meta.summarizes?, s))).collect();
-    let (mut stored, mut derive) = (Vec::new(), Vec::new());
+    let (mut stored, mut unrolled) = (Vec::new(), Vec::new());
     for source in segments.iter().filter(|s| source_scan.wants_segment(s.meta.table, s.meta.min_ns, s.meta.max_ns)) {
         match rollups.get(&source.meta.id) {
-            Some(r) if !source.batches.iter().any(|b| tombstones.contains(b)) => {
+            Some(r)
+                if r.meta.rows.saturating_mul(MIN_ROWS_PER_ROLLUP) <= source.meta.rows
+                    && !source.batches.iter().any(|b| tombstones.contains(b)) =>
+            {
                 if scan.wants_segment(r.meta.table, r.meta.min_ns, r.meta.max_ns) {
                     stored.push((*r).clone());
                 }
             }
-            _ => derive.push(source.clone()),
+            _ => unrolled.push(source.clone()),
         }
     }
-    (stored, Some((source_scan, derive)))
+    (stored, Some((source_scan, unrolled)))
 }
 
 /// The part of a trace lookup that reads segments.
@@ -157,15 +151,15 @@ pub struct ScanJob {
     scan: Scan,
     buffered: Vec<RecordBatch>,
     segments: Vec<Arc<Segment>>,
-    /// Spans segments rolled up as they are read (see [`sources`]).
-    derive: Option<(Scan, Vec<Arc<Segment>>)>,
+    /// For a rollup scan: source segments read as source rows (see [`sources`]).
+    unrolled: Option<(Scan, Vec<Arc<Segment>>)>,
     tombstones: BTreeSet<u128>,
 }
 
 impl ScanJob {
     /// A scan that reads nothing (what an estimate hands the plan instead of a real one).
     pub fn empty(scan: Scan) -> Self {
-        ScanJob { scan, buffered: Vec::new(), segments: Vec::new(), derive: None, tombstones: BTreeSet::new() }
+        ScanJob { scan, buffered: Vec::new(), segments: Vec::new(), unrolled: None, tombstones: BTreeSet::new() }
     }
 
     /// The matching rows: buffered ones first, then segment by segment (no global order).
@@ -178,20 +172,12 @@ impl ScanJob {
         Ok(out)
     }
 
-    /// The rollups of one source segment the scan rolls up as it reads it.
-    fn rolled_up(&self, source_scan: &Scan, segment: &Segment) -> io::Result<Vec<RecordBatch>> {
-        let hidden = |b: u128| self.tombstones.contains(&b);
-        let rows = rollup_batches(self.scan.table, &self.scan.project, &segment.scan(source_scan, &hidden)?);
-        let refs: Vec<RowRef<'_>> = rows.iter().map(|(p, row)| RowRef { project: p, row, batch: 0 }).collect();
-        Ok(self.scan.select(&refs))
-    }
-
     /// At most how many rows the scan hands out (its segments may hold other projects' and
     /// other times' rows too): for sizing a reader's tables once instead of growing them.
     pub fn max_rows(&self) -> u64 {
         let buffered: usize = self.buffered.iter().map(|rb| rb.num_rows()).sum();
-        let derived = self.derive.iter().flat_map(|(_, segments)| segments);
-        buffered as u64 + self.segments.iter().chain(derived).map(|s| s.meta.rows).sum::<u64>()
+        let unrolled = self.unrolled.iter().flat_map(|(_, segments)| segments);
+        buffered as u64 + self.segments.iter().chain(unrolled).map(|s| s.meta.rows).sum::<u64>()
     }
 
     /// Like [`run`](Self::run), handing each batch to `f` as soon as it is read, so a query
@@ -206,13 +192,14 @@ impl ScanJob {
                 f(rb)?;
             }
         }
-        self.each_rolled_up(f)
+        self.each_unrolled(f)
     }
 
-    fn each_rolled_up<E: From<io::Error>>(&self, mut f: impl FnMut(RecordBatch) -> Result<(), E>) -> Result<(), E> {
-        if let Some((source_scan, segments)) = &self.derive {
+    fn each_unrolled<E: From<io::Error>>(&self, mut f: impl FnMut(RecordBatch) -> Result<(), E>) -> Result<(), E> {
+        let hidden = |b: u128| self.tombstones.contains(&b);
+        if let Some((source_scan, segments)) = &self.unrolled {
             for segment in segments {
-                for rb in self.rolled_up(source_scan, segment)? {
+                for rb in segment.scan(source_scan, &hidden)? {
                     f(rb)?;
                 }
             }
@@ -247,7 +234,7 @@ impl ScanJob {
                 f(rb)?;
             }
         }
-        self.each_rolled_up(f)
+        self.each_unrolled(f)
     }
 }
 
