@@ -257,6 +257,16 @@ compare("timeseries: pageviews and users per day, 30 days", lambda: api("GET", q
         lambda b: [[p["t"], p["count"], p["unique_users"]] for p in b["points"]],
         lambda rows: [[iso(int(r[0])), int(r[1]), int(r[2])] for r in rows])
 
+# Counts only (math=total): every event per hour over the 30 days, from hourly rollups.
+hour_sql = (
+    f"SELECT intDiv(ts, 3600000) * 3600000 AS t, count() FROM events "
+    f"WHERE ts >= {T_END - SPAN} AND ts < {T_END} GROUP BY t ORDER BY t"
+)
+q_total = f"/api/events/timeseries?interval=hour&math=total&from={T_END - SPAN}&to={T_END}"
+compare("timeseries: all events per hour, 30 days, math=total", lambda: api("GET", q_total), hour_sql,
+        lambda b: [[p["t"], p["count"]] for p in b["points"] if p["count"]],
+        lambda rows: [[iso(int(r[0])), int(r[1])] for r in rows])
+
 # A cohort with two conditions, sized at T_END.
 try:
     cohort = api("POST", "/api/cohorts", {"name": "bench", "conditions": {"logic": "and", "conditions": [

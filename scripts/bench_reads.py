@@ -12,7 +12,7 @@
    ClickHouse in process (query to result formatted as CSV). The answers are compared.
 
 Usage: scripts/bench_reads.py --objects N [--runs R] [--work DIR] [--bin target/release/sextant]
-                              [--spread-hours H] [--only NAME]
+                              [--spread-hours H] [--snapshot-every N] [--only NAME]
 With --work DIR the generated files, Sextant's data directory and the ClickHouse database are
 kept there and reused by the next run (only the sextant process is restarted), so a changed
 query path can be re-measured on the same data.
@@ -103,7 +103,8 @@ class Sextant:
         self.port = free_port()
         self.proc = subprocess.Popen(
             [args.bin, "dev", "--data-dir", self.dir, "--listen", f"127.0.0.1:{self.port}",
-             "--api-rps", "1000000", "--ingest-rps", "1000000", "--auth-rps", "100000"],
+             "--api-rps", "1000000", "--ingest-rps", "1000000", "--auth-rps", "100000"]
+            + (["--snapshot-every", str(args.snapshot_every)] if args.snapshot_every else []),
             stdout=open(os.path.join(args.work, "sextant.log"), "a"), stderr=subprocess.STDOUT)
         deadline = time.time() + 120
         while True:
@@ -413,6 +414,8 @@ def main():
     ap.add_argument("--work", default=None)
     ap.add_argument("--bin", default="target/release/sextant")
     ap.add_argument("--only", default="", help="only the queries whose name contains this")
+    ap.add_argument("--snapshot-every", type=int, default=0,
+                    help="flush a shard every N entries (reads of segments rather than the buffer)")
     ap.add_argument("--spread-hours", type=float, default=0,
                     help="spread the spans' traces over this many hours before the run (long-range reads)")
     ap.add_argument("--sextant-only", action="store_true",

@@ -132,8 +132,8 @@ pub fn rollup_rows(table: Table, rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
 /// dictionaries.
 pub fn source_columns(table: Table) -> (&'static [&'static str], Vec<&'static str>) {
     match table {
-        Table::EventRollups => (&["event", "time_ns"], vec!["event"]),
-        _ => (&["service", "operation", "start_ns", "duration_ns", "status"], vec!["service", "operation"]),
+        Table::EventRollups => (&["time_ns"], vec![]),
+        _ => (&["service", "operation", "duration_ns", "status"], vec!["service", "operation"]),
     }
 }
 
