@@ -10,7 +10,7 @@ use sextant_model::row::SpanStatus;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::{each_batch_holding, scan_of, Budget, Compute, Prehashed, QueryError, QueryKind, Scans};
-use crate::segment::rollup::{add_durations, minute_at_or_after, minute_of};
+use crate::segment::rollup::{add_durations, minute_at_or_after, minute_of, source_columns};
 use crate::segment::table::{Cols, Strings};
 use crate::segment::{Filter, Scan, Table};
 use crate::shard::ScanJob;
@@ -21,17 +21,19 @@ impl QueryKind for ApmPlan {
         let (from, to) = (req.from_unix_nanos, req.to_unix_nanos);
         // Whole minutes from the rollups; the parts of a minute at either end from spans.
         let (first, last) = (minute_at_or_after(from).unwrap_or(i64::MAX), minute_of(to));
+        // What rollup scans hand out for segments without usable rollups, and buffered rows.
+        let (span_columns, dictionaries) = source_columns(Table::SpanRollups);
         let spans = |from_ns: i64, to_ns: i64| Scan {
             from_ns,
             to_ns,
-            ..scan_of(req, Table::Spans, filter.clone(), &SPAN_COLUMNS, &["service", "operation"])
+            ..scan_of(req, Table::Spans, filter.clone(), span_columns, &dictionaries)
         };
         let mut jobs = Vec::new();
         if first < last {
             let rollups = Scan {
                 from_ns: first,
                 to_ns: last,
-                ..scan_of(req, Table::SpanRollups, filter.clone(), &ROLLUP_COLUMNS, &["service", "operation"])
+                ..scan_of(req, Table::SpanRollups, filter.clone(), &ROLLUP_COLUMNS, &dictionaries)
             };
             jobs.push(shard.scan(rollups));
             for (a, b) in [(from, first), (last, to)] {
@@ -46,7 +48,6 @@ impl QueryKind for ApmPlan {
     }
 }
 
-const SPAN_COLUMNS: [&str; 4] = ["service", "operation", "duration_ns", "status"];
 const ROLLUP_COLUMNS: [&str; 5] = ["service", "operation", "count", "errors", "durations"];
 
 /// Memory of an endpoint's accumulator while grouping: its names and latency buckets.
