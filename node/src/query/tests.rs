@@ -452,7 +452,7 @@ fn event_counts_from_rollups_equal_counting_every_event() {
     let mut sh = Shard::new();
     let dir = sh._dir.path().to_owned();
     let batch = |events: Vec<Event>| RowBatch { project_id: "p".into(), events, ..Default::default() };
-    let mut ingest = |sh: &mut Shard, events: Vec<Event>| {
+    let ingest = |sh: &mut Shard, events: Vec<Event>| {
         sh.index += 1;
         sh.s.apply(sh.index, Command::Ingest { batch_id: sh.index as u128, payload: encode_ingest(batch(events)) });
     };

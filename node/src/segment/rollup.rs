@@ -52,25 +52,24 @@ pub fn minute_at_or_after(t: i64) -> Option<i64> {
     bucket_at_or_after(t, MINUTE_NS)
 }
 
-/// What a rollup needs of one span.
-pub struct SpanFacts<'a> {
-    pub project: &'a str,
-    pub service: &'a str,
-    pub operation: &'a str,
-    pub start_ns: i64,
-    /// As a scan reads it (the stored `i64`).
-    pub duration_ns: i64,
-    pub error: bool,
+/// Rows of rollup table `table` of its source rows among `rows` (a segment's being written),
+/// sorted like a segment of `table`.
+pub fn rollup_rows(table: Table, rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
+    match table {
+        Table::EventRollups => event_rollups(rows),
+        _ => span_rollups(rows),
+    }
 }
 
-/// The rollups of `spans`, sorted by project, minute, service and operation.
-pub fn span_rollups<'a>(spans: impl IntoIterator<Item = SpanFacts<'a>>) -> Vec<(String, SpanRollup)> {
+/// Per (project, minute, service, operation), the totals of the spans among `rows`.
+fn span_rollups(rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
     let mut groups: FxHashMap<(&str, i64, &str, &str), SpanTotals> = FxHashMap::default();
-    for s in spans {
-        groups
-            .entry((s.project, minute_of(s.start_ns), s.service, s.operation))
-            .or_default()
-            .add(s.duration_ns, s.error);
+    for r in rows {
+        if let Row::Span(s) = r.row {
+            let key = (r.project, minute_of(s.start_unix_nanos), s.service_name.as_str(), s.operation.as_str());
+            // As a scan reads the duration: the stored i64.
+            groups.entry(key).or_default().add(s.duration_nanos as i64, s.status == SpanStatus::Error);
+        }
     }
     let mut groups: Vec<_> = groups.into_iter().collect();
     groups.sort_unstable_by(|a, b| a.0.cmp(&b.0));
@@ -83,49 +82,28 @@ pub fn span_rollups<'a>(spans: impl IntoIterator<Item = SpanFacts<'a>>) -> Vec<(
                 minute_unix_nanos: minute,
                 totals,
             };
-            (project.to_owned(), r)
+            (project.to_owned(), Row::SpanRollup(r))
         })
         .collect()
 }
 
-/// The rollups of events given as (project, name, time), sorted by project, hour and name.
-pub fn event_rollups<'a>(events: impl IntoIterator<Item = (&'a str, &'a str, i64)>) -> Vec<(String, EventRollup)> {
+/// Per (project, hour, event name), the events among `rows`.
+fn event_rollups(rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
     let mut groups: FxHashMap<(&str, i64, &str), u64> = FxHashMap::default();
-    for (project, event, t) in events {
-        *groups.entry((project, hour_of(t), event)).or_default() += 1;
+    for r in rows {
+        if let Row::Event(e) = r.row {
+            *groups.entry((r.project, hour_of(e.unix_nanos), e.event.as_str())).or_default() += 1;
+        }
     }
     let mut groups: Vec<_> = groups.into_iter().collect();
     groups.sort_unstable();
     groups
         .into_iter()
         .map(|((project, hour, event), count)| {
-            (project.to_owned(), EventRollup { event: event.to_owned(), hour_unix_nanos: hour, count })
+            let r = EventRollup { event: event.to_owned(), hour_unix_nanos: hour, count };
+            (project.to_owned(), Row::EventRollup(r))
         })
         .collect()
-}
-
-/// Rows of rollup table `table` of its source rows among `rows` (buffered, or a segment's
-/// being written).
-pub fn rollup_rows(table: Table, rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
-    if table == Table::EventRollups {
-        let events = rows.iter().filter_map(|r| match r.row {
-            Row::Event(e) => Some((r.project, e.event.as_str(), e.unix_nanos)),
-            _ => None,
-        });
-        return event_rollups(events).into_iter().map(|(p, r)| (p, Row::EventRollup(r))).collect();
-    }
-    let spans = rows.iter().filter_map(|r| match r.row {
-        Row::Span(s) => Some(SpanFacts {
-            project: r.project,
-            service: &s.service_name,
-            operation: &s.operation,
-            start_ns: s.start_unix_nanos,
-            duration_ns: s.duration_nanos as i64,
-            error: s.status == SpanStatus::Error,
-        }),
-        _ => None,
-    });
-    span_rollups(spans).into_iter().map(|(p, r)| (p, Row::SpanRollup(r))).collect()
 }
 
 /// The columns a rollup table's consumers read from its source rows, and those read as
