@@ -32,6 +32,9 @@ pub struct Buffer {
     batches: HashSet<u128>,
     /// Projects with rows here.
     projects: HashSet<Arc<str>>,
+    /// Per (project, table): rows here and their earliest and latest time, so that an
+    /// estimate whose range holds them all does not walk the rows.
+    extents: FxHashMap<(Arc<str>, Table), Extent>,
     /// Batches aborted while still here: skipped by reads and by the flush.
     pub aborted: HashSet<u128>,
     /// Approximate heap size, for flush-by-size.
@@ -49,6 +52,7 @@ impl Default for Buffer {
             events: FxHashMap::default(),
             batches: HashSet::new(),
             projects: HashSet::new(),
+            extents: FxHashMap::default(),
             aborted: HashSet::new(),
             bytes: 0,
             since: Duration::ZERO,
@@ -79,6 +83,7 @@ impl Buffer {
         let before = self.rows.len();
         let mut index_bytes = 0;
         let mut line = Vec::new();
+        let mut extents: Vec<(Table, Extent)> = Vec::new();
         let rows = batch
             .spans
             .into_iter()
@@ -103,7 +108,16 @@ impl Buffer {
                 Row::Event(e) => index_bytes += post(&mut self.events, trace_key(&project, &e.event), position),
                 _ => {}
             }
+            let (table, t) = (row.table(), row.time_ns());
+            match extents.iter_mut().find(|(x, _)| *x == table) {
+                Some((_, e)) => e.add(1, t, t),
+                None => extents.push((table, Extent { rows: 1, min_ns: t, max_ns: t })),
+            }
             self.rows.push(BufferedRow { project: project.clone(), row, batch_id });
+        }
+        for (table, e) in extents {
+            let entry = self.extents.entry((project.clone(), table));
+            entry.and_modify(|x| x.add(e.rows, e.min_ns, e.max_ns)).or_insert(e);
         }
         self.batches.insert(batch_id);
         if self.rows.len() > before {
@@ -194,13 +208,23 @@ impl Buffer {
     /// and event name, without building them), and their share of the buffer's bytes.
     pub fn estimate(&self, scan: &super::Scan) -> (u64, u64) {
         let source = scan.table.source();
+        let share = |rows: u64| (rows, (self.bytes as u128 * rows as u128 / self.rows.len().max(1) as u128) as u64);
+        let Some(extent) = self.extents.get(&(Arc::from(scan.project.as_str()), source)) else {
+            return (0, 0);
+        };
+        // Every row of the table is in the range (or the scan does not select by time): no
+        // need to look at them one by one.
+        let all_in_range =
+            (scan.from_ns <= extent.min_ns && extent.max_ns < scan.to_ns) || scan.table == Table::TraceSummaries;
+        if all_in_range && (source != Table::Events || scan.filter.events.is_empty()) {
+            return share(extent.rows);
+        }
         let rows = self
             .rows
             .iter()
             .filter(|r| r.row.table() == source && *r.project == *scan.project && scan.may_select(&r.row))
             .count();
-        let bytes = (self.bytes as u128 * rows as u128 / self.rows.len().max(1) as u128) as u64;
-        (rows as u64, bytes)
+        share(rows as u64)
     }
 
     /// The rows a scan has to look at, in buffer order: for a log search with index terms,
@@ -313,6 +337,22 @@ fn term_key(project: &str, term: u32) -> u64 {
     h.finish()
 }
 
+/// Rows of one project and table in a buffer, and their time span.
+#[derive(Clone, Copy, Debug)]
+struct Extent {
+    rows: u64,
+    min_ns: i64,
+    max_ns: i64,
+}
+
+impl Extent {
+    fn add(&mut self, rows: u64, min_ns: i64, max_ns: i64) {
+        self.rows += rows;
+        self.min_ns = self.min_ns.min(min_ns);
+        self.max_ns = self.max_ns.max(max_ns);
+    }
+}
+
 fn trace_key(project: &str, trace_id: &str) -> u64 {
     use std::hash::{BuildHasher, Hash, Hasher};
     let mut h = rustc_hash::FxBuildHasher.build_hasher();
@@ -406,6 +446,46 @@ mod tests {
             })
             .collect();
         parts.join(" ")
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// An estimate counts the rows a scan would consider, whether the range holds all of a
+        /// table's buffered rows (counted from the buffer's extents) or only some (walked).
+        #[test]
+        fn buffer_estimates_count_the_rows_in_range_either_way(
+            events in prop::collection::vec((0usize..2, 0usize..3, -50i64..50), 0..40),
+            logs in prop::collection::vec((0usize..2, -50i64..50), 0..20),
+            ranges in prop::collection::vec((-60i64..60, 0i64..130), 1..6),
+            names in prop::collection::vec(0usize..3, 0..2),
+        ) {
+            let mut buffer = Buffer::default();
+            for (i, (project, name, t)) in events.iter().enumerate() {
+                let events = vec![Event { uuid: format!("e{i}"), event: EVENTS[*name].into(), unix_nanos: *t, ..Default::default() }];
+                push(&mut buffer, i as u128, RowBatch { project_id: PROJECTS[*project].into(), events, ..Default::default() });
+            }
+            for (i, (project, t)) in logs.iter().enumerate() {
+                let logs = vec![log_line(&[0], None, *t)];
+                push(&mut buffer, 100 + i as u128, RowBatch { project_id: PROJECTS[*project].into(), logs, ..Default::default() });
+            }
+            let names: Vec<String> = names.iter().map(|&n| EVENTS[n].to_owned()).collect();
+            for (from, len) in ranges {
+                for project in PROJECTS {
+                    let mut events_scan = scan(Table::Events, project, Filter { events: names.clone(), ..Default::default() });
+                    let mut logs_scan = scan(Table::Logs, project, Filter::default());
+                    (events_scan.from_ns, events_scan.to_ns) = (from, from + len);
+                    (logs_scan.from_ns, logs_scan.to_ns) = (from, from + len);
+                    let in_range = |t: i64| (from..from + len).contains(&t);
+                    let want_events = events.iter().filter(|(p, n, t)| {
+                        PROJECTS[*p] == project && in_range(*t) && (names.is_empty() || names.contains(&EVENTS[*n].to_owned()))
+                    }).count() as u64;
+                    let want_logs = logs.iter().filter(|(p, t)| PROJECTS[*p] == project && in_range(*t)).count() as u64;
+                    prop_assert_eq!(buffer.estimate(&events_scan).0, want_events);
+                    prop_assert_eq!(buffer.estimate(&logs_scan).0, want_logs);
+                }
+            }
+        }
     }
 
     proptest! {
