@@ -686,13 +686,10 @@ async fn a_year_of_analytics_equals_clickhouse_over_weeks_months_and_quarters() 
             want[i] = (as_u64(&r[1]), as_u64(&r[2]));
         }
         assert!(want.iter().filter(|w| w.0 > 0).count() * 2 > want.len(), "{name}: most periods have events");
-        let body = api
-            .get(&format!(
-                "/api/events/timeseries?interval={interval}&from={}&to={}{filter}",
-                bounds[0],
-                bounds[bounds.len() - 1]
-            ))
-            .await;
+        let (from, to) = (bounds[0], bounds[bounds.len() - 1]);
+        let series =
+            |math: &str| format!("/api/events/timeseries?interval={interval}&from={from}&to={to}{filter}{math}");
+        let body = api.get(&series("")).await;
         let ours: Vec<(u64, u64)> = body["points"]
             .as_array()
             .unwrap()
@@ -701,13 +698,7 @@ async fn a_year_of_analytics_equals_clickhouse_over_weeks_months_and_quarters() 
             .collect();
         assert_eq!(ours, want, "{name}");
         // Counts only: from the hourly rollups of the flushed segments, the same counts.
-        let body = api
-            .get(&format!(
-                "/api/events/timeseries?interval={interval}&from={}&to={}{filter}&math=total",
-                bounds[0],
-                bounds[bounds.len() - 1]
-            ))
-            .await;
+        let body = api.get(&series("&math=total")).await;
         let counts: Vec<(u64, Value)> = body["points"]
             .as_array()
             .unwrap()

@@ -213,20 +213,6 @@ impl LatencyBuckets {
         (key - self.offset) as usize
     }
 
-    /// Adds what `other` counted: the same as having counted its values here, so merged
-    /// buckets make the same sketch as one scan over all the values.
-    pub fn merge(&mut self, other: &LatencyBuckets) {
-        self.add_extremes(other.zeros, other.min, other.max);
-        for (key, n) in other.nonzero() {
-            self.add_count(key, n);
-        }
-    }
-
-    /// Adds `n` values of the bucket with key `key` (as [`counts`](Self::counts) lists them).
-    pub fn add_bucket(&mut self, key: i32, n: u64) {
-        self.add_count(key, n);
-    }
-
     /// Adds `zeros` values at or under the minimum and widens the extremes to `min` and `max`
     /// (what [`counts`](Self::counts) lists besides the buckets).
     pub fn add_extremes(&mut self, zeros: u64, min: f64, max: f64) {
@@ -235,7 +221,10 @@ impl LatencyBuckets {
         self.max = self.max.max(max);
     }
 
-    fn add_count(&mut self, key: i32, n: u64) {
+    /// Adds `n` values of the bucket with key `key` (as [`counts`](Self::counts) lists them):
+    /// adding another's counts and extremes is the same as having counted its values here, so
+    /// the sketch is the one of a single scan over all the values.
+    pub fn add_bucket(&mut self, key: i32, n: u64) {
         let i = self.index(key);
         let total = u64::from(self.counts[i]) + n;
         self.counts[i] = total as u32;
@@ -253,16 +242,6 @@ impl LatencyBuckets {
     /// What was counted, in a form to store.
     pub fn counts(&self) -> BucketCounts {
         BucketCounts { zeros: self.zeros, min: self.min, max: self.max, buckets: self.nonzero().collect() }
-    }
-
-    /// Buckets holding `counts` (as [`counts`](Self::counts) gave them).
-    pub fn from_counts(counts: &BucketCounts) -> Self {
-        let mut out = LatencyBuckets::default();
-        out.add_extremes(counts.zeros, counts.min, counts.max);
-        for &(key, n) in &counts.buckets {
-            out.add_count(key, n);
-        }
-        out
     }
 
     /// The sketch of the values counted. Each bucket goes in as one value of that bucket with
@@ -495,7 +474,11 @@ mod tests {
         parts.push(LatencyBuckets::default());
         let mut merged = LatencyBuckets::default();
         for p in &parts {
-            merged.merge(&LatencyBuckets::from_counts(&p.counts()));
+            let c = p.counts();
+            merged.add_extremes(c.zeros, c.min, c.max);
+            for (key, n) in c.buckets {
+                merged.add_bucket(key, n);
+            }
         }
         assert_eq!(merged, whole);
         assert_eq!(merged.to_sketch().encode(), whole.to_sketch().encode());

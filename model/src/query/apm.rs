@@ -44,8 +44,8 @@ impl Stats {
 }
 
 /// Spans added up for one endpoint (or service, or edge): by a scan, or read back from rollups
-/// of the same spans. Merging is exact (integer sums, bucket counts), so rollups answer what
-/// the scan would.
+/// of the same spans. Adding up rollups is exact (integer sums, bucket counts), so rollups
+/// answer what the scan would.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SpanTotals {
     pub count: u64,
@@ -63,13 +63,6 @@ impl SpanTotals {
         self.errors += u64::from(error);
         self.duration_sum_ns += i128::from(duration_ns);
         self.latency.add(duration_ns as f64 / 1e6);
-    }
-
-    pub fn merge(&mut self, other: &SpanTotals) {
-        self.count += other.count;
-        self.errors += other.errors;
-        self.duration_sum_ns += other.duration_sum_ns;
-        self.latency.merge(&other.latency);
     }
 
     /// The statistics to answer, the buckets made into a sketch.

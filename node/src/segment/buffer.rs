@@ -30,10 +30,8 @@ pub struct Buffer {
     terms: FxHashMap<u64, Vec<u32>>,
     events: FxHashMap<u64, Vec<u32>>,
     batches: HashSet<u128>,
-    /// Projects with rows here.
-    projects: HashSet<Arc<str>>,
-    /// Per (project, table): rows here and their earliest and latest time, so that an
-    /// estimate whose range holds them all does not walk the rows.
+    /// Per (project, table) with rows here: how many and their earliest and latest time, so
+    /// that an estimate whose range holds them all does not walk the rows.
     extents: FxHashMap<(Arc<str>, Table), Extent>,
     /// Batches aborted while still here: skipped by reads and by the flush.
     pub aborted: HashSet<u128>,
@@ -51,7 +49,6 @@ impl Default for Buffer {
             terms: FxHashMap::default(),
             events: FxHashMap::default(),
             batches: HashSet::new(),
-            projects: HashSet::new(),
             extents: FxHashMap::default(),
             aborted: HashSet::new(),
             bytes: 0,
@@ -120,9 +117,6 @@ impl Buffer {
             entry.and_modify(|x| x.add(e.rows, e.min_ns, e.max_ns)).or_insert(e);
         }
         self.batches.insert(batch_id);
-        if self.rows.len() > before {
-            self.projects.insert(project);
-        }
         // Rows take roughly three times their protobuf size: the entry they were decoded
         // from (attributes are slices of it), a 32-byte handle per attribute, their strings.
         self.bytes += encoded_len * 3 + index_bytes;
@@ -133,9 +127,9 @@ impl Buffer {
         self.batches.contains(&batch_id)
     }
 
-    /// The projects with rows here.
+    /// The projects with rows here (once per table holding some).
     pub fn projects(&self) -> impl Iterator<Item = &str> {
-        self.projects.iter().map(|p| &**p)
+        self.extents.keys().map(|(p, _)| &**p)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -191,17 +185,29 @@ impl Buffer {
             return Vec::new();
         }
         let rows: Vec<Row>;
-        let refs: Vec<RowRef<'_>> = if scan.table.is_derived() {
+        let refs: Vec<RowRef<'_>> = if scan.table == Table::TraceSummaries {
             live.sort_by(|a, b| a.row.sort_key().cmp(&b.row.sort_key()));
-            let sources: Vec<RowRef<'_>> =
+            let spans: Vec<RowRef<'_>> =
                 live.iter().map(|r| RowRef { project: &r.project, row: &r.row, batch: 0 }).collect();
-            debug_assert_eq!(scan.table, Table::TraceSummaries, "rollup scans read buffered source rows");
-            rows = super::summary::summary_rows(&sources).into_iter().map(|(_, r)| r).collect();
+            rows = super::summary::summary_rows(&spans).into_iter().map(|(_, r)| r).collect();
             rows.iter().map(|row| RowRef { project: &scan.project, row, batch: 0 }).collect()
         } else {
             live.iter().map(|r| RowRef { project: &r.project, row: &r.row, batch: 0 }).collect()
         };
-        scan.select(&refs)
+        // Only what the scan returns or filters on is built: the rest would be copied for nothing.
+        let columns = scan.read_columns(false, false);
+        let mut out = Vec::new();
+        for chunk in refs.chunks(8192) {
+            let rb = match &columns {
+                Some(columns) => super::table::to_projected_batch(scan.table, chunk, columns),
+                None => super::table::to_record_batch(scan.table, chunk),
+            };
+            let rb = rb.expect("rows match their table's schema");
+            if let Some(kept) = scan.apply(&rb, &|_| false).expect("filtering a batch of its own schema") {
+                out.push(kept);
+            }
+        }
+        out
     }
 
     /// Rows of `project` that [`scan_rows`](Self::scan_rows) would consider (by table, time

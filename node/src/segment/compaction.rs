@@ -66,7 +66,7 @@ pub fn next(segments: &[SegmentMeta], policy: &ExpiryPolicy, now_s: i64) -> Opti
 
 /// The spans (or other) segments to merge next, at most one group: the oldest time bucket
 /// with enough small segments. Derived segments (trace summaries, rollups) are never picked
-/// themselves: they are rewritten with their spans segments.
+/// themselves: they are rewritten with their source segments.
 pub fn plan(segments: &[SegmentMeta], now_s: i64) -> Option<Vec<SegmentMeta>> {
     let mut buckets: BTreeMap<(i64, Table), Vec<&SegmentMeta>> = BTreeMap::new();
     for s in segments.iter().filter(|s| !s.table.is_derived() && s.rows < SMALL_SEGMENT_ROWS) {

@@ -59,7 +59,7 @@ pub struct SegmentMeta {
     pub min_ns: i64,
     pub max_ns: i64,
     pub file: FileEntry,
-    /// For a segment derived from spans (summaries, rollups): the spans segment it derives
+    /// For a derived segment (trace summaries, rollups): the spans or events segment it derives
     /// from (replaced with it).
     pub summarizes: Option<u64>,
     /// The projects with rows here, sorted: retention drops a segment without reading it

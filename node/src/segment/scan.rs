@@ -12,7 +12,7 @@ use sextant_model::text::{tokens, LogQuery};
 
 use super::attribute::{read_stored, Attribute};
 use super::layout::stored_value;
-use super::table::{Cols, Row, RowRef, Strings, Table};
+use super::table::{Cols, Row, Strings, Table};
 use super::token_index::{term_hash, TokenIndex};
 
 /// Row predicates of a scan. Empty lists and `None`s do not filter.
@@ -383,25 +383,6 @@ impl Scan {
             }
         };
         BooleanArray::new(own, None)
-    }
-
-    /// The matching rows among `rows` (of the scan's table), as record batches of the
-    /// requested columns.
-    pub fn select(&self, rows: &[RowRef<'_>]) -> Vec<RecordBatch> {
-        // Only what the scan returns or filters on is built: the rest would be copied for nothing.
-        let columns = self.read_columns(false, false);
-        let mut out = Vec::new();
-        for chunk in rows.chunks(8192) {
-            let rb = match &columns {
-                Some(columns) => super::table::to_projected_batch(self.table, chunk, columns),
-                None => super::table::to_record_batch(self.table, chunk),
-            };
-            let rb = rb.expect("rows match their table's schema");
-            if let Some(kept) = self.apply(&rb, &|_| false).expect("filtering a batch of its own schema") {
-                out.push(kept);
-            }
-        }
-        out
     }
 
     /// Keeps the matching rows of `rb` and the requested columns.

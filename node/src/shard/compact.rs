@@ -56,7 +56,7 @@ pub struct CompactionJob {
     drop_only: bool,
     expiry: Arc<ExpiryPolicy>,
     inputs: Vec<Arc<Segment>>,
-    /// Segments derived from spans inputs (summaries, rollups): replaced along with them.
+    /// Segments derived from the inputs (trace summaries, rollups): replaced along with them.
     derived: Vec<u64>,
     published: Arc<RwLock<Published>>,
     persisted: Arc<Mutex<Persisted>>,

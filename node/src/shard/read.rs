@@ -38,14 +38,15 @@ impl SegmentShard {
     pub fn scan(&self, scan: Scan) -> ScanJob {
         let tombstones = self.tombstones.clone();
         let hidden = |b: u128| tombstones.contains(&b);
+        let source_scan = scan.rollup_source();
         // Buffered rows are never rolled up: a rollup scan reads their source rows.
-        let buffered_scan = scan.rollup_source().unwrap_or_else(|| scan.clone());
-        let mut buffered = self.active.scan_rows(&buffered_scan, &hidden);
+        let buffered_scan = source_scan.as_ref().unwrap_or(&scan);
+        let mut buffered = self.active.scan_rows(buffered_scan, &hidden);
         let published = self.published.read().unwrap();
         for frozen in &published.frozen {
-            buffered.extend(frozen.scan_rows(&buffered_scan, &hidden));
+            buffered.extend(frozen.scan_rows(buffered_scan, &hidden));
         }
-        let (segments, unrolled) = sources(&published.segments, &scan, &tombstones);
+        let (segments, unrolled) = sources(&published.segments, &scan, source_scan, &tombstones);
         drop(published);
         ScanJob { scan, buffered, segments, unrolled, tombstones }
     }
@@ -56,14 +57,15 @@ impl SegmentShard {
     pub fn estimate(&self, scan: &Scan) -> Cost {
         let published = self.published.read().unwrap();
         let buffers = std::iter::once(&self.active).chain(published.frozen.iter().map(|b| b.as_ref()));
-        let buffered_scan = scan.rollup_source().unwrap_or_else(|| scan.clone());
+        let source_scan = scan.rollup_source();
+        let buffered_scan = source_scan.as_ref().unwrap_or(scan);
         let mut cost = Cost::default();
         for b in buffers {
-            let (rows, bytes) = b.estimate(&buffered_scan);
+            let (rows, bytes) = b.estimate(buffered_scan);
             cost.rows += rows;
             cost.bytes += bytes;
         }
-        let (segments, unrolled) = sources(&published.segments, scan, &self.tombstones);
+        let (segments, unrolled) = sources(&published.segments, scan, source_scan, &self.tombstones);
         let unrolled =
             unrolled.iter().flat_map(|(source_scan, segments)| segments.iter().map(move |s| (source_scan, s)));
         let estimates =
@@ -76,17 +78,18 @@ impl SegmentShard {
     }
 }
 
-/// The segments a scan reads. A scan of rollups reads each source segment's stored rollups
-/// where they pay, and the source segment's rows instead (with its
-/// [`rollup_source`](Scan::rollup_source) scan) where it has none (written by an earlier
+/// The segments a scan reads. A scan of rollups (`source_scan`: its
+/// [`rollup_source`](Scan::rollup_source)) reads each source segment's stored rollups where
+/// they pay, and the source segment's rows instead where it has none (written by an earlier
 /// release), holds a batch aborted after it was written (its stored rollups would still count
 /// it) or has too few rows per rollup row for the rollup to be cheaper.
 fn sources(
     segments: &[Arc<Segment>],
     scan: &Scan,
+    source_scan: Option<Scan>,
     tombstones: &BTreeSet<u128>,
 ) -> (Vec<Arc<Segment>>, Option<(Scan, Vec<Arc<Segment>>)>) {
-    let Some(source_scan) = scan.rollup_source() else {
+    let Some(source_scan) = source_scan else {
         let wanted = segments.iter().filter(|s| scan.wants_segment(s.meta.table, s.meta.min_ns, s.meta.max_ns));
         return (wanted.cloned().collect(), None);
     };
