@@ -235,16 +235,13 @@ impl<S: GroupStore> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
         }
     }
 
+    /// Each stream gets a file of its own with no name: openraft may begin a new stream (a
+    /// leader's retry, a new leader) while it hands a finished one to `install_snapshot`, and a
+    /// shared, truncated file cut the finished one short. Its space goes with its last handle.
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<SnapshotStream>, StorageError> {
-        let file = tokio::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(self.dir.join("snapshot.receiving"))
-            .await
-            .map_err(io_err)?;
-        Ok(Box::new(SnapshotStream::Incoming(file)))
+        let dir = self.dir.clone();
+        let file = tokio::task::spawn_blocking(move || tempfile::tempfile_in(dir)).await.map_err(io_err)?;
+        Ok(Box::new(SnapshotStream::Incoming(tokio::fs::File::from_std(file.map_err(io_err)?))))
     }
 
     async fn install_snapshot(
@@ -276,7 +273,6 @@ impl<S: GroupStore> RaftStateMachine<TypeConfig> for GroupStateMachine<S> {
             a.membership = meta.last_membership.clone();
             drop(a);
             let _ = std::fs::remove_dir_all(&staging);
-            let _ = std::fs::remove_file(dir.join("snapshot.receiving"));
             Ok(())
         })
         .await
@@ -486,5 +482,30 @@ mod tests {
         let reopened = Whole::open(follower_dir.path(), Counter::default()).unwrap();
         assert_eq!(reopened.0, 5, "the checkpoint on disk is the installed state");
         assert_eq!(reopened.checkpoint().unwrap().0.last_log_id, sent.meta.last_log_id);
+    }
+
+    /// openraft releases a finished stream before installing it, so a chunk of another stream
+    /// can begin receiving meanwhile; the finished one must still install whole.
+    #[tokio::test]
+    async fn a_snapshot_received_whole_installs_though_another_stream_began_meanwhile() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (leader_dir, follower_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let mut leader = counting_machine(leader_dir.path());
+        leader.apply(entries(1..=5)).await.unwrap();
+        let mut sent = leader.get_snapshot_builder().await.build_snapshot().await.unwrap();
+        let mut bytes = Vec::new();
+        sent.snapshot.read_to_end(&mut bytes).await.unwrap();
+
+        let mut follower = counting_machine(follower_dir.path());
+        let mut finished = follower.begin_receiving_snapshot().await.unwrap();
+        finished.write_all(&bytes).await.unwrap();
+        finished.flush().await.unwrap();
+        let mut next = follower.begin_receiving_snapshot().await.unwrap();
+        next.write_all(&bytes[..7]).await.unwrap();
+        follower.install_snapshot(&sent.meta, finished).await.unwrap();
+        assert_eq!(follower.shared.read().unwrap().state.0, 5);
+        assert!(!follower.durable().borrow().install_failed);
+        let left: Vec<_> = std::fs::read_dir(follower_dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(left, [std::ffi::OsString::from(WHOLE_FILE)], "no stream leaves a file behind");
     }
 }

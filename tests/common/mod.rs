@@ -331,7 +331,7 @@ pub fn log_problems(dir: &Path) -> String {
 }
 
 /// The last `n` lines that `keep` selects of each log in `dir` whose file name `name` accepts,
-/// each cut to 300 characters and prefixed with its file's name.
+/// each cut to 1000 characters and prefixed with its file's name.
 fn log_lines(dir: &Path, name: impl Fn(&str) -> bool, keep: impl Fn(&str) -> bool, n: usize) -> String {
     let mut logs: Vec<PathBuf> = std::fs::read_dir(dir)
         .map(|d| {
@@ -345,7 +345,7 @@ fn log_lines(dir: &Path, name: impl Fn(&str) -> bool, keep: impl Fn(&str) -> boo
         let text = std::fs::read_to_string(&log).unwrap_or_default();
         let kept: Vec<&str> = text.lines().filter(|l| keep(l)).collect();
         for line in &kept[kept.len().saturating_sub(n)..] {
-            let line: String = line.chars().take(300).collect();
+            let line: String = line.chars().take(1000).collect();
             out.push_str(&format!("{}: {line}\n", log.file_name().unwrap().to_string_lossy()));
         }
     }
