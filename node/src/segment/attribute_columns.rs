@@ -207,9 +207,8 @@ impl Key {
 /// Rows sampled, evenly spread, for how often a key occurs and how its values look.
 const SAMPLE_ROWS: usize = 8192;
 
-/// The keys of `rows` that get their own column, sorted by name. Which keys get one is
-/// decided on a sample (a column is only a way of storing; any choice reads back the same),
-/// whether their values fit it on every row.
+/// The keys of `rows` that get their own column, sorted by name, decided on a sample: a
+/// column is only a way of storing, and any choice reads back the same.
 pub fn choose(rows: &[RowRef<'_>]) -> Vec<Key> {
     #[derive(Default)]
     struct Seen {
@@ -264,11 +263,13 @@ pub fn choose(rows: &[RowRef<'_>]) -> Vec<Key> {
         })
         .collect();
     keys.sort();
-    // Whether any value stays whole, by every row (the sample decided the rest).
+    // Whether any sampled value stays whole. A value the sample missed that does not fit its
+    // key's columns is kept with the rest of the attributes; passing over every row for
+    // those was a fifth of a spans flush.
     if keys.iter().any(|k| !k.whole) {
         let finder = KeyFinder::new(&keys);
         let mut whole: Vec<bool> = keys.iter().map(|k| k.whole).collect();
-        for r in rows {
+        for r in rows.iter().step_by(stride) {
             for kv in attribute::read(attributes(r.row).unwrap_or_default()) {
                 if let (Some(k), Some(value)) = (finder.find(kv.key), kv.value()) {
                     whole[k] = whole[k] || keys[k].stays_whole(value);
@@ -653,7 +654,7 @@ mod tests {
                     ..Default::default()
                 }))
                 .collect();
-            let refs: Vec<RowRef<'_>> = spans.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
+            let refs: Vec<RowRef<'_>> = spans.iter().map(|row| RowRef::new("p", row, 0)).collect();
             let layout = Layout::choose(Table::Spans, &refs);
             let physical = to_segment_batch(Table::Spans, &refs, &layout).unwrap();
             prop_assert_eq!(physical.num_columns(), Table::Spans.schema().fields().len() + 1 + layout.attribute_keys.iter().map(|k| k.fields().len()).sum::<usize>());
@@ -708,7 +709,7 @@ mod tests {
                     ..Default::default()
                 }))
                 .collect();
-            let refs: Vec<RowRef<'_>> = spans.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
+            let refs: Vec<RowRef<'_>> = spans.iter().map(|row| RowRef::new("p", row, 0)).collect();
             let layout = Layout::choose(Table::Spans, &refs);
             let back = from_record_batch(Table::Spans, &assemble(to_segment_batch(Table::Spans, &refs, &layout).unwrap()).unwrap());
             for ((_, got, _), want) in back.iter().zip(&spans) {
@@ -742,7 +743,7 @@ mod tests {
                 Row::Span(SpanRow { attributes: encode_attributes(vec![pod, region]), ..Default::default() })
             })
             .collect();
-        let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
+        let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new("p", row, 0)).collect();
         let keys = choose(&refs);
         assert_eq!(
             keys,
@@ -779,7 +780,7 @@ mod tests {
                 Row::Span(SpanRow { attributes: encode_attributes(attributes), ..Default::default() })
             })
             .collect();
-        let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
+        let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new("p", row, 0)).collect();
         let keys = choose(&refs);
         assert_eq!(keys.iter().map(|k| k.tail).collect::<Vec<_>>(), [Tail::Text, Tail::Decimal]);
         let layout = Layout::choose(Table::Spans, &refs);
@@ -860,7 +861,7 @@ mod tests {
                 Row::Span(SpanRow { attributes: encode_attributes(attributes), ..Default::default() })
             })
             .collect();
-        let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
+        let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new("p", row, 0)).collect();
         assert_eq!(choose(&refs), vec![kept_whole("region")]);
     }
 }

@@ -16,6 +16,9 @@ pub struct BufferedRow {
     pub project: Arc<str>,
     pub row: Row,
     pub batch_id: u128,
+    /// A log line's index terms ([`line_terms`], sorted, unique): its segment's token index
+    /// takes them at flush instead of tokenizing the line again.
+    pub terms: Box<[u32]>,
 }
 
 pub struct Buffer {
@@ -91,6 +94,7 @@ impl Buffer {
             .chain(batch.replay_events.into_iter().map(Row::Replay));
         for row in rows {
             let position = self.rows.len() as u32;
+            let mut terms = Box::default();
             match &row {
                 Row::Span(s) => self.traces.entry(trace_key(&project, &s.trace_id)).or_default().push(position),
                 Row::Log(l) => {
@@ -101,6 +105,8 @@ impl Buffer {
                     for &term in &line {
                         index_bytes += post(&mut self.terms, term_key(&project, term), position);
                     }
+                    index_bytes += line.len() * 4;
+                    terms = line.as_slice().into();
                 }
                 Row::Event(e) => index_bytes += post(&mut self.events, trace_key(&project, &e.event), position),
                 _ => {}
@@ -110,7 +116,7 @@ impl Buffer {
                 Some((_, e)) => e.add(1, t, t),
                 None => extents.push((table, Extent { rows: 1, min_ns: t, max_ns: t })),
             }
-            self.rows.push(BufferedRow { project: project.clone(), row, batch_id });
+            self.rows.push(BufferedRow { project: project.clone(), row, batch_id, terms });
         }
         for (table, e) in extents {
             let entry = self.extents.entry((project.clone(), table));
@@ -187,12 +193,11 @@ impl Buffer {
         let rows: Vec<Row>;
         let refs: Vec<RowRef<'_>> = if scan.table == Table::TraceSummaries {
             live.sort_by(|a, b| a.row.sort_key().cmp(&b.row.sort_key()));
-            let spans: Vec<RowRef<'_>> =
-                live.iter().map(|r| RowRef { project: &r.project, row: &r.row, batch: 0 }).collect();
+            let spans: Vec<RowRef<'_>> = live.iter().map(|r| RowRef::new(&r.project, &r.row, 0)).collect();
             rows = super::summary::summary_rows(&spans).into_iter().map(|(_, r)| r).collect();
-            rows.iter().map(|row| RowRef { project: &scan.project, row, batch: 0 }).collect()
+            rows.iter().map(|row| RowRef::new(&scan.project, row, 0)).collect()
         } else {
-            live.iter().map(|r| RowRef { project: &r.project, row: &r.row, batch: 0 }).collect()
+            live.iter().map(|r| RowRef::new(&r.project, &r.row, 0)).collect()
         };
         // Only what the scan returns or filters on is built: the rest would be copied for nothing.
         let columns = scan.read_columns(false, false);
@@ -290,7 +295,7 @@ impl Buffer {
                             batches.push(r.batch_id);
                             (batches.len() - 1) as u32
                         });
-                        RowRef { project: &r.project, row: &r.row, batch }
+                        RowRef { terms: Some(&r.terms), ..RowRef::new(&r.project, &r.row, batch) }
                     })
                     .collect();
                 (table, hour, refs, batches)
@@ -567,11 +572,12 @@ mod tests {
             ..Default::default()
         };
         let mut buffer = Buffer::default();
-        // Five distinct terms: five new postings lists.
+        // Five distinct terms: five new postings lists, and the line's five terms kept for
+        // the flush.
         let first = push(&mut buffer, 1, line(&[7, 8, 9, 10, 5]));
-        assert_eq!(buffer.bytes, first * 3 + 5 * 64);
+        assert_eq!(buffer.bytes, first * 3 + 5 * 64 + 5 * 4);
         // The same terms again: one position more in each list.
         let second = push(&mut buffer, 2, line(&[7, 8, 9, 10, 5, 5]));
-        assert_eq!(buffer.bytes, (first + second) * 3 + 5 * 64 + 5 * 8);
+        assert_eq!(buffer.bytes, (first + second) * 3 + 5 * 64 + 5 * 8 + 2 * 5 * 4);
     }
 }

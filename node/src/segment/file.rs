@@ -254,8 +254,10 @@ pub fn write(
         if let Some(index) = tokens.as_mut() {
             let mut terms = Vec::new();
             for r in chunk {
-                if let Row::Log(l) = r.row {
-                    line_terms(l, &mut terms);
+                match (r.row, r.terms) {
+                    (Row::Log(_), Some(known)) => terms.extend_from_slice(known),
+                    (Row::Log(l), None) => line_terms(l, &mut terms),
+                    _ => {}
                 }
             }
             index.push_group(terms);
@@ -850,11 +852,8 @@ mod tests {
                 })
             })
             .collect();
-        let refs: Vec<RowRef<'_>> = rows
-            .iter()
-            .enumerate()
-            .map(|(i, row)| RowRef { project: if i % 5 == 0 { "o" } else { "p" }, row, batch: 0 })
-            .collect();
+        let refs: Vec<RowRef<'_>> =
+            rows.iter().enumerate().map(|(i, row)| RowRef::new(if i % 5 == 0 { "o" } else { "p" }, row, 0)).collect();
         let segment = Segment::open(dir.path(), write(dir.path(), 1, Table::Events, 0, &refs, &[1]).unwrap()).unwrap();
         let wanted = vec!["signup".to_owned(), "purchase".to_owned()];
         let read = |dictionaries: Vec<&'static str>| {
@@ -904,12 +903,9 @@ mod tests {
     fn whole_row_groups_skip_the_mask_and_dictionaries_read_the_same_strings() {
         let dir = tempfile::tempdir().unwrap();
         let rows: Vec<Row> = (0..100).map(span).collect();
-        let one: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
-        let two: Vec<RowRef<'_>> = rows
-            .iter()
-            .enumerate()
-            .map(|(i, row)| RowRef { project: if i < 30 { "o" } else { "p" }, row, batch: 0 })
-            .collect();
+        let one: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new("p", row, 0)).collect();
+        let two: Vec<RowRef<'_>> =
+            rows.iter().enumerate().map(|(i, row)| RowRef::new(if i < 30 { "o" } else { "p" }, row, 0)).collect();
         let open = |id: u64, rows: &[RowRef<'_>]| {
             Segment::open(dir.path(), write(dir.path(), id, Table::Spans, 0, rows, &[1]).unwrap()).unwrap()
         };

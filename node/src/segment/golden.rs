@@ -284,7 +284,7 @@ fn write_format_1_segment_fixtures() {
     let mut manifest = Manifest::default();
     for (id, (table, hour, rows)) in fixture_rows().into_iter().enumerate() {
         let refs: Vec<RowRef<'_>> =
-            rows.iter().enumerate().map(|(i, (project, row))| RowRef { project, row, batch: (i % 2) as u32 }).collect();
+            rows.iter().enumerate().map(|(i, (project, row))| RowRef::new(project, row, (i % 2) as u32)).collect();
         let mut meta = file::write(&dir, id as u64 + 1, table, hour, &refs, &BATCHES).unwrap();
         if table.is_derived() {
             meta.summarizes = Some(1);

@@ -349,7 +349,7 @@ mod tests {
                 })
                 .collect();
             rows.sort_by(|a, b| (a.0.as_str(), a.1.sort_key()).cmp(&(b.0.as_str(), b.1.sort_key())));
-            let refs: Vec<RowRef<'_>> = rows.iter().map(|(p, row)| RowRef { project: p, row, batch: 0 }).collect();
+            let refs: Vec<RowRef<'_>> = rows.iter().map(|(p, row)| RowRef::new(p, row, 0)).collect();
             let layout = Layout::choose(Table::Spans, &refs);
             let back = from_record_batch(Table::Spans, &assemble(to_segment_batch(Table::Spans, &refs, &layout).unwrap()).unwrap());
             let back: Vec<(String, Row)> = back.into_iter().map(|(p, row, _)| (p, row)).collect();
@@ -368,7 +368,7 @@ mod tests {
             })
         };
         let rows = [span("a", ""), span("b", "a"), span("c", "a"), span("d", "elsewhere"), span("e", "c")];
-        let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
+        let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new("p", row, 0)).collect();
         assert_eq!(parent_refs(&refs), vec![0, 1, 2, 0, 2]);
     }
 
@@ -383,7 +383,7 @@ mod tests {
         let rows: Vec<Row> = (0..10u64)
             .map(|i| Row::Span(SpanRow { trace_id: format!("{i:032x}"), duration_nanos: 1_000, ..Default::default() }))
             .collect();
-        let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
+        let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new("p", row, 0)).collect();
         let written = Layout::choose(Table::Spans, &refs).schema(Table::Spans);
         assert_eq!(check_schema(Table::Spans, &written), Ok(()));
         let with = |i: usize, f: Field| {
@@ -430,7 +430,7 @@ mod tests {
                     })
                 })
                 .collect();
-            let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
+            let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new("p", row, 0)).collect();
             let meta = crate::segment::file::write(dir.path(), unit, Table::Spans, 0, &refs, &[7]).unwrap();
             let segment = crate::segment::Segment::open(dir.path(), meta).unwrap();
             let back: Vec<Row> = segment.read(None).unwrap().into_iter().map(|(_, row, _)| row).collect();
@@ -494,7 +494,7 @@ mod tests {
         let all = logs_and_spans();
         for (id, table) in [(1, Table::Logs), (2, Table::Spans), (3, Table::Logs), (4, Table::Spans)] {
             let rows: Vec<Row> = all.iter().filter(|r| r.table() == table).cloned().collect();
-            let mut refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
+            let mut refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new("p", row, 0)).collect();
             refs.sort_by(|a, b| a.row.sort_key().cmp(&b.row.sort_key()));
             let meta = if id <= 2 {
                 crate::segment::file::write(dir.path(), id, table, 0, &refs, &[7]).unwrap()

@@ -283,6 +283,14 @@ pub struct RowRef<'a> {
     pub project: &'a str,
     pub row: &'a Row,
     pub batch: u32,
+    /// A log line's index terms, when the buffer already found them at apply.
+    pub terms: Option<&'a [u32]>,
+}
+
+impl<'a> RowRef<'a> {
+    pub fn new(project: &'a str, row: &'a Row, batch: u32) -> Self {
+        RowRef { project, row, batch, terms: None }
+    }
 }
 
 /// Appends one column per kept schema field; `push` fills them row by row in schema order.
@@ -808,7 +816,7 @@ mod tests {
     fn every_table_round_trips_through_arrow() {
         for row in every_table_row() {
             let table = row.table();
-            let rb = to_record_batch(table, &[RowRef { project: "p", row: &row, batch: 4 }]).unwrap();
+            let rb = to_record_batch(table, &[RowRef::new("p", &row, 4)]).unwrap();
             assert_eq!(rb.schema(), table.schema());
             assert_eq!(from_record_batch(table, &rb), vec![("p".to_owned(), row.clone(), 4)], "{}", table.name());
         }
@@ -820,7 +828,7 @@ mod tests {
     fn a_projected_batch_equals_the_projection_of_the_whole_one() {
         for row in every_table_row() {
             let table = row.table();
-            let rows = [RowRef { project: "p", row: &row, batch: 4 }];
+            let rows = [RowRef::new("p", &row, 4)];
             let whole = to_record_batch(table, &rows).unwrap();
             let names: Vec<String> = table.schema().fields().iter().map(|f| f.name().clone()).collect();
             for a in 0..names.len() {

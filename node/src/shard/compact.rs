@@ -93,7 +93,7 @@ impl CompactionJob {
                     batches.push(*b);
                     (batches.len() - 1) as u32
                 });
-                RowRef { project, row, batch }
+                RowRef::new(project, row, batch)
             })
             .collect();
         let (table, hour) = (self.inputs[0].meta.table, self.inputs[0].meta.hour);

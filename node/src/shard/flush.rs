@@ -76,7 +76,7 @@ pub(super) fn write_segment(
         _ => Vec::new(),
     };
     for (offset, derived, rows) in derived {
-        let refs: Vec<RowRef<'_>> = rows.iter().map(|(p, row)| RowRef { project: p, row, batch: 0 }).collect();
+        let refs: Vec<RowRef<'_>> = rows.iter().map(|(p, row)| RowRef::new(p, row, 0)).collect();
         let mut meta = segment_file::write(dir, id + offset, derived, hour, &refs, &[])?;
         meta.summarizes = Some(id);
         written.push(meta);
