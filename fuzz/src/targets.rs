@@ -371,7 +371,7 @@ fn written() -> &'static Written {
         {
             let mut rows = rows;
             rows.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
-            let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef { project: "p", row, batch: 0 }).collect();
+            let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new("p", row, 0)).collect();
             let meta =
                 write_segment(dir.path(), id as u64 + 1, table, NOW_NS / 1_000_000_000 / 3600 * 3600, &refs, &[7, 9])
                     .expect("segment written");
