@@ -4,7 +4,7 @@
 # order: a fresh `sextant dev`, the load generator (1000-object batches, 8 in flight) for
 # SECONDS, the server's user+system CPU over the run from /proc, and its peak RSS. Give builds
 # alternately (A B A B) so that both see the same machine load.
-#   scripts/bench_ingest_cpu.sh spans|logs SECONDS BIN [BIN...]
+#   scripts/bench_ingest_cpu.sh spans|logs|events SECONDS BIN [BIN...]
 # The parse cost per object is the load generator's serde_json ceiling (every core parsing)
 # divided by the cores.
 set -euo pipefail
@@ -14,7 +14,7 @@ TCK=$(getconf CLK_TCK)
 for BIN in "$@"; do
   WORK=$(mktemp -d)
   PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  "$BIN" dev --data-dir "$WORK/d" --listen "127.0.0.1:$PORT" --api-rps 1000000 --ingest-rps 1000000 >"$WORK/dev.log" 2>&1 &
+  "$BIN" dev --data-dir "$WORK/d" --listen "127.0.0.1:$PORT" --api-rps 1000000 --ingest-rps 1000000 --analytics-rps 1000000 >"$WORK/dev.log" 2>&1 &
   PID=$!
   for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null && break; sleep 0.1; done
   for _ in $(seq 1 300); do [ -s "$WORK/d/credentials.json" ] && break; sleep 0.1; done
@@ -31,7 +31,7 @@ binary, out, before, after, tck, hwm, cores = sys.argv[1], json.loads(sys.argv[2
 server = (after - before) / tck
 per_object = 1e6 * server / out["objects"]
 parse = 1e6 * cores / out["serde_json_ceiling_objects_per_sec"]
-print(json.dumps({"bin": binary, "objects_per_sec": round(out["objects_per_sec"]), "server_cpu_s": server,
+print(json.dumps({"bin": binary, "objects_per_sec": round(out["objects_per_sec"]), "errors": out["errors"], "server_cpu_s": server,
                   "server_us_per_object": round(per_object, 2), "parse_us_per_object": round(parse, 2),
                   "cpu_over_parse": round(per_object / parse, 1), "peak_rss_mib": hwm // 1024}))
 PY
