@@ -455,18 +455,26 @@ mod tests {
         GroupStateMachine::new(dir, Whole::open(dir, Counter::default()).unwrap(), Arc::new(|_| {}))
     }
 
+    /// A leader's snapshot after five entries, and its bytes as sent.
+    async fn snapshot_of_five_entries() -> (Snapshot<TypeConfig>, Vec<u8>) {
+        use tokio::io::AsyncReadExt;
+        let dir = tempfile::tempdir().unwrap();
+        let mut leader = counting_machine(dir.path());
+        leader.apply(entries(1..=5)).await.unwrap();
+        let mut sent = leader.get_snapshot_builder().await.build_snapshot().await.unwrap();
+        let mut bytes = Vec::new();
+        sent.snapshot.read_to_end(&mut bytes).await.unwrap();
+        (sent, bytes)
+    }
+
     /// openraft may install a leader's snapshot after a follower set its own checkpoint aside and
     /// before it wrote it: the late checkpoint must not move the state back (nor, for a data
     /// shard, add a second copy of rows the installed snapshot holds).
     #[tokio::test]
     async fn a_checkpoint_overtaken_by_an_installed_snapshot_is_not_written() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let (leader_dir, follower_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let mut leader = counting_machine(leader_dir.path());
-        leader.apply(entries(1..=5)).await.unwrap();
-        let mut sent = leader.get_snapshot_builder().await.build_snapshot().await.unwrap();
-        let mut bytes = Vec::new();
-        sent.snapshot.read_to_end(&mut bytes).await.unwrap();
+        use tokio::io::AsyncWriteExt;
+        let follower_dir = tempfile::tempdir().unwrap();
+        let (sent, bytes) = snapshot_of_five_entries().await;
 
         let mut follower = counting_machine(follower_dir.path());
         follower.apply(entries(1..=2)).await.unwrap();
@@ -488,13 +496,9 @@ mod tests {
     /// can begin receiving meanwhile; the finished one must still install whole.
     #[tokio::test]
     async fn a_snapshot_received_whole_installs_though_another_stream_began_meanwhile() {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let (leader_dir, follower_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-        let mut leader = counting_machine(leader_dir.path());
-        leader.apply(entries(1..=5)).await.unwrap();
-        let mut sent = leader.get_snapshot_builder().await.build_snapshot().await.unwrap();
-        let mut bytes = Vec::new();
-        sent.snapshot.read_to_end(&mut bytes).await.unwrap();
+        use tokio::io::AsyncWriteExt;
+        let follower_dir = tempfile::tempdir().unwrap();
+        let (sent, bytes) = snapshot_of_five_entries().await;
 
         let mut follower = counting_machine(follower_dir.path());
         let mut finished = follower.begin_receiving_snapshot().await.unwrap();
