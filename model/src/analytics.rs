@@ -144,7 +144,9 @@ pub fn validate_event(index: usize, e: EventJson, now_ns: i64, errors: &mut Vec<
     let properties = match props {
         None | Some(Value::Null) => "{}".to_owned(),
         Some(p @ Value::Object(_)) => {
-            let text = p.to_string();
+            // The same compact text as `Display`, written straight into a buffer instead of
+            // token by token through a formatter.
+            let text = serde_json::to_string(&p).expect("a JSON value always serializes");
             if text.len() > MAX_PROPERTIES_BYTES {
                 fail(errors, index, "properties", "must be at most 64 KiB");
             }
