@@ -109,6 +109,9 @@ pub struct GroupStateMachine<S: GroupStore> {
     on_snapshot: Arc<dyn Fn(SnapshotEvent) + Send + Sync>,
 }
 
+/// Where releases before 2026-11-28 received a leader's snapshot.
+const LEGACY_RECEIVING: &str = "snapshot.receiving";
+
 impl<S: GroupStore> GroupStateMachine<S> {
     /// Wraps a store opened on `dir`; the Raft position is that of its latest checkpoint, and
     /// openraft re-applies the log entries that follow it.
@@ -117,6 +120,9 @@ impl<S: GroupStore> GroupStateMachine<S> {
             Some((meta, _)) => (meta.last_log_id, meta.last_membership),
             None => (None, Membership::default()),
         };
+        // Releases before unnamed stream files received snapshots into this file; one left by an
+        // interrupted install would never be reused or removed now.
+        let _ = std::fs::remove_file(dir.join(LEGACY_RECEIVING));
         Self {
             durable: Arc::new(tokio::sync::watch::Sender::new(Durable { upto: last_applied, install_failed: false })),
             shared: Arc::new(RwLock::new(Applied { last_applied, membership, state })),
@@ -511,5 +517,13 @@ mod tests {
         assert!(!follower.durable().borrow().install_failed);
         let left: Vec<_> = std::fs::read_dir(follower_dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(left, [std::ffi::OsString::from(WHOLE_FILE)], "no stream leaves a file behind");
+    }
+
+    #[test]
+    fn a_snapshot_file_an_older_release_left_is_removed_at_start() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(LEGACY_RECEIVING), b"half a snapshot").unwrap();
+        counting_machine(dir.path());
+        assert!(!dir.path().join(LEGACY_RECEIVING).exists());
     }
 }

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use sextant_model::row::{Encoded, RowBatch};
 use sextant_proto::convert::persist_row::{decode_ingest, DecodeError};
 
@@ -324,9 +324,10 @@ struct SortKey {
 /// among equals. The keys are gathered once, then sorted: comparing through every row's
 /// pointers missed the cache at each comparison (a sixth of a flush of log lines).
 fn sort_for_segment(rows: &mut Vec<&BufferedRow>) {
-    let mut projects: Vec<&str> = rows.iter().map(|r| &*r.project).collect();
+    // Distinct first: a buffer holds few projects, and sorting every row's name would compare
+    // through the rows' pointers again.
+    let mut projects: Vec<&str> = rows.iter().map(|r| &*r.project).collect::<FxHashSet<_>>().into_iter().collect();
     projects.sort_unstable();
-    projects.dedup();
     let rank: FxHashMap<&str, u32> = projects.iter().enumerate().map(|(i, p)| (*p, i as u32)).collect();
     let mut keys: Vec<SortKey> = rows
         .iter()
