@@ -17,6 +17,7 @@ dev` on the data directory of an earlier run) and only loads ClickHouse: for com
 ONLY=WORD runs only the queries whose name contains WORD (e.g. ONLY=funnel).
 SERVER_PID=PID (the `sextant dev` process) also reports the CPU time it spent per timed query
 (all its threads, from /proc), which varies less than the wall time on a shared machine.
+ClickHouse's CPU per query is this process's (chdb runs its threads in it).
 RUNS=N times each query N times (default 3) after a warm-up; the median is reported.
 """
 import os
@@ -153,17 +154,24 @@ def server_cpu_seconds():
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def timed(f, runs=int(os.environ.get("RUNS", 3))):
+def timed(f, cpu_seconds, runs=int(os.environ.get("RUNS", 3))):
+    """The median time of `runs` calls of `f` after a warm-up, its last answer, and the mean
+    CPU seconds per call by `cpu_seconds()` (None when it gives None)."""
     f()  # warm-up
     times, answer = [], None
-    cpu0 = server_cpu_seconds()
+    cpu0 = cpu_seconds()
     for _ in range(runs):
         t = time.time()
         answer = f()
         times.append(time.time() - t)
-    cpu1 = server_cpu_seconds()
-    timed.cpu = None if cpu0 is None else round((cpu1 - cpu0) / runs, 3)
-    return statistics.median(times), answer
+    cpu1 = cpu_seconds()
+    cpu = None if cpu0 is None else round((cpu1 - cpu0) / runs, 3)
+    return statistics.median(times), answer, cpu
+
+
+def clickhouse_cpu_seconds():
+    # chdb runs its threads in this process, and this process does nothing else meanwhile.
+    return time.process_time()
 
 
 def ch_rows(sql):
@@ -175,17 +183,16 @@ def compare(name, ours_f, sql, ours_value, ch_value):
     if os.environ.get("ONLY", "") not in name:
         return
     try:
-        ours_s, ours = timed(ours_f)
-        ours_cpu = timed.cpu
+        ours_s, ours, ours_cpu = timed(ours_f, server_cpu_seconds)
     except Failed as e:
-        ch_s, _ = timed(lambda: ch_rows(sql))
-        report(query=name, sextant_error=str(e)[:300], clickhouse_ms=round(ch_s * 1000, 1))
+        ch_s, _, ch_cpu = timed(lambda: ch_rows(sql), clickhouse_cpu_seconds)
+        report(query=name, sextant_error=str(e)[:300], clickhouse_ms=round(ch_s * 1000, 1), clickhouse_cpu_s=ch_cpu)
         return
-    ch_s, rows = timed(lambda: ch_rows(sql))
+    ch_s, rows, ch_cpu = timed(lambda: ch_rows(sql), clickhouse_cpu_seconds)
     a, b = ours_value(ours), ch_value(rows)
     report(query=name, sextant_ms=round(ours_s * 1000, 1), clickhouse_ms=round(ch_s * 1000, 1),
            ratio=round(ours_s / ch_s, 2), same_answer=a == b, sextant=a if a != b else None, clickhouse=b if a != b else None,
-           **({"sextant_cpu_s": ours_cpu} if ours_cpu is not None else {}))
+           **({"sextant_cpu_s": ours_cpu} if ours_cpu is not None else {}), clickhouse_cpu_s=ch_cpu)
 
 
 def funnel_sql(steps, window):

@@ -231,14 +231,28 @@ impl Buffer {
         // need to look at them one by one.
         let all_in_range =
             (scan.from_ns <= extent.min_ns && extent.max_ns < scan.to_ns) || scan.table == Table::TraceSummaries;
-        if all_in_range && (source != Table::Events || scan.filter.events.is_empty()) {
+        let by_name = source == Table::Events && !scan.filter.events.is_empty();
+        if all_in_range && !by_name {
             return share(extent.rows);
         }
-        let rows = self
-            .rows
-            .iter()
-            .filter(|r| r.row.table() == source && *r.project == *scan.project && scan.may_select(&r.row))
-            .count();
+        let rows = if by_name {
+            // The named events only, through the index (a name whose key another name shares
+            // counts its rows too: an estimate may be high, never low).
+            let mut names: Vec<&String> = scan.filter.events.iter().collect();
+            names.sort_unstable();
+            names.dedup();
+            let positions = names.into_iter().filter_map(|e| self.events.get(&trace_key(&scan.project, e))).flatten();
+            if all_in_range {
+                positions.count()
+            } else {
+                positions.filter(|&&i| scan.may_select(&self.rows[i as usize].row)).count()
+            }
+        } else {
+            self.rows
+                .iter()
+                .filter(|r| r.row.table() == source && *r.project == *scan.project && scan.may_select(&r.row))
+                .count()
+        };
         share(rows as u64)
     }
 
@@ -591,7 +605,8 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
         /// An estimate counts the rows a scan would consider, whether the range holds all of a
-        /// table's buffered rows (counted from the buffer's extents) or only some (walked).
+        /// table's buffered rows (counted from the buffer's extents, or for named events its
+        /// index) or only some (walked).
         #[test]
         fn buffer_estimates_count_the_rows_in_range_either_way(
             events in prop::collection::vec((0usize..2, 0usize..3, -50i64..50), 0..40),
