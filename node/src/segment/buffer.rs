@@ -203,8 +203,9 @@ impl Buffer {
         } else {
             live.iter().map(|r| RowRef::new(&r.project, &r.row, 0)).collect()
         };
-        // Only what the scan returns or filters on is built: the rest would be copied for nothing.
-        let columns = scan.read_columns(false, false);
+        // Only what the scan returns or filters on is built: the rest would be copied for
+        // nothing. The rows are of the scan's project and none is hidden (filtered above).
+        let columns = scan.read_columns(true, true);
         let mut out = Vec::new();
         for chunk in refs.chunks(8192) {
             let rb = match &columns {
