@@ -651,96 +651,149 @@ pub fn string_list(a: &ListArray, i: usize) -> Vec<String> {
     (0..s.len()).map(|j| s.value(j).to_owned()).collect()
 }
 
-/// Rows of a record batch read back from a segment: (project, row, batch ordinal).
+/// Rows of a record batch read back from a segment: (project, row, batch ordinal). Each
+/// column is looked up once, not once per row (compaction reads every row through here).
 pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u32)> {
     let c = Cols(rb);
-    let project = c.str("project");
-    let batch = c.u32("batch");
-    let s = |name: &str, i: usize| c.str(name).value(i).to_owned();
-    (0..rb.num_rows())
-        .map(|i| {
-            let row = match table {
-                Table::Spans => Row::Span(SpanRow {
-                    trace_id: s("trace_id", i),
-                    span_id: s("span_id", i),
-                    parent_span_id: s("parent_span_id", i),
-                    service_name: s("service", i),
-                    operation: s("operation", i),
-                    start_unix_nanos: c.i64("start_ns").value(i),
-                    duration_nanos: c.i64("duration_ns").value(i) as u64,
-                    status: SpanStatus::from_code(c.i32("status").value(i)),
-                    attributes: Encoded(attribute::from_stored(c.bin("attributes").value(i))),
-                }),
-                Table::TraceSummaries => Row::TraceSummary(TraceSummary {
-                    trace_id: s("trace_id", i),
-                    start_unix_nanos: c.i64("start_ns").value(i),
-                    end_unix_nanos: c.i64("end_ns").value(i),
-                    root_service: s("root_service", i),
-                    root_operation: s("root_operation", i),
-                    span_count: c.u32("span_count").value(i),
-                    error_count: c.u32("error_count").value(i),
-                    services: string_list(c.list("services"), i),
-                }),
-                Table::SpanRollups => {
-                    let (duration_sum_ns, latency) = super::rollup::decode_durations(c.bin("durations").value(i))
-                        .expect("rollups of a readable segment decode");
-                    Row::SpanRollup(SpanRollup {
-                        service: s("service", i),
-                        operation: s("operation", i),
-                        minute_unix_nanos: c.i64("minute_ns").value(i),
-                        totals: SpanTotals {
-                            count: c.u64("count").value(i),
-                            errors: c.u64("errors").value(i),
-                            duration_sum_ns,
-                            latency,
-                        },
-                    })
-                }
-                Table::Logs => Row::Log(LogRow {
-                    unix_nanos: c.i64("time_ns").value(i),
-                    level: LogLevel::from_code(c.i32("level").value(i)),
-                    service: s("service", i),
-                    message: s("message", i),
-                    trace_id: s("trace_id", i),
-                    span_id: s("span_id", i),
-                    attributes: Encoded(attribute::from_stored(c.bin("attributes").value(i))),
-                }),
-                Table::HostMetrics => Row::HostMetric(HostMetricRow {
-                    unix_nanos: c.i64("time_ns").value(i),
-                    hostname: s("hostname", i),
-                    cpu_percent: opt_f(c.f64("cpu_percent"), i),
-                    memory_used_bytes: opt_u(c.u64("memory_used_bytes"), i),
-                    memory_total_bytes: opt_u(c.u64("memory_total_bytes"), i),
-                    disk_used_percent: opt_f(c.f64("disk_used_percent"), i),
-                    network_rx_bytes_per_sec: opt_f(c.f64("network_rx_bytes_per_sec"), i),
-                    network_tx_bytes_per_sec: opt_f(c.f64("network_tx_bytes_per_sec"), i),
-                    attributes: Encoded(attribute::from_stored(c.bin("attributes").value(i))),
-                }),
-                Table::Events => Row::Event(Event {
-                    uuid: s("uuid", i),
-                    event: s("event", i),
-                    distinct_id: s("distinct_id", i),
-                    unix_nanos: c.i64("time_ns").value(i),
-                    properties_json: s("properties", i),
-                }),
-                Table::EventRollups => Row::EventRollup(EventRollup {
-                    event: s("event", i),
-                    hour_unix_nanos: c.i64("hour_ns").value(i),
-                    count: c.u64("count").value(i),
-                }),
-                Table::ReplayEvents => Row::Replay(ReplayEvent {
-                    session_id: s("session_id", i),
-                    distinct_id: s("distinct_id", i),
-                    window_id: s("window_id", i),
-                    unix_nanos: c.i64("time_ns").value(i),
-                    event_type: c.i32("event_type").value(i),
-                    data_json: s("data", i),
-                    uuid: s("uuid", i),
-                }),
-            };
-            (project.value(i).to_owned(), row, batch.value(i))
-        })
-        .collect()
+    let (project, batch) = (c.str("project"), c.u32("batch"));
+    let each = |row: &dyn Fn(usize) -> Row| -> Vec<(String, Row, u32)> {
+        (0..rb.num_rows()).map(|i| (project.value(i).to_owned(), row(i), batch.value(i))).collect()
+    };
+    let text = |name: &str| {
+        let a = c.str(name);
+        move |i: usize| a.value(i).to_owned()
+    };
+    let attributes = |name: &str| {
+        let a = c.bin(name);
+        move |i: usize| Encoded(attribute::from_stored(a.value(i)))
+    };
+    match table {
+        Table::Spans => {
+            let (trace_id, span_id, parent, service, operation) =
+                (text("trace_id"), text("span_id"), text("parent_span_id"), text("service"), text("operation"));
+            let (start, duration, status, attrs) =
+                (c.i64("start_ns"), c.i64("duration_ns"), c.i32("status"), attributes("attributes"));
+            each(&|i| {
+                Row::Span(SpanRow {
+                    trace_id: trace_id(i),
+                    span_id: span_id(i),
+                    parent_span_id: parent(i),
+                    service_name: service(i),
+                    operation: operation(i),
+                    start_unix_nanos: start.value(i),
+                    duration_nanos: duration.value(i) as u64,
+                    status: SpanStatus::from_code(status.value(i)),
+                    attributes: attrs(i),
+                })
+            })
+        }
+        Table::TraceSummaries => {
+            let (trace_id, root_service, root_operation) =
+                (text("trace_id"), text("root_service"), text("root_operation"));
+            let (start, end, spans, errors, services) =
+                (c.i64("start_ns"), c.i64("end_ns"), c.u32("span_count"), c.u32("error_count"), c.list("services"));
+            each(&|i| {
+                Row::TraceSummary(TraceSummary {
+                    trace_id: trace_id(i),
+                    start_unix_nanos: start.value(i),
+                    end_unix_nanos: end.value(i),
+                    root_service: root_service(i),
+                    root_operation: root_operation(i),
+                    span_count: spans.value(i),
+                    error_count: errors.value(i),
+                    services: string_list(services, i),
+                })
+            })
+        }
+        Table::SpanRollups => {
+            let (service, operation) = (text("service"), text("operation"));
+            let (minute, count, errors, durations) =
+                (c.i64("minute_ns"), c.u64("count"), c.u64("errors"), c.bin("durations"));
+            each(&|i| {
+                let (duration_sum_ns, latency) =
+                    super::rollup::decode_durations(durations.value(i)).expect("rollups of a readable segment decode");
+                Row::SpanRollup(SpanRollup {
+                    service: service(i),
+                    operation: operation(i),
+                    minute_unix_nanos: minute.value(i),
+                    totals: SpanTotals { count: count.value(i), errors: errors.value(i), duration_sum_ns, latency },
+                })
+            })
+        }
+        Table::Logs => {
+            let (service, message, trace_id, span_id) =
+                (text("service"), text("message"), text("trace_id"), text("span_id"));
+            let (time, level, attrs) = (c.i64("time_ns"), c.i32("level"), attributes("attributes"));
+            each(&|i| {
+                Row::Log(LogRow {
+                    unix_nanos: time.value(i),
+                    level: LogLevel::from_code(level.value(i)),
+                    service: service(i),
+                    message: message(i),
+                    trace_id: trace_id(i),
+                    span_id: span_id(i),
+                    attributes: attrs(i),
+                })
+            })
+        }
+        Table::HostMetrics => {
+            let (hostname, attrs) = (text("hostname"), attributes("attributes"));
+            let (time, cpu, used, total) =
+                (c.i64("time_ns"), c.f64("cpu_percent"), c.u64("memory_used_bytes"), c.u64("memory_total_bytes"));
+            let (disk, rx, tx) =
+                (c.f64("disk_used_percent"), c.f64("network_rx_bytes_per_sec"), c.f64("network_tx_bytes_per_sec"));
+            each(&|i| {
+                Row::HostMetric(HostMetricRow {
+                    unix_nanos: time.value(i),
+                    hostname: hostname(i),
+                    cpu_percent: opt_f(cpu, i),
+                    memory_used_bytes: opt_u(used, i),
+                    memory_total_bytes: opt_u(total, i),
+                    disk_used_percent: opt_f(disk, i),
+                    network_rx_bytes_per_sec: opt_f(rx, i),
+                    network_tx_bytes_per_sec: opt_f(tx, i),
+                    attributes: attrs(i),
+                })
+            })
+        }
+        Table::Events => {
+            let (uuid, event, distinct_id, properties) =
+                (text("uuid"), text("event"), text("distinct_id"), text("properties"));
+            let time = c.i64("time_ns");
+            each(&|i| {
+                Row::Event(Event {
+                    uuid: uuid(i),
+                    event: event(i),
+                    distinct_id: distinct_id(i),
+                    unix_nanos: time.value(i),
+                    properties_json: properties(i),
+                })
+            })
+        }
+        Table::EventRollups => {
+            let event = text("event");
+            let (hour, count) = (c.i64("hour_ns"), c.u64("count"));
+            each(&|i| {
+                Row::EventRollup(EventRollup { event: event(i), hour_unix_nanos: hour.value(i), count: count.value(i) })
+            })
+        }
+        Table::ReplayEvents => {
+            let (session_id, distinct_id, window_id, data, uuid) =
+                (text("session_id"), text("distinct_id"), text("window_id"), text("data"), text("uuid"));
+            let (time, event_type) = (c.i64("time_ns"), c.i32("event_type"));
+            each(&|i| {
+                Row::Replay(ReplayEvent {
+                    session_id: session_id(i),
+                    distinct_id: distinct_id(i),
+                    window_id: window_id(i),
+                    unix_nanos: time.value(i),
+                    event_type: event_type.value(i),
+                    data_json: data(i),
+                    uuid: uuid(i),
+                })
+            })
+        }
+    }
 }
 
 #[cfg(test)]
