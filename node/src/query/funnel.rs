@@ -4,13 +4,14 @@
 use std::collections::HashSet;
 
 use arrow_array::RecordBatch;
+use rustc_hash::FxHashSet;
 use sextant_model::funnel::{Funnel, Order, StepEvent, MAX_STEPS, MIN_STEPS, NOT_A_STEP};
 use sextant_model::query::{FunnelPlan, FunnelStep, FunnelSteps, ShardQuery};
 use sextant_model::sketch::LatencySketch;
 
 use super::cohort::Members;
-use super::users::{Admitted, ByUser, Users};
-use super::{bytes_of, each_batch_holding, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
+use super::users::{member_keys, IdHashes, UserRows};
+use super::{each_batch_holding, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
 use crate::segment::table::Cols;
 use crate::segment::{Filter, Table, EVENT_DICTIONARIES};
 use crate::shard::ScanJob;
@@ -54,59 +55,64 @@ pub fn run(
     job: ScanJob,
     budget: &mut Budget,
 ) -> Result<FunnelSteps, QueryError> {
-    let mut progress = Progress::new(plan, members);
-    // Sized once: growing it copied tens of MB and faulted in fresh pages. Capacity past what
-    // is used stays untouched, so costs no memory, but address space: beyond MAX_RESERVED rows
-    // (a small machine may refuse gigabytes at once) the list grows as it needs.
-    progress.rows.reserve(job.max_rows().min(budget.max).min(MAX_RESERVED) as usize);
+    let mut progress = Progress::new(plan, members, job.max_rows());
     each_batch_holding(job, budget, |rb| {
         progress.add(rb);
-        // The rows twice: grouping by user copies them.
-        Ok(progress.users.bytes() + 2 * bytes_of(&progress.rows))
+        // The rows twice: grouping a partition copies its rows.
+        Ok(2 * progress.rows.bytes())
     })?;
     Ok(progress.partial())
 }
 
-/// Rows reserved up front at most (384 MiB of address space).
-const MAX_RESERVED: u64 = 1 << 24;
-
-/// The funnel's rows, batch by batch, then every user's progress. A row is kept as
-/// (user number, (time, step)): no allocation per row or per user, and the users' events are
-/// grouped by a counting sort, not a map of vectors.
-struct Progress<'a> {
+/// The funnel's rows, batch by batch, then every user's progress. A row is kept as (user,
+/// (time, step)), the user as the hash of its distinct id: no allocation per row or per user,
+/// and the users' events are grouped partition by partition ([`UserRows`]).
+struct Progress {
     funnel: Funnel,
-    users: Users,
-    admitted: Admitted<'a>,
-    rows: Vec<(u32, StepEvent)>,
+    ids: IdHashes,
+    members: Option<FxHashSet<u128>>,
+    rows: UserRows<StepEvent>,
 }
 
-impl<'a> Progress<'a> {
-    fn new(plan: &FunnelPlan, members: Option<&'a HashSet<String>>) -> Self {
+impl Progress {
+    /// `expected`: about how many rows will come.
+    fn new(plan: &FunnelPlan, members: Option<&HashSet<String>>, expected: u64) -> Self {
         let order = if plan.strict { Order::Strict } else { Order::Ordered };
         let funnel = Funnel::new(plan.steps.clone(), plan.window_nanos, order, plan.range_from, plan.range_to);
-        Progress { funnel, users: Users::default(), admitted: Admitted::new(members), rows: Vec::new() }
+        Progress { funnel, ids: IdHashes::default(), members: member_keys(members), rows: UserRows::new(expected) }
     }
 
     /// Takes the rows of a batch with `distinct_id`, `time_ns` and `event`.
     fn add(&mut self, rb: &RecordBatch) {
         let c = Cols(rb);
-        let (ids, times) = (c.strings("distinct_id"), c.i64("time_ns"));
+        let times = c.i64("time_ns");
         let steps = c.strings("event").map(|name| self.funnel.step_of(name));
-        for (i, u) in self.users.numbers_of(ids).enumerate() {
-            if self.admitted.admits(u, || ids.value(i)) {
-                self.rows.push((u, (times.value(i), steps[i])));
-            }
+        for (i, hash) in self.ids.of(&c.strings("distinct_id")).into_iter().enumerate() {
+            self.rows.push(hash, (times.value(i), steps[i]));
         }
     }
 
-    fn partial(mut self) -> FunnelSteps {
-        let n = self.funnel.steps.len();
+    fn partial(self) -> FunnelSteps {
+        let Progress { funnel, members, rows, .. } = self;
+        let n = funnel.steps.len();
         let mut counts = vec![0u64; n];
         let mut sketches: Vec<LatencySketch> = (0..n).map(|_| LatencySketch::default()).collect();
         let mut sums = vec![0f64; n];
-        counts[0] += self.set_aside_users_who_only_start();
-        for (_, events) in ByUser::group(self.users.len(), &self.rows).each_mut() {
-            let chain = self.funnel.progress_of_steps(events);
+        let only_starts = !funnel.repeats_first_step();
+        let range = funnel.from_ns..funnel.to_ns;
+        rows.each_user(|user, events| {
+            if members.as_ref().is_some_and(|m| !m.contains(&user)) {
+                return;
+            }
+            // Most users of a funnel never do a later step: one whose events are all of the
+            // first step (or of no step) reaches step 1 exactly when one of them is inside the
+            // range, with no time to convert (unless a later step has the first one's name:
+            // then such an event may stand for more than the start).
+            if only_starts && events.iter().all(|&(_, step)| step == 0 || step == NOT_A_STEP) {
+                counts[0] += events.iter().any(|&(t, step)| step == 0 && range.contains(&t)) as u64;
+                return;
+            }
+            let chain = funnel.progress_of_steps(events);
             let chain = chain.times();
             for (k, t) in chain.iter().enumerate() {
                 counts[k] += 1;
@@ -116,7 +122,7 @@ impl<'a> Progress<'a> {
                     sums[k] += secs;
                 }
             }
-        }
+        });
         FunnelSteps(
             counts
                 .into_iter()
@@ -125,28 +131,6 @@ impl<'a> Progress<'a> {
                 .map(|((users, seconds), seconds_sum)| FunnelStep { users, seconds, seconds_sum })
                 .collect(),
         )
-    }
-
-    /// Most users of a funnel never do a later step: a user whose rows are all of the first
-    /// step (or of no step) reaches step 1 exactly when one of them is inside the range, with
-    /// no time to convert. Those users are counted here and their rows dropped, so that only
-    /// the others' are grouped and sorted (unless a later step has the first one's name: then
-    /// such rows may stand for more than the start). Returns how many reached step 1 so.
-    fn set_aside_users_who_only_start(&mut self) -> u64 {
-        if self.funnel.repeats_first_step() {
-            return 0;
-        }
-        let (mut later, mut started) = (vec![false; self.users.len()], vec![false; self.users.len()]);
-        let range = self.funnel.from_ns..self.funnel.to_ns;
-        for &(u, (t, step)) in &self.rows {
-            match step {
-                0 => started[u as usize] |= range.contains(&t),
-                NOT_A_STEP => {}
-                _ => later[u as usize] = true,
-            }
-        }
-        self.rows.retain(|&(u, _)| later[u as usize]);
-        started.iter().zip(&later).filter(|&(&s, &l)| s && !l).count() as u64
     }
 }
 
@@ -190,7 +174,7 @@ mod tests {
             };
             let members: HashSet<String> = (0..12).step_by(2).map(|u| format!("user-{u}")).collect();
             let members = cohort.then_some(&members);
-            let mut progress = Progress::new(&plan, members);
+            let mut progress = Progress::new(&plan, members, rows.len() as u64 / 2);
             let cut = cut.min(rows.len());
             progress.add(&batch(&rows[..cut]));
             progress.add(&batch(&rows[cut..]));
@@ -202,7 +186,7 @@ mod tests {
                     by_user.entry(u.as_str()).or_default().push((*t, e.as_str()));
                 }
             }
-            let funnel = Progress::new(&plan, None).funnel;
+            let funnel = Progress::new(&plan, None, 0).funnel;
             let mut counts = vec![0u64; steps.len()];
             let mut sums = vec![0f64; steps.len()];
             for events in by_user.values() {

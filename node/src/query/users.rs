@@ -1,7 +1,9 @@
-//! The users of one analytics query on one shard, as dense numbers. Funnels, retention,
-//! active users and cohorts group millions of rows by distinct id; hashing each row's id once
-//! into a `u32` (and keeping the ids in one string, not one allocation per user) makes the
-//! per-row work a lookup, and per-user state a flat vector indexed by that number.
+//! The users of one analytics query on one shard. Funnels, retention, active users and
+//! cohorts group millions of rows by distinct id. [`Users`] numbers the ids densely as rows
+//! come (keeping the ids in one string, not one allocation per user): the per-row work is a
+//! lookup, and per-user state a flat vector indexed by that number. [`UserRows`] keeps each
+//! row under its id's hash and groups them at the end, a cache-sized partition at a time,
+//! for queries that need no names, only each user's rows.
 
 use std::collections::HashSet;
 
@@ -24,10 +26,48 @@ pub struct Users {
     /// Every id, concatenated; user `u`'s is `text[ends[u - 1]..ends[u]]`.
     text: String,
     ends: Vec<usize>,
-    /// Batches numbered (from 1) by [`numbers_of`](Self::numbers_of), and the hash of each
-    /// dictionary entry of a batch's column, with the batch it was computed for.
-    batch: u64,
+    hashes: IdHashes,
+}
+
+/// The xxh3-128 hash of each row's distinct id, column by column. A dictionary column's
+/// entries are hashed once, and only those rows use (a filtered batch keeps its row group's
+/// whole dictionary), in a table kept from batch to batch: one sized to each dictionary costs
+/// more in fresh pages than the hashing it saves.
+#[derive(Default)]
+pub struct IdHashes {
+    /// Columns numbered (from 1) by [`of`](Self::of), and the hash of each dictionary entry,
+    /// with the column it was computed for.
+    column: u64,
     entry_hashes: Vec<(u64, u128)>,
+}
+
+impl IdHashes {
+    pub fn of(&mut self, ids: &Strings<'_>) -> Vec<u128> {
+        match ids {
+            Strings::Plain(a) => (0..a.len()).map(|i| xxh3_128(a.value(i).as_bytes())).collect(),
+            Strings::Dictionary { keys, values } => {
+                self.column += 1;
+                let (column, entries) = (self.column, &mut self.entry_hashes);
+                if entries.len() < values.len() {
+                    entries.resize(values.len(), (0, 0));
+                }
+                keys.iter()
+                    .map(|&k| {
+                        let entry = &mut entries[k as usize];
+                        if entry.0 != column {
+                            *entry = (column, xxh3_128(values.value(k as usize).as_bytes()));
+                        }
+                        entry.1
+                    })
+                    .collect()
+            }
+        }
+    }
+
+    /// Bytes of memory the table of entry hashes holds.
+    fn bytes(&self) -> usize {
+        self.entry_hashes.len() * std::mem::size_of::<(u64, u128)>()
+    }
 }
 
 impl Users {
@@ -38,7 +78,7 @@ impl Users {
     /// Bytes of memory the table of users holds.
     pub fn bytes(&self) -> u64 {
         let slots = self.numbers.slots.len() * std::mem::size_of::<Slot>();
-        let entries = self.entry_hashes.len() * std::mem::size_of::<(u64, u128)>();
+        let entries = self.hashes.bytes();
         (slots + self.text.capacity() + self.ends.capacity() * std::mem::size_of::<usize>() + entries) as u64
     }
 
@@ -60,35 +100,14 @@ impl Users {
         u
     }
 
-    /// Numbers the ids of a batch's column. The ids are hashed first (those of a dictionary
-    /// column once per entry), so that the table slot of a row some rows ahead is fetched
-    /// while this one is looked up: with hundreds of thousands of users the slots are mostly
-    /// out of cache, and the misses overlap instead of queueing. Segment rows are sorted by
-    /// distinct id, so a row of the same user as the row before skips the lookup.
+    /// Numbers the ids of a batch's column. The ids are hashed first, so that the table slot
+    /// of a row some rows ahead is fetched while this one is looked up: with hundreds of
+    /// thousands of users the slots are mostly out of cache, and the misses overlap instead of
+    /// queueing. Segment rows are sorted by distinct id, so a row of the same user as the row
+    /// before skips the lookup.
     pub fn numbers_of<'a>(&'a mut self, ids: Strings<'a>) -> impl Iterator<Item = u32> + 'a {
         const AHEAD: usize = 8;
-        let hashes: Vec<u128> = match &ids {
-            Strings::Plain(a) => (0..a.len()).map(|i| xxh3_128(a.value(i).as_bytes())).collect(),
-            Strings::Dictionary { keys, values } => {
-                // Only the entries rows use (a filtered batch keeps its row group's whole
-                // dictionary), in a table kept from batch to batch: one sized to each
-                // dictionary costs more in fresh pages than the hashing it saves.
-                self.batch += 1;
-                let (batch, entries) = (self.batch, &mut self.entry_hashes);
-                if entries.len() < values.len() {
-                    entries.resize(values.len(), (0, 0));
-                }
-                keys.iter()
-                    .map(|&k| {
-                        let entry = &mut entries[k as usize];
-                        if entry.0 != batch {
-                            *entry = (batch, xxh3_128(values.value(k as usize).as_bytes()));
-                        }
-                        entry.1
-                    })
-                    .collect()
-            }
-        };
+        let hashes = self.hashes.of(&ids);
         let mut last: Option<(u128, u32)> = None;
         (0..hashes.len()).map(move |i| {
             if let Some(&h) = hashes.get(i + AHEAD) {
@@ -164,6 +183,11 @@ impl Slots {
         }
     }
 
+    /// An empty table that takes `users` users without growing.
+    fn with_room(users: usize) -> Self {
+        Slots { slots: vec![EMPTY; (users * 2).max(1024).next_power_of_two()], used: 0 }
+    }
+
     fn grow(&mut self) {
         let size = (self.slots.len() * 2).max(1024);
         let old = std::mem::replace(&mut self.slots, vec![EMPTY; size]);
@@ -236,6 +260,102 @@ impl<T: Copy + Default> ByUser<T> {
     }
 }
 
+/// Values keyed by user (the 96 bits of the distinct id's hash that [`Users`] knows an id
+/// by), grouped per user at the end. Rows go to one of many partitions by their hash as they
+/// come, and each partition is grouped on its own with a table of its users that stays in
+/// cache: numbering every row in one table of all the users costs a cache miss per row once
+/// there are hundreds of thousands of them.
+pub struct UserRows<T> {
+    partitions: Vec<Vec<Keyed<T>>>,
+    /// A row's partition is the top bits of its hash: `high >> shift`.
+    shift: u32,
+}
+
+#[derive(Clone, Copy)]
+struct Keyed<T> {
+    low: u64,
+    high: u32,
+    value: T,
+}
+
+/// Rows a partition is meant to hold, for `UserRows::new`'s expected count.
+const PARTITION_ROWS: u64 = 4096;
+/// Rows reserved up front at most, over all partitions (address space, not memory, until used).
+const MAX_RESERVED_ROWS: u64 = 1 << 24;
+
+impl<T: Copy + Default> UserRows<T> {
+    /// Room for about `expected` rows (an estimate: more or fewer may come).
+    pub fn new(expected: u64) -> Self {
+        let count = expected.div_ceil(PARTITION_ROWS).clamp(1, 1 << 12).next_power_of_two();
+        let each = (expected.min(MAX_RESERVED_ROWS) / count) as usize;
+        UserRows { partitions: (0..count).map(|_| Vec::with_capacity(each)).collect(), shift: 32 - count.ilog2() }
+    }
+
+    pub fn push(&mut self, hash: u128, value: T) {
+        let (low, high) = (hash as u64, (hash >> 64) as u32);
+        let partition = ((high as u64) >> self.shift) as usize;
+        self.partitions[partition].push(Keyed { low, high, value });
+    }
+
+    pub fn len(&self) -> usize {
+        self.partitions.iter().map(Vec::len).sum()
+    }
+
+    /// Bytes of memory the rows take (and as much again while a partition is grouped).
+    pub fn bytes(&self) -> u64 {
+        (self.len() * std::mem::size_of::<Keyed<T>>()) as u64
+    }
+
+    /// Calls `f` once per user with the user's hash (its 96 bits, see [`user_key`]) and
+    /// values, in the order they were pushed (mutable, so that they can be sorted in place).
+    pub fn each_user(self, mut f: impl FnMut(u128, &mut [T])) {
+        let (mut of_row, mut keys, mut starts, mut grouped) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for rows in self.partitions {
+            let mut users = Slots::with_room(rows.len());
+            keys.clear();
+            of_row.clear();
+            for r in &rows {
+                let hash = r.low as u128 | (r.high as u128) << 64;
+                let next = keys.len() as u32;
+                let u = users.get_or_insert(hash, next);
+                if u == next {
+                    keys.push(hash);
+                }
+                of_row.push(u);
+            }
+            // A counting sort by user number, stable.
+            starts.clear();
+            starts.resize(keys.len() + 1, 0usize);
+            for &u in &of_row {
+                starts[u as usize + 1] += 1;
+            }
+            for u in 0..keys.len() {
+                starts[u + 1] += starts[u];
+            }
+            grouped.clear();
+            grouped.resize(rows.len(), T::default());
+            let mut next = starts.clone();
+            for (r, &u) in rows.iter().zip(&of_row) {
+                grouped[next[u as usize]] = r.value;
+                next[u as usize] += 1;
+            }
+            for (u, &hash) in keys.iter().enumerate() {
+                f(hash, &mut grouped[starts[u]..starts[u + 1]]);
+            }
+        }
+    }
+}
+
+/// The 96 bits of an id's hash a user is known by ([`Users`], [`UserRows`]).
+pub fn user_key(hash: u128) -> u128 {
+    hash & ((1 << 96) - 1)
+}
+
+/// The keys of a cohort's members (see [`user_key`]), to admit users by hash.
+pub fn member_keys(members: Option<&HashSet<String>>) -> Option<rustc_hash::FxHashSet<u128>> {
+    members.map(|m| m.iter().map(|id| user_key(xxh3_128(id.as_bytes()))).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use arrow_array::StringArray;
@@ -268,6 +388,30 @@ mod tests {
         let again: Vec<u32> = users.numbers_of(Strings::Plain(&column)).collect();
         assert_eq!(again, (0..5000).rev().collect::<Vec<u32>>());
         assert_eq!((users.len(), users.name(4321)), (5000, "user-4321"));
+    }
+
+    proptest::proptest! {
+        /// Whatever the number of partitions, each user's values come once, together and in
+        /// the order pushed, under the hash of the user's id.
+        #[test]
+        fn user_rows_group_every_users_values_in_order(
+            rows in proptest::collection::vec((0u16..300, proptest::num::u32::ANY), 0..2000),
+            expected in 0u64..100_000,
+        ) {
+            let mut grouped = UserRows::new(expected);
+            let mut want: std::collections::BTreeMap<u128, Vec<u32>> = Default::default();
+            for &(user, value) in &rows {
+                let hash = xxh3_128(format!("user-{user}").as_bytes());
+                grouped.push(hash, value);
+                want.entry(user_key(hash)).or_default().push(value);
+            }
+            proptest::prop_assert_eq!(grouped.len(), rows.len());
+            let mut got: std::collections::BTreeMap<u128, Vec<u32>> = Default::default();
+            grouped.each_user(|hash, values| {
+                assert!(got.insert(hash, values.to_vec()).is_none(), "a user came twice");
+            });
+            proptest::prop_assert_eq!(got, want);
+        }
     }
 
     #[test]
