@@ -513,7 +513,11 @@ async fn a_drained_member_back_on_an_empty_volume_forms_no_group() -> Result<(),
     let (five, ids) = (4, [1, 2, 3, 4, 5]);
     let own = (0..=SHARDS).find(|g| sextant_node::host::placement(*g, &ids, 3)[0] == 5).unwrap();
 
-    c.wait_state(five, "Active").await;
+    // Every node a member first: meta refuses a drain that would leave fewer members than
+    // the replication factor, and a node may not have registered yet.
+    for i in 0..5 {
+        c.wait_state(i, "Active").await;
+    }
     c.drain(five).await;
     c.wait_state(five, "Drained").await;
     wait_for("node 5 to delete its replicas", MOVE_TIMEOUT, || async { c.hosted(five).await.filter(|h| h.is_empty()) })
