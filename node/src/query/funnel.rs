@@ -58,8 +58,7 @@ pub fn run(
     let mut progress = Progress::new(plan, members, job.max_rows());
     each_batch_holding(job, budget, |rb| {
         progress.add(rb);
-        // The rows twice: grouping a partition copies its rows.
-        Ok(2 * progress.rows.bytes())
+        Ok(progress.rows.bytes())
     })?;
     Ok(progress.partial())
 }

@@ -301,7 +301,7 @@ impl<T: Copy + Default> UserRows<T> {
         self.partitions.iter().map(Vec::len).sum()
     }
 
-    /// Bytes of memory the rows take (and as much again while a partition is grouped).
+    /// Bytes of memory the rows take (grouping adds about one partition's worth at a time).
     pub fn bytes(&self) -> u64 {
         (self.len() * std::mem::size_of::<Keyed<T>>()) as u64
     }
