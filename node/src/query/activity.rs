@@ -8,7 +8,7 @@ use sextant_model::query::{
 };
 
 use super::cohort::Members;
-use super::users::{Admitted, ByUser, Users};
+use super::users::{member_keys, Admitted, IdHashes, UserRows, Users};
 use super::{bytes_of, each_batch, each_batch_holding, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
 use crate::segment::rollup::{hour_of, HOUR_NS};
 use crate::segment::table::Cols;
@@ -161,27 +161,25 @@ pub fn active(
     budget: &mut Budget,
 ) -> Result<ActiveDays, QueryError> {
     let days = &plan.day_starts;
-    let mut users = Users::default();
-    let mut admitted = Admitted::new(members);
-    // (user, day index) of every counted row.
-    let mut active_on: Vec<(u32, u32)> = Vec::new();
+    let members = member_keys(members);
+    let mut ids = IdHashes::default();
+    // (user, day index) of every counted row, grouped by user a partition at a time.
+    let mut active_on: UserRows<u32> = UserRows::new(job.max_rows());
     each_batch_holding(job, budget, |rb| {
         let c = Cols(rb);
-        let (ids, times) = (c.strings("distinct_id"), c.i64("time_ns"));
-        for (i, u) in users.numbers_of(ids).enumerate() {
-            if !admitted.admits(u, || ids.value(i)) {
-                continue;
-            }
+        let times = c.i64("time_ns");
+        // Rows of one user and day are mostly adjacent (segments are sorted by user and
+        // time): skip the repeats here, the rest go when grouped.
+        let mut last = None;
+        for (i, user) in ids.of(&c.strings("distinct_id")).into_iter().enumerate() {
             if let Some(d) = bucket_of(days, times.value(i)) {
-                // Rows of one user and day are mostly adjacent (segments are sorted by user
-                // and time): skip the repeats here, the rest go when grouped.
-                if active_on.last() != Some(&(u, d as u32)) {
-                    active_on.push((u, d as u32));
+                if last != Some((user, d)) {
+                    active_on.push(user, d as u32);
+                    last = Some((user, d));
                 }
             }
         }
-        // The pairs twice: grouping by user copies them.
-        Ok(users.bytes() + 2 * bytes_of(&active_on))
+        Ok(active_on.bytes())
     })?;
     let first = plan.first_reported as usize;
     let n = days.len();
@@ -190,7 +188,10 @@ pub fn active(
     // array, so the cost is per active day, not per (active day, covered day).
     let mut dau = vec![0u64; n];
     let (mut wau, mut mau) = (vec![0i64; n + 1], vec![0i64; n + 1]);
-    for (_, active_days) in ByUser::group(users.len(), &active_on).each_mut() {
+    active_on.each_user(|user, active_days| {
+        if members.as_ref().is_some_and(|m| !m.contains(&user)) {
+            return;
+        }
         // Each user's active days, sorted and distinct.
         active_days.sort_unstable();
         let active_days = dedup_sorted(active_days);
@@ -199,7 +200,7 @@ pub fn active(
         }
         cover(active_days, 7, &mut wau);
         cover(active_days, 30, &mut mau);
-    }
+    });
     let (mut w, mut m) = (0i64, 0i64);
     let mut out = Vec::with_capacity(n.saturating_sub(first));
     for r in 0..n {
