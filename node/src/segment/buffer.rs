@@ -239,14 +239,11 @@ impl Buffer {
         let rows = if by_name {
             // The named events only, through the index (a name whose key another name shares
             // counts its rows too: an estimate may be high, never low).
-            let mut names: Vec<&String> = scan.filter.events.iter().collect();
-            names.sort_unstable();
-            names.dedup();
-            let positions = names.into_iter().filter_map(|e| self.events.get(&trace_key(&scan.project, e))).flatten();
+            let positions = self.named_events(scan);
             if all_in_range {
                 positions.count()
             } else {
-                positions.filter(|&&i| scan.may_select(&self.rows[i as usize].row)).count()
+                positions.filter(|&i| scan.may_select(&self.rows[i as usize].row)).count()
             }
         } else {
             self.rows
@@ -255,6 +252,16 @@ impl Buffer {
                 .count()
         };
         share(rows as u64)
+    }
+
+    /// Positions the event index lists under the scan's event names, each name once (rows of
+    /// two names sharing a key come once per name, unordered).
+    fn named_events<'a>(&'a self, scan: &super::Scan) -> impl Iterator<Item = u32> + 'a {
+        let mut names: Vec<&String> = scan.filter.events.iter().collect();
+        names.sort_unstable();
+        names.dedup();
+        let keys: Vec<u64> = names.into_iter().map(|e| trace_key(&scan.project, e)).collect();
+        keys.into_iter().filter_map(|k| self.events.get(&k)).flatten().copied()
     }
 
     /// The rows a scan has to look at, in buffer order: for a log search with index terms,
@@ -271,14 +278,7 @@ impl Buffer {
                 }
             }
             Table::Events if !scan.filter.events.is_empty() => {
-                let mut all: Vec<u32> = scan
-                    .filter
-                    .events
-                    .iter()
-                    .filter_map(|e| self.events.get(&trace_key(&scan.project, e)))
-                    .flatten()
-                    .copied()
-                    .collect();
+                let mut all: Vec<u32> = self.named_events(scan).collect();
                 all.sort_unstable();
                 all.dedup();
                 Some(all)
