@@ -210,29 +210,47 @@ fn metrics(rng: &mut StdRng, n: usize, now_ms: i64) -> Value {
     json!({ "metrics": metrics })
 }
 
-/// Product-analytics events: 50 event names, users drawn from a million, a few properties
+/// Product-analytics events: 50 event names, users drawn from a million, 5 to 10 properties
 /// each, and a uuid per event (idempotency), as an SDK sends them.
 fn events(rng: &mut StdRng, n: usize, now_ms: i64) -> Value {
     let events: Vec<Value> = (0..n)
         .map(|i| {
             let browser = ["Chrome", "Firefox", "Safari", "Edge"][rng.gen_range(0..4)];
             let plan = ["free", "pro", "growth"][rng.gen_range(0..3)];
-            let name = if rng.gen_bool(0.3) { "$pageview".to_owned() } else { format!("action_{}", rng.gen_range(0..49)) };
+            let name =
+                if rng.gen_bool(0.3) { "$pageview".to_owned() } else { format!("action_{}", rng.gen_range(0..49)) };
             json!({
                 "event": name,
                 "distinct_id": format!("user-{}", rng.gen_range(0..1_000_000)),
                 "timestamp": now_ms - rng.gen_range(0..60_000),
                 "uuid": format!("{}-{i:06}-{}", std::str::from_utf8(MARK).unwrap(), hex(rng, 12)),
-                "properties": {
-                    "$current_url": format!("https://shop.example{}", ROUTES[rng.gen_range(0..ROUTES.len())].split(' ').nth(1).unwrap_or("/")),
-                    "$browser": browser,
-                    "plan": plan,
-                    "cart_value": rng.gen_range(0..50_000) as f64 / 100.0,
-                },
+                "properties": properties(rng, browser, plan),
             })
         })
         .collect();
     json!({ "events": events })
+}
+
+/// Between 5 and 10 properties, as a web SDK's autocapture and an app's own add them.
+fn properties(rng: &mut StdRng, browser: &str, plan: &str) -> Value {
+    let mut props = json!({
+        "$current_url": format!("https://shop.example{}", ROUTES[rng.gen_range(0..ROUTES.len())].split(' ').nth(1).unwrap_or("/")),
+        "$browser": browser,
+        "plan": plan,
+        "cart_value": rng.gen_range(0..50_000) as f64 / 100.0,
+    });
+    props["$os"] = json!(["Windows", "Mac OS X", "iOS", "Android", "Linux"][rng.gen_range(0..5)]);
+    let extra: [(&str, fn(&mut StdRng) -> Value); 5] = [
+        ("$screen_width", |r| json!([1280, 1440, 1920, 390, 414][r.gen_range(0..5)])),
+        ("$referring_domain", |r| json!(["google.com", "$direct", "news.ycombinator.com", "t.co"][r.gen_range(0..4)])),
+        ("utm_source", |r| json!(["newsletter", "ads", "partner"][r.gen_range(0..3)])),
+        ("experiment_checkout", |r| json!(if r.gen_bool(0.5) { "control" } else { "test" })),
+        ("is_returning", |r| json!(r.gen_bool(0.4))),
+    ];
+    for (key, value) in extra.iter().take(rng.gen_range(0..=extra.len())) {
+        props[*key] = value(rng);
+    }
+    props
 }
 
 /// A request body with the offsets of its unique-id placeholders.

@@ -125,11 +125,12 @@ fn distinct_id(value: Option<&Value>) -> Option<String> {
 pub fn validate_event(index: usize, e: EventJson, now_ns: i64, errors: &mut Vec<FieldError>) -> Option<Event> {
     let before = errors.len();
     let event = name(errors, index, "event", e.event.as_deref());
-    // Valid JSON already: only a nesting deeper than the parser allows can fail here.
-    let props: Option<Value> = e.properties.as_ref().map(|raw| serde_json::from_str(raw.get()).unwrap_or(Value::Null));
+    let raw = e.properties.as_deref().map(|r| r.get().trim());
     // PostHog SDKs may put the distinct id in the properties.
-    let did =
-        distinct_id(e.distinct_id.as_ref()).or_else(|| distinct_id(props.as_ref().and_then(|p| p.get("distinct_id"))));
+    let did = distinct_id(e.distinct_id.as_ref()).or_else(|| {
+        let props: Value = serde_json::from_str(raw?).ok()?;
+        distinct_id(props.get("distinct_id"))
+    });
     if e.distinct_id.as_ref().is_some_and(|v| !v.is_string() && !v.is_number() && !v.is_null()) {
         fail(errors, index, "distinct_id", "must be a string");
     }
@@ -141,12 +142,10 @@ pub fn validate_event(index: usize, e: EventJson, now_ns: i64, errors: &mut Vec<
             0
         }),
     };
-    let properties = match props {
-        None | Some(Value::Null) => "{}".to_owned(),
-        Some(p @ Value::Object(_)) => {
-            // The same compact text as `Display`, written straight into a buffer instead of
-            // token by token through a formatter.
-            let text = serde_json::to_string(&p).expect("a JSON value always serializes");
+    let properties = match raw {
+        None | Some("null") => "{}".to_owned(),
+        Some(object) if object.starts_with('{') => {
+            let text = canonical_properties(object);
             if text.len() > MAX_PROPERTIES_BYTES {
                 fail(errors, index, "properties", "must be at most 64 KiB");
             }
@@ -175,6 +174,74 @@ pub fn validate_event(index: usize, e: EventJson, now_ns: i64, errors: &mut Vec<
         }
         row
     })
+}
+
+/// Properties (a valid JSON object) as stored: the bytes `serde_json::to_string` writes for
+/// its `Value` (no whitespace, keys sorted, the last of a repeated key kept).
+fn canonical_properties(object: &str) -> String {
+    let mut out = String::with_capacity(object.len());
+    if !write_canonical(object, &mut out, 0) {
+        // Valid JSON already: only a nesting deeper than the parser allows can fail here.
+        let value: Value = serde_json::from_str(object).unwrap_or_else(|_| Value::Object(Default::default()));
+        out = serde_json::to_string(&value).expect("a JSON value always serializes");
+    }
+    out
+}
+
+/// Nesting the borrowed path below walks; each level re-reads its text once.
+const CANONICAL_DEPTH: usize = 4;
+
+/// Writes `text` canonically without building a tree: names and strings without escapes and
+/// plain integers are copied as sent, other numbers read and printed by serde_json. False
+/// (with `out` partly written) when an escape or deep nesting needs the tree.
+fn write_canonical(text: &str, out: &mut String, depth: usize) -> bool {
+    let text = text.trim();
+    match text.as_bytes().first() {
+        Some(b'{') if depth < CANONICAL_DEPTH => {
+            let Ok(members) = serde_json::from_str::<std::collections::BTreeMap<&str, &RawValue>>(text) else {
+                return false;
+            };
+            out.push('{');
+            for (i, (key, value)) in members.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push('"');
+                out.push_str(key);
+                out.push_str("\":");
+                if !write_canonical(value.get(), out, depth + 1) {
+                    return false;
+                }
+            }
+            out.push('}');
+        }
+        Some(b'[') if depth < CANONICAL_DEPTH => {
+            let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(text) else { return false };
+            out.push('[');
+            for (i, item) in items.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                if !write_canonical(item.get(), out, depth + 1) {
+                    return false;
+                }
+            }
+            out.push(']');
+        }
+        Some(b'"') if !text.contains('\\') => out.push_str(text),
+        Some(b't' | b'f' | b'n') => out.push_str(text),
+        Some(b'-') if text.parse::<i64>().is_ok_and(|n| n < 0) => out.push_str(text),
+        Some(b'0'..=b'9') if text.bytes().all(|b| b.is_ascii_digit()) && text.parse::<u64>().is_ok() => {
+            out.push_str(text)
+        }
+        // Floats and the rest of the numbers, as serde_json reads and prints them.
+        Some(b'-' | b'0'..=b'9') => match serde_json::from_str::<serde_json::Number>(text) {
+            Ok(n) => out.push_str(&serde_json::to_string(&n).expect("a number always serializes")),
+            Err(_) => return false,
+        },
+        _ => return false,
+    }
+    true
 }
 
 /// Validates the events of one replay request (they share its session, user and window).
@@ -229,6 +296,70 @@ mod tests {
         let mut errors = Vec::new();
         let e = validate_event(0, serde_json::from_str(&v.to_string()).unwrap(), 42, &mut errors);
         e.ok_or(errors)
+    }
+
+    /// JSON text as clients write it: odd number forms, escapes, repeated keys, whitespace.
+    fn json_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let scalar = prop_oneof![
+            Just("0"),
+            Just("-0"),
+            Just("7"),
+            Just("-12"),
+            Just("1e2"),
+            Just("1.50"),
+            Just("3.0E-2"),
+            Just("18446744073709551615"),
+            Just("18446744073709551616"),
+            Just("-9223372036854775808"),
+            Just("-9223372036854775809"),
+            Just("true"),
+            Just("false"),
+            Just("null"),
+            Just("\"plain\""),
+            Just("\"é ✓\""),
+            Just("\"\\u00e9\""),
+            Just("\"line\\nbreak\""),
+            Just("\"\\/\""),
+            Just("\"\\u0001\""),
+            Just("\"\\ud83d\\ude00\""),
+            Just("\"\""),
+        ]
+        .prop_map(str::to_owned);
+        let number = prop_oneof![
+            proptest::num::f64::NORMAL.prop_map(|f| format!("{f}")),
+            proptest::num::f64::NORMAL.prop_map(|f| format!("{f:e}")),
+            proptest::num::f64::SUBNORMAL.prop_map(|f| format!("{f:E}")),
+            proptest::num::i64::ANY.prop_map(|n| n.to_string()),
+            proptest::num::u128::ANY.prop_map(|n| n.to_string()),
+        ];
+        let scalar = prop_oneof![scalar, number];
+        let key = prop_oneof![Just("a"), Just("b"), Just("$browser"), Just("A"), Just("é"), Just("k\\\"q"), Just("")];
+        let space = prop_oneof![Just(""), Just(" "), Just("\n  ")];
+        scalar.prop_recursive(6, 48, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec((key.clone(), inner.clone(), space.clone()), 0..6).prop_map(|members| {
+                    let body: Vec<String> =
+                        members.iter().map(|(k, v, w)| format!("{w}\"{k}\"{w}:{w}{v}{w}")).collect();
+                    format!("{{{}}}", body.join(","))
+                }),
+                prop::collection::vec((inner, space.clone()), 0..4).prop_map(|items| {
+                    let body: Vec<String> = items.iter().map(|(v, w)| format!("{w}{v}{w}")).collect();
+                    format!("[{}]", body.join(","))
+                }),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(2000))]
+
+        #[test]
+        fn stored_properties_are_the_bytes_serde_json_writes_for_them(members in proptest::collection::vec(json_text(), 0..5)) {
+            let object = format!("{{{}}}", members.iter().enumerate().map(|(i, v)| format!("\"p{}\": {v}", i % 3)).collect::<Vec<_>>().join(","));
+            let value: Value = serde_json::from_str(&object).unwrap();
+            proptest::prop_assert_eq!(canonical_properties(&object), serde_json::to_string(&value).unwrap());
+        }
     }
 
     #[test]
