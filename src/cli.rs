@@ -68,9 +68,10 @@ pub struct DevArgs {
     /// size and age regardless).
     #[arg(long, default_value_t = DEFAULT_SNAPSHOT_EVERY)]
     pub snapshot_every: u64,
-    /// MiB the queries running at once may hold in their per-user and per-group tables.
-    #[arg(long, default_value_t = DEFAULT_QUERY_MEMORY_MIB)]
-    pub query_memory_mib: u64,
+    /// MiB the queries running at once may hold in their per-user and per-group tables
+    /// [default: a quarter of the process's cgroup memory limit, at most 4096].
+    #[arg(long)]
+    pub query_memory_mib: Option<u64>,
     #[command(flatten)]
     pub disk: DiskArgs,
     #[command(flatten)]
@@ -344,7 +345,13 @@ impl RateLimitArgs {
 }
 
 const DEFAULT_SNAPSHOT_EVERY: u64 = 5000;
-const DEFAULT_QUERY_MEMORY_MIB: u64 = sextant_node::host::DEFAULT_QUERY_MEMORY_BYTES >> 20;
+
+/// `--query-memory-mib`, or the default for this process's memory limit.
+fn query_memory_bytes(mib: Option<u64>) -> u64 {
+    let bytes = mib.map_or_else(sextant_node::host::default_query_memory_bytes, |m| m.saturating_mul(1 << 20));
+    tracing::info!(query_memory_mib = bytes >> 20, "query memory budget");
+    bytes
+}
 
 #[derive(clap::Args)]
 pub struct NodeArgs {
@@ -375,9 +382,10 @@ pub struct NodeArgs {
     #[arg(long, default_value_t = DEFAULT_SNAPSHOT_EVERY)]
     pub snapshot_every: u64,
     /// MiB the queries running at once on this node may hold in their per-user and per-group
-    /// tables (a query past it is 422 `query_too_large`).
-    #[arg(long, default_value_t = DEFAULT_QUERY_MEMORY_MIB)]
-    pub query_memory_mib: u64,
+    /// tables (a query past it is 422 `query_too_large`) [default: a quarter of the container's
+    /// memory limit, at most 4096].
+    #[arg(long)]
+    pub query_memory_mib: Option<u64>,
     #[command(flatten)]
     pub disk: DiskArgs,
     #[command(flatten)]
@@ -616,7 +624,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             snapshot_every: args.snapshot_every,
             join: false,
             clock: clock.clone(),
-            query_memory_bytes: args.query_memory_mib.saturating_mul(1 << 20),
+            query_memory_bytes: query_memory_bytes(args.query_memory_mib),
             zone: Default::default(),
             // One process: internal traffic stays on loopback.
             internal_tls: None,
@@ -782,7 +790,7 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
             snapshot_every: args.snapshot_every,
             join: args.join,
             clock: Clock::system(),
-            query_memory_bytes: args.query_memory_mib.saturating_mul(1 << 20),
+            query_memory_bytes: query_memory_bytes(args.query_memory_mib),
             zone,
             internal_tls: args.internal_tls.files(),
         },

@@ -56,8 +56,29 @@ pub struct NodeConfig {
     pub internal_tls: Option<sextant_proto::internal_tls::InternalTlsFiles>,
 }
 
-/// The default of [`NodeConfig::query_memory_bytes`]: 4 GiB.
+/// The most [`default_query_memory_bytes`] gives queries: 4 GiB.
 pub const DEFAULT_QUERY_MEMORY_BYTES: u64 = 4 << 30;
+
+/// The default of [`NodeConfig::query_memory_bytes`]: a quarter of the memory limit of the
+/// node's container (cgroup v2 `memory.max`, or v1 `memory.limit_in_bytes`), at most
+/// [`DEFAULT_QUERY_MEMORY_BYTES`], so that a query refused for memory is refused before the
+/// kernel kills the node (docs/ARCHITECTURE.md, "Memory").
+pub fn default_query_memory_bytes() -> u64 {
+    let read = |path: &str| std::fs::read_to_string(path).ok();
+    let limit = read("/sys/fs/cgroup/memory.max")
+        .or_else(|| read("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
+        .and_then(|text| memory_limit(&text));
+    query_memory_within(limit)
+}
+
+/// A cgroup memory limit file's bytes; `None` for no limit (`max`, or v1's near-2^63).
+fn memory_limit(text: &str) -> Option<u64> {
+    text.trim().parse::<u64>().ok().filter(|&bytes| bytes < 1 << 60)
+}
+
+fn query_memory_within(limit: Option<u64>) -> u64 {
+    limit.map_or(DEFAULT_QUERY_MEMORY_BYTES, |bytes| (bytes / 4).min(DEFAULT_QUERY_MEMORY_BYTES))
+}
 
 pub(crate) const GROUPS_DIR: &str = "groups";
 pub(crate) const RAFT_LOG_DIR: &str = "raft-log";
@@ -689,4 +710,19 @@ async fn start_group<S: GroupStore>(
     let log = log_db.group(group).purged_within(sm.durable());
     let raft = Raft::new(config.id, raft_config(group, config.snapshot_every)?, network, log, sm).await?;
     Ok(Group { raft, state })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queries_get_a_quarter_of_the_containers_memory_limit_at_most_4_gib() {
+        assert_eq!(memory_limit("max\n"), None, "cgroup v2 without a limit");
+        assert_eq!(memory_limit("9223372036854771712\n"), None, "cgroup v1 without a limit");
+        assert_eq!(memory_limit("4294967296\n"), Some(4 << 30));
+        assert_eq!(query_memory_within(None), 4 << 30);
+        assert_eq!(query_memory_within(Some(4 << 30)), 1 << 30, "the chart's default limit of 4Gi");
+        assert_eq!(query_memory_within(Some(64 << 30)), 4 << 30);
+    }
 }

@@ -13,7 +13,7 @@ use super::table::{Row, Table};
 /// A segment this small was written by a quiet flush and is worth merging.
 pub const SMALL_SEGMENT_ROWS: u64 = 200_000;
 /// At most this many rows are merged at once (they are held in memory).
-pub const MAX_MERGE_ROWS: u64 = 2_000_000;
+pub const MAX_MERGE_ROWS: u64 = 1_000_000;
 /// Merge once a time bucket has this many small segments, or two once its time is over.
 pub const MIN_SEGMENTS: usize = 4;
 
