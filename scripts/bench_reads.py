@@ -13,6 +13,7 @@
 
 Usage: scripts/bench_reads.py --objects N [--runs R] [--work DIR] [--bin target/release/sextant]
                               [--spread-hours H] [--snapshot-every N] [--only NAME]
+       scripts/bench_reads.py --objects 100000000 --parts 20 ...   (spans only, in parts)
 With --work DIR the generated files, Sextant's data directory and the ClickHouse database are
 kept there and reused by the next run (only the sextant process is restarted), so a changed
 query path can be re-measured on the same data.
@@ -49,13 +50,15 @@ def loadavg():
 
 # ---------------------------------------------------------------- data set
 
-def generate(args, kind, path):
+def generate(args, kind, path, part=0):
     if os.path.exists(path + ".done"):
         return json.load(open(path + ".done"))
     t = time.time()
+    objects = args.objects // args.parts
     out = subprocess.run(
-        [args.bin, "bench-storage", "--kind", kind, "--objects", str(args.objects), "--dir",
-         os.path.join(args.work, "gen"), "--ndjson", path, "--ndjson-only"],
+        [args.bin, "bench-storage", "--kind", kind, "--objects", str(objects), "--dir",
+         os.path.join(args.work, "gen"), "--ndjson", path, "--ndjson-only",
+         "--first-batch", str(part * objects // 1000)],
         check=True, capture_output=True, text=True).stdout
     info = json.loads(out)
     info["generated_at_ms"] = int(t * 1000)
@@ -211,33 +214,45 @@ JSON_SETTINGS = ("SETTINGS input_format_json_read_numbers_as_strings = 1, "
                  "input_format_json_read_bools_as_strings = 1, input_format_json_read_arrays_as_strings = 1")
 
 
-def clickhouse(args, spans_path, logs_path):
+def clickhouse_session(args):
     from chdb import session
-    path = os.path.join(args.work, "clickhouse")
-    fresh = not os.path.exists(os.path.join(args.work, "clickhouse.done"))
-    s = session.Session(path)
-    if fresh:
+    s = session.Session(os.path.join(args.work, "clickhouse"))
+    if not os.path.exists(os.path.join(args.work, "clickhouse.done")):
         s.query("DROP DATABASE IF EXISTS b")
         s.query("CREATE DATABASE b")
         s.query(f"CREATE TABLE b.spans ({SCHEMAS['spans']}) ENGINE = MergeTree ORDER BY {ORDER['spans']}")
         s.query(f"CREATE TABLE b.logs ({SCHEMAS['logs']}{LOG_INDEX}) ENGINE = MergeTree ORDER BY {ORDER['logs']}")
+    return s
+
+
+def clickhouse(args, spans_path, logs_path, s=None):
+    """Loads the files (either may be None) into ClickHouse, unless an earlier run did."""
+    s = s or clickhouse_session(args)
+    if not os.path.exists(os.path.join(args.work, "clickhouse.done")):
         t = time.time()
         # The same conversion as bench_storage_peers.rows(), done by ClickHouse itself.
-        s.query(f"""INSERT INTO b.spans SELECT trace_id, span_id, ifNull(parent_span_id, ''), service_name,
+        spans_path and s.query(f"""INSERT INTO b.spans SELECT trace_id, span_id, ifNull(parent_span_id, ''), service_name,
             operation, parseDateTime64BestEffort(timestamp, 9), toUInt64(round(duration_ms * 1e6)),
             ifNull(status, 'unset'), attributes
             FROM file('{spans_path}', 'JSONEachRow', 'trace_id String, span_id String,
               parent_span_id Nullable(String), service_name String, operation String, timestamp String,
               duration_ms Float64, status Nullable(String), attributes Map(String, String)') {JSON_SETTINGS}""")
-        s.query(f"""INSERT INTO b.logs SELECT parseDateTime64BestEffort(timestamp, 9), upper(level), service,
+        logs_path and s.query(f"""INSERT INTO b.logs SELECT parseDateTime64BestEffort(timestamp, 9), upper(level), service,
             message, ifNull(trace_id, ''), ifNull(span_id, ''), attributes
             FROM file('{logs_path}', 'JSONEachRow', 'timestamp String, level String, service String,
               message String, trace_id Nullable(String), span_id Nullable(String),
               attributes Map(String, String)') {JSON_SETTINGS}""")
+        log(f"loaded clickhouse in {time.time() - t:.0f}s")
+    return s
+
+
+def clickhouse_done(args, s):
+    if not os.path.exists(os.path.join(args.work, "clickhouse.done")):
+        t = time.time()
         s.query("OPTIMIZE TABLE b.spans FINAL")
         s.query("OPTIMIZE TABLE b.logs FINAL")
         open(os.path.join(args.work, "clickhouse.done"), "w").write("ok")
-        log(f"loaded clickhouse in {time.time() - t:.0f}s")
+        log(f"merged clickhouse's parts in {time.time() - t:.0f}s")
     return s
 
 
@@ -298,7 +313,7 @@ def queries(rare, f_ms, t_ms):
     return [
         ("APM percentiles, all endpoints", f"/api/v1/apm/endpoints?{rng}", [[apm]]),
         (f"trace list, service={SERVICE}", f"/api/v1/traces?service={SERVICE}&limit=100&{rng}", [[q] for q in traces]),
-        (f"log search, rare term ({rare})", f"/api/v1/logs/search?q={enc(rare)}&limit=100&{rng}", [[q] for q in logs(rare)]),
+        (f"log search, rare term ({rare})", f"/api/v1/logs/search?q={enc(rare or '')}&limit=100&{rng}", [[q] for q in logs(rare)]),
         (f"log search, common term ({COMMON_TERM})", f"/api/v1/logs/search?q={COMMON_TERM}&limit=100&{rng}",
          [[q] for q in logs(COMMON_TERM)]),
         ("service map", f"/api/v1/service-map?{rng}", [service_map]),
@@ -340,16 +355,19 @@ def measure(args, sx, ch, rare, f_ms, t_ms):
     results = []
     conn = http.client.HTTPConnection("127.0.0.1", sx.port, timeout=300)
     for name, path, variants in queries(rare, f_ms, t_ms):
-        if args.only not in name:
+        if args.only not in name or (rare is None and name.startswith("log search")):
             continue
         load_before = loadavg()
         ours, body = [], None
         try:
             for i in range(args.runs + 1):
+                if i == 1:
+                    cpu0 = sx.cpu_seconds()
                 t = time.perf_counter()
                 body = sx.get(path, conn)
                 if i:
                     ours.append((time.perf_counter() - t) * 1000)
+            ours_cpu = (sx.cpu_seconds() - cpu0) / args.runs
         except AssertionError as e:
             # Recorded, not hidden: e.g. a shard over the per-shard timeout answers 503.
             r = {"query": name, "path": path, "sextant_failed": str(e)[:300],
@@ -362,17 +380,21 @@ def measure(args, sx, ch, rare, f_ms, t_ms):
         for sqls in ([] if args.sextant_only else variants):
             times, rows = [], None
             for i in range(args.runs + 1):
+                if i == 1:
+                    # chdb runs its threads in this process, which does nothing else meanwhile.
+                    cpu0 = time.process_time()
                 t = time.perf_counter()
                 rows = [ch_rows(ch, q) for q in sqls]
                 if i:
                     times.append((time.perf_counter() - t) * 1000)
-            v = {"sql": sqls, "median_ms": statistics.median(times), "p95_ms": pct(times, 0.95), "rows": rows}
+            v = {"sql": sqls, "median_ms": statistics.median(times), "p95_ms": pct(times, 0.95), "rows": rows,
+                 "cpu_s": (time.process_time() - cpu0) / args.runs}
             medians.append(round(v["median_ms"], 1))
             if best is None or v["median_ms"] < best["median_ms"]:
                 best = v
         if best is None:
             r = {"query": name, "path": path, "sextant_median_ms": statistics.median(ours),
-                 "sextant_p95_ms": pct(ours, 0.95), "load_avg_1m": [round(load_before, 2), round(loadavg(), 2)]}
+                 "sextant_p95_ms": pct(ours, 0.95), "sextant_cpu_s": ours_cpu, "load_avg_1m": [round(load_before, 2), round(loadavg(), 2)]}
             results.append(r)
             log(f"{name}: sextant {r['sextant_median_ms']:.1f} ms")
             continue
@@ -380,6 +402,7 @@ def measure(args, sx, ch, rare, f_ms, t_ms):
         r = {
             "query": name, "path": path,
             "sextant_median_ms": statistics.median(ours), "sextant_p95_ms": pct(ours, 0.95),
+            "sextant_cpu_s": ours_cpu, "clickhouse_cpu_s": best["cpu_s"],
             "clickhouse_median_ms": best["median_ms"], "clickhouse_p95_ms": best["p95_ms"],
             "clickhouse_sql": best["sql"],
             "clickhouse_variants_median_ms": medians,
@@ -418,6 +441,9 @@ def main():
                     help="flush a shard every N entries (reads of segments rather than the buffer)")
     ap.add_argument("--spread-hours", type=float, default=0,
                     help="spread the spans' traces over this many hours before the run (long-range reads)")
+    ap.add_argument("--parts", type=int, default=1,
+                    help="spans only, generated and loaded in this many parts (each file deleted once "
+                         "both engines hold it): 100M spans are about 50 GB of JSON")
     ap.add_argument("--sextant-only", action="store_true",
                     help="time only Sextant (e.g. another build on the data of an earlier run)")
     args = ap.parse_args()
@@ -427,13 +453,31 @@ def main():
         args.work = tempfile.mkdtemp(prefix="sextant-bench-reads-")
     os.makedirs(args.work, exist_ok=True)
     spans_path, logs_path = os.path.join(args.work, "spans.ndjson"), os.path.join(args.work, "logs.ndjson")
-    gs = generate(args, "spans", spans_path)
-    gl = generate(args, "logs", logs_path)
-    f_ms = min(gs["generated_at_ms"], gl["generated_at_ms"]) - int(gs.get("spread_hours", 0) * 3_600_000) - 5 * 60_000
+    with_logs = args.parts == 1
+    if with_logs:
+        gs = generate(args, "spans", spans_path)
+        gl = generate(args, "logs", logs_path)
+        f_ms = min(gs["generated_at_ms"], gl["generated_at_ms"])
+    else:
+        f_ms = int(time.time() * 1000)
+    f_ms -= int(args.spread_hours * 3_600_000) + 5 * 60_000
 
     sx = Sextant(args)
     try:
         state = os.path.join(args.work, "sextant.done")
+        ch = None
+        if not with_logs and not os.path.exists(state):
+            # One part at a time into both engines, its file deleted after.
+            ch = clickhouse_session(args)
+            for part in range(args.parts):
+                path = os.path.join(args.work, f"spans.{part}.ndjson")
+                generate(args, "spans", path, part)
+                sx.ingest("spans", path)
+                clickhouse(args, path, None, ch)
+                os.remove(path)
+                os.remove(path + ".done")
+                log(f"part {part + 1}/{args.parts} in both engines")
+            open(state, "w").write(str(int(time.time() * 1000)))
         if not os.path.exists(state):
             sx.ingest("spans", spans_path)
             sx.ingest("logs", logs_path)
@@ -441,8 +485,10 @@ def main():
         t_ms = int(open(state).read()) + 5 * 60_000
         sx.settle()
         log("sextant settled")
-        ch = None if args.sextant_only else clickhouse(args, spans_path, logs_path)
-        rare = rare_term(logs_path)
+        if not args.sextant_only:
+            ch = clickhouse_done(args, ch or (clickhouse(args, spans_path, logs_path) if with_logs
+                                              else clickhouse_session(args)))
+        rare = rare_term(logs_path) if with_logs else None
         results = measure(args, sx, ch, rare, f_ms, t_ms)
     finally:
         sx.stop()
@@ -454,14 +500,14 @@ def main():
     print(json.dumps(report, indent=2))
     if args.sextant_only:
         return
-    print("\n| query | Sextant median ms | p95 | ClickHouse median ms | p95 | ClickHouse / Sextant | same answer |")
-    print("|---|---:|---:|---:|---:|---:|---|")
+    print("\n| query | Sextant median ms | p95 | CPU s | ClickHouse median ms | p95 | CPU s | ClickHouse / Sextant | same answer |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---|")
     for r in results:
         if "sextant_failed" in r:
-            print(f"| {r['query']} | failed after {r['sextant_failed_after_ms']:.0f} ms: {r['sextant_failed'][:80]} | | | | | |")
+            print(f"| {r['query']} | failed after {r['sextant_failed_after_ms']:.0f} ms: {r['sextant_failed'][:80]} | | | | | | | | |")
             continue
-        print(f"| {r['query']} | {r['sextant_median_ms']:.1f} | {r['sextant_p95_ms']:.1f} | "
-              f"{r['clickhouse_median_ms']:.1f} | {r['clickhouse_p95_ms']:.1f} | "
+        print(f"| {r['query']} | {r['sextant_median_ms']:.1f} | {r['sextant_p95_ms']:.1f} | {r['sextant_cpu_s']:.3f} | "
+              f"{r['clickhouse_median_ms']:.1f} | {r['clickhouse_p95_ms']:.1f} | {r['clickhouse_cpu_s']:.3f} | "
               f"{r['ratio_clickhouse_over_sextant']:.2f} | {'yes' if r['same_answer'] else 'NO'} ({r['answer_size']}) |")
 
 

@@ -44,6 +44,10 @@ pub struct StorageBenchArgs {
     /// data set takes minutes to write).
     #[arg(long)]
     pub lookups_only: bool,
+    /// With `--ndjson-only`: number the batches from this one, so that data sets written in
+    /// parts (a part per run) are the parts of one large data set, ids unique across them.
+    #[arg(long, default_value_t = 0, requires = "ndjson_only")]
+    pub first_batch: u32,
 }
 
 /// What a later `--lookups-only` run needs of the data set: its project and some trace ids.
@@ -75,8 +79,9 @@ fn write_ndjson(args: &StorageBenchArgs) -> anyhow::Result<()> {
     let path = args.ndjson.as_ref().expect("clap requires --ndjson");
     let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
     let mut objects = 0u64;
-    for b in 0..args.objects.div_ceil(BATCH) {
-        let body = crate::loadgen::templates(&args.kind, BATCH, 1, b as u64)?.remove(0).render(b as u64);
+    let first = u64::from(args.first_batch);
+    for b in first..first + args.objects.div_ceil(BATCH) as u64 {
+        let body = crate::loadgen::templates(&args.kind, BATCH, 1, b)?.remove(0).render(b);
         let value: Value = serde_json::from_slice(&body)?;
         for o in value[args.kind.as_str()].as_array().into_iter().flatten() {
             serde_json::to_writer(&mut out, o)?;
