@@ -256,6 +256,16 @@ def clickhouse_done(args, s):
     return s
 
 
+def bytes_on_disk(args, ch):
+    """Bytes of stored rows in each engine: Sextant's segment files (with the trace summaries
+    and rollups derived from them), ClickHouse's active parts."""
+    ours = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(os.path.join(args.work, "sextant"))
+               for f in fs if f.endswith(".parquet"))
+    theirs = {r[0]: int(r[1]) for r in ch_rows(ch, "SELECT table, sum(bytes_on_disk) FROM system.parts "
+                                                 "WHERE active AND database = 'b' GROUP BY table")} if ch else {}
+    return {"sextant_segment_bytes": ours, "clickhouse_bytes": theirs}
+
+
 def ch_rows(s, sql):
     # No query condition cache (ClickHouse ≥ 25.3 remembers which granules matched a WHERE and
     # skips the others when the same condition comes again): Sextant caches nothing either.
@@ -490,12 +500,14 @@ def main():
                                               else clickhouse_session(args)))
         rare = rare_term(logs_path) if with_logs else None
         results = measure(args, sx, ch, rare, f_ms, t_ms)
+        disk = bytes_on_disk(args, ch)
+        log(json.dumps(disk))
     finally:
         sx.stop()
         if temporary:
             import shutil
             shutil.rmtree(args.work, ignore_errors=True)
-    report = {"objects_per_kind": args.objects, "runs": args.runs, "from_ms": f_ms, "to_ms": t_ms,
+    report = {"objects_per_kind": args.objects, "runs": args.runs, **disk, "from_ms": f_ms, "to_ms": t_ms,
               "cpus": os.cpu_count(), "results": results}
     print(json.dumps(report, indent=2))
     if args.sextant_only:
