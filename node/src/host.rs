@@ -62,7 +62,7 @@ pub const DEFAULT_QUERY_MEMORY_BYTES: u64 = 4 << 30;
 /// The default of [`NodeConfig::query_memory_bytes`]: a quarter of the memory limit of the
 /// node's container (cgroup v2 `memory.max`, or v1 `memory.limit_in_bytes`), at most
 /// [`DEFAULT_QUERY_MEMORY_BYTES`], so that a query refused for memory is refused before the
-/// kernel kills the node (docs/ARCHITECTURE.md, "Memory").
+/// kernel kills the node (docs/ARCHITECTURE.md, "Memory of a storage node").
 pub fn default_query_memory_bytes() -> u64 {
     let read = |path: &str| std::fs::read_to_string(path).ok();
     let limit = read("/sys/fs/cgroup/memory.max")
