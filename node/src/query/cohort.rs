@@ -106,6 +106,7 @@ impl Cohorts {
             filter: Filter { events, ..Default::default() },
             columns: ["distinct_id", "time_ns", "event"].iter().map(|c| c.to_string()).collect(),
             dictionaries: EVENT_DICTIONARIES.to_vec(),
+            stored_ids: false,
         }
     }
 

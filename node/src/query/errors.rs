@@ -33,6 +33,7 @@ fn scans(req: &ShardQuery, plan: &ErrorsPlan) -> (Scan, Scan) {
         filter,
         columns: Vec::new(),
         dictionaries: Vec::new(),
+        stored_ids: false,
     };
     let services = plan.services.clone();
     (

@@ -45,6 +45,7 @@ pub fn scan(req: &ShardQuery, plan: &LogSearchPlan) -> Result<Scan, QueryError> 
         filter,
         columns: Vec::new(),
         dictionaries: Vec::new(),
+        stored_ids: false,
     })
 }
 

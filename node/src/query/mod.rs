@@ -15,6 +15,7 @@ pub mod errors;
 mod funnel;
 mod hosts;
 mod logs;
+mod names;
 mod replays;
 mod retention;
 mod service_map;
@@ -222,6 +223,7 @@ fn scan_of(req: &ShardQuery, table: Table, filter: Filter, columns: &[&str], dic
         filter,
         columns: columns.iter().map(|c| c.to_string()).collect(),
         dictionaries: dictionaries.to_vec(),
+        stored_ids: false,
     }
 }
 

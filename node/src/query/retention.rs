@@ -48,6 +48,7 @@ pub fn earlier_scan(req: &ShardQuery, plan: &RetentionPlan) -> Option<Scan> {
         filter: Filter { events: vec![plan.start_event.clone()], ..Default::default() },
         columns: vec!["distinct_id".into()],
         dictionaries: EVENT_DICTIONARIES.to_vec(),
+        stored_ids: false,
     })
 }
 

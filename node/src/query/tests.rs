@@ -539,6 +539,75 @@ fn service_map_finds_parents_in_other_segments_and_counts_a_span_stored_twice_on
     assert_eq!((api.count, api.errors), (2, 1));
 }
 
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(48))]
+    /// Traces whose spans come in several batches, flushed or buffered, some twice, with hex
+    /// and other ids, and a range that cuts traces: the map counts, per pair of services, the
+    /// spans in the range whose parent is in the range, each span once.
+    #[test]
+    fn service_map_equals_a_join_of_every_span_to_its_parent_over_any_range(
+        traces in proptest::collection::vec(
+            (proptest::bool::ANY, proptest::collection::vec((0usize..4, 0u8..3, 0i64..40, proptest::bool::ANY), 1..12)),
+            1..12,
+        ),
+        cut in (0i64..45, 0i64..45),
+        flushes in proptest::collection::vec(proptest::bool::ANY, 4),
+    ) {
+        let services = ["web", "api", "db", "cache"];
+        let mut all = Vec::new();
+        for (t, (hex, shape)) in traces.iter().enumerate() {
+            let trace = if *hex { format!("{:032x}", t * 7919 + 1) } else { format!("trace-{t}") };
+            for (i, &(service, batch, start, error)) in shape.iter().enumerate() {
+                // The parent: an earlier span of the trace, picked by the start, or none.
+                let parent = if i == 0 || start % 5 == 0 { String::new() } else { format!("{:016x}", (start as usize) % i) };
+                let mut s = span(&trace, &format!("{i:016x}"), &parent, services[service], start, 1, error);
+                s.operation = format!("b{batch}");
+                all.push(s);
+            }
+        }
+        let mut sh = Shard::new();
+        for batch in 0..4u8 {
+            // Batch 3 repeats batch 0 (a retried write).
+            let of = if batch == 3 { 0 } else { batch };
+            let spans: Vec<Span> = all.iter().filter(|s| s.operation == format!("b{of}")).cloned().collect();
+            sh.ingest("p", spans, vec![]);
+            if flushes[batch as usize] {
+                sh.flush();
+            }
+        }
+        let (from, to) = (cut.0.min(cut.1), cut.0.max(cut.1) + 1);
+        let req = ShardQuery {
+            group: 1,
+            project_id: "p".into(),
+            from_unix_nanos: from * MS,
+            to_unix_nanos: to * MS,
+            max_rows: 1_000_000,
+            plan: ServiceMapPlan.into(),
+        };
+        let Ok(Partial::ServiceMap(map)) = sh.query_at(req).partial else { panic!("service map expected") };
+        let got: std::collections::BTreeMap<(String, String), (u64, u64)> =
+            map.edges.iter().map(|(k, e)| (k.clone(), (e.count, e.errors))).collect();
+        let in_range: std::collections::HashMap<(&str, &str), &Span> = all
+            .iter()
+            .filter(|s| (from * MS..to * MS).contains(&s.start_unix_nanos))
+            .map(|s| ((s.trace_id.as_str(), s.span_id.as_str()), s))
+            .collect();
+        let mut want = std::collections::BTreeMap::<(String, String), (u64, u64)>::new();
+        for c in in_range.values() {
+            if let Some(p) = in_range.get(&(c.trace_id.as_str(), c.parent_span_id.as_str())) {
+                if p.service_name != c.service_name {
+                    let e = want.entry((p.service_name.clone(), c.service_name.clone())).or_default();
+                    e.0 += 1;
+                    e.1 += u64::from(c.status == SpanStatus::Error);
+                }
+            }
+        }
+        proptest::prop_assert_eq!(got, want);
+        let spans: u64 = map.nodes.values().map(|n| n.count).sum();
+        proptest::prop_assert_eq!(spans, in_range.len() as u64);
+    }
+}
+
 #[test]
 fn host_series_over_the_whole_i64_range_has_no_overflow() {
     use sextant_model::query::HostSeriesPlan;

@@ -1,17 +1,21 @@
 //! Trace list: whole-trace summaries, newest first, from the per-segment partial summaries.
 //! Filters apply to the merged summary (a partial alone may lack the trace's error span or
-//! one of its services).
+//! one of its services). Partials merge in a compact form (names as numbers, a hex id as its
+//! 128 bits): a long range merges a summary per trace, and only the page becomes text again.
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
+use std::hash::BuildHasherDefault;
 
-use sextant_model::query::{ShardQuery, TraceList, TraceListPlan};
+use arrow_array::{Array, StringArray};
+use sextant_model::query::{trace_key, ShardQuery, TraceList, TraceListPlan};
 use sextant_model::row::TraceSummary;
+use xxhash_rust::xxh3::xxh3_128;
 
-use super::{Budget, Compute, QueryError, QueryKind, Scans};
-use crate::segment::summary::merge;
-use crate::segment::table::from_record_batch;
-use crate::segment::{Filter, Row, Scan, Table};
+use super::names::Names;
+use super::{Budget, Compute, Prehashed, QueryError, QueryKind, Scans};
+use crate::segment::table::Cols;
+use crate::segment::{Filter, Scan, Table};
 use crate::shard::ScanJob;
 
 impl QueryKind for TraceListPlan {
@@ -24,6 +28,9 @@ impl QueryKind for TraceListPlan {
 /// Partials of a trace can start up to this long after (or before) the trace's own start:
 /// the scan widens the range by it, so a trace shorter than this is always seen whole.
 pub const TRACE_SPREAD_NS: i64 = 3600 * 1_000_000_000;
+
+const COLUMNS: [&str; 8] =
+    ["trace_id", "start_ns", "end_ns", "root_service", "root_operation", "span_count", "error_count", "services"];
 
 /// The summaries of traces that may start in the range (and, after a cursor, at or before
 /// the cursor's trace: later ones are on earlier pages).
@@ -38,25 +45,197 @@ pub fn scan(req: &ShardQuery, plan: &TraceListPlan) -> Scan {
         from_ns: req.from_unix_nanos.saturating_sub(TRACE_SPREAD_NS),
         to_ns: to.saturating_add(TRACE_SPREAD_NS),
         filter: Filter::default(),
-        columns: Vec::new(),
-        dictionaries: Vec::new(),
+        columns: COLUMNS.iter().map(|c| c.to_string()).collect(),
+        dictionaries: vec!["root_service", "root_operation"],
+        stored_ids: false,
+    }
+}
+
+/// A trace id as held while listing: lowercase hex of 128 bits (OpenTelemetry's) as its
+/// value, anything else as text.
+#[derive(Clone, Debug, PartialEq)]
+enum TraceId {
+    Hex(u128),
+    Text(Box<str>),
+}
+
+impl TraceId {
+    fn new(id: &str) -> Self {
+        let hex = id.len() == 32 && id.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        match hex.then(|| u128::from_str_radix(id, 16).ok()).flatten() {
+            Some(v) => TraceId::Hex(v),
+            None => TraceId::Text(id.into()),
+        }
+    }
+
+    fn text(&self) -> String {
+        match self {
+            TraceId::Hex(v) => format!("{v:032x}"),
+            TraceId::Text(t) => t.to_string(),
+        }
+    }
+}
+
+/// A set of service numbers: a bit each for the first 64, a sorted list for the others.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct ServiceSet {
+    low: u64,
+    high: Vec<u32>,
+}
+
+impl ServiceSet {
+    fn insert(&mut self, s: u32) {
+        if s < 64 {
+            self.low |= 1 << s;
+        } else if let Err(i) = self.high.binary_search(&s) {
+            self.high.insert(i, s);
+        }
+    }
+
+    fn contains(&self, s: u32) -> bool {
+        if s < 64 {
+            self.low & (1 << s) != 0
+        } else {
+            self.high.binary_search(&s).is_ok()
+        }
+    }
+
+    fn union(&mut self, other: &ServiceSet) {
+        self.low |= other.low;
+        for &s in &other.high {
+            self.insert(s);
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        (0..64).filter(|&s| self.low & (1 << s) != 0).chain(self.high.iter().copied())
+    }
+}
+
+/// A trace's partial summaries merged so far (names as [`Names`] numbers).
+#[derive(Clone, Debug, PartialEq)]
+struct Listed {
+    id: TraceId,
+    start: i64,
+    end: i64,
+    span_count: u32,
+    error_count: u32,
+    /// Root service and operation, once a partial holding the root span is read.
+    root: Option<(u32, u32)>,
+    services: ServiceSet,
+}
+
+impl Listed {
+    /// Folds in another partial of the same trace.
+    fn merge(&mut self, other: &Listed) {
+        if self.root.is_none() || (other.root.is_some() && other.start < self.start) {
+            self.root = other.root;
+        }
+        self.start = self.start.min(other.start);
+        self.end = self.end.max(other.end);
+        self.span_count = self.span_count.saturating_add(other.span_count);
+        self.error_count = self.error_count.saturating_add(other.error_count);
+        self.services.union(&other.services);
+    }
+
+    /// Whether it comes before `key` (start, trace id) in the list's order.
+    fn older_than(&self, key: (i64, &str)) -> bool {
+        self.start < key.0 || (self.start == key.0 && self.id.text().as_str() < key.1)
+    }
+
+    fn summary(&self, services: &Names, operations: &Names) -> TraceSummary {
+        let mut names: Vec<String> = self.services.iter().map(|s| services.name(s).to_owned()).collect();
+        names.sort_unstable();
+        let (root_service, root_operation) = match self.root {
+            Some((s, o)) => (services.name(s).to_owned(), operations.name(o).to_owned()),
+            None => Default::default(),
+        };
+        TraceSummary {
+            trace_id: self.id.text(),
+            start_unix_nanos: self.start,
+            end_unix_nanos: self.end,
+            root_service,
+            root_operation,
+            span_count: self.span_count,
+            error_count: self.error_count,
+            services: names,
+        }
+    }
+}
+
+/// Reads the partial summaries of a batch of the trace summaries table.
+struct Partials {
+    services: Names,
+    operations: Names,
+    /// Numbers of the batch's root services, root operations and listed services.
+    roots: (Vec<u32>, Vec<u32>),
+    listed: Vec<u32>,
+    /// The number of the empty name, which a partial without the root span holds.
+    no_root: u32,
+}
+
+impl Partials {
+    fn new(plan_services: &[String]) -> Self {
+        let mut services = Names::default();
+        // The plan's services first: numbered below 64 unless it names more.
+        for s in plan_services {
+            services.get(s);
+        }
+        let no_root = services.get("");
+        Partials { services, operations: Names::default(), roots: Default::default(), listed: Vec::new(), no_root }
+    }
+
+    /// Calls `f` with every partial of `rb` and its trace id's text.
+    fn each(&mut self, rb: &arrow_array::RecordBatch, mut f: impl FnMut(&str, Listed)) {
+        let c = Cols(rb);
+        let n = rb.num_rows();
+        let (ids, start, end) = (c.str("trace_id"), c.i64("start_ns"), c.i64("end_ns"));
+        let (spans, errors, list) = (c.u32("span_count"), c.u32("error_count"), c.list("services"));
+        self.services.of_rows(c.strings("root_service"), n, &mut self.roots.0);
+        self.operations.of_rows(c.strings("root_operation"), n, &mut self.roots.1);
+        let values = list.values().as_any().downcast_ref::<StringArray>().expect("a list of strings");
+        self.listed.clear();
+        self.listed.extend((0..values.len()).map(|j| self.services.get(values.value(j))));
+        let offsets = list.value_offsets();
+        for i in 0..n {
+            let mut services = ServiceSet::default();
+            for &s in &self.listed[offsets[i] as usize..offsets[i + 1] as usize] {
+                services.insert(s);
+            }
+            let root = (self.roots.0[i] != self.no_root).then(|| (self.roots.0[i], self.roots.1[i]));
+            let id = ids.value(i);
+            let partial = Listed {
+                id: TraceId::Text(Box::default()),
+                start: start.value(i),
+                end: end.value(i),
+                span_count: spans.value(i),
+                error_count: errors.value(i),
+                root,
+                services,
+            };
+            f(id, partial);
+        }
     }
 }
 
 pub fn run(req: &ShardQuery, plan: &TraceListPlan, job: ScanJob, budget: &mut Budget) -> Result<TraceList, QueryError> {
+    let mut partials = Partials::new(&plan.services);
+    let plan_services: Vec<u32> = plan.services.iter().map(|s| partials.services.get(s)).collect();
+    let operation = (!plan.operation.is_empty()).then(|| partials.operations.get(&plan.operation));
     let before = plan.before.as_ref().map(|b| (b.start_unix_nanos, b.trace_id.as_str()));
-    let wanted = |t: &TraceSummary| {
-        (req.from_unix_nanos..req.to_unix_nanos).contains(&t.start_unix_nanos)
-            && (plan.services.is_empty() || t.services.iter().any(|s| plan.services.contains(s)))
-            && (plan.operation.is_empty() || t.root_operation == plan.operation)
+    let wanted = |t: &Listed| {
+        (req.from_unix_nanos..req.to_unix_nanos).contains(&t.start)
+            && (plan_services.is_empty() || plan_services.iter().any(|&s| t.services.contains(s)))
+            && operation.is_none_or(|op| t.root.is_some_and(|(_, o)| o == op))
             && (!plan.errors_only || t.error_count > 0)
-            && t.end_unix_nanos.saturating_sub(t.start_unix_nanos) >= plan.min_duration_nanos
-            && before.is_none_or(|b| (t.start_unix_nanos, t.trace_id.as_str()) < b)
+            && t.end.saturating_sub(t.start) >= plan.min_duration_nanos
+            && before.is_none_or(|b| t.older_than(b))
     };
-    // Summaries as the segments hold them, merged per trace; `kept`: the keys of the merged
-    // ones the plan wants so far.
-    let mut traces: HashMap<String, TraceSummary> = HashMap::new();
-    let kept = RefCell::new(BTreeSet::<(i64, String)>::new());
+    // Traces by 128 bits of xxh3 of their id (a collision needs ~2^64 traces).
+    let mut index: HashMap<u128, u32, BuildHasherDefault<Prehashed>> = HashMap::default();
+    let mut traces: Vec<Listed> = Vec::new();
+    // (start, number) of the merged traces the plan wants so far.
+    let kept = RefCell::new(BTreeSet::<(i64, u32)>::new());
     let limit = plan.limit as usize;
     // Row groups newest first. A trace's partial summaries all start within TRACE_SPREAD_NS
     // of the trace's start, so once every row group left starts at or before `t`, a trace
@@ -70,28 +249,116 @@ pub fn run(req: &ShardQuery, plan: &TraceListPlan, job: ScanJob, budget: &mut Bu
     job.run_newest_first(enough, |rb| {
         budget.take(rb.num_rows())?;
         let mut kept = kept.borrow_mut();
-        for (_, row, _) in from_record_batch(Table::TraceSummaries, &rb) {
-            let Row::TraceSummary(t) = row else { continue };
-            let merged = match traces.get_mut(&t.trace_id) {
-                Some(into) => {
-                    kept.remove(&(into.start_unix_nanos, into.trace_id.clone()));
-                    merge(into, &t);
-                    into
+        partials.each(&rb, |id, partial| {
+            let n = match index.get(&xxh3_128(id.as_bytes())) {
+                Some(&n) => {
+                    let t = &mut traces[n as usize];
+                    kept.remove(&(t.start, n));
+                    t.merge(&partial);
+                    n
                 }
-                None => traces.entry(t.trace_id.clone()).or_insert(t),
+                None => {
+                    let n = traces.len() as u32;
+                    index.insert(xxh3_128(id.as_bytes()), n);
+                    traces.push(Listed { id: TraceId::new(id), ..partial });
+                    n
+                }
             };
-            if wanted(merged) {
-                kept.insert((merged.start_unix_nanos, merged.trace_id.clone()));
+            let t = &traces[n as usize];
+            if wanted(t) {
+                kept.insert((t.start, n));
             }
-        }
-        budget.hold(traces.len() as u64 * SUMMARY_BYTES)
+        });
+        budget.hold(traces.len() as u64 * TRACE_BYTES)
     })?;
-    let kept = kept.into_inner();
-    // Newest first: the list order and the cursor's.
-    let page = kept.iter().rev().take(limit).filter_map(|(_, id)| traces.remove(id)).map(Into::into).collect();
+    // The newest `limit`, ties in start ordered by trace id: every kept trace from the
+    // `limit`-th newest start on, then sorted.
+    let mut page = Vec::new();
+    for &(start, n) in kept.into_inner().iter().rev() {
+        if page.len() >= limit && page.last().is_none_or(|t: &TraceSummary| start < t.start_unix_nanos) {
+            break;
+        }
+        page.push(traces[n as usize].summary(&partials.services, &partials.operations));
+    }
+    page.sort_unstable_by(|a, b| trace_key(b).cmp(&trace_key(a)));
+    page.truncate(limit);
     Ok(TraceList(page))
 }
 
-/// Memory of a trace's merged summary while listing: the summary, its ids and services, and
-/// its entries in the tables.
-const SUMMARY_BYTES: u64 = 256;
+/// Memory of a trace while listing: its merged summary, its entries in the tables.
+const TRACE_BYTES: u64 = 160;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::segment::summary::summarize;
+    use crate::segment::table::SpanRow;
+    use sextant_model::row::SpanStatus;
+
+    fn span(trace: &str, id: &str, parent: &str, service: &str, start: i64, dur: u64, error: bool) -> SpanRow {
+        SpanRow {
+            trace_id: trace.into(),
+            span_id: id.into(),
+            parent_span_id: parent.into(),
+            service_name: service.into(),
+            operation: format!("op-{id}"),
+            start_unix_nanos: start,
+            duration_nanos: dur,
+            status: if error { SpanStatus::Error } else { SpanStatus::Unset },
+            attributes: Default::default(),
+        }
+    }
+
+    fn listed(t: &TraceSummary, services: &mut Names, operations: &mut Names) -> Listed {
+        let mut set = ServiceSet::default();
+        for s in &t.services {
+            set.insert(services.get(s));
+        }
+        Listed {
+            id: TraceId::new(&t.trace_id),
+            start: t.start_unix_nanos,
+            end: t.end_unix_nanos,
+            span_count: t.span_count,
+            error_count: t.error_count,
+            root: (!t.root_service.is_empty())
+                .then(|| (services.get(&t.root_service), operations.get(&t.root_operation))),
+            services: set,
+        }
+    }
+
+    #[test]
+    fn partials_merge_to_the_whole_in_either_order() {
+        let id = "4bf92f3577b34da6a3ce929d0e0e4736";
+        let spans = [
+            span(id, "1", "", "web", 100, 50, false),
+            span(id, "2", "1", "db", 110, 100, true),
+            span(id, "3", "1", "cache", 90, 1, false),
+        ];
+        let (mut services, mut operations) = (Names::default(), Names::default());
+        // Many services before these: numbers past 64 take the list.
+        for i in 0..70 {
+            services.get(&format!("s{i}"));
+        }
+        let summary = |rows: &[SpanRow]| summarize(rows.iter().map(|s| ("p", s))).remove(0).1;
+        let whole = summary(&spans);
+        for (a, b) in [(&spans[1..], &spans[..1]), (&spans[..1], &spans[1..])] {
+            let mut left = listed(&summary(a), &mut services, &mut operations);
+            left.merge(&listed(&summary(b), &mut services, &mut operations));
+            assert_eq!(left.summary(&services, &operations), whole);
+        }
+    }
+
+    #[test]
+    fn trace_ids_come_back_as_they_were_sent() {
+        for id in [
+            "4bf92f3577b34da6a3ce929d0e0e4736",
+            "4BF92F3577B34DA6A3CE929D0E0E4736",
+            "+bf92f3577b34da6a3ce929d0e0e4736",
+            "abc",
+            "",
+        ] {
+            assert_eq!(TraceId::new(id).text(), id);
+        }
+        assert!(matches!(TraceId::new("00000000000000000000000000000001"), TraceId::Hex(1)));
+    }
+}

@@ -658,7 +658,7 @@ mod tests {
             let layout = Layout::choose(Table::Spans, &refs);
             let physical = to_segment_batch(Table::Spans, &refs, &layout).unwrap();
             prop_assert_eq!(physical.num_columns(), Table::Spans.schema().fields().len() + 1 + layout.attribute_keys.iter().map(|k| k.fields().len()).sum::<usize>());
-            let back = from_record_batch(Table::Spans, &assemble(physical).unwrap());
+            let back = from_record_batch(Table::Spans, &assemble(physical, false).unwrap());
             for ((_, got, _), want) in back.iter().zip(&spans) {
                 let (Row::Span(got), Row::Span(want)) = (got, want) else { unreachable!() };
                 prop_assert_eq!(&got.attributes.0, &from_stored(&stored(&want.attributes)));
@@ -711,7 +711,7 @@ mod tests {
                 .collect();
             let refs: Vec<RowRef<'_>> = spans.iter().map(|row| RowRef::new("p", row, 0)).collect();
             let layout = Layout::choose(Table::Spans, &refs);
-            let back = from_record_batch(Table::Spans, &assemble(to_segment_batch(Table::Spans, &refs, &layout).unwrap()).unwrap());
+            let back = from_record_batch(Table::Spans, &assemble(to_segment_batch(Table::Spans, &refs, &layout).unwrap(), false).unwrap());
             for ((_, got, _), want) in back.iter().zip(&spans) {
                 let (Row::Span(got), Row::Span(want)) = (got, want) else { unreachable!() };
                 prop_assert_eq!(&got.attributes.0, &from_stored(&stored(&want.attributes)));
@@ -756,7 +756,7 @@ mod tests {
         let physical = to_segment_batch(Table::Spans, &refs, &layout).unwrap();
         let heads = physical.column_by_name("attr.head:pod").unwrap();
         assert_eq!(heads.null_count(), 0);
-        let back = from_record_batch(Table::Spans, &assemble(physical).unwrap());
+        let back = from_record_batch(Table::Spans, &assemble(physical, false).unwrap());
         assert!(back.iter().zip(&rows).all(|((_, got, _), want)| got == want));
     }
 
@@ -791,7 +791,7 @@ mod tests {
         assert_eq!(physical.column_by_name("attr.tail:pod").unwrap().data_type(), &DataType::Utf8);
         assert!(physical.column_by_name("attr:pod").is_none(), "every pod name splits: no column of nulls");
         assert_eq!(physical.column_by_name("attr:user").unwrap().null_count(), 400 - 8);
-        let back = from_record_batch(Table::Spans, &assemble(physical).unwrap());
+        let back = from_record_batch(Table::Spans, &assemble(physical, false).unwrap());
         assert!(back.iter().zip(&rows).all(|((_, got, _), want)| got == want));
     }
 

@@ -528,6 +528,7 @@ mod tests {
             filter,
             columns: vec![],
             dictionaries: vec![],
+            stored_ids: false,
         }
     }
 

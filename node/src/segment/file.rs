@@ -456,6 +456,7 @@ impl Segment {
             filter: super::scan::Filter { trace_id: Some(trace_id.to_owned()), ..Default::default() },
             columns: Vec::new(),
             dictionaries: Vec::new(),
+            stored_ids: false,
         };
         self.candidate_row_groups(&scan)
     }
@@ -468,6 +469,7 @@ impl Segment {
             &self.reader,
             &rgs,
             None,
+            false,
             || None,
             |rb| {
                 out.extend(from_record_batch(self.meta.table, &rb));
@@ -492,6 +494,7 @@ impl Segment {
             &self.reader,
             &rgs,
             Some(&mask),
+            false,
             || None,
             |rb| {
                 let c = super::table::Cols(&rb);
@@ -515,6 +518,7 @@ impl Segment {
         reader: &ArrowReaderMetadata,
         row_groups: &[usize],
         projection: Option<&ProjectionMask>,
+        stored_ids: bool,
         filter: impl Fn() -> Option<RowFilter>,
         mut f: impl FnMut(RecordBatch) -> io::Result<()>,
     ) -> io::Result<()> {
@@ -534,7 +538,7 @@ impl Segment {
             let name = &self.meta.file.name;
             let mut batches = decoding(name, || builder.build())?.map_err(err)?;
             while let Some(rb) = decoding(name, || batches.next())? {
-                f(assemble(rb.map_err(err)?).map_err(err)?)?;
+                f(assemble(rb.map_err(err)?, stored_ids).map_err(err)?)?;
             }
         }
         Ok(())
@@ -685,13 +689,13 @@ impl Segment {
         let mut out = Vec::new();
         for rg in row_groups {
             if !any_hidden && scan.selects_whole_row_group(&row_group_meta[rg], &schema) {
-                self.each_batch(&reader, &[rg], whole.as_ref(), filter, |rb| {
+                self.each_batch(&reader, &[rg], whole.as_ref(), scan.stored_ids, filter, |rb| {
                     out.push(scan.returned_columns(&rb).map_err(err)?);
                     Ok(())
                 })?;
                 continue;
             }
-            self.each_batch(&reader, &[rg], masked.as_ref(), filter, |rb| {
+            self.each_batch(&reader, &[rg], masked.as_ref(), scan.stored_ids, filter, |rb| {
                 if let Some(kept) = scan.apply(&rb, &hidden_ordinal).map_err(err)? {
                     out.push(kept);
                 }
@@ -794,7 +798,7 @@ impl Segment {
         }
         let filter = self.row_filter(Some(project), "trace_id", &[trace_id.to_owned()])?;
         let mut out = Vec::new();
-        self.each_batch(&self.reader, &rgs, None, filter, |rb| {
+        self.each_batch(&self.reader, &rgs, None, false, filter, |rb| {
             out.extend(from_record_batch(self.meta.table, &rb).into_iter().map(|(_, row, b)| (row, b)));
             Ok(())
         })?;
@@ -830,6 +834,7 @@ mod tests {
             filter,
             columns: vec!["service".into(), "operation".into(), "duration_ns".into()],
             dictionaries: vec!["service", "operation"],
+            stored_ids: false,
         }
     }
 
@@ -865,6 +870,7 @@ mod tests {
                 filter: Filter { events: wanted.clone(), ..Default::default() },
                 columns: vec!["distinct_id".into(), "time_ns".into(), "event".into()],
                 dictionaries,
+                stored_ids: false,
             };
             let mut out = Vec::new();
             for rb in segment.scan(&scan, &|_| false).unwrap() {

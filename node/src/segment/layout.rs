@@ -26,7 +26,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use arrow_array::builder::StringBuilder;
-use arrow_array::{Array, ArrayRef, BinaryArray, Int32Array, Int64Array, RecordBatch, StringArray};
+use arrow_array::{Array, ArrayRef, BinaryArray, BooleanArray, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef};
 use rustc_hash::FxHashMap;
 
@@ -235,9 +235,11 @@ pub fn companion_columns(requested: &[String], file: &Schema) -> Vec<usize> {
 }
 
 /// A batch read from a segment in the table's schema (restricted to the columns read).
-pub fn assemble(rb: RecordBatch) -> Result<RecordBatch, ArrowError> {
+/// With `stored_ids` ([`super::Scan::stored_ids`]), ids stay as stored and `parent_ref` is
+/// kept beside a `parent_span_id` that holds only the ids it does not refer to.
+pub fn assemble(rb: RecordBatch, stored_ids: bool) -> Result<RecordBatch, ArrowError> {
     let schema = rb.schema();
-    let physical = |name: &str| name == PARENT_REF || attribute_columns::is_attribute_column(name);
+    let physical = |name: &str| (name == PARENT_REF && !stored_ids) || attribute_columns::is_attribute_column(name);
     let encoded =
         |f: &Field| [DURATION_UNIT, HEX_ID_WIDTH, OFFSET_FROM].into_iter().any(|k| f.metadata().contains_key(k));
     if !schema.fields().iter().any(|f| physical(f.name()) || encoded(f)) {
@@ -247,7 +249,7 @@ pub fn assemble(rb: RecordBatch) -> Result<RecordBatch, ArrowError> {
     let mut arrays: Vec<ArrayRef> = keep.iter().map(|&i| rb.column(i).clone()).collect();
     // Ids first: parent references are resolved to the (decoded) span ids.
     for (pos, &i) in keep.iter().enumerate() {
-        if let Some(width) = hex_id_width(schema.field(i)) {
+        if let Some(width) = hex_id_width(schema.field(i)).filter(|_| !stored_ids) {
             let stored = arrays[pos]
                 .as_any()
                 .downcast_ref::<BinaryArray>()
@@ -259,8 +261,8 @@ pub fn assemble(rb: RecordBatch) -> Result<RecordBatch, ArrowError> {
     if let Some(pos) = position("attributes") {
         arrays[pos] = attribute_columns::join(&rb)?;
     }
-    if let (Some(pos), Some(ids), Ok(refs)) =
-        (position("parent_span_id"), position("span_id"), schema.index_of(PARENT_REF))
+    if let (Some(pos), Some(ids), Ok(refs), false) =
+        (position("parent_span_id"), position("span_id"), schema.index_of(PARENT_REF), stored_ids)
     {
         arrays[pos] = parents(&arrays[pos], &arrays[ids], rb.column(refs))?;
     }
@@ -290,6 +292,52 @@ pub fn assemble(rb: RecordBatch) -> Result<RecordBatch, ArrowError> {
         })
         .collect();
     RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
+}
+
+/// `rb` (ids as stored, `parent_ref` kept: [`assemble`] with `stored_ids`) without the rows
+/// `mask` drops, its references recomputed: a row whose parent is dropped holds the parent's
+/// id instead (the parent may be read elsewhere, a second copy in another segment).
+pub fn filter_with_parent_refs(rb: &RecordBatch, mask: &BooleanArray) -> Result<RecordBatch, ArrowError> {
+    let kept = arrow_select::filter::filter_record_batch(rb, mask)?;
+    let schema = rb.schema();
+    let (Ok(r), Ok(p), Ok(s)) =
+        (schema.index_of(PARENT_REF), schema.index_of("parent_span_id"), schema.index_of("span_id"))
+    else {
+        return Ok(kept);
+    };
+    let refs = rb.column(r).as_any().downcast_ref::<Int32Array>().expect("parent_ref is int32");
+    // The row each kept row had, and each row's place among the kept ones.
+    let mut new_row = vec![u32::MAX; rb.num_rows()];
+    let mut old_rows = Vec::with_capacity(kept.num_rows());
+    for (n, o) in mask.values().set_indices().enumerate() {
+        new_row[o] = n as u32;
+        old_rows.push(o);
+    }
+    let mut new_refs = Vec::with_capacity(old_rows.len());
+    let mut parent_ids = Vec::with_capacity(old_rows.len());
+    for (n, &o) in old_rows.iter().enumerate() {
+        let d = refs.value(o);
+        let parent = usize::try_from(o as i64 - i64::from(d)).ok().filter(|&p| d != 0 && p < rb.num_rows());
+        match parent {
+            Some(p) if new_row[p] != u32::MAX => {
+                new_refs.push(n as i32 - new_row[p] as i32);
+                parent_ids.push((0, o));
+            }
+            Some(p) => {
+                new_refs.push(0);
+                parent_ids.push((1, p));
+            }
+            None if d != 0 => return Err(ArrowError::ComputeError("a parent reference leaves its batch".into())),
+            None => {
+                new_refs.push(0);
+                parent_ids.push((0, o));
+            }
+        }
+    }
+    let mut columns = kept.columns().to_vec();
+    columns[r] = Arc::new(Int32Array::from(new_refs));
+    columns[p] = arrow_select::interleave::interleave(&[rb.column(p).as_ref(), rb.column(s).as_ref()], &parent_ids)?;
+    RecordBatch::try_new(kept.schema(), columns)
 }
 
 /// The parent ids of a batch: `stored` where the reference is 0, else the span id of the row
@@ -351,9 +399,47 @@ mod tests {
             rows.sort_by(|a, b| (a.0.as_str(), a.1.sort_key()).cmp(&(b.0.as_str(), b.1.sort_key())));
             let refs: Vec<RowRef<'_>> = rows.iter().map(|(p, row)| RowRef::new(p, row, 0)).collect();
             let layout = Layout::choose(Table::Spans, &refs);
-            let back = from_record_batch(Table::Spans, &assemble(to_segment_batch(Table::Spans, &refs, &layout).unwrap()).unwrap());
+            let back = from_record_batch(Table::Spans, &assemble(to_segment_batch(Table::Spans, &refs, &layout).unwrap(), false).unwrap());
             let back: Vec<(String, Row)> = back.into_iter().map(|(p, row, _)| (p, row)).collect();
             prop_assert_eq!(back, rows);
+        }
+
+        /// Rows dropped from a batch read with stored ids (a scan's time range cutting a
+        /// trace): each kept span still finds its parent's id, by reference or stored.
+        #[test]
+        fn filtered_spans_keep_their_parents_in_the_stored_form(
+            spans in prop::collection::vec((0u8..2, 0u8..12, 0u8..14), 1..60),
+            keep in prop::collection::vec(any::<bool>(), 60),
+        ) {
+            let mut rows: Vec<Row> = spans
+                .iter()
+                .map(|(t, id, parent)| Row::Span(SpanRow {
+                    trace_id: format!("{:032x}", t),
+                    span_id: format!("{:016x}", id),
+                    parent_span_id: if *parent >= 12 { String::new() } else { format!("{:016x}", parent) },
+                    ..Default::default()
+                }))
+                .collect();
+            rows.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
+            let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new("p", row, 0)).collect();
+            let stored = to_segment_batch(Table::Spans, &refs, &Layout::choose(Table::Spans, &refs)).unwrap();
+            let mask = BooleanArray::from(keep[..rows.len()].to_vec());
+            let filtered = filter_with_parent_refs(&assemble(stored, true).unwrap(), &mask).unwrap();
+            let c = crate::segment::table::Cols(&filtered);
+            let (ids, parents, refs) = (c.bytes("span_id"), c.bytes("parent_span_id"), c.i32(PARENT_REF));
+            let mut kept = rows.iter().zip(&keep).filter(|(_, k)| **k).map(|(r, _)| r);
+            for i in 0..filtered.num_rows() {
+                let Some(Row::Span(want)) = kept.next() else { unreachable!() };
+                let parent = match refs.value(i) {
+                    0 => parents.value(i).unwrap_or_default().to_vec(),
+                    d => ids.value((i as i64 - i64::from(d)) as usize).unwrap().to_vec(),
+                };
+                let mut expected = Vec::new();
+                if !want.parent_span_id.is_empty() {
+                    hex_ids::encode(&want.parent_span_id, 8, &mut expected);
+                }
+                prop_assert_eq!(parent, expected);
+            }
         }
     }
 
@@ -523,6 +609,7 @@ mod tests {
                         filter: crate::segment::Filter { trace_id: Some(trace.into()), ..Default::default() },
                         columns: Vec::new(),
                         dictionaries: Vec::new(),
+                        stored_ids: false,
                     };
                     let found: usize = segment.scan(&scan, &|_| false).unwrap().iter().map(|rb| rb.num_rows()).sum();
                     assert_eq!(found, want.count(), "log trace {trace:?}");

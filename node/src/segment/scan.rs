@@ -52,6 +52,10 @@ pub struct Scan {
     /// by them. Not where the row mask compares them ([`Scan::dictionary_columns`]); buffered
     /// rows are plain strings either way ([`super::table::Cols::strings`] reads both).
     pub dictionaries: Vec<&'static str>,
+    /// Spans from segments with ids as stored ([`super::hex_ids`]) and `parent_ref` kept
+    /// ([`super::layout::assemble`]), for readers that join spans to their parents; buffered
+    /// rows have text ids and no references.
+    pub stored_ids: bool,
 }
 
 fn str_stats(s: &Statistics) -> Option<(&[u8], &[u8])> {
@@ -392,6 +396,7 @@ impl Scan {
             0 => return Ok(None),
             // Every row matches (a scan of a whole range): no copy.
             n if n == rb.num_rows() => rb.clone(),
+            _ if self.stored_ids => super::layout::filter_with_parent_refs(rb, &mask)?,
             _ => arrow_select::filter::filter_record_batch(rb, &mask)?,
         };
         self.returned_columns(&kept).map(Some)

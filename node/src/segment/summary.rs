@@ -48,26 +48,6 @@ fn add_span(t: &mut TraceSummary, s: &SpanRow) {
     }
 }
 
-/// Folds a partial summary of the same trace into `into` (a trace whose spans were flushed
-/// in several segments has several partials).
-pub fn merge(into: &mut TraceSummary, other: &TraceSummary) {
-    if into.root_service.is_empty()
-        || (!other.root_service.is_empty() && other.start_unix_nanos < into.start_unix_nanos)
-    {
-        into.root_service.clone_from(&other.root_service);
-        into.root_operation.clone_from(&other.root_operation);
-    }
-    into.start_unix_nanos = into.start_unix_nanos.min(other.start_unix_nanos);
-    into.end_unix_nanos = into.end_unix_nanos.max(other.end_unix_nanos);
-    into.span_count += other.span_count;
-    into.error_count += other.error_count;
-    for s in &other.services {
-        if let Err(i) = into.services.binary_search(s) {
-            into.services.insert(i, s.clone());
-        }
-    }
-}
-
 /// Summary rows for the spans of one segment.
 pub fn summary_rows(spans: &[RowRef<'_>]) -> Vec<(String, Row)> {
     summarize(spans.iter().filter_map(|r| match r.row {
@@ -113,19 +93,5 @@ mod tests {
         assert_eq!(a.services, ["db", "web"]);
         // Root not (yet) seen.
         assert_eq!(got[1].1.root_service, "");
-    }
-
-    #[test]
-    fn partials_merge_to_the_whole() {
-        let spans = [
-            span("a", "1", "", "web", 100, 50, false),
-            span("a", "2", "1", "db", 110, 100, true),
-            span("a", "3", "1", "cache", 90, 1, false),
-        ];
-        let whole = summarize(spans.iter().map(|s| ("p", s))).remove(0).1;
-        let mut left = summarize(spans[1..].iter().map(|s| ("p", s))).remove(0).1;
-        let right = summarize(spans[..1].iter().map(|s| ("p", s))).remove(0).1;
-        merge(&mut left, &right);
-        assert_eq!(left, whole);
     }
 }

@@ -387,6 +387,7 @@ mod tests {
             filter: Default::default(),
             columns: columns.iter().map(|c| c.to_string()).collect(),
             dictionaries: crate::segment::EVENT_DICTIONARIES.to_vec(),
+            stored_ids: false,
         };
         for round in 0..3 {
             let started = Instant::now();

@@ -324,6 +324,7 @@ mod tests {
             filter: Filter { log_query: Some(LogQuery::parse(text).unwrap()), ..Default::default() },
             columns: vec!["message".into()],
             dictionaries: vec![],
+            stored_ids: false,
         };
         let published = s.published.read().unwrap();
         let segment = published.segments.iter().find(|g| g.meta.table == Table::Logs).unwrap();
@@ -357,6 +358,7 @@ mod tests {
                 filter: Filter { min_duration_ns, ..Filter::default() },
                 columns: columns.iter().map(|c| c.to_string()).collect(),
                 dictionaries: vec![],
+                stored_ids: false,
             };
             let batches = s.scan(scan).run().unwrap();
             let mut ends: Vec<i64> =

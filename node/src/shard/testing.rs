@@ -48,6 +48,7 @@ pub(super) fn scan_all(s: &SegmentShard, table: Table, project: &str, filter: cr
         filter,
         columns: vec![],
         dictionaries: vec![],
+        stored_ids: false,
     };
     let mut rows: Vec<Row> = s
         .scan(scan)
