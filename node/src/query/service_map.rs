@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::ops::Range;
 
+use rustc_hash::FxHashMap;
 use sextant_model::query::{ServiceMap, ServiceMapPlan, ShardQuery, SpanTotals};
 use sextant_model::row::SpanStatus;
 use xxhash_rust::xxh3::xxh3_64;
@@ -114,7 +115,7 @@ pub fn run(job: ScanJob, budget: &mut Budget) -> Result<ServiceMap, QueryError> 
     let mut in_batch = SpanKeys::default();
     let (mut batch_children, mut children) = (Vec::new(), Vec::new());
     let mut nodes: Vec<SpanTotals> = Vec::new();
-    let mut edges: HashMap<(u32, u32), SpanTotals> = HashMap::new();
+    let mut edges: FxHashMap<(u32, u32), SpanTotals> = FxHashMap::default();
     let mut add_edge = |source: u32, target: u32, duration_ns: i64, error: bool| {
         if source != target {
             edges.entry((source, target)).or_default().add(duration_ns, error);
