@@ -112,6 +112,32 @@ fn trace_list_merges_partials_from_segments_and_buffer_then_filters_and_pages() 
 }
 
 #[test]
+fn trace_list_pages_traces_of_one_start_by_id_and_hex_ids_as_sent() {
+    let mut sh = Shard::new();
+    let ids = ["4bf92f3577b34da6a3ce929d0e0e4736", "00000000000000000000000000000001", "zz-not-hex", "ABCDEF"];
+    for (i, id) in ids.iter().enumerate() {
+        sh.ingest("p", vec![span(id, "1", "", "web", 100, 5, false)], vec![]);
+        if i % 2 == 0 {
+            sh.flush();
+        }
+    }
+    sh.ingest("p", vec![span("older", "1", "", "web", 50, 5, false)], vec![]);
+    let list = |limit: u32, before: Option<TraceKey>| match sh
+        .query(TraceListPlan { limit, before, ..Default::default() }, 1000)
+        .partial
+    {
+        Ok(Partial::Traces(t)) => t.0.into_iter().map(|t| t.trace_id).collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    let mut by_id: Vec<&str> = ids.to_vec();
+    by_id.sort_unstable_by(|a, b| b.cmp(a));
+    assert_eq!(list(2, None), by_id[..2]);
+    assert_eq!(list(10, None), [by_id.as_slice(), &["older"]].concat());
+    let after = TraceKey { start_unix_nanos: 100 * MS, trace_id: by_id[1].to_owned() };
+    assert_eq!(list(2, Some(after)), by_id[2..]);
+}
+
+#[test]
 fn a_query_over_its_row_budget_says_so_instead_of_answering() {
     let mut sh = Shard::new();
     let spans = (0..50).map(|i| span(&format!("t{i}"), "1", "", "web", 100 + i, 1, false)).collect();

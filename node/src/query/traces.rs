@@ -234,13 +234,15 @@ pub fn run(req: &ShardQuery, plan: &TraceListPlan, job: ScanJob, budget: &mut Bu
     // Traces by 128 bits of xxh3 of their id (a collision needs ~2^64 traces).
     let mut index: HashMap<u128, u32, BuildHasherDefault<Prehashed>> = HashMap::default();
     let mut traces: Vec<Listed> = Vec::new();
-    // (start, number) of the merged traces the plan wants so far.
-    let kept = RefCell::new(BTreeSet::<(i64, u32)>::new());
     let limit = plan.limit as usize;
     // Row groups newest first. A trace's partial summaries all start within TRACE_SPREAD_NS
     // of the trace's start, so once every row group left starts at or before `t`, a trace
     // seen starting after `t + TRACE_SPREAD_NS` is whole, and no trace not yet seen can start
-    // after `t`: with a page of such traces kept, the scan stops.
+    // after `t`: with a page of such traces kept, the scan stops. `kept`: (start, number) of
+    // the wanted traces that may ever count so, those starting after the oldest row group's
+    // `t` plus the spread (none when the range read is shorter than the spread).
+    let floor = job.oldest_row_group_max().saturating_add(TRACE_SPREAD_NS);
+    let kept = RefCell::new(BTreeSet::<(i64, u32)>::new());
     let enough = |t: i64| {
         let kept = kept.borrow();
         let last = limit.checked_sub(1).map(|k| kept.iter().rev().nth(k));
@@ -253,7 +255,9 @@ pub fn run(req: &ShardQuery, plan: &TraceListPlan, job: ScanJob, budget: &mut Bu
             let n = match index.get(&xxh3_128(id.as_bytes())) {
                 Some(&n) => {
                     let t = &mut traces[n as usize];
-                    kept.remove(&(t.start, n));
+                    if t.start > floor {
+                        kept.remove(&(t.start, n));
+                    }
                     t.merge(&partial);
                     n
                 }
@@ -265,21 +269,33 @@ pub fn run(req: &ShardQuery, plan: &TraceListPlan, job: ScanJob, budget: &mut Bu
                 }
             };
             let t = &traces[n as usize];
-            if wanted(t) {
+            if t.start > floor && wanted(t) {
                 kept.insert((t.start, n));
             }
         });
         budget.hold(traces.len() as u64 * TRACE_BYTES)
     })?;
-    // The newest `limit`, ties in start ordered by trace id: every kept trace from the
+    // The newest `limit` wanted traces, ties in start ordered by trace id: every one from the
     // `limit`-th newest start on, then sorted.
-    let mut page = Vec::new();
-    for &(start, n) in kept.into_inner().iter().rev() {
-        if page.len() >= limit && page.last().is_none_or(|t: &TraceSummary| start < t.start_unix_nanos) {
-            break;
-        }
-        page.push(traces[n as usize].summary(&partials.services, &partials.operations));
+    let mut newest: Vec<(i64, u32)> = (0..traces.len() as u32)
+        .filter(|&n| wanted(&traces[n as usize]))
+        .map(|n| (traces[n as usize].start, n))
+        .collect();
+    if limit == 0 || newest.is_empty() {
+        return Ok(TraceList(Vec::new()));
     }
+    if newest.len() > limit {
+        newest.select_nth_unstable_by(limit - 1, |a, b| b.0.cmp(&a.0));
+        let last = newest[limit - 1].0;
+        // Those past the `limit`-th that start with it: their ids decide which are on the page.
+        let (page, rest) = newest.split_at_mut(limit);
+        let ties: Vec<(i64, u32)> = rest.iter().copied().filter(|&(s, _)| s == last).collect();
+        let mut page = page.to_vec();
+        page.extend(ties);
+        newest = page;
+    }
+    let mut page: Vec<TraceSummary> =
+        newest.iter().map(|&(_, n)| traces[n as usize].summary(&partials.services, &partials.operations)).collect();
     page.sort_unstable_by(|a, b| trace_key(b).cmp(&trace_key(a)));
     page.truncate(limit);
     Ok(TraceList(page))

@@ -215,6 +215,13 @@ impl ScanJob {
     /// Before each row group, `enough(t)` is asked with the latest time it can hold: true ends
     /// the scan (the caller already has a page of rows newer than `t`, and every row group left
     /// ends at or before `t`).
+    /// The least of the row groups' latest times that [`run_newest_first`](Self::run_newest_first)
+    /// would pass to its `enough` (`i64::MAX` when it would read no row group).
+    pub fn oldest_row_group_max(&self) -> i64 {
+        let maxima = self.segments.iter().flat_map(|s| s.row_groups_by_time(&self.scan)).map(|(_, max)| max);
+        maxima.min().unwrap_or(i64::MAX)
+    }
+
     pub fn run_newest_first<E: From<io::Error>>(
         mut self,
         mut enough: impl FnMut(i64) -> bool,
