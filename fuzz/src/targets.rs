@@ -487,9 +487,12 @@ pub fn segment(data: &[u8]) {
         filter,
         columns: Vec::new(),
         dictionaries: Vec::new(),
+        stored_ids: false,
     };
     let _ = segment.row_groups_by_time(&scan);
     let _ = segment.scan(&scan, &|b| b == 9);
+    // The service map's read: ids as stored, parent references kept through the row mask.
+    let _ = segment.scan(&Scan { stored_ids: true, ..scan.clone() }, &|b| b == 9);
     if matches!(table, Table::Spans | Table::Logs) {
         let _ = segment.trace("p", &format!("{:032x}", 3));
     }
