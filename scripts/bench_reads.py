@@ -367,10 +367,12 @@ def pct(xs, p):
 
 def measure(args, sx, ch, rare, f_ms, t_ms):
     results = []
-    conn = http.client.HTTPConnection("127.0.0.1", sx.port, timeout=300)
     for name, path, variants in queries(rare, f_ms, t_ms):
         if args.only not in name:
             continue
+        # A new connection per query: the router closes one left idle while ClickHouse ran the
+        # previous query (minutes at 100M).
+        conn = http.client.HTTPConnection("127.0.0.1", sx.port, timeout=300)
         load_before = loadavg()
         ours, body = [], None
         try:
@@ -388,7 +390,6 @@ def measure(args, sx, ch, rare, f_ms, t_ms):
                  "sextant_failed_after_ms": (time.perf_counter() - t) * 1000}
             results.append(r)
             log(json.dumps(r))
-            conn = http.client.HTTPConnection("127.0.0.1", sx.port, timeout=300)
             continue
         best, medians = None, []
         for sqls in ([] if args.sextant_only else variants):
