@@ -308,22 +308,8 @@ const TRACE_BYTES: u64 = 160;
 mod tests {
     use super::*;
     use crate::segment::summary::summarize;
+    use crate::segment::summary::tests::span;
     use crate::segment::table::SpanRow;
-    use sextant_model::row::SpanStatus;
-
-    fn span(trace: &str, id: &str, parent: &str, service: &str, start: i64, dur: u64, error: bool) -> SpanRow {
-        SpanRow {
-            trace_id: trace.into(),
-            span_id: id.into(),
-            parent_span_id: parent.into(),
-            service_name: service.into(),
-            operation: format!("op-{id}"),
-            start_unix_nanos: start,
-            duration_nanos: dur,
-            status: if error { SpanStatus::Error } else { SpanStatus::Unset },
-            attributes: Default::default(),
-        }
-    }
 
     fn listed(t: &TraceSummary, services: &mut Names, operations: &mut Names) -> Listed {
         let mut set = ServiceSet::default();

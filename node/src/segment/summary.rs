@@ -60,10 +60,18 @@ pub fn summary_rows(spans: &[RowRef<'_>]) -> Vec<(String, Row)> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn span(trace: &str, id: &str, parent: &str, service: &str, start: i64, dur: u64, error: bool) -> SpanRow {
+    pub(crate) fn span(
+        trace: &str,
+        id: &str,
+        parent: &str,
+        service: &str,
+        start: i64,
+        dur: u64,
+        error: bool,
+    ) -> SpanRow {
         SpanRow {
             trace_id: trace.into(),
             span_id: id.into(),
