@@ -252,7 +252,8 @@ pub fn run(req: &ShardQuery, plan: &TraceListPlan, job: ScanJob, budget: &mut Bu
         budget.take(rb.num_rows())?;
         let mut kept = kept.borrow_mut();
         partials.each(&rb, |id, partial| {
-            let n = match index.get(&xxh3_128(id.as_bytes())) {
+            let key = xxh3_128(id.as_bytes());
+            let n = match index.get(&key) {
                 Some(&n) => {
                     let t = &mut traces[n as usize];
                     if t.start > floor {
@@ -263,7 +264,7 @@ pub fn run(req: &ShardQuery, plan: &TraceListPlan, job: ScanJob, budget: &mut Bu
                 }
                 None => {
                     let n = traces.len() as u32;
-                    index.insert(xxh3_128(id.as_bytes()), n);
+                    index.insert(key, n);
                     traces.push(Listed { id: TraceId::new(id), ..partial });
                     n
                 }
