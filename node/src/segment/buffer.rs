@@ -203,21 +203,8 @@ impl Buffer {
         } else {
             live.iter().map(|r| RowRef::new(&r.project, &r.row, 0)).collect()
         };
-        // Only what the scan returns or filters on is built: the rest would be copied for
-        // nothing. The rows are of the scan's project and none is hidden (filtered above).
-        let columns = scan.read_columns(true, true);
-        let mut out = Vec::new();
-        for chunk in refs.chunks(8192) {
-            let rb = match &columns {
-                Some(columns) => super::table::to_projected_batch(scan.table, chunk, columns),
-                None => super::table::to_record_batch(scan.table, chunk),
-            };
-            let rb = rb.expect("rows match their table's schema");
-            if let Some(kept) = scan.apply(&rb, &|_| false).expect("filtering a batch of its own schema") {
-                out.push(kept);
-            }
-        }
-        out
+        // The rows are of the scan's project and none is hidden (filtered above).
+        scan.select(&refs)
     }
 
     /// Rows of `project` that [`scan_rows`](Self::scan_rows) would consider (by table, time

@@ -12,7 +12,7 @@ use sextant_model::text::{tokens, LogQuery};
 
 use super::attribute::{read_stored, Attribute};
 use super::layout::stored_value;
-use super::table::{Cols, Row, Strings, Table};
+use super::table::{Cols, Row, RowRef, Strings, Table};
 use super::token_index::{term_hash, TokenIndex};
 
 /// Row predicates of a scan. Empty lists and `None`s do not filter.
@@ -103,6 +103,21 @@ impl Scan {
             columns: columns.iter().map(|c| c.to_string()).collect(),
             dictionaries,
             ..self.clone()
+        })
+    }
+
+    /// For a scan of trace summaries: the scan of every span of its project they summarize
+    /// (a summary's start is its trace's earliest span, so no time bound).
+    pub fn summary_source(&self) -> Option<Scan> {
+        (self.table == Table::TraceSummaries).then(|| Scan {
+            table: Table::Spans,
+            project: self.project.clone(),
+            from_ns: i64::MIN,
+            to_ns: i64::MAX,
+            filter: Filter::default(),
+            columns: Vec::new(),
+            dictionaries: Vec::new(),
+            stored_ids: false,
         })
     }
 
@@ -387,6 +402,24 @@ impl Scan {
             }
         };
         BooleanArray::new(own, None)
+    }
+
+    /// The rows the scan selects among `rows` (of its table and project, none hidden), as
+    /// batches of what it returns or filters on.
+    pub fn select(&self, rows: &[RowRef<'_>]) -> Vec<RecordBatch> {
+        let columns = self.read_columns(true, true);
+        let mut out = Vec::new();
+        for chunk in rows.chunks(8192) {
+            let rb = match &columns {
+                Some(columns) => super::table::to_projected_batch(self.table, chunk, columns),
+                None => super::table::to_record_batch(self.table, chunk),
+            };
+            let rb = rb.expect("rows match their table's schema");
+            if let Some(kept) = self.apply(&rb, &|_| false).expect("filtering a batch of its own schema") {
+                out.push(kept);
+            }
+        }
+        out
     }
 
     /// Keeps the matching rows of `rb` and the requested columns.

@@ -11,6 +11,8 @@ use sextant_model::row::Span;
 
 use super::SegmentShard;
 use crate::segment::rollup::MIN_ROWS_PER_ROLLUP;
+use crate::segment::summary::summary_rows;
+use crate::segment::table::{from_record_batch, RowRef};
 use crate::segment::{Row, Scan, Segment, Table};
 
 impl SegmentShard {
@@ -46,9 +48,10 @@ impl SegmentShard {
         for frozen in &published.frozen {
             buffered.extend(frozen.scan_rows(buffered_scan, &hidden));
         }
-        let (segments, unrolled) = sources(&published.segments, &scan, source_scan, &tombstones);
+        let Sources { segments, unrolled, resummarized } =
+            sources(&published.segments, &scan, source_scan, &tombstones);
         drop(published);
-        ScanJob { scan, buffered, segments, unrolled, tombstones }
+        ScanJob { scan, buffered, segments, unrolled, resummarized, tombstones }
     }
 
     /// What [`scan`](Self::scan) would read, without reading it: the candidate row groups of
@@ -65,11 +68,16 @@ impl SegmentShard {
             cost.rows += rows;
             cost.bytes += bytes;
         }
-        let (segments, unrolled) = sources(&published.segments, scan, source_scan, &self.tombstones);
+        let Sources { segments, unrolled, resummarized } =
+            sources(&published.segments, scan, source_scan, &self.tombstones);
         let unrolled =
             unrolled.iter().flat_map(|(source_scan, segments)| segments.iter().map(move |s| (source_scan, s)));
-        let estimates =
-            segments.iter().map(|s| s.estimate(scan)).chain(unrolled.map(|(source_scan, s)| s.estimate(source_scan)));
+        let summary_source = scan.summary_source();
+        let resummarized = summary_source.iter().flat_map(|spans| resummarized.iter().map(move |s| (spans, s)));
+        let estimates = segments
+            .iter()
+            .map(|s| s.estimate(scan))
+            .chain(unrolled.chain(resummarized).map(|(source_scan, s)| s.estimate(source_scan)));
         for (rows, bytes) in estimates {
             cost.rows += rows;
             cost.bytes += bytes;
@@ -78,20 +86,33 @@ impl SegmentShard {
     }
 }
 
-/// The segments a scan reads. A scan of rollups (`source_scan`: its
-/// [`rollup_source`](Scan::rollup_source)) reads each source segment's stored rollups where
-/// they pay, and the source segment's rows instead where it has none (written by an earlier
-/// release), holds a batch aborted after it was written (its stored rollups would still count
-/// it) or has too few rows per rollup row for the rollup to be cheaper.
-fn sources(
-    segments: &[Arc<Segment>],
-    scan: &Scan,
-    source_scan: Option<Scan>,
-    tombstones: &BTreeSet<u128>,
-) -> (Vec<Arc<Segment>>, Option<(Scan, Vec<Arc<Segment>>)>) {
+/// The segments a scan reads (see [`sources`]).
+struct Sources {
+    /// Read as they are.
+    segments: Vec<Arc<Segment>>,
+    /// For a rollup scan: source segments read as source rows.
+    unrolled: Option<(Scan, Vec<Arc<Segment>>)>,
+    /// For a trace-summary scan: spans segments summarized again from their visible spans.
+    resummarized: Vec<Arc<Segment>>,
+}
+
+/// The segments a scan reads. Derived rows stored beside a segment that holds a batch aborted
+/// after it was written would still count that batch: such a segment is read from its rows
+/// instead. A scan of rollups (`source_scan`: its [`rollup_source`](Scan::rollup_source))
+/// also reads a source segment's rows where it has no stored rollups (written by an earlier
+/// release) or too few rows per rollup row for the rollup to be cheaper.
+fn sources(segments: &[Arc<Segment>], scan: &Scan, source_scan: Option<Scan>, tombstones: &BTreeSet<u128>) -> Sources {
+    let holds_aborted = |s: &Segment| s.batches.iter().any(|b| tombstones.contains(b));
     let Some(source_scan) = source_scan else {
-        let wanted = segments.iter().filter(|s| scan.wants_segment(s.meta.table, s.meta.min_ns, s.meta.max_ns));
-        return (wanted.cloned().collect(), None);
+        let by_id: HashMap<u64, &Arc<Segment>> = segments.iter().map(|s| (s.meta.id, s)).collect();
+        let (mut kept, mut resummarized) = (Vec::new(), Vec::new());
+        for s in segments.iter().filter(|s| scan.wants_segment(s.meta.table, s.meta.min_ns, s.meta.max_ns)) {
+            match s.meta.summarizes.and_then(|id| by_id.get(&id)) {
+                Some(source) if holds_aborted(source) => resummarized.push((*source).clone()),
+                _ => kept.push(s.clone()),
+            }
+        }
+        return Sources { segments: kept, unrolled: None, resummarized };
     };
     let rollups: HashMap<u64, &Arc<Segment>> =
         segments.iter().filter(|s| s.meta.table == scan.table).filter_map(|s| Some((s.meta.summarizes?, s))).collect();
@@ -99,8 +120,7 @@ fn sources(
     for source in segments.iter().filter(|s| source_scan.wants_segment(s.meta.table, s.meta.min_ns, s.meta.max_ns)) {
         match rollups.get(&source.meta.id) {
             Some(r)
-                if r.meta.rows.saturating_mul(MIN_ROWS_PER_ROLLUP) <= source.meta.rows
-                    && !source.batches.iter().any(|b| tombstones.contains(b)) =>
+                if r.meta.rows.saturating_mul(MIN_ROWS_PER_ROLLUP) <= source.meta.rows && !holds_aborted(source) =>
             {
                 if scan.wants_segment(r.meta.table, r.meta.min_ns, r.meta.max_ns) {
                     stored.push((*r).clone());
@@ -109,7 +129,7 @@ fn sources(
             _ => unrolled.push(source.clone()),
         }
     }
-    (stored, Some((source_scan, unrolled)))
+    Sources { segments: stored, unrolled: Some((source_scan, unrolled)), resummarized: Vec::new() }
 }
 
 /// The part of a trace lookup that reads segments.
@@ -156,13 +176,22 @@ pub struct ScanJob {
     segments: Vec<Arc<Segment>>,
     /// For a rollup scan: source segments read as source rows (see [`sources`]).
     unrolled: Option<(Scan, Vec<Arc<Segment>>)>,
+    /// For a trace-summary scan: spans segments summarized again (see [`sources`]).
+    resummarized: Vec<Arc<Segment>>,
     tombstones: BTreeSet<u128>,
 }
 
 impl ScanJob {
     /// A scan that reads nothing (what an estimate hands the plan instead of a real one).
     pub fn empty(scan: Scan) -> Self {
-        ScanJob { scan, buffered: Vec::new(), segments: Vec::new(), unrolled: None, tombstones: BTreeSet::new() }
+        ScanJob {
+            scan,
+            buffered: Vec::new(),
+            segments: Vec::new(),
+            unrolled: None,
+            resummarized: Vec::new(),
+            tombstones: BTreeSet::new(),
+        }
     }
 
     /// The matching rows: buffered ones first, then segment by segment (no global order).
@@ -180,7 +209,8 @@ impl ScanJob {
     pub fn max_rows(&self) -> u64 {
         let buffered: usize = self.buffered.iter().map(|rb| rb.num_rows()).sum();
         let unrolled = self.unrolled.iter().flat_map(|(_, segments)| segments);
-        buffered as u64 + self.segments.iter().chain(unrolled).map(|s| s.meta.rows).sum::<u64>()
+        let read = self.segments.iter().chain(unrolled).chain(&self.resummarized);
+        buffered as u64 + read.map(|s| s.meta.rows).sum::<u64>()
     }
 
     /// Like [`run`](Self::run), handing each batch to `f` as soon as it is read, so a query
@@ -189,6 +219,7 @@ impl ScanJob {
         for rb in std::mem::take(&mut self.buffered) {
             f(rb)?;
         }
+        self.each_resummarized(&mut f)?;
         let hidden = |b: u128| self.tombstones.contains(&b);
         for segment in &self.segments {
             for rb in segment.scan(&self.scan, &hidden)? {
@@ -196,6 +227,25 @@ impl ScanJob {
             }
         }
         self.each_unrolled(f)
+    }
+
+    /// The trace summaries of each resummarized segment's spans, except hidden ones.
+    fn each_resummarized<E: From<io::Error>>(&self, f: &mut impl FnMut(RecordBatch) -> Result<(), E>) -> Result<(), E> {
+        let hidden = |b: u128| self.tombstones.contains(&b);
+        let Some(spans_scan) = self.scan.summary_source() else { return Ok(()) };
+        for segment in &self.resummarized {
+            let mut spans = Vec::new();
+            for rb in segment.scan(&spans_scan, &hidden)? {
+                spans.extend(from_record_batch(Table::Spans, &rb));
+            }
+            let refs: Vec<RowRef<'_>> = spans.iter().map(|(project, row, _)| RowRef::new(project, row, 0)).collect();
+            let summaries = summary_rows(&refs);
+            let refs: Vec<RowRef<'_>> = summaries.iter().map(|(project, row)| RowRef::new(project, row, 0)).collect();
+            for rb in self.scan.select(&refs) {
+                f(rb)?;
+            }
+        }
+        Ok(())
     }
 
     fn each_unrolled<E: From<io::Error>>(&self, mut f: impl FnMut(RecordBatch) -> Result<(), E>) -> Result<(), E> {
@@ -210,11 +260,6 @@ impl ScanJob {
         Ok(())
     }
 
-    /// Like [`run_each`](Self::run_each) for "the newest rows first, up to a page": the
-    /// buffered rows, then the candidate row groups of every segment, latest-ending first.
-    /// Before each row group, `enough(t)` is asked with the latest time it can hold: true ends
-    /// the scan (the caller already has a page of rows newer than `t`, and every row group left
-    /// ends at or before `t`).
     /// The least of the row groups' latest times that [`run_newest_first`](Self::run_newest_first)
     /// would pass to its `enough` (`i64::MAX` when it would read no row group).
     pub fn oldest_row_group_max(&self) -> i64 {
@@ -222,6 +267,11 @@ impl ScanJob {
         maxima.min().unwrap_or(i64::MAX)
     }
 
+    /// Like [`run_each`](Self::run_each) for "the newest rows first, up to a page": the
+    /// buffered rows, then the candidate row groups of every segment, latest-ending first.
+    /// Before each row group, `enough(t)` is asked with the latest time it can hold: true ends
+    /// the scan (the caller already has a page of rows newer than `t`, and every row group left
+    /// ends at or before `t`).
     pub fn run_newest_first<E: From<io::Error>>(
         mut self,
         mut enough: impl FnMut(i64) -> bool,
@@ -230,6 +280,7 @@ impl ScanJob {
         for rb in std::mem::take(&mut self.buffered) {
             f(rb)?;
         }
+        self.each_resummarized(&mut f)?;
         let hidden = |b: u128| self.tombstones.contains(&b);
         let mut groups: Vec<(i64, usize, usize)> = Vec::new();
         for (s, segment) in self.segments.iter().enumerate() {
@@ -343,6 +394,40 @@ mod tests {
         let hits = s.scan(scan("needle")).run().unwrap();
         assert_eq!(hits.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
         assert_eq!(hits[0].num_columns(), 1, "only the projected column comes back");
+    }
+
+    /// A batch aborted after a replica flushed it and one aborted while another replica still
+    /// buffered it leave both listing the same traces: a stored summary that counts the
+    /// aborted batch is made again from the spans left.
+    #[test]
+    fn replicas_list_the_same_trace_summaries_whether_a_batch_was_aborted_before_or_after_a_flush() {
+        use crate::state_machine::GroupStore;
+        use crate::types::Command;
+        let summaries = |flush_before_abort: bool| {
+            let dir = tempfile::tempdir().unwrap();
+            let mut s = SegmentShard::open(dir.path()).unwrap();
+            let mut child = span("t1", "b", 20);
+            child.parent_span_id = "a".into();
+            ingest(&mut s, 1, 1, batch("p", vec![span("t1", "a", 10), child]));
+            let mut late = span("t1", "d", 5);
+            late.service_name = "worker".into();
+            ingest(&mut s, 2, 2, batch("p", vec![span("t2", "c", 30), late]));
+            if flush_before_abort {
+                checkpoint(&mut s, 2);
+            }
+            s.apply(3, Command::Abort { batch_id: 2 });
+            checkpoint(&mut s, 3);
+            let listed = scan_all(&s, Table::TraceSummaries, "p", crate::segment::Filter::default());
+            drop(s);
+            let reopened = SegmentShard::open(dir.path()).unwrap();
+            assert_eq!(scan_all(&reopened, Table::TraceSummaries, "p", Default::default()), listed);
+            listed
+        };
+        let listed = summaries(true);
+        assert_eq!(listed, summaries(false));
+        assert_eq!(listed.len(), 1, "{listed:?}");
+        let Row::TraceSummary(t1) = &listed[0] else { panic!("summary expected") };
+        assert_eq!((t1.trace_id.as_str(), t1.span_count, t1.start_unix_nanos), ("t1", 2, 10));
     }
 
     /// Summaries store a trace's end as its duration; readers get times, whether they ask for
