@@ -8,8 +8,8 @@ use sextant_model::query::{
 };
 
 use super::cohort::Members;
-use super::users::{member_keys, Admitted, IdHashes, UserRows, Users};
-use super::{bytes_of, each_batch, each_batch_holding, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
+use super::users::{member_keys, IdHashes, UserRows};
+use super::{each_batch, each_batch_holding, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
 use crate::segment::rollup::{hour_of, HOUR_NS};
 use crate::segment::table::Cols;
 use crate::segment::{Filter, Scan, Table, EVENT_DICTIONARIES};
@@ -123,34 +123,63 @@ pub fn buckets(
     job: ScanJob,
     budget: &mut Budget,
 ) -> Result<EventBuckets, QueryError> {
+    let members = member_keys(members);
+    let runs = runs_by_user(starts, job, budget, |bucket, rows| (bucket, rows))?;
     let mut counts = vec![0u64; starts.len()];
-    let mut users = Users::default();
-    let mut admitted = Admitted::new(members);
-    // (bucket, user) of every counted row; distinct pairs are the bucket's users.
-    let mut seen: Vec<(u32, u32)> = Vec::new();
-    each_batch_holding(job, budget, |rb| {
-        let c = Cols(rb);
-        let (ids, times) = (c.strings("distinct_id"), c.i64("time_ns"));
-        for (i, u) in users.numbers_of(ids).enumerate() {
-            if !admitted.admits(u, || ids.value(i)) {
-                continue;
-            }
-            if let Some(b) = bucket_of(starts, times.value(i)) {
-                counts[b] += 1;
-                seen.push((b as u32, u));
+    let mut unique = vec![0u64; starts.len()];
+    runs.each_user(|user, runs| {
+        if members.as_ref().is_some_and(|m| !m.contains(&user)) {
+            return;
+        }
+        runs.sort_unstable_by_key(|&(bucket, _)| bucket);
+        let mut last = None;
+        for &(bucket, rows) in runs.iter() {
+            counts[bucket as usize] += u64::from(rows);
+            if last != Some(bucket) {
+                unique[bucket as usize] += 1;
+                last = Some(bucket);
             }
         }
-        Ok(users.bytes() + bytes_of(&seen))
-    })?;
-    seen.sort_unstable();
-    seen.dedup();
-    let mut unique = vec![0u64; starts.len()];
-    for (b, _) in seen {
-        unique[b as usize] += 1;
-    }
+    });
     Ok(EventBuckets(
         counts.into_iter().zip(unique).map(|(count, unique_users)| EventBucket { count, unique_users }).collect(),
     ))
+}
+
+/// Every row of the scan in a bucket of `starts`, grouped by user a partition at a time, as
+/// `value(bucket, rows)` per run of rows of one user and bucket. Segments are sorted by user
+/// and time, so most of a user's rows of one bucket are adjacent and make one run; the
+/// others make more runs of the same bucket.
+fn runs_by_user<T: Copy + Default>(
+    starts: &[i64],
+    job: ScanJob,
+    budget: &mut Budget,
+    value: impl Fn(u32, u32) -> T,
+) -> Result<UserRows<T>, QueryError> {
+    let mut ids = IdHashes::default();
+    let mut runs: UserRows<T> = UserRows::new(job.max_rows());
+    each_batch_holding(job, budget, |rb| {
+        let c = Cols(rb);
+        let times = c.i64("time_ns");
+        let mut run: Option<(u128, u32, u32)> = None;
+        for (i, user) in ids.of(&c.strings("distinct_id")).into_iter().enumerate() {
+            let Some(b) = bucket_of(starts, times.value(i)) else { continue };
+            let b = b as u32;
+            match &mut run {
+                Some((u, bucket, rows)) if *u == user && *bucket == b => *rows += 1,
+                _ => {
+                    if let Some((u, bucket, rows)) = run.replace((user, b, 1)) {
+                        runs.push(u, value(bucket, rows));
+                    }
+                }
+            }
+        }
+        if let Some((u, bucket, rows)) = run {
+            runs.push(u, value(bucket, rows));
+        }
+        Ok(runs.bytes())
+    })?;
+    Ok(runs)
 }
 
 /// `members`: only these users count (a cohort filter).
@@ -162,25 +191,8 @@ pub fn active(
 ) -> Result<ActiveDays, QueryError> {
     let days = &plan.day_starts;
     let members = member_keys(members);
-    let mut ids = IdHashes::default();
     // (user, day index) of every counted row, grouped by user a partition at a time.
-    let mut active_on: UserRows<u32> = UserRows::new(job.max_rows());
-    each_batch_holding(job, budget, |rb| {
-        let c = Cols(rb);
-        let times = c.i64("time_ns");
-        // Rows of one user and day are mostly adjacent (segments are sorted by user and
-        // time): skip the repeats here, the rest go when grouped.
-        let mut last = None;
-        for (i, user) in ids.of(&c.strings("distinct_id")).into_iter().enumerate() {
-            if let Some(d) = bucket_of(days, times.value(i)) {
-                if last != Some((user, d)) {
-                    active_on.push(user, d as u32);
-                    last = Some((user, d));
-                }
-            }
-        }
-        Ok(active_on.bytes())
-    })?;
+    let active_on = runs_by_user(days, job, budget, |day, _| day)?;
     let first = plan.first_reported as usize;
     let n = days.len();
     // A user counts for report day r when one of their days d has r - window < d <= r, i.e.

@@ -840,3 +840,67 @@ fn grouping_plans_hold_their_tables_against_the_node_memory_budget() {
         assert_eq!((tiny.held(), enough.held()), (0, 0), "{name}: memory given back");
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// Per bucket, the events counted and the distinct users among them, over flushed and
+    /// buffered rows with one user's events in several runs, with and without a cohort, equal
+    /// counting every event and every (bucket, user) pair.
+    #[test]
+    fn event_buckets_count_every_event_and_each_user_once_per_bucket(
+        rows in proptest::collection::vec((0u8..12, 0i64..(3 * 24 * 60)), 1..300),
+        cut in 0usize..300,
+        cohort in proptest::bool::ANY,
+    ) {
+        use std::collections::{BTreeSet, HashSet};
+        let mut sh = Shard::new();
+        let events: Vec<Event> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, &(u, minute))| Event {
+                uuid: format!("e{i}"),
+                event: "view".into(),
+                distinct_id: format!("user-{u}"),
+                unix_nanos: minute * 60_000 * MS,
+                properties_json: "{}".into(),
+            })
+            .collect();
+        let cut = cut.min(events.len());
+        for (part, flush) in [(&events[..cut], true), (&events[cut..], false)] {
+            sh.index += 1;
+            let payload = encode_ingest(RowBatch { project_id: "p".into(), events: part.to_vec(), ..Default::default() });
+            sh.s.apply(sh.index, Command::Ingest { batch_id: sh.index as u128, payload });
+            if flush {
+                sh.flush();
+            }
+        }
+        let day = 24 * 3_600_000 * MS;
+        let starts: Vec<i64> = (0..3).map(|d| d * day + 6 * 3_600_000 * MS).collect();
+        let members: HashSet<String> = (0..12).step_by(3).map(|u| format!("user-{u}")).collect();
+        let members = cohort.then_some(&members);
+        let req = ShardQuery {
+            group: 1,
+            project_id: "p".into(),
+            from_unix_nanos: starts[0],
+            to_unix_nanos: 3 * day,
+            max_rows: 1_000_000,
+            plan: EventBucketsPlan { events: vec![], bucket_starts: starts.clone(), cohort: None, counts_only: false }
+                .into(),
+        };
+        let columns = ["distinct_id", "time_ns"];
+        let scan = super::scan_of(&req, Table::Events, Default::default(), &columns, &crate::segment::EVENT_DICTIONARIES);
+        let got = super::activity::buckets(&starts, members, sh.s.scan(scan), &mut super::Budget::new(1_000_000)).unwrap();
+
+        let mut want = vec![(0u64, BTreeSet::new()); starts.len()];
+        for e in events.iter().filter(|e| members.is_none_or(|m| m.contains(&e.distinct_id))) {
+            if (req.from_unix_nanos..req.to_unix_nanos).contains(&e.unix_nanos) {
+                let b = starts.partition_point(|s| *s <= e.unix_nanos) - 1;
+                want[b].0 += 1;
+                want[b].1.insert(e.distinct_id.clone());
+            }
+        }
+        let want: Vec<(u64, u64)> = want.into_iter().map(|(n, users)| (n, users.len() as u64)).collect();
+        let got: Vec<(u64, u64)> = got.0.iter().map(|b| (b.count, b.unique_users)).collect();
+        proptest::prop_assert_eq!(got, want);
+    }
+}

@@ -199,29 +199,6 @@ impl Slots {
     }
 }
 
-/// Which users a cohort filter admits (all without one), decided once per user number.
-pub struct Admitted<'a> {
-    members: Option<&'a HashSet<String>>,
-    by_number: Vec<bool>,
-}
-
-impl<'a> Admitted<'a> {
-    pub fn new(members: Option<&'a HashSet<String>>) -> Self {
-        Admitted { members, by_number: Vec::new() }
-    }
-
-    /// Whether user `u`, of distinct id `id(u)`, is admitted. Users are asked in the order they
-    /// were numbered (a number at most one past the last one asked).
-    #[inline]
-    pub fn admits<'s>(&mut self, u: u32, id: impl FnOnce() -> &'s str) -> bool {
-        let Some(members) = self.members else { return true };
-        if u as usize == self.by_number.len() {
-            self.by_number.push(members.contains(id()));
-        }
-        self.by_number[u as usize]
-    }
-}
-
 /// Values grouped by user: each user's values together, in the order they were given.
 pub struct ByUser<T> {
     /// User `u`'s values are `values[starts[u]..starts[u + 1]]`.
