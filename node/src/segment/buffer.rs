@@ -9,6 +9,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use sextant_model::row::{Encoded, RowBatch};
 use sextant_proto::convert::persist_row::{decode_ingest, DecodeError};
 
+use super::rollup::Running;
 use super::table::{Row, RowRef, Table};
 use super::token_index::line_terms;
 
@@ -32,6 +33,8 @@ pub struct Buffer {
     /// then rejects.
     terms: Vec<Postings>,
     events: FxHashMap<u64, Vec<u32>>,
+    /// Span and event rollups of the rows here.
+    rollups: Running,
     batches: HashSet<u128>,
     /// Per (project, table) with rows here: how many and their earliest and latest time, so
     /// that an estimate whose range holds them all does not walk the rows.
@@ -51,6 +54,7 @@ impl Default for Buffer {
             traces: FxHashMap::default(),
             terms: Vec::new(),
             events: FxHashMap::default(),
+            rollups: Running::default(),
             batches: HashSet::new(),
             extents: FxHashMap::default(),
             aborted: HashSet::new(),
@@ -110,6 +114,7 @@ impl Buffer {
                 Row::Event(e) => index_bytes += post(&mut self.events, trace_key(&project, &e.event), position),
                 _ => {}
             }
+            index_bytes += self.rollups.add(&project, &row);
             let (table, t) = (row.table(), row.time_ns());
             match extents.iter_mut().find(|(x, _)| *x == table) {
                 Some((_, e)) => e.add(1, t, t),
@@ -161,8 +166,20 @@ impl Buffer {
 
     /// The live rows of `project` in `table` (trace summaries: derived from its spans), as
     /// record batches ready for [`Scan::apply`](super::Scan::apply).
+    /// A rollup scan reads the running rollups (the source rows when an aborted or hidden batch
+    /// is here: the rollups still count it).
     pub fn scan_rows(&self, scan: &super::Scan, hidden: &dyn Fn(u128) -> bool) -> Vec<arrow_array::RecordBatch> {
-        self.scan_from(self.candidates(scan), scan, hidden)
+        let Some(source) = scan.rollup_source() else {
+            return self.scan_from(self.candidates(scan), scan, hidden);
+        };
+        if !self.aborted.is_empty() || self.batches.iter().any(|&b| hidden(b)) {
+            return self.scan_from(self.candidates(&source), &source, hidden);
+        }
+        // A bucket starting in the source range holds only rows of that range (its ends are
+        // bucket starts), so these are the rollups of the rows it selects.
+        let rows = self.rollups.rows(scan.table, &scan.project, source.from_ns, source.to_ns);
+        let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new(&scan.project, row, 0)).collect();
+        scan.select(&refs)
     }
 
     /// [`scan_rows`](Self::scan_rows) reading every row, not the index's candidates.

@@ -4,7 +4,9 @@
 //! starting in that minute; event rollups: per (project, event name, hour), the events. Both
 //! add up exactly, so a rollup answers what a scan of its rows would.
 
+use std::hash::{Hash, Hasher};
 use std::io;
+use std::sync::Arc;
 
 use prost::encoding::{decode_varint, encode_varint};
 use rustc_hash::FxHashMap;
@@ -106,6 +108,91 @@ fn event_rollups(rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
         .collect()
 }
 
+/// The rollups of a shard buffer's rows, added up as rows are applied, so that a rollup scan
+/// of fresh rows reads a row per key and bucket too. They equal [`rollup_rows`] of the same
+/// rows; they cannot take rows away, so a buffer holding an aborted batch is read row by row.
+#[derive(Default)]
+pub struct Running {
+    /// Hash of a group's key -> the groups of that hash.
+    groups: FxHashMap<u64, Vec<Group>>,
+}
+
+struct Group {
+    project: Arc<str>,
+    table: Table,
+    bucket: i64,
+    /// The event name, or the span's service.
+    name: Box<str>,
+    /// The span's operation; empty for events.
+    operation: Box<str>,
+    totals: SpanTotals,
+}
+
+impl Running {
+    /// Adds `row` (other tables than spans and events are not rolled up); the bytes of a new
+    /// group, else 0.
+    pub fn add(&mut self, project: &Arc<str>, row: &Row) -> usize {
+        let (table, bucket, name, operation) = match row {
+            Row::Span(s) => (Table::SpanRollups, minute_of(s.start_unix_nanos), &s.service_name, s.operation.as_str()),
+            Row::Event(e) => (Table::EventRollups, hour_of(e.unix_nanos), &e.event, ""),
+            _ => return 0,
+        };
+        let mut h = rustc_hash::FxHasher::default();
+        (&**project, table, bucket, name.as_str(), operation).hash(&mut h);
+        let groups = self.groups.entry(h.finish()).or_default();
+        let found = groups.iter_mut().find(|g| {
+            g.table == table
+                && g.bucket == bucket
+                && *g.name == **name
+                && *g.operation == *operation
+                && g.project == *project
+        });
+        let (group, new) = match found {
+            Some(g) => (g, 0),
+            None => {
+                groups.push(Group {
+                    project: project.clone(),
+                    table,
+                    bucket,
+                    name: name.as_str().into(),
+                    operation: operation.into(),
+                    totals: SpanTotals::default(),
+                });
+                let bytes = std::mem::size_of::<Group>() + name.len() + operation.len();
+                (groups.last_mut().expect("just pushed"), bytes)
+            }
+        };
+        match row {
+            // As a scan reads the duration: the stored i64.
+            Row::Span(s) => group.totals.add(s.duration_nanos as i64, s.status == SpanStatus::Error),
+            _ => group.totals.count += 1,
+        }
+        new
+    }
+
+    /// The rows of rollup table `table` of `project` whose bucket starts in `[from_ns, to_ns)`.
+    pub fn rows(&self, table: Table, project: &str, from_ns: i64, to_ns: i64) -> Vec<Row> {
+        let groups = self.groups.values().flatten();
+        let wanted =
+            groups.filter(|g| g.table == table && *g.project == *project && (from_ns..to_ns).contains(&g.bucket));
+        wanted
+            .map(|g| match table {
+                Table::EventRollups => Row::EventRollup(EventRollup {
+                    event: g.name.to_string(),
+                    hour_unix_nanos: g.bucket,
+                    count: g.totals.count,
+                }),
+                _ => Row::SpanRollup(SpanRollup {
+                    service: g.name.to_string(),
+                    operation: g.operation.to_string(),
+                    minute_unix_nanos: g.bucket,
+                    totals: g.totals.clone(),
+                }),
+            })
+            .collect()
+    }
+}
+
 /// The columns a rollup table's consumers read from its source rows, and those read as
 /// dictionaries.
 pub fn source_columns(table: Table) -> (&'static [&'static str], Vec<&'static str>) {
@@ -203,6 +290,59 @@ pub fn add_durations(mut bytes: &[u8], into: &mut SpanTotals) -> io::Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    proptest::proptest! {
+        /// Rows added one by one to running rollups give, per project and for any range of
+        /// bucket starts, the rollup rows written for those rows at flush.
+        #[test]
+        fn running_rollups_equal_the_rollups_written_for_the_same_rows(
+            rows in proptest::collection::vec((0u8..2, 0u8..2, 0u8..3, -200i64..200, 0u64..5_000_000, proptest::bool::ANY), 0..200),
+            from in -4i64..4,
+            to in -4i64..4,
+        ) {
+            use sextant_model::row::{Event, Span};
+            let rows: Vec<(String, Row)> = rows
+                .iter()
+                .map(|&(project, kind, name, seconds, duration, error)| {
+                    let t = seconds * 20_000_000_000;
+                    let row = if kind == 0 {
+                        Row::Event(Event { event: format!("e{name}"), unix_nanos: t * 30, ..Default::default() })
+                    } else {
+                        Row::Span(Span {
+                            service_name: format!("s{}", name % 2),
+                            operation: format!("op{name}"),
+                            start_unix_nanos: t,
+                            duration_nanos: duration,
+                            status: if error { SpanStatus::Error } else { SpanStatus::Ok },
+                            ..Default::default()
+                        })
+                    };
+                    (format!("p{project}"), row)
+                })
+                .collect();
+            let mut running = Running::default();
+            let projects: Vec<Arc<str>> = vec![Arc::from("p0"), Arc::from("p1")];
+            for (project, row) in &rows {
+                running.add(&projects[usize::from(project == "p1")], row);
+            }
+            for table in [Table::EventRollups, Table::SpanRollups] {
+                let (from, to) = (from * width(table) * 30, to * width(table) * 30);
+                for project in ["p0", "p1"] {
+                    let source: Vec<RowRef<'_>> = rows
+                        .iter()
+                        .filter(|(p, r)| p == project && r.table() == table.source() && (from..to).contains(&r.time_ns()))
+                        .map(|(p, r)| RowRef::new(p, r, 0))
+                        .collect();
+                    let want: Vec<String> = rollup_rows(table, &source).iter().map(|(_, r)| format!("{r:?}")).collect();
+                    let mut got: Vec<String> = running.rows(table, project, from, to).iter().map(|r| format!("{r:?}")).collect();
+                    let mut want = want;
+                    got.sort();
+                    want.sort();
+                    proptest::prop_assert_eq!(got, want, "{:?} {}", table, project);
+                }
+            }
+        }
+    }
 
     #[test]
     fn minutes_round_down_and_up_also_before_1970() {

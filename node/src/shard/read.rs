@@ -41,12 +41,10 @@ impl SegmentShard {
         let tombstones = self.tombstones.clone();
         let hidden = |b: u128| tombstones.contains(&b);
         let source_scan = scan.rollup_source();
-        // Buffered rows are never rolled up: a rollup scan reads their source rows.
-        let buffered_scan = source_scan.as_ref().unwrap_or(&scan);
-        let mut buffered = self.active.scan_rows(buffered_scan, &hidden);
+        let mut buffered = self.active.scan_rows(&scan, &hidden);
         let published = self.published.read().unwrap();
         for frozen in &published.frozen {
-            buffered.extend(frozen.scan_rows(buffered_scan, &hidden));
+            buffered.extend(frozen.scan_rows(&scan, &hidden));
         }
         let Sources { segments, unrolled, resummarized } =
             sources(&published.segments, &scan, source_scan, &tombstones);
