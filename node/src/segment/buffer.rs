@@ -297,6 +297,12 @@ impl Buffer {
 
     /// The live rows grouped by (table, time bucket), each group sorted in segment order,
     /// with the list of batch ids the rows' ordinals point into.
+    /// The rollups of every row here, when they are those of the rows a flush writes (no
+    /// batch was aborted here).
+    pub fn running_rollups(&self) -> Option<&Running> {
+        self.aborted.is_empty().then_some(&self.rollups)
+    }
+
     pub fn time_buckets(&self) -> Vec<(Table, i64, Vec<RowRef<'_>>, Vec<u128>)> {
         let mut groups: FxHashMap<(Table, i64), Vec<&BufferedRow>> = FxHashMap::default();
         for r in self.rows.iter().filter(|r| !self.aborted.contains(&r.batch_id)) {

@@ -172,24 +172,40 @@ impl Running {
 
     /// The rows of rollup table `table` of `project` whose bucket starts in `[from_ns, to_ns)`.
     pub fn rows(&self, table: Table, project: &str, from_ns: i64, to_ns: i64) -> Vec<Row> {
+        self.groups_in(table, from_ns, to_ns).filter(|g| *g.project == *project).map(|g| g.row()).collect()
+    }
+
+    /// The rows of rollup table `table`, of every project, whose bucket starts in
+    /// `[from_ns, to_ns)`: what [`rollup_rows`] gives for the same rows, in its order.
+    pub fn rows_of_every_project(&self, table: Table, from_ns: i64, to_ns: i64) -> Vec<(String, Row)> {
+        let mut groups: Vec<&Group> = self.groups_in(table, from_ns, to_ns).collect();
+        groups.sort_unstable_by(|a, b| {
+            (&*a.project, a.bucket, &*a.name, &*a.operation).cmp(&(&*b.project, b.bucket, &*b.name, &*b.operation))
+        });
+        groups.into_iter().map(|g| (g.project.to_string(), g.row())).collect()
+    }
+
+    fn groups_in(&self, table: Table, from_ns: i64, to_ns: i64) -> impl Iterator<Item = &Group> {
         let groups = self.groups.values().flatten();
-        let wanted =
-            groups.filter(|g| g.table == table && *g.project == *project && (from_ns..to_ns).contains(&g.bucket));
-        wanted
-            .map(|g| match table {
-                Table::EventRollups => Row::EventRollup(EventRollup {
-                    event: g.name.to_string(),
-                    hour_unix_nanos: g.bucket,
-                    count: g.totals.count,
-                }),
-                _ => Row::SpanRollup(SpanRollup {
-                    service: g.name.to_string(),
-                    operation: g.operation.to_string(),
-                    minute_unix_nanos: g.bucket,
-                    totals: g.totals.clone(),
-                }),
-            })
-            .collect()
+        groups.filter(move |g| g.table == table && (from_ns..to_ns).contains(&g.bucket))
+    }
+}
+
+impl Group {
+    fn row(&self) -> Row {
+        match self.table {
+            Table::EventRollups => Row::EventRollup(EventRollup {
+                event: self.name.to_string(),
+                hour_unix_nanos: self.bucket,
+                count: self.totals.count,
+            }),
+            _ => Row::SpanRollup(SpanRollup {
+                service: self.name.to_string(),
+                operation: self.operation.to_string(),
+                minute_unix_nanos: self.bucket,
+                totals: self.totals.clone(),
+            }),
+        }
     }
 }
 
@@ -292,8 +308,8 @@ mod tests {
     use super::*;
 
     proptest::proptest! {
-        /// Rows added one by one to running rollups give, per project and for any range of
-        /// bucket starts, the rollup rows written for those rows at flush.
+        /// Rows added one by one to running rollups give, for any range of bucket starts, the
+        /// rollup rows written for those rows at flush (in their order), and each project's.
         #[test]
         fn running_rollups_equal_the_rollups_written_for_the_same_rows(
             rows in proptest::collection::vec((0u8..2, 0u8..2, 0u8..3, -200i64..200, 0u64..5_000_000, proptest::bool::ANY), 0..200),
@@ -327,6 +343,17 @@ mod tests {
             }
             for table in [Table::EventRollups, Table::SpanRollups] {
                 let (from, to) = (from * width(table) * 30, to * width(table) * 30);
+                let source: Vec<RowRef<'_>> = rows
+                    .iter()
+                    .filter(|(_, r)| r.table() == table.source() && (from..to).contains(&r.time_ns()))
+                    .map(|(p, r)| RowRef::new(p, r, 0))
+                    .collect();
+                let debug = |rows: Vec<(String, Row)>| rows.iter().map(|r| format!("{r:?}")).collect::<Vec<_>>();
+                proptest::prop_assert_eq!(
+                    debug(running.rows_of_every_project(table, from, to)),
+                    debug(rollup_rows(table, &source)),
+                    "{:?}, as written at flush", table
+                );
                 for project in ["p0", "p1"] {
                     let source: Vec<RowRef<'_>> = rows
                         .iter()

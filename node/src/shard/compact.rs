@@ -107,7 +107,7 @@ impl CompactionJob {
         let mut written = Vec::new();
         let opened = (|| {
             if !refs.is_empty() {
-                written = write_segment(&self.dir, first_id, table, hour, &refs, &batches)?;
+                written = write_segment(&self.dir, first_id, table, hour, &refs, &batches, None)?;
                 sync_dir(&self.dir)?;
             }
             written.iter().map(|m| Segment::open(&self.dir, m.clone()).map(Arc::new)).collect::<io::Result<Vec<_>>>()

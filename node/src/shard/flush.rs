@@ -11,7 +11,7 @@ use super::{Persisted, Published, SegmentShard, Usage};
 use crate::durable::sync_dir;
 use crate::failpoint;
 use crate::segment::file as segment_file;
-use crate::segment::rollup::rollup_rows;
+use crate::segment::rollup::{rollup_rows, Running};
 use crate::segment::summary::summary_rows;
 use crate::segment::table::RowRef;
 use crate::segment::{Buffer, Dedup, Segment, Table};
@@ -65,14 +65,22 @@ pub(super) fn write_segment(
     hour: i64,
     rows: &[RowRef<'_>],
     batches: &[u128],
+    running: Option<&Running>,
 ) -> io::Result<Vec<crate::segment::SegmentMeta>> {
     let mut written = vec![segment_file::write(dir, id, table, hour, rows, batches)?];
+    let rollups = |rollup_table: Table| match running {
+        Some(running) => {
+            let from = hour.saturating_mul(1_000_000_000);
+            let to = hour.saturating_add(table.bucket_seconds()).saturating_mul(1_000_000_000);
+            running.rows_of_every_project(rollup_table, from, to)
+        }
+        None => rollup_rows(rollup_table, rows),
+    };
     let derived = match table {
-        Table::Spans => vec![
-            (1, Table::TraceSummaries, summary_rows(rows)),
-            (2, Table::SpanRollups, rollup_rows(Table::SpanRollups, rows)),
-        ],
-        Table::Events => vec![(1, Table::EventRollups, rollup_rows(Table::EventRollups, rows))],
+        Table::Spans => {
+            vec![(1, Table::TraceSummaries, summary_rows(rows)), (2, Table::SpanRollups, rollups(Table::SpanRollups))]
+        }
+        Table::Events => vec![(1, Table::EventRollups, rollups(Table::EventRollups))],
         _ => Vec::new(),
     };
     for (offset, derived, rows) in derived {
@@ -159,7 +167,8 @@ fn try_flush(
     let attempt = (|| {
         for (table, hour, rows, batches) in frozen.time_buckets() {
             failpoint::fail(failpoint::FLUSH_OUT_OF_SPACE)?;
-            written.extend(write_segment(dir, manifest.next_segment, table, hour, &rows, &batches)?);
+            let running = frozen.running_rollups();
+            written.extend(write_segment(dir, manifest.next_segment, table, hour, &rows, &batches, running)?);
             manifest.next_segment += IDS_PER_SEGMENT;
         }
         if !written.is_empty() {
