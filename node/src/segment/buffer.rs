@@ -2,14 +2,14 @@
 //! and writes it out as segments.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 use sextant_model::row::{Encoded, RowBatch};
 use sextant_proto::convert::persist_row::{decode_ingest, DecodeError};
 
-use super::rollup::Running;
+use super::rollup::{Running, MIN_ROWS_PER_ROLLUP};
 use super::table::{Row, RowRef, Table};
 use super::token_index::line_terms;
 
@@ -33,8 +33,9 @@ pub struct Buffer {
     /// then rejects.
     terms: Vec<Postings>,
     events: FxHashMap<u64, Vec<u32>>,
-    /// Span and event rollups of the rows here.
-    rollups: Running,
+    /// Span and event rollups of the rows here, brought up to date by the reads that use them
+    /// (applying a row does not pay for them).
+    rollups: Mutex<Rolled>,
     batches: HashSet<u128>,
     /// Per (project, table) with rows here: how many and their earliest and latest time, so
     /// that an estimate whose range holds them all does not walk the rows.
@@ -54,7 +55,7 @@ impl Default for Buffer {
             traces: FxHashMap::default(),
             terms: Vec::new(),
             events: FxHashMap::default(),
-            rollups: Running::default(),
+            rollups: Mutex::default(),
             batches: HashSet::new(),
             extents: FxHashMap::default(),
             aborted: HashSet::new(),
@@ -114,7 +115,6 @@ impl Buffer {
                 Row::Event(e) => index_bytes += post(&mut self.events, trace_key(&project, &e.event), position),
                 _ => {}
             }
-            index_bytes += self.rollups.add(&project, &row);
             let (table, t) = (row.table(), row.time_ns());
             match extents.iter_mut().find(|(x, _)| *x == table) {
                 Some((_, e)) => e.add(1, t, t),
@@ -175,9 +175,12 @@ impl Buffer {
         if !self.aborted.is_empty() || self.batches.iter().any(|&b| hidden(b)) {
             return self.scan_from(self.candidates(&source), &source, hidden);
         }
+        let Some(rolled) = self.running_rollups() else {
+            return self.scan_from(self.candidates(&source), &source, hidden);
+        };
         // A bucket starting in the source range holds only rows of that range (its ends are
         // bucket starts), so these are the rollups of the rows it selects.
-        let rows = self.rollups.rows(scan.table, &scan.project, source.from_ns, source.to_ns);
+        let rows = rolled.rows(scan.table, &scan.project, source.from_ns, source.to_ns);
         let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new(&scan.project, row, 0)).collect();
         scan.select(&refs)
     }
@@ -298,9 +301,23 @@ impl Buffer {
     /// The live rows grouped by (table, time bucket), each group sorted in segment order,
     /// with the list of batch ids the rows' ordinals point into.
     /// The rollups of every row here, when they are those of the rows a flush writes (no
-    /// batch was aborted here).
-    pub fn running_rollups(&self) -> Option<&Running> {
-        self.aborted.is_empty().then_some(&self.rollups)
+    /// batch was aborted here) and they pay: at most one rollup row per
+    /// [`MIN_ROWS_PER_ROLLUP`] rows, which also bounds their memory.
+    pub fn running_rollups(&self) -> Option<RollupsRead<'_>> {
+        if !self.aborted.is_empty() {
+            return None;
+        }
+        let mut rolled = self.rollups.lock().unwrap();
+        let Rolled { covered, running, pays } = &mut *rolled;
+        for r in &self.rows[*covered..] {
+            if !*pays {
+                break;
+            }
+            running.add(&r.project, &r.row);
+            *covered += 1;
+            *pays = running.len() as u64 <= ROLLUP_SLACK + *covered as u64 / MIN_ROWS_PER_ROLLUP;
+        }
+        rolled.pays.then_some(RollupsRead(rolled))
     }
 
     pub fn time_buckets(&self) -> Vec<(Table, i64, Vec<RowRef<'_>>, Vec<u128>)> {
@@ -331,6 +348,34 @@ impl Buffer {
         out
     }
 }
+
+/// The rows of a buffer its rollups cover so far, and whether they still pay.
+struct Rolled {
+    covered: usize,
+    running: Running,
+    pays: bool,
+}
+
+impl Default for Rolled {
+    fn default() -> Self {
+        Rolled { covered: 0, running: Running::default(), pays: true }
+    }
+}
+
+/// A buffer's running rollups, held while read.
+pub struct RollupsRead<'a>(MutexGuard<'a, Rolled>);
+
+impl std::ops::Deref for RollupsRead<'_> {
+    type Target = Running;
+
+    fn deref(&self) -> &Running {
+        &self.0.running
+    }
+}
+
+/// Rollup rows a buffer may hold beyond one per [`MIN_ROWS_PER_ROLLUP`] rows (its first rows
+/// are always rolled up).
+const ROLLUP_SLACK: u64 = 1 << 16;
 
 /// Bytes of a row's sort text compared without reaching the row (trace ids are 32).
 const SORT_HEAD: usize = 32;
@@ -691,6 +736,41 @@ mod tests {
                 prop_assert_eq!(rows_of(Table::Events, buffer.scan_rows(&s, &none)), rows_of(Table::Events, buffer.scan_rows_unindexed(&s, &none)));
             }
         }
+    }
+
+    /// A buffer whose rows fall in so many buckets that a rollup row would stand for fewer than
+    /// `MIN_ROWS_PER_ROLLUP` rows stops adding them up (bounding their memory) and hands rollup
+    /// scans its rows instead; the counts stay exact.
+    #[test]
+    fn rollups_that_do_not_pay_are_dropped_and_rows_read_instead() {
+        const HOUR: i64 = 3_600_000_000_000;
+        let count_events = |buffer: &Buffer| -> u64 {
+            let mut rollups = scan(Table::EventRollups, "p", Filter::default());
+            rollups.to_ns = i64::MAX - HOUR;
+            let batches = buffer.scan_rows(&rollups, &|_| false);
+            batches
+                .iter()
+                .map(|rb| match rb.column_by_name("count") {
+                    Some(_) => super::super::table::Cols(rb).u64("count").values().iter().sum(),
+                    None => rb.num_rows() as u64,
+                })
+                .sum()
+        };
+        let events = |n: i64, hours: i64| -> Vec<Event> {
+            (0..n)
+                .map(|i| Event { event: "view".into(), unix_nanos: (i % hours) * HOUR, ..Default::default() })
+                .collect()
+        };
+        let mut few = Buffer::default();
+        push(&mut few, 1, RowBatch { project_id: "p".into(), events: events(5_000, 24), ..Default::default() });
+        assert_eq!(count_events(&few), 5_000);
+        assert_eq!(few.running_rollups().map(|r| r.len()), Some(24));
+
+        let rows = (ROLLUP_SLACK * 8 / 7 + 1_000) as i64;
+        let mut many = Buffer::default();
+        push(&mut many, 1, RowBatch { project_id: "p".into(), events: events(rows, rows), ..Default::default() });
+        assert_eq!(count_events(&many), rows as u64);
+        assert!(many.running_rollups().is_none());
     }
 
     #[test]

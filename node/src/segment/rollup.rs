@@ -32,6 +32,15 @@ pub fn hour_of(t: i64) -> i64 {
     bucket_of(t, HOUR_NS)
 }
 
+/// The rollup table written beside segments of `table`, if any.
+pub fn rollup_table(table: Table) -> Option<Table> {
+    match table {
+        Table::Spans => Some(Table::SpanRollups),
+        Table::Events => Some(Table::EventRollups),
+        _ => None,
+    }
+}
+
 /// The bucket width of a rollup table.
 pub fn width(table: Table) -> i64 {
     match table {
@@ -115,6 +124,7 @@ fn event_rollups(rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
 pub struct Running {
     /// Hash of a group's key -> the groups of that hash.
     groups: FxHashMap<u64, Vec<Group>>,
+    len: usize,
 }
 
 struct Group {
@@ -129,13 +139,12 @@ struct Group {
 }
 
 impl Running {
-    /// Adds `row` (other tables than spans and events are not rolled up); the bytes of a new
-    /// group, else 0.
-    pub fn add(&mut self, project: &Arc<str>, row: &Row) -> usize {
+    /// Adds `row` (other tables than spans and events are not rolled up).
+    pub fn add(&mut self, project: &Arc<str>, row: &Row) {
         let (table, bucket, name, operation) = match row {
             Row::Span(s) => (Table::SpanRollups, minute_of(s.start_unix_nanos), &s.service_name, s.operation.as_str()),
             Row::Event(e) => (Table::EventRollups, hour_of(e.unix_nanos), &e.event, ""),
-            _ => return 0,
+            _ => return,
         };
         let mut h = rustc_hash::FxHasher::default();
         (&**project, table, bucket, name.as_str(), operation).hash(&mut h);
@@ -147,8 +156,8 @@ impl Running {
                 && *g.operation == *operation
                 && g.project == *project
         });
-        let (group, new) = match found {
-            Some(g) => (g, 0),
+        let group = match found {
+            Some(g) => g,
             None => {
                 groups.push(Group {
                     project: project.clone(),
@@ -158,8 +167,8 @@ impl Running {
                     operation: operation.into(),
                     totals: SpanTotals::default(),
                 });
-                let bytes = std::mem::size_of::<Group>() + name.len() + operation.len();
-                (groups.last_mut().expect("just pushed"), bytes)
+                self.len += 1;
+                groups.last_mut().expect("just pushed")
             }
         };
         match row {
@@ -167,7 +176,11 @@ impl Running {
             Row::Span(s) => group.totals.add(s.duration_nanos as i64, s.status == SpanStatus::Error),
             _ => group.totals.count += 1,
         }
-        new
+    }
+
+    /// How many rollup rows there are.
+    pub fn len(&self) -> usize {
+        self.len
     }
 
     /// The rows of rollup table `table` of `project` whose bucket starts in `[from_ns, to_ns)`.

@@ -11,9 +11,9 @@ use super::{Persisted, Published, SegmentShard, Usage};
 use crate::durable::sync_dir;
 use crate::failpoint;
 use crate::segment::file as segment_file;
-use crate::segment::rollup::{rollup_rows, Running};
+use crate::segment::rollup::{rollup_rows, rollup_table};
 use crate::segment::summary::summary_rows;
-use crate::segment::table::RowRef;
+use crate::segment::table::{Row, RowRef};
 use crate::segment::{Buffer, Dedup, Segment, Table};
 use crate::state_machine::CheckpointJob;
 use crate::types::SnapshotMeta;
@@ -57,7 +57,8 @@ pub(super) const IDS_PER_SEGMENT: u64 = 3;
 
 /// Writes `rows` of one table and hour as segment `id`; a spans segment gets its trace
 /// summaries as segment `id + 1` and its rollups as `id + 2`, an events segment its rollups
-/// as `id + 1`. Callers reserve [`IDS_PER_SEGMENT`] ids either way.
+/// as `id + 1`. Callers reserve [`IDS_PER_SEGMENT`] ids either way. `rollups`: the rollups of
+/// `rows` when already added up (else they are added up here).
 pub(super) fn write_segment(
     dir: &Path,
     id: u64,
@@ -65,17 +66,10 @@ pub(super) fn write_segment(
     hour: i64,
     rows: &[RowRef<'_>],
     batches: &[u128],
-    running: Option<&Running>,
+    rollups: Option<Vec<(String, Row)>>,
 ) -> io::Result<Vec<crate::segment::SegmentMeta>> {
     let mut written = vec![segment_file::write(dir, id, table, hour, rows, batches)?];
-    let rollups = |rollup_table: Table| match running {
-        Some(running) => {
-            let from = hour.saturating_mul(1_000_000_000);
-            let to = hour.saturating_add(table.bucket_seconds()).saturating_mul(1_000_000_000);
-            running.rows_of_every_project(rollup_table, from, to)
-        }
-        None => rollup_rows(rollup_table, rows),
-    };
+    let rollups = |rollup_table: Table| rollups.unwrap_or_else(|| rollup_rows(rollup_table, rows));
     let derived = match table {
         Table::Spans => {
             vec![(1, Table::TraceSummaries, summary_rows(rows)), (2, Table::SpanRollups, rollups(Table::SpanRollups))]
@@ -167,8 +161,12 @@ fn try_flush(
     let attempt = (|| {
         for (table, hour, rows, batches) in frozen.time_buckets() {
             failpoint::fail(failpoint::FLUSH_OUT_OF_SPACE)?;
-            let running = frozen.running_rollups();
-            written.extend(write_segment(dir, manifest.next_segment, table, hour, &rows, &batches, running)?);
+            let rollups = rollup_table(table).and_then(|rollups| {
+                let from = hour.saturating_mul(1_000_000_000);
+                let to = hour.saturating_add(table.bucket_seconds()).saturating_mul(1_000_000_000);
+                Some(frozen.running_rollups()?.rows_of_every_project(rollups, from, to))
+            });
+            written.extend(write_segment(dir, manifest.next_segment, table, hour, &rows, &batches, rollups)?);
             manifest.next_segment += IDS_PER_SEGMENT;
         }
         if !written.is_empty() {
