@@ -165,17 +165,15 @@ impl Buffer {
     }
 
     /// The live rows of `project` in `table` (trace summaries: derived from its spans), as
-    /// record batches ready for [`Scan::apply`](super::Scan::apply).
-    /// A rollup scan reads the running rollups (the source rows when an aborted or hidden batch
-    /// is here: the rollups still count it).
+    /// record batches ready for [`Scan::apply`](super::Scan::apply). A rollup scan gets the
+    /// [`running_rollups`](Self::running_rollups), or the source rows when there are none or a
+    /// hidden batch is here (the rollups still count it).
     pub fn scan_rows(&self, scan: &super::Scan, hidden: &dyn Fn(u128) -> bool) -> Vec<arrow_array::RecordBatch> {
         let Some(source) = scan.rollup_source() else {
             return self.scan_from(self.candidates(scan), scan, hidden);
         };
-        if !self.aborted.is_empty() || self.batches.iter().any(|&b| hidden(b)) {
-            return self.scan_from(self.candidates(&source), &source, hidden);
-        }
-        let Some(rolled) = self.running_rollups() else {
+        let rolled = if self.batches.iter().any(|&b| hidden(b)) { None } else { self.running_rollups() };
+        let Some(rolled) = rolled else {
             return self.scan_from(self.candidates(&source), &source, hidden);
         };
         // A bucket starting in the source range holds only rows of that range (its ends are
@@ -298,11 +296,9 @@ impl Buffer {
         }
     }
 
-    /// The live rows grouped by (table, time bucket), each group sorted in segment order,
-    /// with the list of batch ids the rows' ordinals point into.
-    /// The rollups of every row here, when they are those of the rows a flush writes (no
-    /// batch was aborted here) and they pay: at most one rollup row per
-    /// [`MIN_ROWS_PER_ROLLUP`] rows, which also bounds their memory.
+    /// The rollups of every row here, brought up to date, when they are those of the rows a
+    /// flush writes (no batch was aborted here) and they pay: at most [`ROLLUP_SLACK`] rollup
+    /// rows beyond one per [`MIN_ROWS_PER_ROLLUP`] rows, which also bounds their memory.
     pub fn running_rollups(&self) -> Option<RollupsRead<'_>> {
         if !self.aborted.is_empty() {
             return None;
@@ -320,6 +316,8 @@ impl Buffer {
         rolled.pays.then_some(RollupsRead(rolled))
     }
 
+    /// The live rows grouped by (table, time bucket), each group sorted in segment order,
+    /// with the list of batch ids the rows' ordinals point into.
     pub fn time_buckets(&self) -> Vec<(Table, i64, Vec<RowRef<'_>>, Vec<u128>)> {
         let mut groups: FxHashMap<(Table, i64), Vec<&BufferedRow>> = FxHashMap::default();
         for r in self.rows.iter().filter(|r| !self.aborted.contains(&r.batch_id)) {

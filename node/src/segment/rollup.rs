@@ -117,9 +117,9 @@ fn event_rollups(rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
         .collect()
 }
 
-/// The rollups of a shard buffer's rows, added up as rows are applied, so that a rollup scan
-/// of fresh rows reads a row per key and bucket too. They equal [`rollup_rows`] of the same
-/// rows; they cannot take rows away, so a buffer holding an aborted batch is read row by row.
+/// The rollups of a shard buffer's rows, added up row by row, so that a rollup scan of fresh
+/// rows reads a row per key and bucket too. They equal [`rollup_rows`] of the same rows; they
+/// cannot take rows away, so a buffer holding an aborted batch is read row by row.
 #[derive(Default)]
 pub struct Running {
     /// Hash of a group's key -> the groups of that hash.
@@ -373,9 +373,8 @@ mod tests {
                         .filter(|(p, r)| p == project && r.table() == table.source() && (from..to).contains(&r.time_ns()))
                         .map(|(p, r)| RowRef::new(p, r, 0))
                         .collect();
-                    let want: Vec<String> = rollup_rows(table, &source).iter().map(|(_, r)| format!("{r:?}")).collect();
+                    let mut want: Vec<String> = rollup_rows(table, &source).iter().map(|(_, r)| format!("{r:?}")).collect();
                     let mut got: Vec<String> = running.rows(table, project, from, to).iter().map(|r| format!("{r:?}")).collect();
-                    let mut want = want;
                     got.sort();
                     want.sort();
                     proptest::prop_assert_eq!(got, want, "{:?} {}", table, project);
