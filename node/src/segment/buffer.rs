@@ -212,16 +212,14 @@ impl Buffer {
         if live.is_empty() {
             return Vec::new();
         }
-        let rows: Vec<Row>;
-        let refs: Vec<RowRef<'_>> = if scan.table == Table::TraceSummaries {
+        if scan.table == Table::TraceSummaries {
             live.sort_by(|a, b| a.row.sort_key().cmp(&b.row.sort_key()));
-            let spans: Vec<RowRef<'_>> = live.iter().map(|r| RowRef::new(&r.project, &r.row, 0)).collect();
-            rows = super::summary::summary_rows(&spans).into_iter().map(|(_, r)| r).collect();
-            rows.iter().map(|row| RowRef::new(&scan.project, row, 0)).collect()
-        } else {
-            live.iter().map(|r| RowRef::new(&r.project, &r.row, 0)).collect()
-        };
+        }
+        let refs: Vec<RowRef<'_>> = live.iter().map(|r| RowRef::new(&r.project, &r.row, 0)).collect();
         // The rows are of the scan's project and none is hidden (filtered above).
+        if scan.table == Table::TraceSummaries {
+            return super::summary::select_summaries(scan, &refs);
+        }
         scan.select(&refs)
     }
 

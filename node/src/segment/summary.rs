@@ -59,6 +59,13 @@ pub fn summary_rows(spans: &[RowRef<'_>]) -> Vec<(String, Row)> {
     .collect()
 }
 
+/// The trace summaries of `spans` (of `scan`'s project, none hidden) that `scan` selects.
+pub fn select_summaries(scan: &super::Scan, spans: &[RowRef<'_>]) -> Vec<arrow_array::RecordBatch> {
+    let summaries = summary_rows(spans);
+    let refs: Vec<RowRef<'_>> = summaries.iter().map(|(project, row)| RowRef::new(project, row, 0)).collect();
+    scan.select(&refs)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

@@ -69,15 +69,14 @@ pub(super) fn write_segment(
     rollups: Option<Vec<(String, Row)>>,
 ) -> io::Result<Vec<crate::segment::SegmentMeta>> {
     let mut written = vec![segment_file::write(dir, id, table, hour, rows, batches)?];
-    let rollups = |rollup_table: Table| rollups.unwrap_or_else(|| rollup_rows(rollup_table, rows));
-    let derived = match table {
-        Table::Spans => {
-            vec![(1, Table::TraceSummaries, summary_rows(rows)), (2, Table::SpanRollups, rollups(Table::SpanRollups))]
-        }
-        Table::Events => vec![(1, Table::EventRollups, rollups(Table::EventRollups))],
-        _ => Vec::new(),
-    };
-    for (offset, derived, rows) in derived {
+    let mut derived = Vec::new();
+    if table == Table::Spans {
+        derived.push((Table::TraceSummaries, summary_rows(rows)));
+    }
+    if let Some(rollup_table) = rollup_table(table) {
+        derived.push((rollup_table, rollups.unwrap_or_else(|| rollup_rows(rollup_table, rows))));
+    }
+    for (offset, (derived, rows)) in (1..).zip(derived) {
         let refs: Vec<RowRef<'_>> = rows.iter().map(|(p, row)| RowRef::new(p, row, 0)).collect();
         let mut meta = segment_file::write(dir, id + offset, derived, hour, &refs, &[])?;
         meta.summarizes = Some(id);

@@ -11,7 +11,7 @@ use sextant_model::row::Span;
 
 use super::SegmentShard;
 use crate::segment::rollup::MIN_ROWS_PER_ROLLUP;
-use crate::segment::summary::summary_rows;
+use crate::segment::summary::select_summaries;
 use crate::segment::table::{from_record_batch, RowRef};
 use crate::segment::{Row, Scan, Segment, Table};
 
@@ -237,9 +237,7 @@ impl ScanJob {
                 spans.extend(from_record_batch(Table::Spans, &rb));
             }
             let refs: Vec<RowRef<'_>> = spans.iter().map(|(project, row, _)| RowRef::new(project, row, 0)).collect();
-            let summaries = summary_rows(&refs);
-            let refs: Vec<RowRef<'_>> = summaries.iter().map(|(project, row)| RowRef::new(project, row, 0)).collect();
-            for rb in self.scan.select(&refs) {
+            for rb in select_summaries(&self.scan, &refs) {
                 f(rb)?;
             }
         }
