@@ -16,6 +16,7 @@ use sextant_model::text::{tokens, LogQuery};
 use sextant_model::time::{format_nanos, parse_query_time, TimeInput};
 use sextant_node::segment::file::write as write_segment;
 use sextant_node::segment::token_index::TokenIndex;
+use sextant_node::segment::user_number;
 use sextant_node::segment::{Filter, Manifest, Row, Scan, Segment, SegmentMeta, Table};
 use sextant_router::http::body;
 use sextant_router::http::connection::ServerLimits;
@@ -372,9 +373,17 @@ fn written() -> &'static Written {
             let mut rows = rows;
             rows.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
             let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new("p", row, 0)).collect();
-            let meta =
-                write_segment(dir.path(), id as u64 + 1, table, NOW_NS / 1_000_000_000 / 3600 * 3600, &refs, &[7, 9])
-                    .expect("segment written");
+            // Events with their user numbers, as a flush stores them.
+            let users = (table == Table::Events).then(|| {
+                let ids = rows.iter().map(|r| match r {
+                    Row::Event(e) => user_number::id_hash(&e.distinct_id),
+                    _ => 0,
+                });
+                user_number::UserNumbers::default().numbers(&ids.collect::<Vec<_>>())
+            });
+            let hour = NOW_NS / 1_000_000_000 / 3600 * 3600;
+            let meta = write_segment(dir.path(), id as u64 + 1, table, hour, &refs, &[7, 9], users.as_deref())
+                .expect("segment written");
             let bytes = std::fs::read(dir.path().join(&meta.file.name)).expect("segment read");
             segments.push((meta, Bytes::from(bytes)));
         }
@@ -495,5 +504,12 @@ pub fn segment(data: &[u8]) {
     let _ = segment.scan(&Scan { stored_ids: true, ..scan.clone() }, &|b| b == 9);
     if matches!(table, Table::Spans | Table::Logs) {
         let _ = segment.trace("p", &format!("{:032x}", 3));
+    }
+    if table == Table::Events {
+        // What a shard's open reads to rebuild its user numbers, and a per-user query's scan.
+        let _ = segment.each_user(|_, _| {});
+        let columns = vec![user_number::USER.into(), "time_ns".into()];
+        let dictionaries = sextant_node::segment::EVENT_DICTIONARIES.to_vec();
+        let _ = segment.scan(&Scan { columns, dictionaries, ..scan }, &|b| b == 9);
     }
 }

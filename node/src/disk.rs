@@ -285,6 +285,7 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
                     h.shards().into_iter().map(|(_, g)| g.state.read().unwrap().state.memory()).sum();
                 m.memory_bytes.get_or_create(&ComponentLabel { component: "buffers" }).set(gauge(memory.buffers));
                 m.memory_bytes.get_or_create(&ComponentLabel { component: "uuid_sets" }).set(gauge(memory.uuids));
+                m.memory_bytes.get_or_create(&ComponentLabel { component: "user_numbers" }).set(gauge(memory.users));
                 m.memory_bytes
                     .get_or_create(&ComponentLabel { component: "segment_metadata" })
                     .set(gauge(memory.segments));

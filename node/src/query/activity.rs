@@ -8,10 +8,11 @@ use sextant_model::query::{
 };
 
 use super::cohort::Members;
-use super::users::{member_keys, IdHashes, UserRows};
+use super::users::{member_numbers, UserRows};
 use super::{each_batch, each_batch_holding, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
 use crate::segment::rollup::{hour_of, HOUR_NS};
 use crate::segment::table::Cols;
+use crate::segment::user_number::USER;
 use crate::segment::{Filter, Scan, Table, EVENT_DICTIONARIES};
 use crate::shard::ScanJob;
 
@@ -28,7 +29,7 @@ impl QueryKind for EventBucketsPlan {
             req,
             Table::Events,
             Filter { events: self.events.clone(), ..Default::default() },
-            &["distinct_id", "time_ns"],
+            &[USER, "time_ns"],
             &EVENT_DICTIONARIES,
         ));
         let starts = self.bucket_starts.clone();
@@ -92,7 +93,7 @@ impl QueryKind for ActiveUsersPlan {
         let cohort = Members::of(self.cohort.as_ref())?;
         check_starts(&self.day_starts)?;
         let members = Members::start(cohort, req, shard);
-        let columns = ["distinct_id", "time_ns"];
+        let columns = [USER, "time_ns"];
         let job = shard.scan(scan_of(req, Table::Events, Filter::default(), &columns, &EVENT_DICTIONARIES));
         let plan = self.clone();
         Ok(Box::new(move |_, budget| {
@@ -123,7 +124,7 @@ pub fn buckets(
     job: ScanJob,
     budget: &mut Budget,
 ) -> Result<EventBuckets, QueryError> {
-    let members = member_keys(members);
+    let members = member_numbers(members, &job);
     let runs = runs_by_user(starts, job, budget, |bucket, rows| (bucket, rows))?;
     let mut counts = vec![0u64; starts.len()];
     let mut unique = vec![0u64; starts.len()];
@@ -156,14 +157,13 @@ fn runs_by_user<T: Copy + Default>(
     budget: &mut Budget,
     value: impl Fn(u32, u32) -> T,
 ) -> Result<UserRows<T>, QueryError> {
-    let mut ids = IdHashes::default();
     let mut runs: UserRows<T> = UserRows::new(job.max_rows());
     each_batch_holding(job, budget, |rb| {
         let c = Cols(rb);
-        let times = c.i64("time_ns");
-        let mut run: Option<(u128, u32, u32)> = None;
-        for (i, user) in ids.of(&c.strings("distinct_id")).into_iter().enumerate() {
-            let Some(b) = bucket_of(starts, times.value(i)) else { continue };
+        let times = c.i64("time_ns").values();
+        let mut run: Option<(u32, u32, u32)> = None;
+        for (&user, &time) in c.u32(USER).values().iter().zip(times.iter()) {
+            let Some(b) = bucket_of(starts, time) else { continue };
             let b = b as u32;
             match &mut run {
                 Some((u, bucket, rows)) if *u == user && *bucket == b => *rows += 1,
@@ -190,7 +190,7 @@ pub fn active(
     budget: &mut Budget,
 ) -> Result<ActiveDays, QueryError> {
     let days = &plan.day_starts;
-    let members = member_keys(members);
+    let members = member_numbers(members, &job);
     // (user, day index) of every counted row, grouped by user a partition at a time.
     let active_on = runs_by_user(days, job, budget, |day, _| day)?;
     let first = plan.first_reported as usize;

@@ -10,9 +10,10 @@ use sextant_model::query::{FunnelPlan, FunnelStep, FunnelSteps, ShardQuery};
 use sextant_model::sketch::LatencySketch;
 
 use super::cohort::Members;
-use super::users::{member_keys, IdHashes, UserRows};
+use super::users::{member_numbers, UserRows};
 use super::{each_batch_holding, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
 use crate::segment::table::Cols;
+use crate::segment::user_number::USER;
 use crate::segment::{Filter, Table, EVENT_DICTIONARIES};
 use crate::shard::ScanJob;
 
@@ -27,7 +28,7 @@ impl QueryKind for FunnelPlan {
             req,
             Table::Events,
             Filter { events, ..Default::default() },
-            &["distinct_id", "time_ns", "event"],
+            &[USER, "time_ns", "event"],
             &EVENT_DICTIONARIES,
         ));
         let plan = self.clone();
@@ -55,6 +56,7 @@ pub fn run(
     job: ScanJob,
     budget: &mut Budget,
 ) -> Result<FunnelSteps, QueryError> {
+    let members = member_numbers(members, &job);
     let mut progress = Progress::new(plan, members, job.max_rows());
     each_batch_holding(job, budget, |rb| {
         progress.add(rb);
@@ -64,30 +66,29 @@ pub fn run(
 }
 
 /// The funnel's rows, batch by batch, then every user's progress. A row is kept as (user,
-/// (time, step)), the user as the hash of its distinct id: no allocation per row or per user,
-/// and the users' events are grouped partition by partition ([`UserRows`]).
+/// (time, step)), the user as its number on the shard: no allocation per row or per user, and
+/// the users' events are grouped partition by partition ([`UserRows`]).
 struct Progress {
     funnel: Funnel,
-    ids: IdHashes,
-    members: Option<FxHashSet<u128>>,
+    members: Option<FxHashSet<u32>>,
     rows: UserRows<StepEvent>,
 }
 
 impl Progress {
     /// `expected`: about how many rows will come.
-    fn new(plan: &FunnelPlan, members: Option<&HashSet<String>>, expected: u64) -> Self {
+    fn new(plan: &FunnelPlan, members: Option<FxHashSet<u32>>, expected: u64) -> Self {
         let order = if plan.strict { Order::Strict } else { Order::Ordered };
         let funnel = Funnel::new(plan.steps.clone(), plan.window_nanos, order, plan.range_from, plan.range_to);
-        Progress { funnel, ids: IdHashes::default(), members: member_keys(members), rows: UserRows::new(expected) }
+        Progress { funnel, members, rows: UserRows::new(expected) }
     }
 
-    /// Takes the rows of a batch with `distinct_id`, `time_ns` and `event`.
+    /// Takes the rows of a batch with `user`, `time_ns` and `event`.
     fn add(&mut self, rb: &RecordBatch) {
         let c = Cols(rb);
-        let times = c.i64("time_ns");
+        let times = c.i64("time_ns").values();
         let steps = c.strings("event").map(|name| self.funnel.step_of(name));
-        for (i, hash) in self.ids.of(&c.strings("distinct_id")).into_iter().enumerate() {
-            self.rows.push(hash, (times.value(i), steps[i]));
+        for ((&user, &time), &step) in c.u32(USER).values().iter().zip(times.iter()).zip(&steps) {
+            self.rows.push(user, (time, step));
         }
     }
 
@@ -138,16 +139,16 @@ mod tests {
     use std::collections::HashMap;
     use std::sync::Arc;
 
-    use arrow_array::{ArrayRef, Int64Array, StringArray};
+    use arrow_array::{ArrayRef, Int64Array, StringArray, UInt32Array};
     use proptest::prelude::*;
 
     use super::*;
 
-    fn batch(rows: &[(String, i64, String)]) -> RecordBatch {
-        let ids: ArrayRef = Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.0.as_str())));
+    fn batch(rows: &[(u32, i64, String)]) -> RecordBatch {
+        let users: ArrayRef = Arc::new(UInt32Array::from_iter_values(rows.iter().map(|r| r.0)));
         let times: ArrayRef = Arc::new(Int64Array::from_iter_values(rows.iter().map(|r| r.1)));
         let names: ArrayRef = Arc::new(StringArray::from_iter_values(rows.iter().map(|r| r.2.as_str())));
-        RecordBatch::try_from_iter([("distinct_id", ids), ("time_ns", times), ("event", names)]).unwrap()
+        RecordBatch::try_from_iter([(USER, users), ("time_ns", times), ("event", names)]).unwrap()
     }
 
     proptest! {
@@ -161,8 +162,8 @@ mod tests {
             strict in proptest::bool::ANY,
             cohort in proptest::bool::ANY,
         ) {
-            let rows: Vec<(String, i64, String)> =
-                rows.iter().map(|&(u, t, e)| (format!("user-{u}"), t * 1_000_000_000, format!("e{e}"))).collect();
+            let rows: Vec<(u32, i64, String)> =
+                rows.iter().map(|&(u, t, e)| (u32::from(u), t * 1_000_000_000, format!("e{e}"))).collect();
             let plan = FunnelPlan {
                 steps: steps.iter().map(|k| format!("e{k}")).collect(),
                 window_nanos: 10_000_000_000,
@@ -171,18 +172,18 @@ mod tests {
                 range_to: 40_000_000_000,
                 cohort: None,
             };
-            let members: HashSet<String> = (0..12).step_by(2).map(|u| format!("user-{u}")).collect();
-            let members = cohort.then_some(&members);
-            let mut progress = Progress::new(&plan, members, rows.len() as u64 / 2);
+            let members: FxHashSet<u32> = (0..12).step_by(2).collect();
+            let members = cohort.then_some(members);
+            let mut progress = Progress::new(&plan, members.clone(), rows.len() as u64 / 2);
             let cut = cut.min(rows.len());
             progress.add(&batch(&rows[..cut]));
             progress.add(&batch(&rows[cut..]));
             let got = progress.partial();
 
-            let mut by_user: HashMap<&str, Vec<(i64, &str)>> = HashMap::new();
+            let mut by_user: HashMap<u32, Vec<(i64, &str)>> = HashMap::new();
             for (u, t, e) in &rows {
-                if members.is_none_or(|m| m.contains(u)) {
-                    by_user.entry(u.as_str()).or_default().push((*t, e.as_str()));
+                if members.as_ref().is_none_or(|m| m.contains(u)) {
+                    by_user.entry(*u).or_default().push((*t, e.as_str()));
                 }
             }
             let funnel = Progress::new(&plan, None, 0).funnel;

@@ -905,7 +905,7 @@ proptest::proptest! {
             plan: EventBucketsPlan { events: vec![], bucket_starts: starts.clone(), cohort: None, counts_only: false }
                 .into(),
         };
-        let columns = ["distinct_id", "time_ns"];
+        let columns = [crate::segment::user_number::USER, "time_ns"];
         let scan = super::scan_of(&req, Table::Events, Default::default(), &columns, &crate::segment::EVENT_DICTIONARIES);
         let got = super::activity::buckets(&starts, members, sh.s.scan(scan), &mut super::Budget::new(1_000_000)).unwrap();
 
@@ -921,4 +921,104 @@ proptest::proptest! {
         let got: Vec<(u64, u64)> = got.0.iter().map(|b| (b.count, b.unique_users)).collect();
         proptest::prop_assert_eq!(got, want);
     }
+}
+
+/// Every row of a user reads one number, wherever the row is: in a segment written before
+/// numbers were stored (the format-1 fixture), in newer segments, in a compacted one, in the
+/// buffer, and after a restart; two users never share one.
+#[test]
+fn a_user_reads_one_number_in_old_and_new_segments_the_buffer_and_after_a_restart() {
+    use std::collections::HashMap;
+
+    use crate::segment::user_number::{USER, USER_ID};
+    use crate::segment::{Filter, Scan};
+
+    let project = "6f1c1a52-9d8e-4b6f-8d0b-2c8b1e0d9a11";
+    let fixture_day_ns = 1_700_000_000 / 86_400 * 86_400 * 1_000_000_000i64;
+    let dir = tempfile::tempdir().unwrap();
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/segment/fixtures");
+    for entry in std::fs::read_dir(&fixtures).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+    }
+    let mut sh = Shard { s: SegmentShard::open(dir.path()).unwrap(), index: 0, _dir: tempfile::tempdir().unwrap() };
+    // The fixture holds user-0 to user-4; these add new-5 and new-6, in two segments of the
+    // same day (merged by a compaction) and in the buffer.
+    let events = |from: u64, users: u64| -> Vec<Event> {
+        (from..from + 12)
+            .map(|i| Event {
+                uuid: format!("new-{i}"),
+                event: "view".into(),
+                // New users sort first: numbering them again in segment order would change
+                // every number.
+                distinct_id: match i % users {
+                    k if k < 5 => format!("user-{k}"),
+                    k => format!("new-{k}"),
+                },
+                unix_nanos: fixture_day_ns + i as i64 * 60_000 * MS,
+                properties_json: "{}".into(),
+            })
+            .collect()
+    };
+    let apply = |sh: &mut Shard, events: Vec<Event>| {
+        sh.index += 1;
+        let payload = encode_ingest(RowBatch { project_id: project.into(), events, ..Default::default() });
+        sh.s.apply(sh.index, Command::Ingest { batch_id: sh.index as u128, payload });
+    };
+    let numbers = |s: &SegmentShard| -> Vec<(String, u32)> {
+        let scan = Scan {
+            table: Table::Events,
+            project: project.into(),
+            from_ns: i64::MIN,
+            to_ns: i64::MAX,
+            filter: Filter::default(),
+            columns: vec![USER.into(), USER_ID.into()],
+            dictionaries: crate::segment::EVENT_DICTIONARIES.to_vec(),
+            stored_ids: false,
+        };
+        let mut out = Vec::new();
+        for rb in s.scan(scan).run().unwrap() {
+            let c = crate::segment::table::Cols(&rb);
+            let (users, ids) = (c.u32(USER), c.strings(USER_ID));
+            out.extend((0..rb.num_rows()).map(|i| (ids.value(i).to_owned(), users.value(i))));
+        }
+        out
+    };
+    let one_number_each = |rows: &[(String, u32)]| -> HashMap<String, u32> {
+        let mut by_id: HashMap<String, u32> = HashMap::new();
+        for (id, n) in rows {
+            assert_eq!(*by_id.entry(id.clone()).or_insert(*n), *n, "{id} has two numbers");
+        }
+        let mut distinct: Vec<u32> = by_id.values().copied().collect();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), by_id.len(), "two users share a number: {by_id:?}");
+        by_id
+    };
+
+    apply(&mut sh, events(0, 6));
+    sh.flush();
+    apply(&mut sh, events(12, 7));
+    sh.flush();
+    apply(&mut sh, events(24, 7));
+    let before = one_number_each(&numbers(&sh.s));
+    assert_eq!(before.len(), 7, "{before:?}");
+    assert_eq!(numbers(&sh.s).len(), 15 + 36);
+
+    // Compaction merges the day's segments (the old one with the new ones).
+    let mut merged = 0;
+    while let Some(job) = sh.s.compaction(i64::MAX / 1_000_000_000) {
+        job.run().unwrap();
+        merged += 1;
+    }
+    assert!(merged > 0 && sh.s.segment_stats(Table::Events).0 == 1, "one events segment left");
+    assert_eq!(one_number_each(&numbers(&sh.s)), before, "a compaction keeps the numbers");
+
+    // A restart rebuilds the table from the segments; the buffer is applied again.
+    let index = sh.index;
+    sh.s = SegmentShard::open(dir.path()).unwrap();
+    sh.index = index - 1;
+    apply(&mut sh, events(24, 7));
+    let after = one_number_each(&numbers(&sh.s));
+    assert_eq!(after, before, "numbers stored in segments come back after a restart");
 }

@@ -2,15 +2,17 @@
 //! cohorts group millions of rows by distinct id. [`Users`] numbers the ids densely as rows
 //! come (keeping the ids in one string, not one allocation per user): the per-row work is a
 //! lookup, and per-user state a flat vector indexed by that number. [`UserRows`] keeps each
-//! row under its id's hash and groups them at the end, a cache-sized partition at a time,
-//! for queries that need no names, only each user's rows.
+//! row under the shard's number of its user (`segment::user_number`, read from the segments)
+//! and groups them at the end, a cache-sized partition at a time, for queries that need no
+//! names, only each user's rows.
 
 use std::collections::HashSet;
 
-use arrow_array::Array;
-use xxhash_rust::xxh3::xxh3_128;
+use rustc_hash::FxHashSet;
 
 use crate::segment::table::Strings;
+use crate::segment::user_number::{IdHashes, Slots};
+use crate::shard::ScanJob;
 
 /// Distinct ids numbered 0, 1, 2… in the order first seen.
 ///
@@ -29,47 +31,6 @@ pub struct Users {
     hashes: IdHashes,
 }
 
-/// The xxh3-128 hash of each row's distinct id, column by column. A dictionary column's
-/// entries are hashed once, and only those rows use (a filtered batch keeps its row group's
-/// whole dictionary), in a table kept from batch to batch: one sized to each dictionary costs
-/// more in fresh pages than the hashing it saves.
-#[derive(Default)]
-pub struct IdHashes {
-    /// Columns numbered (from 1) by [`of`](Self::of), and the hash of each dictionary entry,
-    /// with the column it was computed for.
-    column: u64,
-    entry_hashes: Vec<(u64, u128)>,
-}
-
-impl IdHashes {
-    pub fn of(&mut self, ids: &Strings<'_>) -> Vec<u128> {
-        match ids {
-            Strings::Plain(a) => (0..a.len()).map(|i| xxh3_128(a.value(i).as_bytes())).collect(),
-            Strings::Dictionary { keys, values } => {
-                self.column += 1;
-                let (column, entries) = (self.column, &mut self.entry_hashes);
-                if entries.len() < values.len() {
-                    entries.resize(values.len(), (0, 0));
-                }
-                keys.iter()
-                    .map(|&k| {
-                        let entry = &mut entries[k as usize];
-                        if entry.0 != column {
-                            *entry = (column, xxh3_128(values.value(k as usize).as_bytes()));
-                        }
-                        entry.1
-                    })
-                    .collect()
-            }
-        }
-    }
-
-    /// Bytes of memory the table of entry hashes holds.
-    fn bytes(&self) -> usize {
-        self.entry_hashes.len() * std::mem::size_of::<(u64, u128)>()
-    }
-}
-
 impl Users {
     pub fn len(&self) -> usize {
         self.ends.len()
@@ -77,7 +38,7 @@ impl Users {
 
     /// Bytes of memory the table of users holds.
     pub fn bytes(&self) -> u64 {
-        let slots = self.numbers.slots.len() * std::mem::size_of::<Slot>();
+        let slots = self.numbers.bytes();
         let entries = self.hashes.bytes();
         (slots + self.text.capacity() + self.ends.capacity() * std::mem::size_of::<usize>() + entries) as u64
     }
@@ -126,79 +87,6 @@ impl Users {
     }
 }
 
-/// The table of [`Users`]: id hashes (96 of their bits) to user numbers, open addressing
-/// with linear probing, at most half full. Not a `HashMap`, for [`prefetch`](Self::prefetch).
-#[derive(Default)]
-struct Slots {
-    slots: Vec<Slot>,
-    used: usize,
-}
-
-#[derive(Clone, Copy)]
-struct Slot {
-    low: u64,
-    high: u32,
-    user: u32,
-}
-
-const EMPTY: Slot = Slot { low: 0, high: 0, user: u32::MAX };
-
-impl Slots {
-    fn home(&self, hash: u128) -> usize {
-        hash as usize & (self.slots.len() - 1)
-    }
-
-    /// Asks the CPU to bring `hash`'s slot into cache (a hint: no effect on the result).
-    fn prefetch(&self, hash: u128) {
-        #[cfg(target_arch = "x86_64")]
-        if !self.slots.is_empty() {
-            let slot: *const Slot = &self.slots[self.home(hash)];
-            // SAFETY: a prefetch reads nothing and never faults; the pointer is into `slots`.
-            #[allow(unused_unsafe)]
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(slot.cast());
-            }
-        }
-    }
-
-    /// The user of `hash`; `next` when it is not in the table yet (then inserted).
-    fn get_or_insert(&mut self, hash: u128, next: u32) -> u32 {
-        if (self.used + 1) * 2 > self.slots.len() {
-            self.grow();
-        }
-        let (low, high) = (hash as u64, (hash >> 64) as u32);
-        let mask = self.slots.len() - 1;
-        let mut i = self.home(hash);
-        loop {
-            let slot = &mut self.slots[i];
-            if slot.user == EMPTY.user {
-                *slot = Slot { low, high, user: next };
-                self.used += 1;
-                return next;
-            }
-            if slot.low == low && slot.high == high {
-                return slot.user;
-            }
-            i = (i + 1) & mask;
-        }
-    }
-
-    /// An empty table that takes `users` users without growing.
-    fn with_room(users: usize) -> Self {
-        Slots { slots: vec![EMPTY; (users * 2).max(1024).next_power_of_two()], used: 0 }
-    }
-
-    fn grow(&mut self) {
-        let size = (self.slots.len() * 2).max(1024);
-        let old = std::mem::replace(&mut self.slots, vec![EMPTY; size]);
-        self.used = 0;
-        for slot in old.into_iter().filter(|s| s.user != EMPTY.user) {
-            let hash = slot.low as u128 | (slot.high as u128) << 64;
-            self.get_or_insert(hash, slot.user);
-        }
-    }
-}
-
 /// Values grouped by user: each user's values together, in the order they were given.
 pub struct ByUser<T> {
     /// User `u`'s values are `values[starts[u]..starts[u + 1]]`.
@@ -237,22 +125,19 @@ impl<T: Copy + Default> ByUser<T> {
     }
 }
 
-/// Values keyed by user (the 96 bits of the distinct id's hash that [`Users`] knows an id
-/// by), grouped per user at the end. Rows go to one of many partitions by their hash as they
-/// come, and each partition is grouped on its own with a table of its users that stays in
-/// cache: numbering every row in one table of all the users costs a cache miss per row once
-/// there are hundreds of thousands of them.
+/// Values keyed by user number, grouped per user at the end. Rows go to one of many
+/// partitions by their number's low bits as they come, and each partition is grouped on its
+/// own by a counting sort over its users, whose counts stay in cache: grouping all the rows at
+/// once costs a cache miss per row once there are hundreds of thousands of users.
 pub struct UserRows<T> {
-    partitions: Vec<Vec<Keyed<T>>>,
-    /// A row's partition is the top bits of its hash: `high >> shift`.
-    shift: u32,
+    partitions: Vec<Partition<T>>,
+    /// A row's partition is the low bits of its user's number: `user & mask`.
+    mask: u32,
 }
 
-#[derive(Clone, Copy)]
-struct Keyed<T> {
-    low: u64,
-    high: u32,
-    value: T,
+struct Partition<T> {
+    users: Vec<u32>,
+    values: Vec<T>,
 }
 
 /// Rows a partition is meant to hold, for `UserRows::new`'s expected count.
@@ -265,72 +150,61 @@ impl<T: Copy + Default> UserRows<T> {
     pub fn new(expected: u64) -> Self {
         let count = expected.div_ceil(PARTITION_ROWS).clamp(1, 1 << 12).next_power_of_two();
         let each = (expected.min(MAX_RESERVED_ROWS) / count) as usize;
-        UserRows { partitions: (0..count).map(|_| Vec::with_capacity(each)).collect(), shift: 32 - count.ilog2() }
+        let partition = || Partition { users: Vec::with_capacity(each), values: Vec::with_capacity(each) };
+        UserRows { partitions: (0..count).map(|_| partition()).collect(), mask: count as u32 - 1 }
     }
 
-    pub fn push(&mut self, hash: u128, value: T) {
-        let (low, high) = (hash as u64, (hash >> 64) as u32);
-        let partition = ((high as u64) >> self.shift) as usize;
-        self.partitions[partition].push(Keyed { low, high, value });
+    pub fn push(&mut self, user: u32, value: T) {
+        let p = &mut self.partitions[(user & self.mask) as usize];
+        p.users.push(user);
+        p.values.push(value);
     }
 
     pub fn len(&self) -> usize {
-        self.partitions.iter().map(Vec::len).sum()
+        self.partitions.iter().map(|p| p.users.len()).sum()
     }
 
     /// Bytes of memory the rows take (grouping adds about one partition's worth at a time).
     pub fn bytes(&self) -> u64 {
-        (self.len() * std::mem::size_of::<Keyed<T>>()) as u64
+        (self.len() * (4 + std::mem::size_of::<T>())) as u64
     }
 
-    /// Calls `f` once per user with the user's hash (its 96 bits, see [`user_key`]) and
-    /// values, in the order they were pushed (mutable, so that they can be sorted in place).
-    pub fn each_user(self, mut f: impl FnMut(u128, &mut [T])) {
-        let (mut of_row, mut keys, mut starts, mut grouped) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for rows in self.partitions {
-            let mut users = Slots::with_room(rows.len());
-            keys.clear();
-            of_row.clear();
-            for r in &rows {
-                let hash = r.low as u128 | (r.high as u128) << 64;
-                let next = keys.len() as u32;
-                let u = users.get_or_insert(hash, next);
-                if u == next {
-                    keys.push(hash);
-                }
-                of_row.push(u);
-            }
-            // A counting sort by user number, stable.
+    /// Calls `f` once per user with its number and values, in the order they were pushed
+    /// (mutable, so that they can be sorted in place).
+    pub fn each_user(self, mut f: impl FnMut(u32, &mut [T])) {
+        let shift = self.mask.count_ones();
+        // A user's place in its partition: its number without the partition's bits.
+        let local = |u: u32| (u >> shift) as usize;
+        let (mut starts, mut grouped) = (Vec::new(), Vec::new());
+        for (p, rows) in self.partitions.into_iter().enumerate() {
+            let users = rows.users.iter().map(|&u| local(u) + 1).max().unwrap_or(0);
             starts.clear();
-            starts.resize(keys.len() + 1, 0usize);
-            for &u in &of_row {
-                starts[u as usize + 1] += 1;
+            starts.resize(users + 1, 0usize);
+            for &u in &rows.users {
+                starts[local(u) + 1] += 1;
             }
-            for u in 0..keys.len() {
+            for u in 0..users {
                 starts[u + 1] += starts[u];
             }
             grouped.clear();
-            grouped.resize(rows.len(), T::default());
+            grouped.resize(rows.values.len(), T::default());
             let mut next = starts.clone();
-            for (r, &u) in rows.iter().zip(&of_row) {
-                grouped[next[u as usize]] = r.value;
-                next[u as usize] += 1;
+            for (&u, &v) in rows.users.iter().zip(&rows.values) {
+                grouped[next[local(u)]] = v;
+                next[local(u)] += 1;
             }
-            for (u, &hash) in keys.iter().enumerate() {
-                f(hash, &mut grouped[starts[u]..starts[u + 1]]);
+            for u in 0..users {
+                if starts[u] < starts[u + 1] {
+                    f(((u as u32) << shift) | p as u32, &mut grouped[starts[u]..starts[u + 1]]);
+                }
             }
         }
     }
 }
 
-/// The 96 bits of an id's hash a user is known by ([`Users`], [`UserRows`]).
-pub fn user_key(hash: u128) -> u128 {
-    hash & ((1 << 96) - 1)
-}
-
-/// The keys of a cohort's members (see [`user_key`]), to admit users by hash.
-pub fn member_keys(members: Option<&HashSet<String>>) -> Option<rustc_hash::FxHashSet<u128>> {
-    members.map(|m| m.iter().map(|id| user_key(xxh3_128(id.as_bytes()))).collect())
+/// The numbers of a cohort's members, to admit users by number.
+pub fn member_numbers(members: Option<&HashSet<String>>, job: &ScanJob) -> Option<FxHashSet<u32>> {
+    members.map(|m| job.user_numbers(m.iter().map(String::as_str)).into_iter().collect())
 }
 
 #[cfg(test)]
@@ -369,23 +243,25 @@ mod tests {
 
     proptest::proptest! {
         /// Whatever the number of partitions, each user's values come once, together and in
-        /// the order pushed, under the hash of the user's id.
+        /// the order pushed, under the user's number.
         #[test]
         fn user_rows_group_every_users_values_in_order(
-            rows in proptest::collection::vec((0u16..300, proptest::num::u32::ANY), 0..2000),
+            rows in proptest::collection::vec((0u32..300, proptest::num::u32::ANY), 0..2000),
+            spread in proptest::bool::ANY,
             expected in 0u64..100_000,
         ) {
             let mut grouped = UserRows::new(expected);
-            let mut want: std::collections::BTreeMap<u128, Vec<u32>> = Default::default();
+            let mut want: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
             for &(user, value) in &rows {
-                let hash = xxh3_128(format!("user-{user}").as_bytes());
-                grouped.push(hash, value);
-                want.entry(user_key(hash)).or_default().push(value);
+                // Numbers with gaps too (a partition holds every 2^k-th user).
+                let user = if spread { user * 37 + 5 } else { user };
+                grouped.push(user, value);
+                want.entry(user).or_default().push(value);
             }
             proptest::prop_assert_eq!(grouped.len(), rows.len());
-            let mut got: std::collections::BTreeMap<u128, Vec<u32>> = Default::default();
-            grouped.each_user(|hash, values| {
-                assert!(got.insert(hash, values.to_vec()).is_none(), "a user came twice");
+            let mut got: std::collections::BTreeMap<u32, Vec<u32>> = Default::default();
+            grouped.each_user(|user, values| {
+                assert!(got.insert(user, values.to_vec()).is_none(), "a user came twice");
             });
             proptest::prop_assert_eq!(got, want);
         }

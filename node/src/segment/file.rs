@@ -16,7 +16,7 @@ use parquet::schema::types::ColumnPath;
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::Xxh3;
 
-use arrow_array::RecordBatch;
+use arrow_array::{ArrayRef, RecordBatch, UInt32Array};
 use arrow_schema::DataType;
 use parquet::arrow::arrow_reader::{ArrowPredicateFn, ArrowReaderOptions, RowFilter};
 use parquet::arrow::ProjectionMask;
@@ -27,6 +27,7 @@ use super::layout::{assemble, companion_columns, stored_value, Layout};
 use super::scan::{message_matches, Scan};
 use super::table::{from_record_batch, to_segment_batch, Row, RowRef, Table};
 use super::token_index::{line_terms, TokenIndex, FOOTER_KEY as TOKENS_KEY, LEGACY_FOOTER_KEY};
+use super::user_number::{user_field, IdHashes, USER, USER_ID};
 use crate::archive::FileEntry;
 use sextant_model::text::LogQuery;
 
@@ -151,7 +152,8 @@ fn properties(table: Table, layout: &Layout, distinct_traces: usize, batches: &[
         // a quarter of the decompression time, which was a sixth of a funnel's.
         b = b
             .set_column_compression(ColumnPath::from("time_ns"), Compression::UNCOMPRESSED)
-            .set_column_compression(ColumnPath::from("distinct_id"), Compression::LZ4_RAW);
+            .set_column_compression(ColumnPath::from("distinct_id"), Compression::LZ4_RAW)
+            .set_column_compression(ColumnPath::from(USER), Compression::LZ4_RAW);
     }
     // The free-form columns are most of the bytes; a slower level pays off there (measured:
     // span attributes 32 -> 25 bytes per span), and flushes run off the apply path.
@@ -223,7 +225,8 @@ fn properties(table: Table, layout: &Layout, distinct_traces: usize, batches: &[
 }
 
 /// Writes `rows` (all of `table`, sorted by the table's sort order) as segment `id` in `dir`
-/// and fsyncs it. The caller makes it durable in the manifest (and fsyncs `dir`).
+/// and fsyncs it, with `users` (one per row) as the [`USER`] column. The caller makes it
+/// durable in the manifest (and fsyncs `dir`).
 pub fn write(
     dir: &Path,
     id: u64,
@@ -231,6 +234,7 @@ pub fn write(
     hour: i64,
     rows: &[RowRef<'_>],
     batches: &[u128],
+    users: Option<&[u32]>,
 ) -> io::Result<SegmentMeta> {
     let name = file_name(id);
     let file = std::fs::File::create(dir.join(&name))?;
@@ -240,15 +244,24 @@ pub fn write(
         _ => rows.len(),
     };
     let layout = Layout::choose(table, rows);
-    let mut writer = ArrowWriter::try_new(
-        &mut out,
-        layout.schema(table),
-        Some(properties(table, &layout, distinct_traces, batches)),
-    )
-    .map_err(err)?;
+    let mut schema = layout.schema(table);
+    if users.is_some() {
+        let fields = schema.fields().iter().cloned().chain([Arc::new(user_field())]);
+        schema = Arc::new(arrow_schema::Schema::new(fields.collect::<Vec<_>>()));
+    }
+    let mut writer =
+        ArrowWriter::try_new(&mut out, schema.clone(), Some(properties(table, &layout, distinct_traces, batches)))
+            .map_err(err)?;
     let mut tokens = (table == Table::Logs).then(TokenIndex::default);
-    for chunk in rows.chunks(rows_per_group(table)) {
-        writer.write(&to_segment_batch(table, chunk, &layout).map_err(err)?).map_err(err)?;
+    let per_group = rows_per_group(table);
+    for (k, chunk) in rows.chunks(per_group).enumerate() {
+        let mut rb = to_segment_batch(table, chunk, &layout).map_err(err)?;
+        if let Some(users) = users {
+            let numbers = UInt32Array::from(users[k * per_group..][..chunk.len()].to_vec());
+            let columns = rb.columns().iter().cloned().chain([Arc::new(numbers) as ArrayRef]).collect();
+            rb = RecordBatch::try_new(schema.clone(), columns).map_err(err)?;
+        }
+        writer.write(&rb).map_err(err)?;
         // One chunk, one row group: the token index is per row group.
         writer.flush().map_err(err)?;
         if let Some(index) = tokens.as_mut() {
@@ -505,6 +518,36 @@ impl Segment {
                         f(super::uuids::key(table, projects.value(i), uuids.value(i)));
                     }
                 }
+                Ok(())
+            },
+        )
+    }
+
+    /// Whether it stores user numbers ([`USER`]).
+    pub fn has_user_numbers(&self) -> bool {
+        self.reader.schema().index_of(USER).is_ok()
+    }
+
+    /// The hash of every row's distinct id ([`IdHashes`]) and its stored user number, if the
+    /// segment stores them, batch by batch, reading only those columns.
+    pub fn each_user(&self, mut f: impl FnMut(&[u128], Option<&[u32]>)) -> io::Result<()> {
+        let file_schema = self.reader.schema();
+        let Ok(ids) = file_schema.index_of(USER_ID) else { return Ok(()) };
+        let columns = std::iter::once(ids).chain(file_schema.index_of(USER).ok());
+        let mask = ProjectionMask::roots(self.reader.parquet_schema(), columns);
+        let reader = self.reader_with_dictionaries(&[USER_ID])?;
+        let rgs: Vec<usize> = (0..self.reader.metadata().num_row_groups()).collect();
+        let mut hashes = IdHashes::default();
+        self.each_batch(
+            &reader,
+            &rgs,
+            Some(&mask),
+            false,
+            || None,
+            |rb| {
+                let c = super::table::Cols(&rb);
+                let numbers = rb.column_by_name(USER).map(|_| c.u32(USER).values().as_ref());
+                f(&hashes.of(&c.strings(USER_ID)), numbers);
                 Ok(())
             },
         )
@@ -859,7 +902,8 @@ mod tests {
             .collect();
         let refs: Vec<RowRef<'_>> =
             rows.iter().enumerate().map(|(i, row)| RowRef::new(if i % 5 == 0 { "o" } else { "p" }, row, 0)).collect();
-        let segment = Segment::open(dir.path(), write(dir.path(), 1, Table::Events, 0, &refs, &[1]).unwrap()).unwrap();
+        let segment =
+            Segment::open(dir.path(), write(dir.path(), 1, Table::Events, 0, &refs, &[1], None).unwrap()).unwrap();
         let wanted = vec!["signup".to_owned(), "purchase".to_owned()];
         let read = |dictionaries: Vec<&'static str>| {
             let scan = Scan {
@@ -913,7 +957,7 @@ mod tests {
         let two: Vec<RowRef<'_>> =
             rows.iter().enumerate().map(|(i, row)| RowRef::new(if i < 30 { "o" } else { "p" }, row, 0)).collect();
         let open = |id: u64, rows: &[RowRef<'_>]| {
-            Segment::open(dir.path(), write(dir.path(), id, Table::Spans, 0, rows, &[1]).unwrap()).unwrap()
+            Segment::open(dir.path(), write(dir.path(), id, Table::Spans, 0, rows, &[1], None).unwrap()).unwrap()
         };
         let (single, shared) = (open(1, &one), open(2, &two));
         let schema = Table::Spans.schema();

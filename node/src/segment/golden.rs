@@ -285,7 +285,7 @@ fn write_format_1_segment_fixtures() {
     for (id, (table, hour, rows)) in fixture_rows().into_iter().enumerate() {
         let refs: Vec<RowRef<'_>> =
             rows.iter().enumerate().map(|(i, (project, row))| RowRef::new(project, row, (i % 2) as u32)).collect();
-        let mut meta = file::write(&dir, id as u64 + 1, table, hour, &refs, &BATCHES).unwrap();
+        let mut meta = file::write(&dir, id as u64 + 1, table, hour, &refs, &BATCHES, None).unwrap();
         if table.is_derived() {
             meta.summarizes = Some(1);
         }

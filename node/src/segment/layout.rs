@@ -33,6 +33,7 @@ use rustc_hash::FxHashMap;
 use super::attribute_columns::{self, Key};
 use super::hex_ids;
 use super::table::{Row, RowRef, Table};
+use super::user_number::{USER, USER_ID};
 
 pub const PARENT_REF: &str = "parent_ref";
 /// Metadata key of the `duration_ns` field: nanoseconds per stored unit.
@@ -189,6 +190,12 @@ pub fn check_schema(table: Table, file: &Schema) -> Result<(), String> {
         if attribute_columns::is_attribute_column(name) {
             continue;
         }
+        if name == USER {
+            if table != Table::Events || f.data_type() != &DataType::UInt32 {
+                return wrong();
+            }
+            continue;
+        }
         let Ok(table_field) = expected.field_with_name(name) else { return Err(format!("unknown column {name}")) };
         let meta = f.metadata();
         let ok = if let Some(width) = meta.get(HEX_ID_WIDTH) {
@@ -225,6 +232,10 @@ pub fn companion_columns(requested: &[String], file: &Schema) -> Vec<usize> {
     }
     if wants("parent_span_id") {
         out.extend([PARENT_REF, "span_id"].iter().filter_map(|c| file.index_of(c).ok()));
+    }
+    if wants(USER) {
+        // Segments written before user numbers were stored: their ids, to be numbered.
+        out.extend(file.index_of(USER).or_else(|_| file.index_of(USER_ID)));
     }
     for (i, f) in file.fields().iter().enumerate() {
         if let Some(from) = f.metadata().get(OFFSET_FROM).filter(|_| wants(f.name())) {
@@ -517,7 +528,7 @@ mod tests {
                 })
                 .collect();
             let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new("p", row, 0)).collect();
-            let meta = crate::segment::file::write(dir.path(), unit, Table::Spans, 0, &refs, &[7]).unwrap();
+            let meta = crate::segment::file::write(dir.path(), unit, Table::Spans, 0, &refs, &[7], None).unwrap();
             let segment = crate::segment::Segment::open(dir.path(), meta).unwrap();
             let back: Vec<Row> = segment.read(None).unwrap().into_iter().map(|(_, row, _)| row).collect();
             assert_eq!(back, rows, "unit {unit}");
@@ -583,7 +594,7 @@ mod tests {
             let mut refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new("p", row, 0)).collect();
             refs.sort_by(|a, b| a.row.sort_key().cmp(&b.row.sort_key()));
             let meta = if id <= 2 {
-                crate::segment::file::write(dir.path(), id, table, 0, &refs, &[7]).unwrap()
+                crate::segment::file::write(dir.path(), id, table, 0, &refs, &[7], None).unwrap()
             } else {
                 write_unlaid_out(dir.path(), id, table, &refs)
             };

@@ -16,6 +16,7 @@ pub mod scan;
 pub mod summary;
 pub mod table;
 pub mod token_index;
+pub mod user_number;
 pub mod uuids;
 
 pub use buffer::Buffer;

@@ -14,6 +14,7 @@ use super::attribute::{read_stored, Attribute};
 use super::layout::stored_value;
 use super::table::{Cols, Row, RowRef, Strings, Table};
 use super::token_index::{term_hash, TokenIndex};
+use super::user_number::{USER, USER_ID};
 
 /// Row predicates of a scan. Empty lists and `None`s do not filter.
 #[derive(Clone, Debug, Default)]
@@ -407,7 +408,11 @@ impl Scan {
     /// The rows the scan selects among `rows` (of its table and project, none hidden), as
     /// batches of what it returns or filters on.
     pub fn select(&self, rows: &[RowRef<'_>]) -> Vec<RecordBatch> {
-        let columns = self.read_columns(true, true);
+        let mut columns = self.read_columns(true, true);
+        // Buffered rows have no user numbers yet: their ids stand in.
+        if let Some(columns) = columns.as_mut().filter(|c| c.iter().any(|c| c == USER)) {
+            columns.push(USER_ID.to_owned());
+        }
         let mut out = Vec::new();
         for chunk in rows.chunks(8192) {
             let rb = match &columns {
@@ -441,7 +446,14 @@ impl Scan {
             return Ok(rb.clone());
         }
         let schema = rb.schema();
-        let indices: Vec<usize> = self.columns.iter().filter_map(|c| schema.index_of(c).ok()).collect();
+        let mut indices: Vec<usize> = Vec::with_capacity(self.columns.len());
+        for c in &self.columns {
+            // A source without user numbers returns the ids they are made from.
+            let i = schema.index_of(c).or_else(|e| if c == USER { schema.index_of(USER_ID) } else { Err(e) });
+            if let Some(i) = i.ok().filter(|i| !indices.contains(i)) {
+                indices.push(i);
+            }
+        }
         rb.project(&indices)
     }
 

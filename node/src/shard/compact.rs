@@ -13,6 +13,7 @@ use crate::durable::sync_dir;
 use crate::failpoint;
 use crate::segment::compaction::{self, merge_rows, ExpiryPolicy};
 use crate::segment::table::RowRef;
+use crate::segment::user_number::UserNumbers;
 use crate::segment::Segment;
 
 impl SegmentShard {
@@ -42,6 +43,7 @@ impl SegmentShard {
             expiry: self.expiry.clone(),
             inputs,
             derived,
+            users: self.users.clone(),
             published: self.published.clone(),
             persisted: self.persisted.clone(),
         })
@@ -58,6 +60,8 @@ pub struct CompactionJob {
     inputs: Vec<Arc<Segment>>,
     /// Segments derived from the inputs (trace summaries, rollups): replaced along with them.
     derived: Vec<u64>,
+    /// The shard's user numbers, for the merged events.
+    users: Arc<UserNumbers>,
     published: Arc<RwLock<Published>>,
     persisted: Arc<Mutex<Persisted>>,
 }
@@ -107,7 +111,7 @@ impl CompactionJob {
         let mut written = Vec::new();
         let opened = (|| {
             if !refs.is_empty() {
-                written = write_segment(&self.dir, first_id, table, hour, &refs, &batches, None)?;
+                written = write_segment(&self.dir, first_id, table, hour, &refs, &batches, None, &self.users)?;
                 sync_dir(&self.dir)?;
             }
             written.iter().map(|m| Segment::open(&self.dir, m.clone()).map(Arc::new)).collect::<io::Result<Vec<_>>>()

@@ -14,6 +14,7 @@ use crate::segment::file as segment_file;
 use crate::segment::rollup::{rollup_rows, rollup_table};
 use crate::segment::summary::summary_rows;
 use crate::segment::table::{Row, RowRef};
+use crate::segment::user_number::{id_hash, UserNumbers};
 use crate::segment::{Buffer, Dedup, Segment, Table};
 use crate::state_machine::CheckpointJob;
 use crate::types::SnapshotMeta;
@@ -47,8 +48,9 @@ impl SegmentShard {
         let (dir, dedup, tombstones) = (self.dir.clone(), self.dedup.clone(), self.tombstones.clone());
         let (published, persisted) = (self.published.clone(), self.persisted.clone());
         // The counters as of the checkpoint's last entry, like the dedup memory.
-        let usage = self.usage.clone();
-        Box::new(move || flush(&dir, &frozen, meta, Applied { dedup, tombstones, usage }, &published, &persisted))
+        let (usage, users) = (self.usage.clone(), self.users.clone());
+        let applied = Applied { dedup, tombstones, usage };
+        Box::new(move || flush(&dir, &frozen, meta, applied, &users, &published, &persisted))
     }
 }
 
@@ -58,7 +60,8 @@ pub(super) const IDS_PER_SEGMENT: u64 = 3;
 /// Writes `rows` of one table and hour as segment `id`; a spans segment gets its trace
 /// summaries as segment `id + 1` and its rollups as `id + 2`, an events segment its rollups
 /// as `id + 1`. Callers reserve [`IDS_PER_SEGMENT`] ids either way. `rollups`: the rollups of
-/// `rows` when already added up (else they are added up here).
+/// `rows` when already added up (else they are added up here). Events are stored with their
+/// user numbers from `users`.
 pub(super) fn write_segment(
     dir: &Path,
     id: u64,
@@ -67,8 +70,14 @@ pub(super) fn write_segment(
     rows: &[RowRef<'_>],
     batches: &[u128],
     rollups: Option<Vec<(String, Row)>>,
+    users: &UserNumbers,
 ) -> io::Result<Vec<crate::segment::SegmentMeta>> {
-    let mut written = vec![segment_file::write(dir, id, table, hour, rows, batches)?];
+    let numbers = (table == Table::Events).then(|| {
+        let ids: Vec<u128> =
+            rows.iter().map(|r| if let Row::Event(e) = r.row { id_hash(&e.distinct_id) } else { 0 }).collect();
+        users.numbers(&ids)
+    });
+    let mut written = vec![segment_file::write(dir, id, table, hour, rows, batches, numbers.as_deref())?];
     let mut derived = Vec::new();
     if table == Table::Spans {
         derived.push((Table::TraceSummaries, summary_rows(rows)));
@@ -78,7 +87,7 @@ pub(super) fn write_segment(
     }
     for (offset, (derived, rows)) in (1..).zip(derived) {
         let refs: Vec<RowRef<'_>> = rows.iter().map(|(p, row)| RowRef::new(p, row, 0)).collect();
-        let mut meta = segment_file::write(dir, id + offset, derived, hour, &refs, &[])?;
+        let mut meta = segment_file::write(dir, id + offset, derived, hour, &refs, &[], None)?;
         meta.summarizes = Some(id);
         written.push(meta);
     }
@@ -128,12 +137,13 @@ fn flush(
     frozen: &Arc<Buffer>,
     meta: SnapshotMeta,
     mut applied: Applied,
+    users: &UserNumbers,
     published: &RwLock<Published>,
     persisted: &Mutex<Persisted>,
 ) -> io::Result<()> {
     let mut pauses = OUT_OF_SPACE_PAUSES.iter().chain(std::iter::repeat(&OUT_OF_SPACE_PAUSES[4]));
     loop {
-        match try_flush(dir, frozen, meta.clone(), &mut applied, published, persisted) {
+        match try_flush(dir, frozen, meta.clone(), &mut applied, users, published, persisted) {
             Err(e) if is_out_of_space(&e) => {
                 let pause = pauses.next().copied().unwrap_or(Duration::from_secs(5));
                 tracing::warn!(dir = %dir.display(), error = %e, ?pause, "flush found the disk full; retrying");
@@ -149,6 +159,7 @@ fn try_flush(
     frozen: &Arc<Buffer>,
     meta: SnapshotMeta,
     applied: &mut Applied,
+    users: &UserNumbers,
     published: &RwLock<Published>,
     persisted: &Mutex<Persisted>,
 ) -> io::Result<()> {
@@ -165,7 +176,7 @@ fn try_flush(
                 let to = hour.saturating_add(table.bucket_seconds()).saturating_mul(1_000_000_000);
                 Some(frozen.running_rollups()?.rows_of_every_project(rollups, from, to))
             });
-            written.extend(write_segment(dir, manifest.next_segment, table, hour, &rows, &batches, rollups)?);
+            written.extend(write_segment(dir, manifest.next_segment, table, hour, &rows, &batches, rollups, users)?);
             manifest.next_segment += IDS_PER_SEGMENT;
         }
         if !written.is_empty() {

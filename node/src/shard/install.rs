@@ -5,11 +5,13 @@ use std::collections::HashMap;
 use std::collections::HashSet;
 use std::io;
 use std::path::Path;
+use std::sync::Arc;
 
 use super::{open_segments, remove_strays, segment_uuids, Persisted, Published, SegmentShard};
 use crate::archive::{FileEntry, SnapshotStream};
 use crate::durable::sync_dir;
 use crate::segment::file::file_name;
+use crate::segment::user_number::UserNumbers;
 use crate::segment::{Buffer, Manifest};
 use crate::state_machine::CheckpointOpener;
 use crate::types::SnapshotMeta;
@@ -67,6 +69,7 @@ impl SegmentShard {
         remove_strays(&self.dir, &manifest)?;
         let segments = open_segments(&self.dir, &manifest)?;
         self.uuids = segment_uuids(&segments, &manifest.tombstones)?;
+        self.users = Arc::new(UserNumbers::rebuild(&segments)?);
         self.active = Buffer::default();
         self.dedup = manifest.dedup.clone();
         self.tombstones = manifest.tombstones.clone();

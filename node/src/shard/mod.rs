@@ -30,6 +30,7 @@ use sextant_model::Clock;
 
 use crate::archive::FileEntry;
 use crate::segment::compaction::ExpiryPolicy;
+use crate::segment::user_number::UserNumbers;
 use crate::segment::uuids::Uuids;
 use crate::segment::{Buffer, Dedup, Manifest, Segment, Table};
 use crate::state_machine::{CheckpointJob, CheckpointOpener, GroupStore};
@@ -63,6 +64,8 @@ pub struct SegmentShard {
     tombstones: BTreeSet<u128>,
     /// Uuids of the analytics rows applied and not aborted: a row bringing one again is dropped.
     uuids: Uuids,
+    /// Numbers of the users of its events (`segment::user_number`); replaced by an install.
+    users: Arc<UserNumbers>,
     published: Arc<RwLock<Published>>,
     persisted: Arc<Mutex<Persisted>>,
     expiry: Arc<ExpiryPolicy>,
@@ -112,12 +115,14 @@ impl SegmentShard {
         remove_strays(dir, &manifest)?;
         let segments = open_segments(dir, &manifest)?;
         let uuids = segment_uuids(&segments, &manifest.tombstones)?;
+        let users = Arc::new(UserNumbers::rebuild(&segments)?);
         Ok(Self {
             dir: dir.to_owned(),
             active: Buffer::default(),
             dedup: manifest.dedup.clone(),
             tombstones: manifest.tombstones.clone(),
             uuids,
+            users,
             published: Arc::new(RwLock::new(Published { frozen: Vec::new(), segments })),
             expiry: Arc::default(),
             clock: Clock::system(),
@@ -171,10 +176,12 @@ impl SegmentShard {
     }
 
     /// Heap bytes held for what it applied: its buffers (as estimated for flush-by-size), its
-    /// uuid set, and what its open segments keep in memory.
+    /// uuid set, its table of user numbers, and what its open segments keep in memory.
     pub fn memory(&self) -> ShardMemory {
         let segments = self.published.read().unwrap().segments.iter().map(|s| s.heap_bytes() as u64).sum();
-        ShardMemory { buffers: self.unflushed_bytes(), uuids: self.uuids.heap_bytes() as u64, segments }
+        let (buffers, uuids, users) =
+            (self.unflushed_bytes(), self.uuids.heap_bytes() as u64, self.users.heap_bytes() as u64);
+        ShardMemory { buffers, uuids, users, segments }
     }
 }
 
@@ -183,6 +190,8 @@ impl SegmentShard {
 pub struct ShardMemory {
     pub buffers: u64,
     pub uuids: u64,
+    /// The table of user numbers.
+    pub users: u64,
     pub segments: u64,
 }
 
@@ -191,6 +200,7 @@ impl std::iter::Sum for ShardMemory {
         shards.fold(ShardMemory::default(), |a, b| ShardMemory {
             buffers: a.buffers + b.buffers,
             uuids: a.uuids + b.uuids,
+            users: a.users + b.users,
             segments: a.segments + b.segments,
         })
     }

@@ -13,6 +13,7 @@ use super::SegmentShard;
 use crate::segment::rollup::MIN_ROWS_PER_ROLLUP;
 use crate::segment::summary::select_summaries;
 use crate::segment::table::{from_record_batch, RowRef};
+use crate::segment::user_number::{Numbering, USER, USER_ID};
 use crate::segment::{Row, Scan, Segment, Table};
 
 impl SegmentShard {
@@ -49,7 +50,12 @@ impl SegmentShard {
         let Sources { segments, unrolled, resummarized } =
             sources(&published.segments, &scan, source_scan, &tombstones);
         drop(published);
-        ScanJob { scan, buffered, segments, unrolled, resummarized, tombstones }
+        let numbering = scan
+            .columns
+            .iter()
+            .any(|c| c == USER)
+            .then(|| Numbering::new(self.users.clone(), scan.columns.iter().any(|c| c == USER_ID)));
+        ScanJob { scan, buffered, segments, unrolled, resummarized, tombstones, numbering }
     }
 
     /// What [`scan`](Self::scan) would read, without reading it: the candidate row groups of
@@ -177,6 +183,8 @@ pub struct ScanJob {
     /// For a trace-summary scan: spans segments summarized again (see [`sources`]).
     resummarized: Vec<Arc<Segment>>,
     tombstones: BTreeSet<u128>,
+    /// For a scan of user numbers: numbers the rows stored without them.
+    numbering: Option<Numbering>,
 }
 
 impl ScanJob {
@@ -189,6 +197,7 @@ impl ScanJob {
             unrolled: None,
             resummarized: Vec::new(),
             tombstones: BTreeSet::new(),
+            numbering: None,
         }
     }
 
@@ -202,6 +211,12 @@ impl ScanJob {
         Ok(out)
     }
 
+    /// The user numbers of `ids` (numbered now if new), for a scan of user numbers (none for
+    /// another scan).
+    pub fn user_numbers<'a>(&self, ids: impl Iterator<Item = &'a str>) -> Vec<u32> {
+        self.numbering.as_ref().map_or_else(Vec::new, |n| n.numbers_of(ids))
+    }
+
     /// At most how many rows the scan hands out (its segments may hold other projects' and
     /// other times' rows too): for sizing a reader's tables once instead of growing them.
     pub fn max_rows(&self) -> u64 {
@@ -213,7 +228,8 @@ impl ScanJob {
 
     /// Like [`run`](Self::run), handing each batch to `f` as soon as it is read, so a query
     /// over its row budget stops early instead of holding every batch.
-    pub fn run_each<E: From<io::Error>>(mut self, mut f: impl FnMut(RecordBatch) -> Result<(), E>) -> Result<(), E> {
+    pub fn run_each<E: From<io::Error>>(mut self, f: impl FnMut(RecordBatch) -> Result<(), E>) -> Result<(), E> {
+        let mut f = self.numbered(f);
         for rb in std::mem::take(&mut self.buffered) {
             f(rb)?;
         }
@@ -225,6 +241,18 @@ impl ScanJob {
             }
         }
         self.each_unrolled(f)
+    }
+
+    /// `f` of batches with user numbers where the scan asked for them (see [`Numbering`]).
+    fn numbered<E: From<io::Error>>(
+        &mut self,
+        mut f: impl FnMut(RecordBatch) -> Result<(), E>,
+    ) -> impl FnMut(RecordBatch) -> Result<(), E> {
+        let mut numbering = self.numbering.take();
+        move |rb| match numbering.as_mut() {
+            Some(n) => f(n.add(rb).map_err(io::Error::other)?),
+            None => f(rb),
+        }
     }
 
     /// The trace summaries of each resummarized segment's spans, except hidden ones.
@@ -271,8 +299,9 @@ impl ScanJob {
     pub fn run_newest_first<E: From<io::Error>>(
         mut self,
         mut enough: impl FnMut(i64) -> bool,
-        mut f: impl FnMut(RecordBatch) -> Result<(), E>,
+        f: impl FnMut(RecordBatch) -> Result<(), E>,
     ) -> Result<(), E> {
+        let mut f = self.numbered(f);
         for rb in std::mem::take(&mut self.buffered) {
             f(rb)?;
         }
