@@ -123,7 +123,7 @@ impl NodeMetrics {
         r.register("disk_bytes", "bytes on disk per component of this node", self.disk_bytes.clone());
         r.register(
             "memory_bytes",
-            "heap bytes the data shards hold per component: buffers (as estimated for flushing), uuid sets, open segments' metadata",
+            "heap bytes the data shards hold per component: buffers (as estimated for flushing), uuid sets, user numbers, open segments' metadata",
             self.memory_bytes.clone(),
         );
         r.register(

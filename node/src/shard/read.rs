@@ -217,6 +217,16 @@ impl ScanJob {
         self.numbering.as_ref().map_or_else(Vec::new, |n| n.numbers_of(ids))
     }
 
+    /// Where the scanned range starts.
+    pub fn from_ns(&self) -> i64 {
+        self.scan.from_ns
+    }
+
+    /// Where the scanned range ends (excluded).
+    pub fn to_ns(&self) -> i64 {
+        self.scan.to_ns
+    }
+
     /// At most how many rows the scan hands out (its segments may hold other projects' and
     /// other times' rows too): for sizing a reader's tables once instead of growing them.
     pub fn max_rows(&self) -> u64 {
