@@ -5,9 +5,10 @@
 
 use sextant_model::query::{RetentionCohort, RetentionCohorts, RetentionPlan, ShardQuery};
 
-use super::users::{ByUser, Users};
+use super::users::UserRows;
 use super::{activity, bytes_of, each_batch_holding, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
 use crate::segment::table::Cols;
+use crate::segment::user_number::USER;
 use crate::segment::{Filter, Scan, Table, EVENT_DICTIONARIES};
 use crate::shard::ScanJob;
 
@@ -19,7 +20,7 @@ impl QueryKind for RetentionPlan {
             req,
             Table::Events,
             Filter { events, ..Default::default() },
-            &["distinct_id", "time_ns", "event"],
+            &[USER, "time_ns", "event"],
             &EVENT_DICTIONARIES,
         ));
         let earlier = earlier_scan(req, self).map(|s| shard.scan(s));
@@ -46,7 +47,7 @@ pub fn earlier_scan(req: &ShardQuery, plan: &RetentionPlan) -> Option<Scan> {
         from_ns: 0,
         to_ns: plan.bucket_starts[0],
         filter: Filter { events: vec![plan.start_event.clone()], ..Default::default() },
-        columns: vec!["distinct_id".into()],
+        columns: vec![USER.into()],
         dictionaries: EVENT_DICTIONARIES.to_vec(),
         stored_ids: false,
     })
@@ -65,46 +66,45 @@ pub fn run(
     budget: &mut Budget,
 ) -> Result<RetentionCohorts, QueryError> {
     let starts = &plan.bucket_starts;
-    let mut users = Users::default();
     // By user number: did the start event before the first cohort.
     let mut before: Vec<bool> = Vec::new();
     if let Some(earlier) = earlier {
         each_batch_holding(earlier, budget, |rb| {
-            for u in users.numbers_of(Cols(rb).strings("distinct_id")) {
-                before.resize(before.len().max(u as usize + 1), false);
+            for &u in Cols(rb).u32(USER).values().iter() {
+                if before.len() <= u as usize {
+                    before.resize(u as usize + 1, false);
+                }
                 before[u as usize] = true;
             }
-            Ok(users.bytes() + bytes_of(&before))
+            Ok(bytes_of(&before))
         })?;
     }
-    // (user, (period, marks)) of every row in a period.
-    let mut rows: Vec<(u32, (u32, u8))> = Vec::new();
+    // (period, marks) of every row in a period, by user.
+    let mut rows: UserRows<(u32, u8)> = UserRows::new(job.max_rows());
     each_batch_holding(job, budget, |rb| {
         let c = Cols(rb);
-        let (ids, times) = (c.strings("distinct_id"), c.i64("time_ns"));
+        let times = c.i64("time_ns").values();
         let name_marks = c.strings("event").map(|name| {
             (if name == plan.start_event { STARTS } else { 0 }) | (if name == plan.return_event { RETURNS } else { 0 })
         });
-        for (i, u) in users.numbers_of(ids).enumerate() {
-            let Some(b) = activity::bucket_of(starts, times.value(i)) else { continue };
+        for ((&u, &time), &marks) in c.u32(USER).values().iter().zip(times.iter()).zip(&name_marks) {
+            let Some(b) = activity::bucket_of(starts, time) else { continue };
             // A start counts only in a cohort period.
-            let marks = name_marks[i] & if b < plan.cohorts as usize { STARTS | RETURNS } else { RETURNS };
+            let marks = marks & if b < plan.cohorts as usize { STARTS | RETURNS } else { RETURNS };
             if marks != 0 {
-                rows.push((u, (b as u32, marks)));
+                rows.push(u, (b as u32, marks));
             }
         }
-        // The rows twice: grouping by user copies them.
-        Ok(users.bytes() + bytes_of(&before) + 2 * bytes_of(&rows))
+        Ok(bytes_of(&before) + rows.bytes())
     })?;
-    before.resize(users.len(), false);
     let periods = plan.periods as usize;
     let mut cohorts: Vec<RetentionCohort> =
         (0..plan.cohorts).map(|_| RetentionCohort { size: 0, returned: vec![0; periods] }).collect();
     // One user's distinct cohort and return periods, ascending (reused between users).
     let (mut cohort_periods, mut returns) = (Vec::new(), Vec::new());
-    for (u, marked) in ByUser::group(users.len(), &rows).each_mut() {
-        if plan.first_time && before[u as usize] {
-            continue;
+    rows.each_user(|u, marked| {
+        if plan.first_time && before.get(u as usize).copied().unwrap_or(false) {
+            return;
         }
         marked.sort_unstable();
         cohort_periods.clear();
@@ -130,6 +130,6 @@ pub fn run(
                 }
             }
         }
-    }
+    });
     Ok(RetentionCohorts(cohorts))
 }

@@ -87,44 +87,6 @@ impl Users {
     }
 }
 
-/// Values grouped by user: each user's values together, in the order they were given.
-pub struct ByUser<T> {
-    /// User `u`'s values are `values[starts[u]..starts[u + 1]]`.
-    starts: Vec<usize>,
-    values: Vec<T>,
-}
-
-impl<T: Copy + Default> ByUser<T> {
-    /// Groups `(user, value)` rows of `users` users (a counting sort: two passes, no hashing).
-    pub fn group(users: usize, rows: &[(u32, T)]) -> Self {
-        let mut starts = vec![0usize; users + 1];
-        for &(u, _) in rows {
-            starts[u as usize + 1] += 1;
-        }
-        for u in 0..users {
-            starts[u + 1] += starts[u];
-        }
-        let mut next = starts.clone();
-        let mut values = vec![T::default(); rows.len()];
-        for &(u, v) in rows {
-            values[next[u as usize]] = v;
-            next[u as usize] += 1;
-        }
-        ByUser { starts, values }
-    }
-
-    /// Each user's values (possibly none), by user number; mutable, so that they can be sorted
-    /// in place.
-    pub fn each_mut(&mut self) -> impl Iterator<Item = (u32, &mut [T])> {
-        let mut rest = self.values.as_mut_slice();
-        self.starts.windows(2).enumerate().map(move |(u, w)| {
-            let (mine, others) = std::mem::take(&mut rest).split_at_mut(w[1] - w[0]);
-            rest = others;
-            (u as u32, mine)
-        })
-    }
-}
-
 /// Values keyed by user number, grouped per user at the end. Rows go to one of many
 /// partitions by their number's low bits as they come, and each partition is grouped on its
 /// own by a counting sort over its users, whose counts stay in cache: grouping all the rows at
@@ -265,12 +227,5 @@ mod tests {
             });
             proptest::prop_assert_eq!(got, want);
         }
-    }
-
-    #[test]
-    fn grouping_keeps_each_users_values_in_order() {
-        let mut g = ByUser::group(4, &[(2, 'a'), (0, 'b'), (2, 'c'), (3, 'd'), (0, 'e')]);
-        let groups: Vec<(u32, Vec<char>)> = g.each_mut().map(|(u, v)| (u, v.to_vec())).collect();
-        assert_eq!(groups, [(0, vec!['b', 'e']), (1, vec![]), (2, vec!['a', 'c']), (3, vec!['d'])]);
     }
 }
