@@ -939,7 +939,9 @@ fn a_user_reads_one_number_in_old_and_new_segments_the_buffer_and_after_a_restar
     let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/segment/fixtures");
     for entry in std::fs::read_dir(&fixtures).unwrap() {
         let entry = entry.unwrap();
-        std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+        if entry.file_type().unwrap().is_file() {
+            std::fs::copy(entry.path(), dir.path().join(entry.file_name())).unwrap();
+        }
     }
     let mut sh = Shard { s: SegmentShard::open(dir.path()).unwrap(), index: 0, _dir: tempfile::tempdir().unwrap() };
     // The fixture holds user-0 to user-4; these add new-5 and new-6, in two segments of the

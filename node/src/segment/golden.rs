@@ -1,7 +1,9 @@
 //! Segment files written by format 1, committed under `fixtures/` with their manifest, that
 //! every later build must read (docs/ARCHITECTURE.md, "Attribute encoding"). To write them
 //! again after a deliberate format change, run
-//! `cargo test -p sextant-node write_format_1_segment_fixtures -- --ignored`.
+//! `cargo test -p sextant-node write_format_1_segment_fixtures -- --ignored` (and
+//! `write_format_1_user_number_fixtures` for `fixtures/users/`, an events segment with user
+//! numbers).
 
 use std::path::{Path, PathBuf};
 
@@ -368,4 +370,78 @@ fn fixture_attributes_decode_to_their_values() {
         ("ünïcødé".into(), s("välue")),
     ];
     assert_eq!(decoded, expected);
+}
+
+/// Format 1 with user numbers: an events segment with its `user` column, written by the
+/// ignored test below, in `fixtures/users/`.
+fn user_fixtures() -> PathBuf {
+    fixtures().join("users")
+}
+
+/// The fixture's events and, for each, the number a fresh table gives its user.
+fn numbered_events() -> (Vec<(&'static str, Row)>, Vec<u32>) {
+    let rows = fixture_rows().into_iter().find(|(t, _, _)| *t == Table::Events).expect("events").2;
+    let hashes: Vec<u128> = rows
+        .iter()
+        .map(|(_, r)| match r {
+            Row::Event(e) => super::user_number::id_hash(&e.distinct_id),
+            _ => unreachable!("events only"),
+        })
+        .collect();
+    let numbers = super::user_number::UserNumbers::default().numbers(&hashes);
+    (rows, numbers)
+}
+
+#[test]
+#[ignore = "writes the fixtures; run after a deliberate format change"]
+fn write_format_1_user_number_fixtures() {
+    let dir = user_fixtures();
+    std::fs::create_dir_all(&dir).unwrap();
+    let (rows, numbers) = numbered_events();
+    let refs: Vec<RowRef<'_>> = rows.iter().map(|(project, row)| RowRef::new(project, row, 0)).collect();
+    let meta = file::write(&dir, 1, Table::Events, DAY, &refs, &BATCHES, Some(&numbers)).unwrap();
+    let manifest = Manifest { segments: vec![meta], next_segment: 2, ..Default::default() };
+    manifest.store(&dir).unwrap();
+}
+
+#[test]
+fn user_numbers_written_by_format_1_still_read() {
+    use super::user_number::{id_hash, UserNumbers, USER, USER_ID};
+    let dir = user_fixtures();
+    let (manifest, _) = Manifest::load(&dir).unwrap().expect("the fixture manifest");
+    let segment = std::sync::Arc::new(Segment::open(&dir, manifest.segments[0].clone()).unwrap());
+    let (rows, numbers) = numbered_events();
+    assert!(segment.has_user_numbers());
+    let mut stored = Vec::new();
+    segment.each_user(|_, n| stored.extend_from_slice(n.expect("numbers stored"))).unwrap();
+    assert_eq!(stored, numbers);
+    // A shard opening this segment takes its numbers; a new user gets the next one.
+    let table = UserNumbers::rebuild(&[segment.clone()]).unwrap();
+    let ids: Vec<u128> = rows
+        .iter()
+        .map(|(_, r)| match r {
+            Row::Event(e) => id_hash(&e.distinct_id),
+            _ => unreachable!(),
+        })
+        .collect();
+    assert_eq!(table.numbers(&ids), numbers);
+    let next = numbers.iter().max().unwrap() + 1;
+    assert_eq!(table.numbers(&[id_hash("someone new")]), [next]);
+    // A scan asking for numbers reads them, not the ids.
+    let scan = super::Scan {
+        table: Table::Events,
+        project: PROJECTS[0].into(),
+        from_ns: i64::MIN,
+        to_ns: i64::MAX,
+        filter: Default::default(),
+        columns: vec![USER.into()],
+        dictionaries: Vec::new(),
+        stored_ids: false,
+    };
+    let batches = segment.scan(&scan, &|_| false).unwrap();
+    let read: Vec<u32> = batches.iter().flat_map(|rb| super::table::Cols(rb).u32(USER).values().to_vec()).collect();
+    let of_project: Vec<u32> =
+        rows.iter().zip(&numbers).filter(|((p, _), _)| *p == PROJECTS[0]).map(|(_, n)| *n).collect();
+    assert_eq!(read, of_project);
+    assert!(batches.iter().all(|rb| rb.column_by_name(USER_ID).is_none()));
 }
