@@ -502,25 +502,17 @@ impl Segment {
         }
         let columns = ["project", "uuid", "batch"].map(|c| schema.index_of(c).expect("analytics columns"));
         let mask = ProjectionMask::roots(self.reader.parquet_schema(), columns);
-        let rgs: Vec<usize> = (0..self.reader.metadata().num_row_groups()).collect();
-        self.each_batch(
-            &self.reader,
-            &rgs,
-            Some(&mask),
-            false,
-            || None,
-            |rb| {
-                let c = super::table::Cols(&rb);
-                let (projects, uuids, batches) = (c.str("project"), c.str("uuid"), c.u32("batch"));
-                for i in 0..rb.num_rows() {
-                    let hide = self.batches.get(batches.value(i) as usize).is_some_and(|b| hidden(*b));
-                    if !hide && !uuids.value(i).is_empty() {
-                        f(super::uuids::key(table, projects.value(i), uuids.value(i)));
-                    }
+        self.each_batch_of_every_row_group(&self.reader, &mask, |rb| {
+            let c = super::table::Cols(&rb);
+            let (projects, uuids, batches) = (c.str("project"), c.str("uuid"), c.u32("batch"));
+            for i in 0..rb.num_rows() {
+                let hide = self.batches.get(batches.value(i) as usize).is_some_and(|b| hidden(*b));
+                if !hide && !uuids.value(i).is_empty() {
+                    f(super::uuids::key(table, projects.value(i), uuids.value(i)));
                 }
-                Ok(())
-            },
-        )
+            }
+            Ok(())
+        })
     }
 
     /// Whether it stores user numbers ([`USER`]).
@@ -536,21 +528,24 @@ impl Segment {
         let columns = std::iter::once(ids).chain(file_schema.index_of(USER).ok());
         let mask = ProjectionMask::roots(self.reader.parquet_schema(), columns);
         let reader = self.reader_with_dictionaries(&[USER_ID])?;
-        let rgs: Vec<usize> = (0..self.reader.metadata().num_row_groups()).collect();
         let mut hashes = IdHashes::default();
-        self.each_batch(
-            &reader,
-            &rgs,
-            Some(&mask),
-            false,
-            || None,
-            |rb| {
-                let c = super::table::Cols(&rb);
-                let numbers = rb.column_by_name(USER).map(|_| c.u32(USER).values().as_ref());
-                f(&hashes.of(&c.strings(USER_ID)), numbers);
-                Ok(())
-            },
-        )
+        self.each_batch_of_every_row_group(&reader, &mask, |rb| {
+            let c = super::table::Cols(&rb);
+            let numbers = rb.column_by_name(USER).map(|_| c.u32(USER).values().as_ref());
+            f(&hashes.of(&c.strings(USER_ID)), numbers);
+            Ok(())
+        })
+    }
+
+    /// [`each_batch`](Self::each_batch) of every row group, the `mask` columns only.
+    fn each_batch_of_every_row_group(
+        &self,
+        reader: &ArrowReaderMetadata,
+        mask: &ProjectionMask,
+        f: impl FnMut(RecordBatch) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let rgs: Vec<usize> = (0..self.reader.metadata().num_row_groups()).collect();
+        self.each_batch(reader, &rgs, Some(mask), false, || None, f)
     }
 
     /// Hands `f` the batches of `row_groups` in the table's schema ([`assemble`]d), each batch

@@ -30,6 +30,9 @@ pub struct UserNumbers {
     table: RwLock<Numbered>,
 }
 
+/// The largest number given (`u32::MAX` marks an empty slot).
+const LAST: u32 = u32::MAX - 1;
+
 #[derive(Default)]
 struct Numbered {
     slots: Slots,
@@ -39,10 +42,14 @@ struct Numbered {
 
 impl Numbered {
     /// Records a number stored in a segment. False when the user already has another one (a
-    /// segment that disagrees with the others; the first number stays).
+    /// segment that disagrees with the others; the first number stays) or the number is the
+    /// empty slots' mark (a corrupted segment).
     fn keep(&mut self, hash: u128, number: u32) -> bool {
+        if number > LAST {
+            return false;
+        }
         let u = self.slots.get_or_insert(hash, number);
-        self.next = self.next.max(number.saturating_add(1));
+        self.next = self.next.max((number + 1).min(LAST));
         u == number
     }
 
@@ -50,7 +57,8 @@ impl Numbered {
         let next = self.next;
         let u = self.slots.get_or_insert(hash, next);
         if u == next {
-            self.next += 1;
+            // Past four billion users a shard's last users share the last number.
+            self.next = (next + 1).min(LAST);
         }
         u
     }
