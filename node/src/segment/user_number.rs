@@ -291,11 +291,6 @@ impl Slots {
     }
 }
 
-/// The 96 bits of an id's hash a user is known by ([`Slots`]).
-pub fn user_key(hash: u128) -> u128 {
-    hash & ((1 << 96) - 1)
-}
-
 /// The hash of a distinct id as [`IdHashes`] computes it.
 pub fn id_hash(id: &str) -> u128 {
     xxh3_128(id.as_bytes())
