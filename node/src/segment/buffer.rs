@@ -12,6 +12,7 @@ use sextant_proto::convert::persist_row::{decode_ingest, DecodeError};
 use super::rollup::{Running, MIN_ROWS_PER_ROLLUP};
 use super::table::{Row, RowRef, Table};
 use super::token_index::line_terms;
+use super::user_number::{id_hash, UserNumbers, USER};
 
 pub struct BufferedRow {
     pub project: Arc<str>,
@@ -36,6 +37,9 @@ pub struct Buffer {
     /// Span and event rollups of the rows here, brought up to date by the reads that use them
     /// (applying a row does not pay for them).
     rollups: Mutex<Rolled>,
+    /// The user number of each row (events; `u32::MAX` for others), as far as the scans that
+    /// read user numbers have brought it (applying a row does not pay for it).
+    users: Mutex<Vec<u32>>,
     batches: HashSet<u128>,
     /// Per (project, table) with rows here: how many and their earliest and latest time, so
     /// that an estimate whose range holds them all does not walk the rows.
@@ -56,6 +60,7 @@ impl Default for Buffer {
             terms: Vec::new(),
             events: FxHashMap::default(),
             rollups: Mutex::default(),
+            users: Mutex::default(),
             batches: HashSet::new(),
             extents: FxHashMap::default(),
             aborted: HashSet::new(),
@@ -168,19 +173,25 @@ impl Buffer {
     /// record batches ready for [`Scan::apply`](super::Scan::apply). A rollup scan gets the
     /// [`running_rollups`](Self::running_rollups), or the source rows when there are none or a
     /// hidden batch is here (the rollups still count it).
-    pub fn scan_rows(&self, scan: &super::Scan, hidden: &dyn Fn(u128) -> bool) -> Vec<arrow_array::RecordBatch> {
+    /// `users`: the shard's user numbers, for a scan that reads them.
+    pub fn scan_rows(
+        &self,
+        scan: &super::Scan,
+        hidden: &dyn Fn(u128) -> bool,
+        users: Option<&UserNumbers>,
+    ) -> Vec<arrow_array::RecordBatch> {
         let Some(source) = scan.rollup_source() else {
-            return self.scan_from(self.candidates(scan), scan, hidden);
+            return self.scan_from(self.candidates(scan), scan, hidden, users);
         };
         let rolled = if self.batches.iter().any(|&b| hidden(b)) { None } else { self.running_rollups() };
         let Some(rolled) = rolled else {
-            return self.scan_from(self.candidates(&source), &source, hidden);
+            return self.scan_from(self.candidates(&source), &source, hidden, None);
         };
         // A bucket starting in the source range holds only rows of that range (its ends are
         // bucket starts), so these are the rollups of the rows it selects.
         let rows = rolled.rows(scan.table, &scan.project, source.from_ns, source.to_ns);
         let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new(&scan.project, row, 0)).collect();
-        scan.select(&refs)
+        scan.select(&refs, None)
     }
 
     /// [`scan_rows`](Self::scan_rows) reading every row, not the index's candidates.
@@ -190,18 +201,20 @@ impl Buffer {
         scan: &super::Scan,
         hidden: &dyn Fn(u128) -> bool,
     ) -> Vec<arrow_array::RecordBatch> {
-        self.scan_from(Box::new(self.rows.iter()), scan, hidden)
+        self.scan_from(Box::new(0..self.rows.len() as u32), scan, hidden, None)
     }
 
-    fn scan_from<'a>(
-        &'a self,
-        rows: Box<dyn Iterator<Item = &'a BufferedRow> + 'a>,
+    fn scan_from(
+        &self,
+        positions: Box<dyn Iterator<Item = u32> + '_>,
         scan: &super::Scan,
         hidden: &dyn Fn(u128) -> bool,
+        users: Option<&UserNumbers>,
     ) -> Vec<arrow_array::RecordBatch> {
         let source = scan.table.source();
-        let mut live: Vec<&BufferedRow> = rows
-            .filter(|r| {
+        let mut live: Vec<u32> = positions
+            .filter(|&i| {
+                let r = &self.rows[i as usize];
                 r.row.table() == source
                     && *r.project == *scan.project
                     && scan.may_select(&r.row)
@@ -213,14 +226,49 @@ impl Buffer {
             return Vec::new();
         }
         if scan.table == Table::TraceSummaries {
-            live.sort_by(|a, b| a.row.sort_key().cmp(&b.row.sort_key()));
+            live.sort_by(|&a, &b| self.rows[a as usize].row.sort_key().cmp(&self.rows[b as usize].row.sort_key()));
         }
-        let refs: Vec<RowRef<'_>> = live.iter().map(|r| RowRef::new(&r.project, &r.row, 0)).collect();
+        let refs: Vec<RowRef<'_>> = live
+            .iter()
+            .map(|&i| {
+                let r = &self.rows[i as usize];
+                RowRef::new(&r.project, &r.row, 0)
+            })
+            .collect();
         // The rows are of the scan's project and none is hidden (filtered above).
         if scan.table == Table::TraceSummaries {
             return super::summary::select_summaries(scan, &refs);
         }
-        scan.select(&refs)
+        match users.filter(|_| scan.columns.iter().any(|c| c == USER)) {
+            Some(users) => {
+                let numbers = self.user_numbers(users);
+                let of_live: Vec<u32> = live.iter().map(|&i| numbers[i as usize]).collect();
+                drop(numbers);
+                scan.select(&refs, Some(&of_live))
+            }
+            None => scan.select(&refs, None),
+        }
+    }
+
+    /// The user number of every row (see `users`), brought up to date through `users`.
+    fn user_numbers(&self, users: &UserNumbers) -> MutexGuard<'_, Vec<u32>> {
+        let mut numbers = self.users.lock().unwrap();
+        let from = numbers.len();
+        let new = &self.rows[from..];
+        let events: Vec<(usize, u128)> = new
+            .iter()
+            .enumerate()
+            .filter_map(|(k, r)| match &r.row {
+                Row::Event(e) => Some((k, id_hash(&e.distinct_id))),
+                _ => None,
+            })
+            .collect();
+        let hashes: Vec<u128> = events.iter().map(|&(_, h)| h).collect();
+        numbers.resize(self.rows.len(), u32::MAX);
+        for ((k, _), n) in events.iter().zip(users.numbers(&hashes)) {
+            numbers[from + k] = n;
+        }
+        numbers
     }
 
     /// Rows of `project` that [`scan_rows`](Self::scan_rows) would consider (by table, time
@@ -269,7 +317,7 @@ impl Buffer {
 
     /// The rows a scan has to look at, in buffer order: for a log search with index terms,
     /// the lines holding all of them; for events of given names, those events; otherwise all.
-    fn candidates<'a>(&'a self, scan: &super::Scan) -> Box<dyn Iterator<Item = &'a BufferedRow> + 'a> {
+    fn candidates(&self, scan: &super::Scan) -> Box<dyn Iterator<Item = u32> + '_> {
         let positions = match scan.table {
             Table::Logs => {
                 let terms = scan.required_terms();
@@ -289,8 +337,8 @@ impl Buffer {
             _ => None,
         };
         match positions {
-            Some(p) => Box::new(p.into_iter().map(|i| &self.rows[i as usize])),
-            None => Box::new(self.rows.iter()),
+            Some(p) => Box::new(p.into_iter()),
+            None => Box::new(0..self.rows.len() as u32),
         }
     }
 
@@ -724,12 +772,12 @@ mod tests {
                     let q = query(terms);
                     let filter = Filter { log_query: Some(LogQuery::parse(&q).unwrap()), ..Default::default() };
                     let s = scan(Table::Logs, project, filter);
-                    prop_assert_eq!(rows_of(Table::Logs, buffer.scan_rows(&s, &none)), rows_of(Table::Logs, buffer.scan_rows_unindexed(&s, &none)), "query {}", q);
+                    prop_assert_eq!(rows_of(Table::Logs, buffer.scan_rows(&s, &none, None)), rows_of(Table::Logs, buffer.scan_rows_unindexed(&s, &none)), "query {}", q);
                 }
                 // Index 3: a name no event has.
                 let wanted: Vec<String> = names.iter().map(|&n| EVENTS.get(n).copied().unwrap_or("none").to_owned()).collect();
                 let s = scan(Table::Events, project, Filter { events: wanted, ..Default::default() });
-                prop_assert_eq!(rows_of(Table::Events, buffer.scan_rows(&s, &none)), rows_of(Table::Events, buffer.scan_rows_unindexed(&s, &none)));
+                prop_assert_eq!(rows_of(Table::Events, buffer.scan_rows(&s, &none, None)), rows_of(Table::Events, buffer.scan_rows_unindexed(&s, &none)));
             }
         }
     }
@@ -743,7 +791,7 @@ mod tests {
         let count_events = |buffer: &Buffer| -> u64 {
             let mut rollups = scan(Table::EventRollups, "p", Filter::default());
             rollups.to_ns = i64::MAX - HOUR;
-            let batches = buffer.scan_rows(&rollups, &|_| false);
+            let batches = buffer.scan_rows(&rollups, &|_| false, None);
             batches
                 .iter()
                 .map(|rb| match rb.column_by_name("count") {
@@ -781,7 +829,7 @@ mod tests {
             Filter { log_query: Some(LogQuery::parse("needle").unwrap()), ..Default::default() },
         );
         assert_eq!(buffer.candidates(&s).count(), 1);
-        let found = rows_of(Table::Logs, buffer.scan_rows(&s, &|_| false));
+        let found = rows_of(Table::Logs, buffer.scan_rows(&s, &|_| false, None));
         assert!(matches!(&found[..], [Row::Log(l)] if l.unix_nanos == 500));
         let absent = scan(
             Table::Logs,

@@ -3,7 +3,9 @@
 //! the trace-id bloom filter, the log token index) and finally to rows (one mask per batch).
 //! The same [`Scan::mask`] decides for buffered rows and for segment rows.
 
-use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
+use std::sync::Arc;
+
+use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray, UInt32Array};
 use arrow_buffer::BooleanBuffer;
 use arrow_schema::ArrowError;
 use parquet::file::metadata::RowGroupMetaData;
@@ -14,7 +16,7 @@ use super::attribute::{read_stored, Attribute};
 use super::layout::stored_value;
 use super::table::{Cols, Row, RowRef, Strings, Table};
 use super::token_index::{term_hash, TokenIndex};
-use super::user_number::{USER, USER_ID};
+use super::user_number::{user_field, USER, USER_ID};
 
 /// Row predicates of a scan. Empty lists and `None`s do not filter.
 #[derive(Clone, Debug, Default)]
@@ -406,20 +408,29 @@ impl Scan {
     }
 
     /// The rows the scan selects among `rows` (of its table and project, none hidden), as
-    /// batches of what it returns or filters on.
-    pub fn select(&self, rows: &[RowRef<'_>]) -> Vec<RecordBatch> {
+    /// batches of what it returns or filters on; `users`: the rows' user numbers, if known.
+    pub fn select(&self, rows: &[RowRef<'_>], users: Option<&[u32]>) -> Vec<RecordBatch> {
         let mut columns = self.read_columns(true, true);
-        // Buffered rows have no user numbers yet: their ids stand in.
-        if let Some(columns) = columns.as_mut().filter(|c| c.iter().any(|c| c == USER)) {
+        // Without user numbers, the ids stand in.
+        if let Some(columns) = columns.as_mut().filter(|c| users.is_none() && c.iter().any(|c| c == USER)) {
             columns.push(USER_ID.to_owned());
         }
         let mut out = Vec::new();
-        for chunk in rows.chunks(8192) {
+        const CHUNK: usize = 8192;
+        for (k, chunk) in rows.chunks(CHUNK).enumerate() {
             let rb = match &columns {
                 Some(columns) => super::table::to_projected_batch(self.table, chunk, columns),
                 None => super::table::to_record_batch(self.table, chunk),
             };
-            let rb = rb.expect("rows match their table's schema");
+            let mut rb = rb.expect("rows match their table's schema");
+            if let Some(users) = users {
+                let numbers = UInt32Array::from(users[k * CHUNK..][..chunk.len()].to_vec());
+                let schema = rb.schema();
+                let fields = schema.fields().iter().cloned().chain([Arc::new(user_field())]);
+                let columns = rb.columns().iter().cloned().chain([Arc::new(numbers) as ArrayRef]).collect();
+                rb = RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields.collect::<Vec<_>>())), columns)
+                    .expect("one number per row");
+            }
             if let Some(kept) = self.apply(&rb, &|_| false).expect("filtering a batch of its own schema") {
                 out.push(kept);
             }

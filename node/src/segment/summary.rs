@@ -63,7 +63,7 @@ pub fn summary_rows(spans: &[RowRef<'_>]) -> Vec<(String, Row)> {
 pub fn select_summaries(scan: &super::Scan, spans: &[RowRef<'_>]) -> Vec<arrow_array::RecordBatch> {
     let summaries = summary_rows(spans);
     let refs: Vec<RowRef<'_>> = summaries.iter().map(|(project, row)| RowRef::new(project, row, 0)).collect();
-    scan.select(&refs)
+    scan.select(&refs, None)
 }
 
 #[cfg(test)]

@@ -42,10 +42,11 @@ impl SegmentShard {
         let tombstones = self.tombstones.clone();
         let hidden = |b: u128| tombstones.contains(&b);
         let source_scan = scan.rollup_source();
-        let mut buffered = self.active.scan_rows(&scan, &hidden);
+        let users = scan.columns.iter().any(|c| c == USER).then_some(self.users.as_ref());
+        let mut buffered = self.active.scan_rows(&scan, &hidden, users);
         let published = self.published.read().unwrap();
         for frozen in &published.frozen {
-            buffered.extend(frozen.scan_rows(&scan, &hidden));
+            buffered.extend(frozen.scan_rows(&scan, &hidden, users));
         }
         let Sources { segments, unrolled, resummarized } =
             sources(&published.segments, &scan, source_scan, &tombstones);
