@@ -12,7 +12,7 @@ use sextant_proto::convert::persist_row::{decode_ingest, DecodeError};
 use super::rollup::{Running, MIN_ROWS_PER_ROLLUP};
 use super::table::{Row, RowRef, Table};
 use super::token_index::line_terms;
-use super::user_number::{id_hash, UserNumbers, USER};
+use super::user_number::{id_hash, UserNumbers};
 
 pub struct BufferedRow {
     pub project: Arc<str>,
@@ -173,7 +173,7 @@ impl Buffer {
     /// record batches ready for [`Scan::apply`](super::Scan::apply). A rollup scan gets the
     /// [`running_rollups`](Self::running_rollups), or the source rows when there are none or a
     /// hidden batch is here (the rollups still count it).
-    /// `users`: the shard's user numbers, for a scan that reads them.
+    /// `users`: the shard's user numbers, given for a scan that returns them.
     pub fn scan_rows(
         &self,
         scan: &super::Scan,
@@ -239,7 +239,7 @@ impl Buffer {
         if scan.table == Table::TraceSummaries {
             return super::summary::select_summaries(scan, &refs);
         }
-        match users.filter(|_| scan.columns.iter().any(|c| c == USER)) {
+        match users {
             Some(users) => {
                 let numbers = self.user_numbers(users);
                 let of_live: Vec<u32> = live.iter().map(|&i| numbers[i as usize]).collect();
@@ -255,18 +255,17 @@ impl Buffer {
         let mut numbers = self.users.lock().unwrap();
         let from = numbers.len();
         let new = &self.rows[from..];
-        let events: Vec<(usize, u128)> = new
+        let (positions, hashes): (Vec<usize>, Vec<u128>) = new
             .iter()
             .enumerate()
             .filter_map(|(k, r)| match &r.row {
-                Row::Event(e) => Some((k, id_hash(&e.distinct_id))),
+                Row::Event(e) => Some((from + k, id_hash(&e.distinct_id))),
                 _ => None,
             })
-            .collect();
-        let hashes: Vec<u128> = events.iter().map(|&(_, h)| h).collect();
+            .unzip();
         numbers.resize(self.rows.len(), u32::MAX);
-        for ((k, _), n) in events.iter().zip(users.numbers(&hashes)) {
-            numbers[from + k] = n;
+        for (i, n) in positions.into_iter().zip(users.numbers(&hashes)) {
+            numbers[i] = n;
         }
         numbers
     }

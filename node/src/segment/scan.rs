@@ -412,7 +412,7 @@ impl Scan {
     pub fn select(&self, rows: &[RowRef<'_>], users: Option<&[u32]>) -> Vec<RecordBatch> {
         let mut columns = self.read_columns(true, true);
         // Without user numbers, the ids stand in.
-        if let Some(columns) = columns.as_mut().filter(|c| users.is_none() && c.iter().any(|c| c == USER)) {
+        if let Some(columns) = columns.as_mut().filter(|_| users.is_none() && self.returns(USER)) {
             columns.push(USER_ID.to_owned());
         }
         let mut out = Vec::new();
@@ -466,6 +466,11 @@ impl Scan {
             }
         }
         rb.project(&indices)
+    }
+
+    /// Whether the scan returns `column`.
+    pub fn returns(&self, column: &str) -> bool {
+        self.columns.iter().any(|c| c == column)
     }
 
     /// Every column the scan reads from a segment: the returned ones and the filter's. In a

@@ -42,7 +42,7 @@ impl SegmentShard {
         let tombstones = self.tombstones.clone();
         let hidden = |b: u128| tombstones.contains(&b);
         let source_scan = scan.rollup_source();
-        let users = scan.columns.iter().any(|c| c == USER).then_some(self.users.as_ref());
+        let users = scan.returns(USER).then_some(self.users.as_ref());
         let mut buffered = self.active.scan_rows(&scan, &hidden, users);
         let published = self.published.read().unwrap();
         for frozen in &published.frozen {
@@ -51,11 +51,7 @@ impl SegmentShard {
         let Sources { segments, unrolled, resummarized } =
             sources(&published.segments, &scan, source_scan, &tombstones);
         drop(published);
-        let numbering = scan
-            .columns
-            .iter()
-            .any(|c| c == USER)
-            .then(|| Numbering::new(self.users.clone(), scan.columns.iter().any(|c| c == USER_ID)));
+        let numbering = users.map(|_| Numbering::new(self.users.clone(), scan.returns(USER_ID)));
         ScanJob { scan, buffered, segments, unrolled, resummarized, tombstones, numbering }
     }
 
