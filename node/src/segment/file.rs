@@ -74,7 +74,7 @@ pub struct SegmentMeta {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Effort {
     /// zstd level 3, like every other column: a flush's small segments, which compaction
-    /// rewrites (docs/ARCHITECTURE.md, "Compaction and expiry").
+    /// rewrites (docs/ARCHITECTURE.md, "Compaction").
     Draft,
     /// zstd level 9: span attributes take a quarter fewer bytes, for several times the CPU.
     Final,
