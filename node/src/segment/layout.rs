@@ -528,17 +528,7 @@ mod tests {
                 })
                 .collect();
             let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new("p", row, 0)).collect();
-            let meta = crate::segment::file::write(
-                dir.path(),
-                unit,
-                Table::Spans,
-                0,
-                &refs,
-                &[7],
-                None,
-                crate::segment::file::Effort::Final,
-            )
-            .unwrap();
+            let meta = crate::segment::file::write(dir.path(), unit, Table::Spans, 0, &refs, &[7], None).unwrap();
             let segment = crate::segment::Segment::open(dir.path(), meta).unwrap();
             let back: Vec<Row> = segment.read(None).unwrap().into_iter().map(|(_, row, _)| row).collect();
             assert_eq!(back, rows, "unit {unit}");
@@ -604,17 +594,7 @@ mod tests {
             let mut refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new("p", row, 0)).collect();
             refs.sort_by(|a, b| a.row.sort_key().cmp(&b.row.sort_key()));
             let meta = if id <= 2 {
-                crate::segment::file::write(
-                    dir.path(),
-                    id,
-                    table,
-                    0,
-                    &refs,
-                    &[7],
-                    None,
-                    crate::segment::file::Effort::Final,
-                )
-                .unwrap()
+                crate::segment::file::write(dir.path(), id, table, 0, &refs, &[7], None).unwrap()
             } else {
                 write_unlaid_out(dir.path(), id, table, &refs)
             };
@@ -673,7 +653,6 @@ mod tests {
             file: crate::archive::FileEntry { name, len, xxh3: 0 },
             summarizes: None,
             projects: vec!["p".into()],
-            draft: false,
         }
     }
 }
