@@ -3,9 +3,7 @@
 //! the trace-id bloom filter, the log token index) and finally to rows (one mask per batch).
 //! The same [`Scan::mask`] decides for buffered rows and for segment rows.
 
-use std::sync::Arc;
-
-use arrow_array::{Array, ArrayRef, BooleanArray, RecordBatch, StringArray, UInt32Array};
+use arrow_array::{Array, BooleanArray, RecordBatch, StringArray};
 use arrow_buffer::BooleanBuffer;
 use arrow_schema::ArrowError;
 use parquet::file::metadata::RowGroupMetaData;
@@ -16,7 +14,7 @@ use super::attribute::{read_stored, Attribute};
 use super::layout::stored_value;
 use super::table::{Cols, Row, RowRef, Strings, Table};
 use super::token_index::{term_hash, TokenIndex};
-use super::user_number::{user_field, USER, USER_ID};
+use super::user_number::{with_user_column, USER, USER_ID};
 
 /// Row predicates of a scan. Empty lists and `None`s do not filter.
 #[derive(Clone, Debug, Default)]
@@ -424,12 +422,7 @@ impl Scan {
             };
             let mut rb = rb.expect("rows match their table's schema");
             if let Some(users) = users {
-                let numbers = UInt32Array::from(users[k * CHUNK..][..chunk.len()].to_vec());
-                let schema = rb.schema();
-                let fields = schema.fields().iter().cloned().chain([Arc::new(user_field())]);
-                let columns = rb.columns().iter().cloned().chain([Arc::new(numbers) as ArrayRef]).collect();
-                rb = RecordBatch::try_new(Arc::new(arrow_schema::Schema::new(fields.collect::<Vec<_>>())), columns)
-                    .expect("one number per row");
+                rb = with_user_column(&rb, users[k * CHUNK..][..chunk.len()].to_vec()).expect("one number per row");
             }
             if let Some(kept) = self.apply(&rb, &|_| false).expect("filtering a batch of its own schema") {
                 out.push(kept);

@@ -53,14 +53,14 @@ fn message_terms(message: &str, out: &mut Vec<u32>) {
     let mut lower = [0u8; 64];
     let words = message.as_bytes().split(|b| !(b.is_ascii_alphanumeric() || *b == b'_')).filter(|w| !w.is_empty());
     for word in words {
-        let hash = match lower.get_mut(..word.len()) {
-            _ if !word.iter().any(u8::is_ascii_uppercase) => xxh3_64(word),
-            Some(buf) => {
-                buf.copy_from_slice(word);
-                buf.make_ascii_lowercase();
-                xxh3_64(buf)
-            }
-            None => xxh3_64(&word.to_ascii_lowercase()),
+        let hash = if !word.iter().any(u8::is_ascii_uppercase) {
+            xxh3_64(word)
+        } else if let Some(buf) = lower.get_mut(..word.len()) {
+            buf.copy_from_slice(word);
+            buf.make_ascii_lowercase();
+            xxh3_64(buf)
+        } else {
+            xxh3_64(&word.to_ascii_lowercase())
         };
         out.push(hash as u32);
     }

@@ -151,28 +151,30 @@ impl Numbering {
         self.users.numbers(&ids.map(id_hash).collect::<Vec<_>>())
     }
 
-    pub fn add(&mut self, rb: RecordBatch) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    pub fn add(&mut self, mut rb: RecordBatch) -> Result<RecordBatch, arrow_schema::ArrowError> {
         let schema = rb.schema();
         if schema.index_of(USER).is_ok() {
             return Ok(rb);
         }
         let Ok(ids) = schema.index_of(USER_ID) else { return Ok(rb) };
         let hashes = self.hashes.of(&Cols(&rb).strings(USER_ID));
-        let numbers: ArrayRef = Arc::new(UInt32Array::from(self.users.numbers(&hashes)));
-        let (mut fields, mut columns): (Vec<_>, Vec<_>) =
-            schema.fields().iter().cloned().zip(rb.columns().iter().cloned()).collect();
+        let numbers = self.users.numbers(&hashes);
         if !self.keep_ids {
-            fields.remove(ids);
-            columns.remove(ids);
+            rb.remove_column(ids);
         }
-        fields.push(Arc::new(user_field()));
-        columns.push(numbers);
-        RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
+        with_user_column(&rb, numbers)
     }
 }
 
 pub fn user_field() -> Field {
     Field::new(USER, DataType::UInt32, false)
+}
+
+/// `rb` with `numbers` (one per row) as its last column, [`USER`].
+pub fn with_user_column(rb: &RecordBatch, numbers: Vec<u32>) -> Result<RecordBatch, arrow_schema::ArrowError> {
+    let fields = rb.schema().fields().iter().cloned().chain([Arc::new(user_field())]).collect::<Vec<_>>();
+    let columns = rb.columns().iter().cloned().chain([Arc::new(UInt32Array::from(numbers)) as ArrayRef]).collect();
+    RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }
 
 /// The xxh3-128 hash of each row's distinct id, column by column. A dictionary column's
