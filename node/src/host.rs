@@ -584,14 +584,24 @@ impl NodeHost {
         Ok(raft)
     }
 
-    /// Takes `group`'s replica out of the hosted ones (the caller holds `lifecycle`).
-    fn unhost(&self, group: GroupId) -> Option<Raft> {
-        let mut groups = self.groups.write().unwrap();
-        if group == META_GROUP {
-            groups.meta.take().map(|g| g.raft)
-        } else {
-            groups.shards.remove(&group).map(|g| g.raft)
+    /// Takes `group`'s replica out of the hosted ones and stops it (the caller holds
+    /// `lifecycle`): its Raft, then a shard's flush and compaction, which run off Raft's tasks
+    /// and must be over before its directory is opened again or deleted. `None` if not hosted.
+    async fn unhost(&self, group: GroupId) -> Option<Result<(), tokio::task::JoinError>> {
+        let (raft, shard) = {
+            let mut groups = self.groups.write().unwrap();
+            if group == META_GROUP {
+                (groups.meta.take()?.raft, None)
+            } else {
+                let g = groups.shards.remove(&group)?;
+                (g.raft, Some(g.state))
+            }
+        };
+        let stopped = raft.shutdown().await;
+        if let Some(shard) = shard {
+            let _ = tokio::task::spawn_blocking(move || shard.read().unwrap().state.closer()()).await;
         }
+        Some(stopped)
     }
 
     /// Starts `group`'s replica again from what is on disk, as a process restart would for this
@@ -599,10 +609,8 @@ impl NodeHost {
     async fn restart_group(&self, group: GroupId) -> Result<Raft, HostError> {
         {
             let _lifecycle = self.lifecycle.lock().await;
-            if let Some(raft) = self.unhost(group) {
-                // It has stopped already: this only waits for its tasks.
-                let _ = raft.shutdown().await;
-            }
+            // It has stopped already: this only waits for its tasks.
+            let _ = self.unhost(group).await;
         }
         self.host_group(group).await
     }
@@ -612,9 +620,9 @@ impl NodeHost {
     /// at the next start instead of reopening a replica with a forgotten log.
     pub async fn drop_group(&self, group: GroupId) -> Result<(), HostError> {
         let _lifecycle = self.lifecycle.lock().await;
-        let Some(raft) = self.unhost(group) else { return Ok(()) };
         let err = |e: anyhow::Error| HostError::Drop { group, source: e };
-        raft.shutdown().await.map_err(|e| err(anyhow::anyhow!("{e}")))?;
+        let Some(stopped) = self.unhost(group).await else { return Ok(()) };
+        stopped.map_err(|e| err(anyhow::anyhow!("{e}")))?;
         let dir = self.group_dir(group);
         let dropped = dir.with_file_name(format!("{group}{DROPPED_SUFFIX}"));
         std::fs::rename(&dir, &dropped).map_err(|e| err(e.into()))?;

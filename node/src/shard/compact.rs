@@ -46,6 +46,7 @@ impl SegmentShard {
             users: self.users.clone(),
             published: self.published.clone(),
             persisted: self.persisted.clone(),
+            closed: self.closed.clone(),
         })
     }
 }
@@ -64,18 +65,26 @@ pub struct CompactionJob {
     users: Arc<UserNumbers>,
     published: Arc<RwLock<Published>>,
     persisted: Arc<Mutex<Persisted>>,
+    /// The replica's [`SegmentShard::closer`] flag.
+    closed: Arc<RwLock<bool>>,
 }
 
 #[derive(Debug, PartialEq, Eq)]
 pub enum CompactionOutcome {
     /// `inputs` segments became `outputs` (0 when every row was dropped).
     Merged { inputs: usize, outputs: usize, rows_in: u64, rows_out: u64 },
-    /// A snapshot install replaced the inputs meanwhile; nothing changed.
+    /// A snapshot install replaced the inputs meanwhile, or the replica was closed; nothing
+    /// changed.
     Superseded,
 }
 
 impl CompactionJob {
     pub fn run(self) -> io::Result<CompactionOutcome> {
+        let closed = self.closed.clone();
+        let closed = closed.read().unwrap();
+        if *closed {
+            return Ok(CompactionOutcome::Superseded);
+        }
         // Only aborts already in the manifest: a replica that restarts rebuilds its uuid set
         // from the segments and these tombstones, and must find the rows every replica kept.
         let tombstones = self.persisted.lock().unwrap().manifest.tombstones.clone();
@@ -168,6 +177,30 @@ mod tests {
     use crate::segment::{Row, Table};
     use crate::state_machine::GroupStore;
     use crate::types::Command;
+
+    /// A group restarted in the same process reopens its directory; a compaction of the old
+    /// replica running later would reuse the new replica's segment ids and overwrite its
+    /// manifest.
+    #[test]
+    fn a_compaction_of_a_closed_replica_leaves_its_directory_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        for i in 1..=3u64 {
+            ingest(&mut s, i, i as u128, batch("p", vec![span(&format!("t{i}"), "a", i as i64)]));
+            checkpoint(&mut s, i);
+        }
+        let job = s.compaction(i64::MAX).expect("three small segments");
+        let listing = || {
+            let mut names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+            names.sort();
+            names
+        };
+        let (files, manifest) = (listing(), std::fs::read(dir.path().join("MANIFEST")).unwrap());
+        s.closer()();
+        assert_eq!(job.run().unwrap(), CompactionOutcome::Superseded);
+        assert_eq!(listing(), files);
+        assert_eq!(std::fs::read(dir.path().join("MANIFEST")).unwrap(), manifest);
+    }
 
     #[test]
     fn compaction_merges_small_segments_dropping_aborted_rows_and_repeated_spans() {

@@ -50,7 +50,13 @@ impl SegmentShard {
         // The counters as of the checkpoint's last entry, like the dedup memory.
         let (usage, users) = (self.usage.clone(), self.users.clone());
         let applied = Applied { dedup, tombstones, usage };
-        Box::new(move || flush(&dir, &frozen, meta, applied, &users, &published, &persisted))
+        let closed = self.closed.clone();
+        Box::new(move || {
+            if *closed.read().unwrap() {
+                return Err(io::Error::other("the replica was closed"));
+            }
+            flush(&dir, &frozen, meta, applied, &users, &published, &persisted)
+        })
     }
 }
 
@@ -227,6 +233,24 @@ mod tests {
     use super::*;
     use crate::segment::compaction::ExpiryPolicy;
     use crate::segment::file::file_name;
+    use crate::state_machine::GroupStore;
+
+    /// See `a_compaction_of_a_closed_replica_leaves_its_directory_alone`.
+    #[test]
+    fn a_flush_of_a_closed_replica_fails_without_writing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        ingest(&mut s, 1, 1, batch("p", vec![span("t", "a", 1)]));
+        checkpoint(&mut s, 1);
+        ingest(&mut s, 2, 2, batch("p", vec![span("t", "b", 2)]));
+        let job = s.begin_checkpoint(SnapshotMeta { snapshot_id: "c2".into(), ..Default::default() });
+        let manifest = std::fs::read(dir.path().join("MANIFEST")).unwrap();
+        let segments = s.segment_count();
+        s.closer()();
+        assert!(job().is_err());
+        assert_eq!(std::fs::read(dir.path().join("MANIFEST")).unwrap(), manifest);
+        assert_eq!((s.segment_count(), std::fs::read_dir(dir.path()).unwrap().count()), (segments, segments + 1));
+    }
 
     #[test]
     fn crash_before_manifest_leaves_the_previous_state_and_no_strays() {

@@ -75,6 +75,9 @@ pub struct SegmentShard {
     usage: Usage,
     /// The index of the last entry applied: the position the usage counters are at.
     applied_index: u64,
+    /// True once the replica is closed ([`SegmentShard::closer`]). Flushes and compactions
+    /// hold it for reading while they run.
+    closed: Arc<RwLock<bool>>,
 }
 
 fn open_segments(dir: &Path, manifest: &Manifest) -> io::Result<Vec<Arc<Segment>>> {
@@ -94,12 +97,30 @@ fn segment_uuids(segments: &[Arc<Segment>], tombstones: &BTreeSet<u128>) -> io::
 
 /// Deletes files a crash left behind: segments the manifest does not name, temporaries.
 fn remove_strays(dir: &Path, manifest: &Manifest) -> io::Result<()> {
+    remove_files(dir, &strays(dir, manifest)?)
+}
+
+fn strays(dir: &Path, manifest: &Manifest) -> io::Result<Vec<String>> {
     let keep: HashSet<&str> = manifest.segments.iter().map(|s| s.file.name.as_str()).collect();
+    let mut out = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let name = entry?.file_name().to_string_lossy().into_owned();
         let stray_segment = name.starts_with("seg-") && !keep.contains(name.as_str());
         if stray_segment || (name.starts_with('.') && name.ends_with(".tmp")) {
-            std::fs::remove_file(dir.join(&name))?;
+            out.push(name);
+        }
+    }
+    Ok(out)
+}
+
+/// Deletes `names` from `dir`. One already gone is fine: a compaction deletes the inputs it
+/// replaced after its manifest lands, outside the manifest's lock, so an install (or the
+/// reopening of a restarted group) may list a file the compaction deletes before it does.
+fn remove_files(dir: &Path, names: &[String]) -> io::Result<()> {
+    for name in names {
+        match std::fs::remove_file(dir.join(name)) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
         }
     }
     Ok(())
@@ -129,7 +150,17 @@ impl SegmentShard {
             usage: manifest.usage.clone(),
             applied_index: manifest.checkpoint.as_ref().and_then(|c| c.last_log_id).map_or(0, |l| l.index),
             persisted: Arc::new(Mutex::new(Persisted { manifest, entry })),
+            closed: Arc::default(),
         })
+    }
+
+    /// Closes the replica: waits for its running flush and compaction, and keeps any later one
+    /// from touching its directory. A group restarted in the same process opens the directory
+    /// again; a job of the old replica finishing after that would reuse the new replica's
+    /// segment ids and write its own manifest over the new one's.
+    pub fn closer(&self) -> impl FnOnce() + Send + 'static {
+        let closed = self.closed.clone();
+        move || *closed.write().unwrap() = true
     }
 
     /// The same shard, measuring time on `clock`.
@@ -239,6 +270,22 @@ mod tests {
     use super::*;
     use crate::segment::Row;
     use sextant_model::row::Span;
+
+    /// An install, or the reopening of a restarted group, lists the files no manifest names
+    /// while a compaction deletes the inputs it replaced: "No such file or directory" stopped
+    /// the install, then the group's restart.
+    #[test]
+    fn strays_deleted_by_someone_else_meanwhile_are_not_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        for id in [1, 4] {
+            std::fs::write(dir.path().join(crate::segment::file::file_name(id)), b"replaced").unwrap();
+        }
+        let listed = strays(dir.path(), &Manifest::default()).unwrap();
+        assert_eq!(listed.len(), 2);
+        std::fs::remove_file(dir.path().join(&listed[0])).unwrap();
+        remove_files(dir.path(), &listed).unwrap();
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
 
     mod model {
         use super::*;
