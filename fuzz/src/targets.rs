@@ -14,7 +14,7 @@ use sextant_model::cohort::{self, CohortInput, Definition};
 use sextant_model::ingest::{self, LogsBody, MetricsBody, SpansBody, MAX_OBSERVABILITY_BODY};
 use sextant_model::text::{tokens, LogQuery};
 use sextant_model::time::{format_nanos, parse_query_time, TimeInput};
-use sextant_node::segment::file::write as write_segment;
+use sextant_node::segment::file::{write as write_segment, Effort};
 use sextant_node::segment::token_index::TokenIndex;
 use sextant_node::segment::user_number;
 use sextant_node::segment::{Filter, Manifest, Row, Scan, Segment, SegmentMeta, Table};
@@ -382,7 +382,8 @@ fn written() -> &'static Written {
                 user_number::UserNumbers::default().numbers(&ids.collect::<Vec<_>>())
             });
             let hour = NOW_NS / 1_000_000_000 / 3600 * 3600;
-            let meta = write_segment(dir.path(), id as u64 + 1, table, hour, &refs, &[7, 9], users.as_deref())
+            let effort = if id % 2 == 0 { Effort::Draft } else { Effort::Final };
+            let meta = write_segment(dir.path(), id as u64 + 1, table, hour, &refs, &[7, 9], users.as_deref(), effort)
                 .expect("segment written");
             let bytes = std::fs::read(dir.path().join(&meta.file.name)).expect("segment read");
             segments.push((meta, Bytes::from(bytes)));

@@ -105,6 +105,7 @@ fn manifest() -> Manifest {
             file: FileEntry { name: "seg-000000000007.parquet".into(), len: 4096, xxh3: 0xfeed_beef_0000_0001 },
             summarizes: None,
             projects: vec![PROJECT_ID.into()],
+            draft: false,
         }],
         next_segment: 8,
         dedup: Dedup::from_lists(vec![11, 12, u128::MAX], vec![13]),
@@ -178,10 +179,21 @@ fn a_manifest_written_by_format_1_still_reads() {
     assert_eq!(s.file, FileEntry { name: "seg-000000000007.parquet".into(), len: 4096, xxh3: 0xfeed_beef_0000_0001 });
     assert_eq!(s.summarizes, None);
     assert_eq!(s.projects, vec![PROJECT_ID.to_string()]);
+    assert!(!s.draft, "written before drafts: compressed at the stored level");
     assert_eq!(m.dedup.applied_in_order().collect::<Vec<_>>(), vec![11, 12, u128::MAX]);
     assert!(m.dedup.is_applied(u128::MAX) && m.dedup.is_aborted(13) && !m.dedup.is_aborted(11));
     assert_eq!(m.tombstones, BTreeSet::from([13]));
     assert!(m.usage.totals.is_empty(), "written before metering: nothing counted");
+}
+
+#[test]
+fn a_draft_segment_is_still_a_draft_once_its_manifest_is_read_back() {
+    let mut m = manifest();
+    m.segments[0].draft = true;
+    let tmp = tempfile::tempdir().unwrap();
+    m.store(tmp.path()).unwrap();
+    let (read, _) = Manifest::load(tmp.path()).unwrap().unwrap();
+    assert!(read.segments[0].draft);
 }
 
 #[test]

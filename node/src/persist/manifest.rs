@@ -50,6 +50,7 @@ fn segment_to_pb(s: &SegmentMeta) -> pb::SegmentMeta {
         file: Some(file_to_pb(&s.file)),
         summarizes: s.summarizes,
         projects: s.projects.clone(),
+        draft: s.draft,
     }
 }
 
@@ -64,6 +65,7 @@ fn segment_from_pb(s: pb::SegmentMeta) -> io::Result<SegmentMeta> {
         file: file_from_pb(s.file.ok_or_else(|| missing("manifest", "segment file"))?),
         summarizes: s.summarizes,
         projects: s.projects,
+        draft: s.draft,
     })
 }
 

@@ -65,8 +65,9 @@ pub fn next(segments: &[SegmentMeta], policy: &ExpiryPolicy, now_s: i64) -> Opti
 }
 
 /// The spans (or other) segments to merge next, at most one group: the oldest time bucket
-/// with enough small segments. Derived segments (trace summaries, rollups) are never picked
-/// themselves: they are rewritten with their source segments.
+/// with enough small segments, or whose time is over with one draft left. Derived segments
+/// (trace summaries, rollups) are never picked themselves: they are rewritten with their
+/// source segments.
 pub fn plan(segments: &[SegmentMeta], now_s: i64) -> Option<Vec<SegmentMeta>> {
     let mut buckets: BTreeMap<(i64, Table), Vec<&SegmentMeta>> = BTreeMap::new();
     for s in segments.iter().filter(|s| !s.table.is_derived() && s.rows < SMALL_SEGMENT_ROWS) {
@@ -85,7 +86,7 @@ pub fn plan(segments: &[SegmentMeta], now_s: i64) -> Option<Vec<SegmentMeta>> {
             })
             .cloned()
             .collect();
-        if picked.len() >= needed {
+        if picked.len() >= needed || (over && picked.iter().any(|s| s.draft)) {
             return Some(picked);
         }
     }
@@ -133,7 +134,18 @@ mod tests {
             file: FileEntry { name: format!("s{id}"), len: 0, xxh3: 0 },
             summarizes: None,
             projects: vec!["p".into()],
+            draft: false,
         }
+    }
+
+    #[test]
+    fn a_lone_draft_segment_is_rewritten_once_its_time_bucket_is_over() {
+        let draft = SegmentMeta { draft: true, ..seg(1, Table::Logs, 3600, 10) };
+        let done = seg(2, Table::Spans, 3600, 10);
+        let segs = [draft.clone(), done];
+        assert_eq!(plan(&segs, 3600), None, "the hour is not over");
+        assert_eq!(plan(&segs, 7200), Some(vec![draft]), "the draft, alone; the final segment stays");
+        assert_eq!(plan(&segs[1..], i64::MAX), None);
     }
 
     #[test]

@@ -66,6 +66,27 @@ pub struct SegmentMeta {
     /// The projects with rows here, sorted: retention drops a segment without reading it
     /// when every one of them has expired.
     pub projects: Vec<String>,
+    /// Written at [`Effort::Draft`]: compaction rewrites it, alone if need be.
+    pub draft: bool,
+}
+
+/// How hard a segment's free-form columns (messages, attributes, properties) are compressed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Effort {
+    /// zstd level 3, like every other column: a flush's small segments, which compaction
+    /// rewrites (docs/ARCHITECTURE.md, "Compaction and expiry").
+    Draft,
+    /// zstd level 9: span attributes take a quarter fewer bytes, for several times the CPU.
+    Final,
+}
+
+impl Effort {
+    fn text_level(self) -> i32 {
+        match self {
+            Effort::Draft => 3,
+            Effort::Final => 9,
+        }
+    }
 }
 
 pub fn file_name(id: u64) -> String {
@@ -96,8 +117,15 @@ impl Write for HashingWriter {
     }
 }
 
-fn properties(table: Table, layout: &Layout, distinct_traces: usize, batches: &[u128]) -> WriterProperties {
+fn properties(
+    table: Table,
+    layout: &Layout,
+    distinct_traces: usize,
+    batches: &[u128],
+    effort: Effort,
+) -> WriterProperties {
     let schema = table.schema();
+    let text = Compression::ZSTD(ZstdLevel::try_new(effort.text_level()).expect("valid level"));
     let idx = |name: &str| schema.index_of(name).expect("column of the table") as i32;
     let mut b = WriterProperties::builder()
         .set_compression(Compression::ZSTD(ZstdLevel::try_new(3).expect("valid level")))
@@ -156,21 +184,15 @@ fn properties(table: Table, layout: &Layout, distinct_traces: usize, batches: &[
             .set_column_compression(ColumnPath::from(USER), Compression::LZ4_RAW);
     }
     // The free-form columns are most of the bytes; a slower level pays off there (measured:
-    // span attributes 32 -> 25 bytes per span), and flushes run off the apply path.
-    for text in ["attributes", "message", "properties", "data"] {
-        if schema.index_of(text).is_ok() {
-            b = b.set_column_compression(
-                ColumnPath::from(text),
-                Compression::ZSTD(ZstdLevel::try_new(9).expect("valid level")),
-            );
+    // span attributes 32 -> 25 bytes per span) in the segments that stay.
+    for column in ["attributes", "message", "properties", "data"] {
+        if schema.index_of(column).is_ok() {
+            b = b.set_column_compression(ColumnPath::from(column), text);
         }
     }
     for key in &layout.attribute_keys {
         for field in key.fields() {
-            b = b.set_column_compression(
-                ColumnPath::from(field.name().as_str()),
-                Compression::ZSTD(ZstdLevel::try_new(9).expect("valid level")),
-            );
+            b = b.set_column_compression(ColumnPath::from(field.name().as_str()), text);
         }
         // Mostly distinct values (pod names, user ids, the last words of split values):
         // dictionary indices would only add to the values themselves. The heads of split
@@ -227,6 +249,7 @@ fn properties(table: Table, layout: &Layout, distinct_traces: usize, batches: &[
 /// Writes `rows` (all of `table`, sorted by the table's sort order) as segment `id` in `dir`
 /// and fsyncs it, with `users` (one per row) as the [`USER`] column. The caller makes it
 /// durable in the manifest (and fsyncs `dir`).
+#[allow(clippy::too_many_arguments)]
 pub fn write(
     dir: &Path,
     id: u64,
@@ -235,6 +258,7 @@ pub fn write(
     rows: &[RowRef<'_>],
     batches: &[u128],
     users: Option<&[u32]>,
+    effort: Effort,
 ) -> io::Result<SegmentMeta> {
     let name = file_name(id);
     let file = std::fs::File::create(dir.join(&name))?;
@@ -249,9 +273,12 @@ pub fn write(
         let fields = schema.fields().iter().cloned().chain([Arc::new(user_field())]);
         schema = Arc::new(arrow_schema::Schema::new(fields.collect::<Vec<_>>()));
     }
-    let mut writer =
-        ArrowWriter::try_new(&mut out, schema.clone(), Some(properties(table, &layout, distinct_traces, batches)))
-            .map_err(err)?;
+    let mut writer = ArrowWriter::try_new(
+        &mut out,
+        schema.clone(),
+        Some(properties(table, &layout, distinct_traces, batches, effort)),
+    )
+    .map_err(err)?;
     let mut tokens = (table == Table::Logs).then(TokenIndex::default);
     let per_group = rows_per_group(table);
     for (k, chunk) in rows.chunks(per_group).enumerate() {
@@ -301,6 +328,7 @@ pub fn write(
             p.dedup();
             p
         },
+        draft: effort == Effort::Draft,
     })
 }
 
@@ -876,6 +904,40 @@ mod tests {
         }
     }
 
+    /// A draft segment (a flush's, for compaction to rewrite) is compressed less: more bytes,
+    /// the same rows, and marked as a draft.
+    #[test]
+    fn a_draft_holds_the_same_rows_in_more_bytes_and_says_so() {
+        use sextant_model::row::{Attribute, Value};
+        use sextant_proto::convert::persist_row::encode_attributes;
+        let rows: Vec<Row> = (0..5_000u64)
+            .map(|i| {
+                let Row::Span(mut s) = span(i) else { unreachable!() };
+                let attribute =
+                    |key: &str, value: String| Attribute { key: key.into(), value: Some(Value::String(value)) };
+                s.attributes = encode_attributes(vec![
+                    attribute(
+                        "http.url",
+                        format!("https://shop.example/api/products/{}?page={}", i * 7919 % 1000, i % 13),
+                    ),
+                    attribute(
+                        "exception.message",
+                        format!("deadline exceeded after {} ms calling inventory", i * 31 % 5000),
+                    ),
+                ]);
+                Row::Span(s)
+            })
+            .collect();
+        let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new("p", row, 0)).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let draft = write(dir.path(), 1, Table::Spans, 0, &refs, &[1], None, Effort::Draft).unwrap();
+        let last = write(dir.path(), 2, Table::Spans, 0, &refs, &[1], None, Effort::Final).unwrap();
+        assert!(draft.draft && !last.draft);
+        assert!(draft.file.len > last.file.len, "{} bytes as a draft, {} final", draft.file.len, last.file.len);
+        let read = |meta: SegmentMeta| Segment::open(dir.path(), meta).unwrap().read(None).unwrap();
+        assert_eq!(read(draft), read(last));
+    }
+
     /// Analytics scans name a few event names and read `event` and `distinct_id` as
     /// dictionaries: the mask compares dictionary entries, and gives the same rows as strings
     /// do, in a segment shared by two projects whose row groups hold more than 8k events.
@@ -897,8 +959,11 @@ mod tests {
             .collect();
         let refs: Vec<RowRef<'_>> =
             rows.iter().enumerate().map(|(i, row)| RowRef::new(if i % 5 == 0 { "o" } else { "p" }, row, 0)).collect();
-        let segment =
-            Segment::open(dir.path(), write(dir.path(), 1, Table::Events, 0, &refs, &[1], None).unwrap()).unwrap();
+        let segment = Segment::open(
+            dir.path(),
+            write(dir.path(), 1, Table::Events, 0, &refs, &[1], None, Effort::Final).unwrap(),
+        )
+        .unwrap();
         let wanted = vec!["signup".to_owned(), "purchase".to_owned()];
         let read = |dictionaries: Vec<&'static str>| {
             let scan = Scan {
@@ -952,7 +1017,8 @@ mod tests {
         let two: Vec<RowRef<'_>> =
             rows.iter().enumerate().map(|(i, row)| RowRef::new(if i < 30 { "o" } else { "p" }, row, 0)).collect();
         let open = |id: u64, rows: &[RowRef<'_>]| {
-            Segment::open(dir.path(), write(dir.path(), id, Table::Spans, 0, rows, &[1], None).unwrap()).unwrap()
+            Segment::open(dir.path(), write(dir.path(), id, Table::Spans, 0, rows, &[1], None, Effort::Final).unwrap())
+                .unwrap()
         };
         let (single, shared) = (open(1, &one), open(2, &two));
         let schema = Table::Spans.schema();

@@ -15,6 +15,7 @@ use sextant_model::row::{
 use sextant_proto::convert::persist_row::encode_attribute;
 use xxhash_rust::xxh3::xxh3_64;
 
+use super::file::Effort;
 use super::table::{HostMetricRow, LogRow, Row, RowRef, SpanRow, Table};
 use super::{file, Manifest, Segment};
 
@@ -287,7 +288,7 @@ fn write_format_1_segment_fixtures() {
     for (id, (table, hour, rows)) in fixture_rows().into_iter().enumerate() {
         let refs: Vec<RowRef<'_>> =
             rows.iter().enumerate().map(|(i, (project, row))| RowRef::new(project, row, (i % 2) as u32)).collect();
-        let mut meta = file::write(&dir, id as u64 + 1, table, hour, &refs, &BATCHES, None).unwrap();
+        let mut meta = file::write(&dir, id as u64 + 1, table, hour, &refs, &BATCHES, None, Effort::Final).unwrap();
         if table.is_derived() {
             meta.summarizes = Some(1);
         }
@@ -399,7 +400,7 @@ fn write_format_1_user_number_fixtures() {
     std::fs::create_dir_all(&dir).unwrap();
     let (rows, numbers) = numbered_events();
     let refs: Vec<RowRef<'_>> = rows.iter().map(|(project, row)| RowRef::new(project, row, 0)).collect();
-    let meta = file::write(&dir, 1, Table::Events, DAY, &refs, &BATCHES, Some(&numbers)).unwrap();
+    let meta = file::write(&dir, 1, Table::Events, DAY, &refs, &BATCHES, Some(&numbers), Effort::Final).unwrap();
     let manifest = Manifest { segments: vec![meta], next_segment: 2, ..Default::default() };
     manifest.store(&dir).unwrap();
 }

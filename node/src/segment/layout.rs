@@ -528,7 +528,17 @@ mod tests {
                 })
                 .collect();
             let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new("p", row, 0)).collect();
-            let meta = crate::segment::file::write(dir.path(), unit, Table::Spans, 0, &refs, &[7], None).unwrap();
+            let meta = crate::segment::file::write(
+                dir.path(),
+                unit,
+                Table::Spans,
+                0,
+                &refs,
+                &[7],
+                None,
+                crate::segment::file::Effort::Final,
+            )
+            .unwrap();
             let segment = crate::segment::Segment::open(dir.path(), meta).unwrap();
             let back: Vec<Row> = segment.read(None).unwrap().into_iter().map(|(_, row, _)| row).collect();
             assert_eq!(back, rows, "unit {unit}");
@@ -594,7 +604,17 @@ mod tests {
             let mut refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new("p", row, 0)).collect();
             refs.sort_by(|a, b| a.row.sort_key().cmp(&b.row.sort_key()));
             let meta = if id <= 2 {
-                crate::segment::file::write(dir.path(), id, table, 0, &refs, &[7], None).unwrap()
+                crate::segment::file::write(
+                    dir.path(),
+                    id,
+                    table,
+                    0,
+                    &refs,
+                    &[7],
+                    None,
+                    crate::segment::file::Effort::Final,
+                )
+                .unwrap()
             } else {
                 write_unlaid_out(dir.path(), id, table, &refs)
             };
@@ -653,6 +673,7 @@ mod tests {
             file: crate::archive::FileEntry { name, len, xxh3: 0 },
             summarizes: None,
             projects: vec!["p".into()],
+            draft: false,
         }
     }
 }

@@ -12,6 +12,7 @@ use super::{Persisted, Published, SegmentShard};
 use crate::durable::sync_dir;
 use crate::failpoint;
 use crate::segment::compaction::{self, merge_rows, ExpiryPolicy};
+use crate::segment::file::Effort;
 use crate::segment::table::RowRef;
 use crate::segment::user_number::UserNumbers;
 use crate::segment::Segment;
@@ -120,7 +121,8 @@ impl CompactionJob {
         let mut written = Vec::new();
         let opened = (|| {
             if !refs.is_empty() {
-                written = write_segment(&self.dir, first_id, table, hour, &refs, &batches, None, &self.users)?;
+                written =
+                    write_segment(&self.dir, first_id, table, hour, &refs, &batches, None, &self.users, Effort::Final)?;
                 sync_dir(&self.dir)?;
             }
             written.iter().map(|m| Segment::open(&self.dir, m.clone()).map(Arc::new)).collect::<io::Result<Vec<_>>>()
@@ -254,6 +256,31 @@ mod tests {
         drop(s);
         let s = SegmentShard::open(dir.path()).unwrap();
         assert_eq!(scan_all(&s, Table::Spans, "p", Filter::default()), spans);
+    }
+
+    /// A flush writes its small segments as drafts (compressed fast); compaction rewrites a
+    /// draft left alone once its hour is over, at the final level, and then leaves it.
+    #[test]
+    fn a_flushed_draft_left_alone_is_rewritten_final_once_its_hour_is_over() {
+        use crate::segment::Filter;
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        ingest(&mut s, 1, 1, batch("p", vec![span("t1", "a", 10), span("t1", "b", 11)]));
+        checkpoint(&mut s, 1);
+        let spans_segments = |s: &SegmentShard| -> Vec<bool> {
+            let published = s.published.read().unwrap();
+            published.segments.iter().filter(|g| g.meta.table == Table::Spans).map(|g| g.meta.draft).collect()
+        };
+        assert_eq!(spans_segments(&s), [true]);
+        assert!(s.compaction(0).is_none(), "the hour is not over");
+        let job = s.compaction(i64::MAX).expect("a lone draft of a past hour");
+        assert_eq!(job.run().unwrap(), CompactionOutcome::Merged { inputs: 1, outputs: 1, rows_in: 2, rows_out: 2 });
+        assert_eq!(spans_segments(&s), [false]);
+        assert!(s.compaction(i64::MAX).is_none(), "a final segment alone is left as it is");
+        assert_eq!(scan_all(&s, Table::Spans, "p", Filter::default()).len(), 2);
+        drop(s);
+        let s = SegmentShard::open(dir.path()).unwrap();
+        assert_eq!(spans_segments(&s), [false], "the manifest says so after a restart");
     }
 
     /// Until the abort is checkpointed, a restart replays it over the segments: compaction

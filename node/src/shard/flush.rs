@@ -10,7 +10,8 @@ use std::time::Duration;
 use super::{Persisted, Published, SegmentShard, Usage};
 use crate::durable::sync_dir;
 use crate::failpoint;
-use crate::segment::file as segment_file;
+use crate::segment::compaction::SMALL_SEGMENT_ROWS;
+use crate::segment::file::{self as segment_file, Effort};
 use crate::segment::rollup::{rollup_rows, rollup_table};
 use crate::segment::summary::summary_rows;
 use crate::segment::table::{Row, RowRef};
@@ -67,7 +68,8 @@ pub(super) const IDS_PER_SEGMENT: u64 = 3;
 /// summaries as segment `id + 1` and its rollups as `id + 2`, an events segment its rollups
 /// as `id + 1`. Callers reserve [`IDS_PER_SEGMENT`] ids either way. `rollups`: the rollups of
 /// `rows` when already added up (else they are added up here). Events are stored with their
-/// user numbers from `users`.
+/// user numbers from `users`. Derived segments are written at the same `effort`.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn write_segment(
     dir: &Path,
     id: u64,
@@ -77,13 +79,14 @@ pub(super) fn write_segment(
     batches: &[u128],
     rollups: Option<Vec<(String, Row)>>,
     users: &UserNumbers,
+    effort: Effort,
 ) -> io::Result<Vec<crate::segment::SegmentMeta>> {
     let numbers = (table == Table::Events).then(|| {
         let ids: Vec<u128> =
             rows.iter().map(|r| if let Row::Event(e) = r.row { id_hash(&e.distinct_id) } else { 0 }).collect();
         users.numbers(&ids)
     });
-    let mut written = vec![segment_file::write(dir, id, table, hour, rows, batches, numbers.as_deref())?];
+    let mut written = vec![segment_file::write(dir, id, table, hour, rows, batches, numbers.as_deref(), effort)?];
     let mut derived = Vec::new();
     if table == Table::Spans {
         derived.push((Table::TraceSummaries, summary_rows(rows)));
@@ -93,7 +96,7 @@ pub(super) fn write_segment(
     }
     for (offset, (derived, rows)) in (1..).zip(derived) {
         let refs: Vec<RowRef<'_>> = rows.iter().map(|(p, row)| RowRef::new(p, row, 0)).collect();
-        let mut meta = segment_file::write(dir, id + offset, derived, hour, &refs, &[], None)?;
+        let mut meta = segment_file::write(dir, id + offset, derived, hour, &refs, &[], None, effort)?;
         meta.summarizes = Some(id);
         written.push(meta);
     }
@@ -182,7 +185,10 @@ fn try_flush(
                 let to = hour.saturating_add(table.bucket_seconds()).saturating_mul(1_000_000_000);
                 Some(frozen.running_rollups()?.rows_of_every_project(rollups, from, to))
             });
-            written.extend(write_segment(dir, manifest.next_segment, table, hour, &rows, &batches, rollups, users)?);
+            // Compaction merges small segments: they are written fast, and compressed harder then.
+            let effort = if (rows.len() as u64) < SMALL_SEGMENT_ROWS { Effort::Draft } else { Effort::Final };
+            let id = manifest.next_segment;
+            written.extend(write_segment(dir, id, table, hour, &rows, &batches, rollups, users, effort)?);
             manifest.next_segment += IDS_PER_SEGMENT;
         }
         if !written.is_empty() {
