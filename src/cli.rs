@@ -657,6 +657,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             // Dev mode serves plain HTTP (see `sextant router --tls-cert`).
             tls: None,
             internal_tls: None,
+            in_process_node: Some((node.addr.to_string(), node.services.clone())),
             // A laptop: receivers on loopback and the local network, over plain HTTP.
             webhook_targets: sextant_router::webhooks::guard::TargetPolicy::dev(),
         },
@@ -834,6 +835,7 @@ async fn router(args: RouterArgs) -> anyhow::Result<()> {
             billing,
             alert_interval: args.server.alert_interval(),
             internal_tls: args.internal_tls.files(),
+            in_process_node: None,
             tls: match (args.tls_cert, args.tls_key) {
                 (Some(cert), Some(key)) => Some(sextant_router::http::tls::TlsFiles {
                     cert,

@@ -187,6 +187,34 @@ async fn node_refuses_grpc_calls_without_the_cluster_secret() {
     assert!(assert_private(&data, &[]) >= 2);
 }
 
+/// `sextant dev`'s router calls its node in process: nothing listens at the address the calls
+/// name, and the node still checks the cluster secret.
+#[tokio::test]
+async fn a_node_called_in_process_answers_without_a_connection_and_checks_the_secret() {
+    let dir = tempfile::tempdir().unwrap();
+    let node = start_in_process_node(dir.path(), SECRET, 1000).await;
+    // Port 1: nothing listens there, so only the in-process link can answer.
+    let nowhere = "127.0.0.1:1";
+    let view = serde_json::to_vec(&sextant_model::meta::MetaQuery::View).unwrap();
+    let channels =
+        sextant_proto::client::Channels::new(SECRET).unwrap().with_in_process(nowhere.into(), node.services.clone());
+    wait_for("meta to answer in process", Duration::from_secs(60), || {
+        let (channels, view) = (&channels, view.clone());
+        async move { channels.storage(nowhere).ok()?.meta_read(MetaRequest { json: view.into() }).await.ok() }
+    })
+    .await;
+    let mut by_network = channels.storage(&format!("127.0.0.1:{}", free_port())).unwrap();
+    let status = by_network.meta_read(MetaRequest { json: view.clone().into() }).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unavailable, "another address goes over the network: {status}");
+
+    let other = sextant_proto::client::Channels::new("another-cluster-secret-0123456789abcdef")
+        .unwrap()
+        .with_in_process(nowhere.into(), node.services.clone());
+    let status = other.storage(nowhere).unwrap().meta_read(MetaRequest { json: view.into() }).await.unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unauthenticated, "a wrong secret in process: {status}");
+    node.shutdown().await;
+}
+
 /// The origin a CORS preflight for `POST /auth/login` from `origin` is allowed, if any.
 async fn preflight_allows(url: &str, origin: &str) -> Option<String> {
     let resp = http()

@@ -176,6 +176,8 @@ enum Deferred {
 pub struct RunningNode {
     pub host: Arc<NodeHost>,
     pub addr: SocketAddr,
+    /// Its gRPC services, for a router in the same process (`Channels::with_in_process`).
+    pub services: tonic::service::Routes,
     server: tokio::task::JoinHandle<()>,
     background: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -374,9 +376,11 @@ impl NodeHost {
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             secret_check(secret, &PeerRole::ALL),
         );
+        let services = tonic::service::Routes::new(raft_svc).add_service(storage_svc).prepare();
+        let served = services.clone();
         let tls_reload = tls.as_ref().map(InternalTls::spawn_reload);
         let server = tokio::spawn(async move {
-            let builder = tonic::transport::Server::builder().add_service(raft_svc).add_service(storage_svc);
+            let builder = tonic::transport::Server::builder().add_routes(served);
             let result = match tls {
                 Some(tls) => {
                     let (incoming, accept) = tls.incoming(listener);
@@ -412,7 +416,7 @@ impl NodeHost {
             crate::disk::spawn(host.clone()),
         ];
         background.extend(tls_reload);
-        Ok(RunningNode { host, addr, server, background })
+        Ok(RunningNode { host, addr, services, server, background })
     }
 
     /// The replicas a node on an empty directory takes from the static placement over the

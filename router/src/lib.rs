@@ -73,6 +73,9 @@ pub struct RouterConfig {
     pub tls: Option<http::tls::TlsFiles>,
     /// Mutual TLS on calls to storage nodes; `None`: plain HTTP/2.
     pub internal_tls: Option<sextant_proto::internal_tls::InternalTlsFiles>,
+    /// A storage node running in this process (`sextant dev`): its address and its services,
+    /// called without a connection.
+    pub in_process_node: Option<(String, tonic::service::Routes)>,
 }
 
 pub struct AppState {
@@ -200,8 +203,13 @@ pub async fn start(config: RouterConfig, mut registry: Registry) -> anyhow::Resu
     // Bad certificate files stop the start here, before anything is bound.
     let tls = config.tls.clone().map(http::tls::Tls::load).transpose()?;
     let internal_tls = config.internal_tls.as_ref().map(sextant_proto::internal_tls::InternalTls::load).transpose()?;
-    let cluster =
-        Cluster::new(config.nodes.clone(), &config.cluster_secret, internal_tls.clone()).map_err(anyhow::Error::msg)?;
+    let cluster = Cluster::new(
+        config.nodes.clone(),
+        &config.cluster_secret,
+        internal_tls.clone(),
+        config.in_process_node.clone(),
+    )
+    .map_err(anyhow::Error::msg)?;
     let metrics = http::metrics::RouterMetrics::default();
     metrics.register(&mut registry);
     let parsers = std::thread::available_parallelism().map_or(2, |n| n.get());

@@ -283,6 +283,7 @@ pub fn in_process_router_config(
         alert_interval: Duration::from_secs(30),
         tls: None,
         internal_tls: None,
+        in_process_node: None,
         webhook_targets: sextant_router::webhooks::guard::TargetPolicy::dev(),
     }
 }

@@ -147,14 +147,20 @@ const MAX_BACKOFF: Duration = Duration::from_millis(250);
 pub const QUERY_DEADLINE: Duration = Duration::from_secs(15);
 
 impl Cluster {
-    /// `tls`: mutual TLS on every call to a node (`None`: plain HTTP/2).
+    /// `tls`: mutual TLS on every call to a node (`None`: plain HTTP/2); `in_process`: a node
+    /// running in this process, its address and services.
     pub fn new(
         seeds: Vec<String>,
         cluster_secret: &str,
         tls: Option<sextant_proto::internal_tls::InternalTls>,
+        in_process: Option<(String, tonic::service::Routes)>,
     ) -> Result<Arc<Self>, String> {
+        let mut channels = Channels::new(cluster_secret)?.with_tls(tls);
+        if let Some((addr, services)) = in_process {
+            channels = channels.with_in_process(addr, services);
+        }
         Ok(Arc::new(Self {
-            channels: Channels::new(cluster_secret)?.with_tls(tls),
+            channels,
             seeds,
             topology: RwLock::new(Topology::default()),
             meta: RwLock::new(None),

@@ -101,7 +101,7 @@ async fn cluster_of(nodes: &[&Fake], leader: NodeId, term: u64) -> Arc<Cluster> 
     for n in nodes {
         addrs.insert(n.id, n.serve().await);
     }
-    let cluster = Cluster::new(addrs.values().cloned().collect(), SECRET, None).unwrap();
+    let cluster = Cluster::new(addrs.values().cloned().collect(), SECRET, None, None).unwrap();
     {
         let mut topo = cluster.topology.write().unwrap();
         topo.nodes = addrs;

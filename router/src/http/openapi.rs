@@ -442,6 +442,7 @@ mod tests {
             alert_interval: Duration::from_secs(3600),
             tls: None,
             internal_tls: None,
+            in_process_node: None,
             webhook_targets: Default::default(),
         };
         let running = crate::start(config, Default::default()).await.unwrap();
