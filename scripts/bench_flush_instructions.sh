@@ -21,7 +21,7 @@ for bin in "$@"; do
 import re, sys
 # A function is also listed under the source files of code inlined into it, with a part of its
 # cost; the entry of its own file, the largest, covers all of it.
-want = {'apply (decode + buffer)': 'GroupStore>::apply', 'flush (write_segment)': 'shard::write_segment',
+want = {'encode the sub-batch (router)': 'persist_row::encode_ingest', 'apply (decode + buffer)': 'GroupStore>::apply', 'flush (write_segment)': 'shard::write_segment',
         'attribute columns: Split::push': 'attribute_columns::Split::push', 'attribute columns: choose': 'attribute_columns::choose',
         'rows to Arrow (to_segment_batch)': 'table::to_segment_batch', 'parquet ArrowWriter::write': 'ArrowWriter<W>::write',
         'zstd compress': 'ZSTD_compress2'}

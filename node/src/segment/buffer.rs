@@ -93,7 +93,8 @@ impl Buffer {
         let before = self.rows.len();
         let mut index_bytes = 0;
         let mut line = Vec::new();
-        let mut postings: Vec<(u32, u32)> = Vec::new();
+        // (term, line) pairs as `term << 32 | line`: sorted as one integer.
+        let mut postings: Vec<u64> = Vec::new();
         let mut extents: Vec<(Table, Extent)> = Vec::new();
         let rows = batch
             .spans
@@ -113,7 +114,7 @@ impl Buffer {
                     line_terms(l, &mut line);
                     line.sort_unstable();
                     line.dedup();
-                    postings.extend(line.iter().map(|&term| (term, position)));
+                    postings.extend(line.iter().map(|&term| u64::from(term) << 32 | u64::from(position)));
                     index_bytes += line.len() * 4;
                     terms = line.as_slice().into();
                 }
@@ -514,23 +515,24 @@ struct Postings {
 }
 
 impl Postings {
-    fn new(project: Arc<str>, mut pairs: Vec<(u32, u32)>) -> Self {
+    fn new(project: Arc<str>, mut pairs: Vec<u64>) -> Self {
         pairs.sort_unstable();
-        let distinct = 1 + pairs.windows(2).filter(|w| w[0].0 != w[1].0).count();
+        let term = |pair: u64| (pair >> 32) as u32;
+        let distinct = 1 + pairs.windows(2).filter(|w| term(w[0]) != term(w[1])).count();
         let mut postings = Postings {
             project,
             terms: Vec::with_capacity(distinct),
             ends: Vec::with_capacity(distinct),
             lines: Vec::with_capacity(pairs.len()),
         };
-        for (term, line) in pairs {
-            if postings.terms.last() != Some(&term) {
+        for pair in pairs {
+            if postings.terms.last() != Some(&term(pair)) {
                 if !postings.terms.is_empty() {
                     postings.ends.push(postings.lines.len() as u32);
                 }
-                postings.terms.push(term);
+                postings.terms.push(term(pair));
             }
-            postings.lines.push(line);
+            postings.lines.push(pair as u32);
         }
         postings.ends.push(postings.lines.len() as u32);
         postings

@@ -152,28 +152,28 @@ struct Unencoded<R> {
     row: R,
     tag: u32,
     attributes: Vec<pb::Attribute>,
+    /// The encoded length of the row with its attributes (measured once: nested attribute
+    /// values make it a walk of every value).
+    len: usize,
 }
 
 impl<R: Message> Unencoded<R> {
     fn new<A>(row: A, tag: u32, to_pb: impl FnOnce(A) -> R, take: impl FnOnce(&mut A) -> Vec<Attribute>) -> Self {
         let mut row = row;
-        let attributes = take(&mut row).into_iter().map(attribute_to_pb).collect();
-        Unencoded { row: to_pb(row), tag, attributes }
-    }
-
-    fn len(&self) -> usize {
-        self.row.encoded_len() + prost::encoding::message::encoded_len_repeated(self.tag, &self.attributes)
+        let attributes: Vec<pb::Attribute> = take(&mut row).into_iter().map(attribute_to_pb).collect();
+        let row = to_pb(row);
+        let len = row.encoded_len() + prost::encoding::message::encoded_len_repeated(tag, &attributes);
+        Unencoded { row, tag, attributes, len }
     }
 
     fn field_len(&self, field: u32) -> usize {
-        let len = self.len();
-        prost::encoding::key_len(field) + prost::encoding::encoded_len_varint(len as u64) + len
+        prost::encoding::key_len(field) + prost::encoding::encoded_len_varint(self.len as u64) + self.len
     }
 
     fn encode(&self, field: u32, out: &mut Vec<u8>) {
         use prost::encoding::{encode_key, encode_varint, message, WireType};
         encode_key(field, WireType::LengthDelimited, out);
-        encode_varint(self.len() as u64, out);
+        encode_varint(self.len as u64, out);
         self.row.encode_raw(out);
         message::encode_repeated(self.tag, &self.attributes, out);
     }
