@@ -28,19 +28,6 @@ impl From<prost::DecodeError> for DecodeError {
     }
 }
 
-fn value_to_pb(v: Value) -> pb::Value {
-    use pb::value::Kind;
-    pb::Value {
-        kind: Some(match v {
-            Value::String(s) => Kind::String(s),
-            Value::Int(i) => Kind::Int(i),
-            Value::Double(d) => Kind::Double(d),
-            Value::Bool(b) => Kind::Bool(b),
-            Value::Array(a) => Kind::Array(pb::ValueArray { values: a.into_iter().map(value_to_pb).collect() }),
-        }),
-    }
-}
-
 /// `None` for a value with none of its kinds set (and so an array leaves such values out).
 fn value_from_pb(v: pb::Value) -> Option<Value> {
     use pb::value::Kind;
@@ -53,17 +40,15 @@ fn value_from_pb(v: pb::Value) -> Option<Value> {
     })
 }
 
-fn attribute_to_pb(a: Attribute) -> pb::Attribute {
-    pb::Attribute { key: a.key, value: a.value.map(value_to_pb) }
-}
-
 fn attribute_from_pb(a: pb::Attribute) -> Attribute {
     Attribute { key: a.key, value: a.value.and_then(value_from_pb) }
 }
 
 /// One attribute, encoded.
 pub fn encode_attribute(a: Attribute) -> Vec<u8> {
-    attribute_to_pb(a).encode_to_vec()
+    let mut out = Vec::with_capacity(attribute_wire::attribute_len(&a));
+    attribute_wire::put_attribute(&a, &mut out);
+    out
 }
 
 /// One encoded attribute, decoded.
@@ -88,7 +73,7 @@ pub fn decode_value(encoded: &[u8]) -> Result<Option<Value>, DecodeError> {
 
 /// Appends the encoded `value` (its fields, without a length).
 pub fn encode_value(value: Value, out: &mut Vec<u8>) {
-    value_to_pb(value).encode_raw(out)
+    attribute_wire::put_value(&value, out)
 }
 
 /// Attributes encoded, as a shard holds them.
@@ -146,23 +131,109 @@ pub fn encode_ingest_encoded(batch: RowBatch<Encoded>) -> Vec<u8> {
     .encode_to_vec()
 }
 
-/// A row whose attributes are still messages: its fields, then (as its last field, `tag`)
+/// `pb::Attribute` and `pb::Value` written straight from the model's, byte for byte as prost
+/// writes them (a oneof's field is written even when it holds its default), without building
+/// the messages first: the router encodes every attribute of every row.
+mod attribute_wire {
+    use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
+    use sextant_model::row::{Attribute, Value};
+
+    fn delimited_len(field: u32, len: usize) -> usize {
+        key_len(field) + encoded_len_varint(len as u64) + len
+    }
+
+    fn put_delimited(field: u32, len: usize, out: &mut Vec<u8>) {
+        encode_key(field, WireType::LengthDelimited, out);
+        encode_varint(len as u64, out);
+    }
+
+    fn array_len(values: &[Value]) -> usize {
+        values.iter().map(|v| delimited_len(1, value_len(v))).sum()
+    }
+
+    pub fn value_len(v: &Value) -> usize {
+        match v {
+            Value::String(s) => delimited_len(1, s.len()),
+            Value::Int(i) => key_len(2) + encoded_len_varint(*i as u64),
+            Value::Double(_) => key_len(3) + 8,
+            Value::Bool(_) => key_len(4) + 1,
+            Value::Array(values) => delimited_len(5, array_len(values)),
+        }
+    }
+
+    pub fn put_value(v: &Value, out: &mut Vec<u8>) {
+        match v {
+            Value::String(s) => {
+                put_delimited(1, s.len(), out);
+                out.extend_from_slice(s.as_bytes());
+            }
+            Value::Int(i) => {
+                encode_key(2, WireType::Varint, out);
+                encode_varint(*i as u64, out);
+            }
+            Value::Double(d) => {
+                encode_key(3, WireType::SixtyFourBit, out);
+                out.extend_from_slice(&d.to_le_bytes());
+            }
+            Value::Bool(b) => {
+                encode_key(4, WireType::Varint, out);
+                out.push(u8::from(*b));
+            }
+            Value::Array(values) => {
+                put_delimited(5, array_len(values), out);
+                for v in values {
+                    put_delimited(1, value_len(v), out);
+                    put_value(v, out);
+                }
+            }
+        }
+    }
+
+    pub fn attribute_len(a: &Attribute) -> usize {
+        let key = if a.key.is_empty() { 0 } else { delimited_len(1, a.key.len()) };
+        key + a.value.as_ref().map_or(0, |v| delimited_len(2, value_len(v)))
+    }
+
+    pub fn put_attribute(a: &Attribute, out: &mut Vec<u8>) {
+        if !a.key.is_empty() {
+            put_delimited(1, a.key.len(), out);
+            out.extend_from_slice(a.key.as_bytes());
+        }
+        if let Some(v) = &a.value {
+            put_delimited(2, value_len(v), out);
+            put_value(v, out);
+        }
+    }
+
+    /// `attributes` as the repeated bytes field `tag` of their row.
+    pub fn repeated_len(tag: u32, attributes: &[Attribute]) -> usize {
+        attributes.iter().map(|a| delimited_len(tag, attribute_len(a))).sum()
+    }
+
+    pub fn put_repeated(tag: u32, attributes: &[Attribute], out: &mut Vec<u8>) {
+        for a in attributes {
+            put_delimited(tag, attribute_len(a), out);
+            put_attribute(a, out);
+        }
+    }
+}
+
+/// A row whose attributes are not encoded yet: its fields, then (as its last field, `tag`)
 /// the attributes, which is how prost writes the row with them as `repeated bytes`.
 struct Unencoded<R> {
     row: R,
     tag: u32,
-    attributes: Vec<pb::Attribute>,
-    /// The encoded length of the row with its attributes (measured once: nested attribute
-    /// values make it a walk of every value).
+    attributes: Vec<Attribute>,
+    /// The encoded length of the row with its attributes.
     len: usize,
 }
 
 impl<R: Message> Unencoded<R> {
     fn new<A>(row: A, tag: u32, to_pb: impl FnOnce(A) -> R, take: impl FnOnce(&mut A) -> Vec<Attribute>) -> Self {
         let mut row = row;
-        let attributes: Vec<pb::Attribute> = take(&mut row).into_iter().map(attribute_to_pb).collect();
+        let attributes = take(&mut row);
         let row = to_pb(row);
-        let len = row.encoded_len() + prost::encoding::message::encoded_len_repeated(tag, &attributes);
+        let len = row.encoded_len() + attribute_wire::repeated_len(tag, &attributes);
         Unencoded { row, tag, attributes, len }
     }
 
@@ -171,11 +242,11 @@ impl<R: Message> Unencoded<R> {
     }
 
     fn encode(&self, field: u32, out: &mut Vec<u8>) {
-        use prost::encoding::{encode_key, encode_varint, message, WireType};
+        use prost::encoding::{encode_key, encode_varint, WireType};
         encode_key(field, WireType::LengthDelimited, out);
         encode_varint(self.len as u64, out);
         self.row.encode_raw(out);
-        message::encode_repeated(self.tag, &self.attributes, out);
+        attribute_wire::put_repeated(self.tag, &self.attributes, out);
     }
 }
 
@@ -357,7 +428,7 @@ mod tests {
     }
 
     /// Converting a vector of attributes (or array values) reuses its allocation only while
-    /// both element types have one size: the router's encoding allocates nothing per row.
+    /// both element types have one size: reading attributes allocates no vector per row.
     #[test]
     fn attribute_conversions_reuse_their_vectors() {
         use std::mem::{align_of, size_of};
@@ -366,6 +437,56 @@ mod tests {
             (size_of::<pb::Attribute>(), align_of::<pb::Attribute>())
         );
         assert_eq!((size_of::<Value>(), align_of::<Value>()), (size_of::<pb::Value>(), align_of::<pb::Value>()));
+    }
+
+    /// The messages prost would write for a model value and attribute.
+    fn value_to_pb(v: Value) -> pb::Value {
+        use pb::value::Kind;
+        pb::Value {
+            kind: Some(match v {
+                Value::String(s) => Kind::String(s),
+                Value::Int(i) => Kind::Int(i),
+                Value::Double(d) => Kind::Double(d),
+                Value::Bool(b) => Kind::Bool(b),
+                Value::Array(a) => Kind::Array(pb::ValueArray { values: a.into_iter().map(value_to_pb).collect() }),
+            }),
+        }
+    }
+
+    fn attribute_to_pb(a: Attribute) -> pb::Attribute {
+        pb::Attribute { key: a.key, value: a.value.map(value_to_pb) }
+    }
+
+    /// The router writes attributes itself; prost must read them as it would have written
+    /// them, byte for byte (segments and the Raft log hold these bytes).
+    #[test]
+    fn attributes_are_written_as_prost_writes_them() {
+        fn value(depth: u32, seed: &mut u64) -> Value {
+            *seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            let r = *seed >> 33;
+            match r % if depth == 0 { 4 } else { 5 } {
+                0 => Value::String("é".repeat((r % 200) as usize)),
+                1 => Value::Int(if r % 2 == 0 { (r as i64) << 20 } else { -((r % 1000) as i64) }),
+                2 => Value::Double(f64::from_bits(r << 12)),
+                3 => Value::Bool(r % 2 == 0),
+                _ => Value::Array((0..r % 4).map(|_| value(depth - 1, seed)).collect()),
+            }
+        }
+        let mut seed = 7;
+        let mut cases = attributes();
+        for i in 0..2000u64 {
+            let key = "k".repeat((i % 150) as usize);
+            cases.push(Attribute { key, value: (i % 7 != 0).then(|| value(3, &mut seed)) });
+        }
+        for a in cases {
+            let by_prost = attribute_to_pb(a.clone()).encode_to_vec();
+            assert_eq!(encode_attribute(a.clone()), by_prost, "{a:?}");
+            if let Some(v) = a.value {
+                let mut mine = Vec::new();
+                encode_value(v.clone(), &mut mine);
+                assert_eq!(mine, value_to_pb(v).encode_to_vec());
+            }
+        }
     }
 
     #[test]
