@@ -603,7 +603,8 @@ impl NodeHost {
         };
         let stopped = raft.shutdown().await;
         if let Some(shard) = shard {
-            let _ = tokio::task::spawn_blocking(move || shard.read().unwrap().state.closer()()).await;
+            let close = shard.read().unwrap().state.closer();
+            let _ = tokio::task::spawn_blocking(close).await;
         }
         Some(stopped)
     }

@@ -47,9 +47,8 @@ impl tonic::service::Interceptor for SecretInterceptor {
 
 pub type Authed = InterceptedService<Link, SecretInterceptor>;
 
-/// How calls reach a node: a connection, or its services called in this process. In process,
-/// a request skips HTTP/2 and the loopback socket (a fifth of `sextant dev`'s CPU while
-/// ingesting logs, docs/BENCHMARKS.md) and still passes the node's checks.
+/// How calls reach a node: a connection, or its services called in this process, which skips
+/// HTTP/2 and the loopback socket and still passes the node's checks.
 #[derive(Clone)]
 pub enum Link {
     Net(Channel),

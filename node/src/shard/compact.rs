@@ -186,11 +186,7 @@ mod tests {
     #[test]
     fn a_compaction_of_a_closed_replica_leaves_its_directory_alone() {
         let dir = tempfile::tempdir().unwrap();
-        let mut s = SegmentShard::open(dir.path()).unwrap();
-        for i in 1..=3u64 {
-            ingest(&mut s, i, i as u128, batch("p", vec![span(&format!("t{i}"), "a", i as i64)]));
-            checkpoint(&mut s, i);
-        }
+        let s = three_small_segments(dir.path());
         let job = s.compaction(i64::MAX).expect("three small segments");
         let listing = || {
             let mut names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();

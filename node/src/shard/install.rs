@@ -128,11 +128,7 @@ mod tests {
     fn a_checkpoint_is_opened_from_the_manifest_current_when_it_is_sent() {
         use tokio::io::AsyncReadExt;
         let dir = tempfile::tempdir().unwrap();
-        let mut s = SegmentShard::open(dir.path()).unwrap();
-        for i in 1..=3u64 {
-            ingest(&mut s, i, i as u128, batch("p", vec![span(&format!("t{i}"), "a", i as i64)]));
-            checkpoint(&mut s, i);
-        }
+        let s = three_small_segments(dir.path());
         let listed_before = s.checkpoint().unwrap().1;
         let opener = s.checkpoint_opener();
         s.compaction(i64::MAX).expect("three small segments").run().unwrap();

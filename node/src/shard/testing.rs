@@ -34,6 +34,17 @@ pub(super) fn ids(s: &SegmentShard, project: &str, trace: &str) -> Vec<String> {
     s.trace(project, trace).run().unwrap().into_iter().map(|s| s.span_id).collect()
 }
 
+/// A shard in `dir` with three small spans segments of one hour (traces t1 to t3, one span
+/// `a` each), each written by its own checkpoint: a compaction's inputs.
+pub(super) fn three_small_segments(dir: &std::path::Path) -> SegmentShard {
+    let mut s = SegmentShard::open(dir).unwrap();
+    for i in 1..=3u64 {
+        ingest(&mut s, i, i as u128, batch("p", vec![span(&format!("t{i}"), "a", i as i64)]));
+        checkpoint(&mut s, i);
+    }
+    s
+}
+
 pub(super) fn checkpoint(s: &mut SegmentShard, index: u64) {
     let meta = SnapshotMeta { snapshot_id: format!("c{index}"), ..Default::default() };
     s.begin_checkpoint(meta)().unwrap();
