@@ -260,13 +260,11 @@ mod tests {
     fn a_flushed_draft_left_alone_is_rewritten_final_once_its_hour_is_over() {
         use crate::segment::Filter;
         let dir = tempfile::tempdir().unwrap();
-        let mut s = SegmentShard::open(dir.path()).unwrap();
+        // Flushed within the spans' hour.
+        let clock = sextant_model::ManualClock::at_millis(0);
+        let mut s = SegmentShard::open(dir.path()).unwrap().with_clock(clock.clock());
         ingest(&mut s, 1, 1, batch("p", vec![span("t1", "a", 10), span("t1", "b", 11)]));
         checkpoint(&mut s, 1);
-        let spans_segments = |s: &SegmentShard| -> Vec<bool> {
-            let published = s.published.read().unwrap();
-            published.segments.iter().filter(|g| g.meta.table == Table::Spans).map(|g| g.meta.draft).collect()
-        };
         assert_eq!(spans_segments(&s), [true]);
         assert!(s.compaction(0).is_none(), "the hour is not over");
         let job = s.compaction(i64::MAX).expect("a lone draft of a past hour");
@@ -277,6 +275,24 @@ mod tests {
         drop(s);
         let s = SegmentShard::open(dir.path()).unwrap();
         assert_eq!(spans_segments(&s), [false], "the manifest says so after a restart");
+    }
+
+    /// Rows of a past hour (a backfill): the compactor would rewrite a draft at once, and
+    /// again when the next flush brings rows of the same hour.
+    #[test]
+    fn a_small_segment_of_an_hour_already_over_is_written_final() {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = sextant_model::ManualClock::at_millis(3_600_000);
+        let mut s = SegmentShard::open(dir.path()).unwrap().with_clock(clock.clock());
+        ingest(&mut s, 1, 1, batch("p", vec![span("t1", "a", 10)]));
+        checkpoint(&mut s, 1);
+        assert_eq!(spans_segments(&s), [false]);
+        assert!(s.compaction(i64::MAX).is_none(), "nothing to rewrite");
+    }
+
+    fn spans_segments(s: &SegmentShard) -> Vec<bool> {
+        let published = s.published.read().unwrap();
+        published.segments.iter().filter(|g| g.meta.table == Table::Spans).map(|g| g.meta.draft).collect()
     }
 
     /// Until the abort is checkpointed, a restart replays it over the segments: compaction

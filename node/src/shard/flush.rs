@@ -51,12 +51,12 @@ impl SegmentShard {
         // The counters as of the checkpoint's last entry, like the dedup memory.
         let (usage, users) = (self.usage.clone(), self.users.clone());
         let applied = Applied { dedup, tombstones, usage };
-        let closed = self.closed.clone();
+        let (closed, now_s) = (self.closed.clone(), self.clock.now_secs());
         Box::new(move || {
             if *closed.read().unwrap() {
                 return Err(io::Error::other("the replica was closed"));
             }
-            flush(&dir, &frozen, meta, applied, &users, &published, &persisted)
+            flush(&dir, &frozen, meta, applied, now_s, &users, &published, &persisted)
         })
     }
 }
@@ -141,18 +141,20 @@ const OUT_OF_SPACE_PAUSES: [Duration; 5] = [
 /// does not fail the checkpoint (which would stop the group's Raft): the attempt's segments
 /// are deleted and it is tried again until space returns. Meanwhile the disk guard refuses
 /// new writes and reads go on from the frozen buffer.
+#[allow(clippy::too_many_arguments)]
 fn flush(
     dir: &Path,
     frozen: &Arc<Buffer>,
     meta: SnapshotMeta,
     mut applied: Applied,
+    now_s: i64,
     users: &UserNumbers,
     published: &RwLock<Published>,
     persisted: &Mutex<Persisted>,
 ) -> io::Result<()> {
     let mut pauses = OUT_OF_SPACE_PAUSES.iter().chain(std::iter::repeat(&OUT_OF_SPACE_PAUSES[4]));
     loop {
-        match try_flush(dir, frozen, meta.clone(), &mut applied, users, published, persisted) {
+        match try_flush(dir, frozen, meta.clone(), &mut applied, now_s, users, published, persisted) {
             Err(e) if is_out_of_space(&e) => {
                 let pause = pauses.next().copied().unwrap_or(Duration::from_secs(5));
                 tracing::warn!(dir = %dir.display(), error = %e, ?pause, "flush found the disk full; retrying");
@@ -163,11 +165,16 @@ fn flush(
     }
 }
 
+/// `now_s`: when the flush began. A small segment of a bucket not over yet is written as a
+/// draft; one of a bucket already over (data of past days) at the final level, since the
+/// compactor would rewrite it at once, and again when the next flush brings its siblings.
+#[allow(clippy::too_many_arguments)]
 fn try_flush(
     dir: &Path,
     frozen: &Arc<Buffer>,
     meta: SnapshotMeta,
     applied: &mut Applied,
+    now_s: i64,
     users: &UserNumbers,
     published: &RwLock<Published>,
     persisted: &Mutex<Persisted>,
@@ -186,7 +193,9 @@ fn try_flush(
                 Some(frozen.running_rollups()?.rows_of_every_project(rollups, from, to))
             });
             // Compaction merges small segments: they are written fast, and compressed harder then.
-            let effort = if (rows.len() as u64) < SMALL_SEGMENT_ROWS { Effort::Draft } else { Effort::Final };
+            let open_bucket = hour.saturating_add(table.bucket_seconds()) > now_s;
+            let small = (rows.len() as u64) < SMALL_SEGMENT_ROWS;
+            let effort = if small && open_bucket { Effort::Draft } else { Effort::Final };
             let id = manifest.next_segment;
             written.extend(write_segment(dir, id, table, hour, &rows, &batches, rollups, users, effort)?);
             manifest.next_segment += IDS_PER_SEGMENT;
