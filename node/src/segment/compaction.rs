@@ -64,6 +64,12 @@ pub fn next(segments: &[SegmentMeta], policy: &ExpiryPolicy, now_s: i64) -> Opti
     plan(segments, now_s).map(Plan::Rewrite)
 }
 
+/// Whether the time bucket of `table` starting at `start` (seconds) is over at `now_s`: the
+/// compactor then merges as few as two of its small segments, or a lone draft.
+pub fn bucket_over(start: i64, table: Table, now_s: i64) -> bool {
+    start.saturating_add(table.bucket_seconds()) <= now_s
+}
+
 /// The spans (or other) segments to merge next, at most one group: the oldest time bucket
 /// with enough small segments, or whose time is over with one draft left. Derived segments
 /// (trace summaries, rollups) are never picked themselves: they are rewritten with their
@@ -74,7 +80,7 @@ pub fn plan(segments: &[SegmentMeta], now_s: i64) -> Option<Vec<SegmentMeta>> {
         buckets.entry((s.hour, s.table)).or_default().push(s);
     }
     for ((start, table), mut small) in buckets {
-        let over = start.saturating_add(table.bucket_seconds()) <= now_s;
+        let over = bucket_over(start, table, now_s);
         let needed = if over { 2 } else { MIN_SEGMENTS };
         small.sort_by_key(|s| s.rows);
         let mut total = 0;

@@ -73,8 +73,8 @@ pub struct SegmentMeta {
 /// How hard a segment's free-form columns (messages, attributes, properties) are compressed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Effort {
-    /// zstd level 3, like every other column: a flush's small segments, which compaction
-    /// rewrites (docs/ARCHITECTURE.md, "Compaction and expiry").
+    /// zstd level 3, like every other column: a flush's small segments of buckets not over
+    /// yet, which compaction rewrites (docs/ARCHITECTURE.md, "Compaction and expiry").
     Draft,
     /// zstd level 9: span attributes take a quarter fewer bytes, for several times the CPU.
     Final,

@@ -10,7 +10,7 @@ use std::time::Duration;
 use super::{Persisted, Published, SegmentShard, Usage};
 use crate::durable::sync_dir;
 use crate::failpoint;
-use crate::segment::compaction::SMALL_SEGMENT_ROWS;
+use crate::segment::compaction::{bucket_over, SMALL_SEGMENT_ROWS};
 use crate::segment::file::{self as segment_file, Effort};
 use crate::segment::rollup::{rollup_rows, rollup_table};
 use crate::segment::summary::summary_rows;
@@ -193,9 +193,8 @@ fn try_flush(
                 Some(frozen.running_rollups()?.rows_of_every_project(rollups, from, to))
             });
             // Compaction merges small segments: they are written fast, and compressed harder then.
-            let open_bucket = hour.saturating_add(table.bucket_seconds()) > now_s;
             let small = (rows.len() as u64) < SMALL_SEGMENT_ROWS;
-            let effort = if small && open_bucket { Effort::Draft } else { Effort::Final };
+            let effort = if small && !bucket_over(hour, table, now_s) { Effort::Draft } else { Effort::Final };
             let id = manifest.next_segment;
             written.extend(write_segment(dir, id, table, hour, &rows, &batches, rollups, users, effort)?);
             manifest.next_segment += IDS_PER_SEGMENT;
