@@ -95,6 +95,21 @@ pub struct HostMetric<A = Vec<Attribute>> {
     pub attributes: A,
 }
 
+impl<A> HostMetric<A> {
+    /// The sample's values in [`HOST_METRICS`](crate::query::HOST_METRICS) order, as a mean
+    /// adds them up (byte counts as `f64`).
+    pub fn values(&self) -> [Option<f64>; 6] {
+        [
+            self.cpu_percent,
+            self.memory_used_bytes.map(|v| v as f64),
+            self.memory_total_bytes.map(|v| v as f64),
+            self.disk_used_percent,
+            self.network_rx_bytes_per_sec,
+            self.network_tx_bytes_per_sec,
+        ]
+    }
+}
+
 /// A product-analytics event; `properties_json` is its properties object as JSON text.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Event {
@@ -151,6 +166,15 @@ pub struct EventRollup {
     pub event: String,
     pub hour_unix_nanos: i64,
     pub count: u64,
+}
+
+/// One host's samples over one minute, added up when they are written (a rollup): host
+/// series over long ranges read these instead of every sample. `means.start_unix_nanos` is
+/// the minute.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HostRollup {
+    pub hostname: String,
+    pub means: crate::query::HostBucket,
 }
 
 /// The rows of one ingest request that land on one shard: exactly one Raft entry.

@@ -46,15 +46,32 @@ impl Mean {
     pub fn get(&self) -> Option<f64> {
         (self.count > 0).then(|| self.sum / self.count as f64)
     }
-}
 
-fn add_mean(into: &mut Option<Mean>, other: Option<Mean>) {
-    if let Some(o) = other {
-        let m = into.get_or_insert_with(Mean::default);
-        m.sum += o.sum;
-        m.count += o.count;
+    /// Adds `other`'s samples.
+    pub fn add(into: &mut Option<Mean>, other: Option<Mean>) {
+        if let Some(o) = other {
+            let m = into.get_or_insert_with(Mean::default);
+            m.sum += o.sum;
+            m.count += o.count;
+        }
+    }
+
+    /// Adds one sample, if there is one.
+    pub fn add_sample(into: &mut Option<Mean>, v: Option<f64>) {
+        Mean::add(into, v.map(|sum| Mean { sum, count: 1 }));
     }
 }
+
+/// The metrics of a host sample, in the order [`HostBucket::means`] and
+/// [`HostMetric::values`](crate::row::HostMetric::values) list them.
+pub const HOST_METRICS: [&str; 6] = [
+    "cpu_percent",
+    "memory_used_bytes",
+    "memory_total_bytes",
+    "disk_used_percent",
+    "network_rx_bytes_per_sec",
+    "network_tx_bytes_per_sec",
+];
 
 /// One step of one host's metrics: per metric, the samples' sum and count.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -68,14 +85,44 @@ pub struct HostBucket {
     pub network_tx_bytes_per_sec: Option<Mean>,
 }
 
+impl HostBucket {
+    /// The means in [`HOST_METRICS`] order.
+    pub fn means(&self) -> [Option<Mean>; 6] {
+        [
+            self.cpu_percent,
+            self.memory_used_bytes,
+            self.memory_total_bytes,
+            self.disk_used_percent,
+            self.network_rx_bytes_per_sec,
+            self.network_tx_bytes_per_sec,
+        ]
+    }
+
+    /// The means in [`HOST_METRICS`] order, to add to.
+    pub fn means_mut(&mut self) -> [&mut Option<Mean>; 6] {
+        [
+            &mut self.cpu_percent,
+            &mut self.memory_used_bytes,
+            &mut self.memory_total_bytes,
+            &mut self.disk_used_percent,
+            &mut self.network_rx_bytes_per_sec,
+            &mut self.network_tx_bytes_per_sec,
+        ]
+    }
+
+    /// Adds a sample's values (in [`HOST_METRICS`] order).
+    pub fn add_sample(&mut self, values: [Option<f64>; 6]) {
+        for (m, v) in self.means_mut().into_iter().zip(values) {
+            Mean::add_sample(m, v);
+        }
+    }
+}
+
 impl Merge for HostBucket {
     fn merge(&mut self, o: Self) {
-        add_mean(&mut self.cpu_percent, o.cpu_percent);
-        add_mean(&mut self.memory_used_bytes, o.memory_used_bytes);
-        add_mean(&mut self.memory_total_bytes, o.memory_total_bytes);
-        add_mean(&mut self.disk_used_percent, o.disk_used_percent);
-        add_mean(&mut self.network_rx_bytes_per_sec, o.network_rx_bytes_per_sec);
-        add_mean(&mut self.network_tx_bytes_per_sec, o.network_tx_bytes_per_sec);
+        for (m, o) in self.means_mut().into_iter().zip(o.means()) {
+            Mean::add(m, o);
+        }
     }
 }
 

@@ -2,11 +2,15 @@
 
 use std::collections::HashMap;
 
-use sextant_model::query::{HostBucket, HostSeries, HostSeriesPlan, HostsPlan, LatestHosts, Mean, ShardQuery};
+use arrow_array::{Array, Float64Array, UInt64Array};
+use sextant_model::query::{
+    HostBucket, HostSeries, HostSeriesPlan, HostsPlan, LatestHosts, Mean, ShardQuery, HOST_METRICS,
+};
 
 use super::{each_batch, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
-use crate::segment::table::from_record_batch;
-use crate::segment::{Filter, Row, Table};
+use crate::segment::rollup::{host_columns, minute_of, source_columns, MINUTE_NS};
+use crate::segment::table::{from_record_batch, Cols};
+use crate::segment::{Filter, Row, Scan, Table};
 use crate::shard::ScanJob;
 
 impl QueryKind for HostsPlan {
@@ -22,8 +26,36 @@ impl QueryKind for HostSeriesPlan {
             return Err(QueryError::BadPlan("step must be positive".into()));
         }
         let filter = Filter { hostname: Some(self.hostname.clone()), ..Default::default() };
-        let (plan, job) = (self.clone(), shard.scan(scan_of(req, Table::HostMetrics, filter, &[], &[])));
-        Ok(Box::new(move |req, budget| Ok(series(req, &plan, job, budget)?.into())))
+        let (from, to) = (req.from_unix_nanos, req.to_unix_nanos);
+        let (sample_columns, _) = source_columns(Table::HostRollups);
+        let samples = |from_ns: i64, to_ns: i64| Scan {
+            from_ns,
+            to_ns,
+            ..scan_of(req, Table::HostMetrics, filter.clone(), sample_columns, &[])
+        };
+        // When every step starts on a minute: whole minutes from the rollups, the partial
+        // minute at the end from samples.
+        let on_minutes = from.rem_euclid(MINUTE_NS) == 0 && self.step_nanos % MINUTE_NS == 0;
+        let last = minute_of(to).max(from);
+        let mut jobs = Vec::new();
+        if on_minutes && from < last {
+            let columns: Vec<String> = std::iter::once("minute_ns".to_owned())
+                .chain(HOST_METRICS.into_iter().flat_map(host_columns))
+                .collect();
+            let columns: Vec<&str> = columns.iter().map(String::as_str).collect();
+            jobs.push(shard.scan(Scan {
+                from_ns: from,
+                to_ns: last,
+                ..scan_of(req, Table::HostRollups, filter.clone(), &columns, &[])
+            }));
+            if last < to {
+                jobs.push(shard.scan(samples(last, to)));
+            }
+        } else {
+            jobs.push(shard.scan(samples(from, to)));
+        }
+        let plan = self.clone();
+        Ok(Box::new(move |req, budget| Ok(series(req, &plan, jobs, budget)?.into())))
     }
 }
 
@@ -42,40 +74,60 @@ pub fn latest(job: ScanJob, budget: &mut Budget) -> Result<LatestHosts, QueryErr
     Ok(hosts)
 }
 
-fn add(mean: &mut Option<Mean>, v: Option<f64>) {
-    if let Some(v) = v {
-        let m = mean.get_or_insert_with(Mean::default);
-        m.sum += v;
-        m.count += 1;
-    }
-}
-
+/// One host's buckets over `jobs`: scans of host rollups and of samples.
 pub fn series(
     req: &ShardQuery,
     plan: &HostSeriesPlan,
-    job: ScanJob,
+    jobs: Vec<ScanJob>,
     budget: &mut Budget,
 ) -> Result<HostSeries, QueryError> {
     let mut buckets: HashMap<i64, HostBucket> = HashMap::new();
-    each_batch(job, budget, |rb| {
-        for (_, row, _) in from_record_batch(Table::HostMetrics, rb) {
-            if let Row::HostMetric(m) = row {
-                // In i128: a plan's range and step are checked by the router, not trusted here.
-                let (from, step) = (i128::from(req.from_unix_nanos), i128::from(plan.step_nanos));
-                let start = from + (i128::from(m.unix_nanos) - from).div_euclid(step) * step;
-                let Ok(start) = i64::try_from(start) else { continue };
-                let b = buckets
-                    .entry(start)
-                    .or_insert_with(|| HostBucket { start_unix_nanos: start, ..Default::default() });
-                add(&mut b.cpu_percent, m.cpu_percent);
-                add(&mut b.memory_used_bytes, m.memory_used_bytes.map(|v| v as f64));
-                add(&mut b.memory_total_bytes, m.memory_total_bytes.map(|v| v as f64));
-                add(&mut b.disk_used_percent, m.disk_used_percent);
-                add(&mut b.network_rx_bytes_per_sec, m.network_rx_bytes_per_sec);
-                add(&mut b.network_tx_bytes_per_sec, m.network_tx_bytes_per_sec);
+    // In i128: a plan's range and step are checked by the router, not trusted here.
+    let (from, step) = (i128::from(req.from_unix_nanos), i128::from(plan.step_nanos));
+    let start_of = |t: i64| i64::try_from(from + (i128::from(t) - from).div_euclid(step) * step).ok();
+    for job in jobs {
+        each_batch(job, budget, |rb| {
+            let c = Cols(rb);
+            if rb.column_by_name("minute_ns").is_some() {
+                let minute = c.i64("minute_ns");
+                let columns = HOST_METRICS.map(host_columns);
+                let sums: Vec<_> = columns.iter().map(|[sum, _]| c.f64(sum)).collect();
+                let counts: Vec<_> = columns.iter().map(|[_, count]| c.u64(count)).collect();
+                for (i, &t) in minute.values().iter().enumerate() {
+                    let Some(start) = start_of(t) else { continue };
+                    for ((mean, sum), count) in
+                        bucket_at(&mut buckets, start).means_mut().into_iter().zip(&sums).zip(&counts)
+                    {
+                        let count = count.value(i);
+                        Mean::add(mean, (count > 0).then(|| Mean { sum: sum.value(i), count }));
+                    }
+                }
+            } else {
+                let time = c.i64("time_ns");
+                let (cpu, used, total) =
+                    (c.f64("cpu_percent"), c.u64("memory_used_bytes"), c.u64("memory_total_bytes"));
+                let (disk, rx, tx) =
+                    (c.f64("disk_used_percent"), c.f64("network_rx_bytes_per_sec"), c.f64("network_tx_bytes_per_sec"));
+                let f = |a: &Float64Array, i: usize| a.is_valid(i).then(|| a.value(i));
+                let u = |a: &UInt64Array, i: usize| a.is_valid(i).then(|| a.value(i) as f64);
+                for (i, &t) in time.values().iter().enumerate() {
+                    let Some(start) = start_of(t) else { continue };
+                    bucket_at(&mut buckets, start).add_sample([
+                        f(cpu, i),
+                        u(used, i),
+                        u(total, i),
+                        f(disk, i),
+                        f(rx, i),
+                        f(tx, i),
+                    ]);
+                }
             }
-        }
-        Ok(())
-    })?;
+            Ok(())
+        })?;
+    }
     Ok(HostSeries(buckets.into_iter().collect()))
+}
+
+fn bucket_at(buckets: &mut HashMap<i64, HostBucket>, start: i64) -> &mut HostBucket {
+    buckets.entry(start).or_insert_with(|| HostBucket { start_unix_nanos: start, ..Default::default() })
 }

@@ -680,6 +680,122 @@ fn host_series_over_the_whole_i64_range_has_no_overflow() {
     }
 }
 
+/// Samples of two hosts every `every_ms` from `first_ms`, values varying and some missing.
+fn host_samples(n: usize, first_ms: i64, every_ms: i64) -> Vec<sextant_model::row::HostMetric> {
+    (0..n)
+        .map(|i| {
+            let f = i as f64;
+            sextant_model::row::HostMetric {
+                unix_nanos: (first_ms + i as i64 * every_ms) * MS,
+                hostname: ["h1", "h2"][i % 2].into(),
+                cpu_percent: (i % 5 != 0).then_some((f * 7.31) % 100.0),
+                memory_used_bytes: Some(1_000_000 + i as u64 * 4099),
+                memory_total_bytes: (i % 3 == 0).then_some(8 << 30),
+                disk_used_percent: Some(40.0 + f / 1000.0),
+                network_rx_bytes_per_sec: (i % 7 != 3).then_some(f * 0.1),
+                network_tx_bytes_per_sec: None,
+                ..Default::default()
+            }
+        })
+        .collect()
+}
+
+/// Host series from per-minute rollups (stored, rolled up on read for a segment without them
+/// or holding a batch aborted after it was written, and buffered), plus samples for the
+/// partial minute at the end: per step, the mean of every sample of the step, each metric's
+/// count exact and its mean equal up to float rounding; steps not on whole minutes are read
+/// from samples.
+#[test]
+fn host_series_from_rollups_equal_averaging_every_sample() {
+    use sextant_model::query::{HostSeriesPlan, HOST_METRICS};
+    use sextant_model::row::HostMetric;
+    let mut sh = Shard::new();
+    let dir = sh._dir.path().to_owned();
+    let ingest = |sh: &mut Shard, host_metrics: Vec<HostMetric>| {
+        sh.index += 1;
+        let payload = encode_ingest(RowBatch { project_id: "p".into(), host_metrics, ..Default::default() });
+        sh.s.apply(sh.index, Command::Ingest { batch_id: sh.index as u128, payload });
+    };
+    let (a, old, aborted, buffered) = (
+        host_samples(2000, 0, 1000),
+        host_samples(600, 777, 3000),
+        host_samples(300, 50, 2000),
+        host_samples(500, 3, 1700),
+    );
+    ingest(&mut sh, a.clone());
+    sh.flush();
+    ingest(&mut sh, old.clone());
+    sh.flush();
+    let (mut manifest, _) = crate::segment::Manifest::load(&dir).unwrap().unwrap();
+    let newest = manifest.segments.iter().filter(|m| m.table == Table::HostMetrics).map(|m| m.id).max();
+    manifest.segments.retain(|m| !(m.table == Table::HostRollups && m.summarizes == newest));
+    manifest.store(&dir).unwrap();
+    sh.s = SegmentShard::open(&dir).unwrap();
+    ingest(&mut sh, aborted);
+    sh.flush();
+    sh.s.apply(sh.index + 1, Command::Abort { batch_id: sh.index as u128 });
+    sh.index += 1;
+    ingest(&mut sh, buffered.clone());
+    let all: Vec<HostMetric> = [a, old, buffered].concat();
+    check_host_series_against_every_sample(&sh, &all);
+    // A batch aborted while buffered: the buffer is read sample by sample.
+    ingest(&mut sh, host_samples(100, 9, 900));
+    sh.s.apply(sh.index + 1, Command::Abort { batch_id: sh.index as u128 });
+    sh.index += 1;
+    check_host_series_against_every_sample(&sh, &all);
+
+    fn check_host_series_against_every_sample(sh: &Shard, all: &[HostMetric]) {
+        const MINUTE_MS: i64 = 60_000;
+        for (from_ms, to_ms, step_ms, host) in [
+            (0, 40 * MINUTE_MS, MINUTE_MS, "h1"),
+            (0, 40 * MINUTE_MS + 12_345, 5 * MINUTE_MS, "h2"),
+            (2 * MINUTE_MS, 10 * MINUTE_MS, 3 * MINUTE_MS, "h1"),
+            (1_500, 30 * MINUTE_MS, 5 * MINUTE_MS, "h1"),
+            (0, 30 * MINUTE_MS, 90_000, "h2"),
+            (0, 20_000, MINUTE_MS, "h1"),
+        ] {
+            let reply = sh.query_at(ShardQuery {
+                group: 1,
+                project_id: "p".into(),
+                from_unix_nanos: from_ms * MS,
+                to_unix_nanos: to_ms * MS,
+                max_rows: 1_000_000,
+                plan: HostSeriesPlan { hostname: host.into(), step_nanos: step_ms * MS }.into(),
+            });
+            let Ok(Partial::HostSeries(got)) = reply.partial else { panic!("host series expected") };
+            let mut want: std::collections::BTreeMap<i64, sextant_model::query::HostBucket> = Default::default();
+            for m in all.iter().filter(|m| m.hostname == host && (from_ms * MS..to_ms * MS).contains(&m.unix_nanos)) {
+                let start = from_ms * MS + (m.unix_nanos - from_ms * MS) / (step_ms * MS) * step_ms * MS;
+                let b = want.entry(start).or_insert_with(|| sextant_model::query::HostBucket {
+                    start_unix_nanos: start,
+                    ..Default::default()
+                });
+                b.add_sample(m.values());
+            }
+            let case = format!("{host} {from_ms}..{to_ms} by {step_ms}");
+            assert_eq!(got.0.keys().collect::<Vec<_>>(), want.keys().collect::<Vec<_>>(), "{case}");
+            for (start, w) in &want {
+                for (k, (g, w)) in got.0[start].means().into_iter().zip(w.means()).enumerate() {
+                    let (g, w) = (g.map(|m| (m.count, m.sum)), w.map(|m| (m.count, m.sum)));
+                    assert_eq!(g.map(|g| g.0), w.map(|w| w.0), "{case} {start} {} count", HOST_METRICS[k]);
+                    if let (Some((_, g)), Some((_, w))) = (g, w) {
+                        assert!(
+                            (g - w).abs() <= 1e-9 * w.abs().max(1.0),
+                            "{case} {start} {}: {g} {w}",
+                            HOST_METRICS[k]
+                        );
+                    }
+                }
+            }
+            assert!(!want.is_empty(), "{case}");
+            if (from_ms, step_ms) == (0, MINUTE_MS) && to_ms > MINUTE_MS {
+                let samples = all.iter().filter(|m| m.hostname == host).count() as u64;
+                assert!(reply.rows_scanned * 2 < samples, "read {} rows of {samples} samples", reply.rows_scanned);
+            }
+        }
+    }
+}
+
 const DAY_MS: i64 = 86_400_000;
 
 /// A shard holding a year of spans and logs: one flushed segment a week (trace `t{w}` and

@@ -9,7 +9,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use sextant_model::row::{Encoded, RowBatch};
 use sextant_proto::convert::persist_row::{decode_ingest, DecodeError};
 
-use super::rollup::{Running, MIN_ROWS_PER_ROLLUP};
+use super::rollup::Running;
 use super::table::{Row, RowRef, Table};
 use super::token_index::line_terms;
 use super::user_number::{id_hash, UserNumbers};
@@ -184,7 +184,7 @@ impl Buffer {
         let Some(source) = scan.rollup_source() else {
             return self.scan_from(self.candidates(scan), scan, hidden, users);
         };
-        let rolled = if self.batches.iter().any(|&b| hidden(b)) { None } else { self.running_rollups() };
+        let rolled = if self.batches.iter().any(|&b| hidden(b)) { None } else { self.running_rollups(scan.table) };
         let Some(rolled) = rolled else {
             return self.scan_from(self.candidates(&source), &source, hidden, None);
         };
@@ -342,24 +342,19 @@ impl Buffer {
         }
     }
 
-    /// The rollups of every row here, brought up to date, when they are those of the rows a
-    /// flush writes (no batch was aborted here) and they pay: at most [`ROLLUP_SLACK`] rollup
-    /// rows beyond one per [`MIN_ROWS_PER_ROLLUP`] rows, which also bounds their memory.
-    pub fn running_rollups(&self) -> Option<RollupsRead<'_>> {
+    /// The rollups of every row here, brought up to date, when those of `table` are the ones
+    /// a flush writes (no batch was aborted here) and they pay (see [`Running`]).
+    pub fn running_rollups(&self, table: Table) -> Option<RollupsRead<'_>> {
         if !self.aborted.is_empty() {
             return None;
         }
         let mut rolled = self.rollups.lock().unwrap();
-        let Rolled { covered, running, pays } = &mut *rolled;
+        let Rolled { covered, running } = &mut *rolled;
         for r in &self.rows[*covered..] {
-            if !*pays {
-                break;
-            }
             running.add(&r.project, &r.row);
-            *covered += 1;
-            *pays = running.len() as u64 <= ROLLUP_SLACK + *covered as u64 / MIN_ROWS_PER_ROLLUP;
         }
-        rolled.pays.then_some(RollupsRead(rolled))
+        *covered = self.rows.len();
+        rolled.running.pays(table).then_some(RollupsRead(rolled))
     }
 
     /// The live rows grouped by (table, time bucket), each group sorted in segment order,
@@ -393,17 +388,11 @@ impl Buffer {
     }
 }
 
-/// The rows of a buffer its rollups cover so far, and whether they still pay.
+/// The rows of a buffer its rollups cover so far.
+#[derive(Default)]
 struct Rolled {
     covered: usize,
     running: Running,
-    pays: bool,
-}
-
-impl Default for Rolled {
-    fn default() -> Self {
-        Rolled { covered: 0, running: Running::default(), pays: true }
-    }
 }
 
 /// A buffer's running rollups, held while read.
@@ -416,10 +405,6 @@ impl std::ops::Deref for RollupsRead<'_> {
         &self.0.running
     }
 }
-
-/// Rollup rows a buffer may hold beyond one per [`MIN_ROWS_PER_ROLLUP`] rows (its first rows
-/// are always rolled up).
-const ROLLUP_SLACK: u64 = 1 << 16;
 
 /// Bytes of a row's sort text compared without reaching the row (trace ids are 32).
 const SORT_HEAD: usize = 32;
@@ -588,7 +573,7 @@ mod tests {
     use super::*;
     use crate::segment::{Filter, Scan};
     use proptest::prelude::*;
-    use sextant_model::row::{Attribute, Event, LogLevel, LogRecord, Value};
+    use sextant_model::row::{Attribute, Event, HostMetric, LogLevel, LogRecord, Value};
     use sextant_model::text::LogQuery;
     use sextant_proto::convert::persist_row::encode_ingest;
 
@@ -784,8 +769,8 @@ mod tests {
     }
 
     /// A buffer whose rows fall in so many buckets that a rollup row would stand for fewer than
-    /// `MIN_ROWS_PER_ROLLUP` rows stops adding them up (bounding their memory) and hands rollup
-    /// scans its rows instead; the counts stay exact.
+    /// `min_rows_per_rollup` rows stops adding them up (bounding their memory) and hands rollup
+    /// scans its rows instead; the counts stay exact, and another table's rollups still pay.
     #[test]
     fn rollups_that_do_not_pay_are_dropped_and_rows_read_instead() {
         const HOUR: i64 = 3_600_000_000_000;
@@ -809,13 +794,18 @@ mod tests {
         let mut few = Buffer::default();
         push(&mut few, 1, RowBatch { project_id: "p".into(), events: events(5_000, 24), ..Default::default() });
         assert_eq!(count_events(&few), 5_000);
-        assert_eq!(few.running_rollups().map(|r| r.len()), Some(24));
+        assert_eq!(few.running_rollups(Table::EventRollups).map(|r| r.len()), Some(24));
 
-        let rows = (ROLLUP_SLACK * 8 / 7 + 1_000) as i64;
+        let rows = (crate::segment::rollup::ROLLUP_SLACK * 8 / 7 + 1_000) as i64;
         let mut many = Buffer::default();
-        push(&mut many, 1, RowBatch { project_id: "p".into(), events: events(rows, rows), ..Default::default() });
+        let host_metrics: Vec<HostMetric> = (0..600)
+            .map(|i| HostMetric { unix_nanos: i * 1_000_000_000, hostname: "h".into(), ..Default::default() })
+            .collect();
+        push(&mut many, 1, RowBatch { project_id: "p".into(), host_metrics, ..Default::default() });
+        push(&mut many, 2, RowBatch { project_id: "p".into(), events: events(rows, rows), ..Default::default() });
         assert_eq!(count_events(&many), rows as u64);
-        assert!(many.running_rollups().is_none());
+        assert!(many.running_rollups(Table::EventRollups).is_none());
+        assert_eq!(many.running_rollups(Table::HostRollups).map(|r| r.len()), Some(10), "ten minutes of one host");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Segment files written by format 1, committed under `fixtures/` with their manifest, that
-//! every later build must read (docs/ARCHITECTURE.md, "Attribute encoding"). To write them
-//! again after a deliberate format change, run
+//! every later build must read (docs/ARCHITECTURE.md, "Attribute encoding"). To write those
+//! of a new table (the others are kept as committed), or all of them again after a
+//! deliberate format change (delete them first), run
 //! `cargo test -p sextant-node write_format_1_segment_fixtures -- --ignored` (and
 //! `write_format_1_user_number_fixtures` for `fixtures/users/`, an events segment with user
 //! numbers).
@@ -8,9 +9,10 @@
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
-use sextant_model::query::SpanTotals;
+use sextant_model::query::{HostBucket, Mean, SpanTotals};
 use sextant_model::row::{
-    Attribute, Encoded, Event, EventRollup, LogLevel, ReplayEvent, SpanRollup, SpanStatus, TraceSummary, Value,
+    Attribute, Encoded, Event, EventRollup, HostRollup, LogLevel, ReplayEvent, SpanRollup, SpanStatus, TraceSummary,
+    Value,
 };
 use sextant_proto::convert::persist_row::encode_attribute;
 use xxhash_rust::xxh3::xxh3_64;
@@ -255,6 +257,26 @@ fn event_rollups() -> Vec<Row> {
         .collect()
 }
 
+fn host_rollups() -> Vec<Row> {
+    (0..6u64)
+        .map(|i| {
+            let mean = |sum: f64, count: u64| (i % 3 != 1).then_some(Mean { sum, count });
+            Row::HostRollup(HostRollup {
+                hostname: format!("host-{}", i % 2),
+                means: HostBucket {
+                    start_unix_nanos: (HOUR + 60 * (i as i64 / 2)) * 1_000_000_000,
+                    cpu_percent: mean(150.75 + i as f64, 6),
+                    memory_used_bytes: Some(Mean { sum: (6u64 << 30) as f64, count: 6 }),
+                    memory_total_bytes: mean(f64::from(u32::MAX) * 4.0, 4),
+                    disk_used_percent: None,
+                    network_rx_bytes_per_sec: mean(0.0, 1),
+                    network_tx_bytes_per_sec: mean(1e300, u64::MAX),
+                },
+            })
+        })
+        .collect()
+}
+
 /// A fixture segment: its table, time bucket, and rows (with their projects) in segment order.
 type FixtureSegment = (Table, i64, Vec<(&'static str, Row)>);
 
@@ -274,6 +296,7 @@ fn fixture_rows() -> Vec<FixtureSegment> {
         (Table::ReplayEvents, DAY, with_projects(replays(), 10)),
         (Table::SpanRollups, HOUR, with_projects(span_rollups(), 8)),
         (Table::EventRollups, DAY, with_projects(event_rollups(), 6)),
+        (Table::HostRollups, HOUR, with_projects(host_rollups(), 4)),
     ]
 }
 
@@ -284,8 +307,13 @@ const BATCHES: [u128; 2] = [0x0123_4567_89ab_cdef_fedc_ba98_7654_3210, 7];
 fn write_format_1_segment_fixtures() {
     let dir = fixtures();
     std::fs::create_dir_all(&dir).unwrap();
+    let committed = Manifest::load(&dir).unwrap().map(|(m, _)| m.segments).unwrap_or_default();
     let mut manifest = Manifest::default();
     for (id, (table, hour, rows)) in fixture_rows().into_iter().enumerate() {
+        if let Some(meta) = committed.iter().find(|m| m.id == id as u64 + 1 && dir.join(&m.file.name).exists()) {
+            manifest.segments.push(meta.clone());
+            continue;
+        }
         let refs: Vec<RowRef<'_>> =
             rows.iter().enumerate().map(|(i, (project, row))| RowRef::new(project, row, (i % 2) as u32)).collect();
         let mut meta = file::write(&dir, id as u64 + 1, table, hour, &refs, &BATCHES, None, Effort::Final).unwrap();

@@ -1,8 +1,10 @@
 //! Rollups, written beside every spans or events segment (like trace summaries, and replaced
 //! with it) so that reads over long ranges read a row per key and time bucket instead of every
 //! row. Span rollups: per (project, service, operation, minute), the totals of the spans
-//! starting in that minute; event rollups: per (project, event name, hour), the events. Both
-//! add up exactly, so a rollup answers what a scan of its rows would.
+//! starting in that minute; event rollups: per (project, event name, hour), the events; host
+//! rollups: per (project, hostname, minute), each metric's sum and count. Counts and sketches
+//! add up exactly, so a rollup answers what a scan of its rows would (a host mean's float sum
+//! up to rounding, which depends on the order of addition in a scan as well).
 
 use std::hash::{Hash, Hasher};
 use std::io;
@@ -10,8 +12,8 @@ use std::sync::Arc;
 
 use prost::encoding::{decode_varint, encode_varint};
 use rustc_hash::FxHashMap;
-use sextant_model::query::SpanTotals;
-use sextant_model::row::{EventRollup, SpanRollup, SpanStatus};
+use sextant_model::query::{HostBucket, SpanTotals, HOST_METRICS};
+use sextant_model::row::{EventRollup, HostRollup, SpanRollup, SpanStatus};
 use sextant_model::sketch::LatencyBuckets;
 
 use super::table::{Row, RowRef, Table};
@@ -37,15 +39,17 @@ pub fn rollup_table(table: Table) -> Option<Table> {
     match table {
         Table::Spans => Some(Table::SpanRollups),
         Table::Events => Some(Table::EventRollups),
+        Table::HostMetrics => Some(Table::HostRollups),
         _ => None,
     }
 }
 
-/// The bucket width of a rollup table.
-pub fn width(table: Table) -> i64 {
+/// The bucket width of a rollup table (`None` for other tables).
+pub fn width(table: Table) -> Option<i64> {
     match table {
-        Table::EventRollups => HOUR_NS,
-        _ => MINUTE_NS,
+        Table::EventRollups => Some(HOUR_NS),
+        Table::SpanRollups | Table::HostRollups => Some(MINUTE_NS),
+        _ => None,
     }
 }
 
@@ -68,6 +72,7 @@ pub fn minute_at_or_after(t: i64) -> Option<i64> {
 pub fn rollup_rows(table: Table, rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
     match table {
         Table::EventRollups => event_rollups(rows),
+        Table::HostRollups => host_rollups(rows),
         _ => span_rollups(rows),
     }
 }
@@ -117,35 +122,78 @@ fn event_rollups(rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
         .collect()
 }
 
+/// Per (project, hostname, minute), the samples among `rows`.
+fn host_rollups(rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
+    let mut groups: FxHashMap<(&str, &str, i64), HostBucket> = FxHashMap::default();
+    for r in rows {
+        if let Row::HostMetric(m) = r.row {
+            let minute = minute_of(m.unix_nanos);
+            let b = groups
+                .entry((r.project, m.hostname.as_str(), minute))
+                .or_insert_with(|| HostBucket { start_unix_nanos: minute, ..Default::default() });
+            b.add_sample(m.values());
+        }
+    }
+    let mut groups: Vec<_> = groups.into_iter().collect();
+    groups.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    groups
+        .into_iter()
+        .map(|((project, hostname, _), means)| {
+            (project.to_owned(), Row::HostRollup(HostRollup { hostname: hostname.to_owned(), means }))
+        })
+        .collect()
+}
+
 /// The rollups of a shard buffer's rows, added up row by row, so that a rollup scan of fresh
 /// rows reads a row per key and bucket too. They equal [`rollup_rows`] of the same rows; they
-/// cannot take rows away, so a buffer holding an aborted batch is read row by row.
+/// cannot take rows away, so a buffer holding an aborted batch is read row by row. A rollup
+/// table whose rows stop paying (see [`pays`]) is dropped and its rows no longer added.
 #[derive(Default)]
 pub struct Running {
     /// Hash of a group's key -> the groups of that hash.
     groups: FxHashMap<u64, Vec<Group>>,
-    len: usize,
+    /// Per rollup table: the source rows added and the groups they made.
+    tallies: FxHashMap<Table, Tally>,
+}
+
+#[derive(Clone, Copy)]
+struct Tally {
+    rows: u64,
+    groups: u64,
+    pays: bool,
 }
 
 struct Group {
     project: Arc<str>,
     table: Table,
     bucket: i64,
-    /// The event name, or the span's service.
+    /// The event name, the span's service or the hostname.
     name: Box<str>,
-    /// The span's operation; empty for events.
+    /// The span's operation; empty for the others.
     operation: Box<str>,
-    totals: SpanTotals,
+    sums: Sums,
+}
+
+enum Sums {
+    /// Spans' totals; events' count.
+    Totals(SpanTotals),
+    Host(HostBucket),
 }
 
 impl Running {
-    /// Adds `row` (other tables than spans and events are not rolled up).
+    /// Adds `row` (tables without rollups, or whose rollups stopped paying, are skipped).
     pub fn add(&mut self, project: &Arc<str>, row: &Row) {
         let (table, bucket, name, operation) = match row {
             Row::Span(s) => (Table::SpanRollups, minute_of(s.start_unix_nanos), &s.service_name, s.operation.as_str()),
             Row::Event(e) => (Table::EventRollups, hour_of(e.unix_nanos), &e.event, ""),
+            Row::HostMetric(m) => (Table::HostRollups, minute_of(m.unix_nanos), &m.hostname, ""),
             _ => return,
         };
+        let tally = self.tallies.entry(table).or_insert(Tally { rows: 0, groups: 0, pays: true });
+        if !tally.pays {
+            return;
+        }
+        tally.rows += 1;
         let mut h = rustc_hash::FxHasher::default();
         (&**project, table, bucket, name.as_str(), operation).hash(&mut h);
         let groups = self.groups.entry(h.finish()).or_default();
@@ -159,28 +207,47 @@ impl Running {
         let group = match found {
             Some(g) => g,
             None => {
+                let sums = match table {
+                    Table::HostRollups => Sums::Host(HostBucket { start_unix_nanos: bucket, ..Default::default() }),
+                    _ => Sums::Totals(SpanTotals::default()),
+                };
                 groups.push(Group {
                     project: project.clone(),
                     table,
                     bucket,
                     name: name.as_str().into(),
                     operation: operation.into(),
-                    totals: SpanTotals::default(),
+                    sums,
                 });
-                self.len += 1;
+                tally.groups += 1;
                 groups.last_mut().expect("just pushed")
             }
         };
-        match row {
+        match (row, &mut group.sums) {
             // As a scan reads the duration: the stored i64.
-            Row::Span(s) => group.totals.add(s.duration_nanos as i64, s.status == SpanStatus::Error),
-            _ => group.totals.count += 1,
+            (Row::Span(s), Sums::Totals(t)) => t.add(s.duration_nanos as i64, s.status == SpanStatus::Error),
+            (Row::HostMetric(m), Sums::Host(b)) => b.add_sample(m.values()),
+            (_, Sums::Totals(t)) => t.count += 1,
+            (_, Sums::Host(_)) => unreachable!("host groups hold host metrics"),
         }
+        if !pays(table, tally.rows, tally.groups) {
+            tally.pays = false;
+            for groups in self.groups.values_mut() {
+                groups.retain(|g| g.table != table);
+            }
+            self.groups.retain(|_, groups| !groups.is_empty());
+        }
+    }
+
+    /// Whether the rollups of `table` are kept: none of its rows added yet, or few enough
+    /// groups for them.
+    pub fn pays(&self, table: Table) -> bool {
+        self.tallies.get(&table).is_none_or(|t| t.pays)
     }
 
     /// How many rollup rows there are.
     pub fn len(&self) -> usize {
-        self.len
+        self.groups.values().map(Vec::len).sum()
     }
 
     /// The rows of rollup table `table` of `project` whose bucket starts in `[from_ns, to_ns)`.
@@ -192,9 +259,7 @@ impl Running {
     /// `[from_ns, to_ns)`: what [`rollup_rows`] gives for the same rows, in its order.
     pub fn rows_of_every_project(&self, table: Table, from_ns: i64, to_ns: i64) -> Vec<(String, Row)> {
         let mut groups: Vec<&Group> = self.groups_in(table, from_ns, to_ns).collect();
-        groups.sort_unstable_by(|a, b| {
-            (&*a.project, a.bucket, &*a.name, &*a.operation).cmp(&(&*b.project, b.bucket, &*b.name, &*b.operation))
-        });
+        groups.sort_unstable_by(|a, b| a.segment_order().cmp(&b.segment_order()));
         groups.into_iter().map(|g| (g.project.to_string(), g.row())).collect()
     }
 
@@ -205,21 +270,44 @@ impl Running {
 }
 
 impl Group {
-    fn row(&self) -> Row {
+    /// Sorts like the rows of its segment: host rollups by hostname, then minute; the others
+    /// by bucket, then name and operation.
+    fn segment_order(&self) -> (&str, &str, i64, &str, &str) {
         match self.table {
-            Table::EventRollups => Row::EventRollup(EventRollup {
+            Table::HostRollups => (&self.project, &self.name, self.bucket, "", ""),
+            _ => (&self.project, "", self.bucket, &self.name, &self.operation),
+        }
+    }
+
+    fn row(&self) -> Row {
+        match (&self.sums, self.table) {
+            (Sums::Host(means), _) => {
+                Row::HostRollup(HostRollup { hostname: self.name.to_string(), means: means.clone() })
+            }
+            (Sums::Totals(t), Table::EventRollups) => Row::EventRollup(EventRollup {
                 event: self.name.to_string(),
                 hour_unix_nanos: self.bucket,
-                count: self.totals.count,
+                count: t.count,
             }),
-            _ => Row::SpanRollup(SpanRollup {
+            (Sums::Totals(t), _) => Row::SpanRollup(SpanRollup {
                 service: self.name.to_string(),
                 operation: self.operation.to_string(),
                 minute_unix_nanos: self.bucket,
-                totals: self.totals.clone(),
+                totals: t.clone(),
             }),
         }
     }
+}
+
+/// Rollup rows a buffer may hold beyond one per [`min_rows_per_rollup`] rows (its first rows
+/// are always rolled up).
+pub const ROLLUP_SLACK: u64 = 1 << 16;
+
+/// Whether `groups` rollup rows of `table` for `rows` source rows are worth keeping: at most
+/// [`ROLLUP_SLACK`] beyond one per [`min_rows_per_rollup`] rows (which also bounds their
+/// memory).
+fn pays(table: Table, rows: u64, groups: u64) -> bool {
+    groups <= ROLLUP_SLACK + rows / min_rows_per_rollup(table)
 }
 
 /// The columns a rollup table's consumers read from its source rows, and those read as
@@ -227,13 +315,30 @@ impl Group {
 pub fn source_columns(table: Table) -> (&'static [&'static str], Vec<&'static str>) {
     match table {
         Table::EventRollups => (&["time_ns"], vec![]),
+        Table::HostRollups => (&HOST_SOURCE_COLUMNS, vec![]),
         _ => (&["service", "operation", "duration_ns", "status"], vec!["service", "operation"]),
     }
 }
 
+/// The columns of a host rollup holding metric `m`'s sum and count (a count of 0: no sample
+/// had it).
+pub fn host_columns(m: &str) -> [String; 2] {
+    [format!("{m}_sum"), format!("{m}_count")]
+}
+
+/// What host series read of samples: time and metrics.
+const HOST_SOURCE_COLUMNS: [&str; 7] =
+    ["time_ns", HOST_METRICS[0], HOST_METRICS[1], HOST_METRICS[2], HOST_METRICS[3], HOST_METRICS[4], HOST_METRICS[5]];
+
 /// Fewest source rows per stored rollup row for reading the rollup to pay: a span rollup row
-/// (its durations decoded and added) costs about six spans (docs/BENCHMARKS.md, "Rollups").
-pub const MIN_ROWS_PER_ROLLUP: u64 = 8;
+/// (its durations decoded and added) costs about six spans; a host rollup row about two
+/// samples (docs/BENCHMARKS.md, "Rollups", "Host rollups").
+pub fn min_rows_per_rollup(table: Table) -> u64 {
+    match table {
+        Table::HostRollups => 2,
+        _ => 8,
+    }
+}
 
 /// Version of the stored form of a rollup's durations.
 const DURATIONS_V1: u8 = 1;
@@ -325,17 +430,27 @@ mod tests {
         /// rollup rows written for those rows at flush (in their order), and each project's.
         #[test]
         fn running_rollups_equal_the_rollups_written_for_the_same_rows(
-            rows in proptest::collection::vec((0u8..2, 0u8..2, 0u8..3, -200i64..200, 0u64..5_000_000, proptest::bool::ANY), 0..200),
+            rows in proptest::collection::vec((0u8..2, 0u8..3, 0u8..3, -200i64..200, 0u64..5_000_000, proptest::bool::ANY), 0..200),
             from in -4i64..4,
             to in -4i64..4,
         ) {
-            use sextant_model::row::{Event, Span};
+            use sextant_model::row::{Event, HostMetric, Span};
             let rows: Vec<(String, Row)> = rows
                 .iter()
                 .map(|&(project, kind, name, seconds, duration, error)| {
                     let t = seconds * 20_000_000_000;
                     let row = if kind == 0 {
                         Row::Event(Event { event: format!("e{name}"), unix_nanos: t * 30, ..Default::default() })
+                    } else if kind == 2 {
+                        // Whole numbers: their sums do not depend on the order of addition.
+                        Row::HostMetric(HostMetric {
+                            hostname: format!("h{name}"),
+                            unix_nanos: t,
+                            cpu_percent: (!error).then_some((duration % 100) as f64),
+                            memory_used_bytes: Some(duration),
+                            network_tx_bytes_per_sec: error.then_some(duration as f64),
+                            ..Default::default()
+                        })
                     } else {
                         Row::Span(Span {
                             service_name: format!("s{}", name % 2),
@@ -354,8 +469,9 @@ mod tests {
             for (project, row) in &rows {
                 running.add(&projects[usize::from(project == "p1")], row);
             }
-            for table in [Table::EventRollups, Table::SpanRollups] {
-                let (from, to) = (from * width(table) * 30, to * width(table) * 30);
+            for table in [Table::EventRollups, Table::SpanRollups, Table::HostRollups] {
+                let width = width(table).expect("a rollup table");
+                let (from, to) = (from * width * 30, to * width * 30);
                 let source: Vec<RowRef<'_>> = rows
                     .iter()
                     .filter(|(_, r)| r.table() == table.source() && (from..to).contains(&r.time_ns()))

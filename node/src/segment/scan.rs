@@ -92,10 +92,10 @@ impl Scan {
     /// bucket `b` holds the rows of `[b, b + width)`, so the source range is rounded up to
     /// bucket starts at both ends.
     pub fn rollup_source(&self) -> Option<Scan> {
-        if !matches!(self.table, Table::SpanRollups | Table::EventRollups) {
+        if super::rollup::width(self.table).is_none() {
             return None;
         }
-        let width = super::rollup::width(self.table);
+        let width = super::rollup::width(self.table)?;
         let (columns, dictionaries) = super::rollup::source_columns(self.table);
         Some(Scan {
             table: self.table.source(),
@@ -139,6 +139,7 @@ impl Scan {
             Table::EventRollups => &["project", "hour_ns", "event"],
             Table::Logs => &["project", "time_ns", "service", "level"],
             Table::HostMetrics => &["project", "time_ns", "hostname"],
+            Table::HostRollups => &["project", "minute_ns", "hostname"],
             Table::Events => &["project", "time_ns", "event", "distinct_id"],
             Table::ReplayEvents => &["project", "time_ns", "session_id", "distinct_id"],
         }
@@ -186,7 +187,7 @@ impl Scan {
             Table::SpanRollups => any("service", &f.services),
             Table::EventRollups => any("event", &f.events),
             Table::Logs => any("service", &f.services) && one("trace_id", &f.trace_id),
-            Table::HostMetrics => one("hostname", &f.hostname),
+            Table::HostMetrics | Table::HostRollups => one("hostname", &f.hostname),
             Table::Events => any("event", &f.events) && one("distinct_id", &f.distinct_id),
             Table::ReplayEvents => one("session_id", &f.session_id) && one("distinct_id", &f.distinct_id),
         };
@@ -262,7 +263,7 @@ impl Scan {
                 need(f.log_query.is_some(), "message");
                 need(f.log_query.as_ref().is_some_and(|q| !q.attributes.is_empty()), "attributes");
             }
-            Table::HostMetrics => need(f.hostname.is_some(), "hostname"),
+            Table::HostMetrics | Table::HostRollups => need(f.hostname.is_some(), "hostname"),
             Table::Events => {
                 need(!f.events.is_empty(), "event");
                 need(f.distinct_id.is_some(), "distinct_id");
@@ -387,7 +388,7 @@ impl Scan {
                 let events = among("event", &f.events);
                 rows(&common, |i| one_of(&events, i))
             }
-            Table::HostMetrics => {
+            Table::HostMetrics | Table::HostRollups => {
                 let hostname = is("hostname", &f.hostname);
                 rows(&common, |i| equal(&hostname, i))
             }

@@ -17,12 +17,12 @@ use arrow_array::{
 use arrow_schema::{DataType, Field, Schema, SchemaRef};
 use serde::{Deserialize, Serialize};
 use sextant_model::row::{
-    Encoded, Event, EventRollup, HostMetric, LogLevel, LogRecord, ReplayEvent, Span, SpanRollup, SpanStatus,
-    TraceSummary,
+    Encoded, Event, EventRollup, HostMetric, HostRollup, LogLevel, LogRecord, ReplayEvent, Span, SpanRollup,
+    SpanStatus, TraceSummary,
 };
 
 use super::attribute;
-use sextant_model::query::SpanTotals;
+use sextant_model::query::{HostBucket, Mean, SpanTotals, HOST_METRICS};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Table {
@@ -33,6 +33,8 @@ pub enum Table {
     SpanRollups,
     Logs,
     HostMetrics,
+    /// Derived from host metrics at flush and compaction; one rollup segment per segment.
+    HostRollups,
     Events,
     /// Derived from events at flush and compaction; one rollup segment per events segment.
     EventRollups,
@@ -50,12 +52,13 @@ fn opt(n: &str, t: DataType) -> Field {
 }
 
 impl Table {
-    pub const ALL: [Table; 8] = [
+    pub const ALL: [Table; 9] = [
         Table::Spans,
         Table::TraceSummaries,
         Table::SpanRollups,
         Table::Logs,
         Table::HostMetrics,
+        Table::HostRollups,
         Table::Events,
         Table::EventRollups,
         Table::ReplayEvents,
@@ -71,6 +74,7 @@ impl Table {
         match self {
             Table::TraceSummaries | Table::SpanRollups => Table::Spans,
             Table::EventRollups => Table::Events,
+            Table::HostRollups => Table::HostMetrics,
             other => other,
         }
     }
@@ -82,6 +86,7 @@ impl Table {
             Table::SpanRollups => "span_rollups",
             Table::Logs => "logs",
             Table::HostMetrics => "host_metrics",
+            Table::HostRollups => "host_rollups",
             Table::Events => "events",
             Table::EventRollups => "event_rollups",
             Table::ReplayEvents => "replay_events",
@@ -92,7 +97,7 @@ impl Table {
     pub fn time_column(self) -> &'static str {
         match self {
             Table::Spans | Table::TraceSummaries => "start_ns",
-            Table::SpanRollups => "minute_ns",
+            Table::SpanRollups | Table::HostRollups => "minute_ns",
             Table::EventRollups => "hour_ns",
             _ => "time_ns",
         }
@@ -150,6 +155,17 @@ impl Table {
                 opt("network_tx_bytes_per_sec", DataType::Float64),
                 Field::new("attributes", DataType::Binary, false),
             ],
+            Table::HostRollups => {
+                let mut fields = vec![utf8("hostname"), int64("minute_ns")];
+                for m in HOST_METRICS {
+                    let [sum, count] = super::rollup::host_columns(m);
+                    fields.extend([
+                        Field::new(sum, DataType::Float64, false),
+                        Field::new(count, DataType::UInt64, false),
+                    ]);
+                }
+                fields
+            }
             Table::Events => {
                 vec![utf8("distinct_id"), int64("time_ns"), utf8("event"), utf8("uuid"), utf8("properties")]
             }
@@ -190,6 +206,7 @@ impl Table {
             Table::SpanRollups => &["project", "minute_ns"],
             Table::EventRollups => &["project", "hour_ns"],
             Table::HostMetrics => &["project", "hostname", "time_ns"],
+            Table::HostRollups => &["project", "hostname", "minute_ns"],
             // All events of a user together: funnels and retention read one user at a time.
             Table::Events => &["project", "distinct_id", "time_ns"],
             Table::ReplayEvents => &["project", "session_id", "time_ns"],
@@ -210,6 +227,7 @@ pub enum Row {
     SpanRollup(SpanRollup),
     Log(LogRow),
     HostMetric(HostMetricRow),
+    HostRollup(HostRollup),
     Event(Event),
     EventRollup(EventRollup),
     Replay(ReplayEvent),
@@ -223,6 +241,7 @@ impl Row {
             Row::SpanRollup(_) => Table::SpanRollups,
             Row::Log(_) => Table::Logs,
             Row::HostMetric(_) => Table::HostMetrics,
+            Row::HostRollup(_) => Table::HostRollups,
             Row::Event(_) => Table::Events,
             Row::EventRollup(_) => Table::EventRollups,
             Row::Replay(_) => Table::ReplayEvents,
@@ -236,6 +255,7 @@ impl Row {
             Row::SpanRollup(r) => r.minute_unix_nanos,
             Row::Log(l) => l.unix_nanos,
             Row::HostMetric(m) => m.unix_nanos,
+            Row::HostRollup(r) => r.means.start_unix_nanos,
             Row::Event(e) => e.unix_nanos,
             Row::EventRollup(r) => r.hour_unix_nanos,
             Row::Replay(r) => r.unix_nanos,
@@ -250,6 +270,7 @@ impl Row {
             Row::SpanRollup(r) => ("", r.minute_unix_nanos),
             Row::Log(l) => ("", l.unix_nanos),
             Row::HostMetric(m) => (&m.hostname, m.unix_nanos),
+            Row::HostRollup(r) => (&r.hostname, r.means.start_unix_nanos),
             Row::Event(e) => (&e.distinct_id, e.unix_nanos),
             Row::EventRollup(r) => ("", r.hour_unix_nanos),
             Row::Replay(r) => (&r.session_id, r.unix_nanos),
@@ -481,6 +502,15 @@ fn build_columns<'l>(
                 V::B(if attributes { split.push(&m.attributes) } else { &[] }),
                 b,
             ]),
+            Row::HostRollup(r) => {
+                let mut values = vec![p, V::S(&r.hostname), V::I(r.means.start_unix_nanos)];
+                for m in r.means.means() {
+                    let m = m.unwrap_or_default();
+                    values.extend([V::F(Some(m.sum)), V::U(Some(m.count))]);
+                }
+                values.push(b);
+                cols.push(&values)
+            }
             Row::Event(e) => cols.push(&[
                 p,
                 V::S(&e.distinct_id),
@@ -754,6 +784,21 @@ pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u3
                     network_tx_bytes_per_sec: opt_f(tx, i),
                     attributes: attrs(i),
                 })
+            })
+        }
+        Table::HostRollups => {
+            let hostname = text("hostname");
+            let minute = c.i64("minute_ns");
+            let columns = HOST_METRICS.map(super::rollup::host_columns);
+            let sums: Vec<_> = columns.iter().map(|[sum, _]| c.f64(sum)).collect();
+            let counts: Vec<_> = columns.iter().map(|[_, count]| c.u64(count)).collect();
+            each(&|i| {
+                let mut means = HostBucket { start_unix_nanos: minute.value(i), ..Default::default() };
+                for ((m, sum), count) in means.means_mut().into_iter().zip(&sums).zip(&counts) {
+                    let count = count.value(i);
+                    *m = (count > 0).then(|| Mean { sum: sum.value(i), count });
+                }
+                Row::HostRollup(HostRollup { hostname: hostname(i), means })
             })
         }
         Table::Events => {

@@ -65,10 +65,11 @@ impl SegmentShard {
 pub(super) const IDS_PER_SEGMENT: u64 = 3;
 
 /// Writes `rows` of one table and hour as segment `id`; a spans segment gets its trace
-/// summaries as segment `id + 1` and its rollups as `id + 2`, an events segment its rollups
-/// as `id + 1`. Callers reserve [`IDS_PER_SEGMENT`] ids either way. `rollups`: the rollups of
-/// `rows` when already added up (else they are added up here). Events are stored with their
-/// user numbers from `users`. Derived segments are written at the same `effort`.
+/// summaries as segment `id + 1` and its rollups as `id + 2`, an events or host metrics
+/// segment its rollups as `id + 1`. Callers reserve [`IDS_PER_SEGMENT`] ids either way.
+/// `rollups`: the rollups of `rows` when already added up (else they are added up here).
+/// Events are stored with their user numbers from `users`. Derived segments are written at
+/// the same `effort`.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn write_segment(
     dir: &Path,
@@ -190,7 +191,7 @@ fn try_flush(
             let rollups = rollup_table(table).and_then(|rollups| {
                 let from = hour.saturating_mul(1_000_000_000);
                 let to = hour.saturating_add(table.bucket_seconds()).saturating_mul(1_000_000_000);
-                Some(frozen.running_rollups()?.rows_of_every_project(rollups, from, to))
+                Some(frozen.running_rollups(rollups)?.rows_of_every_project(rollups, from, to))
             });
             // Compaction merges small segments: they are written fast, and compressed harder then.
             let small = (rows.len() as u64) < SMALL_SEGMENT_ROWS;

@@ -10,7 +10,7 @@ use sextant_model::query::Cost;
 use sextant_model::row::Span;
 
 use super::SegmentShard;
-use crate::segment::rollup::MIN_ROWS_PER_ROLLUP;
+use crate::segment::rollup::min_rows_per_rollup;
 use crate::segment::summary::select_summaries;
 use crate::segment::table::{from_record_batch, RowRef};
 use crate::segment::user_number::{Numbering, USER, USER_ID};
@@ -121,7 +121,8 @@ fn sources(segments: &[Arc<Segment>], scan: &Scan, source_scan: Option<Scan>, to
     for source in segments.iter().filter(|s| source_scan.wants_segment(s.meta.table, s.meta.min_ns, s.meta.max_ns)) {
         match rollups.get(&source.meta.id) {
             Some(r)
-                if r.meta.rows.saturating_mul(MIN_ROWS_PER_ROLLUP) <= source.meta.rows && !holds_aborted(source) =>
+                if r.meta.rows.saturating_mul(min_rows_per_rollup(r.meta.table)) <= source.meta.rows
+                    && !holds_aborted(source) =>
             {
                 if scan.wants_segment(r.meta.table, r.meta.min_ns, r.meta.max_ns) {
                     stored.push((*r).clone());

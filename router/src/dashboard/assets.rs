@@ -3,14 +3,14 @@
 use super::Asset;
 
 /// SHA-256 of the web/ sources this build was made from.
-pub const SOURCE_HASH: &str = "2dff162ba112042ed776bc698062f62d2266ee129b88b849232628749e89f199";
+pub const SOURCE_HASH: &str = "d4bd2cfc0e8ee902767e918dc9b532d3b7ea1cbcffee75d29f54b53ff620dee5";
 
 /// First path segments of the dashboard's own pages (web/src/routes.json).
 pub const CLIENT_ROUTES: &[&str] = &["login", "traces", "logs", "apm", "hosts", "errors", "service-map", "events", "funnels", "retention", "active-users", "cohorts", "replays", "alerts", "webhooks", "settings"];
 
 pub static FILES: &[Asset] = &[
     Asset { name: "index-BeHtCQ4I.css", content_type: "text/css; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/index-BeHtCQ4I.css") },
-    Asset { name: "index-CpxvXEM2.js", content_type: "text/javascript; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/index-CpxvXEM2.js") },
+    Asset { name: "index-D8n5SY9b.js", content_type: "text/javascript; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/index-D8n5SY9b.js") },
     Asset { name: "player-BwxTPBTd.js", content_type: "text/javascript; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/player-BwxTPBTd.js") },
     Asset { name: "player-D4m0shbc.css", content_type: "text/css; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/assets/player-D4m0shbc.css") },
     Asset { name: "index.html", content_type: "text/html; charset=utf-8", bytes: include_bytes!("../../assets/dashboard/index.html") },

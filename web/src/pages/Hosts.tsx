@@ -29,9 +29,16 @@ interface Point {
   network_tx_bytes_per_sec: number | null;
 }
 
-/** A step giving at most about `n` points over the range, in whole seconds; never under a
- * minute, the usual interval of host agents, so that charts are lines rather than dots. */
-const stepFor = (from: number, to: number, n: number) => `${Math.max(60, Math.ceil((to - from) / 1000 / n))}s`;
+const MINUTE_MS = 60_000;
+
+/** The series request for about `n` points over the range: steps of whole minutes (never
+ * under a minute, the usual interval of host agents, so that charts are lines rather than
+ * dots) from a whole minute, which the server answers from per-minute rollups. */
+const seriesParams = (from: number, to: number, n: number) => {
+  const start = Math.floor(from / MINUTE_MS) * MINUTE_MS;
+  const minutes = Math.max(1, Math.ceil((to - start) / MINUTE_MS / n));
+  return { from: iso(start), to: iso(to), step: `${minutes}m` };
+};
 
 // Sparklines for the first hosts only: one request each, within the per-user rate limit.
 const SPARK_HOSTS = 20;
@@ -46,7 +53,7 @@ export function Hosts({ params }: PageProps) {
     async (signal) => {
       const out: Record<string, (number | null)[]> = {};
       for (const h of items.slice(0, SPARK_HOSTS)) {
-        const m = await get<{ points: Point[] }>(`/api/v1/infrastructure/hosts/${encodeURIComponent(h.hostname)}/metrics`, { from: iso(r.from), to: iso(r.to), step: stepFor(r.from, r.to, 40) }, signal);
+        const m = await get<{ points: Point[] }>(`/api/v1/infrastructure/hosts/${encodeURIComponent(h.hostname)}/metrics`, seriesParams(r.from, r.to, 40), signal);
         out[h.hostname] = m.points.map((p) => p.cpu_percent);
       }
       return out;
@@ -54,7 +61,7 @@ export function Hosts({ params }: PageProps) {
     [hosts.data],
   );
   const detail = useLoad(
-    (signal) => (selected ? get<{ points: Point[] }>(`/api/v1/infrastructure/hosts/${encodeURIComponent(selected)}/metrics`, { from: iso(r.from), to: iso(r.to), step: stepFor(r.from, r.to, 200) }, signal) : null),
+    (signal) => (selected ? get<{ points: Point[] }>(`/api/v1/infrastructure/hosts/${encodeURIComponent(selected)}/metrics`, seriesParams(r.from, r.to, 200), signal) : null),
     [selected, ...dep],
   );
   const charts = useMemo(() => {
