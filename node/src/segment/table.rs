@@ -186,12 +186,13 @@ impl Table {
         Arc::new(Schema::new(fields))
     }
 
-    /// Width of a segment's time bucket, in seconds. Analytics queries span weeks and
-    /// months; hour buckets would give them thousands of small segments per shard (30 days
-    /// of events: 720 per shard), so events and replays are bucketed by day.
+    /// Width of a segment's time bucket, in seconds. Analytics queries and host charts span
+    /// weeks and months; hour buckets would give them thousands of small segments per shard
+    /// (30 days: 720 per shard, each read costing far more than its rows), so events, replays
+    /// and host metrics are bucketed by day.
     pub fn bucket_seconds(self) -> i64 {
-        match self {
-            Table::Events | Table::ReplayEvents => 86_400,
+        match self.source() {
+            Table::Events | Table::ReplayEvents | Table::HostMetrics => 86_400,
             _ => 3_600,
         }
     }

@@ -1,0 +1,240 @@
+#!/usr/bin/env python3
+"""Host series over long ranges: Sextant's per-minute rollups vs its raw samples vs ClickHouse
+(chdb), on the same samples, in one run.
+
+1. ClickHouse (chdb, MergeTree ORDER BY (hostname, ts)) generates HOSTS hosts sending a sample
+   every EVERY seconds over the last DAYS days, stores them, and writes them as 1000-sample
+   request bodies, which are posted to a release `sextant dev` (4 shards) through
+   `POST /api/v1/ingest/infrastructure`.
+2. Once the server has used no CPU for 10 s (flushes and compactions done), one host's
+   series over the whole range is asked RUNS times per step (after a warm-up): from
+   a whole minute (Sextant reads its per-minute rollups), from a whole minute plus one second
+   (not on minutes: Sextant reads every sample), and from ClickHouse (avg per step). Time is
+   end to end through the HTTP API for Sextant (JWT auth included), in process for
+   ClickHouse; the server's CPU per query is read from /proc. Every answer is compared with
+   ClickHouse's (counts of points, means to 1e-9 relative).
+
+Usage: scripts/bench_hosts.py [--bin target/release/sextant] [--hosts 20] [--days 30]
+                              [--every 10] [--runs 5]
+Needs: pip install chdb (the test venv's python: SEXTANT_PYTHON)
+"""
+import argparse
+import http.client
+import json
+import os
+import queue
+import socket
+import statistics
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.parse
+
+import chdb.session
+
+p = argparse.ArgumentParser()
+p.add_argument("--bin", default="target/release/sextant")
+p.add_argument("--hosts", type=int, default=20)
+p.add_argument("--days", type=int, default=30)
+p.add_argument("--every", type=int, default=10, help="seconds between a host's samples")
+p.add_argument("--runs", type=int, default=5)
+args = p.parse_args()
+
+MINUTE_MS = 60_000
+H, EVERY_MS = args.hosts, args.every * 1000
+now_ms = int(time.time() * 1000)
+T0 = (now_ms - args.days * 86_400_000) // MINUTE_MS * MINUTE_MS
+N = args.days * 86_400_000 // EVERY_MS * H
+HOST = "host-3"
+
+
+def report(**row):
+    print(json.dumps(row), flush=True)
+
+
+# The samples, as ClickHouse computes them from n in [0, N): host n % H, its k-th sample at
+# T0 + k * EVERY + a per-host offset; some metrics missing now and then.
+TS = f"({T0} + intDiv(number, {H}) * {EVERY_MS} + (number % {H}) * 137)"
+HOSTNAME = f"concat('host-', toString(number % {H}))"
+CPU = "if(number % 11 = 0, NULL, (number * 7919 % 10000) / 100.0)"
+USED = "toUInt64(1000000000 + number * 104729 % 1000000000)"
+DISK = "40 + (number % 600) / 10.0"
+RX = "if(number % 13 = 5, NULL, (number * 31 % 100000) / 7.0)"
+
+tmp = tempfile.mkdtemp(prefix="bench-hosts-")
+ch = chdb.session.Session(os.path.join(tmp, "ch"))
+t = time.time()
+ch.query(
+    "CREATE TABLE host_metrics (hostname LowCardinality(String), ts UInt64, cpu Nullable(Float64), "
+    "used UInt64, disk Float64, rx Nullable(Float64)) ENGINE = MergeTree ORDER BY (hostname, ts)"
+)
+ch.query(f"INSERT INTO host_metrics SELECT {HOSTNAME}, {TS}, {CPU}, {USED}, {DISK}, {RX} FROM numbers({N})")
+ch.query("OPTIMIZE TABLE host_metrics FINAL")
+report(step="clickhouse_load", samples=N, seconds=round(time.time() - t, 1))
+
+port = socket.socket()
+port.bind(("127.0.0.1", 0))
+PORT = port.getsockname()[1]
+port.close()
+data = os.path.join(tmp, "sextant")
+server = subprocess.Popen(
+    [args.bin, "dev", "--data-dir", data, "--listen", f"127.0.0.1:{PORT}", "--shards", "4",
+     "--api-rps", "1000000", "--ingest-rps", "1000000"],
+    stdout=open(os.path.join(tmp, "dev.log"), "w"), stderr=subprocess.STDOUT,
+)
+
+
+def conn():
+    return http.client.HTTPConnection("127.0.0.1", PORT, timeout=600)
+
+
+for _ in range(600):
+    try:
+        c = conn()
+        c.request("GET", "/readyz")
+        if c.getresponse().status == 200 and os.path.exists(os.path.join(data, "credentials.json")):
+            break
+    except OSError:
+        pass
+    time.sleep(0.1)
+creds = json.load(open(os.path.join(data, "credentials.json")))
+
+
+def cpu_seconds():
+    fields = open(f"/proc/{server.pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+BATCH, CHUNK = 1000, 200
+bodies: "queue.Queue[bytes | None]" = queue.Queue(maxsize=4 * CHUNK)
+errors = []
+
+
+def sender():
+    c = conn()
+    while (body := bodies.get()) is not None:
+        c.request("POST", "/api/v1/ingest/infrastructure", body,
+                  {"Content-Type": "application/json", "Authorization": f"Bearer {creds['api_key']}"})
+        r = c.getresponse()
+        text = r.read()
+        if r.status != 200:
+            errors.append(f"{r.status} {text[:200]!r}")
+
+
+threads = [threading.Thread(target=sender) for _ in range(6)]
+for th in threads:
+    th.start()
+t = time.time()
+field = lambda name, v: f"if(isNull({v}), '', concat(',\"{name}\":', toString({v})))"  # noqa: E731
+sample_json = (
+    f"concat('{{\"hostname\":\"', {HOSTNAME}, '\",\"timestamp\":', toString({TS}), ',\"memory_used_bytes\":', "
+    f"toString({USED}), ',\"disk_used_percent\":', toString({DISK}), {field('cpu_percent', CPU)}, "
+    f"{field('network_rx_bytes_per_sec', RX)}, '}}')"
+)
+for lo in range(0, N, BATCH * CHUNK):
+    hi = min(N, lo + BATCH * CHUNK)
+    out = ch.query(
+        f"SELECT concat('{{\"metrics\":[', arrayStringConcat(groupArray(e), ','), ']}}') FROM "
+        f"(SELECT number, {sample_json} AS e FROM numbers({lo}, {hi - lo})) GROUP BY intDiv(number, {BATCH}) "
+        f"ORDER BY intDiv(number, {BATCH})",
+        "TabSeparatedRaw",
+    )
+    for line in str(out).splitlines():
+        bodies.put(line.encode())
+for _ in threads:
+    bodies.put(None)
+for th in threads:
+    th.join()
+if errors:
+    server.kill()
+    raise SystemExit(f"ingest failed: {errors[:3]}")
+secs = time.time() - t
+report(step="sextant_load", samples=N, seconds=round(secs, 1), samples_per_second=round(N / secs))
+
+# Queries once the flushes and compactions after the load are done: no CPU for 10 s.
+idle, last = 0, cpu_seconds()
+while idle < 10:
+    time.sleep(1)
+    now = cpu_seconds()
+    idle = idle + 1 if now - last < 0.05 else 0
+    last = now
+segments = sum(f.endswith(".parquet") for _, _, files in os.walk(data) for f in files)
+report(step="settled", seconds=round(time.time() - t - secs, 1), segment_files=segments)
+
+c = conn()
+c.request("POST", "/auth/login", json.dumps({"email": creds["email"], "password": creds["password"]}),
+          {"Content-Type": "application/json"})
+jwt = json.loads(c.getresponse().read())["access_token"]
+
+
+def sextant(from_ms, to_ms, step_s):
+    q = urllib.parse.urlencode({"from": from_ms, "to": to_ms, "step": step_s})
+    c = conn()
+    c.request("GET", f"/api/v1/infrastructure/hosts/{HOST}/metrics?{q}", headers={"Authorization": f"Bearer {jwt}"})
+    r = c.getresponse()
+    body = json.loads(r.read())
+    if r.status != 200:
+        raise SystemExit(f"{r.status} {body}")
+    return {p["t"]: (p["cpu_percent"], p["memory_used_bytes"], p["disk_used_percent"], p["network_rx_bytes_per_sec"])
+            for p in body["points"] if p["disk_used_percent"] is not None}
+
+
+def clickhouse(from_ms, to_ms, step_s):
+    step = step_s * 1000
+    out = ch.query(
+        f"SELECT {from_ms} + intDiv(ts - {from_ms}, {step}) * {step} AS b, avg(cpu), avg(used), avg(disk), avg(rx) "
+        f"FROM host_metrics WHERE hostname = '{HOST}' AND ts >= {from_ms} AND ts < {to_ms} GROUP BY b ORDER BY b",
+        "JSONCompact",
+    )
+    return {row[0]: tuple(row[1:]) for row in json.loads(str(out))["data"]}
+
+
+def equal(a, b):
+    if a is None or b is None:
+        return a is None and b is None
+    return abs(a - b) <= 1e-9 * max(abs(b), 1.0)
+
+
+def timed(f, cpu):
+    f()
+    times, used = [], 0.0
+    for _ in range(args.runs):
+        before = cpu() if cpu else 0
+        t = time.perf_counter()
+        answer = f()
+        times.append(time.perf_counter() - t)
+        used += (cpu() - before) if cpu else 0
+    return statistics.median(times) * 1000, used / args.runs * 1000, answer
+
+
+to_ms = now_ms
+for step_s in (3600, 86_400, 300):
+    from_ms = T0 if step_s != 300 else (now_ms - 86_400_000) // MINUTE_MS * MINUTE_MS
+    rows = {}
+    for name, start, engine in [("rollups", from_ms, "s"), ("samples", from_ms + 1000, "s"),
+                                ("clickhouse", from_ms, "c"), ("clickhouse_shifted", from_ms + 1000, "c")]:
+        if engine == "s":
+            rows[name] = timed(lambda: sextant(start, to_ms, step_s), cpu_seconds)
+        else:
+            rows[name] = timed(lambda: clickhouse(start, to_ms, step_s), None)
+    for name, want in [("rollups", "clickhouse"), ("samples", "clickhouse_shifted")]:
+        got, expected = rows[name][2], rows[want][2]
+        # ClickHouse averages byte counts as floats too; its times are milliseconds, Sextant's RFC 3339.
+        if len(got) != len(expected):
+            raise SystemExit(f"step {step_s} {name}: {len(got)} points, ClickHouse {len(expected)}")
+        for (gv, (_, ev)) in zip([got[k] for k in sorted(got)], sorted(expected.items())):
+            if not all(equal(g, e) for g, e in zip(gv, ev)):
+                raise SystemExit(f"step {step_s} {name}: {gv} != {ev}")
+    report(
+        step="host_series", step_seconds=step_s, range_days=round((to_ms - from_ms) / 86_400_000, 2),
+        points=len(rows["rollups"][2]),
+        sextant_rollups_ms=round(rows["rollups"][0], 2), sextant_rollups_cpu_ms=round(rows["rollups"][1], 2),
+        sextant_samples_ms=round(rows["samples"][0], 2), sextant_samples_cpu_ms=round(rows["samples"][1], 2),
+        clickhouse_ms=round(rows["clickhouse"][0], 2),
+        rollups_vs_samples=round(rows["rollups"][0] / rows["samples"][0], 3),
+        rollups_vs_clickhouse=round(rows["rollups"][0] / rows["clickhouse"][0], 3),
+    )
+server.kill()
+server.wait()
+subprocess.run(["rm", "-rf", tmp])
