@@ -247,3 +247,85 @@ async fn apm_over_sixty_days_from_rollups_equals_clickhouse_on_the_same_spans() 
         }
     }
 }
+
+/// A host's series over 60 days, flushed as it goes: steps on whole minutes (read from
+/// per-minute rollups, stored and buffered, plus samples for the partial minute at the end)
+/// and not (read from samples); each step's means equal ClickHouse's averages of the same
+/// samples, and steps without samples are null.
+#[tokio::test]
+async fn host_series_over_sixty_days_from_rollups_equals_clickhouse_on_the_same_samples() {
+    let dir = tempfile::tempdir().unwrap();
+    let dev = Dev::start_with(dir.path(), &["--snapshot-every", "2"], &[]).await;
+    let jwt = dev.token().await;
+    let now = jiff::Timestamp::now().as_millisecond();
+    let (from, to) = ((now - 60 * DAY_MS) / 60_000 * 60_000, now - 10_000);
+    let mut rng = Rng(29);
+    let (mut metrics, mut rows) = (Vec::new(), Vec::new());
+    for i in 0..4000u64 {
+        // Mostly anywhere in the range and just outside it; some in the minute at its end.
+        let t = match i % 10 {
+            0 => to - rng.below(90_000) as i64 + 5_000,
+            _ => from - DAY_MS + rng.below(62 * DAY_MS as u64) as i64,
+        };
+        let host = ["h1", "h2"][(i % 2) as usize];
+        let used = 1_000_000 + rng.below(1 << 40);
+        let mut m = json!({"hostname": host, "timestamp": t, "memory_used_bytes": used});
+        let cpu = (i % 7 != 0).then(|| rng.below(10_000) as f64 / 100.0);
+        if let Some(cpu) = cpu {
+            m["cpu_percent"] = json!(cpu);
+        }
+        metrics.push(m);
+        rows.push(json!({"hostname": host, "ts": t, "cpu": cpu, "used": used}));
+    }
+    for chunk in metrics.chunks(200) {
+        let resp = http()
+            .post(format!("{}/api/v1/ingest/infrastructure", dev.url))
+            .header("X-API-Key", dev.api_key())
+            .json(&json!({ "metrics": chunk }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 200);
+    }
+    let cases = [(from, DAY_MS), (from, 3_600_000), (from + 1_000, DAY_MS)];
+    let queries: std::collections::BTreeMap<String, String> = cases
+        .iter()
+        .enumerate()
+        .map(|(k, (start, step))| {
+            let sql = format!(
+                "SELECT intDiv(ts - {start}, {step}) AS b, count(cpu), avg(cpu), avg(used) FROM hosts \
+                 WHERE hostname = 'h1' AND ts >= {start} AND ts < {to} GROUP BY b ORDER BY b"
+            );
+            (k.to_string(), sql)
+        })
+        .collect();
+    let table = json!({"name": "hosts", "order": "(hostname, ts)", "columns": [
+        ["hostname", "String"], ["ts", "Int64"], ["cpu", "Nullable(Float64)"], ["used", "UInt64"]]});
+    let oracle = clickhouse_over(dir.path(), Some(&table), &rows, &queries);
+    let num = |v: &Value| v.as_f64().or_else(|| v.as_str().and_then(|s| s.parse().ok()));
+    let close = |got: Option<f64>, want: Option<f64>| match (got, want) {
+        (Some(g), Some(w)) => (g - w).abs() <= 1e-9 * w.abs().max(1.0),
+        (g, w) => g == w,
+    };
+    for (k, (start, step)) in cases.iter().enumerate() {
+        let path = format!("/api/v1/infrastructure/hosts/h1/metrics?from={start}&to={to}&step={}s", step / 1000);
+        let (s, body) = get_json(&dev.url, &jwt, &path).await;
+        assert_eq!(s, 200, "{body}");
+        let points = body["points"].as_array().unwrap();
+        assert_eq!(points.len() as i64, (to - start + step - 1) / step, "{path}");
+        let mut expected: std::collections::HashMap<usize, &Value> = Default::default();
+        for row in oracle[&k.to_string()].as_array().unwrap() {
+            expected.insert(num(&row[0]).unwrap() as usize, row);
+        }
+        assert!(expected.len() > 10, "{path}: {} steps with samples", expected.len());
+        for (b, p) in points.iter().enumerate() {
+            let (cpu, used) = match expected.get(&b) {
+                Some(w) => ((num(&w[1]) != Some(0.0)).then(|| num(&w[2])).flatten(), num(&w[3])),
+                None => (None, None),
+            };
+            let case = format!("{path} step {b}: {p} vs {:?}", expected.get(&b));
+            assert!(close(p["cpu_percent"].as_f64(), cpu), "{case}");
+            assert!(close(p["memory_used_bytes"].as_f64(), used), "{case}");
+        }
+    }
+}
