@@ -23,16 +23,17 @@ RUNS=N times each query N times (default 3) after a warm-up; the median is repor
 import os
 import http.client
 import json
-import queue
 import shutil
 import statistics
 import sys
 import tempfile
-import threading
 import time
 import urllib.parse
 
 from chdb import session
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from generated_bodies import post_generated  # noqa: E402
 
 URL, CREDS, N, USERS = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 DAY = 86_400_000
@@ -74,56 +75,39 @@ ch.query("OPTIMIZE TABLE events FINAL")
 report(step="clickhouse_load", events=N, seconds=round(time.time() - t, 1))
 
 # Sextant: the same events, generated in 1000-event request bodies by ClickHouse.
-BATCH, CHUNK = 1000, 200  # events per request; requests per generating query
-bodies: "queue.Queue[bytes | None]" = queue.Queue(maxsize=4 * CHUNK)
-errors = []
+def new_sender():
+    state = {"c": conn()}
 
-
-def sender():
-    c = conn()
-    while (body := bodies.get()) is not None:
+    def send(body):
         for attempt in range(5):
             try:
-                c.request("POST", "/v1/batch", body, {"Content-Type": "application/json", "X-Analytics-Token": creds["ingest_token"]})
-                r = c.getresponse()
+                state["c"].request("POST", "/v1/batch", body,
+                                   {"Content-Type": "application/json", "X-Analytics-Token": creds["ingest_token"]})
+                r = state["c"].getresponse()
                 text = r.read()
                 if r.status == 200:
-                    break
+                    return None
                 if r.status not in (429, 503) or attempt == 4:
-                    errors.append(f"{r.status} {text[:200]!r}")
-                    break
+                    return f"{r.status} {text[:200]!r}"
             except (ConnectionError, http.client.HTTPException) as e:
-                c = conn()
+                state["c"] = conn()
                 if attempt == 4:
-                    errors.append(repr(e))
+                    return repr(e)
             time.sleep(0.2 * (attempt + 1))
 
+    return send
 
-threads = [threading.Thread(target=sender) for _ in range(0 if os.environ.get("SKIP_LOAD") else 8)]
-for th in threads:
-    th.start()
-t = time.time()
+
 event_json = (
     f"concat('{{\"event\":\"', {EV}, '\",\"distinct_id\":\"', {UID}, '\",\"timestamp\":', toString({TS}), '}}')"
 )
-for lo in range(0, N if threads else 0, BATCH * CHUNK):
-    hi = min(N, lo + BATCH * CHUNK)
-    out = ch.query(
-        f"SELECT concat('{{\"events\":[', arrayStringConcat(groupArray(e), ','), ']}}') FROM "
-        f"(SELECT number, {event_json} AS e FROM numbers({lo}, {hi - lo})) GROUP BY intDiv(number, {BATCH}) "
-        f"ORDER BY intDiv(number, {BATCH})",
-        "TabSeparatedRaw",
-    )
-    for line in str(out).splitlines():
-        bodies.put(line.encode())
-for _ in threads:
-    bodies.put(None)
-for th in threads:
-    th.join()
+load = not os.environ.get("SKIP_LOAD")
+t = time.time()
+errors = post_generated(ch, N if load else 0, event_json, "events", new_sender)
 secs = time.time() - t
 if errors:
     sys.exit(f"ingest failed: {errors[:3]}")
-if threads:
+if load:
     report(step="sextant_load", events=N, seconds=round(secs, 1), events_per_second=round(N / secs))
 
 c = conn()

@@ -22,16 +22,18 @@ import argparse
 import http.client
 import json
 import os
-import queue
 import socket
 import statistics
 import subprocess
 import tempfile
-import threading
+import sys
 import time
 import urllib.parse
 
 import chdb.session
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from generated_bodies import post_generated  # noqa: E402
 
 p = argparse.ArgumentParser()
 p.add_argument("--bin", default="target/release/sextant")
@@ -106,46 +108,27 @@ def cpu_seconds():
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-BATCH, CHUNK = 1000, 200
-bodies: "queue.Queue[bytes | None]" = queue.Queue(maxsize=4 * CHUNK)
-errors = []
-
-
-def sender():
+def new_sender():
     c = conn()
-    while (body := bodies.get()) is not None:
+
+    def send(body):
         c.request("POST", "/api/v1/ingest/infrastructure", body,
                   {"Content-Type": "application/json", "Authorization": f"Bearer {creds['api_key']}"})
         r = c.getresponse()
         text = r.read()
-        if r.status != 200:
-            errors.append(f"{r.status} {text[:200]!r}")
+        return None if r.status == 200 else f"{r.status} {text[:200]!r}"
+
+    return send
 
 
-threads = [threading.Thread(target=sender) for _ in range(6)]
-for th in threads:
-    th.start()
-t = time.time()
 field = lambda name, v: f"if(isNull({v}), '', concat(',\"{name}\":', toString({v})))"  # noqa: E731
 sample_json = (
     f"concat('{{\"hostname\":\"', {HOSTNAME}, '\",\"timestamp\":', toString({TS}), ',\"memory_used_bytes\":', "
     f"toString({USED}), ',\"disk_used_percent\":', toString({DISK}), {field('cpu_percent', CPU)}, "
     f"{field('network_rx_bytes_per_sec', RX)}, '}}')"
 )
-for lo in range(0, N, BATCH * CHUNK):
-    hi = min(N, lo + BATCH * CHUNK)
-    out = ch.query(
-        f"SELECT concat('{{\"metrics\":[', arrayStringConcat(groupArray(e), ','), ']}}') FROM "
-        f"(SELECT number, {sample_json} AS e FROM numbers({lo}, {hi - lo})) GROUP BY intDiv(number, {BATCH}) "
-        f"ORDER BY intDiv(number, {BATCH})",
-        "TabSeparatedRaw",
-    )
-    for line in str(out).splitlines():
-        bodies.put(line.encode())
-for _ in threads:
-    bodies.put(None)
-for th in threads:
-    th.join()
+t = time.time()
+errors = post_generated(ch, N, sample_json, "metrics", new_sender, senders=6)
 if errors:
     server.kill()
     raise SystemExit(f"ingest failed: {errors[:3]}")
