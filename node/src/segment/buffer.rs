@@ -34,8 +34,8 @@ pub struct Buffer {
     /// then rejects.
     terms: Vec<Postings>,
     events: FxHashMap<u64, Vec<u32>>,
-    /// Span and event rollups of the rows here, brought up to date by the reads that use them
-    /// (applying a row does not pay for them).
+    /// Span, event and host rollups of the rows here, brought up to date by the reads that
+    /// use them (applying a row does not pay for them).
     rollups: Mutex<Rolled>,
     /// The user number of each row (events; `u32::MAX` for others), as far as the scans that
     /// read user numbers have brought it (applying a row does not pay for it).

@@ -1,6 +1,6 @@
-//! Rollups, written beside every spans or events segment (like trace summaries, and replaced
-//! with it) so that reads over long ranges read a row per key and time bucket instead of every
-//! row. Span rollups: per (project, service, operation, minute), the totals of the spans
+//! Rollups, written beside every spans, events or host metrics segment (like trace summaries,
+//! and replaced with it) so that reads over long ranges read a row per key and time bucket
+//! instead of every row. Span rollups: per (project, service, operation, minute), the totals of the spans
 //! starting in that minute; event rollups: per (project, event name, hour), the events; host
 //! rollups: per (project, hostname, minute), each metric's sum and count. Counts and sketches
 //! add up exactly, so a rollup answers what a scan of its rows would (a host mean's float sum
