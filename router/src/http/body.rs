@@ -220,7 +220,10 @@ pub async fn receive(
     let mut charge = budget.charge();
     let mut raw = BytesMut::new();
     if let Some(n) = declared {
-        charge.add(n as usize)?;
+        if let Err(e) = charge.add(n as usize) {
+            drain(&mut body, limit.saturating_mul(DRAIN_FACTOR), idle).await;
+            return Err(e);
+        }
         raw.reserve(n as usize);
     }
     loop {
@@ -236,7 +239,10 @@ pub async fn receive(
             return Err(ApiError::PayloadTooLarge { limit });
         }
         let beyond = (raw.len() + chunk.len()).saturating_sub(charge.held());
-        charge.add(beyond)?;
+        if let Err(e) = charge.add(beyond) {
+            drain(&mut body, limit.saturating_mul(DRAIN_FACTOR), idle).await;
+            return Err(e);
+        }
         raw.extend_from_slice(&chunk);
     }
     Ok(Received { raw: raw.freeze(), charge })
@@ -245,8 +251,9 @@ pub async fn receive(
 /// A refused body is read and dropped up to this many times its limit.
 const DRAIN_FACTOR: usize = 4;
 
-/// Reads and drops up to `max` more bytes of a refused body, so that a client still sending it
-/// reads the refusal instead of a reset connection; a larger body is cut off.
+/// Reads and drops up to `max` more bytes of a refused body (too large, or past the byte
+/// budget), so that a client still sending it reads the refusal instead of a reset
+/// connection; a larger body is cut off. Dropped bytes are not held against the budget.
 async fn drain(body: &mut Body, max: usize, idle: Duration) {
     let mut dropped = 0usize;
     while dropped <= max {
