@@ -2,14 +2,13 @@
 
 use std::collections::HashMap;
 
-use arrow_array::{Array, Float64Array, UInt64Array};
 use sextant_model::query::{
-    HostBucket, HostSeries, HostSeriesPlan, HostsPlan, LatestHosts, Mean, ShardQuery, HOST_METRICS,
+    HostBucket, HostSeries, HostSeriesPlan, HostsPlan, LatestHosts, Merge, ShardQuery, HOST_METRICS,
 };
 
 use super::{each_batch, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
-use crate::segment::rollup::{host_columns, minute_of, source_columns, MINUTE_NS};
-use crate::segment::table::{from_record_batch, Cols};
+use crate::segment::rollup::{host_columns, minute_of, source_columns, HostRollupColumns, MINUTE_NS};
+use crate::segment::table::{from_record_batch, opt_f, opt_u, Cols};
 use crate::segment::{Filter, Row, Scan, Table};
 use crate::shard::ScanJob;
 
@@ -89,18 +88,9 @@ pub fn series(
         each_batch(job, budget, |rb| {
             let c = Cols(rb);
             if rb.column_by_name("minute_ns").is_some() {
-                let minute = c.i64("minute_ns");
-                let columns = HOST_METRICS.map(host_columns);
-                let sums: Vec<_> = columns.iter().map(|[sum, _]| c.f64(sum)).collect();
-                let counts: Vec<_> = columns.iter().map(|[_, count]| c.u64(count)).collect();
-                for (i, &t) in minute.values().iter().enumerate() {
-                    let Some(start) = start_of(t) else { continue };
-                    for ((mean, sum), count) in
-                        bucket_at(&mut buckets, start).means_mut().into_iter().zip(&sums).zip(&counts)
-                    {
-                        let count = count.value(i);
-                        Mean::add(mean, (count > 0).then(|| Mean { sum: sum.value(i), count }));
-                    }
+                for minute in HostRollupColumns::of(&c).buckets() {
+                    let Some(start) = start_of(minute.start_unix_nanos) else { continue };
+                    bucket_at(&mut buckets, start).merge(minute);
                 }
             } else {
                 let time = c.i64("time_ns");
@@ -108,17 +98,16 @@ pub fn series(
                     (c.f64("cpu_percent"), c.u64("memory_used_bytes"), c.u64("memory_total_bytes"));
                 let (disk, rx, tx) =
                     (c.f64("disk_used_percent"), c.f64("network_rx_bytes_per_sec"), c.f64("network_tx_bytes_per_sec"));
-                let f = |a: &Float64Array, i: usize| a.is_valid(i).then(|| a.value(i));
-                let u = |a: &UInt64Array, i: usize| a.is_valid(i).then(|| a.value(i) as f64);
+                let u = |a, i| opt_u(a, i).map(|v| v as f64);
                 for (i, &t) in time.values().iter().enumerate() {
                     let Some(start) = start_of(t) else { continue };
                     bucket_at(&mut buckets, start).add_sample([
-                        f(cpu, i),
+                        opt_f(cpu, i),
                         u(used, i),
                         u(total, i),
-                        f(disk, i),
-                        f(rx, i),
-                        f(tx, i),
+                        opt_f(disk, i),
+                        opt_f(rx, i),
+                        opt_f(tx, i),
                     ]);
                 }
             }

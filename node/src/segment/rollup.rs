@@ -10,13 +10,14 @@ use std::hash::{Hash, Hasher};
 use std::io;
 use std::sync::Arc;
 
+use arrow_array::{Float64Array, Int64Array, UInt64Array};
 use prost::encoding::{decode_varint, encode_varint};
 use rustc_hash::FxHashMap;
-use sextant_model::query::{HostBucket, SpanTotals, HOST_METRICS};
+use sextant_model::query::{HostBucket, Mean, SpanTotals, HOST_METRICS};
 use sextant_model::row::{EventRollup, HostRollup, SpanRollup, SpanStatus};
 use sextant_model::sketch::LatencyBuckets;
 
-use super::table::{Row, RowRef, Table};
+use super::table::{Cols, Row, RowRef, Table};
 
 pub const MINUTE_NS: i64 = 60_000_000_000;
 pub const HOUR_NS: i64 = 60 * MINUTE_NS;
@@ -324,6 +325,39 @@ pub fn source_columns(table: Table) -> (&'static [&'static str], Vec<&'static st
 /// had it).
 pub fn host_columns(m: &str) -> [String; 2] {
     [format!("{m}_sum"), format!("{m}_count")]
+}
+
+/// A batch's host rollup columns (the minute and those [`host_columns`] names).
+pub struct HostRollupColumns<'a> {
+    minute: &'a Int64Array,
+    sums: Vec<&'a Float64Array>,
+    counts: Vec<&'a UInt64Array>,
+}
+
+impl<'a> HostRollupColumns<'a> {
+    pub fn of(c: &Cols<'a>) -> Self {
+        let columns = HOST_METRICS.map(host_columns);
+        HostRollupColumns {
+            minute: c.i64("minute_ns"),
+            sums: columns.iter().map(|[sum, _]| c.f64(sum)).collect(),
+            counts: columns.iter().map(|[_, count]| c.u64(count)).collect(),
+        }
+    }
+
+    /// Every row's [`bucket`](Self::bucket), in order.
+    pub fn buckets(&self) -> impl Iterator<Item = HostBucket> + '_ {
+        (0..self.minute.len()).map(|i| self.bucket(i))
+    }
+
+    /// Row `i`: its minute, and per metric the sum and count (none for a count of 0).
+    pub fn bucket(&self, i: usize) -> HostBucket {
+        let mut b = HostBucket { start_unix_nanos: self.minute.value(i), ..Default::default() };
+        for ((m, sum), count) in b.means_mut().into_iter().zip(&self.sums).zip(&self.counts) {
+            let count = count.value(i);
+            *m = (count > 0).then(|| Mean { sum: sum.value(i), count });
+        }
+        b
+    }
 }
 
 /// What host series read of samples: time and metrics.

@@ -92,9 +92,6 @@ impl Scan {
     /// bucket `b` holds the rows of `[b, b + width)`, so the source range is rounded up to
     /// bucket starts at both ends.
     pub fn rollup_source(&self) -> Option<Scan> {
-        if super::rollup::width(self.table).is_none() {
-            return None;
-        }
         let width = super::rollup::width(self.table)?;
         let (columns, dictionaries) = super::rollup::source_columns(self.table);
         Some(Scan {

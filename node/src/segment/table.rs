@@ -22,7 +22,7 @@ use sextant_model::row::{
 };
 
 use super::attribute;
-use sextant_model::query::{HostBucket, Mean, SpanTotals, HOST_METRICS};
+use sextant_model::query::{SpanTotals, HOST_METRICS};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub enum Table {
@@ -669,10 +669,10 @@ impl<'a> Bytes<'a> {
     }
 }
 
-fn opt_f(a: &Float64Array, i: usize) -> Option<f64> {
+pub(crate) fn opt_f(a: &Float64Array, i: usize) -> Option<f64> {
     a.is_valid(i).then(|| a.value(i))
 }
-fn opt_u(a: &UInt64Array, i: usize) -> Option<u64> {
+pub(crate) fn opt_u(a: &UInt64Array, i: usize) -> Option<u64> {
     a.is_valid(i).then(|| a.value(i))
 }
 
@@ -788,19 +788,8 @@ pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u3
             })
         }
         Table::HostRollups => {
-            let hostname = text("hostname");
-            let minute = c.i64("minute_ns");
-            let columns = HOST_METRICS.map(super::rollup::host_columns);
-            let sums: Vec<_> = columns.iter().map(|[sum, _]| c.f64(sum)).collect();
-            let counts: Vec<_> = columns.iter().map(|[_, count]| c.u64(count)).collect();
-            each(&|i| {
-                let mut means = HostBucket { start_unix_nanos: minute.value(i), ..Default::default() };
-                for ((m, sum), count) in means.means_mut().into_iter().zip(&sums).zip(&counts) {
-                    let count = count.value(i);
-                    *m = (count > 0).then(|| Mean { sum: sum.value(i), count });
-                }
-                Row::HostRollup(HostRollup { hostname: hostname(i), means })
-            })
+            let (hostname, rollups) = (text("hostname"), super::rollup::HostRollupColumns::of(&c));
+            each(&|i| Row::HostRollup(HostRollup { hostname: hostname(i), means: rollups.bucket(i) }))
         }
         Table::Events => {
             let (uuid, event, distinct_id, properties) =
