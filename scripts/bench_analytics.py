@@ -200,6 +200,33 @@ for steps in (["pageview", "action_1", "action_2"], ["pageview", "action_1", "ac
     compare(f"funnel {len(steps)} steps (7-day window, 30 days)", lambda q=q: api("GET", q), funnel_sql(steps, 7 * DAY),
             lambda b: [s["count"] for s in b["steps"]], lambda rows, n=len(steps): funnel_levels(rows, n))
 
+
+def strict_funnel_sql(steps, window):
+    """Strict order (docs/API.md, "Funnels"): the steps as consecutive events of the user,
+    equal times in step order (an event's first step) and other events after them; a user's level is the longest
+    such chain from an event of step 1 inside the range. ClickHouse's `strict_order` ends at
+    the first event in between instead, so each start is followed through arrays."""
+    rank = "multiIf(" + ", ".join(f"event = '{s}', {k}" for k, s in enumerate(steps)) + ", 99)"
+
+    def chain(j):
+        if j == len(steps):
+            return "0"
+        return (f"if(e[i + {j}].3 = '{steps[j]}' AND e[i + {j}].1 - e[i].1 <= {window}, 1 + {chain(j + 1)}, 0)")
+
+    start = f"e[i].3 = '{steps[0]}' AND e[i].1 >= {T_END - SPAN} AND e[i].1 < {T_END}"
+    return (
+        f"SELECT level, count() FROM (SELECT distinct_id, arraySort(groupArray((ts, {rank}, event))) AS e, "
+        f"arrayMax(i -> if({start}, 1 + {chain(1)}, 0), arrayEnumerate(e)) AS level "
+        f"FROM events WHERE ts >= {T_END - SPAN} AND ts < {T_END + window} GROUP BY distinct_id) GROUP BY level"
+    )
+
+
+for steps in (["pageview", "action_1", "action_2"], ["pageview", "pageview", "action_1"]):
+    q = f"/api/funnel?steps={','.join(steps)}&window=7&window_unit=day&range=30d&to={T_END}&order=strict"
+    compare(f"strict funnel {','.join(steps)} (7-day window, 30 days)", lambda q=q: api("GET", q),
+            strict_funnel_sql(steps, 7 * DAY),
+            lambda b: [s["count"] for s in b["steps"]], lambda rows, n=len(steps): funnel_levels(rows, n))
+
 # 8-week retention, first_time, weekly cohorts over the 30 days (ISO weeks, UTC): each user's
 # first pageview week is their cohort; retention() marks the later weeks with action_1.
 week = "toMonday(toDateTime(intDiv(ts, 1000), 'UTC'))"
