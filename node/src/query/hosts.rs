@@ -2,6 +2,8 @@
 
 use std::collections::HashMap;
 
+use rustc_hash::FxHashMap;
+
 use sextant_model::query::{
     HostBucket, HostSeries, HostSeriesPlan, HostsPlan, LatestHosts, Merge, ShardQuery, HOST_METRICS,
 };
@@ -61,9 +63,27 @@ impl QueryKind for HostSeriesPlan {
 pub fn latest(job: ScanJob, budget: &mut Budget) -> Result<LatestHosts, QueryError> {
     let mut hosts = LatestHosts::default();
     each_batch(job, budget, |rb| {
-        for (_, row, _) in from_record_batch(Table::HostMetrics, rb) {
-            if let Row::HostMetric(m) = row {
-                if hosts.0.get(&m.hostname).is_none_or(|h| m.unix_nanos > h.unix_nanos) {
+        // Each host's newest row of the batch, if newer than its newest so far: only those
+        // rows are made into samples (a batch holds thousands, of a few hosts).
+        let c = Cols(rb);
+        let (names, times) = (c.str("hostname"), c.i64("time_ns").values());
+        let mut newest: FxHashMap<&str, usize> = FxHashMap::default();
+        for (i, (name, &t)) in names.iter().zip(times).enumerate() {
+            let name = name.unwrap_or_default();
+            match newest.get_mut(name) {
+                Some(row) if t > times[*row] => *row = i,
+                Some(_) => {}
+                None if hosts.0.get(name).is_none_or(|h| t > h.unix_nanos) => {
+                    newest.insert(name, i);
+                }
+                None => {}
+            }
+        }
+        let mut rows: Vec<usize> = newest.drain().map(|(_, row)| row).collect();
+        rows.sort_unstable();
+        for row in rows {
+            for (_, sample, _) in from_record_batch(Table::HostMetrics, &rb.slice(row, 1)) {
+                if let Row::HostMetric(m) = sample {
                     hosts.offer(m.map_attributes(|a| crate::segment::attribute::decode(&a)));
                 }
             }

@@ -796,6 +796,54 @@ fn host_series_from_rollups_equal_averaging_every_sample() {
     }
 }
 
+/// The hosts list: each host's latest sample in the range, wherever it is (an older segment
+/// holding a host's newest sample, a newer one, the buffer), its metrics those of that sample.
+#[test]
+fn hosts_list_gives_each_hosts_latest_sample_in_the_range() {
+    use sextant_model::query::HostsPlan;
+    use sextant_model::row::HostMetric;
+    let mut sh = Shard::new();
+    let ingest = |sh: &mut Shard, host_metrics: Vec<HostMetric>| {
+        sh.index += 1;
+        let payload = encode_ingest(RowBatch { project_id: "p".into(), host_metrics, ..Default::default() });
+        sh.s.apply(sh.index, Command::Ingest { batch_id: sh.index as u128, payload });
+    };
+    let renamed = |mut samples: Vec<HostMetric>, host: &str| {
+        samples.iter_mut().step_by(3).for_each(|m| m.hostname = host.into());
+        samples
+    };
+    // Written late but newest for h3; h1 and h2 newest in the buffer.
+    let (late, first, buffered) = (
+        renamed(host_samples(300, 90_000, 700), "h3"),
+        host_samples(5000, 0, 20),
+        renamed(host_samples(400, 95_000, 11), "h4"),
+    );
+    ingest(&mut sh, late.clone());
+    sh.flush();
+    ingest(&mut sh, first.clone());
+    sh.flush();
+    ingest(&mut sh, buffered.clone());
+    let all: Vec<HostMetric> = [late, first, buffered].concat();
+    for (from_ms, to_ms) in [(0, 1_000_000), (0, 95_000), (50, 99_990), (90_500, 91_000), (500_000, 600_000)] {
+        let reply = sh.query_at(ShardQuery {
+            group: 1,
+            project_id: "p".into(),
+            from_unix_nanos: from_ms * MS,
+            to_unix_nanos: to_ms * MS,
+            max_rows: 1_000_000,
+            plan: HostsPlan.into(),
+        });
+        let Ok(Partial::Hosts(got)) = reply.partial else { panic!("hosts expected") };
+        let mut want: std::collections::BTreeMap<String, HostMetric> = Default::default();
+        for m in all.iter().filter(|m| (from_ms * MS..to_ms * MS).contains(&m.unix_nanos)) {
+            if want.get(&m.hostname).is_none_or(|w| m.unix_nanos > w.unix_nanos) {
+                want.insert(m.hostname.clone(), m.clone());
+            }
+        }
+        assert_eq!(got.0, want, "{from_ms}..{to_ms}");
+    }
+}
+
 const DAY_MS: i64 = 86_400_000;
 
 /// A shard holding a year of spans and logs: one flushed segment a week (trace `t{w}` and

@@ -34,6 +34,10 @@ pub struct Buffer {
     /// then rejects.
     terms: Vec<Postings>,
     events: FxHashMap<u64, Vec<u32>>,
+    /// Hash of (project, hostname) -> positions of its host samples, as for events.
+    hosts: FxHashMap<u64, Vec<u32>>,
+    /// Positions of each table's rows: a scan without an index walks only its table's.
+    tables: FxHashMap<Table, Vec<u32>>,
     /// Span, event and host rollups of the rows here, brought up to date by the reads that
     /// use them (applying a row does not pay for them).
     rollups: Mutex<Rolled>,
@@ -59,6 +63,8 @@ impl Default for Buffer {
             traces: FxHashMap::default(),
             terms: Vec::new(),
             events: FxHashMap::default(),
+            hosts: FxHashMap::default(),
+            tables: FxHashMap::default(),
             rollups: Mutex::default(),
             users: Mutex::default(),
             batches: HashSet::new(),
@@ -119,9 +125,11 @@ impl Buffer {
                     terms = line.as_slice().into();
                 }
                 Row::Event(e) => index_bytes += post(&mut self.events, trace_key(&project, &e.event), position),
+                Row::HostMetric(m) => index_bytes += post(&mut self.hosts, trace_key(&project, &m.hostname), position),
                 _ => {}
             }
             let (table, t) = (row.table(), row.time_ns());
+            index_bytes += post(&mut self.tables, table, position);
             match extents.iter_mut().find(|(x, _)| *x == table) {
                 Some((_, e)) => e.add(1, t, t),
                 None => extents.push((table, Extent { rows: 1, min_ns: t, max_ns: t })),
@@ -284,23 +292,23 @@ impl Buffer {
         let all_in_range =
             (scan.from_ns <= extent.min_ns && extent.max_ns < scan.to_ns) || scan.table == Table::TraceSummaries;
         let by_name = source == Table::Events && !scan.filter.events.is_empty();
-        if all_in_range && !by_name {
+        let by_host = source == Table::HostMetrics && scan.filter.hostname.is_some();
+        if all_in_range && !by_name && !by_host {
             return share(extent.rows);
         }
-        let rows = if by_name {
-            // The named events only, through the index (a name whose key another name shares
-            // counts its rows too: an estimate may be high, never low).
-            let positions = self.named_events(scan);
-            if all_in_range {
-                positions.count()
-            } else {
-                positions.filter(|&i| scan.may_select(&self.rows[i as usize].row)).count()
-            }
-        } else {
-            self.rows
-                .iter()
-                .filter(|r| r.row.table() == source && *r.project == *scan.project && scan.may_select(&r.row))
-                .count()
+        // The named events or the host's samples only, through the index (a name whose key
+        // another name shares counts its rows too: an estimate may be high, never low).
+        let rows = match (by_name, by_host) {
+            (true, _) if all_in_range => self.named_events(scan).count(),
+            (true, _) => self.named_events(scan).filter(|&i| scan.may_select(&self.rows[i as usize].row)).count(),
+            (_, true) if all_in_range => self.host_samples(scan).len(),
+            _ => self
+                .candidates(scan)
+                .filter(|&i| {
+                    let r = &self.rows[i as usize];
+                    r.row.table() == source && *r.project == *scan.project && scan.may_select(&r.row)
+                })
+                .count(),
         };
         share(rows as u64)
     }
@@ -315,8 +323,15 @@ impl Buffer {
         keys.into_iter().filter_map(|k| self.events.get(&k)).flatten().copied()
     }
 
+    /// Positions of the samples of the scan's host (and of any host whose key it shares).
+    fn host_samples(&self, scan: &super::Scan) -> &[u32] {
+        let key = scan.filter.hostname.as_ref().map(|h| trace_key(&scan.project, h));
+        key.and_then(|k| self.hosts.get(&k)).map_or(&[], Vec::as_slice)
+    }
+
     /// The rows a scan has to look at, in buffer order: for a log search with index terms,
-    /// the lines holding all of them; for events of given names, those events; otherwise all.
+    /// the lines holding all of them; for events of given names, those events; for one
+    /// host's samples, those; otherwise all of the table's rows.
     fn candidates(&self, scan: &super::Scan) -> Box<dyn Iterator<Item = u32> + '_> {
         let positions = match scan.table {
             Table::Logs => {
@@ -334,11 +349,14 @@ impl Buffer {
                 all.dedup();
                 Some(all)
             }
+            Table::HostMetrics if scan.filter.hostname.is_some() => {
+                return Box::new(self.host_samples(scan).iter().copied());
+            }
             _ => None,
         };
         match positions {
             Some(p) => Box::new(p.into_iter()),
-            None => Box::new(0..self.rows.len() as u32),
+            None => Box::new(self.tables.get(&scan.table.source()).into_iter().flatten().copied()),
         }
     }
 
@@ -467,7 +485,7 @@ pub fn decode_batch(payload: Vec<u8>) -> Result<RowBatch<Encoded>, DecodeError> 
 
 /// Appends `position` to `key`'s list; returns the bytes that took (a new key's entry and
 /// list, or one position at the list's grown capacity).
-fn post(index: &mut FxHashMap<u64, Vec<u32>>, key: u64, position: u32) -> usize {
+fn post<K: std::hash::Hash + Eq>(index: &mut FxHashMap<K, Vec<u32>>, key: K, position: u32) -> usize {
     match index.entry(key) {
         std::collections::hash_map::Entry::Occupied(mut e) => {
             e.get_mut().push(position);
@@ -594,6 +612,7 @@ mod tests {
         "a-b",
     ];
     const EVENTS: [&str; 3] = ["buy", "Buy", "view"];
+    const HOSTS: [&str; 3] = ["web-1", "web-2", "Web-1"];
     const PROJECTS: [&str; 2] = ["p", "q"];
 
     /// Pushes `batch`; returns its encoded size.
@@ -692,14 +711,16 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
         /// An estimate counts the rows a scan would consider, whether the range holds all of a
-        /// table's buffered rows (counted from the buffer's extents, or for named events its
-        /// index) or only some (walked).
+        /// table's buffered rows (counted from the buffer's extents, or for named events and
+        /// one host's samples their index) or only some (walked).
         #[test]
         fn buffer_estimates_count_the_rows_in_range_either_way(
             events in prop::collection::vec((0usize..2, 0usize..3, -50i64..50), 0..40),
             logs in prop::collection::vec((0usize..2, -50i64..50), 0..20),
+            samples in prop::collection::vec((0usize..2, 0usize..3, -50i64..50), 0..30),
             ranges in prop::collection::vec((-60i64..60, 0i64..130), 1..6),
             names in prop::collection::vec(0usize..3, 0..2),
+            host in prop::option::of(0usize..3),
         ) {
             let mut buffer = Buffer::default();
             for (i, (project, name, t)) in events.iter().enumerate() {
@@ -710,13 +731,20 @@ mod tests {
                 let logs = vec![log_line(&[0], None, *t)];
                 push(&mut buffer, 100 + i as u128, RowBatch { project_id: PROJECTS[*project].into(), logs, ..Default::default() });
             }
+            for (i, (project, h, t)) in samples.iter().enumerate() {
+                let host_metrics = vec![HostMetric { hostname: HOSTS[*h].into(), unix_nanos: *t, ..Default::default() }];
+                push(&mut buffer, 200 + i as u128, RowBatch { project_id: PROJECTS[*project].into(), host_metrics, ..Default::default() });
+            }
             let names: Vec<String> = names.iter().map(|&n| EVENTS[n].to_owned()).collect();
+            let hostname = host.map(|h| HOSTS[h].to_owned());
             for (from, len) in ranges {
                 for project in PROJECTS {
                     let mut events_scan = scan(Table::Events, project, Filter { events: names.clone(), ..Default::default() });
                     let mut logs_scan = scan(Table::Logs, project, Filter::default());
+                    let mut hosts_scan = scan(Table::HostMetrics, project, Filter { hostname: hostname.clone(), ..Default::default() });
                     (events_scan.from_ns, events_scan.to_ns) = (from, from + len);
                     (logs_scan.from_ns, logs_scan.to_ns) = (from, from + len);
+                    (hosts_scan.from_ns, hosts_scan.to_ns) = (from, from + len);
                     let in_range = |t: i64| (from..from + len).contains(&t);
                     let want_events = events.iter().filter(|(p, n, t)| {
                         PROJECTS[*p] == project && in_range(*t) && (names.is_empty() || names.contains(&EVENTS[*n].to_owned()))
@@ -724,6 +752,10 @@ mod tests {
                     let want_logs = logs.iter().filter(|(p, t)| PROJECTS[*p] == project && in_range(*t)).count() as u64;
                     prop_assert_eq!(buffer.estimate(&events_scan).0, want_events);
                     prop_assert_eq!(buffer.estimate(&logs_scan).0, want_logs);
+                    let want_samples = samples.iter().filter(|(p, h, t)| {
+                        PROJECTS[*p] == project && in_range(*t) && host.is_none_or(|host| host == *h)
+                    }).count() as u64;
+                    prop_assert_eq!(buffer.estimate(&hosts_scan).0, want_samples);
                 }
             }
         }
@@ -733,13 +765,15 @@ mod tests {
         #![proptest_config(ProptestConfig::with_cases(64))]
 
         /// The index only narrows which rows the scan reads: the answers are those of reading
-        /// every buffered row, for log searches and event-name filters, in any project.
+        /// every buffered row, for log searches, event-name filters, one host's samples and
+        /// unfiltered scans of a table, in any project.
         #[test]
         fn indexed_buffer_scans_equal_full_scans(
             lines in prop::collection::vec((0usize..2, prop::collection::vec(0usize..12, 0..6), prop::option::of(0usize..12)), 0..60),
             events in prop::collection::vec((0usize..2, 0usize..3), 0..30),
             queries in prop::collection::vec(prop::collection::vec((0usize..12, 0usize..12, 0u8..4), 1..4), 1..8),
             names in prop::collection::vec(0usize..4, 0..3),
+            samples in prop::collection::vec((0usize..2, 0usize..3), 0..30),
             lines_per_batch in 1usize..5,
         ) {
             let mut buffer = Buffer::default();
@@ -751,6 +785,10 @@ mod tests {
             for (i, (project, name)) in events.iter().enumerate() {
                 let events = vec![Event { uuid: format!("e{i}"), event: EVENTS[*name].into(), unix_nanos: i as i64, ..Default::default() }];
                 push(&mut buffer, 1000 + i as u128, RowBatch { project_id: PROJECTS[*project].into(), events, ..Default::default() });
+            }
+            for (i, (project, h)) in samples.iter().enumerate() {
+                let host_metrics = vec![HostMetric { hostname: HOSTS[*h].into(), unix_nanos: i as i64, ..Default::default() }];
+                push(&mut buffer, 2000 + i as u128, RowBatch { project_id: PROJECTS[*project].into(), host_metrics, ..Default::default() });
             }
             let none = |_: u128| false;
             for project in PROJECTS {
@@ -764,6 +802,17 @@ mod tests {
                 let wanted: Vec<String> = names.iter().map(|&n| EVENTS.get(n).copied().unwrap_or("none").to_owned()).collect();
                 let s = scan(Table::Events, project, Filter { events: wanted, ..Default::default() });
                 prop_assert_eq!(rows_of(Table::Events, buffer.scan_rows(&s, &none, None)), rows_of(Table::Events, buffer.scan_rows_unindexed(&s, &none)));
+                // Index 3: a host with no samples; `None`: every host.
+                for hostname in [None, Some(0), Some(1), Some(3)] {
+                    let hostname = hostname.map(|h| HOSTS.get(h).copied().unwrap_or("none").to_owned());
+                    let s = scan(Table::HostMetrics, project, Filter { hostname, ..Default::default() });
+                    let (got, all) = (buffer.scan_rows(&s, &none, None), buffer.scan_rows_unindexed(&s, &none));
+                    prop_assert_eq!(rows_of(Table::HostMetrics, got), rows_of(Table::HostMetrics, all));
+                }
+                for table in [Table::Logs, Table::Events] {
+                    let s = scan(table, project, Filter::default());
+                    prop_assert_eq!(rows_of(table, buffer.scan_rows(&s, &none, None)), rows_of(table, buffer.scan_rows_unindexed(&s, &none)));
+                }
             }
         }
     }
