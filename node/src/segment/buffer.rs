@@ -198,7 +198,7 @@ impl Buffer {
         };
         // A bucket starting in the source range holds only rows of that range (its ends are
         // bucket starts), so these are the rollups of the rows it selects.
-        let rows = rolled.rows(scan.table, &scan.project, source.from_ns, source.to_ns);
+        let rows = rolled.rows(scan.table, &scan.project, &scan.rollup_names(), source.from_ns, source.to_ns);
         let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new(&scan.project, row, 0)).collect();
         scan.select(&refs, None)
     }
@@ -894,11 +894,12 @@ mod tests {
         };
         let mut buffer = Buffer::default();
         // Five distinct terms: the line's five terms kept for the flush, and the batch's
-        // postings (per term: the term, where its lines end, one line).
+        // postings (per term: the term, where its lines end, one line); the first log line
+        // opens the list of the table's rows.
         let first = push(&mut buffer, 1, line(&[7, 8, 9, 10, 5]));
-        assert_eq!(buffer.bytes, first * 3 + 5 * 4 + 5 * 12);
-        // The same terms again, one of them twice: counted once.
+        assert_eq!(buffer.bytes, first * 3 + 5 * 4 + 5 * 12 + 64);
+        // The same terms again, one of them twice: counted once; one more position listed.
         let second = push(&mut buffer, 2, line(&[7, 8, 9, 10, 5, 5]));
-        assert_eq!(buffer.bytes, (first + second) * 3 + 2 * (5 * 4 + 5 * 12));
+        assert_eq!(buffer.bytes, (first + second) * 3 + 2 * (5 * 4 + 5 * 12) + 64 + 8);
     }
 }

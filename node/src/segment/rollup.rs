@@ -251,9 +251,15 @@ impl Running {
         self.groups.values().map(Vec::len).sum()
     }
 
-    /// The rows of rollup table `table` of `project` whose bucket starts in `[from_ns, to_ns)`.
-    pub fn rows(&self, table: Table, project: &str, from_ns: i64, to_ns: i64) -> Vec<Row> {
-        self.groups_in(table, from_ns, to_ns).filter(|g| *g.project == *project).map(|g| g.row()).collect()
+    /// The rows of rollup table `table` of `project` whose bucket starts in `[from_ns, to_ns)`
+    /// and whose name (host, event or service) is one of `names` (any when empty).
+    pub fn rows(&self, table: Table, project: &str, names: &[&str], from_ns: i64, to_ns: i64) -> Vec<Row> {
+        let named = |g: &&Group| names.is_empty() || names.contains(&&*g.name);
+        self.groups_in(table, from_ns, to_ns)
+            .filter(|g| *g.project == *project)
+            .filter(named)
+            .map(|g| g.row())
+            .collect()
     }
 
     /// The rows of rollup table `table`, of every project, whose bucket starts in
@@ -524,10 +530,24 @@ mod tests {
                         .map(|(p, r)| RowRef::new(p, r, 0))
                         .collect();
                     let mut want: Vec<String> = rollup_rows(table, &source).iter().map(|(_, r)| format!("{r:?}")).collect();
-                    let mut got: Vec<String> = running.rows(table, project, from, to).iter().map(|r| format!("{r:?}")).collect();
+                    let mut got: Vec<String> = running.rows(table, project, &[], from, to).iter().map(|r| format!("{r:?}")).collect();
                     got.sort();
                     want.sort();
                     proptest::prop_assert_eq!(got, want, "{:?} {}", table, project);
+                    // Of one name (host, event or service): that name's rows only.
+                    let name_of = |r: &Row| match r {
+                        Row::HostRollup(h) => h.hostname.clone(),
+                        Row::EventRollup(e) => e.event.clone(),
+                        Row::SpanRollup(s) => s.service.clone(),
+                        _ => unreachable!("a rollup row"),
+                    };
+                    for name in ["h1", "e1", "s1", "s0"] {
+                        let mut named: Vec<String> = running.rows(table, project, &[name], from, to).iter().map(|r| format!("{r:?}")).collect();
+                        named.sort();
+                        let mut want: Vec<String> = rollup_rows(table, &source).iter().filter(|(_, r)| name_of(r) == name).map(|(_, r)| format!("{r:?}")).collect();
+                        want.sort();
+                        proptest::prop_assert_eq!(named, want, "{:?} {} {}", table, project, name);
+                    }
                 }
             }
         }

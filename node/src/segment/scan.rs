@@ -273,6 +273,19 @@ impl Scan {
         c
     }
 
+    /// The names (hosts, events or services) a scan of rollups keeps, none meaning all: a
+    /// first selection of running rollups, before they are made rows ([`mask`](Self::mask)
+    /// still decides).
+    pub fn rollup_names(&self) -> Vec<&str> {
+        let f = &self.filter;
+        match self.table {
+            Table::HostRollups => f.hostname.iter().map(String::as_str).collect(),
+            Table::EventRollups => f.events.iter().map(String::as_str).collect(),
+            Table::SpanRollups => f.services.iter().map(String::as_str).collect(),
+            _ => Vec::new(),
+        }
+    }
+
     /// A cheap first selection of buffered rows, before they are turned into columns (all of
     /// them, every query): the time range and, for events, the event names. [`mask`](Self::mask)
     /// still decides. Not for trace summaries, which are derived from all of a trace's spans.
