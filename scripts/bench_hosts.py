@@ -13,6 +13,8 @@
    end to end through the HTTP API for Sextant (JWT auth included), in process for
    ClickHouse; the server's CPU per query is read from /proc. Every answer is compared with
    ClickHouse's (counts of points, means to 1e-9 relative).
+3. The hosts list (each host's latest sample) over the last day and over the whole range,
+   against ClickHouse's max(ts) and argMax per host.
 
 Usage: scripts/bench_hosts.py [--bin target/release/sextant] [--hosts 20] [--days 30]
                               [--every 10] [--runs 5]
@@ -218,6 +220,39 @@ for step_s in (3600, 86_400, 300):
         rollups_vs_samples=round(rows["rollups"][0] / rows["samples"][0], 3),
         rollups_vs_clickhouse=round(rows["rollups"][0] / rows["clickhouse"][0], 3),
     )
+
+
+def sextant_hosts(from_ms, to_ms):
+    q = urllib.parse.urlencode({"from": from_ms, "to": to_ms})
+    c = conn()
+    c.request("GET", f"/api/v1/infrastructure/hosts?{q}", headers={"Authorization": f"Bearer {jwt}"})
+    r = c.getresponse()
+    body = json.loads(r.read())
+    if r.status != 200:
+        raise SystemExit(f"{r.status} {body}")
+    return [(h["hostname"], h["last_seen"], h["disk_used_percent"]) for h in body["items"]]
+
+
+def clickhouse_hosts(from_ms, to_ms):
+    out = ch.query(
+        f"SELECT hostname, max(ts), argMax(disk, ts) FROM host_metrics WHERE ts >= {from_ms} AND ts < {to_ms} "
+        f"GROUP BY hostname ORDER BY hostname",
+        "JSONCompact",
+    )
+    return [(h, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(int(t) // 1000)) + f".{int(t) % 1000:03d}Z", d)
+            for h, t, d in json.loads(str(out))["data"]]
+
+
+# The hosts list: each host's latest sample, over the last day (the default) and the whole range.
+for days in (1, args.days):
+    from_ms = now_ms - days * 86_400_000
+    ours = timed(lambda: sextant_hosts(from_ms, to_ms), cpu_seconds)
+    theirs = timed(lambda: clickhouse_hosts(from_ms, to_ms), None)
+    if ours[2] != theirs[2]:
+        raise SystemExit(f"hosts over {days} days: {ours[2][:3]} != {theirs[2][:3]}")
+    report(step="hosts_list", range_days=days, hosts=len(ours[2]), sextant_ms=round(ours[0], 2),
+           sextant_cpu_ms=round(ours[1], 2), clickhouse_ms=round(theirs[0], 2),
+           vs_clickhouse=round(ours[0] / theirs[0], 3))
 server.kill()
 server.wait()
 subprocess.run(["rm", "-rf", tmp])

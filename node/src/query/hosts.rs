@@ -16,8 +16,19 @@ use crate::shard::ScanJob;
 
 impl QueryKind for HostsPlan {
     fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
-        let job = shard.scan(scan_of(req, Table::HostMetrics, Filter::default(), &[], &[]));
-        Ok(Box::new(move |_, budget| Ok(latest(job, budget)?.into())))
+        // Each host's latest minute from the rollups first (every minute the range touches):
+        // no sample before the earliest of those can be a host's latest.
+        let (from, to) = (req.from_unix_nanos, req.to_unix_nanos);
+        let minutes = shard.scan(Scan {
+            from_ns: minute_of(from),
+            to_ns: minute_of(to.saturating_sub(1)).saturating_add(MINUTE_NS),
+            ..scan_of(req, Table::HostRollups, Filter::default(), &["hostname", "minute_ns"], &[])
+        });
+        let samples = shard.scan(scan_of(req, Table::HostMetrics, Filter::default(), &[], &[]));
+        Ok(Box::new(move |req, budget| {
+            let bound = latest_bound(req, minutes, budget)?;
+            Ok(latest(samples.starting_at(bound), budget)?.into())
+        }))
     }
 }
 
@@ -58,6 +69,36 @@ impl QueryKind for HostSeriesPlan {
         let plan = self.clone();
         Ok(Box::new(move |req, budget| Ok(series(req, &plan, jobs, budget)?.into())))
     }
+}
+
+/// A time at or after which every host with samples in the range has one: per host, the
+/// start of its latest minute wholly inside the range, or the range's start for a host seen
+/// only in minutes crossing its ends; samples read in place of rollups (without hostnames)
+/// stand for their hosts with their own times.
+fn latest_bound(req: &ShardQuery, minutes: ScanJob, budget: &mut Budget) -> Result<i64, QueryError> {
+    let range = req.from_unix_nanos..req.to_unix_nanos;
+    let mut hosts: HashMap<String, i64> = HashMap::new();
+    let mut unnamed = i64::MAX;
+    each_batch(minutes, budget, |rb| {
+        let c = Cols(rb);
+        if rb.column_by_name("minute_ns").is_none() {
+            let times = c.i64("time_ns").values().iter().filter(|t| range.contains(t));
+            unnamed = times.fold(unnamed, |a, &t| a.min(t));
+            return Ok(());
+        }
+        for (name, &minute) in c.str("hostname").iter().zip(c.i64("minute_ns").values()) {
+            let inside = range.contains(&minute) && minute.checked_add(MINUTE_NS).is_some_and(|end| end <= range.end);
+            let seen = if inside { minute } else { range.start };
+            match hosts.get_mut(name.unwrap_or_default()) {
+                Some(latest) => *latest = (*latest).max(seen),
+                None => {
+                    hosts.insert(name.unwrap_or_default().to_owned(), seen);
+                }
+            }
+        }
+        Ok(())
+    })?;
+    Ok(hosts.into_values().fold(unnamed, i64::min))
 }
 
 pub fn latest(job: ScanJob, budget: &mut Budget) -> Result<LatestHosts, QueryError> {

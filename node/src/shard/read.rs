@@ -215,6 +215,18 @@ impl ScanJob {
         self.numbering.as_ref().map_or_else(Vec::new, |n| n.numbers_of(ids))
     }
 
+    /// The same scan without its rows before `from_ns`, for a reader that needs none of them:
+    /// segments ending earlier are left out, the others read from there. Of a scan of
+    /// stored rows only (not rollups or summaries derived on read).
+    pub fn starting_at(mut self, from_ns: i64) -> Self {
+        debug_assert!(self.unrolled.is_none() && self.resummarized.is_empty(), "a scan of stored rows");
+        if from_ns > self.scan.from_ns {
+            self.scan.from_ns = from_ns;
+            self.segments.retain(|s| s.meta.max_ns >= from_ns);
+        }
+        self
+    }
+
     /// Where the scanned range starts.
     pub fn from_ns(&self) -> i64 {
         self.scan.from_ns
