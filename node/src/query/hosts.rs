@@ -24,7 +24,8 @@ impl QueryKind for HostsPlan {
             to_ns: minute_of(to.saturating_sub(1)).saturating_add(MINUTE_NS),
             ..scan_of(req, Table::HostRollups, Filter::default(), &["hostname", "minute_ns"], &[])
         });
-        let samples = shard.scan(scan_of(req, Table::HostMetrics, Filter::default(), &[], &[]));
+        let newest = Filter { newest_per_host: true, ..Default::default() };
+        let samples = shard.scan(scan_of(req, Table::HostMetrics, newest, &[], &[]));
         Ok(Box::new(move |req, budget| {
             let bound = latest_bound(req, minutes, budget)?;
             Ok(latest(samples.starting_at(bound), budget)?.into())

@@ -231,6 +231,9 @@ impl Buffer {
                     && !hidden(r.batch_id)
             })
             .collect();
+        if scan.filter.newest_per_host {
+            live = self.newest_per_host(live);
+        }
         if live.is_empty() {
             return Vec::new();
         }
@@ -257,6 +260,23 @@ impl Buffer {
             }
             None => scan.select(&refs, None),
         }
+    }
+
+    /// Of host samples at `positions`, each host's newest (the first of equal times), in
+    /// buffer order.
+    fn newest_per_host(&self, positions: Vec<u32>) -> Vec<u32> {
+        let mut newest: FxHashMap<&str, (i64, u32)> = FxHashMap::default();
+        for i in positions {
+            if let Row::HostMetric(m) = &self.rows[i as usize].row {
+                let e = newest.entry(&m.hostname).or_insert((m.unix_nanos, i));
+                if m.unix_nanos > e.0 {
+                    *e = (m.unix_nanos, i);
+                }
+            }
+        }
+        let mut kept: Vec<u32> = newest.into_values().map(|(_, i)| i).collect();
+        kept.sort_unstable();
+        kept
     }
 
     /// The user number of every row (see `users`), brought up to date through `users`.
@@ -809,6 +829,15 @@ mod tests {
                     let (got, all) = (buffer.scan_rows(&s, &none, None), buffer.scan_rows_unindexed(&s, &none));
                     prop_assert_eq!(rows_of(Table::HostMetrics, got), rows_of(Table::HostMetrics, all));
                 }
+                // Each host's newest sample only, when the reader keeps no other.
+                let s = scan(Table::HostMetrics, project, Filter { newest_per_host: true, ..Default::default() });
+                let every = rows_of(Table::HostMetrics, buffer.scan_rows_unindexed(&scan(Table::HostMetrics, project, Filter::default()), &none));
+                let newest: Vec<&Row> = every.iter().filter(|r| {
+                    let Row::HostMetric(m) = r else { return false };
+                    every.iter().all(|o| !matches!(o, Row::HostMetric(o) if o.hostname == m.hostname && o.unix_nanos > m.unix_nanos))
+                }).collect();
+                let got = rows_of(Table::HostMetrics, buffer.scan_rows(&s, &none, None));
+                prop_assert_eq!(got.iter().collect::<Vec<_>>(), newest);
                 for table in [Table::Logs, Table::Events] {
                     let s = scan(table, project, Filter::default());
                     prop_assert_eq!(rows_of(table, buffer.scan_rows(&s, &none, None)), rows_of(table, buffer.scan_rows_unindexed(&s, &none)));

@@ -35,6 +35,9 @@ pub struct Filter {
     /// Spans: duration; trace summaries: end − start.
     pub min_duration_ns: Option<i64>,
     pub log_query: Option<LogQuery>,
+    /// Host samples: a reader that keeps only each host's newest sample; the buffer hands it
+    /// no other (segments still return every sample the rest of the filter selects).
+    pub newest_per_host: bool,
 }
 
 /// What to read.
