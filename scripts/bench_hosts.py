@@ -153,14 +153,18 @@ c.request("POST", "/auth/login", json.dumps({"email": creds["email"], "password"
 jwt = json.loads(c.getresponse().read())["access_token"]
 
 
-def sextant(from_ms, to_ms, step_s):
-    q = urllib.parse.urlencode({"from": from_ms, "to": to_ms, "step": step_s})
+def get(path, **params):
     c = conn()
-    c.request("GET", f"/api/v1/infrastructure/hosts/{HOST}/metrics?{q}", headers={"Authorization": f"Bearer {jwt}"})
+    c.request("GET", f"{path}?{urllib.parse.urlencode(params)}", headers={"Authorization": f"Bearer {jwt}"})
     r = c.getresponse()
     body = json.loads(r.read())
     if r.status != 200:
         raise SystemExit(f"{r.status} {body}")
+    return body
+
+
+def sextant(from_ms, to_ms, step_s):
+    body = get(f"/api/v1/infrastructure/hosts/{HOST}/metrics", **{"from": from_ms, "to": to_ms, "step": step_s})
     return {p["t"]: (p["cpu_percent"], p["memory_used_bytes"], p["disk_used_percent"], p["network_rx_bytes_per_sec"])
             for p in body["points"] if p["disk_used_percent"] is not None}
 
@@ -223,13 +227,7 @@ for step_s in (3600, 86_400, 300):
 
 
 def sextant_hosts(from_ms, to_ms):
-    q = urllib.parse.urlencode({"from": from_ms, "to": to_ms})
-    c = conn()
-    c.request("GET", f"/api/v1/infrastructure/hosts?{q}", headers={"Authorization": f"Bearer {jwt}"})
-    r = c.getresponse()
-    body = json.loads(r.read())
-    if r.status != 200:
-        raise SystemExit(f"{r.status} {body}")
+    body = get("/api/v1/infrastructure/hosts", **{"from": from_ms, "to": to_ms})
     return [(h["hostname"], h["last_seen"], h["disk_used_percent"]) for h in body["items"]]
 
 

@@ -59,6 +59,18 @@ impl Shard {
         prepare(&self.s, req).unwrap().run(MemoryPool::new(1 << 30)).unwrap()
     }
 
+    /// `plan` of project `p` over `[from_ms, to_ms)`.
+    fn query_ms(&self, from_ms: i64, to_ms: i64, plan: Plan) -> ShardReply {
+        self.query_at(ShardQuery {
+            group: 1,
+            project_id: "p".into(),
+            from_unix_nanos: from_ms * MS,
+            to_unix_nanos: to_ms * MS,
+            max_rows: 1_000_000,
+            plan,
+        })
+    }
+
     fn query(&self, plan: impl Into<Plan>, max_rows: u64) -> ShardReply {
         let req = ShardQuery {
             group: 1,
@@ -754,14 +766,8 @@ fn host_series_from_rollups_equal_averaging_every_sample() {
             (0, 30 * MINUTE_MS, 90_000, "h2"),
             (0, 20_000, MINUTE_MS, "h1"),
         ] {
-            let reply = sh.query_at(ShardQuery {
-                group: 1,
-                project_id: "p".into(),
-                from_unix_nanos: from_ms * MS,
-                to_unix_nanos: to_ms * MS,
-                max_rows: 1_000_000,
-                plan: HostSeriesPlan { hostname: host.into(), step_nanos: step_ms * MS }.into(),
-            });
+            let plan = HostSeriesPlan { hostname: host.into(), step_nanos: step_ms * MS };
+            let reply = sh.query_ms(from_ms, to_ms, plan.into());
             let Ok(Partial::HostSeries(got)) = reply.partial else { panic!("host series expected") };
             let mut want: std::collections::BTreeMap<i64, sextant_model::query::HostBucket> = Default::default();
             for m in all.iter().filter(|m| m.hostname == host && (from_ms * MS..to_ms * MS).contains(&m.unix_nanos)) {
@@ -825,14 +831,7 @@ fn hosts_list_gives_each_hosts_latest_sample_in_the_range() {
     ingest(&mut sh, buffered.clone());
     let all: Vec<HostMetric> = [late, first, buffered].concat();
     for (from_ms, to_ms) in [(0, 1_000_000), (0, 95_000), (50, 99_990), (90_500, 91_000), (500_000, 600_000)] {
-        let reply = sh.query_at(ShardQuery {
-            group: 1,
-            project_id: "p".into(),
-            from_unix_nanos: from_ms * MS,
-            to_unix_nanos: to_ms * MS,
-            max_rows: 1_000_000,
-            plan: HostsPlan.into(),
-        });
+        let reply = sh.query_ms(from_ms, to_ms, HostsPlan.into());
         let Ok(Partial::Hosts(got)) = reply.partial else { panic!("hosts expected") };
         let mut want: std::collections::BTreeMap<String, HostMetric> = Default::default();
         for m in all.iter().filter(|m| (from_ms * MS..to_ms * MS).contains(&m.unix_nanos)) {
