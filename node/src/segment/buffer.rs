@@ -36,8 +36,10 @@ pub struct Buffer {
     events: FxHashMap<u64, Vec<u32>>,
     /// Hash of (project, hostname) -> positions of its host samples, as for events.
     hosts: FxHashMap<u64, Vec<u32>>,
-    /// Positions of each table's rows: a scan without an index walks only its table's.
-    tables: FxHashMap<Table, Vec<u32>>,
+    /// Each batch's rows of each table, with the span of their times: a scan without an
+    /// index walks only the runs of its table that overlap its range, an estimate only those
+    /// crossing the range's ends.
+    runs: Vec<Run>,
     /// Span, event and host rollups of the rows here, brought up to date by the reads that
     /// use them (applying a row does not pay for them).
     rollups: Mutex<Rolled>,
@@ -64,7 +66,7 @@ impl Default for Buffer {
             terms: Vec::new(),
             events: FxHashMap::default(),
             hosts: FxHashMap::default(),
-            tables: FxHashMap::default(),
+            runs: Vec::new(),
             rollups: Mutex::default(),
             users: Mutex::default(),
             batches: HashSet::new(),
@@ -101,7 +103,8 @@ impl Buffer {
         let mut line = Vec::new();
         // (term, line) pairs as `term << 32 | line`: sorted as one integer.
         let mut postings: Vec<u64> = Vec::new();
-        let mut extents: Vec<(Table, Extent)> = Vec::new();
+        // Per table of the batch: its first position and the extent of its rows.
+        let mut extents: Vec<(Table, u32, Extent)> = Vec::new();
         let rows = batch
             .spans
             .into_iter()
@@ -129,10 +132,9 @@ impl Buffer {
                 _ => {}
             }
             let (table, t) = (row.table(), row.time_ns());
-            index_bytes += post(&mut self.tables, table, position);
-            match extents.iter_mut().find(|(x, _)| *x == table) {
-                Some((_, e)) => e.add(1, t, t),
-                None => extents.push((table, Extent { rows: 1, min_ns: t, max_ns: t })),
+            match extents.iter_mut().find(|(x, _, _)| *x == table) {
+                Some((_, _, e)) => e.add(1, t, t),
+                None => extents.push((table, position, Extent { rows: 1, min_ns: t, max_ns: t })),
             }
             self.rows.push(BufferedRow { project: project.clone(), row, batch_id, terms });
         }
@@ -141,7 +143,11 @@ impl Buffer {
             index_bytes += batch.heap_bytes();
             self.terms.push(batch);
         }
-        for (table, e) in extents {
+        for (table, first, e) in extents {
+            // A batch's rows come table by table (the chain above): each table's are consecutive.
+            let positions = first..first + e.rows as u32;
+            self.runs.push(Run { project: project.clone(), table, positions, min_ns: e.min_ns, max_ns: e.max_ns });
+            index_bytes += std::mem::size_of::<Run>();
             let entry = self.extents.entry((project.clone(), table));
             entry.and_modify(|x| x.add(e.rows, e.min_ns, e.max_ns)).or_insert(e);
         }
@@ -322,13 +328,15 @@ impl Buffer {
             (true, _) if all_in_range => self.named_events(scan).count(),
             (true, _) => self.named_events(scan).filter(|&i| scan.may_select(&self.rows[i as usize].row)).count(),
             (_, true) if all_in_range => self.host_samples(scan).len(),
-            _ => self
-                .candidates(scan)
-                .filter(|&i| {
+            (_, true) => self
+                .host_samples(scan)
+                .iter()
+                .filter(|&&i| {
                     let r = &self.rows[i as usize];
-                    r.row.table() == source && *r.project == *scan.project && scan.may_select(&r.row)
+                    *r.project == *scan.project && scan.may_select(&r.row)
                 })
                 .count(),
+            _ => self.runs(scan).map(|r| r.rows_in(scan, &self.rows)).sum(),
         };
         share(rows as u64)
     }
@@ -352,7 +360,7 @@ impl Buffer {
     /// The rows a scan has to look at, in buffer order: for a log search with index terms,
     /// the lines holding all of them; for events of given names, those events; for one
     /// host's samples, those; otherwise all of the table's rows.
-    fn candidates(&self, scan: &super::Scan) -> Box<dyn Iterator<Item = u32> + '_> {
+    fn candidates<'a>(&'a self, scan: &'a super::Scan) -> Box<dyn Iterator<Item = u32> + 'a> {
         let positions = match scan.table {
             Table::Logs => {
                 let terms = scan.required_terms();
@@ -376,8 +384,19 @@ impl Buffer {
         };
         match positions {
             Some(p) => Box::new(p.into_iter()),
-            None => Box::new(self.tables.get(&scan.table.source()).into_iter().flatten().copied()),
+            None => Box::new(self.runs(scan).flat_map(|r| r.positions.clone())),
         }
+    }
+
+    /// The runs of the scan's table and project that may hold rows of its range (every run
+    /// of spans for trace summaries, which are derived from whole traces).
+    fn runs<'a>(&'a self, scan: &'a super::Scan) -> impl Iterator<Item = &'a Run> + 'a {
+        let (source, any_time) = (scan.table.source(), scan.table == Table::TraceSummaries);
+        self.runs.iter().filter(move |r| {
+            r.table == source
+                && *r.project == *scan.project
+                && (any_time || (r.max_ns >= scan.from_ns && r.min_ns < scan.to_ns))
+        })
     }
 
     /// The rollups of every row here, brought up to date, when those of `table` are the ones
@@ -505,7 +524,7 @@ pub fn decode_batch(payload: Vec<u8>) -> Result<RowBatch<Encoded>, DecodeError> 
 
 /// Appends `position` to `key`'s list; returns the bytes that took (a new key's entry and
 /// list, or one position at the list's grown capacity).
-fn post<K: std::hash::Hash + Eq>(index: &mut FxHashMap<K, Vec<u32>>, key: K, position: u32) -> usize {
+fn post(index: &mut FxHashMap<u64, Vec<u32>>, key: u64, position: u32) -> usize {
     match index.entry(key) {
         std::collections::hash_map::Entry::Occupied(mut e) => {
             e.get_mut().push(position);
@@ -583,6 +602,26 @@ struct Extent {
     rows: u64,
     min_ns: i64,
     max_ns: i64,
+}
+
+/// One batch's rows of one table: consecutive positions, and the span of their times.
+struct Run {
+    project: Arc<str>,
+    table: Table,
+    positions: std::ops::Range<u32>,
+    min_ns: i64,
+    max_ns: i64,
+}
+
+impl Run {
+    /// How many of its rows `scan` selects by time (and event name: not for a scan of named
+    /// events, which goes through the index).
+    fn rows_in(&self, scan: &super::Scan, rows: &[BufferedRow]) -> usize {
+        if scan.from_ns <= self.min_ns && self.max_ns < scan.to_ns {
+            return self.positions.len();
+        }
+        self.positions.clone().filter(|&i| scan.may_select(&rows[i as usize].row)).count()
+    }
 }
 
 impl Extent {
@@ -736,7 +775,7 @@ mod tests {
         #[test]
         fn buffer_estimates_count_the_rows_in_range_either_way(
             events in prop::collection::vec((0usize..2, 0usize..3, -50i64..50), 0..40),
-            logs in prop::collection::vec((0usize..2, -50i64..50), 0..20),
+            logs in prop::collection::vec((0usize..2, prop::collection::vec(-50i64..50, 1..5)), 0..10),
             samples in prop::collection::vec((0usize..2, 0usize..3, -50i64..50), 0..30),
             ranges in prop::collection::vec((-60i64..60, 0i64..130), 1..6),
             names in prop::collection::vec(0usize..3, 0..2),
@@ -747,8 +786,9 @@ mod tests {
                 let events = vec![Event { uuid: format!("e{i}"), event: EVENTS[*name].into(), unix_nanos: *t, ..Default::default() }];
                 push(&mut buffer, i as u128, RowBatch { project_id: PROJECTS[*project].into(), events, ..Default::default() });
             }
-            for (i, (project, t)) in logs.iter().enumerate() {
-                let logs = vec![log_line(&[0], None, *t)];
+            // Batches of several lines, whose times may fall on both sides of a range's end.
+            for (i, (project, times)) in logs.iter().enumerate() {
+                let logs = times.iter().map(|&t| log_line(&[0], None, t)).collect();
                 push(&mut buffer, 100 + i as u128, RowBatch { project_id: PROJECTS[*project].into(), logs, ..Default::default() });
             }
             for (i, (project, h, t)) in samples.iter().enumerate() {
@@ -769,7 +809,11 @@ mod tests {
                     let want_events = events.iter().filter(|(p, n, t)| {
                         PROJECTS[*p] == project && in_range(*t) && (names.is_empty() || names.contains(&EVENTS[*n].to_owned()))
                     }).count() as u64;
-                    let want_logs = logs.iter().filter(|(p, t)| PROJECTS[*p] == project && in_range(*t)).count() as u64;
+                    let want_logs = logs
+                        .iter()
+                        .filter(|(p, _)| PROJECTS[*p] == project)
+                        .map(|(_, times)| times.iter().filter(|t| in_range(**t)).count() as u64)
+                        .sum::<u64>();
                     prop_assert_eq!(buffer.estimate(&events_scan).0, want_events);
                     prop_assert_eq!(buffer.estimate(&logs_scan).0, want_logs);
                     let want_samples = samples.iter().filter(|(p, h, t)| {
@@ -839,8 +883,10 @@ mod tests {
                 let got = rows_of(Table::HostMetrics, buffer.scan_rows(&s, &none, None));
                 prop_assert_eq!(got.iter().collect::<Vec<_>>(), newest);
                 for table in [Table::Logs, Table::Events] {
-                    let s = scan(table, project, Filter::default());
-                    prop_assert_eq!(rows_of(table, buffer.scan_rows(&s, &none, None)), rows_of(table, buffer.scan_rows_unindexed(&s, &none)));
+                    for (from_ns, to_ns) in [(0, i64::MAX), (15, 42), (-5, 3), (1000, 2000)] {
+                        let s = Scan { from_ns, to_ns, ..scan(table, project, Filter::default()) };
+                        prop_assert_eq!(rows_of(table, buffer.scan_rows(&s, &none, None)), rows_of(table, buffer.scan_rows_unindexed(&s, &none)));
+                    }
                 }
             }
         }
@@ -923,12 +969,13 @@ mod tests {
         };
         let mut buffer = Buffer::default();
         // Five distinct terms: the line's five terms kept for the flush, and the batch's
-        // postings (per term: the term, where its lines end, one line); the first log line
-        // opens the list of the table's rows.
+        // postings (per term: the term, where its lines end, one line); the batch's run of
+        // log lines.
+        let run = std::mem::size_of::<Run>();
         let first = push(&mut buffer, 1, line(&[7, 8, 9, 10, 5]));
-        assert_eq!(buffer.bytes, first * 3 + 5 * 4 + 5 * 12 + 64);
-        // The same terms again, one of them twice: counted once; one more position listed.
+        assert_eq!(buffer.bytes, first * 3 + 5 * 4 + 5 * 12 + run);
+        // The same terms again, one of them twice: counted once.
         let second = push(&mut buffer, 2, line(&[7, 8, 9, 10, 5, 5]));
-        assert_eq!(buffer.bytes, (first + second) * 3 + 2 * (5 * 4 + 5 * 12) + 64 + 8);
+        assert_eq!(buffer.bytes, (first + second) * 3 + 2 * (5 * 4 + 5 * 12 + run));
     }
 }
