@@ -359,7 +359,7 @@ impl Buffer {
 
     /// The rows a scan has to look at, in buffer order: for a log search with index terms,
     /// the lines holding all of them; for events of given names, those events; for one
-    /// host's samples, those; otherwise all of the table's rows.
+    /// host's samples, those; otherwise the rows of its table's runs overlapping its range.
     fn candidates<'a>(&'a self, scan: &'a super::Scan) -> Box<dyn Iterator<Item = u32> + 'a> {
         let positions = match scan.table {
             Table::Logs => {
