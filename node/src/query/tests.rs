@@ -44,9 +44,13 @@ impl Shard {
     }
 
     fn ingest(&mut self, project: &str, spans: Vec<Span>, logs: Vec<LogRecord>) {
+        self.apply_batch(RowBatch { project_id: project.into(), spans, logs, ..Default::default() });
+    }
+
+    /// Applies `batch` as the next entry (its index is also its batch id).
+    fn apply_batch(&mut self, batch: RowBatch) {
         self.index += 1;
-        let payload = encode_ingest(RowBatch { project_id: project.into(), spans, logs, ..Default::default() });
-        self.s.apply(self.index, Command::Ingest { batch_id: self.index as u128, payload });
+        self.s.apply(self.index, Command::Ingest { batch_id: self.index as u128, payload: encode_ingest(batch) });
     }
 
     /// Flushes everything applied so far into segments.
@@ -500,10 +504,7 @@ fn event_counts_from_rollups_equal_counting_every_event() {
     let mut sh = Shard::new();
     let dir = sh._dir.path().to_owned();
     let batch = |events: Vec<Event>| RowBatch { project_id: "p".into(), events, ..Default::default() };
-    let ingest = |sh: &mut Shard, events: Vec<Event>| {
-        sh.index += 1;
-        sh.s.apply(sh.index, Command::Ingest { batch_id: sh.index as u128, payload: encode_ingest(batch(events)) });
-    };
+    let ingest = |sh: &mut Shard, events: Vec<Event>| sh.apply_batch(batch(events));
     ingest(&mut sh, events_over_days(700, 0, "a"));
     sh.flush();
     ingest(&mut sh, events_over_days(300, 5 * 60_000, "o"));
@@ -669,10 +670,8 @@ fn host_series_over_the_whole_i64_range_has_no_overflow() {
     use sextant_model::query::HostSeriesPlan;
     use sextant_model::row::HostMetric;
     let mut sh = Shard::new();
-    sh.index += 1;
     let metric = HostMetric { unix_nanos: 5 * MS, hostname: "h".into(), cpu_percent: Some(50.0), ..Default::default() };
-    let payload = encode_ingest(RowBatch { project_id: "p".into(), host_metrics: vec![metric], ..Default::default() });
-    sh.s.apply(sh.index, Command::Ingest { batch_id: sh.index as u128, payload });
+    sh.apply_batch(RowBatch { project_id: "p".into(), host_metrics: vec![metric], ..Default::default() });
     for step in [1, 7 * MS, i64::MAX] {
         let req = ShardQuery {
             group: 1,
@@ -724,9 +723,7 @@ fn host_series_from_rollups_equal_averaging_every_sample() {
     let mut sh = Shard::new();
     let dir = sh._dir.path().to_owned();
     let ingest = |sh: &mut Shard, host_metrics: Vec<HostMetric>| {
-        sh.index += 1;
-        let payload = encode_ingest(RowBatch { project_id: "p".into(), host_metrics, ..Default::default() });
-        sh.s.apply(sh.index, Command::Ingest { batch_id: sh.index as u128, payload });
+        sh.apply_batch(RowBatch { project_id: "p".into(), host_metrics, ..Default::default() })
     };
     let (a, old, aborted, buffered) = (
         host_samples(2000, 0, 1000),
@@ -810,9 +807,7 @@ fn hosts_list_gives_each_hosts_latest_sample_in_the_range() {
     use sextant_model::row::HostMetric;
     let mut sh = Shard::new();
     let ingest = |sh: &mut Shard, host_metrics: Vec<HostMetric>| {
-        sh.index += 1;
-        let payload = encode_ingest(RowBatch { project_id: "p".into(), host_metrics, ..Default::default() });
-        sh.s.apply(sh.index, Command::Ingest { batch_id: sh.index as u128, payload });
+        sh.apply_batch(RowBatch { project_id: "p".into(), host_metrics, ..Default::default() })
     };
     let renamed = |mut samples: Vec<HostMetric>, host: &str| {
         samples.iter_mut().step_by(3).for_each(|m| m.hostname = host.into());
@@ -969,7 +964,6 @@ fn estimates_count_the_row_groups_a_plan_would_open_and_the_buffer() {
 #[test]
 fn a_funnel_whose_users_outgrow_the_node_memory_budget_is_refused_and_gives_it_back() {
     let mut sh = Shard::new();
-    let mut index = sh.index;
     let events: Vec<sextant_model::row::Event> = (0..20_000)
         .map(|i| sextant_model::row::Event {
             uuid: format!("e{i}"),
@@ -979,10 +973,7 @@ fn a_funnel_whose_users_outgrow_the_node_memory_budget_is_refused_and_gives_it_b
             properties_json: "{}".into(),
         })
         .collect();
-    index += 1;
-    let payload = encode_ingest(RowBatch { project_id: "p".into(), events, ..Default::default() });
-    sh.s.apply(index, Command::Ingest { batch_id: index as u128, payload });
-    sh.index = index;
+    sh.apply_batch(RowBatch { project_id: "p".into(), events, ..Default::default() });
     sh.flush();
     let plan = FunnelPlan {
         steps: vec!["a".into(), "b".into()],
@@ -1052,9 +1043,7 @@ proptest::proptest! {
             .collect();
         let cut = cut.min(events.len());
         for (part, flush) in [(&events[..cut], true), (&events[cut..], false)] {
-            sh.index += 1;
-            let payload = encode_ingest(RowBatch { project_id: "p".into(), events: part.to_vec(), ..Default::default() });
-            sh.s.apply(sh.index, Command::Ingest { batch_id: sh.index as u128, payload });
+            sh.apply_batch(RowBatch { project_id: "p".into(), events: part.to_vec(), ..Default::default() });
             if flush {
                 sh.flush();
             }
@@ -1130,9 +1119,7 @@ fn a_user_reads_one_number_in_old_and_new_segments_the_buffer_and_after_a_restar
             .collect()
     };
     let apply = |sh: &mut Shard, events: Vec<Event>| {
-        sh.index += 1;
-        let payload = encode_ingest(RowBatch { project_id: project.into(), events, ..Default::default() });
-        sh.s.apply(sh.index, Command::Ingest { batch_id: sh.index as u128, payload });
+        sh.apply_batch(RowBatch { project_id: project.into(), events, ..Default::default() })
     };
     let numbers = |s: &SegmentShard| -> Vec<(String, u32)> {
         let scan = Scan {
