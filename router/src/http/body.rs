@@ -214,15 +214,13 @@ pub async fn receive(
         headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     let mut body = body;
     if declared.is_some_and(|n| n > limit as u64) {
-        drain(&mut body, limit.saturating_mul(DRAIN_FACTOR), idle).await;
-        return Err(ApiError::PayloadTooLarge { limit });
+        return Err(refused(&mut body, limit, idle, ApiError::PayloadTooLarge { limit }).await);
     }
     let mut charge = budget.charge();
     let mut raw = BytesMut::new();
     if let Some(n) = declared {
         if let Err(e) = charge.add(n as usize) {
-            drain(&mut body, limit.saturating_mul(DRAIN_FACTOR), idle).await;
-            return Err(e);
+            return Err(refused(&mut body, limit, idle, e).await);
         }
         raw.reserve(n as usize);
     }
@@ -235,13 +233,11 @@ pub async fn receive(
         };
         let Ok(chunk) = frame.into_data() else { continue };
         if raw.len() + chunk.len() > limit {
-            drain(&mut body, limit.saturating_mul(DRAIN_FACTOR), idle).await;
-            return Err(ApiError::PayloadTooLarge { limit });
+            return Err(refused(&mut body, limit, idle, ApiError::PayloadTooLarge { limit }).await);
         }
         let beyond = (raw.len() + chunk.len()).saturating_sub(charge.held());
         if let Err(e) = charge.add(beyond) {
-            drain(&mut body, limit.saturating_mul(DRAIN_FACTOR), idle).await;
-            return Err(e);
+            return Err(refused(&mut body, limit, idle, e).await);
         }
         raw.extend_from_slice(&chunk);
     }
@@ -250,6 +246,12 @@ pub async fn receive(
 
 /// A refused body is read and dropped up to this many times its limit.
 const DRAIN_FACTOR: usize = 4;
+
+/// `error`, once the rest of the body it refuses is drained (see [`drain`]).
+async fn refused(body: &mut Body, limit: usize, idle: Duration, error: ApiError) -> ApiError {
+    drain(body, limit.saturating_mul(DRAIN_FACTOR), idle).await;
+    error
+}
 
 /// Reads and drops up to `max` more bytes of a refused body (too large, or past the byte
 /// budget), so that a client still sending it reads the refusal instead of a reset
