@@ -9,6 +9,7 @@ use openraft::BasicNode;
 use sextant_model::meta::{MetaCommand, MetaQuery};
 use sextant_model::peer::PeerRole;
 use sextant_proto::client::Authed;
+use sextant_proto::convert::persist_row::Decoded;
 use sextant_proto::raft_server::Raft as RaftRpc;
 use sextant_proto::storage_client::StorageClient;
 use sextant_proto::storage_server::Storage;
@@ -230,6 +231,8 @@ impl Storage for StorageService {
         if let Some(mut leader) = self.relay(&req, req.get_ref().group)? {
             return leader.write(req.into_inner()).await;
         }
+        // Only a router in this process can set it: extensions do not cross the network.
+        let decoded = req.extensions().get::<Arc<Decoded>>().cloned();
         let req = req.into_inner();
         let shard = self.shard(req.group)?;
         let batch_id =
@@ -248,6 +251,10 @@ impl Storage for StorageService {
         };
         let _admitted = match &command {
             Command::Ingest { payload, .. } => Some(self.admit(req.group, &shard, payload.len())?),
+            _ => None,
+        };
+        let _held = match (&command, decoded) {
+            (Command::Ingest { .. }, Some(d)) => Some(shard.state.read().unwrap().state.handoffs().hold(batch_id, d)),
             _ => None,
         };
         let (log_index, response) = self.propose(&shard.raft, command).await?;

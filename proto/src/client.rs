@@ -132,6 +132,11 @@ impl Channels {
         self
     }
 
+    /// Whether a node runs in this process.
+    pub fn has_in_process(&self) -> bool {
+        self.in_process.is_some()
+    }
+
     /// Dials every peer over mutual TLS with `tls`, or plain HTTP/2 with `None` or while its
     /// mode still dials plain text.
     pub fn with_tls(mut self, tls: Option<InternalTls>) -> Self {

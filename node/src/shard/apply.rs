@@ -28,7 +28,8 @@ impl SegmentShard {
             return CommandResponse::Ingested { duplicate: true, rows: 0 };
         }
         let len = payload.len();
-        match decode_batch(payload) {
+        let handed = self.handoffs.take(batch_id, &payload);
+        match handed.map_or_else(|| decode_batch(payload), Ok) {
             Ok(mut batch) => {
                 let rows_before = batch.rows();
                 self.drop_stored_uuids(&mut batch);
@@ -183,6 +184,41 @@ mod tests {
         assert_eq!(s.trace("p", "t").run().unwrap()[0].attributes, [kv.clone()]);
         checkpoint(&mut s, 2);
         assert_eq!(*stored(&s), [encoded]);
+    }
+
+    /// Apply takes the rows a router in this process handed over instead of decoding the
+    /// entry, but only for the entry's very bytes, and only while the write holds them.
+    #[test]
+    fn rows_handed_over_apply_only_with_the_entrys_own_payload_while_held() {
+        use sextant_proto::convert::persist_row::encode_ingest_decoded;
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = SegmentShard::open(dir.path()).unwrap();
+        let handoffs = s.handoffs();
+        let handed = |id: &str, start| {
+            Arc::new(encode_ingest_decoded(RowBatch {
+                project_id: "p".into(),
+                spans: vec![span("t", id, start)],
+                ..Default::default()
+            }))
+        };
+
+        let other = handed("other", 1);
+        let held = handoffs.hold(1, other.clone());
+        assert_eq!(ingest(&mut s, 1, 1, batch("p", vec![span("t", "entry", 2)])), rows(1));
+        assert_eq!(ids(&s, "p", "t"), ["entry"], "the entry's rows, not the handed ones");
+        drop(held);
+
+        let own = handed("own", 3);
+        let held = handoffs.hold(2, own.clone());
+        assert_eq!(ingest(&mut s, 2, 2, own.payload.to_vec()), rows(1));
+        assert_eq!(own.take_rows(&own.payload), None, "apply took the handed rows");
+        drop(held);
+
+        let late = handed("late", 4);
+        drop(handoffs.hold(3, late.clone()));
+        assert_eq!(ingest(&mut s, 3, 3, late.payload.to_vec()), rows(1));
+        assert!(late.take_rows(&late.payload).is_some(), "let go when the write ended: decoded");
+        assert_eq!(ids(&s, "p", "t"), ["entry", "own", "late"]);
     }
 
     #[test]

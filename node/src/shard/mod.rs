@@ -11,6 +11,7 @@ mod apply;
 pub mod background;
 mod compact;
 mod flush;
+pub mod handoff;
 mod install;
 mod read;
 #[cfg(test)]
@@ -35,6 +36,7 @@ use crate::segment::uuids::Uuids;
 use crate::segment::{Buffer, Dedup, Manifest, Segment, Table};
 use crate::state_machine::{CheckpointJob, CheckpointOpener, GroupStore};
 use crate::types::{Command, CommandResponse, SnapshotMeta};
+use handoff::Handoffs;
 use usage::Usage;
 
 /// What readers see besides the active buffer; changed atomically when a flush lands.
@@ -78,6 +80,8 @@ pub struct SegmentShard {
     /// True once the replica is closed ([`SegmentShard::closer`]). Flushes and compactions
     /// hold it for reading while they run.
     closed: Arc<RwLock<bool>>,
+    /// Rows handed over by a router in this process, awaiting their entries.
+    handoffs: Arc<Handoffs>,
 }
 
 fn open_segments(dir: &Path, manifest: &Manifest) -> io::Result<Vec<Arc<Segment>>> {
@@ -151,6 +155,7 @@ impl SegmentShard {
             applied_index: manifest.checkpoint.as_ref().and_then(|c| c.last_log_id).map_or(0, |l| l.index),
             persisted: Arc::new(Mutex::new(Persisted { manifest, entry })),
             closed: Arc::default(),
+            handoffs: Arc::default(),
         })
     }
 
@@ -161,6 +166,11 @@ impl SegmentShard {
     pub fn closer(&self) -> impl FnOnce() + Send + 'static {
         let closed = self.closed.clone();
         move || *closed.write().unwrap() = true
+    }
+
+    /// Where a write hands over the rows of its payload (see [`handoff`]).
+    pub fn handoffs(&self) -> Arc<Handoffs> {
+        self.handoffs.clone()
     }
 
     /// The same shard, measuring time on `clock`.

@@ -2,6 +2,8 @@
 //! and the attribute encoding segments store (docs/ARCHITECTURE.md, "Attribute encoding").
 //! A shard keeps attributes encoded ([`Encoded`]): apply and flush copy the bytes.
 
+use std::ops::Range;
+
 use bytes::Bytes;
 use prost::Message;
 use sextant_model::row::{
@@ -135,6 +137,8 @@ pub fn encode_ingest_encoded(batch: RowBatch<Encoded>) -> Vec<u8> {
 /// writes them (a oneof's field is written even when it holds its default), without building
 /// the messages first: the router encodes every attribute of every row.
 mod attribute_wire {
+    use std::ops::Range;
+
     use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
     use sextant_model::row::{Attribute, Value};
 
@@ -210,10 +214,13 @@ mod attribute_wire {
         attributes.iter().map(|a| delimited_len(tag, attribute_len(a))).sum()
     }
 
-    pub fn put_repeated(tag: u32, attributes: &[Attribute], out: &mut Vec<u8>) {
+    /// Also gives where in `out` each attribute went (without its tag and length).
+    pub fn put_repeated(tag: u32, attributes: &[Attribute], out: &mut Vec<u8>, at: &mut Vec<Range<usize>>) {
         for a in attributes {
             put_delimited(tag, attribute_len(a), out);
+            let start = out.len();
             put_attribute(a, out);
+            at.push(start..out.len());
         }
     }
 }
@@ -241,12 +248,38 @@ impl<R: Message> Unencoded<R> {
         prost::encoding::key_len(field) + prost::encoding::encoded_len_varint(self.len as u64) + self.len
     }
 
-    fn encode(&self, field: u32, out: &mut Vec<u8>) {
+    fn encode(&self, field: u32, out: &mut Vec<u8>, at: &mut Vec<Range<usize>>) {
         use prost::encoding::{encode_key, encode_varint, WireType};
         encode_key(field, WireType::LengthDelimited, out);
         encode_varint(self.len as u64, out);
         self.row.encode_raw(out);
-        attribute_wire::put_repeated(self.tag, &self.attributes, out);
+        attribute_wire::put_repeated(self.tag, &self.attributes, out, at);
+    }
+
+    /// The row, and its attributes: the next of `at` in `payload`.
+    fn parts(self, payload: &Bytes, at: &mut impl Iterator<Item = Range<usize>>) -> (R, Encoded) {
+        let attributes = at.take(self.attributes.len()).map(|r| payload.slice(r)).collect();
+        (self.row, Encoded(attributes))
+    }
+}
+
+/// An ingest payload and its rows as [`decode_ingest`] reads them (attributes are slices of
+/// the payload). A router hands both to a node in its own process, which then applies the
+/// rows without decoding what was just encoded, once it has checked that the entry it
+/// applies holds these very bytes.
+#[derive(Debug)]
+pub struct Decoded {
+    pub payload: Bytes,
+    rows: std::sync::Mutex<Option<RowBatch<Encoded>>>,
+}
+
+impl Decoded {
+    /// The rows, if `payload` is this one's and they were not taken yet.
+    pub fn take_rows(&self, payload: &[u8]) -> Option<RowBatch<Encoded>> {
+        if self.payload[..] != *payload {
+            return None;
+        }
+        self.rows.lock().unwrap().take()
     }
 }
 
@@ -254,55 +287,103 @@ impl<R: Message> Unencoded<R> {
 /// prost writes a `RowBatch` (fields in number order), with each attribute encoded straight
 /// into the payload rather than into bytes of its own first.
 pub fn encode_ingest(batch: RowBatch) -> Vec<u8> {
-    let RowBatch { project_id, spans, logs, host_metrics, json_bytes, events, replay_events, received_unix_millis } =
-        batch;
-    let take = std::mem::take;
-    let spans: Vec<_> = all(spans, |s| {
-        Unencoded::new(
-            s,
-            9,
-            |s| pb::SpanRow::from(s.map_attributes(|_| Encoded::default())),
-            |s| take(&mut s.attributes),
-        )
-    });
-    let logs: Vec<_> = all(logs, |l| {
-        Unencoded::new(
-            l,
-            7,
-            |l| pb::LogRow::from(l.map_attributes(|_| Encoded::default())),
-            |l| take(&mut l.attributes),
-        )
-    });
-    let host_metrics: Vec<_> = all(host_metrics, |m| {
-        Unencoded::new(
-            m,
-            9,
-            |m| pb::HostMetricRow::from(m.map_attributes(|_| Encoded::default())),
-            |m| take(&mut m.attributes),
-        )
-    });
-    // Fields 1 and 5 to 8; 2 to 4 go between them.
-    let head = pb::RowBatch { project_id, ..Default::default() };
-    let tail = pb::RowBatch {
-        json_bytes,
-        events: all(events, pb::EventRow::from),
-        replay_events: all(replay_events, pb::ReplayEventRow::from),
-        received_unix_millis,
-        ..Default::default()
+    Written::new(batch).payload
+}
+
+/// The ingest payload of a batch, and the batch as the payload reads back (see [`Decoded`]).
+pub fn encode_ingest_decoded(batch: RowBatch) -> Decoded {
+    let Written { payload, head, spans, logs, host_metrics, tail, at } = Written::new(batch);
+    let payload = Bytes::from(payload);
+    let at = &mut at.into_iter();
+    let rows = RowBatch {
+        received_unix_millis: tail.received_unix_millis,
+        project_id: head.project_id,
+        spans: all(spans, |s| {
+            let (row, attributes) = s.parts(&payload, at);
+            Span::from(row).map_attributes(|_| attributes)
+        }),
+        logs: all(logs, |l| {
+            let (row, attributes) = l.parts(&payload, at);
+            LogRecord::from(row).map_attributes(|_| attributes)
+        }),
+        host_metrics: all(host_metrics, |m| {
+            let (row, attributes) = m.parts(&payload, at);
+            HostMetric::from(row).map_attributes(|_| attributes)
+        }),
+        json_bytes: tail.json_bytes,
+        events: all(tail.events, Event::from),
+        replay_events: all(tail.replay_events, ReplayEvent::from),
     };
-    let len = head.encoded_len()
-        + spans.iter().map(|s| s.field_len(2)).sum::<usize>()
-        + logs.iter().map(|l| l.field_len(3)).sum::<usize>()
-        + host_metrics.iter().map(|m| m.field_len(4)).sum::<usize>()
-        + tail.encoded_len();
-    let mut out = Vec::with_capacity(len);
-    head.encode_raw(&mut out);
-    spans.iter().for_each(|s| s.encode(2, &mut out));
-    logs.iter().for_each(|l| l.encode(3, &mut out));
-    host_metrics.iter().for_each(|m| m.encode(4, &mut out));
-    tail.encode_raw(&mut out);
-    debug_assert_eq!(out.len(), len);
-    out
+    Decoded { payload, rows: std::sync::Mutex::new(Some(rows)) }
+}
+
+/// A batch written as its ingest payload, with the parts it was written from.
+struct Written {
+    payload: Vec<u8>,
+    /// Field 1.
+    head: pb::RowBatch,
+    spans: Vec<Unencoded<pb::SpanRow>>,
+    logs: Vec<Unencoded<pb::LogRow>>,
+    host_metrics: Vec<Unencoded<pb::HostMetricRow>>,
+    /// Fields 5 to 8.
+    tail: pb::RowBatch,
+    /// Where each attribute of the spans, then the logs, then the host metrics went.
+    at: Vec<Range<usize>>,
+}
+
+impl Written {
+    fn new(batch: RowBatch) -> Self {
+        let RowBatch { project_id, spans, logs, host_metrics, json_bytes, events, replay_events, received_unix_millis } =
+            batch;
+        let take = std::mem::take;
+        let spans: Vec<_> = all(spans, |s| {
+            Unencoded::new(
+                s,
+                9,
+                |s| pb::SpanRow::from(s.map_attributes(|_| Encoded::default())),
+                |s| take(&mut s.attributes),
+            )
+        });
+        let logs: Vec<_> = all(logs, |l| {
+            Unencoded::new(
+                l,
+                7,
+                |l| pb::LogRow::from(l.map_attributes(|_| Encoded::default())),
+                |l| take(&mut l.attributes),
+            )
+        });
+        let host_metrics: Vec<_> = all(host_metrics, |m| {
+            Unencoded::new(
+                m,
+                9,
+                |m| pb::HostMetricRow::from(m.map_attributes(|_| Encoded::default())),
+                |m| take(&mut m.attributes),
+            )
+        });
+        // Fields 1 and 5 to 8; 2 to 4 go between them.
+        let head = pb::RowBatch { project_id, ..Default::default() };
+        let tail = pb::RowBatch {
+            json_bytes,
+            events: all(events, pb::EventRow::from),
+            replay_events: all(replay_events, pb::ReplayEventRow::from),
+            received_unix_millis,
+            ..Default::default()
+        };
+        let len = head.encoded_len()
+            + spans.iter().map(|s| s.field_len(2)).sum::<usize>()
+            + logs.iter().map(|l| l.field_len(3)).sum::<usize>()
+            + host_metrics.iter().map(|m| m.field_len(4)).sum::<usize>()
+            + tail.encoded_len();
+        let mut out = Vec::with_capacity(len);
+        let mut at = Vec::new();
+        head.encode_raw(&mut out);
+        spans.iter().for_each(|s| s.encode(2, &mut out, &mut at));
+        logs.iter().for_each(|l| l.encode(3, &mut out, &mut at));
+        host_metrics.iter().for_each(|m| m.encode(4, &mut out, &mut at));
+        tail.encode_raw(&mut out);
+        debug_assert_eq!(out.len(), len);
+        Written { payload: out, head, spans, logs, host_metrics, tail, at }
+    }
 }
 
 /// An ingest payload, its attributes left encoded (slices of `payload`, not copies).
@@ -415,6 +496,24 @@ mod tests {
     fn every_field_survives_the_payload() {
         let read = decode_ingest(Bytes::from(encode_ingest(batch()))).unwrap();
         assert_eq!(read.map_attributes(|a| decode_attributes(&a)), batch());
+    }
+
+    /// A node applies the rows handed with a payload as if it had decoded the payload.
+    #[test]
+    fn rows_handed_with_a_payload_are_the_rows_it_decodes_to() {
+        let mut two = batch();
+        two.spans.push(Span { attributes: vec![], ..two.spans[0].clone() });
+        two.logs.extend([two.logs[0].clone(), LogRecord { attributes: vec![], ..two.logs[0].clone() }]);
+        two.host_metrics.push(two.host_metrics[0].clone());
+        for b in [batch(), two, RowBatch::default()] {
+            let decoded = encode_ingest_decoded(b.clone());
+            assert_eq!(decoded.payload, encode_ingest(b), "the same payload");
+            let payload = decoded.payload.to_vec();
+            assert_eq!(decoded.take_rows(b"other bytes"), None, "only for its own payload");
+            let rows = decoded.take_rows(&payload).unwrap();
+            assert_eq!(rows, decode_ingest(Bytes::from(payload.clone())).unwrap());
+            assert_eq!(decoded.take_rows(&payload), None, "taken once");
+        }
     }
 
     #[test]

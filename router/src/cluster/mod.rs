@@ -16,7 +16,7 @@ use sextant_model::query::{Cost, ShardQuery, ShardReply};
 use sextant_model::row::{RowBatch, Span};
 use sextant_model::ProjectId;
 use sextant_proto::client::{Authed, Channels};
-use sextant_proto::convert::persist_row::encode_ingest;
+use sextant_proto::convert::persist_row::{encode_ingest, encode_ingest_decoded};
 use sextant_proto::storage_client::StorageClient;
 use sextant_proto::{write_request, ClusterInfoRequest, MetaRequest, WriteRequest, LEADER_HEADER, OVERLOADED_HEADER};
 use tokio::time::Instant;
@@ -524,15 +524,24 @@ impl Cluster {
         Err(ClusterError::Unavailable(last_error))
     }
 
+    /// A node in this process gets the batch's rows with its payload (see
+    /// [`sextant_proto::convert::persist_row::Decoded`]); a call over the network drops them.
     pub async fn write(&self, group: GroupId, batch_id: u128, write: Write) -> Result<Written, ClusterError> {
-        let op = match write {
-            Write::Batch(batch) => write_request::Op::Batch(encode_ingest(batch).into()),
-            Write::Abort => write_request::Op::Abort(true),
+        let (op, decoded) = match write {
+            Write::Batch(batch) if self.channels.has_in_process() => {
+                let decoded = Arc::new(encode_ingest_decoded(batch));
+                (write_request::Op::Batch(decoded.payload.clone()), Some(decoded))
+            }
+            Write::Batch(batch) => (write_request::Op::Batch(encode_ingest(batch).into()), None),
+            Write::Abort => (write_request::Op::Abort(true), None),
         };
         let req = WriteRequest { group, batch_id: batch_id.to_le_bytes().to_vec(), op: Some(op) };
         let reply = self
             .on_leader(group, |mut c| {
-                let req = req.clone();
+                let mut req = tonic::Request::new(req.clone());
+                if let Some(d) = &decoded {
+                    req.extensions_mut().insert(d.clone());
+                }
                 async move { c.write(req).await.map(|r| r.into_inner()) }
             })
             .await?;
