@@ -5,11 +5,11 @@
 # SECONDS, the server's user+system CPU over the run from /proc, and its peak RSS. Give builds
 # alternately (A B A B) so that both see the same machine load.
 #   scripts/bench_ingest_cpu.sh spans|logs|events SECONDS BIN [BIN...]
-# The parse cost per object is the load generator's serde_json ceiling (every core parsing)
-# divided by the cores.
+# LOADGEN=BIN: the load generator of that build for every run (default: each build's own).
+# The parse cost per object is the CPU time the load generator's serde_json ceiling (every
+# core parsing the same bodies, before the run) spent per object.
 set -euo pipefail
 KIND=$1; SECS=$2; shift 2
-CORES=$(nproc)
 TCK=$(getconf CLK_TCK)
 for BIN in "$@"; do
   WORK=$(mktemp -d)
@@ -20,17 +20,17 @@ for BIN in "$@"; do
   for _ in $(seq 1 300); do [ -s "$WORK/d/credentials.json" ] && break; sleep 0.1; done
   cpu() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
   BEFORE=$(cpu)
-  OUT=$("$BIN" loadgen --url "http://127.0.0.1:$PORT" --credentials "$WORK/d/credentials.json" --kind "$KIND" \
+  OUT=$("${LOADGEN:-$BIN}" loadgen --url "http://127.0.0.1:$PORT" --credentials "$WORK/d/credentials.json" --kind "$KIND" \
     --batch 1000 --concurrency 8 --seconds "$SECS" --json)
   AFTER=$(cpu)
   HWM=$(awk '/VmHWM/ {print $2}' "/proc/$PID/status")
   kill -9 "$PID"; wait "$PID" 2>/dev/null || true; rm -rf "$WORK"
-  python3 - "$BIN" "$OUT" "$BEFORE" "$AFTER" "$TCK" "$HWM" "$CORES" <<'PY'
+  python3 - "$BIN" "$OUT" "$BEFORE" "$AFTER" "$TCK" "$HWM" <<'PY'
 import json, sys
-binary, out, before, after, tck, hwm, cores = sys.argv[1], json.loads(sys.argv[2]), *map(int, sys.argv[3:])
+binary, out, before, after, tck, hwm = sys.argv[1], json.loads(sys.argv[2]), *map(int, sys.argv[3:])
 server = (after - before) / tck
 per_object = 1e6 * server / out["objects"]
-parse = 1e6 * cores / out["serde_json_ceiling_objects_per_sec"]
+parse = out["serde_json_cpu_us_per_object"]
 print(json.dumps({"bin": binary, "objects_per_sec": round(out["objects_per_sec"]), "errors": out["errors"], "server_cpu_s": server,
                   "server_us_per_object": round(per_object, 2), "parse_us_per_object": round(parse, 2),
                   "cpu_over_parse": round(per_object / parse, 1), "peak_rss_mib": hwm // 1024}))

@@ -299,8 +299,22 @@ pub fn endpoint(kind: &str) -> &'static str {
     }
 }
 
-/// Objects/s of serde_json parsing the same bodies into the ingest types, on every core.
-fn ceiling(kind: &str, templates: &Arc<Vec<Template>>, batch: usize) -> f64 {
+/// serde_json parsing the same bodies into the ingest types, on every core for 3 s.
+struct Ceiling {
+    objects_per_sec: f64,
+    /// CPU time per object (the threads' own, so other load on the machine does not count).
+    cpu_us_per_object: f64,
+}
+
+fn thread_cpu_seconds() -> f64 {
+    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `t` is a valid timespec to write to; the clock id is a constant the OS knows.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID)");
+    t.tv_sec as f64 + t.tv_nsec as f64 / 1e9
+}
+
+fn ceiling(kind: &str, templates: &Arc<Vec<Template>>, batch: usize) -> Ceiling {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let run = Duration::from_secs(3);
     let handles: Vec<_> = (0..threads)
@@ -309,6 +323,7 @@ fn ceiling(kind: &str, templates: &Arc<Vec<Template>>, batch: usize) -> f64 {
             let kind = kind.to_owned();
             std::thread::spawn(move || {
                 let started = Instant::now();
+                let cpu = thread_cpu_seconds();
                 let mut parsed = 0u64;
                 let mut i = t;
                 while started.elapsed() < run {
@@ -323,11 +338,18 @@ fn ceiling(kind: &str, templates: &Arc<Vec<Template>>, batch: usize) -> f64 {
                     parsed += batch as u64;
                     i += 1;
                 }
-                parsed as f64 / started.elapsed().as_secs_f64()
+                (parsed, started.elapsed().as_secs_f64(), thread_cpu_seconds() - cpu)
             })
         })
         .collect();
-    handles.into_iter().map(|h| h.join().unwrap_or(0.0)).sum()
+    let (mut rate, mut parsed, mut cpu) = (0.0, 0u64, 0.0);
+    for h in handles {
+        let (n, secs, thread_cpu) = h.join().unwrap_or_default();
+        rate += n as f64 / secs;
+        parsed += n;
+        cpu += thread_cpu;
+    }
+    Ceiling { objects_per_sec: rate, cpu_us_per_object: 1e6 * cpu / parsed.max(1) as f64 }
 }
 
 /// What an open-loop run saw.
@@ -556,7 +578,9 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
         "objects": objects, "objects_per_sec": rate, "mb_per_sec": bytes as f64 / secs / 1e6,
         "p50_ms": hist.value_at_quantile(0.5) as f64 / 1e3, "p99_ms": hist.value_at_quantile(0.99) as f64 / 1e3,
         "max_ms": hist.max() as f64 / 1e3, "errors": errors,
-        "serde_json_ceiling_objects_per_sec": ceiling, "ratio_to_ceiling": ceiling.map(|c| rate / c),
+        "serde_json_ceiling_objects_per_sec": ceiling.as_ref().map(|c| c.objects_per_sec),
+        "serde_json_cpu_us_per_object": ceiling.as_ref().map(|c| c.cpu_us_per_object),
+        "ratio_to_ceiling": ceiling.as_ref().map(|c| rate / c.objects_per_sec),
     });
     if args.json {
         println!("{result}");
@@ -567,7 +591,12 @@ pub async fn run(args: LoadgenArgs) -> anyhow::Result<()> {
             result["p50_ms"].as_f64().unwrap_or(0.0), result["p99_ms"].as_f64().unwrap_or(0.0), errors
         );
         if let Some(c) = ceiling {
-            println!("serde_json parse ceiling (same bodies, all cores): {c:.0} objects/s; ratio {:.2}", rate / c);
+            println!(
+                "serde_json parse ceiling (same bodies, all cores): {:.0} objects/s ({:.2} CPU µs each); ratio {:.2}",
+                c.objects_per_sec,
+                c.cpu_us_per_object,
+                rate / c.objects_per_sec
+            );
         }
     }
     anyhow::ensure!(objects > 0, "no request succeeded");

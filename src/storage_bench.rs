@@ -6,6 +6,7 @@
 
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Instant;
 
 use hdrhistogram::Histogram;
@@ -17,7 +18,7 @@ use sextant_node::segment::Table;
 use sextant_node::shard::SegmentShard;
 use sextant_node::state_machine::GroupStore;
 use sextant_node::types::{Command, SnapshotMeta};
-use sextant_proto::convert::persist_row::encode_ingest;
+use sextant_proto::convert::persist_row::{encode_ingest, encode_ingest_decoded};
 
 #[derive(clap::Args)]
 pub struct StorageBenchArgs {
@@ -48,6 +49,10 @@ pub struct StorageBenchArgs {
     /// parts (a part per run) are the parts of one large data set, ids unique across them.
     #[arg(long, default_value_t = 0, requires = "ndjson_only")]
     pub first_batch: u32,
+    /// Hand each batch's rows to the shard with its payload, as `sextant dev`'s router does,
+    /// instead of having apply decode the payload.
+    #[arg(long)]
+    pub handoff: bool,
 }
 
 /// What a later `--lookups-only` run needs of the data set: its project and some trace ids.
@@ -146,7 +151,15 @@ pub fn run(args: StorageBenchArgs) -> anyhow::Result<()> {
             batch.logs = validate_all(logs, validate_log).map_err(|e| anyhow::anyhow!("{e:?}"))?;
         }
         index += 1;
-        shard.apply(index, Command::Ingest { batch_id: index as u128, payload: encode_ingest(batch) });
+        let batch_id = index as u128;
+        if args.handoff {
+            let decoded = Arc::new(encode_ingest_decoded(batch));
+            let payload = decoded.payload.to_vec();
+            let _held = shard.handoffs().hold(batch_id, decoded);
+            shard.apply(index, Command::Ingest { batch_id, payload });
+        } else {
+            shard.apply(index, Command::Ingest { batch_id, payload: encode_ingest(batch) });
+        }
         if shard.wants_flush() {
             checkpoint(&mut shard, index)?;
         }
