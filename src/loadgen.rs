@@ -344,7 +344,8 @@ fn ceiling(kind: &str, templates: &Arc<Vec<Template>>, batch: usize) -> Ceiling 
         .collect();
     let (mut rate, mut parsed, mut cpu) = (0.0, 0u64, 0.0);
     for h in handles {
-        let (n, secs, thread_cpu) = h.join().unwrap_or_default();
+        // A thread that panicked (a body that does not parse) counts nothing, as before.
+        let Ok((n, secs, thread_cpu)) = h.join() else { continue };
         rate += n as f64 / secs;
         parsed += n;
         cpu += thread_cpu;
