@@ -469,9 +469,11 @@ const SORT_HEAD: usize = 32;
 /// A row's place in a segment, gathered once for sorting.
 struct SortKey {
     project: u32,
-    /// The sort text's first bytes, padded with zeros.
-    head: [u8; SORT_HEAD],
-    len: usize,
+    /// The sort text's first bytes, padded with zeros, as big-endian words: they order as the
+    /// bytes do, compared inline (comparing the bytes called `memcmp`, a sixteenth of a flush
+    /// of events).
+    head: [u64; SORT_HEAD / 8],
+    len: u32,
     time: i64,
     position: u32,
 }
@@ -490,17 +492,19 @@ fn sort_for_segment(rows: &mut Vec<&BufferedRow>) {
         .enumerate()
         .map(|(i, r)| {
             let (text, time) = r.row.sort_key();
-            let mut head = [0u8; SORT_HEAD];
+            let mut bytes = [0u8; SORT_HEAD];
             let n = text.len().min(SORT_HEAD);
-            head[..n].copy_from_slice(&text.as_bytes()[..n]);
-            SortKey { project: rank[&*r.project], head, len: text.len(), time, position: i as u32 }
+            bytes[..n].copy_from_slice(&text.as_bytes()[..n]);
+            let head = std::array::from_fn(|w| u64::from_be_bytes(bytes[w * 8..][..8].try_into().expect("8 bytes")));
+            let len = u32::try_from(text.len()).unwrap_or(u32::MAX);
+            SortKey { project: rank[&*r.project], head, len, time, position: i as u32 }
         })
         .collect();
     // Different heads order as their texts do; equal heads are equal texts when both fit
     // whole and have one length, and otherwise the texts are compared.
     keys.sort_unstable_by(|a, b| {
         (a.project, a.head).cmp(&(b.project, b.head)).then_with(|| {
-            let fit = a.len == b.len && a.len <= SORT_HEAD;
+            let fit = a.len == b.len && a.len as usize <= SORT_HEAD;
             let text = |k: &SortKey| rows[k.position as usize].row.sort_key().0;
             let texts = if fit { std::cmp::Ordering::Equal } else { text(a).cmp(text(b)) };
             texts.then((a.time, a.position).cmp(&(b.time, b.position)))
