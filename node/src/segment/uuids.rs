@@ -20,12 +20,23 @@ use super::table::{Row, Table};
 
 /// The key of a row with `uuid` in `table` of `project`.
 pub fn key(table: Table, project: &str, uuid: &str) -> u64 {
-    let mut buf = Vec::with_capacity(10 + project.len() + uuid.len());
-    buf.push(table as u8);
-    buf.extend_from_slice(&(project.len() as u64).to_le_bytes());
-    buf.extend_from_slice(project.as_bytes());
-    buf.extend_from_slice(uuid.as_bytes());
-    xxh3_64(&buf)
+    let len = 9 + project.len() + uuid.len();
+    // Built on the stack when it fits, as every project id and uuid of a client does: apply
+    // computes a key for every analytics row.
+    let mut stack = [0u8; 128];
+    let mut heap = Vec::new();
+    let buf = match stack.get_mut(..len) {
+        Some(buf) => buf,
+        None => {
+            heap.resize(len, 0);
+            &mut heap[..]
+        }
+    };
+    buf[0] = table as u8;
+    buf[1..9].copy_from_slice(&(project.len() as u64).to_le_bytes());
+    buf[9..9 + project.len()].copy_from_slice(project.as_bytes());
+    buf[9 + project.len()..].copy_from_slice(uuid.as_bytes());
+    xxh3_64(buf)
 }
 
 /// The key of `row`, if it is stored once by its uuid.
@@ -65,5 +76,28 @@ impl Uuids {
         }
         let slots = if cap < 8 { (cap + 1).next_power_of_two() } else { (cap * 8 / 7).next_power_of_two() };
         slots * 9 + 16
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The key is the hash of (table, project length, project, uuid) whatever the length.
+    #[test]
+    fn keys_hash_the_table_project_and_uuid_short_or_long() {
+        let expected = |table: Table, project: &str, uuid: &str| {
+            let mut buf = vec![table as u8];
+            buf.extend_from_slice(&(project.len() as u64).to_le_bytes());
+            buf.extend_from_slice(project.as_bytes());
+            buf.extend_from_slice(uuid.as_bytes());
+            xxh3_64(&buf)
+        };
+        let long = "u".repeat(300);
+        for (project, uuid) in [("p", "a"), ("proj", long.as_str()), ("", ""), (long.as_str(), "x")] {
+            assert_eq!(key(Table::Events, project, uuid), expected(Table::Events, project, uuid));
+        }
+        assert_ne!(key(Table::Events, "ab", "c"), key(Table::Events, "a", "bc"));
+        assert_ne!(key(Table::Events, "p", "u"), key(Table::ReplayEvents, "p", "u"));
     }
 }
