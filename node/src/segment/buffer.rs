@@ -470,8 +470,7 @@ const SORT_HEAD: usize = 32;
 struct SortKey {
     project: u32,
     /// The sort text's first bytes, padded with zeros, as big-endian words: they order as the
-    /// bytes do, compared inline (comparing the bytes called `memcmp`, a sixteenth of a flush
-    /// of events).
+    /// bytes do, and compare inline where bytes called `memcmp`.
     head: [u64; SORT_HEAD / 8],
     len: u32,
     time: i64,
