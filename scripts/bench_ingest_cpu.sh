@@ -5,6 +5,8 @@
 # SECONDS, the server's user+system CPU over the run from /proc, and its peak RSS. Give builds
 # alternately (A B A B) so that both see the same machine load.
 #   scripts/bench_ingest_cpu.sh spans|logs|events SECONDS BIN [BIN...]
+# Runs under a minute hold at most one flush per shard and leave the last buffer unflushed:
+# 60 s or more for the steady-state cost (docs/BENCHMARKS.md, "Ingest in steady state").
 # LOADGEN=BIN: the load generator of that build for every run (default: each build's own).
 # The parse cost per object is the CPU time the load generator's serde_json ceiling (every
 # core parsing the same bodies, before the run) spent per object.
