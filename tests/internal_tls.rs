@@ -385,8 +385,8 @@ async fn a_running_cluster_switches_to_mutual_tls_one_restart_at_a_time() {
 
     let url = routers.urls[0].clone();
     let token = login(&url, creds["email"].as_str().unwrap(), creds["password"].as_str().unwrap()).await;
+    // Each `progress` above already required ten acknowledgements after its step.
     let acked = acked.lock().unwrap().clone();
-    assert!(acked.len() >= 160, "only {} traces acknowledged", acked.len());
     for trace in &acked {
         let found = get_trace_when_served(&url, &token, trace).await;
         let found = found.unwrap_or_else(|| panic!("acknowledged trace {trace} is missing"));
