@@ -149,13 +149,14 @@ pub struct TraceSummary {
     pub services: Vec<String>,
 }
 
-/// One endpoint's spans over one minute, added up when the spans are written (a rollup): APM
-/// over long ranges reads these instead of every span.
+/// One endpoint's spans over one minute or one hour, added up when the spans are written (a
+/// rollup): APM over long ranges reads these instead of every span.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct SpanRollup {
     pub service: String,
     pub operation: String,
-    pub minute_unix_nanos: i64,
+    /// The start of its minute or hour.
+    pub bucket_unix_nanos: i64,
     pub totals: crate::query::SpanTotals,
 }
 

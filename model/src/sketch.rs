@@ -233,6 +233,14 @@ impl LatencyBuckets {
         }
     }
 
+    /// Adds `other`'s values: the same buckets as counting both's values here.
+    pub fn absorb(&mut self, other: &LatencyBuckets) {
+        self.add_extremes(other.zeros, other.min, other.max);
+        for (key, n) in other.nonzero() {
+            self.add_bucket(key, n);
+        }
+    }
+
     /// The non-empty buckets as (key, count), keys increasing.
     fn nonzero(&self) -> impl Iterator<Item = (i32, u64)> + '_ {
         let offset = self.offset;

@@ -65,6 +65,14 @@ impl SpanTotals {
         self.latency.add(duration_ns as f64 / 1e6);
     }
 
+    /// Adds `other`'s spans: the totals of both's spans.
+    pub fn absorb(&mut self, other: &SpanTotals) {
+        self.count += other.count;
+        self.errors += other.errors;
+        self.duration_sum_ns += other.duration_sum_ns;
+        self.latency.absorb(&other.latency);
+    }
+
     /// The statistics to answer, the buckets made into a sketch.
     pub fn stats(&self) -> Stats {
         Stats {

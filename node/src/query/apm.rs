@@ -1,5 +1,6 @@
 //! APM endpoints: per (service, operation) counts, error counts, total and a latency sketch,
-//! from span rollups for the whole minutes of the range and from spans for the rest.
+//! from span rollups per hour for the whole hours of the range, per minute for the whole
+//! minutes around them, and from spans for the rest.
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -10,7 +11,7 @@ use sextant_model::row::SpanStatus;
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::{each_batch_holding, scan_of, Budget, Compute, Prehashed, QueryError, QueryKind, Scans};
-use crate::segment::rollup::{add_durations, minute_at_or_after, minute_of, source_columns};
+use crate::segment::rollup::{add_durations, bucket_at_or_after, bucket_of, source_columns, width};
 use crate::segment::table::{Cols, Strings};
 use crate::segment::{Filter, Scan, Table};
 use crate::shard::ScanJob;
@@ -18,34 +19,43 @@ use crate::shard::ScanJob;
 impl QueryKind for ApmPlan {
     fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
         let filter = Filter { services: self.services.clone(), ..Default::default() };
-        let (from, to) = (req.from_unix_nanos, req.to_unix_nanos);
-        // Whole minutes from the rollups; the parts of a minute at either end from spans.
-        let (first, last) = (minute_at_or_after(from).unwrap_or(i64::MAX), minute_of(to));
         // What rollup scans hand out for segments without usable rollups, and buffered rows.
         let (span_columns, dictionaries) = source_columns(Table::SpanRollups);
-        let spans = |from_ns: i64, to_ns: i64| Scan {
-            from_ns,
-            to_ns,
-            ..scan_of(req, Table::Spans, filter.clone(), span_columns, &dictionaries)
-        };
-        let mut jobs = Vec::new();
-        if first < last {
-            let rollups = Scan {
-                from_ns: first,
-                to_ns: last,
-                ..scan_of(req, Table::SpanRollups, filter.clone(), &ROLLUP_COLUMNS, &dictionaries)
-            };
-            jobs.push(shard.scan(rollups));
-            for (a, b) in [(from, first), (last, to)] {
-                if a < b {
-                    jobs.push(shard.scan(spans(a, b)));
-                }
-            }
-        } else {
-            jobs.push(shard.scan(spans(from, to)));
-        }
+        let jobs = pieces(req.from_unix_nanos, req.to_unix_nanos)
+            .into_iter()
+            .map(|(table, from_ns, to_ns)| {
+                let columns = if table == Table::Spans { span_columns } else { &ROLLUP_COLUMNS };
+                shard.scan(Scan { from_ns, to_ns, ..scan_of(req, table, filter.clone(), columns, &dictionaries) })
+            })
+            .collect();
         Ok(Box::new(move |_, budget| Ok(run(jobs, budget)?.into())))
     }
+}
+
+/// `[from, to)` cut into what each part is read from: whole hours from span rollups per hour,
+/// whole minutes around them from rollups per minute, the parts of a minute at either end
+/// from spans. Each rollup part starts and ends on its buckets.
+fn pieces(from: i64, to: i64) -> Vec<(Table, i64, i64)> {
+    let mut out = Vec::new();
+    let mut rest = vec![(from, to)];
+    for table in [Table::SpanHourRollups, Table::SpanRollups] {
+        let width = width(table).expect("a rollup table");
+        rest = rest
+            .into_iter()
+            .flat_map(|(a, b)| {
+                let (first, last) = (bucket_at_or_after(a, width).unwrap_or(i64::MAX), bucket_of(b, width));
+                if first < last {
+                    out.push((table, first, last));
+                    vec![(a, first), (last, b)]
+                } else {
+                    vec![(a, b)]
+                }
+            })
+            .filter(|(a, b)| a < b)
+            .collect();
+    }
+    out.extend(rest.into_iter().map(|(a, b)| (Table::Spans, a, b)));
+    out
 }
 
 const ROLLUP_COLUMNS: [&str; 5] = ["service", "operation", "count", "errors", "durations"];
@@ -139,6 +149,44 @@ impl Endpoints {
                 ids.push(list.len() as u32 - 1);
                 list.len() as u32 - 1
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::segment::rollup::{HOUR_NS, MINUTE_NS};
+
+    proptest::proptest! {
+        /// The parts cover the range exactly, without overlap; each rollup part starts and ends
+        /// on its buckets, and no whole hour is left to minutes nor whole minute to spans.
+        #[test]
+        fn a_range_is_cut_into_hours_minutes_and_spans_that_cover_it_once(
+            from in -3 * HOUR_NS..3 * HOUR_NS,
+            len in 0..4 * HOUR_NS,
+            far in -(1i64 << 60)..(1i64 << 60),
+        ) {
+            let from = from + far / HOUR_NS * HOUR_NS;
+            let to = from + len;
+            let holds_whole = |a: i64, b: i64, width: i64| bucket_at_or_after(a, width).is_some_and(|s| s + width <= b);
+            let mut parts = pieces(from, to);
+            parts.sort_by_key(|&(_, a, _)| a);
+            let mut at = from;
+            for &(table, a, b) in &parts {
+                proptest::prop_assert_eq!(a, at);
+                proptest::prop_assert!(a < b);
+                at = b;
+                match table {
+                    Table::SpanHourRollups => proptest::prop_assert!(a % HOUR_NS == 0 && b % HOUR_NS == 0),
+                    Table::SpanRollups => {
+                        proptest::prop_assert!(a % MINUTE_NS == 0 && b % MINUTE_NS == 0);
+                        proptest::prop_assert!(!holds_whole(a, b, HOUR_NS), "a whole hour left to minutes");
+                    }
+                    _ => proptest::prop_assert!(!holds_whole(a, b, MINUTE_NS), "a whole minute left to spans"),
+                }
+            }
+            proptest::prop_assert_eq!(at, to);
         }
     }
 }

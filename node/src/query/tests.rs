@@ -393,7 +393,7 @@ fn apm_over_segments_and_buffer_matches_a_sketch_of_every_span() {
     }
 }
 
-/// Spans spread over seven minutes: every `i`-th of `n`, `step_ms` apart from `first_ms`.
+/// `n` spans `step_ms` apart from `first_ms`.
 fn spread(n: usize, first_ms: i64, step_ms: i64, tag: &str) -> Vec<Span> {
     (0..n)
         .map(|i| {
@@ -439,18 +439,31 @@ fn apm_from_rollups_equals_adding_up_every_span_of_the_range() {
     sh.index += 1;
     sh.ingest("p", buffered.clone(), vec![]);
     let all: Vec<Span> = [a, old, buffered].concat();
-    check_apm_against_every_span(&sh, &all, true);
+    let ranges: [((i64, i64), &[&str]); 4] = [
+        ((0, 10 * 60_000), &[]),
+        ((30_500, 5 * 60_000 + 10_250), &["db"]),
+        ((61_000, 119_999), &[]),
+        ((125_000, 125_001), &[]),
+    ];
+    // Ten whole minutes: a row per endpoint and minute of the stored and the buffer's
+    // rollups, the spans of the others (and of the buffer holding an aborted batch).
+    let scanned = check_apm_against_every_span(&sh, &all, &ranges);
+    assert!(scanned[0] < 400, "read {} rows", scanned[0]);
     // A batch aborted while buffered: the buffer's running rollups still count it, so the
     // buffer is read span by span.
     sh.ingest("p", spread(100, 7, 1100, "y"), vec![]);
     sh.s.apply(sh.index + 1, Command::Abort { batch_id: sh.index as u128 });
     sh.index += 1;
-    check_apm_against_every_span(&sh, &all, false);
+    let scanned = check_apm_against_every_span(&sh, &all, &ranges);
+    assert!(scanned[0] < 600, "read {} rows", scanned[0]);
 }
 
-fn check_apm_against_every_span(sh: &Shard, all: &[Span], buffer_rolled_up: bool) {
-    let ranges = [(0, 10 * 60_000), (30_500, 5 * 60_000 + 10_250), (61_000, 119_999), (125_000, 125_001)];
-    for ((from_ms, to_ms), services) in ranges.into_iter().zip([vec![], vec!["db".to_owned()], vec![], vec![]]) {
+/// Checks APM over each `(from_ms, to_ms)` of project "p" (the services, none meaning all)
+/// against adding up every span of `all` in the range; the rows each query scanned.
+fn check_apm_against_every_span(sh: &Shard, all: &[Span], ranges: &[((i64, i64), &[&str])]) -> Vec<u64> {
+    let mut scanned = Vec::new();
+    for &((from_ms, to_ms), services) in ranges {
+        let services: Vec<String> = services.iter().map(|s| s.to_string()).collect();
         let req = ShardQuery {
             group: 1,
             project_id: "p".into(),
@@ -474,13 +487,53 @@ fn check_apm_against_every_span(sh: &Shard, all: &[Span], buffer_rolled_up: bool
             assert_eq!((got.count, got.errors, got.sum_ms), (want.count, want.errors, want.sum_ms), "{key:?}");
             assert_eq!(got_sketch, want_sketch, "{key:?} {from_ms}..{to_ms}");
         }
-        if from_ms == 0 {
-            // Ten whole minutes: a row per endpoint and minute of the stored and the buffer's
-            // rollups, the spans of the others (and of the buffer holding an aborted batch).
-            let most = if buffer_rolled_up { 400 } else { 600 };
-            assert!(reply.rows_scanned < most, "read {} rows", reply.rows_scanned);
-        }
+        scanned.push(reply.rows_scanned);
     }
+    scanned
+}
+
+/// APM over whole hours reads a row per endpoint and hour (stored, and the buffer's minutes
+/// added up), whole minutes around them per minute and spans for the rest; a spans segment
+/// without hour rollups (written by an earlier release) is read from its spans. Every answer
+/// equals adding up every span of the range.
+#[test]
+fn apm_over_whole_hours_reads_hour_rollups_and_equals_every_span() {
+    const HOUR_MS: i64 = 3_600_000;
+    let mut sh = Shard::new();
+    let dir = sh._dir.path().to_owned();
+    // Five hours, a span every 6 s (about 1.7 per endpoint and minute: too few for minute
+    // rollups to pay, 100 per endpoint and hour).
+    let (a, old, buffered) = (
+        spread(3000, 0, 6000, "a"),
+        spread(600, 2 * HOUR_MS + 3000, 3000, "o"),
+        spread(600, 4 * HOUR_MS + 500, 2500, "b"),
+    );
+    sh.ingest("p", a.clone(), vec![]);
+    sh.ingest("other", spread(200, 0, 50_000, "z"), vec![]);
+    sh.flush();
+    sh.ingest("p", old.clone(), vec![]);
+    sh.flush();
+    let (mut manifest, _) = crate::segment::Manifest::load(&dir).unwrap().unwrap();
+    let newest_spans = manifest.segments.iter().filter(|m| m.table == Table::Spans).map(|m| m.id).max();
+    let hours = |m: &crate::segment::SegmentMeta| m.table == Table::SpanHourRollups;
+    assert_eq!(manifest.segments.iter().filter(|m| hours(m)).count(), 6);
+    manifest.segments.retain(|m| !(hours(m) && m.summarizes == newest_spans));
+    manifest.store(&dir).unwrap();
+    sh.s = SegmentShard::open(&dir).unwrap();
+    sh.ingest("p", buffered.clone(), vec![]);
+    let all: Vec<Span> = [a, old, buffered].concat();
+    let ranges: [((i64, i64), &[&str]); 5] = [
+        ((0, 5 * HOUR_MS), &[]),
+        ((30_500, 4 * HOUR_MS + 10_250), &[]),
+        ((HOUR_MS - 60_000, 3 * HOUR_MS + 61_000), &["db"]),
+        ((HOUR_MS, 2 * HOUR_MS), &[]),
+        ((-HOUR_MS, 10 * HOUR_MS), &["web", "api"]),
+    ];
+    let scanned = check_apm_against_every_span(&sh, &all, &ranges);
+    // Five hours: six endpoints' hour rows per stored hour (and the other project's), the
+    // 600 spans of the segment without them, the buffer's hour rows: not the 3,000 spans.
+    assert!(scanned[0] < 1000, "read {} rows", scanned[0]);
+    assert!(scanned[3] < 100, "one hour read {} rows", scanned[3]);
 }
 
 /// Events every 40 seconds from `first_ms`, names cycling.

@@ -238,11 +238,21 @@ fn span_rollups() -> Vec<Row> {
             Row::SpanRollup(SpanRollup {
                 service: format!("svc-{}", i % 3),
                 operation: format!("GET /{}", i % 2),
-                minute_unix_nanos: (HOUR + 60 * i64::from(i / 3)) * 1_000_000_000,
+                bucket_unix_nanos: (HOUR + 60 * i64::from(i / 3)) * 1_000_000_000,
                 totals,
             })
         })
         .collect()
+}
+
+fn span_hour_rollups() -> Vec<Row> {
+    let rows = span_rollups().into_iter().enumerate().map(|(i, row)| match row {
+        Row::SpanRollup(r) => {
+            Row::SpanHourRollup(SpanRollup { bucket_unix_nanos: (HOUR + 3600 * (i as i64 / 6)) * 1_000_000_000, ..r })
+        }
+        other => other,
+    });
+    rows.collect()
 }
 
 fn event_rollups() -> Vec<Row> {
@@ -297,6 +307,7 @@ fn fixture_rows() -> Vec<FixtureSegment> {
         (Table::SpanRollups, HOUR, with_projects(span_rollups(), 8)),
         (Table::EventRollups, DAY, with_projects(event_rollups(), 6)),
         (Table::HostRollups, HOUR, with_projects(host_rollups(), 4)),
+        (Table::SpanHourRollups, HOUR, with_projects(span_hour_rollups(), 6)),
     ]
 }
 

@@ -1,7 +1,8 @@
 //! Rollups, written beside every spans, events or host metrics segment (like trace summaries,
 //! and replaced with it) so that reads over long ranges read a row per key and time bucket
 //! instead of every row. Span rollups: per (project, service, operation, minute), the totals of the spans
-//! starting in that minute; event rollups: per (project, event name, hour), the events; host
+//! starting in that minute, and the same per hour (so a year of APM reads a row per endpoint
+//! and hour, not per minute); event rollups: per (project, event name, hour), the events; host
 //! rollups: per (project, hostname, minute), each metric's sum and count. Counts and sketches
 //! add up exactly, so a rollup answers what a scan of its rows would (a host mean's float sum
 //! up to rounding, which depends on the order of addition in a scan as well).
@@ -23,7 +24,7 @@ pub const MINUTE_NS: i64 = 60_000_000_000;
 pub const HOUR_NS: i64 = 60 * MINUTE_NS;
 
 /// The start of the `width`-long bucket (from the epoch) holding `t`.
-fn bucket_of(t: i64, width: i64) -> i64 {
+pub fn bucket_of(t: i64, width: i64) -> i64 {
     t.div_euclid(width).saturating_mul(width)
 }
 
@@ -48,7 +49,7 @@ pub fn rollup_table(table: Table) -> Option<Table> {
 /// The bucket width of a rollup table (`None` for other tables).
 pub fn width(table: Table) -> Option<i64> {
     match table {
-        Table::EventRollups => Some(HOUR_NS),
+        Table::EventRollups | Table::SpanHourRollups => Some(HOUR_NS),
         Table::SpanRollups | Table::HostRollups => Some(MINUTE_NS),
         _ => None,
     }
@@ -74,13 +75,27 @@ pub fn rollup_rows(table: Table, rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
     match table {
         Table::EventRollups => event_rollups(rows),
         Table::HostRollups => host_rollups(rows),
+        Table::SpanHourRollups => span_hour_rollups(&span_rollups(rows)),
         _ => span_rollups(rows),
     }
 }
 
+/// Span rollups per hour added up from `minutes` (span rollups per minute): per (project,
+/// hour, service, operation), in segment order.
+pub fn span_hour_rollups(minutes: &[(String, Row)]) -> Vec<(String, Row)> {
+    let mut groups: SpanGroups<'_> = FxHashMap::default();
+    for (project, row) in minutes {
+        if let Row::SpanRollup(r) = row {
+            let key = (project.as_str(), hour_of(r.bucket_unix_nanos), r.service.as_str(), r.operation.as_str());
+            groups.entry(key).or_default().absorb(&r.totals);
+        }
+    }
+    span_rollup_rows(groups, Row::SpanHourRollup)
+}
+
 /// Per (project, minute, service, operation), the totals of the spans among `rows`.
 fn span_rollups(rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
-    let mut groups: FxHashMap<(&str, i64, &str, &str), SpanTotals> = FxHashMap::default();
+    let mut groups: SpanGroups<'_> = FxHashMap::default();
     for r in rows {
         if let Row::Span(s) = r.row {
             let key = (r.project, minute_of(s.start_unix_nanos), s.service_name.as_str(), s.operation.as_str());
@@ -88,18 +103,26 @@ fn span_rollups(rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
             groups.entry(key).or_default().add(s.duration_nanos as i64, s.status == SpanStatus::Error);
         }
     }
+    span_rollup_rows(groups, Row::SpanRollup)
+}
+
+/// Spans' totals per (project, bucket, service, operation).
+type SpanGroups<'a> = FxHashMap<(&'a str, i64, &'a str, &'a str), SpanTotals>;
+
+/// The rows of `groups` (made with `row`), in segment order.
+fn span_rollup_rows(groups: SpanGroups<'_>, row: fn(SpanRollup) -> Row) -> Vec<(String, Row)> {
     let mut groups: Vec<_> = groups.into_iter().collect();
     groups.sort_unstable_by(|a, b| a.0.cmp(&b.0));
     groups
         .into_iter()
-        .map(|((project, minute, service, operation), totals)| {
+        .map(|((project, bucket, service, operation), totals)| {
             let r = SpanRollup {
                 service: service.to_owned(),
                 operation: operation.to_owned(),
-                minute_unix_nanos: minute,
+                bucket_unix_nanos: bucket,
                 totals,
             };
-            (project.to_owned(), Row::SpanRollup(r))
+            (project.to_owned(), row(r))
         })
         .collect()
 }
@@ -243,7 +266,7 @@ impl Running {
     /// Whether the rollups of `table` are kept: none of its rows added yet, or few enough
     /// groups for them.
     pub fn pays(&self, table: Table) -> bool {
-        self.tallies.get(&table).is_none_or(|t| t.pays)
+        self.tallies.get(&kept_as(table)).is_none_or(|t| t.pays)
     }
 
     /// How many rollup rows there are.
@@ -255,11 +278,12 @@ impl Running {
     /// and whose name (host, event or service) is one of `names` (any when empty).
     pub fn rows(&self, table: Table, project: &str, names: &[&str], from_ns: i64, to_ns: i64) -> Vec<Row> {
         let named = |g: &&Group| names.is_empty() || names.contains(&&*g.name);
-        self.groups_in(table, from_ns, to_ns)
-            .filter(|g| *g.project == *project)
-            .filter(named)
-            .map(|g| g.row())
-            .collect()
+        let groups = self.groups_in(kept_as(table), from_ns, to_ns).filter(|g| *g.project == *project).filter(named);
+        if table == Table::SpanHourRollups {
+            let minutes: Vec<(String, Row)> = groups.map(|g| (String::new(), g.row())).collect();
+            return span_hour_rollups(&minutes).into_iter().map(|(_, row)| row).collect();
+        }
+        groups.map(|g| g.row()).collect()
     }
 
     /// The rows of rollup table `table`, of every project, whose bucket starts in
@@ -273,6 +297,15 @@ impl Running {
     fn groups_in(&self, table: Table, from_ns: i64, to_ns: i64) -> impl Iterator<Item = &Group> {
         let groups = self.groups.values().flatten();
         groups.filter(move |g| g.table == table && (from_ns..to_ns).contains(&g.bucket))
+    }
+}
+
+/// The rollup table whose running rows make those of `table`: hours are added up from
+/// minutes when read.
+fn kept_as(table: Table) -> Table {
+    match table {
+        Table::SpanHourRollups => Table::SpanRollups,
+        other => other,
     }
 }
 
@@ -299,7 +332,7 @@ impl Group {
             (Sums::Totals(t), _) => Row::SpanRollup(SpanRollup {
                 service: self.name.to_string(),
                 operation: self.operation.to_string(),
-                minute_unix_nanos: self.bucket,
+                bucket_unix_nanos: self.bucket,
                 totals: t.clone(),
             }),
         }
@@ -550,7 +583,46 @@ mod tests {
                     }
                 }
             }
+            // Hours: each endpoint's spans of the hour added up directly, the same from the
+            // rollups per minute written at flush and from the running ones.
+            let (from, to) = (from * HOUR_NS * 2, to * HOUR_NS * 2);
+            for project in ["p0", "p1"] {
+                let mut direct: std::collections::BTreeMap<(i64, String, String), SpanTotals> = Default::default();
+                let mut source = Vec::new();
+                for (p, row) in rows.iter().filter(|(p, r)| p == project && (from..to).contains(&r.time_ns())) {
+                    if let Row::Span(s) = row {
+                        let key = (hour_of(s.start_unix_nanos), s.service_name.clone(), s.operation.clone());
+                        direct.entry(key).or_default().add(s.duration_nanos as i64, s.status == SpanStatus::Error);
+                        source.push(RowRef::new(p, row, 0));
+                    }
+                }
+                let want: Vec<Row> = direct
+                    .into_iter()
+                    .map(|((hour, service, operation), totals)| {
+                        Row::SpanHourRollup(SpanRollup { service, operation, bucket_unix_nanos: hour, totals })
+                    })
+                    .collect();
+                let written: Vec<Row> =
+                    span_hour_rollups(&rollup_rows(Table::SpanRollups, &source)).into_iter().map(|(_, r)| r).collect();
+                proptest::prop_assert_eq!(&written, &want);
+                let running = running.rows(Table::SpanHourRollups, project, &[], from, to);
+                proptest::prop_assert_eq!(&running, &want);
+            }
         }
+    }
+
+    #[test]
+    fn hour_rollups_add_durations_bucket_by_bucket() {
+        let (mut a, mut b, mut both) = (SpanTotals::default(), SpanTotals::default(), SpanTotals::default());
+        for (i, ns) in [0i64, 7, 1_500_000, 250_000_000, 40_000_000_000, i64::MAX].into_iter().enumerate() {
+            let into = if i % 2 == 0 { &mut a } else { &mut b };
+            into.add(ns, i == 3);
+            both.add(ns, i == 3);
+        }
+        a.absorb(&b);
+        assert_eq!(a, both);
+        a.absorb(&SpanTotals::default());
+        assert_eq!(a, both);
     }
 
     #[test]

@@ -31,6 +31,8 @@ pub enum Table {
     TraceSummaries,
     /// Derived from spans at flush and compaction; one rollup segment per spans segment.
     SpanRollups,
+    /// Span rollups per hour instead of minute; one per spans segment.
+    SpanHourRollups,
     Logs,
     HostMetrics,
     /// Derived from host metrics at flush and compaction; one rollup segment per segment.
@@ -52,10 +54,11 @@ fn opt(n: &str, t: DataType) -> Field {
 }
 
 impl Table {
-    pub const ALL: [Table; 9] = [
+    pub const ALL: [Table; 10] = [
         Table::Spans,
         Table::TraceSummaries,
         Table::SpanRollups,
+        Table::SpanHourRollups,
         Table::Logs,
         Table::HostMetrics,
         Table::HostRollups,
@@ -72,7 +75,7 @@ impl Table {
     /// The table a derived table's rows come from (itself for the others).
     pub fn source(self) -> Table {
         match self {
-            Table::TraceSummaries | Table::SpanRollups => Table::Spans,
+            Table::TraceSummaries | Table::SpanRollups | Table::SpanHourRollups => Table::Spans,
             Table::EventRollups => Table::Events,
             Table::HostRollups => Table::HostMetrics,
             other => other,
@@ -84,6 +87,7 @@ impl Table {
             Table::Spans => "spans",
             Table::TraceSummaries => "trace_summaries",
             Table::SpanRollups => "span_rollups",
+            Table::SpanHourRollups => "span_hour_rollups",
             Table::Logs => "logs",
             Table::HostMetrics => "host_metrics",
             Table::HostRollups => "host_rollups",
@@ -98,7 +102,7 @@ impl Table {
         match self {
             Table::Spans | Table::TraceSummaries => "start_ns",
             Table::SpanRollups | Table::HostRollups => "minute_ns",
-            Table::EventRollups => "hour_ns",
+            Table::EventRollups | Table::SpanHourRollups => "hour_ns",
             _ => "time_ns",
         }
     }
@@ -127,10 +131,10 @@ impl Table {
                 Field::new("error_count", DataType::UInt32, false),
                 Field::new("services", DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), false),
             ],
-            Table::SpanRollups => vec![
+            Table::SpanRollups | Table::SpanHourRollups => vec![
                 utf8("service"),
                 utf8("operation"),
-                int64("minute_ns"),
+                int64(self.time_column()),
                 Field::new("count", DataType::UInt64, false),
                 Field::new("errors", DataType::UInt64, false),
                 Field::new("durations", DataType::Binary, false),
@@ -205,7 +209,7 @@ impl Table {
             Table::Spans | Table::TraceSummaries => &["project", "trace_id", "start_ns"],
             Table::Logs => &["project", "time_ns"],
             Table::SpanRollups => &["project", "minute_ns"],
-            Table::EventRollups => &["project", "hour_ns"],
+            Table::EventRollups | Table::SpanHourRollups => &["project", "hour_ns"],
             Table::HostMetrics => &["project", "hostname", "time_ns"],
             Table::HostRollups => &["project", "hostname", "minute_ns"],
             // All events of a user together: funnels and retention read one user at a time.
@@ -226,6 +230,7 @@ pub enum Row {
     Span(SpanRow),
     TraceSummary(TraceSummary),
     SpanRollup(SpanRollup),
+    SpanHourRollup(SpanRollup),
     Log(LogRow),
     HostMetric(HostMetricRow),
     HostRollup(HostRollup),
@@ -240,6 +245,7 @@ impl Row {
             Row::Span(_) => Table::Spans,
             Row::TraceSummary(_) => Table::TraceSummaries,
             Row::SpanRollup(_) => Table::SpanRollups,
+            Row::SpanHourRollup(_) => Table::SpanHourRollups,
             Row::Log(_) => Table::Logs,
             Row::HostMetric(_) => Table::HostMetrics,
             Row::HostRollup(_) => Table::HostRollups,
@@ -253,7 +259,7 @@ impl Row {
         match self {
             Row::Span(s) => s.start_unix_nanos,
             Row::TraceSummary(s) => s.start_unix_nanos,
-            Row::SpanRollup(r) => r.minute_unix_nanos,
+            Row::SpanRollup(r) | Row::SpanHourRollup(r) => r.bucket_unix_nanos,
             Row::Log(l) => l.unix_nanos,
             Row::HostMetric(m) => m.unix_nanos,
             Row::HostRollup(r) => r.means.start_unix_nanos,
@@ -268,7 +274,7 @@ impl Row {
         match self {
             Row::Span(s) => (&s.trace_id, s.start_unix_nanos),
             Row::TraceSummary(s) => (&s.trace_id, s.start_unix_nanos),
-            Row::SpanRollup(r) => ("", r.minute_unix_nanos),
+            Row::SpanRollup(r) | Row::SpanHourRollup(r) => ("", r.bucket_unix_nanos),
             Row::Log(l) => ("", l.unix_nanos),
             Row::HostMetric(m) => (&m.hostname, m.unix_nanos),
             Row::HostRollup(r) => (&r.hostname, r.means.start_unix_nanos),
@@ -469,11 +475,11 @@ fn build_columns<'l>(
                 V::L(&t.services),
                 b,
             ]),
-            Row::SpanRollup(r) => cols.push(&[
+            Row::SpanRollup(r) | Row::SpanHourRollup(r) => cols.push(&[
                 p,
                 V::S(&r.service),
                 V::S(&r.operation),
-                V::I(r.minute_unix_nanos),
+                V::I(r.bucket_unix_nanos),
                 V::U(Some(r.totals.count)),
                 V::U(Some(r.totals.errors)),
                 V::B(&super::rollup::encode_durations(&r.totals)),
@@ -736,17 +742,18 @@ pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u3
                 })
             })
         }
-        Table::SpanRollups => {
+        Table::SpanRollups | Table::SpanHourRollups => {
             let (service, operation) = (text("service"), text("operation"));
-            let (minute, count, errors, durations) =
-                (c.i64("minute_ns"), c.u64("count"), c.u64("errors"), c.bin("durations"));
+            let (bucket, count, errors, durations) =
+                (c.i64(table.time_column()), c.u64("count"), c.u64("errors"), c.bin("durations"));
+            let row = if table == Table::SpanRollups { Row::SpanRollup } else { Row::SpanHourRollup };
             each(&|i| {
                 let (duration_sum_ns, latency) =
                     super::rollup::decode_durations(durations.value(i)).expect("rollups of a readable segment decode");
-                Row::SpanRollup(SpanRollup {
+                row(SpanRollup {
                     service: service(i),
                     operation: operation(i),
-                    minute_unix_nanos: minute.value(i),
+                    bucket_unix_nanos: bucket.value(i),
                     totals: SpanTotals { count: count.value(i), errors: errors.value(i), duration_sum_ns, latency },
                 })
             })

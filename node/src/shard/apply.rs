@@ -132,8 +132,8 @@ mod tests {
         assert_eq!(ingest(&mut s, 2, 1, b1), CommandResponse::Ingested { duplicate: true, rows: 0 });
         assert_eq!(ids(&s, "p", "t1"), ["b", "a"]);
         checkpoint(&mut s, 2);
-        // Two hour buckets: two spans segments, each with its summaries and rollups segments.
-        assert_eq!(s.segment_count(), 6);
+        // Two hour buckets: two spans segments, each with its summaries and two rollups segments.
+        assert_eq!(s.segment_count(), 8);
         assert_eq!(ids(&s, "p", "t1"), ["b", "a"]);
         assert!(ids(&s, "other", "t1").is_empty());
 

@@ -215,12 +215,12 @@ mod tests {
         s.apply(4, Command::Abort { batch_id: 3 });
         // Compaction drops an aborted batch once its tombstone is in the manifest.
         checkpoint(&mut s, 4);
-        assert_eq!(s.segment_count(), 9);
+        assert_eq!(s.segment_count(), 12);
         assert!(s.compaction(0).is_none(), "the hour is not over and only three segments exist");
 
         let job = s.compaction(i64::MAX).expect("three small segments of a past hour");
         assert_eq!(job.run().unwrap(), CompactionOutcome::Merged { inputs: 3, outputs: 1, rows_in: 5, rows_out: 3 });
-        assert_eq!(s.segment_count(), 3, "one spans segment, its summaries and rollups");
+        assert_eq!(s.segment_count(), 4, "one spans segment, its summaries and two rollups");
         let spans = scan_all(&s, Table::Spans, "p", Filter::default());
         assert_eq!(spans.len(), 3);
         let summaries = scan_all(&s, Table::TraceSummaries, "p", Filter::default());
@@ -232,23 +232,25 @@ mod tests {
             })
             .collect();
         assert_eq!(counts, [("t1".to_owned(), 2), ("t2".to_owned(), 1)]);
-        // The rollups are written again from the kept spans.
+        // The rollups per minute and per hour are written again from the kept spans.
         let published = s.published.read().unwrap();
-        let rollups = published.segments.iter().filter(|g| g.meta.table == Table::SpanRollups);
-        let rolled_up: u64 = rollups
-            .flat_map(|g| g.read(None).unwrap())
-            .map(|(_, r, _)| match r {
-                Row::SpanRollup(r) => r.totals.count,
-                _ => unreachable!(),
-            })
-            .sum();
+        for table in [Table::SpanRollups, Table::SpanHourRollups] {
+            let rollups = published.segments.iter().filter(|g| g.meta.table == table);
+            let rolled_up: u64 = rollups
+                .flat_map(|g| g.read(None).unwrap())
+                .map(|(_, r, _)| match r {
+                    Row::SpanRollup(r) | Row::SpanHourRollup(r) => r.totals.count,
+                    _ => unreachable!(),
+                })
+                .sum();
+            assert_eq!(rolled_up, 3, "{table:?}");
+        }
         drop(published);
-        assert_eq!(rolled_up, 3);
         // Only the manifest's files remain, and they reopen to the same rows.
         let files = std::fs::read_dir(dir.path())
             .unwrap()
             .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().starts_with("seg-"));
-        assert_eq!(files.count(), 3);
+        assert_eq!(files.count(), 4);
         drop(s);
         let s = SegmentShard::open(dir.path()).unwrap();
         assert_eq!(scan_all(&s, Table::Spans, "p", Filter::default()), spans);

@@ -12,7 +12,7 @@ use crate::durable::sync_dir;
 use crate::failpoint;
 use crate::segment::compaction::{bucket_over, SMALL_SEGMENT_ROWS};
 use crate::segment::file::{self as segment_file, Effort};
-use crate::segment::rollup::{rollup_rows, rollup_table};
+use crate::segment::rollup::{rollup_rows, rollup_table, span_hour_rollups};
 use crate::segment::summary::summary_rows;
 use crate::segment::table::{Row, RowRef};
 use crate::segment::user_number::{id_hash, UserNumbers};
@@ -62,11 +62,11 @@ impl SegmentShard {
 }
 
 /// Segment ids a written segment may use: its own and those of its derived segments.
-pub(super) const IDS_PER_SEGMENT: u64 = 3;
+pub(super) const IDS_PER_SEGMENT: u64 = 4;
 
 /// Writes `rows` of one table and hour as segment `id`; a spans segment gets its trace
-/// summaries as segment `id + 1` and its rollups as `id + 2`, an events or host metrics
-/// segment its rollups as `id + 1`. Callers reserve [`IDS_PER_SEGMENT`] ids either way.
+/// summaries as segment `id + 1`, its rollups per minute as `id + 2` and per hour as `id + 3`,
+/// an events or host metrics segment its rollups as `id + 1`. Callers reserve [`IDS_PER_SEGMENT`] ids either way.
 /// `rollups`: the rollups of `rows` when already added up (else they are added up here).
 /// Events are stored with their user numbers from `users`. Derived segments are written at
 /// the same `effort`.
@@ -93,7 +93,10 @@ pub(super) fn write_segment(
         derived.push((Table::TraceSummaries, summary_rows(rows)));
     }
     if let Some(rollup_table) = rollup_table(table) {
-        derived.push((rollup_table, rollups.unwrap_or_else(|| rollup_rows(rollup_table, rows))));
+        let rollups = rollups.unwrap_or_else(|| rollup_rows(rollup_table, rows));
+        let hours = (rollup_table == Table::SpanRollups).then(|| span_hour_rollups(&rollups));
+        derived.push((rollup_table, rollups));
+        derived.extend(hours.map(|hours| (Table::SpanHourRollups, hours)));
     }
     for (offset, (derived, rows)) in (1..).zip(derived) {
         let refs: Vec<RowRef<'_>> = rows.iter().map(|(p, row)| RowRef::new(p, row, 0)).collect();
@@ -306,8 +309,8 @@ mod tests {
         let after = files(dir.path());
         assert_eq!(
             after.len(),
-            before.len() + 3,
-            "a spans, a summaries and a rollups segment, no strays: {before:?} -> {after:?}"
+            before.len() + 4,
+            "a spans, a summaries and two rollups segments, no strays: {before:?} -> {after:?}"
         );
         drop(s);
         let s = SegmentShard::open(dir.path()).unwrap();

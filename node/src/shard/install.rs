@@ -113,8 +113,8 @@ mod tests {
         }
         b.install(&meta, &staging, &files).unwrap();
         assert_eq!(ids(&b, "p", "t"), ["a", "b"]);
-        // Spans, their summaries and rollups, logs.
-        assert_eq!(b.segment_count(), 4);
+        // Spans, their summaries and two rollups, logs.
+        assert_eq!(b.segment_count(), 5);
         drop(b);
         let b = SegmentShard::open(b_dir.path()).unwrap();
         assert_eq!(ids(&b, "p", "t"), ["a", "b"]);
