@@ -65,10 +65,6 @@ pub fn bucket_at_or_after(t: i64, width: i64) -> Option<i64> {
     }
 }
 
-pub fn minute_at_or_after(t: i64) -> Option<i64> {
-    bucket_at_or_after(t, MINUTE_NS)
-}
-
 /// Rows of rollup table `table` of its source rows among `rows` (a segment's being written),
 /// sorted like a segment of `table`.
 pub fn rollup_rows(table: Table, rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
@@ -629,9 +625,9 @@ mod tests {
     fn minutes_round_down_and_up_also_before_1970() {
         assert_eq!(minute_of(MINUTE_NS + 5), MINUTE_NS);
         assert_eq!(minute_of(-5), -MINUTE_NS);
-        assert_eq!(minute_at_or_after(MINUTE_NS), Some(MINUTE_NS));
-        assert_eq!(minute_at_or_after(MINUTE_NS + 1), Some(2 * MINUTE_NS));
-        assert_eq!(minute_at_or_after(i64::MAX), None);
+        assert_eq!(bucket_at_or_after(MINUTE_NS, MINUTE_NS), Some(MINUTE_NS));
+        assert_eq!(bucket_at_or_after(MINUTE_NS + 1, MINUTE_NS), Some(2 * MINUTE_NS));
+        assert_eq!(bucket_at_or_after(i64::MAX, MINUTE_NS), None);
         assert_eq!(minute_of(i64::MIN), i64::MIN);
     }
 
