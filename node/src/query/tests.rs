@@ -414,7 +414,6 @@ fn spread(n: usize, first_ms: i64, step_ms: i64, tag: &str) -> Vec<Span> {
 #[test]
 fn apm_from_rollups_equals_adding_up_every_span_of_the_range() {
     let mut sh = Shard::new();
-    let dir = sh._dir.path().to_owned();
     let (a, old, aborted, buffered) = (
         spread(600, 0, 700, "a"),
         spread(300, 20_000, 1300, "o"),
@@ -426,13 +425,7 @@ fn apm_from_rollups_equals_adding_up_every_span_of_the_range() {
     sh.flush();
     sh.ingest("p", old.clone(), vec![]);
     sh.flush();
-    // The second spans segment loses its rollups, as one written by an earlier release.
-    let (mut manifest, _) = crate::segment::Manifest::load(&dir).unwrap().unwrap();
-    let newest_spans = manifest.segments.iter().filter(|m| m.table == Table::Spans).map(|m| m.id).max();
-    manifest.segments.retain(|m| !(m.table == Table::SpanRollups && m.summarizes == newest_spans));
-    assert_eq!(manifest.segments.iter().filter(|m| m.table == Table::SpanRollups).count(), 1);
-    manifest.store(&dir).unwrap();
-    sh.s = SegmentShard::open(&dir).unwrap();
+    forget_derived_of_newest_spans(&mut sh, Table::SpanRollups);
     sh.ingest("p", aborted, vec![]);
     sh.flush();
     sh.s.apply(sh.index + 1, Command::Abort { batch_id: sh.index as u128 });
@@ -456,6 +449,19 @@ fn apm_from_rollups_equals_adding_up_every_span_of_the_range() {
     sh.index += 1;
     let scanned = check_apm_against_every_span(&sh, &all, &ranges);
     assert!(scanned[0] < 600, "read {} rows", scanned[0]);
+}
+
+/// Takes the `table` segment derived from the newest spans segment out of the manifest, as if
+/// an earlier release had written that segment, and reopens the shard.
+fn forget_derived_of_newest_spans(sh: &mut Shard, table: Table) {
+    let dir = sh._dir.path().to_owned();
+    let (mut manifest, _) = crate::segment::Manifest::load(&dir).unwrap().unwrap();
+    let newest_spans = manifest.segments.iter().filter(|m| m.table == Table::Spans).map(|m| m.id).max();
+    let before = manifest.segments.len();
+    manifest.segments.retain(|m| !(m.table == table && m.summarizes == newest_spans));
+    assert_eq!(manifest.segments.len(), before - 1, "{table:?}");
+    manifest.store(&dir).unwrap();
+    sh.s = SegmentShard::open(&dir).unwrap();
 }
 
 /// Checks APM over each `(from_ms, to_ms)` of project "p" (the services, none meaning all)
@@ -500,7 +506,6 @@ fn check_apm_against_every_span(sh: &Shard, all: &[Span], ranges: &[((i64, i64),
 fn apm_over_whole_hours_reads_hour_rollups_and_equals_every_span() {
     const HOUR_MS: i64 = 3_600_000;
     let mut sh = Shard::new();
-    let dir = sh._dir.path().to_owned();
     // Five hours, a span every 6 s (about 1.7 per endpoint and minute: too few for minute
     // rollups to pay, 100 per endpoint and hour).
     let (a, old, buffered) = (
@@ -513,13 +518,7 @@ fn apm_over_whole_hours_reads_hour_rollups_and_equals_every_span() {
     sh.flush();
     sh.ingest("p", old.clone(), vec![]);
     sh.flush();
-    let (mut manifest, _) = crate::segment::Manifest::load(&dir).unwrap().unwrap();
-    let newest_spans = manifest.segments.iter().filter(|m| m.table == Table::Spans).map(|m| m.id).max();
-    let hours = |m: &crate::segment::SegmentMeta| m.table == Table::SpanHourRollups;
-    assert_eq!(manifest.segments.iter().filter(|m| hours(m)).count(), 6);
-    manifest.segments.retain(|m| !(hours(m) && m.summarizes == newest_spans));
-    manifest.store(&dir).unwrap();
-    sh.s = SegmentShard::open(&dir).unwrap();
+    forget_derived_of_newest_spans(&mut sh, Table::SpanHourRollups);
     sh.ingest("p", buffered.clone(), vec![]);
     let all: Vec<Span> = [a, old, buffered].concat();
     let ranges: [((i64, i64), &[&str]); 5] = [
