@@ -66,7 +66,8 @@ pub(super) const IDS_PER_SEGMENT: u64 = 4;
 
 /// Writes `rows` of one table and hour as segment `id`; a spans segment gets its trace
 /// summaries as segment `id + 1`, its rollups per minute as `id + 2` and per hour as `id + 3`,
-/// an events or host metrics segment its rollups as `id + 1`. Callers reserve [`IDS_PER_SEGMENT`] ids either way.
+/// an events or host metrics segment its rollups as `id + 1`. Callers reserve
+/// [`IDS_PER_SEGMENT`] ids either way.
 /// `rollups`: the rollups of `rows` when already added up (else they are added up here).
 /// Events are stored with their user numbers from `users`. Derived segments are written at
 /// the same `effort`.
