@@ -280,8 +280,13 @@ pub struct WriteQueueArgs {
     #[arg(long, default_value_t = 32)]
     pub max_pending_write_mib: u64,
     /// MiB of rows a shard holds applied and not yet written to segments.
-    #[arg(long, default_value_t = 384)]
+    #[arg(long, default_value_t = 768)]
     pub max_unflushed_mib: u64,
+    /// MiB of rows all shards of this node may hold applied and not yet written, together;
+    /// past it the largest buffer is flushed early [default: a quarter of the container's
+    /// memory limit, at most 2048].
+    #[arg(long)]
+    pub buffer_memory_mib: Option<u64>,
     /// Milliseconds a shard's recent writes may take from proposal to apply (a moving
     /// average); while they take longer, only a few more are taken at once.
     #[arg(long, default_value_t = 500)]
@@ -304,6 +309,15 @@ impl WriteQueueArgs {
             max_unflushed_bytes: self.max_unflushed_mib.saturating_mul(1 << 20),
             max_queue_delay: Duration::from_millis(self.max_write_delay_ms),
         })
+    }
+
+    /// `--buffer-memory-mib`, or the default for this process's memory limit.
+    pub fn buffer_memory_bytes(&self) -> u64 {
+        let bytes = self
+            .buffer_memory_mib
+            .map_or_else(sextant_node::host::default_buffer_memory_bytes, |m| m.saturating_mul(1 << 20));
+        tracing::info!(buffer_memory_mib = bytes >> 20, "shard buffer budget");
+        bytes
     }
 }
 
@@ -625,6 +639,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             join: false,
             clock: clock.clone(),
             query_memory_bytes: query_memory_bytes(args.query_memory_mib),
+            buffer_memory_bytes: args.writes.buffer_memory_bytes(),
             zone: Default::default(),
             // One process: internal traffic stays on loopback.
             internal_tls: None,
@@ -792,6 +807,7 @@ async fn node(args: NodeArgs) -> anyhow::Result<()> {
             join: args.join,
             clock: Clock::system(),
             query_memory_bytes: query_memory_bytes(args.query_memory_mib),
+            buffer_memory_bytes: args.writes.buffer_memory_bytes(),
             zone,
             internal_tls: args.internal_tls.files(),
         },

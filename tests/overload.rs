@@ -221,3 +221,35 @@ async fn reads_past_the_routers_places_and_queue_get_503_with_retry_after() {
         assert!(a.took < Duration::from_secs(2), "refused at once, not after waiting: {:?}", a.took);
     }
 }
+
+/// A node whose shard buffers together pass `--buffer-memory-mib` flushes the largest one at
+/// once, long before its own size bound (256 MiB) or age (5 minutes), and loses nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_node_past_its_buffer_budget_flushes_its_largest_buffer_early() {
+    let dir = tempfile::tempdir().unwrap();
+    let _logs = LogsOnPanic::new(dir.path());
+    let flags = ["--shards", "2", "--buffer-memory-mib", "24", "--ingest-rps", "100000", "--api-rps", "100000"];
+    let dev = Dev::start_with(dir.path(), &flags, &[]).await;
+    let key = dev.api_key().to_owned();
+    let buffered = || metric(&dev.internal_url, "sextant_node_memory_bytes{component=\"buffers\"}");
+    let flushes = || metric(&dev.internal_url, "sextant_node_flush_seconds_count");
+    let mut sent = 0;
+    // Until the flusher (it looks every half second) sees more than the budget buffered.
+    while flushes().await == Some(0.0) {
+        let resp = post_spans(&dev.url, &key, &spans_batch(&format!("b{sent}"), 200, 5)).await;
+        assert_eq!(resp.status(), 200);
+        sent += 1;
+        assert!(sent < 400, "400k spans and no flush");
+    }
+    let over = buffered().await.unwrap();
+    wait_for("the buffers back within the budget", Duration::from_secs(30), || async {
+        buffered().await.filter(|&b| b <= 24.0 * 1024.0 * 1024.0)
+    })
+    .await;
+    eprintln!("{sent} batches sent, {:.1} MiB buffered at the first flush", over / 1048576.0);
+    let token = dev.token().await;
+    for batch in [0, sent / 2, sent - 1] {
+        let trace = get_trace(&dev.url, &token, &format!("b{batch}-t199")).await;
+        assert_eq!(trace.map(|t| t["spans"].as_array().unwrap().len()), Some(5), "batch {batch}");
+    }
+}

@@ -34,13 +34,13 @@ pub const MIN_PENDING: u32 = 4;
 
 impl Default for WriteLimits {
     /// 32 MiB of entries is about a second of a shard's apply rate (docs/BENCHMARKS.md,
-    /// "Overload"); 384 MiB unflushed is four flush-sized buffers: one being written, one
+    /// "Overload"); 768 MiB unflushed is three flush-sized buffers: one being written, one
     /// filling, room for a slow disk.
     fn default() -> Self {
         Self {
             max_pending_writes: 512,
             max_pending_bytes: 32 << 20,
-            max_unflushed_bytes: 384 << 20,
+            max_unflushed_bytes: 768 << 20,
             max_queue_delay: Duration::from_millis(500),
         }
     }

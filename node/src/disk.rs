@@ -67,7 +67,7 @@ pub struct HighWater {
 }
 
 impl Default for HighWater {
-    /// 90 % used or under 1 GiB free: room for a full shard buffer (96 MiB) per shard to flush
+    /// 90 % used or under 1 GiB free: room for every shard's buffer to flush
     /// and for the segments a compaction writes before it deletes its inputs.
     fn default() -> Self {
         Self { max_used_percent: 90, min_free_bytes: 1 << 30 }

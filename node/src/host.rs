@@ -49,6 +49,9 @@ pub struct NodeConfig {
     /// Bytes the queries running on this node may hold at once in their per-user and
     /// per-group tables ([`crate::query::MemoryPool`]).
     pub query_memory_bytes: u64,
+    /// Bytes of rows this node's shards may hold applied and not yet flushed, all together:
+    /// past it the largest buffer flushes early (`shard::background::flusher`).
+    pub buffer_memory_bytes: u64,
     /// Where this node's failure zone comes from; registered with meta, which spreads each
     /// group's replicas over zones.
     pub zone: crate::zone::ZoneSource,
@@ -59,16 +62,30 @@ pub struct NodeConfig {
 /// The most [`default_query_memory_bytes`] gives queries: 4 GiB.
 pub const DEFAULT_QUERY_MEMORY_BYTES: u64 = 4 << 30;
 
+/// The most [`default_buffer_memory_bytes`] gives shard buffers: 2 GiB.
+pub const DEFAULT_BUFFER_MEMORY_BYTES: u64 = 2 << 30;
+
 /// The default of [`NodeConfig::query_memory_bytes`]: a quarter of the memory limit of the
-/// node's container (cgroup v2 `memory.max`, or v1 `memory.limit_in_bytes`), at most
-/// [`DEFAULT_QUERY_MEMORY_BYTES`], so that a query refused for memory is refused before the
-/// kernel kills the node (docs/ARCHITECTURE.md, "Memory of a storage node").
+/// node's container, at most [`DEFAULT_QUERY_MEMORY_BYTES`], so that a query refused for
+/// memory is refused before the kernel kills the node (docs/ARCHITECTURE.md, "Memory of a
+/// storage node").
 pub fn default_query_memory_bytes() -> u64 {
+    quarter_within(container_memory_limit(), DEFAULT_QUERY_MEMORY_BYTES)
+}
+
+/// The default of [`NodeConfig::buffer_memory_bytes`]: a quarter of the memory limit of the
+/// node's container, at most [`DEFAULT_BUFFER_MEMORY_BYTES`].
+pub fn default_buffer_memory_bytes() -> u64 {
+    quarter_within(container_memory_limit(), DEFAULT_BUFFER_MEMORY_BYTES)
+}
+
+/// The memory limit of the node's container (cgroup v2 `memory.max`, or v1
+/// `memory.limit_in_bytes`), if any.
+fn container_memory_limit() -> Option<u64> {
     let read = |path: &str| std::fs::read_to_string(path).ok();
-    let limit = read("/sys/fs/cgroup/memory.max")
+    read("/sys/fs/cgroup/memory.max")
         .or_else(|| read("/sys/fs/cgroup/memory/memory.limit_in_bytes"))
-        .and_then(|text| memory_limit(&text));
-    query_memory_within(limit)
+        .and_then(|text| memory_limit(&text))
 }
 
 /// A cgroup memory limit file's bytes; `None` for no limit (`max`, or v1's near-2^63).
@@ -76,8 +93,9 @@ fn memory_limit(text: &str) -> Option<u64> {
     text.trim().parse::<u64>().ok().filter(|&bytes| bytes < 1 << 60)
 }
 
-fn query_memory_within(limit: Option<u64>) -> u64 {
-    limit.map_or(DEFAULT_QUERY_MEMORY_BYTES, |bytes| (bytes / 4).min(DEFAULT_QUERY_MEMORY_BYTES))
+/// A quarter of `limit`, at most `most`; `most` without a limit.
+fn quarter_within(limit: Option<u64>, most: u64) -> u64 {
+    limit.map_or(most, |bytes| (bytes / 4).min(most))
 }
 
 pub(crate) const GROUPS_DIR: &str = "groups";
@@ -730,12 +748,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn queries_get_a_quarter_of_the_containers_memory_limit_at_most_4_gib() {
+    fn queries_and_buffers_get_a_quarter_of_the_containers_memory_limit_each_capped() {
         assert_eq!(memory_limit("max\n"), None, "cgroup v2 without a limit");
         assert_eq!(memory_limit("9223372036854771712\n"), None, "cgroup v1 without a limit");
         assert_eq!(memory_limit("4294967296\n"), Some(4 << 30));
-        assert_eq!(query_memory_within(None), 4 << 30);
-        assert_eq!(query_memory_within(Some(4 << 30)), 1 << 30, "the chart's default limit of 4Gi");
-        assert_eq!(query_memory_within(Some(64 << 30)), 4 << 30);
+        assert_eq!(quarter_within(None, DEFAULT_QUERY_MEMORY_BYTES), 4 << 30);
+        assert_eq!(
+            quarter_within(Some(4 << 30), DEFAULT_QUERY_MEMORY_BYTES),
+            1 << 30,
+            "the chart's default limit of 4Gi"
+        );
+        assert_eq!(quarter_within(Some(64 << 30), DEFAULT_QUERY_MEMORY_BYTES), 4 << 30);
+        assert_eq!(quarter_within(Some(64 << 30), DEFAULT_BUFFER_MEMORY_BYTES), 2 << 30);
     }
 }

@@ -248,6 +248,7 @@ pub async fn start_in_process_node(
             join: false,
             clock: sextant_model::Clock::system(),
             query_memory_bytes: sextant_node::host::DEFAULT_QUERY_MEMORY_BYTES,
+            buffer_memory_bytes: sextant_node::host::DEFAULT_BUFFER_MEMORY_BYTES,
             zone: Default::default(),
             internal_tls: None,
         },

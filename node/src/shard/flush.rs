@@ -21,10 +21,11 @@ use crate::state_machine::CheckpointJob;
 use crate::types::SnapshotMeta;
 
 /// Flush when the buffer holds this much (as [`Buffer`] estimates it), whatever the Raft
-/// snapshot policy says. 96 MiB is 32 MiB of Raft entries: smaller flushes make more small
-/// segments for compaction to merge again (flushing at 21 MiB of entries cost 13% of spans
-/// ingest throughput, docs/BENCHMARKS.md).
-pub const FLUSH_BYTES: usize = 96 << 20;
+/// snapshot policy says, unless the node's buffer budget flushes it earlier. 256 MiB holds
+/// over [`SMALL_SEGMENT_ROWS`] typical spans, so a flush under steady ingest writes final
+/// segments instead of drafts that compaction reads and writes again (docs/BENCHMARKS.md,
+/// "Flushes at final size").
+pub const FLUSH_BYTES: usize = 256 << 20;
 /// Flush when the oldest buffered row is this old, to bound replay after a restart.
 pub const FLUSH_AGE: Duration = Duration::from_secs(300);
 

@@ -205,6 +205,11 @@ impl SegmentShard {
         (self.applied_index, self.usage.records())
     }
 
+    /// Bytes of rows in the active buffer, as estimated for flush-by-size.
+    pub fn active_bytes(&self) -> u64 {
+        self.active.bytes as u64
+    }
+
     /// Bytes of rows applied and not yet in segments: the active buffer and the frozen ones
     /// being flushed, as estimated for flush-by-size.
     pub fn unflushed_bytes(&self) -> u64 {
