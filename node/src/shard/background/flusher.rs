@@ -33,15 +33,15 @@ pub struct Buffers {
 /// [`MIN_EARLY_FLUSH`]).
 pub fn to_flush(shards: &[Buffers], budget: u64) -> Vec<GroupId> {
     let mut picked: Vec<GroupId> = shards.iter().filter(|s| s.due).map(|s| s.group).collect();
-    let mut held: u64 = shards.iter().map(|s| s.active.saturating_add(s.frozen)).fold(0, u64::saturating_add);
+    // What is being written counts until it is written; a buffer picked stops growing.
+    let mut held =
+        shards.iter().map(|s| s.frozen.saturating_add(if s.due { 0 } else { s.active })).fold(0, u64::saturating_add);
     let mut rest: Vec<&Buffers> = shards.iter().filter(|s| !s.due && s.active >= MIN_EARLY_FLUSH).collect();
     rest.sort_by_key(|s| std::cmp::Reverse(s.active));
-    let mut rest = rest.into_iter();
-    // A flushing buffer is still held until written, but it is no longer growing: what the
-    // budget sheds is the active bytes.
-    held = shards.iter().filter(|s| s.due).fold(held, |h, s| h.saturating_sub(s.active));
-    while held > budget {
-        let Some(s) = rest.next() else { break };
+    for s in rest {
+        if held <= budget {
+            break;
+        }
         picked.push(s.group);
         held = held.saturating_sub(s.active);
     }
@@ -60,7 +60,12 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
                     let state = shard.state.read().unwrap();
                     let s = &state.state;
                     let active = s.active_bytes();
-                    Buffers { group: *group, due: s.wants_flush(), active, frozen: s.unflushed_bytes() - active }
+                    Buffers {
+                        group: *group,
+                        due: s.wants_flush(),
+                        active,
+                        frozen: s.unflushed_bytes().saturating_sub(active),
+                    }
                 })
                 .collect();
             for group in to_flush(&buffers, host.config.buffer_memory_bytes) {
