@@ -247,6 +247,8 @@ async fn a_node_past_its_buffer_budget_flushes_its_largest_buffer_early() {
     })
     .await;
     eprintln!("{sent} batches sent, {:.1} MiB buffered at the first flush", over / 1048576.0);
+    let early = metric(&dev.internal_url, "sextant_node_early_flushes_total").await;
+    assert!(early.is_some_and(|n| n >= 1.0), "the flush is counted as early: {early:?}");
     let token = dev.token().await;
     for batch in [0, sent / 2, sent - 1] {
         let trace = get_trace(&dev.url, &token, &format!("b{batch}-t199")).await;

@@ -45,6 +45,9 @@ pub struct NodeMetrics {
     pub flush_seconds: Histogram,
     pub compaction_seconds: Histogram,
     pub compactions: Counter,
+    /// Flushes asked for before a buffer was due, because the node's buffers together passed
+    /// its buffer budget (`shard::background::flusher`).
+    pub early_flushes: Counter,
     /// Log entries appended but not yet applied, per group.
     pub apply_lag: Family<GroupLabel, Gauge>,
     /// Bytes on disk per component (`raft_log`, `segments`, `meta`), allocated blocks.
@@ -76,6 +79,7 @@ impl Default for NodeMetrics {
             flush_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             compaction_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 16)),
             compactions: Counter::default(),
+            early_flushes: Counter::default(),
             apply_lag: Family::default(),
             disk_bytes: Family::default(),
             memory_bytes: Family::default(),
@@ -119,6 +123,11 @@ impl NodeMetrics {
         r.register("flush_seconds", "time to flush a shard buffer into segments", self.flush_seconds.clone());
         r.register("compaction_seconds", "time to merge small segments", self.compaction_seconds.clone());
         r.register("compactions", "segment merges done", self.compactions.clone());
+        r.register(
+            "early_flushes",
+            "flushes asked for before the buffer was due, because the node's buffers together passed --buffer-memory-mib",
+            self.early_flushes.clone(),
+        );
         r.register("apply_lag_entries", "log entries appended but not yet applied, per group", self.apply_lag.clone());
         r.register("disk_bytes", "bytes on disk per component of this node", self.disk_bytes.clone());
         r.register(

@@ -70,8 +70,12 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
                 .collect();
             for group in to_flush(&buffers, host.config.buffer_memory_bytes) {
                 let Some((_, shard)) = shards.iter().find(|(g, _)| *g == group) else { continue };
-                if let Err(e) = shard.raft.trigger().snapshot().await {
-                    tracing::warn!(group, error = %e, "could not trigger a flush");
+                match shard.raft.trigger().snapshot().await {
+                    Err(e) => tracing::warn!(group, error = %e, "could not trigger a flush"),
+                    Ok(()) if !buffers.iter().any(|b| b.group == group && b.due) => {
+                        host.metrics.early_flushes.inc();
+                    }
+                    Ok(()) => {}
                 }
             }
         }
