@@ -31,8 +31,8 @@ pub struct Buffers {
 /// The shards to flush now: every one due on its own, then, while what stays in active
 /// buffers and what is being written pass `budget`, the largest active buffers (of at least
 /// [`MIN_EARLY_FLUSH`]).
-pub fn to_flush(shards: &[Buffers], budget: u64) -> Vec<GroupId> {
-    let mut picked: Vec<GroupId> = shards.iter().filter(|s| s.due).map(|s| s.group).collect();
+pub fn to_flush(shards: &[Buffers], budget: u64) -> Vec<&Buffers> {
+    let mut picked: Vec<&Buffers> = shards.iter().filter(|s| s.due).collect();
     // What is being written counts until it is written; a buffer picked stops growing.
     let mut held =
         shards.iter().map(|s| s.frozen.saturating_add(if s.due { 0 } else { s.active })).fold(0, u64::saturating_add);
@@ -42,7 +42,7 @@ pub fn to_flush(shards: &[Buffers], budget: u64) -> Vec<GroupId> {
         if held <= budget {
             break;
         }
-        picked.push(s.group);
+        picked.push(s);
         held = held.saturating_sub(s.active);
     }
     picked
@@ -68,11 +68,11 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
                     }
                 })
                 .collect();
-            for group in to_flush(&buffers, host.config.buffer_memory_bytes) {
-                let Some((_, shard)) = shards.iter().find(|(g, _)| *g == group) else { continue };
+            for b in to_flush(&buffers, host.config.buffer_memory_bytes) {
+                let Some((group, shard)) = shards.iter().find(|(g, _)| *g == b.group) else { continue };
                 match shard.raft.trigger().snapshot().await {
                     Err(e) => tracing::warn!(group, error = %e, "could not trigger a flush"),
-                    Ok(()) if !buffers.iter().any(|b| b.group == group && b.due) => {
+                    Ok(()) if !b.due => {
                         host.metrics.early_flushes.inc();
                     }
                     Ok(()) => {}
@@ -93,26 +93,31 @@ mod tests {
         Buffers { group, due, active: active_mib * MIB, frozen: frozen_mib * MIB }
     }
 
+    /// The groups [`to_flush`] picks, in its order.
+    fn groups(shards: &[Buffers], budget: u64) -> Vec<GroupId> {
+        to_flush(shards, budget).into_iter().map(|b| b.group).collect()
+    }
+
     #[test]
     fn the_largest_buffer_flushes_early_when_the_node_passes_its_budget() {
         let shards = [buffers(1, false, 200, 0), buffers(2, false, 250, 0), buffers(3, false, 100, 0)];
-        assert!(to_flush(&shards, 1024 * MIB).is_empty(), "550 MiB fit in 1 GiB");
-        assert_eq!(to_flush(&shards, 512 * MIB), [2], "one flush brings 550 MiB to 300");
-        assert_eq!(to_flush(&shards, 250 * MIB), [2, 1], "then the next largest");
+        assert!(groups(&shards, 1024 * MIB).is_empty(), "550 MiB fit in 1 GiB");
+        assert_eq!(groups(&shards, 512 * MIB), [2], "one flush brings 550 MiB to 300");
+        assert_eq!(groups(&shards, 250 * MIB), [2, 1], "then the next largest");
     }
 
     #[test]
     fn buffers_being_written_count_against_the_budget_but_small_ones_are_not_flushed() {
         let shards = [buffers(1, false, 10, 900), buffers(2, false, 120, 0)];
-        assert_eq!(to_flush(&shards, 1024 * MIB), [2], "900 MiB being written and 130 active");
-        assert!(to_flush(&[buffers(1, false, 10, 2000)], 1024 * MIB).is_empty(), "10 MiB would be a draft");
+        assert_eq!(groups(&shards, 1024 * MIB), [2], "900 MiB being written and 130 active");
+        assert!(groups(&[buffers(1, false, 10, 2000)], 1024 * MIB).is_empty(), "10 MiB would be a draft");
     }
 
     #[test]
     fn a_due_buffer_flushes_whatever_the_budget() {
         let shards = [buffers(1, true, 1, 0), buffers(2, false, 300, 0)];
-        assert_eq!(to_flush(&shards, 1 << 40), [1]);
-        assert_eq!(to_flush(&shards, 100 * MIB), [1, 2]);
+        assert_eq!(groups(&shards, 1 << 40), [1]);
+        assert_eq!(groups(&shards, 100 * MIB), [1, 2]);
     }
 
     proptest! {
@@ -127,7 +132,7 @@ mod tests {
             let shards: Vec<Buffers> =
                 shards.into_iter().enumerate().map(|(i, (due, a, f))| buffers(i as GroupId, due, a, f)).collect();
             let budget = budget_mib * MIB;
-            let picked = to_flush(&shards, budget);
+            let picked = groups(&shards, budget);
             let growing = |s: &Buffers| if picked.contains(&s.group) { 0 } else { s.active };
             let held: u64 = shards.iter().map(|s| s.frozen + growing(s)).sum();
             let left_big = shards.iter().any(|s| !picked.contains(&s.group) && s.active >= MIN_EARLY_FLUSH);
