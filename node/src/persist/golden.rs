@@ -104,6 +104,7 @@ fn manifest() -> Manifest {
             max_ns: 1_700_000_500_000_000_000,
             file: FileEntry { name: "seg-000000000007.parquet".into(), len: 4096, xxh3: 0xfeed_beef_0000_0001 },
             summarizes: None,
+            covers: Vec::new(),
             projects: vec![PROJECT_ID.into()],
             draft: false,
         }],

@@ -18,6 +18,7 @@ fn table_to_pb(t: Table) -> pb::Table {
         Table::TraceSummaries => pb::Table::TraceSummaries,
         Table::SpanRollups => pb::Table::SpanRollups,
         Table::SpanHourRollups => pb::Table::SpanHourRollups,
+        Table::SpanDayRollups => pb::Table::SpanDayRollups,
         Table::EventRollups => pb::Table::EventRollups,
         Table::HostRollups => pb::Table::HostRollups,
         Table::Logs => pb::Table::Logs,
@@ -33,6 +34,7 @@ fn table_from_pb(t: i32) -> io::Result<Table> {
         pb::Table::TraceSummaries => Table::TraceSummaries,
         pb::Table::SpanRollups => Table::SpanRollups,
         pb::Table::SpanHourRollups => Table::SpanHourRollups,
+        pb::Table::SpanDayRollups => Table::SpanDayRollups,
         pb::Table::EventRollups => Table::EventRollups,
         pb::Table::HostRollups => Table::HostRollups,
         pb::Table::Logs => Table::Logs,
@@ -53,6 +55,7 @@ fn segment_to_pb(s: &SegmentMeta) -> pb::SegmentMeta {
         max_ns: s.max_ns,
         file: Some(file_to_pb(&s.file)),
         summarizes: s.summarizes,
+        covers: s.covers.clone(),
         projects: s.projects.clone(),
         draft: s.draft,
     }
@@ -68,6 +71,7 @@ fn segment_from_pb(s: pb::SegmentMeta) -> io::Result<SegmentMeta> {
         max_ns: s.max_ns,
         file: file_from_pb(s.file.ok_or_else(|| missing("manifest", "segment file"))?),
         summarizes: s.summarizes,
+        covers: s.covers,
         projects: s.projects,
         draft: s.draft,
     })

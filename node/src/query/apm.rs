@@ -1,6 +1,6 @@
 //! APM endpoints: per (service, operation) counts, error counts, total and a latency sketch,
-//! from span rollups per hour for the whole hours of the range, per minute for the whole
-//! minutes around them, and from spans for the rest.
+//! from span rollups per day for the whole days of the range, per hour for the whole hours
+//! around them, per minute for the whole minutes around those, and from spans for the rest.
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
@@ -32,13 +32,14 @@ impl QueryKind for ApmPlan {
     }
 }
 
-/// `[from, to)` cut into what each part is read from: whole hours from span rollups per hour,
-/// whole minutes around them from rollups per minute, the parts of a minute at either end
-/// from spans. Each rollup part starts and ends on its buckets.
+/// `[from, to)` cut into what each part is read from: whole days from span rollups per day,
+/// whole hours around them from rollups per hour, whole minutes around those from rollups
+/// per minute, the parts of a minute at either end from spans. Each rollup part starts and
+/// ends on its buckets.
 fn pieces(from: i64, to: i64) -> Vec<(Table, i64, i64)> {
     let mut out = Vec::new();
     let mut rest = vec![(from, to)];
-    for table in [Table::SpanHourRollups, Table::SpanRollups] {
+    for table in [Table::SpanDayRollups, Table::SpanHourRollups, Table::SpanRollups] {
         let width = width(table).expect("a rollup table");
         rest = rest
             .into_iter()
@@ -156,18 +157,19 @@ impl Endpoints {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::segment::rollup::{HOUR_NS, MINUTE_NS};
+    use crate::segment::rollup::{DAY_NS, HOUR_NS, MINUTE_NS};
 
     proptest::proptest! {
         /// The parts cover the range exactly, without overlap; each rollup part starts and ends
-        /// on its buckets, and no whole hour is left to minutes nor whole minute to spans.
+        /// on its buckets, and no whole day is left to hours, whole hour to minutes nor whole
+        /// minute to spans.
         #[test]
-        fn a_range_is_cut_into_hours_minutes_and_spans_that_cover_it_once(
+        fn a_range_is_cut_into_days_hours_minutes_and_spans_that_cover_it_once(
             from in -3 * HOUR_NS..3 * HOUR_NS,
-            len in 0..4 * HOUR_NS,
+            len in proptest::prop_oneof![0..4 * HOUR_NS, 0..4 * DAY_NS],
             far in -(1i64 << 60)..(1i64 << 60),
         ) {
-            let from = from + far / HOUR_NS * HOUR_NS;
+            let from = from + far / DAY_NS * DAY_NS;
             let to = from + len;
             let holds_whole = |a: i64, b: i64, width: i64| bucket_at_or_after(a, width).is_some_and(|s| s + width <= b);
             let mut parts = pieces(from, to);
@@ -178,7 +180,11 @@ mod tests {
                 proptest::prop_assert!(a < b);
                 at = b;
                 match table {
-                    Table::SpanHourRollups => proptest::prop_assert!(a % HOUR_NS == 0 && b % HOUR_NS == 0),
+                    Table::SpanDayRollups => proptest::prop_assert!(a % DAY_NS == 0 && b % DAY_NS == 0),
+                    Table::SpanHourRollups => {
+                        proptest::prop_assert!(a % HOUR_NS == 0 && b % HOUR_NS == 0);
+                        proptest::prop_assert!(!holds_whole(a, b, DAY_NS), "a whole day left to hours");
+                    }
                     Table::SpanRollups => {
                         proptest::prop_assert!(a % MINUTE_NS == 0 && b % MINUTE_NS == 0);
                         proptest::prop_assert!(!holds_whole(a, b, HOUR_NS), "a whole hour left to minutes");

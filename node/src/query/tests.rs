@@ -535,6 +535,50 @@ fn apm_over_whole_hours_reads_hour_rollups_and_equals_every_span() {
     assert!(scanned[3] < 100, "one hour read {} rows", scanned[3]);
 }
 
+/// APM over whole days reads a row per endpoint and day once compaction has added up a past
+/// day's hours. Before that, and for a day whose spans segments changed since (late spans), it
+/// reads that day's hours. Every answer equals adding up every span of the range, also after
+/// a restart.
+#[test]
+fn apm_over_whole_days_reads_day_rollups_while_they_are_current_and_equals_every_span() {
+    const DAY_MS: i64 = 86_400_000;
+    let mut sh = Shard::new();
+    // Three days, a span every 20 s (about 12 per endpoint and hour, 720 per day).
+    let mut all = spread(12_960, 0, 20_000, "d");
+    sh.ingest("p", all.clone(), vec![]);
+    sh.ingest("other", spread(100, 0, 2_000_000, "z"), vec![]);
+    sh.flush();
+    let ranges: [((i64, i64), &[&str]); 4] = [
+        ((0, 3 * DAY_MS), &[]),
+        ((30_500, 2 * DAY_MS + 10_250), &[]),
+        ((DAY_MS, 2 * DAY_MS), &["db"]),
+        ((-DAY_MS, 10 * DAY_MS), &["web", "api"]),
+    ];
+    let by_hours = check_apm_against_every_span(&sh, &all, &ranges);
+    let day_rollups = |sh: &mut Shard| {
+        while let Some(job) = sh.s.compaction(i64::MAX / 1_000_000_000) {
+            job.run().unwrap();
+        }
+        sh.s.segment_stats(Table::SpanDayRollups).0
+    };
+    assert_eq!(day_rollups(&mut sh), 3);
+    let by_days = check_apm_against_every_span(&sh, &all, &ranges);
+    assert!(by_days[0] * 10 < by_hours[0], "{by_days:?} against {by_hours:?}");
+
+    // Late spans of the second day: its day rollups cover a spans segment no longer there.
+    let late = spread(50, DAY_MS + 5000, 1000, "late");
+    sh.ingest("p", late.clone(), vec![]);
+    sh.flush();
+    all.extend(late);
+    let stale = check_apm_against_every_span(&sh, &all, &ranges);
+    assert!(stale[0] > by_days[0], "the second day read by hours: {stale:?}");
+    assert_eq!(day_rollups(&mut sh), 3, "the second day's rollups are replaced");
+    let again = check_apm_against_every_span(&sh, &all, &ranges);
+    assert_eq!(again[0], by_days[0]);
+    sh.s = SegmentShard::open(sh._dir.path()).unwrap();
+    assert_eq!(check_apm_against_every_span(&sh, &all, &ranges), again, "after a restart");
+}
+
 /// Events every 40 seconds from `first_ms`, names cycling.
 fn events_over_days(n: usize, first_ms: i64, tag: &str) -> Vec<Event> {
     (0..n)

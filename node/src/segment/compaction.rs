@@ -49,6 +49,21 @@ pub enum Plan {
     Drop(Vec<SegmentMeta>),
     /// Rewrite these segments into one, without expired, hidden or repeated rows.
     Rewrite(Vec<SegmentMeta>),
+    /// Add up a past day's span rollups from the hour rollups of its spans segments.
+    RollDay(DayRollup),
+}
+
+/// The span rollups of a day (see [`Table::SpanDayRollups`]), to write from `hours`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct DayRollup {
+    /// The day's start, unix seconds.
+    pub day: i64,
+    /// The hour rollups of each of the day's spans segments.
+    pub hours: Vec<SegmentMeta>,
+    /// The day's spans segments, sorted by id.
+    pub covers: Vec<u64>,
+    /// The day's stale span rollups, replaced.
+    pub replaces: Vec<SegmentMeta>,
 }
 
 /// Expiry first (whole drops, then partial rewrites of one segment), then merges.
@@ -61,7 +76,48 @@ pub fn next(segments: &[SegmentMeta], policy: &ExpiryPolicy, now_s: i64) -> Opti
     if let Some(s) = data().find(|s| policy.expires_some(s)) {
         return Some(Plan::Rewrite(vec![s.clone()]));
     }
-    plan(segments, now_s).map(Plan::Rewrite)
+    plan(segments, now_s).map(Plan::Rewrite).or_else(|| day_rollup(segments, now_s))
+}
+
+const DAY_S: i64 = 86_400;
+
+/// The oldest past day whose span rollups are missing or stale (its spans segments are not
+/// the ones they cover), once its merges are done; or day rollups left without spans, to
+/// drop. A day with a spans segment lacking hour rollups (an earlier release's) gets none.
+pub fn day_rollup(segments: &[SegmentMeta], now_s: i64) -> Option<Plan> {
+    let mut days: BTreeMap<i64, (Vec<&SegmentMeta>, Vec<&SegmentMeta>)> = BTreeMap::new();
+    let mut hours: HashMap<u64, &SegmentMeta> = HashMap::new();
+    for s in segments {
+        match s.table {
+            Table::Spans => days.entry(s.hour.div_euclid(DAY_S) * DAY_S).or_default().0.push(s),
+            Table::SpanDayRollups => days.entry(s.hour).or_default().1.push(s),
+            Table::SpanHourRollups => {
+                hours.extend(s.summarizes.map(|id| (id, s)));
+            }
+            _ => {}
+        }
+    }
+    for (day, (spans, rolled)) in days {
+        if spans.is_empty() {
+            return Some(Plan::Drop(rolled.into_iter().cloned().collect()));
+        }
+        let mut covers: Vec<u64> = spans.iter().map(|s| s.id).collect();
+        covers.sort_unstable();
+        let current = matches!(rolled[..], [r] if r.covers == covers);
+        if current || day.saturating_add(DAY_S) > now_s {
+            continue;
+        }
+        let Some(hours) = covers.iter().map(|id| hours.get(id).map(|h| (*h).clone())).collect::<Option<Vec<_>>>()
+        else {
+            continue;
+        };
+        if hours.iter().all(|h| h.rows == 0) {
+            continue;
+        }
+        let replaces = rolled.into_iter().cloned().collect();
+        return Some(Plan::RollDay(DayRollup { day, hours, covers, replaces }));
+    }
+    None
 }
 
 /// Whether the time bucket of `table` starting at `start` (seconds) is over at `now_s`: the
@@ -139,6 +195,7 @@ mod tests {
             max_ns: 0,
             file: FileEntry { name: format!("s{id}"), len: 0, xxh3: 0 },
             summarizes: None,
+            covers: Vec::new(),
             projects: vec!["p".into()],
             draft: false,
         }
@@ -215,6 +272,43 @@ mod tests {
             })
             .collect();
         assert_eq!(spans, ["a", "b"]);
+    }
+
+    /// A spans segment of `hour` (seconds) and its hour rollups (id + 3, as a flush numbers them).
+    fn spans_with_hours(id: u64, hour: i64) -> [SegmentMeta; 2] {
+        let hours = SegmentMeta { summarizes: Some(id), ..seg(id + 3, Table::SpanHourRollups, hour, 6) };
+        [seg(id, Table::Spans, hour, SMALL_SEGMENT_ROWS), hours]
+    }
+
+    fn day_rollups_of(day: i64, id: u64, covers: Vec<u64>) -> SegmentMeta {
+        SegmentMeta { covers, ..seg(id, Table::SpanDayRollups, day, 6) }
+    }
+
+    #[test]
+    fn a_past_day_gets_span_rollups_covering_its_spans_segments_and_new_ones_when_they_change() {
+        const DAY: i64 = 86_400 * 20_000;
+        let mut segs: Vec<SegmentMeta> =
+            [spans_with_hours(8, DAY + 3600), spans_with_hours(4, DAY)].into_iter().flatten().collect();
+        assert_eq!(next(&segs, &ExpiryPolicy::default(), DAY + 86_399), None, "the day is not over");
+        let Some(Plan::RollDay(plan)) = next(&segs, &ExpiryPolicy::default(), DAY + 86_400) else {
+            panic!("a day rollup")
+        };
+        assert_eq!((plan.day, plan.covers.clone(), plan.replaces.clone()), (DAY, vec![4, 8], vec![]));
+        let hours: Vec<u64> = plan.hours.iter().map(|s| s.id).collect();
+        assert_eq!(hours, [7, 11], "the hour rollups of both spans segments, as they cover");
+
+        segs.push(day_rollups_of(DAY, 20, vec![4, 8]));
+        assert_eq!(day_rollup(&segs, i64::MAX), None, "current");
+        // A late spans segment of the day: the rollups are stale and replaced.
+        segs.extend(spans_with_hours(24, DAY + 7200));
+        let Some(Plan::RollDay(plan)) = day_rollup(&segs, i64::MAX) else { panic!("a new day rollup") };
+        assert_eq!((plan.covers, plan.replaces.len()), (vec![4, 8, 24], 1));
+        // Without spans left (expired), the rollups are dropped.
+        let orphan = [day_rollups_of(DAY, 20, vec![4, 8])];
+        assert_eq!(day_rollup(&orphan, i64::MAX), Some(Plan::Drop(orphan.to_vec())));
+        // A spans segment without hour rollups (an earlier release's): no day rollups.
+        let old = [seg(30, Table::Spans, DAY, 10)];
+        assert_eq!(day_rollup(&old, i64::MAX), None);
     }
 
     #[test]

@@ -63,6 +63,10 @@ pub struct SegmentMeta {
     /// For a derived segment (trace summaries, rollups): the spans or events segment it derives
     /// from (replaced with it).
     pub summarizes: Option<u64>,
+    /// For a day's span rollups: the ids of the spans segments whose hour rollups it adds
+    /// up, sorted. Readers use it only while those are exactly the day's spans segments.
+    #[serde(default)]
+    pub covers: Vec<u64>,
     /// The projects with rows here, sorted: retention drops a segment without reading it
     /// when every one of them has expired.
     pub projects: Vec<String>,
@@ -321,6 +325,7 @@ pub fn write(
         max_ns,
         file: FileEntry { name, len, xxh3: hash.digest() },
         summarizes: None,
+        covers: Vec::new(),
         projects: {
             let mut p: Vec<String> = rows.iter().map(|r| r.project.to_owned()).collect();
             p.dedup();

@@ -255,6 +255,16 @@ fn span_hour_rollups() -> Vec<Row> {
     rows.collect()
 }
 
+fn span_day_rollups() -> Vec<Row> {
+    let rows = span_rollups().into_iter().enumerate().map(|(i, row)| match row {
+        Row::SpanRollup(r) => {
+            Row::SpanDayRollup(SpanRollup { bucket_unix_nanos: (DAY + 86_400 * (i as i64 / 6)) * 1_000_000_000, ..r })
+        }
+        other => other,
+    });
+    rows.collect()
+}
+
 fn event_rollups() -> Vec<Row> {
     (0..9u64)
         .map(|i| {
@@ -308,6 +318,7 @@ fn fixture_rows() -> Vec<FixtureSegment> {
         (Table::EventRollups, DAY, with_projects(event_rollups(), 6)),
         (Table::HostRollups, HOUR, with_projects(host_rollups(), 4)),
         (Table::SpanHourRollups, HOUR, with_projects(span_hour_rollups(), 6)),
+        (Table::SpanDayRollups, DAY, with_projects(span_day_rollups(), 6)),
     ]
 }
 
@@ -328,7 +339,9 @@ fn write_format_1_segment_fixtures() {
         let refs: Vec<RowRef<'_>> =
             rows.iter().enumerate().map(|(i, (project, row))| RowRef::new(project, row, (i % 2) as u32)).collect();
         let mut meta = file::write(&dir, id as u64 + 1, table, hour, &refs, &BATCHES, None, Effort::Final).unwrap();
-        if table.is_derived() {
+        if table == Table::SpanDayRollups {
+            meta.covers = vec![1];
+        } else if table.is_derived() {
             meta.summarizes = Some(1);
         }
         manifest.segments.push(meta);
@@ -347,7 +360,9 @@ fn segments_written_by_format_1_still_read() {
     for (meta, (table, hour, rows)) in manifest.segments.iter().zip(expected) {
         let name = table.name();
         assert_eq!((meta.table, meta.hour, meta.rows), (table, hour, rows.len() as u64), "{name}");
-        assert_eq!(meta.summarizes, table.is_derived().then_some(1), "{name}");
+        let day = table == Table::SpanDayRollups;
+        assert_eq!(meta.summarizes, (table.is_derived() && !day).then_some(1), "{name}");
+        assert_eq!(meta.covers, if day { vec![1] } else { vec![] }, "{name}");
         let mut projects: Vec<String> = rows.iter().map(|(p, _)| (*p).to_owned()).collect();
         projects.dedup();
         assert_eq!(meta.projects, projects, "{name}");

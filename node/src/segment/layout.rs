@@ -672,6 +672,7 @@ mod tests {
             max_ns: i64::MAX,
             file: crate::archive::FileEntry { name, len, xxh3: 0 },
             summarizes: None,
+            covers: Vec::new(),
             projects: vec!["p".into()],
             draft: false,
         }

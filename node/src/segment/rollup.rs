@@ -22,6 +22,7 @@ use super::table::{Cols, Row, RowRef, Table};
 
 pub const MINUTE_NS: i64 = 60_000_000_000;
 pub const HOUR_NS: i64 = 60 * MINUTE_NS;
+pub const DAY_NS: i64 = 24 * HOUR_NS;
 
 /// The start of the `width`-long bucket (from the epoch) holding `t`.
 pub fn bucket_of(t: i64, width: i64) -> i64 {
@@ -51,6 +52,7 @@ pub fn width(table: Table) -> Option<i64> {
     match table {
         Table::EventRollups | Table::SpanHourRollups => Some(HOUR_NS),
         Table::SpanRollups | Table::HostRollups => Some(MINUTE_NS),
+        Table::SpanDayRollups => Some(DAY_NS),
         _ => None,
     }
 }
@@ -79,14 +81,26 @@ pub fn rollup_rows(table: Table, rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
 /// Span rollups per hour added up from `minutes` (span rollups per minute): per (project,
 /// hour, service, operation), in segment order.
 pub fn span_hour_rollups(minutes: &[(String, Row)]) -> Vec<(String, Row)> {
+    added_up(minutes, HOUR_NS, Row::SpanHourRollup)
+}
+
+/// Span rollups per day added up from `hours` (span rollups per hour), as
+/// [`span_hour_rollups`] does from minutes.
+pub fn span_day_rollups(hours: &[(String, Row)]) -> Vec<(String, Row)> {
+    added_up(hours, DAY_NS, Row::SpanDayRollup)
+}
+
+/// Span rollup rows of `rows` added up per (project, `width`-long bucket, service, operation).
+fn added_up(rows: &[(String, Row)], width: i64, row: fn(SpanRollup) -> Row) -> Vec<(String, Row)> {
     let mut groups: SpanGroups<'_> = FxHashMap::default();
-    for (project, row) in minutes {
-        if let Row::SpanRollup(r) = row {
-            let key = (project.as_str(), hour_of(r.bucket_unix_nanos), r.service.as_str(), r.operation.as_str());
+    for (project, r) in rows {
+        if let Row::SpanRollup(r) | Row::SpanHourRollup(r) = r {
+            let key =
+                (project.as_str(), bucket_of(r.bucket_unix_nanos, width), r.service.as_str(), r.operation.as_str());
             groups.entry(key).or_default().absorb(&r.totals);
         }
     }
-    span_rollup_rows(groups, Row::SpanHourRollup)
+    span_rollup_rows(groups, row)
 }
 
 /// Per (project, minute, service, operation), the totals of the spans among `rows`.
@@ -275,9 +289,14 @@ impl Running {
     pub fn rows(&self, table: Table, project: &str, names: &[&str], from_ns: i64, to_ns: i64) -> Vec<Row> {
         let named = |g: &&Group| names.is_empty() || names.contains(&&*g.name);
         let groups = self.groups_in(kept_as(table), from_ns, to_ns).filter(|g| *g.project == *project).filter(named);
-        if table == Table::SpanHourRollups {
+        let width = match table {
+            Table::SpanHourRollups => Some((HOUR_NS, Row::SpanHourRollup as fn(SpanRollup) -> Row)),
+            Table::SpanDayRollups => Some((DAY_NS, Row::SpanDayRollup as fn(SpanRollup) -> Row)),
+            _ => None,
+        };
+        if let Some((width, row)) = width {
             let minutes: Vec<(String, Row)> = groups.map(|g| (String::new(), g.row())).collect();
-            return span_hour_rollups(&minutes).into_iter().map(|(_, row)| row).collect();
+            return added_up(&minutes, width, row).into_iter().map(|(_, row)| row).collect();
         }
         groups.map(|g| g.row()).collect()
     }
@@ -296,11 +315,11 @@ impl Running {
     }
 }
 
-/// The rollup table whose running rows make those of `table`: hours are added up from
-/// minutes when read.
+/// The rollup table whose running rows make those of `table`: hours and days are added up
+/// from minutes when read.
 fn kept_as(table: Table) -> Table {
     match table {
-        Table::SpanHourRollups => Table::SpanRollups,
+        Table::SpanHourRollups | Table::SpanDayRollups => Table::SpanRollups,
         other => other,
     }
 }

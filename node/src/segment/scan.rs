@@ -137,6 +137,7 @@ impl Scan {
             Table::TraceSummaries => &["project", "start_ns", "trace_id"],
             Table::SpanRollups => &["project", "minute_ns", "service"],
             Table::SpanHourRollups => &["project", "hour_ns", "service"],
+            Table::SpanDayRollups => &["project", "day_ns", "service"],
             Table::EventRollups => &["project", "hour_ns", "event"],
             Table::Logs => &["project", "time_ns", "service", "level"],
             Table::HostMetrics => &["project", "time_ns", "hostname"],
@@ -185,7 +186,7 @@ impl Scan {
                 any("service", &f.services) && one("trace_id", &f.trace_id) && one("operation", &f.operation)
             }
             Table::TraceSummaries => one("trace_id", &f.trace_id),
-            Table::SpanRollups | Table::SpanHourRollups => any("service", &f.services),
+            Table::SpanRollups | Table::SpanHourRollups | Table::SpanDayRollups => any("service", &f.services),
             Table::EventRollups => any("event", &f.events),
             Table::Logs => any("service", &f.services) && one("trace_id", &f.trace_id),
             Table::HostMetrics | Table::HostRollups => one("hostname", &f.hostname),
@@ -255,7 +256,9 @@ impl Scan {
                 need(f.errors_only, "error_count");
                 need(f.min_duration_ns.is_some(), "end_ns");
             }
-            Table::SpanRollups | Table::SpanHourRollups => need(!f.services.is_empty(), "service"),
+            Table::SpanRollups | Table::SpanHourRollups | Table::SpanDayRollups => {
+                need(!f.services.is_empty(), "service")
+            }
             Table::EventRollups => need(!f.events.is_empty(), "event"),
             Table::Logs => {
                 need(!f.services.is_empty(), "service");
@@ -285,7 +288,9 @@ impl Scan {
         match self.table {
             Table::HostRollups => f.hostname.iter().map(String::as_str).collect(),
             Table::EventRollups => f.events.iter().map(String::as_str).collect(),
-            Table::SpanRollups | Table::SpanHourRollups => f.services.iter().map(String::as_str).collect(),
+            Table::SpanRollups | Table::SpanHourRollups | Table::SpanDayRollups => {
+                f.services.iter().map(String::as_str).collect()
+            }
             _ => Vec::new(),
         }
     }
@@ -394,7 +399,7 @@ impl Scan {
                         })
                 })
             }
-            Table::SpanRollups | Table::SpanHourRollups => {
+            Table::SpanRollups | Table::SpanHourRollups | Table::SpanDayRollups => {
                 let services = among("service", &f.services);
                 rows(&common, |i| one_of(&services, i))
             }

@@ -33,6 +33,9 @@ pub enum Table {
     SpanRollups,
     /// Span rollups per hour instead of minute; one per spans segment.
     SpanHourRollups,
+    /// Span rollups per day, added up by compaction from the hour rollups of a past day's
+    /// spans segments (listed in its `covers`); one per day.
+    SpanDayRollups,
     Logs,
     HostMetrics,
     /// Derived from host metrics at flush and compaction; one rollup segment per segment.
@@ -54,11 +57,12 @@ fn opt(n: &str, t: DataType) -> Field {
 }
 
 impl Table {
-    pub const ALL: [Table; 10] = [
+    pub const ALL: [Table; 11] = [
         Table::Spans,
         Table::TraceSummaries,
         Table::SpanRollups,
         Table::SpanHourRollups,
+        Table::SpanDayRollups,
         Table::Logs,
         Table::HostMetrics,
         Table::HostRollups,
@@ -75,7 +79,7 @@ impl Table {
     /// The table a derived table's rows come from (itself for the others).
     pub fn source(self) -> Table {
         match self {
-            Table::TraceSummaries | Table::SpanRollups | Table::SpanHourRollups => Table::Spans,
+            Table::TraceSummaries | Table::SpanRollups | Table::SpanHourRollups | Table::SpanDayRollups => Table::Spans,
             Table::EventRollups => Table::Events,
             Table::HostRollups => Table::HostMetrics,
             other => other,
@@ -88,6 +92,7 @@ impl Table {
             Table::TraceSummaries => "trace_summaries",
             Table::SpanRollups => "span_rollups",
             Table::SpanHourRollups => "span_hour_rollups",
+            Table::SpanDayRollups => "span_day_rollups",
             Table::Logs => "logs",
             Table::HostMetrics => "host_metrics",
             Table::HostRollups => "host_rollups",
@@ -103,6 +108,7 @@ impl Table {
             Table::Spans | Table::TraceSummaries => "start_ns",
             Table::SpanRollups | Table::HostRollups => "minute_ns",
             Table::EventRollups | Table::SpanHourRollups => "hour_ns",
+            Table::SpanDayRollups => "day_ns",
             _ => "time_ns",
         }
     }
@@ -131,7 +137,7 @@ impl Table {
                 Field::new("error_count", DataType::UInt32, false),
                 Field::new("services", DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), false),
             ],
-            Table::SpanRollups | Table::SpanHourRollups => vec![
+            Table::SpanRollups | Table::SpanHourRollups | Table::SpanDayRollups => vec![
                 utf8("service"),
                 utf8("operation"),
                 int64(self.time_column()),
@@ -210,6 +216,7 @@ impl Table {
             Table::Logs => &["project", "time_ns"],
             Table::SpanRollups => &["project", "minute_ns"],
             Table::EventRollups | Table::SpanHourRollups => &["project", "hour_ns"],
+            Table::SpanDayRollups => &["project", "day_ns"],
             Table::HostMetrics => &["project", "hostname", "time_ns"],
             Table::HostRollups => &["project", "hostname", "minute_ns"],
             // All events of a user together: funnels and retention read one user at a time.
@@ -231,6 +238,7 @@ pub enum Row {
     TraceSummary(TraceSummary),
     SpanRollup(SpanRollup),
     SpanHourRollup(SpanRollup),
+    SpanDayRollup(SpanRollup),
     Log(LogRow),
     HostMetric(HostMetricRow),
     HostRollup(HostRollup),
@@ -246,6 +254,7 @@ impl Row {
             Row::TraceSummary(_) => Table::TraceSummaries,
             Row::SpanRollup(_) => Table::SpanRollups,
             Row::SpanHourRollup(_) => Table::SpanHourRollups,
+            Row::SpanDayRollup(_) => Table::SpanDayRollups,
             Row::Log(_) => Table::Logs,
             Row::HostMetric(_) => Table::HostMetrics,
             Row::HostRollup(_) => Table::HostRollups,
@@ -259,7 +268,7 @@ impl Row {
         match self {
             Row::Span(s) => s.start_unix_nanos,
             Row::TraceSummary(s) => s.start_unix_nanos,
-            Row::SpanRollup(r) | Row::SpanHourRollup(r) => r.bucket_unix_nanos,
+            Row::SpanRollup(r) | Row::SpanHourRollup(r) | Row::SpanDayRollup(r) => r.bucket_unix_nanos,
             Row::Log(l) => l.unix_nanos,
             Row::HostMetric(m) => m.unix_nanos,
             Row::HostRollup(r) => r.means.start_unix_nanos,
@@ -274,7 +283,7 @@ impl Row {
         match self {
             Row::Span(s) => (&s.trace_id, s.start_unix_nanos),
             Row::TraceSummary(s) => (&s.trace_id, s.start_unix_nanos),
-            Row::SpanRollup(r) | Row::SpanHourRollup(r) => ("", r.bucket_unix_nanos),
+            Row::SpanRollup(r) | Row::SpanHourRollup(r) | Row::SpanDayRollup(r) => ("", r.bucket_unix_nanos),
             Row::Log(l) => ("", l.unix_nanos),
             Row::HostMetric(m) => (&m.hostname, m.unix_nanos),
             Row::HostRollup(r) => (&r.hostname, r.means.start_unix_nanos),
@@ -475,7 +484,7 @@ fn build_columns<'l>(
                 V::L(&t.services),
                 b,
             ]),
-            Row::SpanRollup(r) | Row::SpanHourRollup(r) => cols.push(&[
+            Row::SpanRollup(r) | Row::SpanHourRollup(r) | Row::SpanDayRollup(r) => cols.push(&[
                 p,
                 V::S(&r.service),
                 V::S(&r.operation),
@@ -742,11 +751,15 @@ pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u3
                 })
             })
         }
-        Table::SpanRollups | Table::SpanHourRollups => {
+        Table::SpanRollups | Table::SpanHourRollups | Table::SpanDayRollups => {
             let (service, operation) = (text("service"), text("operation"));
             let (bucket, count, errors, durations) =
                 (c.i64(table.time_column()), c.u64("count"), c.u64("errors"), c.bin("durations"));
-            let row = if table == Table::SpanRollups { Row::SpanRollup } else { Row::SpanHourRollup };
+            let row = match table {
+                Table::SpanRollups => Row::SpanRollup,
+                Table::SpanHourRollups => Row::SpanHourRollup,
+                _ => Row::SpanDayRollup,
+            };
             each(&|i| {
                 let (duration_sum_ns, latency) =
                     super::rollup::decode_durations(durations.value(i)).expect("rollups of a readable segment decode");

@@ -11,9 +11,10 @@ use super::flush::{write_segment, IDS_PER_SEGMENT};
 use super::{Persisted, Published, SegmentShard};
 use crate::durable::sync_dir;
 use crate::failpoint;
-use crate::segment::compaction::{self, merge_rows, ExpiryPolicy};
-use crate::segment::file::Effort;
-use crate::segment::table::RowRef;
+use crate::segment::compaction::{self, merge_rows, DayRollup, ExpiryPolicy};
+use crate::segment::file::{self as segment_file, Effort, SegmentMeta};
+use crate::segment::rollup::span_day_rollups;
+use crate::segment::table::{RowRef, Table};
 use crate::segment::user_number::UserNumbers;
 use crate::segment::Segment;
 
@@ -30,17 +31,23 @@ impl SegmentShard {
         // possibly for long); the job re-checks its inputs under that lock before swapping.
         let published = self.published.read().unwrap();
         let metas: Vec<_> = published.segments.iter().map(|s| s.meta.clone()).collect();
-        let (picked, drop_only) = match compaction::next(&metas, &self.expiry, now_s)? {
-            compaction::Plan::Drop(segments) => (segments, true),
-            compaction::Plan::Rewrite(segments) => (segments, false),
+        let (picked, work) = match compaction::next(&metas, &self.expiry, now_s)? {
+            compaction::Plan::Drop(segments) => (segments, Work::Drop),
+            compaction::Plan::Rewrite(segments) => (segments, Work::Merge),
+            compaction::Plan::RollDay(DayRollup { day, hours, covers, replaces }) => {
+                (hours, Work::RollDay { day, covers, replaces: replaces.iter().map(|s| s.id).collect() })
+            }
         };
         let ids: HashSet<u64> = picked.iter().map(|s| s.id).collect();
-        let derived = metas.iter().filter(|s| s.summarizes.is_some_and(|id| ids.contains(&id))).map(|s| s.id).collect();
+        let derived = match work {
+            Work::RollDay { .. } => Vec::new(),
+            _ => metas.iter().filter(|s| s.summarizes.is_some_and(|id| ids.contains(&id))).map(|s| s.id).collect(),
+        };
         let inputs: Vec<Arc<Segment>> =
             published.segments.iter().filter(|s| ids.contains(&s.meta.id)).cloned().collect();
         (inputs.len() == ids.len()).then(|| CompactionJob {
             dir: self.dir.clone(),
-            drop_only,
+            work,
             expiry: self.expiry.clone(),
             inputs,
             derived,
@@ -56,8 +63,7 @@ impl SegmentShard {
 /// apply path. Readers keep using the inputs until the new manifest is published.
 pub struct CompactionJob {
     dir: PathBuf,
-    /// Every row of the inputs is expired: delete them without reading.
-    drop_only: bool,
+    work: Work,
     expiry: Arc<ExpiryPolicy>,
     inputs: Vec<Arc<Segment>>,
     /// Segments derived from the inputs (trace summaries, rollups): replaced along with them.
@@ -68,6 +74,17 @@ pub struct CompactionJob {
     persisted: Arc<Mutex<Persisted>>,
     /// The replica's [`SegmentShard::closer`] flag.
     closed: Arc<RwLock<bool>>,
+}
+
+/// What a compaction job does with its inputs.
+enum Work {
+    /// Every row of the inputs is expired: delete them without reading.
+    Drop,
+    /// Merge them into one segment (and its derived ones).
+    Merge,
+    /// Add up the inputs (the hour rollups of the day's spans segments `covers`) into the
+    /// day's span rollups, replacing the stale ones.
+    RollDay { day: i64, covers: Vec<u64>, replaces: Vec<u64> },
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -88,9 +105,12 @@ impl CompactionJob {
         }
         // Only aborts already in the manifest: a replica that restarts rebuilds its uuid set
         // from the segments and these tombstones, and must find the rows every replica kept.
+        if let Work::RollDay { day, covers, replaces } = &self.work {
+            return self.roll_day(*day, covers, replaces);
+        }
         let tombstones = self.persisted.lock().unwrap().manifest.tombstones.clone();
         let mut rows = Vec::new();
-        for seg in self.inputs.iter().filter(|_| !self.drop_only) {
+        for seg in self.inputs.iter().filter(|_| matches!(self.work, Work::Merge)) {
             for (project, row, ordinal) in seg.read(None)? {
                 let batch = seg.batches.get(ordinal as usize).copied().unwrap_or_default();
                 rows.push((project, row, batch));
@@ -111,6 +131,58 @@ impl CompactionJob {
             })
             .collect();
         let (table, hour) = (self.inputs[0].meta.table, self.inputs[0].meta.hour);
+        let written = self.write(|dir, first_id| {
+            if refs.is_empty() {
+                return Ok(Vec::new());
+            }
+            write_segment(dir, first_id, table, hour, &refs, &batches, None, &self.users, Effort::Final)
+        })?;
+        let mut gone: HashSet<u64> = self.inputs.iter().map(|s| s.meta.id).collect();
+        gone.extend(&self.derived);
+        let outputs = written.iter().filter(|(m, _)| !m.table.is_derived()).count();
+        if !self.swap(written, &gone, &gone)? {
+            return Ok(CompactionOutcome::Superseded);
+        }
+        Ok(CompactionOutcome::Merged { inputs: self.inputs.len(), outputs, rows_in, rows_out: refs.len() as u64 })
+    }
+
+    /// Writes the day's span rollups, added up from the hour rollups of its spans segments.
+    fn roll_day(&self, day: i64, covers: &[u64], replaces: &[u64]) -> io::Result<CompactionOutcome> {
+        let mut hours = Vec::new();
+        for seg in &self.inputs {
+            hours.extend(seg.read(None)?.into_iter().map(|(project, row, _)| (project, row)));
+        }
+        let rows = span_day_rollups(&hours);
+        let refs: Vec<RowRef<'_>> = rows.iter().map(|(project, row)| RowRef::new(project, row, 0)).collect();
+        let written = self.write(|dir, id| {
+            if refs.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut meta = segment_file::write(dir, id, Table::SpanDayRollups, day, &refs, &[], None, Effort::Final)?;
+            meta.covers = covers.to_vec();
+            Ok(vec![meta])
+        })?;
+        let gone: HashSet<u64> = replaces.iter().copied().collect();
+        let mut needed = gone.clone();
+        needed.extend(covers);
+        needed.extend(self.inputs.iter().map(|s| s.meta.id));
+        if !self.swap(written, &gone, &needed)? {
+            return Ok(CompactionOutcome::Superseded);
+        }
+        Ok(CompactionOutcome::Merged {
+            inputs: self.inputs.len(),
+            outputs: 0,
+            rows_in: hours.len() as u64,
+            rows_out: refs.len() as u64,
+        })
+    }
+
+    /// Writes segments under ids reserved for them, synced and opened. A failed write (a full
+    /// disk) leaves no partial output behind; the next pass retries.
+    fn write(
+        &self,
+        write: impl FnOnce(&std::path::Path, u64) -> io::Result<Vec<SegmentMeta>>,
+    ) -> io::Result<Vec<(SegmentMeta, Arc<Segment>)>> {
         let first_id = {
             // Reserve ids; the next manifest written (by a flush or by us) records them.
             let mut p = self.persisted.lock().unwrap();
@@ -118,39 +190,46 @@ impl CompactionJob {
             p.manifest.next_segment += IDS_PER_SEGMENT;
             id
         };
-        let mut written = Vec::new();
-        let opened = (|| {
-            if !refs.is_empty() {
-                written =
-                    write_segment(&self.dir, first_id, table, hour, &refs, &batches, None, &self.users, Effort::Final)?;
+        let opened = (|| -> io::Result<Vec<(SegmentMeta, Arc<Segment>)>> {
+            let written = write(&self.dir, first_id)?;
+            if !written.is_empty() {
                 sync_dir(&self.dir)?;
             }
-            written.iter().map(|m| Segment::open(&self.dir, m.clone()).map(Arc::new)).collect::<io::Result<Vec<_>>>()
+            written.into_iter().map(|m| Ok((m.clone(), Arc::new(Segment::open(&self.dir, m)?)))).collect()
         })();
-        // A failed merge (a full disk) leaves no partial output behind; the next pass retries.
-        let opened =
-            opened.inspect_err(|_| super::flush::remove_unlisted(&self.dir, first_id..first_id + IDS_PER_SEGMENT))?;
+        opened.inspect_err(|_| super::flush::remove_unlisted(&self.dir, first_id..first_id + IDS_PER_SEGMENT))
+    }
 
+    /// Publishes `written` in place of the segments `gone`, if every segment of `needed` is
+    /// still in the manifest (else removes `written` and returns false: superseded).
+    fn swap(
+        &self,
+        written: Vec<(SegmentMeta, Arc<Segment>)>,
+        gone: &HashSet<u64>,
+        needed: &HashSet<u64>,
+    ) -> io::Result<bool> {
         failpoint::hit(failpoint::COMPACTION_BEFORE_MANIFEST);
         let mut p = self.persisted.lock().unwrap();
-        let mut gone: HashSet<u64> = self.inputs.iter().map(|s| s.meta.id).collect();
-        gone.extend(&self.derived);
-        let present = p.manifest.segments.iter().filter(|s| gone.contains(&s.id)).count();
-        if present != gone.len() {
+        let present = p.manifest.segments.iter().filter(|s| needed.contains(&s.id)).count();
+        if present != needed.len() {
             drop(p);
-            for m in &written {
+            for (m, _) in &written {
                 let _ = std::fs::remove_file(self.dir.join(&m.file.name));
             }
-            return Ok(CompactionOutcome::Superseded);
+            return Ok(false);
         }
+        let (written, opened): (Vec<SegmentMeta>, Vec<Arc<Segment>>) = written.into_iter().unzip();
+        let first_id = written.first().map(|m| m.id);
         let mut manifest = p.manifest.clone();
         let removed: Vec<String> =
             manifest.segments.iter().filter(|s| gone.contains(&s.id)).map(|s| s.file.name.clone()).collect();
         manifest.segments.retain(|s| !gone.contains(&s.id));
-        manifest.segments.extend(written.iter().cloned());
-        let entry = manifest
-            .store(&self.dir)
-            .inspect_err(|_| super::flush::remove_unlisted(&self.dir, first_id..first_id + IDS_PER_SEGMENT))?;
+        manifest.segments.extend(written);
+        let entry = manifest.store(&self.dir).inspect_err(|_| {
+            if let Some(id) = first_id {
+                super::flush::remove_unlisted(&self.dir, id..id + IDS_PER_SEGMENT)
+            }
+        })?;
         {
             let mut pubd = self.published.write().unwrap();
             pubd.segments.retain(|s| !gone.contains(&s.meta.id));
@@ -163,12 +242,7 @@ impl CompactionJob {
         for name in removed {
             let _ = std::fs::remove_file(self.dir.join(name));
         }
-        Ok(CompactionOutcome::Merged {
-            inputs: self.inputs.len(),
-            outputs: written.iter().filter(|m| !m.table.is_derived()).count(),
-            rows_in,
-            rows_out: refs.len() as u64,
-        })
+        Ok(true)
     }
 }
 
@@ -269,10 +343,11 @@ mod tests {
         checkpoint(&mut s, 1);
         assert_eq!(spans_segments(&s), [true]);
         assert!(s.compaction(0).is_none(), "the hour is not over");
-        let job = s.compaction(i64::MAX).expect("a lone draft of a past hour");
+        // An hour later: the hour is over, its day is not (no day rollups yet).
+        let job = s.compaction(3600).expect("a lone draft of a past hour");
         assert_eq!(job.run().unwrap(), CompactionOutcome::Merged { inputs: 1, outputs: 1, rows_in: 2, rows_out: 2 });
         assert_eq!(spans_segments(&s), [false]);
-        assert!(s.compaction(i64::MAX).is_none(), "a final segment alone is left as it is");
+        assert!(s.compaction(3600).is_none(), "a final segment alone is left as it is");
         assert_eq!(scan_all(&s, Table::Spans, "p", Filter::default()).len(), 2);
         drop(s);
         let s = SegmentShard::open(dir.path()).unwrap();
@@ -289,7 +364,7 @@ mod tests {
         ingest(&mut s, 1, 1, batch("p", vec![span("t1", "a", 10)]));
         checkpoint(&mut s, 1);
         assert_eq!(spans_segments(&s), [false]);
-        assert!(s.compaction(i64::MAX).is_none(), "nothing to rewrite");
+        assert!(s.compaction(7200).is_none(), "nothing to rewrite");
     }
 
     fn spans_segments(s: &SegmentShard) -> Vec<bool> {

@@ -1,7 +1,7 @@
 //! Reads: a scan or trace lookup selects the buffered rows under the state lock and keeps
 //! the segment list; [`ScanJob`] and [`TraceLookup`] then read the segments without it.
 
-use std::collections::{BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io;
 use std::sync::Arc;
 
@@ -48,11 +48,10 @@ impl SegmentShard {
         for frozen in &published.frozen {
             buffered.extend(frozen.scan_rows(&scan, &hidden, users));
         }
-        let Sources { segments, unrolled, resummarized } =
-            sources(&published.segments, &scan, source_scan, &tombstones);
+        let sources = sources(&published.segments, &scan, source_scan, &tombstones);
         drop(published);
         let numbering = users.map(|_| Numbering::new(self.users.clone(), scan.returns(USER_ID)));
-        ScanJob { scan, buffered, segments, unrolled, resummarized, tombstones, numbering }
+        ScanJob::of(scan, buffered, sources, tombstones, numbering)
     }
 
     /// What [`scan`](Self::scan) would read, without reading it: the candidate row groups of
@@ -69,25 +68,16 @@ impl SegmentShard {
             cost.rows += rows;
             cost.bytes += bytes;
         }
-        let Sources { segments, unrolled, resummarized } =
-            sources(&published.segments, scan, source_scan, &self.tombstones);
-        let unrolled =
-            unrolled.iter().flat_map(|(source_scan, segments)| segments.iter().map(move |s| (source_scan, s)));
-        let summary_source = scan.summary_source();
-        let resummarized = summary_source.iter().flat_map(|spans| resummarized.iter().map(move |s| (spans, s)));
-        let estimates = segments
-            .iter()
-            .map(|s| s.estimate(scan))
-            .chain(unrolled.chain(resummarized).map(|(source_scan, s)| s.estimate(source_scan)));
-        for (rows, bytes) in estimates {
-            cost.rows += rows;
-            cost.bytes += bytes;
-        }
+        let sources = sources(&published.segments, scan, source_scan, &self.tombstones);
+        let (rows, bytes) = sources.estimate(scan);
+        cost.rows += rows;
+        cost.bytes += bytes;
         cost
     }
 }
 
 /// The segments a scan reads (see [`sources`]).
+#[derive(Default)]
 struct Sources {
     /// Read as they are.
     segments: Vec<Arc<Segment>>,
@@ -95,6 +85,25 @@ struct Sources {
     unrolled: Option<(Scan, Vec<Arc<Segment>>)>,
     /// For a trace-summary scan: spans segments summarized again from their visible spans.
     resummarized: Vec<Arc<Segment>>,
+    /// For a scan of day rollups: the days without current ones, read as hour rollups.
+    hours: Vec<(Scan, Sources)>,
+}
+
+impl Sources {
+    /// Rows and bytes of the candidate row groups (see [`Segment::estimate`]).
+    fn estimate(&self, scan: &Scan) -> (u64, u64) {
+        let unrolled =
+            self.unrolled.iter().flat_map(|(source_scan, segments)| segments.iter().map(move |s| (source_scan, s)));
+        let summary_source = scan.summary_source();
+        let resummarized = summary_source.iter().flat_map(|spans| self.resummarized.iter().map(move |s| (spans, s)));
+        let estimates = self
+            .segments
+            .iter()
+            .map(|s| s.estimate(scan))
+            .chain(unrolled.chain(resummarized).map(|(source_scan, s)| s.estimate(source_scan)))
+            .chain(self.hours.iter().map(|(hour_scan, sources)| sources.estimate(hour_scan)));
+        estimates.fold((0, 0), |(rows, bytes), (r, b)| (rows + r, bytes + b))
+    }
 }
 
 /// The segments a scan reads. Derived rows stored beside a segment that holds a batch aborted
@@ -104,6 +113,9 @@ struct Sources {
 /// release) or too few rows per rollup row for the rollup to be cheaper.
 fn sources(segments: &[Arc<Segment>], scan: &Scan, source_scan: Option<Scan>, tombstones: &BTreeSet<u128>) -> Sources {
     let holds_aborted = |s: &Segment| s.batches.iter().any(|b| tombstones.contains(b));
+    if scan.table == Table::SpanDayRollups {
+        return day_sources(segments, scan, tombstones);
+    }
     let Some(source_scan) = source_scan else {
         let by_id: HashMap<u64, &Arc<Segment>> = segments.iter().map(|s| (s.meta.id, s)).collect();
         let (mut kept, mut resummarized) = (Vec::new(), Vec::new());
@@ -113,7 +125,7 @@ fn sources(segments: &[Arc<Segment>], scan: &Scan, source_scan: Option<Scan>, to
                 _ => kept.push(s.clone()),
             }
         }
-        return Sources { segments: kept, unrolled: None, resummarized };
+        return Sources { segments: kept, unrolled: None, resummarized, hours: Vec::new() };
     };
     let rollups: HashMap<u64, &Arc<Segment>> =
         segments.iter().filter(|s| s.meta.table == scan.table).filter_map(|s| Some((s.meta.summarizes?, s))).collect();
@@ -131,8 +143,62 @@ fn sources(segments: &[Arc<Segment>], scan: &Scan, source_scan: Option<Scan>, to
             _ => unrolled.push(source.clone()),
         }
     }
-    Sources { segments: stored, unrolled: Some((source_scan, unrolled)), resummarized: Vec::new() }
+    Sources { segments: stored, unrolled: Some((source_scan, unrolled)), resummarized: Vec::new(), hours: Vec::new() }
 }
+
+/// The segments a scan of day rollups reads: a day's span rollups where they are current
+/// (they cover exactly the day's spans segments, none holding an aborted batch), and for the
+/// other days of the range with spans, what a scan of hour rollups of those days reads.
+fn day_sources(segments: &[Arc<Segment>], scan: &Scan, tombstones: &BTreeSet<u128>) -> Sources {
+    let day_of = |s: &Segment| s.meta.hour.div_euclid(DAY_S) * DAY_S;
+    let mut days: BTreeMap<i64, (Vec<&Arc<Segment>>, Vec<&Arc<Segment>>)> = BTreeMap::new();
+    for s in segments {
+        let (from_s, to_s) = (scan.from_ns.div_euclid(1_000_000_000), scan.to_ns.div_euclid(1_000_000_000));
+        let day = day_of(s);
+        if day.saturating_add(DAY_S) <= from_s || day >= to_s {
+            continue;
+        }
+        match s.meta.table {
+            Table::Spans => days.entry(day).or_default().0.push(s),
+            Table::SpanDayRollups => days.entry(day).or_default().1.push(s),
+            _ => {}
+        }
+    }
+    let mut stored = Vec::new();
+    let mut stale: Vec<(i64, i64)> = Vec::new();
+    for (day, (spans, rolled)) in days {
+        let mut ids: Vec<u64> = spans.iter().map(|s| s.meta.id).collect();
+        ids.sort_unstable();
+        let aborted = spans.iter().any(|s| s.batches.iter().any(|b| tombstones.contains(b)));
+        match rolled[..] {
+            [r] if r.meta.covers == ids && !aborted => {
+                if scan.wants_segment(r.meta.table, r.meta.min_ns, r.meta.max_ns) {
+                    stored.push(r.clone());
+                }
+            }
+            _ if spans.is_empty() => {}
+            _ => {
+                let from = (day * 1_000_000_000).max(scan.from_ns);
+                let to = day.saturating_add(DAY_S).saturating_mul(1_000_000_000).min(scan.to_ns);
+                match stale.last_mut() {
+                    Some(last) if last.1 == from => last.1 = to,
+                    _ => stale.push((from, to)),
+                }
+            }
+        }
+    }
+    let hours = stale
+        .into_iter()
+        .map(|(from_ns, to_ns)| {
+            let hour_scan = Scan { table: Table::SpanHourRollups, from_ns, to_ns, ..scan.clone() };
+            let sources = sources(segments, &hour_scan, hour_scan.rollup_source(), tombstones);
+            (hour_scan, sources)
+        })
+        .collect();
+    Sources { segments: stored, unrolled: None, resummarized: Vec::new(), hours }
+}
+
+const DAY_S: i64 = 86_400;
 
 /// The part of a trace lookup that reads segments.
 pub struct TraceLookup {
@@ -183,20 +249,30 @@ pub struct ScanJob {
     tombstones: BTreeSet<u128>,
     /// For a scan of user numbers: numbers the rows stored without them.
     numbering: Option<Numbering>,
+    /// For a scan of day rollups: the days without current ones, as scans of hour rollups
+    /// (their buffered rows are this scan's).
+    hours: Vec<ScanJob>,
 }
 
 impl ScanJob {
     /// A scan that reads nothing (what an estimate hands the plan instead of a real one).
     pub fn empty(scan: Scan) -> Self {
-        ScanJob {
-            scan,
-            buffered: Vec::new(),
-            segments: Vec::new(),
-            unrolled: None,
-            resummarized: Vec::new(),
-            tombstones: BTreeSet::new(),
-            numbering: None,
-        }
+        ScanJob::of(scan, Vec::new(), Sources::default(), BTreeSet::new(), None)
+    }
+
+    fn of(
+        scan: Scan,
+        buffered: Vec<RecordBatch>,
+        sources: Sources,
+        tombstones: BTreeSet<u128>,
+        numbering: Option<Numbering>,
+    ) -> Self {
+        let Sources { segments, unrolled, resummarized, hours } = sources;
+        let hours = hours
+            .into_iter()
+            .map(|(hour_scan, sources)| ScanJob::of(hour_scan, Vec::new(), sources, tombstones.clone(), None))
+            .collect();
+        ScanJob { scan, buffered, segments, unrolled, resummarized, tombstones, numbering, hours }
     }
 
     /// The matching rows: buffered ones first, then segment by segment (no global order).
@@ -219,7 +295,10 @@ impl ScanJob {
     /// segments ending earlier are left out, the others read from there. Of a scan of
     /// stored rows only (not rollups or summaries derived on read).
     pub fn starting_at(mut self, from_ns: i64) -> Self {
-        debug_assert!(self.unrolled.is_none() && self.resummarized.is_empty(), "a scan of stored rows");
+        debug_assert!(
+            self.unrolled.is_none() && self.resummarized.is_empty() && self.hours.is_empty(),
+            "a scan of stored rows"
+        );
         if from_ns > self.scan.from_ns {
             self.scan.from_ns = from_ns;
             self.segments.retain(|s| s.meta.max_ns >= from_ns);
@@ -243,7 +322,8 @@ impl ScanJob {
         let buffered: usize = self.buffered.iter().map(|rb| rb.num_rows()).sum();
         let unrolled = self.unrolled.iter().flat_map(|(_, segments)| segments);
         let read = self.segments.iter().chain(unrolled).chain(&self.resummarized);
-        buffered as u64 + read.map(|s| s.meta.rows).sum::<u64>()
+        let hours: u64 = self.hours.iter().map(ScanJob::max_rows).sum();
+        buffered as u64 + read.map(|s| s.meta.rows).sum::<u64>() + hours
     }
 
     /// Like [`run`](Self::run), handing each batch to `f` as soon as it is read, so a query
@@ -260,7 +340,11 @@ impl ScanJob {
                 f(rb)?;
             }
         }
-        self.each_unrolled(f)
+        self.each_unrolled(&mut f)?;
+        for hours in std::mem::take(&mut self.hours) {
+            hours.run_each(&mut f as &mut dyn FnMut(RecordBatch) -> Result<(), E>)?;
+        }
+        Ok(())
     }
 
     /// `f` of batches with user numbers where the scan asked for them (see [`Numbering`]).
@@ -292,7 +376,7 @@ impl ScanJob {
         Ok(())
     }
 
-    fn each_unrolled<E: From<io::Error>>(&self, mut f: impl FnMut(RecordBatch) -> Result<(), E>) -> Result<(), E> {
+    fn each_unrolled<E: From<io::Error>>(&self, f: &mut impl FnMut(RecordBatch) -> Result<(), E>) -> Result<(), E> {
         let hidden = |b: u128| self.tombstones.contains(&b);
         if let Some((source_scan, segments)) = &self.unrolled {
             for segment in segments {
@@ -340,7 +424,8 @@ impl ScanJob {
                 f(rb)?;
             }
         }
-        self.each_unrolled(f)
+        debug_assert!(self.hours.is_empty(), "a scan of stored rows");
+        self.each_unrolled(&mut f)
     }
 }
 
