@@ -1,8 +1,8 @@
 //! Rollups, written beside every spans, events or host metrics segment (like trace summaries,
 //! and replaced with it) so that reads over long ranges read a row per key and time bucket
 //! instead of every row. Span rollups: per (project, service, operation, minute), the totals of the spans
-//! starting in that minute, and the same per hour (so a year of APM reads a row per endpoint
-//! and hour, not per minute); event rollups: per (project, event name, hour), the events; host
+//! starting in that minute, and the same per hour; compaction adds up a past day's hours
+//! into the same per day (so a year of APM reads a row per endpoint and day); event rollups: per (project, event name, hour), the events; host
 //! rollups: per (project, hostname, minute), each metric's sum and count. Counts and sketches
 //! add up exactly, so a rollup answers what a scan of its rows would (a host mean's float sum
 //! up to rounding, which depends on the order of addition in a scan as well).

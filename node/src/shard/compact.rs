@@ -103,11 +103,11 @@ impl CompactionJob {
         if *closed {
             return Ok(CompactionOutcome::Superseded);
         }
-        // Only aborts already in the manifest: a replica that restarts rebuilds its uuid set
-        // from the segments and these tombstones, and must find the rows every replica kept.
         if let Work::RollDay { day, covers, replaces } = &self.work {
             return self.roll_day(*day, covers, replaces);
         }
+        // Only aborts already in the manifest: a replica that restarts rebuilds its uuid set
+        // from the segments and these tombstones, and must find the rows every replica kept.
         let tombstones = self.persisted.lock().unwrap().manifest.tombstones.clone();
         let mut rows = Vec::new();
         for seg in self.inputs.iter().filter(|_| matches!(self.work, Work::Merge)) {

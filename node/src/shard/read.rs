@@ -146,14 +146,15 @@ fn sources(segments: &[Arc<Segment>], scan: &Scan, source_scan: Option<Scan>, to
     Sources { segments: stored, unrolled: Some((source_scan, unrolled)), resummarized: Vec::new(), hours: Vec::new() }
 }
 
-/// The segments a scan of day rollups reads: a day's span rollups where they are current
-/// (they cover exactly the day's spans segments, none holding an aborted batch), and for the
-/// other days of the range with spans, what a scan of hour rollups of those days reads.
+/// The segments a scan of day rollups (of whole days, like every rollup scan's range) reads:
+/// a day's span rollups where they are current (they cover exactly the day's spans segments,
+/// none holding an aborted batch) and pay (see [`sources`]), and for the other days of the
+/// range with spans, what a scan of hour rollups of those days reads.
 fn day_sources(segments: &[Arc<Segment>], scan: &Scan, tombstones: &BTreeSet<u128>) -> Sources {
     let day_of = |s: &Segment| s.meta.hour.div_euclid(DAY_S) * DAY_S;
     let mut days: BTreeMap<i64, (Vec<&Arc<Segment>>, Vec<&Arc<Segment>>)> = BTreeMap::new();
+    let (from_s, to_s) = (scan.from_ns.div_euclid(NS), scan.to_ns.div_euclid(NS));
     for s in segments {
-        let (from_s, to_s) = (scan.from_ns.div_euclid(1_000_000_000), scan.to_ns.div_euclid(1_000_000_000));
         let day = day_of(s);
         if day.saturating_add(DAY_S) <= from_s || day >= to_s {
             continue;
@@ -170,16 +171,20 @@ fn day_sources(segments: &[Arc<Segment>], scan: &Scan, tombstones: &BTreeSet<u12
         let mut ids: Vec<u64> = spans.iter().map(|s| s.meta.id).collect();
         ids.sort_unstable();
         let aborted = spans.iter().any(|s| s.batches.iter().any(|b| tombstones.contains(b)));
+        let pays = |r: &Segment| {
+            r.meta.rows.saturating_mul(min_rows_per_rollup(r.meta.table))
+                <= spans.iter().map(|s| s.meta.rows).sum::<u64>()
+        };
+        let (from, to) = (day.saturating_mul(NS), day.saturating_add(DAY_S).saturating_mul(NS));
         match rolled[..] {
-            [r] if r.meta.covers == ids && !aborted => {
+            [r] if r.meta.covers == ids && !aborted && pays(r) => {
                 if scan.wants_segment(r.meta.table, r.meta.min_ns, r.meta.max_ns) {
                     stored.push(r.clone());
                 }
             }
             _ if spans.is_empty() => {}
             _ => {
-                let from = (day * 1_000_000_000).max(scan.from_ns);
-                let to = day.saturating_add(DAY_S).saturating_mul(1_000_000_000).min(scan.to_ns);
+                let (from, to) = (from.max(scan.from_ns), to.min(scan.to_ns));
                 match stale.last_mut() {
                     Some(last) if last.1 == from => last.1 = to,
                     _ => stale.push((from, to)),
@@ -199,6 +204,7 @@ fn day_sources(segments: &[Arc<Segment>], scan: &Scan, tombstones: &BTreeSet<u12
 }
 
 const DAY_S: i64 = 86_400;
+const NS: i64 = 1_000_000_000;
 
 /// The part of a trace lookup that reads segments.
 pub struct TraceLookup {
