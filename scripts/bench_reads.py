@@ -277,13 +277,25 @@ def ch_rows(s, sql):
 
 # ---------------------------------------------------------------- queries
 
+def apm_sql(f_ms, t_ms):
+    w = f"ts >= fromUnixTimestamp64Milli(toInt64({f_ms})) AND ts < fromUnixTimestamp64Milli(toInt64({t_ms}))"
+    return f"""SELECT service_name, operation, count() AS c, countIf(status = 'error') AS e, e / c,
+        c / {(t_ms - f_ms) / 1000}, avg(duration_ns) / 1e6, quantiles(0.5, 0.9, 0.95, 0.99)(duration_ns),
+        max(duration_ns) / 1e6 FROM b.spans WHERE {w} GROUP BY service_name, operation ORDER BY c DESC"""
+
+
+def apm_over_days(f_ms, days):
+    """APM over each of `days` whole days from the first day starting in the range."""
+    day = 86_400_000
+    first = -(-f_ms // day) * day
+    return [(f"APM percentiles, {d} whole days", f"/api/v1/apm/endpoints?from={first}&to={first + d * day}",
+             [[apm_sql(first, first + d * day)]]) for d in days]
+
+
 def queries(rare, f_ms, t_ms):
     rng = f"from={f_ms}&to={t_ms}"
     w = f"ts >= fromUnixTimestamp64Milli(toInt64({f_ms})) AND ts < fromUnixTimestamp64Milli(toInt64({t_ms}))"
-    secs = (t_ms - f_ms) / 1000
-    apm = f"""SELECT service_name, operation, count() AS c, countIf(status = 'error') AS e, e / c, c / {secs},
-        avg(duration_ns) / 1e6, quantiles(0.5, 0.9, 0.95, 0.99)(duration_ns), max(duration_ns) / 1e6
-        FROM b.spans WHERE {w} GROUP BY service_name, operation ORDER BY c DESC"""
+    apm = apm_sql(f_ms, t_ms)
     trace_cols = """trace_id, min(ts) AS start,
         (max(toUnixTimestamp64Nano(ts) + duration_ns) - toUnixTimestamp64Nano(start)) / 1e6 AS duration_ms,
         count() AS span_count, countIf(status = 'error') AS error_count,
@@ -367,7 +379,7 @@ def pct(xs, p):
 
 def measure(args, sx, ch, rare, f_ms, t_ms):
     results = []
-    for name, path, variants in queries(rare, f_ms, t_ms):
+    for name, path, variants in queries(rare, f_ms, t_ms) + apm_over_days(f_ms, args.apm_days):
         if args.only not in name:
             continue
         # A new connection per query: the router closes one left idle while ClickHouse ran the
@@ -459,6 +471,10 @@ def main():
     ap.add_argument("--parts", type=int, default=1,
                     help="spans only, generated and loaded in this many parts (each file deleted once "
                          "both engines hold it): 100M spans are about 50 GB of JSON")
+    ap.add_argument("--flushed", action="store_true",
+                    help="time the reads once the buffers' age flush and compaction are done")
+    ap.add_argument("--apm-days", type=lambda v: [int(d) for d in v.split(",")], default=[],
+                    help="also time APM over these numbers of whole days, e.g. 1,5,9")
     ap.add_argument("--sextant-only", action="store_true",
                     help="time only Sextant (e.g. another build on the data of an earlier run)")
     args = ap.parse_args()
@@ -503,6 +519,10 @@ def main():
             open(state, "w").write(str(int(time.time() * 1000)))
         t_ms = int(open(state).read()) + 5 * 60_000
         sx.settle()
+        if args.flushed:
+            # The buffers flush 5 minutes after their first row (the last ingest's at the latest).
+            time.sleep(max(0.0, t_ms / 1000 + 30 - time.time()))
+            sx.settle()
         log("sextant settled")
         if not args.sextant_only:
             ch = clickhouse_done(args, ch or (clickhouse(args, spans_path, logs_path) if with_logs
