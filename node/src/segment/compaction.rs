@@ -8,6 +8,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use rustc_hash::FxHashSet;
 
 use super::file::SegmentMeta;
+use super::rollup::DAY_S;
 use super::table::{Row, Table};
 
 /// A segment this small was written by a quiet flush and is worth merging.
@@ -79,43 +80,73 @@ pub fn next(segments: &[SegmentMeta], policy: &ExpiryPolicy, now_s: i64) -> Opti
     plan(segments, now_s).map(Plan::Rewrite).or_else(|| day_rollup(segments, now_s))
 }
 
-const DAY_S: i64 = 86_400;
+/// A day's spans segments and span day rollups (see [`days`]).
+pub struct Day<'a, T> {
+    pub spans: Vec<&'a T>,
+    pub rolled: Vec<&'a T>,
+    /// The ids of `spans`, sorted: what current day rollups cover.
+    pub covers: Vec<u64>,
+}
+
+impl<'a, T> Day<'a, T> {
+    /// The day's rollups if they are current: one segment covering exactly its spans segments.
+    pub fn current(&self, meta: impl Fn(&T) -> &SegmentMeta) -> Option<&'a T> {
+        match self.rolled[..] {
+            [r] if meta(r).covers == self.covers => Some(r),
+            _ => None,
+        }
+    }
+}
+
+/// The spans segments and span day rollups of `segments` per day (its start, unix seconds).
+pub fn days<T>(segments: &[T], meta: impl Fn(&T) -> &SegmentMeta) -> BTreeMap<i64, Day<'_, T>> {
+    let mut days: BTreeMap<i64, Day<'_, T>> = BTreeMap::new();
+    for s in segments {
+        let m = meta(s);
+        let day = match m.table {
+            Table::Spans => m.hour.div_euclid(DAY_S) * DAY_S,
+            Table::SpanDayRollups => m.hour,
+            _ => continue,
+        };
+        let d = days.entry(day).or_insert_with(|| Day { spans: Vec::new(), rolled: Vec::new(), covers: Vec::new() });
+        if m.table == Table::Spans {
+            d.spans.push(s);
+            d.covers.push(m.id);
+        } else {
+            d.rolled.push(s);
+        }
+    }
+    for d in days.values_mut() {
+        d.covers.sort_unstable();
+    }
+    days
+}
 
 /// The oldest past day whose span rollups are missing or stale (its spans segments are not
 /// the ones they cover), once its merges are done; or day rollups left without spans, to
 /// drop. A day with a spans segment lacking hour rollups (an earlier release's) gets none.
 pub fn day_rollup(segments: &[SegmentMeta], now_s: i64) -> Option<Plan> {
-    let mut days: BTreeMap<i64, (Vec<&SegmentMeta>, Vec<&SegmentMeta>)> = BTreeMap::new();
-    let mut hours: HashMap<u64, &SegmentMeta> = HashMap::new();
-    for s in segments {
-        match s.table {
-            Table::Spans => days.entry(s.hour.div_euclid(DAY_S) * DAY_S).or_default().0.push(s),
-            Table::SpanDayRollups => days.entry(s.hour).or_default().1.push(s),
-            Table::SpanHourRollups => {
-                hours.extend(s.summarizes.map(|id| (id, s)));
-            }
-            _ => {}
+    let hours: HashMap<u64, &SegmentMeta> = segments
+        .iter()
+        .filter(|s| s.table == Table::SpanHourRollups)
+        .filter_map(|s| Some((s.summarizes?, s)))
+        .collect();
+    for (day, d) in days(segments, |s| s) {
+        if d.spans.is_empty() {
+            return Some(Plan::Drop(d.rolled.into_iter().cloned().collect()));
         }
-    }
-    for (day, (spans, rolled)) in days {
-        if spans.is_empty() {
-            return Some(Plan::Drop(rolled.into_iter().cloned().collect()));
-        }
-        let mut covers: Vec<u64> = spans.iter().map(|s| s.id).collect();
-        covers.sort_unstable();
-        let current = matches!(rolled[..], [r] if r.covers == covers);
-        if current || day.saturating_add(DAY_S) > now_s {
+        if d.current(|s| s).is_some() || day.saturating_add(DAY_S) > now_s {
             continue;
         }
-        let Some(hours) = covers.iter().map(|id| hours.get(id).map(|h| (*h).clone())).collect::<Option<Vec<_>>>()
+        let Some(hours) = d.covers.iter().map(|id| hours.get(id).map(|h| (*h).clone())).collect::<Option<Vec<_>>>()
         else {
             continue;
         };
         if hours.iter().all(|h| h.rows == 0) {
             continue;
         }
-        let replaces = rolled.into_iter().cloned().collect();
-        return Some(Plan::RollDay(DayRollup { day, hours, covers, replaces }));
+        let replaces = d.rolled.into_iter().cloned().collect();
+        return Some(Plan::RollDay(DayRollup { day, hours, covers: d.covers, replaces }));
     }
     None
 }

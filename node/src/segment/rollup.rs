@@ -1,9 +1,10 @@
 //! Rollups, written beside every spans, events or host metrics segment (like trace summaries,
 //! and replaced with it) so that reads over long ranges read a row per key and time bucket
-//! instead of every row. Span rollups: per (project, service, operation, minute), the totals of the spans
-//! starting in that minute, and the same per hour; compaction adds up a past day's hours
-//! into the same per day (so a year of APM reads a row per endpoint and day); event rollups: per (project, event name, hour), the events; host
-//! rollups: per (project, hostname, minute), each metric's sum and count. Counts and sketches
+//! instead of every row. Span rollups: per (project, service, operation, minute), the totals
+//! of the spans starting in that minute, and the same per hour; compaction adds up a past
+//! day's hours into the same per day (so a year of APM reads a row per endpoint and day).
+//! Event rollups: per (project, event name, hour), the events. Host rollups: per (project,
+//! hostname, minute), each metric's sum and count. Counts and sketches
 //! add up exactly, so a rollup answers what a scan of its rows would (a host mean's float sum
 //! up to rounding, which depends on the order of addition in a scan as well).
 
@@ -23,6 +24,8 @@ use super::table::{Cols, Row, RowRef, Table};
 pub const MINUTE_NS: i64 = 60_000_000_000;
 pub const HOUR_NS: i64 = 60 * MINUTE_NS;
 pub const DAY_NS: i64 = 24 * HOUR_NS;
+/// A day in seconds, as segments' time buckets are given.
+pub const DAY_S: i64 = DAY_NS / 1_000_000_000;
 
 /// The start of the `width`-long bucket (from the epoch) holding `t`.
 pub fn bucket_of(t: i64, width: i64) -> i64 {

@@ -1,7 +1,7 @@
 //! Reads: a scan or trace lookup selects the buffered rows under the state lock and keeps
 //! the segment list; [`ScanJob`] and [`TraceLookup`] then read the segments without it.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::io;
 use std::sync::Arc;
 
@@ -10,7 +10,8 @@ use sextant_model::query::Cost;
 use sextant_model::row::Span;
 
 use super::SegmentShard;
-use crate::segment::rollup::min_rows_per_rollup;
+use crate::segment::compaction;
+use crate::segment::rollup::{min_rows_per_rollup, DAY_S};
 use crate::segment::summary::select_summaries;
 use crate::segment::table::{from_record_batch, RowRef};
 use crate::segment::user_number::{Numbering, USER, USER_ID};
@@ -151,40 +152,25 @@ fn sources(segments: &[Arc<Segment>], scan: &Scan, source_scan: Option<Scan>, to
 /// none holding an aborted batch) and pay (see [`sources`]), and for the other days of the
 /// range with spans, what a scan of hour rollups of those days reads.
 fn day_sources(segments: &[Arc<Segment>], scan: &Scan, tombstones: &BTreeSet<u128>) -> Sources {
-    let day_of = |s: &Segment| s.meta.hour.div_euclid(DAY_S) * DAY_S;
-    let mut days: BTreeMap<i64, (Vec<&Arc<Segment>>, Vec<&Arc<Segment>>)> = BTreeMap::new();
     let (from_s, to_s) = (scan.from_ns.div_euclid(NS), scan.to_ns.div_euclid(NS));
-    for s in segments {
-        let day = day_of(s);
-        if day.saturating_add(DAY_S) <= from_s || day >= to_s {
-            continue;
-        }
-        match s.meta.table {
-            Table::Spans => days.entry(day).or_default().0.push(s),
-            Table::SpanDayRollups => days.entry(day).or_default().1.push(s),
-            _ => {}
-        }
-    }
     let mut stored = Vec::new();
     let mut stale: Vec<(i64, i64)> = Vec::new();
-    for (day, (spans, rolled)) in days {
-        let mut ids: Vec<u64> = spans.iter().map(|s| s.meta.id).collect();
-        ids.sort_unstable();
-        let aborted = spans.iter().any(|s| s.batches.iter().any(|b| tombstones.contains(b)));
-        let pays = |r: &Segment| {
-            r.meta.rows.saturating_mul(min_rows_per_rollup(r.meta.table))
-                <= spans.iter().map(|s| s.meta.rows).sum::<u64>()
-        };
-        let (from, to) = (day.saturating_mul(NS), day.saturating_add(DAY_S).saturating_mul(NS));
-        match rolled[..] {
-            [r] if r.meta.covers == ids && !aborted && pays(r) => {
+    let days = compaction::days(segments, |s| &s.meta);
+    let first = from_s.div_euclid(DAY_S) * DAY_S;
+    for (&day, d) in days.range(first..to_s.max(first)) {
+        let aborted = d.spans.iter().any(|s| s.batches.iter().any(|b| tombstones.contains(b)));
+        let spans_rows: u64 = d.spans.iter().map(|s| s.meta.rows).sum();
+        let pays = |r: &Segment| r.meta.rows.saturating_mul(min_rows_per_rollup(r.meta.table)) <= spans_rows;
+        match d.current(|s| &s.meta) {
+            Some(r) if !aborted && pays(r) => {
                 if scan.wants_segment(r.meta.table, r.meta.min_ns, r.meta.max_ns) {
                     stored.push(r.clone());
                 }
             }
-            _ if spans.is_empty() => {}
+            _ if d.spans.is_empty() => {}
             _ => {
-                let (from, to) = (from.max(scan.from_ns), to.min(scan.to_ns));
+                let from = day.saturating_mul(NS).max(scan.from_ns);
+                let to = day.saturating_add(DAY_S).saturating_mul(NS).min(scan.to_ns);
                 match stale.last_mut() {
                     Some(last) if last.1 == from => last.1 = to,
                     _ => stale.push((from, to)),
@@ -203,7 +189,6 @@ fn day_sources(segments: &[Arc<Segment>], scan: &Scan, tombstones: &BTreeSet<u12
     Sources { segments: stored, unrolled: None, resummarized: Vec::new(), hours }
 }
 
-const DAY_S: i64 = 86_400;
 const NS: i64 = 1_000_000_000;
 
 /// The part of a trace lookup that reads segments.
