@@ -245,24 +245,23 @@ fn span_rollups() -> Vec<Row> {
         .collect()
 }
 
-fn span_hour_rollups() -> Vec<Row> {
-    let rows = span_rollups().into_iter().enumerate().map(|(i, row)| match row {
+/// The span rollups' rows in buckets of `width` seconds from `first`, six a bucket, as `row`.
+fn span_rollups_per(first: i64, width: i64, row: fn(SpanRollup) -> Row) -> Vec<Row> {
+    let rows = span_rollups().into_iter().enumerate().map(|(i, r)| match r {
         Row::SpanRollup(r) => {
-            Row::SpanHourRollup(SpanRollup { bucket_unix_nanos: (HOUR + 3600 * (i as i64 / 6)) * 1_000_000_000, ..r })
+            row(SpanRollup { bucket_unix_nanos: (first + width * (i as i64 / 6)) * 1_000_000_000, ..r })
         }
         other => other,
     });
     rows.collect()
 }
 
+fn span_hour_rollups() -> Vec<Row> {
+    span_rollups_per(HOUR, 3600, Row::SpanHourRollup)
+}
+
 fn span_day_rollups() -> Vec<Row> {
-    let rows = span_rollups().into_iter().enumerate().map(|(i, row)| match row {
-        Row::SpanRollup(r) => {
-            Row::SpanDayRollup(SpanRollup { bucket_unix_nanos: (DAY + 86_400 * (i as i64 / 6)) * 1_000_000_000, ..r })
-        }
-        other => other,
-    });
-    rows.collect()
+    span_rollups_per(DAY, 86_400, Row::SpanDayRollup)
 }
 
 fn event_rollups() -> Vec<Row> {
