@@ -93,6 +93,15 @@ pub fn span_day_rollups(hours: &[(String, Row)]) -> Vec<(String, Row)> {
     added_up(hours, DAY_NS, Row::SpanDayRollup)
 }
 
+/// How a row of span rollup table `table` is made.
+pub fn span_rollup_row(table: Table) -> fn(SpanRollup) -> Row {
+    match table {
+        Table::SpanHourRollups => Row::SpanHourRollup,
+        Table::SpanDayRollups => Row::SpanDayRollup,
+        _ => Row::SpanRollup,
+    }
+}
+
 /// Span rollup rows of `rows` added up per (project, `width`-long bucket, service, operation).
 fn added_up(rows: &[(String, Row)], width: i64, row: fn(SpanRollup) -> Row) -> Vec<(String, Row)> {
     let mut groups: SpanGroups<'_> = FxHashMap::default();
@@ -292,14 +301,9 @@ impl Running {
     pub fn rows(&self, table: Table, project: &str, names: &[&str], from_ns: i64, to_ns: i64) -> Vec<Row> {
         let named = |g: &&Group| names.is_empty() || names.contains(&&*g.name);
         let groups = self.groups_in(kept_as(table), from_ns, to_ns).filter(|g| *g.project == *project).filter(named);
-        let width = match table {
-            Table::SpanHourRollups => Some((HOUR_NS, Row::SpanHourRollup as fn(SpanRollup) -> Row)),
-            Table::SpanDayRollups => Some((DAY_NS, Row::SpanDayRollup as fn(SpanRollup) -> Row)),
-            _ => None,
-        };
-        if let Some((width, row)) = width {
+        if let (Table::SpanHourRollups | Table::SpanDayRollups, Some(width)) = (table, width(table)) {
             let minutes: Vec<(String, Row)> = groups.map(|g| (String::new(), g.row())).collect();
-            return added_up(&minutes, width, row).into_iter().map(|(_, row)| row).collect();
+            return added_up(&minutes, width, span_rollup_row(table)).into_iter().map(|(_, row)| row).collect();
         }
         groups.map(|g| g.row()).collect()
     }

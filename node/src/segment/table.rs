@@ -755,11 +755,7 @@ pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u3
             let (service, operation) = (text("service"), text("operation"));
             let (bucket, count, errors, durations) =
                 (c.i64(table.time_column()), c.u64("count"), c.u64("errors"), c.bin("durations"));
-            let row = match table {
-                Table::SpanRollups => Row::SpanRollup,
-                Table::SpanHourRollups => Row::SpanHourRollup,
-                _ => Row::SpanDayRollup,
-            };
+            let row = super::rollup::span_rollup_row(table);
             each(&|i| {
                 let (duration_sum_ns, latency) =
                     super::rollup::decode_durations(durations.value(i)).expect("rollups of a readable segment decode");
