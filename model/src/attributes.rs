@@ -1,10 +1,16 @@
 //! Attributes: free-form `key -> value` maps where a value is a string, number, bool or an
 //! array of these (docs/API.md, "Attributes"). The JSON form converts here.
+//!
+//! Parsing hands each attribute to an [`AttributeSink`] as it is read: [`Attributes`] keeps
+//! them as values; the router's sink writes them straight into the segment attribute encoding,
+//! so a key or a value borrowed from the request body never becomes a string of its own.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::fmt;
+use std::marker::PhantomData;
 
-use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
+use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_json::{Map, Number, Value};
 
@@ -15,135 +21,267 @@ pub const MAX_KEY_LEN: usize = 256;
 pub const MAX_VALUE_LEN: usize = 64 * 1024;
 pub const MAX_ARRAY_LEN: usize = 256;
 
-/// Attributes as parsed from JSON; nested objects are rejected at parse time.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Attributes(pub Vec<Attribute>);
+/// An attribute value as parsed, borrowed where it can be.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ValueRef<'a> {
+    Str(&'a str),
+    Int(i64),
+    Double(f64),
+    Bool(bool),
+    Array(&'a [AttributeValue]),
+}
 
-impl<'de> Deserialize<'de> for Attributes {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct MapV;
-        impl<'de> Visitor<'de> for MapV {
-            type Value = Attributes;
-            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an object of attributes")
-            }
-            fn visit_unit<E: de::Error>(self) -> Result<Attributes, E> {
-                Ok(Attributes::default())
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<Attributes, A::Error> {
-                let mut out = Vec::new();
-                // One past the limit is kept so validation refuses the object; the rest is skipped.
-                while let Some(key) = m.next_key::<String>()? {
-                    if out.len() > MAX_ATTRIBUTES {
-                        m.next_value::<de::IgnoredAny>()?;
-                        continue;
-                    }
-                    let value: Scalar = m.next_value()?;
-                    out.push(Attribute { key, value: Some(value.0) });
-                }
-                Ok(Attributes(out))
-            }
+impl<'a> From<&'a AttributeValue> for ValueRef<'a> {
+    fn from(v: &'a AttributeValue) -> Self {
+        match v {
+            AttributeValue::String(s) => ValueRef::Str(s),
+            AttributeValue::Int(i) => ValueRef::Int(*i),
+            AttributeValue::Double(d) => ValueRef::Double(*d),
+            AttributeValue::Bool(b) => ValueRef::Bool(*b),
+            AttributeValue::Array(a) => ValueRef::Array(a),
         }
-        d.deserialize_any(MapV)
     }
 }
 
-/// One attribute value; arrays may only hold scalars.
+impl ValueRef<'_> {
+    pub fn to_owned(self) -> AttributeValue {
+        match self {
+            ValueRef::Str(s) => AttributeValue::String(s.to_owned()),
+            ValueRef::Int(i) => AttributeValue::Int(i),
+            ValueRef::Double(d) => AttributeValue::Double(d),
+            ValueRef::Bool(b) => AttributeValue::Bool(b),
+            ValueRef::Array(a) => AttributeValue::Array(a.to_vec()),
+        }
+    }
+}
+
+/// Where an object's attributes go as they are parsed or mapped, in order.
+pub trait AttributeSink: Default {
+    /// The attributes as a validated row holds them.
+    type Stored;
+    /// One attribute; `None` for one whose value was absent.
+    fn push(&mut self, key: &str, value: Option<ValueRef<'_>>);
+    fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+    /// The first reason the attributes pushed break a limit ([`validate`]'s).
+    fn check(&self) -> Result<(), String>;
+    fn stored(self) -> Self::Stored;
+}
+
+/// Attributes as values.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Attributes(pub Vec<Attribute>);
+
+impl AttributeSink for Attributes {
+    type Stored = Vec<Attribute>;
+    fn push(&mut self, key: &str, value: Option<ValueRef<'_>>) {
+        self.0.push(Attribute { key: key.to_owned(), value: value.map(ValueRef::to_owned) });
+    }
+    fn len(&self) -> usize {
+        self.0.len()
+    }
+    fn check(&self) -> Result<(), String> {
+        validate(&self.0)
+    }
+    fn stored(self) -> Vec<Attribute> {
+        self.0
+    }
+}
+
+impl<'de> Deserialize<'de> for Attributes {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        deserialize(d)
+    }
+}
+
+/// An attributes object (or `null`, none) into a sink; nested objects and nested arrays are
+/// refused at parse time. For `#[serde(deserialize_with)]`.
+pub fn deserialize<'de, D: Deserializer<'de>, S: AttributeSink>(d: D) -> Result<S, D::Error> {
+    d.deserialize_any(ObjectV(PhantomData))
+}
+
+struct ObjectV<S>(PhantomData<S>);
+
+impl<'de, S: AttributeSink> Visitor<'de> for ObjectV<S> {
+    type Value = S;
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an object of attributes")
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<S, E> {
+        Ok(S::default())
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<S, A::Error> {
+        let mut out = S::default();
+        // One past the limit is kept so validation refuses the object; the rest is skipped.
+        while let Some(Key(key)) = m.next_key()? {
+            if out.len() > MAX_ATTRIBUTES {
+                m.next_value::<de::IgnoredAny>()?;
+                continue;
+            }
+            m.next_value_seed(Push { sink: &mut out, key: &key })?;
+        }
+        Ok(out)
+    }
+}
+
+/// A key, borrowed from the body unless it had escapes.
+struct Key<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Key<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyV;
+        impl<'de> Visitor<'de> for KeyV {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an attribute key")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: de::Error>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(KeyV)
+    }
+}
+
+/// One attribute's value, pushed with its key as soon as it is read.
+struct Push<'s, S> {
+    sink: &'s mut S,
+    key: &'s str,
+}
+
+impl<'de, S: AttributeSink> DeserializeSeed<'de> for Push<'_, S> {
+    type Value = ();
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, S: AttributeSink> Visitor<'de> for Push<'_, S> {
+    type Value = ();
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a string, number, bool or an array of these")
+    }
+    fn visit_str<E: de::Error>(self, v: &str) -> Result<(), E> {
+        self.sink.push(self.key, Some(ValueRef::Str(v)));
+        Ok(())
+    }
+    fn visit_bool<E: de::Error>(self, v: bool) -> Result<(), E> {
+        self.sink.push(self.key, Some(ValueRef::Bool(v)));
+        Ok(())
+    }
+    fn visit_i64<E: de::Error>(self, v: i64) -> Result<(), E> {
+        self.sink.push(self.key, Some(ValueRef::Int(v)));
+        Ok(())
+    }
+    fn visit_u64<E: de::Error>(self, v: u64) -> Result<(), E> {
+        self.sink.push(self.key, Some(ValueRef::from(&unsigned(v))));
+        Ok(())
+    }
+    fn visit_f64<E: de::Error>(self, v: f64) -> Result<(), E> {
+        self.sink.push(self.key, Some(ValueRef::Double(v)));
+        Ok(())
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<(), A::Error> {
+        let mut values = Vec::new();
+        // One past the limit is kept so validation refuses the array; the rest is skipped.
+        while values.len() <= MAX_ARRAY_LEN {
+            match s.next_element::<Scalar>()? {
+                Some(v) => values.push(v.0),
+                None => break,
+            }
+        }
+        if values.len() > MAX_ARRAY_LEN {
+            while s.next_element::<de::IgnoredAny>()?.is_some() {}
+        }
+        self.sink.push(self.key, Some(ValueRef::Array(&values)));
+        Ok(())
+    }
+}
+
+/// An unsigned number: an integer while it fits, else a double.
+fn unsigned(v: u64) -> AttributeValue {
+    match i64::try_from(v) {
+        Ok(i) => AttributeValue::Int(i),
+        Err(_) => AttributeValue::Double(v as f64),
+    }
+}
+
+/// An element of an array attribute: a scalar.
 struct Scalar(AttributeValue);
 
 impl<'de> Deserialize<'de> for Scalar {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        d.deserialize_any(ValueV { allow_array: true })
+        d.deserialize_any(ScalarV)
     }
 }
 
-struct ValueV {
-    allow_array: bool,
-}
+struct ScalarV;
 
-fn wrap(v: AttributeValue) -> Scalar {
-    Scalar(v)
-}
-
-impl<'de> Visitor<'de> for ValueV {
+impl<'de> Visitor<'de> for ScalarV {
     type Value = Scalar;
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        if self.allow_array {
-            f.write_str("a string, number, bool or an array of these")
-        } else {
-            f.write_str("a string, number or bool")
-        }
+        f.write_str("a string, number or bool")
     }
     fn visit_str<E: de::Error>(self, v: &str) -> Result<Scalar, E> {
-        Ok(wrap(AttributeValue::String(v.to_owned())))
+        Ok(Scalar(AttributeValue::String(v.to_owned())))
     }
     fn visit_string<E: de::Error>(self, v: String) -> Result<Scalar, E> {
-        Ok(wrap(AttributeValue::String(v)))
+        Ok(Scalar(AttributeValue::String(v)))
     }
     fn visit_bool<E: de::Error>(self, v: bool) -> Result<Scalar, E> {
-        Ok(wrap(AttributeValue::Bool(v)))
+        Ok(Scalar(AttributeValue::Bool(v)))
     }
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<Scalar, E> {
-        Ok(wrap(AttributeValue::Int(v)))
+        Ok(Scalar(AttributeValue::Int(v)))
     }
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<Scalar, E> {
-        Ok(wrap(match i64::try_from(v) {
-            Ok(i) => AttributeValue::Int(i),
-            Err(_) => AttributeValue::Double(v as f64),
-        }))
+        Ok(Scalar(unsigned(v)))
     }
     fn visit_f64<E: de::Error>(self, v: f64) -> Result<Scalar, E> {
-        Ok(wrap(AttributeValue::Double(v)))
+        Ok(Scalar(AttributeValue::Double(v)))
     }
-    fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<Scalar, A::Error> {
-        if !self.allow_array {
-            return Err(de::Error::custom("arrays may only contain strings, numbers and bools"));
-        }
-        let mut values = Vec::new();
-        // One past the limit is kept so validation refuses the array; the rest is skipped.
-        while values.len() <= MAX_ARRAY_LEN {
-            match s.next_element_seed(ScalarSeed)? {
-                Some(v) => values.push(v.0),
-                None => return Ok(wrap(AttributeValue::Array(values))),
-            }
-        }
-        while s.next_element::<de::IgnoredAny>()?.is_some() {}
-        Ok(wrap(AttributeValue::Array(values)))
-    }
-}
-
-struct ScalarSeed;
-
-impl<'de> de::DeserializeSeed<'de> for ScalarSeed {
-    type Value = Scalar;
-    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Scalar, D::Error> {
-        d.deserialize_any(ValueV { allow_array: false })
+    fn visit_seq<A: SeqAccess<'de>>(self, _: A) -> Result<Scalar, A::Error> {
+        Err(de::Error::custom("arrays may only contain strings, numbers and bools"))
     }
 }
 
 /// Checks the size limits of an attribute set; returns the reason of the first violation.
 pub fn validate(attrs: &[Attribute]) -> Result<(), String> {
-    if attrs.len() > MAX_ATTRIBUTES {
+    check_count(attrs.len())?;
+    attrs.iter().try_for_each(|kv| check(&kv.key, kv.value.as_ref().map(ValueRef::from)))
+}
+
+/// The limit on how many attributes an object has.
+pub fn check_count(n: usize) -> Result<(), String> {
+    if n > MAX_ATTRIBUTES {
         return Err(format!("at most {MAX_ATTRIBUTES} attributes are allowed"));
     }
-    for kv in attrs {
-        if kv.key.is_empty() || kv.key.len() > MAX_KEY_LEN {
-            return Err(format!("attribute keys must have 1 to {MAX_KEY_LEN} bytes"));
-        }
-        match kv.value.as_ref() {
-            Some(AttributeValue::String(s)) if s.len() > MAX_VALUE_LEN => {
-                return Err(format!("attribute `{}` is longer than {MAX_VALUE_LEN} bytes", kv.key));
-            }
-            Some(AttributeValue::Double(d)) if !d.is_finite() => {
-                return Err(format!("attribute `{}` is not a finite number", kv.key));
-            }
-            Some(AttributeValue::Array(a)) if a.len() > MAX_ARRAY_LEN => {
-                return Err(format!("attribute `{}` has more than {MAX_ARRAY_LEN} elements", kv.key));
-            }
-            _ => {}
-        }
-    }
     Ok(())
+}
+
+/// The limits on one attribute.
+pub fn check(key: &str, value: Option<ValueRef<'_>>) -> Result<(), String> {
+    if key.is_empty() || key.len() > MAX_KEY_LEN {
+        return Err(format!("attribute keys must have 1 to {MAX_KEY_LEN} bytes"));
+    }
+    match value {
+        Some(ValueRef::Str(s)) if s.len() > MAX_VALUE_LEN => {
+            Err(format!("attribute `{key}` is longer than {MAX_VALUE_LEN} bytes"))
+        }
+        Some(ValueRef::Double(d)) if !d.is_finite() => Err(format!("attribute `{key}` is not a finite number")),
+        Some(ValueRef::Array(a)) if a.len() > MAX_ARRAY_LEN => {
+            Err(format!("attribute `{key}` has more than {MAX_ARRAY_LEN} elements"))
+        }
+        _ => Ok(()),
+    }
 }
 
 /// Stored attributes back to a JSON object (keys sorted, as a reader expects stable output).

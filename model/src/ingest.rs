@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Deserializer};
 
-use crate::attributes::{self, Attributes};
+use crate::attributes::{self, AttributeSink, Attributes};
 use crate::batch::Capped;
 use crate::ids::validate_id;
 use crate::row::{HostMetric, LogLevel, LogRecord, Span, SpanStatus};
@@ -40,7 +40,8 @@ impl FieldError {
 /// A span as a client sends it: parsed from the JSON API, or mapped from OTLP.
 #[derive(Debug, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct SpanInput {
+#[serde(bound(deserialize = "A: AttributeSink"))]
+pub struct SpanInput<A = Attributes> {
     pub trace_id: String,
     pub span_id: String,
     #[serde(default)]
@@ -53,8 +54,8 @@ pub struct SpanInput {
     pub duration: DurationInput,
     #[serde(default)]
     pub status: Option<String>,
-    #[serde(default)]
-    pub attributes: Attributes,
+    #[serde(default, deserialize_with = "attributes::deserialize")]
+    pub attributes: A,
 }
 
 /// How long a span took: milliseconds from the JSON API, nanoseconds from OTLP.
@@ -71,7 +72,8 @@ fn duration_millis<'de, D: Deserializer<'de>>(d: D) -> Result<DurationInput, D::
 /// A log line as a client sends it.
 #[derive(Debug, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct LogInput {
+#[serde(bound(deserialize = "A: AttributeSink"))]
+pub struct LogInput<A = Attributes> {
     pub timestamp: TimeInput,
     pub level: String,
     pub service: String,
@@ -80,14 +82,15 @@ pub struct LogInput {
     pub trace_id: Option<String>,
     #[serde(default)]
     pub span_id: Option<String>,
-    #[serde(default)]
-    pub attributes: Attributes,
+    #[serde(default, deserialize_with = "attributes::deserialize")]
+    pub attributes: A,
 }
 
 /// One host's metrics at one instant, as a client sends them.
 #[derive(Debug, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct HostMetricInput {
+#[serde(bound(deserialize = "A: AttributeSink"))]
+pub struct HostMetricInput<A = Attributes> {
     pub timestamp: TimeInput,
     pub hostname: String,
     #[serde(default)]
@@ -102,29 +105,32 @@ pub struct HostMetricInput {
     pub network_rx_bytes_per_sec: Option<f64>,
     #[serde(default)]
     pub network_tx_bytes_per_sec: Option<f64>,
-    #[serde(default)]
-    pub attributes: Attributes,
+    #[serde(default, deserialize_with = "attributes::deserialize")]
+    pub attributes: A,
 }
 
 #[derive(Debug, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct SpansBody {
+#[serde(bound(deserialize = "A: AttributeSink"))]
+pub struct SpansBody<A = Attributes> {
     #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::capped::<SpanInput, MAX_BATCH_OBJECTS>))]
-    pub spans: Capped<SpanInput, MAX_BATCH_OBJECTS>,
+    pub spans: Capped<SpanInput<A>, MAX_BATCH_OBJECTS>,
 }
 
 #[derive(Debug, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct LogsBody {
+#[serde(bound(deserialize = "A: AttributeSink"))]
+pub struct LogsBody<A = Attributes> {
     #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::capped::<LogInput, MAX_BATCH_OBJECTS>))]
-    pub logs: Capped<LogInput, MAX_BATCH_OBJECTS>,
+    pub logs: Capped<LogInput<A>, MAX_BATCH_OBJECTS>,
 }
 
 #[derive(Debug, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct MetricsBody {
+#[serde(bound(deserialize = "A: AttributeSink"))]
+pub struct MetricsBody<A = Attributes> {
     #[cfg_attr(feature = "openapi", schema(schema_with = crate::openapi::capped::<HostMetricInput, MAX_BATCH_OBJECTS>))]
-    pub metrics: Capped<HostMetricInput, MAX_BATCH_OBJECTS>,
+    pub metrics: Capped<HostMetricInput<A>, MAX_BATCH_OBJECTS>,
 }
 
 /// Collects every problem of one object instead of stopping at the first.
@@ -175,15 +181,19 @@ impl Check<'_> {
         }
     }
 
-    fn attributes(&mut self, attrs: &Attributes) {
-        if let Err(reason) = attributes::validate(&attrs.0) {
+    fn attributes(&mut self, attrs: &impl AttributeSink) {
+        if let Err(reason) = attrs.check() {
             self.fail("attributes", reason);
         }
     }
 }
 
 /// Validates one span; appends its problems to `errors` and returns the stored form.
-pub fn validate_span(index: usize, s: SpanInput, errors: &mut Vec<FieldError>) -> Option<Span> {
+pub fn validate_span<A: AttributeSink>(
+    index: usize,
+    s: SpanInput<A>,
+    errors: &mut Vec<FieldError>,
+) -> Option<Span<A::Stored>> {
     let before = errors.len();
     let mut c = Check { index, errors };
     c.id("trace_id", &s.trace_id);
@@ -230,7 +240,7 @@ pub fn validate_span(index: usize, s: SpanInput, errors: &mut Vec<FieldError>) -
         start_unix_nanos: start,
         duration_nanos,
         status,
-        attributes: s.attributes.0,
+        attributes: s.attributes.stored(),
     })
 }
 
@@ -258,7 +268,11 @@ pub fn level_name(level: LogLevel) -> &'static str {
     }
 }
 
-pub fn validate_log(index: usize, l: LogInput, errors: &mut Vec<FieldError>) -> Option<LogRecord> {
+pub fn validate_log<A: AttributeSink>(
+    index: usize,
+    l: LogInput<A>,
+    errors: &mut Vec<FieldError>,
+) -> Option<LogRecord<A::Stored>> {
     let before = errors.len();
     let mut c = Check { index, errors };
     let ts = c.time("timestamp", &l.timestamp);
@@ -286,11 +300,15 @@ pub fn validate_log(index: usize, l: LogInput, errors: &mut Vec<FieldError>) -> 
         message: l.message,
         trace_id,
         span_id,
-        attributes: l.attributes.0,
+        attributes: l.attributes.stored(),
     })
 }
 
-pub fn validate_host_metric(index: usize, m: HostMetricInput, errors: &mut Vec<FieldError>) -> Option<HostMetric> {
+pub fn validate_host_metric<A: AttributeSink>(
+    index: usize,
+    m: HostMetricInput<A>,
+    errors: &mut Vec<FieldError>,
+) -> Option<HostMetric<A::Stored>> {
     let before = errors.len();
     let mut c = Check { index, errors };
     let ts = c.time("timestamp", &m.timestamp);
@@ -314,7 +332,7 @@ pub fn validate_host_metric(index: usize, m: HostMetricInput, errors: &mut Vec<F
         disk_used_percent: m.disk_used_percent,
         network_rx_bytes_per_sec: m.network_rx_bytes_per_sec,
         network_tx_bytes_per_sec: m.network_tx_bytes_per_sec,
-        attributes: m.attributes.0,
+        attributes: m.attributes.stored(),
     })
 }
 

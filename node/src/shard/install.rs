@@ -93,7 +93,7 @@ mod tests {
     fn checkpoint_installs_on_another_replica() {
         let (a_dir, b_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
         let mut a = SegmentShard::open(a_dir.path()).unwrap();
-        let logs = RowBatch {
+        let logs: RowBatch = RowBatch {
             project_id: "p".into(),
             logs: vec![LogRecord { unix_nanos: 5, message: "hello".into(), ..Default::default() }],
             ..Default::default()

@@ -105,7 +105,8 @@ pub(super) fn replay(uuid: &str, t: i64) -> ReplayEvent {
 }
 
 pub(super) fn analytics(project: &str, events: Vec<Event>, replays: Vec<ReplayEvent>) -> Vec<u8> {
-    encode_ingest(RowBatch { project_id: project.into(), events, replay_events: replays, ..Default::default() })
+    let batch: RowBatch = RowBatch { project_id: project.into(), events, replay_events: replays, ..Default::default() };
+    encode_ingest(batch)
 }
 
 /// The uuids of the stored events (or replay events) of `project`, sorted, repeats kept.

@@ -6,6 +6,7 @@ use std::ops::Range;
 
 use bytes::Bytes;
 use prost::Message;
+use sextant_model::attributes::{AttributeSink, ValueRef};
 use sextant_model::row::{
     Attribute, Encoded, Event, HostMetric, LogLevel, LogRecord, ReplayEvent, RowBatch, Span, SpanStatus, Value,
 };
@@ -48,8 +49,9 @@ fn attribute_from_pb(a: pb::Attribute) -> Attribute {
 
 /// One attribute, encoded.
 pub fn encode_attribute(a: Attribute) -> Vec<u8> {
-    let mut out = Vec::with_capacity(attribute_wire::attribute_len(&a));
-    attribute_wire::put_attribute(&a, &mut out);
+    let value = a.value.as_ref().map(ValueRef::from);
+    let mut out = Vec::with_capacity(attribute_wire::attribute_len(&a.key, value));
+    attribute_wire::put_attribute(&a.key, value, &mut out);
     out
 }
 
@@ -75,7 +77,7 @@ pub fn decode_value(encoded: &[u8]) -> Result<Option<Value>, DecodeError> {
 
 /// Appends the encoded `value` (its fields, without a length).
 pub fn encode_value(value: Value, out: &mut Vec<u8>) {
-    attribute_wire::put_value(&value, out)
+    attribute_wire::put_value((&value).into(), out)
 }
 
 /// Attributes encoded, as a shard holds them.
@@ -137,90 +139,165 @@ pub fn encode_ingest_encoded(batch: RowBatch<Encoded>) -> Vec<u8> {
 /// writes them (a oneof's field is written even when it holds its default), without building
 /// the messages first: the router encodes every attribute of every row.
 mod attribute_wire {
-    use std::ops::Range;
+    use prost::encoding::{encoded_len_varint, key_len, WireType};
+    use sextant_model::attributes::ValueRef;
+    use sextant_model::row::Value;
 
-    use prost::encoding::{encode_key, encode_varint, encoded_len_varint, key_len, WireType};
-    use sextant_model::row::{Attribute, Value};
+    /// Most lengths here take one byte.
+    #[inline]
+    pub fn put_varint(v: u64, out: &mut Vec<u8>) {
+        if v < 0x80 {
+            out.push(v as u8);
+        } else {
+            prost::encoding::encode_varint(v, out);
+        }
+    }
+
+    #[inline]
+    pub fn put_key(field: u32, wire_type: WireType, out: &mut Vec<u8>) {
+        put_varint(u64::from(field << 3 | wire_type as u32), out);
+    }
 
     fn delimited_len(field: u32, len: usize) -> usize {
         key_len(field) + encoded_len_varint(len as u64) + len
     }
 
     fn put_delimited(field: u32, len: usize, out: &mut Vec<u8>) {
-        encode_key(field, WireType::LengthDelimited, out);
-        encode_varint(len as u64, out);
+        put_key(field, WireType::LengthDelimited, out);
+        put_varint(len as u64, out);
     }
 
     fn array_len(values: &[Value]) -> usize {
-        values.iter().map(|v| delimited_len(1, value_len(v))).sum()
+        values.iter().map(|v| delimited_len(1, value_len(v.into()))).sum()
     }
 
-    pub fn value_len(v: &Value) -> usize {
+    pub fn value_len(v: ValueRef<'_>) -> usize {
         match v {
-            Value::String(s) => delimited_len(1, s.len()),
-            Value::Int(i) => key_len(2) + encoded_len_varint(*i as u64),
-            Value::Double(_) => key_len(3) + 8,
-            Value::Bool(_) => key_len(4) + 1,
-            Value::Array(values) => delimited_len(5, array_len(values)),
+            ValueRef::Str(s) => delimited_len(1, s.len()),
+            ValueRef::Int(i) => key_len(2) + encoded_len_varint(i as u64),
+            ValueRef::Double(_) => key_len(3) + 8,
+            ValueRef::Bool(_) => key_len(4) + 1,
+            ValueRef::Array(values) => delimited_len(5, array_len(values)),
         }
     }
 
-    pub fn put_value(v: &Value, out: &mut Vec<u8>) {
+    pub fn put_value(v: ValueRef<'_>, out: &mut Vec<u8>) {
         match v {
-            Value::String(s) => {
+            ValueRef::Str(s) => {
                 put_delimited(1, s.len(), out);
                 out.extend_from_slice(s.as_bytes());
             }
-            Value::Int(i) => {
-                encode_key(2, WireType::Varint, out);
-                encode_varint(*i as u64, out);
+            ValueRef::Int(i) => {
+                put_key(2, WireType::Varint, out);
+                put_varint(i as u64, out);
             }
-            Value::Double(d) => {
-                encode_key(3, WireType::SixtyFourBit, out);
+            ValueRef::Double(d) => {
+                put_key(3, WireType::SixtyFourBit, out);
                 out.extend_from_slice(&d.to_le_bytes());
             }
-            Value::Bool(b) => {
-                encode_key(4, WireType::Varint, out);
-                out.push(u8::from(*b));
+            ValueRef::Bool(b) => {
+                put_key(4, WireType::Varint, out);
+                out.push(u8::from(b));
             }
-            Value::Array(values) => {
+            ValueRef::Array(values) => {
                 put_delimited(5, array_len(values), out);
                 for v in values {
-                    put_delimited(1, value_len(v), out);
-                    put_value(v, out);
+                    put_delimited(1, value_len(v.into()), out);
+                    put_value(v.into(), out);
                 }
             }
         }
     }
 
-    pub fn attribute_len(a: &Attribute) -> usize {
-        let key = if a.key.is_empty() { 0 } else { delimited_len(1, a.key.len()) };
-        key + a.value.as_ref().map_or(0, |v| delimited_len(2, value_len(v)))
+    pub fn attribute_len(key: &str, value: Option<ValueRef<'_>>) -> usize {
+        let key = if key.is_empty() { 0 } else { delimited_len(1, key.len()) };
+        key + value.map_or(0, |v| delimited_len(2, value_len(v)))
     }
 
-    pub fn put_attribute(a: &Attribute, out: &mut Vec<u8>) {
-        if !a.key.is_empty() {
-            put_delimited(1, a.key.len(), out);
-            out.extend_from_slice(a.key.as_bytes());
+    pub fn put_attribute(key: &str, value: Option<ValueRef<'_>>, out: &mut Vec<u8>) {
+        if !key.is_empty() {
+            put_delimited(1, key.len(), out);
+            out.extend_from_slice(key.as_bytes());
         }
-        if let Some(v) = &a.value {
+        if let Some(v) = value {
             put_delimited(2, value_len(v), out);
             put_value(v, out);
         }
     }
+}
 
-    /// `attributes` as the repeated bytes field `tag` of their row.
-    pub fn repeated_len(tag: u32, attributes: &[Attribute]) -> usize {
-        attributes.iter().map(|a| delimited_len(tag, attribute_len(a))).sum()
+/// Attributes encoded as they are parsed or mapped (the router's [`AttributeSink`]): each
+/// attribute in the segment attribute encoding after its length, one after another, which is
+/// a row's `repeated bytes` attributes field without its tags. No key or value becomes a
+/// string of its own, and the payload copies them in one piece per attribute.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Packed {
+    bytes: Vec<u8>,
+    count: usize,
+    /// The first attribute past a limit, as validation reports it.
+    problem: Option<String>,
+}
+
+impl AttributeSink for Packed {
+    type Stored = Packed;
+    fn push(&mut self, key: &str, value: Option<ValueRef<'_>>) {
+        if self.problem.is_none() {
+            self.problem = sextant_model::attributes::check(key, value).err();
+        }
+        if self.bytes.is_empty() {
+            self.bytes.reserve(256);
+        }
+        let len = attribute_wire::attribute_len(key, value);
+        attribute_wire::put_varint(len as u64, &mut self.bytes);
+        attribute_wire::put_attribute(key, value, &mut self.bytes);
+        self.count += 1;
+    }
+    fn len(&self) -> usize {
+        self.count
+    }
+    fn check(&self) -> Result<(), String> {
+        sextant_model::attributes::check_count(self.count)?;
+        self.problem.clone().map_or(Ok(()), Err)
+    }
+    fn stored(self) -> Packed {
+        self
+    }
+}
+
+impl From<Vec<Attribute>> for Packed {
+    fn from(attributes: Vec<Attribute>) -> Self {
+        let mut packed = Packed::default();
+        for a in &attributes {
+            packed.push(&a.key, a.value.as_ref().map(ValueRef::from));
+        }
+        packed
+    }
+}
+
+impl Packed {
+    /// As the repeated bytes field `tag` of a row.
+    fn repeated_len(&self, tag: u32) -> usize {
+        self.count * prost::encoding::key_len(tag) + self.bytes.len()
     }
 
     /// Also gives where in `out` each attribute went (without its tag and length).
-    pub fn put_repeated(tag: u32, attributes: &[Attribute], out: &mut Vec<u8>, at: &mut Vec<Range<usize>>) {
-        for a in attributes {
-            put_delimited(tag, attribute_len(a), out);
-            let start = out.len();
-            put_attribute(a, out);
-            at.push(start..out.len());
+    fn put_repeated(&self, tag: u32, out: &mut Vec<u8>, at: &mut Vec<Range<usize>>) {
+        use prost::encoding::{decode_varint, WireType};
+        let mut rest = &self.bytes[..];
+        while !rest.is_empty() {
+            let whole = rest;
+            let len = match rest[0] {
+                byte @ 0..0x80 => {
+                    rest = &rest[1..];
+                    usize::from(byte)
+                }
+                _ => decode_varint(&mut rest).expect("lengths this type wrote") as usize,
+            };
+            let head = whole.len() - rest.len();
+            attribute_wire::put_key(tag, WireType::LengthDelimited, out);
+            out.extend_from_slice(&whole[..head + len]);
+            at.push(out.len() - len..out.len());
+            rest = &rest[len..];
         }
     }
 }
@@ -230,17 +307,17 @@ mod attribute_wire {
 struct Unencoded<R> {
     row: R,
     tag: u32,
-    attributes: Vec<Attribute>,
+    attributes: Packed,
     /// The encoded length of the row with its attributes.
     len: usize,
 }
 
 impl<R: Message> Unencoded<R> {
-    fn new<A>(row: A, tag: u32, to_pb: impl FnOnce(A) -> R, take: impl FnOnce(&mut A) -> Vec<Attribute>) -> Self {
+    fn new<A>(row: A, tag: u32, to_pb: impl FnOnce(A) -> R, take: impl FnOnce(&mut A) -> Packed) -> Self {
         let mut row = row;
         let attributes = take(&mut row);
         let row = to_pb(row);
-        let len = row.encoded_len() + attribute_wire::repeated_len(tag, &attributes);
+        let len = row.encoded_len() + attributes.repeated_len(tag);
         Unencoded { row, tag, attributes, len }
     }
 
@@ -253,12 +330,12 @@ impl<R: Message> Unencoded<R> {
         encode_key(field, WireType::LengthDelimited, out);
         encode_varint(self.len as u64, out);
         self.row.encode_raw(out);
-        attribute_wire::put_repeated(self.tag, &self.attributes, out, at);
+        self.attributes.put_repeated(self.tag, out, at);
     }
 
     /// The row, and its attributes: the next of `at` in `payload`.
     fn parts(self, payload: &Bytes, at: &mut impl Iterator<Item = Range<usize>>) -> (R, Encoded) {
-        let attributes = at.take(self.attributes.len()).map(|r| payload.slice(r)).collect();
+        let attributes = at.take(self.attributes.count).map(|r| payload.slice(r)).collect();
         (self.row, Encoded(attributes))
     }
 }
@@ -286,13 +363,13 @@ impl Decoded {
 /// The ingest payload of a batch: what the router replicates as one Raft entry. Written as
 /// prost writes a `RowBatch` (fields in number order), with each attribute encoded straight
 /// into the payload rather than into bytes of its own first.
-pub fn encode_ingest(batch: RowBatch) -> Vec<u8> {
-    Written::new(batch).payload
+pub fn encode_ingest<A: Into<Packed>>(batch: RowBatch<A>) -> Vec<u8> {
+    Written::new(batch.map_attributes(Into::into)).payload
 }
 
 /// The ingest payload of a batch, and the batch as the payload reads back (see [`Decoded`]).
-pub fn encode_ingest_decoded(batch: RowBatch) -> Decoded {
-    let Written { payload, head, spans, logs, host_metrics, tail, at } = Written::new(batch);
+pub fn encode_ingest_decoded<A: Into<Packed>>(batch: RowBatch<A>) -> Decoded {
+    let Written { payload, head, spans, logs, host_metrics, tail, at } = Written::new(batch.map_attributes(Into::into));
     let payload = Bytes::from(payload);
     let at = &mut at.into_iter();
     let rows = RowBatch {
@@ -332,7 +409,7 @@ struct Written {
 }
 
 impl Written {
-    fn new(batch: RowBatch) -> Self {
+    fn new(batch: RowBatch<Packed>) -> Self {
         let RowBatch { project_id, spans, logs, host_metrics, json_bytes, events, replay_events, received_unix_millis } =
             batch;
         let take = std::mem::take;
@@ -586,6 +663,49 @@ mod tests {
                 assert_eq!(mine, value_to_pb(v).encode_to_vec());
             }
         }
+    }
+
+    /// Attributes parsed straight into [`Packed`] are those parsed as values and encoded, with
+    /// the same verdict on the limits; keys and values with escapes (not borrowed from the
+    /// body) included.
+    #[test]
+    fn attributes_parsed_into_packed_are_those_parsed_as_values() {
+        use proptest::prelude::*;
+        use sextant_model::attributes::{self, Attributes, MAX_ARRAY_LEN, MAX_ATTRIBUTES, MAX_KEY_LEN};
+        let text = prop_oneof!["[a-z.]{0,12}", "[a-z\\\\\"é\\n]{0,6}", Just("k".repeat(MAX_KEY_LEN + 1))];
+        let scalar = prop_oneof![
+            text.clone().prop_map(serde_json::Value::from),
+            any::<i64>().prop_map(serde_json::Value::from),
+            any::<u64>().prop_map(serde_json::Value::from),
+            any::<f64>().prop_filter("JSON numbers", |d| d.is_finite()).prop_map(serde_json::Value::from),
+            any::<bool>().prop_map(serde_json::Value::from),
+        ];
+        let value = prop_oneof![
+            4 => scalar.clone(),
+            1 => proptest::collection::vec(scalar, 0..4).prop_map(serde_json::Value::from),
+            1 => Just(serde_json::Value::from(vec![1; MAX_ARRAY_LEN + 2])),
+        ];
+        let object = proptest::collection::vec((text, value), 0..12);
+        let many = (0..MAX_ATTRIBUTES + 5).map(|i| (format!("a{i}"), serde_json::Value::from(i))).collect::<Vec<_>>();
+        let mut runner = proptest::test_runner::TestRunner::default();
+        let mut check = |pairs: Vec<(String, serde_json::Value)>| {
+            let mut body = String::from("{");
+            for (i, (k, v)) in pairs.iter().enumerate() {
+                body += &format!("{}{}:{v}", if i > 0 { "," } else { "" }, serde_json::Value::from(k.as_str()));
+            }
+            body += "}";
+            let as_values: Attributes = serde_json::from_str(&body).unwrap();
+            let packed: Packed = attributes::deserialize(&mut serde_json::Deserializer::from_str(&body)).unwrap();
+            assert_eq!(packed.check(), as_values.check(), "{body}");
+            assert_eq!(packed.len(), as_values.0.len());
+            assert_eq!(packed, Packed::from(as_values.0.clone()), "{body}");
+            let span = Span { attributes: packed, ..Default::default() };
+            let payload = encode_ingest(RowBatch { spans: vec![span], ..Default::default() });
+            let read = decode_ingest(Bytes::from(payload)).unwrap();
+            assert_eq!(decode_attributes(&read.spans[0].attributes), as_values.0, "{body}");
+        };
+        check(many);
+        runner.run(&object, |pairs| Ok(check(pairs))).unwrap();
     }
 
     #[test]

@@ -16,7 +16,7 @@ use sextant_model::query::{Cost, ShardQuery, ShardReply};
 use sextant_model::row::{RowBatch, Span};
 use sextant_model::ProjectId;
 use sextant_proto::client::{Authed, Channels};
-use sextant_proto::convert::persist_row::{encode_ingest, encode_ingest_decoded};
+use sextant_proto::convert::persist_row::{encode_ingest, encode_ingest_decoded, Packed};
 use sextant_proto::storage_client::StorageClient;
 use sextant_proto::{write_request, ClusterInfoRequest, MetaRequest, WriteRequest, LEADER_HEADER, OVERLOADED_HEADER};
 use tokio::time::Instant;
@@ -43,7 +43,7 @@ pub enum ClusterError {
 
 /// One shard's part of an ingest request, replicated under the request's batch id.
 pub enum Write {
-    Batch(RowBatch),
+    Batch(RowBatch<Packed>),
     /// Drops the batch this id committed, when another shard could not commit its own.
     Abort,
 }

@@ -20,6 +20,7 @@ use sextant_model::capture::{self, TokenPlaces};
 use sextant_model::meta::CredentialKind;
 use sextant_model::row::{Event, ReplayEvent, RowBatch};
 use sextant_model::ProjectId;
+use sextant_proto::convert::persist_row::Packed;
 
 use super::admission::Share;
 use super::commit::commit;
@@ -37,7 +38,7 @@ impl Partitioned for Events {
     fn key(row: &Event) -> Option<&[u8]> {
         Some(row.distinct_id.as_bytes())
     }
-    fn push(batch: &mut RowBatch, row: Event) {
+    fn push(batch: &mut RowBatch<Packed>, row: Event) {
         batch.events.push(row)
     }
 }
@@ -48,7 +49,7 @@ impl Partitioned for Replays {
     fn key(row: &ReplayEvent) -> Option<&[u8]> {
         Some(row.session_id.as_bytes())
     }
-    fn push(batch: &mut RowBatch, row: ReplayEvent) {
+    fn push(batch: &mut RowBatch<Packed>, row: ReplayEvent) {
         batch.replay_events.push(row)
     }
 }

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use sextant_model::row::RowBatch;
+use sextant_proto::convert::persist_row::Packed;
 
 use crate::cluster::{Cluster, GroupId, Write};
 use crate::http::error::ApiError;
@@ -21,7 +22,7 @@ use crate::AppState;
 pub(crate) async fn commit(
     app: &AppState,
     _share: &Share,
-    batches: HashMap<GroupId, RowBatch>,
+    batches: HashMap<GroupId, RowBatch<Packed>>,
 ) -> Result<(), ApiError> {
     if batches.is_empty() {
         return Ok(());
@@ -44,7 +45,7 @@ pub(crate) async fn commit(
 /// The log index each group committed its sub-batch at.
 async fn replicate(
     cluster: Arc<Cluster>,
-    batches: HashMap<GroupId, RowBatch>,
+    batches: HashMap<GroupId, RowBatch<Packed>>,
 ) -> Result<Vec<(GroupId, u64)>, ApiError> {
     let batch_id: u128 = rand::random();
     let groups: Vec<GroupId> = batches.keys().copied().collect();

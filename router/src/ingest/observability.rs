@@ -11,6 +11,7 @@ use serde::de::DeserializeOwned;
 use sextant_model::batch::Capped;
 use sextant_model::ingest::{self, FieldError, MAX_BATCH_OBJECTS, MAX_OBSERVABILITY_BODY};
 use sextant_model::row::{HostMetric, LogRecord, RowBatch, Span};
+use sextant_proto::convert::persist_row::Packed;
 
 use super::commit::commit;
 use super::partition::{partition, Partitioned};
@@ -30,66 +31,66 @@ trait Kind: Partitioned<Row: Send + 'static> {
 
 pub(crate) struct Spans;
 impl Partitioned for Spans {
-    type Row = Span;
-    fn key(row: &Span) -> Option<&[u8]> {
+    type Row = Span<Packed>;
+    fn key(row: &Span<Packed>) -> Option<&[u8]> {
         Some(row.trace_id.as_bytes())
     }
-    fn push(batch: &mut RowBatch, row: Span) {
+    fn push(batch: &mut RowBatch<Packed>, row: Span<Packed>) {
         batch.spans.push(row)
     }
 }
 impl Kind for Spans {
     const NAME: &'static str = "spans";
-    type Body = ingest::SpansBody;
-    type Json = ingest::SpanInput;
+    type Body = ingest::SpansBody<Packed>;
+    type Json = ingest::SpanInput<Packed>;
     fn items(body: Self::Body) -> Capped<Self::Json, MAX_BATCH_OBJECTS> {
         body.spans
     }
-    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<Span> {
+    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<Span<Packed>> {
         ingest::validate_span(i, item, errors)
     }
 }
 
 pub(crate) struct Logs;
 impl Partitioned for Logs {
-    type Row = LogRecord;
-    fn key(row: &LogRecord) -> Option<&[u8]> {
+    type Row = LogRecord<Packed>;
+    fn key(row: &LogRecord<Packed>) -> Option<&[u8]> {
         (!row.trace_id.is_empty()).then_some(row.trace_id.as_bytes())
     }
-    fn push(batch: &mut RowBatch, row: LogRecord) {
+    fn push(batch: &mut RowBatch<Packed>, row: LogRecord<Packed>) {
         batch.logs.push(row)
     }
 }
 impl Kind for Logs {
     const NAME: &'static str = "logs";
-    type Body = ingest::LogsBody;
-    type Json = ingest::LogInput;
+    type Body = ingest::LogsBody<Packed>;
+    type Json = ingest::LogInput<Packed>;
     fn items(body: Self::Body) -> Capped<Self::Json, MAX_BATCH_OBJECTS> {
         body.logs
     }
-    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<LogRecord> {
+    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<LogRecord<Packed>> {
         ingest::validate_log(i, item, errors)
     }
 }
 
 pub(crate) struct HostMetrics;
 impl Partitioned for HostMetrics {
-    type Row = HostMetric;
-    fn key(row: &HostMetric) -> Option<&[u8]> {
+    type Row = HostMetric<Packed>;
+    fn key(row: &HostMetric<Packed>) -> Option<&[u8]> {
         Some(row.hostname.as_bytes())
     }
-    fn push(batch: &mut RowBatch, row: HostMetric) {
+    fn push(batch: &mut RowBatch<Packed>, row: HostMetric<Packed>) {
         batch.host_metrics.push(row)
     }
 }
 impl Kind for HostMetrics {
     const NAME: &'static str = "host_metrics";
-    type Body = ingest::MetricsBody;
-    type Json = ingest::HostMetricInput;
+    type Body = ingest::MetricsBody<Packed>;
+    type Json = ingest::HostMetricInput<Packed>;
     fn items(body: Self::Body) -> Capped<Self::Json, MAX_BATCH_OBJECTS> {
         body.metrics
     }
-    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<HostMetric> {
+    fn validate(i: usize, item: Self::Json, errors: &mut Vec<FieldError>) -> Option<HostMetric<Packed>> {
         ingest::validate_host_metric(i, item, errors)
     }
 }

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use sextant_model::partition::group_of;
 use sextant_model::row::RowBatch;
 use sextant_model::ProjectId;
+use sextant_proto::convert::persist_row::Packed;
 
 use crate::cluster::GroupId;
 use crate::http::error::ApiError;
@@ -16,7 +17,7 @@ pub(crate) trait Partitioned {
     type Row;
     /// The partition key; `None` spreads the row randomly.
     fn key(row: &Self::Row) -> Option<&[u8]>;
-    fn push(batch: &mut RowBatch, row: Self::Row);
+    fn push(batch: &mut RowBatch<Packed>, row: Self::Row);
 }
 
 /// Splits rows into one sub-batch per shard through the partition table.
@@ -25,14 +26,14 @@ pub(crate) fn partition<K: Partitioned>(
     project: &ProjectId,
     rows: Vec<K::Row>,
     body_bytes: usize,
-) -> Result<HashMap<GroupId, RowBatch>, ApiError> {
+) -> Result<HashMap<GroupId, RowBatch<Packed>>, ApiError> {
     let cache = app.meta()?;
     let table = &cache.partition_groups;
     if table.is_empty() {
         return Err(ApiError::Unavailable("the cluster is not bootstrapped yet".into()));
     }
     let total = rows.len().max(1);
-    let mut batches: HashMap<GroupId, RowBatch> = HashMap::new();
+    let mut batches: HashMap<GroupId, RowBatch<Packed>> = HashMap::new();
     for row in rows {
         let group = match K::key(&row) {
             Some(key) => group_of(table, project, key),

@@ -13,6 +13,7 @@ use sextant_model::usage::{
     exceeded, month_of_millis, month_start_millis, next_month, resolve_limits, Exceeded, UsageCounts,
 };
 use sextant_model::{OrgId, ProjectId};
+use sextant_proto::convert::persist_row::Packed;
 
 use crate::cluster::{GroupId, MetaCache};
 use crate::http::error::ApiError;
@@ -112,7 +113,7 @@ pub struct Reservation {
     per_group: Vec<(GroupId, UsageCounts)>,
 }
 
-fn batch_counts(b: &RowBatch) -> UsageCounts {
+fn batch_counts(b: &RowBatch<Packed>) -> UsageCounts {
     UsageCounts {
         bytes: b.json_bytes,
         spans: b.spans.len() as u64,
@@ -125,7 +126,7 @@ fn batch_counts(b: &RowBatch) -> UsageCounts {
 
 impl Pending {
     /// Counts the sub-batches of one request (one project, one receive time) from now on.
-    pub fn reserve(self: &Arc<Self>, batches: &HashMap<GroupId, RowBatch>) -> Reservation {
+    pub fn reserve(self: &Arc<Self>, batches: &HashMap<GroupId, RowBatch<Packed>>) -> Reservation {
         let mut r = Reservation { pending: self.clone(), key: None, total: UsageCounts::default(), per_group: vec![] };
         let Some(first) = batches.values().next() else { return r };
         let Ok(project) = first.project_id.parse::<ProjectId>() else { return r };
@@ -405,7 +406,7 @@ mod tests {
         assert_eq!(decide(&c, &Pending::default(), a, Meter::Bytes, clock.clock().now_millis()), Decision::Accept);
     }
 
-    fn batch(project: ProjectId, bytes: u64) -> RowBatch {
+    fn batch(project: ProjectId, bytes: u64) -> RowBatch<Packed> {
         RowBatch {
             project_id: project.to_string(),
             json_bytes: bytes,
@@ -429,7 +430,7 @@ mod tests {
         // An org limit of 100 bytes; two projects with 25 each in the roll-up.
         let (mut c, org, a, _) = cache("free", vec![org_quota(Some(100), None, true)], (25, 0));
         let pending = Arc::new(Pending::default());
-        let batches: HashMap<GroupId, RowBatch> = [(1, batch(a, 30)), (2, batch(a, 20))].into();
+        let batches: HashMap<GroupId, RowBatch<Packed>> = [(1, batch(a, 30)), (2, batch(a, 20))].into();
         let r = pending.reserve(&batches);
         assert_eq!(used(&c, &pending, a), Some(100), "being replicated counts");
         drop(r);

@@ -75,6 +75,11 @@ impl<T> Mapped<T> {
         }
     }
 
+    /// The same, each row passed through `f`.
+    pub fn map_rows<U>(self, f: impl FnMut(T) -> U) -> Mapped<U> {
+        Mapped { rows: self.rows.into_iter().map(f).collect(), rejected: self.rejected, reasons: self.reasons }
+    }
+
     /// The partial-success message: empty when nothing was rejected.
     pub fn message(&self) -> String {
         if self.rejected == 0 {

@@ -19,6 +19,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use sextant_model::ProjectId;
+use sextant_proto::convert::persist_row::Packed;
 
 use super::admission::Share;
 use super::commit::commit;
@@ -47,11 +48,11 @@ impl Signal for Traces {
     const NAME: &'static str = "spans";
     const ROOT: wire::Root = wire::Root::Traces;
     type Kind = Spans;
-    type Row = sextant_model::row::Span;
+    type Row = sextant_model::row::Span<Packed>;
     type Request = ExportTraceServiceRequest;
     type Response = ExportTraceServiceResponse;
     fn map(request: &Self::Request) -> Mapped<Self::Row> {
-        mapping::spans(&request.resource_spans)
+        mapping::spans(&request.resource_spans).map_rows(|s| s.map_attributes(Packed::from))
     }
     fn response(rejected_spans: i64, error_message: String) -> Self::Response {
         ExportTraceServiceResponse {
@@ -66,11 +67,11 @@ impl Signal for LogRecords {
     const NAME: &'static str = "logs";
     const ROOT: wire::Root = wire::Root::Logs;
     type Kind = Logs;
-    type Row = sextant_model::row::LogRecord;
+    type Row = sextant_model::row::LogRecord<Packed>;
     type Request = ExportLogsServiceRequest;
     type Response = ExportLogsServiceResponse;
     fn map(request: &Self::Request) -> Mapped<Self::Row> {
-        mapping::logs(&request.resource_logs)
+        mapping::logs(&request.resource_logs).map_rows(|l| l.map_attributes(Packed::from))
     }
     fn response(rejected_log_records: i64, error_message: String) -> Self::Response {
         ExportLogsServiceResponse {
@@ -85,11 +86,11 @@ impl Signal for Metrics {
     const NAME: &'static str = "host_metrics";
     const ROOT: wire::Root = wire::Root::Metrics;
     type Kind = HostMetrics;
-    type Row = sextant_model::row::HostMetric;
+    type Row = sextant_model::row::HostMetric<Packed>;
     type Request = ExportMetricsServiceRequest;
     type Response = ExportMetricsServiceResponse;
     fn map(request: &Self::Request) -> Mapped<Self::Row> {
-        mapping::host_metrics(&request.resource_metrics)
+        mapping::host_metrics(&request.resource_metrics).map_rows(|m| m.map_attributes(Packed::from))
     }
     fn response(rejected_data_points: i64, error_message: String) -> Self::Response {
         ExportMetricsServiceResponse {
