@@ -363,13 +363,13 @@ impl Decoded {
 /// The ingest payload of a batch: what the router replicates as one Raft entry. Written as
 /// prost writes a `RowBatch` (fields in number order), with each attribute encoded straight
 /// into the payload rather than into bytes of its own first.
-pub fn encode_ingest<A: Into<Packed>>(batch: RowBatch<A>) -> Vec<u8> {
-    Written::new(batch.map_attributes(Into::into)).payload
+pub fn encode_ingest<A: Into<Packed> + Default>(batch: RowBatch<A>) -> Vec<u8> {
+    Written::new(batch).payload
 }
 
 /// The ingest payload of a batch, and the batch as the payload reads back (see [`Decoded`]).
-pub fn encode_ingest_decoded<A: Into<Packed>>(batch: RowBatch<A>) -> Decoded {
-    let Written { payload, head, spans, logs, host_metrics, tail, at } = Written::new(batch.map_attributes(Into::into));
+pub fn encode_ingest_decoded<A: Into<Packed> + Default>(batch: RowBatch<A>) -> Decoded {
+    let Written { payload, head, spans, logs, host_metrics, tail, at } = Written::new(batch);
     let payload = Bytes::from(payload);
     let at = &mut at.into_iter();
     let rows = RowBatch {
@@ -409,7 +409,8 @@ struct Written {
 }
 
 impl Written {
-    fn new(batch: RowBatch<Packed>) -> Self {
+    /// Attributes not packed yet are packed row by row as they are written.
+    fn new<A: Into<Packed> + Default>(batch: RowBatch<A>) -> Self {
         let RowBatch { project_id, spans, logs, host_metrics, json_bytes, events, replay_events, received_unix_millis } =
             batch;
         let take = std::mem::take;
@@ -418,7 +419,7 @@ impl Written {
                 s,
                 9,
                 |s| pb::SpanRow::from(s.map_attributes(|_| Encoded::default())),
-                |s| take(&mut s.attributes),
+                |s| take(&mut s.attributes).into(),
             )
         });
         let logs: Vec<_> = all(logs, |l| {
@@ -426,7 +427,7 @@ impl Written {
                 l,
                 7,
                 |l| pb::LogRow::from(l.map_attributes(|_| Encoded::default())),
-                |l| take(&mut l.attributes),
+                |l| take(&mut l.attributes).into(),
             )
         });
         let host_metrics: Vec<_> = all(host_metrics, |m| {
@@ -434,7 +435,7 @@ impl Written {
                 m,
                 9,
                 |m| pb::HostMetricRow::from(m.map_attributes(|_| Encoded::default())),
-                |m| take(&mut m.attributes),
+                |m| take(&mut m.attributes).into(),
             )
         });
         // Fields 1 and 5 to 8; 2 to 4 go between them.
