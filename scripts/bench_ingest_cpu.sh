@@ -7,6 +7,7 @@
 #   scripts/bench_ingest_cpu.sh spans|logs|events SECONDS BIN [BIN...]
 # Runs under a minute hold at most one flush per shard and leave the last buffer unflushed:
 # 60 s or more for the steady-state cost (docs/BENCHMARKS.md, "Ingest in steady state").
+# The segments the server holds when the run ends show whether compaction kept up.
 # LOADGEN=BIN: the load generator of that build for every run (default: each build's own).
 # The parse cost per object is the CPU time the load generator's serde_json ceiling (every
 # core parsing the same bodies, before the run) spent per object.
@@ -15,8 +16,9 @@ KIND=$1; SECS=$2; shift 2
 TCK=$(getconf CLK_TCK)
 for BIN in "$@"; do
   WORK=$(mktemp -d)
-  PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-  "$BIN" dev --data-dir "$WORK/d" --listen "127.0.0.1:$PORT" --api-rps 1000000 --ingest-rps 1000000 --analytics-rps 1000000 >"$WORK/dev.log" 2>&1 &
+  free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+  PORT=$(free_port); INTERNAL=$(free_port)
+  "$BIN" dev --data-dir "$WORK/d" --listen "127.0.0.1:$PORT" --internal-listen "127.0.0.1:$INTERNAL" --api-rps 1000000 --ingest-rps 1000000 --analytics-rps 1000000 >"$WORK/dev.log" 2>&1 &
   PID=$!
   for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null && break; sleep 0.1; done
   for _ in $(seq 1 300); do [ -s "$WORK/d/credentials.json" ] && break; sleep 0.1; done
@@ -26,15 +28,17 @@ for BIN in "$@"; do
     --batch 1000 --concurrency 8 --seconds "$SECS" --json)
   AFTER=$(cpu)
   HWM=$(awk '/VmHWM/ {print $2}' "/proc/$PID/status")
+  SEGMENTS=$(curl -sf "http://127.0.0.1:$INTERNAL/metrics" | awk '/^sextant_node_segments\{/ {s += $2} END {print s + 0}')
   kill -9 "$PID"; wait "$PID" 2>/dev/null || true; rm -rf "$WORK"
-  python3 - "$BIN" "$OUT" "$BEFORE" "$AFTER" "$TCK" "$HWM" <<'PY'
+  python3 - "$BIN" "$OUT" "$BEFORE" "$AFTER" "$TCK" "$HWM" "$SEGMENTS" <<'PY'
 import json, sys
-binary, out, before, after, tck, hwm = sys.argv[1], json.loads(sys.argv[2]), *map(int, sys.argv[3:])
+binary, out, before, after, tck, hwm, segments = sys.argv[1], json.loads(sys.argv[2]), *map(int, sys.argv[3:])
 server = (after - before) / tck
 per_object = 1e6 * server / out["objects"]
 parse = out["serde_json_cpu_us_per_object"]
 print(json.dumps({"bin": binary, "objects_per_sec": round(out["objects_per_sec"]), "errors": out["errors"], "server_cpu_s": server,
                   "server_us_per_object": round(per_object, 2), "parse_us_per_object": round(parse, 2),
-                  "cpu_over_parse": round(per_object / parse, 1), "peak_rss_mib": hwm // 1024}))
+                  "cpu_over_parse": round(per_object / parse, 1), "peak_rss_mib": hwm // 1024,
+                  "segments": segments}))
 PY
 done

@@ -1,5 +1,5 @@
 //! Background work on segments: merges small segments (see `segment::compaction`), one shard
-//! at a time, off the apply path; and refreshes the storage gauges.
+//! at a time, off the apply path and at a lower CPU priority; and refreshes the storage gauges.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,7 +22,7 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
                 loop {
                     let Some(job) = shard.state.read().unwrap().state.compaction(now_s) else { break };
                     let started = Instant::now();
-                    match tokio::task::spawn_blocking(move || job.run()).await {
+                    match yielding(move || job.run()).await {
                         Ok(Ok(CompactionOutcome::Merged { inputs, rows_in, rows_out, .. })) => {
                             host.metrics.compactions.inc();
                             host.metrics.compaction_seconds.observe(started.elapsed().as_secs_f64());
@@ -34,7 +34,7 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
                             break;
                         }
                         Err(e) => {
-                            tracing::error!(group, error = %e, "compaction panicked");
+                            tracing::error!(group, error = %e, "compaction did not finish");
                             break;
                         }
                     }
@@ -43,6 +43,37 @@ pub fn spawn(host: Arc<NodeHost>) -> tokio::task::JoinHandle<()> {
             refresh_gauges(&host);
         }
     })
+}
+
+/// Nice value of the compaction thread: a merge can wait, so queries and ingest take the cores
+/// first (docs/ARCHITECTURE.md, "Compaction and expiry").
+const NICE: libc::c_int = 10;
+
+/// Runs `work` on a thread of its own at [`NICE`] (a thread's nice value cannot be raised back
+/// without privileges, so no pool thread is lowered); an error if it cannot start or panics.
+async fn yielding<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> std::io::Result<T> {
+    let (done, result) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new().name("compaction".into()).spawn(move || {
+        lower_priority();
+        let _ = done.send(work());
+    })?;
+    result.await.map_err(|_| std::io::Error::other("the compaction thread panicked"))
+}
+
+/// Sets the calling thread's nice value to [`NICE`]; where that is refused (a sandbox), the
+/// thread runs at the process's priority.
+fn lower_priority() {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: gettid and setpriority take no pointers; `who` is this thread's id.
+        let refused = unsafe {
+            let tid = libc::gettid();
+            libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, NICE) != 0
+        };
+        if refused {
+            tracing::debug!(error = %std::io::Error::last_os_error(), "compaction runs at normal priority");
+        }
+    }
 }
 
 fn refresh_gauges(host: &NodeHost) {
@@ -65,5 +96,31 @@ fn refresh_gauges(host: &NodeHost) {
             .apply_lag
             .get_or_create(&crate::metrics::GroupLabel { group })
             .set(committed.saturating_sub(applied) as i64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(target_os = "linux")]
+    fn own_nice() -> libc::c_int {
+        // SAFETY: as in `lower_priority`.
+        unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn merges_run_at_a_lower_priority_than_queries() {
+        let before = own_nice();
+        let during = yielding(own_nice).await.unwrap();
+        assert_eq!(during, before.max(NICE), "a compaction thread runs niced");
+        assert_eq!(own_nice(), before, "the caller's thread keeps its priority");
+    }
+
+    #[tokio::test]
+    async fn a_panicking_merge_is_an_error_not_a_hang() {
+        let result = yielding(|| -> u32 { panic!("merge failed") }).await;
+        assert!(result.is_err());
     }
 }
