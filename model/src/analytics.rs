@@ -8,6 +8,7 @@ use serde_json::Value;
 
 use crate::batch::Capped;
 use crate::ingest::FieldError;
+use crate::properties::Properties;
 use crate::row::{Event, ReplayEvent};
 use crate::time::TimeInput;
 
@@ -34,10 +35,10 @@ pub struct EventJson {
     pub distinct_id: Option<Value>,
     #[serde(default)]
     pub timestamp: Option<TimeInput>,
-    /// As sent: expanded into a tree one event at a time, at validation.
-    #[serde(default, deserialize_with = "bounded_properties")]
+    /// Written in their stored form as the body is parsed ([`Properties`]).
+    #[serde(default)]
     #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
-    pub properties: Option<Box<RawValue>>,
+    pub properties: Option<Properties>,
     #[serde(default)]
     pub uuid: Option<String>,
 }
@@ -76,15 +77,8 @@ pub struct ReplayBody {
     pub events: Capped<ReplayEventJson, MAX_REPLAY_EVENTS>,
 }
 
-/// Event properties are kept as text while a body is parsed (a tree of small properties takes
-/// ten times the memory of its text), and refused when too long to pass validation.
-fn bounded_properties<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
-    let raw = Option::<Box<RawValue>>::deserialize(d)?;
-    check_properties_text(&raw).map_err(serde::de::Error::custom)?;
-    Ok(raw)
-}
-
-/// Refuses properties whose text is too long to pass validation.
+/// Refuses PostHog properties (kept as text while a body is split) whose text is too long to
+/// pass validation.
 pub fn check_properties_text(raw: &Option<Box<RawValue>>) -> Result<(), &'static str> {
     if raw.as_ref().is_some_and(|r| r.get().len() > MAX_PROPERTIES_TEXT) {
         return Err("properties must be at most 64 KiB");
@@ -125,11 +119,14 @@ fn distinct_id(value: Option<&Value>) -> Option<String> {
 pub fn validate_event(index: usize, e: EventJson, now_ns: i64, errors: &mut Vec<FieldError>) -> Option<Event> {
     let before = errors.len();
     let event = name(errors, index, "event", e.event.as_deref());
-    let raw = e.properties.as_deref().map(|r| r.get().trim());
+    let properties = e.properties.unwrap_or_else(|| Properties::Object("{}".to_owned()));
     // PostHog SDKs may put the distinct id in the properties.
-    let did = distinct_id(e.distinct_id.as_ref()).or_else(|| {
-        let props: Value = serde_json::from_str(raw?).ok()?;
-        distinct_id(props.get("distinct_id"))
+    let did = distinct_id(e.distinct_id.as_ref()).or_else(|| match &properties {
+        Properties::Object(text) => {
+            let props: Value = serde_json::from_str(text).ok()?;
+            distinct_id(props.get("distinct_id"))
+        }
+        _ => None,
     });
     if e.distinct_id.as_ref().is_some_and(|v| !v.is_string() && !v.is_number() && !v.is_null()) {
         fail(errors, index, "distinct_id", "must be a string");
@@ -142,16 +139,13 @@ pub fn validate_event(index: usize, e: EventJson, now_ns: i64, errors: &mut Vec<
             0
         }),
     };
-    let properties = match raw {
-        None | Some("null") => "{}".to_owned(),
-        Some(object) if object.starts_with('{') => {
-            let text = canonical_properties(object);
-            if text.len() > MAX_PROPERTIES_BYTES {
-                fail(errors, index, "properties", "must be at most 64 KiB");
-            }
-            text
+    let properties = match properties {
+        Properties::Object(text) => text,
+        Properties::TooLarge => {
+            fail(errors, index, "properties", "must be at most 64 KiB");
+            String::new()
         }
-        Some(_) => {
+        Properties::NotObject => {
             fail(errors, index, "properties", "must be an object");
             String::new()
         }
@@ -174,74 +168,6 @@ pub fn validate_event(index: usize, e: EventJson, now_ns: i64, errors: &mut Vec<
         }
         row
     })
-}
-
-/// Properties (a valid JSON object) as stored: the bytes `serde_json::to_string` writes for
-/// its `Value` (no whitespace, keys sorted, the last of a repeated key kept).
-fn canonical_properties(object: &str) -> String {
-    let mut out = String::with_capacity(object.len());
-    if !write_canonical(object, &mut out, 0) {
-        // Valid JSON already: only a nesting deeper than the parser allows can fail here.
-        let value: Value = serde_json::from_str(object).unwrap_or_else(|_| Value::Object(Default::default()));
-        out = serde_json::to_string(&value).expect("a JSON value always serializes");
-    }
-    out
-}
-
-/// Nesting the borrowed path below walks; each level re-reads its text once.
-const CANONICAL_DEPTH: usize = 4;
-
-/// Writes `text` canonically without building a tree: names and strings without escapes and
-/// plain integers are copied as sent, other numbers read and printed by serde_json. False
-/// (with `out` partly written) when an escape or deep nesting needs the tree.
-fn write_canonical(text: &str, out: &mut String, depth: usize) -> bool {
-    let text = text.trim();
-    match text.as_bytes().first() {
-        Some(b'{') if depth < CANONICAL_DEPTH => {
-            let Ok(members) = serde_json::from_str::<std::collections::BTreeMap<&str, &RawValue>>(text) else {
-                return false;
-            };
-            out.push('{');
-            for (i, (key, value)) in members.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push('"');
-                out.push_str(key);
-                out.push_str("\":");
-                if !write_canonical(value.get(), out, depth + 1) {
-                    return false;
-                }
-            }
-            out.push('}');
-        }
-        Some(b'[') if depth < CANONICAL_DEPTH => {
-            let Ok(items) = serde_json::from_str::<Vec<&RawValue>>(text) else { return false };
-            out.push('[');
-            for (i, item) in items.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                if !write_canonical(item.get(), out, depth + 1) {
-                    return false;
-                }
-            }
-            out.push(']');
-        }
-        Some(b'"') if !text.contains('\\') => out.push_str(text),
-        Some(b't' | b'f' | b'n') => out.push_str(text),
-        Some(b'-') if text.parse::<i64>().is_ok_and(|n| n < 0) => out.push_str(text),
-        Some(b'0'..=b'9') if text.bytes().all(|b| b.is_ascii_digit()) && text.parse::<u64>().is_ok() => {
-            out.push_str(text)
-        }
-        // Floats and the rest of the numbers, as serde_json reads and prints them.
-        Some(b'-' | b'0'..=b'9') => match serde_json::from_str::<serde_json::Number>(text) {
-            Ok(n) => out.push_str(&serde_json::to_string(&n).expect("a number always serializes")),
-            Err(_) => return false,
-        },
-        _ => return false,
-    }
-    true
 }
 
 /// Validates the events of one replay request (they share its session, user and window).
@@ -358,7 +284,8 @@ mod tests {
         fn stored_properties_are_the_bytes_serde_json_writes_for_them(members in proptest::collection::vec(json_text(), 0..5)) {
             let object = format!("{{{}}}", members.iter().enumerate().map(|(i, v)| format!("\"p{}\": {v}", i % 3)).collect::<Vec<_>>().join(","));
             let value: Value = serde_json::from_str(&object).unwrap();
-            proptest::prop_assert_eq!(canonical_properties(&object), serde_json::to_string(&value).unwrap());
+            let stored = Properties::from_text(&object);
+            proptest::prop_assert_eq!(stored, Properties::Object(serde_json::to_string(&value).unwrap()));
         }
     }
 
@@ -373,6 +300,10 @@ mod tests {
         assert_eq!(fields(json!({"event": " ", "distinct_id": ""})), ["event", "distinct_id"]);
         assert_eq!(fields(json!({"event": "e".repeat(201), "distinct_id": "u"})), ["event"]);
         assert_eq!(fields(json!({"event": "e", "distinct_id": "u", "properties": [1]})), ["properties"]);
+        let large = json!({"event": "e", "distinct_id": "u", "properties": {"k": "x".repeat(MAX_PROPERTIES_BYTES)}});
+        assert_eq!(fields(large), ["properties"]);
+        let e = event(json!({"event": "e", "properties": {"distinct_id": 12, "b": 1, "a": 2}})).unwrap();
+        assert_eq!((e.distinct_id.as_str(), e.properties_json.as_str()), ("12", r#"{"a":2,"b":1,"distinct_id":12}"#));
         assert_eq!(fields(json!({"event": "e", "distinct_id": "u", "timestamp": "yesterday"})), ["timestamp"]);
         // 200 characters of multi-byte text are fine: the limit counts characters.
         assert!(event(json!({"event": "é".repeat(200), "distinct_id": "u"})).is_ok());

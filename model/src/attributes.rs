@@ -127,7 +127,14 @@ impl<'de, S: AttributeSink> Visitor<'de> for ObjectV<S> {
 }
 
 /// A key, borrowed from the body unless it had escapes.
-struct Key<'de>(Cow<'de, str>);
+pub(crate) struct Key<'de>(pub Cow<'de, str>);
+
+impl Key<'_> {
+    /// Whether the key was written with escapes (so it could not be borrowed).
+    pub(crate) fn is_escaped(&self) -> bool {
+        matches!(self.0, Cow::Owned(_))
+    }
+}
 
 impl<'de> Deserialize<'de> for Key<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -135,7 +142,7 @@ impl<'de> Deserialize<'de> for Key<'de> {
         impl<'de> Visitor<'de> for KeyV {
             type Value = Key<'de>;
             fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-                f.write_str("an attribute key")
+                f.write_str("a key")
             }
             fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Key<'de>, E> {
                 Ok(Key(Cow::Borrowed(v)))

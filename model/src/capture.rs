@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use crate::analytics::{EventJson, MAX_EVENTS};
 use crate::batch::Capped;
+use crate::properties::Properties;
 use crate::time::TimeInput;
 
 /// The events of a PostHog capture body and the token found in it (`api_key` or `token` at
@@ -41,7 +42,7 @@ pub struct SnapshotJson {
 }
 
 /// One PostHog event: the native fields and where PostHog SDKs put the token.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 struct PosthogEvent {
     #[serde(default)]
     event: Option<String>,
@@ -81,7 +82,7 @@ impl From<PosthogEvent> for EventJson {
             event: e.event,
             distinct_id: e.distinct_id,
             timestamp: e.timestamp,
-            properties: e.properties,
+            properties: e.properties.map(|raw| Properties::from_text(raw.get())),
             uuid: e.uuid,
         }
     }
@@ -89,7 +90,7 @@ impl From<PosthogEvent> for EventJson {
 
 /// Splits events into `$snapshot` events and the others, whose properties are bounded as the
 /// native API's are.
-fn split<E: de::Error>(events: Vec<EventJson>) -> Result<(Vec<EventJson>, Vec<SnapshotJson>), E> {
+fn split<E: de::Error>(events: Vec<PosthogEvent>) -> Result<(Vec<EventJson>, Vec<SnapshotJson>), E> {
     let mut plain = Vec::with_capacity(events.len());
     let mut snapshots = Vec::new();
     for (index, e) in events.into_iter().enumerate() {
@@ -97,7 +98,7 @@ fn split<E: de::Error>(events: Vec<EventJson>) -> Result<(Vec<EventJson>, Vec<Sn
             snapshots.push(SnapshotJson { index, distinct_id: e.distinct_id, properties: e.properties });
         } else {
             crate::analytics::check_properties_text(&e.properties).map_err(E::custom)?;
-            plain.push(e);
+            plain.push(EventJson::from(e));
         }
     }
     Ok((plain, snapshots))
@@ -121,7 +122,7 @@ fn events_of<E: de::Error>(events: Capped<PosthogEvent, MAX_EVENTS>, token: Opti
     match events.into_items() {
         Ok(items) => {
             let token = token.or_else(|| items.iter().find_map(PosthogEvent::token));
-            let (plain, snapshots) = split(items.into_iter().map(EventJson::from).collect())?;
+            let (plain, snapshots) = split(items)?;
             Ok(PosthogBody { events: Capped::from(plain), snapshots, token })
         }
         Err(_) => Ok(PosthogBody { events: Capped::over(total), snapshots: Vec::new(), token }),
@@ -142,7 +143,7 @@ impl<'de> Visitor<'de> for BodyV {
         let mut token = None;
         let mut batch = None;
         // Without `batch`, the object is itself the one event.
-        let mut single = EventJson { event: None, distinct_id: None, timestamp: None, properties: None, uuid: None };
+        let mut single = PosthogEvent::default();
         while let Some(key) = map.next_key::<String>()? {
             match key.as_str() {
                 "batch" => batch = Some(map.next_value::<Capped<PosthogEvent, MAX_EVENTS>>()?),

@@ -23,6 +23,7 @@ pub mod meta;
 pub mod openapi;
 pub mod partition;
 pub mod peer;
+pub mod properties;
 pub mod query;
 pub mod row;
 pub mod sketch;
