@@ -538,10 +538,21 @@ impl Segment {
         self.each_batch_of_every_row_group(&self.reader, &mask, |rb| {
             let c = super::table::Cols(&rb);
             let (projects, uuids, batches) = (c.str("project"), c.str("uuid"), c.u32("batch"));
+            // A segment's rows come project by project: each project's keys are seeded once.
+            let mut keys: Option<(&str, super::uuids::Keys)> = None;
             for i in 0..rb.num_rows() {
                 let hide = self.batches.get(batches.value(i) as usize).is_some_and(|b| hidden(*b));
                 if !hide && !uuids.value(i).is_empty() {
-                    f(super::uuids::key(table, projects.value(i), uuids.value(i)));
+                    let project = projects.value(i);
+                    let k = match keys {
+                        Some((p, k)) if p == project => k,
+                        _ => {
+                            let k = super::uuids::Keys::new(table, project);
+                            keys = Some((project, k));
+                            k
+                        }
+                    };
+                    f(k.of(uuids.value(i)));
                 }
             }
             Ok(())

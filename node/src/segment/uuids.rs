@@ -7,36 +7,38 @@
 //! aborted batches removed). A Raft entry re-applied after a restart is not in the segments
 //! (they hold entries up to their checkpoint only), so it is not taken for its own duplicate.
 //!
-//! Keys are 64-bit hashes of (table, project, uuid): 9 bytes per slot in the table, about
+//! Keys are 64-bit hashes of (table, project, uuid), the uuid's hash seeded by the table and
+//! project's; they live in memory only, never in a file. 9 bytes per slot in the table, about
 //! 10–21 bytes per row with the table's load factor (docs/BENCHMARKS.md). Two different uuids
 //! share a key with probability n/2^64 per row; the later row is then dropped.
 
 use std::collections::HashSet;
 use std::hash::BuildHasherDefault;
 
-use xxhash_rust::xxh3::xxh3_64;
+use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use super::table::{Row, Table};
 
+/// The keys of the rows of one table of one project: the hash of a row's uuid, seeded by the
+/// hash of the table and project (computed once for all of a batch's rows).
+#[derive(Clone, Copy)]
+pub struct Keys {
+    seed: u64,
+}
+
+impl Keys {
+    pub fn new(table: Table, project: &str) -> Keys {
+        Keys { seed: xxh3_64_with_seed(project.as_bytes(), table as u64) }
+    }
+
+    pub fn of(&self, uuid: &str) -> u64 {
+        xxh3_64_with_seed(uuid.as_bytes(), self.seed)
+    }
+}
+
 /// The key of a row with `uuid` in `table` of `project`.
 pub fn key(table: Table, project: &str, uuid: &str) -> u64 {
-    let len = 9 + project.len() + uuid.len();
-    // Built on the stack when it fits, as every project id and uuid of a client does: apply
-    // computes a key for every analytics row.
-    let mut stack = [0u8; 128];
-    let mut heap = Vec::new();
-    let buf = match stack.get_mut(..len) {
-        Some(buf) => buf,
-        None => {
-            heap.resize(len, 0);
-            &mut heap[..]
-        }
-    };
-    buf[0] = table as u8;
-    buf[1..9].copy_from_slice(&(project.len() as u64).to_le_bytes());
-    buf[9..9 + project.len()].copy_from_slice(project.as_bytes());
-    buf[9 + project.len()..].copy_from_slice(uuid.as_bytes());
-    xxh3_64(buf)
+    Keys::new(table, project).of(uuid)
 }
 
 /// The key of `row`, if it is stored once by its uuid.
@@ -83,21 +85,16 @@ impl Uuids {
 mod tests {
     use super::*;
 
-    /// The key is the hash of (table, project length, project, uuid) whatever the length.
     #[test]
-    fn keys_hash_the_table_project_and_uuid_short_or_long() {
-        let expected = |table: Table, project: &str, uuid: &str| {
-            let mut buf = vec![table as u8];
-            buf.extend_from_slice(&(project.len() as u64).to_le_bytes());
-            buf.extend_from_slice(project.as_bytes());
-            buf.extend_from_slice(uuid.as_bytes());
-            xxh3_64(&buf)
-        };
+    fn keys_tell_apart_tables_projects_and_uuids_short_or_long() {
         let long = "u".repeat(300);
-        for (project, uuid) in [("p", "a"), ("proj", long.as_str()), ("", ""), (long.as_str(), "x")] {
-            assert_eq!(key(Table::Events, project, uuid), expected(Table::Events, project, uuid));
+        let rows = [("p", "a"), ("proj", long.as_str()), ("", ""), (long.as_str(), "x"), ("ab", "c"), ("a", "bc")];
+        let mut keys = std::collections::HashSet::new();
+        for table in [Table::Events, Table::ReplayEvents] {
+            for (project, uuid) in rows {
+                assert_eq!(key(table, project, uuid), Keys::new(table, project).of(uuid));
+                assert!(keys.insert(key(table, project, uuid)), "{table:?} {project} {uuid}");
+            }
         }
-        assert_ne!(key(Table::Events, "ab", "c"), key(Table::Events, "a", "bc"));
-        assert_ne!(key(Table::Events, "p", "u"), key(Table::ReplayEvents, "p", "u"));
     }
 }

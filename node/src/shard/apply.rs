@@ -49,9 +49,11 @@ impl SegmentShard {
     fn drop_stored_uuids(&mut self, batch: &mut RowBatch<Encoded>) {
         let project = &batch.project_id;
         let uuids = &mut self.uuids;
-        let mut new = |table: Table, uuid: &str| uuid.is_empty() || uuids.insert(uuids::key(table, project, uuid));
-        batch.events.retain(|e| new(Table::Events, &e.uuid));
-        batch.replay_events.retain(|r| new(Table::ReplayEvents, &r.uuid));
+        let mut new = |keys: uuids::Keys, uuid: &str| uuid.is_empty() || uuids.insert(keys.of(uuid));
+        let (events, replays) =
+            (uuids::Keys::new(Table::Events, project), uuids::Keys::new(Table::ReplayEvents, project));
+        batch.events.retain(|e| new(events, &e.uuid));
+        batch.replay_events.retain(|r| new(replays, &r.uuid));
     }
 
     /// Gives back the uuids of an aborted batch's rows, wherever they are, so that a retry of
