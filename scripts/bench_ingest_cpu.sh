@@ -14,9 +14,9 @@
 set -euo pipefail
 KIND=$1; SECS=$2; shift 2
 TCK=$(getconf CLK_TCK)
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 for BIN in "$@"; do
   WORK=$(mktemp -d)
-  free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
   PORT=$(free_port); INTERNAL=$(free_port)
   "$BIN" dev --data-dir "$WORK/d" --listen "127.0.0.1:$PORT" --internal-listen "127.0.0.1:$INTERNAL" --api-rps 1000000 --ingest-rps 1000000 --analytics-rps 1000000 >"$WORK/dev.log" 2>&1 &
   PID=$!

@@ -76,18 +76,6 @@ fn properties_token(properties: &Option<Box<RawValue>>) -> Option<String> {
     serde_json::from_str::<Token>(raw.get()).ok()?.token
 }
 
-impl From<PosthogEvent> for EventJson {
-    fn from(e: PosthogEvent) -> Self {
-        EventJson {
-            event: e.event,
-            distinct_id: e.distinct_id,
-            timestamp: e.timestamp,
-            properties: e.properties.map(|raw| Properties::from_text(raw.get())),
-            uuid: e.uuid,
-        }
-    }
-}
-
 /// Splits events into `$snapshot` events and the others, whose properties are bounded as the
 /// native API's are.
 fn split<E: de::Error>(events: Vec<PosthogEvent>) -> Result<(Vec<EventJson>, Vec<SnapshotJson>), E> {
@@ -98,7 +86,17 @@ fn split<E: de::Error>(events: Vec<PosthogEvent>) -> Result<(Vec<EventJson>, Vec
             snapshots.push(SnapshotJson { index, distinct_id: e.distinct_id, properties: e.properties });
         } else {
             crate::analytics::check_properties_text(&e.properties).map_err(E::custom)?;
-            plain.push(EventJson::from(e));
+            // Written in their stored form as the native API's are; a number no float holds
+            // refuses the body there too.
+            let properties: Option<Properties> =
+                e.properties.map(|raw| serde_json::from_str(raw.get())).transpose().map_err(E::custom)?;
+            plain.push(EventJson {
+                event: e.event,
+                distinct_id: e.distinct_id,
+                timestamp: e.timestamp,
+                properties,
+                uuid: e.uuid,
+            });
         }
     }
     Ok((plain, snapshots))
@@ -570,6 +568,17 @@ mod tests {
         assert!(err.to_string().contains("64 KiB"), "{err}");
         let one = posthog(json!({"event": "$snapshot", "distinct_id": "u", "properties": {}}));
         assert_eq!((one.events.len(), one.snapshots.len()), (0, 1));
+    }
+
+    #[test]
+    fn posthog_properties_are_stored_as_the_native_apis_and_refuse_what_no_float_holds() {
+        let body = posthog(json!({"event": "e", "distinct_id": "u", "properties": {"b": 1, "a": [true]}}));
+        assert_eq!(
+            body.events.into_items().unwrap()[0].properties,
+            Some(Properties::Object(r#"{"a":[true],"b":1}"#.into()))
+        );
+        let err = posthog_body(br#"{"event": "e", "distinct_id": "u", "properties": {"n": 1e400}}"#).unwrap_err();
+        assert!(err.to_string().contains("out of range"), "{err}");
     }
 
     #[test]
