@@ -102,7 +102,7 @@ impl Buffer {
         let mut index_bytes = 0;
         let mut line = Vec::new();
         // (term, line) pairs as `term << 32 | line`: sorted as one integer.
-        let mut postings: Vec<u64> = Vec::new();
+        let mut postings: Vec<u64> = Vec::with_capacity(batch.logs.len() * 16);
         // Per table of the batch: its first position and the extent of its rows.
         let mut extents: Vec<(Table, u32, Extent)> = Vec::new();
         let rows = batch

@@ -11,6 +11,7 @@ mod golden;
 pub mod hex_ids;
 pub mod layout;
 pub mod manifest;
+pub mod prefetch;
 pub mod rollup;
 pub mod scan;
 pub mod summary;

@@ -244,14 +244,8 @@ impl Slots {
 
     /// Asks the CPU to bring `hash`'s slot into cache (a hint: no effect on the result).
     pub fn prefetch(&self, hash: u128) {
-        #[cfg(target_arch = "x86_64")]
         if !self.slots.is_empty() {
-            let slot: *const Slot = &self.slots[self.home(hash)];
-            // SAFETY: a prefetch reads nothing and never faults; the pointer is into `slots`.
-            #[allow(unused_unsafe)]
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(slot.cast());
-            }
+            super::prefetch::line(&self.slots[self.home(hash)]);
         }
     }
 

@@ -42,9 +42,10 @@ impl SegmentShard {
 
     /// Freezes the active buffer (readers still see it) and returns the job writing it out.
     pub(super) fn begin_flush(&mut self, meta: SnapshotMeta) -> CheckpointJob {
-        // The next buffer will likely fill like this one: sized up front, it is not copied
-        // while it grows (a buffer of spans is tens of megabytes).
-        let next = Buffer::with_capacity(self.active.rows.len(), self.active.trace_count());
+        // The next buffer will likely fill like this one: sized up front with room to spare,
+        // it is not copied while it grows (a buffer of rows is hundreds of megabytes; reserved
+        // and never written, the spare room takes no memory).
+        let next = Buffer::with_capacity(self.active.rows.len() * 3 / 2, self.active.trace_count());
         let frozen = Arc::new(std::mem::replace(&mut self.active, next));
         self.published.write().unwrap().frozen.push(frozen.clone());
         let (dir, dedup, tombstones) = (self.dir.clone(), self.dedup.clone(), self.tombstones.clone());
