@@ -44,7 +44,7 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::attribute::{self, Attribute, Kind, Value};
-use super::table::{Row, RowRef};
+use super::table::RowRef;
 
 pub const PREFIX: &str = "attr:";
 /// Of a split key: the text of a value up to its last word.
@@ -131,15 +131,6 @@ const MAX_COLUMNS: usize = 48;
 /// A key gets a column when at least this share (1/n) of the segment's rows carry it.
 const MIN_SHARE: usize = 16;
 const MAX_KEY_BYTES: usize = 128;
-
-fn attributes(row: &Row) -> Option<&[Bytes]> {
-    match row {
-        Row::Span(s) => Some(&s.attributes),
-        Row::Log(l) => Some(&l.attributes),
-        Row::HostMetric(m) => Some(&m.attributes),
-        _ => None,
-    }
-}
 
 /// An attribute key with a column of its own.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -229,7 +220,7 @@ pub fn choose(rows: &[RowRef<'_>]) -> Vec<Key> {
     let sample = rows.iter().step_by(stride);
     let sampled_rows = sample.len();
     for r in sample {
-        for kv in attribute::read(attributes(r.row).unwrap_or_default()) {
+        for kv in attribute::read(r.row.attributes().unwrap_or_default()) {
             if kv.key.len() <= MAX_KEY_BYTES {
                 let s = seen.entry(kv.key).or_default();
                 s.sampled += 1;
@@ -270,7 +261,7 @@ pub fn choose(rows: &[RowRef<'_>]) -> Vec<Key> {
         let finder = KeyFinder::new(&keys);
         let mut whole: Vec<bool> = keys.iter().map(|k| k.whole).collect();
         for r in rows.iter().step_by(stride) {
-            for kv in attribute::read(attributes(r.row).unwrap_or_default()) {
+            for kv in attribute::read(r.row.attributes().unwrap_or_default()) {
                 if let (Some(k), Some(value)) = (finder.find(kv.key), kv.value()) {
                     whole[k] = whole[k] || keys[k].stays_whole(value);
                 }
@@ -624,8 +615,8 @@ mod tests {
     use super::*;
     use crate::segment::attribute::{decode_stored, encode_stored, from_stored, stored};
     use crate::segment::layout::{assemble, Layout};
-    use crate::segment::table::SpanRow;
     use crate::segment::table::{from_record_batch, to_segment_batch, Table};
+    use crate::segment::table::{Row, SpanRow};
     use proptest::prelude::*;
     use sextant_model::row::Attribute as Decoded;
     use sextant_proto::convert::persist_row::{encode_attribute, encode_attributes};

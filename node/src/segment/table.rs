@@ -279,6 +279,16 @@ impl Row {
     }
 
     /// The sort key within a segment after the project (see [`Table::sort_columns`]).
+    /// The row's attributes, in their stored encoding, for the tables that have them.
+    pub fn attributes(&self) -> Option<&[bytes::Bytes]> {
+        match self {
+            Row::Span(s) => Some(&s.attributes),
+            Row::Log(l) => Some(&l.attributes),
+            Row::HostMetric(m) => Some(&m.attributes),
+            _ => None,
+        }
+    }
+
     pub fn sort_key(&self) -> (&str, i64) {
         match self {
             Row::Span(s) => (&s.trace_id, s.start_unix_nanos),
@@ -443,44 +453,45 @@ pub fn to_projected_batch(
     RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
 }
 
-/// How many rows ahead of the one being copied its text is prefetched (and twice as far, the
-/// row itself): rows are copied in the segment's order, not the order they were applied in,
-/// so each one's text is far in memory from the last one's (docs/BENCHMARKS.md, "Rows
-/// prefetched at flush").
-const PREFETCH_AHEAD: usize = 8;
+/// Rows between the stages of [`prefetch_ahead`]: a row's text is fetched this many rows
+/// before it is copied, its attribute list twice as far ahead, the row itself three times.
+const PREFETCH_STRIDE: usize = 4;
 
-/// Prefetches the text [`build_columns`] copies out of `row` (the first lines of each).
-fn prefetch_text(row: &Row) {
-    use super::prefetch::text;
-    match row {
+/// Rows are copied in the segment's order, not the order they were applied in, so each one
+/// is far in memory from the last (docs/BENCHMARKS.md, "Rows prefetched at flush"). Asks for
+/// the memory that the copy of row `i + PREFETCH_STRIDE` will read, in stages, so that no
+/// stage reads memory not yet fetched.
+fn prefetch_ahead(rows: &[RowRef<'_>], i: usize) {
+    use super::prefetch::{line, text, value};
+    if let Some(r) = rows.get(i + 3 * PREFETCH_STRIDE) {
+        value(r.row);
+    }
+    if let Some(attributes) = rows.get(i + 2 * PREFETCH_STRIDE).and_then(|r| r.row.attributes()) {
+        line(attributes.as_ptr());
+    }
+    let Some(r) = rows.get(i + PREFETCH_STRIDE) else { return };
+    match r.row {
         Row::Span(s) => {
-            text(s.trace_id.as_bytes());
-            text(s.span_id.as_bytes());
-            text(s.parent_span_id.as_bytes());
-            text(s.service_name.as_bytes());
-            text(s.operation.as_bytes());
-            if let Some(first) = s.attributes.first() {
-                super::prefetch::line(s.attributes.as_ptr());
-                text(first);
+            for t in [&s.trace_id, &s.span_id, &s.parent_span_id, &s.service_name, &s.operation] {
+                line(t.as_ptr());
             }
         }
         Row::Log(l) => {
             text(l.message.as_bytes());
-            text(l.service.as_bytes());
-            text(l.trace_id.as_bytes());
-            text(l.span_id.as_bytes());
-            if let Some(first) = l.attributes.first() {
-                super::prefetch::line(l.attributes.as_ptr());
-                text(first);
+            for t in [&l.service, &l.trace_id, &l.span_id] {
+                line(t.as_ptr());
             }
         }
         Row::Event(e) => {
-            text(e.distinct_id.as_bytes());
-            text(e.event.as_bytes());
-            text(e.uuid.as_bytes());
             text(e.properties_json.as_bytes());
+            for t in [&e.distinct_id, &e.event, &e.uuid] {
+                line(t.as_ptr());
+            }
         }
         _ => {}
+    }
+    if let Some(first) = r.row.attributes().and_then(|a| a.first()) {
+        text(first);
     }
 }
 
@@ -498,12 +509,7 @@ fn build_columns<'l>(
     let mut split = super::attribute_columns::Split::new(&layout.attribute_keys, rows.len());
     let parent_refs = if layout.parent_refs { super::layout::parent_refs(rows) } else { Vec::new() };
     for (i, r) in rows.iter().enumerate() {
-        if let Some(ahead) = rows.get(i + PREFETCH_AHEAD) {
-            prefetch_text(ahead.row);
-        }
-        if let Some(further) = rows.get(i + 2 * PREFETCH_AHEAD) {
-            super::prefetch::value(further.row);
-        }
+        prefetch_ahead(rows, i);
         let (p, b) = (V::S(r.project), V::U4(r.batch));
         match r.row {
             Row::Span(s) => cols.push(&[
