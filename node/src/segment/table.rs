@@ -453,23 +453,19 @@ pub fn to_projected_batch(
     RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
 }
 
-/// Rows between the stages of [`prefetch_ahead`]: a row's text is fetched this many rows
-/// before it is copied, its attribute list twice as far ahead, the row itself three times.
-const PREFETCH_STRIDE: usize = 4;
+/// How many rows ahead of the one being copied its text is prefetched (and twice as far, the
+/// row itself).
+const PREFETCH_AHEAD: usize = 8;
 
 /// Rows are copied in the segment's order, not the order they were applied in, so each one
 /// is far in memory from the last (docs/BENCHMARKS.md, "Rows prefetched at flush"). Asks for
-/// the memory that the copy of row `i + PREFETCH_STRIDE` will read, in stages, so that no
-/// stage reads memory not yet fetched.
+/// the memory that copying the rows after row `i` will read.
 fn prefetch_ahead(rows: &[RowRef<'_>], i: usize) {
     use super::prefetch::{line, text, value};
-    if let Some(r) = rows.get(i + 3 * PREFETCH_STRIDE) {
+    if let Some(r) = rows.get(i + 2 * PREFETCH_AHEAD) {
         value(r.row);
     }
-    if let Some(attributes) = rows.get(i + 2 * PREFETCH_STRIDE).and_then(|r| r.row.attributes()) {
-        line(attributes.as_ptr());
-    }
-    let Some(r) = rows.get(i + PREFETCH_STRIDE) else { return };
+    let Some(r) = rows.get(i + PREFETCH_AHEAD) else { return };
     match r.row {
         Row::Span(s) => {
             for t in [&s.trace_id, &s.span_id, &s.parent_span_id, &s.service_name, &s.operation] {
@@ -490,8 +486,11 @@ fn prefetch_ahead(rows: &[RowRef<'_>], i: usize) {
         }
         _ => {}
     }
-    if let Some(first) = r.row.attributes().and_then(|a| a.first()) {
-        text(first);
+    if let Some(attributes) = r.row.attributes() {
+        line(attributes.as_ptr());
+        if let Some(first) = attributes.first() {
+            text(first);
+        }
     }
 }
 
