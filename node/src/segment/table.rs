@@ -278,7 +278,6 @@ impl Row {
         }
     }
 
-    /// The sort key within a segment after the project (see [`Table::sort_columns`]).
     /// The row's attributes, in their stored encoding, for the tables that have them.
     pub fn attributes(&self) -> Option<&[bytes::Bytes]> {
         match self {
@@ -289,6 +288,7 @@ impl Row {
         }
     }
 
+    /// The sort key within a segment after the project (see [`Table::sort_columns`]).
     pub fn sort_key(&self) -> (&str, i64) {
         match self {
             Row::Span(s) => (&s.trace_id, s.start_unix_nanos),
