@@ -101,7 +101,8 @@ impl Buffer {
         let before = self.rows.len();
         let mut index_bytes = 0;
         let mut line = Vec::new();
-        // (term, line) pairs as `term << 32 | line`: sorted as one integer.
+        // (term, line) pairs as `term << 32 | line`: sorted as one integer. Room for 16 terms
+        // a line (a message of a dozen words and a few attributes); more only grows it.
         let mut postings: Vec<u64> = Vec::with_capacity(batch.logs.len() * 16);
         // Per table of the batch: its first position and the extent of its rows.
         let mut extents: Vec<(Table, u32, Extent)> = Vec::new();
