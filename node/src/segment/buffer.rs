@@ -9,10 +9,11 @@ use rustc_hash::{FxHashMap, FxHashSet};
 use sextant_model::row::{Encoded, RowBatch};
 use sextant_proto::convert::persist_row::{decode_ingest, DecodeError};
 
+use super::event_columns::EventColumns;
 use super::rollup::Running;
 use super::table::{Row, RowRef, Table};
 use super::token_index::line_terms;
-use super::user_number::{id_hash, UserNumbers};
+use super::user_number::{id_hash, UserNumbers, USER};
 
 pub struct BufferedRow {
     pub project: Arc<str>,
@@ -46,6 +47,9 @@ pub struct Buffer {
     /// The user number of each row (events; `u32::MAX` for others), as far as the scans that
     /// read user numbers have brought it (applying a row does not pay for it).
     users: Mutex<Vec<u32>>,
+    /// Events' times and names as columns, as far as the scans that use them have brought
+    /// them (applying a row does not pay for them either).
+    event_columns: Mutex<EventColumns>,
     batches: HashSet<u128>,
     /// Per (project, table) with rows here: how many and their earliest and latest time, so
     /// that an estimate whose range holds them all does not walk the rows.
@@ -69,6 +73,7 @@ impl Default for Buffer {
             runs: Vec::new(),
             rollups: Mutex::default(),
             users: Mutex::default(),
+            event_columns: Mutex::default(),
             batches: HashSet::new(),
             extents: FxHashMap::default(),
             aborted: HashSet::new(),
@@ -197,6 +202,9 @@ impl Buffer {
         users: Option<&UserNumbers>,
     ) -> Vec<arrow_array::RecordBatch> {
         let Some(source) = scan.rollup_source() else {
+            if let Some(batches) = self.scan_event_columns(scan, hidden, users) {
+                return batches;
+            }
             return self.scan_from(self.candidates(scan), scan, hidden, users);
         };
         let rolled = if self.batches.iter().any(|&b| hidden(b)) { None } else { self.running_rollups(scan.table) };
@@ -267,6 +275,32 @@ impl Buffer {
             }
             None => scan.select(&refs, None),
         }
+    }
+
+    /// [`scan_rows`](Self::scan_rows) of events from the [`EventColumns`], for a scan that
+    /// reads only times, names (as a dictionary, if returned) and user numbers; `None` for
+    /// others, and while a batch here is aborted or hidden.
+    fn scan_event_columns(
+        &self,
+        scan: &super::Scan,
+        hidden: &dyn Fn(u128) -> bool,
+        users: Option<&UserNumbers>,
+    ) -> Option<Vec<arrow_array::RecordBatch>> {
+        let columns = scan.read_columns(true, true)?;
+        let fits = scan.table == Table::Events
+            && columns.iter().all(|c| EventColumns::builds(c))
+            && (!scan.returns(USER) || users.is_some())
+            && (!scan.returns("event") || scan.dictionaries.contains(&"event"));
+        if !fits || !self.aborted.is_empty() || self.batches.iter().any(|&b| hidden(b)) {
+            return None;
+        }
+        let numbers = users.filter(|_| scan.returns(USER)).map(|users| self.user_numbers(users));
+        let mut events = self.event_columns.lock().unwrap();
+        events.extend(&self.rows);
+        let range = (scan.from_ns, scan.to_ns);
+        let batches = events.select(self.candidates(scan), &scan.project, &scan.filter.events, range, numbers.as_deref().map(Vec::as_slice));
+        let kept = batches.iter().map(|rb| scan.apply(rb, &|_| false).expect("filtering a batch of its own schema"));
+        Some(kept.flatten().collect())
     }
 
     /// Of host samples at `positions`, each host's newest (the first of equal times), in
@@ -890,6 +924,70 @@ mod tests {
                     for (from_ns, to_ns) in [(0, i64::MAX), (15, 42), (-5, 3), (1000, 2000)] {
                         let s = Scan { from_ns, to_ns, ..scan(table, project, Filter::default()) };
                         prop_assert_eq!(rows_of(table, buffer.scan_rows(&s, &none, None)), rows_of(table, buffer.scan_rows_unindexed(&s, &none)));
+                    }
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// A scan of users, times and names reads them from the events' columns: the same
+        /// rows as reading the rows themselves, in any project, range and choice of names,
+        /// with events of other tables' rows and of hidden batches around them.
+        #[test]
+        fn event_columns_select_what_the_rows_do(
+            batches in prop::collection::vec((0usize..2, prop::collection::vec((0usize..4, 0usize..5, -20i64..20), 1..6)), 1..20),
+            names in prop::collection::vec(0usize..4, 0..3),
+            ranges in prop::collection::vec((-25i64..25, 0i64..50), 1..4),
+            hide in prop::option::of(0usize..20),
+        ) {
+            use super::super::table::{Cols, Strings};
+            const NAMES: [&str; 4] = ["buy", "Buy", "view", "signup"];
+            let mut buffer = Buffer::default();
+            let users = UserNumbers::default();
+            for (i, (project, events)) in batches.iter().enumerate() {
+                let events = events.iter().enumerate().map(|(j, &(name, user, t))| Event {
+                    uuid: format!("e{i}-{j}"), event: NAMES[name].into(), distinct_id: format!("u{user}"), unix_nanos: t, ..Default::default()
+                }).collect();
+                let logs = vec![log_line(&[0], None, i as i64)];
+                push(&mut buffer, i as u128, RowBatch { project_id: PROJECTS[*project].into(), events, logs, ..Default::default() });
+            }
+            let wanted: Vec<String> = names.iter().map(|&n| NAMES[n].to_owned()).collect();
+            let triples = |batches: Vec<arrow_array::RecordBatch>| -> Vec<(u32, i64, String)> {
+                batches.iter().flat_map(|rb| {
+                    let c = Cols(rb);
+                    let (users, times, events) = (c.u32(USER), c.i64("time_ns"), c.strings("event"));
+                    (0..rb.num_rows()).map(move |i| (users.value(i), times.value(i), events.value(i).to_owned())).collect::<Vec<_>>()
+                }).collect()
+            };
+            for project in PROJECTS {
+                for &(from_ns, len) in &ranges {
+                    for events in [Vec::new(), wanted.clone()] {
+                        let s = Scan {
+                            from_ns,
+                            to_ns: from_ns + len,
+                            columns: vec![USER.into(), "time_ns".into(), "event".into()],
+                            dictionaries: vec!["event"],
+                            ..scan(Table::Events, project, Filter { events, ..Default::default() })
+                        };
+                        let none = |_: u128| false;
+                        let from_columns = buffer.scan_rows(&s, &none, Some(&users));
+                        let dictionary = |rb: &arrow_array::RecordBatch| matches!(Cols(rb).strings("event"), Strings::Dictionary { .. });
+                        prop_assert!(from_columns.iter().all(dictionary));
+                        // Names of other projects' events stay out of the dictionary, too.
+                        let own: HashSet<&str> = batches.iter().filter(|(p, _)| PROJECTS[*p] == project)
+                            .flat_map(|(_, events)| events.iter().map(|&(n, _, _)| NAMES[n])).collect();
+                        for rb in &from_columns {
+                            let Strings::Dictionary { values, .. } = Cols(rb).strings("event") else { unreachable!() };
+                            prop_assert!(values.iter().all(|v| v.is_some_and(|v| own.contains(v))));
+                        }
+                        let hidden = |b: u128| Some(b as usize) == hide;
+                        for hidden in [&none as &dyn Fn(u128) -> bool, &hidden] {
+                            let rows = buffer.scan_from(Box::new(0..buffer.rows.len() as u32), &s, hidden, Some(&users));
+                            prop_assert_eq!(triples(buffer.scan_rows(&s, hidden, Some(&users))), triples(rows));
+                        }
                     }
                 }
             }

@@ -5,6 +5,7 @@ pub mod attribute;
 pub mod attribute_columns;
 pub mod buffer;
 pub mod compaction;
+mod event_columns;
 pub mod file;
 #[cfg(test)]
 mod golden;

@@ -342,7 +342,7 @@ impl Scan {
         // table's own for the rows those keep.
         let (times, from, to) = (time.values(), self.from_ns, self.to_ns);
         let t = |i: usize| times[i];
-        let mut common = BooleanBuffer::collect_bool(rb.num_rows(), |i| times[i] >= from && times[i] < to);
+        let mut common = pack(times, |t| (t >= from) & (t < to));
         if let Some(p) = project {
             common = rows(&common, |i| p.value(i) == self.project);
         }
@@ -400,22 +400,21 @@ impl Scan {
                 })
             }
             Table::SpanRollups | Table::SpanHourRollups | Table::SpanDayRollups => {
-                let services = among("service", &f.services);
-                rows(&common, |i| one_of(&services, i))
+                among("service", &f.services).map_or(common.clone(), |services| &common & &services.pack())
             }
-            Table::EventRollups => {
-                let events = among("event", &f.events);
-                rows(&common, |i| one_of(&events, i))
-            }
+            Table::EventRollups => among("event", &f.events).map_or(common.clone(), |events| &common & &events.pack()),
             Table::HostMetrics | Table::HostRollups => {
                 let hostname = is("hostname", &f.hostname);
                 rows(&common, |i| equal(&hostname, i))
             }
             Table::Events => {
-                let (events, distinct_id) = (among("event", &f.events), is("distinct_id", &f.distinct_id));
                 // Cheap checks: on every row and without branches (which rows match is as good
                 // as random, so branches were mispredicted), combined 64 rows at a time.
-                &common & &BooleanBuffer::collect_bool(common.len(), |i| one_of(&events, i) & equal(&distinct_id, i))
+                let mut own = among("event", &f.events).map_or(common.clone(), |events| &common & &events.pack());
+                if let Some((ids, id)) = is("distinct_id", &f.distinct_id) {
+                    own = &own & &BooleanBuffer::collect_bool(own.len(), |i| ids.value(i) == id);
+                }
+                own
             }
             Table::ReplayEvents => {
                 let (session, distinct_id) = (is("session_id", &f.session_id), is("distinct_id", &f.distinct_id));
@@ -524,6 +523,32 @@ impl Among<'_> {
             Among::Rows(matches) => matches[row],
         }
     }
+
+    /// Every row's answer. A dictionary of up to 64 entries is looked up in one word.
+    fn pack(&self) -> BooleanBuffer {
+        match self {
+            Among::Entries { keys, matches } if matches.len() <= 64 => {
+                let word = matches.iter().enumerate().fold(0u64, |w, (k, &m)| w | u64::from(m) << k);
+                // Keys index the dictionary, so they are below 64 here.
+                pack(keys, |k| word >> (k as u32 & 63) & 1 == 1)
+            }
+            Among::Entries { keys, matches } => pack(keys, |k| matches[k as usize]),
+            Among::Rows(matches) => pack(matches, |m| m),
+        }
+    }
+}
+
+/// `keep` of each value, 64 values to a word. Over a slice's fixed-size chunks the loop has
+/// no bounds checks, so that a comparison compiles to vector instructions.
+fn pack<T: Copy>(values: &[T], keep: impl Fn(T) -> bool) -> BooleanBuffer {
+    let word = |chunk: &[T]| chunk.iter().enumerate().fold(0u64, |w, (bit, &v)| w | u64::from(keep(v)) << bit);
+    let (chunks, rest) = values.as_chunks::<64>();
+    let mut words: Vec<u64> = Vec::with_capacity(values.len().div_ceil(64));
+    words.extend(chunks.iter().map(|c| word(c)));
+    if !rest.is_empty() {
+        words.push(word(rest));
+    }
+    BooleanBuffer::new(arrow_buffer::Buffer::from_vec(words), 0, values.len())
 }
 
 /// `q.matches_words` on the tokens of `message`. ASCII messages (and queries without
@@ -591,6 +616,28 @@ mod tests {
             for m in messages {
                 let reference = q.matches_words(&tokens(m).collect::<Vec<_>>());
                 assert_eq!(message_matches(&q, m, &mut scratch), reference, "{q:?} on {m:?}");
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn packed_answers_equal_each_rows_answer(
+            times in proptest::collection::vec(-5i64..5, 0..300),
+            keys in proptest::collection::vec(0i32..100, 0..300),
+            entries in 1usize..100,
+            wanted in proptest::collection::vec(proptest::bool::ANY, 100),
+        ) {
+            let packed = pack(&times, |t| (t >= -2) & (t < 3));
+            let each: Vec<bool> = times.iter().map(|&t| (-2..3).contains(&t)).collect();
+            proptest::prop_assert_eq!(packed.iter().collect::<Vec<_>>(), each);
+
+            let keys: Vec<i32> = keys.into_iter().map(|k| k % entries as i32).collect();
+            let entries = Among::Entries { keys: &keys, matches: wanted[..entries].to_vec() };
+            let rows = Among::Rows(keys.iter().map(|&k| wanted[k as usize]).collect());
+            for among in [entries, rows] {
+                let each: Vec<bool> = (0..keys.len()).map(|i| among.get(i)).collect();
+                proptest::prop_assert_eq!(among.pack().iter().collect::<Vec<_>>(), each);
             }
         }
     }
