@@ -521,11 +521,13 @@ fn sort_for_segment(rows: &mut Vec<&BufferedRow>) {
     let mut projects: Vec<&str> = rows.iter().map(|r| &*r.project).collect::<FxHashSet<_>>().into_iter().collect();
     projects.sort_unstable();
     let rank: FxHashMap<&str, u32> = projects.iter().enumerate().map(|(i, p)| (*p, i as u32)).collect();
+    let mut any_text = false;
     let mut keys: Vec<SortKey> = rows
         .iter()
         .enumerate()
         .map(|(i, r)| {
             let (text, time) = r.row.sort_key();
+            any_text |= !text.is_empty();
             let mut bytes = [0u8; SORT_HEAD];
             let n = text.len().min(SORT_HEAD);
             bytes[..n].copy_from_slice(&text.as_bytes()[..n]);
@@ -534,6 +536,16 @@ fn sort_for_segment(rows: &mut Vec<&BufferedRow>) {
             SortKey { project: rank[&*r.project], head, len, time, position: i as u32 }
         })
         .collect();
+    if !any_text {
+        // (project, time, position) as one integer each: sorted without a comparison function.
+        let mut ordered: Vec<u128> = keys
+            .iter()
+            .map(|k| u128::from(k.project) << 96 | u128::from(k.time as u64 ^ 1 << 63) << 32 | u128::from(k.position))
+            .collect();
+        ordered.sort_unstable();
+        *rows = ordered.iter().map(|&k| rows[k as u32 as usize]).collect();
+        return;
+    }
     // Different heads order as their texts do; equal heads are equal texts when both fit
     // whole and have one length, and otherwise the texts are compared.
     keys.sort_unstable_by(|a, b| {
@@ -770,10 +782,12 @@ mod tests {
     proptest! {
         /// Rows are ordered as comparing each (project, sort key) in full orders them, equal
         /// ones in buffer order: texts shorter and longer than the compared head, sharing it,
-        /// or differing only by a trailing zero byte.
+        /// or differing only by a trailing zero byte; and rows without text (log lines), by
+        /// time on both sides of zero.
         #[test]
         fn rows_sort_for_a_segment_as_their_keys_compare(
             rows in prop::collection::vec((0usize..3, 0usize..3, 0usize..7, -3i64..3), 0..80),
+            only_logs in prop::bool::ANY,
         ) {
             use super::super::table::{LogRow, SpanRow};
             const PROJECTS: [&str; 3] = ["p", "q", "pq"];
@@ -787,7 +801,7 @@ mod tests {
                 .enumerate()
                 .map(|(i, &(project, kind, text, t))| {
                     let trace_id = texts[text].clone();
-                    let row = match kind {
+                    let row = match if only_logs { 1 } else { kind } {
                         0 => Row::Span(SpanRow { trace_id, start_unix_nanos: t, ..Default::default() }),
                         1 => Row::Log(LogRow { unix_nanos: t, ..Default::default() }),
                         _ => Row::Event(Event { distinct_id: trace_id, unix_nanos: t, ..Default::default() }),
