@@ -298,7 +298,13 @@ impl Buffer {
         let mut events = self.event_columns.lock().unwrap();
         events.extend(&self.rows);
         let range = (scan.from_ns, scan.to_ns);
-        let batches = events.select(self.candidates(scan), &scan.project, &scan.filter.events, range, numbers.as_deref().map(Vec::as_slice));
+        let batches = events.select(
+            self.candidates(scan),
+            &scan.project,
+            &scan.filter.events,
+            range,
+            numbers.as_deref().map(Vec::as_slice),
+        );
         let kept = batches.iter().map(|rb| scan.apply(rb, &|_| false).expect("filtering a batch of its own schema"));
         Some(kept.flatten().collect())
     }

@@ -111,7 +111,8 @@ impl EventColumns {
                 let names = DictionaryArray::<Int32Type>::try_new(keys, values.clone()).expect("keys index the names");
                 let mut columns: Vec<ArrayRef> = vec![Arc::new(times), Arc::new(names)];
                 if let Some(users) = users {
-                    columns.push(Arc::new(UInt32Array::from_iter_values(chunk.iter().map(|&(i, _)| users[i as usize]))));
+                    columns
+                        .push(Arc::new(UInt32Array::from_iter_values(chunk.iter().map(|&(i, _)| users[i as usize]))));
                 }
                 RecordBatch::try_new(schema.clone(), columns).expect("columns match their fields")
             })
