@@ -832,12 +832,8 @@ mod tests {
                     BufferedRow { project: PROJECTS[project].into(), row, batch_id: i as u128, terms: Box::default() }
                 })
                 .collect();
-            let mut want: Vec<&BufferedRow> = owned.iter().collect();
-            want.sort_by(|a, b| (&a.project, a.row.sort_key()).cmp(&(&b.project, b.row.sort_key())));
-            let mut got: Vec<&BufferedRow> = owned.iter().collect();
-            sort_for_segment(&mut got);
-            let ids = |v: &[&BufferedRow]| v.iter().map(|r| r.batch_id).collect::<Vec<_>>();
-            prop_assert_eq!(ids(&got), ids(&want));
+            let (got, want) = sorted_both_ways(&owned);
+            prop_assert_eq!(got, want);
         }
     }
 
@@ -857,12 +853,19 @@ mod tests {
                 }
             })
             .collect();
-        let mut want: Vec<&BufferedRow> = owned.iter().collect();
+        let (got, want) = sorted_both_ways(&owned);
+        assert_eq!(got, want);
+    }
+
+    /// The ids of `rows` in the order [`sort_for_segment`] gives, and in the order comparing
+    /// each (project, sort key) in full gives.
+    fn sorted_both_ways(rows: &[BufferedRow]) -> (Vec<u128>, Vec<u128>) {
+        let mut want: Vec<&BufferedRow> = rows.iter().collect();
         want.sort_by(|a, b| (&a.project, a.row.sort_key()).cmp(&(&b.project, b.row.sort_key())));
-        let mut got: Vec<&BufferedRow> = owned.iter().collect();
+        let mut got: Vec<&BufferedRow> = rows.iter().collect();
         sort_for_segment(&mut got);
         let ids = |v: &[&BufferedRow]| v.iter().map(|r| r.batch_id).collect::<Vec<_>>();
-        assert_eq!(ids(&got), ids(&want));
+        (ids(&got), ids(&want))
     }
 
     proptest! {
