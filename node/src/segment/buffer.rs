@@ -562,18 +562,12 @@ fn sort_for_segment(rows: &mut Vec<&BufferedRow>) {
             texts.then((a.time, a.position).cmp(&(b.time, b.position)))
         })
     };
-    if projects.len() > 1 << 16 {
-        let mut keys = keys;
-        keys.sort_unstable_by(full);
-        *rows = keys.iter().map(|k| rows[k.position as usize]).collect();
-        return;
-    }
-    // First by the project's rank and the text's first 14 bytes, in two words: entries a
+    // First by the project's rank and the text's first 12 bytes, in two words: entries a
     // third the size of the keys, compared in two steps. Then each run tying there in full
     // (mostly one user's events, or one trace's spans).
     let mut order: Vec<(u64, u64, u32)> = keys
         .iter()
-        .map(|k| (u64::from(k.project) << 48 | k.head[0] >> 16, k.head[0] << 48 | k.head[1] >> 16, k.position))
+        .map(|k| (u64::from(k.project) << 32 | k.head[0] >> 32, k.head[0] << 32 | k.head[1] >> 32, k.position))
         .collect();
     order.sort_unstable_by_key(|&(high, low, _)| (high, low));
     for run in order.chunk_by_mut(|a, b| (a.0, a.1) == (b.0, b.1)).filter(|run| run.len() > 1) {
@@ -837,8 +831,8 @@ mod tests {
         }
     }
 
-    /// Past 65,536 projects in one buffer, a project's rank no longer fits beside the text's
-    /// head, and rows sort by the full comparison alone.
+    /// Rows of more projects than 16 bits count (their ranks fill the high half of the first
+    /// sort word) sort as their keys compare.
     #[test]
     fn rows_of_more_projects_than_a_rank_holds_sort_too() {
         let owned: Vec<BufferedRow> = (0..70_000u32)
