@@ -286,9 +286,11 @@ impl Buffer {
         hidden: &dyn Fn(u128) -> bool,
         users: Option<&UserNumbers>,
     ) -> Option<Vec<arrow_array::RecordBatch>> {
+        if scan.table != Table::Events {
+            return None;
+        }
         let columns = scan.read_columns(true, true)?;
-        let fits = scan.table == Table::Events
-            && columns.iter().all(|c| EventColumns::builds(c))
+        let fits = columns.iter().all(|c| EventColumns::builds(c))
             && (!scan.returns(USER) || users.is_some())
             && (!scan.returns("event") || scan.dictionaries.contains(&"event"));
         if !fits || !self.aborted.is_empty() || self.batches.iter().any(|&b| hidden(b)) {
