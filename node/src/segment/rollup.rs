@@ -8,11 +8,13 @@
 //! add up exactly, so a rollup answers what a scan of its rows would (a host mean's float sum
 //! up to rounding, which depends on the order of addition in a scan as well).
 
+use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 use std::io;
 use std::sync::Arc;
 
 use arrow_array::{Float64Array, Int64Array, UInt64Array};
+use hashbrown::HashTable;
 use prost::encoding::{decode_varint, encode_varint};
 use rustc_hash::FxHashMap;
 use sextant_model::query::{HostBucket, Mean, SpanTotals, HOST_METRICS};
@@ -196,34 +198,23 @@ fn host_rollups(rows: &[RowRef<'_>]) -> Vec<(String, Row)> {
 /// table whose rows stop paying (see [`pays`]) is dropped and its rows no longer added.
 #[derive(Default)]
 pub struct Running {
-    /// Hash of a group's key -> the groups of that hash.
-    groups: FxHashMap<u64, Vec<Group>>,
-    /// Per rollup table: the source rows added and the groups they made.
-    tallies: FxHashMap<Table, Tally>,
+    tables: FxHashMap<Table, Kept>,
 }
 
-#[derive(Clone, Copy)]
-struct Tally {
+/// One rollup table's running rows, kept as the rows a read returns so that it only filters.
+struct Kept {
+    /// The source rows added.
     rows: u64,
-    groups: u64,
     pays: bool,
+    groups: Vec<Group>,
+    /// Positions in `groups`, by the hash of a group's key.
+    index: HashTable<u32>,
 }
 
 struct Group {
     project: Arc<str>,
-    table: Table,
     bucket: i64,
-    /// The event name, the span's service or the hostname.
-    name: Box<str>,
-    /// The span's operation; empty for the others.
-    operation: Box<str>,
-    sums: Sums,
-}
-
-enum Sums {
-    /// Spans' totals; events' count.
-    Totals(SpanTotals),
-    Host(HostBucket),
+    row: Row,
 }
 
 impl Running {
@@ -235,77 +226,78 @@ impl Running {
             Row::HostMetric(m) => (Table::HostRollups, minute_of(m.unix_nanos), &m.hostname, ""),
             _ => return,
         };
-        let tally = self.tallies.entry(table).or_insert(Tally { rows: 0, groups: 0, pays: true });
-        if !tally.pays {
+        let kept = self.tables.entry(table).or_insert_with(|| Kept {
+            rows: 0,
+            pays: true,
+            groups: Vec::new(),
+            index: HashTable::new(),
+        });
+        if !kept.pays {
             return;
         }
-        tally.rows += 1;
-        let mut h = rustc_hash::FxHasher::default();
-        (&**project, table, bucket, name.as_str(), operation).hash(&mut h);
-        let groups = self.groups.entry(h.finish()).or_default();
-        let found = groups.iter_mut().find(|g| {
-            g.table == table
-                && g.bucket == bucket
-                && *g.name == **name
-                && *g.operation == *operation
-                && g.project == *project
-        });
-        let group = match found {
-            Some(g) => g,
+        kept.rows += 1;
+        let hash = key_hash(project, bucket, name, operation);
+        let Kept { groups, index, .. } = kept;
+        let at = match index.find(hash, |&i| groups[i as usize].is(project, bucket, name, operation)) {
+            Some(&i) => i as usize,
             None => {
-                let sums = match table {
-                    Table::HostRollups => Sums::Host(HostBucket { start_unix_nanos: bucket, ..Default::default() }),
-                    _ => Sums::Totals(SpanTotals::default()),
+                let row = match table {
+                    Table::HostRollups => Row::HostRollup(HostRollup {
+                        hostname: name.clone(),
+                        means: HostBucket { start_unix_nanos: bucket, ..Default::default() },
+                    }),
+                    Table::EventRollups => {
+                        Row::EventRollup(EventRollup { event: name.clone(), hour_unix_nanos: bucket, count: 0 })
+                    }
+                    _ => Row::SpanRollup(SpanRollup {
+                        service: name.clone(),
+                        operation: operation.to_owned(),
+                        bucket_unix_nanos: bucket,
+                        totals: SpanTotals::default(),
+                    }),
                 };
-                groups.push(Group {
-                    project: project.clone(),
-                    table,
-                    bucket,
-                    name: name.as_str().into(),
-                    operation: operation.into(),
-                    sums,
-                });
-                tally.groups += 1;
-                groups.last_mut().expect("just pushed")
+                let i = u32::try_from(groups.len()).expect("fewer groups than rows, bounded by the buffer");
+                index.insert_unique(hash, i, |&j| groups[j as usize].hash());
+                groups.push(Group { project: project.clone(), bucket, row });
+                i as usize
             }
         };
-        match (row, &mut group.sums) {
+        match (row, &mut groups[at].row) {
             // As a scan reads the duration: the stored i64.
-            (Row::Span(s), Sums::Totals(t)) => t.add(s.duration_nanos as i64, s.status == SpanStatus::Error),
-            (Row::HostMetric(m), Sums::Host(b)) => b.add_sample(m.values()),
-            (_, Sums::Totals(t)) => t.count += 1,
-            (_, Sums::Host(_)) => unreachable!("host groups hold host metrics"),
+            (Row::Span(s), Row::SpanRollup(r)) => r.totals.add(s.duration_nanos as i64, s.status == SpanStatus::Error),
+            (Row::HostMetric(m), Row::HostRollup(r)) => r.means.add_sample(m.values()),
+            (_, Row::EventRollup(r)) => r.count += 1,
+            _ => unreachable!("a group holds the rollup of its source table"),
         }
-        if !pays(table, tally.rows, tally.groups) {
-            tally.pays = false;
-            for groups in self.groups.values_mut() {
-                groups.retain(|g| g.table != table);
-            }
-            self.groups.retain(|_, groups| !groups.is_empty());
+        if !pays(table, kept.rows, kept.groups.len() as u64) {
+            *kept = Kept { rows: kept.rows, pays: false, groups: Vec::new(), index: HashTable::new() };
         }
     }
 
     /// Whether the rollups of `table` are kept: none of its rows added yet, or few enough
     /// groups for them.
     pub fn pays(&self, table: Table) -> bool {
-        self.tallies.get(&kept_as(table)).is_none_or(|t| t.pays)
+        self.tables.get(&kept_as(table)).is_none_or(|t| t.pays)
     }
 
     /// How many rollup rows there are.
     pub fn len(&self) -> usize {
-        self.groups.values().map(Vec::len).sum()
+        self.tables.values().map(|t| t.groups.len()).sum()
     }
 
     /// The rows of rollup table `table` of `project` whose bucket starts in `[from_ns, to_ns)`
     /// and whose name (host, event or service) is one of `names` (any when empty).
-    pub fn rows(&self, table: Table, project: &str, names: &[&str], from_ns: i64, to_ns: i64) -> Vec<Row> {
-        let named = |g: &&Group| names.is_empty() || names.contains(&&*g.name);
+    pub fn rows(&self, table: Table, project: &str, names: &[&str], from_ns: i64, to_ns: i64) -> Vec<Cow<'_, Row>> {
+        let named = |g: &&Group| names.is_empty() || names.contains(&g.name());
         let groups = self.groups_in(kept_as(table), from_ns, to_ns).filter(|g| *g.project == *project).filter(named);
         if let (Table::SpanHourRollups | Table::SpanDayRollups, Some(width)) = (table, width(table)) {
-            let minutes: Vec<(String, Row)> = groups.map(|g| (String::new(), g.row())).collect();
-            return added_up(&minutes, width, span_rollup_row(table)).into_iter().map(|(_, row)| row).collect();
+            let minutes: Vec<(String, Row)> = groups.map(|g| (String::new(), g.row.clone())).collect();
+            return added_up(&minutes, width, span_rollup_row(table))
+                .into_iter()
+                .map(|(_, row)| Cow::Owned(row))
+                .collect();
         }
-        groups.map(|g| g.row()).collect()
+        groups.map(|g| Cow::Borrowed(&g.row)).collect()
     }
 
     /// The rows of rollup table `table`, of every project, whose bucket starts in
@@ -313,13 +305,19 @@ impl Running {
     pub fn rows_of_every_project(&self, table: Table, from_ns: i64, to_ns: i64) -> Vec<(String, Row)> {
         let mut groups: Vec<&Group> = self.groups_in(table, from_ns, to_ns).collect();
         groups.sort_unstable_by(|a, b| a.segment_order().cmp(&b.segment_order()));
-        groups.into_iter().map(|g| (g.project.to_string(), g.row())).collect()
+        groups.into_iter().map(|g| (g.project.to_string(), g.row.clone())).collect()
     }
 
     fn groups_in(&self, table: Table, from_ns: i64, to_ns: i64) -> impl Iterator<Item = &Group> {
-        let groups = self.groups.values().flatten();
-        groups.filter(move |g| g.table == table && (from_ns..to_ns).contains(&g.bucket))
+        let groups = self.tables.get(&table).map_or(&[][..], |t| &t.groups);
+        groups.iter().filter(move |g| (from_ns..to_ns).contains(&g.bucket))
     }
+}
+
+fn key_hash(project: &str, bucket: i64, name: &str, operation: &str) -> u64 {
+    let mut h = rustc_hash::FxHasher::default();
+    (project, bucket, name, operation).hash(&mut h);
+    h.finish()
 }
 
 /// The rollup table whose running rows make those of `table`: hours and days are added up
@@ -332,31 +330,37 @@ fn kept_as(table: Table) -> Table {
 }
 
 impl Group {
-    /// Sorts like the rows of its segment: host rollups by hostname, then minute; the others
-    /// by bucket, then name and operation.
-    fn segment_order(&self) -> (&str, &str, i64, &str, &str) {
-        match self.table {
-            Table::HostRollups => (&self.project, &self.name, self.bucket, "", ""),
-            _ => (&self.project, "", self.bucket, &self.name, &self.operation),
+    /// The event name, the span's service or the hostname; and the span's operation (empty
+    /// for the others).
+    fn name_and_operation(&self) -> (&str, &str) {
+        match &self.row {
+            Row::HostRollup(r) => (&r.hostname, ""),
+            Row::EventRollup(r) => (&r.event, ""),
+            Row::SpanRollup(r) => (&r.service, &r.operation),
+            _ => unreachable!("a group holds a rollup row"),
         }
     }
 
-    fn row(&self) -> Row {
-        match (&self.sums, self.table) {
-            (Sums::Host(means), _) => {
-                Row::HostRollup(HostRollup { hostname: self.name.to_string(), means: means.clone() })
-            }
-            (Sums::Totals(t), Table::EventRollups) => Row::EventRollup(EventRollup {
-                event: self.name.to_string(),
-                hour_unix_nanos: self.bucket,
-                count: t.count,
-            }),
-            (Sums::Totals(t), _) => Row::SpanRollup(SpanRollup {
-                service: self.name.to_string(),
-                operation: self.operation.to_string(),
-                bucket_unix_nanos: self.bucket,
-                totals: t.clone(),
-            }),
+    fn name(&self) -> &str {
+        self.name_and_operation().0
+    }
+
+    fn is(&self, project: &str, bucket: i64, name: &str, operation: &str) -> bool {
+        self.bucket == bucket && self.name_and_operation() == (name, operation) && *self.project == *project
+    }
+
+    fn hash(&self) -> u64 {
+        let (name, operation) = self.name_and_operation();
+        key_hash(&self.project, self.bucket, name, operation)
+    }
+
+    /// Sorts like the rows of its segment: host rollups by hostname, then minute; the others
+    /// by bucket, then name and operation.
+    fn segment_order(&self) -> (&str, &str, i64, &str, &str) {
+        let (name, operation) = self.name_and_operation();
+        match self.row {
+            Row::HostRollup(_) => (&self.project, name, self.bucket, "", ""),
+            _ => (&self.project, "", self.bucket, name, operation),
         }
     }
 }
@@ -627,7 +631,7 @@ mod tests {
                 let written: Vec<Row> =
                     span_hour_rollups(&rollup_rows(Table::SpanRollups, &source)).into_iter().map(|(_, r)| r).collect();
                 proptest::prop_assert_eq!(&written, &want);
-                let running = running.rows(Table::SpanHourRollups, project, &[], from, to);
+                let running: Vec<Row> = running.rows(Table::SpanHourRollups, project, &[], from, to).into_iter().map(Cow::into_owned).collect();
                 proptest::prop_assert_eq!(&running, &want);
             }
         }
