@@ -214,7 +214,7 @@ impl Buffer {
         // A bucket starting in the source range holds only rows of that range (its ends are
         // bucket starts), so these are the rollups of the rows it selects.
         let rows = rolled.rows(scan.table, &scan.project, &scan.rollup_names(), source.from_ns, source.to_ns);
-        let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new(&scan.project, row, 0)).collect();
+        let refs: Vec<RowRef<'_>> = rows.refs().into_iter().map(|row| RowRef::new(&scan.project, row, 0)).collect();
         scan.select(&refs, None)
     }
 

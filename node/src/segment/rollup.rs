@@ -8,7 +8,6 @@
 //! add up exactly, so a rollup answers what a scan of its rows would (a host mean's float sum
 //! up to rounding, which depends on the order of addition in a scan as well).
 
-use std::borrow::Cow;
 use std::hash::{Hash, Hasher};
 use std::io;
 use std::sync::Arc;
@@ -287,17 +286,16 @@ impl Running {
 
     /// The rows of rollup table `table` of `project` whose bucket starts in `[from_ns, to_ns)`
     /// and whose name (host, event or service) is one of `names` (any when empty).
-    pub fn rows(&self, table: Table, project: &str, names: &[&str], from_ns: i64, to_ns: i64) -> Vec<Cow<'_, Row>> {
+    pub fn rows(&self, table: Table, project: &str, names: &[&str], from_ns: i64, to_ns: i64) -> RunningRows<'_> {
         let named = |g: &&Group| names.is_empty() || names.contains(&g.name());
         let groups = self.groups_in(kept_as(table), from_ns, to_ns).filter(|g| *g.project == *project).filter(named);
         if let (Table::SpanHourRollups | Table::SpanDayRollups, Some(width)) = (table, width(table)) {
             let minutes: Vec<(String, Row)> = groups.map(|g| (String::new(), g.row.clone())).collect();
-            return added_up(&minutes, width, span_rollup_row(table))
-                .into_iter()
-                .map(|(_, row)| Cow::Owned(row))
-                .collect();
+            return RunningRows::AddedUp(
+                added_up(&minutes, width, span_rollup_row(table)).into_iter().map(|(_, row)| row).collect(),
+            );
         }
-        groups.map(|g| Cow::Borrowed(&g.row)).collect()
+        RunningRows::Kept(groups.map(|g| &g.row).collect())
     }
 
     /// The rows of rollup table `table`, of every project, whose bucket starts in
@@ -311,6 +309,22 @@ impl Running {
     fn groups_in(&self, table: Table, from_ns: i64, to_ns: i64) -> impl Iterator<Item = &Group> {
         let groups = self.tables.get(&table).map_or(&[][..], |t| &t.groups);
         groups.iter().filter(move |g| (from_ns..to_ns).contains(&g.bucket))
+    }
+}
+
+/// Rows read from running rollups: the kept rows themselves, or hours and days added up from
+/// minutes.
+pub enum RunningRows<'a> {
+    Kept(Vec<&'a Row>),
+    AddedUp(Vec<Row>),
+}
+
+impl RunningRows<'_> {
+    pub fn refs(&self) -> Vec<&Row> {
+        match self {
+            RunningRows::Kept(rows) => rows.clone(),
+            RunningRows::AddedUp(rows) => rows.iter().collect(),
+        }
     }
 }
 
@@ -589,7 +603,7 @@ mod tests {
                         .map(|(p, r)| RowRef::new(p, r, 0))
                         .collect();
                     let mut want: Vec<String> = rollup_rows(table, &source).iter().map(|(_, r)| format!("{r:?}")).collect();
-                    let mut got: Vec<String> = running.rows(table, project, &[], from, to).iter().map(|r| format!("{r:?}")).collect();
+                    let mut got: Vec<String> = running.rows(table, project, &[], from, to).refs().iter().map(|r| format!("{r:?}")).collect();
                     got.sort();
                     want.sort();
                     proptest::prop_assert_eq!(got, want, "{:?} {}", table, project);
@@ -601,7 +615,7 @@ mod tests {
                         _ => unreachable!("a rollup row"),
                     };
                     for name in ["h1", "e1", "s1", "s0"] {
-                        let mut named: Vec<String> = running.rows(table, project, &[name], from, to).iter().map(|r| format!("{r:?}")).collect();
+                        let mut named: Vec<String> = running.rows(table, project, &[name], from, to).refs().iter().map(|r| format!("{r:?}")).collect();
                         named.sort();
                         let mut want: Vec<String> = rollup_rows(table, &source).iter().filter(|(_, r)| name_of(r) == name).map(|(_, r)| format!("{r:?}")).collect();
                         want.sort();
@@ -631,7 +645,7 @@ mod tests {
                 let written: Vec<Row> =
                     span_hour_rollups(&rollup_rows(Table::SpanRollups, &source)).into_iter().map(|(_, r)| r).collect();
                 proptest::prop_assert_eq!(&written, &want);
-                let running: Vec<Row> = running.rows(Table::SpanHourRollups, project, &[], from, to).into_iter().map(Cow::into_owned).collect();
+                let running: Vec<Row> = running.rows(Table::SpanHourRollups, project, &[], from, to).refs().into_iter().cloned().collect();
                 proptest::prop_assert_eq!(&running, &want);
             }
         }
