@@ -23,6 +23,21 @@ pub fn value<T>(value: &T) {
     }
 }
 
+/// Cache lines of a slice prefetched at most.
+const SLICE_LINES: usize = 8;
+
+/// The first cache lines of the elements of `items` (not what they point to).
+#[inline]
+pub fn slice<T>(items: &[T]) {
+    let start = items.as_ptr().cast::<u8>();
+    // From the start of its line, so that the last line is reached too.
+    let skew = start as usize % 64;
+    let aligned = start.wrapping_sub(skew);
+    for offset in (0..(skew + std::mem::size_of_val(items)).min(SLICE_LINES * 64)).step_by(64) {
+        line(aligned.wrapping_add(offset));
+    }
+}
+
 /// Bytes a text is prefetched up to: its first four cache lines.
 const TEXT_LINES: usize = 4;
 

@@ -453,43 +453,47 @@ pub fn to_projected_batch(
     RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
 }
 
-/// How many rows ahead of the one being copied its text is prefetched (and twice as far, the
-/// row itself).
+/// How many rows ahead of the one being copied its attributes are prefetched (twice as far,
+/// its texts and the list of its attributes; three times, the row itself).
 const PREFETCH_AHEAD: usize = 8;
 
 /// Rows are copied in the segment's order, not the order they were applied in, so each one
 /// is far in memory from the last (docs/BENCHMARKS.md, "Rows prefetched at flush"). Asks for
-/// the memory that copying the rows after row `i` will read.
+/// the memory that copying the rows after row `i` will read, each step reading only what an
+/// earlier one asked for.
 fn prefetch_ahead(rows: &[RowRef<'_>], i: usize) {
-    use super::prefetch::{line, text, value};
-    if let Some(r) = rows.get(i + 2 * PREFETCH_AHEAD) {
+    use super::prefetch::{line, slice, text, value};
+    if let Some(r) = rows.get(i + 3 * PREFETCH_AHEAD) {
         value(r.row);
     }
-    let Some(r) = rows.get(i + PREFETCH_AHEAD) else { return };
-    match r.row {
-        Row::Span(s) => {
-            for t in [&s.trace_id, &s.span_id, &s.parent_span_id, &s.service_name, &s.operation] {
-                line(t.as_ptr());
+    if let Some(r) = rows.get(i + 2 * PREFETCH_AHEAD) {
+        match r.row {
+            Row::Span(s) => {
+                for t in [&s.trace_id, &s.span_id, &s.parent_span_id, &s.service_name, &s.operation] {
+                    line(t.as_ptr());
+                }
             }
-        }
-        Row::Log(l) => {
-            text(l.message.as_bytes());
-            for t in [&l.service, &l.trace_id, &l.span_id] {
-                line(t.as_ptr());
+            Row::Log(l) => {
+                text(l.message.as_bytes());
+                for t in [&l.service, &l.trace_id, &l.span_id] {
+                    line(t.as_ptr());
+                }
             }
-        }
-        Row::Event(e) => {
-            text(e.properties_json.as_bytes());
-            for t in [&e.distinct_id, &e.event, &e.uuid] {
-                line(t.as_ptr());
+            Row::Event(e) => {
+                text(e.properties_json.as_bytes());
+                for t in [&e.distinct_id, &e.event, &e.uuid] {
+                    line(t.as_ptr());
+                }
             }
+            _ => {}
         }
-        _ => {}
+        if let Some(attributes) = r.row.attributes() {
+            slice(attributes);
+        }
     }
-    if let Some(attributes) = r.row.attributes() {
-        line(attributes.as_ptr());
-        if let Some(first) = attributes.first() {
-            text(first);
+    if let Some(attributes) = rows.get(i + PREFETCH_AHEAD).and_then(|r| r.row.attributes()) {
+        for a in attributes {
+            line(a.as_ptr());
         }
     }
 }
