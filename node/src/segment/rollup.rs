@@ -8,7 +8,7 @@
 //! add up exactly, so a rollup answers what a scan of its rows would (a host mean's float sum
 //! up to rounding, which depends on the order of addition in a scan as well).
 
-use std::hash::{Hash, Hasher};
+use std::hash::BuildHasher;
 use std::io;
 use std::sync::Arc;
 
@@ -329,9 +329,7 @@ impl RunningRows<'_> {
 }
 
 fn key_hash(project: &str, bucket: i64, name: &str, operation: &str) -> u64 {
-    let mut h = rustc_hash::FxHasher::default();
-    (project, bucket, name, operation).hash(&mut h);
-    h.finish()
+    rustc_hash::FxBuildHasher.hash_one((project, bucket, name, operation))
 }
 
 /// The rollup table whose running rows make those of `table`: hours and days are added up
