@@ -90,6 +90,12 @@ impl AttributeSink for Attributes {
     }
 }
 
+impl From<Vec<Attribute>> for Attributes {
+    fn from(attributes: Vec<Attribute>) -> Self {
+        Attributes(attributes)
+    }
+}
+
 impl<'de> Deserialize<'de> for Attributes {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         deserialize(d)

@@ -18,21 +18,24 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::encoding::{encode_key, encode_varint, WireType};
 use prost::Message;
+use sextant_proto::convert::persist_row::Packed;
 use sextant_router::ingest::otlp::mapping;
 use sextant_router::ingest::otlp::wire::{decoded_cost, json_cost, Root};
 
 use measure::{one_at_a_time, peak};
 
-/// Decoding `body` (protobuf, then the same request as OTLP/JSON) and mapping it stays within
-/// what is charged for it.
+/// Decoding `body` (protobuf, then the same request as OTLP/JSON) and mapping it into rows as
+/// ingest stores them stays within what is charged for it.
 fn assert_charged(what: &str, body: &[u8], root: Root) {
     let _one = one_at_a_time();
     let charged = decoded_cost(body, root).unwrap();
     let used = peak(|| match root {
-        Root::Traces => drop(mapping::spans(&ExportTraceServiceRequest::decode(body).unwrap().resource_spans)),
-        Root::Logs => drop(mapping::logs(&ExportLogsServiceRequest::decode(body).unwrap().resource_logs)),
+        Root::Traces => {
+            drop(mapping::spans::<Packed>(&ExportTraceServiceRequest::decode(body).unwrap().resource_spans))
+        }
+        Root::Logs => drop(mapping::logs::<Packed>(&ExportLogsServiceRequest::decode(body).unwrap().resource_logs)),
         Root::Metrics => {
-            drop(mapping::host_metrics(&ExportMetricsServiceRequest::decode(body).unwrap().resource_metrics))
+            drop(mapping::host_metrics::<Packed>(&ExportMetricsServiceRequest::decode(body).unwrap().resource_metrics))
         }
     });
     eprintln!("{what}: {} bytes, protobuf: used {used}, charged {charged}", body.len());
@@ -46,13 +49,13 @@ fn assert_charged(what: &str, body: &[u8], root: Root) {
     .unwrap();
     let charged = json_cost(&json, root).unwrap();
     let used = peak(|| match root {
-        Root::Traces => {
-            drop(mapping::spans(&serde_json::from_slice::<ExportTraceServiceRequest>(&json).unwrap().resource_spans))
-        }
-        Root::Logs => {
-            drop(mapping::logs(&serde_json::from_slice::<ExportLogsServiceRequest>(&json).unwrap().resource_logs))
-        }
-        Root::Metrics => drop(mapping::host_metrics(
+        Root::Traces => drop(mapping::spans::<Packed>(
+            &serde_json::from_slice::<ExportTraceServiceRequest>(&json).unwrap().resource_spans,
+        )),
+        Root::Logs => drop(mapping::logs::<Packed>(
+            &serde_json::from_slice::<ExportLogsServiceRequest>(&json).unwrap().resource_logs,
+        )),
+        Root::Metrics => drop(mapping::host_metrics::<Packed>(
             &serde_json::from_slice::<ExportMetricsServiceRequest>(&json).unwrap().resource_metrics,
         )),
     });

@@ -9,7 +9,7 @@ use opentelemetry_proto::tonic::logs::v1::ResourceLogs;
 use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, AggregationTemporality, ResourceMetrics};
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{span, status, ResourceSpans};
-use sextant_model::attributes::{Attributes, MAX_ATTRIBUTES};
+use sextant_model::attributes::{AttributeSink, MAX_ATTRIBUTES};
 use sextant_model::ingest::{self, DurationInput, FieldError, HostMetricInput, LogInput, SpanInput, MAX_BATCH_OBJECTS};
 use sextant_model::row::{Attribute, HostMetric, LogRecord, Span, Value};
 use sextant_model::time::TimeInput;
@@ -73,11 +73,6 @@ impl<T> Mapped<T> {
                 format!("{what}: {}", problems.join("; "))
             }),
         }
-    }
-
-    /// The same, each row passed through `f`.
-    pub fn map_rows<U>(self, f: impl FnMut(T) -> U) -> Mapped<U> {
-        Mapped { rows: self.rows.into_iter().map(f).collect(), rejected: self.rejected, reasons: self.reasons }
     }
 
     /// The partial-success message: empty when nothing was rejected.
@@ -243,9 +238,10 @@ impl Context {
     }
 
     /// `own` (the item's attributes and what the mapping adds), then the scope's and the
-    /// resource's whose keys are not taken, while fewer than the attribute limit; an item whose
-    /// own attributes pass the limit is left for validation to refuse.
-    fn merge(&self, mut own: Vec<Attribute>) -> Attributes {
+    /// resource's whose keys are not taken, while fewer than the attribute limit, in the sink
+    /// `A` (which validation checks); an item whose own attributes pass the limit is left for
+    /// validation to refuse.
+    fn merge<A: Sink>(&self, mut own: Vec<Attribute>) -> A {
         for a in &self.inherited {
             if own.len() >= MAX_ATTRIBUTES {
                 break;
@@ -254,9 +250,15 @@ impl Context {
                 own.push(a.clone());
             }
         }
-        Attributes(own)
+        A::from(own)
     }
 }
+
+/// Where mapped attributes go: values in tests, the stored encoding when ingesting, so that
+/// each attribute is checked once, as it is written.
+pub trait Sink: AttributeSink + From<Vec<Attribute>> {}
+
+impl<A: AttributeSink + From<Vec<Attribute>>> Sink for A {}
 
 /// An id as lower-case hex; `len` bytes, or none at all when `optional`.
 fn id(bytes: &[u8], len: usize, field: &str, optional: bool) -> Result<Option<String>, String> {
@@ -276,20 +278,20 @@ fn nanos(ns: u64) -> TimeInput {
 
 // ------------------------------------------------------------------------------ spans
 
-pub fn spans(resource_spans: &[ResourceSpans]) -> Mapped<Span> {
+pub fn spans<A: Sink>(resource_spans: &[ResourceSpans]) -> Mapped<Span<A::Stored>> {
     let mut out = Mapped::default();
     for rs in resource_spans {
         for ss in &rs.scope_spans {
             let ctx = Context::new(rs.resource.as_ref(), ss.scope.as_ref());
             for s in &ss.spans {
-                out.validated("span", || span_input(&ctx, s), ingest::validate_span);
+                out.validated("span", || span_input::<A>(&ctx, s), ingest::validate_span);
             }
         }
     }
     out
 }
 
-fn span_input(ctx: &Context, s: &opentelemetry_proto::tonic::trace::v1::Span) -> Result<SpanInput, String> {
+fn span_input<A: Sink>(ctx: &Context, s: &opentelemetry_proto::tonic::trace::v1::Span) -> Result<SpanInput<A>, String> {
     let trace_id = id(&s.trace_id, 16, "trace_id", false)?.unwrap_or_default();
     let span_id = id(&s.span_id, 8, "span_id", false)?.unwrap_or_default();
     let parent_span_id = id(&s.parent_span_id, 8, "parent_span_id", true)?;
@@ -364,13 +366,13 @@ const MAX_LIST: usize = sextant_model::attributes::MAX_ARRAY_LEN;
 
 // ------------------------------------------------------------------------------ logs
 
-pub fn logs(resource_logs: &[ResourceLogs]) -> Mapped<LogRecord> {
+pub fn logs<A: Sink>(resource_logs: &[ResourceLogs]) -> Mapped<LogRecord<A::Stored>> {
     let mut out = Mapped::default();
     for rl in resource_logs {
         for sl in &rl.scope_logs {
             let ctx = Context::new(rl.resource.as_ref(), sl.scope.as_ref());
             for l in &sl.log_records {
-                out.validated("log record", || log_input(&ctx, l), ingest::validate_log);
+                out.validated("log record", || log_input::<A>(&ctx, l), ingest::validate_log);
             }
         }
     }
@@ -397,7 +399,10 @@ pub fn level(severity_number: i32, severity_text: &str) -> &'static str {
     }
 }
 
-fn log_input(ctx: &Context, l: &opentelemetry_proto::tonic::logs::v1::LogRecord) -> Result<LogInput, String> {
+fn log_input<A: Sink>(
+    ctx: &Context,
+    l: &opentelemetry_proto::tonic::logs::v1::LogRecord,
+) -> Result<LogInput<A>, String> {
     let time = match (l.time_unix_nano, l.observed_time_unix_nano) {
         (0, 0) => return Err("neither time_unix_nano nor observed_time_unix_nano is set".into()),
         (0, observed) => observed,
@@ -443,7 +448,7 @@ struct Sample {
     tx_per_sec: Option<f64>,
 }
 
-pub fn host_metrics(resource_metrics: &[ResourceMetrics]) -> Mapped<HostMetric> {
+pub fn host_metrics<A: Sink>(resource_metrics: &[ResourceMetrics]) -> Mapped<HostMetric<A::Stored>> {
     let mut out = Mapped::default();
     // Host -> collection start -> sample.
     let mut hosts: HashMap<String, BTreeMap<u64, Sample>> = HashMap::new();
@@ -504,7 +509,7 @@ pub fn host_metrics(resource_metrics: &[ResourceMetrics]) -> Mapped<HostMetric> 
         for sample in samples.into_values() {
             let points = sample.points;
             let before = out.rejected;
-            out.validated("host sample", || host_input(&hostname, sample), ingest::validate_host_metric);
+            out.validated("host sample", || host_input::<A>(&hostname, sample), ingest::validate_host_metric);
             // A refused sample rejects every point it was made of.
             if out.rejected > before {
                 out.rejected = out.rejected.saturating_add(points.saturating_sub(1));
@@ -667,7 +672,7 @@ fn bytes(v: f64) -> Result<u64, String> {
     }
 }
 
-fn host_input(hostname: &str, s: Sample) -> Result<HostMetricInput, String> {
+fn host_input<A: Sink>(hostname: &str, s: Sample) -> Result<HostMetricInput<A>, String> {
     let cpu_percent = (!s.cpu.is_empty())
         .then(|| percent(100.0 * s.cpu.values().map(|st| busy(st)).sum::<f64>() / s.cpu.len() as f64));
     let used = s.memory_by_state.iter().find(|(st, _)| st.as_deref() == Some("used")).map(|(_, v)| *v);
@@ -699,7 +704,7 @@ fn host_input(hostname: &str, s: Sample) -> Result<HostMetricInput, String> {
         disk_used_percent: disk.map(percent),
         network_rx_bytes_per_sec: s.rx_per_sec,
         network_tx_bytes_per_sec: s.tx_per_sec,
-        attributes: Attributes::default(),
+        attributes: A::default(),
     })
 }
 
@@ -713,8 +718,22 @@ mod tests {
     use sextant_model::row::{LogLevel, SpanStatus};
 
     use super::*;
+    use sextant_model::attributes::Attributes;
 
     const T0: u64 = 1_795_342_530_123_456_789;
+
+    // The mappings with attributes as values, to compare.
+    fn spans(rs: &[ResourceSpans]) -> Mapped<Span> {
+        super::spans::<Attributes>(rs)
+    }
+
+    fn logs(rl: &[ResourceLogs]) -> Mapped<LogRecord> {
+        super::logs::<Attributes>(rl)
+    }
+
+    fn host_metrics(rm: &[ResourceMetrics]) -> Mapped<HostMetric> {
+        super::host_metrics::<Attributes>(rm)
+    }
 
     fn kv(key: &str, v: any_value::Value) -> KeyValue {
         KeyValue { key: key.into(), value: Some(AnyValue { value: Some(v) }), ..Default::default() }

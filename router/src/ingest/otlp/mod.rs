@@ -52,7 +52,7 @@ impl Signal for Traces {
     type Request = ExportTraceServiceRequest;
     type Response = ExportTraceServiceResponse;
     fn map(request: &Self::Request) -> Mapped<Self::Row> {
-        mapping::spans(&request.resource_spans).map_rows(|s| s.map_attributes(Packed::from))
+        mapping::spans::<Packed>(&request.resource_spans)
     }
     fn response(rejected_spans: i64, error_message: String) -> Self::Response {
         ExportTraceServiceResponse {
@@ -71,7 +71,7 @@ impl Signal for LogRecords {
     type Request = ExportLogsServiceRequest;
     type Response = ExportLogsServiceResponse;
     fn map(request: &Self::Request) -> Mapped<Self::Row> {
-        mapping::logs(&request.resource_logs).map_rows(|l| l.map_attributes(Packed::from))
+        mapping::logs::<Packed>(&request.resource_logs)
     }
     fn response(rejected_log_records: i64, error_message: String) -> Self::Response {
         ExportLogsServiceResponse {
@@ -90,7 +90,7 @@ impl Signal for Metrics {
     type Request = ExportMetricsServiceRequest;
     type Response = ExportMetricsServiceResponse;
     fn map(request: &Self::Request) -> Mapped<Self::Row> {
-        mapping::host_metrics(&request.resource_metrics).map_rows(|m| m.map_attributes(Packed::from))
+        mapping::host_metrics::<Packed>(&request.resource_metrics)
     }
     fn response(rejected_data_points: i64, error_message: String) -> Self::Response {
         ExportMetricsServiceResponse {
