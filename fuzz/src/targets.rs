@@ -18,6 +18,7 @@ use sextant_node::segment::file::{write as write_segment, Effort};
 use sextant_node::segment::token_index::TokenIndex;
 use sextant_node::segment::user_number;
 use sextant_node::segment::{Filter, Manifest, Row, Scan, Segment, SegmentMeta, Table};
+use sextant_proto::convert::persist_row::Packed;
 use sextant_router::http::body;
 use sextant_router::http::connection::ServerLimits;
 use sextant_router::http::error::ApiError;
@@ -186,13 +187,13 @@ pub fn otlp(format: Format, data: &[u8]) -> Option<usize> {
     };
     match signal % 3 {
         0 => otlp_signal::<ExportTraceServiceRequest, _>(format, &bytes, Root::Traces, |r| {
-            mapping::spans(&r.resource_spans)
+            mapping::spans::<Packed>(&r.resource_spans)
         }),
-        1 => {
-            otlp_signal::<ExportLogsServiceRequest, _>(format, &bytes, Root::Logs, |r| mapping::logs(&r.resource_logs))
-        }
+        1 => otlp_signal::<ExportLogsServiceRequest, _>(format, &bytes, Root::Logs, |r| {
+            mapping::logs::<Packed>(&r.resource_logs)
+        }),
         _ => otlp_signal::<ExportMetricsServiceRequest, _>(format, &bytes, Root::Metrics, |r| {
-            mapping::host_metrics(&r.resource_metrics)
+            mapping::host_metrics::<Packed>(&r.resource_metrics)
         }),
     }
 }
