@@ -17,10 +17,7 @@ pub fn line<T>(p: *const T) {
 /// Every cache line of `value` (not what it points to).
 #[inline]
 pub fn value<T>(value: &T) {
-    let start = std::ptr::from_ref(value).cast::<u8>();
-    for offset in (0..std::mem::size_of::<T>()).step_by(64) {
-        line(start.wrapping_add(offset));
-    }
+    lines(std::ptr::from_ref(value).cast(), std::mem::size_of::<T>(), usize::MAX);
 }
 
 /// Cache lines of a slice prefetched at most.
@@ -29,13 +26,7 @@ const SLICE_LINES: usize = 8;
 /// The first cache lines of the elements of `items` (not what they point to).
 #[inline]
 pub fn slice<T>(items: &[T]) {
-    let start = items.as_ptr().cast::<u8>();
-    // From the start of its line, so that the last line is reached too.
-    let skew = start as usize % 64;
-    let aligned = start.wrapping_sub(skew);
-    for offset in (0..(skew + std::mem::size_of_val(items)).min(SLICE_LINES * 64)).step_by(64) {
-        line(aligned.wrapping_add(offset));
-    }
+    lines(items.as_ptr().cast(), std::mem::size_of_val(items), SLICE_LINES);
 }
 
 /// Bytes a text is prefetched up to: its first four cache lines.
@@ -44,7 +35,16 @@ const TEXT_LINES: usize = 4;
 /// The first cache lines of `bytes`.
 #[inline]
 pub fn text(bytes: &[u8]) {
-    for offset in (0..bytes.len().min(TEXT_LINES * 64)).step_by(64) {
-        line(bytes[offset..].as_ptr());
+    lines(bytes.as_ptr(), bytes.len(), TEXT_LINES);
+}
+
+/// At most `most` cache lines of the `len` bytes at `start`, from the start of its line so
+/// that the last one is reached too.
+#[inline]
+fn lines(start: *const u8, len: usize, most: usize) {
+    let skew = start as usize % 64;
+    let aligned = start.wrapping_sub(skew);
+    for offset in (0..(skew + len).min(most.saturating_mul(64))).step_by(64) {
+        line(aligned.wrapping_add(offset));
     }
 }
