@@ -879,10 +879,10 @@ mod tests {
         }
     }
 
-    /// Rows of more projects than 16 bits count (their ranks fill the high half of the first
-    /// sort word) sort as their keys compare.
+    /// Rows of 70,000 projects, whose ranks need more than 16 of the 32 bits the first sort
+    /// word gives them, sort as their keys compare.
     #[test]
-    fn rows_of_more_projects_than_a_rank_holds_sort_too() {
+    fn rows_of_tens_of_thousands_of_projects_sort_too() {
         let owned: Vec<BufferedRow> = (0..70_000u32)
             .map(|i| {
                 let distinct_id = format!("user-{}", i % 7);
