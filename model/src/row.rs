@@ -8,17 +8,11 @@
 //! them into segments.
 
 /// Attributes kept in the segment attribute encoding (docs/ARCHITECTURE.md, "Attribute
-/// encoding"), each one encoded attribute: how a shard holds the rows it applies, copying the
-/// bytes into segments without decoding them.
+/// encoding"): a row's encoded attributes in one buffer, each after its length as a varint, in
+/// the order they came. How a shard holds the rows it applies, copying the bytes into
+/// segments without decoding them.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Encoded(pub Vec<bytes::Bytes>);
-
-impl std::ops::Deref for Encoded {
-    type Target = [bytes::Bytes];
-    fn deref(&self) -> &[bytes::Bytes] {
-        &self.0
-    }
-}
+pub struct Encoded(pub bytes::Bytes);
 
 /// One attribute value; arrays hold scalars.
 #[derive(Clone, Debug, PartialEq)]

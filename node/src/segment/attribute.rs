@@ -16,7 +16,7 @@ use std::borrow::Cow;
 
 use bytes::Bytes;
 use prost::encoding::{decode_varint, encode_varint, encoded_len_varint};
-use sextant_model::row::Attribute as Decoded;
+use sextant_model::row::{Attribute as Decoded, Encoded};
 use sextant_proto::convert::persist_row::{self as persist, DecodeError};
 
 /// One encoded attribute, read in place: its key at once, its value when asked for.
@@ -187,20 +187,21 @@ fn in_prosts_form(encoded: &[u8]) -> bool {
 
 /// Brings every attribute to the form prost writes (re-encoding the few that are not), or
 /// fails on one that is no attribute at all.
-pub fn canonicalize(attributes: &mut [Bytes]) -> Result<(), DecodeError> {
-    for a in attributes {
-        if !in_prosts_form(a) {
-            *a = Bytes::from(persist::reencode_attribute(&a[..])?);
-            debug_assert!(in_prosts_form(a), "prost writes what it reads");
-        }
+pub fn canonicalize(attributes: &mut Encoded) -> Result<(), DecodeError> {
+    if persist::each_attribute(attributes).all(in_prosts_form) {
+        return Ok(());
     }
+    let each: Vec<Vec<u8>> =
+        persist::each_attribute(attributes).map(persist::reencode_attribute).collect::<Result<_, _>>()?;
+    *attributes = persist::encoded_from(each.iter().map(Vec::as_slice));
+    debug_assert!(persist::each_attribute(attributes).all(in_prosts_form), "prost writes what it reads");
     Ok(())
 }
 
 /// The attributes of a row, read in place.
-pub fn read(attributes: &[Bytes]) -> impl Iterator<Item = Attribute<'_>> {
+pub fn read(attributes: &Encoded) -> impl Iterator<Item = Attribute<'_>> {
     // Rows hold canonical attributes only (see the module docs): none is skipped.
-    attributes.iter().filter_map(|a| Attribute::parse(a))
+    persist::each_attribute(attributes).filter_map(Attribute::parse)
 }
 
 /// Appends `attributes` in their stored form (sorted by key, stably: a repeated key keeps its
@@ -214,7 +215,7 @@ pub fn write_stored(mut attributes: Vec<Attribute<'_>>, out: &mut Vec<u8>) {
 }
 
 /// The stored form of a row's attributes.
-pub fn stored(attributes: &[Bytes]) -> Vec<u8> {
+pub fn stored(attributes: &Encoded) -> Vec<u8> {
     let mut out = Vec::new();
     write_stored(read(attributes).collect(), &mut out);
     out
@@ -223,11 +224,7 @@ pub fn stored(attributes: &[Bytes]) -> Vec<u8> {
 /// The next encoded attribute of a stored form (without its length), moving `stored` past it;
 /// `None` at the end or at bytes that are not a length and that many bytes.
 pub fn next_stored<'a>(stored: &mut &'a [u8]) -> Option<&'a [u8]> {
-    let mut rest = *stored;
-    let len = usize::try_from(decode_varint(&mut rest).ok()?).ok()?;
-    let entry = rest.get(..len)?;
-    *stored = &rest[len..];
-    Some(entry)
+    persist::next_delimited(stored)
 }
 
 /// The attributes of a stored form, read in place. What this node stores is in prost's form;
@@ -238,24 +235,35 @@ pub fn read_stored(mut stored: &[u8]) -> impl Iterator<Item = Attribute<'_>> {
 
 /// The attributes of a stored form, as a row holds them; reading stops at bytes that are no
 /// attribute.
-pub fn from_stored(stored: &[u8]) -> Vec<Bytes> {
-    let all = Bytes::copy_from_slice(stored);
-    let mut rest = &all[..];
-    let mut out = Vec::new();
+pub fn from_stored(stored: &[u8]) -> Encoded {
+    let mut rest = stored;
     while let Some(entry) = next_stored(&mut rest) {
-        let mut attribute = [all.slice_ref(entry)];
-        if canonicalize(&mut attribute).is_err() {
-            break;
+        if !in_prosts_form(entry) {
+            return brought_to_prosts_form(stored);
         }
-        let [attribute] = attribute;
-        out.push(attribute);
     }
-    out
+    if !rest.is_empty() {
+        return brought_to_prosts_form(stored);
+    }
+    Encoded(Bytes::copy_from_slice(stored))
+}
+
+/// [`from_stored`] of a stored form not all in prost's form (this node writes none): each
+/// attribute brought to it, up to the first that is no attribute.
+fn brought_to_prosts_form(mut stored: &[u8]) -> Encoded {
+    let mut out = Vec::new();
+    while let Some(entry) = next_stored(&mut stored) {
+        match persist::reencode_attribute(entry) {
+            Ok(a) => out.push(a),
+            Err(_) => break,
+        }
+    }
+    persist::encoded_from(out.iter().map(Vec::as_slice))
 }
 
 /// The attributes a row holds, decoded; one that does not decode is left out (rows hold
 /// canonical attributes only: none is).
-pub fn decode(attributes: &[Bytes]) -> Vec<Decoded> {
+pub fn decode(attributes: &Encoded) -> Vec<Decoded> {
     persist::decode_attributes(attributes)
 }
 
@@ -361,13 +369,30 @@ mod tests {
         ];
         for (i, variant) in variants.into_iter().enumerate() {
             assert!(!in_prosts_form(&variant), "variant {i} is not prost's form");
-            let mut attrs = [Bytes::from(variant.clone())];
+            let mut attrs = persist::encoded_from([&canonical[..], &variant, &canonical]);
             canonicalize(&mut attrs).unwrap();
             let expected = persist::reencode_attribute(&variant).unwrap();
-            assert_eq!(attrs[0], expected, "variant {i}");
-            assert!(in_prosts_form(&attrs[0]));
+            let got: Vec<&[u8]> = persist::each_attribute(&attrs).collect();
+            assert_eq!(got, [&canonical[..], &expected, &canonical], "variant {i}");
+            assert!(in_prosts_form(got[1]));
+            let mut stored = Vec::new();
+            for a in [&canonical[..], &variant] {
+                encode_varint(a.len() as u64, &mut stored);
+                stored.extend_from_slice(a);
+            }
+            let held = from_stored(&stored);
+            assert_eq!(persist::each_attribute(&held).collect::<Vec<_>>(), [&canonical[..], &expected], "variant {i}");
         }
-        let mut garbage = [Bytes::from_static(&[KEY, 9, b'x'])];
+        let mut garbage = persist::encoded_from([&canonical[..], &[KEY, 9, b'x']]);
         assert!(canonicalize(&mut garbage).is_err(), "a truncated key is no attribute");
+        let stored =
+            [&[canonical.len() as u8][..], &canonical, &[3, KEY, 9, b'x'], &[canonical.len() as u8], &canonical]
+                .concat();
+        let held = from_stored(&stored);
+        assert_eq!(
+            persist::each_attribute(&held).collect::<Vec<_>>(),
+            [&canonical[..]],
+            "up to the first that is none"
+        );
     }
 }

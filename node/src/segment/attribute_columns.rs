@@ -35,8 +35,7 @@ use std::sync::Arc;
 use arrow_array::builder::{BinaryBuilder, Int64Builder, StringBuilder};
 use arrow_array::{Array, ArrayRef, BinaryArray, Int64Array, RecordBatch, StringArray};
 use arrow_schema::{ArrowError, DataType, Field};
-use bytes::Bytes;
-use sextant_model::row::Value as DecodedValue;
+use sextant_model::row::{Encoded, Value as DecodedValue};
 use sextant_proto::convert::persist_row as persist;
 use std::collections::HashMap;
 
@@ -220,7 +219,7 @@ pub fn choose(rows: &[RowRef<'_>]) -> Vec<Key> {
     let sample = rows.iter().step_by(stride);
     let sampled_rows = sample.len();
     for r in sample {
-        for kv in attribute::read(r.row.attributes().unwrap_or_default()) {
+        for kv in r.row.attributes().into_iter().flat_map(attribute::read) {
             if kv.key.len() <= MAX_KEY_BYTES {
                 let s = seen.entry(kv.key).or_default();
                 s.sampled += 1;
@@ -261,7 +260,7 @@ pub fn choose(rows: &[RowRef<'_>]) -> Vec<Key> {
         let finder = KeyFinder::new(&keys);
         let mut whole: Vec<bool> = keys.iter().map(|k| k.whole).collect();
         for r in rows.iter().step_by(stride) {
-            for kv in attribute::read(r.row.attributes().unwrap_or_default()) {
+            for kv in r.row.attributes().into_iter().flat_map(attribute::read) {
                 if let (Some(k), Some(value)) = (finder.find(kv.key), kv.value()) {
                     whole[k] = whole[k] || keys[k].stays_whole(value);
                 }
@@ -379,7 +378,7 @@ impl<'k> Split<'k> {
     /// Adds one row: fills the key columns and returns the encoded remainder. Of a key given
     /// twice, the first goes to the columns (the rest keeps the later ones, in order), unless
     /// it has no value: nulls in the columns mean "not in the columns", so it stays in the rest.
-    pub fn push(&mut self, attrs: &[Bytes]) -> &[u8] {
+    pub fn push(&mut self, attrs: &Encoded) -> &[u8] {
         self.encoded_rest.clear();
         if self.keys.is_empty() {
             attribute::write_stored(attribute::read(attrs).collect(), &mut self.encoded_rest);
@@ -387,7 +386,7 @@ impl<'k> Split<'k> {
         }
         self.seen.clear();
         self.seen.resize(self.keys.len(), false);
-        let mut rest: Vec<Attribute<'_>> = Vec::with_capacity(attrs.len());
+        let mut rest: Vec<Attribute<'_>> = Vec::new();
         for kv in attribute::read(attrs) {
             match self.finder.find(kv.key) {
                 Some(k) if !self.seen[k] => {
@@ -652,7 +651,7 @@ mod tests {
             let back = from_record_batch(Table::Spans, &assemble(physical, false).unwrap());
             for ((_, got, _), want) in back.iter().zip(&spans) {
                 let (Row::Span(got), Row::Span(want)) = (got, want) else { unreachable!() };
-                prop_assert_eq!(&got.attributes.0, &from_stored(&stored(&want.attributes)));
+                prop_assert_eq!(&got.attributes, &from_stored(&stored(&want.attributes)));
             }
         }
     }
@@ -705,7 +704,7 @@ mod tests {
             let back = from_record_batch(Table::Spans, &assemble(to_segment_batch(Table::Spans, &refs, &layout).unwrap(), false).unwrap());
             for ((_, got, _), want) in back.iter().zip(&spans) {
                 let (Row::Span(got), Row::Span(want)) = (got, want) else { unreachable!() };
-                prop_assert_eq!(&got.attributes.0, &from_stored(&stored(&want.attributes)));
+                prop_assert_eq!(&got.attributes, &from_stored(&stored(&want.attributes)));
             }
             let both = layout.attribute_keys.iter().any(|k| k.split) && layout.attribute_keys.iter().any(|k| k.ints);
             SPLIT_CASES.fetch_add(u32::from(both), std::sync::atomic::Ordering::Relaxed);

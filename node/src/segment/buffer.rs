@@ -158,8 +158,8 @@ impl Buffer {
             entry.and_modify(|x| x.add(e.rows, e.min_ns, e.max_ns)).or_insert(e);
         }
         self.batches.insert(batch_id);
-        // Rows take roughly three times their protobuf size: the entry they were decoded
-        // from (attributes are slices of it), a 32-byte handle per attribute, their strings.
+        // Spans take about three times their protobuf size (docs/BENCHMARKS.md, "Attributes
+        // in one buffer per batch"): their strings, their attributes, the row itself.
         self.bytes += encoded_len * 3 + index_bytes;
         (self.rows.len() - before) as u64
     }
@@ -578,15 +578,15 @@ fn sort_for_segment(rows: &mut Vec<&BufferedRow>) {
     *rows = order.iter().map(|&(_, _, position)| rows[position as usize]).collect();
 }
 
-/// Decodes an ingest payload for [`Buffer::push`]. Attributes stay slices of `payload`, each
-/// checked to be an attribute in the form prost writes (see [`super::attribute`]).
+/// Decodes an ingest payload for [`Buffer::push`], each attribute checked to be one in the
+/// form prost writes (see [`super::attribute`]).
 pub fn decode_batch(payload: Vec<u8>) -> Result<RowBatch<Encoded>, DecodeError> {
     let mut batch = decode_ingest(bytes::Bytes::from(payload))?;
     let attributes = (batch.spans.iter_mut().map(|s| &mut s.attributes))
         .chain(batch.logs.iter_mut().map(|l| &mut l.attributes))
         .chain(batch.host_metrics.iter_mut().map(|m| &mut m.attributes));
     for a in attributes {
-        super::attribute::canonicalize(&mut a.0)?;
+        super::attribute::canonicalize(a)?;
     }
     Ok(batch)
 }

@@ -8,13 +8,12 @@
 
 use std::path::{Path, PathBuf};
 
-use bytes::Bytes;
 use sextant_model::query::{HostBucket, Mean, SpanTotals};
 use sextant_model::row::{
     Attribute, Encoded, Event, EventRollup, HostRollup, LogLevel, ReplayEvent, SpanRollup, SpanStatus, TraceSummary,
     Value,
 };
-use sextant_proto::convert::persist_row::encode_attribute;
+use sextant_proto::convert::persist_row::{encode_attribute, encoded_from};
 use xxhash_rust::xxh3::xxh3_64;
 
 use super::file::Effort;
@@ -56,19 +55,19 @@ fn value(v: V) -> Option<Value> {
 /// Attributes as a row holds them (encoded), sorted by key as segments store them.
 fn attributes(mut kvs: Vec<(&str, Option<V>)>) -> Encoded {
     kvs.sort_by_key(|(key, _)| *key);
-    Encoded(
-        kvs.into_iter()
-            .map(|(key, v)| {
-                let unset = matches!(v, Some(V::Unset));
-                let mut encoded = encode_attribute(Attribute { key: key.into(), value: v.and_then(value) });
-                if unset {
-                    // Field 2 (the value), empty.
-                    encoded.extend_from_slice(&[2 << 3 | 2, 0]);
-                }
-                Bytes::from(encoded)
-            })
-            .collect(),
-    )
+    let each: Vec<Vec<u8>> = kvs
+        .into_iter()
+        .map(|(key, v)| {
+            let unset = matches!(v, Some(V::Unset));
+            let mut encoded = encode_attribute(Attribute { key: key.into(), value: v.and_then(value) });
+            if unset {
+                // Field 2 (the value), empty.
+                encoded.extend_from_slice(&[2 << 3 | 2, 0]);
+            }
+            encoded
+        })
+        .collect();
+    encoded_from(each.iter().map(Vec::as_slice))
 }
 
 /// Every kind of value, keys frequent enough for columns of their own (whole, split with

@@ -279,7 +279,7 @@ impl Row {
     }
 
     /// The row's attributes, in their stored encoding, for the tables that have them.
-    pub fn attributes(&self) -> Option<&[bytes::Bytes]> {
+    pub fn attributes(&self) -> Option<&Encoded> {
         match self {
             Row::Span(s) => Some(&s.attributes),
             Row::Log(l) => Some(&l.attributes),
@@ -453,8 +453,8 @@ pub fn to_projected_batch(
     RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)
 }
 
-/// How many rows ahead of the one being copied its attributes are prefetched (twice as far,
-/// its texts and the list of its attributes; three times, the row itself).
+/// How many rows ahead of the one being copied its texts and attributes are prefetched (twice
+/// as far, the row itself).
 const PREFETCH_AHEAD: usize = 8;
 
 /// Rows are copied in the segment's order, not the order they were applied in, so each one
@@ -463,10 +463,10 @@ const PREFETCH_AHEAD: usize = 8;
 /// earlier one asked for.
 fn prefetch_ahead(rows: &[RowRef<'_>], i: usize) {
     use super::prefetch::{line, slice, text, value};
-    if let Some(r) = rows.get(i + 3 * PREFETCH_AHEAD) {
+    if let Some(r) = rows.get(i + 2 * PREFETCH_AHEAD) {
         value(r.row);
     }
-    if let Some(r) = rows.get(i + 2 * PREFETCH_AHEAD) {
+    if let Some(r) = rows.get(i + PREFETCH_AHEAD) {
         match r.row {
             Row::Span(s) => {
                 for t in [&s.trace_id, &s.span_id, &s.parent_span_id, &s.service_name, &s.operation] {
@@ -488,12 +488,7 @@ fn prefetch_ahead(rows: &[RowRef<'_>], i: usize) {
             _ => {}
         }
         if let Some(attributes) = r.row.attributes() {
-            slice(attributes);
-        }
-    }
-    if let Some(attributes) = rows.get(i + PREFETCH_AHEAD).and_then(|r| r.row.attributes()) {
-        for a in attributes {
-            line(a.as_ptr());
+            slice(&attributes.0[..]);
         }
     }
 }
@@ -767,7 +762,7 @@ pub fn from_record_batch(table: Table, rb: &RecordBatch) -> Vec<(String, Row, u3
     };
     let attributes = |name: &str| {
         let a = c.bin(name);
-        move |i: usize| Encoded(attribute::from_stored(a.value(i)))
+        move |i: usize| attribute::from_stored(a.value(i))
     };
     match table {
         Table::Spans => {

@@ -2,8 +2,6 @@
 //! and the attribute encoding segments store (docs/ARCHITECTURE.md, "Attribute encoding").
 //! A shard keeps attributes encoded ([`Encoded`]): apply and flush copy the bytes.
 
-use std::ops::Range;
-
 use bytes::Bytes;
 use prost::Message;
 use sextant_model::attributes::{AttributeSink, ValueRef};
@@ -82,32 +80,70 @@ pub fn encode_value(value: Value, out: &mut Vec<u8>) {
 
 /// Attributes encoded, as a shard holds them.
 pub fn encode_attributes(attributes: Vec<Attribute>) -> Encoded {
-    Encoded(attributes.into_iter().map(|a| Bytes::from(encode_attribute(a))).collect())
+    Encoded(Bytes::from(Packed::from(attributes).bytes.into_boxed_slice()))
 }
 
 /// Decoded attributes; an attribute that does not decode is left out.
-pub fn decode_attributes(attributes: &[Bytes]) -> Vec<Attribute> {
-    attributes.iter().filter_map(|a| decode_attribute(a).ok()).collect()
+pub fn decode_attributes(attributes: &Encoded) -> Vec<Attribute> {
+    each_attribute(attributes).filter_map(|a| decode_attribute(a).ok()).collect()
 }
 
+/// The next item of `framed` (a varint length, then that many bytes), moving `framed` past
+/// it; `None` at the end or at bytes that are not a length and that many bytes.
+#[inline]
+pub fn next_delimited<'a>(framed: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let mut rest = *framed;
+    let len = match rest.first() {
+        Some(&byte @ 0..0x80) => {
+            rest = &rest[1..];
+            usize::from(byte)
+        }
+        _ => usize::try_from(prost::encoding::decode_varint(&mut rest).ok()?).ok()?,
+    };
+    let item = rest.get(..len)?;
+    *framed = &rest[len..];
+    Some(item)
+}
+
+/// A row's encoded attributes, one by one.
+pub fn each_attribute(attributes: &Encoded) -> impl Iterator<Item = &[u8]> {
+    let mut rest = &attributes.0[..];
+    std::iter::from_fn(move || next_delimited(&mut rest))
+}
+
+/// Encoded attributes, as a row holds them.
+pub fn encoded_from<'a>(attributes: impl IntoIterator<Item = &'a [u8]>) -> Encoded {
+    let mut out = Vec::new();
+    for a in attributes {
+        attribute_wire::put_varint(a.len() as u64, &mut out);
+        out.extend_from_slice(a);
+    }
+    Encoded(Bytes::from(out.into_boxed_slice()))
+}
+
+/// A row's attributes as the `repeated bytes` field of its message: slices of its buffer.
 fn encoded_bytes(a: Encoded) -> Vec<Bytes> {
-    a.0
+    each_attribute(&a).map(|item| a.0.slice_ref(item)).collect()
+}
+
+fn joined(attributes: Vec<Bytes>) -> Encoded {
+    encoded_from(attributes.iter().map(|a| &a[..]))
 }
 
 same_fields!(Span<Encoded> = Span <=> pb::SpanRow {
     trace_id, span_id, parent_span_id, service_name, operation, start_unix_nanos, duration_nanos;
     status: SpanStatus::code, SpanStatus::from_code;
-    attributes: encoded_bytes, Encoded;
+    attributes: encoded_bytes, joined;
 });
 same_fields!(LogRecord<Encoded> = LogRecord <=> pb::LogRow {
     unix_nanos, service, message, trace_id, span_id;
     level: LogLevel::code, LogLevel::from_code;
-    attributes: encoded_bytes, Encoded;
+    attributes: encoded_bytes, joined;
 });
 same_fields!(HostMetric<Encoded> = HostMetric <=> pb::HostMetricRow {
     unix_nanos, hostname, cpu_percent, memory_used_bytes, memory_total_bytes, disk_used_percent,
     network_rx_bytes_per_sec, network_tx_bytes_per_sec;
-    attributes: encoded_bytes, Encoded;
+    attributes: encoded_bytes, joined;
 });
 same_fields!(Event = Event <=> pb::EventRow { uuid, event, distinct_id, unix_nanos, properties_json });
 same_fields!(ReplayEvent = ReplayEvent <=> pb::ReplayEventRow {
@@ -228,8 +264,9 @@ mod attribute_wire {
 
 /// Attributes encoded as they are parsed or mapped (the router's [`AttributeSink`]): each
 /// attribute in the segment attribute encoding after its length, one after another, which is
-/// a row's `repeated bytes` attributes field without its tags. No key or value becomes a
-/// string of its own, and the payload copies them in one piece per attribute.
+/// a row's `repeated bytes` attributes field without its tags, and how a shard holds them
+/// ([`Encoded`]). No key or value becomes a string of its own, and the payload copies them in
+/// one piece per attribute.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Packed {
     bytes: Vec<u8>,
@@ -280,8 +317,7 @@ impl Packed {
         self.count * prost::encoding::key_len(tag) + self.bytes.len()
     }
 
-    /// Also gives where in `out` each attribute went (without its tag and length).
-    fn put_repeated(&self, tag: u32, out: &mut Vec<u8>, at: &mut Vec<Range<usize>>) {
+    fn put_repeated(&self, tag: u32, out: &mut Vec<u8>) {
         use prost::encoding::{decode_varint, WireType};
         let mut rest = &self.bytes[..];
         while !rest.is_empty() {
@@ -296,7 +332,6 @@ impl Packed {
             let head = whole.len() - rest.len();
             attribute_wire::put_key(tag, WireType::LengthDelimited, out);
             out.extend_from_slice(&whole[..head + len]);
-            at.push(out.len() - len..out.len());
             rest = &rest[len..];
         }
     }
@@ -325,23 +360,16 @@ impl<R: Message> Unencoded<R> {
         prost::encoding::key_len(field) + prost::encoding::encoded_len_varint(self.len as u64) + self.len
     }
 
-    fn encode(&self, field: u32, out: &mut Vec<u8>, at: &mut Vec<Range<usize>>) {
+    fn encode(&self, field: u32, out: &mut Vec<u8>) {
         use prost::encoding::{encode_key, encode_varint, WireType};
         encode_key(field, WireType::LengthDelimited, out);
         encode_varint(self.len as u64, out);
         self.row.encode_raw(out);
-        self.attributes.put_repeated(self.tag, out, at);
-    }
-
-    /// The row, and its attributes: the next of `at` in `payload`.
-    fn parts(self, payload: &Bytes, at: &mut impl Iterator<Item = Range<usize>>) -> (R, Encoded) {
-        let attributes = at.take(self.attributes.count).map(|r| payload.slice(r)).collect();
-        (self.row, Encoded(attributes))
+        self.attributes.put_repeated(self.tag, out);
     }
 }
 
-/// An ingest payload and its rows as [`decode_ingest`] reads them (attributes are slices of
-/// the payload). A router hands both to a node in its own process, which then applies the
+/// An ingest payload and its rows as [`decode_ingest`] reads them. A router hands both to a node in its own process, which then applies the
 /// rows without decoding what was just encoded, once it has checked that the entry it
 /// applies holds these very bytes.
 #[derive(Debug)]
@@ -367,26 +395,68 @@ pub fn encode_ingest<A: Into<Packed> + Default>(batch: RowBatch<A>) -> Vec<u8> {
     Written::new(batch).payload
 }
 
+/// The attributes of a batch's rows in one buffer, each row's a slice of it: one allocation
+/// per batch rather than one per row, and none of the payload kept.
+struct OneBuffer {
+    bytes: Vec<u8>,
+    /// Where each row's attributes end.
+    ends: Vec<usize>,
+}
+
+impl OneBuffer {
+    fn with_capacity(len: usize) -> Self {
+        OneBuffer { bytes: Vec::with_capacity(len), ends: Vec::new() }
+    }
+
+    /// A row's attributes, already each after its length.
+    fn push_framed(&mut self, framed: &[u8]) {
+        self.bytes.extend_from_slice(framed);
+        self.ends.push(self.bytes.len());
+    }
+
+    /// A row's attributes, one by one.
+    fn push_each(&mut self, attributes: Vec<Bytes>) {
+        for a in attributes {
+            attribute_wire::put_varint(a.len() as u64, &mut self.bytes);
+            self.bytes.extend_from_slice(&a);
+        }
+        self.ends.push(self.bytes.len());
+    }
+
+    /// The rows' attributes, in the order they were pushed.
+    fn finish(self) -> impl Iterator<Item = Encoded> {
+        let bytes = Bytes::from(self.bytes);
+        let mut start = 0;
+        self.ends.into_iter().map(move |end| {
+            let row = Encoded(bytes.slice(start..end));
+            start = end;
+            row
+        })
+    }
+}
+
+fn next(attributes: &mut impl Iterator<Item = Encoded>) -> Encoded {
+    attributes.next().expect("one per row pushed")
+}
+
 /// The ingest payload of a batch, and the batch as the payload reads back (see [`Decoded`]).
 pub fn encode_ingest_decoded<A: Into<Packed> + Default>(batch: RowBatch<A>) -> Decoded {
-    let Written { payload, head, spans, logs, host_metrics, tail, at } = Written::new(batch);
+    let Written { payload, head, spans, logs, host_metrics, tail } = Written::new(batch);
     let payload = Bytes::from(payload);
-    let at = &mut at.into_iter();
+    fn packed<R>(rows: &[Unencoded<R>]) -> usize {
+        rows.iter().map(|r| r.attributes.bytes.len()).sum()
+    }
+    let mut one = OneBuffer::with_capacity(packed(&spans) + packed(&logs) + packed(&host_metrics));
+    spans.iter().for_each(|s| one.push_framed(&s.attributes.bytes));
+    logs.iter().for_each(|l| one.push_framed(&l.attributes.bytes));
+    host_metrics.iter().for_each(|m| one.push_framed(&m.attributes.bytes));
+    let attributes = &mut one.finish();
     let rows = RowBatch {
         received_unix_millis: tail.received_unix_millis,
         project_id: head.project_id,
-        spans: all(spans, |s| {
-            let (row, attributes) = s.parts(&payload, at);
-            Span::from(row).map_attributes(|_| attributes)
-        }),
-        logs: all(logs, |l| {
-            let (row, attributes) = l.parts(&payload, at);
-            LogRecord::from(row).map_attributes(|_| attributes)
-        }),
-        host_metrics: all(host_metrics, |m| {
-            let (row, attributes) = m.parts(&payload, at);
-            HostMetric::from(row).map_attributes(|_| attributes)
-        }),
+        spans: all(spans, |s| Span::from(s.row).map_attributes(|_| next(attributes))),
+        logs: all(logs, |l| LogRecord::from(l.row).map_attributes(|_| next(attributes))),
+        host_metrics: all(host_metrics, |m| HostMetric::from(m.row).map_attributes(|_| next(attributes))),
         json_bytes: tail.json_bytes,
         events: all(tail.events, Event::from),
         replay_events: all(tail.replay_events, ReplayEvent::from),
@@ -404,8 +474,6 @@ struct Written {
     host_metrics: Vec<Unencoded<pb::HostMetricRow>>,
     /// Fields 5 to 8.
     tail: pb::RowBatch,
-    /// Where each attribute of the spans, then the logs, then the host metrics went.
-    at: Vec<Range<usize>>,
 }
 
 impl Written {
@@ -453,27 +521,46 @@ impl Written {
             + host_metrics.iter().map(|m| m.field_len(4)).sum::<usize>()
             + tail.encoded_len();
         let mut out = Vec::with_capacity(len);
-        let mut at = Vec::new();
         head.encode_raw(&mut out);
-        spans.iter().for_each(|s| s.encode(2, &mut out, &mut at));
-        logs.iter().for_each(|l| l.encode(3, &mut out, &mut at));
-        host_metrics.iter().for_each(|m| m.encode(4, &mut out, &mut at));
+        spans.iter().for_each(|s| s.encode(2, &mut out));
+        logs.iter().for_each(|l| l.encode(3, &mut out));
+        host_metrics.iter().for_each(|m| m.encode(4, &mut out));
         tail.encode_raw(&mut out);
         debug_assert_eq!(out.len(), len);
-        Written { payload: out, head, spans, logs, host_metrics, tail, at }
+        Written { payload: out, head, spans, logs, host_metrics, tail }
     }
 }
 
-/// An ingest payload, its attributes left encoded (slices of `payload`, not copies).
+/// An ingest payload, its attributes left encoded. Each row's attributes are copied into a
+/// buffer of their own: rows kept in a shard's buffer keep none of the payload.
 pub fn decode_ingest(payload: Bytes) -> Result<RowBatch<Encoded>, DecodeError> {
-    let pb::RowBatch { project_id, spans, logs, host_metrics, json_bytes, events, replay_events, received_unix_millis } =
-        pb::RowBatch::decode(payload)?;
+    let pb::RowBatch {
+        project_id,
+        mut spans,
+        mut logs,
+        mut host_metrics,
+        json_bytes,
+        events,
+        replay_events,
+        received_unix_millis,
+    } = pb::RowBatch::decode(payload)?;
+    let framed =
+        |a: &[Bytes]| a.iter().map(|a| prost::encoding::encoded_len_varint(a.len() as u64) + a.len()).sum::<usize>();
+    let len = spans.iter().map(|s| framed(&s.attributes)).sum::<usize>()
+        + logs.iter().map(|l| framed(&l.attributes)).sum::<usize>()
+        + host_metrics.iter().map(|m| framed(&m.attributes)).sum::<usize>();
+    let mut one = OneBuffer::with_capacity(len);
+    let take = std::mem::take::<Vec<Bytes>>;
+    spans.iter_mut().for_each(|s| one.push_each(take(&mut s.attributes)));
+    logs.iter_mut().for_each(|l| one.push_each(take(&mut l.attributes)));
+    host_metrics.iter_mut().for_each(|m| one.push_each(take(&mut m.attributes)));
+    let attributes = &mut one.finish();
     Ok(RowBatch {
         received_unix_millis,
         project_id,
-        spans: all(spans, Span::from),
-        logs: all(logs, LogRecord::from),
-        host_metrics: all(host_metrics, HostMetric::from),
+        spans: all(spans, |s| Span::from(s).map_attributes(|_| next(attributes))),
+        logs: all(logs, |l| LogRecord::from(l).map_attributes(|_| next(attributes))),
+        host_metrics: all(host_metrics, |m| HostMetric::from(m).map_attributes(|_| next(attributes))),
         json_bytes,
         events: all(events, Event::from),
         replay_events: all(replay_events, ReplayEvent::from),
@@ -594,14 +681,16 @@ mod tests {
         }
     }
 
+    /// A shard buffers rows until it flushes them: their Raft entries can go long before.
     #[test]
-    fn attributes_read_in_place_are_slices_of_the_payload() {
+    fn decoded_rows_keep_none_of_the_payload() {
         let payload = Bytes::from(fixture());
         let read = decode_ingest(payload.clone()).unwrap();
         let range = payload.as_ptr() as usize..payload.as_ptr() as usize + payload.len();
-        for a in read.spans[0].attributes.iter() {
-            assert!(range.contains(&(a.as_ptr() as usize)), "no copy");
-        }
+        let attributes = &read.spans[0].attributes.0;
+        assert!(!attributes.is_empty());
+        assert!(!range.contains(&(attributes.as_ptr() as usize)), "a copy");
+        assert!(payload.is_unique(), "no reference to it is left");
     }
 
     /// Converting a vector of attributes (or array values) reuses its allocation only while
@@ -689,7 +778,7 @@ mod tests {
         let object = proptest::collection::vec((text, value), 0..12);
         let many = (0..MAX_ATTRIBUTES + 5).map(|i| (format!("a{i}"), serde_json::Value::from(i))).collect::<Vec<_>>();
         let mut runner = proptest::test_runner::TestRunner::default();
-        let mut check = |pairs: Vec<(String, serde_json::Value)>| {
+        let check = |pairs: Vec<(String, serde_json::Value)>| {
             let mut body = String::from("{");
             for (i, (k, v)) in pairs.iter().enumerate() {
                 body += &format!("{}{}:{v}", if i > 0 { "," } else { "" }, serde_json::Value::from(k.as_str()));
