@@ -369,9 +369,9 @@ impl<R: Message> Unencoded<R> {
     }
 }
 
-/// An ingest payload and its rows as [`decode_ingest`] reads them. A router hands both to a node in its own process, which then applies the
-/// rows without decoding what was just encoded, once it has checked that the entry it
-/// applies holds these very bytes.
+/// An ingest payload and its rows as [`decode_ingest`] reads them. A router hands both to a
+/// node in its own process, which then applies the rows without decoding what was just
+/// encoded, once it has checked that the entry it applies holds these very bytes.
 #[derive(Debug)]
 pub struct Decoded {
     pub payload: Bytes,
@@ -531,8 +531,8 @@ impl Written {
     }
 }
 
-/// An ingest payload, its attributes left encoded. Each row's attributes are copied into a
-/// buffer of their own: rows kept in a shard's buffer keep none of the payload.
+/// An ingest payload, its attributes left encoded. They are copied into one buffer for the
+/// batch ([`OneBuffer`]): rows kept in a shard's buffer keep none of the payload.
 pub fn decode_ingest(payload: Bytes) -> Result<RowBatch<Encoded>, DecodeError> {
     let pb::RowBatch {
         project_id,
