@@ -110,6 +110,7 @@ impl<'a> Attribute<'a> {
     /// Reads the fields of an encoded attribute written the way prost writes them (in order,
     /// none empty that prost leaves out, no other field); `None` for any other bytes. The
     /// value is read by [`Attribute::value`].
+    #[inline]
     pub fn parse(encoded: &'a [u8]) -> Option<Self> {
         let mut rest = encoded;
         let key = match field(&mut rest, KEY) {

@@ -386,7 +386,8 @@ impl<'k> Split<'k> {
         }
         self.seen.clear();
         self.seen.resize(self.keys.len(), false);
-        let mut rest: Vec<Attribute<'_>> = Vec::new();
+        // Room for a typical span's attributes.
+        let mut rest: Vec<Attribute<'_>> = Vec::with_capacity(16);
         for kv in attribute::read(attrs) {
             match self.finder.find(kv.key) {
                 Some(k) if !self.seen[k] => {

@@ -93,8 +93,9 @@ pub fn decode_attributes(attributes: &Encoded) -> Vec<Attribute> {
 #[inline]
 pub fn next_delimited<'a>(framed: &mut &'a [u8]) -> Option<&'a [u8]> {
     let mut rest = *framed;
-    let len = match rest.first() {
-        Some(&byte @ 0..0x80) => {
+    // The end is checked first: `decode_varint` would build an error there, for every row.
+    let len = match *rest.first()? {
+        byte @ 0..0x80 => {
             rest = &rest[1..];
             usize::from(byte)
         }
