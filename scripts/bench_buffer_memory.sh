@@ -6,17 +6,11 @@
 #   scripts/bench_buffer_memory.sh spans|logs|events BIN [BIN...]
 set -euo pipefail
 KIND=$1; shift
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/dev_server.sh"
 anonymous_kib() { awk '/^RssAnon:/ {print $2}' "/proc/$1/status"; }
 for BIN in "$@"; do
-  WORK=$(mktemp -d)
-  PORT=$(free_port); INTERNAL=$(free_port); GRPC=$(free_port)
-  "$BIN" dev --data-dir "$WORK/d" --listen "127.0.0.1:$PORT" --internal-listen "127.0.0.1:$INTERNAL" \
-    --otlp-grpc-listen "127.0.0.1:$GRPC" --api-rps 1000000 --ingest-rps 1000000 >"$WORK/dev.log" 2>&1 &
-  PID=$!
+  start_dev "$BIN"
   trap 'kill -9 $PID 2>/dev/null || true' EXIT
-  for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null && break; sleep 0.1; done
-  for _ in $(seq 1 300); do [ -s "$WORK/d/credentials.json" ] && break; sleep 0.1; done
   BEFORE=$(anonymous_kib "$PID")
   OUT=$("$BIN" loadgen --url "http://127.0.0.1:$PORT" --credentials "$WORK/d/credentials.json" --kind "$KIND" \
     --batch 1000 --concurrency 8 --rate 160 --seconds 1 --json --no-ceiling)

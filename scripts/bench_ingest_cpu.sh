@@ -14,14 +14,9 @@
 set -euo pipefail
 KIND=$1; SECS=$2; shift 2
 TCK=$(getconf CLK_TCK)
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/dev_server.sh"
 for BIN in "$@"; do
-  WORK=$(mktemp -d)
-  PORT=$(free_port); INTERNAL=$(free_port)
-  "$BIN" dev --data-dir "$WORK/d" --listen "127.0.0.1:$PORT" --internal-listen "127.0.0.1:$INTERNAL" --api-rps 1000000 --ingest-rps 1000000 --analytics-rps 1000000 >"$WORK/dev.log" 2>&1 &
-  PID=$!
-  for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null && break; sleep 0.1; done
-  for _ in $(seq 1 300); do [ -s "$WORK/d/credentials.json" ] && break; sleep 0.1; done
+  start_dev "$BIN"
   cpu() { awk '{print $14 + $15}' "/proc/$PID/stat"; }
   BEFORE=$(cpu)
   OUT=$("${LOADGEN:-$BIN}" loadgen --url "http://127.0.0.1:$PORT" --credentials "$WORK/d/credentials.json" --kind "$KIND" \

@@ -7,15 +7,9 @@
 #   scripts/bench_ingest_memory.sh spans|logs|events SECONDS BIN [BIN...]
 set -euo pipefail
 KIND=$1; SECS=$2; shift 2
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+. "$(dirname "$0")/dev_server.sh"
 for BIN in "$@"; do
-  WORK=$(mktemp -d)
-  PORT=$(free_port); INTERNAL=$(free_port); GRPC=$(free_port)
-  "$BIN" dev --data-dir "$WORK/d" --listen "127.0.0.1:$PORT" --internal-listen "127.0.0.1:$INTERNAL" \
-    --otlp-grpc-listen "127.0.0.1:$GRPC" --api-rps 1000000 --ingest-rps 1000000 >"$WORK/dev.log" 2>&1 &
-  PID=$!
-  for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null && break; sleep 0.1; done
-  for _ in $(seq 1 300); do [ -s "$WORK/d/credentials.json" ] && break; sleep 0.1; done
+  start_dev "$BIN"
   (while kill -0 "$PID" 2>/dev/null; do
      awk '/^(Rss|Anonymous|Private_Clean):/ {printf "%s%d ", $1, $2 / 1024} END {print ""}' "/proc/$PID/smaps_rollup"
      sleep 2

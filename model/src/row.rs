@@ -8,9 +8,9 @@
 //! them into segments.
 
 /// Attributes kept in the segment attribute encoding (docs/ARCHITECTURE.md, "Attribute
-/// encoding"): a row's encoded attributes in one buffer, each after its length as a varint, in
-/// the order they came. How a shard holds the rows it applies, copying the bytes into
-/// segments without decoding them.
+/// encoding"): a row's encoded attributes one after another, each after its length as a
+/// varint, in the order they came. How a shard holds the rows it applies, copying the bytes
+/// into segments without decoding them.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Encoded(pub bytes::Bytes);
 
