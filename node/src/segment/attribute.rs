@@ -199,10 +199,10 @@ pub fn canonicalize(attributes: &mut Encoded) -> Result<(), DecodeError> {
     Ok(())
 }
 
-/// The attributes of a row, read in place.
+/// The attributes of a row, read in place: framed as a stored form is, in the order they
+/// came. Rows hold canonical attributes only (see the module docs), so reading reaches the end.
 pub fn read(attributes: &Encoded) -> impl Iterator<Item = Attribute<'_>> {
-    // Rows hold canonical attributes only (see the module docs): none is skipped.
-    persist::each_attribute(attributes).filter_map(Attribute::parse)
+    read_stored(&attributes.0)
 }
 
 /// Appends `attributes` in their stored form (sorted by key, stably: a repeated key keeps its
