@@ -207,9 +207,9 @@ pub fn read(attributes: &Encoded) -> impl Iterator<Item = Attribute<'_>> {
 
 /// Appends `attributes` in their stored form (sorted by key, stably: a repeated key keeps its
 /// order).
-pub fn write_stored(mut attributes: Vec<Attribute<'_>>, out: &mut Vec<u8>) {
+pub fn write_stored(attributes: &mut [Attribute<'_>], out: &mut Vec<u8>) {
     attributes.sort_by(|a, b| a.key.cmp(b.key));
-    for a in attributes {
+    for a in attributes.iter() {
         encode_varint(a.encoded.len() as u64, out);
         out.extend_from_slice(a.encoded);
     }
@@ -218,7 +218,7 @@ pub fn write_stored(mut attributes: Vec<Attribute<'_>>, out: &mut Vec<u8>) {
 /// The stored form of a row's attributes.
 pub fn stored(attributes: &Encoded) -> Vec<u8> {
     let mut out = Vec::new();
-    write_stored(read(attributes).collect(), &mut out);
+    write_stored(&mut read(attributes).collect::<Vec<_>>(), &mut out);
     out
 }
 

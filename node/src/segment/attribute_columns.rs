@@ -352,6 +352,15 @@ pub struct Split<'k> {
     seen: Vec<bool>,
     /// The row's remaining attributes, in their stored form (reused).
     encoded_rest: Vec<u8>,
+    /// Room for a row's remaining attributes, kept empty between rows.
+    spare: Vec<Attribute<'static>>,
+}
+
+/// `list` emptied, its room kept for attributes of another lifetime.
+fn recycled<'b>(mut list: Vec<Attribute<'_>>) -> Vec<Attribute<'b>> {
+    list.clear();
+    // Collecting an emptied vector into one of the same layout reuses its allocation.
+    list.into_iter().map(|_| unreachable!("emptied")).collect()
 }
 
 impl<'k> Split<'k> {
@@ -372,7 +381,14 @@ impl<'k> Split<'k> {
                 ints: k.ints.then(|| Int64Builder::with_capacity(rows)),
             })
             .collect();
-        Split { keys, columns, finder: KeyFinder::new(keys), seen: Vec::new(), encoded_rest: Vec::new() }
+        Split {
+            keys,
+            columns,
+            finder: KeyFinder::new(keys),
+            seen: Vec::new(),
+            encoded_rest: Vec::new(),
+            spare: Vec::with_capacity(16),
+        }
     }
 
     /// Adds one row: fills the key columns and returns the encoded remainder. Of a key given
@@ -380,14 +396,15 @@ impl<'k> Split<'k> {
     /// it has no value: nulls in the columns mean "not in the columns", so it stays in the rest.
     pub fn push(&mut self, attrs: &Encoded) -> &[u8] {
         self.encoded_rest.clear();
+        let mut rest: Vec<Attribute<'_>> = recycled(std::mem::take(&mut self.spare));
         if self.keys.is_empty() {
-            attribute::write_stored(attribute::read(attrs).collect(), &mut self.encoded_rest);
+            rest.extend(attribute::read(attrs));
+            attribute::write_stored(&mut rest, &mut self.encoded_rest);
+            self.spare = recycled(rest);
             return &self.encoded_rest;
         }
         self.seen.clear();
         self.seen.resize(self.keys.len(), false);
-        // Room for a typical span's attributes.
-        let mut rest: Vec<Attribute<'_>> = Vec::with_capacity(16);
         for kv in attribute::read(attrs) {
             match self.finder.find(kv.key) {
                 Some(k) if !self.seen[k] => {
@@ -404,7 +421,8 @@ impl<'k> Split<'k> {
                 self.columns[k].push(&self.keys[k], None);
             }
         }
-        attribute::write_stored(rest, &mut self.encoded_rest);
+        attribute::write_stored(&mut rest, &mut self.encoded_rest);
+        self.spare = recycled(rest);
         &self.encoded_rest
     }
 
@@ -545,7 +563,7 @@ pub fn join(rb: &RecordBatch) -> Result<ArrayRef, ArrowError> {
                 parts.extend_from_slice(&a);
             }
             row.clear();
-            attribute::write_stored(attribute::read_stored(&parts).collect(), &mut row);
+            attribute::write_stored(&mut attribute::read_stored(&parts).collect::<Vec<_>>(), &mut row);
             whole.append_value(&row);
         }
     }
@@ -788,6 +806,17 @@ mod tests {
 
     /// Keys are chosen from the rows they are written with, but a value that would go to a
     /// whole column the key lacks is kept with the rest of the attributes, not lost.
+    #[test]
+    fn the_room_for_a_rows_remaining_attributes_is_kept_between_rows() {
+        let mut list: Vec<Attribute<'_>> = Vec::with_capacity(16);
+        let text = String::from("k");
+        list.push(Attribute { key: &text, value: None, encoded: text.as_bytes() });
+        let pointer = list.as_ptr() as usize;
+        let again: Vec<Attribute<'static>> = recycled(list);
+        assert!(again.is_empty() && again.capacity() >= 16);
+        assert_eq!(again.as_ptr() as usize, pointer, "the same allocation");
+    }
+
     #[test]
     fn a_value_without_a_column_for_it_stays_with_the_rest() {
         let key = Key { name: "n".into(), distinct: true, split: false, tail: Tail::Text, ints: true, whole: false };

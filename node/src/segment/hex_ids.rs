@@ -24,28 +24,36 @@ use arrow_schema::ArrowError;
 /// Marks a `width`-byte string that is not hex (see the module docs).
 const NOT_HEX: u8 = 0xFF;
 
-fn hex_digit(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        _ => None,
+/// The value of each ASCII hex digit this encoding takes (lowercase), `0xFF` for other bytes.
+const DIGIT_VALUES: [u8; 256] = {
+    let mut table = [0xFF; 256];
+    let mut c = 0;
+    while c < 10 {
+        table[b'0' as usize + c] = c as u8;
+        c += 1;
     }
-}
+    let mut c = 0;
+    while c < 6 {
+        table[b'a' as usize + c] = 10 + c as u8;
+        c += 1;
+    }
+    table
+};
 
 /// `id` as stored in a column of ids `width` bytes wide.
 pub fn encode(id: &str, width: usize, out: &mut Vec<u8>) {
     let text = id.as_bytes();
     if text.len() == 2 * width {
         let start = out.len();
+        out.reserve(width);
         for pair in text.chunks_exact(2) {
-            match (hex_digit(pair[0]), hex_digit(pair[1])) {
-                (Some(hi), Some(lo)) => out.push((hi << 4) | lo),
-                _ => {
-                    out.truncate(start);
-                    out.extend_from_slice(text);
-                    return;
-                }
+            let (hi, lo) = (DIGIT_VALUES[usize::from(pair[0])], DIGIT_VALUES[usize::from(pair[1])]);
+            if (hi | lo) > 15 {
+                out.truncate(start);
+                out.extend_from_slice(text);
+                return;
             }
+            out.push(hi << 4 | lo);
         }
         return;
     }
@@ -74,21 +82,16 @@ pub fn decode(bytes: &[u8], width: usize, out: &mut String) -> Option<()> {
     Some(())
 }
 
-/// A column of ids as stored (ids `width` bytes wide).
-pub fn encode_column(ids: &StringArray, width: usize) -> BinaryArray {
-    let mut out = BinaryBuilder::with_capacity(ids.len(), ids.len() * width);
-    let mut bytes = Vec::with_capacity(2 * width + 1);
-    for id in ids.iter() {
-        match id.unwrap_or_default() {
-            "" => out.append_null(),
-            id => {
-                bytes.clear();
-                encode(id, width, &mut bytes);
-                out.append_value(&bytes);
-            }
-        }
+/// Appends `id` to a column of ids as stored (ids `width` bytes wide): an empty id as null.
+/// `scratch` is reused from call to call.
+pub fn append(out: &mut BinaryBuilder, id: &str, width: usize, scratch: &mut Vec<u8>) {
+    if id.is_empty() {
+        out.append_null();
+        return;
     }
-    out.finish()
+    scratch.clear();
+    encode(id, width, scratch);
+    out.append_value(&scratch);
 }
 
 /// The ids of a stored column.

@@ -1,8 +1,7 @@
 //! Trace summaries: one row per trace and spans segment, so listing traces reads a table
 //! several times smaller than the spans and never has to group spans at query time.
 
-use std::collections::BTreeSet;
-
+use rustc_hash::FxHashSet;
 use sextant_model::row::{SpanStatus, TraceSummary};
 
 use super::table::{Row, RowRef, SpanRow};
@@ -11,10 +10,15 @@ use super::table::{Row, RowRef, SpanRow};
 /// (project, trace). A span present twice (a retried batch) counts once.
 pub fn summarize<'a>(rows: impl IntoIterator<Item = (&'a str, &'a SpanRow)>) -> Vec<(String, TraceSummary)> {
     let mut out: Vec<(String, TraceSummary)> = Vec::new();
-    let mut seen: BTreeSet<&str> = BTreeSet::new();
+    // The span ids of the trace so far; cleared for each trace (a set that grew large for a
+    // long trace is dropped instead: clearing takes time in proportion to its capacity).
+    let mut seen: FxHashSet<&str> = FxHashSet::default();
     for (project, span) in rows {
         let same = out.last().is_some_and(|(p, t)| p == project && t.trace_id == span.trace_id);
         if !same {
+            if seen.capacity() > 256 {
+                seen = FxHashSet::default();
+            }
             seen.clear();
             out.push((project.to_owned(), TraceSummary { trace_id: span.trace_id.clone(), ..empty() }));
         }

@@ -356,6 +356,8 @@ enum Col {
     F64(Float64Builder),
     Bin(BinaryBuilder),
     StrList(ListBuilder<StringBuilder>),
+    /// Ids stored as bytes ([`super::hex_ids`]): the width, and scratch room to encode one.
+    HexId(BinaryBuilder, usize, Vec<u8>),
 }
 
 /// One value for [`Columns::push`], in the column's type.
@@ -371,22 +373,26 @@ enum V<'a> {
 }
 
 impl Columns {
-    fn new(schema: &Schema, n: usize, keep: Vec<bool>) -> Self {
+    /// `hex_ids`: the columns built as ids stored as bytes, with their widths.
+    fn new(schema: &Schema, n: usize, keep: Vec<bool>, hex_ids: &[(&str, usize)]) -> Self {
         let builders = schema
             .fields()
             .iter()
             .zip(&keep)
             .filter(|(_, k)| **k)
-            .map(|(f, _)| match f.data_type() {
-                DataType::Utf8 => Col::Str(StringBuilder::with_capacity(n, n * 16)),
-                DataType::Int64 => Col::I64(Int64Builder::with_capacity(n)),
-                DataType::Int32 => Col::I32(Int32Builder::with_capacity(n)),
-                DataType::UInt32 => Col::U32(UInt32Builder::with_capacity(n)),
-                DataType::UInt64 => Col::U64(UInt64Builder::with_capacity(n)),
-                DataType::Float64 => Col::F64(Float64Builder::with_capacity(n)),
-                DataType::Binary => Col::Bin(BinaryBuilder::with_capacity(n, n * 32)),
-                DataType::List(_) => Col::StrList(ListBuilder::new(StringBuilder::new())),
-                other => unreachable!("no table has a {other} column"),
+            .map(|(f, _)| match (f.data_type(), hex_ids.iter().find(|(name, _)| name == f.name())) {
+                (DataType::Utf8, Some(&(_, width))) => {
+                    Col::HexId(BinaryBuilder::with_capacity(n, n * width), width, Vec::with_capacity(2 * width + 1))
+                }
+                (DataType::Utf8, None) => Col::Str(StringBuilder::with_capacity(n, n * 16)),
+                (DataType::Int64, _) => Col::I64(Int64Builder::with_capacity(n)),
+                (DataType::Int32, _) => Col::I32(Int32Builder::with_capacity(n)),
+                (DataType::UInt32, _) => Col::U32(UInt32Builder::with_capacity(n)),
+                (DataType::UInt64, _) => Col::U64(UInt64Builder::with_capacity(n)),
+                (DataType::Float64, _) => Col::F64(Float64Builder::with_capacity(n)),
+                (DataType::Binary, _) => Col::Bin(BinaryBuilder::with_capacity(n, n * 32)),
+                (DataType::List(_), _) => Col::StrList(ListBuilder::new(StringBuilder::new())),
+                (other, _) => unreachable!("no table has a {other} column"),
             })
             .collect();
         Columns { builders, keep }
@@ -404,6 +410,7 @@ impl Columns {
                 (Col::U64(b), V::U(x)) => b.append_option(*x),
                 (Col::F64(b), V::F(x)) => b.append_option(*x),
                 (Col::Bin(b), V::B(x)) => b.append_value(x),
+                (Col::HexId(b, width, scratch), V::S(id)) => super::hex_ids::append(b, id, *width, scratch),
                 (Col::StrList(b), V::L(items)) => {
                     for s in items.iter() {
                         b.values().append_value(s);
@@ -428,6 +435,7 @@ impl Columns {
                     Col::F64(mut b) => Arc::new(b.finish()),
                     Col::Bin(mut b) => Arc::new(b.finish()),
                     Col::StrList(mut b) => Arc::new(b.finish()),
+                    Col::HexId(mut b, _, _) => Arc::new(b.finish()),
                 }
             })
             .collect()
@@ -503,7 +511,8 @@ fn build_columns<'l>(
 ) -> (Vec<ArrayRef>, super::attribute_columns::Split<'l>, Vec<i32>) {
     let schema = table.schema();
     let attributes = schema.index_of("attributes").is_ok_and(|i| keep[i]);
-    let mut cols = Columns::new(&schema, rows.len(), keep);
+    let hex_ids = if layout.hex_ids { super::layout::hex_id_columns(table) } else { &[] };
+    let mut cols = Columns::new(&schema, rows.len(), keep, hex_ids);
     let mut split = super::attribute_columns::Split::new(&layout.attribute_keys, rows.len());
     let parent_refs = if layout.parent_refs { super::layout::parent_refs(rows) } else { Vec::new() };
     for (i, r) in rows.iter().enumerate() {
@@ -613,13 +622,6 @@ pub fn to_segment_batch(
 ) -> Result<RecordBatch, arrow_schema::ArrowError> {
     let schema = table.schema();
     let (mut arrays, split, parent_refs) = build_columns(table, rows, layout, vec![true; schema.fields().len()]);
-    if layout.hex_ids {
-        for &(name, width) in super::layout::hex_id_columns(table) {
-            let i = schema.index_of(name)?;
-            let ids = arrays[i].as_any().downcast_ref::<StringArray>().expect("id columns are strings");
-            arrays[i] = Arc::new(super::hex_ids::encode_column(ids, width));
-        }
-    }
     if *layout == Layout::default() {
         return RecordBatch::try_new(schema, arrays);
     }
