@@ -74,13 +74,15 @@ pub struct SegmentMeta {
     pub draft: bool,
 }
 
-/// How hard a segment's free-form columns (messages, attributes, properties) are compressed.
+/// How hard a segment's free-form columns (messages, the attributes without a column of their
+/// own, properties) are compressed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Effort {
     /// zstd level 3, like every other column: a flush's small segments of buckets not over
     /// yet, which compaction rewrites (docs/ARCHITECTURE.md, "Compaction and expiry").
     Draft,
-    /// zstd level 9: span attributes take a quarter fewer bytes, for several times the CPU.
+    /// zstd level 9 on the free-form columns: log messages take a tenth fewer bytes, for
+    /// several times the CPU.
     Final,
 }
 
@@ -188,16 +190,15 @@ fn properties(
             .set_column_compression(ColumnPath::from(USER), Compression::LZ4_RAW);
     }
     // The free-form columns are most of the bytes; a slower level pays off there (measured:
-    // span attributes 32 -> 25 bytes per span) in the segments that stay.
+    // span attributes 32 -> 25 bytes per span) in the segments that stay. Not in the columns
+    // of frequent attribute keys: each holds one key's values, which level 3 compresses as
+    // well (docs/BENCHMARKS.md, "Attribute columns at level 3").
     for column in ["attributes", "message", "properties", "data"] {
         if schema.index_of(column).is_ok() {
             b = b.set_column_compression(ColumnPath::from(column), text);
         }
     }
     for key in &layout.attribute_keys {
-        for field in key.fields() {
-            b = b.set_column_compression(ColumnPath::from(field.name().as_str()), text);
-        }
         // Mostly distinct values (pod names, user ids, the last words of split values):
         // dictionary indices would only add to the values themselves. The heads of split
         // values are few and keep their dictionary.
