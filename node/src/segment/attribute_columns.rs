@@ -804,8 +804,6 @@ mod tests {
         assert!(back.iter().zip(&rows).all(|((_, got, _), want)| got == want));
     }
 
-    /// Keys are chosen from the rows they are written with, but a value that would go to a
-    /// whole column the key lacks is kept with the rest of the attributes, not lost.
     #[test]
     fn the_room_for_a_rows_remaining_attributes_is_kept_between_rows() {
         let mut list: Vec<Attribute<'_>> = Vec::with_capacity(16);
@@ -817,6 +815,8 @@ mod tests {
         assert_eq!(again.as_ptr() as usize, pointer, "the same allocation");
     }
 
+    /// Keys are chosen from the rows they are written with, but a value that would go to a
+    /// whole column the key lacks is kept with the rest of the attributes, not lost.
     #[test]
     fn a_value_without_a_column_for_it_stays_with_the_rest() {
         let key = Key { name: "n".into(), distinct: true, split: false, tail: Tail::Text, ints: true, whole: false };
