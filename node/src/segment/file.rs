@@ -921,34 +921,30 @@ mod tests {
         }
     }
 
-    /// A draft segment (a flush's, for compaction to rewrite) is compressed less: more bytes,
-    /// the same rows, and marked as a draft.
+    /// A draft segment (a flush's, for compaction to rewrite) compresses its free-form columns
+    /// (here log messages) less: more bytes, the same rows, and marked as a draft.
     #[test]
     fn a_draft_holds_the_same_rows_in_more_bytes_and_says_so() {
-        use sextant_model::row::{Attribute, Value};
-        use sextant_proto::convert::persist_row::encode_attributes;
+        use super::super::table::LogRow;
         let rows: Vec<Row> = (0..5_000u64)
             .map(|i| {
-                let Row::Span(mut s) = span(i) else { unreachable!() };
-                let attribute =
-                    |key: &str, value: String| Attribute { key: key.into(), value: Some(Value::String(value)) };
-                s.attributes = encode_attributes(vec![
-                    attribute(
-                        "http.url",
-                        format!("https://shop.example/api/products/{}?page={}", i * 7919 % 1000, i % 13),
+                Row::Log(LogRow {
+                    unix_nanos: 1_000 + i as i64,
+                    service: ["web", "api", "db"][i as usize % 3].into(),
+                    message: format!(
+                        "deadline exceeded after {} ms calling https://shop.example/api/products/{}?page={}",
+                        i * 31 % 5000,
+                        i * 7919 % 1000,
+                        i % 13
                     ),
-                    attribute(
-                        "exception.message",
-                        format!("deadline exceeded after {} ms calling inventory", i * 31 % 5000),
-                    ),
-                ]);
-                Row::Span(s)
+                    ..Default::default()
+                })
             })
             .collect();
         let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new("p", row, 0)).collect();
         let dir = tempfile::tempdir().unwrap();
-        let draft = write(dir.path(), 1, Table::Spans, 0, &refs, &[1], None, Effort::Draft).unwrap();
-        let last = write(dir.path(), 2, Table::Spans, 0, &refs, &[1], None, Effort::Final).unwrap();
+        let draft = write(dir.path(), 1, Table::Logs, 0, &refs, &[1], None, Effort::Draft).unwrap();
+        let last = write(dir.path(), 2, Table::Logs, 0, &refs, &[1], None, Effort::Final).unwrap();
         assert!(draft.draft && !last.draft);
         assert!(draft.file.len > last.file.len, "{} bytes as a draft, {} final", draft.file.len, last.file.len);
         let read = |meta: SegmentMeta| Segment::open(dir.path(), meta).unwrap().read(None).unwrap();
