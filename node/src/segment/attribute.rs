@@ -15,7 +15,7 @@
 use std::borrow::Cow;
 
 use bytes::Bytes;
-use prost::encoding::{decode_varint, encode_varint, encoded_len_varint};
+use prost::encoding::{decode_varint, encoded_len_varint};
 use sextant_model::row::{Attribute as Decoded, Encoded};
 use sextant_proto::convert::persist_row::{self as persist, DecodeError};
 
@@ -194,7 +194,7 @@ pub fn canonicalize(attributes: &mut Encoded) -> Result<(), DecodeError> {
     }
     let each: Vec<Vec<u8>> =
         persist::each_attribute(attributes).map(persist::reencode_attribute).collect::<Result<_, _>>()?;
-    *attributes = persist::encoded_from(each.iter().map(Vec::as_slice));
+    *attributes = persist::encoded_from(&each);
     debug_assert!(persist::each_attribute(attributes).all(in_prosts_form), "prost writes what it reads");
     Ok(())
 }
@@ -210,8 +210,7 @@ pub fn read(attributes: &Encoded) -> impl Iterator<Item = Attribute<'_>> {
 pub fn write_stored(attributes: &mut [Attribute<'_>], out: &mut Vec<u8>) {
     attributes.sort_by(|a, b| a.key.cmp(b.key));
     for a in attributes.iter() {
-        encode_varint(a.encoded.len() as u64, out);
-        out.extend_from_slice(a.encoded);
+        persist::put_delimited(a.encoded, out);
     }
 }
 
@@ -259,7 +258,7 @@ fn brought_to_prosts_form(mut stored: &[u8]) -> Encoded {
             Err(_) => break,
         }
     }
-    persist::encoded_from(out.iter().map(Vec::as_slice))
+    persist::encoded_from(&out)
 }
 
 /// The attributes a row holds, decoded; one that does not decode is left out (rows hold
@@ -378,8 +377,7 @@ mod tests {
             assert!(in_prosts_form(got[1]));
             let mut stored = Vec::new();
             for a in [&canonical[..], &variant] {
-                encode_varint(a.len() as u64, &mut stored);
-                stored.extend_from_slice(a);
+                persist::put_delimited(a, &mut stored);
             }
             let held = from_stored(&stored);
             assert_eq!(persist::each_attribute(&held).collect::<Vec<_>>(), [&canonical[..], &expected], "variant {i}");

@@ -55,19 +55,15 @@ fn value(v: V) -> Option<Value> {
 /// Attributes as a row holds them (encoded), sorted by key as segments store them.
 fn attributes(mut kvs: Vec<(&str, Option<V>)>) -> Encoded {
     kvs.sort_by_key(|(key, _)| *key);
-    let each: Vec<Vec<u8>> = kvs
-        .into_iter()
-        .map(|(key, v)| {
-            let unset = matches!(v, Some(V::Unset));
-            let mut encoded = encode_attribute(Attribute { key: key.into(), value: v.and_then(value) });
-            if unset {
-                // Field 2 (the value), empty.
-                encoded.extend_from_slice(&[2 << 3 | 2, 0]);
-            }
-            encoded
-        })
-        .collect();
-    encoded_from(each.iter().map(Vec::as_slice))
+    encoded_from(kvs.into_iter().map(|(key, v)| {
+        let unset = matches!(v, Some(V::Unset));
+        let mut encoded = encode_attribute(Attribute { key: key.into(), value: v.and_then(value) });
+        if unset {
+            // Field 2 (the value), empty.
+            encoded.extend_from_slice(&[2 << 3 | 2, 0]);
+        }
+        encoded
+    }))
 }
 
 /// Every kind of value, keys frequent enough for columns of their own (whole, split with

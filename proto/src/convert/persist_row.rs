@@ -106,6 +106,12 @@ pub fn next_delimited<'a>(framed: &mut &'a [u8]) -> Option<&'a [u8]> {
     Some(item)
 }
 
+/// Appends `item` after its length as a varint: the framing [`next_delimited`] reads.
+pub fn put_delimited(item: &[u8], out: &mut Vec<u8>) {
+    attribute_wire::put_varint(item.len() as u64, out);
+    out.extend_from_slice(item);
+}
+
 /// A row's encoded attributes, one by one.
 pub fn each_attribute(attributes: &Encoded) -> impl Iterator<Item = &[u8]> {
     let mut rest = &attributes.0[..];
@@ -113,11 +119,10 @@ pub fn each_attribute(attributes: &Encoded) -> impl Iterator<Item = &[u8]> {
 }
 
 /// Encoded attributes, as a row holds them.
-pub fn encoded_from<'a>(attributes: impl IntoIterator<Item = &'a [u8]>) -> Encoded {
+pub fn encoded_from(attributes: impl IntoIterator<Item = impl AsRef<[u8]>>) -> Encoded {
     let mut out = Vec::new();
     for a in attributes {
-        attribute_wire::put_varint(a.len() as u64, &mut out);
-        out.extend_from_slice(a);
+        put_delimited(a.as_ref(), &mut out);
     }
     Encoded(Bytes::from(out.into_boxed_slice()))
 }
@@ -128,7 +133,7 @@ fn encoded_bytes(a: Encoded) -> Vec<Bytes> {
 }
 
 fn joined(attributes: Vec<Bytes>) -> Encoded {
-    encoded_from(attributes.iter().map(|a| &a[..]))
+    encoded_from(&attributes)
 }
 
 same_fields!(Span<Encoded> = Span <=> pb::SpanRow {
@@ -319,21 +324,13 @@ impl Packed {
     }
 
     fn put_repeated(&self, tag: u32, out: &mut Vec<u8>) {
-        use prost::encoding::{decode_varint, WireType};
         let mut rest = &self.bytes[..];
         while !rest.is_empty() {
             let whole = rest;
-            let len = match rest[0] {
-                byte @ 0..0x80 => {
-                    rest = &rest[1..];
-                    usize::from(byte)
-                }
-                _ => decode_varint(&mut rest).expect("lengths this type wrote") as usize,
-            };
-            let head = whole.len() - rest.len();
-            attribute_wire::put_key(tag, WireType::LengthDelimited, out);
-            out.extend_from_slice(&whole[..head + len]);
-            rest = &rest[len..];
+            next_delimited(&mut rest).expect("lengths this type wrote");
+            attribute_wire::put_key(tag, prost::encoding::WireType::LengthDelimited, out);
+            // The length and the attribute, in one piece.
+            out.extend_from_slice(&whole[..whole.len() - rest.len()]);
         }
     }
 }
@@ -418,8 +415,7 @@ impl OneBuffer {
     /// A row's attributes, one by one.
     fn push_each(&mut self, attributes: Vec<Bytes>) {
         for a in attributes {
-            attribute_wire::put_varint(a.len() as u64, &mut self.bytes);
-            self.bytes.extend_from_slice(&a);
+            put_delimited(&a, &mut self.bytes);
         }
         self.ends.push(self.bytes.len());
     }
