@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Heap per buffered row against the buffers' estimate (docs/BENCHMARKS.md, "Attributes in one
-# buffer per row"). For each build given, in order: a fresh `sextant dev`, 160 batches of 1000
+# buffer per batch"). For each build given, in order: a fresh `sextant dev`, 160 batches of 1000
 # objects sent in one second (fewer than a flush holds), then the growth of the process's
 # anonymous memory and the buffers' estimate (`sextant_node_memory_bytes{component="buffers"}`).
 #   scripts/bench_buffer_memory.sh spans|logs|events BIN [BIN...]
