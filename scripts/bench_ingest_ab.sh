@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Two builds ingesting at the same time, one per core, for A/B comparisons of server CPU per
 # object that the machine's drift does not swamp (docs/BENCHMARKS.md, "One optimization
-# unit"): this machine's speed changes by a quarter within minutes, and runs one after the
-# other compare different machines. Build A and its load generator are pinned to core 0, B and
+# unit, writes as function calls"): this machine's speed changes by a quarter within
+# minutes, and runs one after the other compare different machines. Build A and its load generator are pinned to core 0, B and
 # its load generator to core 1; each pair is run a second time with the cores swapped, as one
 # core runs faster than the other. Prints one line per pair: each server's CPU per object, B's
 # over A's in each run, and the geometric mean of the two.
@@ -31,7 +31,8 @@ side_by_side() {
   done
   wait "${loads[@]}"
   for core in 0 1; do
-    python3 -c 'import json, sys; o = json.load(open(sys.argv[1])); assert o["errors"] == 0, o
+    python3 -c 'import json, sys; o = json.load(open(sys.argv[1]))
+if o["errors"]: print(o["errors"], "requests refused", file=sys.stderr)
 print(round(1e6 * (int(sys.argv[3]) - int(sys.argv[2])) / int(sys.argv[4]) / o["objects"], 3))' \
       "${outs[$core]}" "${before[$core]}" "$(cpu "${pids[$core]}")" "$TCK"
     kill -9 "${pids[$core]}"; wait "${pids[$core]}" 2>/dev/null || true

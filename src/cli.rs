@@ -672,7 +672,11 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             // Dev mode serves plain HTTP (see `sextant router --tls-cert`).
             tls: None,
             internal_tls: None,
-            in_process_node: Some((node.addr.to_string(), node.services.clone())),
+            in_process_node: Some(sextant_proto::client::InProcessNode {
+                addr: node.addr.to_string(),
+                services: node.services.clone(),
+                storage: node.storage.clone(),
+            }),
             // A laptop: receivers on loopback and the local network, over plain HTTP.
             webhook_targets: sextant_router::webhooks::guard::TargetPolicy::dev(),
         },

@@ -196,6 +196,8 @@ pub struct RunningNode {
     pub addr: SocketAddr,
     /// Its gRPC services, for a router in the same process (`Channels::with_in_process`).
     pub services: tonic::service::Routes,
+    /// Its storage service, for that router's writes (`Channels::with_local_storage`).
+    pub storage: Arc<StorageService>,
     server: tokio::task::JoinHandle<()>,
     background: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -388,8 +390,9 @@ impl NodeHost {
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             secret_check(secret, &[PeerRole::Node]),
         );
+        let storage = Arc::new(StorageService::new(host.clone()));
         let storage_svc = InterceptedService::new(
-            StorageServer::new(StorageService::new(host.clone()))
+            StorageServer::from_arc(storage.clone())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(MAX_MESSAGE_BYTES),
             secret_check(secret, &PeerRole::ALL),
@@ -434,7 +437,7 @@ impl NodeHost {
             crate::disk::spawn(host.clone()),
         ];
         background.extend(tls_reload);
-        Ok(RunningNode { host, addr, services, server, background })
+        Ok(RunningNode { host, addr, services, storage, server, background })
     }
 
     /// The replicas a node on an empty directory takes from the static placement over the

@@ -1,13 +1,13 @@
 //! Client side of internal gRPC: one lazily connected channel per peer address (over mutual
 //! TLS when configured, `crate::internal_tls`), and the interceptor that attaches the cluster
 //! secret to every call. A node running in the caller's process (`sextant dev`) is called
-//! without a connection.
+//! without a connection, and its writes without encoding them.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -23,6 +23,7 @@ use tower::Service;
 use crate::internal_tls::InternalTls;
 use crate::raft_client::RaftClient;
 use crate::storage_client::StorageClient;
+use crate::storage_server::Storage;
 use crate::{CLUSTER_SECRET_HEADER, RELAY_HEADER};
 
 /// Largest internal message: a Raft append of many sub-batches or a snapshot chunk.
@@ -85,6 +86,27 @@ fn never(e: Infallible) -> tower::BoxError {
     match e {}
 }
 
+/// A node's storage service called as a function: no encoding, no HTTP/2, and no cluster
+/// secret, which guards the network and not the process.
+pub type LocalStorage = Arc<dyn Storage>;
+
+/// A node running in the caller's process (`sextant dev`).
+#[derive(Clone)]
+pub struct InProcessNode {
+    pub addr: String,
+    /// Its gRPC services, for calls through a [`Link::InProcess`].
+    pub services: Routes,
+    /// Its storage service, for the ingest path's writes: they carry the payloads, which
+    /// encoding the request would copy twice.
+    pub storage: LocalStorage,
+}
+
+impl std::fmt::Debug for InProcessNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InProcessNode").field("addr", &self.addr).finish_non_exhaustive()
+    }
+}
+
 /// Channels to peers by address, shared by every caller in the process.
 pub struct Channels {
     secret: SecretInterceptor,
@@ -93,6 +115,8 @@ pub struct Channels {
     tls: Option<InternalTls>,
     /// A node in this process: its address and its services.
     in_process: Option<(String, Routes)>,
+    /// That node's storage service, called as a function.
+    local_storage: Option<LocalStorage>,
 }
 
 /// Fewest bytes a cluster secret may have, as for the JWT key and the admin token.
@@ -123,6 +147,7 @@ impl Channels {
             channels: Mutex::new(HashMap::new()),
             tls: None,
             in_process: None,
+            local_storage: None,
         })
     }
 
@@ -132,9 +157,23 @@ impl Channels {
         self
     }
 
+    /// The in-process node's storage service (see [`Channels::with_in_process`]).
+    pub fn with_local_storage(mut self, storage: LocalStorage) -> Self {
+        self.local_storage = Some(storage);
+        self
+    }
+
     /// Whether a node runs in this process.
     pub fn has_in_process(&self) -> bool {
         self.in_process.is_some()
+    }
+
+    /// The storage service of the node at `addr`, when that node runs in this process.
+    pub fn local_storage(&self, addr: &str) -> Option<LocalStorage> {
+        match (&self.in_process, &self.local_storage) {
+            (Some((local, _)), Some(storage)) if local == addr => Some(storage.clone()),
+            _ => None,
+        }
     }
 
     /// Dials every peer over mutual TLS with `tls`, or plain HTTP/2 with `None` or while its

@@ -73,9 +73,8 @@ pub struct RouterConfig {
     pub tls: Option<http::tls::TlsFiles>,
     /// Mutual TLS on calls to storage nodes; `None`: plain HTTP/2.
     pub internal_tls: Option<sextant_proto::internal_tls::InternalTlsFiles>,
-    /// A storage node running in this process (`sextant dev`): its address and its services,
-    /// called without a connection.
-    pub in_process_node: Option<(String, tonic::service::Routes)>,
+    /// A storage node running in this process (`sextant dev`), called without a connection.
+    pub in_process_node: Option<sextant_proto::client::InProcessNode>,
 }
 
 pub struct AppState {

@@ -15,7 +15,7 @@ use sextant_model::meta::{MetaCommand, MetaCommandResult, MetaQuery, MetaView};
 use sextant_model::query::{Cost, ShardQuery, ShardReply};
 use sextant_model::row::{RowBatch, Span};
 use sextant_model::ProjectId;
-use sextant_proto::client::{Authed, Channels};
+use sextant_proto::client::{Authed, Channels, InProcessNode, LocalStorage};
 use sextant_proto::convert::persist_row::{encode_ingest, encode_ingest_decoded, Packed};
 use sextant_proto::storage_client::StorageClient;
 use sextant_proto::{write_request, ClusterInfoRequest, MetaRequest, WriteRequest, LEADER_HEADER, OVERLOADED_HEADER};
@@ -148,16 +148,16 @@ pub const QUERY_DEADLINE: Duration = Duration::from_secs(15);
 
 impl Cluster {
     /// `tls`: mutual TLS on every call to a node (`None`: plain HTTP/2); `in_process`: a node
-    /// running in this process, its address and services.
+    /// running in this process.
     pub fn new(
         seeds: Vec<String>,
         cluster_secret: &str,
         tls: Option<sextant_proto::internal_tls::InternalTls>,
-        in_process: Option<(String, tonic::service::Routes)>,
+        in_process: Option<InProcessNode>,
     ) -> Result<Arc<Self>, String> {
         let mut channels = Channels::new(cluster_secret)?.with_tls(tls);
-        if let Some((addr, services)) = in_process {
-            channels = channels.with_in_process(addr, services);
+        if let Some(node) = in_process {
+            channels = channels.with_in_process(node.addr, node.services).with_local_storage(node.storage);
         }
         Ok(Arc::new(Self {
             channels,
@@ -466,6 +466,22 @@ impl Cluster {
         F: Fn(StorageClient<Authed>) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
     {
+        self.on_leader_or_local(group, deadline, attempt_timeout, |c, _| op(c)).await
+    }
+
+    /// [`on_leader_within`](Self::on_leader_within) where `op` also gets the leader's storage
+    /// service when that node runs in this process and is called directly, not relayed.
+    async fn on_leader_or_local<T, F, Fut>(
+        &self,
+        group: GroupId,
+        deadline: Duration,
+        attempt_timeout: Duration,
+        op: F,
+    ) -> Result<T, ClusterError>
+    where
+        F: Fn(StorageClient<Authed>, Option<LocalStorage>) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
         let deadline = Instant::now() + deadline;
         let mut backoff = Duration::from_millis(25);
         let mut last_error = String::from("no leader known");
@@ -482,8 +498,9 @@ impl Cluster {
             let addr = &target.addr;
             let client = if target.relayed { self.channels.storage_relayed(addr) } else { self.channels.storage(addr) };
             let client = client.map_err(|e| ClusterError::Internal(e.to_string()))?;
+            let local = if target.relayed { None } else { self.channels.local_storage(addr) };
             let remaining = deadline.saturating_duration_since(Instant::now()).min(attempt_timeout);
-            match self.attempt(group, &target, remaining, op(client)).await {
+            match self.attempt(group, &target, remaining, op(client, local)).await {
                 Ok(Ok(v)) => return Ok(v),
                 Ok(Err(status)) => match status.code() {
                     Code::FailedPrecondition if self.learn_leader(group, &status) => continue,
@@ -524,8 +541,9 @@ impl Cluster {
         Err(ClusterError::Unavailable(last_error))
     }
 
-    /// A node in this process gets the batch's rows with its payload (see
-    /// [`sextant_proto::convert::persist_row::Decoded`]); a call over the network drops them.
+    /// A node in this process is called without encoding the request, and gets the batch's
+    /// rows with its payload (see [`sextant_proto::convert::persist_row::Decoded`]); a call
+    /// over the network drops them.
     pub async fn write(&self, group: GroupId, batch_id: u128, write: Write) -> Result<Written, ClusterError> {
         let (op, decoded) = match write {
             Write::Batch(batch) if self.channels.has_in_process() => {
@@ -537,12 +555,18 @@ impl Cluster {
         };
         let req = WriteRequest { group, batch_id: batch_id.to_le_bytes().to_vec(), op: Some(op) };
         let reply = self
-            .on_leader(group, |mut c| {
+            .on_leader_or_local(group, self.deadline, ATTEMPT_TIMEOUT, |mut c, local| {
                 let mut req = tonic::Request::new(req.clone());
                 if let Some(d) = &decoded {
                     req.extensions_mut().insert(d.clone());
                 }
-                async move { c.write(req).await.map(|r| r.into_inner()) }
+                async move {
+                    match local {
+                        Some(node) => node.write(req).await,
+                        None => c.write(req).await,
+                    }
+                    .map(|r| r.into_inner())
+                }
             })
             .await?;
         Ok(Written { log_index: reply.log_index, duplicate: reply.duplicate })

@@ -147,3 +147,32 @@ async fn of_two_replicas_claiming_a_group_the_newer_term_is_its_leader() {
         assert_eq!(cluster.topology.read().unwrap().terms.get(&1), Some(&3));
     }
 }
+
+/// `sextant dev`'s router hands a write to its node's storage service as a function call,
+/// without encoding it; nothing listens at the node's address.
+#[tokio::test]
+async fn a_write_to_a_node_in_this_process_is_a_function_call() {
+    let node = Fake::new(1, 1, 2, Some(Duration::ZERO));
+    let over_grpc = Fake::new(1, 1, 2, Some(Duration::ZERO));
+    let addr = "127.0.0.1:1".to_string();
+    let in_process = InProcessNode {
+        addr: addr.clone(),
+        services: tonic::service::Routes::new(StorageServer::new(over_grpc.clone())).prepare(),
+        storage: Arc::new(node.clone()),
+    };
+    let cluster = Cluster::new(vec![addr.clone()], SECRET, None, Some(in_process)).unwrap();
+    {
+        let mut topo = cluster.topology.write().unwrap();
+        topo.nodes = HashMap::from([(1, addr)]);
+        topo.voters.insert(1, vec![1]);
+        topo.leaders.insert(1, 1);
+        topo.terms.insert(1, 2);
+    }
+    let written = cluster.write(1, 42, Write::Abort).await.unwrap();
+    assert_eq!(written.log_index, 7);
+    assert_eq!((node.writes(), over_grpc.writes()), (1, 0), "the write went to the storage service directly");
+    // Every other call still goes through the node's gRPC services, checks and all.
+    assert_eq!(cluster.shard_count(), 0);
+    cluster.refresh_topology().await.unwrap();
+    assert_eq!(cluster.shard_count(), 1, "the topology came through the services");
+}
