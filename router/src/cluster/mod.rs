@@ -451,27 +451,13 @@ impl Cluster {
         F: Fn(StorageClient<Authed>) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
     {
-        self.on_leader_within(group, self.deadline, ATTEMPT_TIMEOUT, op).await
+        self.on_leader_within(group, self.deadline, ATTEMPT_TIMEOUT, |c, _| op(c)).await
     }
 
-    /// [`on_leader`](Self::on_leader) with its own deadline and limit per attempt.
+    /// [`on_leader`](Self::on_leader) with its own deadline and limit per attempt; `op` also
+    /// gets the leader's storage service when that node runs in this process and is called
+    /// directly, not relayed.
     async fn on_leader_within<T, F, Fut>(
-        &self,
-        group: GroupId,
-        deadline: Duration,
-        attempt_timeout: Duration,
-        op: F,
-    ) -> Result<T, ClusterError>
-    where
-        F: Fn(StorageClient<Authed>) -> Fut,
-        Fut: Future<Output = Result<T, Status>>,
-    {
-        self.on_leader_or_local(group, deadline, attempt_timeout, |c, _| op(c)).await
-    }
-
-    /// [`on_leader_within`](Self::on_leader_within) where `op` also gets the leader's storage
-    /// service when that node runs in this process and is called directly, not relayed.
-    async fn on_leader_or_local<T, F, Fut>(
         &self,
         group: GroupId,
         deadline: Duration,
@@ -555,7 +541,7 @@ impl Cluster {
         };
         let req = WriteRequest { group, batch_id: batch_id.to_le_bytes().to_vec(), op: Some(op) };
         let reply = self
-            .on_leader_or_local(group, self.deadline, ATTEMPT_TIMEOUT, |mut c, local| {
+            .on_leader_within(group, self.deadline, ATTEMPT_TIMEOUT, |mut c, local| {
                 let mut req = tonic::Request::new(req.clone());
                 if let Some(d) = &decoded {
                     req.extensions_mut().insert(d.clone());
@@ -594,7 +580,7 @@ impl Cluster {
         let group = query.group;
         let req = sextant_proto::QueryRequest::from(query);
         let reply = self
-            .on_leader_within(group, QUERY_DEADLINE, QUERY_DEADLINE, |mut c| {
+            .on_leader_within(group, QUERY_DEADLINE, QUERY_DEADLINE, |mut c, _| {
                 let req = req.clone();
                 async move { c.query(req).await.map(|r| r.into_inner()) }
             })
@@ -609,7 +595,7 @@ impl Cluster {
         let group = query.group;
         let req = sextant_proto::QueryRequest::from(query);
         let cost = self
-            .on_leader_within(group, QUERY_DEADLINE, QUERY_DEADLINE, |mut c| {
+            .on_leader_within(group, QUERY_DEADLINE, QUERY_DEADLINE, |mut c, _| {
                 let req = req.clone();
                 async move {
                     match c.estimate(req).await {
