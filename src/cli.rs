@@ -672,7 +672,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
             // Dev mode serves plain HTTP (see `sextant router --tls-cert`).
             tls: None,
             internal_tls: None,
-            in_process_node: Some(sextant_proto::client::InProcessNode {
+            in_process_node: Some(sextant_router::InProcessNode {
                 addr: node.addr.to_string(),
                 services: node.services.clone(),
                 storage: node.storage.clone(),

@@ -35,7 +35,7 @@ use sextant_model::Clock;
 
 use crate::http::error::ApiError;
 
-pub use cluster::Cluster;
+pub use cluster::{Cluster, InProcessNode};
 
 #[derive(Clone, Debug)]
 pub struct RouterConfig {
@@ -74,7 +74,7 @@ pub struct RouterConfig {
     /// Mutual TLS on calls to storage nodes; `None`: plain HTTP/2.
     pub internal_tls: Option<sextant_proto::internal_tls::InternalTlsFiles>,
     /// A storage node running in this process (`sextant dev`), called without a connection.
-    pub in_process_node: Option<sextant_proto::client::InProcessNode>,
+    pub in_process_node: Option<InProcessNode>,
 }
 
 pub struct AppState {
