@@ -319,8 +319,9 @@ async fn a_follower_with_a_slow_disk_does_not_slow_acknowledgements() {
     assert!(s50 <= b50 * 2 + Duration::from_millis(50), "p50 {s50:?} with a slow follower, {b50:?} without");
     assert!(s99 <= b99 * 2 + Duration::from_millis(200), "p99 {s99:?} with a slow follower, {b99:?} without");
     // Acknowledgements that waited for the slow disk would take 200 ms each: at most this many
-    // from the closed-loop writers (a quarter more as margin; a slow machine managed 1.45 times). Not a share of the first window's count: this machine's
-    // speed moves between windows (docs/BENCHMARKS.md, "Failover").
+    // from the closed-loop writers (a quarter more as margin: a slow machine managed 1.45 times
+    // as many without the slow follower). Not a share of the first window's count: this
+    // machine's speed moves between windows (docs/BENCHMARKS.md, "Failover").
     let waiting = WRITERS as u128 * WINDOW.as_millis() / u128::from(SLOW_FSYNC_MS);
     assert!(
         with_slow.len() as u128 > waiting + waiting / 4,

@@ -196,8 +196,12 @@ async fn a_node_called_in_process_answers_without_a_connection_and_checks_the_se
     // Port 1: nothing listens there, so only the in-process link can answer.
     let nowhere = "127.0.0.1:1";
     let view = serde_json::to_vec(&sextant_model::meta::MetaQuery::View).unwrap();
-    let channels =
-        sextant_proto::client::Channels::new(SECRET).unwrap().with_in_process(nowhere.into(), node.services.clone());
+    let in_process = sextant_proto::client::InProcessNode {
+        addr: nowhere.into(),
+        services: node.services.clone(),
+        storage: node.storage.clone(),
+    };
+    let channels = sextant_proto::client::Channels::new(SECRET).unwrap().with_in_process(in_process.clone());
     wait_for("meta to answer in process", Duration::from_secs(60), || {
         let (channels, view) = (&channels, view.clone());
         async move { channels.storage(nowhere).ok()?.meta_read(MetaRequest { json: view.into() }).await.ok() }
@@ -209,7 +213,7 @@ async fn a_node_called_in_process_answers_without_a_connection_and_checks_the_se
 
     let other = sextant_proto::client::Channels::new("another-cluster-secret-0123456789abcdef")
         .unwrap()
-        .with_in_process(nowhere.into(), node.services.clone());
+        .with_in_process(in_process);
     let status = other.storage(nowhere).unwrap().meta_read(MetaRequest { json: view.into() }).await.unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unauthenticated, "a wrong secret in process: {status}");
     node.shutdown().await;

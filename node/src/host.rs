@@ -196,7 +196,7 @@ pub struct RunningNode {
     pub addr: SocketAddr,
     /// Its gRPC services, for a router in the same process (`Channels::with_in_process`).
     pub services: tonic::service::Routes,
-    /// Its storage service, for that router's writes (`Channels::with_local_storage`).
+    /// Its storage service, for that router's writes (the same).
     pub storage: Arc<StorageService>,
     server: tokio::task::JoinHandle<()>,
     background: Vec<tokio::task::JoinHandle<()>>,

@@ -113,10 +113,8 @@ pub struct Channels {
     channels: Mutex<HashMap<String, Channel>>,
     /// Mutual TLS to every peer; `None`: plain HTTP/2.
     tls: Option<InternalTls>,
-    /// A node in this process: its address and its services.
-    in_process: Option<(String, Routes)>,
-    /// That node's storage service, called as a function.
-    local_storage: Option<LocalStorage>,
+    /// A node in this process.
+    in_process: Option<InProcessNode>,
 }
 
 /// Fewest bytes a cluster secret may have, as for the JWT key and the admin token.
@@ -147,19 +145,12 @@ impl Channels {
             channels: Mutex::new(HashMap::new()),
             tls: None,
             in_process: None,
-            local_storage: None,
         })
     }
 
-    /// Calls to `addr` go to `services`, a node running in this process.
-    pub fn with_in_process(mut self, addr: String, services: Routes) -> Self {
-        self.in_process = Some((addr, services));
-        self
-    }
-
-    /// The in-process node's storage service (see [`Channels::with_in_process`]).
-    pub fn with_local_storage(mut self, storage: LocalStorage) -> Self {
-        self.local_storage = Some(storage);
+    /// Calls to `node.addr` go to that node, running in this process.
+    pub fn with_in_process(mut self, node: InProcessNode) -> Self {
+        self.in_process = Some(node);
         self
     }
 
@@ -170,10 +161,7 @@ impl Channels {
 
     /// The storage service of the node at `addr`, when that node runs in this process.
     pub fn local_storage(&self, addr: &str) -> Option<LocalStorage> {
-        match (&self.in_process, &self.local_storage) {
-            (Some((local, _)), Some(storage)) if local == addr => Some(storage.clone()),
-            _ => None,
-        }
+        self.in_process.as_ref().filter(|node| node.addr == addr).map(|node| node.storage.clone())
     }
 
     /// Dials every peer over mutual TLS with `tls`, or plain HTTP/2 with `None` or while its
@@ -185,7 +173,7 @@ impl Channels {
 
     fn link(&self, addr: &str) -> Result<Link, Status> {
         match &self.in_process {
-            Some((local, services)) if local == addr => Ok(Link::InProcess(services.clone())),
+            Some(node) if node.addr == addr => Ok(Link::InProcess(node.services.clone())),
             _ => self.channel(addr).map(Link::Net),
         }
     }

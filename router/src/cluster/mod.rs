@@ -158,7 +158,7 @@ impl Cluster {
     ) -> Result<Arc<Self>, String> {
         let mut channels = Channels::new(cluster_secret)?.with_tls(tls);
         if let Some(node) = in_process {
-            channels = channels.with_in_process(node.addr, node.services).with_local_storage(node.storage);
+            channels = channels.with_in_process(node);
         }
         Ok(Arc::new(Self {
             channels,
