@@ -265,7 +265,7 @@ async fn fsyncs(cluster: &Cluster, i: usize) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_follower_with_a_slow_disk_does_not_slow_acknowledgements() {
-    const SLOW_FSYNC_MS: u64 = 200;
+    const SLOW_FSYNC_MS: u64 = 600;
     const WINDOW: Duration = Duration::from_secs(10);
     let dir = tempfile::tempdir().unwrap();
     // One shard: every write goes to one group, whose leader the slow node is not.
@@ -314,14 +314,15 @@ async fn a_follower_with_a_slow_disk_does_not_slow_acknowledgements() {
         fsyncs_during <= (WINDOW.as_millis() as f64 / SLOW_FSYNC_MS as f64) + 1.0,
         "{fsyncs_during} fsyncs in {WINDOW:?}: the slow disk is not slow"
     );
-    // Waiting for the slow follower would put 200 ms into every acknowledgement; the p99 of a
+    // Waiting for the slow follower would put 600 ms into every acknowledgement; the p99 of a
     // busy machine varies by a few hundred ms between windows (docs/BENCHMARKS.md, "Failover").
     assert!(s50 <= b50 * 2 + Duration::from_millis(50), "p50 {s50:?} with a slow follower, {b50:?} without");
     assert!(s99 <= b99 * 2 + Duration::from_millis(200), "p99 {s99:?} with a slow follower, {b99:?} without");
-    // Acknowledgements that waited for the slow disk would take 200 ms each: at most this many
-    // from the closed-loop writers (a quarter more as margin: a slow machine managed 1.45 times
-    // as many without the slow follower). Not a share of the first window's count: this
-    // machine's speed moves between windows (docs/BENCHMARKS.md, "Failover").
+    // Acknowledgements that waited for the slow disk would take 600 ms each: at most this many
+    // from the closed-loop writers, a quarter more as margin. The delay is three times the
+    // typical acknowledgement's so that a busy CI machine, which acknowledged 209 batches in a
+    // window without the slow follower, stays well above it. Not a share of the first window's
+    // count: this machine's speed moves between windows (docs/BENCHMARKS.md, "Failover").
     let waiting = WRITERS as u128 * WINDOW.as_millis() / u128::from(SLOW_FSYNC_MS);
     assert!(
         with_slow.len() as u128 > waiting + waiting / 4,

@@ -139,7 +139,9 @@ async fn compressed_bombs_without_a_credential_cost_little_and_health_stays_fast
     );
     assert!(statuses.contains(&401), "some bombs were searched and refused: {statuses:?}");
     assert!(growth < UNAUTHENTICATED_GROWTH, "peak RSS grew {} MB", growth >> 20);
-    assert!(slowest < Duration::from_millis(100), "/healthz took {slowest:?}");
+    // Bodies decoded on the runtime stalled it for seconds (2.9 s measured); a busy CI machine
+    // took 138 ms with them on the parsers (docs/BENCHMARKS.md, "Hostile request bodies").
+    assert!(slowest < Duration::from_millis(500), "/healthz took {slowest:?}");
     eprintln!("unauthenticated: peak RSS +{} MB, slowest /healthz {slowest:?}", growth >> 20);
 }
 
@@ -155,7 +157,7 @@ async fn compressed_bombs_with_a_credential_are_refused_within_the_budget() {
     assert!(statuses.iter().all(|s| matches!(s, 400 | 503)), "{statuses:?}");
     assert!(statuses.contains(&400));
     assert!(growth < AUTHENTICATED_GROWTH, "peak RSS grew {} MB", growth >> 20);
-    assert!(slowest < Duration::from_millis(100), "/healthz took {slowest:?}");
+    assert!(slowest < Duration::from_millis(500), "/healthz took {slowest:?}");
     eprintln!("authenticated: peak RSS +{} MB, slowest /healthz {slowest:?}", growth >> 20);
     // Nothing of it was stored, and the router still takes a real batch.
     let body = serde_json::json!({"token": token, "events": [{"event": "e", "distinct_id": "u"}]});
