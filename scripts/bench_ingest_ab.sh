@@ -4,8 +4,9 @@
 # unit, writes as function calls"): this machine's speed changes by a quarter within
 # minutes, and runs one after the other compare different machines. Build A and its load
 # generator are pinned to core 0, B and its load generator to core 1; each pair is run a
-# second time with the cores swapped, as one core runs faster than the other. Prints one line per pair: each server's CPU per object, B's
-# over A's in each run, and the geometric mean of the two.
+# second time with the cores swapped, as one core runs faster than the other. Prints one
+# line per pair: each server's CPU per object, B's over A's in each run, and the geometric
+# mean of the two.
 #   scripts/bench_ingest_ab.sh spans|logs|events SECONDS PAIRS BIN_A BIN_B
 # LOADGEN=BIN: the load generator for both sides (default: A's).
 set -euo pipefail

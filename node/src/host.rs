@@ -196,7 +196,8 @@ pub struct RunningNode {
     pub addr: SocketAddr,
     /// Its gRPC services, for a router in the same process (`Channels::with_in_process`).
     pub services: tonic::service::Routes,
-    /// Its storage service, for that router's writes (the same).
+    /// Its storage service, which that router calls directly for writes (also through
+    /// `Channels::with_in_process`).
     pub storage: Arc<StorageService>,
     server: tokio::task::JoinHandle<()>,
     background: Vec<tokio::task::JoinHandle<()>>,
