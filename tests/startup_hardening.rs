@@ -142,7 +142,7 @@ async fn dev_keeps_its_data_directory_private_after_ingest_and_flush() {
         }
     })
     .await;
-    assert!(has_file(dir.path(), &|n: &str| n.ends_with(".jnl")), "the Raft journal is on disk");
+    assert!(has_file(dir.path(), &|n: &str| n.ends_with(".sxwl")), "the Raft log is on disk");
     // dev.log is the test's own capture of the process output.
     let files = assert_private(dir.path(), &["dev.log"]);
     assert!(files >= 5, "only {files} files checked");

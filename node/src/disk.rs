@@ -82,8 +82,8 @@ impl HighWater {
     }
 }
 
-/// Disk bytes one byte appended to the Raft log takes until it is purged: fjall writes it to
-/// its journal, then to a blob file, and deletes the journal only after that.
+/// Disk bytes one byte appended to the Raft log may take until it is purged: it is written
+/// once, and may be copied once more before its file is deleted (`crate::log_store`).
 const LOG_AMPLIFICATION: u64 = 2;
 
 /// The admission state: updated by [`DiskGuard::probe`], read by every write. Between two
@@ -176,7 +176,7 @@ impl DiskGuard {
 
 /// Room a node keeps on its disk for its own restart (docs/RELIABILITY.md, "Disk"): a file of
 /// 1 % of the filesystem (at most 1 GiB, or `--disk-reserve-mib`). A write the disk has no room
-/// for stops a Raft group for good (fjall refuses every write after a failed one), so the node
+/// for stops a Raft group for good (the log refuses every write after a failed one), so the node
 /// releases the file and exits; restarted, it has room to recover its log, elect and serve
 /// reads while admission refuses writes. The file is made again once the disk is below its
 /// high-water mark with the file counted.

@@ -211,7 +211,7 @@ impl RunningNode {
     /// group for good on a storage error, and on a race of its own (a snapshot sent on a
     /// replication stream that a higher vote had just ended). Resolves, after releasing the disk
     /// reserve (`crate::disk::Reserve`), with what stopped a group when that is not enough: the
-    /// Raft log refuses writes (fjall after a failed flush, as on a disk full to the last
+    /// Raft log refuses writes (after a failed write or fsync, as on a disk full to the last
     /// byte), or the same group stopped again within [`RESTART_WINDOW`]. Its caller exits, and
     /// the supervisor (kubelet, systemd) starts the process again.
     pub async fn supervise(&self) -> String {

@@ -122,29 +122,37 @@ pub(super) fn entry_from_pb(e: pb::Entry) -> io::Result<Entry> {
 }
 
 /// A log entry as stored: the format header, then a `persist.v1.Entry`.
+#[cfg(test)]
 pub(crate) fn encode_entry(e: &Entry) -> io::Result<Vec<u8>> {
     let mut out = Vec::new();
-    LOG_ENTRY.write_header(&mut out);
+    encode_entry_into(e, &mut out)?;
+    Ok(out)
+}
+
+/// A log entry as stored (the format header, then a `persist.v1.Entry`), appended to `out`.
+pub(crate) fn encode_entry_into(e: &Entry, out: &mut Vec<u8>) -> io::Result<()> {
+    let out = &mut *out;
+    LOG_ENTRY.write_header(out);
     match &e.payload {
         EntryPayload::Normal(Command::Ingest { batch_id, payload }) => {
-            encode_ingest_entry(&e.log_id, *batch_id, payload, &mut out)
+            encode_ingest_entry(&e.log_id, *batch_id, payload, out)
         }
         EntryPayload::Blank => {
             pb::Entry { log_id: Some(log_id_to_pb(&e.log_id)), payload: Some(pb::entry::Payload::Blank(pb::Blank {})) }
-                .encode(&mut out)
+                .encode(out)
                 .map_err(io::Error::other)?
         }
         EntryPayload::Membership(m) => pb::Entry {
             log_id: Some(log_id_to_pb(&e.log_id)),
             payload: Some(pb::entry::Payload::Membership(membership_to_pb(m))),
         }
-        .encode(&mut out)
+        .encode(out)
         .map_err(io::Error::other)?,
         EntryPayload::Normal(c) => entry_to_pb(Entry { log_id: e.log_id, payload: EntryPayload::Normal(c.clone()) })?
-            .encode(&mut out)
+            .encode(out)
             .map_err(io::Error::other)?,
     }
-    Ok(out)
+    Ok(())
 }
 
 /// The same bytes as encoding `persist.v1.Entry { log_id, command: { ingest: { .. } } }`, with

@@ -42,7 +42,7 @@ const PROJECT_ID: &str = "6f1c1a52-9d8e-4b6f-8d0b-2c8b1e0d9a11";
 const ORG_ID: &str = "0b7e5b1e-3c4d-4e5f-9a6b-7c8d9e0f1a2b";
 
 /// The entries of `fixtures/log-v1/`, in index order.
-fn log_entries() -> Vec<(&'static str, Entry)> {
+pub(crate) fn log_entries() -> Vec<(&'static str, Entry)> {
     let project = Project {
         id: PROJECT_ID.parse().unwrap(),
         org_id: ORG_ID.parse().unwrap(),

@@ -10,14 +10,16 @@ mod manifest;
 mod raft_rpc;
 
 #[cfg(test)]
-mod golden;
+pub(crate) mod golden;
 
 use std::io;
 
 pub(crate) use archive::{decode_archive_header, encode_archive_header};
+#[cfg(test)]
+pub(crate) use entry::encode_entry;
 pub(crate) use entry::{
-    decode_entry, decode_log_id, decode_snapshot_meta, decode_vote, encode_entry, encode_log_id, encode_snapshot_meta,
-    encode_vote,
+    decode_entry, decode_log_id, decode_snapshot_meta, decode_vote, encode_entry_into, encode_log_id,
+    encode_snapshot_meta, encode_vote,
 };
 pub(crate) use identity::{decode_bootstrap, decode_incarnation, encode_bootstrap, encode_incarnation};
 pub(crate) use manifest::{decode_manifest, encode_manifest};
