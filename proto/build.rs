@@ -11,6 +11,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .bytes(".sextant.persist.v1.SpanRow.attributes")
         .bytes(".sextant.persist.v1.LogRow.attributes")
         .bytes(".sextant.persist.v1.HostMetricRow.attributes")
+        // An entry read back from the Raft log (or an RPC body) keeps its payload in place.
+        .bytes(".sextant.persist.v1.Ingest.payload")
         .compile_protos(&["proto/sextant.proto", "proto/persist/raft.proto", "proto/persist/rows.proto"], &["proto"])?;
     Ok(())
 }

@@ -156,9 +156,9 @@ pub fn run(args: StorageBenchArgs) -> anyhow::Result<()> {
             let decoded = Arc::new(encode_ingest_decoded(batch));
             let payload = decoded.payload.to_vec();
             let _held = shard.handoffs().hold(batch_id, decoded);
-            shard.apply(index, Command::Ingest { batch_id, payload });
+            shard.apply(index, Command::Ingest { batch_id, payload: payload.into() });
         } else {
-            shard.apply(index, Command::Ingest { batch_id, payload: encode_ingest(batch) });
+            shard.apply(index, Command::Ingest { batch_id, payload: encode_ingest(batch).into() });
         }
         if shard.wants_flush() {
             checkpoint(&mut shard, index)?;

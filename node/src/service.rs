@@ -244,7 +244,7 @@ impl Storage for StorageService {
                     .disk
                     .admit(self.host.log_db.written())
                     .map_err(|e| Status::resource_exhausted(e.to_string()))?;
-                Command::Ingest { batch_id, payload: payload.to_vec() }
+                Command::Ingest { batch_id, payload }
             }
             Some(write_request::Op::Abort(_)) => Command::Abort { batch_id },
             None => return Err(bad("write without an operation")),

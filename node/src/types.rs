@@ -15,7 +15,7 @@ pub const META_GROUP: GroupId = 0;
 pub enum Command {
     Ingest {
         batch_id: u128,
-        payload: Vec<u8>,
+        payload: bytes::Bytes,
     },
     /// Drops the rows of `batch_id` (or refuses them if they arrive later).
     Abort {

@@ -120,7 +120,8 @@ mod tests {
     }
 
     fn entry(index: u64) -> Entry {
-        let payload = openraft::EntryPayload::Normal(Command::Ingest { batch_id: index.into(), payload: vec![9; 300] });
+        let payload =
+            openraft::EntryPayload::Normal(Command::Ingest { batch_id: index.into(), payload: vec![9; 300].into() });
         Entry { log_id: id(index), payload }
     }
 

@@ -44,8 +44,8 @@ type SyncJob = Box<dyn FnOnce(io::Result<()>) + Send>;
 /// A file is closed and a new one begun once it holds this many bytes.
 const FILE_BYTES: u64 = 64 << 20;
 
-/// Bytes of the records appended last kept in memory: openraft reads every entry back to
-/// apply it and to send it to followers, moments after appending it.
+/// Bytes of records whose entries are kept in memory once appended: openraft reads every
+/// entry back to apply it and to send it to followers, moments after appending it.
 const RECENT_BYTES: usize = 32 << 20;
 
 /// Pause between two passes of the `log-reclaim` thread.
@@ -90,33 +90,34 @@ struct Inner {
     recent: Recent,
 }
 
-/// The records of the entries appended last, by group and index, with where they were
-/// written (an entry moved or written again since does not match).
+/// The entries appended last, by group and index, with where they were written (an entry
+/// moved or written again since does not match) and their record's length. An ingest
+/// payload is shared, not copied: the entry read back is the one appended.
 #[derive(Default)]
 struct Recent {
-    records: HashMap<(GroupId, u64), (Loc, bytes::Bytes)>,
+    entries: HashMap<(GroupId, u64), (Loc, Entry)>,
     order: std::collections::VecDeque<(GroupId, u64, Loc)>,
     bytes: usize,
 }
 
 impl Recent {
-    fn insert(&mut self, group: GroupId, index: u64, loc: Loc, record: bytes::Bytes) {
-        self.bytes += record.len();
-        if let Some((_, old)) = self.records.insert((group, index), (loc, record)) {
-            self.bytes -= old.len();
+    fn insert(&mut self, group: GroupId, index: u64, loc: Loc, entry: Entry) {
+        self.bytes += loc.len as usize;
+        if let Some((old, _)) = self.entries.insert((group, index), (loc, entry)) {
+            self.bytes -= old.len as usize;
         }
         self.order.push_back((group, index, loc));
         while self.bytes > RECENT_BYTES {
             let Some((group, index, loc)) = self.order.pop_front() else { break };
-            if self.records.get(&(group, index)).is_some_and(|(l, _)| *l == loc) {
-                let (_, gone) = self.records.remove(&(group, index)).expect("just found");
-                self.bytes -= gone.len();
+            if self.entries.get(&(group, index)).is_some_and(|(l, _)| *l == loc) {
+                self.entries.remove(&(group, index));
+                self.bytes -= loc.len as usize;
             }
         }
     }
 
-    fn get(&self, group: GroupId, index: u64, loc: Loc) -> Option<bytes::Bytes> {
-        self.records.get(&(group, index)).filter(|(l, _)| *l == loc).map(|(_, r)| r.clone())
+    fn get(&self, group: GroupId, index: u64, loc: Loc) -> Option<Entry> {
+        self.entries.get(&(group, index)).filter(|(l, _)| *l == loc).map(|(_, e)| e.clone())
     }
 }
 
@@ -562,7 +563,7 @@ impl LogDb {
     /// Writes `entries` of `group` (not synced) and indexes them.
     fn append_entries(&self, group: GroupId, entries: impl IntoIterator<Item = Entry>) -> Result<(), StorageError> {
         let mut records = Vec::new();
-        let mut placed: Vec<(u64, u64, u32)> = Vec::new();
+        let mut placed: Vec<(Entry, u64, u32)> = Vec::new();
         for entry in entries {
             if matches!(entry.payload, openraft::EntryPayload::Normal(crate::types::Command::Ingest { .. }))
                 && crate::failpoint::once(crate::failpoint::APPEND_INGEST_PANICS)
@@ -576,16 +577,14 @@ impl LogDb {
                 crate::persist::encode_entry_into(&entry, b)
             })
             .map_err(io_err)?;
-            placed.push((index, start as u64, (records.len() - start) as u32));
+            placed.push((entry, start as u64, (records.len() - start) as u32));
         }
-        let records = bytes::Bytes::from(records);
         self.shared
             .write(&records, |inner, seq, at| {
-                for (index, offset, len) in placed {
-                    let loc = Loc { file: seq, offset: at + offset, len };
+                for (entry, offset, len) in placed {
+                    let (index, loc) = (entry.log_id.index, Loc { file: seq, offset: at + offset, len });
                     inner.remember(group, index, loc);
-                    let record = records.slice(offset as usize..offset as usize + len as usize);
-                    inner.recent.insert(group, index, loc, record);
+                    inner.recent.insert(group, index, loc, entry);
                 }
             })
             .map_err(io_err)?;
@@ -653,7 +652,7 @@ impl GroupLog {
 
     /// Reads the entries of `range`, in index order.
     fn read(&self, range: (Bound<u64>, Bound<u64>)) -> Result<Vec<Entry>, StorageError> {
-        let located: Vec<Result<bytes::Bytes, (Loc, Arc<File>)>> = {
+        let located: Vec<Result<Entry, (Loc, Arc<File>)>> = {
             let inner = self.db.shared.lock();
             let Some(g) = inner.groups.get(&self.group) else { return Ok(Vec::new()) };
             let recent = |(i, loc): (&u64, &Loc)| inner.recent.get(self.group, *i, *loc);
@@ -665,14 +664,14 @@ impl GroupLog {
         };
         located
             .into_iter()
-            .map(|record| {
-                let record = match record {
-                    Ok(record) => record,
-                    Err((loc, f)) => file::read_at(&f, loc.offset, loc.len as usize)
-                        .map_err(|e| self.unreadable("an entry", io::Error::other(format!("file {}: {e}", loc.file))))?
-                        .into(),
+            .map(|entry| {
+                let (loc, f) = match entry {
+                    Ok(entry) => return Ok(entry),
+                    Err(located) => located,
                 };
-                let body = &record[file::RECORD_HEADER + ENTRY_PREFIX..];
+                let record = file::read_at(&f, loc.offset, loc.len as usize)
+                    .map_err(|e| self.unreadable("an entry", io::Error::other(format!("file {}: {e}", loc.file))))?;
+                let body = bytes::Bytes::from(record).slice(file::RECORD_HEADER + ENTRY_PREFIX..);
                 crate::persist::decode_entry(body).map_err(|e| self.unreadable("an entry", e))
             })
             .collect()
@@ -773,7 +772,7 @@ mod tests {
         let payload = vec![(index % 251) as u8; bytes];
         Entry {
             log_id: id(term, index),
-            payload: EntryPayload::Normal(Command::Ingest { batch_id: index.into(), payload }),
+            payload: EntryPayload::Normal(Command::Ingest { batch_id: index.into(), payload: payload.into() }),
         }
     }
 

@@ -21,7 +21,7 @@ pub(super) fn through_the_log(command: &MetaCommand) -> MetaCommand {
         log_id: crate::types::LogId::new(openraft::CommittedLeaderId::new(1, 1), 1),
         payload: openraft::EntryPayload::Normal(Command::Meta(command.clone())),
     };
-    match crate::persist::decode_entry(&crate::persist::encode_entry(&entry).unwrap()).unwrap().payload {
+    match crate::persist::decode_entry(crate::persist::encode_entry(&entry).unwrap().into()).unwrap().payload {
         openraft::EntryPayload::Normal(Command::Meta(decoded)) => decoded,
         _ => panic!("a meta command came back as something else"),
     }

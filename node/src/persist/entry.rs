@@ -184,8 +184,9 @@ fn encode_ingest_entry(log_id: &LogId, batch_id: u128, payload: &[u8], out: &mut
     }
 }
 
-pub(crate) fn decode_entry(bytes: &[u8]) -> io::Result<Entry> {
-    entry_from_pb(LOG_ENTRY.decode(bytes, "log entry")?)
+/// An ingest payload is left in place: a slice of `bytes`.
+pub(crate) fn decode_entry(bytes: bytes::Bytes) -> io::Result<Entry> {
+    entry_from_pb(LOG_ENTRY.decode_shared(bytes, "log entry")?)
 }
 
 pub(crate) fn encode_log_id(id: &LogId) -> Vec<u8> {
@@ -231,14 +232,14 @@ mod tests {
         for payload in [vec![], vec![7u8; 3], vec![1u8; 300]] {
             let entry = Entry {
                 log_id: log_id(9),
-                payload: EntryPayload::Normal(Command::Ingest { batch_id: u128::MAX - 5, payload }),
+                payload: EntryPayload::Normal(Command::Ingest { batch_id: u128::MAX - 5, payload: payload.into() }),
             };
             let mut expected = Vec::new();
             LOG_ENTRY.write_header(&mut expected);
             entry_to_pb(entry.clone()).unwrap().encode(&mut expected).unwrap();
             let bytes = encode_entry(&entry).unwrap();
             assert_eq!(bytes, expected);
-            assert_eq!(decode_entry(&bytes).unwrap(), entry);
+            assert_eq!(decode_entry(bytes.into()).unwrap(), entry);
         }
     }
 
@@ -261,7 +262,7 @@ mod tests {
             EntryPayload::Normal(Command::Meta(meta)),
         ] {
             let entry = Entry { log_id: log_id(4), payload };
-            assert_eq!(decode_entry(&encode_entry(&entry).unwrap()).unwrap(), entry);
+            assert_eq!(decode_entry(encode_entry(&entry).unwrap().into()).unwrap(), entry);
         }
         let vote = Vote::new_committed(5, 1);
         assert_eq!(decode_vote(&encode_vote(&vote)).unwrap(), vote);

@@ -60,7 +60,7 @@ pub(crate) fn log_entries() -> Vec<(&'static str, Entry)> {
                 log_id: log_id(3),
                 payload: EntryPayload::Normal(Command::Ingest {
                     batch_id: 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210,
-                    payload: b"rows of one sub-batch".to_vec(),
+                    payload: b"rows of one sub-batch".to_vec().into(),
                 }),
             },
         ),
@@ -129,7 +129,7 @@ fn assert_snapshot_meta(m: &SnapshotMeta) {
 
 #[test]
 fn a_log_written_by_format_1_still_reads() {
-    let read_entry = |name: &str| super::decode_entry(&read(&format!("log-v1/{name}"))).unwrap();
+    let read_entry = |name: &str| super::decode_entry(read(&format!("log-v1/{name}")).into()).unwrap();
 
     let blank = read_entry("1-blank");
     assert_eq!((blank.log_id.leader_id.term, blank.log_id.leader_id.node_id, blank.log_id.index), (2, 1, 1));
@@ -144,7 +144,7 @@ fn a_log_written_by_format_1_still_reads() {
     assert_eq!(ingest.log_id.index, 3);
     let EntryPayload::Normal(Command::Ingest { batch_id, payload }) = ingest.payload else { panic!("not an ingest") };
     assert_eq!(batch_id, 0x0123_4567_89ab_cdef_fedc_ba98_7654_3210);
-    assert_eq!(payload, b"rows of one sub-batch");
+    assert_eq!(payload, &b"rows of one sub-batch"[..]);
 
     let EntryPayload::Normal(Command::Abort { batch_id }) = read_entry("4-abort").payload else {
         panic!("not an abort")
@@ -244,7 +244,7 @@ fn data_written_before_format_1_is_refused() {
     for v in [2u64, 1, 3] {
         old.extend_from_slice(&v.to_le_bytes());
     }
-    let err = super::decode_entry(&old).unwrap_err().to_string();
+    let err = super::decode_entry(old.clone().into()).unwrap_err().to_string();
     assert!(err.contains("unsupported Raft log entry format"), "{err}");
     let err = super::decode_vote(&old).unwrap_err().to_string();
     assert!(err.contains("unsupported Raft vote format"), "{err}");

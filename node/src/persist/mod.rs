@@ -68,6 +68,12 @@ impl Format {
         M::decode(self.body(bytes)?).map_err(|e| decode_error(what, e))
     }
 
+    /// [`Format::decode`] of a shared buffer: `bytes` fields of the message are slices of it.
+    pub(crate) fn decode_shared<M: prost::Message + Default>(&self, bytes: bytes::Bytes, what: &str) -> io::Result<M> {
+        self.body(&bytes)?;
+        M::decode(bytes.slice(HEADER_LEN..)).map_err(|e| decode_error(what, e))
+    }
+
     /// The body after the header, or an error saying why the blob is not of this format.
     pub(crate) fn body<'a>(&self, bytes: &'a [u8]) -> io::Result<&'a [u8]> {
         let Some((head, body)) = bytes.split_first_chunk::<HEADER_LEN>() else {

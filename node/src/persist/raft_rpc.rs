@@ -231,7 +231,7 @@ mod tests {
             Entry { log_id: log_id(5), payload: EntryPayload::Blank },
             Entry {
                 log_id: log_id(6),
-                payload: EntryPayload::Normal(Command::Ingest { batch_id: 9, payload: vec![1, 2, 3] }),
+                payload: EntryPayload::Normal(Command::Ingest { batch_id: 9, payload: vec![1, 2, 3].into() }),
             },
         ];
         let req = AppendEntriesRequest::<TypeConfig> {

@@ -50,7 +50,8 @@ impl Shard {
     /// Applies `batch` as the next entry (its index is also its batch id).
     fn apply_batch(&mut self, batch: RowBatch) {
         self.index += 1;
-        self.s.apply(self.index, Command::Ingest { batch_id: self.index as u128, payload: encode_ingest(batch) });
+        self.s
+            .apply(self.index, Command::Ingest { batch_id: self.index as u128, payload: encode_ingest(batch).into() });
     }
 
     /// Flushes everything applied so far into segments.

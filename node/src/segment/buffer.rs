@@ -580,8 +580,8 @@ fn sort_for_segment(rows: &mut Vec<&BufferedRow>) {
 
 /// Decodes an ingest payload for [`Buffer::push`], each attribute checked to be one in the
 /// form prost writes (see [`super::attribute`]).
-pub fn decode_batch(payload: Vec<u8>) -> Result<RowBatch<Encoded>, DecodeError> {
-    let mut batch = decode_ingest(bytes::Bytes::from(payload))?;
+pub fn decode_batch(payload: bytes::Bytes) -> Result<RowBatch<Encoded>, DecodeError> {
+    let mut batch = decode_ingest(payload)?;
     let attributes = (batch.spans.iter_mut().map(|s| &mut s.attributes))
         .chain(batch.logs.iter_mut().map(|l| &mut l.attributes))
         .chain(batch.host_metrics.iter_mut().map(|m| &mut m.attributes));
@@ -793,7 +793,7 @@ mod tests {
     fn push(buffer: &mut Buffer, id: u128, batch: RowBatch) -> usize {
         let payload = encode_ingest(batch);
         let len = payload.len();
-        buffer.push(id, decode_batch(payload).unwrap(), len, Duration::ZERO);
+        buffer.push(id, decode_batch(payload.into()).unwrap(), len, Duration::ZERO);
         len
     }
 

@@ -20,7 +20,7 @@ impl SegmentShard {
         }
     }
 
-    fn ingest(&mut self, batch_id: u128, payload: Vec<u8>) -> CommandResponse {
+    fn ingest(&mut self, batch_id: u128, payload: bytes::Bytes) -> CommandResponse {
         if self.dedup.is_aborted(batch_id) {
             return CommandResponse::Refused;
         }

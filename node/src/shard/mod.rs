@@ -361,12 +361,12 @@ mod tests {
                             let spans: Vec<Span> = (0..n)
                                 .map(|i| span(&format!("t{}-{}", id, i % traces), &format!("s{id}-{i}"), (id as i64) * HOUR / 3 + i as i64))
                                 .collect();
-                            apply(&mut s, &mut log, Command::Ingest { batch_id: id, payload: batch("p", spans.clone()) });
+                            apply(&mut s, &mut log, Command::Ingest { batch_id: id, payload: batch("p", spans.clone()).into() });
                             batches.push((id, spans));
                         }
                         Op::Retry(k) if !batches.is_empty() => {
                             let (id, spans) = batches[k % batches.len()].clone();
-                            apply(&mut s, &mut log, Command::Ingest { batch_id: id, payload: batch("p", spans) });
+                            apply(&mut s, &mut log, Command::Ingest { batch_id: id, payload: batch("p", spans).into() });
                         }
                         Op::Abort(k) if !batches.is_empty() => {
                             let id = batches[k % batches.len()].0;
@@ -441,14 +441,14 @@ mod tests {
                                     ev(&format!("u{u}"), "x", u as i64 * HOUR * 5)
                                 })
                                 .collect();
-                            apply(&mut a, &mut b, &mut log, Command::Ingest { batch_id: id, payload: analytics("p", events.clone(), vec![]) })?;
+                            apply(&mut a, &mut b, &mut log, Command::Ingest { batch_id: id, payload: analytics("p", events.clone(), vec![]).into() })?;
                             batches.push((id, events));
                         }
                         // A client retry: a new batch id, the same events.
                         Op::Retry(k) if !batches.is_empty() => {
                             let events = batches[k % batches.len()].1.clone();
                             let id = batches.len() as u128 + 1;
-                            apply(&mut a, &mut b, &mut log, Command::Ingest { batch_id: id, payload: analytics("p", events.clone(), vec![]) })?;
+                            apply(&mut a, &mut b, &mut log, Command::Ingest { batch_id: id, payload: analytics("p", events.clone(), vec![]).into() })?;
                             batches.push((id, events));
                         }
                         Op::Abort(k) if !batches.is_empty() => {

@@ -27,7 +27,7 @@ pub(super) fn batch(project: &str, spans: Vec<Span>) -> Vec<u8> {
 }
 
 pub(super) fn ingest(s: &mut SegmentShard, index: u64, batch_id: u128, payload: Vec<u8>) -> CommandResponse {
-    s.apply(index, Command::Ingest { batch_id, payload })
+    s.apply(index, Command::Ingest { batch_id, payload: payload.into() })
 }
 
 pub(super) fn ids(s: &SegmentShard, project: &str, trace: &str) -> Vec<String> {

@@ -241,14 +241,14 @@ mod tests {
     #[test]
     fn after_a_crash_replaying_the_log_recounts_exactly_the_entries_after_the_checkpoint() {
         let log: Vec<(u64, Command)> = vec![
-            (1, Command::Ingest { batch_id: 1, payload: mixed("p", NOV) }),
-            (2, Command::Ingest { batch_id: 2, payload: spans("p", 5, 50, NOV) }),
-            (3, Command::Ingest { batch_id: 3, payload: spans("q", 7, 70, NOV) }),
-            (4, Command::Ingest { batch_id: 2, payload: spans("p", 5, 50, NOV) }),
+            (1, Command::Ingest { batch_id: 1, payload: mixed("p", NOV).into() }),
+            (2, Command::Ingest { batch_id: 2, payload: spans("p", 5, 50, NOV).into() }),
+            (3, Command::Ingest { batch_id: 3, payload: spans("q", 7, 70, NOV).into() }),
+            (4, Command::Ingest { batch_id: 2, payload: spans("p", 5, 50, NOV).into() }),
             (5, Command::Abort { batch_id: 2 }),
-            (6, Command::Ingest { batch_id: 4, payload: mixed("p", NOV + 1) }),
+            (6, Command::Ingest { batch_id: 4, payload: mixed("p", NOV + 1).into() }),
             (7, Command::Abort { batch_id: 3 }),
-            (8, Command::Ingest { batch_id: 5, payload: spans("q", 1, 11, NOV) }),
+            (8, Command::Ingest { batch_id: 5, payload: spans("q", 1, 11, NOV).into() }),
         ];
         let reference = {
             let dir = tempfile::tempdir().unwrap();
@@ -346,12 +346,12 @@ mod tests {
                     match op {
                         Op::Ingest(n) => {
                             let id = batches.len() as u128 + 1;
-                            apply(&mut s, &mut log, Command::Ingest { batch_id: id, payload: payload(n) });
+                            apply(&mut s, &mut log, Command::Ingest { batch_id: id, payload: payload(n).into() });
                             batches.push((id, n));
                         }
                         Op::Retry(k) if !batches.is_empty() => {
                             let (id, n) = batches[k % batches.len()];
-                            apply(&mut s, &mut log, Command::Ingest { batch_id: id, payload: payload(n) });
+                            apply(&mut s, &mut log, Command::Ingest { batch_id: id, payload: payload(n).into() });
                         }
                         Op::Abort(k) if !batches.is_empty() => {
                             let id = batches[k % batches.len()].0;

@@ -38,8 +38,8 @@ impl Partitioned for Events {
     fn key(row: &Event) -> Option<&[u8]> {
         Some(row.distinct_id.as_bytes())
     }
-    fn push(batch: &mut RowBatch<Packed>, row: Event) {
-        batch.events.push(row)
+    fn rows(batch: &mut RowBatch<Packed>) -> &mut Vec<Event> {
+        &mut batch.events
     }
 }
 
@@ -49,8 +49,8 @@ impl Partitioned for Replays {
     fn key(row: &ReplayEvent) -> Option<&[u8]> {
         Some(row.session_id.as_bytes())
     }
-    fn push(batch: &mut RowBatch<Packed>, row: ReplayEvent) {
-        batch.replay_events.push(row)
+    fn rows(batch: &mut RowBatch<Packed>) -> &mut Vec<ReplayEvent> {
+        &mut batch.replay_events
     }
 }
 

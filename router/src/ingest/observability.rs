@@ -35,8 +35,8 @@ impl Partitioned for Spans {
     fn key(row: &Span<Packed>) -> Option<&[u8]> {
         Some(row.trace_id.as_bytes())
     }
-    fn push(batch: &mut RowBatch<Packed>, row: Span<Packed>) {
-        batch.spans.push(row)
+    fn rows(batch: &mut RowBatch<Packed>) -> &mut Vec<Span<Packed>> {
+        &mut batch.spans
     }
 }
 impl Kind for Spans {
@@ -57,8 +57,8 @@ impl Partitioned for Logs {
     fn key(row: &LogRecord<Packed>) -> Option<&[u8]> {
         (!row.trace_id.is_empty()).then_some(row.trace_id.as_bytes())
     }
-    fn push(batch: &mut RowBatch<Packed>, row: LogRecord<Packed>) {
-        batch.logs.push(row)
+    fn rows(batch: &mut RowBatch<Packed>) -> &mut Vec<LogRecord<Packed>> {
+        &mut batch.logs
     }
 }
 impl Kind for Logs {
@@ -79,8 +79,8 @@ impl Partitioned for HostMetrics {
     fn key(row: &HostMetric<Packed>) -> Option<&[u8]> {
         Some(row.hostname.as_bytes())
     }
-    fn push(batch: &mut RowBatch<Packed>, row: HostMetric<Packed>) {
-        batch.host_metrics.push(row)
+    fn rows(batch: &mut RowBatch<Packed>) -> &mut Vec<HostMetric<Packed>> {
+        &mut batch.host_metrics
     }
 }
 impl Kind for HostMetrics {

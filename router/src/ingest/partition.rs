@@ -17,7 +17,8 @@ pub(crate) trait Partitioned {
     type Row;
     /// The partition key; `None` spreads the row randomly.
     fn key(row: &Self::Row) -> Option<&[u8]>;
-    fn push(batch: &mut RowBatch<Packed>, row: Self::Row);
+    /// The sub-batch's rows of this kind.
+    fn rows(batch: &mut RowBatch<Packed>) -> &mut Vec<Self::Row>;
 }
 
 /// Splits rows into one sub-batch per shard through the partition table.
@@ -33,17 +34,30 @@ pub(crate) fn partition<K: Partitioned>(
         return Err(ApiError::Unavailable("the cluster is not bootstrapped yet".into()));
     }
     let total = rows.len().max(1);
-    let mut batches: HashMap<GroupId, RowBatch<Packed>> = HashMap::new();
-    for row in rows {
-        let group = match K::key(&row) {
-            Some(key) => group_of(table, project, key),
-            // No key: any partition's group.
-            None => table.get(rand::random::<u32>() as usize % table.len()).copied(),
-        }
-        .ok_or_else(|| ApiError::Unavailable("the partition table is incomplete".into()))?;
-        let batch =
-            batches.entry(group).or_insert_with(|| RowBatch { project_id: project.to_string(), ..Default::default() });
-        K::push(batch, row);
+    let groups: Vec<GroupId> = rows
+        .iter()
+        .map(|row| {
+            match K::key(row) {
+                Some(key) => group_of(table, project, key),
+                // No key: any partition's group.
+                None => table.get(rand::random::<u32>() as usize % table.len()).copied(),
+            }
+            .ok_or_else(|| ApiError::Unavailable("the partition table is incomplete".into()))
+        })
+        .collect::<Result<_, _>>()?;
+    // Each sub-batch sized once: rows pushed one by one grew each list by copying it.
+    let mut counts: HashMap<GroupId, usize> = HashMap::new();
+    groups.iter().for_each(|g| *counts.entry(*g).or_default() += 1);
+    let mut batches: HashMap<GroupId, RowBatch<Packed>> = counts
+        .into_iter()
+        .map(|(group, n)| {
+            let mut batch = RowBatch { project_id: project.to_string(), ..Default::default() };
+            K::rows(&mut batch).reserve_exact(n);
+            (group, batch)
+        })
+        .collect();
+    for (row, group) in rows.into_iter().zip(groups) {
+        K::rows(batches.get_mut(&group).expect("counted above")).push(row);
     }
     // Apportioned by rows, the remainder to one sub-batch, so the sub-batches' bytes add up
     // to the body's exactly (a batch is metered on its shard: docs/API.md, "Usage").
