@@ -13,8 +13,8 @@ pub fn summarize<'a>(rows: impl IntoIterator<Item = (&'a str, &'a SpanRow)>) -> 
     // The span ids of the trace so far; cleared for each trace (a set that grew large for a
     // long trace is dropped instead: clearing takes time in proportion to its capacity).
     let mut seen: FxHashSet<&str> = FxHashSet::default();
-    // The project and trace of the last summary, as the rows name them: rows of one project
-    // share its string, so the project compares as a pointer.
+    // The project and trace of the last summary, as the rows name them: the rows of one batch
+    // share their project's string, which then compares as a pointer.
     let mut last: Option<(&str, &str)> = None;
     for (project, span) in rows {
         let same = last.is_some_and(|(p, t)| t == span.trace_id && (std::ptr::eq(p, project) || p == project));
