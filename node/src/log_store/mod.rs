@@ -79,6 +79,7 @@ struct LogFile {
     removes: bool,
 }
 
+#[derive(Default)]
 struct Inner {
     groups: HashMap<GroupId, Group>,
     files: BTreeMap<u64, LogFile>,
@@ -145,6 +146,30 @@ impl Inner {
         for loc in locs {
             self.forget(loc);
         }
+    }
+
+    /// What a record other than an entry, in file `seq`, does: the same at replay as when it
+    /// is written.
+    fn apply(&mut self, seq: u64, kind: Kind, group: GroupId, body: &[u8]) -> io::Result<()> {
+        let mark = Some(body.to_vec()).filter(|b| !b.is_empty());
+        match kind {
+            Kind::Entry => unreachable!("an entry is indexed where it was written"),
+            Kind::Vote => self.groups.entry(group).or_default().vote = mark,
+            Kind::Committed => self.groups.entry(group).or_default().committed = mark,
+            Kind::Purged => self.groups.entry(group).or_default().purged = mark,
+            Kind::Truncate => {
+                let from = body.try_into().map_err(|_| io::Error::other("a truncation without index"))?;
+                self.remove(group, (Bound::Included(u64::from_le_bytes(from)), Bound::Unbounded));
+            }
+            Kind::Drop => {
+                self.remove(group, (Bound::Unbounded, Bound::Unbounded));
+                self.groups.remove(&group);
+            }
+        }
+        if kind.removes() {
+            self.files.get_mut(&seq).expect("a file written or read").removes = true;
+        }
+        Ok(())
     }
 
     /// Begins log file `seq` with every group's marks, and appends to it from now on.
@@ -342,8 +367,7 @@ fn replay(dir: &Path) -> io::Result<Inner> {
         .filter_map(Result::transpose)
         .collect::<io::Result<_>>()?;
     seqs.sort_unstable();
-    let mut inner =
-        Inner { groups: HashMap::new(), files: BTreeMap::new(), current: 0, failed: None, recent: Recent::default() };
+    let mut inner = Inner::default();
     for (n, &seq) in seqs.iter().enumerate() {
         let last = n + 1 == seqs.len();
         let path = dir.join(file::name(seq));
@@ -372,33 +396,13 @@ fn replay(dir: &Path) -> io::Result<Inner> {
                 }
                 Err(e) => return Err(named(io::Error::other(format!("at offset {at}: {e}")))),
             };
-            let group = record.group;
-            let mark = || Some(record.body.to_vec()).filter(|b| !b.is_empty());
-            match record.kind {
-                Kind::Entry => {
-                    let index = record
-                        .body
-                        .get(..ENTRY_PREFIX)
-                        .ok_or_else(|| named(io::Error::other("an entry without index")))?;
-                    let index = u64::from_le_bytes(index.try_into().expect("8 bytes"));
-                    let loc = Loc { file: seq, offset: at as u64, len: record.len as u32 };
-                    inner.remember(group, index, loc);
-                }
-                Kind::Vote => inner.groups.entry(group).or_default().vote = mark(),
-                Kind::Committed => inner.groups.entry(group).or_default().committed = mark(),
-                Kind::Purged => inner.groups.entry(group).or_default().purged = mark(),
-                Kind::Truncate => {
-                    let from =
-                        record.body.try_into().map_err(|_| named(io::Error::other("a truncation without index")))?;
-                    inner.remove(group, (Bound::Included(u64::from_le_bytes(from)), Bound::Unbounded));
-                }
-                Kind::Drop => {
-                    inner.remove(group, (Bound::Unbounded, Bound::Unbounded));
-                    inner.groups.remove(&group);
-                }
-            }
-            if record.kind.removes() {
-                inner.files.get_mut(&seq).expect("inserted above").removes = true;
+            if record.kind == Kind::Entry {
+                let index =
+                    record.body.get(..ENTRY_PREFIX).ok_or_else(|| named(io::Error::other("an entry without index")))?;
+                let index = u64::from_le_bytes(index.try_into().expect("8 bytes"));
+                inner.remember(record.group, index, Loc { file: seq, offset: at as u64, len: record.len as u32 });
+            } else {
+                inner.apply(seq, record.kind, record.group, record.body).map_err(named)?;
             }
             at += record.len;
         }
@@ -508,10 +512,7 @@ impl LogDb {
     /// when a replica is removed from this node, so that adding it back later starts from an
     /// empty log and never from a stale vote.
     pub fn drop_group(&self, group: GroupId) -> Result<(), StorageError> {
-        self.write_record(Kind::Drop, group, &[], |inner| {
-            inner.remove(group, (Bound::Unbounded, Bound::Unbounded));
-            inner.groups.remove(&group);
-        })?;
+        self.write_record(Kind::Drop, group, &[])?;
         self.sync_now()
     }
 
@@ -525,28 +526,17 @@ impl LogDb {
         crate::durable::disk_usage(&self.shared.dir)
     }
 
-    /// Appends one record of `group` and lets `then` update the index.
-    fn write_record(
-        &self,
-        kind: Kind,
-        group: GroupId,
-        body: &[u8],
-        then: impl FnOnce(&mut Inner),
-    ) -> Result<(), StorageError> {
+    /// Appends one record of `group` other than an entry, and applies it.
+    fn write_record(&self, kind: Kind, group: GroupId, body: &[u8]) -> Result<(), StorageError> {
         let mut record = Vec::with_capacity(file::RECORD_HEADER + body.len());
         file::put(&mut record, kind, group, |b| {
             b.extend_from_slice(body);
             Ok(())
         })
         .map_err(io_err)?;
-        self.shared
-            .write(&record, |inner, seq, _| {
-                if kind.removes() {
-                    inner.files.get_mut(&seq).expect("written to").removes = true;
-                }
-                then(inner)
-            })
-            .map_err(io_err)
+        let mut applied = Ok(());
+        self.shared.write(&record, |inner, seq, _| applied = inner.apply(seq, kind, group, body)).map_err(io_err)?;
+        applied.map_err(io_err)
     }
 
     /// Waits until everything written so far is on disk.
@@ -631,19 +621,6 @@ impl GroupLog {
         bytes.map(|b| decode(&b).map_err(|e| self.unreadable(&format!("its {name}"), e))).transpose()
     }
 
-    fn write_mark(&self, kind: Kind, bytes: Vec<u8>) -> Result<(), StorageError> {
-        self.db.write_record(kind, self.group, &bytes, |inner| {
-            let g = inner.groups.entry(self.group).or_default();
-            let mark = Some(bytes.clone()).filter(|b| !b.is_empty());
-            match kind {
-                Kind::Vote => g.vote = mark,
-                Kind::Committed => g.committed = mark,
-                Kind::Purged => g.purged = mark,
-                _ => unreachable!("{kind:?} is not a mark"),
-            }
-        })
-    }
-
     /// Names the group and what could not be read: a log written by an older release stops
     /// the node here, at startup.
     fn unreadable(&self, what: &str, e: io::Error) -> StorageError {
@@ -710,7 +687,7 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
     }
 
     async fn save_vote(&mut self, vote: &Vote) -> Result<(), StorageError> {
-        self.write_mark(Kind::Vote, crate::persist::encode_vote(vote))?;
+        self.db.write_record(Kind::Vote, self.group, &crate::persist::encode_vote(vote))?;
         self.db.sync_now()
     }
 
@@ -720,7 +697,8 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {
         // Made durable by the next synced append; losing it only delays re-application.
-        self.write_mark(Kind::Committed, committed.map(|id| crate::persist::encode_log_id(&id)).unwrap_or_default())
+        let mark = committed.map(|id| crate::persist::encode_log_id(&id)).unwrap_or_default();
+        self.db.write_record(Kind::Committed, self.group, &mark)
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogId>, StorageError> {
@@ -737,10 +715,7 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
     }
 
     async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        let (group, from) = (self.group, log_id.index);
-        self.db.write_record(Kind::Truncate, group, &from.to_le_bytes(), |inner| {
-            inner.remove(group, (Bound::Included(from), Bound::Unbounded))
-        })?;
+        self.db.write_record(Kind::Truncate, self.group, &log_id.index.to_le_bytes())?;
         self.db.sync_now()
     }
 
@@ -748,7 +723,7 @@ impl RaftLogStorage<TypeConfig> for GroupLog {
         self.wait_durable(&log_id).await?;
         // The mark is durable before the entries leave the index: a crash in between leaves
         // entries that are simply ignored, never a gap that the log state would not admit.
-        self.write_mark(Kind::Purged, crate::persist::encode_log_id(&log_id))?;
+        self.db.write_record(Kind::Purged, self.group, &crate::persist::encode_log_id(&log_id))?;
         self.db.sync_now()?;
         self.db.shared.lock().remove(self.group, (Bound::Unbounded, Bound::Included(log_id.index)));
         if let Some(reclaim) = &self.db.reclaim {
