@@ -221,11 +221,12 @@ pub fn validate_span<A: AttributeSink>(
         }
         DurationInput::Nanos(ns) => ns,
     };
-    let status = match s.status.as_deref().map(str::to_ascii_lowercase).as_deref() {
-        None | Some("unset") | Some("") => SpanStatus::Unset,
-        Some("ok") => SpanStatus::Ok,
-        Some("error") => SpanStatus::Error,
-        Some(_) => {
+    // Case-insensitive, without a lower-cased copy per span.
+    let status = match s.status.as_deref().unwrap_or_default() {
+        v if v.is_empty() || v.eq_ignore_ascii_case("unset") => SpanStatus::Unset,
+        v if v.eq_ignore_ascii_case("ok") => SpanStatus::Ok,
+        v if v.eq_ignore_ascii_case("error") => SpanStatus::Error,
+        _ => {
             c.fail("status", "must be one of ok, error, unset");
             SpanStatus::Unset
         }
@@ -246,15 +247,15 @@ pub fn validate_span<A: AttributeSink>(
 
 /// `level` is case-insensitive on input and stored upper-case.
 pub fn parse_level(level: &str) -> Option<LogLevel> {
-    Some(match level.to_ascii_uppercase().as_str() {
-        "TRACE" => LogLevel::Trace,
-        "DEBUG" => LogLevel::Debug,
-        "INFO" => LogLevel::Info,
-        "WARN" => LogLevel::Warn,
-        "ERROR" => LogLevel::Error,
-        "FATAL" => LogLevel::Fatal,
-        _ => return None,
-    })
+    let levels = [
+        ("TRACE", LogLevel::Trace),
+        ("DEBUG", LogLevel::Debug),
+        ("INFO", LogLevel::Info),
+        ("WARN", LogLevel::Warn),
+        ("ERROR", LogLevel::Error),
+        ("FATAL", LogLevel::Fatal),
+    ];
+    levels.into_iter().find(|(name, _)| level.eq_ignore_ascii_case(name)).map(|(_, l)| l)
 }
 
 pub fn level_name(level: LogLevel) -> &'static str {

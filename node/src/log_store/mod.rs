@@ -286,16 +286,34 @@ impl Shared {
     }
 
     /// Gives back the disk space of purged entries: copies the live entries of files at least
-    /// half purged to the current file, then deletes every file no longer needed.
+    /// half purged to the current file, the sparsest first, until the closed files with live
+    /// entries hold at most twice those and one file more; then deletes every file no longer
+    /// needed. Entries of
+    /// busy groups die at their group's next flush: copied sooner, each would be written twice.
     fn reclaim(&self) -> io::Result<()> {
         let sparse: Vec<u64> = {
             let inner = self.lock();
-            inner
+            let held: Vec<(u64, &LogFile)> = inner
                 .files
                 .iter()
-                .filter(|(seq, f)| **seq != inner.current && f.live > 0 && f.live * 2 <= f.len)
-                .map(|(seq, _)| *seq)
-                .collect()
+                .filter(|(seq, f)| **seq != inner.current && f.live > 0)
+                .map(|(s, f)| (*s, f))
+                .collect();
+            let (mut len, mut live) = held.iter().fold((0, 0), |(len, live), (_, f)| (len + f.len, live + f.live));
+            let mut candidates: Vec<&(u64, &LogFile)> = held.iter().filter(|(_, f)| f.live * 2 <= f.len).collect();
+            // By the share of live bytes, compared as fractions.
+            let share = |f: &LogFile, g: &LogFile| u128::from(f.live) * u128::from(g.len);
+            candidates.sort_by(|(a, f), (b, g)| share(f, g).cmp(&share(g, f)).then(a.cmp(b)));
+            let mut chosen = Vec::new();
+            for (seq, f) in candidates {
+                // A file's slack: its header and marks leave a half-live file under half.
+                if len <= 2 * live + self.file_bytes {
+                    break;
+                }
+                (len, live) = (len - f.len, live - f.live);
+                chosen.push(*seq);
+            }
+            chosen
         };
         for seq in sparse {
             self.copy_forward(seq)?;
@@ -890,6 +908,45 @@ mod tests {
         let left = db.group(1).try_get_log_entries(..).await.unwrap();
         assert_eq!(indexes(&left), (6 * per_round - keep + 1..=6 * per_round).collect::<Vec<_>>());
         assert!(files(dir.path()).len() <= 3, "files left: {:?}", files(dir.path()));
+    }
+
+    /// Closed files at least half live stay as they are; a reclaim copies forward the live
+    /// entries of the sparsest files only while the closed files hold more than twice their
+    /// live bytes (a quiet group's few entries among purged ones).
+    #[tokio::test]
+    async fn a_reclaim_copies_entries_only_while_the_log_holds_over_twice_its_live_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = LogDb::open_sized(dir.path(), Arc::new(NodeMetrics::default()), false, 64 << 10).unwrap();
+        // Two busy groups, 4 KiB entries interleaved: 32 entries fill a 64 KiB file.
+        for i in 1..=128 {
+            for g in [1, 2] {
+                db.append_entries(g, [entry(1, i, 4 << 10)]).unwrap();
+            }
+        }
+        db.sync_now().unwrap();
+        let before = files(dir.path());
+        db.group(1).purge(id(1, 128)).await.unwrap();
+        db.reclaim().unwrap();
+        let after = files(dir.path());
+        assert!(before.iter().all(|f| after.contains(f)), "every closed file half live: none copied or deleted");
+        // A third group writes a few entries among many of the first group's, which it purges.
+        for i in 129..=384 {
+            db.append_entries(1, [entry(1, i, 4 << 10)]).unwrap();
+            if i % 64 == 0 {
+                db.append_entries(3, [entry(1, (i - 128) / 64, 4 << 10)]).unwrap();
+            }
+        }
+        db.sync_now().unwrap();
+        db.group(1).purge(id(1, 384)).await.unwrap();
+        db.reclaim().unwrap();
+        let on_disk = db.disk_bytes();
+        // Live: group 2's 128 entries and group 3's 4, each with its record's header.
+        let live = 132 * ((4 << 10) + 64);
+        assert!(on_disk <= 2 * live + 3 * (64 << 10), "{on_disk} bytes on disk for {live} live");
+        let quiet = db.group(3).try_get_log_entries(..).await.unwrap();
+        assert_eq!(indexes(&quiet), vec![1, 2, 3, 4], "copied entries read back");
+        let busy = db.group(2).try_get_log_entries(..).await.unwrap();
+        assert_eq!(indexes(&busy), (1..=128).collect::<Vec<_>>());
     }
 
     /// A crash during a write leaves a torn record at the end of the last file: it is cut off,

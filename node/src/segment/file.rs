@@ -268,10 +268,8 @@ pub fn write(
     let name = file_name(id);
     let file = std::fs::File::create(dir.join(&name))?;
     let mut out = HashingWriter { inner: io::BufWriter::with_capacity(1 << 20, file), hash: Xxh3::new(), len: 0 };
-    let distinct_traces = match table {
-        Table::Spans => rows.windows(2).filter(|w| w[0].row.sort_key().0 != w[1].row.sort_key().0).count() + 1,
-        _ => rows.len(),
-    };
+    let Extent { min_ns, max_ns, distinct_keys, projects } = Extent::of(rows);
+    let distinct_traces = if table == Table::Spans { distinct_keys } else { rows.len() };
     let layout = Layout::choose(table, rows);
     let mut schema = layout.schema(table);
     if users.is_some() {
@@ -315,8 +313,6 @@ pub fn write(
     out.flush()?;
     let HashingWriter { inner, hash, len } = out;
     inner.into_inner().map_err(|e| e.into_error())?.sync_all()?;
-    let (min_ns, max_ns) =
-        rows.iter().map(|r| r.row.time_ns()).fold((i64::MAX, i64::MIN), |(lo, hi), t| (lo.min(t), hi.max(t)));
     Ok(SegmentMeta {
         id,
         table,
@@ -327,15 +323,45 @@ pub fn write(
         file: FileEntry { name, len, xxh3: hash.digest() },
         summarizes: None,
         covers: Vec::new(),
-        projects: {
-            let mut p: Vec<String> = rows.iter().map(|r| r.project.to_owned()).collect();
-            p.dedup();
-            p.sort();
-            p.dedup();
-            p
-        },
+        projects,
         draft: effort == Effort::Draft,
     })
+}
+
+/// What a segment's metadata says of its rows, gathered in one pass over them.
+struct Extent {
+    min_ns: i64,
+    max_ns: i64,
+    /// How many runs of equal sort texts (of spans: traces).
+    distinct_keys: usize,
+    /// The projects, sorted.
+    projects: Vec<String>,
+}
+
+impl Extent {
+    fn of(rows: &[RowRef<'_>]) -> Self {
+        let (mut min_ns, mut max_ns, mut distinct_keys) = (i64::MAX, i64::MIN, 0);
+        let mut projects: Vec<&str> = Vec::new();
+        let mut last: Option<&str> = None;
+        for r in rows {
+            let (key, t) = (r.row.sort_key().0, r.row.time_ns());
+            (min_ns, max_ns) = (min_ns.min(t), max_ns.max(t));
+            distinct_keys += usize::from(last != Some(key));
+            last = Some(key);
+            // Rows of one batch share their project's string: most compare as a pointer.
+            if projects.last().is_none_or(|p| !std::ptr::eq(*p, r.project) && *p != r.project) {
+                projects.push(r.project);
+            }
+        }
+        projects.sort_unstable();
+        projects.dedup();
+        Extent {
+            min_ns,
+            max_ns,
+            distinct_keys: distinct_keys.max(1),
+            projects: projects.into_iter().map(str::to_owned).collect(),
+        }
+    }
 }
 
 /// A segment file, mapped into memory: readers on every thread slice column chunks out of

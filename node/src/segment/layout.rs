@@ -155,8 +155,13 @@ pub fn parent_refs(rows: &[RowRef<'_>]) -> Vec<i32> {
     let mut by_id: FxHashMap<&str, usize> = FxHashMap::default();
     let mut start = 0;
     while start < rows.len() {
-        let key = |i: usize| (rows[i].project, span(i).map(|s| s.trace_id.as_str()));
-        let end = (start..rows.len()).find(|&i| key(i) != key(start)).unwrap_or(rows.len());
+        let trace = |i: usize| span(i).map(|s| s.trace_id.as_str());
+        // Rows of one batch share their project's string: most compare as a pointer.
+        let project = |i: usize| rows[i].project;
+        let same = |i: usize| {
+            trace(i) == trace(start) && (std::ptr::eq(project(i), project(start)) || project(i) == project(start))
+        };
+        let end = (start..rows.len()).find(|&i| !same(i)).unwrap_or(rows.len());
         by_id.clear();
         by_id.extend((start..end).filter_map(|i| span(i).map(|s| (s.span_id.as_str(), i))));
         for (i, slot) in refs.iter_mut().enumerate().take(end).skip(start) {
