@@ -288,8 +288,8 @@ impl Shared {
     /// Gives back the disk space of purged entries: copies the live entries of files at least
     /// half purged to the current file, the sparsest first, until the closed files with live
     /// entries hold at most twice those and one file more; then deletes every file no longer
-    /// needed. Entries of
-    /// busy groups die at their group's next flush: copied sooner, each would be written twice.
+    /// needed. Entries of busy groups die at their group's next flush: copied sooner, each
+    /// would be written twice.
     fn reclaim(&self) -> io::Result<()> {
         let sparse: Vec<u64> = {
             let inner = self.lock();
