@@ -247,15 +247,9 @@ pub fn validate_span<A: AttributeSink>(
 
 /// `level` is case-insensitive on input and stored upper-case.
 pub fn parse_level(level: &str) -> Option<LogLevel> {
-    let levels = [
-        ("TRACE", LogLevel::Trace),
-        ("DEBUG", LogLevel::Debug),
-        ("INFO", LogLevel::Info),
-        ("WARN", LogLevel::Warn),
-        ("ERROR", LogLevel::Error),
-        ("FATAL", LogLevel::Fatal),
-    ];
-    levels.into_iter().find(|(name, _)| level.eq_ignore_ascii_case(name)).map(|(_, l)| l)
+    [LogLevel::Trace, LogLevel::Debug, LogLevel::Info, LogLevel::Warn, LogLevel::Error, LogLevel::Fatal]
+        .into_iter()
+        .find(|&l| level.eq_ignore_ascii_case(level_name(l)))
 }
 
 pub fn level_name(level: LogLevel) -> &'static str {

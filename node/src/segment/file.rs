@@ -25,7 +25,7 @@ use parquet::file::statistics::Statistics;
 
 use super::layout::{assemble, companion_columns, stored_value, Layout};
 use super::scan::{message_matches, Scan};
-use super::table::{from_record_batch, to_segment_batch, Row, RowRef, Table};
+use super::table::{from_record_batch, same_project, to_segment_batch, Row, RowRef, Table};
 use super::token_index::{line_terms, TokenIndex, FOOTER_KEY as TOKENS_KEY, LEGACY_FOOTER_KEY};
 use super::user_number::{user_field, IdHashes, USER, USER_ID};
 use crate::archive::FileEntry;
@@ -348,8 +348,7 @@ impl Extent {
             (min_ns, max_ns) = (min_ns.min(t), max_ns.max(t));
             distinct_keys += usize::from(last != Some(key));
             last = Some(key);
-            // Rows of one batch share their project's string: most compare as a pointer.
-            if projects.last().is_none_or(|p| !std::ptr::eq(*p, r.project) && *p != r.project) {
+            if projects.last().is_none_or(|p| !same_project(p, r.project)) {
                 projects.push(r.project);
             }
         }

@@ -32,7 +32,7 @@ use rustc_hash::FxHashMap;
 
 use super::attribute_columns::{self, Key};
 use super::hex_ids;
-use super::table::{Row, RowRef, Table};
+use super::table::{same_project, Row, RowRef, Table};
 use super::user_number::{USER, USER_ID};
 
 pub const PARENT_REF: &str = "parent_ref";
@@ -156,11 +156,7 @@ pub fn parent_refs(rows: &[RowRef<'_>]) -> Vec<i32> {
     let mut start = 0;
     while start < rows.len() {
         let trace = |i: usize| span(i).map(|s| s.trace_id.as_str());
-        // Rows of one batch share their project's string: most compare as a pointer.
-        let project = |i: usize| rows[i].project;
-        let same = |i: usize| {
-            trace(i) == trace(start) && (std::ptr::eq(project(i), project(start)) || project(i) == project(start))
-        };
+        let same = |i: usize| trace(i) == trace(start) && same_project(rows[i].project, rows[start].project);
         let end = (start..rows.len()).find(|&i| !same(i)).unwrap_or(rows.len());
         by_id.clear();
         by_id.extend((start..end).filter_map(|i| span(i).map(|s| (s.span_id.as_str(), i))));

@@ -4,7 +4,7 @@
 use rustc_hash::FxHashSet;
 use sextant_model::row::{SpanStatus, TraceSummary};
 
-use super::table::{Row, RowRef, SpanRow};
+use super::table::{same_project, Row, RowRef, SpanRow};
 
 /// Summaries of `rows` (spans sorted by project and trace id, as in a segment), one per
 /// (project, trace). A span present twice (a retried batch) counts once.
@@ -13,11 +13,10 @@ pub fn summarize<'a>(rows: impl IntoIterator<Item = (&'a str, &'a SpanRow)>) -> 
     // The span ids of the trace so far; cleared for each trace (a set that grew large for a
     // long trace is dropped instead: clearing takes time in proportion to its capacity).
     let mut seen: FxHashSet<&str> = FxHashSet::default();
-    // The project and trace of the last summary, as the rows name them: the rows of one batch
-    // share their project's string, which then compares as a pointer.
+    // The project and trace of the last summary, as the rows name them.
     let mut last: Option<(&str, &str)> = None;
     for (project, span) in rows {
-        let same = last.is_some_and(|(p, t)| t == span.trace_id && (std::ptr::eq(p, project) || p == project));
+        let same = last.is_some_and(|(p, t)| t == span.trace_id && same_project(p, project));
         if !same {
             last = Some((project, &span.trace_id));
             if seen.capacity() > 256 {

@@ -340,6 +340,12 @@ impl<'a> RowRef<'a> {
     }
 }
 
+/// Whether two rows' projects are the same. The rows of one batch share their project's
+/// string, so most compare as a pointer, without reaching the text.
+pub fn same_project(a: &str, b: &str) -> bool {
+    std::ptr::eq(a, b) || a == b
+}
+
 /// Appends one column per kept schema field; `push` fills them row by row in schema order.
 struct Columns {
     builders: Vec<Col>,
