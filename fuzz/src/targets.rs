@@ -452,6 +452,73 @@ fn with_checksum(mut body: Vec<u8>) -> Vec<u8> {
     body
 }
 
+/// The Raft log file of format 1 committed as a fixture: every kind of record (entries, a
+/// vote, committed and purged marks, a truncation, a dropped group), for [`raft_log`] to edit.
+const RAFT_LOG_V1: &[u8] = include_bytes!("../../node/src/persist/fixtures/raft-log-v1/00000000000000000001.sxwl");
+
+/// The groups [`raft_log`] reads back: the fixture's (3 and 7) and every group a record made
+/// from the input can name (one byte).
+const RAFT_LOG_GROUPS: std::ops::RangeInclusive<u64> = 0..=255;
+
+/// Records of the Raft log made from `data`, each with a valid checksum, so that the readers
+/// of their bodies are reached: per record its kind (u8), its group (u8), its body's length (u16
+/// LE) and the body (cut short at the end of the input).
+fn raft_log_records(mut data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let [kind, group, l0, l1, rest @ ..] = data {
+        let body = &rest[..usize::from(u16::from_le_bytes([*l0, *l1])).min(rest.len())];
+        let start = out.len();
+        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        out.push(*kind);
+        out.extend_from_slice(&u64::from(*group).to_le_bytes());
+        let mut sum = xxhash_rust::xxh3::Xxh3::new();
+        sum.update(&out[start + 4..]);
+        sum.update(body);
+        out.extend_from_slice(&sum.digest().to_le_bytes());
+        out.extend_from_slice(body);
+        data = &rest[body.len()..];
+    }
+    out
+}
+
+/// The Raft log as a node opens it at startup (`LogDb::open`), then every group read as
+/// openraft reads it: its state, vote, committed mark and entries. First byte: 0 — the rest is
+/// the whole file; 1 — the rest as records with valid checksums ([`raft_log_records`]) after a
+/// valid header; else — edits ([`corrupt`]) of the format 1 fixture.
+pub fn raft_log(data: &[u8]) {
+    let _ = raft_log_entries(data);
+}
+
+/// [`raft_log`]: how many entries read back, `None` when the log did not open.
+pub fn raft_log_entries(data: &[u8]) -> Option<usize> {
+    use openraft::storage::RaftLogStorage;
+    use openraft::RaftLogReader;
+    use sextant_node::log_store::LogDb;
+    let (&mode, rest) = data.split_first()?;
+    let file = match mode {
+        0 => rest.to_vec(),
+        1 => [&RAFT_LOG_V1[..16], &raft_log_records(rest)].concat(),
+        _ => corrupt(RAFT_LOG_V1, rest),
+    };
+    let dir = tempfile::tempdir().expect("temporary directory");
+    std::fs::write(dir.path().join("00000000000000000001.sxwl"), file).expect("log file written");
+    let metrics = std::sync::Arc::new(sextant_node::metrics::NodeMetrics::default());
+    let db = LogDb::open_with(dir.path(), metrics, false).ok()?;
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    let runtime = RUNTIME.get_or_init(|| tokio::runtime::Builder::new_current_thread().build().expect("runtime"));
+    runtime.block_on(async {
+        let mut entries = 0;
+        for group in RAFT_LOG_GROUPS {
+            let mut log = db.group(group);
+            let _ = log.get_log_state().await;
+            let _ = log.read_vote().await;
+            let _ = log.read_committed().await;
+            entries += log.try_get_log_entries(..).await.map_or(0, |e| e.len());
+        }
+        Some(entries)
+    })
+}
+
 /// The segment reader turns a panic of parquet's page decoders into an error (they index a
 /// corrupted page unchecked): such panics are not findings, every other one still is (the
 /// hook before, libFuzzer's, aborts).
