@@ -53,7 +53,8 @@ pub struct SpanInput<A = Attributes> {
     #[cfg_attr(feature = "openapi", schema(value_type = f64, minimum = 0))]
     pub duration: DurationInput,
     #[serde(default)]
-    pub status: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<String>))]
+    pub status: Option<Keyword<SpanStatus>>,
     #[serde(default, deserialize_with = "attributes::deserialize")]
     pub attributes: A,
 }
@@ -63,6 +64,56 @@ pub struct SpanInput<A = Attributes> {
 pub enum DurationInput {
     Millis(f64),
     Nanos(u64),
+}
+
+/// A word of a fixed set as a client sends it (a span's status, a log's level), read as it is
+/// parsed: what it names, or `None` for a word outside the set. No copy of the text is kept.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Keyword<T>(pub Option<T>);
+
+/// The values a [`Keyword`] names.
+pub trait Named: Sized {
+    /// The value `word` names (any case), if any.
+    fn named(word: &str) -> Option<Self>;
+}
+
+impl Named for SpanStatus {
+    fn named(word: &str) -> Option<Self> {
+        match word {
+            w if w.is_empty() || w.eq_ignore_ascii_case("unset") => Some(SpanStatus::Unset),
+            w if w.eq_ignore_ascii_case("ok") => Some(SpanStatus::Ok),
+            w if w.eq_ignore_ascii_case("error") => Some(SpanStatus::Error),
+            _ => None,
+        }
+    }
+}
+
+impl Named for LogLevel {
+    fn named(word: &str) -> Option<Self> {
+        parse_level(word)
+    }
+}
+
+impl<T: Named> Keyword<T> {
+    pub fn of(word: &str) -> Self {
+        Keyword(T::named(word))
+    }
+}
+
+impl<'de, T: Named> Deserialize<'de> for Keyword<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<T: Named> serde::de::Visitor<'_> for V<T> {
+            type Value = Keyword<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, word: &str) -> Result<Keyword<T>, E> {
+                Ok(Keyword::of(word))
+            }
+        }
+        d.deserialize_str(V(std::marker::PhantomData))
+    }
 }
 
 fn duration_millis<'de, D: Deserializer<'de>>(d: D) -> Result<DurationInput, D::Error> {
@@ -75,7 +126,8 @@ fn duration_millis<'de, D: Deserializer<'de>>(d: D) -> Result<DurationInput, D::
 #[serde(bound(deserialize = "A: AttributeSink"))]
 pub struct LogInput<A = Attributes> {
     pub timestamp: TimeInput,
-    pub level: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
+    pub level: Keyword<LogLevel>,
     pub service: String,
     pub message: String,
     #[serde(default)]
@@ -221,16 +273,10 @@ pub fn validate_span<A: AttributeSink>(
         }
         DurationInput::Nanos(ns) => ns,
     };
-    // Case-insensitive, without a lower-cased copy per span.
-    let status = match s.status.as_deref().unwrap_or_default() {
-        v if v.is_empty() || v.eq_ignore_ascii_case("unset") => SpanStatus::Unset,
-        v if v.eq_ignore_ascii_case("ok") => SpanStatus::Ok,
-        v if v.eq_ignore_ascii_case("error") => SpanStatus::Error,
-        _ => {
-            c.fail("status", "must be one of ok, error, unset");
-            SpanStatus::Unset
-        }
-    };
+    let status = s.status.map_or(Some(SpanStatus::Unset), |k| k.0).unwrap_or_else(|| {
+        c.fail("status", "must be one of ok, error, unset");
+        SpanStatus::Unset
+    });
     c.attributes(&s.attributes);
     (errors.len() == before).then(|| Span {
         trace_id: s.trace_id,
@@ -271,7 +317,7 @@ pub fn validate_log<A: AttributeSink>(
     let before = errors.len();
     let mut c = Check { index, errors };
     let ts = c.time("timestamp", &l.timestamp);
-    let level = parse_level(&l.level);
+    let level = l.level.0;
     if level.is_none() {
         c.fail("level", "must be one of TRACE, DEBUG, INFO, WARN, ERROR, FATAL");
     }

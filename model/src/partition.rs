@@ -13,10 +13,21 @@ const SEED: u64 = 0x5e47_a471_0000_0001;
 
 /// Virtual partition of `(project, key)`.
 pub fn partition_of(project: &ProjectId, key: &[u8]) -> u32 {
-    let mut buf = Vec::with_capacity(16 + key.len());
-    buf.extend_from_slice(project.0.as_bytes());
-    buf.extend_from_slice(key);
-    (xxh3_64_with_seed(&buf, SEED) % PARTITIONS as u64) as u32
+    let project = project.0.as_bytes();
+    let len = project.len() + key.len();
+    // The hash of project and key as one text; on the stack for ids of usual length (every
+    // span and event is partitioned).
+    let mut stack = [0u8; 128];
+    let mut heap = Vec::new();
+    let text = if len <= stack.len() {
+        &mut stack[..len]
+    } else {
+        heap.resize(len, 0);
+        &mut heap[..]
+    };
+    text[..project.len()].copy_from_slice(project);
+    text[project.len()..].copy_from_slice(key);
+    (xxh3_64_with_seed(text, SEED) % PARTITIONS as u64) as u32
 }
 
 /// The data group holding `(project, key)`: its partition's entry in `table` (the partition
@@ -35,6 +46,19 @@ pub fn default_table(shards: u32) -> Vec<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Keys are placed by the hash of project id (16 bytes) and key as one text: where they
+    /// were written before, whatever their length (112 bytes of key fill the stack buffer).
+    #[test]
+    fn a_key_is_placed_by_the_hash_of_project_and_key() {
+        let p = ProjectId::random();
+        for len in [0, 1, 32, 112, 113, 300] {
+            let key = vec![b'k'; len];
+            let whole = [&p.0.as_bytes()[..], &key].concat();
+            let expected = (xxh3_64_with_seed(&whole, SEED) % PARTITIONS as u64) as u32;
+            assert_eq!(partition_of(&p, &key), expected, "key of {len} bytes");
+        }
+    }
 
     #[test]
     fn same_key_same_partition_and_spread() {

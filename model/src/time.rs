@@ -29,7 +29,8 @@ pub fn check_instant(ns: i64) -> Result<i64, &'static str> {
 /// A point in time as a client may send it: RFC 3339 text or Unix epoch milliseconds.
 #[derive(Clone, Debug, PartialEq)]
 pub enum TimeInput {
-    Text(String),
+    /// Text, read as it is parsed (no copy of it is kept): the instant, or why it is none.
+    Text(Result<i64, &'static str>),
     EpochMillis(f64),
     /// OTLP sends nanoseconds; the JSON API never produces this variant.
     EpochNanos(i64),
@@ -39,10 +40,15 @@ impl TimeInput {
     /// Unix nanoseconds within the accepted range, or why the value is not such a time.
     pub fn to_unix_nanos(&self) -> Result<i64, &'static str> {
         match self {
-            TimeInput::Text(s) => parse_text(s),
+            TimeInput::Text(read) => *read,
             TimeInput::EpochMillis(ms) => millis_to_nanos(*ms),
             TimeInput::EpochNanos(n) => check_instant(*n),
         }
+    }
+
+    /// A time sent as text: RFC 3339, or integer epoch milliseconds.
+    pub fn text(text: &str) -> TimeInput {
+        TimeInput::Text(parse_text(text))
     }
 }
 
@@ -136,7 +142,7 @@ impl<'de> Deserialize<'de> for TimeInput {
                 f.write_str("an RFC 3339 date-time string or Unix epoch milliseconds")
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<TimeInput, E> {
-                Ok(TimeInput::Text(v.to_owned()))
+                Ok(TimeInput::text(v))
             }
             // Integers past 2^53 lose precision as f64, but all of them are out of range.
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<TimeInput, E> {
@@ -177,7 +183,7 @@ mod tests {
 
     #[test]
     fn accepts_rfc3339_and_epoch_millis() {
-        let a = TimeInput::Text("2026-11-22T10:15:30.123Z".into()).to_unix_nanos().unwrap();
+        let a = TimeInput::text("2026-11-22T10:15:30.123Z").to_unix_nanos().unwrap();
         let b = TimeInput::EpochMillis(1_795_342_530_123.0).to_unix_nanos().unwrap();
         assert_eq!(a, b);
         assert_eq!(format_nanos(a), "2026-11-22T10:15:30.123Z");
@@ -220,7 +226,7 @@ mod tests {
 
     #[test]
     fn rejects_garbage() {
-        assert!(TimeInput::Text("yesterday".into()).to_unix_nanos().is_err());
+        assert!(TimeInput::text("yesterday").to_unix_nanos().is_err());
         assert!(TimeInput::EpochMillis(-1.0).to_unix_nanos().is_err());
         assert!(TimeInput::EpochMillis(f64::NAN).to_unix_nanos().is_err());
     }

@@ -10,8 +10,10 @@ use opentelemetry_proto::tonic::metrics::v1::{metric, number_data_point, Aggrega
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{span, status, ResourceSpans};
 use sextant_model::attributes::{AttributeSink, MAX_ATTRIBUTES};
-use sextant_model::ingest::{self, DurationInput, FieldError, HostMetricInput, LogInput, SpanInput, MAX_BATCH_OBJECTS};
-use sextant_model::row::{Attribute, HostMetric, LogRecord, Span, Value};
+use sextant_model::ingest::{
+    self, DurationInput, FieldError, HostMetricInput, Keyword, LogInput, SpanInput, MAX_BATCH_OBJECTS,
+};
+use sextant_model::row::{Attribute, HostMetric, LogRecord, Span, SpanStatus, Value};
 use sextant_model::time::TimeInput;
 
 /// At most this many spans, log records or host samples are stored from one request; the rest
@@ -349,14 +351,11 @@ fn span_input<A: Sink>(ctx: &Context, s: &opentelemetry_proto::tonic::trace::v1:
         operation: s.name.clone(),
         timestamp: nanos(s.start_time_unix_nano),
         duration: DurationInput::Nanos(duration),
-        status: Some(
-            match code {
-                status::StatusCode::Unset => "unset",
-                status::StatusCode::Ok => "ok",
-                status::StatusCode::Error => "error",
-            }
-            .into(),
-        ),
+        status: Some(Keyword(Some(match code {
+            status::StatusCode::Unset => SpanStatus::Unset,
+            status::StatusCode::Ok => SpanStatus::Ok,
+            status::StatusCode::Error => SpanStatus::Error,
+        }))),
         attributes: ctx.merge(own),
     })
 }
@@ -414,7 +413,7 @@ fn log_input<A: Sink>(
     }
     Ok(LogInput {
         timestamp: nanos(time),
-        level: level(l.severity_number, &l.severity_text).into(),
+        level: Keyword::of(level(l.severity_number, &l.severity_text)),
         service: ctx.service.clone(),
         message: l.body.as_ref().map(text).unwrap_or_default(),
         trace_id: id(&l.trace_id, 16, "trace_id", true)?,
