@@ -170,7 +170,7 @@ fn corrupted_manifests_are_errors() {
 
 #[test]
 fn corrupted_raft_logs_are_errors() {
-    short("raft_log", 3_000, 256, targets::raft_log);
+    short("raft_log", 3_000, 1024, targets::raft_log);
 }
 
 /// The Raft log seeds reach the entries: the fixture as is, as a whole file, and rebuilt
