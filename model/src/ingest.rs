@@ -78,13 +78,23 @@ pub trait Named: Sized {
 }
 
 impl Named for SpanStatus {
+    /// An empty status is unset.
     fn named(word: &str) -> Option<Self> {
-        match word {
-            w if w.is_empty() || w.eq_ignore_ascii_case("unset") => Some(SpanStatus::Unset),
-            w if w.eq_ignore_ascii_case("ok") => Some(SpanStatus::Ok),
-            w if w.eq_ignore_ascii_case("error") => Some(SpanStatus::Error),
-            _ => None,
+        if word.is_empty() {
+            return Some(SpanStatus::Unset);
         }
+        [SpanStatus::Unset, SpanStatus::Ok, SpanStatus::Error]
+            .into_iter()
+            .find(|&s| word.eq_ignore_ascii_case(status_name(s)))
+    }
+}
+
+/// A span status as the API writes it.
+pub fn status_name(status: SpanStatus) -> &'static str {
+    match status {
+        SpanStatus::Unset => "unset",
+        SpanStatus::Ok => "ok",
+        SpanStatus::Error => "error",
     }
 }
 

@@ -13,9 +13,10 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sextant_model::attributes;
+use sextant_model::ingest::status_name;
 use sextant_model::partition::group_of;
 use sextant_model::query::{TraceKey, TraceList, TraceListPlan};
-use sextant_model::row::{Span, SpanStatus, TraceSummary};
+use sextant_model::row::{Span, TraceSummary};
 use sextant_model::time::format_nanos;
 use sextant_model::TraceId;
 
@@ -45,11 +46,7 @@ pub struct SpanJson {
 
 impl From<&Span> for SpanJson {
     fn from(s: &Span) -> Self {
-        let status = match s.status {
-            SpanStatus::Ok => "ok",
-            SpanStatus::Error => "error",
-            SpanStatus::Unset => "unset",
-        };
+        let status = status_name(s.status);
         SpanJson {
             trace_id: s.trace_id.clone(),
             span_id: s.span_id.clone(),

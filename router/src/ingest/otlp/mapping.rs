@@ -13,7 +13,7 @@ use sextant_model::attributes::{AttributeSink, MAX_ATTRIBUTES};
 use sextant_model::ingest::{
     self, DurationInput, FieldError, HostMetricInput, Keyword, LogInput, SpanInput, MAX_BATCH_OBJECTS,
 };
-use sextant_model::row::{Attribute, HostMetric, LogRecord, Span, SpanStatus, Value};
+use sextant_model::row::{Attribute, HostMetric, LogLevel, LogRecord, Span, SpanStatus, Value};
 use sextant_model::time::TimeInput;
 
 /// At most this many spans, log records or host samples are stored from one request; the rest
@@ -378,22 +378,20 @@ pub fn logs<A: Sink>(resource_logs: &[ResourceLogs]) -> Mapped<LogRecord<A::Stor
     out
 }
 
-/// OTLP severity numbers 1–24 in six ranges of four; else the severity text; else INFO.
-pub fn level(severity_number: i32, severity_text: &str) -> &'static str {
+/// OTLP severity numbers 1–24 in six ranges of four; else the severity text (a level's name,
+/// `WARNING` or `CRITICAL`, any case); else INFO.
+pub fn level(severity_number: i32, severity_text: &str) -> LogLevel {
     match severity_number {
-        1..=4 => "TRACE",
-        5..=8 => "DEBUG",
-        9..=12 => "INFO",
-        13..=16 => "WARN",
-        17..=20 => "ERROR",
-        21..=24 => "FATAL",
-        _ => match severity_text.trim().to_ascii_uppercase().as_str() {
-            "TRACE" => "TRACE",
-            "DEBUG" => "DEBUG",
-            "WARN" | "WARNING" => "WARN",
-            "ERROR" => "ERROR",
-            "FATAL" | "CRITICAL" => "FATAL",
-            _ => "INFO",
+        1..=4 => LogLevel::Trace,
+        5..=8 => LogLevel::Debug,
+        9..=12 => LogLevel::Info,
+        13..=16 => LogLevel::Warn,
+        17..=20 => LogLevel::Error,
+        21..=24 => LogLevel::Fatal,
+        _ => match severity_text.trim() {
+            t if t.eq_ignore_ascii_case("WARNING") => LogLevel::Warn,
+            t if t.eq_ignore_ascii_case("CRITICAL") => LogLevel::Fatal,
+            t => ingest::parse_level(t).unwrap_or(LogLevel::Info),
         },
     }
 }
@@ -413,7 +411,7 @@ fn log_input<A: Sink>(
     }
     Ok(LogInput {
         timestamp: nanos(time),
-        level: Keyword::of(level(l.severity_number, &l.severity_text)),
+        level: Keyword(Some(level(l.severity_number, &l.severity_text))),
         service: ctx.service.clone(),
         message: l.body.as_ref().map(text).unwrap_or_default(),
         trace_id: id(&l.trace_id, 16, "trace_id", true)?,
@@ -954,11 +952,12 @@ mod tests {
 
     #[test]
     fn severity_numbers_fall_into_six_levels() {
-        let levels: Vec<&str> = [1, 4, 5, 9, 13, 17, 21, 24].iter().map(|n| level(*n, "")).collect();
+        let name = |n, text| ingest::level_name(level(n, text));
+        let levels: Vec<&str> = [1, 4, 5, 9, 13, 17, 21, 24].iter().map(|n| name(*n, "")).collect();
         assert_eq!(levels, ["TRACE", "TRACE", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "FATAL"]);
-        assert_eq!(level(0, "Warning"), "WARN");
-        assert_eq!(level(0, ""), "INFO");
-        assert_eq!(level(99, "error"), "ERROR");
+        assert_eq!(name(0, "Warning"), "WARN");
+        assert_eq!(name(0, ""), "INFO");
+        assert_eq!(name(99, "error"), "ERROR");
     }
 
     #[test]
