@@ -462,7 +462,8 @@ const RAFT_LOG_GROUPS: std::ops::RangeInclusive<u64> = 0..=255;
 
 /// Records of the Raft log made from `data`, each with a valid checksum, so that the readers
 /// of their bodies are reached: per record its kind (u8), its group (u8), its body's length (u16
-/// LE) and the body (cut short at the end of the input).
+/// LE) and the body (cut short at the end of the input). Not written by the log's own writer,
+/// which takes only the kinds it knows.
 fn raft_log_records(mut data: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     while let [kind, group, l0, l1, rest @ ..] = data {
@@ -497,6 +498,7 @@ pub fn raft_log_entries(data: &[u8]) -> Option<usize> {
     let (&mode, rest) = data.split_first()?;
     let file = match mode {
         0 => rest.to_vec(),
+        // The fixture's 16-byte header, then the records.
         1 => [&RAFT_LOG_V1[..16], &raft_log_records(rest)].concat(),
         _ => corrupt(RAFT_LOG_V1, rest),
     };
