@@ -120,9 +120,13 @@ pub fn run(args: StorageBenchArgs) -> anyhow::Result<()> {
     let (mut json_bytes, mut objects, mut index) = (0u64, 0u64, 0u64);
     let mut trace_ids = Vec::new();
     let started = Instant::now();
-    let checkpoint = |shard: &mut SegmentShard, index: u64| -> anyhow::Result<()> {
+    // The flushes run on this thread: their CPU time is this thread's while they run.
+    let mut flush_cpu = 0.0;
+    let mut checkpoint = |shard: &mut SegmentShard, index: u64| -> anyhow::Result<()> {
         let meta = SnapshotMeta { snapshot_id: format!("bench-{index}"), ..Default::default() };
+        let cpu = crate::loadgen::thread_cpu_seconds();
         shard.begin_checkpoint(meta)()?;
+        flush_cpu += crate::loadgen::thread_cpu_seconds() - cpu;
         Ok(())
     };
     for b in 0..args.objects.div_ceil(BATCH) {
@@ -196,6 +200,7 @@ pub fn run(args: StorageBenchArgs) -> anyhow::Result<()> {
         "disk_bytes_per_object": total as f64 / objects as f64,
         "disk_to_json_ratio": total as f64 / json_bytes as f64,
         "write_objects_per_sec": objects as f64 / write_secs,
+        "flush_cpu_us_per_object": 1e6 * flush_cpu / objects.max(1) as f64,
         "merges": merges,
     });
 

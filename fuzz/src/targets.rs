@@ -452,19 +452,20 @@ fn with_checksum(mut body: Vec<u8>) -> Vec<u8> {
     body
 }
 
-/// The Raft log file of format 1 committed as a fixture: every kind of record (entries, a
-/// vote, committed and purged marks, a truncation, a dropped group), for [`raft_log`] to edit.
+/// The Raft log files of formats 1 and 2 committed as fixtures: every kind of record (entries,
+/// a vote, committed and purged marks, a truncation, a dropped group), for [`raft_log`] to edit.
 const RAFT_LOG_V1: &[u8] = include_bytes!("../../node/src/persist/fixtures/raft-log-v1/00000000000000000001.sxwl");
+const RAFT_LOG_V2: &[u8] = include_bytes!("../../node/src/persist/fixtures/raft-log-v2/00000000000000000001.sxwl");
 
 /// The groups [`raft_log`] reads back: the fixture's (3 and 7) and every group a record made
 /// from the input can name (one byte).
 const RAFT_LOG_GROUPS: std::ops::RangeInclusive<u64> = 0..=255;
 
-/// Records of the Raft log made from `data`, each with a valid checksum, so that the readers
-/// of their bodies are reached: per record its kind (u8), its group (u8), its body's length (u16
-/// LE) and the body (cut short at the end of the input). Not written by the log's own writer,
-/// which takes only the kinds it knows.
-fn raft_log_records(mut data: &[u8]) -> Vec<u8> {
+/// Records of the Raft log made from `data`, each with a valid checksum (seeded with `seed`, as
+/// the file's format has it), so that the readers of their bodies are reached: per record its
+/// kind (u8), its group (u8), its body's length (u16 LE) and the body (cut short at the end of
+/// the input). Not written by the log's own writer, which takes only the kinds it knows.
+fn raft_log_records(mut data: &[u8], seed: u64) -> Vec<u8> {
     let mut out = Vec::new();
     while let [kind, group, l0, l1, rest @ ..] = data {
         let body = &rest[..usize::from(u16::from_le_bytes([*l0, *l1])).min(rest.len())];
@@ -472,7 +473,7 @@ fn raft_log_records(mut data: &[u8]) -> Vec<u8> {
         out.extend_from_slice(&(body.len() as u32).to_le_bytes());
         out.push(*kind);
         out.extend_from_slice(&u64::from(*group).to_le_bytes());
-        let mut sum = xxhash_rust::xxh3::Xxh3::new();
+        let mut sum = xxhash_rust::xxh3::Xxh3::with_seed(seed);
         sum.update(&out[start + 4..]);
         sum.update(body);
         out.extend_from_slice(&sum.digest().to_le_bytes());
@@ -484,8 +485,9 @@ fn raft_log_records(mut data: &[u8]) -> Vec<u8> {
 
 /// The Raft log as a node opens it at startup (`LogDb::open`), then every group read as
 /// openraft reads it: its state, vote, committed mark and entries. First byte: 0 — the rest is
-/// the whole file; 1 — the rest as records with valid checksums ([`raft_log_records`]) after a
-/// valid header; else — edits ([`corrupt`]) of the format 1 fixture.
+/// the whole file; 1 and 3 — the rest as records with valid checksums ([`raft_log_records`])
+/// after a valid header of format 1 and 2; 2 and else — edits ([`corrupt`]) of the format 1
+/// and 2 fixtures.
 pub fn raft_log(data: &[u8]) {
     let _ = raft_log_entries(data);
 }
@@ -498,9 +500,11 @@ pub fn raft_log_entries(data: &[u8]) -> Option<usize> {
     let (&mode, rest) = data.split_first()?;
     let file = match mode {
         0 => rest.to_vec(),
-        // The fixture's 16-byte header, then the records.
-        1 => [&RAFT_LOG_V1[..16], &raft_log_records(rest)].concat(),
-        _ => corrupt(RAFT_LOG_V1, rest),
+        // The fixtures' 16-byte headers (file 1), then the records.
+        1 => [&RAFT_LOG_V1[..16], &raft_log_records(rest, 0)].concat(),
+        3 => [&RAFT_LOG_V2[..16], &raft_log_records(rest, 1)].concat(),
+        2 => corrupt(RAFT_LOG_V1, rest),
+        _ => corrupt(RAFT_LOG_V2, rest),
     };
     let dir = tempfile::tempdir().expect("temporary directory");
     std::fs::write(dir.path().join("00000000000000000001.sxwl"), file).expect("log file written");

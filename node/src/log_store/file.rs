@@ -1,7 +1,9 @@
 //! The files of the Raft log, in the format of docs/ARCHITECTURE.md, "Persisted formats": a
 //! header (`SXWL`, the format version and the file's sequence number, 16 bytes), then records
 //! one after another. A record is its body's length (u32 LE), its kind (u8), its group (u64
-//! LE), the xxh3-64 of kind, group and body (u64 LE), then the body.
+//! LE), the xxh3-64 of kind, group and body (u64 LE), then the body. Format 2 seeds that hash
+//! with the file's sequence number (format 1 with 0): files are reused, and the records of a
+//! file's earlier life never read as its own.
 
 use std::fs::File;
 use std::io;
@@ -13,7 +15,7 @@ use xxhash_rust::xxh3::Xxh3;
 use crate::types::GroupId;
 
 const MAGIC: [u8; 4] = *b"SXWL";
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 pub const FILE_HEADER: usize = 16;
 pub const RECORD_HEADER: usize = 21;
 /// Bytes of an entry record's body before the entry: its index (u64 LE).
@@ -69,6 +71,15 @@ pub fn name(seq: u64) -> String {
     format!("{seq:020}.sxwl")
 }
 
+/// A file no longer part of the log, kept to be written over as a later one.
+pub fn spare_name(seq: u64) -> String {
+    format!("{seq:020}.spare")
+}
+
+pub fn is_spare(name: &str) -> bool {
+    name.strip_suffix(".spare").is_some_and(|digits| digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// The sequence number of a log file's name.
 pub fn seq_of(name: &str) -> Option<u64> {
     let digits = name.strip_suffix(".sxwl")?;
@@ -83,28 +94,39 @@ pub fn header(seq: u64) -> [u8; FILE_HEADER] {
     h
 }
 
-/// Checks a file's header; `Ok(false)` when it is shorter than a header (torn at creation).
-pub fn check_header(bytes: &[u8], seq: u64) -> io::Result<bool> {
+/// The seed of the checksums of file `seq`'s records, as format `version` writes them.
+pub fn seed(version: u32, seq: u64) -> u64 {
+    if version == 1 {
+        0
+    } else {
+        seq
+    }
+}
+
+/// Checks a file's header and gives the seed of its records' checksums; `Ok(None)` when it is
+/// shorter than a header (torn at creation).
+pub fn check_header(bytes: &[u8], seq: u64) -> io::Result<Option<u64>> {
     if bytes.len() < FILE_HEADER {
-        return Ok(false);
+        return Ok(None);
     }
     if bytes[..4] != MAGIC {
         return Err(io::Error::other("not a Sextant Raft log file"));
     }
     let version = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
-    if version != VERSION {
+    if !(1..=VERSION).contains(&version) {
         return Err(io::Error::other(format!(
-            "unsupported Raft log file format {version} (this build reads {VERSION})"
+            "unsupported Raft log file format {version} (this build reads 1 to {VERSION})"
         )));
     }
     let named = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
     if named != seq {
         return Err(io::Error::other(format!("the file says it is number {named}")));
     }
-    Ok(true)
+    Ok(Some(seed(version, seq)))
 }
 
-/// Appends a record to `out`; `body` writes its body (so an entry is encoded in place).
+/// Appends a record to `out`, its checksum left to [`seal`] once the file it goes to is
+/// known; `body` writes its body (so an entry is encoded in place).
 pub fn put(
     out: &mut Vec<u8>,
     kind: Kind,
@@ -120,13 +142,24 @@ pub fn put(
     record[..4].copy_from_slice(&len.to_le_bytes());
     record[4] = kind.code();
     record[5..13].copy_from_slice(&group.to_le_bytes());
-    let sum = checksum(&record[4..13], &record[RECORD_HEADER..]);
-    record[13..21].copy_from_slice(&sum.to_le_bytes());
     Ok(())
 }
 
-fn checksum(kind_group: &[u8], body: &[u8]) -> u64 {
-    let mut h = Xxh3::new();
+/// Sets the checksum of every record of `records` (whole records, as [`put`] wrote them or
+/// [`read_at`] read them) for a file whose records are seeded with `seed`.
+pub fn seal(records: &mut [u8], seed: u64) {
+    let mut rest = records;
+    while !rest.is_empty() {
+        let len = RECORD_HEADER + u32::from_le_bytes(rest[..4].try_into().expect("4 bytes")) as usize;
+        let (record, after) = rest.split_at_mut(len);
+        let sum = checksum(seed, &record[4..13], &record[RECORD_HEADER..]);
+        record[13..21].copy_from_slice(&sum.to_le_bytes());
+        rest = after;
+    }
+}
+
+fn checksum(seed: u64, kind_group: &[u8], body: &[u8]) -> u64 {
+    let mut h = Xxh3::with_seed(seed);
     h.update(kind_group);
     h.update(body);
     h.digest()
@@ -141,9 +174,10 @@ pub struct Record<'a> {
     pub len: usize,
 }
 
-/// The record at the start of `bytes`: `Ok(None)` at the end, an error for a record that is
-/// cut short or does not match its checksum (a torn write, or damage).
-pub fn parse(bytes: &[u8]) -> io::Result<Option<Record<'_>>> {
+/// The record at the start of `bytes`, of a file whose records are seeded with `seed`:
+/// `Ok(None)` at the end, an error for a record that is cut short or does not match its
+/// checksum (a torn write, damage, or the bytes of the file's earlier life).
+pub fn parse(bytes: &[u8], seed: u64) -> io::Result<Option<Record<'_>>> {
     if bytes.is_empty() {
         return Ok(None);
     }
@@ -155,7 +189,7 @@ pub fn parse(bytes: &[u8]) -> io::Result<Option<Record<'_>>> {
     let total = total.ok_or_else(|| io::Error::other("a record cut short"))?;
     let body = &bytes[RECORD_HEADER..total];
     let sum = u64::from_le_bytes(bytes[13..21].try_into().expect("8 bytes"));
-    if checksum(&bytes[4..13], body) != sum {
+    if checksum(seed, &bytes[4..13], body) != sum {
         return Err(io::Error::other("a record that does not match its checksum"));
     }
     let kind = Kind::of(bytes[4]).ok_or_else(|| io::Error::other(format!("a record of unknown kind {}", bytes[4])))?;
@@ -163,28 +197,44 @@ pub fn parse(bytes: &[u8]) -> io::Result<Option<Record<'_>>> {
     Ok(Some(Record { kind, group, body, len: total }))
 }
 
-/// Reads the record of `len` bytes at `offset` of `file`, checked.
-pub fn read_at(file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+/// Reads the record of `len` bytes at `offset` of `file` (seeded with `seed`), checked.
+pub fn read_at(file: &File, seed: u64, offset: u64, len: usize) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; len];
     file.read_exact_at(&mut buf, offset)?;
-    match parse(&buf)? {
+    match parse(&buf, seed)? {
         Some(r) if r.len == len => Ok(buf),
         _ => Err(io::Error::other("a record of another length than indexed")),
     }
 }
 
-/// Creates log file `seq` in `dir` holding its header and `records`, durably (file and
-/// directory synced).
-pub fn create(dir: &Path, seq: u64, records: &[u8]) -> io::Result<File> {
+/// Creates log file `seq` in `dir` holding its header and `records` (sealed here), durably
+/// (file and directory synced).
+pub fn create(dir: &Path, seq: u64, records: &mut [u8]) -> io::Result<File> {
     let file =
         std::fs::OpenOptions::new().read(true).write(true).create_new(true).mode(0o600).open(dir.join(name(seq)))?;
+    begin(&file, seq, records)?;
+    crate::durable::sync_dir(dir)?;
+    Ok(file)
+}
+
+/// Makes `spare` (a file of `dir` named by [`spare_name`], open for writing) log file `seq`,
+/// holding its header and `records` (sealed here) over the bytes it held, durably. What follows
+/// them is the file's earlier life, whose checksums fail: a replay ends the file there.
+/// Writing over pages the kernel holds already, on blocks the file has, took about half the
+/// CPU of writing a new file (docs/BENCHMARKS.md, "Raft log files written over").
+pub fn reuse(dir: &Path, spare: u64, file: &File, seq: u64, records: &mut [u8]) -> io::Result<()> {
+    begin(file, seq, records)?;
+    std::fs::rename(dir.join(spare_name(spare)), dir.join(name(seq)))?;
+    crate::durable::sync_dir(dir)
+}
+
+fn begin(file: &File, seq: u64, records: &mut [u8]) -> io::Result<()> {
+    seal(records, seed(VERSION, seq));
     let mut bytes = Vec::with_capacity(FILE_HEADER + records.len());
     bytes.extend_from_slice(&header(seq));
     bytes.extend_from_slice(records);
     file.write_all_at(&bytes, 0)?;
-    file.sync_data()?;
-    crate::durable::sync_dir(dir)?;
-    Ok(file)
+    file.sync_data()
 }
 
 #[cfg(test)]
@@ -200,6 +250,10 @@ mod tests {
         })
         .unwrap();
         put(&mut out, Kind::Drop, 9, |_| Ok(())).unwrap();
+        seal(&mut out, 4);
+        fn parse(bytes: &[u8]) -> io::Result<Option<Record<'_>>> {
+            super::parse(bytes, 4)
+        }
         let first = parse(&out).unwrap().unwrap();
         assert_eq!(
             (first.kind, first.group, first.body, first.len),
@@ -222,6 +276,26 @@ mod tests {
         }
     }
 
+    /// A file written over keeps the bytes of its earlier life after its own records; their
+    /// checksums, seeded with another sequence number, end the file there.
+    #[test]
+    fn a_record_of_another_file_does_not_read_as_this_ones() {
+        let mut out = Vec::new();
+        put(&mut out, Kind::Entry, 7, |b| {
+            b.extend_from_slice(b"entry");
+            Ok(())
+        })
+        .unwrap();
+        seal(&mut out, 4);
+        assert!(parse(&out, 4).unwrap().is_some());
+        let err = parse(&out, 5).err().unwrap().to_string();
+        assert!(err.contains("checksum"), "{err}");
+        // Format 1's seed: a file of format 2 (sequence numbers from 1) never has it.
+        assert!(parse(&out, seed(1, 4)).is_err());
+        seal(&mut out, seed(VERSION, 4));
+        assert!(parse(&out, 4).unwrap().is_some());
+    }
+
     #[test]
     fn file_names_sort_by_sequence() {
         assert_eq!(seq_of(&name(42)), Some(42));
@@ -229,5 +303,7 @@ mod tests {
         assert!(name(9) < name(10));
         assert_eq!(seq_of("42.sxwl"), None);
         assert_eq!(seq_of("journal.jnl"), None);
+        assert_eq!(seq_of(&spare_name(42)), None);
+        assert!(is_spare(&spare_name(42)) && !is_spare(&name(42)) && !is_spare("x.spare"));
     }
 }

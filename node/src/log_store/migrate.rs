@@ -98,7 +98,7 @@ fn copy(from: &Path, to: &Path) -> anyhow::Result<()> {
         put(&mut records, Kind::Entry, group, [&u64::from_be_bytes(index).to_le_bytes(), &value])?;
     }
     if !records.is_empty() {
-        file::create(to, seq, &records)?;
+        file::create(to, seq, &mut records)?;
     }
     Ok(())
 }

@@ -8,10 +8,12 @@
 //! written once: the file is the log.
 //!
 //! Past [`FILE_BYTES`] the log goes on in a new file, which begins with every group's vote,
-//! committed and purged marks, so that no older file is needed for them. A file is deleted
+//! committed and purged marks, so that no older file is needed for them. A file leaves the log
 //! once none of its entries is live (purged, truncated or dropped); one that removes entries
 //! (a truncation or a drop) only once it is the oldest, so that what it removed never comes
-//! back on a replay. A file mostly purged has its live entries copied to the current file, so
+//! back on a replay. As many files as the log began since the last pass are kept as spares,
+//! written over as the next files (writing a new file took twice the CPU); the rest are
+//! deleted. A file mostly purged has its live entries copied to the current file, so
 //! that one slow group does not hold whole files of others' purged entries on disk.
 //!
 //! At startup the files are read in order; a torn record at the end of the last file (a crash
@@ -48,6 +50,9 @@ const FILE_BYTES: u64 = 64 << 20;
 /// entry back to apply it and to send it to followers, moments after appending it.
 const RECENT_BYTES: usize = 32 << 20;
 
+/// At most this many files no longer in the log are kept to be written over.
+const MAX_SPARES: usize = 8;
+
 /// Pause between two passes of the `log-reclaim` thread.
 const RECLAIM_INTERVAL: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -77,6 +82,16 @@ struct LogFile {
     live: u64,
     /// Holds a record that removes entries ([`Kind::removes`]).
     removes: bool,
+    /// The seed of its records' checksums ([`file::seed`]).
+    seed: u64,
+}
+
+/// A file no longer in the log, named by [`file::spare_name`], kept to be written over.
+struct Spare {
+    seq: u64,
+    /// Readers may still hold it for an entry read before the file left the log: it is written
+    /// over only once they let go.
+    file: Arc<File>,
 }
 
 #[derive(Default)]
@@ -89,6 +104,9 @@ struct Inner {
     /// unknown until a restart reads it again.
     failed: Option<String>,
     recent: Recent,
+    spares: Vec<Spare>,
+    /// Files begun since the last reclaim pass: how many spares the next pass keeps.
+    begun: usize,
 }
 
 /// The entries appended last, by group and index, with where they were written (an entry
@@ -174,11 +192,20 @@ impl Inner {
 
     /// Begins log file `seq` with every group's marks, and appends to it from now on.
     fn begin_file(&mut self, dir: &Path, seq: u64) -> io::Result<()> {
-        let marks = self.marks()?;
-        let f = file::create(dir, seq, &marks)?;
+        let mut marks = self.marks()?;
+        let unread = self.spares.iter().position(|s| Arc::strong_count(&s.file) == 1);
+        let f = match unread.map(|i| self.spares.swap_remove(i)) {
+            Some(spare) => {
+                file::reuse(dir, spare.seq, &spare.file, seq, &mut marks)?;
+                spare.file
+            }
+            None => Arc::new(file::create(dir, seq, &mut marks)?),
+        };
         let len = (file::FILE_HEADER + marks.len()) as u64;
-        self.files.insert(seq, LogFile { file: Arc::new(f), len, live: 0, removes: false });
+        let seed = file::seed(file::VERSION, seq);
+        self.files.insert(seq, LogFile { file: f, len, live: 0, removes: false, seed });
         self.current = seq;
+        self.begun += 1;
         Ok(())
     }
 
@@ -234,9 +261,10 @@ impl Shared {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Appends `records` to the current file (after starting a new one if it is full), then
-    /// lets `then` update the index with the file and offset they went to. Not synced.
-    fn write(&self, records: &[u8], then: impl FnOnce(&mut Inner, u64, u64)) -> io::Result<()> {
+    /// Appends `records` ([`file::put`]) to the current file (after starting a new one if it is
+    /// full), sealed for it, then lets `then` update the index with the file and offset they
+    /// went to. Not synced.
+    fn write(&self, records: &mut [u8], then: impl FnOnce(&mut Inner, u64, u64)) -> io::Result<()> {
         let mut inner = self.lock();
         if let Some(why) = &inner.failed {
             return Err(io::Error::other(format!("the Raft log refuses writes since {why}")));
@@ -254,12 +282,13 @@ impl Shared {
         }
     }
 
-    fn write_locked(&self, inner: &mut Inner, records: &[u8]) -> io::Result<(u64, u64)> {
+    fn write_locked(&self, inner: &mut Inner, records: &mut [u8]) -> io::Result<(u64, u64)> {
         if inner.files[&inner.current].len >= self.file_bytes {
             self.start_file(inner)?;
         }
         let current = inner.current;
         let f = inner.files.get_mut(&current).expect("the current file is open");
+        file::seal(records, f.seed);
         let offset = f.len;
         f.file.write_all_at(records, offset)?;
         f.len += records.len() as u64;
@@ -269,7 +298,13 @@ impl Shared {
     /// Closes the current file (synced, so that nothing after it can outlive it) and begins
     /// the next.
     fn start_file(&self, inner: &mut Inner) -> io::Result<()> {
-        inner.files[&inner.current].file.sync_data()?;
+        let current = &inner.files[&inner.current];
+        // A file written over ends where its own records do: only the last file may hold
+        // anything else after them.
+        if current.file.metadata()?.len() > current.len {
+            current.file.set_len(current.len)?;
+        }
+        current.file.sync_data()?;
         inner.begin_file(&self.dir, inner.current + 1)
     }
 
@@ -287,10 +322,12 @@ impl Shared {
 
     /// Gives back the disk space of purged entries: copies the live entries of files at least
     /// half purged to the current file, the sparsest first, until the closed files with live
-    /// entries hold at most twice those and one file more; then deletes every file no longer
-    /// needed. Entries of busy groups die at their group's next flush: copied sooner, each
-    /// would be written twice.
+    /// entries hold at most twice those and one file more; then takes every file no longer
+    /// needed out of the log, keeping as many spares as files were begun since the last pass.
+    /// Entries of busy groups die at their group's next flush: copied sooner, each would be
+    /// written twice.
     fn reclaim(&self) -> io::Result<()> {
+        let keep = std::mem::take(&mut self.lock().begun).min(MAX_SPARES);
         let sparse: Vec<u64> = {
             let inner = self.lock();
             let held: Vec<(u64, &LogFile)> = inner
@@ -319,7 +356,7 @@ impl Shared {
             self.copy_forward(seq)?;
         }
         loop {
-            let gone: Vec<u64> = {
+            let gone: Vec<(u64, Arc<File>)> = {
                 let mut inner = self.lock();
                 let current = inner.current;
                 let idle = |seq: &u64, f: &LogFile| *seq != current && f.live == 0;
@@ -330,26 +367,41 @@ impl Shared {
                 if gone.is_empty() {
                     gone.extend(inner.files.iter().next().filter(|(seq, f)| idle(seq, f)).map(|(seq, _)| *seq));
                 }
-                for seq in &gone {
-                    inner.files.remove(seq);
-                }
-                gone
+                gone.into_iter().filter_map(|seq| Some((seq, inner.files.remove(&seq)?.file))).collect()
             };
             if gone.is_empty() {
-                return Ok(());
+                break;
             }
             // What made their entries dead (purge marks, truncations, copies) is durable first.
             self.sync()?;
-            for seq in &gone {
-                std::fs::remove_file(self.dir.join(file::name(*seq)))?;
+            for (seq, file) in gone {
+                let path = self.dir.join(file::name(seq));
+                if self.lock().spares.len() < keep {
+                    std::fs::rename(&path, self.dir.join(file::spare_name(seq)))?;
+                    self.lock().spares.push(Spare { seq, file });
+                } else {
+                    std::fs::remove_file(&path)?;
+                }
             }
             crate::durable::sync_dir(&self.dir)?;
         }
+        let extra: Vec<Spare> = {
+            let mut inner = self.lock();
+            let n = inner.spares.len().saturating_sub(keep);
+            inner.spares.drain(..n).collect()
+        };
+        if !extra.is_empty() {
+            for spare in extra {
+                std::fs::remove_file(self.dir.join(file::spare_name(spare.seq)))?;
+            }
+            crate::durable::sync_dir(&self.dir)?;
+        }
+        Ok(())
     }
 
     /// Writes the live entries of file `seq` again, to the current file.
     fn copy_forward(&self, seq: u64) -> io::Result<()> {
-        let (file, live) = {
+        let (file, seed, live) = {
             let inner = self.lock();
             let Some(f) = inner.files.get(&seq) else { return Ok(()) };
             let live: Vec<(GroupId, u64, Loc)> = inner
@@ -358,13 +410,13 @@ impl Shared {
                 .flat_map(|(g, group)| group.entries.iter().map(move |(i, loc)| (*g, *i, *loc)))
                 .filter(|(_, _, loc)| loc.file == seq)
                 .collect();
-            (f.file.clone(), live)
+            (f.file.clone(), f.seed, live)
         };
         let mut records = Vec::new();
         for (_, _, loc) in &live {
-            records.extend_from_slice(&file::read_at(&file, loc.offset, loc.len as usize)?);
+            records.extend_from_slice(&file::read_at(&file, seed, loc.offset, loc.len as usize)?);
         }
-        self.write(&records, |inner, to, at| {
+        self.write(&mut records, |inner, to, at| {
             let mut offset = at;
             for (group, index, old) in live {
                 let new = Loc { file: to, offset, len: old.len };
@@ -378,36 +430,48 @@ impl Shared {
     }
 }
 
-/// Reads the log files of `dir` in order into the index; cuts a torn tail off the last file.
+/// Reads the log files of `dir` in order into the index; cuts the last file after its last
+/// whole record. Spares are kept for writing over, up to [`MAX_SPARES`].
 fn replay(dir: &Path) -> io::Result<Inner> {
-    let mut seqs: Vec<u64> = std::fs::read_dir(dir)?
-        .map(|e| e.map(|e| file::seq_of(&e.file_name().to_string_lossy())))
-        .filter_map(Result::transpose)
+    let names: Vec<String> = std::fs::read_dir(dir)?
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
         .collect::<io::Result<_>>()?;
+    let mut seqs: Vec<u64> = names.iter().filter_map(|n| file::seq_of(n)).collect();
     seqs.sort_unstable();
     let mut inner = Inner::default();
+    for name in names.iter().filter(|n| file::is_spare(n)) {
+        let path = dir.join(name);
+        let seq = name[..20].parse().expect("twenty digits");
+        if inner.spares.len() < MAX_SPARES {
+            let f = std::fs::OpenOptions::new().read(true).write(true).open(&path)?;
+            inner.spares.push(Spare { seq, file: Arc::new(f) });
+        } else {
+            std::fs::remove_file(&path)?;
+        }
+    }
     for (n, &seq) in seqs.iter().enumerate() {
         let last = n + 1 == seqs.len();
         let path = dir.join(file::name(seq));
         let named = |e: io::Error| io::Error::other(format!("Raft log file {}: {e}", path.display()));
         let bytes = std::fs::read(&path).map_err(named)?;
-        if !file::check_header(&bytes, seq).map_err(named)? {
+        let Some(seed) = file::check_header(&bytes, seq).map_err(named)? else {
             if last {
                 // Created, never written: a crash in `file::create`.
                 std::fs::remove_file(&path).map_err(named)?;
                 continue;
             }
             return Err(named(io::Error::other("shorter than its header")));
-        }
+        };
         let f = std::fs::OpenOptions::new().read(true).write(true).open(&path).map_err(named)?;
-        inner.files.insert(seq, LogFile { file: Arc::new(f), len: 0, live: 0, removes: false });
+        inner.files.insert(seq, LogFile { file: Arc::new(f), len: 0, live: 0, removes: false, seed });
         let mut at = file::FILE_HEADER;
         loop {
-            let record = match file::parse(&bytes[at..]) {
+            let record = match file::parse(&bytes[at..], seed) {
                 Ok(Some(r)) => r,
                 Ok(None) => break,
                 Err(e) if last => {
-                    tracing::warn!(file = %path.display(), offset = at, error = %e, "cutting a torn write off the Raft log");
+                    // A torn write, or the bytes of the file's earlier life (it was a spare).
+                    tracing::info!(file = %path.display(), offset = at, error = %e, "the Raft log's last file ends here");
                     let f = &inner.files[&seq].file;
                     f.set_len(at as u64).and_then(|_| f.sync_all()).map_err(named)?;
                     break;
@@ -553,7 +617,9 @@ impl LogDb {
         })
         .map_err(io_err)?;
         let mut applied = Ok(());
-        self.shared.write(&record, |inner, seq, _| applied = inner.apply(seq, kind, group, body)).map_err(io_err)?;
+        self.shared
+            .write(&mut record, |inner, seq, _| applied = inner.apply(seq, kind, group, body))
+            .map_err(io_err)?;
         applied.map_err(io_err)
     }
 
@@ -588,7 +654,7 @@ impl LogDb {
             placed.push((entry, start as u64, (records.len() - start) as u32));
         }
         self.shared
-            .write(&records, |inner, seq, at| {
+            .write(&mut records, |inner, seq, at| {
                 for (entry, offset, len) in placed {
                     let (index, loc) = (entry.log_id.index, Loc { file: seq, offset: at + offset, len });
                     inner.remember(group, index, loc);
@@ -647,24 +713,27 @@ impl GroupLog {
 
     /// Reads the entries of `range`, in index order.
     fn read(&self, range: (Bound<u64>, Bound<u64>)) -> Result<Vec<Entry>, StorageError> {
-        let located: Vec<Result<Entry, (Loc, Arc<File>)>> = {
+        let located: Vec<Result<Entry, (Loc, Arc<File>, u64)>> = {
             let inner = self.db.shared.lock();
             let Some(g) = inner.groups.get(&self.group) else { return Ok(Vec::new()) };
             let recent = |(i, loc): (&u64, &Loc)| inner.recent.get(self.group, *i, *loc);
             // A file deleted meanwhile stays readable through its open handle.
             g.entries
                 .range(range)
-                .map(|e| recent(e).ok_or_else(|| (*e.1, inner.files[&e.1.file].file.clone())))
+                .map(|e| {
+                    let f = &inner.files[&e.1.file];
+                    recent(e).ok_or_else(|| (*e.1, f.file.clone(), f.seed))
+                })
                 .collect()
         };
         located
             .into_iter()
             .map(|entry| {
-                let (loc, f) = match entry {
+                let (loc, f, seed) = match entry {
                     Ok(entry) => return Ok(entry),
                     Err(located) => located,
                 };
-                let record = file::read_at(&f, loc.offset, loc.len as usize)
+                let record = file::read_at(&f, seed, loc.offset, loc.len as usize)
                     .map_err(|e| self.unreadable("an entry", io::Error::other(format!("file {}: {e}", loc.file))))?;
                 let body = bytes::Bytes::from(record).slice(file::RECORD_HEADER + ENTRY_PREFIX..);
                 crate::persist::decode_entry(body).map_err(|e| self.unreadable("an entry", e))
@@ -837,7 +906,7 @@ mod tests {
             Ok(())
         })
         .unwrap();
-        db.shared.write(&records, |_, _, _| ()).unwrap();
+        db.shared.write(&mut records, |_, _, _| ()).unwrap();
         db.sync_now().unwrap();
         drop((log, db));
         let db = open(dir.path());
@@ -939,7 +1008,8 @@ mod tests {
         db.sync_now().unwrap();
         db.group(1).purge(id(1, 384)).await.unwrap();
         db.reclaim().unwrap();
-        let on_disk = db.disk_bytes();
+        // Spares aside (files out of the log, to be written over).
+        let on_disk = db.disk_bytes() - spare_bytes(dir.path());
         // Live: group 2's 128 entries and group 3's 4, each with its record's header.
         let live = 132 * ((4 << 10) + 64);
         assert!(on_disk <= 2 * live + 3 * (64 << 10), "{on_disk} bytes on disk for {live} live");
@@ -947,6 +1017,57 @@ mod tests {
         assert_eq!(indexes(&quiet), vec![1, 2, 3, 4], "copied entries read back");
         let busy = db.group(2).try_get_log_entries(..).await.unwrap();
         assert_eq!(indexes(&busy), (1..=128).collect::<Vec<_>>());
+    }
+
+    fn spare_files(dir: &Path) -> Vec<PathBuf> {
+        let all = std::fs::read_dir(dir).unwrap().flatten();
+        all.filter(|e| file::is_spare(&e.file_name().to_string_lossy())).map(|e| e.path()).collect()
+    }
+
+    fn spares(dir: &Path) -> usize {
+        spare_files(dir).len()
+    }
+
+    fn spare_bytes(dir: &Path) -> u64 {
+        spare_files(dir).iter().map(|p| crate::durable::disk_usage(p)).sum()
+    }
+
+    /// A file out of the log is kept as a spare and written over as a later file. The records
+    /// of its earlier life, still on disk after its new ones, never read back: not while it is
+    /// the last file (the replay ends it at its last record of this life), and not once it is
+    /// closed (cut to its own records).
+    #[tokio::test]
+    async fn a_file_written_over_never_reads_back_its_earlier_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let small = || LogDb::open_sized(dir.path(), Arc::new(NodeMetrics::default()), false, 64 << 10).unwrap();
+        let db = small();
+        // Files of 4 KiB entries of group 1, then purged: out of the log, kept as spares.
+        for i in 1..=64 {
+            db.append_entries(1, [entry(1, i, 4 << 10)]).unwrap();
+        }
+        db.sync_now().unwrap();
+        db.group(1).purge(id(1, 64)).await.unwrap();
+        db.reclaim().unwrap();
+        let kept = spares(dir.path());
+        assert!(kept >= 2, "{kept} spares");
+        // Group 2's 1 KiB entries: each file written over ends before its earlier life did.
+        for i in 1..=200 {
+            db.append_entries(2, [entry(1, i, 1 << 10)]).unwrap();
+        }
+        db.sync_now().unwrap();
+        assert!(spares(dir.path()) + 2 <= kept, "files written over");
+        let check = |db: Arc<LogDb>| async move {
+            let got = db.group(2).try_get_log_entries(..).await.unwrap();
+            assert_eq!(got, (1..=200).map(|i| entry(1, i, 1 << 10)).collect::<Vec<_>>());
+            assert!(db.group(1).try_get_log_entries(..).await.unwrap().is_empty());
+            assert_eq!(db.group(1).get_log_state().await.unwrap().last_log_id, Some(id(1, 64)));
+        };
+        check(db.clone()).await;
+        drop(db);
+        // A restart, the last file written over: it ends at its last record of this life.
+        check(small()).await;
+        // Appends go on in a new file: the one written over is now closed, and cut.
+        check(small()).await;
     }
 
     /// A crash during a write leaves a torn record at the end of the last file: it is cut off,
@@ -995,13 +1116,14 @@ mod tests {
         assert!(err.contains(&file::name(files(dir.path())[0])) && err.contains("checksum"), "{err}");
     }
 
-    fn fixture() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/persist/fixtures/raft-log-v1").join(file::name(1))
+    fn fixture(version: u32) -> PathBuf {
+        let dir = format!("src/persist/fixtures/raft-log-v{version}");
+        Path::new(env!("CARGO_MANIFEST_DIR")).join(dir).join(file::name(1))
     }
 
-    /// A log file of format 1, as committed: group 3 holds the five entries of `log-v1/`, is
-    /// purged up to 1 and truncated from 5; group 7 had an entry and was dropped.
-    fn fixture_bytes() -> Vec<u8> {
+    /// A log file of format `version`, as committed: group 3 holds the five entries of
+    /// `log-v1/`, is purged up to 1 and truncated from 5; group 7 had an entry and was dropped.
+    fn fixture_bytes(version: u32) -> Vec<u8> {
         let mut records = Vec::new();
         let mut put = |kind, group, body: &[u8]| {
             file::put(&mut records, kind, group, |b| {
@@ -1027,32 +1149,39 @@ mod tests {
             &[&1u64.to_le_bytes()[..], &crate::persist::encode_entry(&entry(1, 1, 3)).unwrap()].concat(),
         );
         put(Kind::Drop, 7, &[]);
-        [&file::header(1)[..], &records].concat()
+        file::seal(&mut records, file::seed(version, 1));
+        let mut header = file::header(1);
+        header[4..8].copy_from_slice(&version.to_le_bytes());
+        [&header[..], &records].concat()
     }
 
     #[test]
     #[ignore = "writes the fixture; run only after a deliberate format change"]
     fn write_raft_log_fixture() {
-        std::fs::create_dir_all(fixture().parent().unwrap()).unwrap();
-        std::fs::write(fixture(), fixture_bytes()).unwrap();
+        let path = fixture(file::VERSION);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, fixture_bytes(file::VERSION)).unwrap();
     }
 
     #[tokio::test]
-    async fn a_raft_log_file_written_by_format_1_still_reads() {
-        assert_eq!(std::fs::read(fixture()).unwrap(), fixture_bytes(), "the fixture is what format 1 writes");
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::copy(fixture(), dir.path().join(file::name(1))).unwrap();
-        let db = open(dir.path());
-        let mut log = db.group(3);
-        let golden: Vec<Entry> = crate::persist::golden::log_entries().into_iter().map(|(_, e)| e).collect();
-        assert_eq!(log.try_get_log_entries(..).await.unwrap(), golden[1..4].to_vec());
-        let state = log.get_log_state().await.unwrap();
-        assert_eq!((state.last_purged_log_id, state.last_log_id), (Some(id(2, 1)), Some(id(2, 4))));
-        assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new_committed(2, 1)));
-        assert_eq!(log.read_committed().await.unwrap(), Some(id(2, 4)));
-        let mut dropped = db.group(7);
-        assert!(dropped.try_get_log_entries(..).await.unwrap().is_empty());
-        assert_eq!(dropped.get_log_state().await.unwrap().last_log_id, None);
+    async fn raft_log_files_written_by_formats_1_and_2_still_read() {
+        for version in 1..=file::VERSION {
+            let bytes = std::fs::read(fixture(version)).unwrap();
+            assert_eq!(bytes, fixture_bytes(version), "the fixture is what format {version} writes");
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::write(dir.path().join(file::name(1)), bytes).unwrap();
+            let db = open(dir.path());
+            let mut log = db.group(3);
+            let golden: Vec<Entry> = crate::persist::golden::log_entries().into_iter().map(|(_, e)| e).collect();
+            assert_eq!(log.try_get_log_entries(..).await.unwrap(), golden[1..4].to_vec());
+            let state = log.get_log_state().await.unwrap();
+            assert_eq!((state.last_purged_log_id, state.last_log_id), (Some(id(2, 1)), Some(id(2, 4))));
+            assert_eq!(log.read_vote().await.unwrap(), Some(Vote::new_committed(2, 1)));
+            assert_eq!(log.read_committed().await.unwrap(), Some(id(2, 4)));
+            let mut dropped = db.group(7);
+            assert!(dropped.try_get_log_entries(..).await.unwrap().is_empty());
+            assert_eq!(dropped.get_log_state().await.unwrap().last_log_id, None);
+        }
     }
 
     #[derive(Debug, Clone)]
