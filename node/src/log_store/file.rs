@@ -221,7 +221,8 @@ pub fn create(dir: &Path, seq: u64, records: &mut [u8]) -> io::Result<File> {
 /// holding its header and `records` (sealed here) over the bytes it held, durably. What follows
 /// them is the file's earlier life, whose checksums fail: a replay ends the file there.
 /// Writing over pages the kernel holds already, on blocks the file has, took about half the
-/// CPU of writing a new file (docs/BENCHMARKS.md, "Raft log files written over").
+/// CPU of writing a new file in a benchmark of the log's writes (docs/BENCHMARKS.md, "Raft
+/// log files written over").
 pub fn reuse(dir: &Path, spare: u64, file: &File, seq: u64, records: &mut [u8]) -> io::Result<()> {
     begin(file, seq, records)?;
     std::fs::rename(dir.join(spare_name(spare)), dir.join(name(seq)))?;

@@ -12,12 +12,14 @@
 //! once none of its entries is live (purged, truncated or dropped); one that removes entries
 //! (a truncation or a drop) only once it is the oldest, so that what it removed never comes
 //! back on a replay. As many files as the log began since the last pass are kept as spares,
-//! written over as the next files (writing a new file took twice the CPU); the rest are
-//! deleted. A file mostly purged has its live entries copied to the current file, so
-//! that one slow group does not hold whole files of others' purged entries on disk.
+//! written over as the next files (a benchmark of the log's writes spent twice the CPU on new
+//! files); the rest are deleted. A file mostly purged has its live entries copied to the
+//! current file, so that one slow group does not hold whole files of others' purged entries on
+//! disk.
 //!
-//! At startup the files are read in order; a torn record at the end of the last file (a crash
-//! during a write that was never acknowledged) is cut off. A log written by fjall (releases
+//! At startup the files are read in order; the last file is cut after its last whole record:
+//! what follows is a torn record (a crash during a write that was never acknowledged) or, in a
+//! file written over, the records of its earlier life. A log written by fjall (releases
 //! before this format) is moved into this one first ([`migrate`]).
 
 mod file;
