@@ -76,13 +76,19 @@ pub fn spare_name(seq: u64) -> String {
     format!("{seq:020}.spare")
 }
 
-pub fn is_spare(name: &str) -> bool {
-    name.strip_suffix(".spare").is_some_and(|digits| digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+/// The sequence number of a spare's name.
+pub fn spare_seq_of(name: &str) -> Option<u64> {
+    numbered(name, ".spare")
 }
 
 /// The sequence number of a log file's name.
 pub fn seq_of(name: &str) -> Option<u64> {
-    let digits = name.strip_suffix(".sxwl")?;
+    numbered(name, ".sxwl")
+}
+
+/// The number of a name of twenty digits and `suffix`.
+fn numbered(name: &str, suffix: &str) -> Option<u64> {
+    let digits = name.strip_suffix(suffix)?;
     (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit())).then(|| digits.parse().ok()).flatten()
 }
 
@@ -305,6 +311,11 @@ mod tests {
         assert_eq!(seq_of("42.sxwl"), None);
         assert_eq!(seq_of("journal.jnl"), None);
         assert_eq!(seq_of(&spare_name(42)), None);
-        assert!(is_spare(&spare_name(42)) && !is_spare(&name(42)) && !is_spare("x.spare"));
+        assert_eq!(spare_seq_of(&spare_name(42)), Some(42));
+        assert_eq!(spare_seq_of(&spare_name(u64::MAX)), Some(u64::MAX));
+        assert_eq!(spare_seq_of(&name(42)), None);
+        assert_eq!(spare_seq_of("x.spare"), None);
+        // Twenty digits beyond a u64: not a spare, not a panic.
+        assert_eq!(spare_seq_of("99999999999999999999.spare"), None);
     }
 }

@@ -441,9 +441,8 @@ fn replay(dir: &Path) -> io::Result<Inner> {
     let mut seqs: Vec<u64> = names.iter().filter_map(|n| file::seq_of(n)).collect();
     seqs.sort_unstable();
     let mut inner = Inner::default();
-    for name in names.iter().filter(|n| file::is_spare(n)) {
+    for (name, seq) in names.iter().filter_map(|n| Some((n, file::spare_seq_of(n)?))) {
         let path = dir.join(name);
-        let seq = name[..20].parse().expect("twenty digits");
         if inner.spares.len() < MAX_SPARES {
             let f = std::fs::OpenOptions::new().read(true).write(true).open(&path)?;
             inner.spares.push(Spare { seq, file: Arc::new(f) });
@@ -1023,7 +1022,7 @@ mod tests {
 
     fn spare_files(dir: &Path) -> Vec<PathBuf> {
         let all = std::fs::read_dir(dir).unwrap().flatten();
-        all.filter(|e| file::is_spare(&e.file_name().to_string_lossy())).map(|e| e.path()).collect()
+        all.filter(|e| file::spare_seq_of(&e.file_name().to_string_lossy()).is_some()).map(|e| e.path()).collect()
     }
 
     fn spares(dir: &Path) -> usize {
