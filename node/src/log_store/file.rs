@@ -248,14 +248,20 @@ fn begin(file: &File, seq: u64, records: &mut [u8]) -> io::Result<()> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_record_reads_back_and_any_damage_is_caught() {
+    /// An entry record of group 7 whose body is `entry`, not sealed yet.
+    fn entry_record() -> Vec<u8> {
         let mut out = Vec::new();
         put(&mut out, Kind::Entry, 7, |b| {
             b.extend_from_slice(b"entry");
             Ok(())
         })
         .unwrap();
+        out
+    }
+
+    #[test]
+    fn a_record_reads_back_and_any_damage_is_caught() {
+        let mut out = entry_record();
         put(&mut out, Kind::Drop, 9, |_| Ok(())).unwrap();
         seal(&mut out, 4);
         fn parse(bytes: &[u8]) -> io::Result<Option<Record<'_>>> {
@@ -287,12 +293,7 @@ mod tests {
     /// checksums, seeded with another sequence number, end the file there.
     #[test]
     fn a_record_of_another_file_does_not_read_as_this_ones() {
-        let mut out = Vec::new();
-        put(&mut out, Kind::Entry, 7, |b| {
-            b.extend_from_slice(b"entry");
-            Ok(())
-        })
-        .unwrap();
+        let mut out = entry_record();
         seal(&mut out, 4);
         assert!(parse(&out, 4).unwrap().is_some());
         let err = parse(&out, 5).err().unwrap().to_string();
