@@ -470,6 +470,37 @@ mod tests {
         assert_eq!(parent_refs(&refs), vec![0, 1, 2, 0, 2]);
     }
 
+    proptest! {
+        /// A span points at the last span of its trace with its parent's id (ids repeat:
+        /// retried spans), or nowhere when the parent is not in the trace or is the span itself.
+        #[test]
+        fn a_span_refers_to_the_last_span_with_its_parents_id(
+            traces in prop::collection::vec(prop::collection::vec((0u8..24, 0u8..26), 1..40), 1..6)
+        ) {
+            let mut rows = Vec::new();
+            for (t, spans) in traces.iter().enumerate() {
+                for &(id, parent) in spans {
+                    rows.push(Row::Span(SpanRow {
+                        trace_id: format!("t{t}"),
+                        span_id: format!("s{id}"),
+                        // 24 and 25: no parent, a parent not in the trace.
+                        parent_span_id: match parent { 24 => String::new(), 25 => "x".into(), p => format!("s{p}") },
+                        ..Default::default()
+                    }));
+                }
+            }
+            let refs: Vec<RowRef<'_>> = rows.iter().map(|row| RowRef::new("p", row, 0)).collect();
+            let mut want = Vec::new();
+            for spans in &traces {
+                for (i, &(_, parent)) in spans.iter().enumerate() {
+                    let last = spans.iter().rposition(|&(id, _)| id == parent && parent < 24);
+                    want.push(last.filter(|&p| p != i).map_or(0, |p| i as i32 - p as i32));
+                }
+            }
+            prop_assert_eq!(parent_refs(&refs), want);
+        }
+    }
+
     /// Found by fuzzing: a segment whose footer names or types a column otherwise (one
     /// corrupted byte) opened, and the first read panicked on the missing column. Only
     /// schemas a segment is written with pass.
