@@ -140,6 +140,7 @@ def main():
             "/api/v1/infrastructure/hosts",
             "/api/v1/usage",
         ]
+
         def get(path):
             status, body = request("GET", url + urllib.parse.quote(path, safe="/?=&,+"), headers=auth)
             if status != 200:
