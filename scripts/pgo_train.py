@@ -2,11 +2,14 @@
 """The workload an instrumented build runs to profile itself (scripts/pgo_build.sh,
 docs/BENCHMARKS.md "Built with a profile of its own work").
 
-Usage: scripts/pgo_train.py BIN
+Usage: scripts/pgo_train.py BIN [--quick]
   BIN: a `sextant` built with -Cprofile-generate. A fresh `sextant dev` of it ingests with the
   load generator (spans, logs, host metrics, events, each with its serde_json ceiling, which
   the load generator of the same binary measures), takes OTLP/HTTP traces, then answers every
   kind of read several times; it is stopped with SIGTERM, so that it writes its profile.
+
+  --quick: a second of each load, no ceilings, five exports, one round of reads: how the
+  tests check that the workload still runs against the API (tests/standalone.rs).
 
 Standard library only: it runs in the image's build stage.
 """
@@ -24,10 +27,14 @@ import urllib.parse
 import urllib.request
 
 BIN = sys.argv[1]
+QUICK = "--quick" in sys.argv[2:]
 # An instrumented build runs at about half speed; reads over more data than this can pass a
 # shard's deadline there.
 LOAD_SECONDS = {"spans": 12, "logs": 8, "metrics": 4, "events": 12}
-ROUNDS = 3
+EXPORTS, ROUNDS = 200, 3
+if QUICK:
+    LOAD_SECONDS = dict.fromkeys(LOAD_SECONDS, 1)
+    EXPORTS, ROUNDS = 5, 1
 
 
 def free_port():
@@ -95,11 +102,12 @@ def main():
 
         for kind, seconds in LOAD_SECONDS.items():
             subprocess.run([BIN, "loadgen", "--url", url, "--credentials", creds_path, "--kind", kind,
-                            "--batch", "1000", "--concurrency", "8", "--seconds", str(seconds), "--json"],
+                            "--batch", "1000", "--concurrency", "8", "--seconds", str(seconds), "--json",
+                            *(["--no-ceiling"] if QUICK else [])],
                            check=True, stdout=subprocess.DEVNULL)
 
         key = {"X-API-Key": creds["api_key"], "Content-Type": "application/json"}
-        for _ in range(200):
+        for _ in range(EXPORTS):
             status, body = request("POST", f"{url}/v1/traces", otlp_traces(500, time.time_ns()), key)
             if status != 200:
                 sys.exit(f"pgo_train: OTLP traces answered {status}: {body[:200]!r}")
