@@ -61,20 +61,9 @@ fn gzip(data: &[u8]) -> Vec<u8> {
 }
 
 fn run_sdk(transport: &str, dev: &Dev, grpc: &str, run: &str) -> Value {
-    let python = std::env::var("SEXTANT_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/otlp_sdk.py");
-    let out = std::process::Command::new(&python)
-        .arg(&script)
-        .args([transport, &dev.url, grpc, dev.api_key(), run])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}; scripts/test.sh installs what the tests need"));
-    assert!(
-        out.status.success(),
-        "the OpenTelemetry SDK over {transport} failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    let args = [transport, &dev.url, grpc, dev.api_key(), run];
+    let out = python("tests/otlp_sdk.py", &args, &format!("the OpenTelemetry SDK over {transport}"));
+    serde_json::from_slice(&out).unwrap()
 }
 
 #[tokio::test]

@@ -219,19 +219,6 @@ fn uuid_like() -> String {
 /// against this API: a read it makes that answers anything but 200 stops the image's build.
 #[test]
 fn the_image_build_profiling_workload_still_runs_against_the_api() {
-    let python = std::env::var("SEXTANT_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scripts/pgo_train.py");
-    let out = std::process::Command::new(&python)
-        .arg(&script)
-        .args([BIN, "--quick"])
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {python}: {e}"));
-    assert!(
-        out.status.success(),
-        "the workload failed ({}): {}{}",
-        out.status,
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(String::from_utf8_lossy(&out.stdout).contains("pgo_train: done"));
+    let out = python("scripts/pgo_train.py", &[BIN, "--quick"], "the profiling workload");
+    assert!(String::from_utf8_lossy(&out).contains("pgo_train: done"));
 }

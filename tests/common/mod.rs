@@ -703,25 +703,32 @@ pub fn clickhouse_over(
     std::fs::write(&data, lines.join("\n")).unwrap();
     let qfile = dir.join("queries.json");
     std::fs::write(&qfile, serde_json::to_vec(queries).unwrap()).unwrap();
-    let python = std::env::var("SEXTANT_PYTHON").unwrap_or_else(|_| "python3".into());
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/chdb_oracle.py");
-    let mut cmd = std::process::Command::new(&python);
-    cmd.arg(&script).arg(&data).arg(&qfile);
+    let mut args = vec![data.into_os_string(), qfile.into_os_string()];
     if let Some(table) = table {
         let tfile = dir.join("table.json");
         std::fs::write(&tfile, table.to_string()).unwrap();
-        cmd.arg(tfile);
+        args.push(tfile.into_os_string());
     }
-    let out = cmd
+    serde_json::from_slice(&python("tests/chdb_oracle.py", &args, "the ClickHouse oracle")).unwrap()
+}
+
+/// Runs the workspace's Python script `script` with `args` (`SEXTANT_PYTHON`, or `python3`):
+/// its standard output; panics, with its output, if it fails (`what` names it).
+pub fn python(script: &str, args: &[impl AsRef<std::ffi::OsStr>], what: &str) -> Vec<u8> {
+    let python = std::env::var("SEXTANT_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = Command::new(&python)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join(script))
+        .args(args)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {python}: {e}; scripts/test.sh installs what the tests need"));
     assert!(
         out.status.success(),
-        "the ClickHouse oracle failed ({}): {}",
+        "{what} failed ({}): {}{}",
         out.status,
+        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    serde_json::from_slice(&out.stdout).unwrap()
+    out.stdout
 }
 
 /// splitmix64: a seeded, dependency-free generator for test data.
