@@ -80,7 +80,7 @@ def otlp_traces(n, now_ns):
                 {"key": "k8s.pod.name", "value": {"stringValue": f"cart-{i % 97:05x}"}},
             ],
         })
-    resource = {"attributes": [{"key": "service.name", "value": {"stringValue": ["cart", "payments"][n % 2]}}]}
+    resource = {"attributes": [{"key": "service.name", "value": {"stringValue": "cart"}}]}
     return {"resourceSpans": [{"resource": resource, "scopeSpans": [{"scope": {"name": "pgo"}, "spans": spans}]}]}
 
 
@@ -95,9 +95,16 @@ def main():
          "--api-rps", "1000000", "--ingest-rps", "1000000", "--analytics-rps", "1000000"],
         stdout=log, stderr=log)
     creds_path = f"{work}/d/credentials.json"
+
+    def ready():
+        try:
+            return request("GET", f"{url}/readyz")[0] == 200
+        except OSError:  # not listening yet
+            return False
+
     try:
         wait_for(lambda: os.path.exists(creds_path) and os.path.getsize(creds_path) > 0, "credentials")
-        wait_for(lambda: request("GET", f"{url}/readyz")[0] == 200, "readiness")
+        wait_for(ready, "readiness")
         creds = json.load(open(creds_path))
 
         for kind, seconds in LOAD_SECONDS.items():
