@@ -10,65 +10,24 @@ Prints one JSON line per build and round, then the medians and NEW/OLD ratios; t
 of each build's own rounds (max/min - 1) is the noise to read the ratios against.
 """
 import argparse
-import http.client
 import json
 import os
 import random
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-FLAGS = ["--api-rps", "1000000", "--ingest-rps", "1000000", "--analytics-rps", "1000000", "--auth-rps", "100000"]
+from dev_server import DevServer
 
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
-class Dev:
+class Dev(DevServer):
     def __init__(self, binary, work):
-        self.dir = tempfile.mkdtemp(dir=work)
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [binary, "dev", "--data-dir", self.dir, "--listen", f"127.0.0.1:{self.port}", *FLAGS],
-            stdout=open(self.dir + ".log", "w"), stderr=subprocess.STDOUT)
-        creds = os.path.join(self.dir, "credentials.json")
-        deadline = time.time() + 120
-        while True:
-            assert self.proc.poll() is None, f"sextant dev exited; see {self.dir}.log"
-            assert time.time() < deadline, "sextant dev did not become ready"
-            try:
-                if self.get("/readyz")[0] == 200 and os.path.getsize(creds) > 0:
-                    break
-            except OSError:
-                pass
-            time.sleep(0.1)
-        self.creds_path = creds
-        self.creds = json.load(open(creds))
-        body = json.dumps({"email": self.creds["email"], "password": self.creds["password"]})
-        status, data = self.request("POST", "/auth/login", body, {"Content-Type": "application/json"})
-        assert status == 200, data
-        self.auth = {"Authorization": "Bearer " + json.loads(data)["access_token"]}
-        self.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
-
-    def request(self, method, path, body=None, headers=None):
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
-        conn.request(method, path, body, headers or {})
-        r = conn.getresponse()
-        data = r.read()
-        conn.close()
-        return r.status, data
-
-    def get(self, path, headers=None):
-        return self.request("GET", path, None, headers)
+        data = tempfile.mkdtemp(dir=work)
+        super().__init__(binary, data, data + ".log")
+        self.auth = self.bearer()
+        self.conn = self.connection()
 
     def timed_get(self, path):
         """Milliseconds for one read over a kept-alive connection; the answer must be 200."""
@@ -82,7 +41,7 @@ class Dev:
 
     def loadgen(self, loadgen_bin, kind, seconds):
         out = subprocess.run(
-            [loadgen_bin, "loadgen", "--url", f"http://127.0.0.1:{self.port}", "--credentials", self.creds_path,
+            [loadgen_bin, "loadgen", "--url", self.url, "--credentials", self.creds_path,
              "--kind", kind, "--batch", "1000", "--concurrency", "8", "--seconds", str(seconds), "--json",
              "--no-ceiling"], check=True, capture_output=True, text=True).stdout
         r = json.loads(out.strip().splitlines()[-1])
@@ -91,7 +50,7 @@ class Dev:
 
     def post_events(self, bodies):
         """Posts prepared `/v1/batch` bodies; every event must be accepted."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+        conn = self.connection()
         headers = {"Content-Type": "application/json", "X-Analytics-Token": self.creds["ingest_token"]}
         for body in bodies:
             conn.request("POST", "/v1/batch", body, headers)
@@ -100,21 +59,8 @@ class Dev:
             assert r.status == 200, (r.status, data[:300])
         conn.close()
 
-    def settle(self, seconds=3.0):
-        """Waits until the server has been idle (< 5% of a core) for `seconds`."""
-        def cpu():
-            stat = open(f"/proc/{self.proc.pid}/stat").read().rsplit(")", 1)[1].split()
-            return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
-        deadline = time.time() + 300
-        while time.time() < deadline:
-            before = cpu()
-            time.sleep(seconds)
-            if cpu() - before < 0.05 * seconds:
-                return
-
     def stop(self):
-        self.proc.kill()
-        self.proc.wait()
+        super().stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -145,7 +91,7 @@ def measure(binary, loadgen_bin, args, work, funnel_bodies, funnel_end_ms):
         row = {"spans_per_sec": dev.loadgen(loadgen_bin, "spans", args.seconds),
                "logs_per_sec": dev.loadgen(loadgen_bin, "logs", args.seconds),
                "events_per_sec": dev.loadgen(loadgen_bin, "events", args.seconds)}
-        dev.settle()
+        dev.settle(window=3.0, bound=300)
         ids = []
         cursor = None
         while len(ids) < args.lookups:
@@ -161,7 +107,7 @@ def measure(binary, loadgen_bin, args, work, funnel_bodies, funnel_end_ms):
         row["trace_lookup_p50_ms"] = statistics.median(lookups)
         row["trace_lookup_p99_ms"] = pct(lookups, 0.99)
         dev.post_events(funnel_bodies)
-        dev.settle()
+        dev.settle(window=3.0, bound=300)
         funnel = f"/api/funnel?steps=ab_view,ab_cart,ab_buy&window=1&window_unit=hour&range=1d&to={funnel_end_ms}"
         first = dev.timed_get(funnel)[1]
         assert first["steps"][0]["count"] > 0, first

@@ -21,10 +21,8 @@ Usage: scripts/bench_hosts.py [--bin target/release/sextant] [--hosts 20] [--day
 Needs: pip install chdb (the test venv's python: SEXTANT_PYTHON)
 """
 import argparse
-import http.client
 import json
 import os
-import socket
 import statistics
 import subprocess
 import tempfile
@@ -35,6 +33,7 @@ import urllib.parse
 import chdb.session
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from dev_server import DevServer  # noqa: E402
 from generated_bodies import post_generated  # noqa: E402
 
 p = argparse.ArgumentParser()
@@ -77,45 +76,16 @@ ch.query(f"INSERT INTO host_metrics SELECT {HOSTNAME}, {TS}, {CPU}, {USED}, {DIS
 ch.query("OPTIMIZE TABLE host_metrics FINAL")
 report(step="clickhouse_load", samples=N, seconds=round(time.time() - t, 1))
 
-port = socket.socket()
-port.bind(("127.0.0.1", 0))
-PORT = port.getsockname()[1]
-port.close()
-data = os.path.join(tmp, "sextant")
-server = subprocess.Popen(
-    [args.bin, "dev", "--data-dir", data, "--listen", f"127.0.0.1:{PORT}", "--shards", "4",
-     "--api-rps", "1000000", "--ingest-rps", "1000000"],
-    stdout=open(os.path.join(tmp, "dev.log"), "w"), stderr=subprocess.STDOUT,
-)
-
-
-def conn():
-    return http.client.HTTPConnection("127.0.0.1", PORT, timeout=600)
-
-
-for _ in range(600):
-    try:
-        c = conn()
-        c.request("GET", "/readyz")
-        if c.getresponse().status == 200 and os.path.exists(os.path.join(data, "credentials.json")):
-            break
-    except OSError:
-        pass
-    time.sleep(0.1)
-creds = json.load(open(os.path.join(data, "credentials.json")))
-
-
-def cpu_seconds():
-    fields = open(f"/proc/{server.pid}/stat").read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+dev = DevServer(args.bin, os.path.join(tmp, "sextant"), os.path.join(tmp, "dev.log"))
+cpu_seconds = dev.cpu_seconds
 
 
 def new_sender():
-    c = conn()
+    c = dev.connection(timeout=600)
 
     def send(body):
         c.request("POST", "/api/v1/ingest/infrastructure", body,
-                  {"Content-Type": "application/json", "Authorization": f"Bearer {creds['api_key']}"})
+                  {"Content-Type": "application/json", "Authorization": f"Bearer {dev.creds['api_key']}"})
         r = c.getresponse()
         text = r.read()
         return None if r.status == 200 else f"{r.status} {text[:200]!r}"
@@ -132,35 +102,21 @@ sample_json = (
 t = time.time()
 errors = post_generated(ch, N, sample_json, "metrics", new_sender, senders=6)
 if errors:
-    server.kill()
+    dev.stop()
     raise SystemExit(f"ingest failed: {errors[:3]}")
 secs = time.time() - t
 report(step="sextant_load", samples=N, seconds=round(secs, 1), samples_per_second=round(N / secs))
 
 # Queries once the flushes and compactions after the load are done: no CPU for 10 s.
-idle, last = 0, cpu_seconds()
-while idle < 10:
-    time.sleep(1)
-    now = cpu_seconds()
-    idle = idle + 1 if now - last < 0.05 else 0
-    last = now
-segments = sum(f.endswith(".parquet") for _, _, files in os.walk(data) for f in files)
+dev.settle(window=10.0)
+segments = sum(f.endswith(".parquet") for _, _, files in os.walk(dev.dir) for f in files)
 report(step="settled", seconds=round(time.time() - t - secs, 1), segment_files=segments)
 
-c = conn()
-c.request("POST", "/auth/login", json.dumps({"email": creds["email"], "password": creds["password"]}),
-          {"Content-Type": "application/json"})
-jwt = json.loads(c.getresponse().read())["access_token"]
-
-
 def get(path, **params):
-    c = conn()
-    c.request("GET", f"{path}?{urllib.parse.urlencode(params)}", headers={"Authorization": f"Bearer {jwt}"})
-    r = c.getresponse()
-    body = json.loads(r.read())
-    if r.status != 200:
-        raise SystemExit(f"{r.status} {body}")
-    return body
+    status, body = dev.request("GET", f"{path}?{urllib.parse.urlencode(params)}", headers=dev.bearer(), timeout=600)
+    if status != 200:
+        raise SystemExit(f"{status} {body[:500]!r}")
+    return json.loads(body)
 
 
 def sextant(from_ms, to_ms, step_s):
@@ -251,6 +207,5 @@ for days in (1, args.days):
     report(step="hosts_list", range_days=days, hosts=len(ours[2]), sextant_ms=round(ours[0], 2),
            sextant_cpu_ms=round(ours[1], 2), clickhouse_ms=round(theirs[0], 2),
            vs_clickhouse=round(ours[0] / theirs[0], 3))
-server.kill()
-server.wait()
+dev.stop()
 subprocess.run(["rm", "-rf", tmp])

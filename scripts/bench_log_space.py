@@ -14,8 +14,6 @@ import argparse
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,16 +21,10 @@ import threading
 import time
 import urllib.request
 
+from dev_server import DevServer
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("SEXTANT_BIN", os.path.join(ROOT, "target/release/sextant"))
-
-
-def port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def metrics(url):
@@ -56,25 +48,12 @@ def main():
     args = ap.parse_args()
     target = int(args.millions * 1_000_000)
     work = tempfile.mkdtemp(prefix="sextant-logspace-")
-    listen, internal = port(), port()
-    log = open(os.path.join(work, "dev.log"), "w")
-    dev = subprocess.Popen(
-        [BIN, "dev", "--data-dir", os.path.join(work, "data"), "--listen", f"127.0.0.1:{listen}",
-         "--internal-listen", f"127.0.0.1:{internal}", "--otlp-grpc-listen", "127.0.0.1:0"],
-        stdout=log, stderr=log)
-    url, iurl = f"http://127.0.0.1:{listen}", f"http://127.0.0.1:{internal}"
-    creds = os.path.join(work, "data", "credentials.json")
     try:
-        for _ in range(600):
-            try:
-                if os.path.exists(creds) and urllib.request.urlopen(url + "/readyz", timeout=2).status == 200:
-                    break
-            except Exception:
-                pass
-            time.sleep(0.1)
-        else:
-            tail = open(os.path.join(work, "dev.log")).read()[-3000:]
-            sys.exit(f"sextant dev did not become ready:\n{tail}")
+        dev = DevServer(BIN, os.path.join(work, "data"), os.path.join(work, "dev.log"), unlimited=False)
+    except RuntimeError as e:
+        sys.exit(str(e))
+    url, iurl, creds = dev.url, dev.internal_url, dev.creds_path
+    try:
         samples, sent = [], {"bytes": 0.0}
         start = time.time()
 
@@ -118,8 +97,7 @@ def main():
                           "raft_log_end_mib": end["raft_log_mib"], "segments_end_mib": end["segments_mib"],
                           "final": samples[-1]}))
     finally:
-        dev.send_signal(signal.SIGKILL)
-        dev.wait()
+        dev.stop()
         subprocess.run(["rm", "-rf", work])
 
 

@@ -20,11 +20,9 @@ query path can be re-measured on the same data.
 Needs: pip install chdb
 """
 import argparse
-import http.client
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -35,6 +33,7 @@ from concurrent.futures import ThreadPoolExecutor, wait, FIRST_COMPLETED
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_storage_peers import ORDER, SCHEMAS  # noqa: E402
+from dev_server import DevServer  # noqa: E402
 
 SERVICE = "payments"  # trace list filter: a service that is never the root of a trace
 COMMON_TERM = "payment"  # one log template in ten
@@ -92,57 +91,10 @@ def spread(path, hours):
 
 # ---------------------------------------------------------------- sextant
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
-class Sextant:
+class Sextant(DevServer):
     def __init__(self, args):
-        self.dir = os.path.join(args.work, "sextant")
-        self.port = free_port()
-        self.proc = subprocess.Popen(
-            [args.bin, "dev", "--data-dir", self.dir, "--listen", f"127.0.0.1:{self.port}",
-             "--api-rps", "1000000", "--ingest-rps", "1000000", "--auth-rps", "100000"]
-            + (["--snapshot-every", str(args.snapshot_every)] if args.snapshot_every else []),
-            stdout=open(os.path.join(args.work, "sextant.log"), "a"), stderr=subprocess.STDOUT)
-        deadline = time.time() + 120
-        while True:
-            assert self.proc.poll() is None, "sextant dev exited; see sextant.log"
-            assert time.time() < deadline, "sextant dev did not become ready"
-            try:
-                if self.request("GET", "/readyz")[0] == 200 and os.path.exists(self.creds_path()):
-                    break
-            except OSError:
-                pass
-            time.sleep(0.2)
-        self.creds = json.load(open(self.creds_path()))
-        self.token, self.token_at = None, 0
-
-    def creds_path(self):
-        return os.path.join(self.dir, "credentials.json")
-
-    def request(self, method, path, body=None, headers=None, conn=None):
-        own = conn is None
-        conn = conn or http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
-        conn.request(method, path, body, headers or {})
-        r = conn.getresponse()
-        data = r.read()
-        if own:
-            conn.close()
-        return r.status, data
-
-    def login(self):
-        # Access tokens last 15 minutes: renew every 5.
-        if self.token is None or time.time() - self.token_at > 300:
-            body = json.dumps({"email": self.creds["email"], "password": self.creds["password"]})
-            status, data = self.request("POST", "/auth/login", body, {"Content-Type": "application/json"})
-            assert status == 200, data
-            self.token, self.token_at = json.loads(data)["access_token"], time.time()
-        return self.token
+        super().__init__(args.bin, os.path.join(args.work, "sextant"), os.path.join(args.work, "sextant.log"),
+                         ["--snapshot-every", str(args.snapshot_every)] if args.snapshot_every else [])
 
     def ingest(self, kind, path, batch=1000, threads=4):
         """Posts the JSON lines of `path` in batches; every batch must be fully accepted."""
@@ -152,7 +104,7 @@ class Sextant:
         def send(lines):
             body = b'{"' + kind.encode() + b'":[' + b",".join(lines) + b"]}"
             if not hasattr(local, "conn"):
-                local.conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+                local.conn = self.connection()
             for attempt in range(50):
                 status, data = self.request("POST", f"/api/v1/ingest/{kind}", body,
                                             {"X-API-Key": key, "Content-Type": "application/json"}, local.conn)
@@ -182,29 +134,10 @@ class Sextant:
         log(f"ingested {sent} {kind} into sextant in {secs:.0f}s ({sent / secs:.0f}/s)")
         return sent
 
-    def cpu_seconds(self):
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def settle(self, window=5.0, busy=0.05, bound=900):
-        """Waits until flushes and compactions are done: under `busy` of a core for `window` s."""
-        deadline = time.time() + bound
-        while time.time() < deadline:
-            a = self.cpu_seconds()
-            time.sleep(window)
-            if (self.cpu_seconds() - a) / window < busy:
-                return
-        log("warning: sextant still busy after the settle bound")
-
     def get(self, path, conn):
-        status, data = self.request("GET", path, None, {"Authorization": f"Bearer {self.login()}"}, conn)
+        status, data = self.request("GET", path, None, self.bearer(), conn)
         assert status == 200, (path, status, data[:500])
         return data
-
-    def stop(self):
-        self.proc.kill()
-        self.proc.wait()
 
 
 # ---------------------------------------------------------------- clickhouse
@@ -384,7 +317,7 @@ def measure(args, sx, ch, rare, f_ms, t_ms):
             continue
         # A new connection per query: the router closes one left idle while ClickHouse ran the
         # previous query (minutes at 100M).
-        conn = http.client.HTTPConnection("127.0.0.1", sx.port, timeout=300)
+        conn = sx.connection()
         load_before = loadavg()
         ours, body = [], None
         try:
@@ -518,11 +451,13 @@ def main():
             sx.ingest("logs", logs_path)
             open(state, "w").write(str(int(time.time() * 1000)))
         t_ms = int(open(state).read()) + 5 * 60_000
-        sx.settle()
+        settled = sx.settle()
         if args.flushed:
             # The buffers flush 5 minutes after their first row (the last ingest's at the latest).
             time.sleep(max(0.0, t_ms / 1000 + 30 - time.time()))
-            sx.settle()
+            settled = sx.settle()
+        if not settled:
+            log("warning: sextant still busy after the settle bound")
         log("sextant settled")
         if not args.sextant_only:
             ch = clickhouse_done(args, ch or (clickhouse(args, spans_path, logs_path) if with_logs

@@ -14,17 +14,15 @@ Usage: scripts/pgo_train.py BIN [--quick]
 Standard library only: it runs in the image's build stage.
 """
 import json
-import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
+
+from dev_server import DevServer
 
 BIN = sys.argv[1]
 QUICK = "--quick" in sys.argv[2:]
@@ -35,31 +33,6 @@ EXPORTS, ROUNDS = 200, 3
 if QUICK:
     LOAD_SECONDS = dict.fromkeys(LOAD_SECONDS, 1)
     EXPORTS, ROUNDS = 5, 1
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def request(method, url, body=None, headers=None):
-    data = body if body is None or isinstance(body, bytes) else json.dumps(body).encode()
-    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=120) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
-def wait_for(check, what, seconds=120):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.1)
-    sys.exit(f"pgo_train: {what} did not happen within {seconds} s")
 
 
 def otlp_traces(n, now_ns):
@@ -86,45 +59,25 @@ def otlp_traces(n, now_ns):
 
 def main():
     work = tempfile.mkdtemp(prefix="sextant-pgo-")
-    port, internal, grpc = free_port(), free_port(), free_port()
-    url = f"http://127.0.0.1:{port}"
-    log = open(os.path.join(work, "dev.log"), "w")
-    server = subprocess.Popen(
-        [BIN, "dev", "--data-dir", f"{work}/d", "--listen", f"127.0.0.1:{port}",
-         "--internal-listen", f"127.0.0.1:{internal}", "--otlp-grpc-listen", f"127.0.0.1:{grpc}",
-         "--api-rps", "1000000", "--ingest-rps", "1000000", "--analytics-rps", "1000000"],
-        stdout=log, stderr=log)
-    creds_path = f"{work}/d/credentials.json"
-
-    def ready():
-        try:
-            return request("GET", f"{url}/readyz")[0] == 200
-        except OSError:  # not listening yet
-            return False
-
     try:
-        wait_for(lambda: os.path.exists(creds_path) and os.path.getsize(creds_path) > 0, "credentials")
-        wait_for(ready, "readiness")
-        creds = json.load(open(creds_path))
-
+        dev = DevServer(BIN, f"{work}/d", f"{work}/dev.log")
+    except RuntimeError as e:
+        sys.exit(f"pgo_train: {e}")
+    try:
         for kind, seconds in LOAD_SECONDS.items():
-            subprocess.run([BIN, "loadgen", "--url", url, "--credentials", creds_path, "--kind", kind,
+            subprocess.run([BIN, "loadgen", "--url", dev.url, "--credentials", dev.creds_path, "--kind", kind,
                             "--batch", "1000", "--concurrency", "8", "--seconds", str(seconds), "--json",
                             *(["--no-ceiling"] if QUICK else [])],
                            check=True, stdout=subprocess.DEVNULL)
 
-        key = {"X-API-Key": creds["api_key"], "Content-Type": "application/json"}
+        key = {"X-API-Key": dev.creds["api_key"], "Content-Type": "application/json"}
         for _ in range(EXPORTS):
-            status, body = request("POST", f"{url}/v1/traces", otlp_traces(500, time.time_ns()), key)
+            status, body = dev.request("POST", "/v1/traces", otlp_traces(500, time.time_ns()), key)
             if status != 200:
                 sys.exit(f"pgo_train: OTLP traces answered {status}: {body[:200]!r}")
 
-        status, body = request("POST", f"{url}/auth/login", {"email": creds["email"], "password": creds["password"]},
-                               {"Content-Type": "application/json"})
-        if status != 200:
-            sys.exit(f"pgo_train: login answered {status}")
-        auth = {"Authorization": f"Bearer {json.loads(body)['access_token']}", "Content-Type": "application/json"}
-        status, body = request("POST", f"{url}/api/cohorts", {"name": "pgo", "conditions": {"logic": "and", "conditions": [
+        auth = {**dev.bearer(), "Content-Type": "application/json"}
+        status, body = dev.request("POST", "/api/cohorts", {"name": "pgo", "conditions": {"logic": "and", "conditions": [
             {"type": "did", "event": "$pageview", "count_op": ">=", "count": 1, "range": "30d"}]}}, auth)
         if status not in (200, 201):
             sys.exit(f"pgo_train: cohort answered {status}: {body[:200]!r}")
@@ -157,7 +110,7 @@ def main():
         ]
 
         def get(path):
-            status, body = request("GET", url + urllib.parse.quote(path, safe="/?=&,+"), headers=auth)
+            status, body = dev.request("GET", urllib.parse.quote(path, safe="/?=&,+"), headers=auth)
             if status != 200:
                 sys.exit(f"pgo_train: GET {path} answered {status}: {body[:200]!r}")
             return json.loads(body)
@@ -170,11 +123,7 @@ def main():
             for h in get("/api/v1/infrastructure/hosts")["items"][:5]:
                 get(f"/api/v1/infrastructure/hosts/{h['hostname']}/metrics")
     finally:
-        server.send_signal(signal.SIGTERM)
-        try:
-            server.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            server.kill()
+        if not dev.stop(signal.SIGTERM):
             sys.exit("pgo_train: the server did not stop on SIGTERM (no profile written)")
     shutil.rmtree(work)
     print("pgo_train: done")
