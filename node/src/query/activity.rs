@@ -1,14 +1,13 @@
 //! Event counts per calendar bucket and active users (DAU/WAU/MAU). Distinct users are exact
 //! per shard (a user's events all live on one shard), so the router's sums are exact too.
 
-use std::collections::HashSet;
-
+use rustc_hash::FxHashSet;
 use sextant_model::query::{
     ActiveDay, ActiveDays, ActiveUsersPlan, EventBucket, EventBuckets, EventBucketsPlan, ShardQuery,
 };
 
 use super::cohort::Members;
-use super::users::{member_numbers, UserRows};
+use super::users::UserRows;
 use super::{each_batch, each_batch_holding, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
 use crate::segment::rollup::{hour_of, HOUR_NS};
 use crate::segment::table::Cols;
@@ -35,7 +34,7 @@ impl QueryKind for EventBucketsPlan {
         let starts = self.bucket_starts.clone();
         Ok(Box::new(move |_, budget| {
             let members = members.run(budget)?;
-            Ok(buckets(&starts, members.as_ref(), job, budget)?.into())
+            Ok(buckets(&starts, members, job, budget)?.into())
         }))
     }
 }
@@ -98,7 +97,7 @@ impl QueryKind for ActiveUsersPlan {
         let plan = self.clone();
         Ok(Box::new(move |_, budget| {
             let members = members.run(budget)?;
-            Ok(active(&plan, members.as_ref(), job, budget)?.into())
+            Ok(active(&plan, members, job, budget)?.into())
         }))
     }
 }
@@ -120,11 +119,10 @@ pub(super) fn bucket_of(starts: &[i64], t: i64) -> Option<usize> {
 /// `members`: only these users' events count (a cohort filter).
 pub fn buckets(
     starts: &[i64],
-    members: Option<&HashSet<String>>,
+    members: Option<FxHashSet<u32>>,
     job: ScanJob,
     budget: &mut Budget,
 ) -> Result<EventBuckets, QueryError> {
-    let members = member_numbers(members, &job);
     let runs = runs_by_user(starts, job, budget, |bucket, rows| (bucket, rows))?;
     let mut counts = vec![0u64; starts.len()];
     let mut unique = vec![0u64; starts.len()];
@@ -185,12 +183,11 @@ fn runs_by_user<T: Copy + Default>(
 /// `members`: only these users count (a cohort filter).
 pub fn active(
     plan: &ActiveUsersPlan,
-    members: Option<&HashSet<String>>,
+    members: Option<FxHashSet<u32>>,
     job: ScanJob,
     budget: &mut Budget,
 ) -> Result<ActiveDays, QueryError> {
     let days = &plan.day_starts;
-    let members = member_numbers(members, &job);
     // (user, day index) of every counted row, grouped by user a partition at a time.
     let active_on = runs_by_user(days, job, budget, |day, _| day)?;
     let first = plan.first_reported as usize;

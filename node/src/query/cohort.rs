@@ -4,22 +4,22 @@
 //! timeseries, active users and funnels by cohort ([`Members`]): the members are computed
 //! first, then the plan's own scan keeps only their rows.
 
-use std::collections::HashSet;
+use std::ops::Range;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 use sextant_model::cohort::Definition;
 use sextant_model::query::{CohortFilter, CohortMembers, CohortSizes, CohortSizesPlan, CohortUsersPlan, ShardQuery};
 
-use super::users::Users;
 use super::{bytes_of, each_batch_holding, Budget, Compute, QueryError, QueryKind, Scans};
 use crate::segment::table::Cols;
+use crate::segment::user_number::{USER, USER_ID};
 use crate::segment::{Filter, Scan, Table, EVENT_DICTIONARIES};
 use crate::shard::ScanJob;
 
 impl QueryKind for CohortSizesPlan {
     fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
         let cohorts = Cohorts::new(self.cohorts.clone(), self.at_unix_nanos)?;
-        let job = shard.scan(cohorts.scan(&req.project_id));
+        let job = shard.scan(cohorts.scan(&req.project_id, false));
         Ok(Box::new(move |_, budget| Ok(sizes(&cohorts, job, budget)?.into())))
     }
 }
@@ -28,7 +28,7 @@ impl QueryKind for CohortUsersPlan {
     fn prepare(&self, req: &ShardQuery, shard: &dyn Scans) -> Result<Compute, QueryError> {
         check_users(self)?;
         let cohorts = Cohorts::of_filter(&self.cohort)?;
-        let job = shard.scan(cohorts.scan(&req.project_id));
+        let job = shard.scan(cohorts.scan(&req.project_id, true));
         let plan = self.clone();
         Ok(Box::new(move |_, budget| Ok(users(&plan, &cohorts, job, budget)?.into())))
     }
@@ -47,18 +47,25 @@ impl Members {
     /// Starts the scan deciding membership (under the shard's state lock).
     pub fn start(cohort: Option<Cohorts>, req: &ShardQuery, shard: &dyn Scans) -> Self {
         Self(cohort.map(|c| {
-            let job = shard.scan(c.scan(&req.project_id));
+            let job = shard.scan(c.scan(&req.project_id, false));
             (c, job)
         }))
     }
 
-    pub fn run(self, budget: &mut Budget) -> Result<Option<HashSet<String>>, QueryError> {
-        self.0.map(|(cohorts, job)| cohorts.only_members(job, budget)).transpose()
+    /// The members' user numbers (the shard's, as the plan's own scan reads them: both
+    /// scans started together, under one state lock).
+    pub fn run(self, budget: &mut Budget) -> Result<Option<FxHashSet<u32>>, QueryError> {
+        self.0
+            .map(|(cohorts, job)| {
+                let counted = cohorts.count(job, budget)?;
+                Ok(counted.members(&cohorts.definitions[0], 0).collect())
+            })
+            .transpose()
     }
 }
 
-/// A member's entry in a set of ids, besides its text: the `String` and its slot.
-const MEMBER_BYTES: u64 = 40;
+/// A member's entry in a set of numbers.
+const MEMBER_BYTES: u64 = 8;
 
 /// Most member ids one shard returns for a page.
 const MAX_PAGE: u32 = 1001;
@@ -85,8 +92,8 @@ impl Cohorts {
     /// The rows that decide membership. If some cohort admits users without any of its
     /// events (`did_not`, `< 1`…), every user with an event before the instant is a candidate,
     /// so the whole history is read; otherwise only the conditions' events within the longest
-    /// range.
-    pub fn scan(&self, project: &str) -> Scan {
+    /// range. Users are read by number; with `names`, their distinct ids too.
+    pub fn scan(&self, project: &str, names: bool) -> Scan {
         let whole_history = self.definitions.iter().any(Definition::matches_without_events);
         let (from_ns, events) = if whole_history {
             (0, Vec::new())
@@ -98,22 +105,24 @@ impl Cohorts {
             events.dedup();
             (self.at.saturating_sub(longest).max(0), events)
         };
+        let columns = [USER, "time_ns", "event"].into_iter().chain(names.then_some(USER_ID));
         Scan {
             table: Table::Events,
             project: project.to_owned(),
             from_ns,
             to_ns: self.at,
             filter: Filter { events, ..Default::default() },
-            columns: ["distinct_id", "time_ns", "event"].iter().map(|c| c.to_string()).collect(),
+            columns: columns.map(str::to_owned).collect(),
             dictionaries: EVENT_DICTIONARIES.to_vec(),
             stored_ids: false,
         }
     }
 
-    /// The members of each cohort.
-    pub fn members(&self, job: ScanJob, budget: &mut Budget) -> Result<Vec<HashSet<String>>, QueryError> {
+    /// Every user's count of each condition's events, by user number; with a scan of
+    /// names, each user's distinct id too.
+    fn count(&self, job: ScanJob, budget: &mut Budget) -> Result<Counted, QueryError> {
         // Conditions of every cohort flattened; per event name, (flat index, range start).
-        // Looked up for every row: a fast hash for the short names.
+        // Looked up once per name in a batch's dictionary.
         let mut by_event: FxHashMap<&str, Vec<(usize, i64)>> = FxHashMap::default();
         let mut offsets = Vec::new();
         let mut total = 0;
@@ -124,19 +133,17 @@ impl Cohorts {
                 total += 1;
             }
         }
-        // Every user seen is a candidate; `counts[u * total + k]`: user u's count for
-        // condition k.
-        let mut users = Users::default();
-        let mut counts: Vec<u64> = Vec::new();
+        let mut counted = Counted { conditions: total, offsets, ..Default::default() };
         each_batch_holding(job, budget, |rb| {
             let c = Cols(rb);
-            let (ids, times) = (c.strings("distinct_id"), c.i64("time_ns"));
+            let (users, times) = (c.u32(USER).values(), c.i64("time_ns"));
             let conditions = c.strings("event").map(|name| by_event.get(name));
-            for (i, u) in users.numbers_of(ids).enumerate() {
-                // A new user's counts start at zero.
-                counts.resize(counts.len().max((u as usize + 1) * total), 0);
+            let names = rb.schema().index_of(USER_ID).is_ok().then(|| c.strings(USER_ID));
+            for (i, &u) in users.iter().enumerate() {
+                // Every user seen is a candidate, whose counts start at zero.
+                let mine = counted.user(u, || names.as_ref().map(|n| n.value(i)));
                 if let Some(conds) = conditions[i] {
-                    let (t, mine) = (times.value(i), &mut counts[u as usize * total..]);
+                    let t = times.value(i);
                     for &(k, from) in conds {
                         if t >= from {
                             mine[k] += 1;
@@ -144,29 +151,75 @@ impl Cohorts {
                     }
                 }
             }
-            // And, at most, every user again in the member sets built from them.
-            Ok(2 * users.bytes() + bytes_of(&counts) + users.len() as u64 * MEMBER_BYTES)
+            Ok(counted.bytes())
         })?;
-        let mut out = vec![HashSet::new(); self.definitions.len()];
-        for u in 0..users.len() {
-            let mine = &counts[u * total..(u + 1) * total];
-            for (j, d) in self.definitions.iter().enumerate() {
-                if d.matches(&mine[offsets[j]..offsets[j] + d.conditions.len()]) {
-                    out[j].insert(users.name(u as u32).to_owned());
+        Ok(counted)
+    }
+}
+
+/// Per user number seen: its counts, `counts[u * conditions + k]` for condition `k`.
+#[derive(Default)]
+struct Counted {
+    conditions: usize,
+    /// Each cohort's first condition in the flattened list.
+    offsets: Vec<usize>,
+    counts: Vec<u64>,
+    seen: Vec<bool>,
+    /// Distinct ids, for a scan of names: user `u`'s is `text[names[u].clone()]`.
+    text: String,
+    names: Vec<Range<usize>>,
+}
+
+impl Counted {
+    /// User `u`'s counts, making room for them and recording its id (if `name` gives one)
+    /// the first time it is seen.
+    fn user<'a>(&mut self, u: u32, name: impl FnOnce() -> Option<&'a str>) -> &mut [u64] {
+        let u = u as usize;
+        if u >= self.seen.len() {
+            // Numbers are dense from 0 (per shard), so this grows about as the users come.
+            self.seen.resize(u + 1, false);
+            self.counts.resize((u + 1) * self.conditions, 0);
+        }
+        if !self.seen[u] {
+            self.seen[u] = true;
+            if let Some(id) = name() {
+                if u >= self.names.len() {
+                    self.names.resize(u + 1, 0..0);
                 }
+                let start = self.text.len();
+                self.text.push_str(id);
+                self.names[u] = start..self.text.len();
             }
         }
-        Ok(out)
+        &mut self.counts[u * self.conditions..(u + 1) * self.conditions]
     }
 
-    /// The members of the only cohort (a filter).
-    pub fn only_members(&self, job: ScanJob, budget: &mut Budget) -> Result<HashSet<String>, QueryError> {
-        Ok(self.members(job, budget)?.pop().unwrap_or_default())
+    /// Memory held, with room for a set of every user as members.
+    fn bytes(&self) -> u64 {
+        let names = self.text.capacity() as u64 + bytes_of(&self.names);
+        bytes_of(&self.counts) + bytes_of(&self.seen) + names + self.seen.len() as u64 * MEMBER_BYTES
+    }
+
+    /// The numbers of cohort `j`'s members (defined by `d`), ascending.
+    fn members<'a>(&'a self, d: &'a Definition, j: usize) -> impl Iterator<Item = u32> + 'a {
+        let at = self.offsets[j];
+        (0..self.seen.len())
+            .filter(move |&u| {
+                let mine = &self.counts[u * self.conditions..][at..at + d.conditions.len()];
+                self.seen[u] && d.matches(mine)
+            })
+            .map(|u| u as u32)
+    }
+
+    fn name(&self, u: u32) -> &str {
+        &self.text[self.names[u as usize].clone()]
     }
 }
 
 pub fn sizes(cohorts: &Cohorts, job: ScanJob, budget: &mut Budget) -> Result<CohortSizes, QueryError> {
-    Ok(CohortSizes(cohorts.members(job, budget)?.iter().map(|m| m.len() as u64).collect()))
+    let counted = cohorts.count(job, budget)?;
+    let sizes = cohorts.definitions.iter().enumerate().map(|(j, d)| counted.members(d, j).count() as u64);
+    Ok(CohortSizes(sizes.collect()))
 }
 
 pub fn check_users(plan: &CohortUsersPlan) -> Result<(), QueryError> {
@@ -183,9 +236,10 @@ pub fn users(
     job: ScanJob,
     budget: &mut Budget,
 ) -> Result<CohortMembers, QueryError> {
-    let mut ids: Vec<String> =
-        cohorts.only_members(job, budget)?.into_iter().filter(|id| id.as_str() > plan.after.as_str()).collect();
+    let counted = cohorts.count(job, budget)?;
+    let members = counted.members(&cohorts.definitions[0], 0).map(|u| counted.name(u));
+    let mut ids: Vec<&str> = members.filter(|id| *id > plan.after.as_str()).collect();
     ids.sort_unstable();
     ids.truncate(plan.limit as usize);
-    Ok(CohortMembers(ids))
+    Ok(CohortMembers(ids.into_iter().map(str::to_owned).collect()))
 }

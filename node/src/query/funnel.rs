@@ -1,8 +1,6 @@
 //! Funnels on one shard: every user's events (all on this shard) through
 //! `model::funnel`, reduced to per-step user counts and time-to-convert sketches.
 
-use std::collections::HashSet;
-
 use arrow_array::RecordBatch;
 use rustc_hash::FxHashSet;
 use sextant_model::funnel::{Funnel, Order, StepEvent, MAX_STEPS, MIN_STEPS, NOT_A_STEP};
@@ -10,7 +8,7 @@ use sextant_model::query::{FunnelPlan, FunnelStep, FunnelSteps, ShardQuery};
 use sextant_model::sketch::LatencySketch;
 
 use super::cohort::Members;
-use super::users::{member_numbers, UserRows};
+use super::users::UserRows;
 use super::{each_batch_holding, scan_of, Budget, Compute, QueryError, QueryKind, Scans};
 use crate::segment::table::Cols;
 use crate::segment::user_number::USER;
@@ -34,7 +32,7 @@ impl QueryKind for FunnelPlan {
         let plan = self.clone();
         Ok(Box::new(move |_, budget| {
             let members = members.run(budget)?;
-            Ok(run(&plan, members.as_ref(), job, budget)?.into())
+            Ok(run(&plan, members, job, budget)?.into())
         }))
     }
 }
@@ -52,11 +50,10 @@ pub fn check(plan: &FunnelPlan) -> Result<(), QueryError> {
 /// `members`: only these users enter the funnel (a cohort filter).
 pub fn run(
     plan: &FunnelPlan,
-    members: Option<&HashSet<String>>,
+    members: Option<FxHashSet<u32>>,
     job: ScanJob,
     budget: &mut Budget,
 ) -> Result<FunnelSteps, QueryError> {
-    let members = member_numbers(members, &job);
     // Times are packed as offsets from the range's start unless the range is too long for it.
     if i128::from(job.to_ns()) - i128::from(job.from_ns()) < 1 << OFFSET_BITS {
         progress::<Packed>(plan, members, job, budget)

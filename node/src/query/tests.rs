@@ -1160,7 +1160,9 @@ proptest::proptest! {
         };
         let columns = [crate::segment::user_number::USER, "time_ns"];
         let scan = super::scan_of(&req, Table::Events, Default::default(), &columns, &crate::segment::EVENT_DICTIONARIES);
-        let got = super::activity::buckets(&starts, members, sh.s.scan(scan), &mut super::Budget::new(1_000_000)).unwrap();
+        let job = sh.s.scan(scan);
+        let numbers = members.map(|m| job.user_numbers(m.iter().map(String::as_str)).into_iter().collect());
+        let got = super::activity::buckets(&starts, numbers, job, &mut super::Budget::new(1_000_000)).unwrap();
 
         let mut want = vec![(0u64, BTreeSet::new()); starts.len()];
         for e in events.iter().filter(|e| members.is_none_or(|m| m.contains(&e.distinct_id))) {
@@ -1274,4 +1276,114 @@ fn a_user_reads_one_number_in_old_and_new_segments_the_buffer_and_after_a_restar
     apply(&mut sh, events(24, 7));
     let after = one_number_each(&numbers(&sh.s));
     assert_eq!(after, before, "numbers stored in segments come back after a restart");
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+    /// A cohort's size, its member list and the funnel it filters, decided by user number over
+    /// flushed and buffered rows, equal each user's events counted directly. Users of another
+    /// project and users whose events all come after the instant are never members, even
+    /// where `did_not` admits users without events.
+    #[test]
+    fn cohort_members_are_the_users_whose_counts_meet_the_conditions(
+        rows in proptest::collection::vec((0u8..10, 0u8..3, 0i64..(10 * 24 * 60), proptest::bool::weighted(0.2)), 1..200),
+        cut in 0usize..200,
+        first in (0u32..6, 0u64..3),
+        second in (0u32..6, 0u64..3, proptest::bool::ANY),
+        or in proptest::bool::ANY,
+        at_minute in 0i64..(10 * 24 * 60),
+    ) {
+        use std::collections::BTreeMap;
+
+        use sextant_model::cohort::{Condition, CountOp, Definition, Kind, Logic};
+        use sextant_model::query::{CohortFilter, CohortSizesPlan, CohortUsersPlan};
+
+        let minute = 60_000 * MS;
+        let mut sh = Shard::new();
+        let events: Vec<(bool, Event)> = rows
+            .iter()
+            .enumerate()
+            .map(|(i, &(u, name, m, other))| (other, Event {
+                uuid: format!("e{i}"),
+                event: ["a", "b", "c"][name as usize].into(),
+                distinct_id: format!("user-{u}"),
+                unix_nanos: (m + 1) * minute,
+                properties_json: "{}".into(),
+            }))
+            .collect();
+        let cut = cut.min(events.len());
+        for (part, flush) in [(&events[..cut], true), (&events[cut..], false)] {
+            for project in ["p", "q"] {
+                let mine = part.iter().filter(|(other, _)| *other == (project == "q")).map(|(_, e)| e.clone());
+                sh.apply_batch(RowBatch { project_id: project.into(), events: mine.collect(), ..Default::default() });
+            }
+            if flush {
+                sh.flush();
+            }
+        }
+        let condition = |kind, event: &str, op: u32, count, days: i64| Condition {
+            kind,
+            event: event.into(),
+            op: CountOp::from_code(op).unwrap(),
+            count,
+            range: format!("{days}d"),
+            range_ns: days * 24 * 60 * minute,
+        };
+        let definition = Definition {
+            logic: if or { Logic::Or } else { Logic::And },
+            conditions: vec![
+                condition(Kind::Did, "a", first.0, first.1, 7),
+                condition(if second.2 { Kind::DidNot } else { Kind::Did }, "b", second.0, second.1, 2),
+            ],
+        };
+        let at = (at_minute + 1) * minute;
+
+        // Each user of project p with an event before the instant, and its counts.
+        let mut counts: BTreeMap<String, [u64; 2]> = BTreeMap::new();
+        for (_, e) in events.iter().filter(|(other, e)| !other && e.unix_nanos < at) {
+            let mine = counts.entry(e.distinct_id.clone()).or_default();
+            for (k, c) in definition.conditions.iter().enumerate() {
+                if e.event == c.event && e.unix_nanos >= at - c.range_ns {
+                    mine[k] += 1;
+                }
+            }
+        }
+        let want: Vec<String> =
+            counts.into_iter().filter(|(_, n)| definition.matches(n)).map(|(id, _)| id).collect();
+
+        let whole = || ShardQuery {
+            group: 1,
+            project_id: "p".into(),
+            from_unix_nanos: 0,
+            to_unix_nanos: 11 * 24 * 60 * minute,
+            max_rows: 1_000_000,
+            plan: CohortSizesPlan { cohorts: vec![definition.clone()], at_unix_nanos: at }.into(),
+        };
+        let Ok(Partial::CohortSizes(sizes)) = sh.query_at(whole()).partial else { panic!("sizes expected") };
+        proptest::prop_assert_eq!(sizes.0, vec![want.len() as u64]);
+
+        let filter = CohortFilter { definition: definition.clone(), at_unix_nanos: at };
+        let after = want.first().cloned().unwrap_or_default();
+        let plan = CohortUsersPlan { cohort: filter.clone(), after: after.clone(), limit: 3 };
+        let Ok(Partial::CohortUsers(page)) = sh.query_at(ShardQuery { plan: plan.into(), ..whole() }).partial else {
+            panic!("members expected")
+        };
+        let expected: Vec<String> = want.iter().filter(|id| **id > after).take(3).cloned().collect();
+        proptest::prop_assert_eq!(page.0, expected);
+
+        // As a filter: a one-step funnel over all of p's "c" events counts the members who did one.
+        let plan = FunnelPlan {
+            steps: vec!["c".into(), "c".into()],
+            window_nanos: 11 * 24 * 60 * minute,
+            range_from: 0,
+            range_to: 11 * 24 * 60 * minute,
+            strict: false,
+            cohort: Some(filter),
+        };
+        let Ok(Partial::Funnel(steps)) = sh.query_at(ShardQuery { plan: plan.into(), ..whole() }).partial else {
+            panic!("funnel expected")
+        };
+        let entered = want.iter().filter(|id| events.iter().any(|(other, e)| !other && e.event == "c" && e.distinct_id == **id)).count();
+        proptest::prop_assert_eq!(steps.0[0].users, entered as u64);
+    }
 }
