@@ -58,7 +58,7 @@ impl Members {
         self.0
             .map(|(cohorts, job)| {
                 let counted = cohorts.count(job, budget)?;
-                Ok(counted.members(&cohorts.definitions[0], 0).collect())
+                Ok(counted.members(&cohorts.definitions[0], 0).map(|i| counted.numbers[i]).collect())
             })
             .transpose()
     }
@@ -157,62 +157,62 @@ impl Cohorts {
     }
 }
 
-/// Per user number seen: its counts, `counts[u * conditions + k]` for condition `k`.
+/// The users seen by a cohort's scan, in the order seen, and each one's counts:
+/// `counts[i * conditions + k]` for condition `k` of the `i`-th.
 #[derive(Default)]
 struct Counted {
     conditions: usize,
     /// Each cohort's first condition in the flattened list.
     offsets: Vec<usize>,
+    /// Per shard user number: the user's place among those seen ([`NOT_SEEN`] if none).
+    /// Numbers belong to the shard, across its projects: the counts are kept only for
+    /// this project's users.
+    places: Vec<u32>,
+    /// Per user seen: its shard number.
+    numbers: Vec<u32>,
     counts: Vec<u64>,
-    seen: Vec<bool>,
-    /// Distinct ids, for a scan of names: user `u`'s is `text[names[u].clone()]`.
+    /// Distinct ids, for a scan of names: the `i`-th user's is `text[names[i].clone()]`.
     text: String,
     names: Vec<Range<usize>>,
 }
 
+const NOT_SEEN: u32 = u32::MAX;
+
 impl Counted {
-    /// User `u`'s counts, making room for them and recording its id (if `name` gives one)
+    /// The counts of the user numbered `u`, made (and its id recorded, if `name` gives one)
     /// the first time it is seen.
     fn user<'a>(&mut self, u: u32, name: impl FnOnce() -> Option<&'a str>) -> &mut [u64] {
         let u = u as usize;
-        if u >= self.seen.len() {
-            // Numbers are dense from 0 (per shard), so this grows about as the users come.
-            self.seen.resize(u + 1, false);
-            self.counts.resize((u + 1) * self.conditions, 0);
+        if u >= self.places.len() {
+            // Numbers are dense from 0 per shard: this grows about as the shard's users do.
+            self.places.resize(u + 1, NOT_SEEN);
         }
-        if !self.seen[u] {
-            self.seen[u] = true;
+        if self.places[u] == NOT_SEEN {
+            self.places[u] = self.numbers.len() as u32;
+            self.numbers.push(u as u32);
+            self.counts.resize(self.counts.len() + self.conditions, 0);
             if let Some(id) = name() {
-                if u >= self.names.len() {
-                    self.names.resize(u + 1, 0..0);
-                }
                 let start = self.text.len();
                 self.text.push_str(id);
-                self.names[u] = start..self.text.len();
+                self.names.push(start..self.text.len());
             }
         }
-        &mut self.counts[u * self.conditions..(u + 1) * self.conditions]
+        let i = self.places[u] as usize;
+        &mut self.counts[i * self.conditions..(i + 1) * self.conditions]
     }
 
     /// Memory held, with room for a set of every user as members.
     fn bytes(&self) -> u64 {
         let names = self.text.capacity() as u64 + bytes_of(&self.names);
-        bytes_of(&self.counts) + bytes_of(&self.seen) + names + self.seen.len() as u64 * MEMBER_BYTES
+        let users = bytes_of(&self.places) + bytes_of(&self.numbers) + bytes_of(&self.counts);
+        users + names + self.numbers.len() as u64 * MEMBER_BYTES
     }
 
-    /// The numbers of cohort `j`'s members (defined by `d`), ascending.
-    fn members<'a>(&'a self, d: &'a Definition, j: usize) -> impl Iterator<Item = u32> + 'a {
+    /// The places (in the order seen) of cohort `j`'s members, `d` its definition.
+    fn members<'a>(&'a self, d: &'a Definition, j: usize) -> impl Iterator<Item = usize> + 'a {
         let at = self.offsets[j];
-        (0..self.seen.len())
-            .filter(move |&u| {
-                let mine = &self.counts[u * self.conditions..][at..at + d.conditions.len()];
-                self.seen[u] && d.matches(mine)
-            })
-            .map(|u| u as u32)
-    }
-
-    fn name(&self, u: u32) -> &str {
-        &self.text[self.names[u as usize].clone()]
+        (0..self.numbers.len())
+            .filter(move |&i| d.matches(&self.counts[i * self.conditions..][at..at + d.conditions.len()]))
     }
 }
 
@@ -237,7 +237,7 @@ pub fn users(
     budget: &mut Budget,
 ) -> Result<CohortMembers, QueryError> {
     let counted = cohorts.count(job, budget)?;
-    let members = counted.members(&cohorts.definitions[0], 0).map(|u| counted.name(u));
+    let members = counted.members(&cohorts.definitions[0], 0).map(|i| &counted.text[counted.names[i].clone()]);
     let mut ids: Vec<&str> = members.filter(|id| *id > plan.after.as_str()).collect();
     ids.sort_unstable();
     ids.truncate(plan.limit as usize);
