@@ -112,6 +112,7 @@ dev.settle(window=10.0)
 segments = sum(f.endswith(".parquet") for _, _, files in os.walk(dev.dir) for f in files)
 report(step="settled", seconds=round(time.time() - t - secs, 1), segment_files=segments)
 
+
 def get(path, **params):
     status, body = dev.request("GET", f"{path}?{urllib.parse.urlencode(params)}", headers=dev.bearer(), timeout=600)
     if status != 200:
