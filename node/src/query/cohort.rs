@@ -58,7 +58,7 @@ impl Members {
         self.0
             .map(|(cohorts, job)| {
                 let counted = cohorts.count(job, budget)?;
-                Ok(counted.members(&cohorts.definitions[0], 0).map(|i| counted.numbers[i]).collect())
+                Ok(cohorts.members(&counted, 0).map(|i| counted.numbers[i]).collect())
             })
             .transpose()
     }
@@ -155,6 +155,14 @@ impl Cohorts {
         })?;
         Ok(counted)
     }
+
+    /// The places in `counted` (users in the order seen) of cohort `j`'s members.
+    fn members<'a>(&'a self, counted: &'a Counted, j: usize) -> impl Iterator<Item = usize> + 'a {
+        let (d, at) = (&self.definitions[j], counted.offsets[j]);
+        let width = counted.conditions;
+        (0..counted.numbers.len())
+            .filter(move |&i| d.matches(&counted.counts[i * width..][at..at + d.conditions.len()]))
+    }
 }
 
 /// The users seen by a cohort's scan, in the order seen, and each one's counts:
@@ -207,18 +215,11 @@ impl Counted {
         let users = bytes_of(&self.places) + bytes_of(&self.numbers) + bytes_of(&self.counts);
         users + names + self.numbers.len() as u64 * MEMBER_BYTES
     }
-
-    /// The places (in the order seen) of cohort `j`'s members, `d` its definition.
-    fn members<'a>(&'a self, d: &'a Definition, j: usize) -> impl Iterator<Item = usize> + 'a {
-        let at = self.offsets[j];
-        (0..self.numbers.len())
-            .filter(move |&i| d.matches(&self.counts[i * self.conditions..][at..at + d.conditions.len()]))
-    }
 }
 
 pub fn sizes(cohorts: &Cohorts, job: ScanJob, budget: &mut Budget) -> Result<CohortSizes, QueryError> {
     let counted = cohorts.count(job, budget)?;
-    let sizes = cohorts.definitions.iter().enumerate().map(|(j, d)| counted.members(d, j).count() as u64);
+    let sizes = (0..cohorts.definitions.len()).map(|j| cohorts.members(&counted, j).count() as u64);
     Ok(CohortSizes(sizes.collect()))
 }
 
@@ -237,7 +238,7 @@ pub fn users(
     budget: &mut Budget,
 ) -> Result<CohortMembers, QueryError> {
     let counted = cohorts.count(job, budget)?;
-    let members = counted.members(&cohorts.definitions[0], 0).map(|i| &counted.text[counted.names[i].clone()]);
+    let members = cohorts.members(&counted, 0).map(|i| &counted.text[counted.names[i].clone()]);
     let mut ids: Vec<&str> = members.filter(|id| *id > plan.after.as_str()).collect();
     ids.sort_unstable();
     ids.truncate(plan.limit as usize);
