@@ -545,9 +545,16 @@ pub struct RouterArgs {
     pub server: ServerArgs,
 }
 
+/// The log filter: `SEXTANT_LOG`, else `RUST_LOG` (what a Kubernetes pod template may set: the
+/// operator keeps `SEXTANT_*` for itself), else `info,openraft=warn`.
+fn log_filter() -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_from_env("SEXTANT_LOG")
+        .or_else(|_| tracing_subscriber::EnvFilter::try_from_env("RUST_LOG"))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"))
+}
+
 pub fn init_logging(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("SEXTANT_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+    let filter = log_filter();
     // Colours only on a terminal: log files and collectors get plain text.
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
     // A log line that cannot be written (its file on a full disk) is dropped: reporting that

@@ -19,6 +19,8 @@ fn run_to_exit(args: &[&str], envs: &[(&str, &str)]) -> (Option<i32>, String) {
     let mut child = Command::new(BIN)
         .args(args)
         .env_remove("SEXTANT_CLUSTER_SECRET")
+        .env_remove("SEXTANT_LOG")
+        .env_remove("RUST_LOG")
         .envs(envs.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -41,6 +43,23 @@ fn run_to_exit(args: &[&str], envs: &[(&str, &str)]) -> (Option<i32>, String) {
 }
 
 const SHORT_SECRETS: [&str; 2] = ["", "0123456789abcdef0123456789abcde"];
+
+#[test]
+fn the_log_filter_is_read_from_sextant_log_then_rust_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let listen = format!("127.0.0.1:{}", free_port());
+    // Without peers a node logs its memory budgets (INFO), then refuses to start.
+    let args = ["node", "--id", "1", "--listen", &listen, "--data-dir", data.to_str().unwrap()];
+    let secret = ("SEXTANT_CLUSTER_SECRET", SECRET);
+    let (_, default) = run_to_exit(&args, &[secret]);
+    assert!(default.contains(" INFO ") && default.contains("not in the peer list"), "{default}");
+    // What a Kubernetes pod template sets (the operator refuses SEXTANT_* there).
+    let (_, warn) = run_to_exit(&args, &[secret, ("RUST_LOG", "warn")]);
+    assert!(!warn.contains(" INFO ") && warn.contains("not in the peer list"), "{warn}");
+    let (_, both) = run_to_exit(&args, &[secret, ("RUST_LOG", "warn"), ("SEXTANT_LOG", "info")]);
+    assert!(both.contains(" INFO "), "{both}");
+}
 
 #[test]
 fn a_node_with_an_empty_or_short_cluster_secret_refuses_to_start() {

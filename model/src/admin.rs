@@ -139,6 +139,7 @@ pub struct AlertRuleRequest {
     pub project_key: String,
     pub name: String,
     pub metric: AlertMetric,
+    #[serde(deserialize_with = "AlertFilter::deserialize_strict")]
     pub filter: AlertFilter,
     pub comparison: Comparison,
     pub threshold: f64,

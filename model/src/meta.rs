@@ -329,6 +329,22 @@ pub struct AlertFilter {
     pub event: Option<String>,
 }
 
+impl AlertFilter {
+    /// Its fields' names as JSON writes them.
+    pub const FIELDS: [&'static str; 6] = ["service", "operation", "level", "query", "hostname", "event"];
+
+    /// Reads a filter of a request body, refusing unknown fields: a misspelt one would
+    /// otherwise leave a rule watching everything. Stored rules are read leniently.
+    pub fn deserialize_strict<'de, D: serde::Deserializer<'de>>(d: D) -> Result<AlertFilter, D::Error> {
+        use serde::de::Error;
+        let fields = serde_json::Map::<String, serde_json::Value>::deserialize(d)?;
+        if let Some(unknown) = fields.keys().find(|k| !Self::FIELDS.contains(&k.as_str())) {
+            return Err(D::Error::unknown_field(unknown, &Self::FIELDS));
+        }
+        serde_json::from_value(serde_json::Value::Object(fields)).map_err(D::Error::custom)
+    }
+}
+
 /// An alert rule of a project (docs/API.md, "Admin API"). Built by meta.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AlertRule {
@@ -1020,5 +1036,33 @@ mod tests {
         assert!(get("growth").features.contains(&"retention".to_string()));
         assert_eq!(get("business").retention_days, Some(365));
         assert_eq!(get("enterprise").monthly_bytes, None);
+    }
+
+    #[test]
+    fn a_request_filter_with_a_misspelt_field_is_refused_and_a_full_one_read_whole() {
+        #[derive(Debug, Deserialize)]
+        struct Body {
+            #[serde(deserialize_with = "AlertFilter::deserialize_strict")]
+            filter: AlertFilter,
+        }
+        let full = AlertFilter {
+            service: Some("checkout".into()),
+            operation: Some("POST /pay".into()),
+            level: Some("ERROR".into()),
+            query: Some("timeout".into()),
+            hostname: Some("web-1".into()),
+            event: Some("signup".into()),
+        };
+        let written = serde_json::json!({ "filter": full });
+        let keys: Vec<&str> = written["filter"].as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys.len(), AlertFilter::FIELDS.len());
+        assert!(keys.iter().all(|k| AlertFilter::FIELDS.contains(k)));
+        assert_eq!(serde_json::from_value::<Body>(written).unwrap().filter, full);
+
+        let typo = serde_json::from_str::<Body>(r#"{"filter": {"services": "checkout"}}"#).unwrap_err();
+        assert!(typo.to_string().contains("unknown field `services`"), "{typo}");
+        // Stored rules are read as they are.
+        let stored: AlertFilter = serde_json::from_str(r#"{"service": "a", "later": 1}"#).unwrap();
+        assert_eq!(stored.service.as_deref(), Some("a"));
     }
 }

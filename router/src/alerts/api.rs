@@ -37,7 +37,7 @@ const MAX_ID_CHARS: usize = 64;
 pub struct AlertRuleInput {
     pub name: String,
     pub metric: AlertMetric,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "AlertFilter::deserialize_strict")]
     pub filter: AlertFilter,
     pub comparison: Comparison,
     pub threshold: f64,
@@ -341,13 +341,16 @@ mod tests {
     }
 
     #[test]
-    fn unknown_fields_and_metrics_are_refused_when_read() {
+    fn unknown_fields_in_the_rule_or_its_filter_and_unknown_metrics_are_refused() {
         let base = serde_json::json!({"name": "n", "metric": "error_rate", "comparison": ">", "threshold": 1,
             "window_minutes": 5});
         assert!(serde_json::from_value::<AlertRuleInput>(base.clone()).is_ok());
         let mut extra = base.clone();
         extra["surprise"] = 1.into();
         assert!(serde_json::from_value::<AlertRuleInput>(extra).is_err());
+        let mut misspelt = base.clone();
+        misspelt["filter"] = serde_json::json!({"services": "checkout"});
+        assert!(serde_json::from_value::<AlertRuleInput>(misspelt).is_err());
         let mut metric = base;
         metric["metric"] = "vibes".into();
         assert!(serde_json::from_value::<AlertRuleInput>(metric).is_err());
