@@ -21,5 +21,5 @@ FROM debian:bookworm-slim
 RUN useradd --system --uid 10001 --no-create-home --shell /usr/sbin/nologin sextant
 COPY --from=build /usr/local/bin/sextant /usr/local/bin/sextant
 USER 10001
-EXPOSE 8080 4317 7000 7001
+EXPOSE 8080 9090 4317 7000 7001
 ENTRYPOINT ["sextant"]
